@@ -1,0 +1,110 @@
+/* config.h — the validated run configuration (DESIGN.md §3).
+ *
+ * dt_config_load() reads a YAML file with libyaml, applies `--set key.path=value`
+ * overrides, substitutes ${ENV} values, fills defaults and validates types, ranges and
+ * cross-field rules. Errors are DT_ERR_CONFIG with a message of the form
+ *   FILE:LINE: key.path: expected ..., got "..." (hint: ...)
+ * Unknown keys are errors with a did-you-mean. The struct is plain data: the caller
+ * owns it, nothing inside needs freeing. */
+#ifndef DTRAIN_CONFIG_H
+#define DTRAIN_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dtrain/status.h"
+
+#define DT_PATH_MAX 1024
+
+typedef enum { DT_DEVICE_AUTO = 0, DT_DEVICE_CPU, DT_DEVICE_CUDA } dt_device_kind;
+typedef enum { DT_COMM_AUTO = 0, DT_COMM_SHM, DT_COMM_NCCL } dt_comm_kind; /* "collective" == auto */
+typedef enum { DT_PREC_AUTO = 0, DT_PREC_FP32, DT_PREC_BF16 } dt_precision;
+typedef enum { DT_SCHED_CONSTANT = 0, DT_SCHED_COSINE, DT_SCHED_LINEAR } dt_schedule;
+typedef enum { DT_FORMAT_AUTO = 0, DT_FORMAT_TOKENS, DT_FORMAT_TSV } dt_data_format;
+typedef enum { DT_RESUME_AUTO = 0, DT_RESUME_NEVER, DT_RESUME_PATH } dt_resume_kind;
+
+typedef struct dt_config {
+    char source[DT_PATH_MAX]; /* the config file as given ("" when loaded from a string) */
+    struct {
+        char dir[DT_PATH_MAX]; /* default: runs/<config file stem> */
+    } run;
+    struct {
+        int num_workers;            /* >= 1, default 1 */
+        int use_gpu;                /* -1 = not given, 0/1 as given */
+        dt_device_kind device;      /* resolved: use_gpu given -> cpu/cuda; else `device` (default auto) */
+        int gpus_per_worker;        /* resources_per_worker.gpu, must be 1 (0 allowed on CPU) */
+        dt_comm_kind comm;          /* communication_backend */
+        int epochs;                 /* >= 1, default 1 */
+        long max_steps;             /* 0 = use epochs; > 0 overrides epochs */
+        int grad_accum_steps;       /* >= 1, default 1 */
+        dt_precision precision;     /* auto = bf16 on GPU, fp32 on CPU */
+        uint64_t seed;              /* default 1337 */
+        double collective_timeout_s;/* > 0, default 300 */
+        int cpu_threads_per_worker; /* 0 = cores / num_workers */
+        long check_replicas_every;  /* default 100, 0 = off */
+    } training;
+    struct {
+        double lr;           /* > 0, default 3e-4 */
+        double weight_decay; /* >= 0, default 0.01 */
+        double beta1, beta2; /* betas: [b1, b2], each in [0,1), default [0.9, 0.999] */
+        double eps;          /* > 0, default 1e-8 */
+        double grad_clip;    /* >= 0, 0 = off, default 1.0 */
+        dt_schedule schedule;/* default cosine */
+        long warmup_steps;   /* >= 0, default 0 */
+        double min_lr_ratio; /* [0,1], default 0.0 */
+    } optimizer;
+    struct {
+        char train_path[DT_PATH_MAX]; /* required: file, directory or glob */
+        char val_path[DT_PATH_MAX];   /* optional ("" = no evaluation) */
+        dt_data_format format;        /* default auto */
+        int batch_size_per_worker;    /* >= 1, default 8 */
+        int seq_len;                  /* >= 2, default 64 */
+        int shuffle;                  /* default 1 */
+    } data;
+    struct {
+        char type[32];                /* "transformer_like" or "gpt2" */
+        int n_layer, n_head, n_embd;  /* defaults 2, 4, 128; n_embd % n_head == 0 */
+        int vocab_size;               /* default 257 */
+        int n_positions;              /* default = data.seq_len; must be >= seq_len */
+        int num_labels;               /* 0 = language modelling, >= 2 classification */
+        char init_from[DT_PATH_MAX];  /* "" = random init */
+    } model;
+    struct {
+        long every_steps;   /* 0 = only at the end, default 100 */
+        long max_batches;   /* 0 = all, default 0 */
+    } eval;
+    struct {
+        long every_steps;          /* 0 = only at the end, default 0 */
+        int keep_last;             /* >= 1, default 3 */
+        dt_resume_kind resume;     /* default auto */
+        char resume_path[DT_PATH_MAX];
+    } checkpoint;
+    struct {
+        long every_steps;   /* >= 1, default 10 */
+        int tensorboard;    /* default 1 */
+    } logging;
+    struct {
+        int max_restarts;   /* >= 0, default 3 */
+        double backoff_s;   /* >= 0, default 1.0 */
+    } fault_tolerance;
+} dt_config;
+
+/* Fills every field with its default (data.train_path stays ""). */
+void dt_config_defaults(dt_config *cfg);
+
+/* Loads `path`, then applies `overrides` ("a.b=value", in order), then validates.
+ * On error returns DT_ERR_CONFIG (or DT_ERR_IO if the file cannot be read) with the message set;
+ * `cfg` is then unspecified. */
+dt_status dt_config_load(dt_config *cfg, const char *path, const char *const *overrides, int n_overrides);
+
+/* Same from a string; `name` is used in messages in place of the file name. */
+dt_status dt_config_load_string(dt_config *cfg, const char *name, const char *yaml,
+                                const char *const *overrides, int n_overrides);
+
+/* Writes the resolved config as YAML that dt_config_load accepts. */
+void dt_config_print(const dt_config *cfg, FILE *out);
+
+/* Names used in the printed config and messages. */
+const char *dt_device_name(dt_device_kind d);
+
+#endif

@@ -1,0 +1,88 @@
+/* data.h — datasets and the world-size-independent sampler (DESIGN.md §5).
+ *
+ * Two formats:
+ *   tokens: llm.c shards (header of 256 int32 LE: magic 20240520 version 1 uint16 tokens, or
+ *           magic 20240801 version 7 uint32 tokens; [2] = token count). Sample i of the
+ *           concatenated shards = tokens [i*T, i*T+T+1): inputs first T, targets shifted by 1.
+ *   tsv:    UTF-8 lines "label<TAB>text"; byte tokenizer: text bytes truncated to T-1, then
+ *           DT_CLS_TOKEN, right-padded with 0 to T; target = the label.
+ * Paths may be a file, a directory (all regular, non-hidden files, sorted) or a glob;
+ * `.gz` files are decompressed transparently. Errors in the data are DT_ERR_DATA with the
+ * file and line (tsv) or byte offset (tokens) named. */
+#ifndef DTRAIN_DATA_H
+#define DTRAIN_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/config.h"
+#include "dtrain/status.h"
+
+#define DT_CLS_TOKEN 256
+#define DT_SHARD_MAGIC_V1 20240520
+#define DT_SHARD_MAGIC_V2 20240801
+
+typedef struct dt_dataset dt_dataset;
+
+typedef struct dt_dataset_cfg {
+    const char *path;          /* file, directory or glob */
+    dt_data_format format;     /* auto: ".bin"/".bin.gz" -> tokens, anything else -> tsv */
+    int seq_len;               /* T */
+    int num_labels;            /* 0 = language modelling (requires tokens), >= 2 = tsv labels */
+    int vocab_size;            /* tokens must be < vocab_size (tsv needs >= 257) */
+} dt_dataset_cfg;
+
+/* Reads every file into memory. The dataset owns its memory; dt_dataset_free accepts NULL. */
+dt_status dt_dataset_open(dt_dataset **out, const dt_dataset_cfg *cfg);
+void dt_dataset_free(dt_dataset *ds);
+
+size_t dt_dataset_size(const dt_dataset *ds);        /* number of samples */
+int dt_dataset_is_classification(const dt_dataset *ds);
+size_t dt_dataset_num_files(const dt_dataset *ds);
+
+/* Sample i: tokens(T) always; targets(T) for language modelling, targets(1) = label for
+ * classification. i < dt_dataset_size(). */
+void dt_dataset_get(const dt_dataset *ds, size_t i, int *tokens, int *targets);
+
+/* ---- sampler ----
+ * Epoch order: identity when !shuffle, else a permutation seeded by (seed, epoch) only.
+ * Global batch j of an epoch = order[j*G, (j+1)*G), G = world * batch_per_worker * accum;
+ * micro-batch a of rank r = its consecutive slice: offset (a*world + r) * batch_per_worker... see
+ * dt_sampler_batch. The incomplete last global batch is dropped. */
+typedef struct dt_sampler dt_sampler;
+
+typedef struct dt_sampler_cfg {
+    size_t num_samples;
+    uint64_t seed;
+    int shuffle;
+    int rank, world;          /* 0 <= rank < world */
+    int batch_per_worker;     /* b */
+    int accum;                /* micro-batches per optimizer step */
+} dt_sampler_cfg;
+
+dt_status dt_sampler_init(dt_sampler **out, const dt_sampler_cfg *cfg);
+void dt_sampler_free(dt_sampler *s);
+/* floor(num_samples / G) */
+size_t dt_sampler_steps_per_epoch(const dt_sampler *s);
+/* Writes the b sample indices of micro-batch `micro` (0..accum-1) of step `step`
+ * (0..steps_per_epoch-1) of `epoch` for this rank. The global batch is split so that
+ * micro-batch a holds order[j*G + a*world*b, j*G + (a+1)*world*b) and rank r takes the
+ * r-th b-sized slice of that: the same samples are seen by one worker with world*b per
+ * micro-batch as by `world` workers with b each. */
+void dt_sampler_batch(dt_sampler *s, long epoch, size_t step, int micro, size_t *idx);
+
+/* Evaluation sharding: eval batch j covers samples [j*E, (j+1)*E), E = world * b, in order;
+ * rank r takes its consecutive slice, which may be short or empty at the end. Returns the
+ * number of eval batches ceil(n / E), and for batch j sets *start and *count for `rank`. */
+size_t dt_eval_num_batches(size_t n, int world, int b);
+void dt_eval_slice(size_t n, size_t j, int rank, int world, int b, size_t *start, int *count);
+
+/* ---- shards ---- */
+/* Writes an llm.c shard (version 1, uint16 tokens; tokens must be < 65536). Atomic: written
+ * to a temporary file and renamed. */
+dt_status dt_shard_write(const char *path, const uint32_t *tokens, size_t n);
+/* `dtrain data tokenize --tokenizer bytes IN OUT`: every byte of IN (.gz read transparently)
+ * becomes one token. *n_tokens receives the count. */
+dt_status dt_data_tokenize_bytes(const char *in_path, const char *out_path, size_t *n_tokens);
+
+#endif
