@@ -39,6 +39,8 @@ void dt_dataset_free(dt_dataset *ds);
 size_t dt_dataset_size(const dt_dataset *ds);        /* number of samples */
 int dt_dataset_is_classification(const dt_dataset *ds);
 size_t dt_dataset_num_files(const dt_dataset *ds);
+/* tsv: how many examples had more than T-1 text bytes and were cut (0 for token shards). */
+size_t dt_dataset_num_truncated(const dt_dataset *ds);
 
 /* Sample i: tokens(T) always; targets(T) for language modelling, targets(1) = label for
  * classification. i < dt_dataset_size(). */

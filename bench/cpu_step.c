@@ -1,0 +1,114 @@
+/* cpu_step.c — benchmark: one full training step (forward, backward, AdamW) of a GPT on the
+ * CPU backend, against the sgemm peak measured on this machine in the same run.
+ *
+ *   bench_cpu_step [--threads N] [--steps K] [--B 8 --T 256 --L 4 --C 256 --H 4 --V 256]
+ *
+ * Prints ms/step, tokens/s, model FLOPs/s (6N + 12LCT per token, see dt_model_flops_per_token)
+ * and that as a fraction of the best cblas_sgemm rate on 2048^3. */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dtrain/model.h"
+#include "dtrain/ops.h"
+#include "dtrain/optim.h"
+
+void openblas_set_num_threads(int n);
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double sgemm_peak(int n, int reps) {
+    float *a = malloc((size_t)n * n * sizeof(float)), *b = malloc((size_t)n * n * sizeof(float)),
+          *c = malloc((size_t)n * n * sizeof(float));
+    for (size_t i = 0; i < (size_t)n * n; i++) { a[i] = (float)(i % 7) * 0.1f; b[i] = (float)(i % 5) * 0.1f; }
+    double best = 0;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n); /* warm */
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        double gf = 2.0 * n * n * (double)n / (now_s() - t0);
+        if (gf > best) best = gf;
+    }
+    free(a); free(b); free(c);
+    return best;
+}
+
+int main(int argc, char **argv) {
+    int threads = 2, steps = 10, B = 8, T = 256, L = 4, C = 256, H = 4, V = 256;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        int v = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--threads")) threads = v;
+        else if (!strcmp(argv[i], "--steps")) steps = v;
+        else if (!strcmp(argv[i], "--B")) B = v;
+        else if (!strcmp(argv[i], "--T")) T = v;
+        else if (!strcmp(argv[i], "--L")) L = v;
+        else if (!strcmp(argv[i], "--C")) C = v;
+        else if (!strcmp(argv[i], "--H")) H = v;
+        else if (!strcmp(argv[i], "--V")) V = v;
+        else { fprintf(stderr, "unknown option %s\n", argv[i]); return 2; }
+    }
+    dt_ops *ops;
+    if (dt_ops_cpu_init(&ops, threads) != DT_OK) { fprintf(stderr, "%s\n", dt_error_msg()); return 1; }
+    double peak = sgemm_peak(2048, 5);
+
+    dt_model_cfg mc = {.vocab_size = V, .n_positions = T, .n_layer = L, .n_head = H, .n_embd = C,
+                       .num_labels = 0, .seq_len = T, .max_batch = B, .seed = 1};
+    dt_model *m;
+    if (dt_model_init(&m, &mc, ops) != DT_OK) { fprintf(stderr, "%s\n", dt_error_msg()); return 1; }
+    int nt = dt_model_num_tensors(m);
+    dt_param_seg *segs = malloc((size_t)nt * sizeof *segs);
+    for (int i = 0; i < nt; i++) {
+        const dt_tensor_info *t = dt_model_tensor(m, i);
+        segs[i] = (dt_param_seg){t->offset, t->numel, t->ndim >= 2};
+    }
+    dt_optim_cfg oc = {.lr = 1e-4, .weight_decay = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .grad_clip = 1.0,
+                       .schedule = DT_SCHED_CONSTANT, .total_steps = steps};
+    dt_optim *o;
+    if (dt_optim_init(&o, &oc, ops, dt_model_num_params(m), segs, nt) != DT_OK) return 1;
+    int *tok = malloc((size_t)B * T * sizeof(int)), *tgt = malloc((size_t)B * T * sizeof(int));
+    unsigned s = 1;
+    for (int i = 0; i < B * T; i++) { s = s * 1103515245u + 12345u; tok[i] = (int)(s >> 16) % V; }
+    for (int i = 0; i < B * T; i++) tgt[i] = tok[(i + 1) % (B * T)];
+
+    double best = 1e30, total = 0, fwd_best = 1e30;
+    for (int k = 0; k < steps + 1; k++) {
+        double t0 = now_s();
+        dt_fwd_result r;
+        dt_model_zero_grad(m);
+        if (dt_model_forward(m, tok, tgt, B, &r) != DT_OK) return 1;
+        double t1 = now_s();
+        dt_model_backward(m, 1.0f / (float)(B * T), NULL, NULL);
+        double gn, lr;
+        dt_optim_step(o, dt_model_params(m), dt_model_grads(m), k, &gn, &lr);
+        double dt = now_s() - t0;
+        if (k == 0) continue; /* warm-up */
+        total += dt;
+        if (dt < best) best = dt;
+        if (t1 - t0 < fwd_best) fwd_best = t1 - t0;
+    }
+    double mean = total / steps, tokens = (double)B * T;
+    double flops = dt_model_flops_per_token(&mc) * tokens;
+    printf("GPT V=%d T=%d L=%d C=%d H=%d B=%d, %zu params, %d threads (omp max %d)\n", V, T, L, C, H, B,
+           dt_model_num_params(m), threads, omp_get_max_threads());
+    printf("sgemm peak (2048^3, best of 5):   %8.1f GFLOP/s\n", peak / 1e9);
+    printf("training step: mean %.1f ms, best %.1f ms (forward best %.1f ms) over %d steps\n", mean * 1e3, best * 1e3,
+           fwd_best * 1e3, steps);
+    printf("tokens/s (mean):                  %8.0f\n", tokens / mean);
+    printf("model FLOPs/s (mean):             %8.1f GFLOP/s = %.1f%% of sgemm peak\n", flops / mean / 1e9,
+           100.0 * flops / mean / peak);
+    printf("model FLOPs/s (best step):        %8.1f GFLOP/s = %.1f%% of sgemm peak\n", flops / best / 1e9,
+           100.0 * flops / best / peak);
+    free(tok); free(tgt); free(segs);
+    dt_optim_free(o);
+    dt_model_free(m);
+    dt_ops_cpu_free(ops);
+    return 0;
+}

@@ -1,0 +1,31 @@
+/* device.h — what hardware this process may use, decided without initialising CUDA
+ * (the launcher forks workers afterwards; a CUDA context must never exist before fork). */
+#ifndef DTRAIN_DEVICE_H
+#define DTRAIN_DEVICE_H
+
+#include <stdio.h>
+
+#include "dtrain/config.h"
+#include "dtrain/status.h"
+
+/* CPUs this process may run on (sched_getaffinity), >= 1. */
+int dt_device_cpu_cores(void);
+
+/* NVIDIA GPUs visible to this process: the driver's /proc/driver/nvidia/gpus entries,
+ * limited by CUDA_VISIBLE_DEVICES when set. 0 when there is no driver. */
+int dt_device_cuda_count(void);
+
+/* 1 when this binary was built with the CUDA backend. */
+int dt_device_cuda_built(void);
+
+/* Resolves training.device (auto/cpu/cuda) against what exists. DT_ERR_CONFIG with a hint
+ * when CUDA is asked for and cannot be used. */
+dt_status dt_device_resolve(const dt_config *cfg, dt_device_kind *out);
+
+/* BLAS/OpenMP threads per worker: training.cpu_threads_per_worker, or cores / num_workers. */
+int dt_device_threads_per_worker(const dt_config *cfg);
+
+/* Library versions this binary was built with and runs with (for --version). */
+void dt_device_print_versions(FILE *out);
+
+#endif

@@ -1,0 +1,50 @@
+/* metrics.h — what a run tells its user: console lines (a progress bar on a terminal,
+ * plain parseable lines otherwise), train.log (the console without the bar) and
+ * metrics.jsonl (one JSON object per training step and per evaluation) in the run dir.
+ *
+ * metrics.jsonl fields:
+ *   {"type":"train","step":S,"epoch":E,"loss":L,"lr":LR,"grad_norm":G,"step_ms":MS,"tokens_per_s":TPS}
+ *   {"type":"eval","step":S,"val_loss":L,"val_accuracy":A,"val_examples":N,"eval_ms":MS}
+ * (val_accuracy: classification accuracy, or next-token accuracy for language modelling).
+ * Every line is flushed when written, so a crash loses nothing already reported. */
+#ifndef DTRAIN_METRICS_H
+#define DTRAIN_METRICS_H
+
+#include "dtrain/status.h"
+
+typedef struct dt_metrics dt_metrics;
+
+typedef struct dt_metrics_cfg {
+    const char *run_dir;  /* NULL: console only (no files) */
+    long total_steps;
+    long log_every;       /* a console line every N steps (and the first and last) */
+    int progress;         /* -1 auto (bar when stdout is a terminal), 0 never, 1 always */
+    int quiet;            /* only errors and the final summary on the console */
+} dt_metrics_cfg;
+
+typedef struct dt_train_point {
+    long step;            /* 1-based */
+    long epoch;           /* 1-based */
+    double loss, lr, grad_norm, step_ms, tokens_per_s;
+} dt_train_point;
+
+typedef struct dt_eval_point {
+    long step;
+    double loss, accuracy;
+    long examples;
+    double eval_ms;
+} dt_eval_point;
+
+/* Opens run_dir/metrics.jsonl and run_dir/train.log for appending (the directory must
+ * exist). dt_metrics_close accepts NULL. */
+dt_status dt_metrics_open(dt_metrics **out, const dt_metrics_cfg *cfg);
+void dt_metrics_close(dt_metrics *m);
+
+/* A line for the console (unless quiet) and train.log. */
+void dt_metrics_info(dt_metrics *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Like info but printed even when quiet. */
+void dt_metrics_summary(dt_metrics *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void dt_metrics_train(dt_metrics *m, const dt_train_point *p);
+void dt_metrics_eval(dt_metrics *m, const dt_eval_point *p);
+
+#endif

@@ -1,0 +1,97 @@
+/* model.h — the GPT-2 model: parameter table, forward/backward orchestration over dt_ops,
+ * and weights I/O (safetensors, HF GPT-2 names; DESIGN.md §4).
+ *
+ * Parameters, gradients live in one flat backend buffer each, laid out so that every
+ * all-reduce bucket is one contiguous range:
+ *   bucket 0 "embed":  wte (V,C), wpe (P,C)
+ *   bucket 1+l "h.l":  ln_1.w, ln_1.b, attn.c_attn.w (C,3C), .b (3C), attn.c_proj.w (C,C), .b (C),
+ *                      ln_2.w, ln_2.b, mlp.c_fc.w (C,4C), .b (4C), mlp.c_proj.w (4C,C), .b (C)
+ *   bucket L+1 "head": ln_f.w, ln_f.b, [score.w (num_labels,C)]
+ * Backward finishes buckets in the order head, h.L-1 .. h.0, embed and reports each through
+ * the optional callback as soon as its gradients are final (for overlapped all-reduce). */
+#ifndef DTRAIN_MODEL_H
+#define DTRAIN_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/ops.h"
+#include "dtrain/status.h"
+
+typedef struct dt_model dt_model;
+
+typedef struct dt_model_cfg {
+    int vocab_size;   /* V */
+    int n_positions;  /* P, rows of wpe, >= seq_len */
+    int n_layer;      /* L */
+    int n_head;       /* NH */
+    int n_embd;       /* C, multiple of NH */
+    int num_labels;   /* 0 = language modelling, >= 2 classification */
+    int seq_len;      /* T */
+    int max_batch;    /* B: the largest batch forward() will see */
+    uint64_t seed;    /* init seed */
+} dt_model_cfg;
+
+typedef struct dt_tensor_info {
+    char name[48];    /* HF GPT-2 name, e.g. "h.0.attn.c_attn.weight" */
+    int ndim;         /* 1 or 2 */
+    int shape[2];
+    size_t offset;    /* in floats from the start of the parameter buffer */
+    size_t numel;
+    int bucket;       /* 0 embed, 1+l layer l, L+1 head */
+} dt_tensor_info;
+
+typedef struct dt_bucket {
+    const char *name;
+    size_t offset, numel; /* in floats */
+} dt_bucket;
+
+/* Result of a forward pass over one (micro-)batch. */
+typedef struct dt_fwd_result {
+    double loss_sum;  /* sum of per-row losses */
+    long rows;        /* rows in the loss: B*T (LM) or B (classification) */
+    long correct;     /* classification: argmax == label; LM: argmax == target */
+} dt_fwd_result;
+
+/* Validates the shape (messages name model.* keys), allocates everything through `ops`
+ * and initialises weights from cfg->seed (DESIGN §4). dt_model_free accepts NULL. */
+dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_ops *ops);
+void dt_model_free(dt_model *m);
+
+const dt_model_cfg *dt_model_config(const dt_model *m);
+size_t dt_model_num_params(const dt_model *m);
+int dt_model_num_tensors(const dt_model *m);
+const dt_tensor_info *dt_model_tensor(const dt_model *m, int i);
+int dt_model_num_buckets(const dt_model *m);
+const dt_bucket *dt_model_bucket(const dt_model *m, int i);
+float *dt_model_params(dt_model *m);  /* backend memory */
+float *dt_model_grads(dt_model *m);   /* backend memory */
+
+/* Training FLOPs per token (forward + backward, 6N + 12*L*C*T as in the PaLM appendix,
+ * N = matmul parameters incl. the LM head); static so --dry-run can print it. */
+double dt_model_flops_per_token(const dt_model_cfg *cfg);
+size_t dt_model_count_params(const dt_model_cfg *cfg);
+/* Bytes of backend memory init will allocate (params, grads, activations). */
+size_t dt_model_memory_bytes(const dt_model_cfg *cfg);
+
+/* Forward over B <= max_batch sequences. tokens: host (B,T). targets: host, (B,T) for LM
+ * (negative = ignore), (B) labels for classification. Keeps activations for backward. */
+dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, int B,
+                           dt_fwd_result *res);
+
+typedef void (*dt_bucket_ready_fn)(void *user, int bucket);
+/* Backward of the last forward: grads += d(scale * loss_sum)/dparams. `ready` (may be NULL)
+ * is called as each bucket's gradients become final. */
+dt_status dt_model_backward(dt_model *m, float scale, dt_bucket_ready_fn ready, void *user);
+void dt_model_zero_grad(dt_model *m);
+
+/* Weights I/O (host round trip through the backend). Save writes every tensor as F32 with
+ * the names above, atomically. Load accepts our files and Hugging Face GPT-2 files
+ * (optional "transformer." prefix; attn.bias/attn.masked_bias buffers and lm_head.weight
+ * ignored); names and shapes are checked against the config (DT_ERR_DATA with a hint).
+ * A classification model loading a file without score.weight keeps its random score
+ * head and *score_initialised (may be NULL) is set to 0; else 1. */
+dt_status dt_model_save(dt_model *m, const char *path);
+dt_status dt_model_load(dt_model *m, const char *path, int *score_loaded);
+
+#endif

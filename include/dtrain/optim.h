@@ -1,0 +1,51 @@
+/* optim.h — AdamW (as torch.optim.AdamW), learning-rate schedule and global-norm clipping.
+ *
+ * The optimizer owns its moment buffers (backend memory, one flat buffer each, same layout
+ * as the parameters) and updates parameters segment by segment, with weight decay only on
+ * segments marked `decay` (tensors with >= 2 dims, DESIGN.md §4). */
+#ifndef DTRAIN_OPTIM_H
+#define DTRAIN_OPTIM_H
+
+#include <stddef.h>
+
+#include "dtrain/config.h"
+#include "dtrain/ops.h"
+#include "dtrain/status.h"
+
+typedef struct dt_optim dt_optim;
+
+typedef struct dt_optim_cfg {
+    double lr, weight_decay, beta1, beta2, eps;
+    double grad_clip;       /* 0 = no clipping */
+    dt_schedule schedule;
+    long warmup_steps;
+    long total_steps;       /* for the decay schedules */
+    double min_lr_ratio;
+} dt_optim_cfg;
+
+typedef struct dt_param_seg {
+    size_t offset, numel;   /* floats */
+    int decay;              /* apply weight decay */
+} dt_param_seg;
+
+/* Copies `segs`. dt_optim_free accepts NULL. */
+dt_status dt_optim_init(dt_optim **out, const dt_optim_cfg *cfg, const dt_ops *ops, size_t n_params,
+                        const dt_param_seg *segs, int n_segs);
+void dt_optim_free(dt_optim *o);
+
+/* Learning rate for 0-based optimizer step `step`: linear warmup lr*(step+1)/warmup over
+ * warmup_steps, then constant, or cosine/linear decay from lr to lr*min_lr_ratio at
+ * total_steps. */
+double dt_optim_lr(const dt_optim_cfg *cfg, long step);
+
+/* One update at 0-based `step`: computes the global grad norm (returned in *grad_norm, before
+ * clipping), clips as torch.nn.utils.clip_grad_norm_ (grads *= clip/(norm+1e-6) when
+ * norm > clip), then AdamW with t = step + 1. *lr receives the rate used. A non-finite grad
+ * norm skips the update and returns DT_ERR_INTERNAL with a message. */
+dt_status dt_optim_step(dt_optim *o, float *params, float *grads, long step, double *grad_norm, double *lr);
+
+/* Moment buffers (backend memory, n_params floats each), for checkpoints. */
+float *dt_optim_m(dt_optim *o);
+float *dt_optim_v(dt_optim *o);
+
+#endif

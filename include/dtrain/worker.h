@@ -1,0 +1,26 @@
+/* worker.h — the training loop: the only place that knows the order of things
+ * (data -> forward -> backward -> clip -> AdamW -> log / eval / save). */
+#ifndef DTRAIN_WORKER_H
+#define DTRAIN_WORKER_H
+
+#include "dtrain/config.h"
+#include "dtrain/metrics.h"
+#include "dtrain/status.h"
+
+typedef struct dt_worker_opts {
+    int quiet;     /* --quiet */
+    int progress;  /* -1 auto, 0 never, 1 always */
+} dt_worker_opts;
+
+/* Trains as configured; writes config.yaml, train.log, metrics.jsonl and
+ * model.safetensors into cfg->run.dir. */
+dt_status dt_worker_train(const dt_config *cfg, const dt_worker_opts *opts);
+
+/* Evaluates `weights` (a safetensors file) on data.val_path and prints the result line;
+ * *out receives it (step 0). */
+dt_status dt_worker_eval(const dt_config *cfg, const char *weights, dt_eval_point *out);
+
+/* Prints the resolved config followed by the model size, for --dry-run. */
+void dt_worker_describe(const dt_config *cfg, FILE *out);
+
+#endif

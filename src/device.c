@@ -1,0 +1,108 @@
+/* device.c — CPU/GPU discovery without CUDA initialisation, thread budget, versions. */
+#include "dtrain/device.h"
+
+#include <dirent.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <yaml.h>
+#include <zlib.h>
+#include <jansson.h>
+
+#ifdef DTRAIN_HAVE_CUDA
+#include "dtrain/cuda.h"
+#endif
+
+char *openblas_get_config(void); /* OpenBLAS: build configuration string */
+
+int dt_device_cpu_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n > 0) return n;
+    }
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+int dt_device_cuda_count(void) {
+    int n = 0;
+    DIR *d = opendir("/proc/driver/nvidia/gpus");
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL)
+            if (e->d_name[0] != '.') n++;
+        closedir(d);
+    }
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    if (vis && n > 0) {
+        /* count the comma-separated entries up to the first invalid one, as CUDA does */
+        int k = 0;
+        const char *p = vis;
+        while (*p && *p != '-') {
+            while (*p == ' ') p++;
+            if (!*p || *p == ',') break;
+            k++;
+            p = strchr(p, ',');
+            if (!p) break;
+            p++;
+        }
+        if (k < n) n = k;
+    }
+    return n;
+}
+
+int dt_device_cuda_built(void) {
+#ifdef DTRAIN_HAVE_CUDA
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+dt_status dt_device_resolve(const dt_config *cfg, dt_device_kind *out) {
+    int gpus = dt_device_cuda_count();
+    switch (cfg->training.device) {
+    case DT_DEVICE_CPU:
+        *out = DT_DEVICE_CPU;
+        return DT_OK;
+    case DT_DEVICE_AUTO:
+        /* The CUDA training backend is not part of this build yet: auto means CPU. */
+        *out = DT_DEVICE_CPU;
+        return DT_OK;
+    case DT_DEVICE_CUDA:
+        if (gpus == 0)
+            return dt_error_set(DT_ERR_CONFIG,
+                                "%s: training.use_gpu/device asks for CUDA but no GPU is visible "
+                                "(hint: set training.use_gpu: false, or training.device: auto to use what exists)",
+                                cfg->source[0] ? cfg->source : "config");
+        return dt_error_set(DT_ERR_CONFIG,
+                            "%s: training.device: cuda: %d GPU(s) visible, but this dtrain version trains on CPU only "
+                            "(hint: set training.use_gpu: false)",
+                            cfg->source[0] ? cfg->source : "config", gpus);
+    }
+    return dt_error_set(DT_ERR_INTERNAL, "unknown device kind %d", (int)cfg->training.device);
+}
+
+int dt_device_threads_per_worker(const dt_config *cfg) {
+    if (cfg->training.cpu_threads_per_worker > 0) return cfg->training.cpu_threads_per_worker;
+    int n = dt_device_cpu_cores() / (cfg->training.num_workers > 0 ? cfg->training.num_workers : 1);
+    return n > 0 ? n : 1;
+}
+
+void dt_device_print_versions(FILE *out) {
+    fprintf(out, "  libyaml   %s\n", yaml_get_version_string());
+    fprintf(out, "  zlib      %s (built with %s)%s\n", zlibVersion(), ZLIB_VERSION,
+            strcmp(zlibVersion(), ZLIB_VERSION) ? "  MISMATCH" : "");
+    fprintf(out, "  jansson   %s (built with %s)\n", jansson_version_str(), JANSSON_VERSION);
+    fprintf(out, "  OpenBLAS  %s\n", openblas_get_config());
+#ifdef DTRAIN_HAVE_CUDA
+    char cuda[512];
+    dt_cuda_versions(cuda, sizeof cuda);
+    fprintf(out, "  CUDA      %s (GPU training not yet enabled)\n", cuda);
+#else
+    fprintf(out, "  CUDA      backend not built\n");
+#endif
+    fprintf(out, "  CPUs      %d usable, NVIDIA GPUs visible: %d\n", dt_device_cpu_cores(), dt_device_cuda_count());
+}

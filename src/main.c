@@ -1,0 +1,224 @@
+/* main.c — the dtrain command line (DESIGN.md §2): train, eval, export, data tokenize.
+ * Exit status: 0 success; 2 bad usage, config or input data; 1 any other failure. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "dtrain/config.h"
+#include "dtrain/data.h"
+#include "dtrain/device.h"
+#include "dtrain/safetensors.h"
+#include "dtrain/worker.h"
+
+#ifndef DTRAIN_VERSION
+#define DTRAIN_VERSION "0.0.0"
+#endif
+
+#define MAX_OVERRIDES 256
+
+static const char *const usage_text =
+    "dtrain " DTRAIN_VERSION " — data-parallel GPT training and fine-tuning\n"
+    "\n"
+    "usage:\n"
+    "  dtrain [train] --config FILE [--set key.path=value]... [--dry-run] [--quiet] [--progress auto|always|never]\n"
+    "  dtrain eval    --config FILE --checkpoint DIR|FILE [--set key.path=value]...\n"
+    "  dtrain export  --checkpoint DIR|FILE --out model.safetensors\n"
+    "  dtrain data tokenize --tokenizer bytes IN.txt OUT.bin\n"
+    "  dtrain --help | --version\n"
+    "\n"
+    "train      trains as the YAML config says; writes config.yaml, train.log, metrics.jsonl and\n"
+    "           model.safetensors into run.dir (default runs/<config name>).\n"
+    "  --config FILE        the YAML config (keys: README.md, \"Config reference\")\n"
+    "  --set key.path=value override one key after the file is read, e.g. --set training.max_steps=20\n"
+    "  --dry-run            print the resolved config and the model size, then exit 0\n"
+    "  --quiet              print only errors and the final summary\n"
+    "  --progress MODE      progress bar: auto (when stdout is a terminal), always, never\n"
+    "eval       evaluates weights (DIR/model.safetensors or a .safetensors file) on data.val_path.\n"
+    "export     writes the weights of DIR (a run directory) as a standalone F32 safetensors file\n"
+    "           with Hugging Face GPT-2 tensor names.\n"
+    "data tokenize  turns a text file into an llm.c token shard, one token per byte.\n"
+    "\n"
+    "exit status: 0 success, 2 bad usage/config/data (the message names file, key or line), 1 other failure.\n";
+
+static int fail(dt_status st) {
+    fprintf(stderr, "dtrain: error: %s\n", dt_error_msg());
+    return dt_status_exit_code(st);
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "dtrain: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(see dtrain --help)\n");
+    return 2;
+}
+
+typedef struct cli {
+    const char *config, *checkpoint, *out, *tokenizer;
+    const char *overrides[MAX_OVERRIDES];
+    int n_overrides;
+    int dry_run, quiet, progress;
+    int help, version;
+} cli;
+
+/* Parses options for every subcommand; positional arguments stay at argv[optind..]. */
+static int parse_options(int argc, char **argv, cli *c) {
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'},   {"set", required_argument, NULL, 's'},
+        {"dry-run", no_argument, NULL, 'n'},        {"quiet", no_argument, NULL, 'q'},
+        {"progress", required_argument, NULL, 'p'}, {"checkpoint", required_argument, NULL, 'k'},
+        {"out", required_argument, NULL, 'o'},      {"tokenizer", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},           {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "c:s:hV", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'c': c->config = optarg; break;
+        case 's':
+            if (c->n_overrides == MAX_OVERRIDES) return usage_error("too many --set options (max %s)", "256");
+            c->overrides[c->n_overrides++] = optarg;
+            break;
+        case 'n': c->dry_run = 1; break;
+        case 'q': c->quiet = 1; break;
+        case 'p':
+            if (strcmp(optarg, "auto") == 0) c->progress = -1;
+            else if (strcmp(optarg, "always") == 0) c->progress = 1;
+            else if (strcmp(optarg, "never") == 0) c->progress = 0;
+            else return usage_error("--progress: expected auto, always or never, got \"%s\"", optarg);
+            break;
+        case 'k': c->checkpoint = optarg; break;
+        case 'o': c->out = optarg; break;
+        case 't': c->tokenizer = optarg; break;
+        case 'h': c->help = 1; break;
+        case 'V': c->version = 1; break;
+        case ':': return usage_error("option %s needs a value", argv[optind - 1]);
+        default: return usage_error("unknown option %s", argv[optind - 1]);
+        }
+    }
+    return 0;
+}
+
+static int load_config(const cli *c, dt_config *cfg) {
+    if (!c->config) return usage_error("%s", "missing --config FILE");
+    dt_status st = dt_config_load(cfg, c->config, c->overrides, c->n_overrides);
+    return st == DT_OK ? 0 : fail(st);
+}
+
+/* DIR/model.safetensors, or the path itself when it is a file. */
+static void weights_path(const char *checkpoint, char *buf, size_t n) {
+    struct stat sb;
+    if (stat(checkpoint, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(buf, n, "%s/model.safetensors", checkpoint);
+    else snprintf(buf, n, "%s", checkpoint);
+}
+
+static int cmd_train(const cli *c) {
+    dt_config cfg;
+    int rc = load_config(c, &cfg);
+    if (rc) return rc;
+    if (c->dry_run) {
+        dt_worker_describe(&cfg, stdout);
+        return 0;
+    }
+    dt_worker_opts opts = {.quiet = c->quiet, .progress = c->progress};
+    dt_status st = dt_worker_train(&cfg, &opts);
+    return st == DT_OK ? 0 : fail(st);
+}
+
+static int cmd_eval(const cli *c) {
+    if (!c->checkpoint) return usage_error("%s", "eval: missing --checkpoint DIR|FILE");
+    dt_config cfg;
+    int rc = load_config(c, &cfg);
+    if (rc) return rc;
+    char path[DT_PATH_MAX + 32];
+    weights_path(c->checkpoint, path, sizeof path);
+    dt_eval_point ep;
+    dt_status st = dt_worker_eval(&cfg, path, &ep);
+    return st == DT_OK ? 0 : fail(st);
+}
+
+static int cmd_export(const cli *c) {
+    if (!c->checkpoint || !c->out) return usage_error("%s", "export: needs --checkpoint DIR|FILE and --out FILE");
+    char path[DT_PATH_MAX + 32];
+    weights_path(c->checkpoint, path, sizeof path);
+    dt_st_file *f = NULL;
+    dt_status st = dt_st_open(&f, path);
+    if (st != DT_OK) return fail(st);
+    int n = dt_st_count(f);
+    dt_st_entry *e = calloc((size_t)(n ? n : 1), sizeof *e);
+    float **bufs = calloc((size_t)(n ? n : 1), sizeof *bufs);
+    if (!e || !bufs) st = dt_error_set(DT_ERR_NOMEM, "out of memory exporting %s", path);
+    for (int i = 0; st == DT_OK && i < n; i++) {
+        const dt_st_tensor *t = dt_st_tensor_at(f, i);
+        bufs[i] = dt_malloc(t->numel * sizeof(float), t->name);
+        if (!bufs[i]) { st = DT_ERR_NOMEM; break; }
+        if ((st = dt_st_read_f32(f, t, bufs[i])) != DT_OK) break;
+        e[i].name = t->name;
+        e[i].ndim = t->ndim;
+        memcpy(e[i].shape, t->shape, sizeof e[i].shape);
+        e[i].data = bufs[i];
+    }
+    if (st == DT_OK) {
+        const char *keys[] = {"format", "producer"}, *vals[] = {"pt", "dtrain"};
+        st = dt_st_write(c->out, e, n, keys, vals, 2);
+    }
+    for (int i = 0; bufs && i < n; i++) free(bufs[i]);
+    free(bufs);
+    free(e);
+    dt_st_close(f);
+    if (st != DT_OK) return fail(st);
+    printf("exported %d tensors from %s to %s\n", n, path, c->out);
+    return 0;
+}
+
+static int cmd_data(const cli *c, int argc, char **argv) {
+    if (optind >= argc || strcmp(argv[optind], "tokenize") != 0)
+        return usage_error("data: expected the subcommand \"tokenize\"%s", "");
+    if (!c->tokenizer || strcmp(c->tokenizer, "bytes") != 0)
+        return usage_error("data tokenize: --tokenizer must be \"bytes\" (got \"%s\")", c->tokenizer ? c->tokenizer : "");
+    if (argc - optind != 3) return usage_error("%s", "data tokenize: expected IN.txt OUT.bin");
+    size_t n = 0;
+    dt_status st = dt_data_tokenize_bytes(argv[optind + 1], argv[optind + 2], &n);
+    if (st != DT_OK) return fail(st);
+    printf("wrote %zu tokens to %s\n", n, argv[optind + 2]);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *cmd = "train";
+    int first = 1;
+    if (argc > 1 && argv[1][0] != '-') {
+        cmd = argv[1];
+        first = 2;
+    }
+    cli c = {.progress = -1};
+    /* getopt sees argv[first-1..] so that argv[0] of the sub-parse is the command */
+    int sub_argc = argc - first + 1;
+    char **sub_argv = argv + first - 1;
+    int rc = parse_options(sub_argc, sub_argv, &c);
+    if (rc) return rc;
+    if (c.help) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (c.version) {
+        printf("dtrain %s\n", DTRAIN_VERSION);
+        dt_device_print_versions(stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "train") == 0) {
+        if (optind < sub_argc) return usage_error("unexpected argument \"%s\"", sub_argv[optind]);
+        return cmd_train(&c);
+    }
+    if (strcmp(cmd, "eval") == 0) return cmd_eval(&c);
+    if (strcmp(cmd, "export") == 0) return cmd_export(&c);
+    if (strcmp(cmd, "data") == 0) return cmd_data(&c, sub_argc, sub_argv);
+    if (strcmp(cmd, "help") == 0) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    return usage_error("unknown command \"%s\"", cmd);
+}

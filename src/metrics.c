@@ -1,0 +1,154 @@
+/* metrics.c — console (progress bar or plain lines), train.log and metrics.jsonl. */
+#include "dtrain/metrics.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct dt_metrics {
+    dt_metrics_cfg cfg;
+    FILE *jsonl, *log;
+    int bar;              /* drawing a progress bar */
+    int bar_visible;      /* the bar is on the current console line */
+    double t0;            /* monotonic seconds at open */
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void dt_metrics_close(dt_metrics *m) {
+    if (!m) return;
+    if (m->bar_visible) { fputs("\r\033[K", stdout); fflush(stdout); }
+    if (m->jsonl) fclose(m->jsonl);
+    if (m->log) fclose(m->log);
+    free(m);
+}
+
+static FILE *open_append(const char *dir, const char *name) {
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "a");
+    if (!f) dt_error_set(DT_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+    return f;
+}
+
+dt_status dt_metrics_open(dt_metrics **out, const dt_metrics_cfg *cfg) {
+    *out = NULL;
+    dt_metrics *m = dt_calloc(1, sizeof *m, "metrics");
+    if (!m) return DT_ERR_NOMEM;
+    m->cfg = *cfg;
+    if (m->cfg.log_every < 1) m->cfg.log_every = 1;
+    m->bar = !cfg->quiet && (cfg->progress == 1 || (cfg->progress < 0 && isatty(STDOUT_FILENO)));
+    m->t0 = now_s();
+    if (cfg->run_dir) {
+        if (!(m->jsonl = open_append(cfg->run_dir, "metrics.jsonl")) || !(m->log = open_append(cfg->run_dir, "train.log"))) {
+            dt_metrics_close(m);
+            return DT_ERR_IO;
+        }
+    }
+    *out = m;
+    return DT_OK;
+}
+
+static void clear_bar(dt_metrics *m) {
+    if (m->bar_visible) {
+        fputs("\r\033[K", stdout);
+        m->bar_visible = 0;
+    }
+}
+
+static void vline(dt_metrics *m, int force, const char *fmt, va_list ap) {
+    char buf[1024];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    if (!m->cfg.quiet || force) {
+        clear_bar(m);
+        fprintf(stdout, "%s\n", buf);
+        fflush(stdout);
+    }
+    if (m->log) {
+        fprintf(m->log, "%s\n", buf);
+        fflush(m->log);
+    }
+}
+
+void dt_metrics_info(dt_metrics *m, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vline(m, 0, fmt, ap);
+    va_end(ap);
+}
+
+void dt_metrics_summary(dt_metrics *m, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vline(m, 1, fmt, ap);
+    va_end(ap);
+}
+
+static void write_json(dt_metrics *m, json_t *obj) {
+    if (!obj) return;
+    if (m->jsonl) {
+        char *s = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+        if (s) {
+            fprintf(m->jsonl, "%s\n", s);
+            fflush(m->jsonl);
+            free(s);
+        }
+    }
+    json_decref(obj);
+}
+
+/* json reals must be finite; NaN/inf become null */
+static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+static void fmt_duration(char *buf, size_t n, double s) {
+    if (!isfinite(s) || s < 0) s = 0;
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+static void draw_bar(dt_metrics *m, const dt_train_point *p) {
+    const int width = 24;
+    double frac = m->cfg.total_steps > 0 ? (double)p->step / (double)m->cfg.total_steps : 0.0;
+    int filled = (int)(frac * width);
+    char bar[64], eta[32];
+    for (int i = 0; i < width; i++) bar[i] = i < filled ? '=' : (i == filled ? '>' : ' ');
+    bar[width] = '\0';
+    double elapsed = now_s() - m->t0;
+    fmt_duration(eta, sizeof eta, p->step > 0 ? elapsed / (double)p->step * (double)(m->cfg.total_steps - p->step) : 0);
+    fprintf(stdout, "\r\033[K[%s] %3d%% %ld/%ld | loss %.4f | %.1f ms/step | %.0f tok/s | ETA %s", bar,
+            (int)(frac * 100.0), p->step, m->cfg.total_steps, p->loss, p->step_ms, p->tokens_per_s, eta);
+    fflush(stdout);
+    m->bar_visible = 1;
+}
+
+void dt_metrics_train(dt_metrics *m, const dt_train_point *p) {
+    write_json(m, json_pack("{s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "type", "train", "step", (json_int_t)p->step,
+                            "epoch", (json_int_t)p->epoch, "loss", num(p->loss), "lr", num(p->lr), "grad_norm",
+                            num(p->grad_norm), "step_ms", num(p->step_ms), "tokens_per_s", num(p->tokens_per_s)));
+    if (p->step == 1 || p->step % m->cfg.log_every == 0 || p->step == m->cfg.total_steps) {
+        int w = snprintf(NULL, 0, "%ld", m->cfg.total_steps);
+        dt_metrics_info(m, "step %*ld/%ld | epoch %ld | loss %.6f | lr %.3e | grad norm %.4f | %.1f ms | %.0f tok/s", w,
+                        p->step, m->cfg.total_steps, p->epoch, p->loss, p->lr, p->grad_norm, p->step_ms,
+                        p->tokens_per_s);
+    }
+    if (m->bar) draw_bar(m, p);
+}
+
+void dt_metrics_eval(dt_metrics *m, const dt_eval_point *p) {
+    write_json(m, json_pack("{s:s, s:I, s:o, s:o, s:I, s:o}", "type", "eval", "step", (json_int_t)p->step, "val_loss",
+                            num(p->loss), "val_accuracy", num(p->accuracy), "val_examples", (json_int_t)p->examples,
+                            "eval_ms", num(p->eval_ms)));
+    dt_metrics_info(m, "eval at step %ld | val loss %.6f | val accuracy %.4f | %ld examples | %.1f s", p->step, p->loss,
+                    p->accuracy, p->examples, p->eval_ms / 1000.0);
+}

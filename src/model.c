@@ -1,0 +1,636 @@
+/* model.c — GPT-2 forward/backward over the op table, parameter layout and weights I/O.
+ *
+ * This file never calls BLAS or CUDA: every numeric step goes through dt_ops, with
+ * pointers the backend allocated. Host memory is used only for inputs (tokens, targets)
+ * before upload and for the weights file round trip. */
+#include "dtrain/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/safetensors.h"
+
+/* Per-layer parameter tensors, in layout order. */
+enum {
+    P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
+    P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_PER_LAYER
+};
+
+static const char *const layer_tensor_names[P_PER_LAYER] = {
+    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+    "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias",
+};
+
+/* Saved activations of one layer (all backend memory). */
+typedef struct layer_acts {
+    float *ln1;        /* (B,T,C) */
+    float *ln1_mean;   /* (B,T) */
+    float *ln1_rstd;   /* (B,T) */
+    float *qkv;        /* (B,T,3C) */
+    float *atty;       /* (B,T,C) attention output before c_proj */
+    float *att;        /* (B,NH,T,T) softmax probabilities */
+    float *res2;       /* (B,T,C) residual after attention */
+    float *ln2;        /* (B,T,C) */
+    float *ln2_mean;   /* (B,T) */
+    float *ln2_rstd;   /* (B,T) */
+    float *fch;        /* (B,T,4C) c_fc output */
+    float *fch_gelu;   /* (B,T,4C) */
+    float *res3;       /* (B,T,C) residual after the MLP = layer output */
+} layer_acts;
+
+struct dt_model {
+    dt_model_cfg cfg;
+    const dt_ops *ops;
+
+    int n_tensors;
+    dt_tensor_info *tensors;   /* (n_tensors) host */
+    int n_buckets;
+    dt_bucket *buckets;        /* (n_buckets) host */
+    char (*bucket_names)[16];
+    size_t n_params;
+    float *params;             /* backend (n_params) */
+    float *grads;              /* backend (n_params) */
+
+    /* activations for max_batch */
+    float *encoded;            /* (B,T,C) residual stream input of layer 0 */
+    layer_acts *layers;        /* (L) */
+    float *lnf;                /* LM: (B,T,C); cls: (B,C) */
+    float *lnf_mean, *lnf_rstd;/* LM: (B,T); cls: (B) */
+    float *pooled_in;          /* cls: (B,C) residual rows at the pooled positions */
+    float *logits;             /* LM: (B,T,V); cls: (B,num_labels); probs/dlogits in place */
+    float *losses;             /* (B*T) */
+    int *tokens_dev;           /* (B,T) */
+    int *targets_dev;          /* LM (B,T), cls (B) */
+    int *rows_dev;             /* cls: (B) pooled row indices b*T + pos */
+
+    /* backward scratch */
+    float *dresidual;          /* (B,T,C) */
+    float *dln;                /* (B,T,C) also used for datty */
+    float *dqkv;               /* (B,T,3C) */
+    float *datt;               /* (B,NH,T,T) */
+    float *dfch, *dfch_gelu;   /* (B,T,4C) */
+    float *dpooled;            /* cls: (B,C) */
+
+    /* host staging */
+    float *host_losses;        /* (B*T) */
+    float *host_probs;         /* LM: (B*T*V) only when counting correct; cls: (B*num_labels) */
+    int *host_rows;            /* (B) */
+    int *host_targets;         /* (B*T) copy of the last targets */
+
+    int last_B;                /* batch of the last forward, 0 = none */
+};
+
+/* ---- layout ---- */
+
+static size_t layer_numel(int i, size_t C) {
+    switch (i) {
+    case P_QKVW: return C * 3 * C;
+    case P_QKVB: return 3 * C;
+    case P_ATTPROJW: return C * C;
+    case P_FCW: case P_FCPROJW: return C * 4 * C;
+    case P_FCB: return 4 * C;
+    default: return C;
+    }
+}
+
+static void layer_shape(int i, int C, int *ndim, int shape[2]) {
+    *ndim = 2;
+    switch (i) {
+    case P_QKVW: shape[0] = C; shape[1] = 3 * C; return;
+    case P_ATTPROJW: shape[0] = C; shape[1] = C; return;
+    case P_FCW: shape[0] = C; shape[1] = 4 * C; return;
+    case P_FCPROJW: shape[0] = 4 * C; shape[1] = C; return;
+    case P_QKVB: *ndim = 1; shape[0] = 3 * C; shape[1] = 1; return;
+    case P_FCB: *ndim = 1; shape[0] = 4 * C; shape[1] = 1; return;
+    default: *ndim = 1; shape[0] = C; shape[1] = 1; return;
+    }
+}
+
+size_t dt_model_count_params(const dt_model_cfg *c) {
+    size_t C = (size_t)c->n_embd, n = (size_t)c->vocab_size * C + (size_t)c->n_positions * C;
+    for (int i = 0; i < P_PER_LAYER; i++) n += (size_t)c->n_layer * layer_numel(i, C);
+    n += 2 * C + (size_t)c->num_labels * C;
+    return n;
+}
+
+double dt_model_flops_per_token(const dt_model_cfg *c) {
+    double C = c->n_embd, L = c->n_layer, T = c->seq_len;
+    double n_matmul = L * 12.0 * C * C; /* c_attn 3C^2 + c_proj C^2 + c_fc 4C^2 + c_proj 4C^2 */
+    if (c->num_labels == 0) n_matmul += (double)c->vocab_size * C; /* LM head */
+    return 6.0 * n_matmul + 12.0 * L * C * T;
+}
+
+static size_t act_floats(const dt_model_cfg *c) {
+    size_t B = (size_t)c->max_batch, T = (size_t)c->seq_len, C = (size_t)c->n_embd;
+    size_t NH = (size_t)c->n_head, BT = B * T;
+    size_t per_layer = BT * C * 6 /* ln1 atty res2 ln2 res3 qkv/3.. */ + BT * 3 * C + BT * NH * T +
+                       BT * 8 * C + BT * 4;
+    size_t head = c->num_labels ? B * C * 2 + B * 2 + (size_t)B * c->num_labels
+                                : BT * C + BT * 2 + BT * (size_t)c->vocab_size;
+    size_t scratch = BT * C * 2 + BT * 3 * C + BT * NH * T + BT * 8 * C + B * C;
+    return BT * C + (size_t)c->n_layer * per_layer + head + BT + scratch;
+}
+
+size_t dt_model_memory_bytes(const dt_model_cfg *c) {
+    return (2 * dt_model_count_params(c) + act_floats(c)) * sizeof(float);
+}
+
+/* ---- init / free ---- */
+
+static dt_status check_cfg(const dt_model_cfg *c) {
+    if (c->n_layer < 1) return dt_error_set(DT_ERR_CONFIG, "model.n_layer: expected >= 1, got %d", c->n_layer);
+    if (c->n_head < 1) return dt_error_set(DT_ERR_CONFIG, "model.n_head: expected >= 1, got %d", c->n_head);
+    if (c->n_embd < 1 || c->n_embd % c->n_head)
+        return dt_error_set(DT_ERR_CONFIG, "model.n_embd: expected a positive multiple of model.n_head (%d), got %d",
+                            c->n_head, c->n_embd);
+    if (c->vocab_size < 2) return dt_error_set(DT_ERR_CONFIG, "model.vocab_size: expected >= 2, got %d", c->vocab_size);
+    if (c->num_labels == 1 || c->num_labels < 0)
+        return dt_error_set(DT_ERR_CONFIG, "model.num_labels: expected 0 or >= 2, got %d", c->num_labels);
+    if (c->seq_len < 1 || c->seq_len > c->n_positions)
+        return dt_error_set(DT_ERR_CONFIG, "data.seq_len: expected 1..model.n_positions (%d), got %d",
+                            c->n_positions, c->seq_len);
+    if (c->max_batch < 1) return dt_error_set(DT_ERR_CONFIG, "data.batch_size_per_worker: expected >= 1, got %d", c->max_batch);
+    return DT_OK;
+}
+
+static void add_tensor(dt_model *m, const char *name, int ndim, int s0, int s1, size_t *off, int bucket) {
+    dt_tensor_info *t = &m->tensors[m->n_tensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = ndim;
+    t->shape[0] = s0;
+    t->shape[1] = ndim == 2 ? s1 : 1;
+    t->numel = (size_t)s0 * (size_t)t->shape[1];
+    t->offset = *off;
+    t->bucket = bucket;
+    *off += t->numel;
+}
+
+static void build_layout(dt_model *m) {
+    const dt_model_cfg *c = &m->cfg;
+    int C = c->n_embd, L = c->n_layer;
+    size_t off = 0;
+    add_tensor(m, "wte.weight", 2, c->vocab_size, C, &off, 0);
+    add_tensor(m, "wpe.weight", 2, c->n_positions, C, &off, 0);
+    for (int l = 0; l < L; l++) {
+        for (int i = 0; i < P_PER_LAYER; i++) {
+            char name[48];
+            int ndim, shape[2];
+            layer_shape(i, C, &ndim, shape);
+            snprintf(name, sizeof name, "h.%d.%s", l, layer_tensor_names[i]);
+            add_tensor(m, name, ndim, shape[0], shape[1], &off, 1 + l);
+        }
+    }
+    add_tensor(m, "ln_f.weight", 1, C, 1, &off, L + 1);
+    add_tensor(m, "ln_f.bias", 1, C, 1, &off, L + 1);
+    if (c->num_labels) add_tensor(m, "score.weight", 2, c->num_labels, C, &off, L + 1);
+    m->n_params = off;
+
+    m->n_buckets = L + 2;
+    for (int b = 0; b < m->n_buckets; b++) {
+        m->buckets[b].offset = (size_t)-1;
+        m->buckets[b].numel = 0;
+        if (b == 0) snprintf(m->bucket_names[b], sizeof m->bucket_names[b], "embed");
+        else if (b == L + 1) snprintf(m->bucket_names[b], sizeof m->bucket_names[b], "head");
+        else snprintf(m->bucket_names[b], sizeof m->bucket_names[b], "h.%d", b - 1);
+        m->buckets[b].name = m->bucket_names[b];
+    }
+    for (int i = 0; i < m->n_tensors; i++) {
+        dt_bucket *b = &m->buckets[m->tensors[i].bucket];
+        if (b->offset == (size_t)-1) b->offset = m->tensors[i].offset;
+        b->numel += m->tensors[i].numel;
+    }
+}
+
+/* splitmix64 + Box-Muller: a deterministic normal stream from the seed. */
+typedef struct { uint64_t s; int have; double spare; } rng_t;
+static uint64_t rng_u64(rng_t *r) {
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double rng_normal(rng_t *r) {
+    if (r->have) { r->have = 0; return r->spare; }
+    double u1 = ((rng_u64(r) >> 11) + 1.0) * (1.0 / 9007199254740993.0); /* (0,1] */
+    double u2 = (rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
+    double rad = sqrt(-2.0 * log(u1));
+    r->spare = rad * sin(2.0 * M_PI * u2);
+    r->have = 1;
+    return rad * cos(2.0 * M_PI * u2);
+}
+
+static dt_status init_weights(dt_model *m) {
+    float *host = dt_malloc(m->n_params * sizeof(float), "initial weights");
+    if (!host) return DT_ERR_NOMEM;
+    rng_t r = {m->cfg.seed, 0, 0.0};
+    double resid_std = 0.02 / sqrt(2.0 * m->cfg.n_layer);
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dt_tensor_info *t = &m->tensors[i];
+        float *p = host + t->offset;
+        const char *n = t->name;
+        size_t len = strlen(n);
+        int is_ln_w = strstr(n, "ln_") && len > 7 && strcmp(n + len - 7, ".weight") == 0;
+        if (t->ndim == 1) {
+            for (size_t k = 0; k < t->numel; k++) p[k] = is_ln_w ? 1.0f : 0.0f;
+        } else {
+            double std = (strstr(n, "c_proj.weight") != NULL) ? resid_std : 0.02;
+            for (size_t k = 0; k < t->numel; k++) p[k] = (float)(std * rng_normal(&r));
+        }
+    }
+    m->ops->upload(m->ops->ctx, m->params, host, m->n_params * sizeof(float));
+    free(host);
+    return DT_OK;
+}
+
+void dt_model_free(dt_model *m) {
+    if (!m) return;
+    const dt_ops *o = m->ops;
+    void *ctx = o->ctx;
+    o->free(ctx, m->params);
+    o->free(ctx, m->grads);
+    o->free(ctx, m->encoded);
+    if (m->layers) {
+        for (int l = 0; l < m->cfg.n_layer; l++) {
+            layer_acts *a = &m->layers[l];
+            float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty, a->att, a->res2,
+                             a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->res3};
+            for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) o->free(ctx, bufs[i]);
+        }
+    }
+    float *bufs[] = {m->lnf, m->lnf_mean, m->lnf_rstd, m->pooled_in, m->logits, m->losses,
+                     m->dresidual, m->dln, m->dqkv, m->datt, m->dfch, m->dfch_gelu, m->dpooled};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) o->free(ctx, bufs[i]);
+    o->free(ctx, m->tokens_dev);
+    o->free(ctx, m->targets_dev);
+    o->free(ctx, m->rows_dev);
+    free(m->layers);
+    free(m->tensors);
+    free(m->buckets);
+    free(m->bucket_names);
+    free(m->host_losses);
+    free(m->host_probs);
+    free(m->host_rows);
+    free(m->host_targets);
+    free(m);
+}
+
+#define ALLOC(ptr, nelem, what)                                                              \
+    do {                                                                                     \
+        if ((st = m->ops->alloc(m->ops->ctx, (size_t)(nelem) * sizeof(*(ptr)), what, (void **)&(ptr))) != DT_OK) \
+            goto fail;                                                                       \
+    } while (0)
+
+dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_ops *ops) {
+    *out = NULL;
+    DT_TRY(check_cfg(cfg));
+    dt_status st = DT_ERR_NOMEM;
+    dt_model *m = dt_calloc(1, sizeof *m, "model");
+    if (!m) return DT_ERR_NOMEM;
+    m->cfg = *cfg;
+    m->ops = ops;
+    const size_t B = (size_t)cfg->max_batch, T = (size_t)cfg->seq_len, C = (size_t)cfg->n_embd;
+    const size_t NH = (size_t)cfg->n_head, L = (size_t)cfg->n_layer, BT = B * T;
+    const size_t V = (size_t)cfg->vocab_size, NL = (size_t)cfg->num_labels;
+
+    m->tensors = dt_calloc(5 + L * P_PER_LAYER, sizeof *m->tensors, "tensor table");
+    m->buckets = dt_calloc(L + 2, sizeof *m->buckets, "bucket table");
+    m->bucket_names = dt_calloc(L + 2, sizeof *m->bucket_names, "bucket names");
+    m->layers = dt_calloc(L, sizeof *m->layers, "layer activations");
+    m->host_losses = dt_malloc(BT * sizeof(float), "loss staging");
+    m->host_probs = dt_malloc((NL ? B * NL : BT * V) * sizeof(float), "probability staging");
+    m->host_rows = dt_malloc(B * sizeof(int), "row staging");
+    m->host_targets = dt_malloc(BT * sizeof(int), "target staging");
+    if (!m->tensors || !m->buckets || !m->bucket_names || !m->layers || !m->host_losses ||
+        !m->host_probs || !m->host_rows || !m->host_targets)
+        goto fail;
+    build_layout(m);
+
+    ALLOC(m->params, m->n_params, "parameters");
+    ALLOC(m->grads, m->n_params, "gradients");
+    ALLOC(m->encoded, BT * C, "activations (embeddings)");
+    for (size_t l = 0; l < L; l++) {
+        layer_acts *a = &m->layers[l];
+        ALLOC(a->ln1, BT * C, "activations (ln_1)");
+        ALLOC(a->ln1_mean, BT, "activations (ln_1 mean)");
+        ALLOC(a->ln1_rstd, BT, "activations (ln_1 rstd)");
+        ALLOC(a->qkv, BT * 3 * C, "activations (qkv)");
+        ALLOC(a->atty, BT * C, "activations (attention output)");
+        ALLOC(a->att, B * NH * T * T, "activations (attention probabilities)");
+        ALLOC(a->res2, BT * C, "activations (residual)");
+        ALLOC(a->ln2, BT * C, "activations (ln_2)");
+        ALLOC(a->ln2_mean, BT, "activations (ln_2 mean)");
+        ALLOC(a->ln2_rstd, BT, "activations (ln_2 rstd)");
+        ALLOC(a->fch, BT * 4 * C, "activations (mlp)");
+        ALLOC(a->fch_gelu, BT * 4 * C, "activations (mlp gelu)");
+        ALLOC(a->res3, BT * C, "activations (residual)");
+    }
+    if (NL) {
+        ALLOC(m->pooled_in, B * C, "activations (pooled)");
+        ALLOC(m->lnf, B * C, "activations (ln_f)");
+        ALLOC(m->lnf_mean, B, "activations (ln_f mean)");
+        ALLOC(m->lnf_rstd, B, "activations (ln_f rstd)");
+        ALLOC(m->logits, B * NL, "activations (logits)");
+        ALLOC(m->dpooled, B * C, "gradients (pooled)");
+        ALLOC(m->rows_dev, B, "pooled rows");
+        ALLOC(m->targets_dev, B, "labels");
+    } else {
+        ALLOC(m->lnf, BT * C, "activations (ln_f)");
+        ALLOC(m->lnf_mean, BT, "activations (ln_f mean)");
+        ALLOC(m->lnf_rstd, BT, "activations (ln_f rstd)");
+        ALLOC(m->logits, BT * V, "activations (logits)");
+        ALLOC(m->targets_dev, BT, "targets");
+    }
+    ALLOC(m->losses, BT, "losses");
+    ALLOC(m->tokens_dev, BT, "tokens");
+    ALLOC(m->dresidual, BT * C, "gradients (residual)");
+    ALLOC(m->dln, BT * C, "gradients (layernorm)");
+    ALLOC(m->dqkv, BT * 3 * C, "gradients (qkv)");
+    ALLOC(m->datt, B * NH * T * T, "gradients (attention)");
+    ALLOC(m->dfch, BT * 4 * C, "gradients (mlp)");
+    ALLOC(m->dfch_gelu, BT * 4 * C, "gradients (mlp gelu)");
+
+    if ((st = init_weights(m)) != DT_OK) goto fail;
+    *out = m;
+    return DT_OK;
+fail:
+    dt_model_free(m);
+    return st;
+}
+#undef ALLOC
+
+const dt_model_cfg *dt_model_config(const dt_model *m) { return &m->cfg; }
+size_t dt_model_num_params(const dt_model *m) { return m->n_params; }
+int dt_model_num_tensors(const dt_model *m) { return m->n_tensors; }
+const dt_tensor_info *dt_model_tensor(const dt_model *m, int i) { return &m->tensors[i]; }
+int dt_model_num_buckets(const dt_model *m) { return m->n_buckets; }
+const dt_bucket *dt_model_bucket(const dt_model *m, int i) { return &m->buckets[i]; }
+float *dt_model_params(dt_model *m) { return m->params; }
+float *dt_model_grads(dt_model *m) { return m->grads; }
+
+void dt_model_zero_grad(dt_model *m) { m->ops->zero(m->ops->ctx, m->grads, m->n_params * sizeof(float)); }
+
+/* pointer to layer l's tensor i in a flat buffer */
+static float *lp(const dt_model *m, float *base, int l, int i) {
+    return base + m->tensors[2 + l * P_PER_LAYER + i].offset;
+}
+static float *hp(const dt_model *m, float *base, int k) { /* 0 ln_f.w, 1 ln_f.b, 2 score */
+    return base + m->tensors[2 + m->cfg.n_layer * P_PER_LAYER + k].offset;
+}
+
+/* ---- forward ---- */
+
+dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, int B, dt_fwd_result *res) {
+    const dt_ops *o = m->ops;
+    void *ctx = o->ctx;
+    const int T = m->cfg.seq_len, C = m->cfg.n_embd, NH = m->cfg.n_head, L = m->cfg.n_layer;
+    const int V = m->cfg.vocab_size, NL = m->cfg.num_labels;
+    if (B < 1 || B > m->cfg.max_batch)
+        return dt_error_set(DT_ERR_INTERNAL, "model forward: batch %d outside 1..%d", B, m->cfg.max_batch);
+    const int BT = B * T;
+    for (int i = 0; i < BT; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return dt_error_set(DT_ERR_DATA, "token %d at position %d is outside the vocabulary [0, %d) (hint: model.vocab_size)",
+                                tokens[i], i, V);
+    o->upload(ctx, m->tokens_dev, tokens, (size_t)BT * sizeof(int));
+
+    o->encoder_fwd(ctx, m->encoded, m->tokens_dev, m->params + m->tensors[0].offset,
+                   m->params + m->tensors[1].offset, B, T, C);
+    const float *x = m->encoded;
+    for (int l = 0; l < L; l++) {
+        layer_acts *a = &m->layers[l];
+        float *p = m->params;
+        o->layernorm_fwd(ctx, a->ln1, a->ln1_mean, a->ln1_rstd, x, lp(m, p, l, P_LN1W), lp(m, p, l, P_LN1B), BT, C);
+        o->matmul_fwd(ctx, a->qkv, a->ln1, lp(m, p, l, P_QKVW), lp(m, p, l, P_QKVB), BT, C, 3 * C, 0);
+        o->attention_fwd(ctx, a->atty, a->att, a->qkv, B, T, C, NH);
+        o->matmul_fwd(ctx, a->res2, a->atty, lp(m, p, l, P_ATTPROJW), lp(m, p, l, P_ATTPROJB), BT, C, C, 0);
+        o->add(ctx, a->res2, a->res2, x, (size_t)BT * C);
+        o->layernorm_fwd(ctx, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, lp(m, p, l, P_LN2W), lp(m, p, l, P_LN2B), BT, C);
+        o->matmul_fwd(ctx, a->fch, a->ln2, lp(m, p, l, P_FCW), lp(m, p, l, P_FCB), BT, C, 4 * C, 0);
+        o->gelu_fwd(ctx, a->fch_gelu, a->fch, (size_t)BT * 4 * C);
+        o->matmul_fwd(ctx, a->res3, a->fch_gelu, lp(m, p, l, P_FCPROJW), lp(m, p, l, P_FCPROJB), BT, 4 * C, C, 0);
+        o->add(ctx, a->res3, a->res3, a->res2, (size_t)BT * C);
+        x = a->res3;
+    }
+
+    memset(res, 0, sizeof *res);
+    if (NL) {
+        /* pooled position: the last non-pad (non-zero) token of each sequence */
+        for (int b = 0; b < B; b++) {
+            int pos = 0;
+            for (int t = T - 1; t >= 0; t--)
+                if (tokens[b * T + t] != 0) { pos = t; break; }
+            m->host_rows[b] = b * T + pos;
+            if (targets[b] < 0 || targets[b] >= NL)
+                return dt_error_set(DT_ERR_DATA, "label %d outside [0, %d) (hint: model.num_labels)", targets[b], NL);
+            m->host_targets[b] = targets[b];
+        }
+        o->upload(ctx, m->rows_dev, m->host_rows, (size_t)B * sizeof(int));
+        o->upload(ctx, m->targets_dev, targets, (size_t)B * sizeof(int));
+        o->gather_rows(ctx, m->pooled_in, x, m->rows_dev, B, C);
+        o->layernorm_fwd(ctx, m->lnf, m->lnf_mean, m->lnf_rstd, m->pooled_in, hp(m, m->params, 0), hp(m, m->params, 1), B, C);
+        o->matmul_fwd(ctx, m->logits, m->lnf, hp(m, m->params, 2), NULL, B, C, NL, 1);
+        o->xent_fwd(ctx, m->losses, m->logits, m->logits, m->targets_dev, B, NL);
+        o->download(ctx, m->host_losses, m->losses, (size_t)B * sizeof(float));
+        o->download(ctx, m->host_probs, m->logits, (size_t)B * NL * sizeof(float));
+        for (int b = 0; b < B; b++) {
+            const float *pr = m->host_probs + (size_t)b * NL;
+            int arg = 0;
+            for (int k = 1; k < NL; k++) if (pr[k] > pr[arg]) arg = k;
+            res->correct += arg == targets[b];
+            res->loss_sum += m->host_losses[b];
+        }
+        res->rows = B;
+    } else {
+        o->upload(ctx, m->targets_dev, targets, (size_t)BT * sizeof(int));
+        o->layernorm_fwd(ctx, m->lnf, m->lnf_mean, m->lnf_rstd, x, hp(m, m->params, 0), hp(m, m->params, 1), BT, C);
+        o->matmul_fwd(ctx, m->logits, m->lnf, m->params + m->tensors[0].offset, NULL, BT, C, V, 1);
+        o->xent_fwd(ctx, m->losses, m->logits, m->logits, m->targets_dev, BT, V);
+        o->download(ctx, m->host_losses, m->losses, (size_t)BT * sizeof(float));
+        o->download(ctx, m->host_probs, m->logits, (size_t)BT * V * sizeof(float));
+        for (int i = 0; i < BT; i++) {
+            if (targets[i] < 0) continue;
+            const float *pr = m->host_probs + (size_t)i * V;
+            int arg = 0;
+            for (int k = 1; k < V; k++) if (pr[k] > pr[arg]) arg = k;
+            res->correct += arg == targets[i];
+            res->loss_sum += m->host_losses[i];
+            res->rows++;
+        }
+    }
+    m->last_B = B;
+    return DT_OK;
+}
+
+/* ---- backward ---- */
+
+dt_status dt_model_backward(dt_model *m, float scale, dt_bucket_ready_fn ready, void *user) {
+    const dt_ops *o = m->ops;
+    void *ctx = o->ctx;
+    const int B = m->last_B, T = m->cfg.seq_len, C = m->cfg.n_embd, NH = m->cfg.n_head;
+    const int L = m->cfg.n_layer, V = m->cfg.vocab_size, NL = m->cfg.num_labels, BT = B * T;
+    if (B == 0) return dt_error_set(DT_ERR_INTERNAL, "model backward called without a forward");
+    float *p = m->params, *g = m->grads;
+    const float *xL = m->layers[L - 1].res3;
+
+    o->zero(ctx, m->dresidual, (size_t)BT * C * sizeof(float));
+    if (NL) {
+        o->xent_bwd(ctx, m->logits, m->logits, m->targets_dev, scale, B, NL);
+        o->matmul_bwd(ctx, m->dln, hp(m, g, 2), NULL, m->logits, m->lnf, hp(m, p, 2), B, C, NL, 1);
+        o->zero(ctx, m->dpooled, (size_t)B * C * sizeof(float));
+        o->layernorm_bwd(ctx, m->dpooled, hp(m, g, 0), hp(m, g, 1), m->dln, m->pooled_in, hp(m, p, 0),
+                         m->lnf_mean, m->lnf_rstd, B, C);
+        o->scatter_add_rows(ctx, m->dresidual, m->dpooled, m->rows_dev, B, C);
+    } else {
+        o->xent_bwd(ctx, m->logits, m->logits, m->targets_dev, scale, BT, V);
+        o->matmul_bwd(ctx, m->dln, g + m->tensors[0].offset, NULL, m->logits, m->lnf, p + m->tensors[0].offset,
+                      BT, C, V, 1);
+        o->layernorm_bwd(ctx, m->dresidual, hp(m, g, 0), hp(m, g, 1), m->dln, xL, hp(m, p, 0),
+                         m->lnf_mean, m->lnf_rstd, BT, C);
+    }
+    if (ready) ready(user, L + 1);
+
+    for (int l = L - 1; l >= 0; l--) {
+        layer_acts *a = &m->layers[l];
+        const float *x = l == 0 ? m->encoded : m->layers[l - 1].res3;
+        /* MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
+        o->matmul_bwd(ctx, m->dfch_gelu, lp(m, g, l, P_FCPROJW), lp(m, g, l, P_FCPROJB), m->dresidual,
+                      a->fch_gelu, lp(m, p, l, P_FCPROJW), BT, 4 * C, C, 0);
+        o->gelu_bwd(ctx, m->dfch, a->fch, m->dfch_gelu, (size_t)BT * 4 * C);
+        o->matmul_bwd(ctx, m->dln, lp(m, g, l, P_FCW), lp(m, g, l, P_FCB), m->dfch, a->ln2,
+                      lp(m, p, l, P_FCW), BT, C, 4 * C, 0);
+        o->layernorm_bwd(ctx, m->dresidual, lp(m, g, l, P_LN2W), lp(m, g, l, P_LN2B), m->dln, a->res2,
+                         lp(m, p, l, P_LN2W), a->ln2_mean, a->ln2_rstd, BT, C);
+        /* attention: res2 = x + c_proj(attn(c_attn(ln_1(x)))) */
+        o->matmul_bwd(ctx, m->dln, lp(m, g, l, P_ATTPROJW), lp(m, g, l, P_ATTPROJB), m->dresidual,
+                      a->atty, lp(m, p, l, P_ATTPROJW), BT, C, C, 0);
+        o->attention_bwd(ctx, m->dqkv, m->datt, m->dln, a->qkv, a->att, B, T, C, NH);
+        o->matmul_bwd(ctx, m->dln, lp(m, g, l, P_QKVW), lp(m, g, l, P_QKVB), m->dqkv, a->ln1,
+                      lp(m, p, l, P_QKVW), BT, C, 3 * C, 0);
+        o->layernorm_bwd(ctx, m->dresidual, lp(m, g, l, P_LN1W), lp(m, g, l, P_LN1B), m->dln, x,
+                         lp(m, p, l, P_LN1W), a->ln1_mean, a->ln1_rstd, BT, C);
+        if (ready) ready(user, 1 + l);
+    }
+    o->encoder_bwd(ctx, g + m->tensors[0].offset, g + m->tensors[1].offset, m->dresidual, m->tokens_dev, B, T, C);
+    if (ready) ready(user, 0);
+    return DT_OK;
+}
+
+/* ---- weights I/O ---- */
+
+static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
+    size_t k = 0;
+    k += (size_t)snprintf(buf + k, n - k, "[");
+    for (int i = 0; i < ndim && k < n; i++) k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+dt_status dt_model_save(dt_model *m, const char *path) {
+    float *host = dt_malloc(m->n_params * sizeof(float), "weights staging");
+    dt_st_entry *e = dt_calloc((size_t)m->n_tensors, sizeof *e, "tensor list");
+    dt_status st = DT_ERR_NOMEM;
+    if (host && e) {
+        m->ops->download(m->ops->ctx, host, m->params, m->n_params * sizeof(float));
+        for (int i = 0; i < m->n_tensors; i++) {
+            const dt_tensor_info *t = &m->tensors[i];
+            e[i].name = t->name;
+            e[i].ndim = t->ndim;
+            e[i].shape[0] = t->shape[0];
+            e[i].shape[1] = t->shape[1];
+            e[i].data = host + t->offset;
+        }
+        const char *keys[] = {"format", "producer"};
+        const char *vals[] = {"pt", "dtrain"};
+        st = dt_st_write(path, e, m->n_tensors, keys, vals, 2);
+    }
+    free(host);
+    free(e);
+    return st;
+}
+
+/* Maps a file tensor name to ours: strips "transformer."; returns NULL for names to ignore. */
+static const char *canonical_name(const char *name) {
+    if (strncmp(name, "transformer.", 12) == 0) name += 12;
+    size_t n = strlen(name);
+    if ((n > 10 && strcmp(name + n - 10, ".attn.bias") == 0) ||
+        (n > 17 && strcmp(name + n - 17, ".attn.masked_bias") == 0) || strcmp(name, "lm_head.weight") == 0)
+        return NULL;
+    return name;
+}
+
+/* A hint with the config values the file implies. */
+static void file_shape_hint(const dt_st_file *f, char *buf, size_t n) {
+    int64_t V = -1, P = -1, C = -1, L = 0, NL = -1;
+    for (int i = 0; i < dt_st_count(f); i++) {
+        const dt_st_tensor *t = dt_st_tensor_at(f, i);
+        const char *nm = canonical_name(t->name);
+        if (!nm) continue;
+        if (strcmp(nm, "wte.weight") == 0 && t->ndim == 2) { V = t->shape[0]; C = t->shape[1]; }
+        else if (strcmp(nm, "wpe.weight") == 0 && t->ndim == 2) P = t->shape[0];
+        else if (strcmp(nm, "score.weight") == 0 && t->ndim == 2) NL = t->shape[0];
+        else if (strncmp(nm, "h.", 2) == 0) {
+            long l = strtol(nm + 2, NULL, 10);
+            if (l + 1 > L) L = l + 1;
+        }
+    }
+    size_t k = (size_t)snprintf(buf, n, "the file has model.vocab_size %lld, n_positions %lld, n_embd %lld, n_layer %lld",
+                                (long long)V, (long long)P, (long long)C, (long long)L);
+    if (NL > 0 && k < n) snprintf(buf + k, n - k, ", num_labels %lld", (long long)NL);
+}
+
+dt_status dt_model_load(dt_model *m, const char *path, int *score_loaded) {
+    dt_st_file *f = NULL;
+    DT_TRY(dt_st_open(&f, path));
+    dt_status st = DT_OK;
+    char hint[256], a[64], b[64];
+    int *seen = dt_calloc((size_t)m->n_tensors, sizeof *seen, "tensor flags");
+    float *host = dt_malloc(m->n_params * sizeof(float), "weights staging");
+    if (!seen || !host) { st = DT_ERR_NOMEM; goto done; }
+    m->ops->download(m->ops->ctx, host, m->params, m->n_params * sizeof(float));
+    file_shape_hint(f, hint, sizeof hint);
+
+    for (int i = 0; i < dt_st_count(f); i++) {
+        const dt_st_tensor *t = dt_st_tensor_at(f, i);
+        const char *nm = canonical_name(t->name);
+        if (!nm) continue;
+        int j = 0;
+        while (j < m->n_tensors && strcmp(m->tensors[j].name, nm) != 0) j++;
+        if (j == m->n_tensors) {
+            if (strcmp(nm, "score.weight") == 0 && m->cfg.num_labels == 0) continue; /* classifier -> LM */
+            st = dt_error_set(DT_ERR_DATA, "%s: tensor %s is not part of this model (hint: %s)", path, t->name, hint);
+            goto done;
+        }
+        const dt_tensor_info *mt = &m->tensors[j];
+        int64_t want[2] = {mt->shape[0], mt->shape[1]};
+        int ok = t->ndim == mt->ndim && t->shape[0] == want[0] && (mt->ndim == 1 || t->shape[1] == want[1]);
+        if (!ok) {
+            shape_str(a, sizeof a, t->ndim, t->shape);
+            shape_str(b, sizeof b, mt->ndim, want);
+            st = dt_error_set(DT_ERR_DATA, "%s: tensor %s has shape %s but the config needs %s (hint: %s)", path,
+                              t->name, a, b, hint);
+            goto done;
+        }
+        if (seen[j]) {
+            st = dt_error_set(DT_ERR_DATA, "%s: tensor %s appears twice (with and without the transformer. prefix)", path, nm);
+            goto done;
+        }
+        if ((st = dt_st_read_f32(f, t, host + mt->offset)) != DT_OK) goto done;
+        seen[j] = 1;
+    }
+    int score_ok = 1;
+    for (int j = 0; j < m->n_tensors; j++) {
+        if (seen[j]) continue;
+        if (strcmp(m->tensors[j].name, "score.weight") == 0) { score_ok = 0; continue; }
+        st = dt_error_set(DT_ERR_DATA, "%s: tensor %s is missing (hint: %s)", path, m->tensors[j].name, hint);
+        goto done;
+    }
+    if (score_loaded) *score_loaded = score_ok;
+    m->ops->upload(m->ops->ctx, m->params, host, m->n_params * sizeof(float));
+done:
+    free(seen);
+    free(host);
+    dt_st_close(f);
+    return st;
+}

@@ -1,0 +1,336 @@
+/* worker.c — one worker's training loop and evaluation.
+ *
+ * Order of one optimizer step: for each micro-batch (grad_accum_steps): sample -> forward ->
+ * backward (grads accumulate, scaled by 1/rows of the global batch) ; then clip + AdamW ;
+ * then log, evaluate every eval.every_steps, and at the end evaluate and save weights. */
+#include "dtrain/worker.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "dtrain/data.h"
+#include "dtrain/device.h"
+#include "dtrain/model.h"
+#include "dtrain/ops.h"
+#include "dtrain/optim.h"
+
+typedef struct run {
+    const dt_config *cfg;
+    dt_ops *ops;
+    dt_dataset *train, *val;
+    dt_model *model;
+    dt_optim *optim;
+    dt_sampler *sampler;
+    dt_metrics *metrics;
+    int *tokens;    /* host (b, T) */
+    int *targets;   /* host (b, T) or (b) */
+    size_t *idx;    /* host (b) */
+} run;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+static dt_model_cfg model_cfg_from(const dt_config *c) {
+    dt_model_cfg m = {
+        .vocab_size = c->model.vocab_size,
+        .n_positions = c->model.n_positions,
+        .n_layer = c->model.n_layer,
+        .n_head = c->model.n_head,
+        .n_embd = c->model.n_embd,
+        .num_labels = c->model.num_labels,
+        .seq_len = c->data.seq_len,
+        .max_batch = c->data.batch_size_per_worker,
+        .seed = c->training.seed,
+    };
+    return m;
+}
+
+static void run_free(run *r) {
+    dt_metrics_close(r->metrics);
+    dt_sampler_free(r->sampler);
+    dt_optim_free(r->optim);
+    dt_model_free(r->model);
+    dt_dataset_free(r->val);
+    dt_dataset_free(r->train);
+    dt_ops_cpu_free(r->ops);
+    free(r->tokens);
+    free(r->targets);
+    free(r->idx);
+}
+
+static dt_status mkdir_p(const char *path) {
+    char buf[DT_PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return dt_error_set(DT_ERR_IO, "%s: cannot create directory: %s (hint: check run.dir)", buf, strerror(errno));
+            *p = c;
+            if (c == '\0') break;
+        }
+    }
+    return DT_OK;
+}
+
+static dt_status open_dataset(const dt_config *c, const char *path, dt_dataset **out) {
+    dt_dataset_cfg dc = {
+        .path = path,
+        .format = c->data.format,
+        .seq_len = c->data.seq_len,
+        .num_labels = c->model.num_labels,
+        .vocab_size = c->model.vocab_size,
+    };
+    return dt_dataset_open(out, &dc);
+}
+
+/* Everything train and eval share: backend, model, host batch buffers, datasets. */
+static dt_status run_setup(run *r, const dt_config *c, int need_train) {
+    memset(r, 0, sizeof *r);
+    r->cfg = c;
+    dt_device_kind dev;
+    DT_TRY(dt_device_resolve(c, &dev));
+    DT_TRY(dt_ops_cpu_init(&r->ops, dt_device_threads_per_worker(c)));
+    dt_model_cfg mc = model_cfg_from(c);
+    DT_TRY(dt_model_init(&r->model, &mc, r->ops));
+    size_t b = (size_t)c->data.batch_size_per_worker, T = (size_t)c->data.seq_len;
+    r->tokens = dt_malloc(b * T * sizeof(int), "token batch");
+    r->targets = dt_malloc(b * T * sizeof(int), "target batch");
+    r->idx = dt_malloc(b * sizeof(size_t), "batch indices");
+    if (!r->tokens || !r->targets || !r->idx) return DT_ERR_NOMEM;
+    if (need_train) DT_TRY(open_dataset(c, c->data.train_path, &r->train));
+    if (c->data.val_path[0]) DT_TRY(open_dataset(c, c->data.val_path, &r->val));
+    return DT_OK;
+}
+
+static void fill_batch(const dt_dataset *ds, const size_t *idx, int n, int T, int *tokens, int *targets) {
+    int cls = dt_dataset_is_classification(ds);
+    for (int i = 0; i < n; i++)
+        dt_dataset_get(ds, idx[i], tokens + (size_t)i * T, targets + (cls ? (size_t)i : (size_t)i * T));
+}
+
+/* Every validation example once (eval.max_batches limits the batches). */
+static dt_status evaluate(run *r, long step, dt_eval_point *out) {
+    const dt_config *c = r->cfg;
+    double t0 = now_ms();
+    size_t n = dt_dataset_size(r->val);
+    int b = c->data.batch_size_per_worker;
+    size_t nb = dt_eval_num_batches(n, 1, b);
+    if (c->eval.max_batches > 0 && (size_t)c->eval.max_batches < nb) nb = (size_t)c->eval.max_batches;
+    double loss = 0;
+    long rows = 0, correct = 0, examples = 0;
+    for (size_t j = 0; j < nb; j++) {
+        size_t start;
+        int count;
+        dt_eval_slice(n, j, 0, 1, b, &start, &count);
+        if (count == 0) continue;
+        for (int i = 0; i < count; i++) r->idx[i] = start + (size_t)i;
+        fill_batch(r->val, r->idx, count, c->data.seq_len, r->tokens, r->targets);
+        dt_fwd_result res;
+        DT_TRY(dt_model_forward(r->model, r->tokens, r->targets, count, &res));
+        loss += res.loss_sum;
+        rows += res.rows;
+        correct += res.correct;
+        examples += count;
+    }
+    out->step = step;
+    out->loss = rows ? loss / (double)rows : NAN;
+    out->accuracy = rows ? (double)correct / (double)rows : NAN;
+    out->examples = examples;
+    out->eval_ms = now_ms() - t0;
+    return DT_OK;
+}
+
+static dt_status write_resolved_config(const dt_config *c) {
+    char path[DT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/config.yaml", c->run.dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    fprintf(f, "# resolved configuration of this run (dtrain --config %s)\n", c->source[0] ? c->source : "-");
+    dt_config_print(c, f);
+    if (fclose(f) != 0) return dt_error_set(DT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    return DT_OK;
+}
+
+static void human_count(char *buf, size_t n, double v) {
+    if (v >= 1e9) snprintf(buf, n, "%.2fG", v / 1e9);
+    else if (v >= 1e6) snprintf(buf, n, "%.2fM", v / 1e6);
+    else if (v >= 1e3) snprintf(buf, n, "%.1fk", v / 1e3);
+    else snprintf(buf, n, "%.0f", v);
+}
+
+void dt_worker_describe(const dt_config *c, FILE *out) {
+    dt_config_print(c, out);
+    dt_model_cfg mc = model_cfg_from(c);
+    char params[32], flops[32], mem[32];
+    human_count(params, sizeof params, (double)dt_model_count_params(&mc));
+    human_count(flops, sizeof flops, dt_model_flops_per_token(&mc));
+    human_count(mem, sizeof mem, (double)dt_model_memory_bytes(&mc));
+    fprintf(out, "# model: %s parameters (%zu), %s training FLOPs per token, ~%sB of memory per worker\n", params,
+            dt_model_count_params(&mc), flops, mem);
+}
+
+static long total_steps(const dt_config *c, size_t steps_per_epoch) {
+    return c->training.max_steps > 0 ? c->training.max_steps : (long)c->training.epochs * (long)steps_per_epoch;
+}
+
+dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts) {
+    run r;
+    dt_status st = run_setup(&r, c, 1);
+    if (st != DT_OK) goto done;
+    const int b = c->data.batch_size_per_worker, T = c->data.seq_len, accum = c->training.grad_accum_steps;
+    const int world = 1, rank = 0;
+    const int cls = c->model.num_labels > 0;
+    const long G = (long)world * b * accum;
+
+    dt_sampler_cfg sc = {
+        .num_samples = dt_dataset_size(r.train), .seed = c->training.seed, .shuffle = c->data.shuffle,
+        .rank = rank, .world = world, .batch_per_worker = b, .accum = accum,
+    };
+    if ((st = dt_sampler_init(&r.sampler, &sc)) != DT_OK) goto done;
+    size_t spe = dt_sampler_steps_per_epoch(r.sampler);
+    if (spe == 0) {
+        st = dt_error_set(DT_ERR_DATA,
+                          "%s: %zu training examples, fewer than one global batch of %ld (hint: lower "
+                          "data.batch_size_per_worker or training.grad_accum_steps)",
+                          c->data.train_path, dt_dataset_size(r.train), G);
+        goto done;
+    }
+    const long total = total_steps(c, spe);
+
+    if ((st = mkdir_p(c->run.dir)) != DT_OK || (st = write_resolved_config(c)) != DT_OK) goto done;
+    dt_metrics_cfg mcfg = {.run_dir = c->run.dir, .total_steps = total, .log_every = c->logging.every_steps,
+                           .progress = opts ? opts->progress : -1, .quiet = opts ? opts->quiet : 0};
+    if ((st = dt_metrics_open(&r.metrics, &mcfg)) != DT_OK) goto done;
+
+    /* weights: random init (done) or init_from */
+    if (c->model.init_from[0]) {
+        int score_loaded = 1;
+        if ((st = dt_model_load(r.model, c->model.init_from, &score_loaded)) != DT_OK) {
+            dt_error_prefix("model.init_from");
+            goto done;
+        }
+        dt_metrics_info(r.metrics, "init_from %s%s", c->model.init_from,
+                        score_loaded ? "" : " (no score.weight in the file: classification head initialised from the seed)");
+    }
+
+    /* optimizer: decay on >= 2-D tensors only */
+    int nt = dt_model_num_tensors(r.model);
+    dt_param_seg *segs = dt_malloc((size_t)nt * sizeof *segs, "optimizer segments");
+    if (!segs) { st = DT_ERR_NOMEM; goto done; }
+    for (int i = 0; i < nt; i++) {
+        const dt_tensor_info *t = dt_model_tensor(r.model, i);
+        segs[i] = (dt_param_seg){t->offset, t->numel, t->ndim >= 2};
+    }
+    dt_optim_cfg oc = {
+        .lr = c->optimizer.lr, .weight_decay = c->optimizer.weight_decay, .beta1 = c->optimizer.beta1,
+        .beta2 = c->optimizer.beta2, .eps = c->optimizer.eps, .grad_clip = c->optimizer.grad_clip,
+        .schedule = c->optimizer.schedule, .warmup_steps = c->optimizer.warmup_steps, .total_steps = total,
+        .min_lr_ratio = c->optimizer.min_lr_ratio,
+    };
+    st = dt_optim_init(&r.optim, &oc, r.ops, dt_model_num_params(r.model), segs, nt);
+    free(segs);
+    if (st != DT_OK) goto done;
+
+    {
+        const dt_model_cfg *mc = dt_model_config(r.model);
+        char params[32], flops[32];
+        human_count(params, sizeof params, (double)dt_model_num_params(r.model));
+        human_count(flops, sizeof flops, dt_model_flops_per_token(mc));
+        dt_metrics_info(r.metrics, "dtrain: %s on cpu, %d worker x %d threads | run dir %s", cls ? "classification" : "language modelling",
+                        world, dt_device_threads_per_worker(c), c->run.dir);
+        dt_metrics_info(r.metrics, "model: %d layers, %d heads, n_embd %d, seq_len %d, vocab %d | %s params, %s FLOPs/token",
+                        mc->n_layer, mc->n_head, mc->n_embd, mc->seq_len, mc->vocab_size, params, flops);
+        dt_metrics_info(r.metrics, "data: %zu train examples (%zu steps/epoch at global batch %ld), %zu val examples | %ld steps",
+                        dt_dataset_size(r.train), spe, G, r.val ? dt_dataset_size(r.val) : (size_t)0, total);
+    }
+
+    const float scale = 1.0f / (float)(G * (cls ? 1 : T));
+    const double tokens_per_step = (double)G * T;
+    double train_ms = 0, eval_ms = 0;
+    dt_eval_point last_eval = {.loss = NAN, .accuracy = NAN};
+    int have_eval = 0;
+    for (long step = 0; step < total; step++) {
+        double t0 = now_ms();
+        long epoch = (long)((size_t)step / spe);
+        size_t s = (size_t)step % spe;
+        dt_model_zero_grad(r.model);
+        double loss = 0;
+        long rows = 0;
+        for (int a = 0; a < accum; a++) {
+            dt_sampler_batch(r.sampler, epoch, s, a, r.idx);
+            fill_batch(r.train, r.idx, b, T, r.tokens, r.targets);
+            dt_fwd_result res;
+            if ((st = dt_model_forward(r.model, r.tokens, r.targets, b, &res)) != DT_OK) goto done;
+            if ((st = dt_model_backward(r.model, scale, NULL, NULL)) != DT_OK) goto done;
+            loss += res.loss_sum;
+            rows += res.rows;
+        }
+        double gnorm, lr;
+        if ((st = dt_optim_step(r.optim, dt_model_params(r.model), dt_model_grads(r.model), step, &gnorm, &lr)) != DT_OK)
+            goto done;
+        double ms = now_ms() - t0;
+        train_ms += ms;
+        dt_train_point p = {.step = step + 1, .epoch = epoch + 1, .loss = loss / (double)rows, .lr = lr,
+                            .grad_norm = gnorm, .step_ms = ms, .tokens_per_s = tokens_per_step / (ms / 1e3)};
+        dt_metrics_train(r.metrics, &p);
+        if (!isfinite(p.loss)) {
+            st = dt_error_set(DT_ERR_INTERNAL, "step %ld: loss is %g (hint: lower optimizer.lr)", step + 1, p.loss);
+            goto done;
+        }
+        int last = step + 1 == total;
+        if (r.val && (last || (c->eval.every_steps > 0 && (step + 1) % c->eval.every_steps == 0))) {
+            if ((st = evaluate(&r, step + 1, &last_eval)) != DT_OK) goto done;
+            eval_ms += last_eval.eval_ms;
+            have_eval = 1;
+            dt_metrics_eval(r.metrics, &last_eval);
+        }
+    }
+
+    char weights[DT_PATH_MAX + 32];
+    snprintf(weights, sizeof weights, "%s/model.safetensors", c->run.dir);
+    if ((st = dt_model_save(r.model, weights)) != DT_OK) goto done;
+    dt_metrics_summary(r.metrics, "done: %ld steps in %.1f s (train %.1f s, eval %.1f s), %.0f tokens/s", total,
+                       (train_ms + eval_ms) / 1e3, train_ms / 1e3, eval_ms / 1e3,
+                       train_ms > 0 ? tokens_per_step * (double)total / (train_ms / 1e3) : 0.0);
+    if (have_eval)
+        dt_metrics_summary(r.metrics, "final: val loss %.6f | val accuracy %.4f | %ld examples", last_eval.loss,
+                           last_eval.accuracy, last_eval.examples);
+    dt_metrics_summary(r.metrics, "weights: %s", weights);
+done:
+    run_free(&r);
+    return st;
+}
+
+dt_status dt_worker_eval(const dt_config *c, const char *weights, dt_eval_point *out) {
+    run r;
+    dt_status st = run_setup(&r, c, 0);
+    if (st != DT_OK) goto done;
+    if (!r.val) {
+        st = dt_error_set(DT_ERR_CONFIG, "%s: data.val_path: required for evaluation (hint: --set data.val_path=FILE)",
+                          c->source[0] ? c->source : "config");
+        goto done;
+    }
+    int score_loaded = 1;
+    if ((st = dt_model_load(r.model, weights, &score_loaded)) != DT_OK) goto done;
+    if (!score_loaded && c->model.num_labels > 0) {
+        st = dt_error_set(DT_ERR_DATA, "%s: tensor score.weight is missing: the file has no classification head to evaluate",
+                          weights);
+        goto done;
+    }
+    if ((st = evaluate(&r, 0, out)) != DT_OK) goto done;
+    printf("eval %s | val loss %.9g | val accuracy %.6f | %ld examples | %.1f s\n", weights, out->loss, out->accuracy,
+           out->examples, out->eval_ms / 1e3);
+done:
+    run_free(&r);
+    return st;
+}

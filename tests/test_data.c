@@ -1,0 +1,695 @@
+/* test_data.c — datasets (token shards, tsv, .gz, globs, directories), every bad-data
+ * message, the world-size-independent sampler, eval slicing and shard writing. */
+#include "dtrain/data.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "check.h"
+
+static char g_dir[1024];
+
+static void mkdir_p(const char *path) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        CHECK(mkdir(buf, 0755) == 0 || errno == EEXIST);
+        *p = '/';
+    }
+    CHECK(mkdir(buf, 0755) == 0 || errno == EEXIST);
+}
+
+static const char *tmp(const char *name) {
+    static char bufs[8][1024];
+    static int next;
+    char *b = bufs[next++ % 8];
+    snprintf(b, 1024, "%s/%s", g_dir, name);
+    return b;
+}
+
+static void write_file(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    CHECK(fwrite(data, 1, len, f) == len);
+    CHECK(fclose(f) == 0);
+}
+
+static void write_gz(const char *path, const void *data, size_t len) {
+    gzFile f = gzopen(path, "wb");
+    CHECK(f != NULL);
+    CHECK(gzwrite(f, data, (unsigned)len) == (int)len);
+    CHECK(gzclose(f) == Z_OK);
+}
+
+static void put32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
+}
+
+/* Builds a shard in memory: header (magic, version, declared count) then `ntok` tokens of
+ * `width` bytes, then `extra` zero bytes. Returns the byte length; caller frees *out. */
+static size_t make_shard(unsigned char **out, int32_t magic, int32_t version, int32_t declared,
+                         const uint32_t *tok, size_t ntok, int width, size_t extra) {
+    size_t len = 1024 + ntok * (size_t)width + extra;
+    unsigned char *b = calloc(1, len);
+    CHECK(b != NULL);
+    put32(b, (uint32_t)magic);
+    put32(b + 4, (uint32_t)version);
+    put32(b + 8, (uint32_t)declared);
+    for (size_t i = 0; i < ntok; i++) {
+        unsigned char *p = b + 1024 + i * (size_t)width;
+        if (width == 2) {
+            p[0] = (unsigned char)tok[i];
+            p[1] = (unsigned char)(tok[i] >> 8);
+        } else {
+            put32(p, tok[i]);
+        }
+    }
+    *out = b;
+    return len;
+}
+
+static void write_shard(const char *path, int32_t magic, int32_t version, int32_t declared,
+                        const uint32_t *tok, size_t ntok, int width, size_t extra, int gz) {
+    unsigned char *b;
+    size_t len = make_shard(&b, magic, version, declared, tok, ntok, width, extra);
+    if (gz) write_gz(path, b, len);
+    else write_file(path, b, len);
+    free(b);
+}
+
+static dt_status open_ds(dt_dataset **ds, const char *path, dt_data_format fmt, int T,
+                         int num_labels, int vocab) {
+    dt_dataset_cfg cfg = {.path = path, .format = fmt, .seq_len = T, .num_labels = num_labels,
+                          .vocab_size = vocab};
+    dt_error_clear();
+    dt_status st = dt_dataset_open(ds, &cfg);
+    if (st != DT_OK) CHECK(*ds == NULL);
+    return st;
+}
+
+/* Opens `path` expecting failure with status `want` and exactly message `msg`. */
+static void expect_err(const char *path, dt_data_format fmt, int T, int num_labels, int vocab,
+                       dt_status want, const char *msg) {
+    dt_dataset *ds = (dt_dataset *)1;
+    dt_status st = open_ds(&ds, path, fmt, T, num_labels, vocab);
+    if (st != want) fprintf(stderr, "message: %s\n", dt_error_msg());
+    CHECK_INT_EQ(st, want);
+    CHECK_STR_EQ(dt_error_msg(), msg);
+}
+
+static char g_msg[4096];
+#define MSG(...) (snprintf(g_msg, sizeof g_msg, __VA_ARGS__), g_msg)
+
+/* ---------------------------------------------------------------- bad data */
+
+static void test_bad_shards(void) {
+    uint32_t tok[64];
+    for (int i = 0; i < 64; i++) tok[i] = (uint32_t)i;
+    const char *p;
+
+    p = tmp("badmagic.bin");
+    write_shard(p, 12345, 1, 64, tok, 64, 2, 0, 0);
+    expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
+               MSG("%s: offset 0: bad magic 12345 (expected 20240520 or 20240801: not an llm.c token "
+                   "shard)",
+                   p));
+
+    p = tmp("trunc.bin");
+    write_shard(p, DT_SHARD_MAGIC_V1, 1, 100, tok, 50, 2, 0, 0);
+    expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
+               MSG("%s: offset 1124: truncated: header says 100 tokens (200 bytes), file has only 100 "
+                   "bytes of tokens",
+                   p));
+
+    p = tmp("badversion.bin");
+    write_shard(p, DT_SHARD_MAGIC_V1, 7, 64, tok, 64, 2, 0, 0);
+    expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
+               MSG("%s: offset 4: unsupported version 7 (magic 20240520 needs version 1)", p));
+    p = tmp("badversion2.bin");
+    write_shard(p, DT_SHARD_MAGIC_V2, 1, 64, tok, 64, 4, 0, 0);
+    expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
+               MSG("%s: offset 4: unsupported version 1 (magic 20240801 needs version 7)", p));
+
+    p = tmp("bigtoken.bin");
+    uint32_t big[8] = {1, 2, 3, 70000, 5, 6, 7, 8};
+    write_shard(p, DT_SHARD_MAGIC_V2, 7, 8, big, 8, 4, 0, 0);
+    expect_err(p, DT_FORMAT_AUTO, 4, 0, 50257, DT_ERR_DATA,
+               MSG("%s: offset 1036: token 70000 >= model.vocab_size 50257", p));
+    p = tmp("bigtoken1.bin"); /* v1: token 300 >= vocab 257 at index 5 */
+    uint32_t mid[8] = {1, 2, 3, 4, 5, 300, 7, 8};
+    write_shard(p, DT_SHARD_MAGIC_V1, 1, 8, mid, 8, 2, 0, 0);
+    expect_err(p, DT_FORMAT_AUTO, 4, 0, 257, DT_ERR_DATA,
+               MSG("%s: offset 1034: token 300 >= model.vocab_size 257", p));
+
+    p = tmp("short.bin");
+    write_shard(p, DT_SHARD_MAGIC_V1, 1, 64, tok, 0, 2, 0, 0);
+    CHECK(truncate(p, 100) == 0);
+    expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
+               MSG("%s: offset 100: file has only 100 bytes, shorter than the 1024-byte shard header",
+                   p));
+
+    p = tmp("extra.bin");
+    write_shard(p, DT_SHARD_MAGIC_V1, 1, 64, tok, 64, 2, 3, 0);
+    expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
+               MSG("%s: offset 1152: 3 extra bytes after the 64 tokens the header declares", p));
+
+    p = tmp("zero.bin");
+    write_shard(p, DT_SHARD_MAGIC_V1, 1, 0, tok, 0, 2, 0, 0);
+    expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
+               MSG("%s: offset 8: header says 0 tokens (expected at least 1)", p));
+
+    p = tmp("few.bin"); /* 8 tokens cannot make one sample of T = 8 */
+    write_shard(p, DT_SHARD_MAGIC_V1, 1, 8, tok, 8, 2, 0, 0);
+    expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
+               MSG("%s: only 8 tokens in 1 file(s), but data.seq_len 8 needs at least 9 for one "
+                   "sample (hint: lower data.seq_len or add data)",
+                   p));
+    dt_dataset *ds = NULL;
+    CHECK_INT_EQ(open_ds(&ds, p, DT_FORMAT_AUTO, 7, 0, 50257), DT_OK); /* 8 = T+1 is enough */
+    CHECK_INT_EQ(dt_dataset_size(ds), 1);
+    dt_dataset_free(ds);
+
+    /* a truncated .gz stream */
+    p = tmp("cut.bin.gz");
+    write_shard(p, DT_SHARD_MAGIC_V1, 1, 64, tok, 64, 2, 0, 1);
+    struct stat st;
+    CHECK(stat(p, &st) == 0);
+    CHECK(truncate(p, st.st_size - 12) == 0);
+    ds = (dt_dataset *)1;
+    CHECK_INT_EQ(open_ds(&ds, p, DT_FORMAT_AUTO, 8, 0, 50257), DT_ERR_DATA);
+    CHECK_STR_CONTAINS(dt_error_msg(), p);
+}
+
+static void test_bad_tsv(void) {
+    const char *p;
+    p = tmp("empty.tsv");
+    write_file(p, "", 0);
+    expect_err(p, DT_FORMAT_AUTO, 8, 2, 257, DT_ERR_DATA,
+               MSG("%s: empty file (expected lines of \"label<TAB>text\")", p));
+
+    p = tmp("range.tsv");
+    const char *range = "0\tgood\n1\tfine\n3\tbad\n";
+    write_file(p, range, strlen(range));
+    expect_err(p, DT_FORMAT_AUTO, 8, 2, 257, DT_ERR_DATA,
+               MSG("%s:3: label 3 out of range [0, 2) (hint: model.num_labels is 2)", p));
+    p = tmp("neg.tsv");
+    write_file(p, "-1\tx\n", 5);
+    expect_err(p, DT_FORMAT_AUTO, 8, 2, 257, DT_ERR_DATA,
+               MSG("%s:1: label -1 out of range [0, 2) (hint: model.num_labels is 2)", p));
+
+    p = tmp("notab.tsv");
+    const char *notab = "0\tok\r\n1 no tab here\n";
+    write_file(p, notab, strlen(notab));
+    expect_err(p, DT_FORMAT_AUTO, 8, 2, 257, DT_ERR_DATA,
+               MSG("%s:2: no tab: expected \"label<TAB>text\"", p));
+
+    p = tmp("nonint.tsv");
+    const char *nonint = "0\tok\npos\ttext\n";
+    write_file(p, nonint, strlen(nonint));
+    expect_err(p, DT_FORMAT_AUTO, 8, 3, 257, DT_ERR_DATA,
+               MSG("%s:2: label \"pos\" is not an integer (expected \"label<TAB>text\" with an "
+                   "integer label in [0, 3))",
+                   p));
+
+    p = tmp("emptyline.tsv");
+    const char *el = "0\ta\n\n1\tb\n";
+    write_file(p, el, strlen(el));
+    expect_err(p, DT_FORMAT_AUTO, 8, 2, 257, DT_ERR_DATA,
+               MSG("%s:2: empty line (expected \"label<TAB>text\")", p));
+
+    p = tmp("nul.tsv");
+    write_file(p, "0\tab\0c\n", 7);
+    expect_err(p, DT_FORMAT_AUTO, 8, 2, 257, DT_ERR_DATA,
+               MSG("%s:1: NUL byte in the text at column 5 (the byte tokenizer uses 0 as padding)", p));
+
+    expect_err(tmp("good.tsv"), DT_FORMAT_AUTO, 8, 2, 200, DT_ERR_CONFIG,
+               "model.vocab_size: 200 is too small for tsv data: the byte tokenizer needs >= 257 "
+               "(256 bytes + <cls>)");
+}
+
+static void test_bad_paths(void) {
+    const char *p = tmp("nothing*.bin");
+    expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
+               MSG("%s: no files match (hint: data.train_path and data.val_path take a file, a "
+                   "directory or a glob such as \"data/*.bin\"; relative paths start from the "
+                   "working directory)",
+                   p));
+    p = tmp("missing.bin");
+    expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
+               MSG("%s: no files match (hint: data.train_path and data.val_path take a file, a "
+                   "directory or a glob such as \"data/*.bin\"; relative paths start from the "
+                   "working directory)",
+                   p));
+    mkdir_p(tmp("emptydir"));
+    write_file(tmp("emptydir/.hidden"), "x", 1);
+    p = tmp("emptydir");
+    expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
+               MSG("%s: no files match (hint: the directory has no regular, non-hidden files)", p));
+
+    /* format vs model.num_labels */
+    p = tmp("good.tsv");
+    expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
+               MSG("%s: data is tsv (data.format auto: the name does not end in .bin or .bin.gz), "
+                   "but model.num_labels is 0 and language modelling reads token shards (hint: set "
+                   "model.num_labels to the number of classes to classify, or make a shard with "
+                   "\"dtrain data tokenize\")",
+                   p));
+    p = tmp("good.bin");
+    expect_err(p, DT_FORMAT_AUTO, 8, 2, 50257, DT_ERR_DATA,
+               MSG("%s: data is token shards (data.format auto: the name ends in .bin), but "
+                   "model.num_labels is 2 and classification reads \"label<TAB>text\" lines (hint: "
+                   "set model.num_labels: 0 for language modelling, or data.format: tsv)",
+                   p));
+    expect_err(p, DT_FORMAT_TOKENS, 8, 2, 50257, DT_ERR_DATA,
+               MSG("%s: data is token shards (data.format: tokens), but model.num_labels is 2 and "
+                   "classification reads \"label<TAB>text\" lines (hint: set model.num_labels: 0 "
+                   "for language modelling, or data.format: tsv)",
+                   p));
+    /* an explicit format overrides the name: a .bin read as tsv */
+    {
+        dt_dataset *ds = (dt_dataset *)1;
+        CHECK_INT_EQ(open_ds(&ds, p, DT_FORMAT_TSV, 8, 2, 257), DT_ERR_DATA);
+        CHECK_STR_CONTAINS(dt_error_msg(), MSG("%s:1: label \"\\x88\\xd84\\x01\\x01\\x00", p));
+    }
+    /* non-printable label bytes are escaped, long labels cut at 32 bytes */
+    p = tmp("weird.tsv");
+    const char *weird = "\x01\"\\ab0123456789012345678901234567890123456789\ttext\n";
+    write_file(p, weird, strlen(weird));
+    expect_err(p, DT_FORMAT_AUTO, 8, 2, 257, DT_ERR_DATA,
+               MSG("%s:1: label \"\\x01\\x22\\x5cab012345678901234567890123456...\" is not an integer "
+                   "(expected \"label<TAB>text\" with an integer label in [0, 2))",
+                   p));
+
+    /* mixed formats in one directory */
+    mkdir_p(tmp("mixed"));
+    write_file(tmp("mixed/a.tsv"), "0\tx\n", 4);
+    uint32_t tok[16] = {0};
+    write_shard(tmp("mixed/b.bin"), DT_SHARD_MAGIC_V1, 1, 16, tok, 16, 2, 0, 0);
+    p = tmp("mixed");
+    expect_err(p, DT_FORMAT_AUTO, 4, 0, 50257, DT_ERR_DATA,
+               MSG("%s: mixed formats: %s/b.bin is a token shard (.bin) but %s/a.tsv is tsv (hint: "
+                   "keep one format per path; data.format auto reads .bin/.bin.gz files as tokens "
+                   "and anything else as tsv)",
+                   p, p, p));
+
+    /* unreadable files: a dangling symlink matched by a glob; a mode-000 file (not as root) */
+    mkdir_p(tmp("io"));
+    CHECK(symlink(tmp("io/nowhere"), tmp("io/dangling.bin")) == 0);
+    p = tmp("io/*.bin");
+    expect_err(p, DT_FORMAT_AUTO, 4, 0, 50257, DT_ERR_IO,
+               MSG("%s: cannot open: No such file or directory", tmp("io/dangling.bin")));
+    if (geteuid() != 0) {
+        p = tmp("noperm.bin");
+        write_shard(p, DT_SHARD_MAGIC_V1, 1, 16, tok, 16, 2, 0, 0);
+        CHECK(chmod(p, 0) == 0);
+        expect_err(p, DT_FORMAT_AUTO, 4, 0, 50257, DT_ERR_IO,
+                   MSG("%s: cannot open: Permission denied", p));
+    }
+
+    /* bad settings */
+    expect_err(tmp("good.bin"), DT_FORMAT_AUTO, 8, 1, 50257, DT_ERR_CONFIG,
+               "model.num_labels: expected 0 (language modelling) or >= 2, got 1");
+    expect_err(tmp("good.bin"), DT_FORMAT_AUTO, 0, 0, 50257, DT_ERR_CONFIG,
+               "data.seq_len: expected an integer >= 1, got 0");
+}
+
+/* ---------------------------------------------------------------- good data */
+
+static void check_lm(dt_dataset *ds, const uint32_t *want, size_t n_tok, int T) {
+    CHECK_INT_EQ(dt_dataset_is_classification(ds), 0);
+    CHECK_INT_EQ(dt_dataset_size(ds), (n_tok - 1) / (size_t)T);
+    CHECK_INT_EQ(dt_dataset_num_truncated(ds), 0);
+    int *x = malloc((size_t)T * sizeof *x), *y = malloc((size_t)T * sizeof *y);
+    CHECK(x && y);
+    for (size_t i = 0; i < dt_dataset_size(ds); i++) {
+        dt_dataset_get(ds, i, x, y);
+        for (int t = 0; t < T; t++) {
+            CHECK_INT_EQ(x[t], want[i * (size_t)T + (size_t)t]);
+            CHECK_INT_EQ(y[t], want[i * (size_t)T + (size_t)t + 1]);
+        }
+    }
+    free(x);
+    free(y);
+}
+
+static void test_round_trip(void) {
+    enum { N = 1000, T = 16 };
+    unsigned char text[N];
+    uint32_t want[N];
+    uint64_t s = 7;
+    for (int i = 0; i < N; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        text[i] = (unsigned char)(i < 256 ? (uint64_t)i : (s >> 33)); /* every byte value, incl. 0 */
+        want[i] = text[i];
+    }
+    write_file(tmp("text.txt"), text, N);
+    size_t n_tok = 0;
+    CHECK_INT_EQ(dt_data_tokenize_bytes(tmp("text.txt"), tmp("text.bin"), &n_tok), DT_OK);
+    CHECK_INT_EQ(n_tok, N);
+
+    /* the file is exactly an llm.c v1 shard */
+    FILE *f = fopen(tmp("text.bin"), "rb");
+    CHECK(f != NULL);
+    unsigned char *raw = malloc(1024 + 2 * N + 1);
+    CHECK_INT_EQ(fread(raw, 1, 1024 + 2 * N + 1, f), 1024 + 2 * N);
+    fclose(f);
+    CHECK_INT_EQ(raw[0] | raw[1] << 8 | raw[2] << 16 | raw[3] << 24, DT_SHARD_MAGIC_V1);
+    CHECK_INT_EQ(raw[4], 1);
+    CHECK_INT_EQ(raw[8] | raw[9] << 8, N);
+    for (int i = 0; i < N; i++) CHECK_INT_EQ(raw[1024 + 2 * i] | raw[1025 + 2 * i] << 8, text[i]);
+    free(raw);
+
+    dt_dataset *ds = NULL;
+    CHECK_INT_EQ(open_ds(&ds, tmp("text.bin"), DT_FORMAT_AUTO, T, 0, 256), DT_OK);
+    CHECK_INT_EQ(dt_dataset_num_files(ds), 1);
+    check_lm(ds, want, N, T);
+    dt_dataset_free(ds);
+
+    /* gz input to the tokenizer, and a .bin.gz shard */
+    write_gz(tmp("text.txt.gz"), text, N);
+    CHECK_INT_EQ(dt_data_tokenize_bytes(tmp("text.txt.gz"), tmp("text2.bin"), &n_tok), DT_OK);
+    CHECK_INT_EQ(n_tok, N);
+    write_shard(tmp("textgz.bin.gz"), DT_SHARD_MAGIC_V1, 1, N, want, N, 2, 0, 1);
+    CHECK_INT_EQ(open_ds(&ds, tmp("textgz.bin.gz"), DT_FORMAT_AUTO, T, 0, 256), DT_OK);
+    check_lm(ds, want, N, T);
+    dt_dataset_free(ds);
+    CHECK_INT_EQ(open_ds(&ds, tmp("text2.bin"), DT_FORMAT_AUTO, T, 0, 256), DT_OK);
+    check_lm(ds, want, N, T);
+    dt_dataset_free(ds);
+
+    /* a version-7 (uint32) shard with tokens beyond uint16, and one whose tokens all fit */
+    uint32_t wide[300];
+    for (int i = 0; i < 300; i++) wide[i] = (uint32_t)(i * 331u % 100000u);
+    write_shard(tmp("wide.bin"), DT_SHARD_MAGIC_V2, 7, 300, wide, 300, 4, 0, 0);
+    CHECK_INT_EQ(open_ds(&ds, tmp("wide.bin"), DT_FORMAT_AUTO, 10, 0, 100000), DT_OK);
+    check_lm(ds, wide, 300, 10);
+    dt_dataset_free(ds);
+    write_shard(tmp("narrow7.bin"), DT_SHARD_MAGIC_V2, 7, N, want, N, 4, 0, 0);
+    CHECK_INT_EQ(open_ds(&ds, tmp("narrow7.bin"), DT_FORMAT_AUTO, T, 0, 256), DT_OK);
+    check_lm(ds, want, N, T);
+    dt_dataset_free(ds);
+
+    /* a glob over 2 shards (a v1 and a v7) concatenates in sorted name order */
+    mkdir_p(tmp("glob"));
+    write_shard(tmp("glob/s_b.bin"), DT_SHARD_MAGIC_V2, 7, 300, wide, 300, 4, 0, 0);
+    write_shard(tmp("glob/s_a.bin"), DT_SHARD_MAGIC_V1, 1, 500, want, 500, 2, 0, 0);
+    write_file(tmp("glob/other.txt"), "not matched", 11);
+    uint32_t cat[800];
+    memcpy(cat, want, 500 * sizeof *cat);
+    memcpy(cat + 500, wide, 300 * sizeof *cat);
+    CHECK_INT_EQ(open_ds(&ds, tmp("glob/s_*.bin"), DT_FORMAT_AUTO, 12, 0, 100000), DT_OK);
+    CHECK_INT_EQ(dt_dataset_num_files(ds), 2);
+    check_lm(ds, cat, 800, 12);
+    dt_dataset_free(ds);
+
+    /* a directory: regular non-hidden files, sorted; hidden files and subdirectories skipped */
+    mkdir_p(tmp("dir/sub"));
+    write_shard(tmp("dir/2.bin"), DT_SHARD_MAGIC_V2, 7, 300, wide, 300, 4, 0, 0);
+    write_shard(tmp("dir/1.bin.gz"), DT_SHARD_MAGIC_V1, 1, 500, want, 500, 2, 0, 1);
+    write_file(tmp("dir/.junk.bin"), "junk", 4);
+    CHECK_INT_EQ(open_ds(&ds, tmp("dir/"), DT_FORMAT_AUTO, 12, 0, 100000), DT_OK);
+    CHECK_INT_EQ(dt_dataset_num_files(ds), 2);
+    check_lm(ds, cat, 800, 12);
+    dt_dataset_free(ds);
+
+    /* dt_shard_write: round trip, a token >= 65536 refused, no temporary left behind */
+    CHECK_INT_EQ(dt_shard_write(tmp("w.bin"), want, N), DT_OK);
+    CHECK_INT_EQ(open_ds(&ds, tmp("w.bin"), DT_FORMAT_AUTO, T, 0, 256), DT_OK);
+    check_lm(ds, want, N, T);
+    dt_dataset_free(ds);
+    char tmpname[1100];
+    snprintf(tmpname, sizeof tmpname, "%s.tmp.%ld", tmp("w.bin"), (long)getpid());
+    CHECK(access(tmpname, F_OK) != 0);
+    uint32_t bad[3] = {1, 65536, 2};
+    dt_error_clear();
+    CHECK_INT_EQ(dt_shard_write(tmp("w2.bin"), bad, 3), DT_ERR_DATA);
+    CHECK_STR_EQ(dt_error_msg(),
+                 MSG("%s: token 65536 at index 1 does not fit a version-1 shard (uint16 tokens must "
+                     "be < 65536)",
+                     tmp("w2.bin")));
+    CHECK(access(tmp("w2.bin"), F_OK) != 0);
+
+    write_file(tmp("nothing.txt"), "", 0);
+    dt_error_clear();
+    CHECK_INT_EQ(dt_data_tokenize_bytes(tmp("nothing.txt"), tmp("nothing.bin"), &n_tok), DT_ERR_DATA);
+    CHECK_STR_EQ(dt_error_msg(), MSG("%s: empty input (nothing to tokenize)", tmp("nothing.txt")));
+    CHECK(access(tmp("nothing.bin"), F_OK) != 0);
+}
+
+static void check_row(const int *x, int T, const char *text, size_t n) {
+    for (size_t t = 0; t < n; t++) CHECK_INT_EQ(x[t], (unsigned char)text[t]);
+    CHECK_INT_EQ(x[n], DT_CLS_TOKEN);
+    for (int t = (int)n + 1; t < T; t++) CHECK_INT_EQ(x[t], 0);
+}
+
+static void test_tsv(void) {
+    enum { T = 8 };
+    /* BOM, CRLF, a tab inside the text, an exact T-1 text, a long one, an empty text, byte 0xff,
+     * exactly T bytes, no final newline */
+    const char *tsv = "\xEF\xBB\xBF"
+                      "1\tabc\r\n"
+                      "0\t0123456789\n"
+                      "2\tx\ty\n"
+                      "1\t1234567\n"
+                      "0\t\n"
+                      "2\t\xff\xfe\n"
+                      "1\t12345678";
+    write_file(tmp("good.tsv"), tsv, strlen(tsv));
+    write_gz(tmp("good.tsv.gz"), tsv, strlen(tsv));
+    const char *paths[2] = {tmp("good.tsv"), tmp("good.tsv.gz")};
+    for (int k = 0; k < 2; k++) {
+        dt_dataset *ds = NULL;
+        CHECK_INT_EQ(open_ds(&ds, paths[k], DT_FORMAT_AUTO, T, 3, 257), DT_OK);
+        CHECK_INT_EQ(dt_dataset_is_classification(ds), 1);
+        CHECK_INT_EQ(dt_dataset_size(ds), 7);
+        CHECK_INT_EQ(dt_dataset_num_truncated(ds), 2);
+        int x[T], y[T];
+        dt_dataset_get(ds, 0, x, y);
+        check_row(x, T, "abc", 3);
+        CHECK_INT_EQ(y[0], 1);
+        dt_dataset_get(ds, 1, x, y);
+        check_row(x, T, "0123456", 7);
+        CHECK_INT_EQ(y[0], 0);
+        dt_dataset_get(ds, 2, x, y);
+        check_row(x, T, "x\ty", 3);
+        CHECK_INT_EQ(y[0], 2);
+        dt_dataset_get(ds, 3, x, y);
+        check_row(x, T, "1234567", 7);
+        CHECK_INT_EQ(y[0], 1);
+        dt_dataset_get(ds, 4, x, y);
+        check_row(x, T, "", 0);
+        CHECK_INT_EQ(y[0], 0);
+        dt_dataset_get(ds, 5, x, y);
+        check_row(x, T, "\xff\xfe", 2);
+        CHECK_INT_EQ(x[0], 255);
+        CHECK_INT_EQ(y[0], 2);
+        dt_dataset_get(ds, 6, x, y); /* exactly T text bytes: cut to T-1 */
+        check_row(x, T, "1234567", 7);
+        CHECK_INT_EQ(y[0], 1);
+        dt_dataset_free(ds);
+    }
+
+    /* a large file, across two files of a directory: linear time, labels kept in order */
+    mkdir_p(tmp("tsvdir"));
+    enum { LINES = 100000 };
+    char *big = malloc((size_t)LINES * 24);
+    CHECK(big != NULL);
+    for (int part = 0; part < 2; part++) {
+        size_t len = 0;
+        for (int i = 0; i < LINES; i++)
+            len += (size_t)sprintf(big + len, "%d\texample %d/%d\n", (i + part) % 5, part, i);
+        write_file(tmp(part ? "tsvdir/b.txt" : "tsvdir/a.txt"), big, len);
+    }
+    free(big);
+    dt_dataset *ds = NULL;
+    CHECK_INT_EQ(open_ds(&ds, tmp("tsvdir"), DT_FORMAT_AUTO, 12, 5, 257), DT_OK);
+    CHECK_INT_EQ(dt_dataset_size(ds), 2 * LINES);
+    CHECK_INT_EQ(dt_dataset_num_files(ds), 2);
+    int x[12], y[1];
+    for (size_t i = 0; i < 2 * LINES; i += 997) {
+        int part = i >= LINES, line = (int)(i % LINES);
+        char want[32];
+        snprintf(want, sizeof want, "example %d/%d", part, line);
+        dt_dataset_get(ds, i, x, y);
+        CHECK_INT_EQ(y[0], (line + part) % 5);
+        check_row(x, 12, want, strlen(want) < 11 ? strlen(want) : 11);
+    }
+    dt_dataset_free(ds);
+}
+
+/* ---------------------------------------------------------------- sampler */
+
+static dt_sampler *sampler(size_t n, uint64_t seed, int shuffle, int rank, int world, int b, int accum) {
+    dt_sampler_cfg cfg = {.num_samples = n, .seed = seed, .shuffle = shuffle, .rank = rank,
+                          .world = world, .batch_per_worker = b, .accum = accum};
+    dt_sampler *s = NULL;
+    CHECK_INT_EQ(dt_sampler_init(&s, &cfg), DT_OK);
+    return s;
+}
+
+/* The concatenation of every (micro, rank) slice of step `step`: G indices into out. */
+static void global_batch(size_t n, uint64_t seed, int shuffle, int world, int b, int accum,
+                         long epoch, size_t step, size_t *out) {
+    size_t k = 0;
+    for (int a = 0; a < accum; a++) {
+        for (int r = 0; r < world; r++) {
+            dt_sampler *s = sampler(n, seed, shuffle, r, world, b, accum);
+            dt_sampler_batch(s, epoch, step, a, out + k);
+            k += (size_t)b;
+            dt_sampler_free(s);
+        }
+    }
+}
+
+static int cmp_size(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void test_sampler(void) {
+    enum { N = 100 };
+    size_t idx[N];
+
+    /* no shuffle: identity, incomplete last batch dropped */
+    dt_sampler *s = sampler(N, 1, 0, 1, 2, 4, 2);
+    CHECK_INT_EQ(dt_sampler_steps_per_epoch(s), N / 16);
+    for (size_t j = 0; j < dt_sampler_steps_per_epoch(s); j++)
+        for (int a = 0; a < 2; a++) {
+            dt_sampler_batch(s, 3, j, a, idx);
+            for (int k = 0; k < 4; k++) CHECK_INT_EQ(idx[k], j * 16 + (size_t)a * 8 + 4 + (size_t)k);
+        }
+    dt_sampler_free(s);
+
+    /* shuffle: each epoch a permutation; epochs differ; seeds differ; revisiting is stable */
+    size_t e0[N], e1[N], e0b[N], other[N];
+    s = sampler(N, 42, 1, 0, 1, 10, 1);
+    CHECK_INT_EQ(dt_sampler_steps_per_epoch(s), 10);
+    for (size_t j = 0; j < 10; j++) dt_sampler_batch(s, 0, j, 0, e0 + j * 10);
+    for (size_t j = 0; j < 10; j++) dt_sampler_batch(s, 1, j, 0, e1 + j * 10);
+    for (size_t j = 0; j < 10; j++) dt_sampler_batch(s, 0, j, 0, e0b + j * 10);
+    dt_sampler_free(s);
+    s = sampler(N, 43, 1, 0, 1, 10, 1);
+    for (size_t j = 0; j < 10; j++) dt_sampler_batch(s, 0, j, 0, other + j * 10);
+    dt_sampler_free(s);
+    CHECK(memcmp(e0, e0b, sizeof e0) == 0);
+    CHECK(memcmp(e0, e1, sizeof e0) != 0);
+    CHECK(memcmp(e0, other, sizeof e0) != 0);
+    size_t ident = 0;
+    for (size_t i = 0; i < N; i++) ident += e0[i] == i;
+    CHECK(ident < N / 2);
+    size_t *eps[2] = {e0, e1};
+    for (int e = 0; e < 2; e++) {
+        int seen[N] = {0};
+        for (size_t i = 0; i < N; i++) {
+            CHECK(eps[e][i] < N);
+            seen[eps[e][i]]++;
+        }
+        for (size_t i = 0; i < N; i++) CHECK_INT_EQ(seen[i], 1);
+    }
+
+    /* the key property: the same global batches for any (world, b, accum) with the same G */
+    const int cfgs[4][3] = {{1, 8, 1}, {2, 4, 1}, {4, 2, 1}, {2, 2, 2}};
+    for (int shuffle = 0; shuffle < 2; shuffle++) {
+        for (long epoch = 0; epoch < 3; epoch++) {
+            s = sampler(N, 1234, shuffle, 0, 1, 8, 1);
+            size_t steps = dt_sampler_steps_per_epoch(s);
+            CHECK_INT_EQ(steps, 12);
+            int seen[N] = {0};
+            for (size_t j = 0; j < steps; j++) {
+                size_t ref[8];
+                dt_sampler_batch(s, epoch, j, 0, ref);
+                for (int k = 0; k < 8; k++) seen[ref[k]]++;
+                for (int c = 1; c < 4; c++) {
+                    size_t got[8];
+                    dt_sampler *t = sampler(N, 1234, shuffle, 0, cfgs[c][0], cfgs[c][1], cfgs[c][2]);
+                    CHECK_INT_EQ(dt_sampler_steps_per_epoch(t), steps);
+                    dt_sampler_free(t);
+                    global_batch(N, 1234, shuffle, cfgs[c][0], cfgs[c][1], cfgs[c][2], epoch, j, got);
+                    size_t a[8], b[8];
+                    memcpy(a, ref, sizeof a);
+                    memcpy(b, got, sizeof b);
+                    qsort(a, 8, sizeof *a, cmp_size);
+                    qsort(b, 8, sizeof *b, cmp_size);
+                    CHECK(memcmp(a, b, sizeof a) == 0);     /* the same set */
+                    CHECK(memcmp(ref, got, sizeof ref) == 0); /* and the same order */
+                }
+            }
+            for (size_t i = 0; i < N; i++) CHECK(seen[i] <= 1);
+            dt_sampler_free(s);
+        }
+    }
+
+    /* empty dataset, bad settings */
+    s = sampler(0, 1, 1, 0, 1, 4, 1);
+    CHECK_INT_EQ(dt_sampler_steps_per_epoch(s), 0);
+    dt_sampler_free(s);
+    dt_sampler_free(NULL);
+    dt_sampler_cfg bad = {.num_samples = 10, .rank = 2, .world = 2, .batch_per_worker = 1, .accum = 1};
+    s = (dt_sampler *)1;
+    CHECK_INT_EQ(dt_sampler_init(&s, &bad), DT_ERR_INTERNAL);
+    CHECK(s == NULL);
+}
+
+static void test_eval_slices(void) {
+    const int cases[][3] = {{0, 2, 4}, {1, 1, 1}, {3, 4, 2}, {7, 4, 2},  {8, 4, 2},
+                            {9, 4, 2}, {10, 3, 2}, {16, 2, 4}, {17, 2, 4}, {100, 3, 7}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        size_t n = (size_t)cases[c][0];
+        int world = cases[c][1], b = cases[c][2];
+        size_t E = (size_t)world * (size_t)b;
+        size_t nb = dt_eval_num_batches(n, world, b);
+        CHECK_INT_EQ(nb, (n + E - 1) / E);
+        int *seen = calloc(n + 1, sizeof *seen);
+        CHECK(seen != NULL);
+        size_t next = 0;
+        for (size_t j = 0; j < nb; j++) {
+            for (int r = 0; r < world; r++) {
+                size_t start = 12345;
+                int count = -1;
+                dt_eval_slice(n, j, r, world, b, &start, &count);
+                CHECK(count >= 0 && count <= b);
+                if (count > 0) CHECK_INT_EQ(start, next); /* consecutive, in order */
+                for (int k = 0; k < count; k++) {
+                    CHECK(start + (size_t)k < n);
+                    seen[start + (size_t)k]++;
+                }
+                next += (size_t)count;
+            }
+        }
+        for (size_t i = 0; i < n; i++) CHECK_INT_EQ(seen[i], 1);
+        free(seen);
+    }
+    CHECK_INT_EQ(dt_eval_num_batches(0, 2, 4), 0);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+int main(void) {
+    snprintf(g_dir, sizeof g_dir, "%s/data-%ld", DTRAIN_TEST_TMP, (long)getpid());
+    mkdir_p(g_dir);
+    test_tsv(); /* writes good.tsv, used by the path tests */
+    uint32_t tok[64];
+    for (int i = 0; i < 64; i++) tok[i] = (uint32_t)i;
+    write_shard(tmp("good.bin"), DT_SHARD_MAGIC_V1, 1, 64, tok, 64, 2, 0, 0);
+    test_bad_shards();
+    test_bad_tsv();
+    test_bad_paths();
+    test_round_trip();
+    test_sampler();
+    test_eval_slices();
+    dt_dataset_free(NULL);
+    CHECK(nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) == 0); /* kept when a check fails */
+    TEST_PASS("test_data");
+}

@@ -1,0 +1,270 @@
+/* test_model.c — the whole model's gradients against central finite differences, for
+ * language modelling and classification; bucket order and coverage; gradient accumulation;
+ * weights save/load (our names and the Hugging Face "transformer." prefix) and its errors.
+ *
+ * Tolerance: parameters are re-drawn with std 0.3 so gradients are well above float noise;
+ * central differences with eps 1e-2 on a loss summed in double; |analytic - numeric| must be
+ * <= 3e-2 * max(|analytic|, |numeric|, 1e-3). A wrong index or a missing term is O(1) off. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "dtrain/model.h"
+#include "dtrain/ops.h"
+#include "dtrain/safetensors.h"
+
+static uint64_t rs = 12345;
+static double urand(void) { /* [0,1) */
+    rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
+    return (double)(rs >> 11) / 9007199254740992.0;
+}
+
+static double loss_of(dt_model *m, const int *tok, const int *tgt, int B) {
+    dt_fwd_result r;
+    CHECK(dt_model_forward(m, tok, tgt, B, &r) == DT_OK);
+    return r.loss_sum / (double)r.rows;
+}
+
+static void grad_check(const char *name, dt_model_cfg cfg, const int *tok, const int *tgt, int B) {
+    dt_ops *ops;
+    CHECK(dt_ops_cpu_init(&ops, 1) == DT_OK);
+    dt_model *m;
+    CHECK(dt_model_init(&m, &cfg, ops) == DT_OK);
+    float *p = dt_model_params(m), *g = dt_model_grads(m);
+    size_t n = dt_model_num_params(m);
+    for (size_t i = 0; i < n; i++) p[i] = (float)((urand() - 0.5) * 0.6);
+    dt_model_zero_grad(m);
+    dt_fwd_result r;
+    CHECK(dt_model_forward(m, tok, tgt, B, &r) == DT_OK);
+    CHECK(dt_model_backward(m, 1.0f / (float)r.rows, NULL, NULL) == DT_OK);
+    float *ga = malloc(n * sizeof(float));
+    memcpy(ga, g, n * sizeof(float));
+    int checked = 0;
+    double worst = 0;
+    const float eps = 1e-2f;
+    for (int ti = 0; ti < dt_model_num_tensors(m); ti++) {
+        const dt_tensor_info *t = dt_model_tensor(m, ti);
+        for (int k = 0; k < 6; k++) {
+            size_t j = t->offset + (size_t)(urand() * (double)t->numel);
+            if (strcmp(t->name, "wpe.weight") == 0) j = t->offset + (size_t)(urand() * cfg.seq_len * cfg.n_embd);
+            float orig = p[j];
+            p[j] = orig + eps;
+            double lp = loss_of(m, tok, tgt, B);
+            p[j] = orig - eps;
+            double lm = loss_of(m, tok, tgt, B);
+            p[j] = orig;
+            double num = (lp - lm) / (2.0 * eps);
+            double scale = fmax(fmax(fabs(num), fabs(ga[j])), 1e-3);
+            double err = fabs(num - ga[j]) / scale;
+            if (err > worst) worst = err;
+            if (err > 3e-2) {
+                fprintf(stderr, "%s: %s[%zu]: analytic %.6g numeric %.6g (rel err %.3g)\n", name, t->name,
+                        j - t->offset, ga[j], num, err);
+                exit(1);
+            }
+            checked++;
+        }
+    }
+    printf("%s: %d gradients checked, worst rel err %.2e\n", name, checked, worst);
+    free(ga);
+    dt_model_free(m);
+    dt_ops_cpu_free(ops);
+}
+
+static void test_grads(void) {
+    enum { B = 3, T = 6 };
+    dt_model_cfg lm = {.vocab_size = 11, .n_positions = 8, .n_layer = 2, .n_head = 2, .n_embd = 8,
+                       .num_labels = 0, .seq_len = T, .max_batch = 4, .seed = 7};
+    int tok[B * T], tgt[B * T];
+    for (int i = 0; i < B * T; i++) { tok[i] = (int)(urand() * 11); tgt[i] = (int)(urand() * 11); }
+    tgt[4] = -1; /* an ignored position */
+    grad_check("lm", lm, tok, tgt, B);
+
+    dt_model_cfg cls = lm;
+    cls.vocab_size = 20;
+    cls.num_labels = 3;
+    int ctok[B * T] = {5, 3, 19, 0, 0, 0, /* pooled at 2 */
+                       1, 2, 3, 4, 5, 19, /* pooled at 5 */
+                       7, 19, 0, 0, 0, 0};
+    int labels[B] = {2, 0, 1};
+    grad_check("classification", cls, ctok, labels, B);
+}
+
+typedef struct { int order[16]; int n; } bucket_log;
+static void on_ready(void *user, int bucket) {
+    bucket_log *l = user;
+    l->order[l->n++] = bucket;
+}
+
+static void test_buckets_and_accum(void) {
+    dt_ops *ops;
+    CHECK(dt_ops_cpu_init(&ops, 1) == DT_OK);
+    dt_model_cfg cfg = {.vocab_size = 13, .n_positions = 6, .n_layer = 3, .n_head = 2, .n_embd = 8,
+                        .num_labels = 0, .seq_len = 5, .max_batch = 4, .seed = 3};
+    dt_model *m;
+    CHECK(dt_model_init(&m, &cfg, ops) == DT_OK);
+    CHECK_INT_EQ(dt_model_num_params(m), dt_model_count_params(&cfg));
+    /* buckets are contiguous, in order, and cover every parameter */
+    size_t off = 0;
+    CHECK_INT_EQ(dt_model_num_buckets(m), 5);
+    for (int b = 0; b < dt_model_num_buckets(m); b++) {
+        CHECK_INT_EQ(dt_model_bucket(m, b)->offset, off);
+        off += dt_model_bucket(m, b)->numel;
+    }
+    CHECK_INT_EQ(off, dt_model_num_params(m));
+    CHECK_STR_EQ(dt_model_bucket(m, 0)->name, "embed");
+    CHECK_STR_EQ(dt_model_bucket(m, 4)->name, "head");
+    /* init: LayerNorm weight 1, biases 0, weights ~ N(0, 0.02) */
+    const float *p = dt_model_params(m);
+    for (int i = 0; i < dt_model_num_tensors(m); i++) {
+        const dt_tensor_info *t = dt_model_tensor(m, i);
+        if (strstr(t->name, "ln_") && strstr(t->name, ".weight")) CHECK(p[t->offset] == 1.0f);
+        if (strstr(t->name, ".bias")) CHECK(p[t->offset + t->numel - 1] == 0.0f);
+        if (strcmp(t->name, "h.0.mlp.c_fc.weight") == 0) {
+            double s = 0;
+            for (size_t k = 0; k < t->numel; k++) s += (double)p[t->offset + k] * p[t->offset + k];
+            CHECK_NEAR_REL(sqrt(s / (double)t->numel), 0.02, 0.1, 0);
+        }
+        if (strcmp(t->name, "h.0.mlp.c_proj.weight") == 0) {
+            double s = 0;
+            for (size_t k = 0; k < t->numel; k++) s += (double)p[t->offset + k] * p[t->offset + k];
+            CHECK_NEAR_REL(sqrt(s / (double)t->numel), 0.02 / sqrt(6.0), 0.1, 0);
+        }
+    }
+
+    int tok[4 * 5], tgt[4 * 5];
+    for (int i = 0; i < 20; i++) { tok[i] = (int)(urand() * 13); tgt[i] = (int)(urand() * 13); }
+    bucket_log log = {{0}, 0};
+    dt_fwd_result r;
+    dt_model_zero_grad(m);
+    CHECK(dt_model_forward(m, tok, tgt, 4, &r) == DT_OK);
+    CHECK_INT_EQ(r.rows, 20);
+    CHECK(dt_model_backward(m, 1.0f / 20, on_ready, &log) == DT_OK);
+    int expect[] = {4, 3, 2, 1, 0};
+    CHECK_INT_EQ(log.n, 5);
+    for (int i = 0; i < 5; i++) CHECK_INT_EQ(log.order[i], expect[i]);
+
+    /* gradient accumulation: 2 micro-batches of 2 == 1 batch of 4 */
+    size_t n = dt_model_num_params(m);
+    float *full = malloc(n * sizeof(float));
+    memcpy(full, dt_model_grads(m), n * sizeof(float));
+    dt_model_zero_grad(m);
+    double loss2 = 0;
+    for (int a = 0; a < 2; a++) {
+        CHECK(dt_model_forward(m, tok + a * 10, tgt + a * 10, 2, &r) == DT_OK);
+        loss2 += r.loss_sum;
+        CHECK(dt_model_backward(m, 1.0f / 20, NULL, NULL) == DT_OK);
+    }
+    const float *g = dt_model_grads(m);
+    /* same sums in another order: 1e-4 relative, floor at 1% of the largest gradient
+     * (elements that are themselves the small difference of large terms) */
+    double gmax = 0;
+    for (size_t i = 0; i < n; i++) gmax = fmax(gmax, fabs(full[i]));
+    for (size_t i = 0; i < n; i++) CHECK_NEAR_REL(g[i], full[i], 1e-4, 1e-2 * gmax);
+    free(full);
+    dt_model_free(m);
+    dt_ops_cpu_free(ops);
+    printf("buckets and accumulation: ok\n");
+}
+
+static void test_weights_io(void) {
+    char dir[256], path[300], hf[300], msg[1024];
+    snprintf(dir, sizeof dir, "%s/model-%d", DTRAIN_TEST_TMP, (int)getpid());
+    mkdir(DTRAIN_TEST_TMP, 0755);
+    CHECK(mkdir(dir, 0755) == 0);
+    snprintf(path, sizeof path, "%s/a.safetensors", dir);
+    snprintf(hf, sizeof hf, "%s/hf.safetensors", dir);
+    dt_ops *ops;
+    CHECK(dt_ops_cpu_init(&ops, 1) == DT_OK);
+    dt_model_cfg cfg = {.vocab_size = 13, .n_positions = 6, .n_layer = 2, .n_head = 2, .n_embd = 8,
+                        .num_labels = 2, .seq_len = 5, .max_batch = 2, .seed = 3};
+    dt_model *a, *b;
+    CHECK(dt_model_init(&a, &cfg, ops) == DT_OK);
+    dt_model_cfg cfg_b = cfg;
+    cfg_b.seed = 4;
+    CHECK(dt_model_init(&b, &cfg_b, ops) == DT_OK);
+    size_t n = dt_model_num_params(a);
+    CHECK(memcmp(dt_model_params(a), dt_model_params(b), n * sizeof(float)) != 0);
+    CHECK(dt_model_save(a, path) == DT_OK);
+    int score = -1;
+    CHECK(dt_model_load(b, path, &score) == DT_OK);
+    CHECK_INT_EQ(score, 1);
+    CHECK(memcmp(dt_model_params(a), dt_model_params(b), n * sizeof(float)) == 0);
+
+    /* the file has our names and HF layouts */
+    dt_st_file *f;
+    CHECK(dt_st_open(&f, path) == DT_OK);
+    const dt_st_tensor *t = dt_st_find(f, "h.1.attn.c_attn.weight");
+    CHECK(t && t->ndim == 2 && t->shape[0] == 8 && t->shape[1] == 24);
+    t = dt_st_find(f, "h.0.mlp.c_proj.weight");
+    CHECK(t && t->shape[0] == 32 && t->shape[1] == 8);
+    t = dt_st_find(f, "score.weight");
+    CHECK(t && t->shape[0] == 2 && t->shape[1] == 8);
+    CHECK_STR_EQ(dt_st_metadata(f, "format"), "pt");
+
+    /* An HF-style file: "transformer." prefix, attn.bias buffers, no score head, lm_head */
+    int nt = dt_st_count(f);
+    dt_st_entry *e = calloc((size_t)nt + 2, sizeof *e);
+    char (*names)[96] = calloc((size_t)nt + 2, sizeof *names);
+    float **bufs = calloc((size_t)nt + 2, sizeof *bufs);
+    int k = 0;
+    for (int i = 0; i < nt; i++) {
+        t = dt_st_tensor_at(f, i);
+        if (strcmp(t->name, "score.weight") == 0) continue;
+        bufs[k] = malloc(t->numel * sizeof(float));
+        CHECK(dt_st_read_f32(f, t, bufs[k]) == DT_OK);
+        snprintf(names[k], sizeof names[k], "transformer.%s", t->name);
+        e[k] = (dt_st_entry){.name = names[k], .ndim = t->ndim, .data = bufs[k]};
+        memcpy(e[k].shape, t->shape, sizeof e[k].shape);
+        k++;
+    }
+    static const float mask[25] = {1};
+    e[k++] = (dt_st_entry){.name = "transformer.h.0.attn.bias", .ndim = 2, .shape = {5, 5}, .data = mask};
+    e[k++] = (dt_st_entry){.name = "lm_head.weight", .ndim = 2, .shape = {5, 5}, .data = mask};
+    CHECK(dt_st_write(hf, e, k, NULL, NULL, 0) == DT_OK);
+    dt_model *c;
+    CHECK(dt_model_init(&c, &cfg_b, ops) == DT_OK);
+    CHECK(dt_model_load(c, hf, &score) == DT_OK);
+    CHECK_INT_EQ(score, 0);
+    const dt_tensor_info *wte = dt_model_tensor(c, 0);
+    CHECK(memcmp(dt_model_params(a), dt_model_params(c), (n - 16) * sizeof(float)) == 0);
+    CHECK_STR_EQ(wte->name, "wte.weight");
+
+    /* a different shape is refused with the shapes and a hint */
+    dt_model_cfg wide = cfg;
+    wide.n_embd = 16;
+    dt_model *d;
+    CHECK(dt_model_init(&d, &wide, ops) == DT_OK);
+    CHECK(dt_model_load(d, path, NULL) == DT_ERR_DATA);
+    snprintf(msg, sizeof msg,
+             "%s: tensor wte.weight has shape [13, 8] but the config needs [13, 16] (hint: the file has "
+             "model.vocab_size 13, n_positions 6, n_embd 8, n_layer 2, num_labels 2)", path);
+    CHECK_STR_EQ(dt_error_msg(), msg);
+    /* a missing tensor is named */
+    dt_model_cfg deep = cfg;
+    deep.n_layer = 3;
+    dt_model *d3;
+    CHECK(dt_model_init(&d3, &deep, ops) == DT_OK);
+    CHECK(dt_model_load(d3, path, NULL) == DT_ERR_DATA);
+    CHECK_STR_CONTAINS(dt_error_msg(), "tensor h.2.ln_1.weight is missing");
+
+    for (int i = 0; i < k; i++) free(bufs[i]);
+    free(bufs); free(names); free(e);
+    dt_st_close(f);
+    dt_model_free(a); dt_model_free(b); dt_model_free(c); dt_model_free(d); dt_model_free(d3);
+    dt_ops_cpu_free(ops);
+    unlink(path); unlink(hf); rmdir(dir);
+    printf("weights io: ok\n");
+}
+
+int main(void) {
+    test_grads();
+    test_buckets_and_accum();
+    test_weights_io();
+    TEST_PASS("test_model");
+}
