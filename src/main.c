@@ -24,7 +24,7 @@ static const char *const usage_text =
     "\n"
     "usage:\n"
     "  dtrain [train] --config FILE [--set key.path=value]... [--dry-run] [--quiet] [--progress auto|always|never]\n"
-    "  dtrain eval    --config FILE --checkpoint DIR|FILE [--set key.path=value]...\n"
+    "  dtrain eval    --config FILE [--checkpoint DIR|FILE] [--set key.path=value]...\n"
     "  dtrain export  --checkpoint DIR|FILE --out model.safetensors\n"
     "  dtrain data tokenize --tokenizer bytes IN.txt OUT.bin\n"
     "  dtrain --help | --version\n"
@@ -36,7 +36,8 @@ static const char *const usage_text =
     "  --dry-run            print the resolved config and the model size, then exit 0\n"
     "  --quiet              print only errors and the final summary\n"
     "  --progress MODE      progress bar: auto (when stdout is a terminal), always, never\n"
-    "eval       evaluates weights (DIR/model.safetensors or a .safetensors file) on data.val_path.\n"
+    "eval       evaluates weights (DIR/model.safetensors or a .safetensors file; default model.init_from)\n"
+    "           on data.val_path and prints the validation loss and accuracy.\n"
     "export     writes the weights of DIR (a run directory) as a standalone F32 safetensors file\n"
     "           with Hugging Face GPT-2 tensor names.\n"
     "data tokenize  turns a text file into an llm.c token shard, one token per byte.\n"
@@ -129,12 +130,13 @@ static int cmd_train(const cli *c) {
 }
 
 static int cmd_eval(const cli *c) {
-    if (!c->checkpoint) return usage_error("%s", "eval: missing --checkpoint DIR|FILE");
     dt_config cfg;
     int rc = load_config(c, &cfg);
     if (rc) return rc;
+    if (!c->checkpoint && !cfg.model.init_from[0])
+        return usage_error("%s", "eval: needs --checkpoint DIR|FILE (or model.init_from in the config)");
     char path[DT_PATH_MAX + 32];
-    weights_path(c->checkpoint, path, sizeof path);
+    weights_path(c->checkpoint ? c->checkpoint : cfg.model.init_from, path, sizeof path);
     dt_eval_point ep;
     dt_status st = dt_worker_eval(&cfg, path, &ep);
     return st == DT_OK ? 0 : fail(st);

@@ -328,7 +328,7 @@ dt_status dt_worker_eval(const dt_config *c, const char *weights, dt_eval_point 
         goto done;
     }
     if ((st = evaluate(&r, 0, out)) != DT_OK) goto done;
-    printf("eval %s | val loss %.9g | val accuracy %.6f | %ld examples | %.1f s\n", weights, out->loss, out->accuracy,
+    printf("eval %s | val loss %.17g | val accuracy %.6f | %ld examples | %.1f s\n", weights, out->loss, out->accuracy,
            out->examples, out->eval_ms / 1e3);
 done:
     run_free(&r);

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# setup.sh — installs what dtrain needs (Debian/Ubuntu: apt-get), builds it into build/,
+# and tokenizes the shipped language-modelling corpus. Safe to run again: it only does
+# what is missing. Environment: BUILD_DIR (default build), DTRAIN_CUDA (AUTO|ON|OFF,
+# default AUTO: the CUDA backend is built when nvcc, cuBLAS, cuDNN and NCCL are installed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+DTRAIN_CUDA=${DTRAIN_CUDA:-AUTO}
+
+# package -> a file that proves it is installed
+declare -A need=(
+  [cmake]=/usr/bin/cmake
+  [gcc]=/usr/bin/gcc
+  [make]=/usr/bin/make
+  [pkg-config]=/usr/bin/pkg-config
+  [libyaml-dev]=/usr/include/yaml.h
+  [zlib1g-dev]=/usr/include/zlib.h
+  [libjansson-dev]=/usr/include/jansson.h
+  [libopenblas-openmp-dev]=/usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h
+)
+missing=()
+for pkg in "${!need[@]}"; do
+  if [ ! -e "${need[$pkg]}" ] && ! dpkg -s "$pkg" >/dev/null 2>&1; then missing+=("$pkg"); fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null; then SUDO="sudo"; else
+    echo "setup: error: need root or sudo to install: ${missing[*]}" >&2; exit 1
+  fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+cmake -S . -B "$BUILD_DIR" -DDTRAIN_CUDA="$DTRAIN_CUDA" -DCMAKE_BUILD_TYPE=Release >"$BUILD_DIR.cmake.log" 2>&1 \
+  || { cat "$BUILD_DIR.cmake.log" >&2; exit 1; }
+rm -f "$BUILD_DIR.cmake.log"
+cmake --build "$BUILD_DIR" -j "$(nproc)" >/dev/null || cmake --build "$BUILD_DIR" -j 1
+
+# language-modelling shards from the shipped corpus (configs/pretrain.yaml)
+for name in corpus val; do
+  if [ ! -s "data/tinytext/$name.bin" ] || [ "data/tinytext/$name.txt" -nt "data/tinytext/$name.bin" ]; then
+    "$BUILD_DIR/dtrain" data tokenize --tokenizer bytes "data/tinytext/$name.txt" "data/tinytext/$name.bin" >/dev/null
+  fi
+done
+echo "setup: built $BUILD_DIR/dtrain"

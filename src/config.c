@@ -1,0 +1,966 @@
+/* config.c — YAML config loading, `--set` overrides, defaults and validation (DESIGN.md §3).
+ *
+ * Everything a key needs to know (path, type, field, default, range, enum names, hint) lives
+ * in one schema table, `keys[]`. The file is parsed with libyaml's document API; the tree is
+ * walked from the root, every mapping key is looked up in the table by its dotted path and
+ * every scalar is parsed by the rules of its type. A `--set a.b=value` override becomes a
+ * one-node document (or a parsed YAML flow value) and goes through the same walk. Cross-field
+ * rules run last, once the file and all overrides are in. Every message names the location
+ * (FILE:LINE, FILE, or `--set TEXT`), the key, what was expected and what was found. */
+#include "dtrain/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <yaml.h>
+
+/* ---- schema ------------------------------------------------------------------------- */
+
+typedef enum {
+    K_MAP,     /* a mapping whose keys are further schema entries */
+    K_INT,     /* int */
+    K_LONG,    /* long */
+    K_U64,     /* uint64_t */
+    K_DOUBLE,  /* double */
+    K_BOOL,    /* int 0/1 */
+    K_TRIBOOL, /* int -1 (not given)/0/1 */
+    K_STR,     /* char[size] */
+    K_ENUM,    /* int-sized enum, value from `names` */
+    K_NAME,    /* char[size] holding the canonical spelling of one of `names` */
+    K_BETAS,   /* two doubles: a YAML sequence [b1, b2], each in [0, 1) */
+    K_RESUME   /* checkpoint.resume: auto | never | a path */
+} key_kind;
+
+enum { R_MIN = 1, R_MAX = 2, R_MIN_OPEN = 4, R_MAX_OPEN = 8, R_NONEMPTY = 16 };
+
+typedef struct {
+    const char *name; /* the first spelling of a value is the canonical (printed) one */
+    int value;
+} enum_name;
+
+typedef struct {
+    const char *path;
+    key_kind kind;
+    size_t off, size;       /* the field in dt_config */
+    size_t off2;            /* K_BETAS: beta2; K_RESUME: resume_path */
+    const char *def;        /* default as text, parsed like a value (K_BETAS: "b1 b2") */
+    unsigned flags;         /* R_* */
+    double min, max;        /* range, when R_MIN / R_MAX are set */
+    const enum_name *names; /* K_ENUM, K_NAME: terminated by {NULL, 0} */
+    const char *hint;       /* appended to type/range errors of this key */
+} key_def;
+
+static const enum_name device_names[] = {
+    {"cpu", DT_DEVICE_CPU}, {"cuda", DT_DEVICE_CUDA}, {"auto", DT_DEVICE_AUTO}, {NULL, 0}};
+static const enum_name comm_names[] = {{"collective", DT_COMM_AUTO},
+                                       {"auto", DT_COMM_AUTO},
+                                       {"shm", DT_COMM_SHM},
+                                       {"nccl", DT_COMM_NCCL},
+                                       {NULL, 0}};
+static const enum_name precision_names[] = {
+    {"auto", DT_PREC_AUTO}, {"fp32", DT_PREC_FP32}, {"bf16", DT_PREC_BF16}, {NULL, 0}};
+static const enum_name schedule_names[] = {{"constant", DT_SCHED_CONSTANT},
+                                           {"cosine", DT_SCHED_COSINE},
+                                           {"linear", DT_SCHED_LINEAR},
+                                           {NULL, 0}};
+static const enum_name format_names[] = {
+    {"auto", DT_FORMAT_AUTO}, {"tokens", DT_FORMAT_TOKENS}, {"tsv", DT_FORMAT_TSV}, {NULL, 0}};
+static const enum_name model_type_names[] = {{"transformer_like", 0}, {"gpt2", 1}, {NULL, 0}};
+
+#define FLD(m) offsetof(dt_config, m), sizeof(((dt_config *)0)->m)
+#define SECTION(p) {p, K_MAP, 0, 0, 0, NULL, 0, 0, 0, NULL, NULL}
+#define KEY(p, kind, m, def, ...) {p, kind, FLD(m), 0, def, __VA_ARGS__, NULL, NULL} /* ...: flags, min, max */
+#define ENUM(p, m, def, names) {p, K_ENUM, FLD(m), 0, def, 0, 0, 0, names, NULL}
+#define GE(lo) (R_MIN), (lo), 0
+#define GT(lo) (R_MIN | R_MIN_OPEN), (lo), 0
+#define IN(lo, hi) (R_MIN | R_MAX), (lo), (hi)
+#define ANY 0, 0, 0
+
+/* Printed in this order; a section's entry comes before its keys. */
+static const key_def keys[] = {
+    SECTION("run"),
+    KEY("run.dir", K_STR, run.dir, "", R_NONEMPTY, 0, 0),
+
+    SECTION("training"),
+    KEY("training.num_workers", K_INT, training.num_workers, "1", GE(1)),
+    KEY("training.use_gpu", K_TRIBOOL, training.use_gpu, NULL, ANY),
+    ENUM("training.device", training.device, "auto", device_names),
+    {"training.resources_per_worker", K_MAP, 0, 0, 0, NULL, 0, 0, 0, NULL,
+     "write resources_per_worker: {gpu: 1}"},
+    KEY("training.resources_per_worker.gpu", K_INT, training.gpus_per_worker, "1", IN(0, 1)),
+    ENUM("training.communication_backend", training.comm, "collective", comm_names),
+    KEY("training.epochs", K_INT, training.epochs, "1", GE(1)),
+    KEY("training.max_steps", K_LONG, training.max_steps, "0", GE(0)),
+    KEY("training.grad_accum_steps", K_INT, training.grad_accum_steps, "1", GE(1)),
+    ENUM("training.precision", training.precision, "auto", precision_names),
+    KEY("training.seed", K_U64, training.seed, "1337", GE(0)),
+    KEY("training.collective_timeout_s", K_DOUBLE, training.collective_timeout_s, "300", GT(0)),
+    KEY("training.cpu_threads_per_worker", K_INT, training.cpu_threads_per_worker, "0", GE(0)),
+    KEY("training.check_replicas_every", K_LONG, training.check_replicas_every, "100", GE(0)),
+
+    SECTION("optimizer"),
+    KEY("optimizer.lr", K_DOUBLE, optimizer.lr, "3e-4", GT(0)),
+    KEY("optimizer.weight_decay", K_DOUBLE, optimizer.weight_decay, "0.01", GE(0)),
+    {"optimizer.betas", K_BETAS, FLD(optimizer.beta1), offsetof(dt_config, optimizer.beta2),
+     "0.9 0.999", 0, 0, 0, NULL, "write betas: [0.9, 0.95]"},
+    KEY("optimizer.eps", K_DOUBLE, optimizer.eps, "1e-8", GT(0)),
+    KEY("optimizer.grad_clip", K_DOUBLE, optimizer.grad_clip, "1.0", GE(0)),
+    ENUM("optimizer.schedule", optimizer.schedule, "cosine", schedule_names),
+    KEY("optimizer.warmup_steps", K_LONG, optimizer.warmup_steps, "0", GE(0)),
+    KEY("optimizer.min_lr_ratio", K_DOUBLE, optimizer.min_lr_ratio, "0", IN(0, 1)),
+
+    SECTION("data"),
+    KEY("data.train_path", K_STR, data.train_path, "", R_NONEMPTY, 0, 0),
+    KEY("data.val_path", K_STR, data.val_path, "", ANY),
+    ENUM("data.format", data.format, "auto", format_names),
+    KEY("data.batch_size_per_worker", K_INT, data.batch_size_per_worker, "8", GE(1)),
+    KEY("data.seq_len", K_INT, data.seq_len, "64", GE(2)),
+    KEY("data.shuffle", K_BOOL, data.shuffle, "true", ANY),
+
+    SECTION("model"),
+    {"model.type", K_NAME, FLD(model.type), 0, "transformer_like", 0, 0, 0, model_type_names, NULL},
+    KEY("model.n_layer", K_INT, model.n_layer, "2", GE(1)),
+    KEY("model.n_head", K_INT, model.n_head, "4", GE(1)),
+    KEY("model.n_embd", K_INT, model.n_embd, "128", GE(1)),
+    KEY("model.vocab_size", K_INT, model.vocab_size, "257", GE(1)),
+    KEY("model.n_positions", K_INT, model.n_positions, "64", GE(1)),
+    KEY("model.num_labels", K_INT, model.num_labels, "0", GE(0)),
+    KEY("model.init_from", K_STR, model.init_from, "", ANY),
+
+    SECTION("eval"),
+    KEY("eval.every_steps", K_LONG, eval.every_steps, "100", GE(0)),
+    KEY("eval.max_batches", K_LONG, eval.max_batches, "0", GE(0)),
+
+    SECTION("checkpoint"),
+    KEY("checkpoint.every_steps", K_LONG, checkpoint.every_steps, "0", GE(0)),
+    KEY("checkpoint.keep_last", K_INT, checkpoint.keep_last, "3", GE(1)),
+    {"checkpoint.resume", K_RESUME, FLD(checkpoint.resume), offsetof(dt_config, checkpoint.resume_path),
+     "auto", 0, 0, 0, NULL, NULL},
+
+    SECTION("logging"),
+    KEY("logging.every_steps", K_LONG, logging.every_steps, "10", GE(1)),
+    KEY("logging.tensorboard", K_BOOL, logging.tensorboard, "true", ANY),
+
+    SECTION("fault_tolerance"),
+    KEY("fault_tolerance.max_restarts", K_INT, fault_tolerance.max_restarts, "3", GE(0)),
+    KEY("fault_tolerance.backoff_s", K_DOUBLE, fault_tolerance.backoff_s, "1.0", GE(0)),
+};
+
+#define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
+
+_Static_assert(sizeof(dt_device_kind) == sizeof(int) && sizeof(dt_comm_kind) == sizeof(int) &&
+                   sizeof(dt_precision) == sizeof(int) && sizeof(dt_schedule) == sizeof(int) &&
+                   sizeof(dt_data_format) == sizeof(int) && sizeof(dt_resume_kind) == sizeof(int),
+               "enum fields are written as int");
+
+static int key_index(const char *path) {
+    for (int i = 0; i < N_KEYS; i++)
+        if (strcmp(keys[i].path, path) == 0) return i;
+    return -1;
+}
+
+static const char *enum_canonical(const enum_name *names, int value) {
+    for (const enum_name *e = names; e->name; e++)
+        if (e->value == value) return e->name;
+    return "?";
+}
+
+/* "an integer >= 1", "a number in [0, 1)", "one of cpu, cuda, auto", ... */
+static void describe(const key_def *k, char *buf, size_t n) {
+    size_t len = 0;
+    switch (k->kind) {
+    case K_MAP: snprintf(buf, n, "a mapping"); return;
+    case K_INT:
+    case K_LONG:
+    case K_U64: len = (size_t)snprintf(buf, n, "an integer"); break;
+    case K_DOUBLE: len = (size_t)snprintf(buf, n, "a number"); break;
+    case K_BOOL:
+    case K_TRIBOOL: snprintf(buf, n, "a boolean (true or false)"); return;
+    case K_STR: snprintf(buf, n, (k->flags & R_NONEMPTY) ? "a non-empty path" : "a string"); return;
+    case K_BETAS: snprintf(buf, n, "a list of two numbers [beta1, beta2]"); return;
+    case K_RESUME: snprintf(buf, n, "auto, never or a checkpoint path"); return;
+    case K_ENUM:
+    case K_NAME:
+        len = (size_t)snprintf(buf, n, "one of ");
+        for (const enum_name *e = k->names; e->name && len < n; e++)
+            len += (size_t)snprintf(buf + len, n - len, "%s%s", e == k->names ? "" : ", ", e->name);
+        return;
+    }
+    if (len >= n) return;
+    if ((k->flags & R_MIN) && (k->flags & R_MAX))
+        snprintf(buf + len, n - len, " in %c%g, %g%c", (k->flags & R_MIN_OPEN) ? '(' : '[', k->min,
+                 k->max, (k->flags & R_MAX_OPEN) ? ')' : ']');
+    else if (k->flags & R_MIN)
+        snprintf(buf + len, n - len, " %s %g", (k->flags & R_MIN_OPEN) ? ">" : ">=", k->min);
+    else if (k->flags & R_MAX)
+        snprintf(buf + len, n - len, " %s %g", (k->flags & R_MAX_OPEN) ? "<" : "<=", k->max);
+}
+
+static int in_range(const key_def *k, double v) {
+    if (k->flags & R_MIN) {
+        if ((k->flags & R_MIN_OPEN) ? !(v > k->min) : !(v >= k->min)) return 0;
+    }
+    if (k->flags & R_MAX) {
+        if ((k->flags & R_MAX_OPEN) ? !(v < k->max) : !(v <= k->max)) return 0;
+    }
+    return 1;
+}
+
+/* ---- scalar parsing --------------------------------------------------------------------- */
+
+static int parse_integer(const char *s, long long *out) {
+    const char *p = s;
+    if (*p == '+' || *p == '-') p++;
+    if (!isdigit((unsigned char)*p)) return 0;
+    for (const char *q = p; *q; q++)
+        if (!isdigit((unsigned char)*q)) return 0;
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (errno == ERANGE || *end) return 0;
+    *out = v;
+    return 1;
+}
+
+static int parse_number(const char *s, double *out) {
+    if (!*s || isspace((unsigned char)*s)) return 0;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (*end || errno == ERANGE || !isfinite(v)) return 0;
+    *out = v;
+    return 1;
+}
+
+static int parse_bool(const char *s, int *out) {
+    static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(s, yes[i]) == 0) return *out = 1, 1;
+        if (strcasecmp(s, no[i]) == 0) return *out = 0, 1;
+    }
+    return 0;
+}
+
+static void put_int(dt_config *cfg, size_t off, int v) { memcpy((char *)cfg + off, &v, sizeof v); }
+
+static void put_str(dt_config *cfg, size_t off, size_t size, const char *s) {
+    /* zero the whole buffer so that configs compare equal byte for byte */
+    memset((char *)cfg + off, 0, size);
+    memcpy((char *)cfg + off, s, strlen(s));
+}
+
+typedef enum { PV_OK = 0, PV_BAD, PV_TOO_LONG } parse_result;
+
+/* Parses `s` by the rules of `k` and stores it; K_BETAS takes one element (`elem` 0 or 1). */
+static parse_result parse_value(const key_def *k, dt_config *cfg, const char *s, int elem) {
+    char *dst = (char *)cfg + k->off;
+    long long iv;
+    double dv;
+    int bv;
+    switch (k->kind) {
+    case K_MAP: return PV_BAD;
+    case K_INT:
+        if (!parse_integer(s, &iv) || iv < INT_MIN || iv > INT_MAX || !in_range(k, (double)iv)) return PV_BAD;
+        put_int(cfg, k->off, (int)iv);
+        return PV_OK;
+    case K_LONG: {
+        if (!parse_integer(s, &iv) || iv < LONG_MIN || iv > LONG_MAX || !in_range(k, (double)iv)) return PV_BAD;
+        long lv = (long)iv;
+        memcpy(dst, &lv, sizeof lv);
+        return PV_OK;
+    }
+    case K_U64: {
+        const char *p = s + (*s == '+');
+        if (!isdigit((unsigned char)*p)) return PV_BAD;
+        for (const char *q = p; *q; q++)
+            if (!isdigit((unsigned char)*q)) return PV_BAD;
+        errno = 0;
+        unsigned long long uv = strtoull(p, NULL, 10);
+        if (errno == ERANGE) return PV_BAD;
+        uint64_t u = (uint64_t)uv;
+        memcpy(dst, &u, sizeof u);
+        return PV_OK;
+    }
+    case K_DOUBLE:
+    case K_BETAS: {
+        if (!parse_number(s, &dv)) return PV_BAD;
+        if (k->kind == K_BETAS) {
+            if (!(dv >= 0.0 && dv < 1.0)) return PV_BAD;
+            memcpy((char *)cfg + (elem ? k->off2 : k->off), &dv, sizeof dv);
+        } else {
+            if (!in_range(k, dv)) return PV_BAD;
+            memcpy(dst, &dv, sizeof dv);
+        }
+        return PV_OK;
+    }
+    case K_BOOL:
+    case K_TRIBOOL:
+        if (!parse_bool(s, &bv)) return PV_BAD;
+        put_int(cfg, k->off, bv);
+        return PV_OK;
+    case K_STR:
+        if ((k->flags & R_NONEMPTY) && !*s) return PV_BAD;
+        if (strlen(s) >= k->size) return PV_TOO_LONG;
+        put_str(cfg, k->off, k->size, s);
+        return PV_OK;
+    case K_ENUM:
+    case K_NAME:
+        for (const enum_name *e = k->names; e->name; e++) {
+            if (strcasecmp(s, e->name) != 0) continue;
+            if (k->kind == K_ENUM) put_int(cfg, k->off, e->value);
+            else put_str(cfg, k->off, k->size, enum_canonical(k->names, e->value));
+            return PV_OK;
+        }
+        return PV_BAD;
+    case K_RESUME: {
+        size_t path_size = sizeof(((dt_config *)0)->checkpoint.resume_path);
+        if (!*s) return PV_BAD;
+        if (strcasecmp(s, "auto") == 0 || strcasecmp(s, "never") == 0) {
+            put_int(cfg, k->off, strcasecmp(s, "auto") == 0 ? DT_RESUME_AUTO : DT_RESUME_NEVER);
+            put_str(cfg, k->off2, path_size, "");
+            return PV_OK;
+        }
+        if (strlen(s) >= path_size) return PV_TOO_LONG;
+        put_int(cfg, k->off, DT_RESUME_PATH);
+        put_str(cfg, k->off2, path_size, s);
+        return PV_OK;
+    }
+    }
+    return PV_BAD;
+}
+
+/* ---- loading context and messages ----------------------------------------------------- */
+
+typedef struct {
+    int given;
+    int line; /* 1-based line in the file; 0 when it came from an override */
+    int ovr;  /* index of the override that set it last, -1 for the file */
+} key_seen;
+
+typedef struct {
+    dt_config *cfg;
+    const char *name;              /* file name (or string name) used in messages */
+    const char *const *overrides;
+    int cur_ovr;                   /* the override being applied, -1 while reading the file */
+    key_seen seen[N_KEYS];
+} load_ctx;
+
+/* Formats "LOCATION: [PATH: ]MESSAGE" with LOCATION = --set TEXT | NAME:LINE | NAME. */
+static dt_status fail_at(const load_ctx *c, int line, int ovr, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static dt_status fail_at(const load_ctx *c, int line, int ovr, const char *path, const char *fmt, ...) {
+    char loc[DT_PATH_MAX + 64], msg[1536];
+    if (ovr >= 0) snprintf(loc, sizeof loc, "--set %s", c->overrides[ovr]);
+    else if (line > 0) snprintf(loc, sizeof loc, "%s:%d", c->name, line);
+    else snprintf(loc, sizeof loc, "%s", c->name);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (path) return dt_error_set(DT_ERR_CONFIG, "%s: %s: %s", loc, path, msg);
+    return dt_error_set(DT_ERR_CONFIG, "%s: %s", loc, msg);
+}
+
+static int node_line(const load_ctx *c, const yaml_node_t *node) {
+    return c->cur_ovr >= 0 ? 0 : (int)node->start_mark.line + 1;
+}
+
+#define fail_node(c, node, path, ...) fail_at((c), node_line((c), (node)), (c)->cur_ovr, (path), __VA_ARGS__)
+
+/* Location of a key for cross-field messages: where it was set last, or just the file. */
+#define fail_key(c, idx, ...) \
+    fail_at((c), (c)->seen[idx].line, (c)->seen[idx].given ? (c)->seen[idx].ovr : -1, keys[idx].path, __VA_ARGS__)
+
+static const char *node_text(const yaml_node_t *n) { return (const char *)n->data.scalar.value; }
+
+static const char *node_kind_name(const yaml_node_t *n) {
+    return n->type == YAML_MAPPING_NODE ? "a mapping" : n->type == YAML_SEQUENCE_NODE ? "a list" : "a value";
+}
+
+static int is_null_scalar(const yaml_node_t *n) {
+    if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return 0;
+    const char *s = node_text(n);
+    return !*s || strcmp(s, "~") == 0 || strcmp(s, "null") == 0 || strcmp(s, "Null") == 0 ||
+           strcmp(s, "NULL") == 0;
+}
+
+static void hint_suffix(const key_def *k, char *buf, size_t n) {
+    if (k && k->hint) snprintf(buf, n, " (hint: %s)", k->hint);
+    else buf[0] = '\0';
+}
+
+/* ---- did you mean ----------------------------------------------------------------------- */
+
+static int levenshtein(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 127 || lb > 127) return 1000;
+    int row[128];
+    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j];
+            int best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+static const char *last_part(const char *path) {
+    const char *dot = strrchr(path, '.');
+    return dot ? dot + 1 : path;
+}
+
+/* Appends the names of the direct children of mapping `parent` ("" = root) to buf. */
+static void list_children(const char *parent, char *buf, size_t n) {
+    size_t plen = strlen(parent), len = strlen(buf);
+    int count = 0;
+    for (int i = 0; i < N_KEYS && len < n; i++) {
+        const char *p = keys[i].path, *child;
+        if (plen == 0) child = p;
+        else if (strncmp(p, parent, plen) == 0 && p[plen] == '.') child = p + plen + 1;
+        else continue;
+        if (strchr(child, '.')) continue; /* deeper: its mapping has its own K_MAP entry */
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", count++ ? ", " : "", child);
+    }
+}
+
+/* "unknown key (did you mean X?)" or "unknown key (known keys in S: a, b, ...)". */
+static dt_status fail_unknown(const load_ctx *c, const yaml_node_t *node, const char *path) {
+    const char *leaf = last_part(path);
+    size_t leaflen = strlen(leaf);
+    int thr = leaflen <= 3 ? 1 : leaflen <= 6 ? 2 : 3;
+    const char *what = strchr(path, '.') ? "unknown key" : "unknown section";
+    int line = node ? node_line(c, node) : 0;
+    char buf[1024] = "";
+
+    int best = -1, best_d = thr + 1;
+    for (int i = 0; i < N_KEYS; i++) {
+        int d = levenshtein(path, keys[i].path);
+        if (d < best_d) best_d = d, best = i;
+    }
+    if (best >= 0) return fail_at(c, line, c->cur_ovr, path, "%s (did you mean %s?)", what, keys[best].path);
+
+    /* the same key name under another section (training.lr -> optimizer.lr), or a longer key
+     * of the same section that contains it (data.batch_size -> data.batch_size_per_worker) */
+    size_t parent_len = (size_t)(leaf - path);
+    size_t len = 0;
+    for (int pass = 0; pass < 2 && len == 0; pass++) {
+        for (int i = 0; i < N_KEYS; i++) {
+            const char *kp = keys[i].path, *kleaf = last_part(kp);
+            int match = pass == 0 ? strcmp(kleaf, leaf) == 0
+                                  : leaflen >= 3 && parent_len > 0 && strncmp(kp, path, parent_len) == 0 &&
+                                        strchr(kp + parent_len, '.') == NULL && strstr(kleaf, leaf) != NULL;
+            if (match && len < sizeof buf)
+                len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", len ? " or " : "", kp);
+        }
+    }
+    if (len) return fail_at(c, line, c->cur_ovr, path, "%s (did you mean %s?)", what, buf);
+
+    /* no close match: list what the deepest known parent mapping accepts */
+    char parent[256];
+    snprintf(parent, sizeof parent, "%.*s", parent_len ? (int)parent_len - 1 : 0, path);
+    for (;;) {
+        int idx = parent[0] ? key_index(parent) : -1;
+        if (!parent[0] || (idx >= 0 && keys[idx].kind == K_MAP)) break;
+        char *dot = strrchr(parent, '.');
+        if (dot) *dot = '\0';
+        else parent[0] = '\0';
+    }
+    if (parent[0]) snprintf(buf, sizeof buf, "known keys in %s: ", parent);
+    else snprintf(buf, sizeof buf, "known sections: ");
+    list_children(parent, buf, sizeof buf);
+    return fail_at(c, line, c->cur_ovr, path, "%s (%s)", what, buf);
+}
+
+/* ---- ${ENV} substitution ---------------------------------------------------------------- */
+
+/* Returns a malloc'd copy of `in` with every ${NAME} replaced by getenv(NAME). */
+static dt_status expand_env(const load_ctx *c, const yaml_node_t *node, const char *path, const char *in,
+                            char **out) {
+    size_t cap = strlen(in) + 1, len = 0;
+    char *buf = malloc(cap);
+    if (!buf) return dt_error_set(DT_ERR_NOMEM, "out of memory expanding %s", path);
+    for (const char *p = in; *p;) {
+        const char *piece = p;
+        size_t plen = 1;
+        if (p[0] == '$' && p[1] == '{') {
+            const char *name = p + 2, *end = strchr(name, '}');
+            int ok = end && end > name && (isalpha((unsigned char)*name) || *name == '_');
+            for (const char *q = name; ok && q < end; q++)
+                if (!isalnum((unsigned char)*q) && *q != '_') ok = 0;
+            if (!ok) {
+                free(buf);
+                return fail_node(c, node, path, "expected ${NAME} with a NAME of letters, digits and _, got \"%s\"",
+                                 in);
+            }
+            char var[256];
+            snprintf(var, sizeof var, "%.*s", (int)(end - name), name);
+            piece = getenv(var);
+            if (!piece) {
+                free(buf);
+                return fail_node(c, node, path, "environment variable %s is not set", var);
+            }
+            plen = strlen(piece);
+            p = end + 1;
+        } else {
+            p++;
+        }
+        if (len + plen + 1 > cap) {
+            cap = 2 * (len + plen + 1);
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                return dt_error_set(DT_ERR_NOMEM, "out of memory expanding %s", path);
+            }
+            buf = nb;
+        }
+        memcpy(buf + len, piece, plen);
+        len += plen;
+    }
+    buf[len] = '\0';
+    *out = buf;
+    return DT_OK;
+}
+
+/* ---- the walk --------------------------------------------------------------------------- */
+
+/* "expected WHAT, got "TEXT"" (or "got a list" when text is NULL); `at` locates the error. */
+static dt_status fail_value(const load_ctx *c, const key_def *k, const yaml_node_t *at, const yaml_node_t *node,
+                            const char *path, const char *text, parse_result r) {
+    char what[512], hint[256];
+    describe(k, what, sizeof what);
+    hint_suffix(k, hint, sizeof hint);
+    if (r == PV_TOO_LONG)
+        return fail_node(c, at, path, "expected a string of at most %zu bytes, got %zu bytes%s",
+                         (k->kind == K_RESUME ? sizeof(((dt_config *)0)->checkpoint.resume_path) : k->size) - 1,
+                         strlen(text), hint);
+    if (k->kind == K_BETAS && path[strlen(path) - 1] == ']')
+        return fail_node(c, at, path, "expected a number in [0, 1), got \"%s\"", text);
+    if (text) return fail_node(c, at, path, "expected %s, got \"%s\"%s", what, text, hint);
+    return fail_node(c, at, path, "expected %s, got %s%s", what, node_kind_name(node), hint);
+}
+
+/* Parses scalar `node` (after ${ENV} substitution) as the value of `k`; `path` names it and
+ * `at` (its key, where there is one) locates errors about a value that is not a scalar. */
+static dt_status apply_scalar(load_ctx *c, const key_def *k, const yaml_node_t *node, const yaml_node_t *at,
+                              const char *path, int elem) {
+    if (node->type != YAML_SCALAR_NODE) return fail_value(c, k, at, node, path, NULL, PV_BAD);
+    char *text;
+    DT_TRY(expand_env(c, node, path, node_text(node), &text));
+    const char *s = (k->kind == K_STR && is_null_scalar(node)) ? "" : text;
+    parse_result r = parse_value(k, c->cfg, s, elem);
+    dt_status st = r == PV_OK ? DT_OK : fail_value(c, k, node, node, path, s, r);
+    free(text);
+    return st;
+}
+
+/* Applies `node` as the value of `path` ("" = the root). `key` is the node of its key in the
+ * file (NULL for the root and for overrides); messages about the value's shape point at it. */
+static dt_status apply_node(load_ctx *c, yaml_document_t *doc, const char *path, yaml_node_t *node,
+                            const yaml_node_t *key) {
+    const yaml_node_t *at = key ? key : node;
+    int idx = path[0] ? key_index(path) : -1;
+    const key_def *k = idx >= 0 ? &keys[idx] : NULL;
+
+    if (!k || k->kind == K_MAP) {
+        if (k && is_null_scalar(node)) return DT_OK; /* `eval:` with nothing under it */
+        if (node->type != YAML_MAPPING_NODE) {
+            char hint[256];
+            hint_suffix(k, hint, sizeof hint);
+            if (node->type == YAML_SCALAR_NODE)
+                return fail_node(c, node, path, "expected a mapping, got \"%s\"%s", node_text(node), hint);
+            return fail_node(c, at, path, "expected a mapping, got %s%s", node_kind_name(node), hint);
+        }
+        for (yaml_node_pair_t *pr = node->data.mapping.pairs.start; pr < node->data.mapping.pairs.top; pr++) {
+            yaml_node_t *kn = yaml_document_get_node(doc, pr->key), *vn = yaml_document_get_node(doc, pr->value);
+            if (kn->type != YAML_SCALAR_NODE)
+                return fail_node(c, kn, path[0] ? path : NULL, "expected a key name, got %s", node_kind_name(kn));
+            char child[512];
+            snprintf(child, sizeof child, "%s%s%s", path, path[0] ? "." : "", node_text(kn));
+            for (yaml_node_pair_t *q = node->data.mapping.pairs.start; q < pr; q++) {
+                yaml_node_t *qk = yaml_document_get_node(doc, q->key);
+                if (qk->type == YAML_SCALAR_NODE && strcmp(node_text(qk), node_text(kn)) == 0)
+                    return fail_node(c, kn, child, "duplicate key, first set at line %d",
+                                     (int)qk->start_mark.line + 1);
+            }
+            if (key_index(child) < 0) return fail_unknown(c, kn, child);
+            DT_TRY(apply_node(c, doc, child, vn, kn));
+        }
+        return DT_OK;
+    }
+
+    if (k->kind == K_BETAS) {
+        if (node->type != YAML_SEQUENCE_NODE) {
+            if (node->type != YAML_SCALAR_NODE) return fail_value(c, k, at, node, path, NULL, PV_BAD);
+            return fail_value(c, k, node, node, path, node_text(node), PV_BAD);
+        }
+        int n = (int)(node->data.sequence.items.top - node->data.sequence.items.start);
+        if (n != 2) {
+            char hint[256];
+            hint_suffix(k, hint, sizeof hint);
+            return fail_node(c, at, path, "expected a list of two numbers [beta1, beta2], got a list of %d%s", n,
+                             hint);
+        }
+        for (int i = 0; i < 2; i++) {
+            char elem[64];
+            snprintf(elem, sizeof elem, "%s[%d]", path, i);
+            yaml_node_t *item = yaml_document_get_node(doc, node->data.sequence.items.start[i]);
+            if (item->type != YAML_SCALAR_NODE)
+                return fail_node(c, item, elem, "expected a number in [0, 1), got %s", node_kind_name(item));
+            DT_TRY(apply_scalar(c, k, item, item, elem, i));
+        }
+    } else {
+        DT_TRY(apply_scalar(c, k, node, at, path, 0));
+    }
+    c->seen[idx].given = 1;
+    c->seen[idx].line = node_line(c, at);
+    c->seen[idx].ovr = c->cur_ovr;
+    return DT_OK;
+}
+
+static dt_status yaml_fail(const load_ctx *c, const yaml_parser_t *parser, const char *path) {
+    if (parser->error == YAML_MEMORY_ERROR) return dt_error_set(DT_ERR_NOMEM, "out of memory parsing YAML");
+    int line = c->cur_ovr >= 0 ? 0 : (int)parser->problem_mark.line + 1;
+    return fail_at(c, line, c->cur_ovr, path, "YAML syntax error: %s",
+                   parser->problem ? parser->problem : "invalid input");
+}
+
+/* One `--set key.path=value`. The value is taken verbatim as a plain scalar, unless it starts
+ * like a YAML flow value ([ { " '), in which case libyaml parses it. */
+static dt_status apply_override(load_ctx *c, int i) {
+    const char *s = c->overrides[i];
+    const char *eq = s ? strchr(s, '=') : NULL;
+    c->cur_ovr = i;
+    if (!eq || eq == s) return fail_at(c, 0, i, NULL, "expected key.path=value, got \"%s\"", s ? s : "");
+    char path[512];
+    snprintf(path, sizeof path, "%.*s", (int)(eq - s), s);
+    if (key_index(path) < 0) return fail_unknown(c, NULL, path);
+
+    const char *value = eq + 1;
+    yaml_document_t doc;
+    dt_status st = DT_OK;
+    if (strchr("[{\"'", value[0]) && value[0]) {
+        yaml_parser_t parser;
+        if (!yaml_parser_initialize(&parser)) return dt_error_set(DT_ERR_NOMEM, "out of memory parsing YAML");
+        yaml_parser_set_input_string(&parser, (const unsigned char *)value, strlen(value));
+        int ok = yaml_parser_load(&parser, &doc);
+        if (!ok) st = yaml_fail(c, &parser, path);
+        yaml_parser_delete(&parser);
+        if (!ok) return st;
+    } else {
+        if (!yaml_document_initialize(&doc, NULL, NULL, NULL, 1, 1) ||
+            !yaml_document_add_scalar(&doc, NULL, (yaml_char_t *)value, (int)strlen(value),
+                                      YAML_PLAIN_SCALAR_STYLE)) {
+            yaml_document_delete(&doc);
+            return dt_error_set(DT_ERR_NOMEM, "out of memory parsing --set %s", s);
+        }
+    }
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (!root) st = fail_at(c, 0, i, path, "expected a value, got nothing");
+    else st = apply_node(c, &doc, path, root, NULL);
+    yaml_document_delete(&doc);
+    return st;
+}
+
+/* ---- cross-field rules ------------------------------------------------------------------ */
+
+static const char *bool_name(int b) { return b ? "true" : "false"; }
+
+static dt_status validate(load_ctx *c) {
+    dt_config *cfg = c->cfg;
+    int i_train = key_index("data.train_path"),
+        i_dev = key_index("training.device"), i_res = key_index("training.resources_per_worker.gpu"),
+        i_prec = key_index("training.precision"), i_comm = key_index("training.communication_backend"),
+        i_labels = key_index("model.num_labels"), i_vocab = key_index("model.vocab_size"),
+        i_embd = key_index("model.n_embd"), i_head = key_index("model.n_head"),
+        i_pos = key_index("model.n_positions"), i_dir = key_index("run.dir");
+
+    if (!cfg->data.train_path[0])
+        return fail_at(c, 0, -1, keys[i_train].path,
+                       "required key is missing (hint: add train_path under data:, or pass "
+                       "--set data.train_path=PATH)");
+
+    if (cfg->training.use_gpu >= 0) {
+        dt_device_kind want = cfg->training.use_gpu ? DT_DEVICE_CUDA : DT_DEVICE_CPU;
+        if (cfg->training.device != DT_DEVICE_AUTO && cfg->training.device != want)
+            return fail_key(c, i_dev,
+                            "expected %s or auto with training.use_gpu: %s, got \"%s\" (hint: keep only one "
+                            "of training.use_gpu and training.device)",
+                            dt_device_name(want), bool_name(cfg->training.use_gpu),
+                            dt_device_name(cfg->training.device));
+        cfg->training.device = want;
+    }
+    if (cfg->training.device == DT_DEVICE_CUDA && cfg->training.gpus_per_worker != 1)
+        return fail_key(c, i_res, "expected 1 when training.device is cuda, got \"%d\" (hint: one GPU per worker)",
+                        cfg->training.gpus_per_worker);
+    if (cfg->training.device == DT_DEVICE_CPU && cfg->training.precision == DT_PREC_BF16)
+        return fail_key(c, i_prec, "expected fp32 or auto when training.device is cpu, got \"bf16\" (hint: "
+                                   "use precision: fp32 on CPU)");
+    if (cfg->training.device == DT_DEVICE_CPU && cfg->training.comm == DT_COMM_NCCL)
+        return fail_key(c, i_comm, "expected collective, auto or shm when training.device is cpu, got \"nccl\" "
+                                   "(hint: NCCL needs GPUs)");
+
+    if (cfg->model.num_labels == 1)
+        return fail_key(c, i_labels, "expected 0 (language modelling) or an integer >= 2 (classification), got "
+                                     "\"1\"");
+    if (cfg->model.num_labels >= 2 && cfg->model.vocab_size < 257)
+        return fail_key(c, i_vocab,
+                        "expected an integer >= 257 when model.num_labels >= 2, got \"%d\" (hint: classification "
+                        "uses the byte tokenizer: 256 byte ids + <cls>)",
+                        cfg->model.vocab_size);
+    if (cfg->model.n_embd % cfg->model.n_head != 0) {
+        if (c->seen[i_embd].given)
+            return fail_key(c, i_embd, "expected a multiple of model.n_head (%d), got \"%d\"", cfg->model.n_head,
+                            cfg->model.n_embd);
+        return fail_key(c, i_head, "expected a divisor of model.n_embd (%d), got \"%d\"", cfg->model.n_embd,
+                        cfg->model.n_head);
+    }
+    if (!c->seen[i_pos].given) cfg->model.n_positions = cfg->data.seq_len;
+    else if (cfg->model.n_positions < cfg->data.seq_len)
+        return fail_key(c, i_pos, "expected an integer >= data.seq_len (%d), got \"%d\"", cfg->data.seq_len,
+                        cfg->model.n_positions);
+
+    if (!c->seen[i_dir].given) {
+        const char *base = strrchr(c->name, '/');
+        base = base ? base + 1 : c->name;
+        const char *dot = strrchr(base, '.');
+        int stem = dot && dot != base ? (int)(dot - base) : (int)strlen(base);
+        char dir[DT_PATH_MAX];
+        snprintf(dir, sizeof dir, "runs/%.*s", stem, base);
+        put_str(cfg, keys[i_dir].off, keys[i_dir].size, dir);
+    }
+    return DT_OK;
+}
+
+/* ---- public API ------------------------------------------------------------------------- */
+
+const char *dt_device_name(dt_device_kind d) { return enum_canonical(device_names, (int)d); }
+
+void dt_config_defaults(dt_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    for (int i = 0; i < N_KEYS; i++) {
+        const key_def *k = &keys[i];
+        if (k->kind == K_MAP) continue;
+        if (k->kind == K_TRIBOOL) {
+            put_int(cfg, k->off, -1);
+        } else if (k->kind == K_BETAS) {
+            char b1[32];
+            const char *sp = strchr(k->def, ' ');
+            snprintf(b1, sizeof b1, "%.*s", (int)(sp - k->def), k->def);
+            parse_value(k, cfg, b1, 0);
+            parse_value(k, cfg, sp + 1, 1);
+        } else if (k->kind == K_STR) {
+            put_str(cfg, k->off, k->size, k->def);
+        } else {
+            parse_value(k, cfg, k->def, 0);
+        }
+    }
+}
+
+static dt_status load_text(dt_config *cfg, const char *name, const char *yaml, size_t len,
+                           const char *const *overrides, int n_overrides) {
+    load_ctx c;
+    memset(&c, 0, sizeof c);
+    c.cfg = cfg;
+    c.name = name ? name : "<config>";
+    c.overrides = overrides;
+    c.cur_ovr = -1;
+    dt_config_defaults(cfg);
+
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    if (!yaml_parser_initialize(&parser)) return dt_error_set(DT_ERR_NOMEM, "out of memory parsing YAML");
+    yaml_parser_set_input_string(&parser, (const unsigned char *)(yaml ? yaml : ""), yaml ? len : 0);
+    if (!yaml_parser_load(&parser, &doc)) {
+        dt_status st = yaml_fail(&c, &parser, NULL);
+        yaml_parser_delete(&parser);
+        return st;
+    }
+    dt_status st = DT_OK;
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    yaml_document_t doc2;
+    if (!root || is_null_scalar(root)) {
+        st = fail_at(&c, 0, -1, NULL, "expected a mapping of sections like training: and data:, got an empty "
+                                      "document");
+    } else if (root->type != YAML_MAPPING_NODE) {
+        st = fail_node(&c, root, NULL, "expected a mapping of sections like training: and data:, got %s%s%s",
+                       root->type == YAML_SCALAR_NODE ? "\"" : "",
+                       root->type == YAML_SCALAR_NODE ? node_text(root) : node_kind_name(root),
+                       root->type == YAML_SCALAR_NODE ? "\"" : "");
+    } else if (!yaml_parser_load(&parser, &doc2)) {
+        st = yaml_fail(&c, &parser, NULL);
+    } else {
+        yaml_node_t *root2 = yaml_document_get_root_node(&doc2);
+        if (root2)
+            st = fail_node(&c, root2, NULL, "expected a single YAML document, got a second one (hint: remove the "
+                                            "\"---\" line)");
+        yaml_document_delete(&doc2);
+        if (st == DT_OK) st = apply_node(&c, &doc, "", root, NULL);
+    }
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    if (st != DT_OK) return st;
+
+    for (int i = 0; i < n_overrides; i++) DT_TRY(apply_override(&c, i));
+    c.cur_ovr = -1;
+    return validate(&c);
+}
+
+dt_status dt_config_load_string(dt_config *cfg, const char *name, const char *yaml,
+                                const char *const *overrides, int n_overrides) {
+    dt_status st = load_text(cfg, name, yaml, yaml ? strlen(yaml) : 0, overrides, n_overrides);
+    if (st == DT_OK) cfg->source[0] = '\0';
+    return st;
+}
+
+dt_status dt_config_load(dt_config *cfg, const char *path, const char *const *overrides, int n_overrides) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot open config file: %s", path, strerror(errno));
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    if (!buf) {
+        fclose(f);
+        return dt_error_set(DT_ERR_NOMEM, "out of memory reading %s", path);
+    }
+    for (;;) {
+        if (len == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return dt_error_set(DT_ERR_NOMEM, "out of memory reading %s", path);
+            }
+            buf = nb;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) {
+        int err = errno;
+        free(buf);
+        fclose(f);
+        return dt_error_set(DT_ERR_IO, "%s: cannot read config file: %s", path, strerror(err));
+    }
+    fclose(f);
+    dt_status st = load_text(cfg, path, buf, len, overrides, n_overrides);
+    free(buf);
+    if (st == DT_OK) snprintf(cfg->source, sizeof cfg->source, "%s", path);
+    return st;
+}
+
+/* ---- printing ----------------------------------------------------------------------------- */
+
+static void print_quoted(FILE *out, const char *s) {
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
+        else if (*p == '\n') fputs("\\n", out);
+        else if (*p == '\t') fputs("\\t", out);
+        else if (*p < 0x20 || *p == 0x7f) fprintf(out, "\\x%02x", *p);
+        else fputc(*p, out);
+    }
+    fputc('"', out);
+}
+
+/* The shortest %g form that reads back as the same double. */
+static void print_double(FILE *out, double v) {
+    char buf[64];
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    fputs(buf, out);
+}
+
+void dt_config_print(const dt_config *cfg, FILE *out) {
+    const char *prev = "";
+    if (cfg->source[0]) fprintf(out, "# resolved from %s\n", cfg->source);
+    for (int i = 0; i < N_KEYS; i++) {
+        const key_def *k = &keys[i];
+        const char *field = (const char *)cfg + k->off;
+        int iv;
+        if (k->kind == K_MAP) continue;
+        if (k->kind == K_TRIBOOL) {
+            memcpy(&iv, field, sizeof iv);
+            if (iv < 0) continue; /* use_gpu not given: the resolved device says it all */
+        }
+        /* open the mappings this key is in that the previous key was not in */
+        int depth = 0;
+        const char *p = k->path, *q = prev;
+        for (;;) {
+            const char *dot = strchr(p, '.');
+            if (!dot) break;
+            size_t n = (size_t)(dot - p);
+            int same = q && strncmp(p, q, n) == 0 && q[n] == '.';
+            if (!same) fprintf(out, "%*s%.*s:\n", 2 * depth, "", (int)n, p);
+            q = same ? q + n + 1 : NULL;
+            p = dot + 1;
+            depth++;
+        }
+        fprintf(out, "%*s%s: ", 2 * depth, "", p);
+        prev = k->path;
+        switch (k->kind) {
+        case K_MAP: break;
+        case K_INT:
+        case K_ENUM:
+        case K_BOOL:
+        case K_TRIBOOL:
+            memcpy(&iv, field, sizeof iv);
+            if (k->kind == K_INT) fprintf(out, "%d", iv);
+            else if (k->kind == K_ENUM) fputs(enum_canonical(k->names, iv), out);
+            else fputs(bool_name(iv), out);
+            break;
+        case K_LONG: {
+            long lv;
+            memcpy(&lv, field, sizeof lv);
+            fprintf(out, "%ld", lv);
+            break;
+        }
+        case K_U64: {
+            uint64_t u;
+            memcpy(&u, field, sizeof u);
+            fprintf(out, "%" PRIu64, u);
+            break;
+        }
+        case K_DOUBLE: {
+            double d;
+            memcpy(&d, field, sizeof d);
+            print_double(out, d);
+            break;
+        }
+        case K_BETAS: {
+            double b1, b2;
+            memcpy(&b1, field, sizeof b1);
+            memcpy(&b2, (const char *)cfg + k->off2, sizeof b2);
+            fputc('[', out);
+            print_double(out, b1);
+            fputs(", ", out);
+            print_double(out, b2);
+            fputc(']', out);
+            break;
+        }
+        case K_STR:
+        case K_NAME: print_quoted(out, field); break;
+        case K_RESUME:
+            memcpy(&iv, field, sizeof iv);
+            if (iv == DT_RESUME_PATH) print_quoted(out, (const char *)cfg + k->off2);
+            else fputs(iv == DT_RESUME_NEVER ? "never" : "auto", out);
+            break;
+        }
+        fputc('\n', out);
+    }
+}

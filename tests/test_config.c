@@ -1,0 +1,652 @@
+/* test_config.c — config loading: defaults, every key, the DESIGN §3 seed example, exact error
+ * messages for broken files and overrides, ${ENV}, --set, and print -> load round trips. */
+#include "dtrain/config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "check.h"
+
+#define NAME "finetune.yaml"
+#define MIN "data:\n  train_path: data/train.tsv\n"
+
+static dt_config cfg;
+
+/* Loads `yaml` (named NAME) with the given overrides and expects DT_OK. */
+#define LOAD_OK(yaml, ...)                                                                      \
+    do {                                                                                        \
+        const char *const ovr_[] = {NULL, __VA_ARGS__};                                         \
+        dt_status st_ = dt_config_load_string(&cfg, NAME, (yaml), ovr_ + 1,                     \
+                                              (int)(sizeof ovr_ / sizeof ovr_[0]) - 1);         \
+        if (st_ != DT_OK) fprintf(stderr, "unexpected error: %s\n", dt_error_msg());            \
+        CHECK_INT_EQ(st_, DT_OK);                                                               \
+    } while (0)
+
+/* Loads `yaml` with the given overrides and expects DT_ERR_CONFIG with exactly `msg`. */
+#define LOAD_ERR(msg, yaml, ...)                                                                \
+    do {                                                                                        \
+        const char *const ovr_[] = {NULL, __VA_ARGS__};                                         \
+        dt_error_clear();                                                                       \
+        dt_status st_ = dt_config_load_string(&cfg, NAME, (yaml), ovr_ + 1,                     \
+                                              (int)(sizeof ovr_ / sizeof ovr_[0]) - 1);         \
+        CHECK_STR_EQ(dt_error_msg(), (msg));                                                    \
+        CHECK_INT_EQ(st_, DT_ERR_CONFIG);                                                       \
+    } while (0)
+
+static void check_defaults(const dt_config *c) {
+    CHECK_INT_EQ(c->training.num_workers, 1);
+    CHECK_INT_EQ(c->training.use_gpu, -1);
+    CHECK_INT_EQ(c->training.device, DT_DEVICE_AUTO);
+    CHECK_INT_EQ(c->training.gpus_per_worker, 1);
+    CHECK_INT_EQ(c->training.comm, DT_COMM_AUTO);
+    CHECK_INT_EQ(c->training.epochs, 1);
+    CHECK_INT_EQ(c->training.max_steps, 0);
+    CHECK_INT_EQ(c->training.grad_accum_steps, 1);
+    CHECK_INT_EQ(c->training.precision, DT_PREC_AUTO);
+    CHECK(c->training.seed == 1337);
+    CHECK(c->training.collective_timeout_s == 300.0);
+    CHECK_INT_EQ(c->training.cpu_threads_per_worker, 0);
+    CHECK_INT_EQ(c->training.check_replicas_every, 100);
+    CHECK(c->optimizer.lr == 3e-4);
+    CHECK(c->optimizer.weight_decay == 0.01);
+    CHECK(c->optimizer.beta1 == 0.9);
+    CHECK(c->optimizer.beta2 == 0.999);
+    CHECK(c->optimizer.eps == 1e-8);
+    CHECK(c->optimizer.grad_clip == 1.0);
+    CHECK_INT_EQ(c->optimizer.schedule, DT_SCHED_COSINE);
+    CHECK_INT_EQ(c->optimizer.warmup_steps, 0);
+    CHECK(c->optimizer.min_lr_ratio == 0.0);
+    CHECK_STR_EQ(c->data.val_path, "");
+    CHECK_INT_EQ(c->data.format, DT_FORMAT_AUTO);
+    CHECK_INT_EQ(c->data.batch_size_per_worker, 8);
+    CHECK_INT_EQ(c->data.seq_len, 64);
+    CHECK_INT_EQ(c->data.shuffle, 1);
+    CHECK_STR_EQ(c->model.type, "transformer_like");
+    CHECK_INT_EQ(c->model.n_layer, 2);
+    CHECK_INT_EQ(c->model.n_head, 4);
+    CHECK_INT_EQ(c->model.n_embd, 128);
+    CHECK_INT_EQ(c->model.vocab_size, 257);
+    CHECK_INT_EQ(c->model.n_positions, 64);
+    CHECK_INT_EQ(c->model.num_labels, 0);
+    CHECK_STR_EQ(c->model.init_from, "");
+    CHECK_INT_EQ(c->eval.every_steps, 100);
+    CHECK_INT_EQ(c->eval.max_batches, 0);
+    CHECK_INT_EQ(c->checkpoint.every_steps, 0);
+    CHECK_INT_EQ(c->checkpoint.keep_last, 3);
+    CHECK_INT_EQ(c->checkpoint.resume, DT_RESUME_AUTO);
+    CHECK_STR_EQ(c->checkpoint.resume_path, "");
+    CHECK_INT_EQ(c->logging.every_steps, 10);
+    CHECK_INT_EQ(c->logging.tensorboard, 1);
+    CHECK_INT_EQ(c->fault_tolerance.max_restarts, 3);
+    CHECK(c->fault_tolerance.backoff_s == 1.0);
+}
+
+static void test_defaults(void) {
+    dt_config d;
+    memset(&d, 0x5a, sizeof d);
+    dt_config_defaults(&d);
+    check_defaults(&d);
+    CHECK_STR_EQ(d.data.train_path, "");
+
+    LOAD_OK(MIN);
+    check_defaults(&cfg);
+    CHECK_STR_EQ(cfg.source, "");
+    CHECK_STR_EQ(cfg.run.dir, "runs/finetune");
+    CHECK_STR_EQ(cfg.data.train_path, "data/train.tsv");
+
+    /* run.dir from the stem of the name; n_positions follows seq_len when absent */
+    CHECK_INT_EQ(dt_config_load_string(&cfg, "configs/my.run.yml", MIN "  seq_len: 200\n", NULL, 0), DT_OK);
+    CHECK_STR_EQ(cfg.run.dir, "runs/my.run");
+    CHECK_INT_EQ(cfg.model.n_positions, 200);
+    /* a null string value is the empty string, a quoted "~" is not */
+    LOAD_OK(MIN "  val_path: ~\nmodel:\n  init_from:\n  type: gpt2\nrun:\n  dir: \"~\"\n");
+    CHECK_STR_EQ(cfg.data.val_path, "");
+    CHECK_STR_EQ(cfg.model.init_from, "");
+    CHECK_STR_EQ(cfg.run.dir, "~");
+    /* empty sections are allowed */
+    LOAD_OK(MIN "eval:\nlogging: ~\n");
+    check_defaults(&cfg);
+
+    CHECK_STR_EQ(dt_device_name(DT_DEVICE_AUTO), "auto");
+    CHECK_STR_EQ(dt_device_name(DT_DEVICE_CPU), "cpu");
+    CHECK_STR_EQ(dt_device_name(DT_DEVICE_CUDA), "cuda");
+}
+
+static const char *full_yaml =
+    "run:\n"
+    "  dir: \"out/run1\"\n"
+    "training:\n"
+    "  num_workers: 2\n"
+    "  use_gpu: off\n"
+    "  device: cpu\n"
+    "  resources_per_worker:\n"
+    "    gpu: 0\n"
+    "  communication_backend: shm\n"
+    "  epochs: 5\n"
+    "  max_steps: 1000\n"
+    "  grad_accum_steps: 4\n"
+    "  precision: fp32\n"
+    "  seed: 18446744073709551615\n"
+    "  collective_timeout_s: 12.5\n"
+    "  cpu_threads_per_worker: 3\n"
+    "  check_replicas_every: 0\n"
+    "optimizer:\n"
+    "  lr: 1.0e-3\n"
+    "  weight_decay: 0.1\n"
+    "  betas:\n"
+    "    - 0.8\n"
+    "    - 0.95\n"
+    "  eps: 1e-6\n"
+    "  grad_clip: 0.5\n"
+    "  schedule: linear\n"
+    "  warmup_steps: 20\n"
+    "  min_lr_ratio: 0.1\n"
+    "data:\n"
+    "  train_path: data/train.bin\n"
+    "  val_path: 'data/val.bin'\n"
+    "  format: tokens\n"
+    "  batch_size_per_worker: 32\n"
+    "  seq_len: 256\n"
+    "  shuffle: no\n"
+    "model:\n"
+    "  type: gpt2\n"
+    "  n_layer: 6\n"
+    "  n_head: 6\n"
+    "  n_embd: 384\n"
+    "  vocab_size: 50257\n"
+    "  n_positions: 1024\n"
+    "  num_labels: 0\n"
+    "  init_from: \"weights/gpt2.safetensors\"\n"
+    "eval:\n"
+    "  every_steps: 50\n"
+    "  max_batches: 20\n"
+    "checkpoint:\n"
+    "  every_steps: 200\n"
+    "  keep_last: 5\n"
+    "  resume: \"runs/old/checkpoints/step_00000100\"\n"
+    "logging:\n"
+    "  every_steps: 5\n"
+    "  tensorboard: False\n"
+    "fault_tolerance:\n"
+    "  max_restarts: 7\n"
+    "  backoff_s: 2.5\n";
+
+static void test_full(void) {
+    LOAD_OK(full_yaml);
+    CHECK_STR_EQ(cfg.run.dir, "out/run1");
+    CHECK_INT_EQ(cfg.training.num_workers, 2);
+    CHECK_INT_EQ(cfg.training.use_gpu, 0);
+    CHECK_INT_EQ(cfg.training.device, DT_DEVICE_CPU);
+    CHECK_INT_EQ(cfg.training.gpus_per_worker, 0);
+    CHECK_INT_EQ(cfg.training.comm, DT_COMM_SHM);
+    CHECK_INT_EQ(cfg.training.epochs, 5);
+    CHECK_INT_EQ(cfg.training.max_steps, 1000);
+    CHECK_INT_EQ(cfg.training.grad_accum_steps, 4);
+    CHECK_INT_EQ(cfg.training.precision, DT_PREC_FP32);
+    CHECK(cfg.training.seed == UINT64_MAX);
+    CHECK(cfg.training.collective_timeout_s == 12.5);
+    CHECK_INT_EQ(cfg.training.cpu_threads_per_worker, 3);
+    CHECK_INT_EQ(cfg.training.check_replicas_every, 0);
+    CHECK(cfg.optimizer.lr == 1e-3);
+    CHECK(cfg.optimizer.weight_decay == 0.1);
+    CHECK(cfg.optimizer.beta1 == 0.8);
+    CHECK(cfg.optimizer.beta2 == 0.95);
+    CHECK(cfg.optimizer.eps == 1e-6);
+    CHECK(cfg.optimizer.grad_clip == 0.5);
+    CHECK_INT_EQ(cfg.optimizer.schedule, DT_SCHED_LINEAR);
+    CHECK_INT_EQ(cfg.optimizer.warmup_steps, 20);
+    CHECK(cfg.optimizer.min_lr_ratio == 0.1);
+    CHECK_STR_EQ(cfg.data.train_path, "data/train.bin");
+    CHECK_STR_EQ(cfg.data.val_path, "data/val.bin");
+    CHECK_INT_EQ(cfg.data.format, DT_FORMAT_TOKENS);
+    CHECK_INT_EQ(cfg.data.batch_size_per_worker, 32);
+    CHECK_INT_EQ(cfg.data.seq_len, 256);
+    CHECK_INT_EQ(cfg.data.shuffle, 0);
+    CHECK_STR_EQ(cfg.model.type, "gpt2");
+    CHECK_INT_EQ(cfg.model.n_layer, 6);
+    CHECK_INT_EQ(cfg.model.n_head, 6);
+    CHECK_INT_EQ(cfg.model.n_embd, 384);
+    CHECK_INT_EQ(cfg.model.vocab_size, 50257);
+    CHECK_INT_EQ(cfg.model.n_positions, 1024);
+    CHECK_INT_EQ(cfg.model.num_labels, 0);
+    CHECK_STR_EQ(cfg.model.init_from, "weights/gpt2.safetensors");
+    CHECK_INT_EQ(cfg.eval.every_steps, 50);
+    CHECK_INT_EQ(cfg.eval.max_batches, 20);
+    CHECK_INT_EQ(cfg.checkpoint.every_steps, 200);
+    CHECK_INT_EQ(cfg.checkpoint.keep_last, 5);
+    CHECK_INT_EQ(cfg.checkpoint.resume, DT_RESUME_PATH);
+    CHECK_STR_EQ(cfg.checkpoint.resume_path, "runs/old/checkpoints/step_00000100");
+    CHECK_INT_EQ(cfg.logging.every_steps, 5);
+    CHECK_INT_EQ(cfg.logging.tensorboard, 0);
+    CHECK_INT_EQ(cfg.fault_tolerance.max_restarts, 7);
+    CHECK(cfg.fault_tolerance.backoff_s == 2.5);
+
+    /* spellings: every boolean form, enum aliases, quoted numbers, flow mappings */
+    LOAD_OK(MIN "  shuffle: 'off'\nlogging: {tensorboard: 1}\ntraining: {use_gpu: YES, communication_backend: auto,"
+                " precision: bf16, seed: \"42\"}\ncheckpoint:\n  resume: never\noptimizer:\n  schedule: constant\n");
+    CHECK_INT_EQ(cfg.data.shuffle, 0);
+    CHECK_INT_EQ(cfg.logging.tensorboard, 1);
+    CHECK_INT_EQ(cfg.training.use_gpu, 1);
+    CHECK_INT_EQ(cfg.training.device, DT_DEVICE_CUDA);
+    CHECK_INT_EQ(cfg.training.comm, DT_COMM_AUTO);
+    CHECK_INT_EQ(cfg.training.precision, DT_PREC_BF16);
+    CHECK(cfg.training.seed == 42);
+    CHECK_INT_EQ(cfg.checkpoint.resume, DT_RESUME_NEVER);
+    CHECK_INT_EQ(cfg.optimizer.schedule, DT_SCHED_CONSTANT);
+    LOAD_OK(MIN "  format: tsv\ntraining: {device: cuda, communication_backend: nccl, use_gpu: on}\n");
+    CHECK_INT_EQ(cfg.data.format, DT_FORMAT_TSV);
+    CHECK_INT_EQ(cfg.training.device, DT_DEVICE_CUDA);
+    CHECK_INT_EQ(cfg.training.comm, DT_COMM_NCCL);
+    /* device alone (use_gpu stays "not given"); use_gpu: false alone -> cpu */
+    LOAD_OK(MIN "training:\n  device: cuda\n");
+    CHECK_INT_EQ(cfg.training.use_gpu, -1);
+    CHECK_INT_EQ(cfg.training.device, DT_DEVICE_CUDA);
+    LOAD_OK(MIN "training:\n  use_gpu: 0\n  device: auto\n  resources_per_worker: {gpu: 0}\n");
+    CHECK_INT_EQ(cfg.training.use_gpu, 0);
+    CHECK_INT_EQ(cfg.training.device, DT_DEVICE_CPU);
+}
+
+static void test_seed_example(void) {
+    static const char *seed =
+        "training:\n"
+        "  num_workers: 4            # worker processes = GPUs used; 1 = single device\n"
+        "  use_gpu: true             # false = CPU workers; missing GPU with use_gpu: true is an error\n"
+        "  resources_per_worker: {gpu: 1}\n"
+        "  communication_backend: \"collective\"   # collective|auto -> nccl on GPU, shm on CPU; or nccl|shm\n"
+        "  epochs: 3                 # or max_steps\n"
+        "data:\n"
+        "  train_path: \"data/train.tsv\"   # file, directory or glob\n"
+        "  val_path: \"data/val.tsv\"\n"
+        "  batch_size_per_worker: 16\n"
+        "model:\n"
+        "  type: \"transformer_like\"  # GPT-2 style decoder\n"
+        "  num_labels: 2             # 0 or absent = language modelling; >=2 = sequence classification\n";
+    LOAD_OK(seed);
+    CHECK_INT_EQ(cfg.training.num_workers, 4);
+    CHECK_INT_EQ(cfg.training.use_gpu, 1);
+    CHECK_INT_EQ(cfg.training.device, DT_DEVICE_CUDA);
+    CHECK_INT_EQ(cfg.training.gpus_per_worker, 1);
+    CHECK_INT_EQ(cfg.training.comm, DT_COMM_AUTO);
+    CHECK_INT_EQ(cfg.training.epochs, 3);
+    CHECK_STR_EQ(cfg.data.train_path, "data/train.tsv");
+    CHECK_STR_EQ(cfg.data.val_path, "data/val.tsv");
+    CHECK_INT_EQ(cfg.data.batch_size_per_worker, 16);
+    CHECK_STR_EQ(cfg.model.type, "transformer_like");
+    CHECK_INT_EQ(cfg.model.num_labels, 2);
+    CHECK_STR_EQ(cfg.run.dir, "runs/finetune");
+
+    /* the same as a real file */
+    const char *path = DTRAIN_SOURCE_DIR "/tests/configs/finetune.yaml";
+    CHECK_INT_EQ(dt_config_load(&cfg, path, NULL, 0), DT_OK);
+    CHECK_STR_EQ(cfg.source, path);
+    CHECK_STR_EQ(cfg.run.dir, "runs/finetune");
+    CHECK_INT_EQ(cfg.training.num_workers, 4);
+    CHECK_INT_EQ(cfg.model.num_labels, 2);
+}
+
+static void test_errors(void) {
+    /* the STYLE.md example, line for line */
+    LOAD_ERR("finetune.yaml:7: training.num_workers: expected an integer >= 1, got \"four\"",
+             "# fine-tune\n" MIN "model:\n  num_labels: 2\ntraining:\n  num_workers: four\n");
+    /* unknown keys: did-you-mean by edit distance, by the same name in another section, by a
+     * longer key containing it, or the list of known keys */
+    LOAD_ERR("finetune.yaml:3: training.num_worker: unknown key (did you mean training.num_workers?)",
+             "# the brief's example\ntraining:\n  num_worker: 4\n" MIN);
+    LOAD_ERR("finetune.yaml:5: training.lr: unknown key (did you mean optimizer.lr?)",
+             MIN "training:\n  epochs: 2\n  lr: 0.1\n");
+    LOAD_ERR("finetune.yaml:2: data.batch_size: unknown key (did you mean data.batch_size_per_worker?)",
+             "data:\n  batch_size: 4\n  train_path: x\n");
+    LOAD_ERR("finetune.yaml:5: training.resources_per_worker.cpu: unknown key (did you mean "
+             "training.resources_per_worker.gpu?)",
+             MIN "training:\n  resources_per_worker:\n    cpu: 1\n");
+    LOAD_ERR("finetune.yaml:4: eval.frequency: unknown key (known keys in eval: every_steps, max_batches)",
+             MIN "eval:\n  frequency: 3\n");
+    LOAD_ERR("finetune.yaml:4: training.dropout: unknown key (known keys in training: num_workers, use_gpu, "
+             "device, resources_per_worker, communication_backend, epochs, max_steps, grad_accum_steps, "
+             "precision, seed, collective_timeout_s, cpu_threads_per_worker, check_replicas_every)",
+             MIN "training:\n  dropout: 0.1\n");
+    /* unknown sections */
+    LOAD_ERR("finetune.yaml:3: trainig: unknown section (did you mean training?)", MIN "trainig:\n  epochs: 1\n");
+    LOAD_ERR("finetune.yaml:1: num_workers: unknown section (did you mean training.num_workers?)",
+             "num_workers: 2\n" MIN);
+    LOAD_ERR("finetune.yaml:3: wandb: unknown section (known sections: run, training, optimizer, data, model, "
+             "eval, checkpoint, logging, fault_tolerance)",
+             MIN "wandb:\n  project: x\n");
+    /* structure */
+    LOAD_ERR("finetune.yaml:3: training: expected a mapping, got \"5\"", MIN "training: 5\n");
+    LOAD_ERR("finetune.yaml:3: model: expected a mapping, got a list", MIN "model: [1, 2]\n");
+    LOAD_ERR("finetune.yaml:4: training.epochs: expected an integer >= 1, got a mapping",
+             MIN "training:\n  epochs:\n    n: 3\n");
+    LOAD_ERR("finetune.yaml:4: training.resources_per_worker: expected a mapping, got \"1\" (hint: write "
+             "resources_per_worker: {gpu: 1})",
+             MIN "training:\n  resources_per_worker: 1\n");
+    LOAD_ERR("finetune.yaml:5: training.epochs: duplicate key, first set at line 4",
+             MIN "training:\n  epochs: 2\n  epochs: 3\n");
+    LOAD_ERR("finetune.yaml:4: data: duplicate key, first set at line 1", MIN "model: {}\ndata: {}\n");
+    LOAD_ERR("finetune.yaml:4: training: expected a key name, got a list", MIN "training:\n  ? [a]\n  : 1\n");
+    /* YAML syntax */
+    LOAD_ERR("finetune.yaml:4: YAML syntax error: found character that cannot start any token",
+             MIN "training:\n\tepochs: 2\n");
+    LOAD_ERR("finetune.yaml:5: YAML syntax error: did not find expected ',' or ']'",
+             MIN "optimizer:\n  betas: [0.9, 0.95\n  lr: 1\n");
+    LOAD_ERR("finetune.yaml:1: YAML syntax error: mapping values are not allowed in this context",
+             "data: train_path: x\n");
+    /* documents that are not a mapping */
+    LOAD_ERR("finetune.yaml: expected a mapping of sections like training: and data:, got an empty document", "");
+    LOAD_ERR("finetune.yaml: expected a mapping of sections like training: and data:, got an empty document",
+             "# nothing but a comment\n\n");
+    LOAD_ERR("finetune.yaml:2: expected a mapping of sections like training: and data:, got a list",
+             "\n- data\n- model\n");
+    LOAD_ERR("finetune.yaml:1: expected a mapping of sections like training: and data:, got \"hello\"", "hello\n");
+    LOAD_ERR("finetune.yaml: expected a mapping of sections like training: and data:, got an empty document", "~\n");
+    LOAD_ERR("finetune.yaml:4: expected a single YAML document, got a second one (hint: remove the \"---\" line)",
+             MIN "---\ntraining: {epochs: 2}\n");
+    /* required key */
+    LOAD_ERR("finetune.yaml: data.train_path: required key is missing (hint: add train_path under data:, or "
+             "pass --set data.train_path=PATH)",
+             "training:\n  epochs: 2\n");
+    LOAD_ERR("finetune.yaml:2: data.train_path: expected a non-empty path, got \"\"", "data:\n  train_path: \"\"\n");
+    /* types and ranges */
+    LOAD_ERR("finetune.yaml:3: data.seq_len: expected an integer >= 2, got \"12.5\"", MIN "  seq_len: 12.5\n");
+    LOAD_ERR("finetune.yaml:3: data.seq_len: expected an integer >= 2, got \"128abc\"", MIN "  seq_len: 128abc\n");
+    LOAD_ERR("finetune.yaml:3: data.seq_len: expected an integer >= 2, got \"1\"", MIN "  seq_len: 1\n");
+    LOAD_ERR("finetune.yaml:3: data.batch_size_per_worker: expected an integer >= 1, got \"99999999999\"",
+             MIN "  batch_size_per_worker: 99999999999\n");
+    LOAD_ERR("finetune.yaml:4: optimizer.lr: expected a number > 0, got \"3e-4x\"", MIN "optimizer:\n  lr: 3e-4x\n");
+    LOAD_ERR("finetune.yaml:4: optimizer.lr: expected a number > 0, got \"0\"", MIN "optimizer:\n  lr: 0\n");
+    LOAD_ERR("finetune.yaml:4: optimizer.min_lr_ratio: expected a number in [0, 1], got \"1.5\"",
+             MIN "optimizer:\n  min_lr_ratio: 1.5\n");
+    LOAD_ERR("finetune.yaml:4: optimizer.eps: expected a number > 0, got \".nan\"", MIN "optimizer:\n  eps: .nan\n");
+    LOAD_ERR("finetune.yaml:4: training.seed: expected an integer >= 0, got \"-1\"", MIN "training:\n  seed: -1\n");
+    LOAD_ERR("finetune.yaml:3: data.shuffle: expected a boolean (true or false), got \"maybe\"",
+             MIN "  shuffle: maybe\n");
+    LOAD_ERR("finetune.yaml:4: training.resources_per_worker.gpu: expected an integer in [0, 1], got \"2\"",
+             MIN "training:\n  resources_per_worker: {gpu: 2}\n");
+    LOAD_ERR("finetune.yaml:4: checkpoint.keep_last: expected an integer >= 1, got \"0\"",
+             MIN "checkpoint:\n  keep_last: 0\n");
+    LOAD_ERR("finetune.yaml:4: logging.every_steps: expected an integer >= 1, got \"0\"",
+             MIN "logging:\n  every_steps: 0\n");
+    LOAD_ERR("finetune.yaml:4: checkpoint.resume: expected auto, never or a checkpoint path, got \"\"",
+             MIN "checkpoint:\n  resume: ''\n");
+    /* enums */
+    LOAD_ERR("finetune.yaml:4: training.device: expected one of cpu, cuda, auto, got \"gpu\"",
+             MIN "training:\n  device: gpu\n");
+    LOAD_ERR("finetune.yaml:4: training.communication_backend: expected one of collective, auto, shm, nccl, got "
+             "\"mpi\"",
+             MIN "training:\n  communication_backend: mpi\n");
+    LOAD_ERR("finetune.yaml:4: training.precision: expected one of auto, fp32, bf16, got \"fp16\"",
+             MIN "training:\n  precision: fp16\n");
+    LOAD_ERR("finetune.yaml:4: optimizer.schedule: expected one of constant, cosine, linear, got \"step\"",
+             MIN "optimizer:\n  schedule: step\n");
+    LOAD_ERR("finetune.yaml:3: data.format: expected one of auto, tokens, tsv, got \"csv\"", MIN "  format: csv\n");
+    LOAD_ERR("finetune.yaml:4: model.type: expected one of transformer_like, gpt2, got \"bert\"",
+             MIN "model:\n  type: bert\n");
+    /* betas */
+    LOAD_ERR("finetune.yaml:4: optimizer.betas: expected a list of two numbers [beta1, beta2], got a list of 3 "
+             "(hint: write betas: [0.9, 0.95])",
+             MIN "optimizer:\n  betas: [0.9, 0.95, 0.99]\n");
+    LOAD_ERR("finetune.yaml:4: optimizer.betas: expected a list of two numbers [beta1, beta2], got \"0.9\" "
+             "(hint: write betas: [0.9, 0.95])",
+             MIN "optimizer:\n  betas: 0.9\n");
+    LOAD_ERR("finetune.yaml:6: optimizer.betas[1]: expected a number in [0, 1), got \"1.0\"",
+             MIN "optimizer:\n  betas:\n    - 0.9\n    - 1.0\n");
+    LOAD_ERR("finetune.yaml:4: optimizer.betas[0]: expected a number in [0, 1), got a list",
+             MIN "optimizer:\n  betas: [[0.9], 0.95]\n");
+    /* cross-field rules, naming the key and its line */
+    LOAD_ERR("finetune.yaml:5: model.n_embd: expected a multiple of model.n_head (12), got \"100\"",
+             MIN "model:\n  n_head: 12\n  n_embd: 100\n");
+    LOAD_ERR("finetune.yaml:4: model.n_head: expected a divisor of model.n_embd (128), got \"5\"",
+             MIN "model:\n  n_head: 5\n");
+    LOAD_ERR("finetune.yaml:5: model.n_positions: expected an integer >= data.seq_len (128), got \"100\"",
+             MIN "  seq_len: 128\nmodel:\n  n_positions: 100\n");
+    LOAD_ERR("finetune.yaml:4: model.num_labels: expected 0 (language modelling) or an integer >= 2 "
+             "(classification), got \"1\"",
+             MIN "model:\n  num_labels: 1\n");
+    LOAD_ERR("finetune.yaml:5: model.vocab_size: expected an integer >= 257 when model.num_labels >= 2, got "
+             "\"256\" (hint: classification uses the byte tokenizer: 256 byte ids + <cls>)",
+             MIN "model:\n  num_labels: 3\n  vocab_size: 256\n");
+    LOAD_ERR("finetune.yaml:5: training.device: expected cpu or auto with training.use_gpu: false, got \"cuda\" "
+             "(hint: keep only one of training.use_gpu and training.device)",
+             MIN "training:\n  use_gpu: false\n  device: cuda\n");
+    LOAD_ERR("finetune.yaml:4: training.device: expected cuda or auto with training.use_gpu: true, got \"cpu\" "
+             "(hint: keep only one of training.use_gpu and training.device)",
+             MIN "training:\n  device: cpu\n  use_gpu: true\n");
+    LOAD_ERR("finetune.yaml:5: training.resources_per_worker.gpu: expected 1 when training.device is cuda, got "
+             "\"0\" (hint: one GPU per worker)",
+             MIN "training:\n  use_gpu: true\n  resources_per_worker: {gpu: 0}\n");
+    LOAD_ERR("finetune.yaml:5: training.precision: expected fp32 or auto when training.device is cpu, got "
+             "\"bf16\" (hint: use precision: fp32 on CPU)",
+             MIN "training:\n  device: cpu\n  precision: bf16\n");
+    LOAD_ERR("finetune.yaml:4: training.communication_backend: expected collective, auto or shm when "
+             "training.device is cpu, got \"nccl\" (hint: NCCL needs GPUs)",
+             MIN "training:\n  communication_backend: nccl\n  use_gpu: no\n");
+    /* a cross-field error on a key set by an override names the override */
+    LOAD_ERR("--set training.resources_per_worker={gpu: 0}: training.resources_per_worker.gpu: expected 1 when training.device is cuda, got "
+             "\"0\" (hint: one GPU per worker)",
+             MIN "training:\n  use_gpu: true\n", "training.resources_per_worker={gpu: 0}");
+
+    /* a real file with an error: the message carries the path as given */
+    dt_error_clear();
+    CHECK_INT_EQ(dt_config_load(&cfg, DTRAIN_SOURCE_DIR "/tests/configs/bad_workers.yaml", NULL, 0), DT_ERR_CONFIG);
+    CHECK_STR_EQ(dt_error_msg(), DTRAIN_SOURCE_DIR "/tests/configs/bad_workers.yaml:7: training.num_workers: "
+                                                   "expected an integer >= 1, got \"four\"");
+}
+
+static void test_env(void) {
+    setenv("DT_TEST_USER", "alice", 1);
+    setenv("DT_TEST_NW", "3", 1);
+    setenv("DT_TEST_BAD", "four", 1);
+    LOAD_OK(MIN "run:\n  dir: \"runs/${DT_TEST_USER}/x-${DT_TEST_NW}\"\ntraining:\n  num_workers: ${DT_TEST_NW}\n"
+                "model:\n  init_from: ${DT_TEST_USER}\n");
+    CHECK_STR_EQ(cfg.run.dir, "runs/alice/x-3");
+    CHECK_INT_EQ(cfg.training.num_workers, 3);
+    CHECK_STR_EQ(cfg.model.init_from, "alice");
+    /* a lone $ or $NAME is literal */
+    LOAD_OK(MIN "run:\n  dir: a$b$\n");
+    CHECK_STR_EQ(cfg.run.dir, "a$b$");
+    /* the substituted value is typed like any other */
+    LOAD_ERR("finetune.yaml:4: training.num_workers: expected an integer >= 1, got \"four\"",
+             MIN "training:\n  num_workers: ${DT_TEST_BAD}\n");
+    unsetenv("DT_TEST_UNSET");
+    LOAD_ERR("finetune.yaml:4: run.dir: environment variable DT_TEST_UNSET is not set",
+             MIN "run:\n  dir: \"runs/${DT_TEST_UNSET}/x\"\n");
+    LOAD_ERR("finetune.yaml:5: optimizer.betas[1]: environment variable DT_TEST_UNSET is not set",
+             MIN "optimizer:\n  betas: [0.9,\n    \"${DT_TEST_UNSET}\"]\n");
+    LOAD_ERR("finetune.yaml:4: run.dir: expected ${NAME} with a NAME of letters, digits and _, got \"x/${HOME\"",
+             MIN "run:\n  dir: x/${HOME\n");
+    /* in overrides too */
+    LOAD_OK(MIN, "data.val_path=${DT_TEST_USER}.tsv");
+    CHECK_STR_EQ(cfg.data.val_path, "alice.tsv");
+    LOAD_ERR("--set data.val_path=${DT_TEST_UNSET}: data.val_path: environment variable DT_TEST_UNSET is not set",
+             MIN, "data.val_path=${DT_TEST_UNSET}");
+}
+
+static void test_overrides(void) {
+    LOAD_OK(MIN "training:\n  num_workers: 2\n", "training.num_workers=8", "optimizer.betas=[0.9,0.95]",
+            "model.init_from=w/m.safetensors", "training.num_workers=6", "data.val_path=\"a b: c.tsv\"",
+            "training.resources_per_worker={gpu: 0}", "training.use_gpu=false", "checkpoint.resume=runs/x/ck",
+            "optimizer.lr=1e-3", "data.train_path=other.bin");
+    CHECK_INT_EQ(cfg.training.num_workers, 6); /* in order: the last one wins */
+    CHECK(cfg.optimizer.beta1 == 0.9);
+    CHECK(cfg.optimizer.beta2 == 0.95);
+    CHECK_STR_EQ(cfg.model.init_from, "w/m.safetensors");
+    CHECK_STR_EQ(cfg.data.val_path, "a b: c.tsv");
+    CHECK_INT_EQ(cfg.training.gpus_per_worker, 0);
+    CHECK_INT_EQ(cfg.training.use_gpu, 0);
+    CHECK_INT_EQ(cfg.training.device, DT_DEVICE_CPU);
+    CHECK_INT_EQ(cfg.checkpoint.resume, DT_RESUME_PATH);
+    CHECK_STR_EQ(cfg.checkpoint.resume_path, "runs/x/ck");
+    CHECK(cfg.optimizer.lr == 1e-3);
+    CHECK_STR_EQ(cfg.data.train_path, "other.bin");
+    /* block-free forms: a whole section, a nested key, a value with '=' and glob characters */
+    LOAD_OK("run: {}\n", "data={train_path: d/*.bin, seq_len: 32}", "training.resources_per_worker.gpu=1",
+            "run.dir=runs/a=b", "checkpoint.resume=auto", "model.init_from=");
+    CHECK_STR_EQ(cfg.data.train_path, "d/*.bin");
+    CHECK_INT_EQ(cfg.data.seq_len, 32);
+    CHECK_INT_EQ(cfg.model.n_positions, 32);
+    CHECK_STR_EQ(cfg.run.dir, "runs/a=b");
+    CHECK_INT_EQ(cfg.checkpoint.resume, DT_RESUME_AUTO);
+    /* an override can fix what the file broke only if the file parses: the file is checked first */
+    LOAD_OK(MIN "model:\n  n_head: 5\n", "model.n_head=8");
+    CHECK_INT_EQ(cfg.model.n_head, 8);
+
+    LOAD_ERR("--set training.num_workers=four: training.num_workers: expected an integer >= 1, got \"four\"", MIN,
+             "training.num_workers=four");
+    LOAD_ERR("--set training.num_workers: expected key.path=value, got \"training.num_workers\"", MIN,
+             "training.num_workers");
+    LOAD_ERR("--set =3: expected key.path=value, got \"=3\"", MIN, "=3");
+    LOAD_ERR("--set training.num_worker=4: training.num_worker: unknown key (did you mean training.num_workers?)",
+             MIN, "training.num_worker=4");
+    LOAD_ERR("--set trainig.epochs=4: trainig.epochs: unknown key (did you mean training.epochs?)", MIN,
+             "trainig.epochs=4");
+    LOAD_ERR("--set training.lr=4: training.lr: unknown key (did you mean optimizer.lr?)", MIN, "training.lr=4");
+    LOAD_ERR("--set optimizer.betas=[0.9: optimizer.betas: YAML syntax error: did not find expected ',' or ']'", MIN,
+             "optimizer.betas=[0.9");
+    LOAD_ERR("--set optimizer.betas=[0.9, 1.5]: optimizer.betas[1]: expected a number in [0, 1), got \"1.5\"", MIN,
+             "optimizer.betas=[0.9, 1.5]");
+    LOAD_ERR("--set optimizer.betas=0.9: optimizer.betas: expected a list of two numbers [beta1, beta2], got "
+             "\"0.9\" (hint: write betas: [0.9, 0.95])",
+             MIN, "optimizer.betas=0.9");
+    LOAD_ERR("--set training={gpu: 1}: training.gpu: unknown key (did you mean training.resources_per_worker.gpu?)",
+             MIN, "training={gpu: 1}");
+    LOAD_ERR("--set training.device=gpu: training.device: expected one of cpu, cuda, auto, got \"gpu\"", MIN,
+             "training.num_workers=2", "training.device=gpu");
+    /* cross-field errors point at the override that set the key last */
+    LOAD_ERR("--set model.n_embd=102: model.n_embd: expected a multiple of model.n_head (4), got \"102\"", MIN,
+             "model.n_embd=102");
+    LOAD_ERR("--set training.device=cuda: training.device: expected cpu or auto with training.use_gpu: false, got "
+             "\"cuda\" (hint: keep only one of training.use_gpu and training.device)",
+             MIN "training:\n  use_gpu: false\n", "training.device=cuda");
+    /* a missing data.train_path can be given on the command line only */
+    LOAD_OK("model: {n_layer: 3}\n", "data.train_path=x.bin");
+    CHECK_STR_EQ(cfg.data.train_path, "x.bin");
+    CHECK_INT_EQ(cfg.model.n_layer, 3);
+}
+
+/* print -> load gives the same struct, field by field and byte by byte (source aside) */
+static void check_round_trip(const char *yaml, const char *const *ovr, int n_ovr) {
+    dt_config a, b;
+    CHECK_INT_EQ(dt_config_load_string(&a, "rt.yaml", yaml, ovr, n_ovr), DT_OK);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    CHECK(mem != NULL);
+    dt_config_print(&a, mem);
+    CHECK(fclose(mem) == 0);
+    dt_status st = dt_config_load_string(&b, "other.yaml", text, NULL, 0);
+    if (st != DT_OK) fprintf(stderr, "reload failed: %s\n--- printed:\n%s", dt_error_msg(), text);
+    CHECK_INT_EQ(st, DT_OK);
+    /* the printed form is stable */
+    char *text2 = NULL;
+    size_t len2 = 0;
+    mem = open_memstream(&text2, &len2);
+    CHECK(mem != NULL);
+    dt_config_print(&b, mem);
+    CHECK(fclose(mem) == 0);
+    CHECK_STR_EQ(text2, text);
+    free(text2);
+    free(text);
+
+    CHECK_STR_EQ(b.run.dir, a.run.dir);
+    CHECK_INT_EQ(b.training.use_gpu, a.training.use_gpu);
+    CHECK_INT_EQ(b.training.device, a.training.device);
+    CHECK(b.training.seed == a.training.seed);
+    CHECK(b.optimizer.lr == a.optimizer.lr);
+    CHECK(b.optimizer.beta1 == a.optimizer.beta1 && b.optimizer.beta2 == a.optimizer.beta2);
+    CHECK_STR_EQ(b.checkpoint.resume_path, a.checkpoint.resume_path);
+    CHECK_STR_EQ(b.model.init_from, a.model.init_from);
+    CHECK(memcmp(&a, &b, sizeof a) == 0);
+}
+
+static void test_round_trip(void) {
+    check_round_trip(MIN, NULL, 0);
+    check_round_trip(full_yaml, NULL, 0);
+    check_round_trip(MIN "training: {use_gpu: true, precision: bf16}\nmodel: {num_labels: 4}\n", NULL, 0);
+    check_round_trip(MIN "training: {device: cuda}\ncheckpoint: {resume: never}\n", NULL, 0);
+    check_round_trip(MIN "training: {use_gpu: false}\n", NULL, 0);
+    const char *const ovr[] = {"optimizer.lr=0.30000000000000004", "optimizer.betas=[0.1, 0.7]",
+                               "optimizer.eps=1e-300", "fault_tolerance.backoff_s=0.1",
+                               "data.val_path=\"quote\\\" back\\\\slash tab\\t nl\\n ü\"",
+                               "checkpoint.resume=\"auto/x\"", "training.seed=0"};
+    check_round_trip(MIN, ovr, (int)(sizeof ovr / sizeof ovr[0]));
+    dt_config c;
+    CHECK_INT_EQ(dt_config_load_string(&c, NAME, MIN, ovr, (int)(sizeof ovr / sizeof ovr[0])), DT_OK);
+    CHECK_STR_EQ(c.data.val_path, "quote\" back\\slash tab\t nl\n \xc3\xbc");
+
+    /* use_gpu is printed only when it was given; device always */
+    char *text = NULL;
+    size_t len = 0;
+    CHECK_INT_EQ(dt_config_load_string(&c, NAME, MIN "training: {device: cuda}\n", NULL, 0), DT_OK);
+    FILE *mem = open_memstream(&text, &len);
+    dt_config_print(&c, mem);
+    fclose(mem);
+    CHECK(strstr(text, "use_gpu") == NULL);
+    CHECK_STR_CONTAINS(text, "\n  device: cuda\n");
+    CHECK_STR_CONTAINS(text, "\n  betas: [0.9, 0.999]\n");
+    CHECK_STR_CONTAINS(text, "\n  lr: 0.0003\n");
+    CHECK_STR_CONTAINS(text, "\n  init_from: \"\"\n");
+    CHECK_STR_CONTAINS(text, "\n  resources_per_worker:\n    gpu: 1\n  communication_backend: collective\n");
+    free(text);
+    CHECK_INT_EQ(dt_config_load_string(&c, NAME, MIN "training: {use_gpu: no}\n", NULL, 0), DT_OK);
+    mem = open_memstream(&text, &len);
+    dt_config_print(&c, mem);
+    fclose(mem);
+    CHECK_STR_CONTAINS(text, "\n  use_gpu: false\n  device: cpu\n");
+    free(text);
+
+    /* through a real file: source is the path, run.dir stays the printed one */
+    mkdir(DTRAIN_TEST_TMP, 0755);
+    const char *path = DTRAIN_TEST_TMP "/config_rt.yaml";
+    dt_config a, b;
+    CHECK_INT_EQ(dt_config_load_string(&a, NAME, full_yaml, NULL, 0), DT_OK);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    dt_config_print(&a, f);
+    CHECK(fclose(f) == 0);
+    CHECK_INT_EQ(dt_config_load(&b, path, NULL, 0), DT_OK);
+    CHECK_STR_EQ(b.source, path);
+    memset(b.source, 0, sizeof b.source);
+    CHECK(memcmp(&a, &b, sizeof a) == 0);
+    remove(path);
+}
+
+static void test_files(void) {
+    const char *missing = DTRAIN_SOURCE_DIR "/tests/configs/does-not-exist.yaml";
+    char want[2048];
+    dt_error_clear();
+    CHECK_INT_EQ(dt_config_load(&cfg, missing, NULL, 0), DT_ERR_IO);
+    snprintf(want, sizeof want, "%s: cannot open config file: %s", missing, strerror(ENOENT));
+    CHECK_STR_EQ(dt_error_msg(), want);
+
+    const char *dir = DTRAIN_SOURCE_DIR "/tests/configs";
+    dt_error_clear();
+    CHECK_INT_EQ(dt_config_load(&cfg, dir, NULL, 0), DT_ERR_IO);
+    snprintf(want, sizeof want, "%s: cannot read config file: %s", dir, strerror(EISDIR));
+    CHECK_STR_EQ(dt_error_msg(), want);
+
+    /* a file plus overrides; errors in overrides name the override, not the file */
+    const char *seed = DTRAIN_SOURCE_DIR "/tests/configs/finetune.yaml";
+    const char *const ovr[] = {"training.num_workers=1", "training.use_gpu=false"};
+    CHECK_INT_EQ(dt_config_load(&cfg, seed, ovr, 2), DT_OK);
+    CHECK_INT_EQ(cfg.training.num_workers, 1);
+    CHECK_INT_EQ(cfg.training.device, DT_DEVICE_CPU);
+    const char *const bad[] = {"model.num_labels=1"};
+    CHECK_INT_EQ(dt_config_load(&cfg, seed, bad, 1), DT_ERR_CONFIG);
+    CHECK_STR_EQ(dt_error_msg(), "--set model.num_labels=1: model.num_labels: expected 0 (language modelling) or an "
+                                 "integer >= 2 (classification), got \"1\"");
+}
+
+int main(void) {
+    test_defaults();
+    test_full();
+    test_seed_example();
+    test_errors();
+    test_env();
+    test_overrides();
+    test_round_trip();
+    test_files();
+    TEST_PASS("test_config");
+}

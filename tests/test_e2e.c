@@ -1,0 +1,235 @@
+/* test_e2e.c — the real binary on real files, as a user runs it:
+ *   - --help, --version, usage and config errors (exit 2, message on stderr);
+ *   - --dry-run of the shipped configs and of the DESIGN.md §3 seed example;
+ *   - bad data through the binary: exit 2 naming file and line;
+ *   - configs/finetune.yaml: loss falls, validation accuracy reaches 0.9, plain output
+ *     without control characters, metrics.jsonl parses;
+ *   - export, then eval with model.init_from and with --checkpoint: the same validation
+ *     loss, bit for bit;
+ *   - language modelling on a shard made by `dtrain data tokenize` (ci-smoke config). */
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+
+static char tmp[512];
+static char out_text[1 << 20], err_text[1 << 16];
+
+static void slurp(const char *path, char *buf, size_t n) {
+    FILE *f = fopen(path, "rb");
+    size_t k = 0;
+    if (f) {
+        k = fread(buf, 1, n - 1, f);
+        fclose(f);
+    }
+    buf[k] = '\0';
+}
+
+/* Runs a shell command from the source dir; returns the exit status, fills out/err text. */
+static int run(const char *fmt, ...) {
+    char cmd[4096], full[8192], o[600], e[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    snprintf(o, sizeof o, "%s/stdout.txt", tmp);
+    snprintf(e, sizeof e, "%s/stderr.txt", tmp);
+    snprintf(full, sizeof full, "cd '%s' && %s >'%s' 2>'%s' </dev/null", DTRAIN_SOURCE_DIR, cmd, o, e);
+    int st = system(full);
+    slurp(o, out_text, sizeof out_text);
+    slurp(e, err_text, sizeof err_text);
+    int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    printf("$ %s  -> %d\n", cmd, rc);
+    return rc;
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_cli(void) {
+    CHECK_INT_EQ(run("%s --help", DTRAIN_BIN), 0);
+    CHECK_STR_CONTAINS(out_text, "dtrain [train] --config FILE");
+    CHECK_STR_CONTAINS(out_text, "exit status");
+    CHECK_INT_EQ(run("%s --version", DTRAIN_BIN), 0);
+    CHECK_STR_CONTAINS(out_text, "OpenBLAS");
+    CHECK_STR_CONTAINS(out_text, "zlib");
+    CHECK_INT_EQ(run("%s", DTRAIN_BIN), 2);
+    CHECK_STR_CONTAINS(err_text, "missing --config FILE");
+    CHECK_INT_EQ(run("%s --bogus", DTRAIN_BIN), 2);
+    CHECK_STR_CONTAINS(err_text, "unknown option --bogus");
+    CHECK_INT_EQ(run("%s frobnicate", DTRAIN_BIN), 2);
+    CHECK_STR_CONTAINS(err_text, "unknown command \"frobnicate\"");
+    CHECK_INT_EQ(run("%s --config %s/nope.yaml", DTRAIN_BIN, tmp), 2);
+    CHECK_STR_CONTAINS(err_text, "nope.yaml");
+    CHECK_INT_EQ(run("%s --config configs/finetune.yaml --set training.num_workers=four --dry-run", DTRAIN_BIN), 2);
+    CHECK_STR_CONTAINS(err_text, "--set training.num_workers=four: training.num_workers: expected an integer >= 1, got \"four\"");
+}
+
+static void test_dry_run(void) {
+    const char *configs[] = {"configs/finetune.yaml", "configs/pretrain.yaml", "configs/ci-smoke.yaml"};
+    for (int i = 0; i < 3; i++) {
+        CHECK_INT_EQ(run("%s --config %s --dry-run", DTRAIN_BIN, configs[i]), 0);
+        CHECK_STR_CONTAINS(out_text, "training:");
+        CHECK_STR_CONTAINS(out_text, "# model: ");
+        CHECK_STR_CONTAINS(out_text, "training FLOPs per token");
+    }
+    /* the seed example of DESIGN.md §3, with real paths */
+    char path[600];
+    snprintf(path, sizeof path, "%s/seed.yaml", tmp);
+    write_file(path,
+               "training:\n"
+               "  num_workers: 4            # worker processes = GPUs used; 1 = single device\n"
+               "  use_gpu: true             # false = CPU workers\n"
+               "  resources_per_worker: {gpu: 1}\n"
+               "  communication_backend: \"collective\"\n"
+               "  epochs: 3\n"
+               "data:\n"
+               "  train_path: \"data/sentiment/train.tsv\"\n"
+               "  val_path: \"data/sentiment/val.tsv\"\n"
+               "  batch_size_per_worker: 16\n"
+               "model:\n"
+               "  type: \"transformer_like\"\n"
+               "  num_labels: 2\n");
+    CHECK_INT_EQ(run("%s --config %s --dry-run", DTRAIN_BIN, path), 0);
+    CHECK_STR_CONTAINS(out_text, "num_workers: 4");
+    /* running it here: no GPU -> exit 2 with a hint */
+    if (access("/proc/driver/nvidia/gpus", F_OK) != 0) {
+        CHECK_INT_EQ(run("%s --config %s --set run.dir=%s/seed", DTRAIN_BIN, path, tmp), 2);
+        CHECK_STR_CONTAINS(err_text, "no GPU is visible (hint: set training.use_gpu: false");
+    }
+}
+
+static void test_bad_data(void) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/bad.tsv", tmp);
+    write_file(path, "1\tgood movie\n0\tbad movie\nno tab here\n");
+    CHECK_INT_EQ(run("%s --config configs/ci-smoke.yaml --set data.train_path=%s --set run.dir=%s/bad", DTRAIN_BIN,
+                     path, tmp), 2);
+    char want[700];
+    snprintf(want, sizeof want, "dtrain: error: %s:3: no tab: expected \"label<TAB>text\"", path);
+    CHECK_STR_CONTAINS(err_text, want);
+}
+
+/* Reads metrics.jsonl; returns the number of train lines, fills first/last train loss and the
+ * last eval line's fields. */
+static int read_metrics(const char *run_dir, double *first_loss, double *last_loss, double *val_loss, double *val_acc) {
+    char path[700], line[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    int n_train = 0;
+    *val_loss = *val_acc = NAN;
+    while (fgets(line, sizeof line, f)) {
+        json_error_t err;
+        json_t *o = json_loads(line, 0, &err);
+        if (!o) {
+            fprintf(stderr, "metrics.jsonl: not JSON: %s (%s)\n", line, err.text);
+            exit(1);
+        }
+        const char *type = json_string_value(json_object_get(o, "type"));
+        CHECK(type != NULL);
+        if (strcmp(type, "train") == 0) {
+            double loss = json_number_value(json_object_get(o, "loss"));
+            CHECK(json_is_integer(json_object_get(o, "step")));
+            CHECK(json_is_number(json_object_get(o, "lr")) && json_is_number(json_object_get(o, "grad_norm")));
+            CHECK(json_is_number(json_object_get(o, "step_ms")) && json_is_number(json_object_get(o, "tokens_per_s")));
+            if (n_train == 0) *first_loss = loss;
+            *last_loss = loss;
+            n_train++;
+        } else {
+            CHECK_STR_EQ(type, "eval");
+            *val_loss = json_number_value(json_object_get(o, "val_loss"));
+            *val_acc = json_number_value(json_object_get(o, "val_accuracy"));
+        }
+        json_decref(o);
+    }
+    fclose(f);
+    return n_train;
+}
+
+static void test_finetune(void) {
+    char run_dir[600], exported[700];
+    snprintf(run_dir, sizeof run_dir, "%s/finetune", tmp);
+    snprintf(exported, sizeof exported, "%s/exported.safetensors", tmp);
+    CHECK_INT_EQ(run("%s --config configs/finetune.yaml --set run.dir=%s", DTRAIN_BIN, run_dir), 0);
+    /* plain output: parseable lines, no control characters */
+    for (const char *p = out_text; *p; p++) CHECK(*p == '\n' || (unsigned char)*p >= 0x20);
+    CHECK_STR_CONTAINS(out_text, "final: val loss");
+    double first, last, val_loss, val_acc;
+    int n = read_metrics(run_dir, &first, &last, &val_loss, &val_acc);
+    printf("finetune: %d steps, loss %.4f -> %.4f, val loss %.6f, val accuracy %.4f\n", n, first, last, val_loss, val_acc);
+    CHECK(n > 10);
+    CHECK(last < 0.5 * first);
+    CHECK(val_acc >= 0.9);
+    char path[700];
+    snprintf(path, sizeof path, "%s/config.yaml", run_dir);
+    CHECK(access(path, F_OK) == 0);
+    snprintf(path, sizeof path, "%s/train.log", run_dir);
+    CHECK(access(path, F_OK) == 0);
+
+    /* export -> eval through model.init_from and through --checkpoint: the same loss exactly */
+    CHECK_INT_EQ(run("%s export --checkpoint %s --out %s", DTRAIN_BIN, run_dir, exported), 0);
+    CHECK_INT_EQ(run("%s eval --config configs/finetune.yaml --set model.init_from=%s", DTRAIN_BIN, exported), 0);
+    const char *p = strstr(out_text, "val loss ");
+    CHECK(p != NULL);
+    double eval_loss = strtod(p + 9, NULL);
+    printf("eval via init_from: %.17g, training's final eval: %.17g\n", eval_loss, val_loss);
+    CHECK(eval_loss == val_loss);
+    CHECK_INT_EQ(run("%s eval --config configs/finetune.yaml --checkpoint %s", DTRAIN_BIN, run_dir), 0);
+    p = strstr(out_text, "val loss ");
+    CHECK(p != NULL && strtod(p + 9, NULL) == val_loss);
+    /* a shape mismatch through init_from is a clear exit 2 */
+    CHECK_INT_EQ(run("%s eval --config configs/finetune.yaml --set model.n_embd=32 --set model.init_from=%s", DTRAIN_BIN,
+                     exported), 2);
+    CHECK_STR_CONTAINS(err_text, "has shape");
+    CHECK_STR_CONTAINS(err_text, "but the config needs");
+}
+
+static void test_language_model(void) {
+    char shard[600], val[600], run_dir[600];
+    snprintf(shard, sizeof shard, "%s/lm-train.bin", tmp);
+    snprintf(val, sizeof val, "%s/lm-val.bin", tmp);
+    snprintf(run_dir, sizeof run_dir, "%s/lm", tmp);
+    CHECK_INT_EQ(run("%s data tokenize --tokenizer bytes data/tinytext/corpus.txt %s", DTRAIN_BIN, shard), 0);
+    struct stat st_txt, st_bin;
+    CHECK(stat(DTRAIN_SOURCE_DIR "/data/tinytext/corpus.txt", &st_txt) == 0);
+    CHECK(stat(shard, &st_bin) == 0);
+    CHECK_INT_EQ(st_bin.st_size, 1024 + 2 * st_txt.st_size);
+    CHECK_INT_EQ(run("%s data tokenize --tokenizer bytes data/tinytext/val.txt %s", DTRAIN_BIN, val), 0);
+    CHECK_INT_EQ(run("%s --config configs/pretrain.yaml --set run.dir=%s --set data.train_path=%s "
+                     "--set data.val_path=%s --set training.max_steps=40 --set eval.max_batches=4 "
+                     "--set eval.every_steps=20",
+                     DTRAIN_BIN, run_dir, shard, val), 0);
+    double first, last, val_loss, val_acc;
+    int n = read_metrics(run_dir, &first, &last, &val_loss, &val_acc);
+    printf("language model: %d steps, loss %.4f -> %.4f, val loss %.4f\n", n, first, last, val_loss);
+    CHECK_INT_EQ(n, 40);
+    CHECK(first > 4.0 && last < 3.5); /* ln(257) = 5.55 at init; bytes of English fall fast */
+    CHECK(isfinite(val_loss));
+}
+
+int main(void) {
+    snprintf(tmp, sizeof tmp, "%s/e2e-%d", DTRAIN_TEST_TMP, (int)getpid());
+    mkdir(DTRAIN_TEST_TMP, 0755);
+    CHECK(mkdir(tmp, 0755) == 0);
+    test_cli();
+    test_dry_run();
+    test_bad_data();
+    test_language_model();
+    test_finetune();
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    CHECK(system(cmd) == 0);
+    TEST_PASS("test_e2e");
+}
