@@ -48,16 +48,17 @@ struct dt_ops {
      * w_trans = 0: W stored (K,N) (HF Conv1D layout); w_trans = 1: W stored (N,K) (wte, score). */
     void (*matmul_fwd)(void *ctx, float *out, const float *inp, const float *w, const float *bias,
                        int M, int K, int N, int w_trans);
-    /* dinp(M,K) = dout @ W^T (overwritten; skipped if dinp NULL); dw += ; dbias += (if not NULL) */
+    /* dinp(M,K) = dout @ W^T (overwritten; skipped if dinp NULL); dw += (skipped if NULL);
+     * dbias += (if not NULL) */
     void (*matmul_bwd)(void *ctx, float *dinp, float *dw, float *dbias, const float *dout,
                        const float *inp, const float *w, int M, int K, int N, int w_trans);
 
     /* causal self-attention. qkv(B,T,3C) laid out [q | k | v], head h at columns h*hs..;
-     * out(B,T,C); att(B,NH,T,T) receives the softmax probabilities (saved for backward);
-     * scale 1/sqrt(C/NH). */
+     * out(B,T,C); att(B,NH,T,T) receives the softmax probabilities (saved for backward),
+     * exact zeros above the diagonal (future positions); scale 1/sqrt(C/NH). */
     void (*attention_fwd)(void *ctx, float *out, float *att, const float *qkv, int B, int T, int C,
                           int NH);
-    /* dqkv(B,T,3C) overwritten; datt(B,NH,T,T) is scratch. */
+    /* dqkv(B,T,3C) overwritten; att as written by attention_fwd; datt(B,NH,T,T) is scratch. */
     void (*attention_bwd)(void *ctx, float *dqkv, float *datt, const float *dout, const float *qkv,
                           const float *att, int B, int T, int C, int NH);
 

@@ -1,0 +1,574 @@
+/* ops_cpu.c — the CPU backend of the op table (include/dtrain/ops.h).
+ *
+ * Every matmul, attention included, is one or a few cblas_sgemm calls (OpenBLAS, OpenMP
+ * build); everything else is a plain loop parallelised with OpenMP over rows, heads or
+ * column chunks. Attention runs one (batch, head) per OpenMP iteration; inside a parallel
+ * region the OpenMP build of OpenBLAS runs single-threaded, so the two never oversubscribe.
+ *
+ * Numerics follow DESIGN.md §4. Reductions whose order could depend on the thread count
+ * (encoder_bwd, bias and LayerNorm weight gradients, scatter_add_rows, sumsq) are written
+ * so that it does not: their results are bit-identical for any number of threads.
+ * exp (softmax, cross-entropy, GELU) is an inlined polynomial (fast_expf, ~2e-7 relative)
+ * so that those loops vectorize; GELU uses the exact identity 0.5(1 + tanh u) = 1/(1 + e^-2u).
+ *
+ * This backend is the reference the CUDA ops are tested against; it allocates nothing
+ * after init except through alloc. */
+#include "dtrain/ops.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cpu_ctx {
+    int threads; /* as given to dt_ops_cpu_init; <= 0: library defaults */
+} cpu_ctx;
+
+#define ALIGN 64          /* alloc alignment (one cache line, AVX-512 friendly) */
+#define PAR_MIN 16384     /* loops touching fewer elements than this stay on one thread */
+#define COL_CHUNK 16      /* columns per task in column-parallel reductions */
+#define ATT_BLK 64        /* attention query/key block; blocks above the diagonal are skipped */
+#define SUMSQ_CHUNKS 64   /* fixed partition of sumsq, independent of the thread count */
+#define LN_EPS 1e-5f
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define EW_CHUNK 8192     /* elements per task in elementwise loops */
+
+/* The compute-bound row/range kernels below are compiled three times (AVX-512, AVX2,
+ * baseline) and the loader picks one for the CPU (GCC/Clang function multiversioning):
+ * the project builds for baseline x86-64, where they would run on 4-wide SSE. */
+#if defined(__x86_64__) && defined(__linux__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define DT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+#endif
+#ifndef DT_CLONES
+#define DT_CLONES
+#endif
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+
+/* exp(x), relative error ~2e-7 (Cephes polynomial on [-ln2/2, ln2/2], then scaling by 2^n
+ * through the exponent bits). Unlike libm's expf it inlines, so the loops that call it
+ * vectorize; gelu, softmax and cross-entropy spend most of their time here. Inputs are
+ * clamped to [-86, 88]: below, the result is ~4e-38 instead of smaller (harmless next to
+ * the 1 that softmax and gelu add it to); above, float would overflow anyway; NaN is
+ * clamped too, callers never pass one on valid inputs. */
+static inline float fast_expf(float x) {
+    /* the clamp works on the bits: float compares would keep GCC from if-converting the
+     * loop under -ftrapping-math (the default), and so from vectorizing it */
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u = (int32_t)u > 0x42b00000 ? 0x42b00000u : u; /* x > 88 (or +NaN): 88 */
+    u = u > 0xc2ac0000u ? 0xc2ac0000u : u;         /* x < -86 (or -NaN): -86 */
+    memcpy(&x, &u, sizeof x);
+    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x/ln2) */
+    float r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f; /* ln2 = 0.693359375 - 2.12194440e-4 */
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t bits;
+    memcpy(&bits, &p, sizeof bits);
+    bits += (int32_t)n * (1 << 23);
+    memcpy(&p, &bits, sizeof p);
+    return p;
+}
+
+/* ---- memory ---- */
+
+static dt_status cpu_alloc(void *ctx, size_t bytes, const char *what, void **out) {
+    (void)ctx;
+    *out = NULL;
+    /* aligned_alloc wants a multiple of the alignment; 0 bytes still gets a valid block */
+    const size_t rounded = bytes ? (bytes + (ALIGN - 1)) & ~(size_t)(ALIGN - 1) : ALIGN;
+    void *p = bytes <= SIZE_MAX - (ALIGN - 1) ? aligned_alloc(ALIGN, rounded) : NULL;
+    if (!p)
+        return dt_error_set(DT_ERR_NOMEM, "out of memory allocating %zu bytes for %s", bytes,
+                            what ? what : "(unnamed buffer)");
+    memset(p, 0, rounded);
+    *out = p;
+    return DT_OK;
+}
+
+static void cpu_free(void *ctx, void *p) { (void)ctx; free(p); }
+
+static void cpu_memcpy(void *ctx, void *dst, const void *src, size_t bytes) {
+    (void)ctx;
+    if (bytes) memcpy(dst, src, bytes);
+}
+
+static void cpu_zero(void *ctx, void *p, size_t bytes) {
+    (void)ctx;
+    if (bytes) memset(p, 0, bytes);
+}
+
+/* dst(N) += column sums of src(M,N), accumulated in double; order independent of threads. */
+static void colsum_add(float *dst, const float *src, int M, int N) {
+    const int nchunks = (N + COL_CHUNK - 1) / COL_CHUNK;
+#pragma omp parallel for schedule(static) if ((size_t)M * N >= PAR_MIN)
+    for (int ch = 0; ch < nchunks; ch++) {
+        const int c0 = ch * COL_CHUNK, nc = imin(COL_CHUNK, N - c0);
+        double acc[COL_CHUNK] = {0};
+        for (int i = 0; i < M; i++) {
+            const float *row = src + (size_t)i * N + c0;
+#pragma omp simd
+            for (int j = 0; j < nc; j++) acc[j] += row[j];
+        }
+        for (int j = 0; j < nc; j++) dst[c0 + j] += (float)acc[j];
+    }
+}
+
+/* ---- encoder ---- */
+
+static void cpu_encoder_fwd(void *ctx, float *out, const int *tokens, const float *wte,
+                            const float *wpe, int B, int T, int C) {
+#pragma omp parallel for schedule(static) if ((size_t)B * T * C >= PAR_MIN)
+    for (int bt = 0; bt < B * T; bt++) {
+        const float *e = wte + (size_t)tokens[bt] * C, *p = wpe + (size_t)(bt % T) * C;
+        float *o = out + (size_t)bt * C;
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+    }
+}
+
+/* Deterministic: dwpe rows in parallel (sum over b in order); dwte in column chunks, each
+ * chunk visiting tokens in (b,t) order, so every element accumulates in the serial order. */
+static void cpu_encoder_bwd(void *ctx, float *dwte, float *dwpe, const float *dout,
+                            const int *tokens, int B, int T, int C) {
+    const int par = (size_t)B * T * C >= PAR_MIN;
+#pragma omp parallel for schedule(static) if (par)
+    for (int t = 0; t < T; t++) {
+        float *d = dwpe + (size_t)t * C;
+        for (int b = 0; b < B; b++) {
+            const float *g = dout + ((size_t)b * T + t) * C;
+#pragma omp simd
+            for (int c = 0; c < C; c++) d[c] += g[c];
+        }
+    }
+    const int chunk = 2 * COL_CHUNK, nchunks = (C + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (par)
+    for (int ch = 0; ch < nchunks; ch++) {
+        const int c0 = ch * chunk, nc = imin(chunk, C - c0);
+        for (int bt = 0; bt < B * T; bt++) {
+            float *d = dwte + (size_t)tokens[bt] * C + c0;
+            const float *g = dout + (size_t)bt * C + c0;
+#pragma omp simd
+            for (int j = 0; j < nc; j++) d[j] += g[j];
+        }
+    }
+}
+
+/* ---- layernorm ---- */
+
+DT_CLONES
+static void layernorm_row_fwd(float *o, float *mean, float *rstd, const float *x, const float *w,
+                              const float *b, int C) {
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++) s += x[c];
+    const float m = (float)(s / C);
+    double v = 0.0;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; c++) {
+        const float d = x[c] - m;
+        v += (double)d * d;
+    }
+    const float r = 1.0f / sqrtf((float)(v / C) + LN_EPS);
+#pragma omp simd
+    for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
+    *mean = m;
+    *rstd = r;
+}
+
+static void cpu_layernorm_fwd(void *ctx, float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C) {
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= PAR_MIN)
+    for (int i = 0; i < N; i++)
+        layernorm_row_fwd(out + (size_t)i * C, mean + i, rstd + i, inp + (size_t)i * C, w, b, C);
+}
+
+/* dx += (w dy - mean(w dy) - n mean(w dy n)) r, with n = (x - m) r */
+DT_CLONES
+static void layernorm_row_bwd(float *dx, const float *dy, const float *x, const float *w, float m,
+                              float r, int C) {
+    double sa = 0.0, sb = 0.0;
+#pragma omp simd reduction(+ : sa, sb)
+    for (int c = 0; c < C; c++) {
+        const float dn = w[c] * dy[c];
+        sa += dn;
+        sb += (double)dn * ((x[c] - m) * r);
+    }
+    const float dm = (float)(sa / C), dnm = (float)(sb / C);
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+        const float n = (x[c] - m) * r;
+        dx[c] += (w[c] * dy[c] - dm - n * dnm) * r;
+    }
+}
+
+static void cpu_layernorm_bwd(void *ctx, float *dinp, float *dw, float *db, const float *dout,
+                              const float *inp, const float *w, const float *mean,
+                              const float *rstd, int N, int C) {
+    const int par = (size_t)N * C >= PAR_MIN;
+#pragma omp parallel for schedule(static) if (par)
+    for (int i = 0; i < N; i++)
+        layernorm_row_bwd(dinp + (size_t)i * C, dout + (size_t)i * C, inp + (size_t)i * C, w,
+                          mean[i], rstd[i], C);
+    const int nchunks = (C + COL_CHUNK - 1) / COL_CHUNK;
+#pragma omp parallel for schedule(static) if (par)
+    for (int ch = 0; ch < nchunks; ch++) {
+        const int c0 = ch * COL_CHUNK, nc = imin(COL_CHUNK, C - c0);
+        double aw[COL_CHUNK] = {0}, ab[COL_CHUNK] = {0};
+        for (int i = 0; i < N; i++) {
+            const float *x = inp + (size_t)i * C + c0, *dy = dout + (size_t)i * C + c0;
+            const float m = mean[i], r = rstd[i];
+#pragma omp simd
+            for (int j = 0; j < nc; j++) {
+                aw[j] += (double)dy[j] * ((x[j] - m) * r);
+                ab[j] += dy[j];
+            }
+        }
+        for (int j = 0; j < nc; j++) {
+            dw[c0 + j] += (float)aw[j];
+            db[c0 + j] += (float)ab[j];
+        }
+    }
+}
+
+/* ---- matmul ---- */
+
+static void cpu_matmul_fwd(void *ctx, float *out, const float *inp, const float *w,
+                           const float *bias, int M, int K, int N, int w_trans) {
+    float beta = 0.0f;
+    if (bias) {
+#pragma omp parallel for schedule(static) if ((size_t)M * N >= PAR_MIN)
+        for (int i = 0; i < M; i++) memcpy(out + (size_t)i * N, bias, (size_t)N * sizeof(float));
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, w_trans ? CblasTrans : CblasNoTrans, M, N, K, 1.0f,
+                inp, K, w, w_trans ? K : N, beta, out, N);
+}
+
+static void cpu_matmul_bwd(void *ctx, float *dinp, float *dw, float *dbias, const float *dout,
+                           const float *inp, const float *w, int M, int K, int N, int w_trans) {
+    if (dinp) /* dinp(M,K) = dout(M,N) @ W^T */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N,
+                    1.0f, dout, N, w, w_trans ? K : N, 0.0f, dinp, K);
+    if (dw) {
+        if (w_trans) /* dW(N,K) += dout^T @ inp */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dout, N, inp, K,
+                        1.0f, dw, K);
+        else /* dW(K,N) += inp^T @ dout */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, N, M, 1.0f, inp, K, dout, N,
+                        1.0f, dw, N);
+    }
+    if (dbias) colsum_add(dbias, dout, M, N);
+}
+
+/* ---- attention ----
+ * Per (b,h): q, k, v are (T,hs) views into qkv with row stride 3C; P = att[b,h] (T,T).
+ * Queries are processed in blocks of ATT_BLK rows; block [r0,r1) only needs keys [0,r1),
+ * so the blocks above the diagonal are never computed. Entries above the diagonal of P
+ * (and of dS in datt) are written as exact zeros. */
+
+/* p[0..t] = softmax(p[0..t]); p[t+1..T) = 0 */
+DT_CLONES
+static void softmax_causal_row(float *p, int t, int T) {
+    float mx = p[0], sum = 0.0f;
+#pragma omp simd reduction(max : mx)
+    for (int j = 1; j <= t; j++) mx = p[j] > mx ? p[j] : mx;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j <= t; j++) {
+        p[j] = fast_expf(p[j] - mx);
+        sum += p[j];
+    }
+    const float inv = 1.0f / sum;
+#pragma omp simd
+    for (int j = 0; j <= t; j++) p[j] *= inv;
+    for (int j = t + 1; j < T; j++) p[j] = 0.0f;
+}
+
+/* d (= dP on entry) becomes dS = p * (dP - sum_j p dP) on [0..t], 0 on (t, T) */
+DT_CLONES
+static void softmax_causal_row_bwd(float *d, const float *p, int t, int T) {
+    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int j = 0; j <= t; j++) dot += p[j] * d[j];
+#pragma omp simd
+    for (int j = 0; j <= t; j++) d[j] = p[j] * (d[j] - dot);
+    for (int j = t + 1; j < T; j++) d[j] = 0.0f;
+}
+
+static void cpu_attention_fwd(void *ctx, float *out, float *att, const float *qkv, int B, int T,
+                              int C, int NH) {
+    const int hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for schedule(static) if (B * NH > 1)
+    for (int bh = 0; bh < B * NH; bh++) {
+        const int b = bh / NH, h = bh % NH;
+        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+        float *P = att + (size_t)bh * T * T;
+        float *o = out + (size_t)b * T * C + (size_t)h * hs;
+        for (int r0 = 0; r0 < T; r0 += ATT_BLK) {
+            const int r1 = imin(T, r0 + ATT_BLK), m = r1 - r0;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, scale,
+                        q + (size_t)r0 * C3, C3, k, C3, 0.0f, P + (size_t)r0 * T, T);
+            for (int t = r0; t < r1; t++) softmax_causal_row(P + (size_t)t * T, t, T);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, 1.0f,
+                        P + (size_t)r0 * T, T, v, C3, 0.0f, o + (size_t)r0 * C, C);
+        }
+    }
+}
+
+static void cpu_attention_bwd(void *ctx, float *dqkv, float *datt, const float *dout,
+                              const float *qkv, const float *att, int B, int T, int C, int NH) {
+    const int hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for schedule(static) if (B * NH > 1)
+    for (int bh = 0; bh < B * NH; bh++) {
+        const int b = bh / NH, h = bh % NH;
+        const size_t off = (size_t)b * T * C3 + (size_t)h * hs;
+        const float *q = qkv + off, *k = q + C, *v = q + 2 * C;
+        float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
+        const float *P = att + (size_t)bh * T * T;
+        float *dS = datt + (size_t)bh * T * T;
+        const float *dO = dout + (size_t)b * T * C + (size_t)h * hs;
+        for (int r0 = 0; r0 < T; r0 += ATT_BLK) {
+            const int r1 = imin(T, r0 + ATT_BLK), m = r1 - r0;
+            /* dP = dO V^T, then dS = P * (dP - rowsum(P * dP)) in place */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, 1.0f,
+                        dO + (size_t)r0 * C, C, v, C3, 0.0f, dS + (size_t)r0 * T, T);
+            for (int t = r0; t < r1; t++)
+                softmax_causal_row_bwd(dS + (size_t)t * T, P + (size_t)t * T, t, T);
+            /* dQ = scale * dS K */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, scale,
+                        dS + (size_t)r0 * T, T, k, C3, 0.0f, dq + (size_t)r0 * C3, C3);
+        }
+        for (int c0 = 0; c0 < T; c0 += ATT_BLK) {
+            /* keys [c0,c1) receive from queries [c0,T) only */
+            const int n = imin(T, c0 + ATT_BLK) - c0, rows = T - c0;
+            const size_t d0 = (size_t)c0 * T + c0;
+            /* dV = P^T dO;  dK = scale * dS^T Q */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, rows, 1.0f, P + d0, T,
+                        dO + (size_t)c0 * C, C, 0.0f, dv + (size_t)c0 * C3, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, rows, scale, dS + d0, T,
+                        q + (size_t)c0 * C3, C3, 0.0f, dk + (size_t)c0 * C3, C3);
+        }
+    }
+}
+
+/* ---- elementwise ---- */
+
+/* 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), evaluated as the identical
+ * x * s, s = 1 / (1 + exp(-2u)): no cancellation in 1 + tanh for x << 0, and vectorizable. */
+DT_CLONES
+static void gelu_fwd_range(float *out, const float *inp, size_t lo, size_t hi) {
+#pragma omp simd
+    for (size_t i = lo; i < hi; i++) {
+        const float x = inp[i];
+        const float e = fast_expf(-2.0f * GELU_K * (x + 0.044715f * x * x * x));
+        out[i] = x / (1.0f + e);
+    }
+}
+
+/* d/dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u' = s + 2 x s (1 - s) u',
+ * u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2), and 1 - s = e s. */
+DT_CLONES
+static void gelu_bwd_range(float *dinp, const float *inp, const float *dout, size_t lo,
+                           size_t hi) {
+#pragma omp simd
+    for (size_t i = lo; i < hi; i++) {
+        const float x = inp[i];
+        const float e = fast_expf(-2.0f * GELU_K * (x + 0.044715f * x * x * x));
+        const float sg = 1.0f / (1.0f + e);
+        const float g = sg + 2.0f * x * sg * (e * sg) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = g * dout[i];
+    }
+}
+
+static void cpu_gelu_fwd(void *ctx, float *out, const float *inp, size_t n) {
+    const size_t nch = (n + EW_CHUNK - 1) / EW_CHUNK;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (size_t c = 0; c < nch; c++)
+        gelu_fwd_range(out, inp, c * EW_CHUNK, c == nch - 1 ? n : (c + 1) * EW_CHUNK);
+}
+
+static void cpu_gelu_bwd(void *ctx, float *dinp, const float *inp, const float *dout, size_t n) {
+    const size_t nch = (n + EW_CHUNK - 1) / EW_CHUNK;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (size_t c = 0; c < nch; c++)
+        gelu_bwd_range(dinp, inp, dout, c * EW_CHUNK, c == nch - 1 ? n : (c + 1) * EW_CHUNK);
+}
+
+static void cpu_add(void *ctx, float *out, const float *a, const float *b, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+/* ---- softmax cross-entropy ---- */
+
+/* probs row (may alias x) = softmax(x); returns -log p[tg] (0 when tg < 0) */
+DT_CLONES
+static float xent_row_fwd(float *p, const float *x, int tg, int V) {
+    float mx = x[0];
+#pragma omp simd reduction(max : mx)
+    for (int j = 1; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+    const float xt = tg >= 0 ? x[tg] - mx : 0.0f; /* read before p overwrites x */
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < V; j++) {
+        const float e = fast_expf(x[j] - mx);
+        p[j] = e;
+        sum += e;
+    }
+    const float inv = (float)(1.0 / sum);
+#pragma omp simd
+    for (int j = 0; j < V; j++) p[j] *= inv;
+    return tg >= 0 ? (float)(log(sum) - xt) : 0.0f;
+}
+
+static void cpu_xent_fwd(void *ctx, float *losses, float *probs, const float *logits,
+                         const int *targets, int N, int V) {
+#pragma omp parallel for schedule(static) if ((size_t)N * V >= PAR_MIN)
+    for (int i = 0; i < N; i++)
+        losses[i] = xent_row_fwd(probs + (size_t)i * V, logits + (size_t)i * V, targets[i], V);
+}
+
+static void cpu_xent_bwd(void *ctx, float *dlogits, const float *probs, const int *targets,
+                         float scale, int N, int V) {
+#pragma omp parallel for schedule(static) if ((size_t)N * V >= PAR_MIN)
+    for (int i = 0; i < N; i++) {
+        const float *p = probs + (size_t)i * V;
+        float *d = dlogits + (size_t)i * V; /* may be p */
+        const int tg = targets[i];
+        if (tg < 0) {
+            memset(d, 0, (size_t)V * sizeof(float));
+            continue;
+        }
+        const float pt = p[tg]; /* read before d overwrites p */
+#pragma omp simd
+        for (int j = 0; j < V; j++) d[j] = p[j] * scale;
+        d[tg] = (pt - 1.0f) * scale;
+    }
+}
+
+/* ---- row gather / scatter ---- */
+
+static void cpu_gather_rows(void *ctx, float *out, const float *x, const int *rows, int n, int C) {
+#pragma omp parallel for schedule(static) if ((size_t)n * C >= PAR_MIN)
+    for (int i = 0; i < n; i++)
+        memcpy(out + (size_t)i * C, x + (size_t)rows[i] * C, (size_t)C * sizeof(float));
+}
+
+/* rows may repeat: column chunks in parallel, rows in order within each chunk */
+static void cpu_scatter_add_rows(void *ctx, float *dx, const float *dout, const int *rows, int n,
+                                 int C) {
+    const int chunk = 2 * COL_CHUNK, nchunks = (C + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if ((size_t)n * C >= PAR_MIN)
+    for (int ch = 0; ch < nchunks; ch++) {
+        const int c0 = ch * chunk, nc = imin(chunk, C - c0);
+        for (int i = 0; i < n; i++) {
+            float *d = dx + (size_t)rows[i] * C + c0;
+            const float *g = dout + (size_t)i * C + c0;
+#pragma omp simd
+            for (int j = 0; j < nc; j++) d[j] += g[j];
+        }
+    }
+}
+
+/* ---- optimizer helpers ---- */
+
+/* torch.optim.AdamW (foreach=False) step: p *= 1 - lr*wd; m = b1 m + (1-b1) g;
+ * v = b2 v + (1-b2) g^2; p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). */
+static void cpu_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr,
+                      float beta1, float beta2, float eps, float weight_decay, int t) {
+    const double bc1 = 1.0 - pow((double)beta1, t), bc2 = 1.0 - pow((double)beta2, t);
+    const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+    const float decay = 1.0f - lr * weight_decay;
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        const float gi = g[i];
+        const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+        const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+    }
+}
+
+static double cpu_sumsq(void *ctx, const float *x, size_t n) {
+    double part[SUMSQ_CHUNKS];
+    const size_t chunk = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (int c = 0; c < SUMSQ_CHUNKS; c++) {
+        const size_t lo = (size_t)c * chunk < n ? (size_t)c * chunk : n;
+        const size_t hi = lo + chunk < n ? lo + chunk : n;
+        double s = 0.0;
+        for (size_t i = lo; i < hi; i++) s += (double)x[i] * x[i];
+        part[c] = s;
+    }
+    double total = 0.0;
+    for (int c = 0; c < SUMSQ_CHUNKS; c++) total += part[c];
+    return total;
+}
+
+static void cpu_scale(void *ctx, float *x, size_t n, float s) {
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+/* ---- table ---- */
+
+dt_status dt_ops_cpu_init(dt_ops **out, int threads) {
+    *out = NULL;
+    dt_ops *ops = dt_calloc(1, sizeof *ops, "CPU op table");
+    cpu_ctx *cx = ops ? dt_calloc(1, sizeof *cx, "CPU op context") : NULL;
+    if (!cx) {
+        free(ops);
+        return DT_ERR_NOMEM;
+    }
+    cx->threads = threads;
+    if (threads > 0) {
+        openblas_set_num_threads(threads);
+        omp_set_num_threads(threads);
+    }
+    ops->name = "cpu";
+    ops->ctx = cx;
+    ops->alloc = cpu_alloc;
+    ops->free = cpu_free;
+    ops->upload = cpu_memcpy;
+    ops->download = cpu_memcpy;
+    ops->zero = cpu_zero;
+    ops->encoder_fwd = cpu_encoder_fwd;
+    ops->encoder_bwd = cpu_encoder_bwd;
+    ops->layernorm_fwd = cpu_layernorm_fwd;
+    ops->layernorm_bwd = cpu_layernorm_bwd;
+    ops->matmul_fwd = cpu_matmul_fwd;
+    ops->matmul_bwd = cpu_matmul_bwd;
+    ops->attention_fwd = cpu_attention_fwd;
+    ops->attention_bwd = cpu_attention_bwd;
+    ops->gelu_fwd = cpu_gelu_fwd;
+    ops->gelu_bwd = cpu_gelu_bwd;
+    ops->add = cpu_add;
+    ops->xent_fwd = cpu_xent_fwd;
+    ops->xent_bwd = cpu_xent_bwd;
+    ops->gather_rows = cpu_gather_rows;
+    ops->scatter_add_rows = cpu_scatter_add_rows;
+    ops->adamw = cpu_adamw;
+    ops->sumsq = cpu_sumsq;
+    ops->scale = cpu_scale;
+    *out = ops;
+    return DT_OK;
+}
+
+void dt_ops_cpu_free(dt_ops *ops) {
+    if (!ops) return;
+    free(ops->ctx);
+    free(ops);
+}

@@ -1,0 +1,848 @@
+/* test_ops_cpu.c — the CPU op table (src/ops_cpu.c) against independent references.
+ *
+ * Forward ops are compared with naive double-precision loops written here. Every backward
+ * is compared with central finite differences of its forward: L = sum(out .* R) for a
+ * fixed random R, accumulated in double; dL/dx[i] ~ (L(x+eps) - L(x-eps)) / (2 eps), with
+ * the actually representable step used as the denominator. Gradients that the op table
+ * ACCUMULATES are checked as (result - prefill) on buffers prefilled with random values;
+ * gradients it OVERWRITES are prefilled with garbage (1e30) first.
+ *
+ * Tolerances:
+ *   finite differences: eps = 1e-2 (2e-2 for attention with T >= 80), and
+ *     |analytic - fd| <= 1e-2 * max(|a|, |fd|, 1e-2): relative 1e-2, absolute floor 1e-4.
+ *     The float forward's rounding contributes ~1e-5 to fd and the O(eps^2) truncation of
+ *     smooth ops (gelu, softmax, layernorm) ~1e-4 relative; a wrong index or a missing
+ *     term gives errors of order 1e-1 and more (worst observed: 0.2 of the bound).
+ *   forwards vs double references: relative 1e-5 with absolute floor 1 for dot products
+ *     (abs 1e-5 at unit scale), 1e-5 relative for elementwise results (gelu: absolute
+ *     floor 5e-7, the reference's 1 + tanh cancels for x << 0); layernorm backward at the
+ *     large size vs its analytic formula in double: 1e-4 with floor 1;
+ *   AdamW: relative 1e-5 (floors 1e-6 for p, 1e-3 for m, which may cancel); sumsq: 1e-12.
+ * Determinism checks are bit-exact (memcmp). */
+#include "check.h"
+#include "dtrain/ops.h"
+
+#include <stdint.h>
+
+#define FD_EPS 1e-2f
+#define FD_TOL 1e-2
+#define FD_FLOOR 1e-2
+#define GARBAGE 1e30f
+
+static dt_ops *ops;
+
+/* ---- helpers ---- */
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnext(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 32);
+}
+static float frand(void) { return (float)((rnext() >> 8) * (1.0 / 16777216.0) * 2.0 - 1.0); }
+static int irand(int n) { return (int)(rnext() % (uint32_t)n); }
+
+static void *balloc(size_t bytes) {
+    void *p = NULL;
+    CHECK_INT_EQ(ops->alloc(ops->ctx, bytes, "test buffer", &p), DT_OK);
+    CHECK(p != NULL);
+    return p;
+}
+static float *falloc(size_t n) { return balloc(n * sizeof(float)); }
+static int *ialloc(size_t n) { return balloc(n * sizeof(int)); }
+static void bfree(void *p) { ops->free(ops->ctx, p); }
+
+static float *frandom(size_t n, float amp) {
+    float *x = falloc(n);
+    for (size_t i = 0; i < n; i++) x[i] = amp * frand();
+    return x;
+}
+static void ffill(float *x, size_t n, float v) {
+    for (size_t i = 0; i < n; i++) x[i] = v;
+}
+static float *fcopy(const float *x, size_t n) {
+    float *y = falloc(n);
+    memcpy(y, x, n * sizeof(float));
+    return y;
+}
+static double dot_d(const float *a, const float *b, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+/* out[i] = a[i] - b[i] (recovers an accumulated gradient from its prefill) */
+static float *fdiff(const float *a, const float *b, size_t n) {
+    float *d = falloc(n);
+    for (size_t i = 0; i < n; i++) d[i] = a[i] - b[i];
+    return d;
+}
+
+typedef double (*loss_fn)(void *state);
+
+/* Compares grad[i] with the central difference of f at x[i], for all i (n <= max_checks)
+ * or max_checks random i. */
+static void fd_check_eps(const char *what, loss_fn f, void *state, float *x, const float *grad,
+                         size_t n, size_t max_checks, float eps) {
+    const size_t count = n < max_checks ? n : max_checks;
+    for (size_t k = 0; k < count; k++) {
+        const size_t i = n <= max_checks ? k : (size_t)irand((int)n);
+        const float x0 = x[i], xp = x0 + eps, xm = x0 - eps;
+        x[i] = xp;
+        const double lp = f(state);
+        x[i] = xm;
+        const double lm = f(state);
+        x[i] = x0;
+        const double fd = (lp - lm) / ((double)xp - (double)xm), a = grad[i];
+        if (!(fabs(a - fd) <= FD_TOL * fmax(fmax(fabs(a), fabs(fd)), FD_FLOOR)))
+            fprintf(stderr, "gradient check %s[%zu]: analytic %.7g, finite difference %.7g\n", what,
+                    i, a, fd);
+        CHECK_NEAR_REL(a, fd, FD_TOL, FD_FLOOR);
+    }
+}
+
+static void fd_check(const char *what, loss_fn f, void *state, float *x, const float *grad,
+                     size_t n, size_t max_checks) {
+    fd_check_eps(what, f, state, x, grad, n, max_checks, FD_EPS);
+}
+
+static void check_overwritten(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) CHECK(fabsf(x[i]) < 1e20f);
+}
+
+/* ---- memory ---- */
+
+static void test_memory(void) {
+    for (size_t bytes = 0; bytes < 300; bytes += 37) {
+        unsigned char *p = balloc(bytes);
+        CHECK_INT_EQ((uintptr_t)p % 64, 0);
+        for (size_t i = 0; i < bytes; i++) CHECK_INT_EQ(p[i], 0);
+        bfree(p);
+    }
+    ops->free(ops->ctx, NULL);
+
+    void *p = (void *)1;
+    const size_t huge = (size_t)1 << 62;
+    CHECK_INT_EQ(ops->alloc(ops->ctx, huge, "giant activations", &p), DT_ERR_NOMEM);
+    CHECK(p == NULL);
+    CHECK_STR_CONTAINS(dt_error_msg(), "giant activations");
+    CHECK_STR_CONTAINS(dt_error_msg(), "4611686018427387904");
+    CHECK_INT_EQ(ops->alloc(ops->ctx, SIZE_MAX, "overflowing buffer", &p), DT_ERR_NOMEM);
+    CHECK_STR_CONTAINS(dt_error_msg(), "overflowing buffer");
+
+    float host[10], back[10];
+    for (int i = 0; i < 10; i++) host[i] = (float)i + 0.5f;
+    float *d = falloc(10);
+    ops->upload(ops->ctx, d, host, sizeof host);
+    ops->download(ops->ctx, back, d, sizeof back);
+    CHECK(memcmp(host, back, sizeof host) == 0);
+    ops->zero(ops->ctx, d, 4 * sizeof(float));
+    for (int i = 0; i < 10; i++) CHECK(d[i] == (i < 4 ? 0.0f : host[i]));
+    bfree(d);
+}
+
+/* ---- encoder ---- */
+
+typedef struct {
+    int B, T, C;
+    float *out, *wte, *wpe, *R;
+    int *tok;
+} enc_state;
+
+static double enc_loss(void *s_) {
+    enc_state *s = s_;
+    ops->encoder_fwd(ops->ctx, s->out, s->tok, s->wte, s->wpe, s->B, s->T, s->C);
+    return dot_d(s->out, s->R, (size_t)s->B * s->T * s->C);
+}
+
+static void test_encoder(void) {
+    enc_state s = {.B = 2, .T = 3, .C = 4};
+    const int V = 5, tokens[6] = {1, 3, 1, 1, 0, 3}; /* 1 three times, 3 twice */
+    const size_t n = (size_t)s.B * s.T * s.C;
+    s.tok = ialloc(6);
+    memcpy(s.tok, tokens, sizeof tokens);
+    s.wte = frandom((size_t)V * s.C, 1.0f);
+    s.wpe = frandom((size_t)s.T * s.C, 1.0f);
+    s.out = falloc(n);
+    s.R = frandom(n, 1.0f);
+
+    enc_loss(&s);
+    for (int bt = 0; bt < s.B * s.T; bt++)
+        for (int c = 0; c < s.C; c++)
+            CHECK(s.out[bt * s.C + c] == s.wte[tokens[bt] * s.C + c] + s.wpe[(bt % s.T) * s.C + c]);
+
+    float *pte = frandom((size_t)V * s.C, 1.0f), *ppe = frandom((size_t)s.T * s.C, 1.0f);
+    float *dwte = fcopy(pte, (size_t)V * s.C), *dwpe = fcopy(ppe, (size_t)s.T * s.C);
+    ops->encoder_bwd(ops->ctx, dwte, dwpe, s.R, s.tok, s.B, s.T, s.C);
+    float *gte = fdiff(dwte, pte, (size_t)V * s.C), *gpe = fdiff(dwpe, ppe, (size_t)s.T * s.C);
+    fd_check("encoder dwte", enc_loss, &s, s.wte, gte, (size_t)V * s.C, SIZE_MAX);
+    fd_check("encoder dwpe", enc_loss, &s, s.wpe, gpe, (size_t)s.T * s.C, SIZE_MAX);
+    /* token 2 and 4 never occur: their rows stay untouched */
+    for (int c = 0; c < s.C; c++) CHECK(dwte[2 * s.C + c] == pte[2 * s.C + c]);
+
+    bfree(s.tok), bfree(s.wte), bfree(s.wpe), bfree(s.out), bfree(s.R);
+    bfree(pte), bfree(ppe), bfree(dwte), bfree(dwpe), bfree(gte), bfree(gpe);
+}
+
+/* Determinism: two runs agree bit for bit, and both equal the serial loop (every element
+ * accumulated in token order), so the result cannot depend on the thread count. */
+static void test_encoder_determinism(void) {
+    const int B = 4, T = 64, C = 96, V = 7;
+    const size_t n = (size_t)B * T * C;
+    int *tok = ialloc((size_t)B * T);
+    for (int i = 0; i < B * T; i++) tok[i] = irand(V);
+    float *dout = frandom(n, 1.0f);
+    float *pte = frandom((size_t)V * C, 1.0f), *ppe = frandom((size_t)T * C, 1.0f);
+    float *te1 = fcopy(pte, (size_t)V * C), *pe1 = fcopy(ppe, (size_t)T * C);
+    float *te2 = fcopy(pte, (size_t)V * C), *pe2 = fcopy(ppe, (size_t)T * C);
+    float *te3 = fcopy(pte, (size_t)V * C), *pe3 = fcopy(ppe, (size_t)T * C);
+    float *out = falloc(n); /* the forward at a size that runs in parallel */
+    ops->encoder_fwd(ops->ctx, out, tok, pte, ppe, B, T, C);
+    for (int bt = 0; bt < B * T; bt++)
+        for (int c = 0; c < C; c++)
+            CHECK(out[(size_t)bt * C + c] == pte[tok[bt] * C + c] + ppe[(bt % T) * C + c]);
+    bfree(out);
+    ops->encoder_bwd(ops->ctx, te1, pe1, dout, tok, B, T, C);
+    ops->encoder_bwd(ops->ctx, te2, pe2, dout, tok, B, T, C);
+    CHECK(memcmp(te1, te2, (size_t)V * C * sizeof(float)) == 0);
+    CHECK(memcmp(pe1, pe2, (size_t)T * C * sizeof(float)) == 0);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < C; c++) {
+                te3[tok[b * T + t] * C + c] += dout[((size_t)b * T + t) * C + c];
+                pe3[t * C + c] += dout[((size_t)b * T + t) * C + c];
+            }
+    CHECK(memcmp(te1, te3, (size_t)V * C * sizeof(float)) == 0);
+    CHECK(memcmp(pe1, pe3, (size_t)T * C * sizeof(float)) == 0);
+    bfree(tok), bfree(dout), bfree(pte), bfree(ppe);
+    bfree(te1), bfree(pe1), bfree(te2), bfree(pe2), bfree(te3), bfree(pe3);
+}
+
+/* ---- layernorm ---- */
+
+typedef struct {
+    int N, C;
+    float *out, *mean, *rstd, *inp, *w, *b, *R;
+} ln_state;
+
+static double ln_loss(void *s_) {
+    ln_state *s = s_;
+    ops->layernorm_fwd(ops->ctx, s->out, s->mean, s->rstd, s->inp, s->w, s->b, s->N, s->C);
+    return dot_d(s->out, s->R, (size_t)s->N * s->C);
+}
+
+static void test_layernorm(void) {
+    ln_state s = {.N = 6, .C = 10};
+    const int N = s.N, C = s.C;
+    const size_t n = (size_t)N * C;
+    s.inp = frandom(n, 2.0f);
+    for (int c = 0; c < C; c++) s.inp[c] += 5.0f; /* a row with a large mean */
+    s.w = frandom(C, 1.0f);
+    s.b = frandom(C, 1.0f);
+    s.out = falloc(n), s.mean = falloc(N), s.rstd = falloc(N);
+    s.R = frandom(n, 1.0f);
+
+    ln_loss(&s);
+    for (int i = 0; i < N; i++) {
+        double m = 0, v = 0;
+        for (int c = 0; c < C; c++) m += s.inp[i * C + c];
+        m /= C;
+        for (int c = 0; c < C; c++) v += (s.inp[i * C + c] - m) * (s.inp[i * C + c] - m);
+        v /= C; /* biased */
+        const double r = 1.0 / sqrt(v + 1e-5);
+        CHECK_NEAR_REL(s.mean[i], m, 1e-5, 1e-5);
+        CHECK_NEAR_REL(s.rstd[i], r, 1e-5, 1e-5);
+        for (int c = 0; c < C; c++)
+            CHECK_NEAR_REL(s.out[i * C + c], (s.inp[i * C + c] - m) * r * s.w[c] + s.b[c], 1e-5,
+                           1.0);
+    }
+
+    /* backward accumulates into all three */
+    float *pin = frandom(n, 1.0f), *pw = frandom(C, 1.0f), *pb = frandom(C, 1.0f);
+    float *dinp = fcopy(pin, n), *dw = fcopy(pw, C), *db = fcopy(pb, C);
+    ops->layernorm_bwd(ops->ctx, dinp, dw, db, s.R, s.inp, s.w, s.mean, s.rstd, N, C);
+    float *gin = fdiff(dinp, pin, n), *gw = fdiff(dw, pw, C), *gb = fdiff(db, pb, C);
+    fd_check("layernorm dinp", ln_loss, &s, s.inp, gin, n, SIZE_MAX);
+    fd_check("layernorm dw", ln_loss, &s, s.w, gw, C, SIZE_MAX);
+    fd_check("layernorm db", ln_loss, &s, s.b, gb, C, SIZE_MAX);
+
+    bfree(s.inp), bfree(s.w), bfree(s.b), bfree(s.out), bfree(s.mean), bfree(s.rstd), bfree(s.R);
+    bfree(pin), bfree(pw), bfree(pb), bfree(dinp), bfree(dw), bfree(db);
+    bfree(gin), bfree(gw), bfree(gb);
+}
+
+/* ---- matmul ---- */
+
+typedef struct {
+    int M, K, N, wt;
+    float *out, *inp, *w, *bias, *R;
+} mm_state;
+
+static double mm_loss(void *s_) {
+    mm_state *s = s_;
+    ops->matmul_fwd(ops->ctx, s->out, s->inp, s->w, s->bias, s->M, s->K, s->N, s->wt);
+    return dot_d(s->out, s->R, (size_t)s->M * s->N);
+}
+
+static void mm_forward_check(int M, int K, int N, int wt, int with_bias) {
+    float *inp = frandom((size_t)M * K, 1.0f), *w = frandom((size_t)K * N, 1.0f);
+    float *bias = with_bias ? frandom(N, 1.0f) : NULL;
+    float *out = falloc((size_t)M * N);
+    ffill(out, (size_t)M * N, GARBAGE);
+    ops->matmul_fwd(ops->ctx, out, inp, w, bias, M, K, N, wt);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = bias ? bias[j] : 0.0;
+            for (int k = 0; k < K; k++)
+                s += (double)inp[i * K + k] * (wt ? w[j * K + k] : w[k * N + j]);
+            CHECK_NEAR_REL(out[(size_t)i * N + j], s, 1e-5, 1.0);
+        }
+    bfree(inp), bfree(w), bfree(bias), bfree(out);
+}
+
+static void test_matmul(void) {
+    for (int wt = 0; wt <= 1; wt++)
+        for (int wb = 0; wb <= 1; wb++) {
+            mm_forward_check(5, 7, 6, wt, wb);
+            mm_forward_check(33, 70, 45, wt, wb);
+            mm_forward_check(1, 3, 1, wt, wb);
+
+            mm_state s = {.M = 5, .K = 7, .N = 6, .wt = wt};
+            const int M = s.M, K = s.K, N = s.N;
+            s.inp = frandom((size_t)M * K, 1.0f);
+            s.w = frandom((size_t)K * N, 1.0f);
+            s.bias = wb ? frandom(N, 1.0f) : NULL;
+            s.out = falloc((size_t)M * N);
+            s.R = frandom((size_t)M * N, 1.0f);
+            float *dinp = falloc((size_t)M * K);
+            ffill(dinp, (size_t)M * K, GARBAGE); /* overwritten */
+            float *pw = frandom((size_t)K * N, 1.0f), *pb = frandom(N, 1.0f);
+            float *dw = fcopy(pw, (size_t)K * N), *db = fcopy(pb, N);
+            ops->matmul_bwd(ops->ctx, dinp, dw, wb ? db : NULL, s.R, s.inp, s.w, M, K, N, wt);
+            check_overwritten(dinp, (size_t)M * K);
+            float *gw = fdiff(dw, pw, (size_t)K * N);
+            fd_check(wt ? "matmul(w_trans) dinp" : "matmul dinp", mm_loss, &s, s.inp, dinp,
+                     (size_t)M * K, SIZE_MAX);
+            fd_check(wt ? "matmul(w_trans) dw" : "matmul dw", mm_loss, &s, s.w, gw, (size_t)K * N,
+                     SIZE_MAX);
+            if (wb) {
+                float *gb = fdiff(db, pb, N);
+                fd_check("matmul dbias", mm_loss, &s, s.bias, gb, N, SIZE_MAX);
+                bfree(gb);
+            } else {
+                CHECK(memcmp(db, pb, N * sizeof(float)) == 0);
+            }
+            /* dinp NULL: only dw is accumulated, a second time */
+            float *dw2 = fcopy(dw, (size_t)K * N);
+            ops->matmul_bwd(ops->ctx, NULL, dw2, NULL, s.R, s.inp, s.w, M, K, N, wt);
+            for (int i = 0; i < K * N; i++) CHECK_NEAR_REL(dw2[i] - dw[i], gw[i], 1e-5, 1.0);
+
+            bfree(s.inp), bfree(s.w), bfree(s.bias), bfree(s.out), bfree(s.R);
+            bfree(dinp), bfree(pw), bfree(pb), bfree(dw), bfree(db), bfree(gw), bfree(dw2);
+        }
+    /* a larger bias gradient: exercises the column-chunked reduction (N not a multiple of 16) */
+    {
+        const int M = 500, K = 4, N = 37; /* M*N above the backend's parallel threshold */
+        float *dout = frandom((size_t)M * N, 1.0f), *inp = frandom((size_t)M * K, 1.0f);
+        float *w = frandom((size_t)K * N, 1.0f), *dw = falloc((size_t)K * N);
+        float *db = frandom(N, 1.0f), *pb = fcopy(db, N);
+        ops->matmul_bwd(ops->ctx, NULL, dw, db, dout, inp, w, M, K, N, 0);
+        for (int j = 0; j < N; j++) {
+            double s = pb[j];
+            for (int i = 0; i < M; i++) s += dout[i * N + j];
+            CHECK_NEAR_REL(db[j], s, 1e-5, 1.0);
+        }
+        bfree(dout), bfree(inp), bfree(w), bfree(dw), bfree(db), bfree(pb);
+    }
+}
+
+/* ---- attention ---- */
+
+typedef struct {
+    int B, T, C, NH;
+    float *out, *att, *qkv, *R;
+} att_state;
+
+static double att_loss(void *s_) {
+    att_state *s = s_;
+    ops->attention_fwd(ops->ctx, s->out, s->att, s->qkv, s->B, s->T, s->C, s->NH);
+    return dot_d(s->out, s->R, (size_t)s->B * s->T * s->C);
+}
+
+/* out and att against a double-precision loop over (b, h, t) with the causal mask */
+static void att_reference_check(const att_state *s) {
+    const int B = s->B, T = s->T, C = s->C, NH = s->NH, hs = C / NH;
+    const double scale = 1.0 / sqrt((double)hs);
+    double *p = malloc((size_t)T * sizeof(double));
+    CHECK(p != NULL);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const float *q = s->qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                double mx = -INFINITY, sum = 0.0;
+                for (int j = 0; j <= t; j++) {
+                    const float *k = s->qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    double d = 0;
+                    for (int c = 0; c < hs; c++) d += (double)q[c] * k[c];
+                    p[j] = d * scale;
+                    mx = fmax(mx, p[j]);
+                }
+                for (int j = 0; j <= t; j++) sum += (p[j] = exp(p[j] - mx));
+                const float *arow = s->att + (((size_t)b * NH + h) * T + t) * T;
+                double asum = 0.0;
+                for (int j = 0; j < T; j++) {
+                    if (j <= t) {
+                        p[j] /= sum;
+                        CHECK_NEAR_REL(arow[j], p[j], 1e-5, 1e-3);
+                    } else {
+                        CHECK(arow[j] == 0.0f); /* clean probability matrix */
+                    }
+                    asum += arow[j];
+                }
+                CHECK_NEAR_REL(asum, 1.0, 1e-5, 1.0);
+                for (int c = 0; c < hs; c++) {
+                    double o = 0;
+                    for (int j = 0; j <= t; j++)
+                        o += p[j] * s->qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * hs + c];
+                    CHECK_NEAR_REL(s->out[((size_t)b * T + t) * C + h * hs + c], o, 1e-5, 1.0);
+                }
+            }
+    free(p);
+}
+
+static void att_state_init(att_state *s, int B, int T, int C, int NH, float amp) {
+    *s = (att_state){.B = B, .T = T, .C = C, .NH = NH};
+    s->qkv = frandom((size_t)B * T * 3 * C, amp);
+    s->out = falloc((size_t)B * T * C);
+    s->att = falloc((size_t)B * NH * T * T);
+    ffill(s->out, (size_t)B * T * C, GARBAGE);
+    ffill(s->att, (size_t)B * NH * T * T, GARBAGE);
+    s->R = frandom((size_t)B * T * C, 1.0f);
+}
+
+static void att_state_free(att_state *s) {
+    bfree(s->qkv), bfree(s->out), bfree(s->att), bfree(s->R);
+}
+
+static void att_case(int B, int T, int C, int NH, size_t max_checks, float eps) {
+    att_state s;
+    att_state_init(&s, B, T, C, NH, 2.0f);
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    const size_t natt = (size_t)B * NH * T * T;
+    att_loss(&s);
+    att_reference_check(&s);
+
+    /* causal mask: changing the k and v of position tf (every head, batch 0) leaves earlier
+     * positions bit-identical, and changes position tf itself */
+    if (T > 1) {
+        const int tf = T / 2;
+        float *out0 = fcopy(s.out, nout), *att0 = fcopy(s.att, natt);
+        float *qkv0 = fcopy(s.qkv, nqkv);
+        for (int c = C; c < 3 * C; c++) s.qkv[(size_t)tf * 3 * C + c] += 1.0f + frand();
+        att_loss(&s);
+        for (int t = 0; t < T; t++) {
+            const int same =
+                memcmp(out0 + (size_t)t * C, s.out + (size_t)t * C, C * sizeof(float)) == 0;
+            CHECK(t < tf ? same : 1);
+            if (t == tf) CHECK(!same);
+        }
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < tf; t++)
+                CHECK(memcmp(att0 + ((size_t)h * T + t) * T, s.att + ((size_t)h * T + t) * T,
+                             T * sizeof(float)) == 0);
+        memcpy(s.qkv, qkv0, nqkv * sizeof(float));
+        bfree(out0), bfree(att0), bfree(qkv0);
+        att_loss(&s);
+    }
+
+    float *dqkv = falloc(nqkv), *datt = falloc(natt);
+    ffill(dqkv, nqkv, GARBAGE); /* overwritten */
+    ffill(datt, natt, GARBAGE); /* scratch */
+    ops->attention_bwd(ops->ctx, dqkv, datt, s.R, s.qkv, s.att, B, T, C, NH);
+    check_overwritten(dqkv, nqkv);
+    fd_check_eps("attention dqkv", att_loss, &s, s.qkv, dqkv, nqkv, max_checks, eps);
+    bfree(dqkv), bfree(datt);
+    att_state_free(&s);
+}
+
+static void test_attention(void) {
+    att_case(2, 5, 8, 2, SIZE_MAX, FD_EPS);
+    att_case(1, 1, 8, 2, SIZE_MAX, FD_EPS);
+    att_case(3, 4, 6, 3, SIZE_MAX, FD_EPS); /* hs = 2 */
+    /* long sequences: one k or v element moves many outputs, so the float rounding of L
+     * grows; a larger step keeps it below the floor (truncation stays ~1e-3 relative) */
+    att_case(1, 80, 8, 2, 400, 2e-2f);   /* crosses the 64-row block boundary */
+    att_case(2, 130, 8, 2, 300, 2e-2f);  /* three blocks, the last one partial */
+}
+
+static void test_attention_determinism(void) {
+    const int B = 2, T = 80, C = 16, NH = 4;
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    const size_t natt = (size_t)B * NH * T * T;
+    float *qkv = frandom(nqkv, 2.0f), *dout = frandom(nout, 1.0f);
+    float *out[2], *att[2], *dqkv[2], *datt[2];
+    for (int r = 0; r < 2; r++) {
+        out[r] = falloc(nout), att[r] = falloc(natt);
+        dqkv[r] = falloc(nqkv), datt[r] = falloc(natt);
+        ops->attention_fwd(ops->ctx, out[r], att[r], qkv, B, T, C, NH);
+        ops->attention_bwd(ops->ctx, dqkv[r], datt[r], dout, qkv, att[r], B, T, C, NH);
+    }
+    CHECK(memcmp(out[0], out[1], nout * sizeof(float)) == 0);
+    CHECK(memcmp(att[0], att[1], natt * sizeof(float)) == 0);
+    CHECK(memcmp(dqkv[0], dqkv[1], nqkv * sizeof(float)) == 0);
+    for (int r = 0; r < 2; r++) bfree(out[r]), bfree(att[r]), bfree(dqkv[r]), bfree(datt[r]);
+    bfree(qkv), bfree(dout);
+}
+
+/* ---- gelu, add ---- */
+
+typedef struct {
+    size_t n;
+    float *out, *inp, *b, *R;
+} ew_state;
+
+static double gelu_loss(void *s_) {
+    ew_state *s = s_;
+    ops->gelu_fwd(ops->ctx, s->out, s->inp, s->n);
+    return dot_d(s->out, s->R, s->n);
+}
+
+static double add_loss(void *s_) {
+    ew_state *s = s_;
+    ops->add(ops->ctx, s->out, s->inp, s->b, s->n);
+    return dot_d(s->out, s->R, s->n);
+}
+
+static void test_gelu_add(void) {
+    ew_state s = {.n = 64};
+    s.inp = frandom(s.n, 4.0f);
+    s.b = frandom(s.n, 1.0f);
+    s.out = falloc(s.n);
+    s.R = frandom(s.n, 1.0f);
+    gelu_loss(&s);
+    for (size_t i = 0; i < s.n; i++) {
+        const double x = s.inp[i];
+        const double ref = 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+        /* 1 + tanh(u) cancels in float for x << 0: absolute floor 5e-7 */
+        CHECK_NEAR_REL(s.out[i], ref, 1e-5, 5e-2);
+    }
+    float *dinp = falloc(s.n);
+    ffill(dinp, s.n, GARBAGE);
+    ops->gelu_bwd(ops->ctx, dinp, s.inp, s.R, s.n);
+    fd_check("gelu dinp", gelu_loss, &s, s.inp, dinp, s.n, SIZE_MAX);
+
+    /* add: exact, also in place; dL/da = dL/db = R */
+    add_loss(&s);
+    for (size_t i = 0; i < s.n; i++) CHECK(s.out[i] == s.inp[i] + s.b[i]);
+    fd_check("add da", add_loss, &s, s.inp, s.R, s.n, SIZE_MAX);
+    fd_check("add db", add_loss, &s, s.b, s.R, s.n, SIZE_MAX);
+    add_loss(&s); /* fd_check leaves out from a perturbed evaluation */
+    float *a = fcopy(s.inp, s.n);
+    ops->add(ops->ctx, a, a, s.b, s.n);
+    CHECK(memcmp(a, s.out, s.n * sizeof(float)) == 0);
+
+    bfree(s.inp), bfree(s.b), bfree(s.out), bfree(s.R), bfree(dinp), bfree(a);
+}
+
+/* ---- cross-entropy ---- */
+
+typedef struct {
+    int N, V;
+    float scale;
+    float *losses, *probs, *logits;
+    int *tg;
+} xent_state;
+
+static double xent_loss(void *s_) {
+    xent_state *s = s_;
+    ops->xent_fwd(ops->ctx, s->losses, s->probs, s->logits, s->tg, s->N, s->V);
+    double l = 0.0;
+    for (int i = 0; i < s->N; i++) l += s->losses[i];
+    return s->scale * l;
+}
+
+static void test_xent(void) {
+    xent_state s = {.N = 6, .V = 7, .scale = 0.5f};
+    const int N = s.N, V = s.V, targets[6] = {2, -1, 0, 6, -1, 3};
+    const size_t n = (size_t)N * V;
+    s.tg = ialloc(N);
+    memcpy(s.tg, targets, sizeof targets);
+    s.logits = frandom(n, 3.0f);
+    for (int j = 0; j < V; j++) s.logits[3 * V + j] += 1000.0f; /* stability */
+    s.probs = falloc(n);
+    s.losses = falloc(N);
+    xent_loss(&s);
+    for (int i = 0; i < N; i++) {
+        double mx = -INFINITY, sum = 0.0, psum = 0.0;
+        for (int j = 0; j < V; j++) mx = fmax(mx, s.logits[i * V + j]);
+        for (int j = 0; j < V; j++) sum += exp(s.logits[i * V + j] - mx);
+        for (int j = 0; j < V; j++) {
+            CHECK_NEAR_REL(s.probs[i * V + j], exp(s.logits[i * V + j] - mx) / sum, 1e-5, 1e-6);
+            psum += s.probs[i * V + j];
+        }
+        CHECK_NEAR_REL(psum, 1.0, 1e-5, 1.0);
+        if (targets[i] < 0) CHECK(s.losses[i] == 0.0f);
+        else
+            CHECK_NEAR_REL(s.losses[i], log(sum) - (s.logits[i * V + targets[i]] - mx), 1e-5,
+                           1e-3);
+    }
+
+    float *dl = falloc(n);
+    ffill(dl, n, GARBAGE);
+    ops->xent_bwd(ops->ctx, dl, s.probs, s.tg, s.scale, N, V);
+    for (int j = 0; j < V; j++) CHECK(dl[1 * V + j] == 0.0f && dl[4 * V + j] == 0.0f);
+    fd_check("xent dlogits", xent_loss, &s, s.logits, dl, n, SIZE_MAX);
+
+    /* probs aliasing logits, dlogits aliasing probs: bit-identical to the separate buffers */
+    xent_loss(&s);
+    float *buf = fcopy(s.logits, n), *losses2 = falloc(N);
+    ops->xent_fwd(ops->ctx, losses2, buf, buf, s.tg, N, V);
+    CHECK(memcmp(buf, s.probs, n * sizeof(float)) == 0);
+    CHECK(memcmp(losses2, s.losses, N * sizeof(float)) == 0);
+    ops->xent_bwd(ops->ctx, buf, buf, s.tg, s.scale, N, V);
+    CHECK(memcmp(buf, dl, n * sizeof(float)) == 0);
+
+    bfree(s.tg), bfree(s.logits), bfree(s.probs), bfree(s.losses), bfree(dl), bfree(buf);
+    bfree(losses2);
+}
+
+/* ---- gather / scatter ---- */
+
+typedef struct {
+    int n, C;
+    float *out, *x, *R;
+    int *rows;
+} gs_state;
+
+static double gather_loss(void *s_) {
+    gs_state *s = s_;
+    ops->gather_rows(ops->ctx, s->out, s->x, s->rows, s->n, s->C);
+    return dot_d(s->out, s->R, (size_t)s->n * s->C);
+}
+
+static void test_gather_scatter(void) {
+    const int X = 5, rows[4] = {3, 1, 3, 0}; /* row 3 twice, rows 2 and 4 never */
+    gs_state s = {.n = 4, .C = 40};          /* C spans two column chunks */
+    const size_t nx = (size_t)X * s.C, nout = (size_t)s.n * s.C;
+    s.rows = ialloc(s.n);
+    memcpy(s.rows, rows, sizeof rows);
+    s.x = frandom(nx, 1.0f);
+    s.out = falloc(nout);
+    s.R = frandom(nout, 1.0f);
+    gather_loss(&s);
+    for (int i = 0; i < s.n; i++)
+        CHECK(memcmp(s.out + (size_t)i * s.C, s.x + (size_t)rows[i] * s.C,
+                     s.C * sizeof(float)) == 0);
+    float *pre = frandom(nx, 1.0f), *dx = fcopy(pre, nx);
+    ops->scatter_add_rows(ops->ctx, dx, s.R, s.rows, s.n, s.C);
+    float *g = fdiff(dx, pre, nx);
+    fd_check("scatter_add_rows", gather_loss, &s, s.x, g, nx, SIZE_MAX);
+    for (int c = 0; c < s.C; c++) /* repeated row: both contributions, in order */
+        CHECK(dx[3 * s.C + c] == (pre[3 * s.C + c] + s.R[c]) + s.R[2 * s.C + c]);
+    bfree(s.rows), bfree(s.x), bfree(s.out), bfree(s.R), bfree(pre), bfree(dx), bfree(g);
+}
+
+/* ---- optimizer helpers ---- */
+
+static void test_adamw(void) {
+    const size_t n = 7;
+    const float lr = 0.1f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.1f;
+    float *p = frandom(n, 1.0f), *g = falloc(n), *m = falloc(n), *v = falloc(n);
+    double rp[7], rm[7] = {0}, rv[7] = {0};
+    for (size_t i = 0; i < n; i++) rp[i] = p[i];
+    for (int t = 1; t <= 3; t++) {
+        for (size_t i = 0; i < n; i++) g[i] = frand() * (i == 0 ? 1e-3f : 1.0f);
+        ops->adamw(ops->ctx, p, g, m, v, n, lr, b1, b2, eps, wd, t);
+        for (size_t i = 0; i < n; i++) {
+            rp[i] -= (double)lr * wd * rp[i];
+            rm[i] = (double)b1 * rm[i] + (1.0 - b1) * g[i];
+            rv[i] = (double)b2 * rv[i] + (1.0 - b2) * (double)g[i] * g[i];
+            const double mhat = rm[i] / (1.0 - pow(b1, t)), vhat = rv[i] / (1.0 - pow(b2, t));
+            rp[i] -= lr * mhat / (sqrt(vhat) + eps);
+            CHECK_NEAR_REL(m[i], rm[i], 1e-5, 1e-6);
+            CHECK_NEAR_REL(v[i], rv[i], 1e-5, 1e-9);
+            CHECK_NEAR_REL(p[i], rp[i], 1e-5, 1e-6);
+        }
+    }
+    /* weight decay only: zero gradient, fresh state -> p *= 1 - lr*wd */
+    float *q = frandom(n, 1.0f), *q0 = fcopy(q, n);
+    float *z = falloc(n), *zm = falloc(n), *zv = falloc(n);
+    ops->adamw(ops->ctx, q, z, zm, zv, n, lr, b1, b2, eps, wd, 1);
+    for (size_t i = 0; i < n; i++)
+        CHECK_NEAR_REL(q[i], q0[i] * (1.0 - (double)lr * wd), 1e-6, 1e-6);
+    bfree(p), bfree(g), bfree(m), bfree(v), bfree(q), bfree(q0), bfree(z), bfree(zm), bfree(zv);
+}
+
+static void test_sumsq_scale(void) {
+    const size_t sizes[4] = {0, 1, 63, 100003};
+    for (int k = 0; k < 4; k++) {
+        const size_t n = sizes[k];
+        float *x = frandom(n ? n : 1, 3.0f);
+        double ref = 0.0;
+        for (size_t i = 0; i < n; i++) ref += (double)x[i] * x[i];
+        const double s1 = ops->sumsq(ops->ctx, x, n), s2 = ops->sumsq(ops->ctx, x, n);
+        CHECK_NEAR_REL(s1, ref, 1e-12, 1e-30);
+        CHECK(memcmp(&s1, &s2, sizeof s1) == 0);
+        float *y = fcopy(x, n ? n : 1);
+        ops->scale(ops->ctx, y, n, -0.37f);
+        for (size_t i = 0; i < n; i++) CHECK(y[i] == x[i] * -0.37f);
+        bfree(x), bfree(y);
+    }
+}
+
+/* ---- the same ops at sizes above the backend's parallel threshold (16384 elements),
+ * against double references; the small cases above may run on one thread ---- */
+
+static double gelu_d(double x) {
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+static double gelu_grad_d(double x) {
+    const double k = sqrt(2.0 / M_PI), t = tanh(k * (x + 0.044715 * x * x * x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+static void test_large_sizes(void) {
+    /* layernorm forward and backward (backward reference: the analytic formula in double) */
+    {
+        const int N = 64, C = 300;
+        const size_t n = (size_t)N * C;
+        float *inp = frandom(n, 3.0f), *w = frandom(C, 1.0f), *b = frandom(C, 1.0f);
+        float *out = falloc(n), *mean = falloc(N), *rstd = falloc(N), *dout = frandom(n, 1.0f);
+        float *dinp = frandom(n, 1.0f), *dw = frandom(C, 1.0f), *db = frandom(C, 1.0f);
+        float *pin = fcopy(dinp, n), *pw = fcopy(dw, C), *pb = fcopy(db, C);
+        double *rw = calloc(C, sizeof(double)), *rb = calloc(C, sizeof(double));
+        CHECK(rw && rb);
+        ops->layernorm_fwd(ops->ctx, out, mean, rstd, inp, w, b, N, C);
+        ops->layernorm_bwd(ops->ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+        for (int i = 0; i < N; i++) {
+            const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
+            double m = 0, v = 0, a = 0, a2 = 0;
+            for (int c = 0; c < C; c++) m += x[c];
+            m /= C;
+            for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+            const double r = 1.0 / sqrt(v / C + 1e-5);
+            CHECK_NEAR_REL(mean[i], m, 1e-5, 1e-3);
+            CHECK_NEAR_REL(rstd[i], r, 1e-5, 1e-3);
+            for (int c = 0; c < C; c++) {
+                const double nc = (x[c] - m) * r;
+                CHECK_NEAR_REL(out[(size_t)i * C + c], nc * w[c] + b[c], 1e-5, 1.0);
+                a += (double)w[c] * dy[c];
+                a2 += (double)w[c] * dy[c] * nc;
+                rw[c] += dy[c] * nc;
+                rb[c] += dy[c];
+            }
+            a /= C, a2 /= C;
+            for (int c = 0; c < C; c++) {
+                const double nc = (x[c] - m) * r;
+                const double g = r * ((double)w[c] * dy[c] - a - nc * a2);
+                CHECK_NEAR_REL(dinp[(size_t)i * C + c] - pin[(size_t)i * C + c], g, 1e-4, 1.0);
+            }
+        }
+        for (int c = 0; c < C; c++) {
+            CHECK_NEAR_REL(dw[c] - pw[c], rw[c], 1e-4, 1.0);
+            CHECK_NEAR_REL(db[c] - pb[c], rb[c], 1e-4, 1.0);
+        }
+        free(rw), free(rb);
+        bfree(inp), bfree(w), bfree(b), bfree(out), bfree(mean), bfree(rstd), bfree(dout);
+        bfree(dinp), bfree(dw), bfree(db), bfree(pin), bfree(pw), bfree(pb);
+    }
+    /* gelu, add, scale */
+    {
+        const size_t n = 20000;
+        float *x = frandom(n, 5.0f), *y = falloc(n), *dy = frandom(n, 1.0f), *dx = falloc(n);
+        ops->gelu_fwd(ops->ctx, y, x, n);
+        ops->gelu_bwd(ops->ctx, dx, x, dy, n);
+        for (size_t i = 0; i < n; i++) {
+            CHECK_NEAR_REL(y[i], gelu_d(x[i]), 1e-5, 5e-2);
+            CHECK_NEAR_REL(dx[i], gelu_grad_d(x[i]) * dy[i], 1e-5, 5e-2);
+        }
+        ops->add(ops->ctx, y, x, dy, n);
+        for (size_t i = 0; i < n; i++) CHECK(y[i] == x[i] + dy[i]);
+        bfree(x), bfree(y), bfree(dy), bfree(dx);
+    }
+    /* cross-entropy */
+    {
+        const int N = 40, V = 500;
+        const size_t n = (size_t)N * V;
+        int *tg = ialloc(N);
+        for (int i = 0; i < N; i++) tg[i] = i % 5 == 0 ? -1 : irand(V);
+        float *logits = frandom(n, 4.0f), *probs = falloc(n), *losses = falloc(N), *dl = falloc(n);
+        ops->xent_fwd(ops->ctx, losses, probs, logits, tg, N, V);
+        ops->xent_bwd(ops->ctx, dl, probs, tg, 0.25f, N, V);
+        for (int i = 0; i < N; i++) {
+            double mx = -INFINITY, sum = 0.0;
+            for (int j = 0; j < V; j++) mx = fmax(mx, logits[(size_t)i * V + j]);
+            for (int j = 0; j < V; j++) sum += exp(logits[(size_t)i * V + j] - mx);
+            for (int j = 0; j < V; j++) {
+                const double p = exp(logits[(size_t)i * V + j] - mx) / sum;
+                CHECK_NEAR_REL(probs[(size_t)i * V + j], p, 1e-5, 1e-6);
+                const double d = tg[i] < 0 ? 0.0 : 0.25 * (p - (j == tg[i]));
+                CHECK_NEAR_REL(dl[(size_t)i * V + j], d, 1e-5, 1e-6);
+            }
+            if (tg[i] < 0) CHECK(losses[i] == 0.0f);
+            else
+                CHECK_NEAR_REL(losses[i], log(sum) - (logits[(size_t)i * V + tg[i]] - mx), 1e-5,
+                               1e-3);
+        }
+        bfree(tg), bfree(logits), bfree(probs), bfree(losses), bfree(dl);
+    }
+    /* gather / scatter with repeated rows: exact against the serial loop */
+    {
+        const int X = 6, n = 9, C = 2100;
+        int *rows = ialloc(n);
+        for (int i = 0; i < n; i++) rows[i] = irand(3); /* rows 0..2 only: many repeats */
+        float *x = frandom((size_t)X * C, 1.0f), *out = falloc((size_t)n * C);
+        float *dx = frandom((size_t)X * C, 1.0f), *ref = fcopy(dx, (size_t)X * C);
+        ops->gather_rows(ops->ctx, out, x, rows, n, C);
+        ops->scatter_add_rows(ops->ctx, dx, out, rows, n, C);
+        for (int i = 0; i < n; i++)
+            for (int c = 0; c < C; c++) {
+                CHECK(out[(size_t)i * C + c] == x[(size_t)rows[i] * C + c]);
+                ref[(size_t)rows[i] * C + c] += out[(size_t)i * C + c];
+            }
+        CHECK(memcmp(dx, ref, (size_t)X * C * sizeof(float)) == 0);
+        bfree(rows), bfree(x), bfree(out), bfree(dx), bfree(ref);
+    }
+    /* AdamW, one step from a warm state */
+    {
+        const size_t n = 20000;
+        const float lr = 3e-3f, b1 = 0.8f, b2 = 0.95f, eps = 1e-6f, wd = 0.5f;
+        const int t = 5;
+        float *p = frandom(n, 1.0f), *g = frandom(n, 1.0f), *m = frandom(n, 0.1f), *v = falloc(n);
+        for (size_t i = 0; i < n; i++) v[i] = 0.01f * (1.0f + frand());
+        float *p0 = fcopy(p, n), *m0 = fcopy(m, n), *v0 = fcopy(v, n);
+        ops->adamw(ops->ctx, p, g, m, v, n, lr, b1, b2, eps, wd, t);
+        for (size_t i = 0; i < n; i++) {
+            const double rm = (double)b1 * m0[i] + (1.0 - b1) * g[i];
+            const double rv = (double)b2 * v0[i] + (1.0 - b2) * (double)g[i] * g[i];
+            const double mhat = rm / (1.0 - pow(b1, t)), vhat = rv / (1.0 - pow(b2, t));
+            const double rp = p0[i] * (1.0 - (double)lr * wd) - lr * mhat / (sqrt(vhat) + eps);
+            CHECK_NEAR_REL(m[i], rm, 1e-5, 1e-3); /* b1 m + (1-b1) g may cancel */
+            CHECK_NEAR_REL(v[i], rv, 1e-5, 1e-9);
+            CHECK_NEAR_REL(p[i], rp, 1e-5, 1e-6);
+        }
+        bfree(p), bfree(g), bfree(m), bfree(v), bfree(p0), bfree(m0), bfree(v0);
+    }
+}
+
+int main(void) {
+    /* two threads, unless OMP_NUM_THREADS says otherwise (valgrind runs use 1) */
+    CHECK_INT_EQ(dt_ops_cpu_init(&ops, getenv("OMP_NUM_THREADS") ? 0 : 2), DT_OK);
+    CHECK_STR_EQ(ops->name, "cpu");
+    test_memory();
+    test_encoder();
+    test_encoder_determinism();
+    test_layernorm();
+    test_matmul();
+    test_attention();
+    test_attention_determinism();
+    test_gelu_add();
+    test_xent();
+    test_gather_scatter();
+    test_adamw();
+    test_sumsq_scale();
+    test_large_sizes();
+    dt_ops_cpu_free(ops);
+    dt_ops_cpu_free(NULL);
+    TEST_PASS("test_ops_cpu");
+}
