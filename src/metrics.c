@@ -17,6 +17,7 @@ struct dt_metrics {
     int bar;              /* drawing a progress bar */
     int bar_visible;      /* the bar is on the current console line */
     double t0;            /* monotonic seconds at open */
+    double last_draw;     /* monotonic seconds of the last bar redraw */
 };
 
 static double now_s(void) {
@@ -142,7 +143,12 @@ void dt_metrics_train(dt_metrics *m, const dt_train_point *p) {
                         p->step, m->cfg.total_steps, p->epoch, p->loss, p->lr, p->grad_norm, p->step_ms,
                         p->tokens_per_s);
     }
-    if (m->bar) draw_bar(m, p);
+    /* redraw at most 10 times a second (fast steps would flood the terminal) */
+    double t = now_s();
+    if (m->bar && (t - m->last_draw >= 0.1 || p->step == m->cfg.total_steps || !m->bar_visible)) {
+        draw_bar(m, p);
+        m->last_draw = t;
+    }
 }
 
 void dt_metrics_eval(dt_metrics *m, const dt_eval_point *p) {

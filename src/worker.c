@@ -99,6 +99,12 @@ static dt_status run_setup(run *r, const dt_config *c, int need_train) {
     r->cfg = c;
     dt_device_kind dev;
     DT_TRY(dt_device_resolve(c, &dev));
+    if (c->training.num_workers != 1)
+        return dt_error_set(DT_ERR_CONFIG,
+                            "%s: training.num_workers: %d workers asked for, but this dtrain version trains with "
+                            "one worker (hint: set training.num_workers: 1; the same global batch is "
+                            "data.batch_size_per_worker x training.grad_accum_steps)",
+                            c->source[0] ? c->source : "config", c->training.num_workers);
     DT_TRY(dt_ops_cpu_init(&r->ops, dt_device_threads_per_worker(c)));
     dt_model_cfg mc = model_cfg_from(c);
     DT_TRY(dt_model_init(&r->model, &mc, r->ops));

@@ -10,35 +10,8 @@
 #include <zlib.h>
 
 #include "check.h"
+#include "testutil.h"
 
-static char g_dir[1024];
-
-static void mkdir_p(const char *path) {
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        CHECK(mkdir(buf, 0755) == 0 || errno == EEXIST);
-        *p = '/';
-    }
-    CHECK(mkdir(buf, 0755) == 0 || errno == EEXIST);
-}
-
-static const char *tmp(const char *name) {
-    static char bufs[8][1024];
-    static int next;
-    char *b = bufs[next++ % 8];
-    snprintf(b, 1024, "%s/%s", g_dir, name);
-    return b;
-}
-
-static void write_file(const char *path, const void *data, size_t len) {
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    CHECK(fwrite(data, 1, len, f) == len);
-    CHECK(fclose(f) == 0);
-}
 
 static void write_gz(const char *path, const void *data, size_t len) {
     gzFile f = gzopen(path, "wb");
@@ -82,7 +55,7 @@ static void write_shard(const char *path, int32_t magic, int32_t version, int32_
     unsigned char *b;
     size_t len = make_shard(&b, magic, version, declared, tok, ntok, width, extra);
     if (gz) write_gz(path, b, len);
-    else write_file(path, b, len);
+    else test_write_file(path, b, len);
     free(b);
 }
 
@@ -116,58 +89,58 @@ static void test_bad_shards(void) {
     for (int i = 0; i < 64; i++) tok[i] = (uint32_t)i;
     const char *p;
 
-    p = tmp("badmagic.bin");
+    p = test_path("badmagic.bin");
     write_shard(p, 12345, 1, 64, tok, 64, 2, 0, 0);
     expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
                MSG("%s: offset 0: bad magic 12345 (expected 20240520 or 20240801: not an llm.c token "
                    "shard)",
                    p));
 
-    p = tmp("trunc.bin");
+    p = test_path("trunc.bin");
     write_shard(p, DT_SHARD_MAGIC_V1, 1, 100, tok, 50, 2, 0, 0);
     expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
                MSG("%s: offset 1124: truncated: header says 100 tokens (200 bytes), file has only 100 "
                    "bytes of tokens",
                    p));
 
-    p = tmp("badversion.bin");
+    p = test_path("badversion.bin");
     write_shard(p, DT_SHARD_MAGIC_V1, 7, 64, tok, 64, 2, 0, 0);
     expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
                MSG("%s: offset 4: unsupported version 7 (magic 20240520 needs version 1)", p));
-    p = tmp("badversion2.bin");
+    p = test_path("badversion2.bin");
     write_shard(p, DT_SHARD_MAGIC_V2, 1, 64, tok, 64, 4, 0, 0);
     expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
                MSG("%s: offset 4: unsupported version 1 (magic 20240801 needs version 7)", p));
 
-    p = tmp("bigtoken.bin");
+    p = test_path("bigtoken.bin");
     uint32_t big[8] = {1, 2, 3, 70000, 5, 6, 7, 8};
     write_shard(p, DT_SHARD_MAGIC_V2, 7, 8, big, 8, 4, 0, 0);
     expect_err(p, DT_FORMAT_AUTO, 4, 0, 50257, DT_ERR_DATA,
                MSG("%s: offset 1036: token 70000 >= model.vocab_size 50257", p));
-    p = tmp("bigtoken1.bin"); /* v1: token 300 >= vocab 257 at index 5 */
+    p = test_path("bigtoken1.bin"); /* v1: token 300 >= vocab 257 at index 5 */
     uint32_t mid[8] = {1, 2, 3, 4, 5, 300, 7, 8};
     write_shard(p, DT_SHARD_MAGIC_V1, 1, 8, mid, 8, 2, 0, 0);
     expect_err(p, DT_FORMAT_AUTO, 4, 0, 257, DT_ERR_DATA,
                MSG("%s: offset 1034: token 300 >= model.vocab_size 257", p));
 
-    p = tmp("short.bin");
+    p = test_path("short.bin");
     write_shard(p, DT_SHARD_MAGIC_V1, 1, 64, tok, 0, 2, 0, 0);
     CHECK(truncate(p, 100) == 0);
     expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
                MSG("%s: offset 100: file has only 100 bytes, shorter than the 1024-byte shard header",
                    p));
 
-    p = tmp("extra.bin");
+    p = test_path("extra.bin");
     write_shard(p, DT_SHARD_MAGIC_V1, 1, 64, tok, 64, 2, 3, 0);
     expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
                MSG("%s: offset 1152: 3 extra bytes after the 64 tokens the header declares", p));
 
-    p = tmp("zero.bin");
+    p = test_path("zero.bin");
     write_shard(p, DT_SHARD_MAGIC_V1, 1, 0, tok, 0, 2, 0, 0);
     expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
                MSG("%s: offset 8: header says 0 tokens (expected at least 1)", p));
 
-    p = tmp("few.bin"); /* 8 tokens cannot make one sample of T = 8 */
+    p = test_path("few.bin"); /* 8 tokens cannot make one sample of T = 8 */
     write_shard(p, DT_SHARD_MAGIC_V1, 1, 8, tok, 8, 2, 0, 0);
     expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
                MSG("%s: only 8 tokens in 1 file(s), but data.seq_len 8 needs at least 9 for one "
@@ -179,7 +152,7 @@ static void test_bad_shards(void) {
     dt_dataset_free(ds);
 
     /* a truncated .gz stream */
-    p = tmp("cut.bin.gz");
+    p = test_path("cut.bin.gz");
     write_shard(p, DT_SHARD_MAGIC_V1, 1, 64, tok, 64, 2, 0, 1);
     struct stat st;
     CHECK(stat(p, &st) == 0);
@@ -191,79 +164,79 @@ static void test_bad_shards(void) {
 
 static void test_bad_tsv(void) {
     const char *p;
-    p = tmp("empty.tsv");
-    write_file(p, "", 0);
+    p = test_path("empty.tsv");
+    test_write_file(p, "", 0);
     expect_err(p, DT_FORMAT_AUTO, 8, 2, 257, DT_ERR_DATA,
                MSG("%s: empty file (expected lines of \"label<TAB>text\")", p));
 
-    p = tmp("range.tsv");
+    p = test_path("range.tsv");
     const char *range = "0\tgood\n1\tfine\n3\tbad\n";
-    write_file(p, range, strlen(range));
+    test_write_file(p, range, strlen(range));
     expect_err(p, DT_FORMAT_AUTO, 8, 2, 257, DT_ERR_DATA,
                MSG("%s:3: label 3 out of range [0, 2) (hint: model.num_labels is 2)", p));
-    p = tmp("neg.tsv");
-    write_file(p, "-1\tx\n", 5);
+    p = test_path("neg.tsv");
+    test_write_file(p, "-1\tx\n", 5);
     expect_err(p, DT_FORMAT_AUTO, 8, 2, 257, DT_ERR_DATA,
                MSG("%s:1: label -1 out of range [0, 2) (hint: model.num_labels is 2)", p));
 
-    p = tmp("notab.tsv");
+    p = test_path("notab.tsv");
     const char *notab = "0\tok\r\n1 no tab here\n";
-    write_file(p, notab, strlen(notab));
+    test_write_file(p, notab, strlen(notab));
     expect_err(p, DT_FORMAT_AUTO, 8, 2, 257, DT_ERR_DATA,
                MSG("%s:2: no tab: expected \"label<TAB>text\"", p));
 
-    p = tmp("nonint.tsv");
+    p = test_path("nonint.tsv");
     const char *nonint = "0\tok\npos\ttext\n";
-    write_file(p, nonint, strlen(nonint));
+    test_write_file(p, nonint, strlen(nonint));
     expect_err(p, DT_FORMAT_AUTO, 8, 3, 257, DT_ERR_DATA,
                MSG("%s:2: label \"pos\" is not an integer (expected \"label<TAB>text\" with an "
                    "integer label in [0, 3))",
                    p));
 
-    p = tmp("emptyline.tsv");
+    p = test_path("emptyline.tsv");
     const char *el = "0\ta\n\n1\tb\n";
-    write_file(p, el, strlen(el));
+    test_write_file(p, el, strlen(el));
     expect_err(p, DT_FORMAT_AUTO, 8, 2, 257, DT_ERR_DATA,
                MSG("%s:2: empty line (expected \"label<TAB>text\")", p));
 
-    p = tmp("nul.tsv");
-    write_file(p, "0\tab\0c\n", 7);
+    p = test_path("nul.tsv");
+    test_write_file(p, "0\tab\0c\n", 7);
     expect_err(p, DT_FORMAT_AUTO, 8, 2, 257, DT_ERR_DATA,
                MSG("%s:1: NUL byte in the text at column 5 (the byte tokenizer uses 0 as padding)", p));
 
-    expect_err(tmp("good.tsv"), DT_FORMAT_AUTO, 8, 2, 200, DT_ERR_CONFIG,
+    expect_err(test_path("good.tsv"), DT_FORMAT_AUTO, 8, 2, 200, DT_ERR_CONFIG,
                "model.vocab_size: 200 is too small for tsv data: the byte tokenizer needs >= 257 "
                "(256 bytes + <cls>)");
 }
 
 static void test_bad_paths(void) {
-    const char *p = tmp("nothing*.bin");
+    const char *p = test_path("nothing*.bin");
     expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
                MSG("%s: no files match (hint: data.train_path and data.val_path take a file, a "
                    "directory or a glob such as \"data/*.bin\"; relative paths start from the "
                    "working directory)",
                    p));
-    p = tmp("missing.bin");
+    p = test_path("missing.bin");
     expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
                MSG("%s: no files match (hint: data.train_path and data.val_path take a file, a "
                    "directory or a glob such as \"data/*.bin\"; relative paths start from the "
                    "working directory)",
                    p));
-    mkdir_p(tmp("emptydir"));
-    write_file(tmp("emptydir/.hidden"), "x", 1);
-    p = tmp("emptydir");
+    test_mkdir_p(test_path("emptydir"));
+    test_write_file(test_path("emptydir/.hidden"), "x", 1);
+    p = test_path("emptydir");
     expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
                MSG("%s: no files match (hint: the directory has no regular, non-hidden files)", p));
 
     /* format vs model.num_labels */
-    p = tmp("good.tsv");
+    p = test_path("good.tsv");
     expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
                MSG("%s: data is tsv (data.format auto: the name does not end in .bin or .bin.gz), "
                    "but model.num_labels is 0 and language modelling reads token shards (hint: set "
                    "model.num_labels to the number of classes to classify, or make a shard with "
                    "\"dtrain data tokenize\")",
                    p));
-    p = tmp("good.bin");
+    p = test_path("good.bin");
     expect_err(p, DT_FORMAT_AUTO, 8, 2, 50257, DT_ERR_DATA,
                MSG("%s: data is token shards (data.format auto: the name ends in .bin), but "
                    "model.num_labels is 2 and classification reads \"label<TAB>text\" lines (hint: "
@@ -281,20 +254,20 @@ static void test_bad_paths(void) {
         CHECK_STR_CONTAINS(dt_error_msg(), MSG("%s:1: label \"\\x88\\xd84\\x01\\x01\\x00", p));
     }
     /* non-printable label bytes are escaped, long labels cut at 32 bytes */
-    p = tmp("weird.tsv");
+    p = test_path("weird.tsv");
     const char *weird = "\x01\"\\ab0123456789012345678901234567890123456789\ttext\n";
-    write_file(p, weird, strlen(weird));
+    test_write_file(p, weird, strlen(weird));
     expect_err(p, DT_FORMAT_AUTO, 8, 2, 257, DT_ERR_DATA,
                MSG("%s:1: label \"\\x01\\x22\\x5cab012345678901234567890123456...\" is not an integer "
                    "(expected \"label<TAB>text\" with an integer label in [0, 2))",
                    p));
 
     /* mixed formats in one directory */
-    mkdir_p(tmp("mixed"));
-    write_file(tmp("mixed/a.tsv"), "0\tx\n", 4);
+    test_mkdir_p(test_path("mixed"));
+    test_write_file(test_path("mixed/a.tsv"), "0\tx\n", 4);
     uint32_t tok[16] = {0};
-    write_shard(tmp("mixed/b.bin"), DT_SHARD_MAGIC_V1, 1, 16, tok, 16, 2, 0, 0);
-    p = tmp("mixed");
+    write_shard(test_path("mixed/b.bin"), DT_SHARD_MAGIC_V1, 1, 16, tok, 16, 2, 0, 0);
+    p = test_path("mixed");
     expect_err(p, DT_FORMAT_AUTO, 4, 0, 50257, DT_ERR_DATA,
                MSG("%s: mixed formats: %s/b.bin is a token shard (.bin) but %s/a.tsv is tsv (hint: "
                    "keep one format per path; data.format auto reads .bin/.bin.gz files as tokens "
@@ -302,13 +275,13 @@ static void test_bad_paths(void) {
                    p, p, p));
 
     /* unreadable files: a dangling symlink matched by a glob; a mode-000 file (not as root) */
-    mkdir_p(tmp("io"));
-    CHECK(symlink(tmp("io/nowhere"), tmp("io/dangling.bin")) == 0);
-    p = tmp("io/*.bin");
+    test_mkdir_p(test_path("io"));
+    CHECK(symlink(test_path("io/nowhere"), test_path("io/dangling.bin")) == 0);
+    p = test_path("io/*.bin");
     expect_err(p, DT_FORMAT_AUTO, 4, 0, 50257, DT_ERR_IO,
-               MSG("%s: cannot open: No such file or directory", tmp("io/dangling.bin")));
+               MSG("%s: cannot open: No such file or directory", test_path("io/dangling.bin")));
     if (geteuid() != 0) {
-        p = tmp("noperm.bin");
+        p = test_path("noperm.bin");
         write_shard(p, DT_SHARD_MAGIC_V1, 1, 16, tok, 16, 2, 0, 0);
         CHECK(chmod(p, 0) == 0);
         expect_err(p, DT_FORMAT_AUTO, 4, 0, 50257, DT_ERR_IO,
@@ -316,9 +289,9 @@ static void test_bad_paths(void) {
     }
 
     /* bad settings */
-    expect_err(tmp("good.bin"), DT_FORMAT_AUTO, 8, 1, 50257, DT_ERR_CONFIG,
+    expect_err(test_path("good.bin"), DT_FORMAT_AUTO, 8, 1, 50257, DT_ERR_CONFIG,
                "model.num_labels: expected 0 (language modelling) or >= 2, got 1");
-    expect_err(tmp("good.bin"), DT_FORMAT_AUTO, 0, 0, 50257, DT_ERR_CONFIG,
+    expect_err(test_path("good.bin"), DT_FORMAT_AUTO, 0, 0, 50257, DT_ERR_CONFIG,
                "data.seq_len: expected an integer >= 1, got 0");
 }
 
@@ -351,13 +324,13 @@ static void test_round_trip(void) {
         text[i] = (unsigned char)(i < 256 ? (uint64_t)i : (s >> 33)); /* every byte value, incl. 0 */
         want[i] = text[i];
     }
-    write_file(tmp("text.txt"), text, N);
+    test_write_file(test_path("text.txt"), text, N);
     size_t n_tok = 0;
-    CHECK_INT_EQ(dt_data_tokenize_bytes(tmp("text.txt"), tmp("text.bin"), &n_tok), DT_OK);
+    CHECK_INT_EQ(dt_data_tokenize_bytes(test_path("text.txt"), test_path("text.bin"), &n_tok), DT_OK);
     CHECK_INT_EQ(n_tok, N);
 
     /* the file is exactly an llm.c v1 shard */
-    FILE *f = fopen(tmp("text.bin"), "rb");
+    FILE *f = fopen(test_path("text.bin"), "rb");
     CHECK(f != NULL);
     unsigned char *raw = malloc(1024 + 2 * N + 1);
     CHECK_INT_EQ(fread(raw, 1, 1024 + 2 * N + 1, f), 1024 + 2 * N);
@@ -369,80 +342,80 @@ static void test_round_trip(void) {
     free(raw);
 
     dt_dataset *ds = NULL;
-    CHECK_INT_EQ(open_ds(&ds, tmp("text.bin"), DT_FORMAT_AUTO, T, 0, 256), DT_OK);
+    CHECK_INT_EQ(open_ds(&ds, test_path("text.bin"), DT_FORMAT_AUTO, T, 0, 256), DT_OK);
     CHECK_INT_EQ(dt_dataset_num_files(ds), 1);
     check_lm(ds, want, N, T);
     dt_dataset_free(ds);
 
     /* gz input to the tokenizer, and a .bin.gz shard */
-    write_gz(tmp("text.txt.gz"), text, N);
-    CHECK_INT_EQ(dt_data_tokenize_bytes(tmp("text.txt.gz"), tmp("text2.bin"), &n_tok), DT_OK);
+    write_gz(test_path("text.txt.gz"), text, N);
+    CHECK_INT_EQ(dt_data_tokenize_bytes(test_path("text.txt.gz"), test_path("text2.bin"), &n_tok), DT_OK);
     CHECK_INT_EQ(n_tok, N);
-    write_shard(tmp("textgz.bin.gz"), DT_SHARD_MAGIC_V1, 1, N, want, N, 2, 0, 1);
-    CHECK_INT_EQ(open_ds(&ds, tmp("textgz.bin.gz"), DT_FORMAT_AUTO, T, 0, 256), DT_OK);
+    write_shard(test_path("textgz.bin.gz"), DT_SHARD_MAGIC_V1, 1, N, want, N, 2, 0, 1);
+    CHECK_INT_EQ(open_ds(&ds, test_path("textgz.bin.gz"), DT_FORMAT_AUTO, T, 0, 256), DT_OK);
     check_lm(ds, want, N, T);
     dt_dataset_free(ds);
-    CHECK_INT_EQ(open_ds(&ds, tmp("text2.bin"), DT_FORMAT_AUTO, T, 0, 256), DT_OK);
+    CHECK_INT_EQ(open_ds(&ds, test_path("text2.bin"), DT_FORMAT_AUTO, T, 0, 256), DT_OK);
     check_lm(ds, want, N, T);
     dt_dataset_free(ds);
 
     /* a version-7 (uint32) shard with tokens beyond uint16, and one whose tokens all fit */
     uint32_t wide[300];
     for (int i = 0; i < 300; i++) wide[i] = (uint32_t)(i * 331u % 100000u);
-    write_shard(tmp("wide.bin"), DT_SHARD_MAGIC_V2, 7, 300, wide, 300, 4, 0, 0);
-    CHECK_INT_EQ(open_ds(&ds, tmp("wide.bin"), DT_FORMAT_AUTO, 10, 0, 100000), DT_OK);
+    write_shard(test_path("wide.bin"), DT_SHARD_MAGIC_V2, 7, 300, wide, 300, 4, 0, 0);
+    CHECK_INT_EQ(open_ds(&ds, test_path("wide.bin"), DT_FORMAT_AUTO, 10, 0, 100000), DT_OK);
     check_lm(ds, wide, 300, 10);
     dt_dataset_free(ds);
-    write_shard(tmp("narrow7.bin"), DT_SHARD_MAGIC_V2, 7, N, want, N, 4, 0, 0);
-    CHECK_INT_EQ(open_ds(&ds, tmp("narrow7.bin"), DT_FORMAT_AUTO, T, 0, 256), DT_OK);
+    write_shard(test_path("narrow7.bin"), DT_SHARD_MAGIC_V2, 7, N, want, N, 4, 0, 0);
+    CHECK_INT_EQ(open_ds(&ds, test_path("narrow7.bin"), DT_FORMAT_AUTO, T, 0, 256), DT_OK);
     check_lm(ds, want, N, T);
     dt_dataset_free(ds);
 
     /* a glob over 2 shards (a v1 and a v7) concatenates in sorted name order */
-    mkdir_p(tmp("glob"));
-    write_shard(tmp("glob/s_b.bin"), DT_SHARD_MAGIC_V2, 7, 300, wide, 300, 4, 0, 0);
-    write_shard(tmp("glob/s_a.bin"), DT_SHARD_MAGIC_V1, 1, 500, want, 500, 2, 0, 0);
-    write_file(tmp("glob/other.txt"), "not matched", 11);
+    test_mkdir_p(test_path("glob"));
+    write_shard(test_path("glob/s_b.bin"), DT_SHARD_MAGIC_V2, 7, 300, wide, 300, 4, 0, 0);
+    write_shard(test_path("glob/s_a.bin"), DT_SHARD_MAGIC_V1, 1, 500, want, 500, 2, 0, 0);
+    test_write_file(test_path("glob/other.txt"), "not matched", 11);
     uint32_t cat[800];
     memcpy(cat, want, 500 * sizeof *cat);
     memcpy(cat + 500, wide, 300 * sizeof *cat);
-    CHECK_INT_EQ(open_ds(&ds, tmp("glob/s_*.bin"), DT_FORMAT_AUTO, 12, 0, 100000), DT_OK);
+    CHECK_INT_EQ(open_ds(&ds, test_path("glob/s_*.bin"), DT_FORMAT_AUTO, 12, 0, 100000), DT_OK);
     CHECK_INT_EQ(dt_dataset_num_files(ds), 2);
     check_lm(ds, cat, 800, 12);
     dt_dataset_free(ds);
 
     /* a directory: regular non-hidden files, sorted; hidden files and subdirectories skipped */
-    mkdir_p(tmp("dir/sub"));
-    write_shard(tmp("dir/2.bin"), DT_SHARD_MAGIC_V2, 7, 300, wide, 300, 4, 0, 0);
-    write_shard(tmp("dir/1.bin.gz"), DT_SHARD_MAGIC_V1, 1, 500, want, 500, 2, 0, 1);
-    write_file(tmp("dir/.junk.bin"), "junk", 4);
-    CHECK_INT_EQ(open_ds(&ds, tmp("dir/"), DT_FORMAT_AUTO, 12, 0, 100000), DT_OK);
+    test_mkdir_p(test_path("dir/sub"));
+    write_shard(test_path("dir/2.bin"), DT_SHARD_MAGIC_V2, 7, 300, wide, 300, 4, 0, 0);
+    write_shard(test_path("dir/1.bin.gz"), DT_SHARD_MAGIC_V1, 1, 500, want, 500, 2, 0, 1);
+    test_write_file(test_path("dir/.junk.bin"), "junk", 4);
+    CHECK_INT_EQ(open_ds(&ds, test_path("dir/"), DT_FORMAT_AUTO, 12, 0, 100000), DT_OK);
     CHECK_INT_EQ(dt_dataset_num_files(ds), 2);
     check_lm(ds, cat, 800, 12);
     dt_dataset_free(ds);
 
     /* dt_shard_write: round trip, a token >= 65536 refused, no temporary left behind */
-    CHECK_INT_EQ(dt_shard_write(tmp("w.bin"), want, N), DT_OK);
-    CHECK_INT_EQ(open_ds(&ds, tmp("w.bin"), DT_FORMAT_AUTO, T, 0, 256), DT_OK);
+    CHECK_INT_EQ(dt_shard_write(test_path("w.bin"), want, N), DT_OK);
+    CHECK_INT_EQ(open_ds(&ds, test_path("w.bin"), DT_FORMAT_AUTO, T, 0, 256), DT_OK);
     check_lm(ds, want, N, T);
     dt_dataset_free(ds);
     char tmpname[1100];
-    snprintf(tmpname, sizeof tmpname, "%s.tmp.%ld", tmp("w.bin"), (long)getpid());
+    snprintf(tmpname, sizeof tmpname, "%s.tmp.%ld", test_path("w.bin"), (long)getpid());
     CHECK(access(tmpname, F_OK) != 0);
     uint32_t bad[3] = {1, 65536, 2};
     dt_error_clear();
-    CHECK_INT_EQ(dt_shard_write(tmp("w2.bin"), bad, 3), DT_ERR_DATA);
+    CHECK_INT_EQ(dt_shard_write(test_path("w2.bin"), bad, 3), DT_ERR_DATA);
     CHECK_STR_EQ(dt_error_msg(),
                  MSG("%s: token 65536 at index 1 does not fit a version-1 shard (uint16 tokens must "
                      "be < 65536)",
-                     tmp("w2.bin")));
-    CHECK(access(tmp("w2.bin"), F_OK) != 0);
+                     test_path("w2.bin")));
+    CHECK(access(test_path("w2.bin"), F_OK) != 0);
 
-    write_file(tmp("nothing.txt"), "", 0);
+    test_write_file(test_path("nothing.txt"), "", 0);
     dt_error_clear();
-    CHECK_INT_EQ(dt_data_tokenize_bytes(tmp("nothing.txt"), tmp("nothing.bin"), &n_tok), DT_ERR_DATA);
-    CHECK_STR_EQ(dt_error_msg(), MSG("%s: empty input (nothing to tokenize)", tmp("nothing.txt")));
-    CHECK(access(tmp("nothing.bin"), F_OK) != 0);
+    CHECK_INT_EQ(dt_data_tokenize_bytes(test_path("nothing.txt"), test_path("nothing.bin"), &n_tok), DT_ERR_DATA);
+    CHECK_STR_EQ(dt_error_msg(), MSG("%s: empty input (nothing to tokenize)", test_path("nothing.txt")));
+    CHECK(access(test_path("nothing.bin"), F_OK) != 0);
 }
 
 static void check_row(const int *x, int T, const char *text, size_t n) {
@@ -463,9 +436,9 @@ static void test_tsv(void) {
                       "0\t\n"
                       "2\t\xff\xfe\n"
                       "1\t12345678";
-    write_file(tmp("good.tsv"), tsv, strlen(tsv));
-    write_gz(tmp("good.tsv.gz"), tsv, strlen(tsv));
-    const char *paths[2] = {tmp("good.tsv"), tmp("good.tsv.gz")};
+    test_write_file(test_path("good.tsv"), tsv, strlen(tsv));
+    write_gz(test_path("good.tsv.gz"), tsv, strlen(tsv));
+    const char *paths[2] = {test_path("good.tsv"), test_path("good.tsv.gz")};
     for (int k = 0; k < 2; k++) {
         dt_dataset *ds = NULL;
         CHECK_INT_EQ(open_ds(&ds, paths[k], DT_FORMAT_AUTO, T, 3, 257), DT_OK);
@@ -499,7 +472,7 @@ static void test_tsv(void) {
     }
 
     /* a large file, across two files of a directory: linear time, labels kept in order */
-    mkdir_p(tmp("tsvdir"));
+    test_mkdir_p(test_path("tsvdir"));
     enum { LINES = 100000 };
     char *big = malloc((size_t)LINES * 24);
     CHECK(big != NULL);
@@ -507,11 +480,11 @@ static void test_tsv(void) {
         size_t len = 0;
         for (int i = 0; i < LINES; i++)
             len += (size_t)sprintf(big + len, "%d\texample %d/%d\n", (i + part) % 5, part, i);
-        write_file(tmp(part ? "tsvdir/b.txt" : "tsvdir/a.txt"), big, len);
+        test_write_file(test_path(part ? "tsvdir/b.txt" : "tsvdir/a.txt"), big, len);
     }
     free(big);
     dt_dataset *ds = NULL;
-    CHECK_INT_EQ(open_ds(&ds, tmp("tsvdir"), DT_FORMAT_AUTO, 12, 5, 257), DT_OK);
+    CHECK_INT_EQ(open_ds(&ds, test_path("tsvdir"), DT_FORMAT_AUTO, 12, 5, 257), DT_OK);
     CHECK_INT_EQ(dt_dataset_size(ds), 2 * LINES);
     CHECK_INT_EQ(dt_dataset_num_files(ds), 2);
     int x[12], y[1];
@@ -671,18 +644,12 @@ static void test_eval_slices(void) {
     CHECK_INT_EQ(dt_eval_num_batches(0, 2, 4), 0);
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
 int main(void) {
-    snprintf(g_dir, sizeof g_dir, "%s/data-%ld", DTRAIN_TEST_TMP, (long)getpid());
-    mkdir_p(g_dir);
+    test_dir_init("data");
     test_tsv(); /* writes good.tsv, used by the path tests */
     uint32_t tok[64];
     for (int i = 0; i < 64; i++) tok[i] = (uint32_t)i;
-    write_shard(tmp("good.bin"), DT_SHARD_MAGIC_V1, 1, 64, tok, 64, 2, 0, 0);
+    write_shard(test_path("good.bin"), DT_SHARD_MAGIC_V1, 1, 64, tok, 64, 2, 0, 0);
     test_bad_shards();
     test_bad_tsv();
     test_bad_paths();
@@ -690,6 +657,6 @@ int main(void) {
     test_sampler();
     test_eval_slices();
     dt_dataset_free(NULL);
-    CHECK(nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) == 0); /* kept when a check fails */
+    test_dir_remove(); /* kept when a check fails */
     TEST_PASS("test_data");
 }

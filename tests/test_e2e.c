@@ -18,9 +18,11 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "testutil.h"
 
-static char tmp[512];
 static char out_text[1 << 20], err_text[1 << 16];
+
+#define tmp test_dir()
 
 static void slurp(const char *path, char *buf, size_t n) {
     FILE *f = fopen(path, "rb");
@@ -108,6 +110,9 @@ static void test_dry_run(void) {
         CHECK_INT_EQ(run("%s --config %s --set run.dir=%s/seed", DTRAIN_BIN, path, tmp), 2);
         CHECK_STR_CONTAINS(err_text, "no GPU is visible (hint: set training.use_gpu: false");
     }
+    /* on CPU, 4 workers are refused clearly until the multi-worker launcher exists */
+    CHECK_INT_EQ(run("%s --config %s --set training.use_gpu=false --set run.dir=%s/seed", DTRAIN_BIN, path, tmp), 2);
+    CHECK_STR_CONTAINS(err_text, "training.num_workers: 4 workers asked for");
 }
 
 static void test_bad_data(void) {
@@ -220,16 +225,12 @@ static void test_language_model(void) {
 }
 
 int main(void) {
-    snprintf(tmp, sizeof tmp, "%s/e2e-%d", DTRAIN_TEST_TMP, (int)getpid());
-    mkdir(DTRAIN_TEST_TMP, 0755);
-    CHECK(mkdir(tmp, 0755) == 0);
+    test_dir_init("e2e");
     test_cli();
     test_dry_run();
     test_bad_data();
     test_language_model();
     test_finetune();
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    CHECK(system(cmd) == 0);
+    test_dir_remove();
     TEST_PASS("test_e2e");
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "testutil.h"
 #include "dtrain/model.h"
 #include "dtrain/ops.h"
 #include "dtrain/safetensors.h"
@@ -173,12 +174,10 @@ static void test_buckets_and_accum(void) {
 }
 
 static void test_weights_io(void) {
-    char dir[256], path[300], hf[300], msg[1024];
-    snprintf(dir, sizeof dir, "%s/model-%d", DTRAIN_TEST_TMP, (int)getpid());
-    mkdir(DTRAIN_TEST_TMP, 0755);
-    CHECK(mkdir(dir, 0755) == 0);
-    snprintf(path, sizeof path, "%s/a.safetensors", dir);
-    snprintf(hf, sizeof hf, "%s/hf.safetensors", dir);
+    char path[1200], hf[1200], msg[2048];
+    test_dir_init("model");
+    snprintf(path, sizeof path, "%s", test_path("a.safetensors"));
+    snprintf(hf, sizeof hf, "%s", test_path("hf.safetensors"));
     dt_ops *ops;
     CHECK(dt_ops_cpu_init(&ops, 1) == DT_OK);
     dt_model_cfg cfg = {.vocab_size = 13, .n_positions = 6, .n_layer = 2, .n_head = 2, .n_embd = 8,
@@ -258,7 +257,7 @@ static void test_weights_io(void) {
     dt_st_close(f);
     dt_model_free(a); dt_model_free(b); dt_model_free(c); dt_model_free(d); dt_model_free(d3);
     dt_ops_cpu_free(ops);
-    unlink(path); unlink(hf); rmdir(dir);
+    test_dir_remove();
     printf("weights io: ok\n");
 }
 

@@ -11,36 +11,9 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "testutil.h"
 #include "dtrain/safetensors.h"
 
-static char g_dir[512];
-
-static void mkdir_p(const char *path) {
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        CHECK(mkdir(buf, 0755) == 0 || errno == EEXIST);
-        *p = '/';
-    }
-    CHECK(mkdir(buf, 0755) == 0 || errno == EEXIST);
-}
-
-static const char *tpath(const char *name) {
-    static char bufs[8][600];
-    static int k;
-    char *b = bufs[k++ % 8];
-    snprintf(b, 600, "%s/%s", g_dir, name);
-    return b;
-}
-
-static void write_bytes(const char *path, const void *data, size_t len) {
-    FILE *fp = fopen(path, "wb");
-    CHECK(fp != NULL);
-    CHECK(fwrite(data, 1, len, fp) == len);
-    CHECK(fclose(fp) == 0);
-}
 
 static unsigned char *read_bytes(const char *path, size_t *len) {
     FILE *fp = fopen(path, "rb");
@@ -69,7 +42,7 @@ static void write_st_raw(const char *path, const char *header, uint64_t hlen, co
     memcpy(b + 8, header, jl);
     memset(b + 8 + jl, ' ', body - jl);
     if (data_len) memcpy(b + 8 + body, data, data_len);
-    write_bytes(path, b, 8 + body + data_len);
+    test_write_file(path, b, 8 + body + data_len);
     free(b);
 }
 
@@ -90,7 +63,7 @@ static float bitsf(uint32_t u) {
     return f;
 }
 
-/* Counts the entries of g_dir whose name contains ".tmp." (leftover temp files). */
+/* Counts the entries of test_dir() whose name contains ".tmp." (leftover temp files). */
 static int count_temp_files(const char *dir) {
     DIR *d = opendir(dir);
     CHECK(d != NULL);
@@ -106,7 +79,7 @@ static int count_temp_files(const char *dir) {
 static void expect_open_error(const char *path, dt_status st, const char *what) {
     char want[2048];
     snprintf(want, sizeof want, "%s: %s", path, what);
-    dt_st_file *f = (dt_st_file *)&g_dir; /* must be reset to NULL */
+    dt_st_file *f = (dt_st_file *)test_dir(); /* any non-NULL value: must be reset to NULL */
     dt_error_clear();
     CHECK_INT_EQ(dt_st_open(&f, path), st);
     CHECK(f == NULL);
@@ -117,7 +90,7 @@ static void expect_bad_header(const char *header, size_t data_len, const char *w
     static int k;
     char name[64];
     snprintf(name, sizeof name, "bad%d.safetensors", k++);
-    const char *path = tpath(name);
+    const char *path = test_path(name);
     unsigned char zeros[64] = {0};
     CHECK(data_len <= sizeof zeros);
     write_st(path, header, zeros, data_len);
@@ -142,10 +115,10 @@ static void test_round_trip(void) {
         {.name = "empty", .ndim = 1, .shape = {0}, .data = NULL},
     };
     const char *mk[] = {"format", "dtrain.step"}, *mv[] = {"pt", "42"};
-    const char *path = tpath("rt.safetensors");
+    const char *path = test_path("rt.safetensors");
     dt_error_clear();
     CHECK_INT_EQ(dt_st_write(path, e, 4, mk, mv, 2), DT_OK);
-    CHECK_INT_EQ(count_temp_files(g_dir), 0);
+    CHECK_INT_EQ(count_temp_files(test_dir()), 0);
 
     /* the bytes on disk */
     size_t len;
@@ -233,7 +206,7 @@ static void test_round_trip(void) {
     /* no metadata: no __metadata__ key; 54 bytes of JSON padded to 56 */
     float x = 7.0f;
     dt_st_entry one = {.name = "x", .ndim = 1, .shape = {1}, .data = &x};
-    const char *p1 = tpath("nometa.safetensors");
+    const char *p1 = test_path("nometa.safetensors");
     CHECK_INT_EQ(dt_st_write(p1, &one, 1, NULL, NULL, 0), DT_OK);
     b = read_bytes(p1, &len);
     const char *want1 = "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}  ";
@@ -291,7 +264,7 @@ static void test_reference_layout(void) {
         data[12 + 2 * i] = (unsigned char)(h[i] & 0xff);
         data[12 + 2 * i + 1] = (unsigned char)(h[i] >> 8);
     }
-    const char *path = tpath("ref.safetensors");
+    const char *path = test_path("ref.safetensors");
     write_st(path, hdr, data, sizeof data);
 
     dt_st_file *f = NULL;
@@ -322,7 +295,7 @@ static void test_reference_layout(void) {
         all[2 * i] = (unsigned char)(i & 0xff);
         all[2 * i + 1] = (unsigned char)(i >> 8);
     }
-    const char *pall = tpath("allhalf.safetensors");
+    const char *pall = test_path("allhalf.safetensors");
     write_st(pall, "{\"all\":{\"dtype\":\"F16\",\"shape\":[256,256],\"data_offsets\":[0,131072]}}",
              all, 2 * 65536);
     free(all);
@@ -346,7 +319,7 @@ static void test_reference_layout(void) {
     free(v);
 
     /* other dtypes open (sizes checked where known) but cannot be read as float */
-    const char *pother = tpath("other.safetensors");
+    const char *pother = test_path("other.safetensors");
     unsigned char zeros[24] = {0};
     write_st(pother,
              "{\"i\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]},"
@@ -378,24 +351,24 @@ static void test_reference_layout(void) {
 static void test_malformed(void) {
     char what[512];
     /* shorter than the length prefix */
-    const char *p = tpath("short.safetensors");
-    write_bytes(p, "\x10\0\0\0\0", 5);
+    const char *p = test_path("short.safetensors");
+    test_write_file(p, "\x10\0\0\0\0", 5);
     expect_open_error(p, DT_ERR_DATA,
                       "file is 5 bytes, too short for the 8-byte header length "
                       "(not a safetensors file?)");
     /* header length over the limit, and larger than the file */
-    p = tpath("huge.safetensors");
+    p = test_path("huge.safetensors");
     write_st_raw(p, "{}", 100000001ull, NULL, 0);
     expect_open_error(p, DT_ERR_DATA,
                       "header length 100000001 exceeds the 100 MB limit (not a safetensors "
                       "file?)");
-    p = tpath("trunc.safetensors");
+    p = test_path("trunc.safetensors");
     write_st_raw(p, "{\"a\":{}}", 64, NULL, 0);
     {
         /* keep 8 + 16 bytes only */
         size_t len;
         unsigned char *b = read_bytes(p, &len);
-        write_bytes(p, b, 24);
+        test_write_file(p, b, 24);
         free(b);
     }
     expect_open_error(p, DT_ERR_DATA,
@@ -466,7 +439,7 @@ static void test_malformed(void) {
                       "\"data_offsets\": [0, 4]}}", 4, what);
 
     /* accepted: holes (trailing and interior), empty tensors sharing an offset, unknown keys */
-    p = tpath("holes.safetensors");
+    p = test_path("holes.safetensors");
     unsigned char d[32] = {0};
     write_st(p,
              "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [8, 12], \"x\": 1},"
@@ -480,9 +453,9 @@ static void test_malformed(void) {
     dt_st_close(f);
 
     /* not there / not a file: DT_ERR_IO */
-    p = tpath("missing.safetensors");
+    p = test_path("missing.safetensors");
     expect_open_error(p, DT_ERR_IO, "cannot open: No such file or directory");
-    expect_open_error(g_dir, DT_ERR_IO, "not a regular file");
+    expect_open_error(test_dir(), DT_ERR_IO, "not a regular file");
 }
 
 /* ---- reads of a file that shrank after open ---- */
@@ -490,7 +463,7 @@ static void test_malformed(void) {
 static void test_short_read(void) {
     float v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     dt_st_entry e = {.name = "v", .ndim = 1, .shape = {8}, .data = v};
-    const char *p = tpath("shrink.safetensors");
+    const char *p = test_path("shrink.safetensors");
     CHECK_INT_EQ(dt_st_write(p, &e, 1, NULL, NULL, 0), DT_OK);
     dt_st_file *f = NULL;
     CHECK_INT_EQ(dt_st_open(&f, p), DT_OK);
@@ -506,7 +479,7 @@ static void test_short_read(void) {
     dt_st_close(f);
 
     /* same through the F16 conversion path */
-    const char *ph = tpath("shrink16.safetensors");
+    const char *ph = test_path("shrink16.safetensors");
     unsigned char d[10] = {0};
     write_st(ph, "{\"h\":{\"dtype\":\"F16\",\"shape\":[5],\"data_offsets\":[0,10]}}", d, 10);
     CHECK_INT_EQ(dt_st_open(&f, ph), DT_OK);
@@ -528,31 +501,31 @@ static void test_write_errors(void) {
     char want[2048];
 
     /* into a directory that does not exist */
-    const char *p = tpath("no/such/dir/m.safetensors");
+    const char *p = test_path("no/such/dir/m.safetensors");
     snprintf(want, sizeof want, "%s: cannot create %s.tmp.%ld: No such file or directory", p, p,
              (long)getpid());
     CHECK_INT_EQ(dt_st_write(p, &ea, 1, NULL, NULL, 0), DT_ERR_IO);
     CHECK_STR_EQ(dt_error_msg(), want);
-    CHECK_INT_EQ(count_temp_files(g_dir), 0);
+    CHECK_INT_EQ(count_temp_files(test_dir()), 0);
 
     /* the temp file is written but the rename fails (the target is a non-empty directory):
      * the temp file must be removed */
-    const char *pd = tpath("isdir.safetensors");
-    mkdir_p(pd);
-    write_bytes(tpath("isdir.safetensors/keep"), "x", 1);
+    const char *pd = test_path("isdir.safetensors");
+    test_mkdir_p(pd);
+    test_write_file(test_path("isdir.safetensors/keep"), "x", 1);
     snprintf(want, sizeof want, "%s: cannot rename %s.tmp.%ld onto it: Is a directory", pd, pd,
              (long)getpid());
     CHECK_INT_EQ(dt_st_write(pd, &ea, 1, NULL, NULL, 0), DT_ERR_IO);
     CHECK_STR_EQ(dt_error_msg(), want);
-    CHECK_INT_EQ(count_temp_files(g_dir), 0);
+    CHECK_INT_EQ(count_temp_files(test_dir()), 0);
 
     /* over an existing file: replaced entirely */
-    const char *pm = tpath("over.safetensors");
+    const char *pm = test_path("over.safetensors");
     const char *k[] = {"v"}, *v1[] = {"1"}, *v2[] = {"2"};
     dt_st_entry both[2] = {ea, eb};
     CHECK_INT_EQ(dt_st_write(pm, both, 2, k, v1, 1), DT_OK);
     CHECK_INT_EQ(dt_st_write(pm, &eb, 1, k, v2, 1), DT_OK);
-    CHECK_INT_EQ(count_temp_files(g_dir), 0);
+    CHECK_INT_EQ(count_temp_files(test_dir()), 0);
     dt_st_file *f = NULL;
     CHECK_INT_EQ(dt_st_open(&f, pm), DT_OK);
     CHECK_INT_EQ(dt_st_count(f), 1);
@@ -570,13 +543,13 @@ static void test_write_errors(void) {
     CHECK_INT_EQ(sb.st_size, 8 + 88 + 12); /* 82 bytes of JSON padded to 88 */
 
     /* caller mistakes are refused before anything is created */
-    const char *pn = tpath("never.safetensors");
+    const char *pn = test_path("never.safetensors");
     dt_st_entry dup[2] = {ea, ea};
     CHECK(dt_st_write(pn, dup, 2, NULL, NULL, 0) != DT_OK);
     dt_st_entry neg = {.name = "n", .ndim = 1, .shape = {-1}, .data = a};
     CHECK(dt_st_write(pn, &neg, 1, NULL, NULL, 0) != DT_OK);
     CHECK(access(pn, F_OK) != 0);
-    CHECK_INT_EQ(count_temp_files(g_dir), 0);
+    CHECK_INT_EQ(count_temp_files(test_dir()), 0);
 }
 
 /* ---- optional: the reference implementation, when installed ---- */
@@ -587,7 +560,7 @@ static void test_python_reference(void) {
                "cross-check skipped\n");
         return;
     }
-    const char *script = tpath("ref.py");
+    const char *script = test_path("ref.py");
     const char *py =
         "import sys, numpy as np\n"
         "from safetensors.numpy import save_file, load_file\n"
@@ -605,8 +578,8 @@ static void test_python_reference(void) {
         "    assert t['b'].shape == (2, 3) and np.array_equal(t['b'], b)\n"
         "    with safe_open(sys.argv[2], 'np') as f:\n"
         "        assert f.metadata() == {'format': 'np'}, f.metadata()\n";
-    write_bytes(script, py, strlen(py));
-    const char *pyh = tpath("py_abh.safetensors"), *pyab = tpath("py_ab.safetensors");
+    test_write_file(script, py, strlen(py));
+    const char *pyh = test_path("py_abh.safetensors"), *pyab = test_path("py_ab.safetensors");
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "python3 '%s' write '%s' '%s'", script, pyh, pyab);
     CHECK_INT_EQ(system(cmd), 0);
@@ -634,7 +607,7 @@ static void test_python_reference(void) {
     dt_st_entry e[2] = {{.name = "a", .ndim = 1, .shape = {3}, .data = a},
                         {.name = "b", .ndim = 2, .shape = {2, 3}, .data = b}};
     const char *mk[] = {"format"}, *mv[] = {"np"};
-    const char *ours = tpath("ours_ab.safetensors");
+    const char *ours = test_path("ours_ab.safetensors");
     CHECK_INT_EQ(dt_st_write(ours, e, 2, mk, mv, 1), DT_OK);
     size_t l1, l2;
     unsigned char *b1 = read_bytes(ours, &l1), *b2 = read_bytes(pyab, &l2);
@@ -649,22 +622,14 @@ static void test_python_reference(void) {
     printf("test_safetensors: reference cross-check passed\n");
 }
 
-static void rm_rf(const char *path) {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", path);
-}
-
 int main(void) {
-    snprintf(g_dir, sizeof g_dir, "%s/safetensors-%ld", DTRAIN_TEST_TMP, (long)getpid());
-    rm_rf(g_dir);
-    mkdir_p(g_dir);
+    test_dir_init("safetensors");
     test_round_trip();
     test_reference_layout();
     test_malformed();
     test_short_read();
     test_write_errors();
     test_python_reference();
-    rm_rf(g_dir);
+    test_dir_remove();
     TEST_PASS("test_safetensors");
 }

@@ -1,0 +1,65 @@
+/* testutil.h — files for tests: a per-run scratch directory under DTRAIN_TEST_TMP, paths
+ * in it, writing a file, removing the tree. Failures stop the test through CHECK. */
+#ifndef DTRAIN_TEST_UTIL_H
+#define DTRAIN_TEST_UTIL_H
+
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+
+static inline char *test_dir(void) {
+    static char dir[1024];
+    return dir;
+}
+
+static inline void test_mkdir_p(const char *path) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        CHECK(mkdir(buf, 0755) == 0 || errno == EEXIST);
+        *p = '/';
+    }
+    CHECK(mkdir(buf, 0755) == 0 || errno == EEXIST);
+}
+
+/* Creates DTRAIN_TEST_TMP/<prefix>-<pid> and makes it the directory of test_path(). */
+static inline const char *test_dir_init(const char *prefix) {
+    snprintf(test_dir(), 1024, "%s/%s-%ld", DTRAIN_TEST_TMP, prefix, (long)getpid());
+    test_mkdir_p(test_dir());
+    return test_dir();
+}
+
+/* test_dir()/name; the last 8 results stay valid. */
+static inline const char *test_path(const char *name) {
+    static char bufs[8][1200];
+    static int next;
+    char *b = bufs[next++ % 8];
+    snprintf(b, sizeof bufs[0], "%s/%s", test_dir(), name);
+    return b;
+}
+
+static inline void test_write_file(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    CHECK(fwrite(data, 1, len, f) == len);
+    CHECK(fclose(f) == 0);
+}
+
+static inline int test_rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb; (void)flag; (void)ftw;
+    return remove(path);
+}
+
+/* Removes test_dir() and everything in it (call only when the test passed, so that a
+ * failure leaves its files to look at). */
+static inline void test_dir_remove(void) {
+    CHECK(nftw(test_dir(), test_rm_entry, 16, FTW_DEPTH | FTW_PHYS) == 0);
+}
+
+#endif
