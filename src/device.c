@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 #include <yaml.h>
 #include <zlib.h>
@@ -14,7 +15,8 @@
 #include "dtrain/cuda.h"
 #endif
 
-char *openblas_get_config(void); /* OpenBLAS: build configuration string */
+char *openblas_get_config(void);   /* OpenBLAS: build configuration string */
+char *openblas_get_corename(void); /* OpenBLAS: the kernel set chosen at load time */
 
 int dt_device_cpu_cores(void) {
     cpu_set_t set;
@@ -91,12 +93,37 @@ int dt_device_threads_per_worker(const dt_config *cfg) {
     return n > 0 ? n : 1;
 }
 
+int dt_device_blas_advice(char *buf, size_t n) {
+#if defined(__x86_64__)
+    const char *core = openblas_get_corename();
+    if (!core || (strcasecmp(core, "Prescott") != 0 && strcasecmp(core, "Core2") != 0 &&
+                  strcasecmp(core, "Nehalem") != 0))
+        return 0;
+    __builtin_cpu_init();
+    const char *better = __builtin_cpu_supports("avx512f") ? "SkylakeX"
+                         : __builtin_cpu_supports("avx2")  ? "Haswell"
+                                                           : NULL;
+    if (!better) return 0;
+    snprintf(buf, n,
+             "note: OpenBLAS chose its generic %s kernels on a CPU with %s; matrix products may run several "
+             "times faster with OPENBLAS_CORETYPE=%s in the environment (docs/PERFORMANCE.md)",
+             core, strcmp(better, "SkylakeX") == 0 ? "AVX-512" : "AVX2", better);
+    return 1;
+#else
+    (void)buf;
+    (void)n;
+    return 0;
+#endif
+}
+
 void dt_device_print_versions(FILE *out) {
     fprintf(out, "  libyaml   %s\n", yaml_get_version_string());
     fprintf(out, "  zlib      %s (built with %s)%s\n", zlibVersion(), ZLIB_VERSION,
             strcmp(zlibVersion(), ZLIB_VERSION) ? "  MISMATCH" : "");
     fprintf(out, "  jansson   %s (built with %s)\n", jansson_version_str(), JANSSON_VERSION);
-    fprintf(out, "  OpenBLAS  %s\n", openblas_get_config());
+    fprintf(out, "  OpenBLAS  %s (kernels: %s)\n", openblas_get_config(), openblas_get_corename());
+    char advice[512];
+    if (dt_device_blas_advice(advice, sizeof advice)) fprintf(out, "  %s\n", advice);
 #ifdef DTRAIN_HAVE_CUDA
     char cuda[512];
     dt_cuda_versions(cuda, sizeof cuda);

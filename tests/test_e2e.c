@@ -214,7 +214,7 @@ static void test_language_model(void) {
     CHECK_INT_EQ(run("%s data tokenize --tokenizer bytes data/tinytext/val.txt %s", DTRAIN_BIN, val), 0);
     CHECK_INT_EQ(run("%s --config configs/pretrain.yaml --set run.dir=%s --set data.train_path=%s "
                      "--set data.val_path=%s --set training.max_steps=40 --set eval.max_batches=4 "
-                     "--set eval.every_steps=20",
+                     "--set eval.every_steps=20 --set optimizer.warmup_steps=10",
                      DTRAIN_BIN, run_dir, shard, val), 0);
     double first, last, val_loss, val_acc;
     int n = read_metrics(run_dir, &first, &last, &val_loss, &val_acc);

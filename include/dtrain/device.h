@@ -25,6 +25,11 @@ dt_status dt_device_resolve(const dt_config *cfg, dt_device_kind *out);
 /* BLAS/OpenMP threads per worker: training.cpu_threads_per_worker, or cores / num_workers. */
 int dt_device_threads_per_worker(const dt_config *cfg);
 
+/* When OpenBLAS runs its generic kernels on a CPU that has AVX2 or AVX-512 (it did not
+ * recognise the CPU, as happens in some VMs), writes a one-line hint naming the
+ * OPENBLAS_CORETYPE to try and returns 1; else returns 0. */
+int dt_device_blas_advice(char *buf, size_t n);
+
 /* Library versions this binary was built with and runs with (for --version). */
 void dt_device_print_versions(FILE *out);
 
