@@ -1,0 +1,77 @@
+/* comm.h — collectives between the workers of one job: all-reduce (sum/avg, float32),
+ * broadcast, all-gather, barrier, and a non-blocking all-reduce of one contiguous range
+ * (one gradient bucket) so that a layer's gradients are reduced while backward goes on.
+ *
+ * Backends behind one interface: `shm` (CPU workers on one host: a shared mapping made by
+ * the launcher before fork), later `nccl` (GPUs) and `mpi`. Every collective is queued on
+ * the communicator's own thread and runs in issue order, so all ranks must issue the same
+ * collectives in the same order (blocking calls are "start + wait").
+ *
+ * Every wait has a deadline (training.collective_timeout_s). On expiry the call fails
+ * with DT_ERR_DEVICE and a message naming the operation and the rank(s) that did not
+ * arrive; the communicator is then unusable (every later call fails at once). */
+#ifndef DTRAIN_COMM_H
+#define DTRAIN_COMM_H
+
+#include <stddef.h>
+
+#include "dtrain/status.h"
+
+typedef enum { DT_REDUCE_SUM = 0, DT_REDUCE_AVG } dt_reduce_op;
+
+/* ---- the shared world (shm backend) ----
+ * Made by the launcher BEFORE fork with an anonymous shared mapping, so it is inherited by
+ * every worker and disappears with the last process: nothing is ever left in /dev/shm.
+ * `slot_bytes` bounds the chunk one all-reduce step moves (larger buffers are reduced in
+ * chunks); 0 picks a default. Destroy only after every worker has exited. */
+typedef struct dt_shm_world dt_shm_world;
+dt_status dt_shm_world_create(dt_shm_world **out, int world, size_t slot_bytes);
+void dt_shm_world_destroy(dt_shm_world *w);
+/* Marks the world aborted (by the supervisor, when a worker died): every rank's pending and
+ * future collective fails promptly with a message containing `why`. Async-signal-safe. */
+void dt_shm_world_abort(dt_shm_world *w, const char *why);
+
+typedef struct dt_comm dt_comm;
+typedef struct dt_comm_req dt_comm_req;
+
+/* Joins `w` as `rank` (0 <= rank < world). timeout_s > 0. dt_comm_free accepts NULL;
+ * it waits for queued collectives to finish (or fail) first. */
+dt_status dt_comm_init_shm(dt_comm **out, dt_shm_world *w, int rank, double timeout_s);
+void dt_comm_free(dt_comm *c);
+
+int dt_comm_rank(const dt_comm *c);
+int dt_comm_world(const dt_comm *c);
+const char *dt_comm_backend(const dt_comm *c); /* "shm" */
+
+/* In place: buf(n) = reduction over ranks of buf(n). n may be 0. */
+dt_status dt_comm_allreduce(dt_comm *c, float *buf, size_t n, dt_reduce_op op);
+/* Starts an all-reduce; `buf` must not be touched until dt_comm_wait returns. *req is
+ * released by dt_comm_wait, which returns the operation's status. */
+dt_status dt_comm_allreduce_start(dt_comm *c, float *buf, size_t n, dt_reduce_op op, dt_comm_req **req);
+/* (When start fails, *req is NULL and there is nothing to wait for; dt_comm_wait(c, NULL)
+ * returns the communicator's first error, or DT_ERR_INTERNAL when there is none.) */
+dt_status dt_comm_wait(dt_comm *c, dt_comm_req *req);
+/* buf(bytes) of rank `root` copied to every rank. */
+dt_status dt_comm_broadcast(dt_comm *c, void *buf, size_t bytes, int root);
+/* out(world * bytes): rank r's `in` at out + r * bytes, on every rank. */
+dt_status dt_comm_allgather(dt_comm *c, const void *in, size_t bytes, void *out);
+dt_status dt_comm_barrier(dt_comm *c);
+
+/* ---- backend interface: for src/comm_<backend>.c only, never for callers ----
+ * A backend is a table of blocking collectives. They all run on the communicator's own
+ * thread, one at a time and in issue order, so a backend needs no locking of its own. On
+ * failure one returns a status and records the message with dt_error_set (on that thread;
+ * comm.c hands it to the waiting caller). `free` releases `ctx`; it may be NULL. */
+typedef struct dt_comm_backend_ops {
+    const char *name;
+    dt_status (*allreduce)(void *ctx, float *buf, size_t n, dt_reduce_op op);
+    dt_status (*broadcast)(void *ctx, void *buf, size_t bytes, int root);
+    dt_status (*allgather)(void *ctx, const void *in, size_t bytes, void *out);
+    dt_status (*barrier)(void *ctx);
+    void (*free)(void *ctx);
+} dt_comm_backend_ops;
+/* Makes the communicator and starts its thread. Takes ownership of `ctx` (freed with
+ * be->free, also when this fails). */
+dt_status dt_comm_create(dt_comm **out, const dt_comm_backend_ops *be, void *ctx, int rank, int world);
+
+#endif

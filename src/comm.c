@@ -1,0 +1,264 @@
+/* comm.c — the backend-independent half of the collectives: a communicator is a backend
+ * (a table of blocking collectives, see comm.h) plus ONE thread that runs the queued
+ * requests in issue order. `*_start` queues a request, dt_comm_wait blocks on a condition
+ * variable until it is done; the blocking calls are start + wait.
+ *
+ * Errors: the backend records its message with dt_error_set on the comm thread; the
+ * thread copies it into the request and the waiting caller re-sets it on its own thread.
+ * The first failure breaks the communicator: queued and later requests fail at once with
+ * that first message (the ranks can no longer be in step). */
+#include "dtrain/comm.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { REQ_ALLREDUCE, REQ_BROADCAST, REQ_ALLGATHER, REQ_BARRIER };
+
+struct dt_comm_req {
+    int kind;
+    void *buf;          /* all-reduce: float (n); broadcast: bytes; all-gather: out (world * bytes) */
+    const void *in;     /* all-gather: this rank's bytes */
+    size_t n;           /* all-reduce: floats; broadcast / all-gather: bytes */
+    dt_reduce_op op;
+    int root;
+    int done;           /* under c->mu */
+    dt_status st;
+    char msg[1024];
+    struct dt_comm_req *next; /* queue, done list or free list */
+};
+
+struct dt_comm {
+    const dt_comm_backend_ops *be;
+    void *ctx;
+    int rank, world;
+    pthread_t thread;
+    int thread_started;
+    int mu_ok, cv_ok;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;          /* queue changed or a request finished */
+    dt_comm_req *head, *tail;   /* pending, in issue order */
+    dt_comm_req *done_list;     /* finished, not yet waited for */
+    dt_comm_req *free_list;     /* recycled requests */
+    int stop;
+    dt_status broken;           /* first failure (DT_OK while healthy) */
+    char broken_msg[1024];
+};
+
+static void list_remove(dt_comm_req **list, dt_comm_req *r) {
+    for (dt_comm_req **p = list; *p; p = &(*p)->next)
+        if (*p == r) {
+            *p = r->next;
+            return;
+        }
+}
+
+static dt_status run_request(dt_comm *c, dt_comm_req *r) {
+    switch (r->kind) {
+    case REQ_ALLREDUCE: return c->be->allreduce(c->ctx, (float *)r->buf, r->n, r->op);
+    case REQ_BROADCAST: return c->be->broadcast(c->ctx, r->buf, r->n, r->root);
+    case REQ_ALLGATHER: return c->be->allgather(c->ctx, r->in, r->n, r->buf);
+    case REQ_BARRIER: return c->be->barrier(c->ctx);
+    }
+    return dt_error_set(DT_ERR_INTERNAL, "comm: unknown request kind %d", r->kind);
+}
+
+static void *comm_thread(void *arg) {
+    dt_comm *c = arg;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->head && !c->stop) pthread_cond_wait(&c->cv, &c->mu);
+        dt_comm_req *r = c->head;
+        if (!r) break; /* stop requested and the queue is drained */
+        c->head = r->next;
+        if (!c->head) c->tail = NULL;
+        dt_status st = c->broken;
+        if (st == DT_OK) {
+            pthread_mutex_unlock(&c->mu);
+            dt_error_clear();
+            st = run_request(c, r);
+            pthread_mutex_lock(&c->mu);
+            if (st != DT_OK) {
+                snprintf(r->msg, sizeof r->msg, "%s", dt_error_msg()[0] ? dt_error_msg() : dt_status_str(st));
+                if (c->broken == DT_OK) {
+                    c->broken = st;
+                    snprintf(c->broken_msg, sizeof c->broken_msg, "%s", r->msg);
+                }
+            }
+        } else {
+            snprintf(r->msg, sizeof r->msg, "%s", c->broken_msg);
+        }
+        r->st = st;
+        r->done = 1;
+        r->next = c->done_list;
+        c->done_list = r;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+dt_status dt_comm_create(dt_comm **out, const dt_comm_backend_ops *be, void *ctx, int rank, int world) {
+    *out = NULL;
+    dt_comm *c = dt_calloc(1, sizeof *c, "communicator");
+    if (!c) {
+        if (be->free) be->free(ctx);
+        return DT_ERR_NOMEM;
+    }
+    c->be = be;
+    c->ctx = ctx;
+    c->rank = rank;
+    c->world = world;
+    if (pthread_mutex_init(&c->mu, NULL) != 0) goto fail;
+    c->mu_ok = 1;
+    if (pthread_cond_init(&c->cv, NULL) != 0) goto fail;
+    c->cv_ok = 1;
+    /* the comm thread takes no signals: SIGTERM/SIGINT stay with the training thread */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int err = pthread_create(&c->thread, NULL, comm_thread, c);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err != 0) goto fail;
+    c->thread_started = 1;
+    *out = c;
+    return DT_OK;
+fail:
+    dt_comm_free(c);
+    return dt_error_set(DT_ERR_INTERNAL, "comm (%s) rank %d: cannot start the communication thread",
+                        be->name, rank);
+}
+
+void dt_comm_free(dt_comm *c) {
+    if (!c) return;
+    if (c->thread_started) {
+        pthread_mutex_lock(&c->mu);
+        c->stop = 1;
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        pthread_join(c->thread, NULL);
+    }
+    if (c->be && c->be->free) c->be->free(c->ctx);
+    /* requests nobody waited for are ours to release now */
+    dt_comm_req *lists[3] = {c->head, c->done_list, c->free_list};
+    for (int i = 0; i < 3; i++)
+        for (dt_comm_req *r = lists[i], *next; r; r = next) {
+            next = r->next;
+            free(r);
+        }
+    if (c->cv_ok) pthread_cond_destroy(&c->cv);
+    if (c->mu_ok) pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+int dt_comm_rank(const dt_comm *c) { return c->rank; }
+int dt_comm_world(const dt_comm *c) { return c->world; }
+const char *dt_comm_backend(const dt_comm *c) { return c->be->name; }
+
+/* Marks the communicator broken with the message already recorded on this thread. */
+static dt_status break_locked(dt_comm *c, dt_status st) {
+    if (c->broken == DT_OK) {
+        c->broken = st;
+        snprintf(c->broken_msg, sizeof c->broken_msg, "%s", dt_error_msg());
+    }
+    return st;
+}
+
+/* Checks the arguments, then queues a copy of `tmpl`. A bad argument breaks the
+ * communicator too: this rank would otherwise fall out of step with the others. */
+static dt_status start(dt_comm *c, const dt_comm_req *tmpl, dt_comm_req **out) {
+    *out = NULL;
+    dt_status st = DT_OK;
+    if (tmpl->n > 0 && (!tmpl->buf || (tmpl->kind == REQ_ALLGATHER && !tmpl->in)))
+        st = dt_error_set(DT_ERR_INTERNAL, "comm rank %d: NULL buffer for %zu %s", c->rank, tmpl->n,
+                          tmpl->kind == REQ_ALLREDUCE ? "floats" : "bytes");
+    else if (tmpl->kind == REQ_BROADCAST && (tmpl->root < 0 || tmpl->root >= c->world))
+        st = dt_error_set(DT_ERR_INTERNAL, "comm rank %d: broadcast root %d is not in [0, %d)", c->rank,
+                          tmpl->root, c->world);
+    else if (tmpl->kind == REQ_ALLREDUCE && tmpl->op != DT_REDUCE_SUM && tmpl->op != DT_REDUCE_AVG)
+        st = dt_error_set(DT_ERR_INTERNAL, "comm rank %d: unknown reduction %d", c->rank, (int)tmpl->op);
+    pthread_mutex_lock(&c->mu);
+    if (c->broken != DT_OK) {
+        st = dt_error_set(c->broken, "%s", c->broken_msg);
+        pthread_mutex_unlock(&c->mu);
+        return st;
+    }
+    if (st != DT_OK) {
+        break_locked(c, st);
+        pthread_mutex_unlock(&c->mu);
+        return st;
+    }
+    dt_comm_req *r = c->free_list;
+    if (r) {
+        c->free_list = r->next;
+    } else if (!(r = malloc(sizeof *r))) {
+        st = break_locked(c, dt_error_set(DT_ERR_NOMEM, "comm rank %d: out of memory for a request", c->rank));
+        pthread_mutex_unlock(&c->mu);
+        return st;
+    }
+    *r = *tmpl;
+    r->done = 0;
+    r->st = DT_OK;
+    r->msg[0] = '\0';
+    r->next = NULL;
+    if (c->tail) c->tail->next = r;
+    else c->head = r;
+    c->tail = r;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    *out = r;
+    return DT_OK;
+}
+
+dt_status dt_comm_wait(dt_comm *c, dt_comm_req *r) {
+    pthread_mutex_lock(&c->mu);
+    if (!r) {
+        dt_status st = c->broken != DT_OK
+            ? dt_error_set(c->broken, "%s", c->broken_msg)
+            : dt_error_set(DT_ERR_INTERNAL, "comm rank %d: dt_comm_wait on a request that was never started",
+                           c->rank);
+        pthread_mutex_unlock(&c->mu);
+        return st;
+    }
+    while (!r->done) pthread_cond_wait(&c->cv, &c->mu);
+    list_remove(&c->done_list, r);
+    dt_status st = r->st;
+    if (st != DT_OK) dt_error_set(st, "%s", r->msg);
+    r->next = c->free_list;
+    c->free_list = r;
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+static dt_status start_wait(dt_comm *c, const dt_comm_req *tmpl) {
+    dt_comm_req *r;
+    DT_TRY(start(c, tmpl, &r));
+    return dt_comm_wait(c, r);
+}
+
+dt_status dt_comm_allreduce_start(dt_comm *c, float *buf, size_t n, dt_reduce_op op, dt_comm_req **req) {
+    dt_comm_req t = {.kind = REQ_ALLREDUCE, .buf = buf, .n = n, .op = op};
+    return start(c, &t, req);
+}
+
+dt_status dt_comm_allreduce(dt_comm *c, float *buf, size_t n, dt_reduce_op op) {
+    dt_comm_req t = {.kind = REQ_ALLREDUCE, .buf = buf, .n = n, .op = op};
+    return start_wait(c, &t);
+}
+
+dt_status dt_comm_broadcast(dt_comm *c, void *buf, size_t bytes, int root) {
+    dt_comm_req t = {.kind = REQ_BROADCAST, .buf = buf, .n = bytes, .root = root};
+    return start_wait(c, &t);
+}
+
+dt_status dt_comm_allgather(dt_comm *c, const void *in, size_t bytes, void *out) {
+    dt_comm_req t = {.kind = REQ_ALLGATHER, .buf = out, .in = in, .n = bytes};
+    return start_wait(c, &t);
+}
+
+dt_status dt_comm_barrier(dt_comm *c) {
+    dt_comm_req t = {.kind = REQ_BARRIER};
+    return start_wait(c, &t);
+}
