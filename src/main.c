@@ -10,6 +10,8 @@
 #include "dtrain/config.h"
 #include "dtrain/data.h"
 #include "dtrain/device.h"
+#include "dtrain/doctor.h"
+#include "dtrain/launch.h"
 #include "dtrain/safetensors.h"
 #include "dtrain/worker.h"
 
@@ -26,6 +28,7 @@ static const char *const usage_text =
     "  dtrain [train] --config FILE [--set key.path=value]... [--dry-run] [--quiet] [--progress auto|always|never]\n"
     "  dtrain eval    --config FILE [--checkpoint DIR|FILE] [--set key.path=value]...\n"
     "  dtrain export  --checkpoint DIR|FILE --out model.safetensors\n"
+    "  dtrain doctor  [--num-workers N] [--device cpu|cuda]\n"
     "  dtrain data tokenize --tokenizer bytes IN.txt OUT.bin\n"
     "  dtrain --help | --version\n"
     "\n"
@@ -40,6 +43,8 @@ static const char *const usage_text =
     "           on data.val_path and prints the validation loss and accuracy.\n"
     "export     writes the weights of DIR (a run directory) as a standalone F32 safetensors file\n"
     "           with Hugging Face GPT-2 tensor names.\n"
+    "doctor     lists CPUs and GPUs, runs the collective self-test with N worker processes (default 2)\n"
+    "           and prints an all-reduce bandwidth table (algbw, busbw) next to memcpy bandwidth.\n"
     "data tokenize  turns a text file into an llm.c token shard, one token per byte.\n"
     "\n"
     "exit status: 0 success, 2 bad usage/config/data (the message names file, key or line), 1 other failure.\n";
@@ -57,7 +62,8 @@ static int usage_error(const char *fmt, const char *arg) {
 }
 
 typedef struct cli {
-    const char *config, *checkpoint, *out, *tokenizer;
+    const char *config, *checkpoint, *out, *tokenizer, *device;
+    int num_workers;
     const char *overrides[MAX_OVERRIDES];
     int n_overrides;
     int dry_run, quiet, progress;
@@ -72,6 +78,7 @@ static int parse_options(int argc, char **argv, cli *c) {
         {"progress", required_argument, NULL, 'p'}, {"checkpoint", required_argument, NULL, 'k'},
         {"out", required_argument, NULL, 'o'},      {"tokenizer", required_argument, NULL, 't'},
         {"help", no_argument, NULL, 'h'},           {"version", no_argument, NULL, 'V'},
+        {"num-workers", required_argument, NULL, 'w'}, {"device", required_argument, NULL, 'd'},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -94,6 +101,14 @@ static int parse_options(int argc, char **argv, cli *c) {
         case 'k': c->checkpoint = optarg; break;
         case 'o': c->out = optarg; break;
         case 't': c->tokenizer = optarg; break;
+        case 'w': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < 1 || v > 64) return usage_error("--num-workers: expected an integer 1..64, got \"%s\"", optarg);
+            c->num_workers = (int)v;
+            break;
+        }
+        case 'd': c->device = optarg; break;
         case 'h': c->help = 1; break;
         case 'V': c->version = 1; break;
         case ':': return usage_error("option %s needs a value", argv[optind - 1]);
@@ -116,6 +131,17 @@ static void weights_path(const char *checkpoint, char *buf, size_t n) {
     else snprintf(buf, n, "%s", checkpoint);
 }
 
+typedef struct train_arg {
+    const dt_config *cfg;
+    dt_worker_opts opts;
+} train_arg;
+
+/* runs in each forked worker */
+static dt_status train_worker(void *arg, dt_comm *comm) {
+    train_arg *a = arg;
+    return dt_worker_train(a->cfg, &a->opts, comm);
+}
+
 static int cmd_train(const cli *c) {
     dt_config cfg;
     int rc = load_config(c, &cfg);
@@ -124,8 +150,25 @@ static int cmd_train(const cli *c) {
         dt_worker_describe(&cfg, stdout);
         return 0;
     }
-    dt_worker_opts opts = {.quiet = c->quiet, .progress = c->progress};
-    dt_status st = dt_worker_train(&cfg, &opts);
+    dt_device_kind dev;
+    dt_status st = dt_device_resolve(&cfg, &dev); /* before fork: a missing GPU is exit 2 */
+    if (st == DT_OK) st = dt_worker_prepare_run_dir(&cfg);
+    if (st != DT_OK) return fail(st);
+    train_arg arg = {&cfg, {.quiet = c->quiet, .progress = c->progress}};
+    dt_launch_cfg lc = {.world = cfg.training.num_workers, .timeout_s = cfg.training.collective_timeout_s,
+                        .log_dir = cfg.run.dir, .what = "training"};
+    st = dt_launch_run(&lc, train_worker, &arg);
+    return st == DT_OK ? 0 : fail(st);
+}
+
+static int cmd_doctor(const cli *c) {
+    dt_doctor_opts o = {.num_workers = c->num_workers ? c->num_workers : 2, .device = DT_DEVICE_CPU,
+                        .timeout_s = 60.0, .max_bytes = 256l << 20};
+    if (c->device && strcmp(c->device, "cuda") == 0) o.device = DT_DEVICE_CUDA;
+    else if (c->device && strcmp(c->device, "cpu") != 0)
+        return usage_error("--device: expected cpu or cuda, got \"%s\"", c->device);
+    if (o.num_workers > 8) o.max_bytes = 64l << 20; /* every worker holds one buffer of the largest size */
+    dt_status st = dt_doctor_run(&o);
     return st == DT_OK ? 0 : fail(st);
 }
 
@@ -218,6 +261,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "eval") == 0) return cmd_eval(&c);
     if (strcmp(cmd, "export") == 0) return cmd_export(&c);
     if (strcmp(cmd, "data") == 0) return cmd_data(&c, sub_argc, sub_argv);
+    if (strcmp(cmd, "doctor") == 0) return cmd_doctor(&c);
     if (strcmp(cmd, "help") == 0) {
         fputs(usage_text, stdout);
         return 0;

@@ -13,7 +13,8 @@
 
 struct dt_metrics {
     dt_metrics_cfg cfg;
-    FILE *jsonl, *log;
+    FILE *jsonl, *log, *rank_log;
+    int console;          /* rank 0 */
     int bar;              /* drawing a progress bar */
     int bar_visible;      /* the bar is on the current console line */
     double t0;            /* monotonic seconds at open */
@@ -31,6 +32,7 @@ void dt_metrics_close(dt_metrics *m) {
     if (m->bar_visible) { fputs("\r\033[K", stdout); fflush(stdout); }
     if (m->jsonl) fclose(m->jsonl);
     if (m->log) fclose(m->log);
+    if (m->rank_log) fclose(m->rank_log);
     free(m);
 }
 
@@ -48,10 +50,16 @@ dt_status dt_metrics_open(dt_metrics **out, const dt_metrics_cfg *cfg) {
     if (!m) return DT_ERR_NOMEM;
     m->cfg = *cfg;
     if (m->cfg.log_every < 1) m->cfg.log_every = 1;
-    m->bar = !cfg->quiet && (cfg->progress == 1 || (cfg->progress < 0 && isatty(STDOUT_FILENO)));
+    m->console = cfg->rank == 0;
+    m->bar = m->console && !cfg->quiet && (cfg->progress == 1 || (cfg->progress < 0 && isatty(STDOUT_FILENO)));
     m->t0 = now_s();
     if (cfg->run_dir) {
-        if (!(m->jsonl = open_append(cfg->run_dir, "metrics.jsonl")) || !(m->log = open_append(cfg->run_dir, "train.log"))) {
+        char name[32];
+        snprintf(name, sizeof name, "rank-%d.log", cfg->rank);
+        int ok = (m->rank_log = open_append(cfg->run_dir, name)) != NULL;
+        if (ok && m->console)
+            ok = (m->jsonl = open_append(cfg->run_dir, "metrics.jsonl")) && (m->log = open_append(cfg->run_dir, "train.log"));
+        if (!ok) {
             dt_metrics_close(m);
             return DT_ERR_IO;
         }
@@ -70,15 +78,17 @@ static void clear_bar(dt_metrics *m) {
 static void vline(dt_metrics *m, int force, const char *fmt, va_list ap) {
     char buf[1024];
     vsnprintf(buf, sizeof buf, fmt, ap);
-    if (!m->cfg.quiet || force) {
+    if (m->console && (!m->cfg.quiet || force)) {
         clear_bar(m);
         fprintf(stdout, "%s\n", buf);
         fflush(stdout);
     }
-    if (m->log) {
-        fprintf(m->log, "%s\n", buf);
-        fflush(m->log);
-    }
+    FILE *files[2] = {m->log, m->rank_log};
+    for (int i = 0; i < 2; i++)
+        if (files[i]) {
+            fprintf(files[i], "%s\n", buf);
+            fflush(files[i]);
+        }
 }
 
 void dt_metrics_info(dt_metrics *m, const char *fmt, ...) {

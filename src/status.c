@@ -39,6 +39,7 @@ const char *dt_status_str(dt_status st) {
     case DT_ERR_NOMEM: return "out of memory";
     case DT_ERR_DEVICE: return "device error";
     case DT_ERR_INTERNAL: return "internal error";
+    case DT_ERR_INTERRUPTED: return "interrupted";
     }
     return "unknown error";
 }

@@ -1,11 +1,17 @@
 /* worker.c — one worker's training loop and evaluation.
  *
- * Order of one optimizer step: for each micro-batch (grad_accum_steps): sample -> forward ->
- * backward (grads accumulate, scaled by 1/rows of the global batch) ; then clip + AdamW ;
- * then log, evaluate every eval.every_steps, and at the end evaluate and save weights. */
+ * Order of one optimizer step: for each micro-batch (grad_accum_steps): sample this rank's
+ * slice -> forward -> backward (grads accumulate, scaled by 1/rows of the GLOBAL batch);
+ * during the last micro-batch's backward every finished bucket (layer) starts its gradient
+ * all-reduce (sum) while backward goes on; wait for all buckets -> clip + AdamW (identical
+ * on every rank) -> log (rank 0), evaluate every eval.every_steps (each rank its slice,
+ * sums all-reduced), compare replica checksums every training.check_replicas_every steps;
+ * at the end evaluate and save weights (rank 0). */
 #include "dtrain/worker.h"
 
 #include <errno.h>
+#include <stdint.h>
+#include <zlib.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +19,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "dtrain/comm.h"
 #include "dtrain/data.h"
 #include "dtrain/device.h"
 #include "dtrain/model.h"
@@ -21,6 +28,10 @@
 
 typedef struct run {
     const dt_config *cfg;
+    dt_comm *comm;          /* NULL: a single process */
+    int rank, world;
+    dt_comm_req **reqs;     /* (n_buckets) in-flight gradient all-reduces */
+    dt_status comm_st;      /* first failure to start one */
     dt_ops *ops;
     dt_dataset *train, *val;
     dt_model *model;
@@ -64,6 +75,7 @@ static void run_free(run *r) {
     free(r->tokens);
     free(r->targets);
     free(r->idx);
+    free(r->reqs);
 }
 
 static dt_status mkdir_p(const char *path) {
@@ -94,17 +106,14 @@ static dt_status open_dataset(const dt_config *c, const char *path, dt_dataset *
 }
 
 /* Everything train and eval share: backend, model, host batch buffers, datasets. */
-static dt_status run_setup(run *r, const dt_config *c, int need_train) {
+static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_train) {
     memset(r, 0, sizeof *r);
     r->cfg = c;
+    r->comm = comm;
+    r->rank = comm ? dt_comm_rank(comm) : 0;
+    r->world = comm ? dt_comm_world(comm) : 1;
     dt_device_kind dev;
     DT_TRY(dt_device_resolve(c, &dev));
-    if (c->training.num_workers != 1)
-        return dt_error_set(DT_ERR_CONFIG,
-                            "%s: training.num_workers: %d workers asked for, but this dtrain version trains with "
-                            "one worker (hint: set training.num_workers: 1; the same global batch is "
-                            "data.batch_size_per_worker x training.grad_accum_steps)",
-                            c->source[0] ? c->source : "config", c->training.num_workers);
     DT_TRY(dt_ops_cpu_init(&r->ops, dt_device_threads_per_worker(c)));
     dt_model_cfg mc = model_cfg_from(c);
     DT_TRY(dt_model_init(&r->model, &mc, r->ops));
@@ -112,7 +121,8 @@ static dt_status run_setup(run *r, const dt_config *c, int need_train) {
     r->tokens = dt_malloc(b * T * sizeof(int), "token batch");
     r->targets = dt_malloc(b * T * sizeof(int), "target batch");
     r->idx = dt_malloc(b * sizeof(size_t), "batch indices");
-    if (!r->tokens || !r->targets || !r->idx) return DT_ERR_NOMEM;
+    r->reqs = dt_calloc((size_t)dt_model_num_buckets(r->model), sizeof *r->reqs, "bucket requests");
+    if (!r->tokens || !r->targets || !r->idx || !r->reqs) return DT_ERR_NOMEM;
     if (need_train) DT_TRY(open_dataset(c, c->data.train_path, &r->train));
     if (c->data.val_path[0]) DT_TRY(open_dataset(c, c->data.val_path, &r->val));
     return DT_OK;
@@ -124,20 +134,21 @@ static void fill_batch(const dt_dataset *ds, const size_t *idx, int n, int T, in
         dt_dataset_get(ds, idx[i], tokens + (size_t)i * T, targets + (cls ? (size_t)i : (size_t)i * T));
 }
 
-/* Every validation example once (eval.max_batches limits the batches). */
+/* Every validation example once across the ranks (eval.max_batches limits the batches);
+ * the sums are all-reduced, so every rank returns the global result. */
 static dt_status evaluate(run *r, long step, dt_eval_point *out) {
     const dt_config *c = r->cfg;
     double t0 = now_ms();
     size_t n = dt_dataset_size(r->val);
     int b = c->data.batch_size_per_worker;
-    size_t nb = dt_eval_num_batches(n, 1, b);
+    size_t nb = dt_eval_num_batches(n, r->world, b);
     if (c->eval.max_batches > 0 && (size_t)c->eval.max_batches < nb) nb = (size_t)c->eval.max_batches;
     double loss = 0;
     long rows = 0, correct = 0, examples = 0;
     for (size_t j = 0; j < nb; j++) {
         size_t start;
         int count;
-        dt_eval_slice(n, j, 0, 1, b, &start, &count);
+        dt_eval_slice(n, j, r->rank, r->world, b, &start, &count);
         if (count == 0) continue;
         for (int i = 0; i < count; i++) r->idx[i] = start + (size_t)i;
         fill_batch(r->val, r->idx, count, c->data.seq_len, r->tokens, r->targets);
@@ -147,6 +158,15 @@ static dt_status evaluate(run *r, long step, dt_eval_point *out) {
         rows += res.rows;
         correct += res.correct;
         examples += count;
+    }
+    if (r->world > 1) {
+        /* counts stay exact in float up to 2^24 rows; the loss sum is rounded to float */
+        float sums[4] = {(float)loss, (float)rows, (float)correct, (float)examples};
+        DT_TRY(dt_comm_allreduce(r->comm, sums, 4, DT_REDUCE_SUM));
+        loss = sums[0];
+        rows = (long)sums[1];
+        correct = (long)sums[2];
+        examples = (long)sums[3];
     }
     out->step = step;
     out->loss = rows ? loss / (double)rows : NAN;
@@ -189,12 +209,77 @@ static long total_steps(const dt_config *c, size_t steps_per_epoch) {
     return c->training.max_steps > 0 ? c->training.max_steps : (long)c->training.epochs * (long)steps_per_epoch;
 }
 
-dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts) {
+dt_status dt_worker_prepare_run_dir(const dt_config *c) {
+    DT_TRY(mkdir_p(c->run.dir));
+    return write_resolved_config(c);
+}
+
+/* Bucket callback of the last micro-batch's backward: start that bucket's all-reduce. */
+static void on_bucket_ready(void *user, int bucket) {
+    run *r = user;
+    if (r->comm_st != DT_OK) return;
+    const dt_bucket *bk = dt_model_bucket(r->model, bucket);
+    r->comm_st = dt_comm_allreduce_start(r->comm, dt_model_grads(r->model) + bk->offset, bk->numel, DT_REDUCE_SUM,
+                                         &r->reqs[bucket]);
+}
+
+/* Waits for every started bucket; returns the first failure. */
+static dt_status wait_buckets(run *r) {
+    dt_status st = r->comm_st;
+    for (int i = 0; i < dt_model_num_buckets(r->model); i++) {
+        if (!r->reqs[i]) continue;
+        dt_status w = dt_comm_wait(r->comm, r->reqs[i]);
+        r->reqs[i] = NULL;
+        if (st == DT_OK) st = w;
+    }
+    r->comm_st = DT_OK;
+    return st;
+}
+
+/* Test-only switch (inert when unset): DTRAIN_TEST_PERTURB_REPLICA=<rank> makes that rank
+ * nudge one parameter right before the first replica check, which must catch it. */
+static int perturb_rank(void) {
+    const char *v = getenv("DTRAIN_TEST_PERTURB_REPLICA");
+    return v && *v ? atoi(v) : -1;
+}
+
+/* Every rank must hold bit-identical parameters: compare CRC32s; name the ranks that differ
+ * from the majority (with two ranks, both). */
+static dt_status check_replicas(run *r, long step) {
+    size_t n = dt_model_num_params(r->model);
+    float *host = dt_model_params(r->model); /* CPU backend: host memory */
+    uint32_t crc = (uint32_t)crc32_z(0L, (const Bytef *)host, n * sizeof(float));
+    uint32_t all[64];
+    DT_TRY(dt_comm_allgather(r->comm, &crc, sizeof crc, all));
+    int best = 0, best_count = 0;
+    for (int i = 0; i < r->world; i++) {
+        int cnt = 0;
+        for (int j = 0; j < r->world; j++) cnt += all[j] == all[i];
+        if (cnt > best_count) { best = i; best_count = cnt; }
+    }
+    if (best_count == r->world) return DT_OK;
+    char list[512];
+    size_t k = 0;
+    int tie = best_count * 2 <= r->world;
+    for (int i = 0; i < r->world && k < sizeof list; i++)
+        if (tie || all[i] != all[best])
+            k += (size_t)snprintf(list + k, sizeof list - k, "%srank %d (crc32 %08x)", k ? ", " : "", i, all[i]);
+    if (tie)
+        return dt_error_set(DT_ERR_INTERNAL, "step %ld: replica check failed: the ranks' parameters disagree: %s",
+                            step, list);
+    return dt_error_set(DT_ERR_INTERNAL,
+                        "step %ld: replica check failed: the parameters of %s differ from the other %d rank(s) "
+                        "(crc32 %08x): silent divergence, stopping (hint: a faulty device or memory; "
+                        "training.check_replicas_every sets how often this is checked)",
+                        step, list, best_count, all[best]);
+}
+
+dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_comm *comm) {
     run r;
-    dt_status st = run_setup(&r, c, 1);
+    dt_status st = run_setup(&r, c, comm, 1);
     if (st != DT_OK) goto done;
     const int b = c->data.batch_size_per_worker, T = c->data.seq_len, accum = c->training.grad_accum_steps;
-    const int world = 1, rank = 0;
+    const int world = r.world, rank = r.rank;
     const int cls = c->model.num_labels > 0;
     const long G = (long)world * b * accum;
 
@@ -207,18 +292,18 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts) {
     if (spe == 0) {
         st = dt_error_set(DT_ERR_DATA,
                           "%s: %zu training examples, fewer than one global batch of %ld (hint: lower "
-                          "data.batch_size_per_worker or training.grad_accum_steps)",
+                          "data.batch_size_per_worker, training.grad_accum_steps or training.num_workers)",
                           c->data.train_path, dt_dataset_size(r.train), G);
         goto done;
     }
     const long total = total_steps(c, spe);
 
-    if ((st = mkdir_p(c->run.dir)) != DT_OK || (st = write_resolved_config(c)) != DT_OK) goto done;
-    dt_metrics_cfg mcfg = {.run_dir = c->run.dir, .total_steps = total, .log_every = c->logging.every_steps,
-                           .progress = opts ? opts->progress : -1, .quiet = opts ? opts->quiet : 0};
+    dt_metrics_cfg mcfg = {.run_dir = c->run.dir, .rank = rank, .total_steps = total,
+                           .log_every = c->logging.every_steps, .progress = opts ? opts->progress : -1,
+                           .quiet = opts ? opts->quiet : 0};
     if ((st = dt_metrics_open(&r.metrics, &mcfg)) != DT_OK) goto done;
 
-    /* weights: random init (done) or init_from */
+    /* weights: random init (done) or init_from; then rank 0's copy everywhere */
     if (c->model.init_from[0]) {
         int score_loaded = 1;
         if ((st = dt_model_load(r.model, c->model.init_from, &score_loaded)) != DT_OK) {
@@ -228,6 +313,9 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts) {
         dt_metrics_info(r.metrics, "init_from %s%s", c->model.init_from,
                         score_loaded ? "" : " (no score.weight in the file: classification head initialised from the seed)");
     }
+    if (world > 1 &&
+        (st = dt_comm_broadcast(comm, dt_model_params(r.model), dt_model_num_params(r.model) * sizeof(float), 0)) != DT_OK)
+        goto done;
 
     /* optimizer: decay on >= 2-D tensors only */
     int nt = dt_model_num_tensors(r.model);
@@ -252,18 +340,23 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts) {
         char params[32], flops[32];
         human_count(params, sizeof params, (double)dt_model_num_params(r.model));
         human_count(flops, sizeof flops, dt_model_flops_per_token(mc));
-        dt_metrics_info(r.metrics, "dtrain: %s on cpu, %d worker x %d threads | run dir %s", cls ? "classification" : "language modelling",
-                        world, dt_device_threads_per_worker(c), c->run.dir);
+        dt_metrics_info(r.metrics, "dtrain: %s on cpu, %d worker%s x %d threads%s | run dir %s",
+                        cls ? "classification" : "language modelling", world, world > 1 ? "s" : "",
+                        dt_device_threads_per_worker(c), world > 1 ? ", shm all-reduce" : "", c->run.dir);
         dt_metrics_info(r.metrics, "model: %d layers, %d heads, n_embd %d, seq_len %d, vocab %d | %s params, %s FLOPs/token",
                         mc->n_layer, mc->n_head, mc->n_embd, mc->seq_len, mc->vocab_size, params, flops);
         char advice[512];
         if (dt_device_blas_advice(advice, sizeof advice)) dt_metrics_info(r.metrics, "%s", advice);
-        dt_metrics_info(r.metrics, "data: %zu train examples (%zu steps/epoch at global batch %ld), %zu val examples | %ld steps",
-                        dt_dataset_size(r.train), spe, G, r.val ? dt_dataset_size(r.val) : (size_t)0, total);
+        dt_metrics_info(r.metrics, "data: %zu train examples (%zu steps/epoch at global batch %ld = %d x %d x %d), "
+                        "%zu val examples | %ld steps",
+                        dt_dataset_size(r.train), spe, G, world, b, accum, r.val ? dt_dataset_size(r.val) : (size_t)0,
+                        total);
     }
 
     const float scale = 1.0f / (float)(G * (cls ? 1 : T));
     const double tokens_per_step = (double)G * T;
+    const long check_every = world > 1 ? c->training.check_replicas_every : 0;
+    const int perturb = perturb_rank();
     double train_ms = 0, eval_ms = 0;
     dt_eval_point last_eval = {.loss = NAN, .accuracy = NAN};
     int have_eval = 0;
@@ -279,9 +372,21 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts) {
             fill_batch(r.train, r.idx, b, T, r.tokens, r.targets);
             dt_fwd_result res;
             if ((st = dt_model_forward(r.model, r.tokens, r.targets, b, &res)) != DT_OK) goto done;
-            if ((st = dt_model_backward(r.model, scale, NULL, NULL)) != DT_OK) goto done;
+            int sync = world > 1 && a == accum - 1; /* reduce during the last backward only */
+            st = dt_model_backward(r.model, scale, sync ? on_bucket_ready : NULL, &r);
+            if (sync) {
+                dt_status w = wait_buckets(&r);
+                if (st == DT_OK) st = w;
+            }
+            if (st != DT_OK) goto done;
             loss += res.loss_sum;
             rows += res.rows;
+        }
+        if (world > 1) {
+            float sums[2] = {(float)loss, (float)rows};
+            if ((st = dt_comm_allreduce(comm, sums, 2, DT_REDUCE_SUM)) != DT_OK) goto done;
+            loss = sums[0];
+            rows = (long)sums[1];
         }
         double gnorm, lr;
         if ((st = dt_optim_step(r.optim, dt_model_params(r.model), dt_model_grads(r.model), step, &gnorm, &lr)) != DT_OK)
@@ -295,6 +400,10 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts) {
             st = dt_error_set(DT_ERR_INTERNAL, "step %ld: loss is %g (hint: lower optimizer.lr)", step + 1, p.loss);
             goto done;
         }
+        if (check_every > 0 && (step + 1) % check_every == 0) {
+            if (perturb == rank && step + 1 == check_every) dt_model_params(r.model)[0] += 1e-3f;
+            if ((st = check_replicas(&r, step + 1)) != DT_OK) goto done;
+        }
         int last = step + 1 == total;
         if (r.val && (last || (c->eval.every_steps > 0 && (step + 1) % c->eval.every_steps == 0))) {
             if ((st = evaluate(&r, step + 1, &last_eval)) != DT_OK) goto done;
@@ -306,14 +415,14 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts) {
 
     char weights[DT_PATH_MAX + 32];
     snprintf(weights, sizeof weights, "%s/model.safetensors", c->run.dir);
-    if ((st = dt_model_save(r.model, weights)) != DT_OK) goto done;
+    if (rank == 0 && (st = dt_model_save(r.model, weights)) != DT_OK) goto done;
     dt_metrics_summary(r.metrics, "done: %ld steps in %.1f s (train %.1f s, eval %.1f s), %.0f tokens/s", total,
                        (train_ms + eval_ms) / 1e3, train_ms / 1e3, eval_ms / 1e3,
                        train_ms > 0 ? tokens_per_step * (double)total / (train_ms / 1e3) : 0.0);
     if (have_eval)
         dt_metrics_summary(r.metrics, "final: val loss %.6f | val accuracy %.4f | %ld examples", last_eval.loss,
                            last_eval.accuracy, last_eval.examples);
-    dt_metrics_summary(r.metrics, "weights: %s", weights);
+    if (rank == 0) dt_metrics_summary(r.metrics, "weights: %s", weights);
 done:
     run_free(&r);
     return st;
@@ -321,7 +430,7 @@ done:
 
 dt_status dt_worker_eval(const dt_config *c, const char *weights, dt_eval_point *out) {
     run r;
-    dt_status st = run_setup(&r, c, 0);
+    dt_status st = run_setup(&r, c, NULL, 0);
     if (st != DT_OK) goto done;
     if (!r.val) {
         st = dt_error_set(DT_ERR_CONFIG, "%s: data.val_path: required for evaluation (hint: --set data.val_path=FILE)",

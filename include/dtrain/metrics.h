@@ -1,6 +1,7 @@
 /* metrics.h — what a run tells its user: console lines (a progress bar on a terminal,
  * plain parseable lines otherwise), train.log (the console without the bar) and
- * metrics.jsonl (one JSON object per training step and per evaluation) in the run dir.
+ * metrics.jsonl (one JSON object per training step and per evaluation) in the run dir —
+ * all from rank 0 only — and rank-N.log, the same lines, from every rank.
  *
  * metrics.jsonl fields:
  *   {"type":"train","step":S,"epoch":E,"loss":L,"lr":LR,"grad_norm":G,"step_ms":MS,"tokens_per_s":TPS}
@@ -16,6 +17,7 @@ typedef struct dt_metrics dt_metrics;
 
 typedef struct dt_metrics_cfg {
     const char *run_dir;  /* NULL: console only (no files) */
+    int rank;             /* 0 speaks on the console and writes train.log/metrics.jsonl */
     long total_steps;
     long log_every;       /* a console line every N steps (and the first and last) */
     int progress;         /* -1 auto (bar when stdout is a terminal), 0 never, 1 always */
@@ -35,8 +37,8 @@ typedef struct dt_eval_point {
     double eval_ms;
 } dt_eval_point;
 
-/* Opens run_dir/metrics.jsonl and run_dir/train.log for appending (the directory must
- * exist). dt_metrics_close accepts NULL. */
+/* Opens run_dir/rank-N.log and, on rank 0, run_dir/metrics.jsonl and run_dir/train.log for
+ * appending (the directory must exist). dt_metrics_close accepts NULL. */
 dt_status dt_metrics_open(dt_metrics **out, const dt_metrics_cfg *cfg);
 void dt_metrics_close(dt_metrics *m);
 

@@ -17,7 +17,8 @@ typedef enum dt_status {
     DT_ERR_IO,       /* file system error                       -> exit 1 */
     DT_ERR_NOMEM,    /* allocation failed                       -> exit 1 */
     DT_ERR_DEVICE,   /* device / library failure                -> exit 1 */
-    DT_ERR_INTERNAL  /* a bug or an unexpected state            -> exit 1 */
+    DT_ERR_INTERNAL, /* a bug or an unexpected state            -> exit 1 */
+    DT_ERR_INTERRUPTED /* SIGINT/SIGTERM stopped the run         -> exit 1 */
 } dt_status;
 
 /* Records the message for the current thread (printf-style); returns `st` so that

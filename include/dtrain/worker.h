@@ -3,6 +3,7 @@
 #ifndef DTRAIN_WORKER_H
 #define DTRAIN_WORKER_H
 
+#include "dtrain/comm.h"
 #include "dtrain/config.h"
 #include "dtrain/metrics.h"
 #include "dtrain/status.h"
@@ -12,9 +13,14 @@ typedef struct dt_worker_opts {
     int progress;  /* -1 auto, 0 never, 1 always */
 } dt_worker_opts;
 
-/* Trains as configured; writes config.yaml, train.log, metrics.jsonl and
- * model.safetensors into cfg->run.dir. */
-dt_status dt_worker_train(const dt_config *cfg, const dt_worker_opts *opts);
+/* Creates cfg->run.dir and writes the resolved config.yaml into it (once, before the
+ * workers start). */
+dt_status dt_worker_prepare_run_dir(const dt_config *cfg);
+
+/* Trains as configured, as rank dt_comm_rank(comm) of dt_comm_world(comm) (comm NULL: a
+ * single process). Rank 0 writes train.log, metrics.jsonl and model.safetensors into
+ * cfg->run.dir; every rank writes rank-N.log. */
+dt_status dt_worker_train(const dt_config *cfg, const dt_worker_opts *opts, dt_comm *comm);
 
 /* Evaluates `weights` (a safetensors file) on data.val_path and prints the result line;
  * *out receives it (step 0). */

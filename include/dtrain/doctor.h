@@ -1,0 +1,23 @@
+/* doctor.h — `dtrain doctor`: what this machine offers (cores, GPUs, libraries) and whether
+ * the collective works here: a self-test with N real worker processes (all-reduce of
+ * per-rank data checked against a serial sum, broadcast, all-gather, barrier) and an
+ * all-reduce bandwidth table from 1 KiB to 256 MiB with algbw and busbw as nccl-tests
+ * defines them (busbw = algbw * 2(n-1)/n), next to this machine's memcpy bandwidth. */
+#ifndef DTRAIN_DOCTOR_H
+#define DTRAIN_DOCTOR_H
+
+#include "dtrain/config.h"
+#include "dtrain/status.h"
+
+typedef struct dt_doctor_opts {
+    int num_workers;          /* >= 1 */
+    dt_device_kind device;    /* cpu or cuda (auto: what exists) */
+    double timeout_s;         /* collective deadline */
+    long max_bytes;           /* largest all-reduce in the table (default 256 MiB) */
+} dt_doctor_opts;
+
+/* Prints the report on stdout. DT_OK when the self-test passed; DT_ERR_INTERNAL (exit 1)
+ * with the failing check named when it did not; DT_ERR_CONFIG for a device that is absent. */
+dt_status dt_doctor_run(const dt_doctor_opts *opts);
+
+#endif

@@ -1,0 +1,144 @@
+/* doctor.c — `dtrain doctor`: devices, collective self-test and bandwidth table. */
+#include "dtrain/doctor.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dtrain/comm.h"
+#include "dtrain/device.h"
+#include "dtrain/launch.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* rank r's test value at index i: exact in float, different per rank and index */
+static float test_value(int r, size_t i) { return (float)(r + 1) * 0.5f + (float)(i % 97) * 0.25f; }
+
+static dt_status check_allreduce(dt_comm *c, size_t n) {
+    const int world = dt_comm_world(c), rank = dt_comm_rank(c);
+    float *x = dt_malloc((n ? n : 1) * sizeof(float), "self-test buffer");
+    if (!x) return DT_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) x[i] = test_value(rank, i);
+    dt_status st = dt_comm_allreduce(c, x, n, DT_REDUCE_SUM);
+    for (size_t i = 0; st == DT_OK && i < n; i++) {
+        float want = 0.0f; /* the serial sum, in rank order */
+        for (int r = 0; r < world; r++) want += test_value(r, i);
+        if (x[i] != want)
+            st = dt_error_set(DT_ERR_INTERNAL, "self-test failed: all-reduce of %zu floats over %d workers: element %zu "
+                              "is %.9g, the serial sum is %.9g", n, world, i, x[i], want);
+    }
+    free(x);
+    return st;
+}
+
+static dt_status check_broadcast_gather(dt_comm *c) {
+    const int world = dt_comm_world(c), rank = dt_comm_rank(c), root = world - 1;
+    unsigned char buf[12345];
+    for (size_t i = 0; i < sizeof buf; i++) buf[i] = rank == root ? (unsigned char)(i * 7 + 3) : 0;
+    DT_TRY(dt_comm_broadcast(c, buf, sizeof buf, root));
+    for (size_t i = 0; i < sizeof buf; i++)
+        if (buf[i] != (unsigned char)(i * 7 + 3))
+            return dt_error_set(DT_ERR_INTERNAL, "self-test failed: broadcast from rank %d: byte %zu differs on rank %d",
+                                root, i, rank);
+    int ids[64], me = rank * 1000 + 7;
+    DT_TRY(dt_comm_allgather(c, &me, sizeof me, ids));
+    for (int r = 0; r < world; r++)
+        if (ids[r] != r * 1000 + 7)
+            return dt_error_set(DT_ERR_INTERNAL, "self-test failed: all-gather: slot %d holds %d on rank %d", r, ids[r],
+                                rank);
+    return dt_comm_barrier(c);
+}
+
+static dt_status bandwidth_table(dt_comm *c, long max_bytes) {
+    const int world = dt_comm_world(c), rank = dt_comm_rank(c);
+    size_t max_n = (size_t)max_bytes / sizeof(float);
+    float *x = dt_calloc(max_n ? max_n : 1, sizeof(float), "bandwidth buffer");
+    if (!x) return DT_ERR_NOMEM;
+    dt_status st = DT_OK;
+    if (rank == 0) {
+        printf("\nall-reduce (sum, float32), %d workers, shm:\n", world);
+        printf("%12s %10s %12s %12s %12s\n", "size", "iters", "time (us)", "algbw (GB/s)", "busbw (GB/s)");
+    }
+    for (size_t bytes = 1024; bytes <= (size_t)max_bytes && st == DT_OK; bytes *= 4) {
+        size_t n = bytes / sizeof(float);
+        int iters = bytes <= (1 << 20) ? 50 : bytes <= (16 << 20) ? 10 : 3;
+        if ((st = dt_comm_allreduce(c, x, n, DT_REDUCE_SUM)) != DT_OK) break; /* warm-up */
+        if ((st = dt_comm_barrier(c)) != DT_OK) break;
+        double t0 = now_s();
+        for (int k = 0; k < iters && st == DT_OK; k++) st = dt_comm_allreduce(c, x, n, DT_REDUCE_SUM);
+        /* an all-reduce ends for nobody before every rank joined it: rank 0's time is the job's */
+        double t = (now_s() - t0) / iters;
+        if (rank == 0 && st == DT_OK) {
+            double algbw = (double)bytes / t / 1e9, busbw = algbw * 2.0 * (world - 1) / world;
+            char size[32];
+            if (bytes >= (1 << 20)) snprintf(size, sizeof size, "%zu MiB", bytes >> 20);
+            else snprintf(size, sizeof size, "%zu KiB", bytes >> 10);
+            printf("%12s %10d %12.1f %12.2f %12.2f\n", size, iters, t * 1e6, algbw, busbw);
+            fflush(stdout);
+        }
+    }
+    free(x);
+    return st;
+}
+
+typedef struct doctor_arg {
+    long max_bytes;
+} doctor_arg;
+
+static dt_status doctor_worker(void *arg, dt_comm *c) {
+    doctor_arg *a = arg;
+    const size_t lengths[] = {0, 1, (size_t)(dt_comm_world(c) > 1 ? dt_comm_world(c) - 1 : 2), 1000003};
+    for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) DT_TRY(check_allreduce(c, lengths[i]));
+    DT_TRY(check_broadcast_gather(c));
+    if (dt_comm_rank(c) == 0) {
+        printf("self-test: all-reduce (0, 1, n-1, 1000003 floats), broadcast, all-gather, barrier: ok\n");
+        fflush(stdout);
+    }
+    return bandwidth_table(c, a->max_bytes);
+}
+
+/* Single-thread memcpy bandwidth over 64 MiB, best of 5 (GB/s, read + write counted once). */
+static double memcpy_bandwidth(void) {
+    size_t bytes = 64u << 20;
+    char *a = malloc(bytes), *b = malloc(bytes);
+    if (!a || !b) { free(a); free(b); return 0; }
+    memset(a, 1, bytes);
+    memset(b, 2, bytes);
+    double best = 0;
+    for (int k = 0; k < 5; k++) {
+        double t0 = now_s();
+        memcpy(b, a, bytes);
+        double bw = (double)bytes / (now_s() - t0) / 1e9;
+        if (bw > best) best = bw;
+        a[k] = b[bytes - 1 - (size_t)k]; /* keep the copies observable */
+    }
+    free(a);
+    free(b);
+    return best;
+}
+
+dt_status dt_doctor_run(const dt_doctor_opts *o) {
+    int gpus = dt_device_cuda_count();
+    printf("dtrain doctor\n");
+    printf("  CPUs usable: %d\n", dt_device_cpu_cores());
+    printf("  NVIDIA GPUs visible: %d (CUDA backend %s)\n", gpus, dt_device_cuda_built() ? "built" : "not built");
+    char advice[512];
+    if (dt_device_blas_advice(advice, sizeof advice)) printf("  %s\n", advice);
+    if (o->device == DT_DEVICE_CUDA)
+        return dt_error_set(DT_ERR_CONFIG, "doctor --device cuda: %s (hint: --device cpu)",
+                            gpus == 0 ? "no GPU is visible" : "GPU collectives (NCCL) are not part of this build yet");
+    printf("  memcpy bandwidth (one core, 64 MiB): %.2f GB/s\n", memcpy_bandwidth());
+    printf("collective self-test with %d worker process(es), backend shm\n", o->num_workers);
+    fflush(stdout);
+    doctor_arg arg = {o->max_bytes};
+    dt_launch_cfg lc = {.world = o->num_workers, .timeout_s = o->timeout_s, .log_dir = NULL, .what = "doctor"};
+    dt_status st = dt_launch_run(&lc, doctor_worker, &arg);
+    if (st == DT_OK) printf("doctor: all checks passed\n");
+    return st;
+}

@@ -1,0 +1,301 @@
+/* test_multiworker.c — N workers through the real binary, as a user runs them:
+ *   - equivalence: 1 worker x batch 8, 2 x 4, 4 x 2 and 2 x 2 with grad_accum_steps 2 give
+ *     the same per-step losses (1e-5 relative) for 20 steps and the same final weights
+ *     (relative L2 distance <= 1e-5);
+ *   - kill -9 of worker 1 mid-run: exit 1, one message naming rank 1 and SIGKILL, no
+ *     process left behind, nothing new in /dev/shm;
+ *   - SIGSTOP of worker 1: the others time out at the collective deadline naming rank 1;
+ *   - a replica perturbed on rank 1 (test-only switch) is caught at the next check;
+ *   - `dtrain doctor` passes, and fails when the all-reduce is broken (test-only switch). */
+#include <dirent.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "dtrain/safetensors.h"
+#include "testutil.h"
+
+extern char **environ;
+
+static char err_text[1 << 16];
+
+static void slurp(const char *path, char *buf, size_t n) {
+    FILE *f = fopen(path, "rb");
+    size_t k = 0;
+    if (f) {
+        k = fread(buf, 1, n - 1, f);
+        fclose(f);
+    }
+    buf[k] = '\0';
+}
+
+/* Starts dtrain with the given arguments (NULL-terminated), stdout/stderr to files in the
+ * test dir, working directory the source dir. Returns the pid. */
+static pid_t spawn(const char *tag, const char *const *args) {
+    char *argv[64];
+    int n = 0;
+    argv[n++] = (char *)DTRAIN_BIN;
+    for (int i = 0; args[i]; i++) argv[n++] = (char *)args[i];
+    argv[n] = NULL;
+    char out[1300], err[1300];
+    snprintf(out, sizeof out, "%s/%s.out", test_dir(), tag);
+    snprintf(err, sizeof err, "%s/%s.err", test_dir(), tag);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(chdir(DTRAIN_SOURCE_DIR) == 0);
+    pid_t pid;
+    CHECK(posix_spawn(&pid, DTRAIN_BIN, &fa, NULL, argv, environ) == 0);
+    posix_spawn_file_actions_destroy(&fa);
+    printf("started %s (pid %ld)\n", tag, (long)pid);
+    return pid;
+}
+
+static int wait_exit(pid_t pid, const char *tag) {
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    char err[1300];
+    snprintf(err, sizeof err, "%s/%s.err", test_dir(), tag);
+    slurp(err, err_text, sizeof err_text);
+    int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    printf("%s exited %d; stderr: %s\n", tag, rc, err_text);
+    return rc;
+}
+
+static int run_sync(const char *tag, const char *const *args) { return wait_exit(spawn(tag, args), tag); }
+
+/* pid of the child of `parent` whose name (comm) is `name`, or 0 */
+static pid_t find_child(pid_t parent, const char *name) {
+    DIR *d = opendir("/proc");
+    CHECK(d != NULL);
+    struct dirent *e;
+    pid_t found = 0;
+    while (!found && (e = readdir(d)) != NULL) {
+        char path[300], buf[512];
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t k = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[k] = '\0';
+        char *open = strchr(buf, '('), *close = strrchr(buf, ')');
+        if (!open || !close) continue;
+        *close = '\0';
+        long ppid = 0;
+        char state;
+        if (sscanf(close + 2, "%c %ld", &state, &ppid) != 2) continue;
+        if (ppid == parent && strcmp(open + 1, name) == 0) found = (pid_t)atol(e->d_name);
+    }
+    closedir(d);
+    return found;
+}
+
+static int alive(pid_t pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld", (long)pid);
+    return access(path, F_OK) == 0;
+}
+
+static int count_dir(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* train losses of a run's metrics.jsonl */
+static int read_losses(const char *run, double *loss, int max) {
+    char path[1300], line[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        CHECK(o != NULL);
+        if (strcmp(json_string_value(json_object_get(o, "type")), "train") == 0 && n < max)
+            loss[n++] = json_number_value(json_object_get(o, "loss"));
+        json_decref(o);
+    }
+    fclose(f);
+    return n;
+}
+
+/* all tensors of a run's model.safetensors, concatenated in file order */
+static float *read_weights(const char *run, size_t *n) {
+    char path[1300];
+    snprintf(path, sizeof path, "%s/model.safetensors", run);
+    dt_st_file *f;
+    CHECK(dt_st_open(&f, path) == DT_OK);
+    size_t total = 0;
+    for (int i = 0; i < dt_st_count(f); i++) total += dt_st_tensor_at(f, i)->numel;
+    float *w = malloc(total * sizeof(float));
+    size_t off = 0;
+    for (int i = 0; i < dt_st_count(f); i++) {
+        const dt_st_tensor *t = dt_st_tensor_at(f, i);
+        CHECK(dt_st_read_f32(f, t, w + off) == DT_OK);
+        off += t->numel;
+    }
+    dt_st_close(f);
+    *n = total;
+    return w;
+}
+
+static void test_equivalence(void) {
+    const int setups[4][3] = {{1, 8, 1}, {2, 4, 1}, {4, 2, 1}, {2, 2, 2}}; /* workers, batch, accum */
+    double base[32];
+    float *wbase = NULL;
+    size_t nbase = 0;
+    for (int s = 0; s < 4; s++) {
+        char tag[64], run[1300], nw[64], bs[64], ga[64], rd[1400];
+        snprintf(tag, sizeof tag, "eq-%dx%dx%d", setups[s][0], setups[s][1], setups[s][2]);
+        snprintf(run, sizeof run, "%s/%s", test_dir(), tag);
+        snprintf(nw, sizeof nw, "training.num_workers=%d", setups[s][0]);
+        snprintf(bs, sizeof bs, "data.batch_size_per_worker=%d", setups[s][1]);
+        snprintf(ga, sizeof ga, "training.grad_accum_steps=%d", setups[s][2]);
+        snprintf(rd, sizeof rd, "run.dir=%s", run);
+        const char *args[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", nw, "--set", bs,
+                              "--set", ga, "--set", "training.max_steps=20", "--set", "training.check_replicas_every=5",
+                              "--quiet", NULL};
+        CHECK_INT_EQ(run_sync(tag, args), 0);
+        double loss[32];
+        CHECK_INT_EQ(read_losses(run, loss, 32), 20);
+        size_t n;
+        float *w = read_weights(run, &n);
+        if (s == 0) {
+            memcpy(base, loss, sizeof loss);
+            wbase = w;
+            nbase = n;
+            continue;
+        }
+        double worst = 0;
+        for (int i = 0; i < 20; i++) {
+            CHECK_NEAR_REL(loss[i], base[i], 1e-5, 0);
+            worst = fmax(worst, fabs(loss[i] - base[i]) / fabs(base[i]));
+        }
+        CHECK_INT_EQ(n, nbase);
+        double d2 = 0, b2 = 0;
+        for (size_t i = 0; i < n; i++) {
+            d2 += ((double)w[i] - wbase[i]) * ((double)w[i] - wbase[i]);
+            b2 += (double)wbase[i] * wbase[i];
+        }
+        printf("%s vs 1x8x1: worst loss rel diff %.2e, weights rel L2 distance %.2e\n", tag, worst, sqrt(d2 / b2));
+        CHECK(sqrt(d2 / b2) <= 1e-5);
+        free(w);
+    }
+    free(wbase);
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Starts a long 2-worker run, waits for both workers, returns the launcher pid. */
+static pid_t start_long_run(const char *tag, const char *timeout, pid_t *r0, pid_t *r1) {
+    char run[1300], rd[1400], to[64];
+    snprintf(run, sizeof run, "%s/%s", test_dir(), tag);
+    snprintf(rd, sizeof rd, "run.dir=%s", run);
+    snprintf(to, sizeof to, "training.collective_timeout_s=%s", timeout);
+    const char *args[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", "training.num_workers=2",
+                          "--set", "data.batch_size_per_worker=4", "--set", "training.max_steps=1000000",
+                          "--set", to, "--quiet", NULL};
+    pid_t pid = spawn(tag, args);
+    *r0 = *r1 = 0;
+    for (int i = 0; i < 500 && !(*r0 && *r1); i++) { /* up to 10 s */
+        sleep_ms(20);
+        if (!*r0) *r0 = find_child(pid, "dtrain-r0");
+        if (!*r1) *r1 = find_child(pid, "dtrain-r1");
+    }
+    CHECK(*r0 && *r1);
+    char path[1400];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run);
+    for (int i = 0; i < 500 && access(path, F_OK) != 0; i++) sleep_ms(20); /* training has begun */
+    sleep_ms(300);
+    return pid;
+}
+
+static void test_kill_worker(void) {
+    int shm_before = count_dir("/dev/shm");
+    pid_t r0, r1;
+    pid_t pid = start_long_run("kill", "30", &r0, &r1);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK(kill(r1, SIGKILL) == 0);
+    int rc = wait_exit(pid, "kill");
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    printf("launcher exited %.2f s after the kill\n", dt);
+    CHECK_INT_EQ(rc, 1);
+    CHECK_STR_CONTAINS(err_text, "worker rank 1 was killed by signal 9 (SIGKILL)");
+    CHECK_STR_CONTAINS(err_text, "rank-1.log");
+    CHECK(dt < 5.0);
+    CHECK(!alive(r0) && !alive(r1));
+    CHECK_INT_EQ(count_dir("/dev/shm"), shm_before);
+}
+
+static void test_stop_worker(void) {
+    pid_t r0, r1;
+    pid_t pid = start_long_run("stop", "2", &r0, &r1);
+    CHECK(kill(r1, SIGSTOP) == 0);
+    int rc = wait_exit(pid, "stop");
+    CHECK_INT_EQ(rc, 1);
+    CHECK_STR_CONTAINS(err_text, "rank 0: collective timeout");
+    CHECK_STR_CONTAINS(err_text, "waited 2.0 s for rank(s) 1");
+    CHECK(!alive(r0) && !alive(r1));
+}
+
+static void test_perturbed_replica(void) {
+    char rd[1400];
+    snprintf(rd, sizeof rd, "run.dir=%s/perturb", test_dir());
+    const char *args[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", "training.num_workers=3",
+                          "--set", "training.check_replicas_every=5", "--quiet", NULL};
+    CHECK(setenv("DTRAIN_TEST_PERTURB_REPLICA", "1", 1) == 0);
+    int rc = run_sync("perturb", args);
+    unsetenv("DTRAIN_TEST_PERTURB_REPLICA");
+    CHECK_INT_EQ(rc, 1);
+    CHECK_STR_CONTAINS(err_text, "step 5: replica check failed: the parameters of rank 1 (crc32");
+}
+
+static void test_doctor(void) {
+    const char *args[] = {"doctor", "--num-workers", "3", NULL};
+    CHECK_INT_EQ(run_sync("doctor", args), 0);
+    char out[1300], text[1 << 14];
+    snprintf(out, sizeof out, "%s/doctor.out", test_dir());
+    slurp(out, text, sizeof text);
+    CHECK_STR_CONTAINS(text, "self-test: all-reduce");
+    CHECK_STR_CONTAINS(text, "busbw (GB/s)");
+    CHECK_STR_CONTAINS(text, "256 MiB");
+    CHECK(setenv("DTRAIN_TEST_BREAK_ALLREDUCE", "1", 1) == 0);
+    int rc = run_sync("doctor-broken", args);
+    unsetenv("DTRAIN_TEST_BREAK_ALLREDUCE");
+    CHECK_INT_EQ(rc, 1);
+    CHECK_STR_CONTAINS(err_text, "self-test failed: all-reduce");
+}
+
+int main(void) {
+    test_dir_init("multiworker");
+    test_equivalence();
+    test_kill_worker();
+    test_stop_worker();
+    test_perturbed_replica();
+    test_doctor();
+    test_dir_remove();
+    TEST_PASS("test_multiworker");
+}
