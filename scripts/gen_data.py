@@ -35,8 +35,11 @@ MAX_TEXT_BYTES = 61          # every sentence text is <= this (seq_len 64, byte 
 CORPUS_BYTES = 400_000
 CORPUS_VAL_BYTES = 40_000
 
-# Family mix (fraction of examples): plain / negated / contrast-or-order forms.
-FAMILY_WEIGHTS = (("plain", 0.30), ("negated", 0.35), ("contrast", 0.35))
+# Family mix (fraction of draws): plain / negated / contrast-or-order forms.  Short plain and
+# negated sentences repeat more often, and repeats are drawn again, so the files end up at
+# about 43% / 28% / 29%: enough plain sentences to learn word polarity early, then composition.
+FAMILY_WEIGHTS = (("plain", 0.50), ("negated", 0.32), ("contrast", 0.18))
+FAMILY_WEIGHTS_FULL = (("plain", 0.30), ("negated", 0.35), ("contrast", 0.35))  # tinytext
 
 # ---------------------------------------------------------------------------------------
 # Vocabulary
@@ -308,26 +311,18 @@ NON_PERSON = [k for k in SUBJECTS if k != "person"]
 
 
 def pol_of(kind, adj):
-    pos, neg = ADJ[kind]
-    if adj in pos.split():
-        return 1
-    if adj in neg.split():
-        return 0
+    for lex in (CORE, FULL):
+        if kind in lex.adj:
+            pos, neg = lex.adj[kind]
+            if adj in pos.split():
+                return 1
+            if adj in neg.split():
+                return 0
     raise KeyError((kind, adj))
 
 
-def adjs(kind, pol=None, negatable=False):
-    pos, neg = ADJ[kind]
-    out = []
-    if pol in (None, 1):
-        out += pos.split()
-    if pol in (None, 0):
-        out += [a for a in neg.split() if not (negatable and a in NOT_NEGATABLE)]
-    return out
-
-
-def subj_by_text(text):
-    for kind, subs in SUBJECTS.items():
+def subj_by_text(text, lex=None):
+    for kind, subs in (lex or CORE).subjects.items():
         for s, pl in subs:
             if s == text:
                 return (s, pl, kind)
@@ -543,6 +538,140 @@ def t_hearsay(who, form, subj, adj, adj2=None):
 
 
 # ---------------------------------------------------------------------------------------
+# Lexicons
+# ---------------------------------------------------------------------------------------
+
+class Lexicon:
+    """The word lists and template choices one generator draws from.  FULL (the tables above)
+    feeds the tinytext reviews; CORE (below) is the small lexicon of the sentiment set."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+    def adjs(self, kind, pol=None, negatable=False):
+        pos, neg = self.adj[kind]
+        out = []
+        if pol in (None, 1):
+            out += pos.split()
+        if pol in (None, 0):
+            out += [a for a in neg.split() if not (negatable and a in NOT_NEGATABLE)]
+        return out
+
+
+FULL = Lexicon(
+    adj=ADJ, antonyms=ANTONYMS, generic_pos=GENERIC_POS, generic_neg=GENERIC_NEG,
+    generic_pair_p=0.3, no_more=NO_MORE, subjects=SUBJECTS, domains=DOMAINS,
+    kind_w={"film": 3, "food": 3, "device": 2, "service": 2, "person": 2, "place": 2,
+            "experience": 2, "story": 2, "acting": 1.5},
+    verb_weight=VERB_WEIGHT, neg_weight=None,
+    int_gradable=INT_GRADABLE, int_extreme=INT_EXTREME, int_phrase=INT_PHRASE,
+    ph_kinds=_PH_KINDS, phrases=PHRASES, comparatives=COMPARATIVES,
+    one_topic_kinds=ONE_TOPIC_KINDS, more_than_kinds=MORE_THAN_KINDS, like_kinds=LIKE_KINDS,
+    recommend_kinds=RECOMMEND_KINDS, gerund=GERUND, non_person=NON_PERSON,
+    first_pos=FIRST_PERSON_POS, first_neg=FIRST_PERSON_NEG,
+    first_negated=FIRST_PERSON_NEGATED, connectors=CONNECTORS, hearsay=list(HEARSAY),
+    family_weights=FAMILY_WEIGHTS_FULL, distinct_nouns=False, contrast_neg_p=0.25,
+    # cumulative shares of the forms in each family (see Gen.plain, .negated, .contrast)
+    plain_cuts=(0.58, 0.70, 0.76, 0.86, 0.93), neg_cuts=(0.55, 0.65, 0.76, 0.88),
+    contrast_cuts=(0.42, 0.67, 0.84))
+
+# ---- CORE: the sentiment set's lexicon ------------------------------------------------
+# A byte-level model trained from scratch has to learn every word's polarity before it can
+# learn composition, so the sentiment set uses few words, most of them shared across kinds:
+# 6 positive and 5 negative adjectives for every kind plus at most 2 of each per kind (29
+# adjectives in all), 42 subjects, 3 verbs, 3 negators ("not", "n't", "never").  Polarity can
+# be told from a word's last bytes: no ending is shared by the two classes ("-ing" and "-ful"
+# are negative only, "quite" is not an intensifier next to "quiet").  All the templates
+# (negation, "X, not Y", "A but B", expectations, hearsay, first person, "could have been")
+# are kept; the harder, rarer forms get a small share (see the *_cuts below).
+CORE_POS = "good great excellent nice perfect lovely "
+CORE_NEG = "bad awful terrible horrible disappointing "
+CORE = Lexicon(
+    adj={
+        "film": (CORE_POS + "funny", CORE_NEG + "boring dull"),
+        "story": (CORE_POS + "clever", CORE_NEG + "boring"),
+        "acting": (CORE_POS.strip(), CORE_NEG + "weak"),
+        "device": (CORE_POS + "fast", CORE_NEG + "slow"),
+        "software": (CORE_POS + "fast", CORE_NEG + "slow"),
+        "food": (CORE_POS + "delicious fresh", CORE_NEG + "bland cold"),
+        "service": (CORE_POS + "friendly fast", CORE_NEG + "rude slow"),
+        "person": (CORE_POS + "friendly", CORE_NEG + "rude"),
+        "place": (CORE_POS + "clean quiet", CORE_NEG + "dirty loud"),
+        "experience": (CORE_POS.strip(), CORE_NEG + "boring"),
+    },
+    antonyms={
+        "film": "funny/boring funny/dull", "story": "clever/boring",
+        "acting": "good/weak", "device": "fast/slow", "software": "fast/slow",
+        "food": "delicious/bland fresh/bland", "service": "friendly/rude fast/slow",
+        "person": "friendly/rude", "place": "clean/dirty quiet/loud",
+        "experience": "nice/boring",
+    },
+    generic_pos=set("good great excellent nice lovely".split()),
+    generic_neg=set(CORE_NEG.split()),
+    generic_pair_p=0.5,
+    no_more=NO_MORE | set("nice clean quiet fresh rude loud lovely perfect".split()),
+    subjects={
+        "film": _subj("the movie, the film, this movie, the show, the sequel"),
+        "story": _subj("the plot, the story, the ending, the script"),
+        "acting": _subj("the acting, the cast, the actors*"),
+        "device": _subj("this phone, the phone, the laptop, the camera, the printer"),
+        "software": _subj("the app, this app, the software, the game"),
+        "food": _subj("the food, the pasta, the soup, the pizza, the fries*, the dessert"),
+        "service": _subj("the service, the staff"),
+        "person": _subj("our waiter, the waiter, the host, the manager"),
+        "place": _subj("the hotel, the room, the place, the cafe"),
+        "experience": _subj("the trip, the stay, the evening, the visit"),
+    },
+    domains={"movie": ["film", "story", "acting"], "gadget": ["device", "software"],
+             "restaurant": ["food", "service", "person", "place", "experience"],
+             "hotel": ["place", "service", "person", "experience"]},
+    kind_w={"film": 3, "food": 3, "device": 2, "service": 2, "person": 2, "place": 2,
+            "experience": 2, "story": 2, "acting": 1.5},
+    verb_weight={"was": 5, "is": 3, "felt": 0, "feels": 0, "seemed": 0.5, "seems": 0,
+                 "turned out to be": 0, "tasted": 0, "tastes": 0},
+    # "not" / "n't" (3:1 against "never"); "hardly", "far from", ... are not used
+    neg_weight=lambda n: 3 if ("not" in n or "n't" in n) else 1 if "never" in n else 0,
+    int_gradable=["really", "very", "so", "pretty"],
+    int_extreme=["really", "truly", "absolutely"], int_phrase=["really"],
+    ph_kinds={"film", "device", "software", "food", "experience", "place"},
+    phrases=[p for p in PHRASES if p[0] in ("worth it", "worth the money", "a waste of money",
+                                            "a waste of time", "a letdown",
+                                            "a pleasant surprise")],
+    comparatives={
+        "film": ("better|funnier", "worse|more boring"), "story": ("better", "worse"),
+        "acting": ("better", "worse"), "device": ("better|faster", "worse|slower"),
+        "software": ("better|faster", "worse|slower"), "food": ("better|fresher", "worse"),
+        "service": ("better|faster|friendlier", "worse|slower|ruder"),
+        "person": ("nicer|friendlier", "ruder|worse"),
+        "place": ("better|cleaner|quieter", "worse|dirtier|louder"),
+        "experience": ("better|nicer", "worse"),
+    },
+    one_topic_kinds={"service", "film"}, more_than_kinds=MORE_THAN_KINDS,
+    like_kinds={"film", "story", "acting", "device", "software", "food", "place",
+                "experience"},
+    recommend_kinds={"film", "device", "software", "food", "place", "experience"},
+    gerund={"film": "watching", "device": "buying", "software": "buying", "food": "ordering",
+            "place": "booking", "experience": "booking"},
+    non_person=["film", "story", "acting", "device", "software", "food", "service", "place",
+                "experience"],
+    first_pos=["I loved", "I enjoyed", "I liked", "we loved", "I would recommend"],
+    first_neg=["I hated", "I disliked", "I would avoid"],
+    first_negated=[("I did not like", 0), ("I didn't like", 0), ("I didn't enjoy", 0),
+                   ("I would not recommend", 0), ("I can't recommend", 0),
+                   ("I did not hate", 1), ("I didn't hate", 1), ("I don't hate", 1)],
+    connectors=["but", ", but", "although", ", although"],
+    hearsay=["everyone said", "my friends said", "the reviews said", "critics said"],
+    family_weights=FAMILY_WEIGHTS,
+    distinct_nouns=True,     # not "the app was slow and this app was bad"
+    contrast_neg_p=0.0,      # "A but B" joins plain clauses: one step of composition at a time
+    # plain: one clause 70%, "A and B" 15%, "X was A and B" 3%, first person 4%, "what a" 4%,
+    # phrase 4%; negated: one clause 80%, phrase 5%, first person 5%, "nothing" 6%, "could" 4%;
+    # contrast: "A but B" 55%, "X, not Y" and co. 30%, expectations 8%, hearsay 7%
+    plain_cuts=(0.70, 0.85, 0.88, 0.92, 0.96), neg_cuts=(0.80, 0.85, 0.90, 0.96),
+    contrast_cuts=(0.55, 0.85, 0.93))
+
+
+# ---------------------------------------------------------------------------------------
 # Random sampling on top of the templates
 # ---------------------------------------------------------------------------------------
 
@@ -551,15 +680,14 @@ class Retry(Exception):
 
 
 class Gen:
-    def __init__(self, rng, allowed=None, subjects=None):
+    def __init__(self, rng, allowed=None, subjects=None, lex=FULL):
         self.r = rng
-        self.allowed = set(allowed or SUBJECTS)
-        self.subjects = dict(SUBJECTS, **(subjects or {}))
-        self.kinds = [k for k in SUBJECTS if k in self.allowed]
+        self.L = lex
+        self.allowed = set(allowed or lex.subjects)
+        self.subjects = dict(lex.subjects, **(subjects or {}))
+        self.kinds = [k for k in lex.subjects if k in self.allowed]
         # person/service/food/film are the most common review topics
-        self.kind_w = [{"film": 3, "food": 3, "device": 2, "service": 2, "person": 2,
-                        "place": 2, "experience": 2, "story": 2, "acting": 1.5}.get(k, 1)
-                       for k in self.kinds]
+        self.kind_w = [lex.kind_w.get(k, 1) for k in self.kinds]
 
     def kind(self, pool=None):
         if pool is None:
@@ -585,25 +713,31 @@ class Gen:
             if adj in NO_TASTE and vid in ("tasted", "tastes"):
                 continue
             cands.append(vid)
-        return self.r.choices(cands, [VERB_WEIGHT[c] for c in cands])[0]
+        return self.r.choices(cands, [self.L.verb_weight[c] for c in cands])[0]
 
     def intens(self, adj):
         if self.r.random() < 0.45:
             return ""
-        return self.r.choice(INT_EXTREME if adj in EXTREME else INT_GRADABLE)
+        return self.r.choice(self.L.int_extreme if adj in EXTREME else self.L.int_gradable)
 
     def plain_clause(self, subj, pol, tense=None, short=False):
-        adj = self.r.choice(adjs(subj[2], pol))
+        adj = self.r.choice(self.L.adjs(subj[2], pol))
         vid = self.verb(subj[2], tense, adj=adj)
         it = "" if short and self.r.random() < 0.7 else self.intens(adj)
         return clause_plain(subj, vid, it, adj)
 
     def neg_clause(self, subj, label, tense=None):
-        adj = self.r.choice(adjs(subj[2], 1 - label, negatable=True))
+        adj = self.r.choice(self.L.adjs(subj[2], 1 - label, negatable=True))
         vid = self.verb(subj[2], tense, adj=adj)
-        nidx = self.r.randrange(len(VERBS[vid][4]))
+        nidx = self.neg_index(vid)
         at_all = VERBS[vid][4][nidx][2] and self.r.random() < 0.25
         return clause_neg(subj, vid, nidx, adj, at_all)
+
+    def neg_index(self, vid, ok=None):
+        ok = range(len(VERBS[vid][4])) if ok is None else ok
+        if self.L.neg_weight is None:
+            return self.r.choice(ok) if isinstance(ok, list) else self.r.randrange(len(ok))
+        return self.r.choices(list(ok), [self.L.neg_weight(VERBS[vid][4][i][0]) for i in ok])[0]
 
     def phrase_verb(self, kind, ph):
         while True:
@@ -613,79 +747,80 @@ class Gen:
 
     def first_person(self, prefixes):
         p = self.r.choice(prefixes)
-        kinds = RECOMMEND_KINDS if p.startswith(RECOMMEND_PREFIXES) else LIKE_KINDS
+        kinds = self.L.recommend_kinds if p.startswith(RECOMMEND_PREFIXES) else self.L.like_kinds
         return p, self.subj(self.kind(sorted(kinds)))
 
     def phrase(self, kind, pol, negatable=False):
-        c = [p for p in PHRASES if kind in p[3] and p[1] == pol and (p[2] or not negatable)]
+        c = [p for p in self.L.phrases if kind in p[3] and p[1] == pol and (p[2] or not negatable)]
         return self.r.choice(c)[0] if c else None
 
     # ---- families -------------------------------------------------------------------
     def plain(self, label):
         r = self.r.random()
-        if r < 0.58:
+        if r < self.L.plain_cuts[0]:
             s = self.subj(self.kind())
             return self.plain_clause(s, label), "plain"
-        if r < 0.70:
-            dom = self.r.choice(list(DOMAINS))
-            k1, k2 = self.kind(DOMAINS[dom]), self.kind(DOMAINS[dom])
+        if r < self.L.plain_cuts[1]:
+            dom = self.r.choice(list(self.L.domains))
+            k1, k2 = self.kind(self.L.domains[dom]), self.kind(self.L.domains[dom])
             s1, s2 = self.subj(k1), self.subj(k2)
-            if s1[0] == s2[0] or (s1[2] == s2[2] and s1[2] in ONE_TOPIC_KINDS):
+            if s1[0] == s2[0] or (s1[2] == s2[2] and s1[2] in self.L.one_topic_kinds) \
+                    or (self.L.distinct_nouns and strip_det(s1[0]) == strip_det(s2[0])):
                 return None
             tense = self.r.choice(["past", "past", "present"])
             return t_and(self.plain_clause(s1, label, tense, True),
                          self.plain_clause(s2, label, tense, True)), "plain-and"
-        if r < 0.76:
+        if r < self.L.plain_cuts[2]:
             s = self.subj(self.kind())
-            a1, a2 = self.r.sample(adjs(s[2], label), 2)
+            a1, a2 = self.r.sample(self.L.adjs(s[2], label), 2)
             return t_and_same(s, self.r.choice(["was", "is"]), a1, a2), "plain-and"
-        if r < 0.86:
+        if r < self.L.plain_cuts[3]:
             if label == 1:
-                return t_first(*self.first_person(FIRST_PERSON_POS)), "plain-first"
+                return t_first(*self.first_person(self.L.first_pos)), "plain-first"
             if self.r.random() < 0.3:
-                return t_regret("", self.subj(self.kind(sorted(GERUND)))), "plain-first"
-            return t_first(*self.first_person(FIRST_PERSON_NEG)), "plain-first"
-        if r < 0.93:
+                return t_regret("", self.subj(self.kind(sorted(self.L.gerund)))), "plain-first"
+            return t_first(*self.first_person(self.L.first_neg)), "plain-first"
+        if r < self.L.plain_cuts[4]:
             s = self.subj(self.kind())
             if s[1]:
                 return None
-            return t_what(self.r.choice(adjs(s[2], label)), s), "plain-what"
-        s = self.subj(self.kind(sorted(_PH_KINDS)))
+            return t_what(self.r.choice(self.L.adjs(s[2], label)), s), "plain-what"
+        s = self.subj(self.kind(sorted(self.L.ph_kinds)))
         ph = self.phrase(s[2], label)
         if ph is None:
             return None
-        it = self.r.choice(INT_PHRASE) if self.r.random() < 0.4 and ph != "well worth it" \
+        it = self.r.choice(self.L.int_phrase) if self.r.random() < 0.4 and ph != "well worth it" \
             else ""
         return t_phrase(s, self.phrase_verb(s[2], ph), it, ph), "plain-phrase"
 
     def negated(self, label):
         r = self.r.random()
-        if r < 0.55:
+        if r < self.L.neg_cuts[0]:
             s = self.subj(self.kind())
             return self.neg_clause(s, label), "neg"
-        if r < 0.65:
-            s = self.subj(self.kind(sorted(_PH_KINDS)))
+        if r < self.L.neg_cuts[1]:
+            s = self.subj(self.kind(sorted(self.L.ph_kinds)))
             ph = self.phrase(s[2], 1 - label, negatable=True)
             if ph is None:
                 return None
             vid = self.phrase_verb(s[2], ph)
             ok = [i for i, n in enumerate(VERBS[vid][4]) if n[3]]
-            return t_phrase_neg(s, vid, self.r.choice(ok), ph), "neg-phrase"
-        if r < 0.76:
+            return t_phrase_neg(s, vid, self.neg_index(vid, ok), ph), "neg-phrase"
+        if r < self.L.neg_cuts[2]:
             if label == 1 and self.r.random() < 0.3:
-                s = self.subj(self.kind(sorted(GERUND)))
+                s = self.subj(self.kind(sorted(self.L.gerund)))
                 return t_regret(self.r.choice([" not", "n't"]), s), "neg-first"
             if label == 1 and self.r.random() < 0.2:
-                s = self.subj(self.kind(sorted(RECOMMEND_KINDS)))
+                s = self.subj(self.kind(sorted(self.L.recommend_kinds)))
                 return t_first("I can't recommend", s, " enough"), "neg-first"
-            c = [p for p, l in FIRST_PERSON_NEGATED if l == label]
+            c = [p for p, l in self.L.first_negated if l == label]
             return t_first(*self.first_person(c)), "neg-first"
-        if r < 0.88:
+        if r < self.L.neg_cuts[3]:
             s = self.subj(self.kind())
-            adj = self.r.choice(adjs(s[2], 1 - label, negatable=True))
+            adj = self.r.choice(self.L.adjs(s[2], 1 - label, negatable=True))
             return t_nothing(self.r.randrange(4), s, adj), "neg-nothing"
         s = self.subj(self.kind())
-        pos, neg = (x.split("|") for x in COMPARATIVES[s[2]])
+        pos, neg = (x.split("|") for x in self.L.comparatives[s[2]])
         modal = self.r.choice(["could not", "couldn't"])
         if label == 1:
             return t_could(s, modal, self.r.choice(pos), 1), "neg-could"
@@ -695,66 +830,73 @@ class Gen:
 
     def contrast(self, label):
         r = self.r.random()
-        if r < 0.42:
-            dom = self.r.choice(list(DOMAINS))
-            s1, s2 = self.subj(self.kind(DOMAINS[dom])), self.subj(self.kind(DOMAINS[dom]))
-            if s1[0] == s2[0] or (s1[2] == s2[2] and s1[2] in ONE_TOPIC_KINDS):
+        if r < self.L.contrast_cuts[0]:
+            dom = self.r.choice(list(self.L.domains))
+            s1, s2 = (self.subj(self.kind(self.L.domains[dom])),
+                      self.subj(self.kind(self.L.domains[dom])))
+            if s1[0] == s2[0] or (s1[2] == s2[2] and s1[2] in self.L.one_topic_kinds) \
+                    or (self.L.distinct_nouns and strip_det(s1[0]) == strip_det(s2[0])):
                 return None
             tense = self.r.choice(["past", "past", "past", "present"])
             cl = []
             for s, pol in ((s1, 1 - label), (s2, label)):
-                if self.r.random() < 0.25:
+                if self.r.random() < self.L.contrast_neg_p:
                     cl.append(self.neg_clause(s, pol, tense))
                 else:
                     cl.append(self.plain_clause(s, pol, tense, True))
-            return t_contrast(self.r.choice(CONNECTORS), cl[0], cl[1]), "contrast-but"
-        if r < 0.67:
+            return t_contrast(self.r.choice(self.L.connectors), cl[0], cl[1]), "contrast-but"
+        if r < self.L.contrast_cuts[1]:
             s = self.subj(self.kind())
             form = self.r.choice([0, 0, 1, 2, 3])
-            if self.r.random() < 0.7:
-                ap, an = self.r.choice(ANTONYMS[s[2]].split()).split("/")
+            if self.r.random() < 1 - self.L.generic_pair_p:
+                ap, an = self.r.choice(self.L.antonyms[s[2]].split()).split("/")
             else:
-                ap = self.r.choice(sorted(GENERIC_POS & set(adjs(s[2], 1))) or [None])
-                an = self.r.choice(sorted(GENERIC_NEG & set(adjs(s[2], 0))) or [None])
+                ap = self.r.choice(sorted(self.L.generic_pos & set(self.L.adjs(s[2], 1)))
+                                   or [None])
+                an = self.r.choice(sorted(self.L.generic_neg & set(self.L.adjs(s[2], 0)))
+                                   or [None])
                 if ap is None or an is None:
                     return None
             a1, a2 = (ap, an) if label == 1 else (an, ap)
             if form == 3:   # "fresh and not at all bland": not antonyms, that reads redundant
-                a1 = self.r.choice(adjs(s[2], label))
-                a2 = self.r.choice([a for a in adjs(s[2], 1 - label) if a not in EXTREME])
-                if "%s/%s" % ((a1, a2) if label else (a2, a1)) in ANTONYMS[s[2]].split():
+                a1 = self.r.choice(self.L.adjs(s[2], label))
+                a2 = self.r.choice([a for a in self.L.adjs(s[2], 1 - label)
+                                    if a not in EXTREME])
+                if "%s/%s" % ((a1, a2) if label else (a2, a1)) in self.L.antonyms[s[2]].split():
                     return None
-            if form == 2 and (s[2] not in MORE_THAN_KINDS or {a1, a2} & (NO_MORE | EXTREME)):
+            if form == 2 and (s[2] not in self.L.more_than_kinds
+                              or {a1, a2} & (self.L.no_more | EXTREME)):
                 form = 0
             vid = self.r.choice(["was", "was", "is"] + (["seemed"] if form < 2 else []))
             return t_pair(form, s, vid, a1, a2), "contrast-pair"
-        if r < 0.84:
-            s = self.subj(self.kind(NON_PERSON))
+        if r < self.L.contrast_cuts[2]:
+            s = self.subj(self.kind(self.L.non_person))
             form = self.r.randrange(6)
             if form in (0, 2):
-                adj = self.r.choice(adjs(s[2], label))
+                adj = self.r.choice(self.L.adjs(s[2], label))
                 return t_expect(form, s, adj), "contrast-expect"
             if form in (1, 3):
-                adj = self.r.choice(adjs(s[2], 1 - label, negatable=True))
+                adj = self.r.choice(self.L.adjs(s[2], 1 - label, negatable=True))
                 return t_expect(form, s, adj), "contrast-expect"
-            adj = self.r.choice(adjs(s[2], 1 - label))
-            adj2 = self.r.choice(adjs(s[2], label))
+            adj = self.r.choice(self.L.adjs(s[2], 1 - label))
+            adj2 = self.r.choice(self.L.adjs(s[2], label))
             return t_expect(form, s, adj, adj2), "contrast-expect"
-        s = self.subj(self.kind(NON_PERSON))
-        who = self.r.choice(list(HEARSAY))
+        s = self.subj(self.kind(self.L.non_person))
+        who = self.r.choice(self.L.hearsay)
         form = self.r.randrange(6)
         if form in (0, 3):
-            return t_hearsay(who, form, s, self.r.choice(adjs(s[2], label))), "contrast-said"
-        if form in (1, 4):
-            adj = self.r.choice(adjs(s[2], 1 - label, negatable=True))
+            adj = self.r.choice(self.L.adjs(s[2], label))
             return t_hearsay(who, form, s, adj), "contrast-said"
-        adj = self.r.choice(adjs(s[2], 1 - label))
-        adj2 = self.r.choice(adjs(s[2], label))
+        if form in (1, 4):
+            adj = self.r.choice(self.L.adjs(s[2], 1 - label, negatable=True))
+            return t_hearsay(who, form, s, adj), "contrast-said"
+        adj = self.r.choice(self.L.adjs(s[2], 1 - label))
+        adj2 = self.r.choice(self.L.adjs(s[2], label))
         return t_hearsay(who, form, s, adj, adj2), "contrast-said"
 
     def example(self, label):
-        fams = [f for f, _ in FAMILY_WEIGHTS]
-        fam = self.r.choices(fams, [w for _, w in FAMILY_WEIGHTS])[0]
+        fams = [f for f, _ in self.L.family_weights]
+        fam = self.r.choices(fams, [w for _, w in self.L.family_weights])[0]
         while True:
             try:
                 out = getattr(self, fam)(label)
@@ -785,23 +927,29 @@ def norm(text):
 
 def gen_sentiment(seed):
     rng = random.Random(seed)
-    g = Gen(rng)
+    g = Gen(rng, lex=CORE)
+    # One pool of distinct sentences (half of each label), then a random split: train and val
+    # follow the same distribution (drawing val after train would make it harder, since the
+    # short forms are the first to run out of new sentences).
     seen = set()
-    splits = []
-    for n in (N_TRAIN, N_VAL):
-        rows = []
-        for i in range(n):
-            label = i % 2
-            while True:
-                text, lab, sub = g.example(label)
-                k = norm(text)
-                if k not in seen:
-                    seen.add(k)
-                    rows.append((lab, text, sub))
-                    break
+    pool = ([], [])
+    for i in range(N_TRAIN + N_VAL):
+        label = i % 2
+        while True:
+            text, lab, sub = g.example(label)
+            k = norm(text)
+            if k not in seen:
+                seen.add(k)
+                pool[label].append((lab, text, sub))
+                break
+    train, val = [], []
+    for rows in pool:
         rng.shuffle(rows)
-        splits.append(rows)
-    return splits
+        val += rows[:N_VAL // 2]
+        train += rows[N_VAL // 2:]
+    rng.shuffle(train)
+    rng.shuffle(val)
+    return train, val
 
 
 # ---------------------------------------------------------------------------------------
@@ -821,18 +969,20 @@ def self_check():
         (clause_neg(food, "was", i_not.index("was not"), "good", 0), ("the food was not good", 0)),
         (clause_neg(movie, "was", i_not.index("was never"), "boring", 0),
          ("the movie was never boring", 1)),
-        (clause_neg(fries, "was", i_not.index("wasn't"), "greasy", 1),
-         ("the fries weren't greasy at all", 1)),
-        (clause_neg(movie, "felt", 0, "original", 0), ("the movie did not feel original", 0)),
-        (t_phrase_neg(phone, "was", i_not.index("was hardly"), "worth it"),
-         ("this phone was hardly worth it", 0)),
+        (clause_neg(fries, "was", i_not.index("wasn't"), "cold", 1),
+         ("the fries weren't cold at all", 1)),
+        (clause_neg(room, "seemed", 0, "clean", 0), ("the room did not seem clean", 0)),
+        (t_phrase_neg(phone, "was", i_not.index("wasn't"), "worth it"),
+         ("this phone wasn't worth it", 0)),
         (t_phrase_neg(movie, "was", i_not.index("was not"), "a waste of time"),
          ("the movie was not a waste of time", 1)),
         (t_pair(0, movie, "was", "good", "bad"), ("the movie was good, not bad", 1)),
         (t_pair(0, movie, "was", "bad", "good"), ("the movie was bad, not good", 0)),
         (t_pair(2, movie, "was", "boring", "funny"), ("the movie was more boring than funny", 0)),
-        (t_pair(3, room, "was", "spacious", "cramped"),
-         ("the room was spacious and not at all cramped", 1)),
+        (t_pair(3, room, "was", "clean", "loud"),
+         ("the room was clean and not at all loud", 1)),
+        (t_pair(1, waiter, "was", "rude", "friendly"),
+         ("our waiter was rude rather than friendly", 0)),
         (t_contrast("but", clause_plain(acting, "was", "", "weak"),
                     clause_plain(story, "was", "", "great")),
          ("the acting was weak but the story was great", 1)),
@@ -862,8 +1012,10 @@ def self_check():
         (t_expect(3, fries, "fresh"), ("I thought the fries would be fresh, but they weren't", 0)),
         (t_hearsay("everyone said", 1, movie, "boring"),
          ("everyone said the movie was boring, and they were wrong", 1)),
-        (t_hearsay("critics said", 5, movie, "clever", "dull"),
-         ("critics said the movie was clever, but I found it dull", 0)),
+        (t_hearsay("critics said", 5, movie, "funny", "dull"),
+         ("critics said the movie was funny, but I found it dull", 0)),
+        (t_hearsay("everyone said", 4, phone, "slow"),
+         ("everyone said this phone was slow, but I disagree", 1)),
         (t_first("I can't recommend", phone, " enough"), ("I can't recommend this phone enough", 1)),
         (t_first("I can't recommend", phone), ("I can't recommend this phone", 0)),
         (t_first("I did not hate", movie), ("I did not hate the movie", 1)),
@@ -874,11 +1026,21 @@ def self_check():
         assert got == want, (got, want)
     # Every adjective of a kind is usable in both classes (no adjective is a label giveaway
     # by construction): negatable ones via negation, the rest via contrast forms.
-    for kind, (pos, neg) in ADJ.items():
-        assert not set(pos.split()) & set(neg.split()), kind
-        for pair in ANTONYMS[kind].split():
-            ap, an = pair.split("/")
-            assert pol_of(kind, ap) == 1 and pol_of(kind, an) == 0, (kind, pair)
+    polarity = {}
+    for lex in (CORE, FULL):
+        for kind, (pos, neg) in lex.adj.items():
+            assert not set(pos.split()) & set(neg.split()), kind
+            for pol, words in ((1, pos), (0, neg)):
+                for w in words.split():   # one polarity per word, in every kind and lexicon
+                    assert polarity.setdefault(w, pol) == pol, (kind, w)
+            for pair in lex.antonyms[kind].split():
+                ap, an = pair.split("/")
+                assert ap in pos.split() and an in neg.split(), (kind, pair)
+        assert set(lex.subjects) == set(lex.adj) | ({"bill"} if lex is FULL else set())
+        for kind in lex.subjects:
+            assert kind in lex.antonyms and kind in lex.comparatives, kind
+            # negation needs negatable adjectives of both polarities
+            assert lex.adjs(kind, 0, negatable=True) and lex.adjs(kind, 1), kind
 
 
 # ---------------------------------------------------------------------------------------
