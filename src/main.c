@@ -121,6 +121,7 @@ static int parse_options(int argc, char **argv, cli *c) {
 static int load_config(const cli *c, dt_config *cfg) {
     if (!c->config) return usage_error("%s", "missing --config FILE");
     dt_status st = dt_config_load(cfg, c->config, c->overrides, c->n_overrides);
+    if (st == DT_ERR_IO) st = DT_ERR_USAGE; /* a config file that cannot be read is bad input: exit 2 */
     return st == DT_OK ? 0 : fail(st);
 }
 
