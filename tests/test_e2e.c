@@ -24,16 +24,6 @@ static char out_text[1 << 20], err_text[1 << 16];
 
 #define tmp test_dir()
 
-static void slurp(const char *path, char *buf, size_t n) {
-    FILE *f = fopen(path, "rb");
-    size_t k = 0;
-    if (f) {
-        k = fread(buf, 1, n - 1, f);
-        fclose(f);
-    }
-    buf[k] = '\0';
-}
-
 /* Runs a shell command from the source dir; returns the exit status, fills out/err text. */
 static int run(const char *fmt, ...) {
     char cmd[4096], full[8192], o[600], e[600];
@@ -45,8 +35,8 @@ static int run(const char *fmt, ...) {
     snprintf(e, sizeof e, "%s/stderr.txt", tmp);
     snprintf(full, sizeof full, "cd '%s' && %s >'%s' 2>'%s' </dev/null", DTRAIN_SOURCE_DIR, cmd, o, e);
     int st = system(full);
-    slurp(o, out_text, sizeof out_text);
-    slurp(e, err_text, sizeof err_text);
+    test_slurp(o, out_text, sizeof out_text);
+    test_slurp(e, err_text, sizeof err_text);
     int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     printf("$ %s  -> %d\n", cmd, rc);
     return rc;

@@ -29,16 +29,6 @@ extern char **environ;
 
 static char err_text[1 << 16];
 
-static void slurp(const char *path, char *buf, size_t n) {
-    FILE *f = fopen(path, "rb");
-    size_t k = 0;
-    if (f) {
-        k = fread(buf, 1, n - 1, f);
-        fclose(f);
-    }
-    buf[k] = '\0';
-}
-
 /* Starts dtrain with the given arguments (NULL-terminated), stdout/stderr to files in the
  * test dir, working directory the source dir. Returns the pid. */
 static pid_t spawn(const char *tag, const char *const *args) {
@@ -68,7 +58,7 @@ static int wait_exit(pid_t pid, const char *tag) {
     CHECK(waitpid(pid, &st, 0) == pid);
     char err[1300];
     snprintf(err, sizeof err, "%s/%s.err", test_dir(), tag);
-    slurp(err, err_text, sizeof err_text);
+    test_slurp(err, err_text, sizeof err_text);
     int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     printf("%s exited %d; stderr: %s\n", tag, rc, err_text);
     return rc;
@@ -278,7 +268,7 @@ static void test_doctor(void) {
     CHECK_INT_EQ(run_sync("doctor", args), 0);
     char out[1300], text[1 << 14];
     snprintf(out, sizeof out, "%s/doctor.out", test_dir());
-    slurp(out, text, sizeof text);
+    test_slurp(out, text, sizeof text);
     CHECK_STR_CONTAINS(text, "self-test: all-reduce");
     CHECK_STR_CONTAINS(text, "busbw (GB/s)");
     CHECK_STR_CONTAINS(text, "256 MiB");

@@ -51,6 +51,17 @@ static inline void test_write_file(const char *path, const void *data, size_t le
     CHECK(fclose(f) == 0);
 }
 
+/* Reads up to n-1 bytes of `path` into buf, NUL-terminated ("" when it cannot be read). */
+static inline void test_slurp(const char *path, char *buf, size_t n) {
+    FILE *f = fopen(path, "rb");
+    size_t k = 0;
+    if (f) {
+        k = fread(buf, 1, n - 1, f);
+        fclose(f);
+    }
+    buf[k] = '\0';
+}
+
 static inline int test_rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb; (void)flag; (void)ftw;
     return remove(path);
