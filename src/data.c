@@ -753,10 +753,20 @@ void dt_sampler_free(dt_sampler *s) {
 
 size_t dt_sampler_steps_per_epoch(const dt_sampler *s) { return s->steps; }
 
+size_t dt_sampler_global_batch(const dt_sampler *s) { return s->global_batch; }
+
+size_t dt_sampler_steps_from(const dt_sampler *s, size_t cursor) {
+    return cursor >= s->cfg.num_samples ? 0 : (s->cfg.num_samples - cursor) / s->global_batch;
+}
+
 void dt_sampler_batch(dt_sampler *s, long epoch, size_t step, int micro, size_t *idx) {
+    dt_sampler_batch_at(s, epoch, step * s->global_batch, micro, idx);
+}
+
+void dt_sampler_batch_at(dt_sampler *s, long epoch, size_t cursor, int micro, size_t *idx) {
     size_t n = s->cfg.num_samples;
     size_t b = (size_t)s->cfg.batch_per_worker, world = (size_t)s->cfg.world;
-    size_t base = step * s->global_batch + (size_t)micro * world * b + (size_t)s->cfg.rank * b;
+    size_t base = cursor + (size_t)micro * world * b + (size_t)s->cfg.rank * b;
     if (s->order && (!s->have_order || s->cached_epoch != epoch)) {
         epoch_permutation(s->order, n, s->cfg.seed, epoch);
         s->cached_epoch = epoch;

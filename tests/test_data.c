@@ -601,6 +601,48 @@ static void test_sampler(void) {
         }
     }
 
+    /* elastic resume: 3 steps at 2 workers x 3, then the rest of the epoch at 4 workers x 2
+     * from the saved cursor: every sample of the epoch's order at most once, and exactly the
+     * prefix that whole global batches cover */
+    for (int shuffle = 0; shuffle < 2; shuffle++) {
+        int seen[N] = {0};
+        size_t cursor = 0, idx[8];
+        dt_sampler *r0 = sampler(N, 77, shuffle, 0, 2, 3, 1), *r1 = sampler(N, 77, shuffle, 1, 2, 3, 1);
+        CHECK_INT_EQ(dt_sampler_global_batch(r0), 6);
+        for (int j = 0; j < 3; j++, cursor += 6) {
+            dt_sampler_batch_at(r0, 2, cursor, 0, idx);
+            dt_sampler_batch_at(r1, 2, cursor, 0, idx + 3);
+            for (int k = 0; k < 6; k++) seen[idx[k]]++;
+        }
+        dt_sampler_free(r0);
+        dt_sampler_free(r1);
+        dt_sampler *q[4];
+        for (int r = 0; r < 4; r++) q[r] = sampler(N, 77, shuffle, r, 4, 2, 1);
+        size_t left = dt_sampler_steps_from(q[0], cursor);
+        CHECK_INT_EQ(left, (N - 18) / 8);
+        for (size_t j = 0; j < left; j++, cursor += 8)
+            for (int r = 0; r < 4; r++) {
+                dt_sampler_batch_at(q[r], 2, cursor, 0, idx);
+                for (int k = 0; k < 2; k++) seen[idx[k]]++;
+            }
+        CHECK_INT_EQ(dt_sampler_steps_from(q[0], cursor), 0);
+        CHECK_INT_EQ(dt_sampler_steps_from(q[0], N + 5), 0);
+        size_t covered = 0;
+        for (size_t i = 0; i < N; i++) {
+            CHECK(seen[i] <= 1);
+            covered += (size_t)seen[i];
+        }
+        CHECK_INT_EQ(covered, cursor);
+        /* the covered samples are the first `cursor` of the epoch's order */
+        dt_sampler *one = sampler(N, 77, shuffle, 0, 1, 1, 1);
+        for (size_t j = 0; j < cursor; j++) {
+            dt_sampler_batch(one, 2, j, 0, idx);
+            CHECK_INT_EQ(seen[idx[0]], 1);
+        }
+        dt_sampler_free(one);
+        for (int r = 0; r < 4; r++) dt_sampler_free(q[r]);
+    }
+
     /* empty dataset, bad settings */
     s = sampler(0, 1, 1, 0, 1, 4, 1);
     CHECK_INT_EQ(dt_sampler_steps_per_epoch(s), 0);

@@ -72,6 +72,12 @@ size_t dt_sampler_steps_per_epoch(const dt_sampler *s);
  * r-th b-sized slice of that: the same samples are seen by one worker with world*b per
  * micro-batch as by `world` workers with b each. */
 void dt_sampler_batch(dt_sampler *s, long epoch, size_t step, int micro, size_t *idx);
+/* The same for the global batch that starts at sample `cursor` of the epoch's order
+ * (dt_sampler_batch(step) == dt_sampler_batch_at(step * G)). A run resumed with another
+ * world size continues the epoch from the saved cursor: no sample is seen twice or skipped. */
+void dt_sampler_batch_at(dt_sampler *s, long epoch, size_t cursor, int micro, size_t *idx);
+size_t dt_sampler_global_batch(const dt_sampler *s);           /* G */
+size_t dt_sampler_steps_from(const dt_sampler *s, size_t cursor); /* whole global batches left after cursor */
 
 /* Evaluation sharding: eval batch j covers samples [j*E, (j+1)*E), E = world * b, in order;
  * rank r takes its consecutive slice, which may be short or empty at the end. Returns the
