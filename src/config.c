@@ -20,6 +20,7 @@
 #include <string.h>
 #include <strings.h>
 #include <yaml.h>
+#include <zlib.h>
 
 /* ---- schema ------------------------------------------------------------------------- */
 
@@ -886,6 +887,60 @@ static void print_double(FILE *out, double v) {
     fputs(buf, out);
 }
 
+/* One key's value as dt_config_print writes it. */
+static void print_value(FILE *out, const dt_config *cfg, const key_def *k) {
+    const char *field = (const char *)cfg + k->off;
+    int iv;
+    switch (k->kind) {
+    case K_MAP: break;
+    case K_INT:
+    case K_ENUM:
+    case K_BOOL:
+    case K_TRIBOOL:
+        memcpy(&iv, field, sizeof iv);
+        if (k->kind == K_INT) fprintf(out, "%d", iv);
+        else if (k->kind == K_ENUM) fputs(enum_canonical(k->names, iv), out);
+        else fputs(bool_name(iv), out);
+        break;
+    case K_LONG: {
+        long lv;
+        memcpy(&lv, field, sizeof lv);
+        fprintf(out, "%ld", lv);
+        break;
+    }
+    case K_U64: {
+        uint64_t u;
+        memcpy(&u, field, sizeof u);
+        fprintf(out, "%" PRIu64, u);
+        break;
+    }
+    case K_DOUBLE: {
+        double d;
+        memcpy(&d, field, sizeof d);
+        print_double(out, d);
+        break;
+    }
+    case K_BETAS: {
+        double b1, b2;
+        memcpy(&b1, field, sizeof b1);
+        memcpy(&b2, (const char *)cfg + k->off2, sizeof b2);
+        fputc('[', out);
+        print_double(out, b1);
+        fputs(", ", out);
+        print_double(out, b2);
+        fputc(']', out);
+        break;
+    }
+    case K_STR:
+    case K_NAME: print_quoted(out, field); break;
+    case K_RESUME:
+        memcpy(&iv, field, sizeof iv);
+        if (iv == DT_RESUME_PATH) print_quoted(out, (const char *)cfg + k->off2);
+        else fputs(iv == DT_RESUME_NEVER ? "never" : "auto", out);
+        break;
+    }
+}
+
 void dt_config_print(const dt_config *cfg, FILE *out) {
     const char *prev = "";
     if (cfg->source[0]) fprintf(out, "# resolved from %s\n", cfg->source);
@@ -913,54 +968,51 @@ void dt_config_print(const dt_config *cfg, FILE *out) {
         }
         fprintf(out, "%*s%s: ", 2 * depth, "", p);
         prev = k->path;
-        switch (k->kind) {
-        case K_MAP: break;
-        case K_INT:
-        case K_ENUM:
-        case K_BOOL:
-        case K_TRIBOOL:
-            memcpy(&iv, field, sizeof iv);
-            if (k->kind == K_INT) fprintf(out, "%d", iv);
-            else if (k->kind == K_ENUM) fputs(enum_canonical(k->names, iv), out);
-            else fputs(bool_name(iv), out);
-            break;
-        case K_LONG: {
-            long lv;
-            memcpy(&lv, field, sizeof lv);
-            fprintf(out, "%ld", lv);
-            break;
-        }
-        case K_U64: {
-            uint64_t u;
-            memcpy(&u, field, sizeof u);
-            fprintf(out, "%" PRIu64, u);
-            break;
-        }
-        case K_DOUBLE: {
-            double d;
-            memcpy(&d, field, sizeof d);
-            print_double(out, d);
-            break;
-        }
-        case K_BETAS: {
-            double b1, b2;
-            memcpy(&b1, field, sizeof b1);
-            memcpy(&b2, (const char *)cfg + k->off2, sizeof b2);
-            fputc('[', out);
-            print_double(out, b1);
-            fputs(", ", out);
-            print_double(out, b2);
-            fputc(']', out);
-            break;
-        }
-        case K_STR:
-        case K_NAME: print_quoted(out, field); break;
-        case K_RESUME:
-            memcpy(&iv, field, sizeof iv);
-            if (iv == DT_RESUME_PATH) print_quoted(out, (const char *)cfg + k->off2);
-            else fputs(iv == DT_RESUME_NEVER ? "never" : "auto", out);
-            break;
-        }
+        print_value(out, cfg, k);
         fputc('\n', out);
     }
+}
+
+/* A key's printed value in buf ("" for mappings and an unset use_gpu). */
+static void value_string(const dt_config *cfg, const key_def *k, char *buf, size_t n) {
+    buf[0] = '\0';
+    int iv;
+    if (k->kind == K_MAP) return;
+    memcpy(&iv, (const char *)cfg + k->off, sizeof iv);
+    if (k->kind == K_TRIBOOL && iv < 0) return;
+    FILE *f = fmemopen(buf, n, "w");
+    if (!f) return;
+    print_value(f, cfg, k);
+    fclose(f);
+    buf[n - 1] = '\0';
+}
+
+uint32_t dt_config_digest(const dt_config *cfg) {
+    uLong crc = crc32(0L, Z_NULL, 0);
+    char v[DT_PATH_MAX + 64];
+    for (int i = 0; i < N_KEYS; i++) {
+        value_string(cfg, &keys[i], v, sizeof v);
+        crc = crc32(crc, (const Bytef *)keys[i].path, (uInt)strlen(keys[i].path) + 1);
+        crc = crc32(crc, (const Bytef *)v, (uInt)strlen(v) + 1);
+    }
+    return (uint32_t)crc;
+}
+
+int dt_config_diff(const dt_config *a, const dt_config *b, char *buf, size_t n) {
+    char va[DT_PATH_MAX + 64], vb[DT_PATH_MAX + 64];
+    int count = 0;
+    size_t k = 0;
+    if (n) buf[0] = '\0';
+    for (int i = 0; i < N_KEYS; i++) {
+        value_string(a, &keys[i], va, sizeof va);
+        value_string(b, &keys[i], vb, sizeof vb);
+        if (strcmp(va, vb) == 0) continue;
+        count++;
+        if (k < n) {
+            int w = snprintf(buf + k, n - k, "%s%s %s -> %s", k ? ", " : "", keys[i].path, va[0] ? va : "(unset)",
+                             vb[0] ? vb : "(unset)");
+            if (w > 0) k += (size_t)w;
+        }
+    }
+    return count;
 }

@@ -104,6 +104,13 @@ dt_status dt_config_load_string(dt_config *cfg, const char *name, const char *ya
 /* Writes the resolved config as YAML that dt_config_load accepts. */
 void dt_config_print(const dt_config *cfg, FILE *out);
 
+/* CRC32 over every key and its resolved value (not the source file name): two configs with
+ * the same digest train the same way. Stored in checkpoints. */
+uint32_t dt_config_digest(const dt_config *cfg);
+/* Lists the keys whose values differ as "key a -> b, ..." in buf (truncated to n); returns
+ * how many differ. */
+int dt_config_diff(const dt_config *a, const dt_config *b, char *buf, size_t n);
+
 /* Names used in the printed config and messages. */
 const char *dt_device_name(dt_device_kind d);
 
