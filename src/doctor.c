@@ -91,7 +91,7 @@ typedef struct doctor_arg {
     long max_bytes;
 } doctor_arg;
 
-static dt_status doctor_worker(void *arg, dt_comm *c) {
+static dt_status doctor_worker(void *arg, dt_comm *c, const dt_launch_ctx *ctx) {
     doctor_arg *a = arg;
     const size_t lengths[] = {0, 1, (size_t)(dt_comm_world(c) > 1 ? dt_comm_world(c) - 1 : 2), 1000003};
     for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) DT_TRY(check_allreduce(c, lengths[i]));
@@ -138,7 +138,7 @@ dt_status dt_doctor_run(const dt_doctor_opts *o) {
     fflush(stdout);
     doctor_arg arg = {o->max_bytes};
     dt_launch_cfg lc = {.world = o->num_workers, .timeout_s = o->timeout_s, .log_dir = NULL, .what = "doctor"};
-    dt_status st = dt_launch_run(&lc, doctor_worker, &arg);
+    dt_status st = dt_launch_run(&lc, doctor_worker, &arg, NULL);
     if (st == DT_OK) printf("doctor: all checks passed\n");
     return st;
 }

@@ -1,8 +1,11 @@
-/* launch.c — fork one worker per rank, supervise, stop everyone when one fails.
+/* launch.c — fork one worker per rank, supervise, stop everyone when one fails, restart.
  *
  * Parent:  status block + shm world (anonymous shared mappings) -> fork N -> poll waitpid
  *          every 20 ms -> on the first failure: abort the collective, SIGTERM (+SIGCONT) the
- *          rest, SIGKILL after a grace period -> reap all -> one message.
+ *          rest, SIGKILL after a grace period -> reap all -> one message -> maybe restart
+ *          all after a backoff (a new world, ctx.attempt + 1).
+ *          SIGINT/SIGTERM: set the shared stop flag (workers checkpoint and exit 0); a
+ *          second signal kills them at once.
  * Child:   PR_SET_PDEATHSIG, name "dtrain-rN", default signal dispositions, logs, comm,
  *          fn() -> message into the status block -> _exit(code). */
 #include "dtrain/launch.h"
@@ -30,9 +33,20 @@ typedef struct rank_slot {
     char msg[MSG_LEN];
 } rank_slot;
 
-static volatile sig_atomic_t g_signal; /* SIGINT/SIGTERM received by the launcher */
+/* the block every worker shares with the launcher */
+typedef struct shared_block {
+    volatile int stop;      /* preemption requested */
+    char note[1024];        /* rank 0's note of a clean stop */
+    rank_slot slots[];      /* (world) */
+} shared_block;
 
-static void on_signal(int sig) { g_signal = sig; }
+static volatile sig_atomic_t g_signal;  /* the first SIGINT/SIGTERM received by the launcher */
+static volatile sig_atomic_t g_signals; /* how many */
+
+static void on_signal(int sig) {
+    if (!g_signal) g_signal = sig;
+    g_signals++;
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -56,8 +70,9 @@ static void append_log(const char *path, const char *line) {
     fclose(f);
 }
 
-static void child_main(const dt_launch_cfg *cfg, int rank, pid_t parent, dt_shm_world *world, rank_slot *slot,
-                       dt_launch_fn fn, void *arg) {
+static void child_main(const dt_launch_cfg *cfg, int rank, int attempt, pid_t parent, dt_shm_world *world,
+                       shared_block *shared, dt_launch_fn fn, void *arg) {
+    rank_slot *slot = &shared->slots[rank];
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1); /* the launcher died before we got here */
     char name[16];
@@ -82,12 +97,15 @@ static void child_main(const dt_launch_cfg *cfg, int rank, pid_t parent, dt_shm_
         }
     }
     char line[MSG_LEN + 64];
-    snprintf(line, sizeof line, "rank %d of %d: pid %ld, %s", rank, cfg->world, (long)getpid(), cfg->what);
+    snprintf(line, sizeof line, "rank %d of %d: pid %ld, %s%s", rank, cfg->world, (long)getpid(), cfg->what,
+             attempt ? " (restarted)" : "");
     append_log(log, line);
 
+    dt_launch_ctx ctx = {.attempt = attempt, .stop = &shared->stop, .note = shared->note,
+                         .note_size = sizeof shared->note};
     dt_comm *comm = NULL;
     dt_status st = dt_comm_init_shm(&comm, world, rank, cfg->timeout_s);
-    if (st == DT_OK) st = fn(arg, comm);
+    if (st == DT_OK) st = fn(arg, comm, &ctx);
     if (st != DT_OK) {
         snprintf(slot->msg, sizeof slot->msg, "%s", dt_error_msg());
         atomic_store(&slot->has_msg, 1);
@@ -121,36 +139,35 @@ static void describe_exit(int status, char *buf, size_t n) {
     }
 }
 
-dt_status dt_launch_run(const dt_launch_cfg *cfg, dt_launch_fn fn, void *arg) {
-    if (cfg->world < 1 || cfg->world > MAX_WORLD)
-        return dt_error_set(DT_ERR_CONFIG, "training.num_workers: expected 1..%d on one machine, got %d", MAX_WORLD,
-                            cfg->world);
+typedef struct attempt_out {
+    int final;      /* do not restart: bad config/data (exit 2) or the user stopped the run */
+    char msg[MSG_LEN + 256];
+} attempt_out;
+
+/* One start of all workers, supervised until every one has exited. */
+static dt_status run_attempt(const dt_launch_cfg *cfg, int attempt, shared_block *shared, dt_launch_fn fn, void *arg,
+                             attempt_out *out) {
     const int n = cfg->world;
+    out->final = 0;
+    out->msg[0] = '\0';
     dt_shm_world *world = NULL;
     DT_TRY(dt_shm_world_create(&world, n, 0));
-    size_t slots_bytes = sizeof(rank_slot) * (size_t)n;
-    rank_slot *slots = mmap(NULL, slots_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (slots == MAP_FAILED) {
-        dt_shm_world_destroy(world);
-        return dt_error_set(DT_ERR_NOMEM, "cannot map the worker status block: %s", strerror(errno));
+    shared->stop = 0;
+    shared->note[0] = '\0';
+    for (int r = 0; r < n; r++) {
+        atomic_store(&shared->slots[r].has_msg, 0);
+        shared->slots[r].msg[0] = '\0';
     }
-    memset(slots, 0, slots_bytes);
     child kids[MAX_WORLD];
     memset(kids, 0, sizeof kids);
 
-    struct sigaction sa, old_int, old_term;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    g_signal = 0;
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
-
     dt_status st = DT_OK;
-    char msg[MSG_LEN + 256] = "";
+    char *msg = out->msg;
+    const size_t msg_n = sizeof out->msg;
     int failed_rank = -1;
-    double stop_deadline = 0; /* > 0: stopping; SIGKILL after it */
-    int alive = 0;
+    double stop_deadline = 0;    /* > 0: stopping after a failure; SIGKILL after it */
+    double preempt_deadline = 0; /* > 0: a clean stop was requested; SIGKILL after it */
+    int alive = 0, seen_signals = 0, unclean = 0;
 
     fflush(NULL); /* nothing buffered may be written twice */
     const pid_t parent = getpid();
@@ -158,19 +175,19 @@ dt_status dt_launch_run(const dt_launch_cfg *cfg, dt_launch_fn fn, void *arg) {
         pid_t pid = fork();
         if (pid < 0) {
             st = dt_error_set(DT_ERR_INTERNAL, "cannot start worker %d: fork: %s", r, strerror(errno));
+            snprintf(msg, msg_n, "%s", dt_error_msg());
             failed_rank = r;
             stop_deadline = now_s() + GRACE_S;
             dt_shm_world_abort(world, "the launcher could not start every worker");
             signal_all(kids, r, SIGTERM);
             break;
         }
-        if (pid == 0) child_main(cfg, r, parent, world, &slots[r], fn, arg);
+        if (pid == 0) child_main(cfg, r, attempt, parent, world, shared, fn, arg);
         kids[r].pid = pid;
         kids[r].alive = 1;
         alive++;
     }
 
-    int forwarded = 0;
     while (alive > 0) {
         int status;
         pid_t pid = waitpid(-1, &status, WNOHANG);
@@ -181,19 +198,21 @@ dt_status dt_launch_run(const dt_launch_cfg *cfg, dt_launch_fn fn, void *arg) {
             kids[r].alive = 0;
             alive--;
             int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-            if (!ok && failed_rank < 0 && !g_signal) {
+            if (!ok && seen_signals) unclean = 1;
+            if (!ok && failed_rank < 0 && !seen_signals) {
                 failed_rank = r;
                 char how[128], log[1200];
                 describe_exit(status, how, sizeof how);
                 log_path(cfg, r, log, sizeof log);
                 char see[1300] = "";
                 if (log[0]) snprintf(see, sizeof see, " (log: %s)", log);
-                if (atomic_load(&slots[r].has_msg) && WIFEXITED(status)) {
-                    if (n > 1) snprintf(msg, sizeof msg, "rank %d: %s%s", r, slots[r].msg, see);
-                    else snprintf(msg, sizeof msg, "%s", slots[r].msg);
+                if (atomic_load(&shared->slots[r].has_msg) && WIFEXITED(status)) {
+                    if (n > 1) snprintf(msg, msg_n, "rank %d: %s%s", r, shared->slots[r].msg, see);
+                    else snprintf(msg, msg_n, "%s", shared->slots[r].msg);
                     st = WEXITSTATUS(status) == 2 ? DT_ERR_CONFIG : DT_ERR_INTERNAL;
+                    out->final = WEXITSTATUS(status) == 2;
                 } else {
-                    snprintf(msg, sizeof msg, "worker rank %d %s during %s%s", r, how, cfg->what, see);
+                    snprintf(msg, msg_n, "worker rank %d %s during %s%s", r, how, cfg->what, see);
                     st = DT_ERR_INTERNAL;
                 }
                 char why[160];
@@ -207,16 +226,40 @@ dt_status dt_launch_run(const dt_launch_cfg *cfg, dt_launch_fn fn, void *arg) {
         }
         if (pid < 0 && errno != EINTR) {
             st = dt_error_set(DT_ERR_INTERNAL, "waitpid: %s", strerror(errno));
+            snprintf(msg, msg_n, "%s", dt_error_msg());
             break;
         }
-        if (g_signal && !forwarded) {
-            forwarded = 1;
-            snprintf(msg, sizeof msg, "interrupted by SIG%s: stopped %d worker(s)", sigabbrev_np(g_signal), n);
+        if (g_signals > seen_signals) {
+            seen_signals = g_signals;
+            out->final = 1;
+            if (seen_signals == 1 && failed_rank < 0) {
+                /* preemption: every worker finishes its step, checkpoints and exits 0 */
+                shared->stop = 1;
+                preempt_deadline = now_s() + cfg->timeout_s + 30.0;
+                char line[200];
+                snprintf(line, sizeof line,
+                         "dtrain: SIG%s: stopping after the current step with a checkpoint (send it again to stop at once)",
+                         sigabbrev_np(g_signal));
+                fprintf(stderr, "%s\n", line);
+            } else {
+                snprintf(msg, msg_n, "interrupted by SIG%s %s: stopped %d worker(s) at once", sigabbrev_np(g_signal),
+                         seen_signals > 1 ? "twice" : "while stopping after a failure", n);
+                st = DT_ERR_INTERRUPTED;
+                unclean = 1;
+                dt_shm_world_abort(world, "the launcher was interrupted");
+                signal_all(kids, n, SIGKILL);
+                stop_deadline = now_s() + 3600;
+            }
+        }
+        if (preempt_deadline > 0 && now_s() > preempt_deadline) {
+            snprintf(msg, msg_n, "workers did not stop within %.0f s of SIG%s: killed them", cfg->timeout_s + 30.0,
+                     sigabbrev_np(g_signal));
             st = DT_ERR_INTERRUPTED;
-            dt_shm_world_abort(world, "the launcher was interrupted");
-            signal_all(kids, n, g_signal);
-            signal_all(kids, n, SIGCONT);
-            stop_deadline = now_s() + GRACE_S;
+            unclean = 1;
+            dt_shm_world_abort(world, "the workers did not stop in time");
+            signal_all(kids, n, SIGKILL);
+            preempt_deadline = 0;
+            stop_deadline = now_s() + 3600;
         }
         if (stop_deadline > 0 && now_s() > stop_deadline) {
             signal_all(kids, n, SIGKILL);
@@ -231,11 +274,93 @@ dt_status dt_launch_run(const dt_launch_cfg *cfg, dt_launch_fn fn, void *arg) {
             kill(kids[r].pid, SIGKILL);
             waitpid(kids[r].pid, NULL, 0);
         }
+    dt_shm_world_destroy(world);
+    if (seen_signals && st == DT_OK && unclean) {
+        snprintf(msg, msg_n, "interrupted by SIG%s: a worker did not stop cleanly (see the rank logs)",
+                 sigabbrev_np(g_signal));
+        st = DT_ERR_INTERRUPTED;
+    }
+    return st;
+}
+
+/* A line on stderr and in log_dir/train.log. */
+static void supervisor_say(const dt_launch_cfg *cfg, const char *line) {
+    fprintf(stderr, "dtrain: %s\n", line);
+    if (!cfg->log_dir) return;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/train.log", cfg->log_dir);
+    append_log(path, line);
+}
+
+dt_status dt_launch_run(const dt_launch_cfg *cfg, dt_launch_fn fn, void *arg, dt_launch_result *res) {
+    if (cfg->world < 1 || cfg->world > MAX_WORLD)
+        return dt_error_set(DT_ERR_CONFIG, "training.num_workers: expected 1..%d on one machine, got %d", MAX_WORLD,
+                            cfg->world);
+    dt_launch_result local;
+    if (!res) res = &local;
+    memset(res, 0, sizeof *res);
+    const int n = cfg->world;
+    size_t shared_bytes = sizeof(shared_block) + sizeof(rank_slot) * (size_t)n;
+    shared_block *shared = mmap(NULL, shared_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (shared == MAP_FAILED) return dt_error_set(DT_ERR_NOMEM, "cannot map the worker status block: %s", strerror(errno));
+    memset(shared, 0, shared_bytes);
+
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    g_signal = 0;
+    g_signals = 0;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+
+    static char causes[8192];
+    size_t cl = 0;
+    causes[0] = '\0';
+    attempt_out out;
+    dt_status st;
+    for (int attempt = 0;; attempt++) {
+        st = run_attempt(cfg, attempt, shared, fn, arg, &out);
+        if (st == DT_OK) break;
+        if (cl < sizeof causes)
+            cl += (size_t)snprintf(causes + cl, sizeof causes - cl, "%s  attempt %d: %s", cl ? "\n" : "", attempt + 1,
+                                   out.msg[0] ? out.msg : dt_error_msg());
+        if (out.final || st == DT_ERR_INTERRUPTED || attempt >= cfg->max_restarts) break;
+        double delay = cfg->backoff_s;
+        for (int k = 0; k < attempt && delay < DT_LAUNCH_BACKOFF_MAX_S; k++) delay *= 2;
+        if (delay > DT_LAUNCH_BACKOFF_MAX_S) delay = DT_LAUNCH_BACKOFF_MAX_S;
+        char line[MSG_LEN + 512];
+        snprintf(line, sizeof line, "%s failed: %s", cfg->what, out.msg[0] ? out.msg : dt_error_msg());
+        supervisor_say(cfg, line);
+        snprintf(line, sizeof line, "restart %d of %d in %.1f s: all %d worker(s) resume from the last checkpoint",
+                 attempt + 1, cfg->max_restarts, delay, n);
+        supervisor_say(cfg, line);
+        res->restarts++;
+        double until = now_s() + delay;
+        while (now_s() < until && !g_signals) {
+            struct timespec ts = {0, POLL_NS};
+            nanosleep(&ts, NULL);
+        }
+        if (g_signals) {
+            snprintf(out.msg, sizeof out.msg, "interrupted by SIG%s while waiting to restart (the last checkpoint is kept)",
+                     sigabbrev_np(g_signal));
+            st = DT_ERR_INTERRUPTED;
+            break;
+        }
+    }
+    if (st == DT_OK && g_signals) {
+        res->stopped_by = g_signal;
+        snprintf(res->note, sizeof res->note, "%s", shared->note);
+    }
 
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
-    munmap(slots, slots_bytes);
-    dt_shm_world_destroy(world);
-    if (st != DT_OK && msg[0]) dt_error_set(st, "%s", msg);
+    munmap(shared, shared_bytes);
+    if (st != DT_OK) {
+        if (res->restarts > 0 && st != DT_ERR_INTERRUPTED)
+            dt_error_set(st, "%s failed %d times (fault_tolerance.max_restarts: %d); the causes:\n%s", cfg->what,
+                         res->restarts + 1, cfg->max_restarts, causes);
+        else if (out.msg[0]) dt_error_set(st, "%s", out.msg);
+    }
     return st;
 }

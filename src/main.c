@@ -138,9 +138,14 @@ typedef struct train_arg {
 } train_arg;
 
 /* runs in each forked worker */
-static dt_status train_worker(void *arg, dt_comm *comm) {
+static dt_status train_worker(void *arg, dt_comm *comm, const dt_launch_ctx *ctx) {
     train_arg *a = arg;
-    return dt_worker_train(a->cfg, &a->opts, comm);
+    dt_worker_opts o = a->opts;
+    o.attempt = ctx->attempt;
+    o.stop = ctx->stop;
+    o.note = ctx->note;
+    o.note_size = ctx->note_size;
+    return dt_worker_train(a->cfg, &o, comm);
 }
 
 static int cmd_train(const cli *c) {
@@ -157,9 +162,16 @@ static int cmd_train(const cli *c) {
     if (st != DT_OK) return fail(st);
     train_arg arg = {&cfg, {.quiet = c->quiet, .progress = c->progress}};
     dt_launch_cfg lc = {.world = cfg.training.num_workers, .timeout_s = cfg.training.collective_timeout_s,
-                        .log_dir = cfg.run.dir, .what = "training"};
-    st = dt_launch_run(&lc, train_worker, &arg);
-    return st == DT_OK ? 0 : fail(st);
+                        .log_dir = cfg.run.dir, .what = "training",
+                        .max_restarts = cfg.fault_tolerance.max_restarts, .backoff_s = cfg.fault_tolerance.backoff_s};
+    dt_launch_result res;
+    st = dt_launch_run(&lc, train_worker, &arg, &res);
+    if (st != DT_OK) return fail(st);
+    if (res.stopped_by) {
+        fprintf(stderr, "dtrain: SIG%s: %s\n", sigabbrev_np(res.stopped_by), res.note[0] ? res.note : "stopped");
+        fprintf(stderr, "dtrain: to resume, run the same command again (checkpoint.resume: auto continues from it)\n");
+    }
+    return 0;
 }
 
 static int cmd_doctor(const cli *c) {

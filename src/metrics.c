@@ -36,6 +36,8 @@ void dt_metrics_close(dt_metrics *m) {
     free(m);
 }
 
+void dt_metrics_set_total(dt_metrics *m, long total_steps) { m->cfg.total_steps = total_steps; }
+
 static FILE *open_append(const char *dir, const char *name) {
     char path[2048];
     snprintf(path, sizeof path, "%s/%s", dir, name);

@@ -80,3 +80,15 @@ dt_status dt_optim_step(dt_optim *o, float *params, float *grads, long step, dou
 
 float *dt_optim_m(dt_optim *o) { return o->m; }
 float *dt_optim_v(dt_optim *o) { return o->v; }
+
+size_t dt_optim_num_params(const dt_optim *o) { return o->n_params; }
+
+void dt_optim_get_moments(const dt_optim *o, float *m_host, float *v_host) {
+    o->ops->download(o->ops->ctx, m_host, o->m, o->n_params * sizeof(float));
+    o->ops->download(o->ops->ctx, v_host, o->v, o->n_params * sizeof(float));
+}
+
+void dt_optim_set_moments(dt_optim *o, const float *m_host, const float *v_host) {
+    o->ops->upload(o->ops->ctx, o->m, m_host, o->n_params * sizeof(float));
+    o->ops->upload(o->ops->ctx, o->v, v_host, o->n_params * sizeof(float));
+}

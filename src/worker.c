@@ -13,14 +13,17 @@
 #include <stdint.h>
 #include <zlib.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 
+#include "dtrain/ckpt.h"
 #include "dtrain/comm.h"
 #include "dtrain/data.h"
+#include "dtrain/fault.h"
 #include "dtrain/device.h"
 #include "dtrain/model.h"
 #include "dtrain/ops.h"
@@ -211,6 +214,11 @@ static long total_steps(const dt_config *c, size_t steps_per_epoch) {
 
 dt_status dt_worker_prepare_run_dir(const dt_config *c) {
     DT_TRY(mkdir_p(c->run.dir));
+    if (c->checkpoint.resume == DT_RESUME_NEVER) {
+        char moved[DT_PATH_MAX + 128];
+        DT_TRY(dt_ckpt_set_aside(c->run.dir, moved, sizeof moved));
+        if (moved[0]) printf("checkpoint.resume is never: moved the earlier checkpoints aside to %s\n", moved);
+    }
     return write_resolved_config(c);
 }
 
@@ -274,14 +282,123 @@ static dt_status check_replicas(run *r, long step) {
                         step, list, best_count, all[best]);
 }
 
+/* ---- stopping cleanly (preemption) ---- */
+
+static volatile sig_atomic_t g_stop_signal;
+
+/* SA_RESETHAND: the first SIGINT/SIGTERM asks for a clean stop, a second one kills */
+static void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+static int stop_requested(const dt_worker_opts *o) { return g_stop_signal || (o && o->stop && *o->stop); }
+
+/* ---- resume ---- */
+
+static void report_skipped(void *user, const char *msg) {
+    run *r = user;
+    dt_metrics_info(r->metrics, "checkpoint skipped: %s; trying the previous one", msg);
+}
+
+/* Picks the checkpoint to resume from (the same on every rank) into dir and *s. *found = 0: a
+ * fresh start. After a restart (attempt > 0) this run's own checkpoints come first. */
+static dt_status find_resume(run *r, int attempt, char *dir, size_t n, dt_ckpt_state *s, int *found) {
+    const dt_config *c = r->cfg;
+    *found = 0;
+    if (attempt > 0 || c->checkpoint.resume == DT_RESUME_AUTO)
+        DT_TRY(dt_ckpt_find_latest(c->run.dir, report_skipped, r, dir, n, s, found));
+    if (!*found && c->checkpoint.resume == DT_RESUME_PATH) {
+        dt_status st = dt_ckpt_find_latest(c->checkpoint.resume_path, report_skipped, r, dir, n, s, found);
+        if (st != DT_OK) {
+            dt_error_prefix("checkpoint.resume");
+            return st;
+        }
+        if (!*found)
+            return dt_error_set(DT_ERR_CONFIG,
+                                "%s: checkpoint.resume: \"%s\": no valid checkpoint there (expected a checkpoint "
+                                "directory with manifest.json, or a run directory with checkpoints/)",
+                                c->source[0] ? c->source : "config", c->checkpoint.resume_path);
+    }
+    if (r->world > 1) { /* every rank must resume from the same step */
+        long mine = *found ? s->step : -1, all[64];
+        DT_TRY(dt_comm_allgather(r->comm, &mine, sizeof mine, all));
+        for (int i = 0; i < r->world; i++)
+            if (all[i] != all[0])
+                return dt_error_set(DT_ERR_INTERNAL,
+                                    "the ranks disagree on the checkpoint to resume: rank 0 found step %ld, rank %d "
+                                    "step %ld (-1: none) (hint: every rank must see the same run.dir)",
+                                    all[0], i, all[i]);
+    }
+    return DT_OK;
+}
+
+/* Says what changed since the checkpoint (the config it saved vs now). */
+static void report_config_change(run *r, const char *dir, const dt_ckpt_state *s) {
+    const dt_config *c = r->cfg;
+    if (dt_config_digest(c) == s->config_digest) return;
+    char path[DT_PATH_MAX + 64], diff[1024];
+    snprintf(path, sizeof path, "%s/config.yaml", dir);
+    dt_config *saved = malloc(sizeof *saved);
+    if (saved && dt_config_load(saved, path, NULL, 0) == DT_OK && dt_config_diff(saved, c, diff, sizeof diff) > 0)
+        dt_metrics_info(r->metrics, "config changed since the checkpoint: %s", diff);
+    else
+        dt_metrics_info(r->metrics, "config changed since the checkpoint (digest %08x, now %08x)", s->config_digest,
+                        dt_config_digest(c));
+    free(saved);
+}
+
+/* Rank 0 writes the checkpoint of `step` and prunes old ones; the others wait for it, so
+ * that every rank agrees the checkpoint exists before anyone moves on. */
+static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, long step, long epoch, size_t cursor,
+                                 char *dir, size_t n) {
+    const dt_config *c = r->cfg;
+    if (r->rank == 0) {
+        double t0 = now_ms();
+        dt_ckpt_state s = {
+            .step = step, .epoch = epoch, .cursor = cursor, .seed = c->training.seed,
+            .config_digest = dt_config_digest(c), .world = r->world,
+            .global_batch = (long)dt_sampler_global_batch(r->sampler), .train_samples = dt_dataset_size(r->train),
+            .model = *dt_model_config(r->model),
+        };
+        DT_TRY(dt_ckpt_save(c->run.dir, r->model, r->optim, &s, c, dir, n));
+        DT_TRY(dt_ckpt_prune(c->run.dir, c->checkpoint.keep_last));
+        dt_metrics_info(r->metrics, "checkpoint: %s (%.2f s)", dir, (now_ms() - t0) / 1e3);
+        DT_TRY(dt_fault_after_checkpoint(fault, attempt, step, dir));
+    }
+    if (r->world > 1) DT_TRY(dt_comm_barrier(r->comm));
+    return DT_OK;
+}
+
+/* Test-only switch (inert when unset): DTRAIN_TEST_SAMPLE_LOG=<dir> makes every rank
+ * append "epoch index" of each training sample it uses to <dir>/samples-rank-N.txt. */
+static FILE *open_sample_log(int rank) {
+    const char *dir = getenv("DTRAIN_TEST_SAMPLE_LOG");
+    if (!dir || !*dir) return NULL;
+    char path[DT_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/samples-rank-%d.txt", dir, rank);
+    return fopen(path, "a");
+}
+
 dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_comm *comm) {
     run r;
-    dt_status st = run_setup(&r, c, comm, 1);
+    FILE *sample_log = NULL;
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    g_stop_signal = 0;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    const int attempt = opts ? opts->attempt : 0;
+    dt_fault fault;
+    dt_status st = dt_fault_from_env(&fault);
+    if (st == DT_OK) st = run_setup(&r, c, comm, 1);
+    else memset(&r, 0, sizeof r);
     if (st != DT_OK) goto done;
     const int b = c->data.batch_size_per_worker, T = c->data.seq_len, accum = c->training.grad_accum_steps;
     const int world = r.world, rank = r.rank;
     const int cls = c->model.num_labels > 0;
     const long G = (long)world * b * accum;
+    sample_log = open_sample_log(rank);
 
     dt_sampler_cfg sc = {
         .num_samples = dt_dataset_size(r.train), .seed = c->training.seed, .shuffle = c->data.shuffle,
@@ -296,26 +413,33 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
                           c->data.train_path, dt_dataset_size(r.train), G);
         goto done;
     }
-    const long total = total_steps(c, spe);
 
-    dt_metrics_cfg mcfg = {.run_dir = c->run.dir, .rank = rank, .total_steps = total,
+    dt_metrics_cfg mcfg = {.run_dir = c->run.dir, .rank = rank, .total_steps = total_steps(c, spe),
                            .log_every = c->logging.every_steps, .progress = opts ? opts->progress : -1,
                            .quiet = opts ? opts->quiet : 0};
     if ((st = dt_metrics_open(&r.metrics, &mcfg)) != DT_OK) goto done;
 
-    /* weights: random init (done) or init_from; then rank 0's copy everywhere */
-    if (c->model.init_from[0]) {
-        int score_loaded = 1;
-        if ((st = dt_model_load(r.model, c->model.init_from, &score_loaded)) != DT_OK) {
-            dt_error_prefix("model.init_from");
-            goto done;
-        }
-        dt_metrics_info(r.metrics, "init_from %s%s", c->model.init_from,
-                        score_loaded ? "" : " (no score.weight in the file: classification head initialised from the seed)");
+    /* where training stands: a checkpoint, or the start */
+    char ckpt_dir[DT_PATH_MAX + 64] = "";
+    dt_ckpt_state cs;
+    memset(&cs, 0, sizeof cs);
+    int resumed = 0;
+    if ((st = find_resume(&r, attempt, ckpt_dir, sizeof ckpt_dir, &cs, &resumed)) != DT_OK) goto done;
+    if (resumed && (st = dt_ckpt_check_shape(&cs, dt_model_config(r.model), ckpt_dir)) != DT_OK) goto done;
+    long step = resumed ? cs.step : 0, epoch = resumed ? cs.epoch : 0;
+    size_t cursor = resumed ? cs.cursor : 0;
+    const size_t n_train = dt_dataset_size(r.train);
+    if (dt_sampler_steps_from(r.sampler, cursor) == 0) { /* the saved epoch has no whole batch left */
+        epoch++;
+        cursor = 0;
     }
-    if (world > 1 &&
-        (st = dt_comm_broadcast(comm, dt_model_params(r.model), dt_model_num_params(r.model) * sizeof(float), 0)) != DT_OK)
-        goto done;
+    const long step_start = step;
+    long total = c->training.max_steps > 0 ? c->training.max_steps
+                 : epoch < c->training.epochs
+                     ? step + (long)dt_sampler_steps_from(r.sampler, cursor) + (c->training.epochs - epoch - 1) * (long)spe
+                     : step;
+    if (total < step) total = step;
+    dt_metrics_set_total(r.metrics, total);
 
     /* optimizer: decay on >= 2-D tensors only */
     int nt = dt_model_num_tensors(r.model);
@@ -335,6 +459,22 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
     free(segs);
     if (st != DT_OK) goto done;
 
+    /* weights: checkpoint, or random init (done) / init_from; then rank 0's copy everywhere */
+    if (resumed) {
+        if ((st = dt_ckpt_load(ckpt_dir, r.model, r.optim)) != DT_OK) goto done;
+    } else if (c->model.init_from[0]) {
+        int score_loaded = 1;
+        if ((st = dt_model_load(r.model, c->model.init_from, &score_loaded)) != DT_OK) {
+            dt_error_prefix("model.init_from");
+            goto done;
+        }
+        dt_metrics_info(r.metrics, "init_from %s%s", c->model.init_from,
+                        score_loaded ? "" : " (no score.weight in the file: classification head initialised from the seed)");
+    }
+    if (world > 1 &&
+        (st = dt_comm_broadcast(comm, dt_model_params(r.model), dt_model_num_params(r.model) * sizeof(float), 0)) != DT_OK)
+        goto done;
+
     {
         const dt_model_cfg *mc = dt_model_config(r.model);
         char params[32], flops[32];
@@ -349,8 +489,22 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
         if (dt_device_blas_advice(advice, sizeof advice)) dt_metrics_info(r.metrics, "%s", advice);
         dt_metrics_info(r.metrics, "data: %zu train examples (%zu steps/epoch at global batch %ld = %d x %d x %d), "
                         "%zu val examples | %ld steps",
-                        dt_dataset_size(r.train), spe, G, world, b, accum, r.val ? dt_dataset_size(r.val) : (size_t)0,
-                        total);
+                        n_train, spe, G, world, b, accum, r.val ? dt_dataset_size(r.val) : (size_t)0, total);
+        if (resumed) {
+            dt_metrics_info(r.metrics, "resumed from %s: step %ld, epoch %ld, sample %zu of the epoch%s", ckpt_dir, cs.step,
+                            cs.epoch + 1, cs.cursor, attempt > 0 ? " (after a restart)" : "");
+            if (cs.global_batch != G)
+                dt_metrics_info(r.metrics, "elastic resume: global batch %ld (%d worker%s at save) -> %ld (%d now); the "
+                                "epoch continues at the saved sample cursor",
+                                cs.global_batch, cs.world, cs.world > 1 ? "s" : "", G, world);
+            if (cs.train_samples != n_train)
+                dt_metrics_info(r.metrics, "warning: the training set has %zu examples, %zu at save: the sample order "
+                                "differs from the interrupted run",
+                                n_train, cs.train_samples);
+            report_config_change(&r, ckpt_dir, &cs);
+        }
+        if (step >= total && total > 0)
+            dt_metrics_info(r.metrics, "nothing to train: step %ld of %ld is already done", step, total);
     }
 
     const float scale = 1.0f / (float)(G * (cls ? 1 : T));
@@ -359,16 +513,19 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
     const int perturb = perturb_rank();
     double train_ms = 0, eval_ms = 0;
     dt_eval_point last_eval = {.loss = NAN, .accuracy = NAN};
-    int have_eval = 0;
-    for (long step = 0; step < total; step++) {
+    int have_eval = 0, stopped = 0;
+    while (step < total) {
+        dt_fault_before_step(&fault, rank, attempt, step + 1);
         double t0 = now_ms();
-        long epoch = (long)((size_t)step / spe);
-        size_t s = (size_t)step % spe;
         dt_model_zero_grad(r.model);
         double loss = 0;
         long rows = 0;
         for (int a = 0; a < accum; a++) {
-            dt_sampler_batch(r.sampler, epoch, s, a, r.idx);
+            dt_sampler_batch_at(r.sampler, epoch, cursor, a, r.idx);
+            if (sample_log) {
+                for (int i = 0; i < b; i++) fprintf(sample_log, "%ld %zu\n", epoch, r.idx[i]);
+                fflush(sample_log);
+            }
             fill_batch(r.train, r.idx, b, T, r.tokens, r.targets);
             dt_fwd_result res;
             if ((st = dt_model_forward(r.model, r.tokens, r.targets, b, &res)) != DT_OK) goto done;
@@ -382,49 +539,83 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
             loss += res.loss_sum;
             rows += res.rows;
         }
+        /* a stop request counts when any rank saw it: all stop after the same step */
+        int stop = stop_requested(opts);
         if (world > 1) {
-            float sums[2] = {(float)loss, (float)rows};
-            if ((st = dt_comm_allreduce(comm, sums, 2, DT_REDUCE_SUM)) != DT_OK) goto done;
+            float sums[3] = {(float)loss, (float)rows, (float)stop};
+            if ((st = dt_comm_allreduce(comm, sums, 3, DT_REDUCE_SUM)) != DT_OK) goto done;
             loss = sums[0];
             rows = (long)sums[1];
+            stop = sums[2] > 0;
         }
         double gnorm, lr;
         if ((st = dt_optim_step(r.optim, dt_model_params(r.model), dt_model_grads(r.model), step, &gnorm, &lr)) != DT_OK)
             goto done;
+        const long batch_epoch = epoch;
+        step++;
+        cursor += (size_t)G;
+        if (dt_sampler_steps_from(r.sampler, cursor) == 0) {
+            epoch++;
+            cursor = 0;
+        }
         double ms = now_ms() - t0;
         train_ms += ms;
-        dt_train_point p = {.step = step + 1, .epoch = epoch + 1, .loss = loss / (double)rows, .lr = lr,
+        dt_train_point p = {.step = step, .epoch = batch_epoch + 1, .loss = loss / (double)rows, .lr = lr,
                             .grad_norm = gnorm, .step_ms = ms, .tokens_per_s = tokens_per_step / (ms / 1e3)};
         dt_metrics_train(r.metrics, &p);
         if (!isfinite(p.loss)) {
-            st = dt_error_set(DT_ERR_INTERNAL, "step %ld: loss is %g (hint: lower optimizer.lr)", step + 1, p.loss);
+            st = dt_error_set(DT_ERR_INTERNAL, "step %ld: loss is %g (hint: lower optimizer.lr)", step, p.loss);
             goto done;
         }
-        if (check_every > 0 && (step + 1) % check_every == 0) {
-            if (perturb == rank && step + 1 == check_every) dt_model_params(r.model)[0] += 1e-3f;
-            if ((st = check_replicas(&r, step + 1)) != DT_OK) goto done;
+        if (check_every > 0 && step % check_every == 0) {
+            if (perturb == rank && step == check_every) dt_model_params(r.model)[0] += 1e-3f;
+            if ((st = check_replicas(&r, step)) != DT_OK) goto done;
         }
-        int last = step + 1 == total;
-        if (r.val && (last || (c->eval.every_steps > 0 && (step + 1) % c->eval.every_steps == 0))) {
-            if ((st = evaluate(&r, step + 1, &last_eval)) != DT_OK) goto done;
+        int last = step == total;
+        if (r.val && !stop && (last || (c->eval.every_steps > 0 && step % c->eval.every_steps == 0))) {
+            if ((st = evaluate(&r, step, &last_eval)) != DT_OK) goto done;
             eval_ms += last_eval.eval_ms;
             have_eval = 1;
             dt_metrics_eval(r.metrics, &last_eval);
         }
+        if (last || stop || (c->checkpoint.every_steps > 0 && step % c->checkpoint.every_steps == 0))
+            if ((st = save_checkpoint(&r, &fault, attempt, step, epoch, cursor, ckpt_dir, sizeof ckpt_dir)) != DT_OK)
+                goto done;
+        if (stop && !last) {
+            stopped = 1;
+            break;
+        }
     }
 
+    const long steps_run = step - step_start;
+    if (stopped) {
+        dt_metrics_summary(r.metrics, "stopped at step %ld of %ld (asked to stop); checkpoint %s", step, total, ckpt_dir);
+        if (rank == 0 && opts && opts->note)
+            snprintf(opts->note, opts->note_size, "stopped at step %ld of %ld with a checkpoint in %s", step, total,
+                     ckpt_dir);
+        goto done;
+    }
+    if (r.val && !have_eval) { /* nothing was trained in this run: still report where the model stands */
+        if ((st = evaluate(&r, step, &last_eval)) != DT_OK) goto done;
+        eval_ms += last_eval.eval_ms;
+        have_eval = 1;
+        dt_metrics_eval(r.metrics, &last_eval);
+    }
     char weights[DT_PATH_MAX + 32];
     snprintf(weights, sizeof weights, "%s/model.safetensors", c->run.dir);
     if (rank == 0 && (st = dt_model_save(r.model, weights)) != DT_OK) goto done;
-    dt_metrics_summary(r.metrics, "done: %ld steps in %.1f s (train %.1f s, eval %.1f s), %.0f tokens/s", total,
+    dt_metrics_summary(r.metrics, "done: %ld steps in %.1f s (train %.1f s, eval %.1f s), %.0f tokens/s", steps_run,
                        (train_ms + eval_ms) / 1e3, train_ms / 1e3, eval_ms / 1e3,
-                       train_ms > 0 ? tokens_per_step * (double)total / (train_ms / 1e3) : 0.0);
+                       train_ms > 0 ? tokens_per_step * (double)steps_run / (train_ms / 1e3) : 0.0);
     if (have_eval)
         dt_metrics_summary(r.metrics, "final: val loss %.6f | val accuracy %.4f | %ld examples", last_eval.loss,
                            last_eval.accuracy, last_eval.examples);
     if (rank == 0) dt_metrics_summary(r.metrics, "weights: %s", weights);
 done:
+    if (sample_log) fclose(sample_log);
     run_free(&r);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
     return st;
 }
 

@@ -23,91 +23,8 @@
 
 #include "check.h"
 #include "dtrain/safetensors.h"
+#include "proc.h"
 #include "testutil.h"
-
-extern char **environ;
-
-static char err_text[1 << 16];
-
-/* Starts dtrain with the given arguments (NULL-terminated), stdout/stderr to files in the
- * test dir, working directory the source dir. Returns the pid. */
-static pid_t spawn(const char *tag, const char *const *args) {
-    char *argv[64];
-    int n = 0;
-    argv[n++] = (char *)DTRAIN_BIN;
-    for (int i = 0; args[i]; i++) argv[n++] = (char *)args[i];
-    argv[n] = NULL;
-    char out[1300], err[1300];
-    snprintf(out, sizeof out, "%s/%s.out", test_dir(), tag);
-    snprintf(err, sizeof err, "%s/%s.err", test_dir(), tag);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    CHECK(chdir(DTRAIN_SOURCE_DIR) == 0);
-    pid_t pid;
-    CHECK(posix_spawn(&pid, DTRAIN_BIN, &fa, NULL, argv, environ) == 0);
-    posix_spawn_file_actions_destroy(&fa);
-    printf("started %s (pid %ld)\n", tag, (long)pid);
-    return pid;
-}
-
-static int wait_exit(pid_t pid, const char *tag) {
-    int st;
-    CHECK(waitpid(pid, &st, 0) == pid);
-    char err[1300];
-    snprintf(err, sizeof err, "%s/%s.err", test_dir(), tag);
-    test_slurp(err, err_text, sizeof err_text);
-    int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    printf("%s exited %d; stderr: %s\n", tag, rc, err_text);
-    return rc;
-}
-
-static int run_sync(const char *tag, const char *const *args) { return wait_exit(spawn(tag, args), tag); }
-
-/* pid of the child of `parent` whose name (comm) is `name`, or 0 */
-static pid_t find_child(pid_t parent, const char *name) {
-    DIR *d = opendir("/proc");
-    CHECK(d != NULL);
-    struct dirent *e;
-    pid_t found = 0;
-    while (!found && (e = readdir(d)) != NULL) {
-        char path[300], buf[512];
-        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        size_t k = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[k] = '\0';
-        char *open = strchr(buf, '('), *close = strrchr(buf, ')');
-        if (!open || !close) continue;
-        *close = '\0';
-        long ppid = 0;
-        char state;
-        if (sscanf(close + 2, "%c %ld", &state, &ppid) != 2) continue;
-        if (ppid == parent && strcmp(open + 1, name) == 0) found = (pid_t)atol(e->d_name);
-    }
-    closedir(d);
-    return found;
-}
-
-static int alive(pid_t pid) {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%ld", (long)pid);
-    return access(path, F_OK) == 0;
-}
-
-static int count_dir(const char *path) {
-    DIR *d = opendir(path);
-    if (!d) return 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
-}
 
 /* train losses of a run's metrics.jsonl */
 static int read_losses(const char *run, double *loss, int max) {
@@ -192,11 +109,6 @@ static void test_equivalence(void) {
     free(wbase);
 }
 
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* Starts a long 2-worker run, waits for both workers, returns the launcher pid. */
 static pid_t start_long_run(const char *tag, const char *timeout, pid_t *r0, pid_t *r1) {
     char run[1300], rd[1400], to[64];
@@ -205,7 +117,7 @@ static pid_t start_long_run(const char *tag, const char *timeout, pid_t *r0, pid
     snprintf(to, sizeof to, "training.collective_timeout_s=%s", timeout);
     const char *args[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", "training.num_workers=2",
                           "--set", "data.batch_size_per_worker=4", "--set", "training.max_steps=1000000",
-                          "--set", to, "--quiet", NULL};
+                          "--set", to, "--set", "fault_tolerance.max_restarts=0", "--quiet", NULL};
     pid_t pid = spawn(tag, args);
     *r0 = *r1 = 0;
     for (int i = 0; i < 500 && !(*r0 && *r1); i++) { /* up to 10 s */
@@ -255,7 +167,8 @@ static void test_perturbed_replica(void) {
     char rd[1400];
     snprintf(rd, sizeof rd, "run.dir=%s/perturb", test_dir());
     const char *args[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", "training.num_workers=3",
-                          "--set", "training.check_replicas_every=5", "--quiet", NULL};
+                          "--set", "training.check_replicas_every=5", "--set", "fault_tolerance.max_restarts=0",
+                          "--quiet", NULL};
     CHECK(setenv("DTRAIN_TEST_PERTURB_REPLICA", "1", 1) == 0);
     int rc = run_sync("perturb", args);
     unsetenv("DTRAIN_TEST_PERTURB_REPLICA");

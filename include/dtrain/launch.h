@@ -11,30 +11,57 @@
  * The supervisor notices a dead worker within 50 ms: it aborts the collective (waiting
  * ranks fail at once), sends SIGTERM (and SIGCONT, for stopped ones) to the others, SIGKILL
  * after a grace period, reaps every child, and returns one message naming the rank, the
- * signal or exit status and the log file to read. SIGINT/SIGTERM to the launcher are
- * forwarded to the workers the same way. No CUDA or NCCL call happens in the launcher. */
+ * signal or exit status and the log file to read; then it may restart all of them
+ * (fault_tolerance). SIGINT/SIGTERM to the launcher ask the workers to stop cleanly
+ * (preemption). No CUDA or NCCL call happens in the launcher. */
 #ifndef DTRAIN_LAUNCH_H
 #define DTRAIN_LAUNCH_H
 
 #include "dtrain/comm.h"
 #include "dtrain/status.h"
 
+/* What a worker knows about its launch. */
+typedef struct dt_launch_ctx {
+    int attempt;              /* 0 for the first start, k after the k-th restart */
+    const volatile int *stop; /* becomes non-zero when the launcher is asked to stop (preemption) */
+    char *note;               /* a line for the launcher to print after a clean stop (rank 0) */
+    size_t note_size;
+} dt_launch_ctx;
+
 /* The worker body: runs in the child process for `rank`. Its status (and dt_error_msg) is
  * reported to the supervisor; the child then exits with dt_status_exit_code(status). */
-typedef dt_status (*dt_launch_fn)(void *arg, dt_comm *comm);
+typedef dt_status (*dt_launch_fn)(void *arg, dt_comm *comm, const dt_launch_ctx *ctx);
 
 typedef struct dt_launch_cfg {
     int world;              /* workers to fork, 1..64 */
     double timeout_s;       /* collective deadline */
     const char *log_dir;    /* rank-N.log are written here (must exist); NULL: no logs */
     const char *what;       /* for messages: "training", "doctor" */
+    int max_restarts;       /* restarts of all workers after a failure (0: none) */
+    double backoff_s;       /* wait before restart k: backoff_s * 2^(k-1), at most DT_LAUNCH_BACKOFF_MAX_S */
 } dt_launch_cfg;
 
-/* Forks, supervises and reaps `world` workers running fn(arg, comm). DT_OK when every
- * worker exited 0. Otherwise the first failure: DT_ERR_CONFIG/DT_ERR_DATA-class when the
- * worker exited 2 (its message, prefixed "rank N: "), DT_ERR_INTERNAL otherwise with
- * "rank N was killed by SIGKILL (log: DIR/rank-N.log)" or the worker's message.
- * DT_ERR_INTERRUPTED when the launcher itself got SIGINT/SIGTERM. */
-dt_status dt_launch_run(const dt_launch_cfg *cfg, dt_launch_fn fn, void *arg);
+#define DT_LAUNCH_BACKOFF_MAX_S 60.0
+
+typedef struct dt_launch_result {
+    int restarts;           /* restarts that happened */
+    int stopped_by;         /* the signal of a clean stop (preemption), else 0 */
+    char note[1024];        /* rank 0's note of a clean stop */
+} dt_launch_result;
+
+/* Forks, supervises and reaps `world` workers running fn(arg, comm, ctx).
+ *
+ * Failure: a worker that dies or exits non-zero stops the attempt. An exit status of 2
+ * (bad config or data) is final; any other failure restarts every worker (ctx->attempt + 1)
+ * after the backoff, up to max_restarts times. The result is the first failure of the last
+ * attempt: DT_ERR_CONFIG-class when the worker exited 2 (its message, prefixed "rank N: "),
+ * DT_ERR_INTERNAL otherwise with "rank N was killed by SIGKILL (log: DIR/rank-N.log)" or the
+ * worker's message; after restarts, the cause of every attempt.
+ *
+ * Preemption: the first SIGINT/SIGTERM to the launcher sets *ctx->stop in every worker,
+ * which finish their step, checkpoint and exit 0: DT_OK with res->stopped_by set. If they
+ * have not exited after timeout_s + 30 s, or on a second signal, they are killed at once:
+ * DT_ERR_INTERRUPTED. `res` may be NULL. */
+dt_status dt_launch_run(const dt_launch_cfg *cfg, dt_launch_fn fn, void *arg, dt_launch_result *res);
 
 #endif

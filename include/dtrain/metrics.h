@@ -41,6 +41,8 @@ typedef struct dt_eval_point {
  * appending (the directory must exist). dt_metrics_close accepts NULL. */
 dt_status dt_metrics_open(dt_metrics **out, const dt_metrics_cfg *cfg);
 void dt_metrics_close(dt_metrics *m);
+/* Changes the step count the bar and the lines show (known only after a resume). */
+void dt_metrics_set_total(dt_metrics *m, long total_steps);
 
 /* A line for the console (unless quiet) and train.log. */
 void dt_metrics_info(dt_metrics *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

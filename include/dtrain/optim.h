@@ -47,5 +47,10 @@ dt_status dt_optim_step(dt_optim *o, float *params, float *grads, long step, dou
 /* Moment buffers (backend memory, n_params floats each), for checkpoints. */
 float *dt_optim_m(dt_optim *o);
 float *dt_optim_v(dt_optim *o);
+/* Host copies of the moments, for checkpoints: get copies n_params floats of each into
+ * m_host/v_host; set copies them back. */
+size_t dt_optim_num_params(const dt_optim *o);
+void dt_optim_get_moments(const dt_optim *o, float *m_host, float *v_host);
+void dt_optim_set_moments(dt_optim *o, const float *m_host, const float *v_host);
 
 #endif

@@ -11,15 +11,25 @@
 typedef struct dt_worker_opts {
     int quiet;     /* --quiet */
     int progress;  /* -1 auto, 0 never, 1 always */
+    int attempt;   /* 0, or k after the k-th restart: resume from this run's last checkpoint */
+    const volatile int *stop; /* may be NULL; non-zero: stop cleanly after the current step */
+    char *note;    /* may be NULL; rank 0 leaves the line "stopped at step ..." here */
+    size_t note_size;
 } dt_worker_opts;
 
 /* Creates cfg->run.dir and writes the resolved config.yaml into it (once, before the
- * workers start). */
+ * workers start). With checkpoint.resume: never, moves earlier checkpoints aside (see
+ * dt_ckpt_set_aside) and says so on stdout. */
 dt_status dt_worker_prepare_run_dir(const dt_config *cfg);
 
 /* Trains as configured, as rank dt_comm_rank(comm) of dt_comm_world(comm) (comm NULL: a
- * single process). Rank 0 writes train.log, metrics.jsonl and model.safetensors into
- * cfg->run.dir; every rank writes rank-N.log. */
+ * single process). Rank 0 writes train.log, metrics.jsonl, checkpoints and
+ * model.safetensors into cfg->run.dir; every rank writes rank-N.log.
+ *
+ * Resume (checkpoint.resume, or always after a restart): continues from the newest valid
+ * checkpoint at its step, epoch and sample cursor, on any number of workers. Checkpoints
+ * every checkpoint.every_steps and at the end. SIGINT/SIGTERM to the worker, or *opts->stop,
+ * make every rank stop after the same step with a checkpoint and return DT_OK. */
 dt_status dt_worker_train(const dt_config *cfg, const dt_worker_opts *opts, dt_comm *comm);
 
 /* Evaluates `weights` (a safetensors file) on data.val_path and prints the result line;

@@ -1,0 +1,74 @@
+/* ckpt.h — checkpoints (DESIGN.md §6): save, verify, find the newest valid one, load.
+ *
+ * Layout: RUN/checkpoints/step_NNNNNNNN/
+ *   model.safetensors      weights, F32, HF GPT-2 names (DESIGN §4): other tools load it
+ *   optimizer.safetensors  AdamW moments, F32: exp_avg.<name> and exp_avg_sq.<name> for every
+ *                          weight tensor, same shapes
+ *   trainer.json           where training stands: step, epoch, sample cursor, seed, config
+ *                          digest, world size and global batch at save, model shape
+ *   config.yaml            the resolved config at save
+ *   manifest.json          size and CRC32 (zlib) of each file above; written last
+ * A checkpoint appears whole or not at all: everything is written into
+ * checkpoints/.tmp-step_N.PID, each file fsynced, the directory fsynced, renamed to step_N
+ * and checkpoints/ fsynced. State is global (identical on every rank), so a checkpoint
+ * resumes on any number of workers. */
+#ifndef DTRAIN_CKPT_H
+#define DTRAIN_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/config.h"
+#include "dtrain/model.h"
+#include "dtrain/optim.h"
+#include "dtrain/status.h"
+
+typedef struct dt_ckpt_state {
+    long step;              /* optimizer steps done */
+    long epoch;             /* 0-based epoch the next step is in */
+    size_t cursor;          /* samples of that epoch's order already consumed */
+    uint64_t seed;          /* training.seed: with the epoch it fixes the sample order (the only RNG) */
+    uint32_t config_digest; /* dt_config_digest at save */
+    int world;              /* workers at save */
+    long global_batch;      /* samples per step at save */
+    size_t train_samples;   /* training set size at save */
+    dt_model_cfg model;     /* shape at save (vocab_size, n_positions, n_layer, n_head, n_embd, num_labels) */
+} dt_ckpt_state;
+
+/* Writes checkpoints/step_<s->step> under run_dir as described above (replacing an existing
+ * checkpoint of the same step only once the new one is complete). *dir_out (n bytes, may be
+ * NULL) receives its path. */
+dt_status dt_ckpt_save(const char *run_dir, dt_model *m, dt_optim *o, const dt_ckpt_state *s, const dt_config *cfg,
+                       char *dir_out, size_t n);
+
+/* Deletes all but the newest keep_last complete checkpoints, and leftover .tmp-* dirs of
+ * writers that died. Only call while no checkpoint is being written. */
+dt_status dt_ckpt_prune(const char *run_dir, int keep_last);
+
+/* Checks the manifest, each file's size and CRC32, and parses trainer.json into *s.
+ * DT_ERR_DATA naming the file and what failed. */
+dt_status dt_ckpt_verify(const char *ckpt_dir, dt_ckpt_state *s);
+
+/* Called for each checkpoint that is skipped because it failed verification. */
+typedef void (*dt_ckpt_report_fn)(void *user, const char *msg);
+
+/* The newest checkpoint under `dir` that verifies: `dir` is a run directory (its
+ * checkpoints/ is searched) or a checkpoint directory itself. Newer broken ones are
+ * reported and skipped. *found = 0 (and DT_OK) when there is none. */
+dt_status dt_ckpt_find_latest(const char *dir, dt_ckpt_report_fn report, void *user, char *dir_out, size_t n,
+                              dt_ckpt_state *s, int *found);
+
+/* Refuses (DT_ERR_CONFIG, naming both values and a hint) when the checkpoint's model shape
+ * differs from `mc`. */
+dt_status dt_ckpt_check_shape(const dt_ckpt_state *s, const dt_model_cfg *mc, const char *ckpt_dir);
+
+/* Loads the weights and the optimizer moments of a verified checkpoint. */
+dt_status dt_ckpt_load(const char *ckpt_dir, dt_model *m, dt_optim *o);
+
+/* Moves run_dir/checkpoints (when it holds any checkpoint) aside to
+ * run_dir/checkpoints.prev-YYYYmmdd-HHMMSS so that a run with checkpoint.resume: never
+ * starts clean without deleting anything. *moved_to (n bytes) receives the new name, or ""
+ * when nothing was moved. */
+dt_status dt_ckpt_set_aside(const char *run_dir, char *moved_to, size_t n);
+
+#endif

@@ -1,0 +1,520 @@
+/* ckpt.c — checkpoints: atomic, checksummed, global (include/dtrain/ckpt.h). */
+#include "dtrain/ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "dtrain/safetensors.h"
+
+#define CKPT_FORMAT "dtrain-checkpoint"
+#define CKPT_VERSION 1
+#define PATH_LEN (DT_PATH_MAX + 128)
+
+/* the files of a checkpoint, in the order they are written; the manifest comes last */
+static const char *const ckpt_files[] = {"model.safetensors", "optimizer.safetensors", "trainer.json", "config.yaml"};
+enum { N_FILES = sizeof ckpt_files / sizeof ckpt_files[0] };
+
+/* ------------------------------------------------------------------ files */
+
+static dt_status fsync_path(const char *path, int dir) {
+    int fd = open(path, dir ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+    if (fd < 0) return dt_error_set(DT_ERR_IO, "%s: cannot open to fsync: %s", path, strerror(errno));
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (rc != 0) return dt_error_set(DT_ERR_IO, "%s: fsync failed: %s", path, strerror(e));
+    return DT_OK;
+}
+
+/* CRC32 (zlib) and size of a whole file. */
+static dt_status crc_file(const char *path, uint32_t *crc_out, uint64_t *bytes_out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return dt_error_set(DT_ERR_DATA, "%s: cannot open: %s", path, strerror(errno));
+    static unsigned char buf[1 << 20];
+    uLong crc = crc32(0L, Z_NULL, 0);
+    uint64_t total = 0;
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+        crc = crc32_z(crc, buf, got);
+        total += got;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (err) return dt_error_set(DT_ERR_IO, "%s: read error", path);
+    *crc_out = (uint32_t)crc;
+    *bytes_out = total;
+    return DT_OK;
+}
+
+/* Writes `text` to path and fsyncs it. */
+static dt_status write_file_synced(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    size_t n = strlen(text);
+    int ok = fwrite(text, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    int e = errno;
+    if (fclose(f) != 0) ok = 0;
+    if (!ok) return dt_error_set(DT_ERR_IO, "%s: cannot write: %s (hint: is the disk full?)", path, strerror(e));
+    return DT_OK;
+}
+
+static dt_status write_json_synced(const char *path, json_t *obj) {
+    if (!obj) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory building JSON", path);
+    char *s = json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(obj);
+    if (!s) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory building JSON", path);
+    size_t n = strlen(s);
+    char *t = realloc(s, n + 2);
+    if (!t) {
+        free(s);
+        return dt_error_set(DT_ERR_NOMEM, "%s: out of memory building JSON", path);
+    }
+    t[n] = '\n';
+    t[n + 1] = '\0';
+    dt_status st = write_file_synced(path, t);
+    free(t);
+    return st;
+}
+
+/* Removes a directory and the regular files in it (checkpoints have no subdirectories). */
+static dt_status remove_dir(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return errno == ENOENT ? DT_OK : dt_error_set(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct dirent *e;
+    char p[PATH_LEN + 300];
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    if (rmdir(path) != 0) return dt_error_set(DT_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
+    return DT_OK;
+}
+
+static void root_dir(const char *run_dir, char *buf, size_t n) { snprintf(buf, n, "%s/checkpoints", run_dir); }
+
+/* "step_00000012" -> 12; -1 when the name is not a checkpoint's */
+static long step_of(const char *name) {
+    if (strncmp(name, "step_", 5) != 0 || !name[5]) return -1;
+    long v = 0;
+    for (const char *p = name + 5; *p; p++) {
+        if (*p < '0' || *p > '9' || v > 100000000000L) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+
+static int cmp_long_desc(const void *a, const void *b) {
+    long x = *(const long *)a, y = *(const long *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Steps of the checkpoint directories under root, newest first; *count of them. The
+ * caller frees the array. NULL with *count 0 when there are none (or no root). */
+static long *list_steps(const char *root, int *count) {
+    *count = 0;
+    DIR *d = opendir(root);
+    if (!d) return NULL;
+    long *steps = NULL;
+    int n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long s = step_of(e->d_name);
+        if (s < 0) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            long *t = realloc(steps, (size_t)cap * sizeof *t);
+            if (!t) break;
+            steps = t;
+        }
+        steps[n++] = s;
+    }
+    closedir(d);
+    if (n) qsort(steps, (size_t)n, sizeof *steps, cmp_long_desc);
+    *count = n;
+    return steps;
+}
+
+static void step_dir(const char *root, long step, char *buf, size_t n) { snprintf(buf, n, "%s/step_%08ld", root, step); }
+
+/* ------------------------------------------------------------------ save */
+
+static json_t *model_json(const dt_model_cfg *m) {
+    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "vocab_size", m->vocab_size, "n_positions", m->n_positions,
+                     "n_layer", m->n_layer, "n_head", m->n_head, "n_embd", m->n_embd, "num_labels", m->num_labels);
+}
+
+static json_t *trainer_json(const dt_ckpt_state *s) {
+    char digest[16], seed[32], when[64];
+    snprintf(digest, sizeof digest, "%08" PRIx32, s->config_digest);
+    snprintf(seed, sizeof seed, "%" PRIu64, s->seed); /* a string: JSON numbers lose bits above 2^53 */
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return json_pack("{s:s, s:i, s:I, s:I, s:I, s:s, s:s, s:i, s:I, s:I, s:o, s:s, s:s}", "format", "dtrain-trainer-state",
+                     "version", CKPT_VERSION, "step", (json_int_t)s->step, "epoch", (json_int_t)s->epoch, "cursor",
+                     (json_int_t)s->cursor, "seed", seed, "config_digest", digest, "world_size", s->world,
+                     "global_batch", (json_int_t)s->global_batch, "train_samples", (json_int_t)s->train_samples,
+                     "model", model_json(&s->model), "rng",
+                     "the only randomness after init is the sample order, a permutation seeded by (seed, epoch)",
+                     "saved_at", when);
+}
+
+static dt_status save_optimizer(const char *path, dt_model *m, dt_optim *o) {
+    size_t n = dt_optim_num_params(o);
+    int nt = dt_model_num_tensors(m);
+    float *mh = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg)");
+    float *vh = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg_sq)");
+    dt_st_entry *e = dt_calloc(2 * (size_t)nt, sizeof *e, "optimizer tensor list");
+    char(*names)[64] = dt_calloc(2 * (size_t)nt, sizeof *names, "optimizer tensor names");
+    dt_status st = DT_ERR_NOMEM;
+    if (mh && vh && e && names) {
+        dt_optim_get_moments(o, mh, vh);
+        for (int i = 0; i < 2 * nt; i++) {
+            const dt_tensor_info *t = dt_model_tensor(m, i % nt);
+            snprintf(names[i], sizeof names[i], "%s.%s", i < nt ? "exp_avg" : "exp_avg_sq", t->name);
+            e[i].name = names[i];
+            e[i].ndim = t->ndim;
+            e[i].shape[0] = t->shape[0];
+            e[i].shape[1] = t->shape[1];
+            e[i].data = (i < nt ? mh : vh) + t->offset;
+        }
+        const char *keys[] = {"format", "producer", "content"};
+        const char *vals[] = {"pt", "dtrain", "AdamW moments (exp_avg, exp_avg_sq) per weight tensor"};
+        st = dt_st_write(path, e, 2 * nt, keys, vals, 3);
+    }
+    free(mh);
+    free(vh);
+    free(e);
+    free(names);
+    return st;
+}
+
+static dt_status write_config(const char *path, const dt_config *cfg) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (!mem) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
+    fprintf(mem, "# resolved configuration at this checkpoint\n");
+    dt_config_print(cfg, mem);
+    fclose(mem);
+    dt_status st = write_file_synced(path, text);
+    free(text);
+    return st;
+}
+
+static dt_status write_manifest(const char *tmp, const dt_ckpt_state *s) {
+    json_t *files = json_object();
+    char p[PATH_LEN + 64];
+    for (int i = 0; i < N_FILES; i++) {
+        snprintf(p, sizeof p, "%s/%s", tmp, ckpt_files[i]);
+        uint32_t crc;
+        uint64_t bytes;
+        dt_status st = crc_file(p, &crc, &bytes);
+        if (st != DT_OK) {
+            json_decref(files);
+            return st;
+        }
+        char hex[16];
+        snprintf(hex, sizeof hex, "%08" PRIx32, crc);
+        json_object_set_new(files, ckpt_files[i], json_pack("{s:I, s:s}", "bytes", (json_int_t)bytes, "crc32", hex));
+    }
+    snprintf(p, sizeof p, "%s/manifest.json", tmp);
+    return write_json_synced(p, json_pack("{s:s, s:i, s:I, s:o}", "format", CKPT_FORMAT, "version", CKPT_VERSION, "step",
+                                          (json_int_t)s->step, "files", files));
+}
+
+dt_status dt_ckpt_save(const char *run_dir, dt_model *m, dt_optim *o, const dt_ckpt_state *s, const dt_config *cfg,
+                       char *dir_out, size_t n) {
+    char root[PATH_LEN], tmp[PATH_LEN + 64], final[PATH_LEN + 64], p[PATH_LEN + 128];
+    root_dir(run_dir, root, sizeof root);
+    if (mkdir(root, 0755) != 0 && errno != EEXIST)
+        return dt_error_set(DT_ERR_IO, "%s: cannot create directory: %s", root, strerror(errno));
+    snprintf(tmp, sizeof tmp, "%s/.tmp-step_%08ld.%ld", root, s->step, (long)getpid());
+    step_dir(root, s->step, final, sizeof final);
+    remove_dir(tmp); /* a leftover of this pid (after a failed save) */
+    if (mkdir(tmp, 0755) != 0) return dt_error_set(DT_ERR_IO, "%s: cannot create directory: %s", tmp, strerror(errno));
+
+    dt_status st;
+    snprintf(p, sizeof p, "%s/model.safetensors", tmp);
+    if ((st = dt_model_save(m, p)) != DT_OK) goto fail;
+    snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);
+    if ((st = save_optimizer(p, m, o)) != DT_OK) goto fail;
+    snprintf(p, sizeof p, "%s/trainer.json", tmp);
+    if ((st = write_json_synced(p, trainer_json(s))) != DT_OK) goto fail;
+    snprintf(p, sizeof p, "%s/config.yaml", tmp);
+    if ((st = write_config(p, cfg)) != DT_OK) goto fail;
+    if ((st = write_manifest(tmp, s)) != DT_OK) goto fail;
+    if ((st = fsync_path(tmp, 1)) != DT_OK) goto fail;
+
+    /* an older checkpoint of the same step (a run restarted before it) is replaced only
+     * once the new one is complete */
+    struct stat sb;
+    char old[PATH_LEN + 96] = "";
+    if (stat(final, &sb) == 0) {
+        snprintf(old, sizeof old, "%s/.old-step_%08ld.%ld", root, s->step, (long)getpid());
+        remove_dir(old);
+        if (rename(final, old) != 0) {
+            st = dt_error_set(DT_ERR_IO, "%s: cannot move the previous checkpoint aside: %s", final, strerror(errno));
+            goto fail;
+        }
+    }
+    if (rename(tmp, final) != 0) {
+        st = dt_error_set(DT_ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+        goto fail;
+    }
+    if ((st = fsync_path(root, 1)) != DT_OK) return st;
+    if (old[0]) remove_dir(old);
+    if (dir_out && n) snprintf(dir_out, n, "%s", final);
+    return DT_OK;
+fail:
+    remove_dir(tmp);
+    dt_error_prefix("checkpoint of step %ld", s->step);
+    return st;
+}
+
+dt_status dt_ckpt_prune(const char *run_dir, int keep_last) {
+    char root[PATH_LEN], p[PATH_LEN + 300];
+    root_dir(run_dir, root, sizeof root);
+    int n;
+    long *steps = list_steps(root, &n);
+    dt_status st = DT_OK;
+    for (int i = keep_last < 1 ? 1 : keep_last; i < n; i++) {
+        step_dir(root, steps[i], p, sizeof p);
+        dt_status r = remove_dir(p);
+        if (st == DT_OK) st = r;
+    }
+    free(steps);
+    /* leftovers of writers that died mid-save: never a complete checkpoint */
+    DIR *d = opendir(root);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL)
+            if (strncmp(e->d_name, ".tmp-step_", 10) == 0 || strncmp(e->d_name, ".old-step_", 10) == 0) {
+                snprintf(p, sizeof p, "%s/%s", root, e->d_name);
+                remove_dir(p);
+            }
+        closedir(d);
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------------ verify and load */
+
+static int get_long(json_t *obj, const char *key, long *out) {
+    json_t *v = json_object_get(obj, key);
+    if (!json_is_integer(v)) return 0;
+    *out = (long)json_integer_value(v);
+    return 1;
+}
+
+static dt_status parse_trainer(const char *path, dt_ckpt_state *s) {
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root) return dt_error_set(DT_ERR_DATA, "%s:%d: not valid JSON: %s", path, jerr.line, jerr.text);
+    memset(s, 0, sizeof *s);
+    long step, epoch, cursor, world, gb, samples, version;
+    const char *seed = json_string_value(json_object_get(root, "seed"));
+    const char *digest = json_string_value(json_object_get(root, "config_digest"));
+    json_t *model = json_object_get(root, "model");
+    long mv[6];
+    static const char *const mk[6] = {"vocab_size", "n_positions", "n_layer", "n_head", "n_embd", "num_labels"};
+    int ok = get_long(root, "version", &version) && get_long(root, "step", &step) && get_long(root, "epoch", &epoch) &&
+             get_long(root, "cursor", &cursor) && get_long(root, "world_size", &world) &&
+             get_long(root, "global_batch", &gb) && get_long(root, "train_samples", &samples) && seed && digest &&
+             json_is_object(model);
+    for (int i = 0; ok && i < 6; i++) ok = get_long(model, mk[i], &mv[i]);
+    if (ok && version != CKPT_VERSION) {
+        json_decref(root);
+        return dt_error_set(DT_ERR_DATA, "%s: trainer state version %ld, this dtrain reads version %d", path, version,
+                            CKPT_VERSION);
+    }
+    if (ok) ok = step >= 0 && epoch >= 0 && cursor >= 0 && world >= 1 && gb >= 1 && samples >= 0;
+    if (ok) {
+        s->step = step;
+        s->epoch = epoch;
+        s->cursor = (size_t)cursor;
+        s->world = (int)world;
+        s->global_batch = gb;
+        s->train_samples = (size_t)samples;
+        s->seed = strtoull(seed, NULL, 10);
+        s->config_digest = (uint32_t)strtoul(digest, NULL, 16);
+        s->model.vocab_size = (int)mv[0];
+        s->model.n_positions = (int)mv[1];
+        s->model.n_layer = (int)mv[2];
+        s->model.n_head = (int)mv[3];
+        s->model.n_embd = (int)mv[4];
+        s->model.num_labels = (int)mv[5];
+    }
+    json_decref(root);
+    if (!ok)
+        return dt_error_set(DT_ERR_DATA, "%s: missing or invalid fields (expected step, epoch, cursor, seed, "
+                                         "config_digest, world_size, global_batch, train_samples, model)", path);
+    return DT_OK;
+}
+
+dt_status dt_ckpt_verify(const char *dir, dt_ckpt_state *s) {
+    char p[PATH_LEN + 300];
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    json_error_t jerr;
+    json_t *man = json_load_file(p, 0, &jerr);
+    if (!man) {
+        if (access(p, F_OK) != 0)
+            return dt_error_set(DT_ERR_DATA, "%s: missing: the checkpoint is incomplete", p);
+        return dt_error_set(DT_ERR_DATA, "%s:%d: not valid JSON: %s", p, jerr.line, jerr.text);
+    }
+    dt_status st = DT_OK;
+    const char *fmt = json_string_value(json_object_get(man, "format"));
+    json_t *files = json_object_get(man, "files");
+    if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0 || !json_is_object(files))
+        st = dt_error_set(DT_ERR_DATA, "%s: not a dtrain checkpoint manifest (expected \"format\": \"%s\" and \"files\")",
+                          p, CKPT_FORMAT);
+    for (int i = 0; st == DT_OK && i < N_FILES; i++) {
+        json_t *f = json_object_get(files, ckpt_files[i]);
+        json_t *jb = json_object_get(f, "bytes");
+        const char *hex = json_string_value(json_object_get(f, "crc32"));
+        if (!json_is_integer(jb) || !hex) {
+            st = dt_error_set(DT_ERR_DATA, "%s: no size and crc32 for %s", p, ckpt_files[i]);
+            break;
+        }
+        char fp[PATH_LEN + 300];
+        snprintf(fp, sizeof fp, "%s/%s", dir, ckpt_files[i]);
+        uint32_t crc;
+        uint64_t bytes;
+        if ((st = crc_file(fp, &crc, &bytes)) != DT_OK) break;
+        uint64_t want_bytes = (uint64_t)json_integer_value(jb);
+        uint32_t want_crc = (uint32_t)strtoul(hex, NULL, 16);
+        if (bytes != want_bytes)
+            st = dt_error_set(DT_ERR_DATA, "%s: %" PRIu64 " bytes, the manifest says %" PRIu64 " (truncated or partly written)",
+                              fp, bytes, want_bytes);
+        else if (crc != want_crc)
+            st = dt_error_set(DT_ERR_DATA, "%s: crc32 %08" PRIx32 ", the manifest says %08" PRIx32 " (the file is corrupt)",
+                              fp, crc, want_crc);
+    }
+    json_decref(man);
+    if (st != DT_OK) return st;
+    snprintf(p, sizeof p, "%s/trainer.json", dir);
+    return parse_trainer(p, s);
+}
+
+dt_status dt_ckpt_find_latest(const char *dir, dt_ckpt_report_fn report, void *user, char *dir_out, size_t n,
+                              dt_ckpt_state *s, int *found) {
+    *found = 0;
+    char p[PATH_LEN + 300];
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    if (access(p, F_OK) == 0) { /* a checkpoint itself: it must verify */
+        DT_TRY(dt_ckpt_verify(dir, s));
+        snprintf(dir_out, n, "%s", dir);
+        *found = 1;
+        return DT_OK;
+    }
+    char root[PATH_LEN];
+    root_dir(dir, root, sizeof root);
+    int count;
+    long *steps = list_steps(root, &count);
+    for (int i = 0; i < count && !*found; i++) {
+        step_dir(root, steps[i], p, sizeof p);
+        if (dt_ckpt_verify(p, s) == DT_OK) {
+            snprintf(dir_out, n, "%s", p);
+            *found = 1;
+        } else if (report) {
+            char msg[2048];
+            snprintf(msg, sizeof msg, "%s", dt_error_msg());
+            report(user, msg);
+        }
+    }
+    free(steps);
+    return DT_OK;
+}
+
+dt_status dt_ckpt_check_shape(const dt_ckpt_state *s, const dt_model_cfg *mc, const char *dir) {
+    const struct {
+        const char *key;
+        int saved, now;
+    } f[] = {
+        {"model.vocab_size", s->model.vocab_size, mc->vocab_size},
+        {"model.n_positions", s->model.n_positions, mc->n_positions},
+        {"model.n_layer", s->model.n_layer, mc->n_layer},
+        {"model.n_head", s->model.n_head, mc->n_head},
+        {"model.n_embd", s->model.n_embd, mc->n_embd},
+        {"model.num_labels", s->model.num_labels, mc->num_labels},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].saved != f[i].now)
+            return dt_error_set(DT_ERR_CONFIG,
+                                "%s: checkpoint trained with %s: %d, the config says %d: refusing to resume a "
+                                "different model (hint: restore the model settings, or start fresh with "
+                                "checkpoint.resume: never or another run.dir)",
+                                dir, f[i].key, f[i].saved, f[i].now);
+    return DT_OK;
+}
+
+static dt_status load_optimizer(const char *path, dt_model *m, dt_optim *o) {
+    dt_st_file *f = NULL;
+    DT_TRY(dt_st_open(&f, path));
+    size_t n = dt_optim_num_params(o);
+    float *mh = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg)");
+    float *vh = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg_sq)");
+    dt_status st = mh && vh ? DT_OK : DT_ERR_NOMEM;
+    int nt = dt_model_num_tensors(m);
+    for (int i = 0; st == DT_OK && i < 2 * nt; i++) {
+        const dt_tensor_info *t = dt_model_tensor(m, i % nt);
+        char name[64];
+        snprintf(name, sizeof name, "%s.%s", i < nt ? "exp_avg" : "exp_avg_sq", t->name);
+        const dt_st_tensor *ft = dt_st_find(f, name);
+        if (!ft) st = dt_error_set(DT_ERR_DATA, "%s: tensor %s is missing", path, name);
+        else if (ft->numel != t->numel)
+            st = dt_error_set(DT_ERR_DATA, "%s: tensor %s has %zu elements, the model needs %zu", path, name, ft->numel,
+                              t->numel);
+        else st = dt_st_read_f32(f, ft, (i < nt ? mh : vh) + t->offset);
+    }
+    if (st == DT_OK) dt_optim_set_moments(o, mh, vh);
+    free(mh);
+    free(vh);
+    dt_st_close(f);
+    return st;
+}
+
+dt_status dt_ckpt_load(const char *dir, dt_model *m, dt_optim *o) {
+    char p[PATH_LEN + 300];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    int score_loaded = 1;
+    DT_TRY(dt_model_load(m, p, &score_loaded));
+    if (!score_loaded)
+        return dt_error_set(DT_ERR_DATA, "%s: tensor score.weight is missing: not a checkpoint of this classifier", p);
+    snprintf(p, sizeof p, "%s/optimizer.safetensors", dir);
+    return load_optimizer(p, m, o);
+}
+
+dt_status dt_ckpt_set_aside(const char *run_dir, char *moved_to, size_t n) {
+    if (n) moved_to[0] = '\0';
+    char root[PATH_LEN];
+    root_dir(run_dir, root, sizeof root);
+    int count;
+    long *steps = list_steps(root, &count);
+    free(steps);
+    if (count == 0) return DT_OK;
+    char stamp[32], dst[PATH_LEN + 64];
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    snprintf(dst, sizeof dst, "%s.prev-%s", root, stamp);
+    for (int k = 1; access(dst, F_OK) == 0 && k < 100; k++) snprintf(dst, sizeof dst, "%s.prev-%s.%d", root, stamp, k);
+    if (rename(root, dst) != 0)
+        return dt_error_set(DT_ERR_IO, "cannot move %s aside to %s: %s", root, dst, strerror(errno));
+    snprintf(moved_to, n, "%s", dst);
+    return DT_OK;
+}

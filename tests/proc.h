@@ -1,0 +1,108 @@
+/* proc.h — running the real dtrain binary from tests: spawn with stdout/stderr captured
+ * in the test dir, wait and read stderr, find a worker by name, poll for a process. */
+#ifndef DTRAIN_TEST_PROC_H
+#define DTRAIN_TEST_PROC_H
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "testutil.h"
+
+extern char **environ;
+
+static char err_text[1 << 16];
+
+/* Starts dtrain with the given arguments (NULL-terminated), stdout/stderr to files in the
+ * test dir, working directory the source dir. Returns the pid. */
+static inline pid_t spawn(const char *tag, const char *const *args) {
+    char *argv[64];
+    int n = 0;
+    argv[n++] = (char *)DTRAIN_BIN;
+    for (int i = 0; args[i]; i++) argv[n++] = (char *)args[i];
+    argv[n] = NULL;
+    char out[1300], err[1300];
+    snprintf(out, sizeof out, "%s/%s.out", test_dir(), tag);
+    snprintf(err, sizeof err, "%s/%s.err", test_dir(), tag);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(chdir(DTRAIN_SOURCE_DIR) == 0);
+    pid_t pid;
+    CHECK(posix_spawn(&pid, DTRAIN_BIN, &fa, NULL, argv, environ) == 0);
+    posix_spawn_file_actions_destroy(&fa);
+    printf("started %s (pid %ld)\n", tag, (long)pid);
+    return pid;
+}
+
+static inline int wait_exit(pid_t pid, const char *tag) {
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    char err[1300];
+    snprintf(err, sizeof err, "%s/%s.err", test_dir(), tag);
+    test_slurp(err, err_text, sizeof err_text);
+    int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    printf("%s exited %d; stderr: %s\n", tag, rc, err_text);
+    return rc;
+}
+
+static inline int run_sync(const char *tag, const char *const *args) { return wait_exit(spawn(tag, args), tag); }
+
+/* pid of the child of `parent` whose name (comm) is `name`, or 0 */
+static inline pid_t find_child(pid_t parent, const char *name) {
+    DIR *d = opendir("/proc");
+    CHECK(d != NULL);
+    struct dirent *e;
+    pid_t found = 0;
+    while (!found && (e = readdir(d)) != NULL) {
+        char path[300], buf[512];
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t k = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[k] = '\0';
+        char *open = strchr(buf, '('), *close = strrchr(buf, ')');
+        if (!open || !close) continue;
+        *close = '\0';
+        long ppid = 0;
+        char state;
+        if (sscanf(close + 2, "%c %ld", &state, &ppid) != 2) continue;
+        if (ppid == parent && strcmp(open + 1, name) == 0) found = (pid_t)atol(e->d_name);
+    }
+    closedir(d);
+    return found;
+}
+
+static inline int alive(pid_t pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld", (long)pid);
+    return access(path, F_OK) == 0;
+}
+
+static inline int count_dir(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+static inline void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+#endif
