@@ -140,7 +140,7 @@ static const key_def keys[] = {
     KEY("eval.max_batches", K_LONG, eval.max_batches, "0", GE(0)),
 
     SECTION("checkpoint"),
-    KEY("checkpoint.every_steps", K_LONG, checkpoint.every_steps, "0", GE(0)),
+    KEY("checkpoint.every_steps", K_LONG, checkpoint.every_steps, "500", GE(0)),
     KEY("checkpoint.keep_last", K_INT, checkpoint.keep_last, "3", GE(1)),
     {"checkpoint.resume", K_RESUME, FLD(checkpoint.resume), offsetof(dt_config, checkpoint.resume_path),
      "auto", 0, 0, 0, NULL, NULL},

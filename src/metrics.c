@@ -170,3 +170,8 @@ void dt_metrics_eval(dt_metrics *m, const dt_eval_point *p) {
     dt_metrics_info(m, "eval at step %ld | val loss %.6f | val accuracy %.4f | %ld examples | %.1f s", p->step, p->loss,
                     p->accuracy, p->examples, p->eval_ms / 1000.0);
 }
+
+void dt_metrics_resume(dt_metrics *m, long step, const char *checkpoint, int attempt) {
+    write_json(m, json_pack("{s:s, s:I, s:s, s:i}", "type", "resume", "step", (json_int_t)step, "checkpoint", checkpoint,
+                            "attempt", attempt));
+}

@@ -491,6 +491,7 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
                         "%zu val examples | %ld steps",
                         n_train, spe, G, world, b, accum, r.val ? dt_dataset_size(r.val) : (size_t)0, total);
         if (resumed) {
+            dt_metrics_resume(r.metrics, cs.step, ckpt_dir, attempt);
             dt_metrics_info(r.metrics, "resumed from %s: step %ld, epoch %ld, sample %zu of the epoch%s", ckpt_dir, cs.step,
                             cs.epoch + 1, cs.cursor, attempt > 0 ? " (after a restart)" : "");
             if (cs.global_batch != G)

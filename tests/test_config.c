@@ -74,7 +74,7 @@ static void check_defaults(const dt_config *c) {
     CHECK_STR_EQ(c->model.init_from, "");
     CHECK_INT_EQ(c->eval.every_steps, 100);
     CHECK_INT_EQ(c->eval.max_batches, 0);
-    CHECK_INT_EQ(c->checkpoint.every_steps, 0);
+    CHECK_INT_EQ(c->checkpoint.every_steps, 500);
     CHECK_INT_EQ(c->checkpoint.keep_last, 3);
     CHECK_INT_EQ(c->checkpoint.resume, DT_RESUME_AUTO);
     CHECK_STR_EQ(c->checkpoint.resume_path, "");

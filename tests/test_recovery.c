@@ -155,6 +155,12 @@ static void test_kill_restart(void) {
     snprintf(path, sizeof path, "%s/killed/train.log", test_dir());
     test_slurp(path, log, sizeof log);
     CHECK_STR_CONTAINS(log, "restart 1 of 3");
+    /* and metrics.jsonl marks where the restarted attempt took over */
+    static char jsonl[1 << 16];
+    snprintf(path, sizeof path, "%s/killed/metrics.jsonl", test_dir());
+    test_slurp(path, jsonl, sizeof jsonl);
+    CHECK_STR_CONTAINS(jsonl, "{\"type\":\"resume\",\"step\":5,\"checkpoint\":\"");
+    CHECK_STR_CONTAINS(jsonl, "/killed/checkpoints/step_00000005\",\"attempt\":1}");
 }
 
 static void test_hang_restart(void) {

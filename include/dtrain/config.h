@@ -74,7 +74,7 @@ typedef struct dt_config {
         long max_batches;   /* 0 = all, default 0 */
     } eval;
     struct {
-        long every_steps;          /* 0 = only at the end, default 0 */
+        long every_steps;          /* 0 = only at the end, default 500 */
         int keep_last;             /* >= 1, default 3 */
         dt_resume_kind resume;     /* default auto */
         char resume_path[DT_PATH_MAX];

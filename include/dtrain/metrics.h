@@ -6,6 +6,8 @@
  * metrics.jsonl fields:
  *   {"type":"train","step":S,"epoch":E,"loss":L,"lr":LR,"grad_norm":G,"step_ms":MS,"tokens_per_s":TPS}
  *   {"type":"eval","step":S,"val_loss":L,"val_accuracy":A,"val_examples":N,"eval_ms":MS}
+ *   {"type":"resume","step":S,"checkpoint":DIR,"attempt":K}  (training continues after step S;
+ *   train lines after it supersede earlier ones with the same step, e.g. after a restart)
  * (val_accuracy: classification accuracy, or next-token accuracy for language modelling).
  * Every line is flushed when written, so a crash loses nothing already reported. */
 #ifndef DTRAIN_METRICS_H
@@ -50,5 +52,7 @@ void dt_metrics_info(dt_metrics *m, const char *fmt, ...) __attribute__((format(
 void dt_metrics_summary(dt_metrics *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void dt_metrics_train(dt_metrics *m, const dt_train_point *p);
 void dt_metrics_eval(dt_metrics *m, const dt_eval_point *p);
+/* A resume from a checkpoint (attempt: 0, or k after the k-th restart). */
+void dt_metrics_resume(dt_metrics *m, long step, const char *checkpoint, int attempt);
 
 #endif

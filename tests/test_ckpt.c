@@ -1,0 +1,301 @@
+/* test_ckpt.c — the checkpoint module on real files, and the DTRAIN_FAULT parser:
+ *   - save -> verify -> load restores weights, moments and trainer state exactly; the
+ *     weights file is a plain safetensors file with the model's names;
+ *   - a flipped byte, a truncated file, a missing manifest (a half-written checkpoint) and
+ *     a broken trainer.json are each reported naming the file; find_latest skips them and
+ *     reports each;
+ *   - keep_last pruning, leftover temp dirs removed, saving the same step again replaces it;
+ *   - a shape change is refused naming the key; set_aside moves checkpoints, deletes nothing;
+ *   - config digest and diff. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "dtrain/ckpt.h"
+#include "dtrain/config.h"
+#include "dtrain/fault.h"
+#include "dtrain/ops.h"
+#include "dtrain/safetensors.h"
+#include "testutil.h"
+
+static dt_model_cfg small_cfg(void) {
+    dt_model_cfg c = {.vocab_size = 300, .n_positions = 16, .n_layer = 2, .n_head = 2, .n_embd = 16,
+                      .num_labels = 3, .seq_len = 16, .max_batch = 2, .seed = 5};
+    return c;
+}
+
+typedef struct fixture {
+    dt_ops *ops;
+    dt_model *m;
+    dt_optim *o;
+} fixture;
+
+static void fixture_init(fixture *f, uint64_t seed) {
+    dt_model_cfg mc = small_cfg();
+    mc.seed = seed;
+    CHECK(dt_ops_cpu_init(&f->ops, 1) == DT_OK);
+    CHECK(dt_model_init(&f->m, &mc, f->ops) == DT_OK);
+    int nt = dt_model_num_tensors(f->m);
+    dt_param_seg segs[64];
+    for (int i = 0; i < nt; i++) {
+        const dt_tensor_info *t = dt_model_tensor(f->m, i);
+        segs[i] = (dt_param_seg){t->offset, t->numel, t->ndim >= 2};
+    }
+    dt_optim_cfg oc = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .total_steps = 10};
+    CHECK(dt_optim_init(&f->o, &oc, f->ops, dt_model_num_params(f->m), segs, nt) == DT_OK);
+}
+
+static void fixture_free(fixture *f) {
+    dt_optim_free(f->o);
+    dt_model_free(f->m);
+    dt_ops_cpu_free(f->ops);
+}
+
+static dt_ckpt_state state_for(long step, const fixture *f) {
+    dt_ckpt_state s = {.step = step, .epoch = 2, .cursor = 48, .seed = 18446744073709551557ull,
+                       .config_digest = 0xdeadbeef, .world = 3, .global_batch = 12, .train_samples = 1000};
+    s.model = *dt_model_config(f->m);
+    return s;
+}
+
+static int count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return n;
+}
+
+static void flip_byte(const char *path, long at) {
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL);
+    CHECK(fseek(f, at, SEEK_SET) == 0);
+    int c = fgetc(f);
+    CHECK(c != EOF);
+    CHECK(fseek(f, at, SEEK_SET) == 0);
+    fputc(c ^ 1, f);
+    CHECK(fclose(f) == 0);
+}
+
+static char reports[8][2048];
+static int n_reports;
+static void collect(void *user, const char *msg) {
+    (void)user;
+    if (n_reports < 8) snprintf(reports[n_reports++], sizeof reports[0], "%s", msg);
+}
+
+static void test_roundtrip(dt_config *cfg) {
+    const char *run = test_path("run");
+    test_mkdir_p(run);
+    fixture a, b;
+    fixture_init(&a, 5);
+    fixture_init(&b, 99); /* different weights, zero moments */
+    size_t n = dt_model_num_params(a.m);
+    float *mh = malloc(n * sizeof(float)), *vh = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        mh[i] = (float)i * 1e-3f - 0.5f;
+        vh[i] = (float)(i % 97) * 1e-4f;
+    }
+    dt_optim_set_moments(a.o, mh, vh);
+    dt_ckpt_state s = state_for(7, &a);
+    char dir[2048];
+    CHECK(dt_ckpt_save(run, a.m, a.o, &s, cfg, dir, sizeof dir) == DT_OK);
+    CHECK_STR_CONTAINS(dir, "/run/checkpoints/step_00000007");
+    CHECK_INT_EQ(count_entries(test_path("run/checkpoints")), 1); /* no temp dir left */
+
+    dt_ckpt_state got;
+    CHECK(dt_ckpt_verify(dir, &got) == DT_OK);
+    CHECK_INT_EQ(got.step, 7);
+    CHECK_INT_EQ(got.epoch, 2);
+    CHECK_INT_EQ(got.cursor, 48);
+    CHECK(got.seed == 18446744073709551557ull); /* beyond 2^53: stored as a string */
+    CHECK(got.config_digest == 0xdeadbeef);
+    CHECK_INT_EQ(got.world, 3);
+    CHECK_INT_EQ(got.global_batch, 12);
+    CHECK_INT_EQ(got.train_samples, 1000);
+    CHECK_INT_EQ(got.model.n_layer, 2);
+    CHECK_INT_EQ(got.model.num_labels, 3);
+    CHECK(dt_ckpt_check_shape(&got, dt_model_config(b.m), dir) == DT_OK);
+
+    CHECK(dt_ckpt_load(dir, b.m, b.o) == DT_OK);
+    CHECK(memcmp(dt_model_params(a.m), dt_model_params(b.m), n * sizeof(float)) == 0);
+    float *m2 = malloc(n * sizeof(float)), *v2 = malloc(n * sizeof(float));
+    dt_optim_get_moments(b.o, m2, v2);
+    CHECK(memcmp(mh, m2, n * sizeof(float)) == 0);
+    CHECK(memcmp(vh, v2, n * sizeof(float)) == 0);
+
+    /* the weights file is a plain safetensors file with the model's names */
+    char p[2200];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    dt_st_file *st;
+    CHECK(dt_st_open(&st, p) == DT_OK);
+    CHECK(dt_st_find(st, "h.1.mlp.c_proj.weight") != NULL);
+    CHECK(dt_st_find(st, "score.weight") != NULL);
+    dt_st_close(st);
+    snprintf(p, sizeof p, "%s/optimizer.safetensors", dir);
+    CHECK(dt_st_open(&st, p) == DT_OK);
+    CHECK(dt_st_find(st, "exp_avg.wte.weight") != NULL);
+    CHECK(dt_st_find(st, "exp_avg_sq.h.0.attn.c_attn.weight") != NULL);
+    dt_st_close(st);
+
+    /* a shape change is refused, naming the key */
+    dt_model_cfg other = small_cfg();
+    other.n_embd = 32;
+    CHECK(dt_ckpt_check_shape(&got, &other, dir) == DT_ERR_CONFIG);
+    CHECK_STR_CONTAINS(dt_error_msg(), "model.n_embd: 16, the config says 32: refusing to resume");
+
+    /* saving the same step again replaces it whole */
+    s.cursor = 60;
+    CHECK(dt_ckpt_save(run, a.m, a.o, &s, cfg, dir, sizeof dir) == DT_OK);
+    CHECK(dt_ckpt_verify(dir, &got) == DT_OK);
+    CHECK_INT_EQ(got.cursor, 60);
+    CHECK_INT_EQ(count_entries(test_path("run/checkpoints")), 1);
+
+    free(mh);
+    free(vh);
+    free(m2);
+    free(v2);
+    fixture_free(&a);
+    fixture_free(&b);
+}
+
+static void test_damage(dt_config *cfg) {
+    const char *run = test_path("dmg");
+    test_mkdir_p(run);
+    fixture a;
+    fixture_init(&a, 5);
+    char dirs[5][2048];
+    for (int i = 0; i < 5; i++) {
+        dt_ckpt_state s = state_for(10 * (i + 1), &a);
+        CHECK(dt_ckpt_save(run, a.m, a.o, &s, cfg, dirs[i], sizeof dirs[i]) == DT_OK);
+    }
+    dt_ckpt_state got;
+    char p[2200];
+    /* step 50: one flipped byte in the weights */
+    snprintf(p, sizeof p, "%s/model.safetensors", dirs[4]);
+    flip_byte(p, 200);
+    CHECK(dt_ckpt_verify(dirs[4], &got) == DT_ERR_DATA);
+    CHECK_STR_CONTAINS(dt_error_msg(), "step_00000050/model.safetensors: crc32 ");
+    CHECK_STR_CONTAINS(dt_error_msg(), "(the file is corrupt)");
+    /* step 40: the optimizer state truncated */
+    snprintf(p, sizeof p, "%s/optimizer.safetensors", dirs[3]);
+    struct stat sb;
+    CHECK(stat(p, &sb) == 0);
+    CHECK(truncate(p, sb.st_size - 1) == 0);
+    CHECK(dt_ckpt_verify(dirs[3], &got) == DT_ERR_DATA);
+    CHECK_STR_CONTAINS(dt_error_msg(), "step_00000040/optimizer.safetensors: ");
+    CHECK_STR_CONTAINS(dt_error_msg(), "(truncated or partly written)");
+    /* step 30: no manifest, as if the writer died before the last file */
+    snprintf(p, sizeof p, "%s/manifest.json", dirs[2]);
+    CHECK(unlink(p) == 0);
+    CHECK(dt_ckpt_verify(dirs[2], &got) == DT_ERR_DATA);
+    CHECK_STR_CONTAINS(dt_error_msg(), "step_00000030/manifest.json: missing: the checkpoint is incomplete");
+    /* step 20: trainer.json replaced by garbage of the same size is caught by its CRC */
+    snprintf(p, sizeof p, "%s/trainer.json", dirs[1]);
+    flip_byte(p, 3);
+    CHECK(dt_ckpt_verify(dirs[1], &got) == DT_ERR_DATA);
+    CHECK_STR_CONTAINS(dt_error_msg(), "step_00000020/trainer.json: crc32");
+
+    /* find_latest: reports 50, 40, 30, 20 and returns 10 */
+    char found_dir[2048];
+    int found = 0;
+    n_reports = 0;
+    CHECK(dt_ckpt_find_latest(run, collect, NULL, found_dir, sizeof found_dir, &got, &found) == DT_OK);
+    CHECK(found);
+    CHECK_INT_EQ(got.step, 10);
+    CHECK_STR_CONTAINS(found_dir, "step_00000010");
+    CHECK_INT_EQ(n_reports, 4);
+    CHECK_STR_CONTAINS(reports[0], "step_00000050/model.safetensors");
+    CHECK_STR_CONTAINS(reports[3], "step_00000020/trainer.json");
+    /* a checkpoint directory given directly must verify */
+    CHECK(dt_ckpt_find_latest(dirs[0], collect, NULL, found_dir, sizeof found_dir, &got, &found) == DT_OK && found);
+    CHECK(dt_ckpt_find_latest(dirs[4], collect, NULL, found_dir, sizeof found_dir, &got, &found) == DT_ERR_DATA);
+    /* nothing at all */
+    CHECK(dt_ckpt_find_latest(test_path("nowhere"), collect, NULL, found_dir, sizeof found_dir, &got, &found) == DT_OK);
+    CHECK(!found);
+
+    /* prune: keep the newest 2 names (broken or not), and remove a dead writer's temp dir */
+    snprintf(p, sizeof p, "%s/checkpoints/.tmp-step_00000060.12345", run);
+    CHECK(mkdir(p, 0755) == 0);
+    CHECK(dt_ckpt_prune(run, 2) == DT_OK);
+    snprintf(p, sizeof p, "%s/checkpoints", run);
+    CHECK_INT_EQ(count_entries(p), 2);
+    CHECK(access(dirs[4], F_OK) == 0 && access(dirs[3], F_OK) == 0 && access(dirs[0], F_OK) != 0);
+
+    /* set_aside moves the whole directory; nothing is deleted */
+    char moved[2048];
+    CHECK(dt_ckpt_set_aside(run, moved, sizeof moved) == DT_OK);
+    CHECK_STR_CONTAINS(moved, "/dmg/checkpoints.prev-");
+    CHECK_INT_EQ(count_entries(moved), 2);
+    CHECK(access(p, F_OK) != 0);
+    CHECK(dt_ckpt_set_aside(run, moved, sizeof moved) == DT_OK);
+    CHECK_STR_EQ(moved, ""); /* nothing left to move */
+    fixture_free(&a);
+}
+
+static void test_config_digest(void) {
+    dt_config a, b;
+    const char *yaml = "training: {num_workers: 2}\ndata: {train_path: x.tsv}\nmodel: {num_labels: 2}\n";
+    CHECK(dt_config_load_string(&a, "a.yaml", yaml, NULL, 0) == DT_OK);
+    const char *sets[] = {"training.num_workers=4", "optimizer.lr=0.01"};
+    CHECK(dt_config_load_string(&b, "b.yaml", yaml, sets, 2) == DT_OK);
+    CHECK(dt_config_digest(&a) != dt_config_digest(&b));
+    char diff[512];
+    CHECK_INT_EQ(dt_config_diff(&a, &b, diff, sizeof diff), 3);
+    CHECK_STR_CONTAINS(diff, "run.dir \"runs/a\" -> \"runs/b\", training.num_workers 2 -> 4");
+    CHECK_STR_CONTAINS(diff, "optimizer.lr 0.0003 -> 0.01");
+    dt_config c;
+    CHECK(dt_config_load_string(&c, "elsewhere/a.yaml", yaml, NULL, 0) == DT_OK); /* another file, same settings */
+    CHECK(dt_config_digest(&a) == dt_config_digest(&c));
+    CHECK_INT_EQ(dt_config_diff(&a, &c, diff, sizeof diff), 0);
+}
+
+static void test_fault_parse(void) {
+    dt_fault f;
+    CHECK(dt_fault_parse(NULL, &f) == DT_OK && f.kind == DT_FAULT_NONE);
+    CHECK(dt_fault_parse("", &f) == DT_OK && f.kind == DT_FAULT_NONE);
+    CHECK(dt_fault_parse("rank=1,step=7,kind=kill", &f) == DT_OK);
+    CHECK(f.kind == DT_FAULT_KILL && f.rank == 1 && f.step == 7 && f.attempt == 0);
+    CHECK(dt_fault_parse("kind=hang,step=3,rank=0,attempt=2", &f) == DT_OK);
+    CHECK(f.kind == DT_FAULT_HANG && f.attempt == 2);
+    CHECK(dt_fault_parse("rank=0,step=3,kind=exit,attempt=any", &f) == DT_OK && f.attempt == DT_FAULT_ANY_ATTEMPT);
+    CHECK(dt_fault_parse("step=5,kind=corrupt-checkpoint", &f) == DT_OK && f.kind == DT_FAULT_CORRUPT_CKPT);
+    const struct {
+        const char *spec, *msg;
+    } bad[] = {
+        {"rank=1,step=7,kind=boom", "kind: expected kill, exit, hang or corrupt-checkpoint, got \"boom\""},
+        {"rank=1,step=x,kind=kill", "step: expected a non-negative integer, got \"x\""},
+        {"rank=1,kind=kill", "needs rank=R,step=S,kind=K"},
+        {"step=2,kind=kill", "needs rank=R,step=S,kind=K"},
+        {"rank=1,step=0,kind=kill", "step: expected >= 1"},
+        {"rank=1,step=2,kind=kill,when=now", "unknown key \"when\""},
+        {"rank=1,step2,kind=kill", "\"step2\": expected key=value"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(dt_fault_parse(bad[i].spec, &f) == DT_ERR_USAGE);
+        CHECK_STR_CONTAINS(dt_error_msg(), bad[i].msg);
+    }
+    /* a fault that is not due does nothing */
+    CHECK(dt_fault_parse("rank=1,step=7,kind=kill", &f) == DT_OK);
+    dt_fault_before_step(&f, 0, 0, 7);
+    dt_fault_before_step(&f, 1, 1, 7);
+    dt_fault_before_step(&f, 1, 0, 6);
+}
+
+int main(void) {
+    test_dir_init("ckpt");
+    dt_config cfg;
+    CHECK(dt_config_load_string(&cfg, "t.yaml", "data: {train_path: x.tsv}\nmodel: {num_labels: 3}\n", NULL, 0) == DT_OK);
+    test_roundtrip(&cfg);
+    test_damage(&cfg);
+    test_config_digest();
+    test_fault_parse();
+    test_dir_remove();
+    TEST_PASS("test_ckpt");
+}
