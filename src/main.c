@@ -32,14 +32,18 @@ static const char *const usage_text =
     "  dtrain data tokenize --tokenizer bytes IN.txt OUT.bin\n"
     "  dtrain --help | --version\n"
     "\n"
-    "train      trains as the YAML config says; writes config.yaml, train.log, metrics.jsonl and\n"
-    "           model.safetensors into run.dir (default runs/<config name>).\n"
+    "train      trains as the YAML config says; writes config.yaml, train.log, metrics.jsonl,\n"
+    "           checkpoints/ and model.safetensors into run.dir (default runs/<config name>).\n"
+    "           Started again, it resumes from the newest valid checkpoint (checkpoint.resume: auto);\n"
+    "           a crashed or hung worker restarts all workers from it (fault_tolerance.max_restarts);\n"
+    "           SIGTERM or Ctrl-C stops after the current step with a checkpoint (twice: at once).\n"
     "  --config FILE        the YAML config (keys: README.md, \"Config reference\")\n"
     "  --set key.path=value override one key after the file is read, e.g. --set training.max_steps=20\n"
     "  --dry-run            print the resolved config and the model size, then exit 0\n"
     "  --quiet              print only errors and the final summary\n"
     "  --progress MODE      progress bar: auto (when stdout is a terminal), always, never\n"
-    "eval       evaluates weights (DIR/model.safetensors or a .safetensors file; default model.init_from)\n"
+    "eval       evaluates weights (DIR/model.safetensors of a run or checkpoint directory, or a .safetensors\n"
+    "           file; default model.init_from)\n"
     "           on data.val_path and prints the validation loss and accuracy.\n"
     "export     writes the weights of DIR (a run directory) as a standalone F32 safetensors file\n"
     "           with Hugging Face GPT-2 tensor names.\n"
@@ -47,7 +51,9 @@ static const char *const usage_text =
     "           and prints an all-reduce bandwidth table (algbw, busbw) next to memcpy bandwidth.\n"
     "data tokenize  turns a text file into an llm.c token shard, one token per byte.\n"
     "\n"
-    "exit status: 0 success, 2 bad usage/config/data (the message names file, key or line), 1 other failure.\n";
+    "exit status: 0 success (also a clean stop on SIGTERM/SIGINT), 2 bad usage/config/data (the message\n"
+    "names file, key or line), 1 other failure.\n"
+    "environment: DTRAIN_FAULT=rank=R,step=S,kind=kill|exit|hang|corrupt-checkpoint injects a fault (testing aid).\n";
 
 static int fail(dt_status st) {
     fprintf(stderr, "dtrain: error: %s\n", dt_error_msg());
@@ -167,9 +173,11 @@ static int cmd_train(const cli *c) {
     dt_launch_result res;
     st = dt_launch_run(&lc, train_worker, &arg, &res);
     if (st != DT_OK) return fail(st);
-    if (res.stopped_by) {
-        fprintf(stderr, "dtrain: SIG%s: %s\n", sigabbrev_np(res.stopped_by), res.note[0] ? res.note : "stopped");
+    if (res.stopped_by && res.note[0]) {
+        fprintf(stderr, "dtrain: SIG%s: %s\n", sigabbrev_np(res.stopped_by), res.note);
         fprintf(stderr, "dtrain: to resume, run the same command again (checkpoint.resume: auto continues from it)\n");
+    } else if (res.stopped_by) {
+        fprintf(stderr, "dtrain: SIG%s arrived as the run finished: nothing to resume\n", sigabbrev_np(res.stopped_by));
     }
     return 0;
 }
