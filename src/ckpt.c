@@ -240,8 +240,8 @@ dt_status dt_ckpt_save(const char *run_dir, dt_model *m, dt_optim *o, const dt_c
                        char *dir_out, size_t n) {
     char root[PATH_LEN], tmp[PATH_LEN + 64], final[PATH_LEN + 64], p[PATH_LEN + 128];
     root_dir(run_dir, root, sizeof root);
-    if (mkdir(root, 0755) != 0 && errno != EEXIST)
-        return dt_error_set(DT_ERR_IO, "%s: cannot create directory: %s", root, strerror(errno));
+    if (mkdir(root, 0755) == 0) DT_TRY(fsync_path(run_dir, 1)); /* checkpoints/ itself must survive a crash */
+    else if (errno != EEXIST) return dt_error_set(DT_ERR_IO, "%s: cannot create directory: %s", root, strerror(errno));
     snprintf(tmp, sizeof tmp, "%s/.tmp-step_%08ld.%ld", root, s->step, (long)getpid());
     step_dir(root, s->step, final, sizeof final);
     remove_dir(tmp); /* a leftover of this pid (after a failed save) */
@@ -259,19 +259,30 @@ dt_status dt_ckpt_save(const char *run_dir, dt_model *m, dt_optim *o, const dt_c
     if ((st = write_manifest(tmp, s)) != DT_OK) goto fail;
     if ((st = fsync_path(tmp, 1)) != DT_OK) goto fail;
 
-    /* an older checkpoint of the same step (a run restarted before it) is replaced only
-     * once the new one is complete */
+    /* an older checkpoint of the same step (a run restarted before it) is replaced only once
+     * the new one is complete: swapped in one atomic step where the file system can, else
+     * moved aside first (a crash in between leaves it as .old-step_N, which prune keeps
+     * while step_N is missing) */
     struct stat sb;
     char old[PATH_LEN + 96] = "";
     if (stat(final, &sb) == 0) {
-        snprintf(old, sizeof old, "%s/.old-step_%08ld.%ld", root, s->step, (long)getpid());
-        remove_dir(old);
-        if (rename(final, old) != 0) {
-            st = dt_error_set(DT_ERR_IO, "%s: cannot move the previous checkpoint aside: %s", final, strerror(errno));
-            goto fail;
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+            snprintf(old, sizeof old, "%s", tmp); /* now holds the previous checkpoint */
+        } else {
+            snprintf(old, sizeof old, "%s/.old-step_%08ld.%ld", root, s->step, (long)getpid());
+            remove_dir(old);
+            if (rename(final, old) != 0) {
+                st = dt_error_set(DT_ERR_IO, "%s: cannot move the previous checkpoint aside: %s", final, strerror(errno));
+                goto fail;
+            }
+            if (rename(tmp, final) != 0) {
+                st = dt_error_set(DT_ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+                rename(old, final); /* put the previous one back */
+                old[0] = '\0';
+                goto fail;
+            }
         }
-    }
-    if (rename(tmp, final) != 0) {
+    } else if (rename(tmp, final) != 0) {
         st = dt_error_set(DT_ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
         goto fail;
     }
@@ -297,15 +308,24 @@ dt_status dt_ckpt_prune(const char *run_dir, int keep_last) {
         if (st == DT_OK) st = r;
     }
     free(steps);
-    /* leftovers of writers that died mid-save: never a complete checkpoint */
+    /* leftovers of writers that died mid-save: .tmp-* never became a checkpoint; .old-* is
+     * a replaced one, kept only while its step_N is missing (a crash between the renames) */
     DIR *d = opendir(root);
     if (d) {
         struct dirent *e;
-        while ((e = readdir(d)) != NULL)
-            if (strncmp(e->d_name, ".tmp-step_", 10) == 0 || strncmp(e->d_name, ".old-step_", 10) == 0) {
-                snprintf(p, sizeof p, "%s/%s", root, e->d_name);
-                remove_dir(p);
+        while ((e = readdir(d)) != NULL) {
+            int tmp = strncmp(e->d_name, ".tmp-step_", 10) == 0, old = strncmp(e->d_name, ".old-step_", 10) == 0;
+            if (!tmp && !old) continue;
+            if (old) {
+                char sd[PATH_LEN + 300];
+                snprintf(sd, sizeof sd, "%s/%s", root, e->d_name + 5); /* "step_NNNNNNNN.PID" */
+                char *dot = strrchr(sd, '.');
+                if (dot) *dot = '\0';
+                if (access(sd, F_OK) != 0) continue;
             }
+            snprintf(p, sizeof p, "%s/%s", root, e->d_name);
+            remove_dir(p);
+        }
         closedir(d);
     }
     return st;
@@ -498,14 +518,18 @@ dt_status dt_ckpt_load(const char *dir, dt_model *m, dt_optim *o) {
     return load_optimizer(p, m, o);
 }
 
-dt_status dt_ckpt_set_aside(const char *run_dir, char *moved_to, size_t n) {
+dt_status dt_ckpt_set_aside(const char *run_dir, long after_step, char *moved_to, size_t n) {
     if (n) moved_to[0] = '\0';
     char root[PATH_LEN];
     root_dir(run_dir, root, sizeof root);
     int count;
     long *steps = list_steps(root, &count);
-    free(steps);
-    if (count == 0) return DT_OK;
+    int moving = 0;
+    for (int i = 0; i < count; i++) moving += steps[i] > after_step;
+    if (moving == 0) {
+        free(steps);
+        return DT_OK;
+    }
     char stamp[32], dst[PATH_LEN + 64];
     time_t now = time(NULL);
     struct tm tm;
@@ -513,8 +537,24 @@ dt_status dt_ckpt_set_aside(const char *run_dir, char *moved_to, size_t n) {
     strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
     snprintf(dst, sizeof dst, "%s.prev-%s", root, stamp);
     for (int k = 1; access(dst, F_OK) == 0 && k < 100; k++) snprintf(dst, sizeof dst, "%s.prev-%s.%d", root, stamp, k);
-    if (rename(root, dst) != 0)
-        return dt_error_set(DT_ERR_IO, "cannot move %s aside to %s: %s", root, dst, strerror(errno));
-    snprintf(moved_to, n, "%s", dst);
-    return DT_OK;
+    dt_status st = DT_OK;
+    if (after_step < 0) { /* all of it */
+        if (rename(root, dst) != 0)
+            st = dt_error_set(DT_ERR_IO, "cannot move %s aside to %s: %s", root, dst, strerror(errno));
+    } else if (mkdir(dst, 0755) != 0) {
+        st = dt_error_set(DT_ERR_IO, "%s: cannot create directory: %s", dst, strerror(errno));
+    } else {
+        for (int i = 0; i < count && st == DT_OK; i++) {
+            if (steps[i] <= after_step) continue;
+            char from[PATH_LEN + 64], to[PATH_LEN + 128];
+            step_dir(root, steps[i], from, sizeof from);
+            snprintf(to, sizeof to, "%s/step_%08ld", dst, steps[i]);
+            if (rename(from, to) != 0)
+                st = dt_error_set(DT_ERR_IO, "cannot move %s aside to %s: %s", from, to, strerror(errno));
+        }
+        if (st == DT_OK) st = fsync_path(root, 1);
+    }
+    free(steps);
+    if (st == DT_OK && n) snprintf(moved_to, n, "%s", dst);
+    return st;
 }

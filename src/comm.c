@@ -24,6 +24,7 @@ struct dt_comm_req {
     size_t n;           /* all-reduce: floats; broadcast / all-gather: bytes */
     dt_reduce_op op;
     int root;
+    double timeout_s;   /* barrier: its own deadline (0: the backend's) */
     int done;           /* under c->mu */
     dt_status st;
     char msg[1024];
@@ -60,7 +61,7 @@ static dt_status run_request(dt_comm *c, dt_comm_req *r) {
     case REQ_ALLREDUCE: return c->be->allreduce(c->ctx, (float *)r->buf, r->n, r->op);
     case REQ_BROADCAST: return c->be->broadcast(c->ctx, r->buf, r->n, r->root);
     case REQ_ALLGATHER: return c->be->allgather(c->ctx, r->in, r->n, r->buf);
-    case REQ_BARRIER: return c->be->barrier(c->ctx);
+    case REQ_BARRIER: return c->be->barrier(c->ctx, r->timeout_s);
     }
     return dt_error_set(DT_ERR_INTERNAL, "comm: unknown request kind %d", r->kind);
 }
@@ -258,7 +259,9 @@ dt_status dt_comm_allgather(dt_comm *c, const void *in, size_t bytes, void *out)
     return start_wait(c, &t);
 }
 
-dt_status dt_comm_barrier(dt_comm *c) {
-    dt_comm_req t = {.kind = REQ_BARRIER};
+dt_status dt_comm_barrier(dt_comm *c) { return dt_comm_barrier_timeout(c, 0); }
+
+dt_status dt_comm_barrier_timeout(dt_comm *c, double timeout_s) {
+    dt_comm_req t = {.kind = REQ_BARRIER, .timeout_s = timeout_s > 0 ? timeout_s : 0};
     return start_wait(c, &t);
 }

@@ -176,6 +176,7 @@ typedef struct {
     dt_shm_world *w;
     int rank, world;
     double timeout_s;
+    int custom_deadline;      /* this wait has its own deadline, not training.collective_timeout_s */
     double spin_s;
     int break_allreduce; /* the test switch, see the top of the file */
     uint64_t seq[OP_KINDS];
@@ -245,8 +246,9 @@ static dt_status barrier_timeout(shm_ctx *x, uint32_t g, int *retry) {
     double t10 = x->timeout_s * 10;
     dt_error_set(DT_ERR_DEVICE,
                  "collective timeout: %s on rank %d waited %.*f s for rank(s) %s (hint: a worker is stuck or "
-                 "stopped; training.collective_timeout_s sets the deadline)",
-                 what, x->rank, t10 == (double)(long long)t10 ? 1 : 3, x->timeout_s, list);
+                 "stopped%s)",
+                 what, x->rank, t10 == (double)(long long)t10 ? 1 : 3, x->timeout_s, list,
+                 x->custom_deadline ? "" : "; training.collective_timeout_s sets the deadline");
     return fail_world(x, DT_ERR_DEVICE);
 }
 
@@ -451,10 +453,19 @@ static dt_status shm_allgather(void *vctx, const void *in, size_t bytes, void *o
     return DT_OK;
 }
 
-static dt_status shm_barrier(void *vctx) {
+static dt_status shm_barrier(void *vctx, double timeout_s) {
     shm_ctx *x = vctx;
     DT_TRY(begin(x, OP_BARRIER, 0, -1));
-    return x->world == 1 ? DT_OK : barrier_first(x);
+    if (x->world == 1) return DT_OK;
+    double saved = x->timeout_s;
+    if (timeout_s > 0) {
+        x->timeout_s = timeout_s;
+        x->custom_deadline = 1;
+    }
+    dt_status st = barrier_first(x);
+    x->timeout_s = saved;
+    x->custom_deadline = 0;
+    return st;
 }
 
 static void shm_free(void *vctx) { free(vctx); }

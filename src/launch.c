@@ -35,7 +35,7 @@ typedef struct rank_slot {
 
 /* the block every worker shares with the launcher */
 typedef struct shared_block {
-    volatile int stop;      /* preemption requested */
+    volatile int stop;      /* preemption requested: the signal that asked for it */
     char note[1024];        /* rank 0's note of a clean stop */
     rank_slot slots[];      /* (world) */
 } shared_block;
@@ -46,6 +46,12 @@ static volatile sig_atomic_t g_signals; /* how many */
 static void on_signal(int sig) {
     if (!g_signal) g_signal = sig;
     g_signals++;
+}
+
+static volatile int *g_child_stop; /* in a worker: the shared stop flag */
+
+static void on_child_signal(int sig) {
+    if (g_child_stop) *g_child_stop = sig;
 }
 
 static double now_s(void) {
@@ -78,8 +84,21 @@ static void child_main(const dt_launch_cfg *cfg, int rank, int attempt, pid_t pa
     char name[16];
     snprintf(name, sizeof name, "dtrain-r%d", rank);
     prctl(PR_SET_NAME, name);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    if (cfg->clean_stop) {
+        /* the first SIGINT/SIGTERM (e.g. Ctrl-C to the process group) asks every worker to
+         * stop cleanly; SA_RESETHAND: a second one kills */
+        g_child_stop = &shared->stop;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_child_signal;
+        sa.sa_flags = SA_RESETHAND | SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+    } else {
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+    }
 
     char log[1200];
     log_path(cfg, rank, log, sizeof log);
@@ -189,6 +208,29 @@ static dt_status run_attempt(const dt_launch_cfg *cfg, int attempt, shared_block
     }
 
     while (alive > 0) {
+        /* signals first: an exit they caused must not count as a failure */
+        if (g_signals > seen_signals) {
+            seen_signals = g_signals;
+            out->final = 1;
+            if (seen_signals == 1 && failed_rank < 0 && cfg->clean_stop) {
+                /* preemption: every worker finishes its step, checkpoints and exits 0 */
+                shared->stop = g_signal;
+                preempt_deadline = now_s() + cfg->timeout_s + 30.0;
+                fprintf(stderr,
+                        "dtrain: SIG%s: stopping after the current step with a checkpoint (send it again to stop at once)\n",
+                        sigabbrev_np(g_signal));
+            } else if (failed_rank < 0 || seen_signals > 1) {
+                snprintf(msg, msg_n, "interrupted by SIG%s%s: stopped %d worker(s) at once", sigabbrev_np(g_signal),
+                         seen_signals > 1 ? " twice" : "", n);
+                st = DT_ERR_INTERRUPTED;
+                unclean = 1;
+                preempt_deadline = 0;
+                dt_shm_world_abort(world, "the launcher was interrupted");
+                signal_all(kids, n, cfg->clean_stop ? SIGKILL : g_signal);
+                signal_all(kids, n, SIGCONT);
+                stop_deadline = now_s() + (cfg->clean_stop ? 3600 : GRACE_S);
+            }
+        }
         int status;
         pid_t pid = waitpid(-1, &status, WNOHANG);
         if (pid > 0) {
@@ -199,7 +241,8 @@ static dt_status run_attempt(const dt_launch_cfg *cfg, int attempt, shared_block
             alive--;
             int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
             if (!ok && seen_signals) unclean = 1;
-            if (!ok && failed_rank < 0 && !seen_signals) {
+            if (!ok && failed_rank < 0 && (!seen_signals || preempt_deadline > 0)) {
+                /* a failure (also one while stopping cleanly): stop everyone, keep its cause */
                 failed_rank = r;
                 char how[128], log[1200];
                 describe_exit(status, how, sizeof how);
@@ -210,10 +253,14 @@ static dt_status run_attempt(const dt_launch_cfg *cfg, int attempt, shared_block
                     if (n > 1) snprintf(msg, msg_n, "rank %d: %s%s", r, shared->slots[r].msg, see);
                     else snprintf(msg, msg_n, "%s", shared->slots[r].msg);
                     st = WEXITSTATUS(status) == 2 ? DT_ERR_CONFIG : DT_ERR_INTERNAL;
-                    out->final = WEXITSTATUS(status) == 2;
+                    if (WEXITSTATUS(status) == 2) out->final = 1;
                 } else {
                     snprintf(msg, msg_n, "worker rank %d %s during %s%s", r, how, cfg->what, see);
                     st = DT_ERR_INTERNAL;
+                }
+                if (preempt_deadline > 0) { /* no restart when asked to stop */
+                    out->final = 1;
+                    preempt_deadline = 0;
                 }
                 char why[160];
                 snprintf(why, sizeof why, "rank %d %s", r, how);
@@ -228,28 +275,6 @@ static dt_status run_attempt(const dt_launch_cfg *cfg, int attempt, shared_block
             st = dt_error_set(DT_ERR_INTERNAL, "waitpid: %s", strerror(errno));
             snprintf(msg, msg_n, "%s", dt_error_msg());
             break;
-        }
-        if (g_signals > seen_signals) {
-            seen_signals = g_signals;
-            out->final = 1;
-            if (seen_signals == 1 && failed_rank < 0) {
-                /* preemption: every worker finishes its step, checkpoints and exits 0 */
-                shared->stop = 1;
-                preempt_deadline = now_s() + cfg->timeout_s + 30.0;
-                char line[200];
-                snprintf(line, sizeof line,
-                         "dtrain: SIG%s: stopping after the current step with a checkpoint (send it again to stop at once)",
-                         sigabbrev_np(g_signal));
-                fprintf(stderr, "%s\n", line);
-            } else {
-                snprintf(msg, msg_n, "interrupted by SIG%s %s: stopped %d worker(s) at once", sigabbrev_np(g_signal),
-                         seen_signals > 1 ? "twice" : "while stopping after a failure", n);
-                st = DT_ERR_INTERRUPTED;
-                unclean = 1;
-                dt_shm_world_abort(world, "the launcher was interrupted");
-                signal_all(kids, n, SIGKILL);
-                stop_deadline = now_s() + 3600;
-            }
         }
         if (preempt_deadline > 0 && now_s() > preempt_deadline) {
             snprintf(msg, msg_n, "workers did not stop within %.0f s of SIG%s: killed them", cfg->timeout_s + 30.0,
@@ -314,23 +339,18 @@ dt_status dt_launch_run(const dt_launch_cfg *cfg, dt_launch_fn fn, void *arg, dt
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
 
-    static char causes[8192];
-    size_t cl = 0;
-    causes[0] = '\0';
     attempt_out out;
     dt_status st;
+    int waiting_stopped = 0; /* a signal came while waiting to restart */
     for (int attempt = 0;; attempt++) {
         st = run_attempt(cfg, attempt, shared, fn, arg, &out);
-        if (st == DT_OK) break;
-        if (cl < sizeof causes)
-            cl += (size_t)snprintf(causes + cl, sizeof causes - cl, "%s  attempt %d: %s", cl ? "\n" : "", attempt + 1,
-                                   out.msg[0] ? out.msg : dt_error_msg());
-        if (out.final || st == DT_ERR_INTERRUPTED || attempt >= cfg->max_restarts) break;
+        if (st == DT_OK || out.final || st == DT_ERR_INTERRUPTED || attempt >= cfg->max_restarts) break;
         double delay = cfg->backoff_s;
         for (int k = 0; k < attempt && delay < DT_LAUNCH_BACKOFF_MAX_S; k++) delay *= 2;
         if (delay > DT_LAUNCH_BACKOFF_MAX_S) delay = DT_LAUNCH_BACKOFF_MAX_S;
         char line[MSG_LEN + 512];
-        snprintf(line, sizeof line, "%s failed: %s", cfg->what, out.msg[0] ? out.msg : dt_error_msg());
+        snprintf(line, sizeof line, "%s failed (attempt %d): %s", cfg->what, attempt + 1,
+                 out.msg[0] ? out.msg : dt_error_msg());
         supervisor_say(cfg, line);
         snprintf(line, sizeof line, "restart %d of %d in %.1f s: all %d worker(s) resume from the last checkpoint",
                  attempt + 1, cfg->max_restarts, delay, n);
@@ -341,26 +361,40 @@ dt_status dt_launch_run(const dt_launch_cfg *cfg, dt_launch_fn fn, void *arg, dt
             struct timespec ts = {0, POLL_NS};
             nanosleep(&ts, NULL);
         }
-        if (g_signals) {
-            snprintf(out.msg, sizeof out.msg, "interrupted by SIG%s while waiting to restart (the last checkpoint is kept)",
-                     sigabbrev_np(g_signal));
-            st = DT_ERR_INTERRUPTED;
+        if (g_signals) { /* nothing runs: the last checkpoint is where a rerun continues */
+            waiting_stopped = 1;
             break;
         }
     }
-    if (st == DT_OK && g_signals) {
+    if (waiting_stopped) {
+        st = cfg->clean_stop ? DT_OK : DT_ERR_INTERRUPTED;
         res->stopped_by = g_signal;
+        snprintf(res->note, sizeof res->note,
+                 "stopped while waiting to restart after a failure (a rerun continues from the last checkpoint)");
+        if (st != DT_OK)
+            snprintf(out.msg, sizeof out.msg, "interrupted by SIG%s while waiting to restart", sigabbrev_np(g_signal));
+    } else if (st == DT_OK && (g_signals || shared->stop)) { /* signalled: the launcher, or workers only */
+        res->stopped_by = g_signals ? g_signal : shared->stop;
         snprintf(res->note, sizeof res->note, "%s", shared->note);
+    } else if (st != DT_OK && res->restarts > 0 && st != DT_ERR_INTERRUPTED) {
+        /* the earlier causes were printed before each restart; the last one ends the message */
+        char line[MSG_LEN + 512];
+        snprintf(line, sizeof line, "%s failed (attempt %d): %s", cfg->what, res->restarts + 1, out.msg);
+        supervisor_say(cfg, line);
+        char last[MSG_LEN + 256];
+        snprintf(last, sizeof last, "%s", out.msg);
+        if (out.final)
+            snprintf(out.msg, sizeof out.msg, "%s (after %d restart%s; not retried: a config or data error)", last,
+                     res->restarts, res->restarts > 1 ? "s" : "");
+        else
+            snprintf(out.msg, sizeof out.msg,
+                     "%s failed %d times, giving up (fault_tolerance.max_restarts: %d; each cause is above); the last: %s",
+                     cfg->what, res->restarts + 1, cfg->max_restarts, last);
     }
 
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     munmap(shared, shared_bytes);
-    if (st != DT_OK) {
-        if (res->restarts > 0 && st != DT_ERR_INTERRUPTED)
-            dt_error_set(st, "%s failed %d times (fault_tolerance.max_restarts: %d); the causes:\n%s", cfg->what,
-                         res->restarts + 1, cfg->max_restarts, causes);
-        else if (out.msg[0]) dt_error_set(st, "%s", out.msg);
-    }
+    if (st != DT_OK && out.msg[0]) dt_error_set(st, "%s", out.msg);
     return st;
 }

@@ -169,13 +169,19 @@ static int cmd_train(const cli *c) {
     train_arg arg = {&cfg, {.quiet = c->quiet, .progress = c->progress}};
     dt_launch_cfg lc = {.world = cfg.training.num_workers, .timeout_s = cfg.training.collective_timeout_s,
                         .log_dir = cfg.run.dir, .what = "training",
-                        .max_restarts = cfg.fault_tolerance.max_restarts, .backoff_s = cfg.fault_tolerance.backoff_s};
+                        .max_restarts = cfg.fault_tolerance.max_restarts, .backoff_s = cfg.fault_tolerance.backoff_s,
+                        .clean_stop = 1};
     dt_launch_result res;
     st = dt_launch_run(&lc, train_worker, &arg, &res);
     if (st != DT_OK) return fail(st);
     if (res.stopped_by && res.note[0]) {
         fprintf(stderr, "dtrain: SIG%s: %s\n", sigabbrev_np(res.stopped_by), res.note);
-        fprintf(stderr, "dtrain: to resume, run the same command again (checkpoint.resume: auto continues from it)\n");
+        if (cfg.checkpoint.resume == DT_RESUME_AUTO)
+            fprintf(stderr, "dtrain: to resume, run the same command again (checkpoint.resume: auto continues from it)\n");
+        else
+            fprintf(stderr, "dtrain: to resume, run the same command with --set checkpoint.resume=auto (checkpoint.resume "
+                            "is %s here, which would not continue from it)\n",
+                    cfg.checkpoint.resume == DT_RESUME_NEVER ? "never" : "a path");
     } else if (res.stopped_by) {
         fprintf(stderr, "dtrain: SIG%s arrived as the run finished: nothing to resume\n", sigabbrev_np(res.stopped_by));
     }

@@ -12,8 +12,8 @@
 #include <errno.h>
 #include <stdint.h>
 #include <zlib.h>
+#include <limits.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,7 +216,7 @@ dt_status dt_worker_prepare_run_dir(const dt_config *c) {
     DT_TRY(mkdir_p(c->run.dir));
     if (c->checkpoint.resume == DT_RESUME_NEVER) {
         char moved[DT_PATH_MAX + 128];
-        DT_TRY(dt_ckpt_set_aside(c->run.dir, moved, sizeof moved));
+        DT_TRY(dt_ckpt_set_aside(c->run.dir, -1, moved, sizeof moved));
         if (moved[0]) printf("checkpoint.resume is never: moved the earlier checkpoints aside to %s\n", moved);
     }
     return write_resolved_config(c);
@@ -282,14 +282,8 @@ static dt_status check_replicas(run *r, long step) {
                         step, list, best_count, all[best]);
 }
 
-/* ---- stopping cleanly (preemption) ---- */
-
-static volatile sig_atomic_t g_stop_signal;
-
-/* SA_RESETHAND: the first SIGINT/SIGTERM asks for a clean stop, a second one kills */
-static void on_stop_signal(int sig) { g_stop_signal = sig; }
-
-static int stop_requested(const dt_worker_opts *o) { return g_stop_signal || (o && o->stop && *o->stop); }
+/* a clean stop was asked for (the launcher's shared flag, set on SIGINT/SIGTERM) */
+static int stop_requested(const dt_worker_opts *o) { return o && o->stop && *o->stop; }
 
 /* ---- resume ---- */
 
@@ -330,6 +324,29 @@ static dt_status find_resume(run *r, int attempt, char *dir, size_t n, dt_ckpt_s
     return DT_OK;
 }
 
+/* One history per run directory: checkpoints newer than the resume point (broken ones the
+ * search skipped, or a future the user rolled back from), or all of them when the run
+ * resumed from another directory, move aside (nothing is deleted), so that a restart never
+ * picks them up and keep_last never counts them. */
+static dt_status set_aside_other_history(run *r, const dt_ckpt_state *resumed_from, const char *ckpt_dir) {
+    const dt_config *c = r->cfg;
+    long after = resumed_from ? resumed_from->step : 0;
+    if (resumed_from) {
+        char root[DT_PATH_MAX + 32], a[PATH_MAX], b[PATH_MAX];
+        snprintf(root, sizeof root, "%s/checkpoints", c->run.dir);
+        size_t k = realpath(root, a) ? strlen(a) : 0;
+        int inside = k && realpath(ckpt_dir, b) && strncmp(a, b, k) == 0 && b[k] == '/';
+        if (!inside) after = -1;
+    }
+    char moved[DT_PATH_MAX + 128];
+    DT_TRY(dt_ckpt_set_aside(c->run.dir, after, moved, sizeof moved));
+    if (moved[0])
+        dt_metrics_info(r->metrics, "moved checkpoints %s aside to %s (nothing deleted)",
+                        after < 0 ? "of this run directory (resuming from another one)" : "newer than the resume point",
+                        moved);
+    return DT_OK;
+}
+
 /* Says what changed since the checkpoint (the config it saved vs now). */
 static void report_config_change(run *r, const char *dir, const dt_ckpt_state *s) {
     const dt_config *c = r->cfg;
@@ -347,6 +364,7 @@ static void report_config_change(run *r, const char *dir, const dt_ckpt_state *s
 
 /* Rank 0 writes the checkpoint of `step` and prunes old ones; the others wait for it, so
  * that every rank agrees the checkpoint exists before anyone moves on. */
+#define CKPT_WAIT_S 1800.0
 static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, long step, long epoch, size_t cursor,
                                  char *dir, size_t n) {
     const dt_config *c = r->cfg;
@@ -359,11 +377,15 @@ static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, lon
             .model = *dt_model_config(r->model),
         };
         DT_TRY(dt_ckpt_save(c->run.dir, r->model, r->optim, &s, c, dir, n));
-        DT_TRY(dt_ckpt_prune(c->run.dir, c->checkpoint.keep_last));
         dt_metrics_info(r->metrics, "checkpoint: %s (%.2f s)", dir, (now_ms() - t0) / 1e3);
+        if (dt_ckpt_prune(c->run.dir, c->checkpoint.keep_last) != DT_OK) /* the new one is safe: go on */
+            dt_metrics_info(r->metrics, "warning: could not delete an old checkpoint: %s", dt_error_msg());
         DT_TRY(dt_fault_after_checkpoint(fault, attempt, step, dir));
+    } else {
+        snprintf(dir, n, "%s/checkpoints/step_%08ld (written by rank 0)", c->run.dir, step);
     }
-    if (r->world > 1) DT_TRY(dt_comm_barrier(r->comm));
+    /* the others wait for rank 0's disk, not for a collective: a deadline of its own */
+    if (r->world > 1) DT_TRY(dt_comm_barrier_timeout(r->comm, fmax(c->training.collective_timeout_s, CKPT_WAIT_S)));
     return DT_OK;
 }
 
@@ -380,14 +402,6 @@ static FILE *open_sample_log(int rank) {
 dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_comm *comm) {
     run r;
     FILE *sample_log = NULL;
-    struct sigaction sa, old_int, old_term;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    g_stop_signal = 0;
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
     const int attempt = opts ? opts->attempt : 0;
     dt_fault fault;
     dt_status st = dt_fault_from_env(&fault);
@@ -426,6 +440,7 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
     int resumed = 0;
     if ((st = find_resume(&r, attempt, ckpt_dir, sizeof ckpt_dir, &cs, &resumed)) != DT_OK) goto done;
     if (resumed && (st = dt_ckpt_check_shape(&cs, dt_model_config(r.model), ckpt_dir)) != DT_OK) goto done;
+    if (rank == 0 && (st = set_aside_other_history(&r, resumed ? &cs : NULL, ckpt_dir)) != DT_OK) goto done;
     long step = resumed ? cs.step : 0, epoch = resumed ? cs.epoch : 0;
     size_t cursor = resumed ? cs.cursor : 0;
     const size_t n_train = dt_dataset_size(r.train);
@@ -573,7 +588,7 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
             if ((st = check_replicas(&r, step)) != DT_OK) goto done;
         }
         int last = step == total;
-        if (r.val && !stop && (last || (c->eval.every_steps > 0 && step % c->eval.every_steps == 0))) {
+        if (r.val && (!stop || last) && (last || (c->eval.every_steps > 0 && step % c->eval.every_steps == 0))) {
             if ((st = evaluate(&r, step, &last_eval)) != DT_OK) goto done;
             eval_ms += last_eval.eval_ms;
             have_eval = 1;
@@ -615,8 +630,6 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
 done:
     if (sample_log) fclose(sample_log);
     run_free(&r);
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
     return st;
 }
 

@@ -230,11 +230,17 @@ static void test_damage(dt_config *cfg) {
 
     /* set_aside moves the whole directory; nothing is deleted */
     char moved[2048];
-    CHECK(dt_ckpt_set_aside(run, moved, sizeof moved) == DT_OK);
+    CHECK(dt_ckpt_set_aside(run, 45, moved, sizeof moved) == DT_OK); /* only the newer ones */
     CHECK_STR_CONTAINS(moved, "/dmg/checkpoints.prev-");
-    CHECK_INT_EQ(count_entries(moved), 2);
+    CHECK_INT_EQ(count_entries(moved), 1);
+    CHECK(access(dirs[3], F_OK) == 0 && access(dirs[4], F_OK) != 0);
+    CHECK(dt_ckpt_set_aside(run, 45, moved, sizeof moved) == DT_OK);
+    CHECK_STR_EQ(moved, ""); /* nothing newer left */
+    CHECK(dt_ckpt_set_aside(run, -1, moved, sizeof moved) == DT_OK); /* all of it */
+    CHECK_STR_CONTAINS(moved, "/dmg/checkpoints.prev-");
+    CHECK_INT_EQ(count_entries(moved), 1);
     CHECK(access(p, F_OK) != 0);
-    CHECK(dt_ckpt_set_aside(run, moved, sizeof moved) == DT_OK);
+    CHECK(dt_ckpt_set_aside(run, -1, moved, sizeof moved) == DT_OK);
     CHECK_STR_EQ(moved, ""); /* nothing left to move */
     fixture_free(&a);
 }

@@ -180,9 +180,10 @@ static void test_restarts_exhausted(void) {
     CHECK_INT_EQ(run("exhaust", "exhaust", sets), 1);
     unsetenv("DTRAIN_FAULT");
     CHECK_INT_EQ(count_occurrences(err_text, "restart 1 of 1 in 0.1 s"), 1);
-    CHECK_STR_CONTAINS(err_text, "training failed 2 times (fault_tolerance.max_restarts: 1); the causes:\n"
-                                 "  attempt 1: worker rank 0 exited with status 3 during training");
-    CHECK_STR_CONTAINS(err_text, "\n  attempt 2: worker rank 0 exited with status 3 during training");
+    CHECK_STR_CONTAINS(err_text, "dtrain: training failed (attempt 1): worker rank 0 exited with status 3 during training");
+    CHECK_STR_CONTAINS(err_text, "dtrain: training failed (attempt 2): worker rank 0 exited with status 3 during training");
+    CHECK_STR_CONTAINS(err_text, "dtrain: error: training failed 2 times, giving up (fault_tolerance.max_restarts: 1; "
+                                 "each cause is above); the last: worker rank 0 exited with status 3");
     /* a bad DTRAIN_FAULT is a usage error, not a crash to restart */
     setenv("DTRAIN_FAULT", "rank=0,step=3,kind=explode", 1);
     CHECK_INT_EQ(run("badfault", "badfault", sets), 2);
@@ -219,6 +220,49 @@ static void test_sigterm(void) {
     CHECK_STR_CONTAINS(out_text, "done: 10 steps");
 }
 
+static void test_signal_to_worker(void) {
+    /* a scheduler may signal the workers rather than dtrain: the same clean stop */
+    const char *const sets[] = {"training.max_steps=200000", "training.num_workers=2", "data.batch_size_per_worker=4",
+                                NULL};
+    pid_t pid = start("worker-term", "worker-term", sets);
+    pid_t r1 = 0;
+    for (int i = 0; i < 500 && !r1; i++) {
+        sleep_ms(20);
+        r1 = find_child(pid, "dtrain-r1");
+    }
+    CHECK(r1);
+    for (int i = 0; i < 1000 && last_logged_step("worker-term") < 10; i++) sleep_ms(20);
+    CHECK(kill(r1, SIGTERM) == 0);
+    CHECK_INT_EQ(wait_exit(pid, "worker-term"), 0);
+    CHECK_STR_CONTAINS(err_text, "dtrain: SIGTERM: stopped at step ");
+    long step = last_logged_step("worker-term");
+    char ckpt[1300];
+    snprintf(ckpt, sizeof ckpt, "%s/worker-term/checkpoints/step_%08ld", test_dir(), step);
+    CHECK_INT_EQ(trainer_step(ckpt), step);
+}
+
+static void test_signal_in_backoff(void) {
+    /* a failure, then SIGTERM while waiting 30 s to restart: a clean stop at once */
+    setenv("DTRAIN_FAULT", "rank=0,step=3,kind=exit", 1);
+    const char *const sets[] = {"fault_tolerance.backoff_s=30", "training.max_steps=50", NULL};
+    pid_t pid = start("backoff", "backoff", sets);
+    unsetenv("DTRAIN_FAULT");
+    char path[1300];
+    snprintf(path, sizeof path, "%s/backoff.err", test_dir());
+    for (int i = 0; i < 500 && !strstr(err_text, "restart 1 of 3 in 30.0 s"); i++) {
+        sleep_ms(20);
+        test_slurp(path, err_text, sizeof err_text);
+    }
+    CHECK_STR_CONTAINS(err_text, "restart 1 of 3 in 30.0 s");
+    CHECK(kill(pid, SIGTERM) == 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK_INT_EQ(wait_exit(pid, "backoff"), 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    CHECK((double)(t1.tv_sec - t0.tv_sec) < 5.0);
+    CHECK_STR_CONTAINS(err_text, "stopped while waiting to restart after a failure (a rerun continues from the last checkpoint)");
+}
+
 static void test_corrupt(void) {
     /* checkpoints at 10, 15, 20; the fault flips a byte of step 20's weights */
     setenv("DTRAIN_FAULT", "step=20,kind=corrupt-checkpoint", 1);
@@ -240,7 +284,17 @@ static void test_corrupt(void) {
     snprintf(want, sizeof want, "step_00000015/optimizer.safetensors: %ld bytes, the manifest says %ld", n / 2, n);
     CHECK_STR_CONTAINS(out_text, want);
     CHECK_STR_CONTAINS(out_text, "/corrupt/checkpoints/step_00000010: step 10");
+    /* the broken ones are moved aside, not resumed after a restart or counted by keep_last */
+    CHECK_STR_CONTAINS(out_text, "moved checkpoints newer than the resume point aside to ");
     check_same_weights("straight1", "corrupt");
+    char ckpts[1300];
+    snprintf(ckpts, sizeof ckpts, "%s/corrupt/checkpoints", test_dir());
+    CHECK_INT_EQ(count_dir(ckpts), 3); /* 10, and the new 15 and 20 */
+    for (int s = 10; s <= 20; s += 5) {
+        char d[1400];
+        snprintf(d, sizeof d, "%s/step_%08d", ckpts, s);
+        CHECK_INT_EQ(trainer_step(d), s);
+    }
 }
 
 static void test_elastic(void) {
@@ -351,6 +405,8 @@ int main(void) {
     test_hang_restart();
     test_restarts_exhausted();
     test_sigterm();
+    test_signal_to_worker();
+    test_signal_in_backoff();
     test_corrupt();
     test_elastic();
     test_shape_refused();

@@ -65,10 +65,12 @@ dt_status dt_ckpt_check_shape(const dt_ckpt_state *s, const dt_model_cfg *mc, co
 /* Loads the weights and the optimizer moments of a verified checkpoint. */
 dt_status dt_ckpt_load(const char *ckpt_dir, dt_model *m, dt_optim *o);
 
-/* Moves run_dir/checkpoints (when it holds any checkpoint) aside to
- * run_dir/checkpoints.prev-YYYYmmdd-HHMMSS so that a run with checkpoint.resume: never
- * starts clean without deleting anything. *moved_to (n bytes) receives the new name, or ""
- * when nothing was moved. */
-dt_status dt_ckpt_set_aside(const char *run_dir, char *moved_to, size_t n);
+/* Moves the checkpoints of run_dir with a step > after_step (all of them when after_step < 0)
+ * aside into run_dir/checkpoints.prev-YYYYmmdd-HHMMSS, deleting nothing: for a fresh start
+ * (checkpoint.resume: never), and so that checkpoints newer than the one a run resumed from
+ * (broken ones, or a history the user rolled back from) are neither resumed after a restart
+ * nor counted by keep_last. *moved_to (n bytes) receives the directory, or "" when nothing
+ * was moved. */
+dt_status dt_ckpt_set_aside(const char *run_dir, long after_step, char *moved_to, size_t n);
 
 #endif

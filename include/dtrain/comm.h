@@ -56,6 +56,9 @@ dt_status dt_comm_broadcast(dt_comm *c, void *buf, size_t bytes, int root);
 /* out(world * bytes): rank r's `in` at out + r * bytes, on every rank. */
 dt_status dt_comm_allgather(dt_comm *c, const void *in, size_t bytes, void *out);
 dt_status dt_comm_barrier(dt_comm *c);
+/* A barrier with its own deadline (> 0), for waits that are long by nature (e.g. while
+ * rank 0 writes a checkpoint); 0 means the communicator's deadline. */
+dt_status dt_comm_barrier_timeout(dt_comm *c, double timeout_s);
 
 /* ---- backend interface: for src/comm_<backend>.c only, never for callers ----
  * A backend is a table of blocking collectives. They all run on the communicator's own
@@ -67,7 +70,7 @@ typedef struct dt_comm_backend_ops {
     dt_status (*allreduce)(void *ctx, float *buf, size_t n, dt_reduce_op op);
     dt_status (*broadcast)(void *ctx, void *buf, size_t bytes, int root);
     dt_status (*allgather)(void *ctx, const void *in, size_t bytes, void *out);
-    dt_status (*barrier)(void *ctx);
+    dt_status (*barrier)(void *ctx, double timeout_s); /* timeout_s 0: the communicator's deadline */
     void (*free)(void *ctx);
 } dt_comm_backend_ops;
 /* Makes the communicator and starts its thread. Takes ownership of `ctx` (freed with

@@ -39,6 +39,8 @@ typedef struct dt_launch_cfg {
     const char *what;       /* for messages: "training", "doctor" */
     int max_restarts;       /* restarts of all workers after a failure (0: none) */
     double backoff_s;       /* wait before restart k: backoff_s * 2^(k-1), at most DT_LAUNCH_BACKOFF_MAX_S */
+    int clean_stop;         /* 1: the first SIGINT/SIGTERM asks the workers to stop cleanly (training);
+                               0: signals stop them at once (doctor) */
 } dt_launch_cfg;
 
 #define DT_LAUNCH_BACKOFF_MAX_S 60.0
@@ -53,15 +55,18 @@ typedef struct dt_launch_result {
  *
  * Failure: a worker that dies or exits non-zero stops the attempt. An exit status of 2
  * (bad config or data) is final; any other failure restarts every worker (ctx->attempt + 1)
- * after the backoff, up to max_restarts times. The result is the first failure of the last
- * attempt: DT_ERR_CONFIG-class when the worker exited 2 (its message, prefixed "rank N: "),
+ * after the backoff, up to max_restarts times, printing (stderr and log_dir/train.log) the
+ * cause of each failed attempt. The result is the first failure of the last attempt:
+ * DT_ERR_CONFIG-class when the worker exited 2 (its message, prefixed "rank N: "),
  * DT_ERR_INTERNAL otherwise with "rank N was killed by SIGKILL (log: DIR/rank-N.log)" or the
- * worker's message; after restarts, the cause of every attempt.
+ * worker's message.
  *
- * Preemption: the first SIGINT/SIGTERM to the launcher sets *ctx->stop in every worker,
- * which finish their step, checkpoint and exit 0: DT_OK with res->stopped_by set. If they
- * have not exited after timeout_s + 30 s, or on a second signal, they are killed at once:
- * DT_ERR_INTERRUPTED. `res` may be NULL. */
+ * Preemption (clean_stop): the first SIGINT/SIGTERM to the launcher or to a worker sets
+ * *ctx->stop in every worker, which finish their step, checkpoint and exit 0: DT_OK with
+ * res->stopped_by set and rank 0's note. A worker failing meanwhile stops all at once with its
+ * cause (no restart). If they have not exited after timeout_s + 30 s, or on a second signal,
+ * they are killed at once: DT_ERR_INTERRUPTED. A signal while waiting to restart is a clean
+ * stop too. `res` may be NULL. */
 dt_status dt_launch_run(const dt_launch_cfg *cfg, dt_launch_fn fn, void *arg, dt_launch_result *res);
 
 #endif
