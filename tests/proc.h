@@ -105,4 +105,18 @@ static inline void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
+/* Sends `sig` to `target`, waits for `pid` (tag: its output files) and returns its exit
+ * status; *seconds (may be NULL) receives the time from the signal to the exit. */
+static inline int signal_and_wait(pid_t target, int sig, pid_t pid, const char *tag, double *seconds) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK(kill(target, sig) == 0);
+    int rc = wait_exit(pid, tag);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    printf("%s: exited %.2f s after signal %d\n", tag, dt, sig);
+    if (seconds) *seconds = dt;
+    return rc;
+}
+
 #endif

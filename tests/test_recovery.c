@@ -198,9 +198,7 @@ static void test_sigterm(void) {
     pid_t pid = start("preempt", "preempt", sets);
     for (int i = 0; i < 1000 && last_logged_step("preempt") < 30; i++) sleep_ms(20);
     CHECK(last_logged_step("preempt") >= 30);
-    CHECK(kill(pid, SIGTERM) == 0);
-    int rc = wait_exit(pid, "preempt");
-    CHECK_INT_EQ(rc, 0);
+    CHECK_INT_EQ(signal_and_wait(pid, SIGTERM, pid, "preempt", NULL), 0);
     CHECK_STR_CONTAINS(err_text, "dtrain: SIGTERM: stopped at step ");
     CHECK_STR_CONTAINS(err_text, "to resume, run the same command again");
     long step = last_logged_step("preempt");
@@ -232,8 +230,7 @@ static void test_signal_to_worker(void) {
     }
     CHECK(r1);
     for (int i = 0; i < 1000 && last_logged_step("worker-term") < 10; i++) sleep_ms(20);
-    CHECK(kill(r1, SIGTERM) == 0);
-    CHECK_INT_EQ(wait_exit(pid, "worker-term"), 0);
+    CHECK_INT_EQ(signal_and_wait(r1, SIGTERM, pid, "worker-term", NULL), 0);
     CHECK_STR_CONTAINS(err_text, "dtrain: SIGTERM: stopped at step ");
     long step = last_logged_step("worker-term");
     char ckpt[1300];
@@ -254,12 +251,9 @@ static void test_signal_in_backoff(void) {
         test_slurp(path, err_text, sizeof err_text);
     }
     CHECK_STR_CONTAINS(err_text, "restart 1 of 3 in 30.0 s");
-    CHECK(kill(pid, SIGTERM) == 0);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    CHECK_INT_EQ(wait_exit(pid, "backoff"), 0);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    CHECK((double)(t1.tv_sec - t0.tv_sec) < 5.0);
+    double dt;
+    CHECK_INT_EQ(signal_and_wait(pid, SIGTERM, pid, "backoff", &dt), 0);
+    CHECK(dt < 5.0);
     CHECK_STR_CONTAINS(err_text, "stopped while waiting to restart after a failure (a rerun continues from the last checkpoint)");
 }
 
@@ -364,13 +358,8 @@ static void test_second_sigint(void) {
     sleep_ms(300);
     int status;
     CHECK_INT_EQ(waitpid(pid, &status, WNOHANG), 0); /* still waiting for the stuck step */
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    CHECK(kill(pid, SIGINT) == 0);
-    int rc = wait_exit(pid, "sigint");
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    printf("second SIGINT: exited after %.2f s\n", dt);
+    double dt;
+    int rc = signal_and_wait(pid, SIGINT, pid, "sigint", &dt);
     CHECK_INT_EQ(rc, 1);
     CHECK_STR_CONTAINS(err_text, "interrupted by SIGINT twice");
     CHECK(dt < 5.0);
@@ -387,8 +376,7 @@ static void test_launcher_killed(void) {
         if (!r1) r1 = find_child(pid, "dtrain-r1");
     }
     CHECK(r0 && r1);
-    CHECK(kill(pid, SIGKILL) == 0);
-    CHECK_INT_EQ(wait_exit(pid, "orphans"), 128 + SIGKILL);
+    CHECK_INT_EQ(signal_and_wait(pid, SIGKILL, pid, "orphans", NULL), 128 + SIGKILL);
     int gone = 0;
     for (int i = 0; i < 250 && !gone; i++) { /* up to 5 s */
         gone = !running(r0) && !running(r1);
