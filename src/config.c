@@ -148,6 +148,7 @@ static const key_def keys[] = {
     SECTION("logging"),
     KEY("logging.every_steps", K_LONG, logging.every_steps, "10", GE(1)),
     KEY("logging.tensorboard", K_BOOL, logging.tensorboard, "true", ANY),
+    KEY("logging.monitor_every_s", K_DOUBLE, logging.monitor_every_s, "2.0", GT(0)),
 
     SECTION("fault_tolerance"),
     KEY("fault_tolerance.max_restarts", K_INT, fault_tolerance.max_restarts, "3", GE(0)),

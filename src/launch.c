@@ -10,6 +10,8 @@
  *          fn() -> message into the status block -> _exit(code). */
 #include "dtrain/launch.h"
 
+#include "dtrain/monitor.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -37,6 +39,7 @@ typedef struct rank_slot {
 typedef struct shared_block {
     volatile int stop;      /* preemption requested: the signal that asked for it */
     char note[1024];        /* rank 0's note of a clean stop */
+    dt_worker_slot stats[MAX_WORLD]; /* /proc samples of each worker, by the launcher */
     rank_slot slots[];      /* (world) */
 } shared_block;
 
@@ -121,7 +124,7 @@ static void child_main(const dt_launch_cfg *cfg, int rank, int attempt, pid_t pa
     append_log(log, line);
 
     dt_launch_ctx ctx = {.attempt = attempt, .stop = &shared->stop, .note = shared->note,
-                         .note_size = sizeof shared->note};
+                         .note_size = sizeof shared->note, .stats = shared->stats};
     dt_comm *comm = NULL;
     dt_status st = dt_comm_init_shm(&comm, world, rank, cfg->timeout_s);
     if (st == DT_OK) st = fn(arg, comm, &ctx);
@@ -158,6 +161,48 @@ static void describe_exit(int status, char *buf, size_t n) {
     }
 }
 
+/* A line on stderr and in log_dir/train.log. */
+static void supervisor_say(const dt_launch_cfg *cfg, const char *line) {
+    fprintf(stderr, "dtrain: %s\n", line);
+    if (!cfg->log_dir) return;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/train.log", cfg->log_dir);
+    append_log(path, line);
+}
+
+/* Every `interval` seconds: each live worker's CPU share and memory into its shared slot; a
+ * worker idle for two rounds in a row while the others work is called out once. */
+static void sample_workers(const dt_launch_cfg *cfg, double interval, shared_block *shared, const child *kids,
+                           double *cpu_prev, double *t_prev, int *idle_rounds, int *idle_said) {
+    const int n = cfg->world;
+    dt_worker_sample round[MAX_WORLD];
+    for (int r = 0; r < n; r++) {
+        dt_worker_sample w = dt_worker_slot_read(&shared->stats[r]);
+        double cpu_s, rss, peak;
+        double t = now_s();
+        if (kids[r].alive && dt_proc_read(kids[r].pid, &cpu_s, &rss, &peak) == DT_OK) {
+            w.pid = (long)kids[r].pid;
+            w.cpu_pct = w.samples && t > t_prev[r] ? 100.0 * (cpu_s - cpu_prev[r]) / (t - t_prev[r]) : 0.0;
+            t_prev[r] = t;
+            w.rss_mb = rss;
+            w.peak_rss_mb = peak > w.peak_rss_mb ? peak : w.peak_rss_mb;
+            w.samples++;
+            cpu_prev[r] = cpu_s;
+            dt_worker_slot_publish(&shared->stats[r], &w);
+        }
+        round[r] = w;
+    }
+    char msg[512];
+    int idle = dt_monitor_idle_rank(round, n, interval, msg, sizeof msg);
+    for (int r = 0; r < n; r++) idle_rounds[r] = r == idle ? idle_rounds[r] + 1 : 0;
+    if (idle >= 0 && idle_rounds[idle] >= 2 && !idle_said[idle]) {
+        idle_said[idle] = 1;
+        char line[600];
+        snprintf(line, sizeof line, "warning: %s", msg);
+        supervisor_say(cfg, line);
+    }
+}
+
 typedef struct attempt_out {
     int final;      /* do not restart: bad config/data (exit 2) or the user stopped the run */
     char msg[MSG_LEN + 256];
@@ -173,6 +218,10 @@ static dt_status run_attempt(const dt_launch_cfg *cfg, int attempt, shared_block
     DT_TRY(dt_shm_world_create(&world, n, 0));
     shared->stop = 0;
     shared->note[0] = '\0';
+    memset(shared->stats, 0, sizeof shared->stats);
+    const double interval = cfg->monitor_every_s > 0 ? cfg->monitor_every_s : 2.0;
+    double cpu_prev[MAX_WORLD] = {0}, t_prev[MAX_WORLD] = {0}, next_sample = now_s() + interval;
+    int idle_rounds[MAX_WORLD] = {0}, idle_said[MAX_WORLD] = {0};
     for (int r = 0; r < n; r++) {
         atomic_store(&shared->slots[r].has_msg, 0);
         shared->slots[r].msg[0] = '\0';
@@ -276,6 +325,10 @@ static dt_status run_attempt(const dt_launch_cfg *cfg, int attempt, shared_block
             snprintf(msg, msg_n, "%s", dt_error_msg());
             break;
         }
+        if (now_s() >= next_sample) {
+            sample_workers(cfg, interval, shared, kids, cpu_prev, t_prev, idle_rounds, idle_said);
+            next_sample = now_s() + interval;
+        }
         if (preempt_deadline > 0 && now_s() > preempt_deadline) {
             snprintf(msg, msg_n, "workers did not stop within %.0f s of SIG%s: killed them", cfg->timeout_s + 30.0,
                      sigabbrev_np(g_signal));
@@ -306,15 +359,6 @@ static dt_status run_attempt(const dt_launch_cfg *cfg, int attempt, shared_block
         st = DT_ERR_INTERRUPTED;
     }
     return st;
-}
-
-/* A line on stderr and in log_dir/train.log. */
-static void supervisor_say(const dt_launch_cfg *cfg, const char *line) {
-    fprintf(stderr, "dtrain: %s\n", line);
-    if (!cfg->log_dir) return;
-    char path[1200];
-    snprintf(path, sizeof path, "%s/train.log", cfg->log_dir);
-    append_log(path, line);
 }
 
 dt_status dt_launch_run(const dt_launch_cfg *cfg, dt_launch_fn fn, void *arg, dt_launch_result *res) {

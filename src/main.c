@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "dtrain/bench.h"
 #include "dtrain/config.h"
 #include "dtrain/data.h"
 #include "dtrain/device.h"
@@ -29,6 +30,7 @@ static const char *const usage_text =
     "  dtrain eval    --config FILE [--checkpoint DIR|FILE] [--set key.path=value]...\n"
     "  dtrain export  --checkpoint DIR|FILE --out model.safetensors\n"
     "  dtrain doctor  [--num-workers N] [--device cpu|cuda]\n"
+    "  dtrain bench   --config FILE --workers 1,2,4 [--steps K] [--set key.path=value]...\n"
     "  dtrain data tokenize --tokenizer bytes IN.txt OUT.bin\n"
     "  dtrain --help | --version\n"
     "\n"
@@ -49,6 +51,10 @@ static const char *const usage_text =
     "           with Hugging Face GPT-2 tensor names.\n"
     "doctor     lists CPUs and GPUs, runs the collective self-test with N worker processes (default 2)\n"
     "           and prints an all-reduce bandwidth table (algbw, busbw) next to memcpy bandwidth.\n"
+    "bench      runs the config once per worker count (same batch per worker; --steps K overrides\n"
+    "           training.max_steps) and prints train/eval time, throughput, speedup, scaling efficiency\n"
+    "           and the share of step time spent waiting for all-reduce; writes RUN_DIR/bench/bench.csv\n"
+    "           and bench.svg (throughput and efficiency against workers).\n"
     "data tokenize  turns a text file into an llm.c token shard, one token per byte.\n"
     "\n"
     "exit status: 0 success (also a clean stop on SIGTERM/SIGINT), 2 bad usage/config/data (the message\n"
@@ -68,7 +74,8 @@ static int usage_error(const char *fmt, const char *arg) {
 }
 
 typedef struct cli {
-    const char *config, *checkpoint, *out, *tokenizer, *device;
+    const char *config, *checkpoint, *out, *tokenizer, *device, *workers;
+    long steps;
     int num_workers;
     const char *overrides[MAX_OVERRIDES];
     int n_overrides;
@@ -85,6 +92,7 @@ static int parse_options(int argc, char **argv, cli *c) {
         {"out", required_argument, NULL, 'o'},      {"tokenizer", required_argument, NULL, 't'},
         {"help", no_argument, NULL, 'h'},           {"version", no_argument, NULL, 'V'},
         {"num-workers", required_argument, NULL, 'w'}, {"device", required_argument, NULL, 'd'},
+        {"workers", required_argument, NULL, 'W'},     {"steps", required_argument, NULL, 'S'},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -115,6 +123,14 @@ static int parse_options(int argc, char **argv, cli *c) {
             break;
         }
         case 'd': c->device = optarg; break;
+        case 'W': c->workers = optarg; break;
+        case 'S': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < 1) return usage_error("--steps: expected an integer >= 1, got \"%s\"", optarg);
+            c->steps = v;
+            break;
+        }
         case 'h': c->help = 1; break;
         case 'V': c->version = 1; break;
         case ':': return usage_error("option %s needs a value", argv[optind - 1]);
@@ -138,22 +154,6 @@ static void weights_path(const char *checkpoint, char *buf, size_t n) {
     else snprintf(buf, n, "%s", checkpoint);
 }
 
-typedef struct train_arg {
-    const dt_config *cfg;
-    dt_worker_opts opts;
-} train_arg;
-
-/* runs in each forked worker */
-static dt_status train_worker(void *arg, dt_comm *comm, const dt_launch_ctx *ctx) {
-    train_arg *a = arg;
-    dt_worker_opts o = a->opts;
-    o.attempt = ctx->attempt;
-    o.stop = ctx->stop;
-    o.note = ctx->note;
-    o.note_size = ctx->note_size;
-    return dt_worker_train(a->cfg, &o, comm);
-}
-
 static int cmd_train(const cli *c) {
     dt_config cfg;
     int rc = load_config(c, &cfg);
@@ -166,13 +166,9 @@ static int cmd_train(const cli *c) {
     dt_status st = dt_device_resolve(&cfg, &dev); /* before fork: a missing GPU is exit 2 */
     if (st == DT_OK) st = dt_worker_prepare_run_dir(&cfg);
     if (st != DT_OK) return fail(st);
-    train_arg arg = {&cfg, {.quiet = c->quiet, .progress = c->progress}};
-    dt_launch_cfg lc = {.world = cfg.training.num_workers, .timeout_s = cfg.training.collective_timeout_s,
-                        .log_dir = cfg.run.dir, .what = "training",
-                        .max_restarts = cfg.fault_tolerance.max_restarts, .backoff_s = cfg.fault_tolerance.backoff_s,
-                        .clean_stop = 1};
+    dt_worker_opts opts = {.quiet = c->quiet, .progress = c->progress};
     dt_launch_result res;
-    st = dt_launch_run(&lc, train_worker, &arg, &res);
+    st = dt_worker_launch(&cfg, &opts, &res);
     if (st != DT_OK) return fail(st);
     if (res.stopped_by && res.note[0]) {
         fprintf(stderr, "dtrain: SIG%s: %s\n", sigabbrev_np(res.stopped_by), res.note);
@@ -186,6 +182,21 @@ static int cmd_train(const cli *c) {
         fprintf(stderr, "dtrain: SIG%s arrived as the run finished: nothing to resume\n", sigabbrev_np(res.stopped_by));
     }
     return 0;
+}
+
+static int cmd_bench(const cli *c) {
+    dt_config cfg;
+    int rc = load_config(c, &cfg);
+    if (rc) return rc;
+    if (!c->workers) return usage_error("%s", "bench: needs --workers N,N,... (e.g. --workers 1,2,4)");
+    int workers[DT_BENCH_MAX_RUNS], n;
+    dt_status st = dt_bench_parse_workers(c->workers, workers, &n);
+    if (st == DT_OK) {
+        dt_device_kind dev;
+        st = dt_device_resolve(&cfg, &dev);
+    }
+    if (st == DT_OK) st = dt_bench_run(&cfg, workers, n, c->steps, stdout, NULL);
+    return st == DT_OK ? 0 : fail(st);
 }
 
 static int cmd_doctor(const cli *c) {
@@ -289,6 +300,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "export") == 0) return cmd_export(&c);
     if (strcmp(cmd, "data") == 0) return cmd_data(&c, sub_argc, sub_argv);
     if (strcmp(cmd, "doctor") == 0) return cmd_doctor(&c);
+    if (strcmp(cmd, "bench") == 0) return cmd_bench(&c);
     if (strcmp(cmd, "help") == 0) {
         fputs(usage_text, stdout);
         return 0;

@@ -1,6 +1,9 @@
 /* metrics.c — console (progress bar or plain lines), train.log and metrics.jsonl. */
 #include "dtrain/metrics.h"
 
+#include "dtrain/monitor.h"
+#include "dtrain/tboard.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -19,6 +22,9 @@ struct dt_metrics {
     int bar_visible;      /* the bar is on the current console line */
     double t0;            /* monotonic seconds at open */
     double last_draw;     /* monotonic seconds of the last bar redraw */
+    double last_workers;  /* monotonic seconds of the last console workers line */
+    dt_tb *tb;            /* TensorBoard events (rank 0, when on) */
+    int tb_failed;        /* a write failed: said once, then off */
 };
 
 static double now_s(void) {
@@ -30,6 +36,7 @@ static double now_s(void) {
 void dt_metrics_close(dt_metrics *m) {
     if (!m) return;
     if (m->bar_visible) { fputs("\r\033[K", stdout); fflush(stdout); }
+    dt_tb_close(m->tb);
     if (m->jsonl) fclose(m->jsonl);
     if (m->log) fclose(m->log);
     if (m->rank_log) fclose(m->rank_log);
@@ -61,6 +68,7 @@ dt_status dt_metrics_open(dt_metrics **out, const dt_metrics_cfg *cfg) {
         int ok = (m->rank_log = open_append(cfg->run_dir, name)) != NULL;
         if (ok && m->console)
             ok = (m->jsonl = open_append(cfg->run_dir, "metrics.jsonl")) && (m->log = open_append(cfg->run_dir, "train.log"));
+        if (ok && m->console && cfg->tensorboard) ok = dt_tb_open(&m->tb, cfg->run_dir) == DT_OK;
         if (!ok) {
             dt_metrics_close(m);
             return DT_ERR_IO;
@@ -145,10 +153,27 @@ static void draw_bar(dt_metrics *m, const dt_train_point *p) {
     m->bar_visible = 1;
 }
 
+/* One TensorBoard scalar; a failing event file is reported once, then left alone (the run
+ * matters more than its plots). */
+static void tb(dt_metrics *m, const char *tag, long step, double v) {
+    if (!m->tb || m->tb_failed || !isfinite(v)) return;
+    if (dt_tb_scalar(m->tb, tag, step, v) != DT_OK) {
+        m->tb_failed = 1;
+        dt_metrics_info(m, "warning: TensorBoard events are off from here: %s", dt_error_msg());
+    }
+}
+
 void dt_metrics_train(dt_metrics *m, const dt_train_point *p) {
-    write_json(m, json_pack("{s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "type", "train", "step", (json_int_t)p->step,
-                            "epoch", (json_int_t)p->epoch, "loss", num(p->loss), "lr", num(p->lr), "grad_norm",
-                            num(p->grad_norm), "step_ms", num(p->step_ms), "tokens_per_s", num(p->tokens_per_s)));
+    write_json(m, json_pack("{s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "type", "train", "step",
+                            (json_int_t)p->step, "epoch", (json_int_t)p->epoch, "loss", num(p->loss), "lr", num(p->lr),
+                            "grad_norm", num(p->grad_norm), "step_ms", num(p->step_ms), "tokens_per_s",
+                            num(p->tokens_per_s), "comm_ms", num(p->comm_ms)));
+    tb(m, "train/loss", p->step, p->loss);
+    tb(m, "train/lr", p->step, p->lr);
+    tb(m, "train/grad_norm", p->step, p->grad_norm);
+    tb(m, "train/tokens_per_s", p->step, p->tokens_per_s);
+    tb(m, "train/step_ms", p->step, p->step_ms);
+    tb(m, "train/comm_ms", p->step, p->comm_ms);
     if (p->step == 1 || p->step % m->cfg.log_every == 0 || p->step == m->cfg.total_steps) {
         int w = snprintf(NULL, 0, "%ld", m->cfg.total_steps);
         dt_metrics_info(m, "step %*ld/%ld | epoch %ld | loss %.6f | lr %.3e | grad norm %.4f | %.1f ms | %.0f tok/s", w,
@@ -167,8 +192,68 @@ void dt_metrics_eval(dt_metrics *m, const dt_eval_point *p) {
     write_json(m, json_pack("{s:s, s:I, s:o, s:o, s:I, s:o}", "type", "eval", "step", (json_int_t)p->step, "val_loss",
                             num(p->loss), "val_accuracy", num(p->accuracy), "val_examples", (json_int_t)p->examples,
                             "eval_ms", num(p->eval_ms)));
+    tb(m, "val/loss", p->step, p->loss);
+    tb(m, "val/accuracy", p->step, p->accuracy);
     dt_metrics_info(m, "eval at step %ld | val loss %.6f | val accuracy %.4f | %ld examples | %.1f s", p->step, p->loss,
                     p->accuracy, p->examples, p->eval_ms / 1000.0);
+}
+
+void dt_metrics_workers(dt_metrics *m, long step, const dt_worker_sample *w, int n) {
+    if (!m->console) return;
+    json_t *arr = json_array();
+    char line[1024];
+    size_t k = 0;
+    for (int r = 0; r < n; r++) {
+        if (w[r].samples < 2) continue; /* no CPU share yet (or the worker is gone) */
+        json_array_append_new(arr, json_pack("{s:i, s:I, s:o, s:o, s:o}", "rank", r, "pid", (json_int_t)w[r].pid,
+                                             "cpu_pct", num(w[r].cpu_pct), "rss_mb", num(w[r].rss_mb), "peak_rss_mb",
+                                             num(w[r].peak_rss_mb)));
+        char tag[64];
+        snprintf(tag, sizeof tag, "worker/rank%d/cpu_pct", r);
+        tb(m, tag, step, w[r].cpu_pct);
+        snprintf(tag, sizeof tag, "worker/rank%d/rss_mb", r);
+        tb(m, tag, step, w[r].rss_mb);
+        if (k < sizeof line)
+            k += (size_t)snprintf(line + k, sizeof line - k, "%s rank %d: cpu %.0f%%, rss %.0f MB", k ? " |" : "", r,
+                                  w[r].cpu_pct, w[r].rss_mb);
+    }
+    write_json(m, json_pack("{s:s, s:I, s:o}", "type", "workers", "step", (json_int_t)step, "workers", arr));
+    double t = now_s();
+    if (k && t - m->last_workers >= 30.0) {
+        m->last_workers = t;
+        dt_metrics_info(m, "workers:%s", line);
+    }
+}
+
+void dt_metrics_final(dt_metrics *m, const dt_run_summary *s) {
+    double share = s->train_s > 0 ? s->comm_s / s->train_s : 0.0;
+    double sps = s->train_s > 0 ? (double)s->samples / s->train_s : 0.0, tps = s->train_s > 0 ? s->tokens / s->train_s : 0.0;
+    json_t *peaks = json_array();
+    char mem[1024];
+    size_t k = 0;
+    mem[0] = '\0';
+    for (int r = 0; r < s->workers; r++) {
+        json_array_append_new(peaks, num(s->peak_rss_mb[r]));
+        if (k >= sizeof mem) continue;
+        if (s->workers > 1)
+            k += (size_t)snprintf(mem + k, sizeof mem - k, "%srank %d %.0f MB", r ? ", " : "", r, s->peak_rss_mb[r]);
+        else
+            k += (size_t)snprintf(mem + k, sizeof mem - k, "%.0f MB", s->peak_rss_mb[r]);
+    }
+    write_json(m, json_pack("{s:s, s:I, s:o, s:o, s:I, s:o, s:o, s:o, s:i, s:o, s:o, s:o, s:o, s:o, s:I}", "type",
+                            "summary", "steps", (json_int_t)s->steps, "train_s", num(s->train_s), "eval_s", num(s->eval_s),
+                            "samples", (json_int_t)s->samples, "tokens", num(s->tokens), "samples_per_s", num(sps),
+                            "tokens_per_s", num(tps), "workers", s->workers, "comm_s", num(s->comm_s), "comm_share",
+                            num(share), "val_loss", num(s->val_loss), "val_accuracy", num(s->val_accuracy),
+                            "peak_rss_mb", peaks, "checkpoints", (json_int_t)s->checkpoints));
+    dt_metrics_summary(m, "done: %ld steps | train %.1f s, eval %.1f s | %.0f samples/s, %.0f tokens/s", s->steps,
+                       s->train_s, s->eval_s, sps, tps);
+    if (s->workers > 1)
+        dt_metrics_summary(m, "per worker: %.0f samples/s, %.0f tokens/s | waiting for all-reduce: %.1f%% of step time",
+                           sps / s->workers, tps / s->workers, 100.0 * share);
+    if (isfinite(s->val_loss))
+        dt_metrics_summary(m, "final: val loss %.6f | val accuracy %.4f", s->val_loss, s->val_accuracy);
+    dt_metrics_summary(m, "peak memory: %s | checkpoints written: %ld", mem, s->checkpoints);
 }
 
 void dt_metrics_resume(dt_metrics *m, long step, const char *checkpoint, int attempt) {

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -389,6 +390,20 @@ static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, lon
     return DT_OK;
 }
 
+/* Rank 0: a "workers" record whenever the launcher has published a new round of samples. */
+static void log_worker_samples(run *r, const dt_worker_opts *opts, long step, uint32_t *seen) {
+    if (!opts || !opts->stats) return;
+    dt_worker_sample w[64];
+    uint32_t newest = 0;
+    for (int i = 0; i < r->world; i++) {
+        w[i] = dt_worker_slot_read(&opts->stats[i]);
+        if (w[i].samples > newest) newest = w[i].samples;
+    }
+    if (newest < 2 || newest == *seen) return; /* the first sample has no CPU share yet */
+    *seen = newest;
+    dt_metrics_workers(r->metrics, step, w, r->world);
+}
+
 /* Test-only switch (inert when unset): DTRAIN_TEST_SAMPLE_LOG=<dir> makes every rank
  * append "epoch index" of each training sample it uses to <dir>/samples-rank-N.txt. */
 static FILE *open_sample_log(int rank) {
@@ -430,7 +445,7 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
 
     dt_metrics_cfg mcfg = {.run_dir = c->run.dir, .rank = rank, .total_steps = total_steps(c, spe),
                            .log_every = c->logging.every_steps, .progress = opts ? opts->progress : -1,
-                           .quiet = opts ? opts->quiet : 0};
+                           .quiet = opts ? opts->quiet : 0, .tensorboard = c->logging.tensorboard};
     if ((st = dt_metrics_open(&r.metrics, &mcfg)) != DT_OK) goto done;
 
     /* where training stands: a checkpoint, or the start */
@@ -527,14 +542,16 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
     const double tokens_per_step = (double)G * T;
     const long check_every = world > 1 ? c->training.check_replicas_every : 0;
     const int perturb = perturb_rank();
-    double train_ms = 0, eval_ms = 0;
+    double train_ms = 0, eval_ms = 0, total_comm_ms = 0;
+    uint32_t samples_seen = 0;
+    long checkpoints = 0;
     dt_eval_point last_eval = {.loss = NAN, .accuracy = NAN};
     int have_eval = 0, stopped = 0;
     while (step < total) {
         dt_fault_before_step(&fault, rank, attempt, step + 1);
         double t0 = now_ms();
         dt_model_zero_grad(r.model);
-        double loss = 0;
+        double loss = 0, comm_ms = 0;
         long rows = 0;
         for (int a = 0; a < accum; a++) {
             dt_sampler_batch_at(r.sampler, epoch, cursor, a, r.idx);
@@ -548,7 +565,9 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
             int sync = world > 1 && a == accum - 1; /* reduce during the last backward only */
             st = dt_model_backward(r.model, scale, sync ? on_bucket_ready : NULL, &r);
             if (sync) {
+                double w0 = now_ms();
                 dt_status w = wait_buckets(&r);
+                comm_ms += now_ms() - w0;
                 if (st == DT_OK) st = w;
             }
             if (st != DT_OK) goto done;
@@ -559,7 +578,9 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
         int stop = stop_requested(opts);
         if (world > 1) {
             float sums[3] = {(float)loss, (float)rows, (float)stop};
+            double w0 = now_ms();
             if ((st = dt_comm_allreduce(comm, sums, 3, DT_REDUCE_SUM)) != DT_OK) goto done;
+            comm_ms += now_ms() - w0;
             loss = sums[0];
             rows = (long)sums[1];
             stop = sums[2] > 0;
@@ -576,9 +597,12 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
         }
         double ms = now_ms() - t0;
         train_ms += ms;
+        total_comm_ms += comm_ms;
         dt_train_point p = {.step = step, .epoch = batch_epoch + 1, .loss = loss / (double)rows, .lr = lr,
-                            .grad_norm = gnorm, .step_ms = ms, .tokens_per_s = tokens_per_step / (ms / 1e3)};
+                            .grad_norm = gnorm, .step_ms = ms, .tokens_per_s = tokens_per_step / (ms / 1e3),
+                            .comm_ms = comm_ms};
         dt_metrics_train(r.metrics, &p);
+        if (rank == 0) log_worker_samples(&r, opts, step, &samples_seen);
         if (!isfinite(p.loss)) {
             st = dt_error_set(DT_ERR_INTERNAL, "step %ld: loss is %g (hint: lower optimizer.lr)", step, p.loss);
             goto done;
@@ -594,9 +618,11 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
             have_eval = 1;
             dt_metrics_eval(r.metrics, &last_eval);
         }
-        if (last || stop || (c->checkpoint.every_steps > 0 && step % c->checkpoint.every_steps == 0))
+        if (last || stop || (c->checkpoint.every_steps > 0 && step % c->checkpoint.every_steps == 0)) {
             if ((st = save_checkpoint(&r, &fault, attempt, step, epoch, cursor, ckpt_dir, sizeof ckpt_dir)) != DT_OK)
                 goto done;
+            checkpoints++;
+        }
         if (stop && !last) {
             stopped = 1;
             break;
@@ -620,17 +646,53 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
     char weights[DT_PATH_MAX + 32];
     snprintf(weights, sizeof weights, "%s/model.safetensors", c->run.dir);
     if (rank == 0 && (st = dt_model_save(r.model, weights)) != DT_OK) goto done;
-    dt_metrics_summary(r.metrics, "done: %ld steps in %.1f s (train %.1f s, eval %.1f s), %.0f tokens/s", steps_run,
-                       (train_ms + eval_ms) / 1e3, train_ms / 1e3, eval_ms / 1e3,
-                       train_ms > 0 ? tokens_per_step * (double)steps_run / (train_ms / 1e3) : 0.0);
-    if (have_eval)
-        dt_metrics_summary(r.metrics, "final: val loss %.6f | val accuracy %.4f | %ld examples", last_eval.loss,
-                           last_eval.accuracy, last_eval.examples);
+    {
+        /* every rank's peak memory (exact, from the kernel) for the summary */
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        double mine = (double)ru.ru_maxrss / 1024.0, peaks[64];
+        peaks[0] = mine;
+        if (world > 1 && (st = dt_comm_allgather(comm, &mine, sizeof mine, peaks)) != DT_OK) goto done;
+        dt_run_summary sum = {
+            .steps = steps_run, .samples = steps_run * G, .checkpoints = checkpoints,
+            .tokens = tokens_per_step * (double)steps_run, .train_s = train_ms / 1e3, .eval_s = eval_ms / 1e3,
+            .comm_s = total_comm_ms / 1e3, .workers = world, .val_loss = have_eval ? last_eval.loss : NAN,
+            .val_accuracy = have_eval ? last_eval.accuracy : NAN, .peak_rss_mb = peaks,
+        };
+        dt_metrics_final(r.metrics, &sum);
+    }
     if (rank == 0) dt_metrics_summary(r.metrics, "weights: %s", weights);
 done:
     if (sample_log) fclose(sample_log);
     run_free(&r);
     return st;
+}
+
+typedef struct launch_arg {
+    const dt_config *cfg;
+    dt_worker_opts opts;
+} launch_arg;
+
+/* runs in each forked worker */
+static dt_status launched_worker(void *arg, dt_comm *comm, const dt_launch_ctx *ctx) {
+    launch_arg *a = arg;
+    dt_worker_opts o = a->opts;
+    o.attempt = ctx->attempt;
+    o.stop = ctx->stop;
+    o.note = ctx->note;
+    o.note_size = ctx->note_size;
+    o.stats = ctx->stats;
+    return dt_worker_train(a->cfg, &o, comm);
+}
+
+dt_status dt_worker_launch(const dt_config *c, const dt_worker_opts *opts, dt_launch_result *res) {
+    launch_arg arg = {.cfg = c};
+    if (opts) arg.opts = *opts;
+    dt_launch_cfg lc = {.world = c->training.num_workers, .timeout_s = c->training.collective_timeout_s,
+                        .log_dir = c->run.dir, .what = "training", .max_restarts = c->fault_tolerance.max_restarts,
+                        .backoff_s = c->fault_tolerance.backoff_s, .clean_stop = 1,
+                        .monitor_every_s = c->logging.monitor_every_s};
+    return dt_launch_run(&lc, launched_worker, &arg, res);
 }
 
 dt_status dt_worker_eval(const dt_config *c, const char *weights, dt_eval_point *out) {

@@ -82,6 +82,7 @@ typedef struct dt_config {
     struct {
         long every_steps;   /* >= 1, default 10 */
         int tensorboard;    /* default 1 */
+        double monitor_every_s; /* > 0, default 2: how often the launcher samples each worker */
     } logging;
     struct {
         int max_restarts;   /* >= 0, default 3 */

@@ -18,6 +18,7 @@
 #define DTRAIN_LAUNCH_H
 
 #include "dtrain/comm.h"
+#include "dtrain/monitor.h"
 #include "dtrain/status.h"
 
 /* What a worker knows about its launch. */
@@ -26,6 +27,7 @@ typedef struct dt_launch_ctx {
     const volatile int *stop; /* becomes non-zero when the launcher is asked to stop (preemption) */
     char *note;               /* a line for the launcher to print after a clean stop (rank 0) */
     size_t note_size;
+    const dt_worker_slot *stats; /* (world) each worker's CPU and memory, sampled by the launcher */
 } dt_launch_ctx;
 
 /* The worker body: runs in the child process for `rank`. Its status (and dt_error_msg) is
@@ -41,6 +43,7 @@ typedef struct dt_launch_cfg {
     double backoff_s;       /* wait before restart k: backoff_s * 2^(k-1), at most DT_LAUNCH_BACKOFF_MAX_S */
     int clean_stop;         /* 1: the first SIGINT/SIGTERM asks the workers to stop cleanly (training);
                                0: signals stop them at once (doctor) */
+    double monitor_every_s; /* sample each worker's CPU and memory this often (0: 2 s) */
 } dt_launch_cfg;
 
 #define DT_LAUNCH_BACKOFF_MAX_S 60.0

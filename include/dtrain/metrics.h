@@ -8,6 +8,13 @@
  *   {"type":"eval","step":S,"val_loss":L,"val_accuracy":A,"val_examples":N,"eval_ms":MS}
  *   {"type":"resume","step":S,"checkpoint":DIR,"attempt":K}  (training continues after step S;
  *   train lines after it supersede earlier ones with the same step, e.g. after a restart)
+ *   {"type":"workers","step":S,"workers":[{"rank":R,"pid":P,"cpu_pct":C,"rss_mb":M,"peak_rss_mb":PM},...]}
+ *   {"type":"summary","steps":N,"train_s":T,"eval_s":E,"samples":S,"tokens":K,"samples_per_s":..,
+ *    "tokens_per_s":..,"workers":W,"comm_s":C,"comm_share":F,"val_loss":L,"val_accuracy":A,
+ *    "peak_rss_mb":[per rank],"checkpoints":N}
+ * train lines also carry "comm_ms": time this step waited for all-reduces (0 with one worker).
+ * With tensorboard on, the same numbers go to an events.out.tfevents.* file in the run dir
+ * (tags train/..., val/..., worker/rankN/...).
  * (val_accuracy: classification accuracy, or next-token accuracy for language modelling).
  * Every line is flushed when written, so a crash loses nothing already reported. */
 #ifndef DTRAIN_METRICS_H
@@ -24,13 +31,24 @@ typedef struct dt_metrics_cfg {
     long log_every;       /* a console line every N steps (and the first and last) */
     int progress;         /* -1 auto (bar when stdout is a terminal), 0 never, 1 always */
     int quiet;            /* only errors and the final summary on the console */
+    int tensorboard;      /* rank 0 also writes TensorBoard events */
 } dt_metrics_cfg;
 
 typedef struct dt_train_point {
     long step;            /* 1-based */
     long epoch;           /* 1-based */
     double loss, lr, grad_norm, step_ms, tokens_per_s;
+    double comm_ms;       /* waiting for all-reduces in this step */
 } dt_train_point;
+
+/* The end of a run, for the console summary and the "summary" line. */
+typedef struct dt_run_summary {
+    long steps, samples, checkpoints;
+    double tokens, train_s, eval_s, comm_s;
+    int workers;
+    double val_loss, val_accuracy;  /* NaN: no evaluation */
+    const double *peak_rss_mb;      /* (workers) */
+} dt_run_summary;
 
 typedef struct dt_eval_point {
     long step;
@@ -52,6 +70,12 @@ void dt_metrics_info(dt_metrics *m, const char *fmt, ...) __attribute__((format(
 void dt_metrics_summary(dt_metrics *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void dt_metrics_train(dt_metrics *m, const dt_train_point *p);
 void dt_metrics_eval(dt_metrics *m, const dt_eval_point *p);
+/* One round of worker samples (monitor.h): a "workers" line, TensorBoard scalars, and a
+ * console line at most every 30 s. */
+struct dt_worker_sample;
+void dt_metrics_workers(dt_metrics *m, long step, const struct dt_worker_sample *w, int n);
+/* The final summary: console lines (also when quiet) and the "summary" line. */
+void dt_metrics_final(dt_metrics *m, const dt_run_summary *s);
 /* A resume from a checkpoint (attempt: 0, or k after the k-th restart). */
 void dt_metrics_resume(dt_metrics *m, long step, const char *checkpoint, int attempt);
 

@@ -5,7 +5,9 @@
 
 #include "dtrain/comm.h"
 #include "dtrain/config.h"
+#include "dtrain/launch.h"
 #include "dtrain/metrics.h"
+#include "dtrain/monitor.h"
 #include "dtrain/status.h"
 
 typedef struct dt_worker_opts {
@@ -15,6 +17,7 @@ typedef struct dt_worker_opts {
     const volatile int *stop; /* may be NULL; non-zero: stop cleanly after the current step */
     char *note;    /* may be NULL; rank 0 leaves the line "stopped at step ..." here */
     size_t note_size;
+    const dt_worker_slot *stats; /* may be NULL; (world) the launcher's samples of each worker */
 } dt_worker_opts;
 
 /* Creates cfg->run.dir and writes the resolved config.yaml into it (once, before the
@@ -31,6 +34,11 @@ dt_status dt_worker_prepare_run_dir(const dt_config *cfg);
  * every checkpoint.every_steps and at the end. SIGINT/SIGTERM to the worker, or *opts->stop,
  * make every rank stop after the same step with a checkpoint and return DT_OK. */
 dt_status dt_worker_train(const dt_config *cfg, const dt_worker_opts *opts, dt_comm *comm);
+
+/* Trains as configured with training.num_workers worker processes under the launcher
+ * (launch.h: restarts, clean stop, monitoring); `opts` supplies quiet/progress. *res (may be
+ * NULL) receives the launch result. */
+dt_status dt_worker_launch(const dt_config *cfg, const dt_worker_opts *opts, dt_launch_result *res);
 
 /* Evaluates `weights` (a safetensors file) on data.val_path and prints the result line;
  * *out receives it (step 0). */
