@@ -2,7 +2,9 @@
 # setup.sh — installs what dtrain needs (Debian/Ubuntu: apt-get), builds it into build/,
 # and tokenizes the shipped language-modelling corpus. Safe to run again: it only does
 # what is missing. Environment: BUILD_DIR (default build), DTRAIN_CUDA (AUTO|ON|OFF,
-# default AUTO: the CUDA backend is built when nvcc, cuBLAS, cuDNN and NCCL are installed).
+# default AUTO: the CUDA backend is built when nvcc, cuBLAS, cuDNN and NCCL are installed),
+# DTRAIN_TEST_TOOLS=1 (what the tests need besides: python3 with venv, and the tensorboard
+# package in BUILD_DIR/venv for reading event files back).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -19,6 +21,11 @@ declare -A need=(
   [libjansson-dev]=/usr/include/jansson.h
   [libopenblas-openmp-dev]=/usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h
 )
+if [ "${DTRAIN_TEST_TOOLS:-0}" = 1 ]; then
+  need[python3]=/usr/bin/python3
+  # venv needs ensurepip, which Debian ships separately
+  python3 -c "import ensurepip" >/dev/null 2>&1 || need[python3-venv]=/nonexistent
+fi
 missing=()
 for pkg in "${!need[@]}"; do
   if [ ! -e "${need[$pkg]}" ] && ! dpkg -s "$pkg" >/dev/null 2>&1; then missing+=("$pkg"); fi
@@ -44,3 +51,13 @@ for name in corpus val; do
   fi
 done
 echo "setup: built $BUILD_DIR/dtrain"
+
+if [ "${DTRAIN_TEST_TOOLS:-0}" = 1 ]; then
+  VENV="$BUILD_DIR/venv"
+  if ! "$VENV/bin/python" -c "import tensorboard" >/dev/null 2>&1; then
+    echo "setup: installing tensorboard into $VENV (pip; for the TensorBoard read-back test)"
+    rm -rf "$VENV"
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install -q --disable-pip-version-check tensorboard
+  fi
+fi

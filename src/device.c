@@ -15,6 +15,7 @@
 #include "dtrain/cuda.h"
 #endif
 
+#include <openblas_config.h> /* OPENBLAS_VERSION: the headers this binary was built with */
 char *openblas_get_config(void);   /* OpenBLAS: build configuration string */
 char *openblas_get_corename(void); /* OpenBLAS: the kernel set chosen at load time */
 
@@ -116,20 +117,50 @@ int dt_device_blas_advice(char *buf, size_t n) {
 #endif
 }
 
-void dt_device_print_versions(FILE *out) {
-    fprintf(out, "  libyaml   %s\n", yaml_get_version_string());
-    fprintf(out, "  zlib      %s (built with %s)%s\n", zlibVersion(), ZLIB_VERSION,
-            strcmp(zlibVersion(), ZLIB_VERSION) ? "  MISMATCH" : "");
-    fprintf(out, "  jansson   %s (built with %s)\n", jansson_version_str(), JANSSON_VERSION);
-    fprintf(out, "  OpenBLAS  %s (kernels: %s)\n", openblas_get_config(), openblas_get_corename());
+/* "0.3.21" out of OpenBLAS's " OpenBLAS 0.3.21 " or "OpenBLAS 0.3.21 NO_LAPACKE ..." */
+static void openblas_version(const char *s, char *buf, size_t n) {
+    const char *p = strstr(s, "OpenBLAS ");
+    p = p ? p + 9 : s;
+    size_t k = 0;
+    while (p[k] && p[k] != ' ' && k + 1 < n) {
+        buf[k] = p[k];
+        k++;
+    }
+    buf[k] = '\0';
+}
+
+/* One "  name  now (built with then)" line; returns 1 (and says MISMATCH) when they differ. */
+static int version_line(FILE *out, const char *name, const char *now, const char *built, const char *extra) {
+    int bad = strcmp(now, built) != 0;
+    fprintf(out, "  %-9s %s (built with %s)%s%s\n", name, now, built, bad ? "  MISMATCH" : "", extra ? extra : "");
+    return bad;
+}
+
+int dt_device_print_versions(FILE *out) {
+    int bad = 0;
+    bad += version_line(out, "libyaml", yaml_get_version_string(), DTRAIN_YAML_BUILD_VERSION, NULL);
+    bad += version_line(out, "zlib", zlibVersion(), ZLIB_VERSION, NULL);
+    bad += version_line(out, "jansson", jansson_version_str(), JANSSON_VERSION, NULL);
+    char now[64], built[64], extra[128];
+    openblas_version(openblas_get_config(), now, sizeof now);
+    openblas_version(OPENBLAS_VERSION, built, sizeof built);
+    snprintf(extra, sizeof extra, ", kernels %s", openblas_get_corename());
+    bad += version_line(out, "OpenBLAS", now, built, extra);
     char advice[512];
     if (dt_device_blas_advice(advice, sizeof advice)) fprintf(out, "  %s\n", advice);
 #ifdef DTRAIN_HAVE_CUDA
-    char cuda[512];
-    dt_cuda_versions(cuda, sizeof cuda);
-    fprintf(out, "  CUDA      %s (GPU training not yet enabled)\n", cuda);
+    char cuda[2048];
+    bad += dt_cuda_versions(cuda, sizeof cuda);
+    fputs(cuda, out);
 #else
-    fprintf(out, "  CUDA      backend not built\n");
+    fprintf(out, "  CUDA      backend not built (cmake found no CUDA toolkit, or DTRAIN_CUDA=OFF)\n");
 #endif
     fprintf(out, "  CPUs      %d usable, NVIDIA GPUs visible: %d\n", dt_device_cpu_cores(), dt_device_cuda_count());
+    if (bad)
+        fprintf(out, "warning: %d librar%s differ%s from the version dtrain was built with (marked MISMATCH): "
+                     "rebuild dtrain on this machine, or install the matching version\n",
+                bad, bad > 1 ? "ies" : "y", bad > 1 ? "" : "s");
+    else
+        fprintf(out, "  every library matches the version dtrain was built with\n");
+    return bad;
 }

@@ -8,16 +8,61 @@
 #include <cudnn.h>
 #include <nccl.h>
 
-void dt_cuda_versions(char *buf, size_t n) {
-    int rt = 0, drv = 0, nccl = 0;
+/* cuBLAS, NCCL (>= 2.9) and cuDNN 9: major*10000 + minor*100 + patch; cuDNN 8: major*1000 + ... */
+static void mmp(long v, int cudnn8, int *ma, int *mi, int *pa) {
+    long d = cudnn8 ? 1000 : 10000;
+    *ma = (int)(v / d);
+    *mi = (int)(v % d / 100);
+    *pa = (int)(v % 100);
+}
+
+/* Appends "  NAME  runtime X (built with Y)[  MISMATCH: why]"; returns 1 on a mismatch. */
+static int line(char *buf, size_t n, size_t *k, const char *name, const char *now, const char *built, const char *why) {
+    if (*k < n)
+        *k += (size_t)snprintf(buf + *k, n - *k, "  %-9s %s (built with %s)%s%s\n", name, now, built,
+                               why ? "  MISMATCH: " : "", why ? why : "");
+    return why != NULL;
+}
+
+int dt_cuda_versions(char *buf, size_t n) {
+    int rt = 0, drv = 0, nccl = 0, bad = 0;
+    size_t k = 0;
+    char now[64], built[64];
+    if (n) buf[0] = '\0';
     if (cudaRuntimeGetVersion(&rt) != cudaSuccess) rt = 0;
     if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
+    if (drv > 0)
+        snprintf(now, sizeof now, "runtime %d.%d, driver supports %d.%d", rt / 1000, rt % 1000 / 10, drv / 1000,
+                 drv % 1000 / 10);
+    else /* not a mismatch: a machine without a GPU */
+        snprintf(now, sizeof now, "runtime %d.%d, no NVIDIA driver (CPU only)", rt / 1000, rt % 1000 / 10);
+    snprintf(built, sizeof built, "%d.%d", CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
+    const char *why = NULL;
+    if (rt / 10 != CUDART_VERSION / 10) why = "the CUDA runtime differs from the one dtrain was built with";
+    else if (drv > 0 && drv < rt) why = "the driver is older than the CUDA runtime: update the driver";
+    bad += line(buf, n, &k, "CUDA", now, built, why);
+
+    int ma, mi, pa, bma, bmi, bpa;
+    mmp((long)cublasLtGetVersion(), 0, &ma, &mi, &pa);
+    mmp(CUBLAS_VERSION, 0, &bma, &bmi, &bpa);
+    snprintf(now, sizeof now, "%d.%d.%d", ma, mi, pa);
+    snprintf(built, sizeof built, "%d.%d.%d", bma, bmi, bpa);
+    bad += line(buf, n, &k, "cuBLASLt", now, built, ma != bma ? "another major version of cuBLAS" : NULL);
+
+    long dnn = (long)cudnnGetVersion();
+    mmp(dnn, dnn < 90000, &ma, &mi, &pa);
+    mmp(CUDNN_VERSION, CUDNN_VERSION < 90000, &bma, &bmi, &bpa);
+    snprintf(now, sizeof now, "%d.%d.%d", ma, mi, pa);
+    snprintf(built, sizeof built, "%d.%d.%d", bma, bmi, bpa);
+    bad += line(buf, n, &k, "cuDNN", now, built,
+                ma != bma ? "another major version of cuDNN" : mi < bmi ? "an older cuDNN than dtrain was built with" : NULL);
+
     if (ncclGetVersion(&nccl) != ncclSuccess) nccl = 0;
-    size_t lt = cublasLtGetVersion();
-    size_t dnn = cudnnGetVersion();
-    snprintf(buf, n,
-             "CUDA runtime %d.%d (built with %d.%d, driver %d.%d), cuBLASLt %zu (built with %d), "
-             "cuDNN %zu (built with %d), NCCL %d (built with %d)",
-             rt / 1000, rt % 1000 / 10, CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10, drv / 1000,
-             drv % 1000 / 10, lt, CUBLAS_VERSION, dnn, CUDNN_VERSION, nccl, NCCL_VERSION_CODE);
+    mmp(nccl, 0, &ma, &mi, &pa);
+    mmp(NCCL_VERSION_CODE, 0, &bma, &bmi, &bpa);
+    snprintf(now, sizeof now, "%d.%d.%d", ma, mi, pa);
+    snprintf(built, sizeof built, "%d.%d.%d", bma, bmi, bpa);
+    bad += line(buf, n, &k, "NCCL", now, built,
+                ma != bma || mi < bmi ? "an older or other NCCL than dtrain was built with" : NULL);
+    return bad;
 }

@@ -9,9 +9,10 @@
 
 #include "dtrain/status.h"
 
-/* "CUDA runtime 13.0 (driver 13.0), cuBLASLt 13.x, cuDNN 9.x, NCCL 2.x": queries that do not
- * create a context. Never fails; unknown parts read "?". */
-void dt_cuda_versions(char *buf, size_t n);
+/* One line each for CUDA (runtime, driver), cuBLASLt, cuDNN and NCCL: the version found at
+ * run time next to the one dtrain was built with, marked "MISMATCH: why" where they do not
+ * go together. Queries that create no context. Returns the number of mismatches. */
+int dt_cuda_versions(char *buf, size_t n);
 
 /* Runs a one-block kernel on `device` that writes 42 into a device int, copies it back and
  * checks it. DT_ERR_DEVICE with the failing call, file:line when anything fails. */

@@ -30,7 +30,10 @@ int dt_device_threads_per_worker(const dt_config *cfg);
  * OPENBLAS_CORETYPE to try and returns 1; else returns 0. */
 int dt_device_blas_advice(char *buf, size_t n);
 
-/* Library versions this binary was built with and runs with (for --version). */
-void dt_device_print_versions(FILE *out);
+/* For --version: each library's version found at run time next to the one this binary was
+ * built with (libyaml, zlib, jansson, OpenBLAS; CUDA, cuBLASLt, cuDNN, NCCL when the CUDA
+ * backend is built), mismatches marked, and a closing verdict line. Returns the number of
+ * mismatches. */
+int dt_device_print_versions(FILE *out);
 
 #endif

@@ -1,0 +1,255 @@
+/* test_monitoring.c — what a run shows its user, through the real binary:
+ *   - metrics.jsonl: every line is JSON with the documented fields (train, eval, workers,
+ *     summary), the worker samples name both ranks;
+ *   - the TensorBoard event file read back by the real `tensorboard` package
+ *     (tests/tb_read.py, run with build/venv/bin/python; scripts/test.sh installs it);
+ *   - plain output (not a terminal) has no control characters; on a pseudo-terminal the
+ *     progress bar with its ETA is drawn;
+ *   - the end-of-run summary; `dtrain bench` with 1,2 workers: table, CSV, SVG;
+ *   - --version names every library with the version it was built with;
+ *   - units: CRC32C, /proc sampling, the idle call-out. */
+#include <jansson.h>
+#include <math.h>
+#include <pty.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "dtrain/monitor.h"
+#include "dtrain/tboard.h"
+#include "proc.h"
+#include "testutil.h"
+
+static char out_text[1 << 20];
+
+static void slurp_out(const char *tag) {
+    char path[1300];
+    snprintf(path, sizeof path, "%s/%s.out", test_dir(), tag);
+    test_slurp(path, out_text, sizeof out_text);
+}
+
+static void check_fields(json_t *o, const char *const *fields) {
+    for (int i = 0; fields[i]; i++) {
+        if (!json_object_get(o, fields[i])) {
+            char *s = json_dumps(o, 0);
+            printf("missing field \"%s\" in %s\n", fields[i], s);
+            free(s);
+            CHECK(0);
+        }
+    }
+}
+
+static void test_run_outputs(void) {
+    char rd[1400];
+    snprintf(rd, sizeof rd, "run.dir=%s/run", test_dir());
+    const char *args[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", "training.num_workers=2",
+                          "--set", "data.batch_size_per_worker=4", "--set", "training.max_steps=1200",
+                          "--set", "logging.monitor_every_s=0.25", "--set", "checkpoint.every_steps=600", NULL};
+    CHECK_INT_EQ(run_sync("run", args), 0);
+    slurp_out("run");
+
+    /* plain output: lines only, no escape sequences or carriage returns */
+    for (const char *p = out_text; *p; p++)
+        if ((unsigned char)*p < 0x20 && *p != '\n') {
+            printf("control character 0x%02x at offset %ld\n", *p, (long)(p - out_text));
+            CHECK(0);
+        }
+    CHECK_STR_CONTAINS(out_text, "done: 1200 steps | train ");
+    CHECK_STR_CONTAINS(out_text, "per worker: ");
+    CHECK_STR_CONTAINS(out_text, "waiting for all-reduce: ");
+    CHECK_STR_CONTAINS(out_text, "peak memory: rank 0 ");
+    CHECK_STR_CONTAINS(out_text, ", rank 1 ");
+    CHECK_STR_CONTAINS(out_text, "checkpoints written: 2");
+
+    /* metrics.jsonl */
+    static const char *const train_f[] = {"type", "step", "epoch", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s",
+                                          "comm_ms", NULL};
+    static const char *const eval_f[] = {"type", "step", "val_loss", "val_accuracy", "val_examples", "eval_ms", NULL};
+    static const char *const worker_f[] = {"rank", "pid", "cpu_pct", "rss_mb", "peak_rss_mb", NULL};
+    static const char *const summary_f[] = {"type", "steps", "train_s", "eval_s", "samples", "tokens", "samples_per_s",
+                                            "tokens_per_s", "workers", "comm_s", "comm_share", "val_loss",
+                                            "val_accuracy", "peak_rss_mb", "checkpoints", NULL};
+    char path[1300], line[1 << 14];
+    snprintf(path, sizeof path, "%s/run/metrics.jsonl", test_dir());
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    int n_train = 0, n_eval = 0, n_workers = 0, n_summary = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_error_t err;
+        json_t *o = json_loads(line, 0, &err);
+        if (!o) printf("not JSON: %s (%s)\n", line, err.text);
+        CHECK(o != NULL);
+        const char *type = json_string_value(json_object_get(o, "type"));
+        CHECK(type != NULL);
+        CHECK(n_summary == 0); /* the summary is the last line */
+        if (strcmp(type, "train") == 0) {
+            check_fields(o, train_f);
+            CHECK_INT_EQ(json_integer_value(json_object_get(o, "step")), ++n_train);
+            CHECK(json_number_value(json_object_get(o, "comm_ms")) >= 0);
+        } else if (strcmp(type, "eval") == 0) {
+            check_fields(o, eval_f);
+            n_eval++;
+        } else if (strcmp(type, "workers") == 0) {
+            json_t *ws = json_object_get(o, "workers");
+            CHECK_INT_EQ(json_array_size(ws), 2);
+            for (size_t i = 0; i < 2; i++) {
+                json_t *w = json_array_get(ws, i);
+                check_fields(w, worker_f);
+                CHECK_INT_EQ(json_integer_value(json_object_get(w, "rank")), (long long)i);
+                CHECK(json_number_value(json_object_get(w, "rss_mb")) > 1.0);
+                double cpu = json_number_value(json_object_get(w, "cpu_pct"));
+                CHECK(cpu >= 0 && cpu < 100.0 * 64);
+            }
+            n_workers++;
+        } else if (strcmp(type, "summary") == 0) {
+            check_fields(o, summary_f);
+            CHECK_INT_EQ(json_integer_value(json_object_get(o, "steps")), 1200);
+            CHECK_INT_EQ(json_integer_value(json_object_get(o, "workers")), 2);
+            CHECK_INT_EQ(json_integer_value(json_object_get(o, "samples")), 1200 * 8);
+            CHECK_INT_EQ(json_integer_value(json_object_get(o, "checkpoints")), 2);
+            CHECK_INT_EQ(json_array_size(json_object_get(o, "peak_rss_mb")), 2);
+            double share = json_number_value(json_object_get(o, "comm_share"));
+            CHECK(share > 0 && share < 1);
+            n_summary++;
+        } else {
+            printf("unknown record type %s\n", type);
+            CHECK(0);
+        }
+        json_decref(o);
+    }
+    fclose(f);
+    printf("metrics.jsonl: %d train, %d eval, %d workers, %d summary records\n", n_train, n_eval, n_workers, n_summary);
+    CHECK_INT_EQ(n_train, 1200);
+    CHECK(n_eval >= 100);
+    CHECK(n_workers >= 1);
+    CHECK_INT_EQ(n_summary, 1);
+
+    /* TensorBoard's own reader */
+    if (access(DTRAIN_TEST_PYTHON, X_OK) != 0) {
+        printf("%s is missing: scripts/test.sh installs tensorboard there (python3 -m venv build/venv && "
+               "build/venv/bin/pip install tensorboard)\n", DTRAIN_TEST_PYTHON);
+        CHECK(0);
+    }
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s %s/tests/tb_read.py %s/run", DTRAIN_TEST_PYTHON, DTRAIN_SOURCE_DIR, test_dir());
+    CHECK_INT_EQ(system(cmd), 0);
+}
+
+static void test_tty_bar(void) {
+    char rd[1400];
+    snprintf(rd, sizeof rd, "run.dir=%s/tty", test_dir());
+    int master;
+    pid_t pid = forkpty(&master, NULL, NULL, NULL);
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (chdir(DTRAIN_SOURCE_DIR) != 0) _exit(126);
+        execl(DTRAIN_BIN, DTRAIN_BIN, "--config", "configs/ci-smoke.yaml", "--set", rd, "--set",
+              "training.max_steps=400", (char *)NULL);
+        _exit(127);
+    }
+    size_t n = 0;
+    for (;;) {
+        ssize_t k = read(master, out_text + n, sizeof out_text - 1 - n);
+        if (k <= 0) break; /* EIO once the child has exited */
+        n += (size_t)k;
+    }
+    out_text[n] = '\0';
+    close(master);
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK_STR_CONTAINS(out_text, "\r\033[K[");
+    CHECK_STR_CONTAINS(out_text, "ETA ");
+    CHECK_STR_CONTAINS(out_text, "400/400");
+    CHECK_STR_CONTAINS(out_text, "done: 400 steps");
+    printf("tty: %zu bytes with the progress bar\n", n);
+}
+
+static void test_bench(void) {
+    char rd[1400];
+    snprintf(rd, sizeof rd, "run.dir=%s/bench", test_dir());
+    const char *args[] = {"bench", "--config", "configs/ci-smoke.yaml", "--workers", "2,1", "--steps", "60", "--set",
+                          rd, NULL};
+    CHECK_INT_EQ(run_sync("bench", args), 0);
+    slurp_out("bench");
+    CHECK_STR_CONTAINS(out_text, "workers   steps    train s    eval s   samples/s    tokens/s  speedup  efficiency  "
+                                 "all-reduce wait\n      1      60 ");
+    CHECK_STR_CONTAINS(out_text, "\n      2      60 ");
+    CHECK_STR_CONTAINS(out_text, "1.00x        100%             0.0%");
+    char path[1300], text[1 << 14];
+    snprintf(path, sizeof path, "%s/bench/bench/bench.csv", test_dir());
+    test_slurp(path, text, sizeof text);
+    CHECK_STR_CONTAINS(text, "workers,steps,train_s,eval_s,samples_per_s,tokens_per_s,speedup,efficiency,comm_share\n1,60,");
+    CHECK_STR_CONTAINS(text, "\n2,60,");
+    int lines = 0;
+    for (const char *p = text; *p; p++) lines += *p == '\n';
+    CHECK_INT_EQ(lines, 3);
+    snprintf(path, sizeof path, "%s/bench/bench/bench.svg", test_dir());
+    test_slurp(path, text, sizeof text);
+    CHECK(strlen(text) > 1000);
+    CHECK_STR_CONTAINS(text, "<svg xmlns=\"http://www.w3.org/2000/svg\"");
+    CHECK_STR_CONTAINS(text, "scaling efficiency");
+    CHECK_STR_CONTAINS(text, "</svg>\n");
+    /* bad usage */
+    const char *bad[] = {"bench", "--config", "configs/ci-smoke.yaml", "--workers", "1,x", NULL};
+    CHECK_INT_EQ(run_sync("bench-bad", bad), 2);
+    CHECK_STR_CONTAINS(err_text, "--workers: expected worker counts 1..64 separated by commas");
+}
+
+static void test_version(void) {
+    const char *args[] = {"--version", NULL};
+    CHECK_INT_EQ(run_sync("version", args), 0);
+    slurp_out("version");
+    CHECK_STR_CONTAINS(out_text, "libyaml   ");
+    CHECK_STR_CONTAINS(out_text, "zlib      ");
+    CHECK_STR_CONTAINS(out_text, "OpenBLAS  ");
+    CHECK_STR_CONTAINS(out_text, "(built with ");
+    CHECK_STR_CONTAINS(out_text, "CUDA      ");
+    /* this machine runs what it was built with */
+    CHECK_STR_CONTAINS(out_text, "every library matches the version dtrain was built with");
+    CHECK(strstr(out_text, "MISMATCH") == NULL);
+}
+
+static void test_units(void) {
+    CHECK(dt_crc32c("123456789", 9) == 0xE3069283u); /* the CRC-32C check value */
+    CHECK(dt_crc32c("", 0) == 0);
+    double cpu, rss, peak;
+    volatile double x = 0;
+    for (int i = 0; i < 20000000; i++) x += i * 1e-9;
+    CHECK(dt_proc_read(getpid(), &cpu, &rss, &peak) == DT_OK);
+    CHECK(cpu > 0 && rss > 0.5 && peak >= rss);
+    CHECK(dt_proc_read(999999999, &cpu, &rss, &peak) == DT_ERR_IO);
+
+    dt_worker_slot slot;
+    memset(&slot, 0, sizeof slot);
+    dt_worker_sample s = {.pid = 42, .cpu_pct = 97.5, .rss_mb = 100, .peak_rss_mb = 120, .samples = 3};
+    dt_worker_slot_publish(&slot, &s);
+    dt_worker_sample r = dt_worker_slot_read(&slot);
+    CHECK(r.pid == 42 && r.cpu_pct == 97.5 && r.samples == 3);
+
+    dt_worker_sample round[3] = {{.pid = 10, .cpu_pct = 98, .samples = 3},
+                                 {.pid = 11, .cpu_pct = 3, .samples = 3},
+                                 {.pid = 12, .cpu_pct = 95, .samples = 3}};
+    char msg[512];
+    CHECK_INT_EQ(dt_monitor_idle_rank(round, 3, 2.0, msg, sizeof msg), 1);
+    CHECK_STR_CONTAINS(msg, "rank 1 (pid 11) is idle: 3% CPU over the last 2 s while the other workers used 95-98%");
+    round[2].cpu_pct = 20; /* the others are not busy either: nobody is singled out */
+    CHECK_INT_EQ(dt_monitor_idle_rank(round, 3, 2.0, msg, sizeof msg), -1);
+    round[2].cpu_pct = 95;
+    round[1].samples = 1; /* no CPU share yet */
+    CHECK_INT_EQ(dt_monitor_idle_rank(round, 3, 2.0, msg, sizeof msg), -1);
+}
+
+int main(void) {
+    test_dir_init("monitoring");
+    test_units();
+    test_version();
+    test_run_outputs();
+    test_tty_bar();
+    test_bench();
+    test_dir_remove();
+    TEST_PASS("test_monitoring");
+}
