@@ -58,6 +58,7 @@ if [ "${DTRAIN_TEST_TOOLS:-0}" = 1 ]; then
     echo "setup: installing tensorboard into $VENV (pip; for the TensorBoard read-back test)"
     rm -rf "$VENV"
     python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q --disable-pip-version-check tensorboard
+    "$VENV/bin/pip" install -q --disable-pip-version-check tensorboard==2.21.0 \
+      || { echo "setup: error: pip could not install tensorboard (PyPI unreachable?); the TensorBoard read-back test needs it" >&2; exit 1; }
   fi
 fi

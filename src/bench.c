@@ -2,6 +2,7 @@
 #include "dtrain/bench.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -27,9 +28,26 @@ dt_status dt_bench_parse_workers(const char *list, int *workers, int *n) {
         if (*n == DT_BENCH_MAX_RUNS)
             return dt_error_set(DT_ERR_USAGE, "--workers: at most %d counts", DT_BENCH_MAX_RUNS);
         workers[(*n)++] = (int)v;
+        if (*end == ',' && !end[1])
+            return dt_error_set(DT_ERR_USAGE, "--workers: \"%s\" ends with a comma", list);
         p = *end ? end + 1 : end;
     }
     if (*n == 0) return dt_error_set(DT_ERR_USAGE, "--workers: expected worker counts such as 1,2,4");
+    return DT_OK;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+/* Removes `dir` and everything below it (nothing when it does not exist). */
+static dt_status remove_tree(const char *dir) {
+    if (access(dir, F_OK) != 0) return DT_OK;
+    if (nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        return dt_error_set(DT_ERR_IO, "%s: cannot remove the previous bench run: %s", dir, strerror(errno));
     return DT_OK;
 }
 
@@ -94,6 +112,9 @@ static dt_status write_svg(const char *path, const dt_bench_row *rows, int n, co
         if (rows[i].tokens_per_s > tmax) tmax = rows[i].tokens_per_s;
     }
     if (base * wmax > tmax) tmax = base * wmax;
+    double emax = 1.2; /* efficiency axis: 0..120%, more when a point is above */
+    for (int i = 0; i < n; i++)
+        if (rows[i].efficiency * 1.1 > emax) emax = rows[i].efficiency * 1.1;
     tmax *= 1.1;
     if (!(tmax > 0)) tmax = 1;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
@@ -103,7 +124,7 @@ static dt_status write_svg(const char *path, const dt_bench_row *rows, int n, co
     fprintf(f, "</text>\n");
     for (int panel = 0; panel < 2; panel++) {
         double x0 = panel * W + L, x1 = panel * W + W - R, y0 = H - B, y1 = T;
-        double ymax = panel == 0 ? tmax : 1.2;
+        double ymax = panel == 0 ? tmax : emax;
 #define PX(w) (x0 + (x1 - x0) * ((wmax > 1 ? (double)((w) - 1) / (wmax - 1) : 0.5)))
 #define PY(v) (y0 - (y0 - y1) * ((v) / ymax))
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n", x0, y0, x1, y0);
@@ -168,9 +189,9 @@ dt_status dt_bench_run(const dt_config *cfg, const int *workers_in, int n, long 
         fprintf(out, "bench: %d worker%s x batch %d, run dir %s ...\n", workers[i], workers[i] > 1 ? "s" : "",
                 c->data.batch_size_per_worker, c->run.dir);
         fflush(out);
-        char mpath[DT_PATH_MAX + 32];
-        snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", c->run.dir);
-        unlink(mpath); /* this run's records only */
+        /* bench owns bench/wN: start each run from an empty directory (no old checkpoints,
+         * logs or event files to pile up or mix in) */
+        if ((st = remove_tree(c->run.dir)) != DT_OK) break;
         dt_worker_opts opts = {.quiet = 1, .progress = 0};
         if ((st = dt_worker_prepare_run_dir(c)) != DT_OK) break;
         dt_launch_result res;

@@ -40,6 +40,7 @@ typedef struct shared_block {
     volatile int stop;      /* preemption requested: the signal that asked for it */
     char note[1024];        /* rank 0's note of a clean stop */
     dt_worker_slot stats[MAX_WORLD]; /* /proc samples of each worker, by the launcher */
+    volatile int waiting[MAX_WORLD];  /* set by a worker while it waits for rank 0's disk */
     rank_slot slots[];      /* (world) */
 } shared_block;
 
@@ -124,7 +125,8 @@ static void child_main(const dt_launch_cfg *cfg, int rank, int attempt, pid_t pa
     append_log(log, line);
 
     dt_launch_ctx ctx = {.attempt = attempt, .stop = &shared->stop, .note = shared->note,
-                         .note_size = sizeof shared->note, .stats = shared->stats};
+                         .note_size = sizeof shared->note, .stats = shared->stats,
+                         .waiting = &shared->waiting[rank]};
     dt_comm *comm = NULL;
     dt_status st = dt_comm_init_shm(&comm, world, rank, cfg->timeout_s);
     if (st == DT_OK) st = fn(arg, comm, &ctx);
@@ -173,32 +175,34 @@ static void supervisor_say(const dt_launch_cfg *cfg, const char *line) {
 /* Every `interval` seconds: each live worker's CPU share and memory into its shared slot; a
  * worker idle for two rounds in a row while the others work is called out once. */
 static void sample_workers(const dt_launch_cfg *cfg, double interval, shared_block *shared, const child *kids,
-                           double *cpu_prev, double *t_prev, int *idle_rounds, int *idle_said) {
+                           uint32_t round_no, double *cpu_prev, double *t_prev, int *idle_rounds, int *idle_said) {
     const int n = cfg->world;
     dt_worker_sample round[MAX_WORLD];
-    for (int r = 0; r < n; r++) {
+    for (int r = 0; r < n; r++) { /* in rank order: rank n-1 carrying round k means all have it */
         dt_worker_sample w = dt_worker_slot_read(&shared->stats[r]);
         double cpu_s, rss, peak;
         double t = now_s();
         if (kids[r].alive && dt_proc_read(kids[r].pid, &cpu_s, &rss, &peak) == DT_OK) {
             w.pid = (long)kids[r].pid;
-            w.cpu_pct = w.samples && t > t_prev[r] ? 100.0 * (cpu_s - cpu_prev[r]) / (t - t_prev[r]) : 0.0;
+            w.cpu_pct = t > t_prev[r] ? 100.0 * (cpu_s - cpu_prev[r]) / (t - t_prev[r]) : 0.0;
             t_prev[r] = t;
+            cpu_prev[r] = cpu_s;
             w.rss_mb = rss;
             w.peak_rss_mb = peak > w.peak_rss_mb ? peak : w.peak_rss_mb;
-            w.samples++;
-            cpu_prev[r] = cpu_s;
+            w.samples = round_no;
             dt_worker_slot_publish(&shared->stats[r], &w);
         }
         round[r] = w;
     }
     char msg[512];
     int idle = dt_monitor_idle_rank(round, n, interval, msg, sizeof msg);
+    /* a worker waiting for rank 0's disk (checkpoint) is not idle */
+    if (idle >= 0 && shared->waiting[idle]) idle = -1;
     for (int r = 0; r < n; r++) idle_rounds[r] = r == idle ? idle_rounds[r] + 1 : 0;
     if (idle >= 0 && idle_rounds[idle] >= 2 && !idle_said[idle]) {
         idle_said[idle] = 1;
         char line[600];
-        snprintf(line, sizeof line, "warning: %s", msg);
+        snprintf(line, sizeof line, "warning: %s (for %.1f s now)", msg, 2 * interval);
         supervisor_say(cfg, line);
     }
 }
@@ -219,8 +223,11 @@ static dt_status run_attempt(const dt_launch_cfg *cfg, int attempt, shared_block
     shared->stop = 0;
     shared->note[0] = '\0';
     memset(shared->stats, 0, sizeof shared->stats);
+    memset((void *)shared->waiting, 0, sizeof shared->waiting);
     const double interval = cfg->monitor_every_s > 0 ? cfg->monitor_every_s : 2.0;
+    /* a new process has used no CPU: the first sample measures from its fork */
     double cpu_prev[MAX_WORLD] = {0}, t_prev[MAX_WORLD] = {0}, next_sample = now_s() + interval;
+    uint32_t round_no = 0;
     int idle_rounds[MAX_WORLD] = {0}, idle_said[MAX_WORLD] = {0};
     for (int r = 0; r < n; r++) {
         atomic_store(&shared->slots[r].has_msg, 0);
@@ -253,6 +260,7 @@ static dt_status run_attempt(const dt_launch_cfg *cfg, int attempt, shared_block
         if (pid == 0) child_main(cfg, r, attempt, parent, world, shared, fn, arg);
         kids[r].pid = pid;
         kids[r].alive = 1;
+        t_prev[r] = now_s();
         alive++;
     }
 
@@ -326,7 +334,7 @@ static dt_status run_attempt(const dt_launch_cfg *cfg, int attempt, shared_block
             break;
         }
         if (now_s() >= next_sample) {
-            sample_workers(cfg, interval, shared, kids, cpu_prev, t_prev, idle_rounds, idle_said);
+            sample_workers(cfg, interval, shared, kids, ++round_no, cpu_prev, t_prev, idle_rounds, idle_said);
             next_sample = now_s() + interval;
         }
         if (preempt_deadline > 0 && now_s() > preempt_deadline) {

@@ -126,8 +126,10 @@ static int parse_options(int argc, char **argv, cli *c) {
         case 'W': c->workers = optarg; break;
         case 'S': {
             char *end;
+            errno = 0;
             long v = strtol(optarg, &end, 10);
-            if (*end || v < 1) return usage_error("--steps: expected an integer >= 1, got \"%s\"", optarg);
+            if (*end || end == optarg || errno || v < 1)
+                return usage_error("--steps: expected an integer >= 1, got \"%s\"", optarg);
             c->steps = v;
             break;
         }
@@ -292,10 +294,16 @@ int main(int argc, char **argv) {
         dt_device_print_versions(stdout);
         return 0;
     }
-    if (strcmp(cmd, "train") == 0) {
-        if (optind < sub_argc) return usage_error("unexpected argument \"%s\"", sub_argv[optind]);
-        return cmd_train(&c);
-    }
+    /* options that only one command reads are refused elsewhere, not silently ignored */
+    if ((c.workers || c.steps) && strcmp(cmd, "bench") != 0)
+        return usage_error("--workers and --steps belong to `dtrain bench` (for training: --set "
+                           "training.num_workers=N, --set training.max_steps=K)%s", "");
+    if ((c.num_workers || c.device) && strcmp(cmd, "doctor") != 0)
+        return usage_error("--num-workers and --device belong to `dtrain doctor` (for training: --set "
+                           "training.num_workers=N, --set training.device=cpu|cuda)%s", "");
+    if ((strcmp(cmd, "train") == 0 || strcmp(cmd, "bench") == 0) && optind < sub_argc)
+        return usage_error("unexpected argument \"%s\"", sub_argv[optind]);
+    if (strcmp(cmd, "train") == 0) return cmd_train(&c);
     if (strcmp(cmd, "eval") == 0) return cmd_eval(&c);
     if (strcmp(cmd, "export") == 0) return cmd_export(&c);
     if (strcmp(cmd, "data") == 0) return cmd_data(&c, sub_argc, sub_argv);

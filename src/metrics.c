@@ -204,7 +204,7 @@ void dt_metrics_workers(dt_metrics *m, long step, const dt_worker_sample *w, int
     char line[1024];
     size_t k = 0;
     for (int r = 0; r < n; r++) {
-        if (w[r].samples < 2) continue; /* no CPU share yet (or the worker is gone) */
+        if (w[r].samples < 1) continue; /* no sample (yet) */
         json_array_append_new(arr, json_pack("{s:i, s:I, s:o, s:o, s:o}", "rank", r, "pid", (json_int_t)w[r].pid,
                                              "cpu_pct", num(w[r].cpu_pct), "rss_mb", num(w[r].rss_mb), "peak_rss_mb",
                                              num(w[r].peak_rss_mb)));
@@ -240,14 +240,20 @@ void dt_metrics_final(dt_metrics *m, const dt_run_summary *s) {
         else
             k += (size_t)snprintf(mem + k, sizeof mem - k, "%.0f MB", s->peak_rss_mb[r]);
     }
-    write_json(m, json_pack("{s:s, s:I, s:o, s:o, s:I, s:o, s:o, s:o, s:i, s:o, s:o, s:o, s:o, s:o, s:I}", "type",
-                            "summary", "steps", (json_int_t)s->steps, "train_s", num(s->train_s), "eval_s", num(s->eval_s),
+    const char *verb = s->verb ? s->verb : "done";
+    write_json(m, json_pack("{s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:I, s:o, s:o, s:o, s:i, s:o, s:o, s:o, s:o, s:o, s:I}",
+                            "type", "summary", "status", verb, "steps", (json_int_t)s->steps, "first_step",
+                            (json_int_t)s->first_step, "last_step", (json_int_t)s->last_step, "train_s",
+                            num(s->train_s), "eval_s", num(s->eval_s),
                             "samples", (json_int_t)s->samples, "tokens", num(s->tokens), "samples_per_s", num(sps),
                             "tokens_per_s", num(tps), "workers", s->workers, "comm_s", num(s->comm_s), "comm_share",
                             num(share), "val_loss", num(s->val_loss), "val_accuracy", num(s->val_accuracy),
                             "peak_rss_mb", peaks, "checkpoints", (json_int_t)s->checkpoints));
-    dt_metrics_summary(m, "done: %ld steps | train %.1f s, eval %.1f s | %.0f samples/s, %.0f tokens/s", s->steps,
-                       s->train_s, s->eval_s, sps, tps);
+    char range[64] = "";
+    if (s->first_step > 0 && s->steps > 0) /* resumed: say which steps this run trained */
+        snprintf(range, sizeof range, " (steps %ld-%ld)", s->first_step + 1, s->last_step);
+    dt_metrics_summary(m, "%s: %ld steps%s | train %.1f s, eval %.1f s | %.0f samples/s, %.0f tokens/s", verb, s->steps,
+                       range, s->train_s, s->eval_s, sps, tps);
     if (s->workers > 1)
         dt_metrics_summary(m, "per worker: %.0f samples/s, %.0f tokens/s | waiting for all-reduce: %.1f%% of step time",
                            sps / s->workers, tps / s->workers, 100.0 * share);

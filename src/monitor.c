@@ -2,6 +2,7 @@
 #include "dtrain/monitor.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,14 +17,16 @@ void dt_worker_slot_publish(dt_worker_slot *slot, const dt_worker_sample *s) {
 
 dt_worker_sample dt_worker_slot_read(const dt_worker_slot *slot) {
     dt_worker_sample s;
-    for (int tries = 0; tries < 1000; tries++) {
+    for (long tries = 0; tries < 100000; tries++) {
         uint32_t a = atomic_load_explicit(&slot->seq, memory_order_acquire);
-        if (a & 1) continue;
-        s = slot->s;
-        atomic_thread_fence(memory_order_acquire);
-        if (atomic_load_explicit(&slot->seq, memory_order_relaxed) == a) return s;
+        if (!(a & 1)) {
+            s = slot->s;
+            atomic_thread_fence(memory_order_acquire);
+            if (atomic_load_explicit(&slot->seq, memory_order_relaxed) == a) return s;
+        }
+        if ((tries & 63) == 63) sched_yield(); /* the writer may have been preempted mid-write */
     }
-    memset(&s, 0, sizeof s);
+    memset(&s, 0, sizeof s); /* "no sample": callers skip it */
     return s;
 }
 
@@ -60,12 +63,12 @@ dt_status dt_proc_read(pid_t pid, double *cpu_s, double *rss_mb, double *peak_rs
 int dt_monitor_idle_rank(const dt_worker_sample *s, int n, double interval_s, char *msg, size_t msg_size) {
     if (n < 2) return -1;
     for (int r = 0; r < n; r++) {
-        if (s[r].samples < 2 || s[r].cpu_pct >= 10.0) continue;
+        if (s[r].samples < 1 || s[r].cpu_pct >= 10.0) continue;
         double lo = 1e30, hi = 0;
         int busy = 1;
         for (int q = 0; q < n && busy; q++) {
             if (q == r) continue;
-            if (s[q].samples < 2 || s[q].cpu_pct <= 50.0) busy = 0;
+            if (s[q].samples < 1 || s[q].cpu_pct <= 50.0) busy = 0;
             if (s[q].cpu_pct < lo) lo = s[q].cpu_pct;
             if (s[q].cpu_pct > hi) hi = s[q].cpu_pct;
         }

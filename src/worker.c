@@ -45,6 +45,7 @@ typedef struct run {
     int *tokens;    /* host (b, T) */
     int *targets;   /* host (b, T) or (b) */
     size_t *idx;    /* host (b) */
+    volatile int *waiting; /* the launcher's "waiting for rank 0's disk" flag of this worker (may be NULL) */
 } run;
 
 static double now_ms(void) {
@@ -385,8 +386,24 @@ static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, lon
     } else {
         snprintf(dir, n, "%s/checkpoints/step_%08ld (written by rank 0)", c->run.dir, step);
     }
-    /* the others wait for rank 0's disk, not for a collective: a deadline of its own */
-    if (r->world > 1) DT_TRY(dt_comm_barrier_timeout(r->comm, fmax(c->training.collective_timeout_s, CKPT_WAIT_S)));
+    /* the others wait for rank 0's disk, not for a collective: a deadline of its own, and
+     * the launcher's idle check is told */
+    if (r->world > 1) {
+        if (r->waiting && r->rank != 0) *r->waiting = 1;
+        dt_status st = dt_comm_barrier_timeout(r->comm, fmax(c->training.collective_timeout_s, CKPT_WAIT_S));
+        if (r->waiting) *r->waiting = 0;
+        DT_TRY(st);
+    }
+    return DT_OK;
+}
+
+/* Every rank's peak memory (exact, from the kernel) into peaks[world], for the summary. */
+static dt_status gather_peak_memory(run *r, double *peaks) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double mine = (double)ru.ru_maxrss / 1024.0;
+    peaks[0] = mine;
+    if (r->world > 1) DT_TRY(dt_comm_allgather(r->comm, &mine, sizeof mine, peaks));
     return DT_OK;
 }
 
@@ -394,12 +411,10 @@ static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, lon
 static void log_worker_samples(run *r, const dt_worker_opts *opts, long step, uint32_t *seen) {
     if (!opts || !opts->stats) return;
     dt_worker_sample w[64];
-    uint32_t newest = 0;
-    for (int i = 0; i < r->world; i++) {
-        w[i] = dt_worker_slot_read(&opts->stats[i]);
-        if (w[i].samples > newest) newest = w[i].samples;
-    }
-    if (newest < 2 || newest == *seen) return; /* the first sample has no CPU share yet */
+    uint32_t newest;
+    for (int i = 0; i < r->world; i++) w[i] = dt_worker_slot_read(&opts->stats[i]);
+    newest = w[r->world - 1].samples; /* written last: when it has round k, every rank has */
+    if (newest < 1 || newest == *seen) return;
     *seen = newest;
     dt_metrics_workers(r->metrics, step, w, r->world);
 }
@@ -428,6 +443,7 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
     const int cls = c->model.num_labels > 0;
     const long G = (long)world * b * accum;
     sample_log = open_sample_log(rank);
+    r.waiting = opts ? opts->waiting : NULL;
 
     dt_sampler_cfg sc = {
         .num_samples = dt_dataset_size(r.train), .seed = c->training.seed, .shuffle = c->data.shuffle,
@@ -630,7 +646,17 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
     }
 
     const long steps_run = step - step_start;
+    dt_run_summary sum = {
+        .verb = stopped ? "stopped" : "done", .steps = steps_run, .first_step = step_start, .last_step = step,
+        .samples = steps_run * G, .checkpoints = checkpoints, .tokens = tokens_per_step * (double)steps_run,
+        .train_s = train_ms / 1e3, .eval_s = eval_ms / 1e3, .comm_s = total_comm_ms / 1e3, .workers = world,
+        .val_loss = NAN, .val_accuracy = NAN,
+    };
+    double peaks[64];
     if (stopped) {
+        if ((st = gather_peak_memory(&r, peaks)) != DT_OK) goto done;
+        sum.peak_rss_mb = peaks;
+        dt_metrics_final(r.metrics, &sum);
         dt_metrics_summary(r.metrics, "stopped at step %ld of %ld (asked to stop); checkpoint %s", step, total, ckpt_dir);
         if (rank == 0 && opts && opts->note)
             snprintf(opts->note, opts->note_size, "stopped at step %ld of %ld with a checkpoint in %s", step, total,
@@ -643,24 +669,17 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
         have_eval = 1;
         dt_metrics_eval(r.metrics, &last_eval);
     }
+    /* the last collective comes before rank 0's save: nobody waits on its disk */
+    if ((st = gather_peak_memory(&r, peaks)) != DT_OK) goto done;
     char weights[DT_PATH_MAX + 32];
     snprintf(weights, sizeof weights, "%s/model.safetensors", c->run.dir);
     if (rank == 0 && (st = dt_model_save(r.model, weights)) != DT_OK) goto done;
-    {
-        /* every rank's peak memory (exact, from the kernel) for the summary */
-        struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
-        double mine = (double)ru.ru_maxrss / 1024.0, peaks[64];
-        peaks[0] = mine;
-        if (world > 1 && (st = dt_comm_allgather(comm, &mine, sizeof mine, peaks)) != DT_OK) goto done;
-        dt_run_summary sum = {
-            .steps = steps_run, .samples = steps_run * G, .checkpoints = checkpoints,
-            .tokens = tokens_per_step * (double)steps_run, .train_s = train_ms / 1e3, .eval_s = eval_ms / 1e3,
-            .comm_s = total_comm_ms / 1e3, .workers = world, .val_loss = have_eval ? last_eval.loss : NAN,
-            .val_accuracy = have_eval ? last_eval.accuracy : NAN, .peak_rss_mb = peaks,
-        };
-        dt_metrics_final(r.metrics, &sum);
+    sum.peak_rss_mb = peaks;
+    if (have_eval) {
+        sum.val_loss = last_eval.loss;
+        sum.val_accuracy = last_eval.accuracy;
     }
+    dt_metrics_final(r.metrics, &sum);
     if (rank == 0) dt_metrics_summary(r.metrics, "weights: %s", weights);
 done:
     if (sample_log) fclose(sample_log);
@@ -682,6 +701,7 @@ static dt_status launched_worker(void *arg, dt_comm *comm, const dt_launch_ctx *
     o.note = ctx->note;
     o.note_size = ctx->note_size;
     o.stats = ctx->stats;
+    o.waiting = ctx->waiting;
     return dt_worker_train(a->cfg, &o, comm);
 }
 

@@ -239,7 +239,7 @@ static void test_units(void) {
     round[2].cpu_pct = 20; /* the others are not busy either: nobody is singled out */
     CHECK_INT_EQ(dt_monitor_idle_rank(round, 3, 2.0, msg, sizeof msg), -1);
     round[2].cpu_pct = 95;
-    round[1].samples = 1; /* no CPU share yet */
+    round[1].samples = 0; /* no sample yet */
     CHECK_INT_EQ(dt_monitor_idle_rank(round, 3, 2.0, msg, sizeof msg), -1);
 }
 

@@ -1,7 +1,7 @@
 /* bench.h — `dtrain bench`: the same config at several worker counts (same per-worker
  * batch), one real training run each, and a table of how it scales.
  *
- * Each run goes into RUN_DIR/bench/wN (fresh: checkpoints only at the end, no resume) and
+ * Each run goes into RUN_DIR/bench/wN (emptied first; checkpoint only at the end) and
  * is measured from its own metrics.jsonl "summary" line: train time, eval time, samples/s,
  * tokens/s and the share of step time spent waiting for all-reduces. Speedup and scaling
  * efficiency are against the smallest worker count (normally 1): speedup = tokens/s over

@@ -28,6 +28,7 @@ typedef struct dt_launch_ctx {
     char *note;               /* a line for the launcher to print after a clean stop (rank 0) */
     size_t note_size;
     const dt_worker_slot *stats; /* (world) each worker's CPU and memory, sampled by the launcher */
+    volatile int *waiting;    /* set while this worker waits on another's disk (not idle) */
 } dt_launch_ctx;
 
 /* The worker body: runs in the child process for `rank`. Its status (and dt_error_msg) is

@@ -9,7 +9,8 @@
  *   {"type":"resume","step":S,"checkpoint":DIR,"attempt":K}  (training continues after step S;
  *   train lines after it supersede earlier ones with the same step, e.g. after a restart)
  *   {"type":"workers","step":S,"workers":[{"rank":R,"pid":P,"cpu_pct":C,"rss_mb":M,"peak_rss_mb":PM},...]}
- *   {"type":"summary","steps":N,"train_s":T,"eval_s":E,"samples":S,"tokens":K,"samples_per_s":..,
+ *   {"type":"summary","status":"done"|"stopped","steps":N,"first_step":F,"last_step":L,"train_s":T,
+ *    "eval_s":E,"samples":S,"tokens":K,"samples_per_s":..,
  *    "tokens_per_s":..,"workers":W,"comm_s":C,"comm_share":F,"val_loss":L,"val_accuracy":A,
  *    "peak_rss_mb":[per rank],"checkpoints":N}
  * train lines also carry "comm_ms": time this step waited for all-reduces (0 with one worker).
@@ -43,7 +44,9 @@ typedef struct dt_train_point {
 
 /* The end of a run, for the console summary and the "summary" line. */
 typedef struct dt_run_summary {
-    long steps, samples, checkpoints;
+    const char *verb;               /* "done" or "stopped" */
+    long steps, samples, checkpoints; /* in this run (after a resume: since the checkpoint) */
+    long first_step, last_step;     /* steps first_step+1 .. last_step were trained here */
     double tokens, train_s, eval_s, comm_s;
     int workers;
     double val_loss, val_accuracy;  /* NaN: no evaluation */

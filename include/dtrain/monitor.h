@@ -17,7 +17,8 @@ typedef struct dt_worker_sample {
     double cpu_pct;      /* CPU time / wall time over the last interval, 100 = one core busy */
     double rss_mb;       /* resident memory now */
     double peak_rss_mb;  /* high-water mark of resident memory */
-    uint32_t samples;    /* how many samples so far (0: none yet) */
+    uint32_t samples;    /* the sampling round this is from (1, 2, ...; 0: none yet); rounds
+                            are published in rank order, so the last rank's round is complete */
 } dt_worker_sample;
 
 /* One worker's slot in shared memory: written by the launcher, read by rank 0 (a sequence
@@ -37,7 +38,7 @@ dt_status dt_proc_read(pid_t pid, double *cpu_s, double *rss_mb, double *peak_rs
 
 /* Idle check over one round of samples (taken interval_s apart): returns the rank that used
  * less than 10% CPU while every other worker used more than 50% (and writes a sentence
- * naming it into msg), or -1. */
+ * naming it into msg), or -1. Ranks without a sample are never called out. */
 int dt_monitor_idle_rank(const dt_worker_sample *s, int n, double interval_s, char *msg, size_t msg_size);
 
 #endif

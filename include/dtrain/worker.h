@@ -18,6 +18,7 @@ typedef struct dt_worker_opts {
     char *note;    /* may be NULL; rank 0 leaves the line "stopped at step ..." here */
     size_t note_size;
     const dt_worker_slot *stats; /* may be NULL; (world) the launcher's samples of each worker */
+    volatile int *waiting;         /* may be NULL; set while waiting for rank 0's disk */
 } dt_worker_opts;
 
 /* Creates cfg->run.dir and writes the resolved config.yaml into it (once, before the
