@@ -37,10 +37,16 @@ int dt_cuda_versions(char *buf, size_t n) {
     else /* not a mismatch: a machine without a GPU */
         snprintf(now, sizeof now, "runtime %d.%d, no NVIDIA driver (CPU only)", rt / 1000, rt % 1000 / 10);
     snprintf(built, sizeof built, "%d.%d", CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
+    /* CUDA's minor-version compatibility: within a major version a newer runtime runs on an
+     * older driver (no PTX JIT of newer code), so only a major gap is a mismatch */
     const char *why = NULL;
-    if (rt / 10 != CUDART_VERSION / 10) why = "the CUDA runtime differs from the one dtrain was built with";
-    else if (drv > 0 && drv < rt) why = "the driver is older than the CUDA runtime: update the driver";
+    if (rt / 1000 != CUDART_VERSION / 1000) why = "another major CUDA runtime than dtrain was built with";
+    else if (drv > 0 && drv / 1000 < rt / 1000) why = "the driver is a major version older than the CUDA runtime: update the driver";
     bad += line(buf, n, &k, "CUDA", now, built, why);
+    if (!why && drv > 0 && drv < rt && k < n)
+        k += (size_t)snprintf(buf + k, n - k, "  note: the driver (%d.%d) is older than the runtime (%d.%d): supported "
+                                              "within a major version, but newer PTX cannot be JIT-compiled\n",
+                              drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
 
     int ma, mi, pa, bma, bmi, bpa;
     mmp((long)cublasLtGetVersion(), 0, &ma, &mi, &pa);
