@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -107,7 +108,8 @@ static void futex_wake_all(_Atomic uint32_t *word) {
 
 /* ---- the world ---- */
 
-dt_status dt_shm_world_create(dt_shm_world **out, int world, size_t slot_bytes) {
+/* fd < 0: an anonymous shared mapping (inherited over fork); else the file behind fd */
+static dt_status world_create(dt_shm_world **out, int world, size_t slot_bytes, int fd) {
     *out = NULL;
     if (world < 1 || world > SHM_MAX_WORLD)
         return dt_error_set(DT_ERR_CONFIG,
@@ -127,7 +129,10 @@ dt_status dt_shm_world_create(dt_shm_world **out, int world, size_t slot_bytes) 
     if (slot_bytes > (SIZE_MAX - data_offset) / (size_t)(world + 1) - page)
         return dt_error_set(DT_ERR_CONFIG, "shm communicator: slot size %zu bytes is too large", slot_bytes);
     size_t map_bytes = round_up(data_offset + (size_t)(world + 1) * slot_bytes, page);
-    void *p = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (fd >= 0 && ftruncate(fd, (off_t)map_bytes) != 0)
+        return dt_error_set(DT_ERR_NOMEM, "shm communicator: cannot size the shared memory (%zu bytes): %s", map_bytes,
+                            strerror(errno));
+    void *p = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (fd >= 0 ? 0 : MAP_ANONYMOUS), fd, 0);
     if (p == MAP_FAILED)
         return dt_error_set(DT_ERR_NOMEM,
                             "shm communicator: cannot map %zu bytes of shared memory for %d workers: %s "
@@ -143,6 +148,32 @@ dt_status dt_shm_world_create(dt_shm_world **out, int world, size_t slot_bytes) 
     atomic_init(&w->bar_sleepers, 0);
     atomic_init(&w->abort_state, 0);
     for (int r = 0; r < SHM_MAX_WORLD; r++) atomic_init(&w->ranks[r].arrived, 0);
+    *out = w;
+    return DT_OK;
+}
+
+dt_status dt_shm_world_create(dt_shm_world **out, int world, size_t slot_bytes) {
+    return world_create(out, world, slot_bytes, -1);
+}
+
+dt_status dt_shm_world_create_fd(dt_shm_world **out, int world, size_t slot_bytes, int fd) {
+    return world_create(out, world, slot_bytes, fd);
+}
+
+dt_status dt_shm_world_attach_fd(dt_shm_world **out, int world, int fd) {
+    *out = NULL;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || (size_t)sb.st_size < sizeof(dt_shm_world))
+        return dt_error_set(DT_ERR_DEVICE, "shm communicator: the shared memory of the job is missing or too small");
+    void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        return dt_error_set(DT_ERR_NOMEM, "shm communicator: cannot map the job's shared memory: %s", strerror(errno));
+    dt_shm_world *w = p;
+    if (w->world != world || w->map_bytes != (size_t)sb.st_size) {
+        munmap(p, (size_t)sb.st_size);
+        return dt_error_set(DT_ERR_DEVICE, "shm communicator: the job's shared memory is for %d workers, expected %d",
+                            w->world, world);
+    }
     *out = w;
     return DT_OK;
 }

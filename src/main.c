@@ -2,10 +2,12 @@
  * Exit status: 0 success; 2 bad usage, config or input data; 1 any other failure. */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "dtrain/bench.h"
 #include "dtrain/config.h"
@@ -13,6 +15,7 @@
 #include "dtrain/device.h"
 #include "dtrain/doctor.h"
 #include "dtrain/launch.h"
+#include "dtrain/rendezvous.h"
 #include "dtrain/safetensors.h"
 #include "dtrain/worker.h"
 
@@ -156,6 +159,85 @@ static void weights_path(const char *checkpoint, char *buf, size_t n) {
     else snprintf(buf, n, "%s", checkpoint);
 }
 
+/* After a clean stop (SIGTERM/SIGINT): where the checkpoint is and how to go on. */
+static void say_how_to_resume(const dt_config *cfg, int sig, const char *note) {
+    if (!note[0]) {
+        fprintf(stderr, "dtrain: SIG%s arrived as the run finished: nothing to resume\n", sigabbrev_np(sig));
+        return;
+    }
+    fprintf(stderr, "dtrain: SIG%s: %s\n", sigabbrev_np(sig), note);
+    if (cfg->checkpoint.resume == DT_RESUME_AUTO)
+        fprintf(stderr, "dtrain: to resume, run the same command again (checkpoint.resume: auto continues from it)\n");
+    else
+        fprintf(stderr, "dtrain: to resume, run the same command with --set checkpoint.resume=auto (checkpoint.resume "
+                        "is %s here, which would not continue from it)\n",
+                cfg->checkpoint.resume == DT_RESUME_NEVER ? "never" : "a path");
+}
+
+/* ---- external launch: one process per worker, started by torchrun / mpirun / srun / K8s */
+
+static volatile sig_atomic_t g_ext_stop;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* SA_RESETHAND: the first SIGINT/SIGTERM stops cleanly after the step, a second one kills */
+static void on_ext_signal(int sig) { g_ext_stop = sig; }
+
+static dt_status prepare_run_dir_cb(void *cfg) { return dt_worker_prepare_run_dir(cfg); }
+
+static int train_external(dt_config *cfg, const dt_ext_env *e, const cli *c) {
+    /* every rank computes the digest of the config as given, before the world size is set */
+    uint32_t digest = dt_config_digest(cfg);
+    if (e->world != cfg->training.num_workers && e->rank == 0)
+        printf("note: %s started %d workers; training.num_workers (%d) is ignored\n", e->source, e->world,
+               cfg->training.num_workers);
+    cfg->training.num_workers = e->world;
+    if (cfg->training.cpu_threads_per_worker == 0) { /* the cores of this host, shared by its workers */
+        int t = dt_device_cpu_cores() / (e->local_world > 0 ? e->local_world : 1);
+        cfg->training.cpu_threads_per_worker = t > 0 ? t : 1;
+    }
+    char launched[256];
+    snprintf(launched, sizeof launched, "launched by %s: rank %d of %d, local rank %d of %d; rendezvous at %s:%d",
+             e->source, e->rank, e->world, e->local_rank, e->local_world, e->addr, e->port);
+    if (e->rank == 0) printf("dtrain: %s\n", launched);
+    fflush(stdout);
+    double t0 = now_s();
+    dt_shm_world *world = NULL;
+    dt_status st = dt_rendezvous(e, digest, cfg->training.collective_timeout_s, e->rank == 0 ? prepare_run_dir_cb : NULL,
+                                 cfg, &world);
+    if (st != DT_OK) return fail(st);
+    double rdzv_s = now_s() - t0;
+    dt_comm *comm = NULL;
+    st = dt_comm_init_shm(&comm, world, e->rank, cfg->training.collective_timeout_s);
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_ext_signal;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    char note[1024] = "", info[512];
+    snprintf(info, sizeof info, "%s; rendezvous took %.3f s", launched, rdzv_s);
+    dt_worker_opts opts = {.quiet = c->quiet, .progress = c->progress, .stop = (const volatile int *)&g_ext_stop,
+                           .note = note, .note_size = sizeof note, .launched_by = info};
+    if (st == DT_OK) st = dt_worker_train(cfg, &opts, comm);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    dt_comm_free(comm);
+    dt_shm_world_destroy(world);
+    if (st != DT_OK) {
+        /* the launcher (torchrun, srun, the Job) decides about restarts; a rerun resumes */
+        if (e->world > 1) dt_error_prefix("rank %d", e->rank);
+        return fail(st);
+    }
+    if (g_ext_stop && e->rank == 0) say_how_to_resume(cfg, g_ext_stop, note);
+    return 0;
+}
+
 static int cmd_train(const cli *c) {
     dt_config cfg;
     int rc = load_config(c, &cfg);
@@ -166,23 +248,17 @@ static int cmd_train(const cli *c) {
     }
     dt_device_kind dev;
     dt_status st = dt_device_resolve(&cfg, &dev); /* before fork: a missing GPU is exit 2 */
-    if (st == DT_OK) st = dt_worker_prepare_run_dir(&cfg);
+    dt_ext_env env;
+    int external = 0;
+    if (st == DT_OK) st = dt_ext_env_detect(cfg.training.num_workers, &env, &external);
     if (st != DT_OK) return fail(st);
+    if (external) return train_external(&cfg, &env, c);
+    if ((st = dt_worker_prepare_run_dir(&cfg)) != DT_OK) return fail(st);
     dt_worker_opts opts = {.quiet = c->quiet, .progress = c->progress};
     dt_launch_result res;
     st = dt_worker_launch(&cfg, &opts, &res);
     if (st != DT_OK) return fail(st);
-    if (res.stopped_by && res.note[0]) {
-        fprintf(stderr, "dtrain: SIG%s: %s\n", sigabbrev_np(res.stopped_by), res.note);
-        if (cfg.checkpoint.resume == DT_RESUME_AUTO)
-            fprintf(stderr, "dtrain: to resume, run the same command again (checkpoint.resume: auto continues from it)\n");
-        else
-            fprintf(stderr, "dtrain: to resume, run the same command with --set checkpoint.resume=auto (checkpoint.resume "
-                            "is %s here, which would not continue from it)\n",
-                    cfg.checkpoint.resume == DT_RESUME_NEVER ? "never" : "a path");
-    } else if (res.stopped_by) {
-        fprintf(stderr, "dtrain: SIG%s arrived as the run finished: nothing to resume\n", sigabbrev_np(res.stopped_by));
-    }
+    if (res.stopped_by) say_how_to_resume(&cfg, res.stopped_by, res.note);
     return 0;
 }
 

@@ -531,6 +531,7 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
                         dt_device_threads_per_worker(c), world > 1 ? ", shm all-reduce" : "", c->run.dir);
         dt_metrics_info(r.metrics, "model: %d layers, %d heads, n_embd %d, seq_len %d, vocab %d | %s params, %s FLOPs/token",
                         mc->n_layer, mc->n_head, mc->n_embd, mc->seq_len, mc->vocab_size, params, flops);
+        if (opts && opts->launched_by) dt_metrics_info(r.metrics, "%s", opts->launched_by);
         char advice[512];
         if (dt_device_blas_advice(advice, sizeof advice)) dt_metrics_info(r.metrics, "%s", advice);
         dt_metrics_info(r.metrics, "data: %zu train examples (%zu steps/epoch at global batch %ld = %d x %d x %d), "

@@ -27,6 +27,11 @@ typedef enum { DT_REDUCE_SUM = 0, DT_REDUCE_AVG } dt_reduce_op;
 typedef struct dt_shm_world dt_shm_world;
 dt_status dt_shm_world_create(dt_shm_world **out, int world, size_t slot_bytes);
 void dt_shm_world_destroy(dt_shm_world *w);
+/* The same world in the file behind `fd` (e.g. shm_open), for workers that do not share a
+ * parent (external launchers): one process creates it (sizing the file), the others attach;
+ * each destroys its own mapping. */
+dt_status dt_shm_world_create_fd(dt_shm_world **out, int world, size_t slot_bytes, int fd);
+dt_status dt_shm_world_attach_fd(dt_shm_world **out, int world, int fd);
 /* Marks the world aborted (by the supervisor, when a worker died): every rank's pending and
  * future collective fails promptly with a message containing `why`. Async-signal-safe. */
 void dt_shm_world_abort(dt_shm_world *w, const char *why);

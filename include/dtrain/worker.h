@@ -19,6 +19,7 @@ typedef struct dt_worker_opts {
     size_t note_size;
     const dt_worker_slot *stats; /* may be NULL; (world) the launcher's samples of each worker */
     volatile int *waiting;         /* may be NULL; set while waiting for rank 0's disk */
+    const char *launched_by;       /* may be NULL; who started this worker (external launchers), for the log */
 } dt_worker_opts;
 
 /* Creates cfg->run.dir and writes the resolved config.yaml into it (once, before the

@@ -1,0 +1,44 @@
+/* rendezvous.h — running under someone else's launcher (torchrun, mpirun, srun, a
+ * Kubernetes Indexed Job): one dtrain process per worker, started by them, not forked by us.
+ *
+ * dt_ext_env_detect reads rank, world size and local rank from the environment, in this
+ * order: RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE (torchrun, Kubeflow PyTorchJob),
+ * OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE} (Open MPI), SLURM_PROCID/SLURM_NTASKS/
+ * SLURM_LOCALID inside an srun step (Slurm), JOB_COMPLETION_INDEX with the world size from
+ * training.num_workers (Kubernetes). The rendezvous address is MASTER_ADDR:MASTER_PORT (port
+ * default 29500); when MASTER_ADDR is unset: 127.0.0.1 if the launcher says every rank is on
+ * this host (local world == world), else under Slurm the first host of the step's node list.
+ *
+ * dt_rendezvous: rank 0 listens there, every other rank connects (retrying with backoff
+ * while rank 0 is not up yet) and says who it is and the digest of its config; rank 0
+ * checks that every rank came, once, with the same config, before a deadline, and names
+ * the ranks that did not. On one host it then creates the job's shared memory
+ * (shm_open), every rank maps it, and rank 0 unlinks the name, so nothing is left in
+ * /dev/shm. */
+#ifndef DTRAIN_RENDEZVOUS_H
+#define DTRAIN_RENDEZVOUS_H
+
+#include <stdint.h>
+
+#include "dtrain/comm.h"
+#include "dtrain/status.h"
+
+typedef struct dt_ext_env {
+    char source[96];      /* which variables were used, for the log */
+    int rank, world, local_rank, local_world;
+    char addr[256];       /* rendezvous host */
+    int port;
+} dt_ext_env;
+
+/* *found = 0 when no launcher started us (or it started a world of one: then dtrain forks
+ * its workers as usual). DT_ERR_USAGE naming the variables when they are incomplete,
+ * malformed or contradict each other. */
+dt_status dt_ext_env_detect(int config_world, dt_ext_env *env, int *found);
+
+/* Meets the other ranks (see above) within timeout_s and maps the job's shared memory:
+ * *world_out is ready for dt_comm_init_shm. `before_ok` (may be NULL) runs on rank 0 once
+ * every rank has checked in and before any is let go (e.g. to create the run directory). */
+dt_status dt_rendezvous(const dt_ext_env *env, uint32_t config_digest, double timeout_s, dt_status (*before_ok)(void *),
+                        void *user, dt_shm_world **world_out);
+
+#endif

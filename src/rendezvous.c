@@ -1,0 +1,390 @@
+/* rendezvous.c — launcher environments and the TCP rendezvous (include/dtrain/rendezvous.h).
+ *
+ * Wire protocol, one text line per message:
+ *   rank r -> 0:  "DTRAIN-RDZV 1 rank=R world=W digest=XXXXXXXX host=HOST"
+ *   0 -> rank r:  "OK shm=/NAME"  or  "ERR message"
+ *   rank r -> 0:  "MAPPED"        (rank 0 then unlinks /NAME)
+ *   0 -> rank r:  "GO"            or  "ERR message" */
+#include "dtrain/rendezvous.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_RANKS 64
+#define DEFAULT_PORT 29500
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------------ environment */
+
+/* An integer environment variable: 0 absent, 1 present and valid; DT_ERR_USAGE otherwise. */
+static dt_status env_int(const char *name, long lo, long hi, long *out, int *present) {
+    const char *v = getenv(name);
+    *present = 0;
+    if (!v || !*v) return DT_OK;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || *end || end == v || x < lo || x > hi)
+        return dt_error_set(DT_ERR_USAGE, "environment: %s=\"%s\": expected an integer %ld..%ld", name, v, lo, hi);
+    *out = x;
+    *present = 1;
+    return DT_OK;
+}
+
+typedef struct source {
+    const char *name;                         /* for messages */
+    const char *rank, *world, *local_rank, *local_world;
+} source;
+
+/* "2(x3),1" -> 2: the tasks on this node for the usual homogeneous case */
+static int leading_int(const char *s) { return s ? atoi(s) : 0; }
+
+/* first host of a Slurm node list: "node[03-05,09],gpu1" -> "node03" */
+static void first_host(const char *list, char *out, size_t n) {
+    size_t k = 0;
+    const char *p = list;
+    while (*p && *p != ',' && *p != '[' && k + 1 < n) out[k++] = *p++;
+    if (*p == '[')
+        for (p++; *p && *p != '-' && *p != ',' && *p != ']' && k + 1 < n;) out[k++] = *p++;
+    out[k] = '\0';
+}
+
+dt_status dt_ext_env_detect(int config_world, dt_ext_env *e, int *found) {
+    memset(e, 0, sizeof *e);
+    *found = 0;
+    static const source sources[] = {
+        {"torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE)", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+        {"Open MPI (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE)", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+         "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+        {"Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID)", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL},
+    };
+    const int n_src = (int)(sizeof sources / sizeof sources[0]);
+    int have = 0;
+    for (int i = 0; i < n_src; i++) {
+        const source *s = &sources[i];
+        /* Slurm's variables count only inside an srun step: a batch script runs once, with
+         * SLURM_PROCID=0 of the whole allocation */
+        if (i == 2 && !getenv("SLURM_STEP_ID")) continue;
+        long rank = 0, world = 0, lr = 0, lw = 0;
+        int pr, pw, plr, plw = 0;
+        DT_TRY(env_int(s->rank, 0, MAX_RANKS - 1, &rank, &pr));
+        DT_TRY(env_int(s->world, 1, MAX_RANKS, &world, &pw));
+        DT_TRY(env_int(s->local_rank, 0, MAX_RANKS - 1, &lr, &plr));
+        if (s->local_world) DT_TRY(env_int(s->local_world, 1, MAX_RANKS, &lw, &plw));
+        if (!pr && !pw) continue;
+        if (pr != pw)
+            return dt_error_set(DT_ERR_USAGE, "environment: %s is set but %s is not (started by %s?)",
+                                pr ? s->rank : s->world, pr ? s->world : s->rank, s->name);
+        if (rank >= world)
+            return dt_error_set(DT_ERR_USAGE, "environment: %s=%ld is not below %s=%ld", s->rank, rank, s->world, world);
+        if (!plr) lr = world == 1 ? 0 : rank; /* no local rank: assume one host */
+        if (!plw) lw = i == 2 ? leading_int(getenv("SLURM_STEP_TASKS_PER_NODE")) : 0;
+        if (lw < 1) lw = world;
+        if (have) { /* a second launcher's variables must agree with the first's */
+            if (rank != e->rank || world != e->world)
+                return dt_error_set(DT_ERR_USAGE,
+                                    "environment: %s says rank %d of %d but %s=%ld, %s=%ld disagree: which launcher "
+                                    "started dtrain? (unset the other's variables)",
+                                    e->source, e->rank, e->world, s->rank, rank, s->world, world);
+            continue;
+        }
+        have = 1;
+        snprintf(e->source, sizeof e->source, "%s", s->name);
+        e->rank = (int)rank;
+        e->world = (int)world;
+        e->local_rank = (int)lr;
+        e->local_world = (int)lw;
+    }
+    if (!have) {
+        long idx;
+        int pi;
+        DT_TRY(env_int("JOB_COMPLETION_INDEX", 0, MAX_RANKS - 1, &idx, &pi));
+        if (pi) {
+            if (idx >= config_world)
+                return dt_error_set(DT_ERR_USAGE,
+                                    "environment: JOB_COMPLETION_INDEX=%ld but training.num_workers is %d (hint: the "
+                                    "Job's completions and parallelism must equal training.num_workers)",
+                                    idx, config_world);
+            snprintf(e->source, sizeof e->source,
+                     "Kubernetes Indexed Job (JOB_COMPLETION_INDEX, world size from training.num_workers)");
+            e->rank = (int)idx;
+            e->world = config_world;
+            e->local_rank = 0;
+            e->local_world = 1;
+            have = 1;
+        }
+    }
+    if (!have || e->world == 1) return DT_OK; /* not launched, or a world of one: fork mode */
+
+    long port = DEFAULT_PORT;
+    int pp;
+    DT_TRY(env_int("MASTER_PORT", 1, 65535, &port, &pp));
+    e->port = (int)port;
+    const char *addr = getenv("MASTER_ADDR");
+    if (addr && *addr) snprintf(e->addr, sizeof e->addr, "%s", addr);
+    else if (e->local_world == e->world) /* every rank on this host */
+        snprintf(e->addr, sizeof e->addr, "127.0.0.1");
+    else if (strncmp(e->source, "Slurm", 5) == 0 && (getenv("SLURM_STEP_NODELIST") || getenv("SLURM_JOB_NODELIST")))
+        first_host(getenv("SLURM_STEP_NODELIST") ? getenv("SLURM_STEP_NODELIST") : getenv("SLURM_JOB_NODELIST"), e->addr,
+                   sizeof e->addr);
+    else
+        return dt_error_set(DT_ERR_USAGE,
+                            "environment: MASTER_ADDR is not set: rank %d of %d (%s) needs the address of rank 0 "
+                            "(hint: MASTER_ADDR=host MASTER_PORT=29500; with mpirun: -x MASTER_ADDR -x MASTER_PORT)",
+                            e->rank, e->world, e->source);
+    *found = 1;
+    return DT_OK;
+}
+
+/* ------------------------------------------------------------------ sockets */
+
+static dt_status send_line(int fd, const char *line) {
+    char buf[1200];
+    int n = snprintf(buf, sizeof buf, "%s\n", line);
+    for (int off = 0; off < n;) {
+        ssize_t k = send(fd, buf + off, (size_t)(n - off), MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return dt_error_set(DT_ERR_DEVICE, "rendezvous: send failed: %s", strerror(errno));
+        off += (int)k;
+    }
+    return DT_OK;
+}
+
+/* One line (without the newline) before the deadline. */
+static dt_status recv_line(int fd, char *buf, size_t n, double deadline, const char *who) {
+    size_t k = 0;
+    for (;;) {
+        double left = deadline - now_s();
+        if (left <= 0) return dt_error_set(DT_ERR_DEVICE, "rendezvous: no answer from %s in time", who);
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int r = poll(&p, 1, (int)(left * 1000) + 1);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) continue;
+        char c;
+        ssize_t got = recv(fd, &c, 1, 0);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return dt_error_set(DT_ERR_DEVICE, "rendezvous: %s closed the connection", who);
+        if (c == '\n') break;
+        if (k + 1 < n) buf[k++] = c;
+    }
+    buf[k] = '\0';
+    return DT_OK;
+}
+
+static void say_all(const int *fds, int n, const char *line) {
+    for (int i = 0; i < n; i++)
+        if (fds[i] >= 0) send_line(fds[i], line);
+}
+
+static void close_all(int *fds, int n) {
+    for (int i = 0; i < n; i++)
+        if (fds[i] >= 0) {
+            close(fds[i]);
+            fds[i] = -1;
+        }
+}
+
+static void my_host(char *buf, size_t n) {
+    if (gethostname(buf, n - 1) != 0) snprintf(buf, n, "?");
+    buf[n - 1] = '\0';
+}
+
+/* rank 0 */
+static dt_status serve(const dt_ext_env *e, uint32_t digest, double timeout_s, dt_status (*before_ok)(void *), void *user,
+                       dt_shm_world **world_out) {
+    const double deadline = now_s() + timeout_s;
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (lfd < 0) return dt_error_set(DT_ERR_DEVICE, "rendezvous: socket: %s", strerror(errno));
+    int one = 1;
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)e->port), .sin_addr.s_addr = INADDR_ANY};
+    if (bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, MAX_RANKS) != 0) {
+        dt_status st = dt_error_set(DT_ERR_DEVICE, "rendezvous: rank 0 cannot listen on port %d: %s (hint: another job "
+                                                   "uses it? set MASTER_PORT)", e->port, strerror(errno));
+        close(lfd);
+        return st;
+    }
+    int fds[MAX_RANKS];
+    for (int i = 0; i < MAX_RANKS; i++) fds[i] = -1;
+    char host0[256], line[1024];
+    my_host(host0, sizeof host0);
+    int arrived = 1, same_host = 1;
+    dt_status st = DT_OK;
+    char err[1024] = "";
+    while (arrived < e->world && st == DT_OK) {
+        double left = deadline - now_s();
+        if (left <= 0) {
+            char missing[512];
+            size_t k = 0;
+            for (int r = 1; r < e->world && k < sizeof missing; r++)
+                if (fds[r] < 0) k += (size_t)snprintf(missing + k, sizeof missing - k, "%s%d", k ? ", " : "", r);
+            st = dt_error_set(DT_ERR_DEVICE,
+                              "rendezvous at port %d: rank(s) %s did not arrive within %.0f s (%d of %d here; hint: "
+                              "were they started, with MASTER_ADDR pointing at this host? training.collective_timeout_s "
+                              "sets the deadline)",
+                              e->port, missing, timeout_s, arrived, e->world);
+            snprintf(err, sizeof err, "ERR rank(s) %s did not arrive at the rendezvous in time", missing);
+            break;
+        }
+        struct pollfd p = {.fd = lfd, .events = POLLIN};
+        int r = poll(&p, 1, (int)(left * 1000) + 1);
+        if (r <= 0) continue;
+        int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (c < 0) continue;
+        double hello_by = now_s() + 10.0 < deadline ? now_s() + 10.0 : deadline;
+        if (recv_line(c, line, sizeof line, hello_by, "a connecting rank") != DT_OK) {
+            close(c);
+            continue; /* not one of ours, or too slow: keep waiting for the real ones */
+        }
+        int rank = -1, world = -1;
+        unsigned dg = 0;
+        char host[256] = "";
+        if (sscanf(line, "DTRAIN-RDZV 1 rank=%d world=%d digest=%x host=%255s", &rank, &world, &dg, host) != 4) {
+            close(c);
+            continue;
+        }
+        if (world != e->world || rank < 1 || rank >= e->world || fds[rank] >= 0) {
+            snprintf(line, sizeof line, "ERR rank 0 expects ranks 1..%d of a world of %d, once each; got rank %d of %d%s",
+                     e->world - 1, e->world, rank, world, rank >= 1 && rank < e->world && fds[rank] >= 0 ? " twice" : "");
+            send_line(c, line);
+            close(c);
+            st = dt_error_set(DT_ERR_USAGE, "rendezvous: %s", line + 4);
+            snprintf(err, sizeof err, "ERR %s", line + 4);
+            break;
+        }
+        if (dg != digest) {
+            snprintf(line, sizeof line,
+                     "ERR rank %d runs another config than rank 0 (config digest %08x, rank 0 has %08x): every rank "
+                     "must run the same config", rank, dg, digest);
+            send_line(c, line);
+            close(c);
+            st = dt_error_set(DT_ERR_USAGE, "rendezvous: %s", line + 4);
+            snprintf(err, sizeof err, "%s", line);
+            break;
+        }
+        if (strcmp(host, host0) != 0) same_host = 0;
+        fds[rank] = c;
+        arrived++;
+    }
+    close(lfd);
+    if (st == DT_OK && !same_host) {
+        st = dt_error_set(DT_ERR_USAGE, "rendezvous: the ranks run on more than one host; CPU workers across machines "
+                                        "need a network collective, which this build does not have yet (hint: run every "
+                                        "rank on one host)");
+        snprintf(err, sizeof err, "ERR the ranks run on more than one host (not supported for CPU workers yet)");
+    }
+    if (st == DT_OK && before_ok && (st = before_ok(user)) != DT_OK)
+        snprintf(err, sizeof err, "ERR rank 0 failed: %.1000s", dt_error_msg());
+    char name[64];
+    int shm = -1;
+    if (st == DT_OK) {
+        snprintf(name, sizeof name, "/dtrain-%ld-%d", (long)getpid(), e->port);
+        shm = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (shm < 0) st = dt_error_set(DT_ERR_DEVICE, "rendezvous: shm_open %s: %s", name, strerror(errno));
+        else if ((st = dt_shm_world_create_fd(world_out, e->world, 0, shm)) != DT_OK) shm_unlink(name);
+        if (st != DT_OK) snprintf(err, sizeof err, "ERR rank 0 could not create the job's shared memory");
+    }
+    if (st != DT_OK) {
+        say_all(fds, e->world, err);
+        close_all(fds, e->world);
+        if (shm >= 0) close(shm);
+        return st;
+    }
+    snprintf(line, sizeof line, "OK shm=%s", name);
+    say_all(fds, e->world, line);
+    for (int r = 1; r < e->world && st == DT_OK; r++) {
+        char who[32];
+        snprintf(who, sizeof who, "rank %d", r);
+        if ((st = recv_line(fds[r], line, sizeof line, deadline + 30, who)) == DT_OK && strcmp(line, "MAPPED") != 0)
+            st = dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: %s", r, line);
+    }
+    shm_unlink(name); /* every rank has it mapped (or failed): nothing stays in /dev/shm */
+    close(shm);
+    say_all(fds, e->world, st == DT_OK ? "GO" : "ERR another rank could not map the job's shared memory");
+    close_all(fds, e->world);
+    if (st != DT_OK) {
+        dt_shm_world_destroy(*world_out);
+        *world_out = NULL;
+    }
+    return st;
+}
+
+/* every other rank */
+static dt_status join(const dt_ext_env *e, uint32_t digest, double timeout_s, dt_shm_world **world_out) {
+    const double deadline = now_s() + timeout_s;
+    char port[16], last[256] = "";
+    snprintf(port, sizeof port, "%d", e->port);
+    int fd = -1;
+    for (double wait = 0.05; fd < 0;) { /* rank 0 may not be listening yet: retry with backoff */
+        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+        int gai = getaddrinfo(e->addr, port, &hints, &res);
+        if (gai != 0) snprintf(last, sizeof last, "cannot resolve %s: %s", e->addr, gai_strerror(gai));
+        for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+            int c = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+            if (c < 0) continue;
+            if (connect(c, a->ai_addr, a->ai_addrlen) == 0) fd = c;
+            else {
+                snprintf(last, sizeof last, "%s", strerror(errno));
+                close(c);
+            }
+        }
+        if (res) freeaddrinfo(res);
+        if (fd >= 0) break;
+        if (now_s() + wait > deadline)
+            return dt_error_set(DT_ERR_DEVICE,
+                                "rendezvous: rank %d could not reach rank 0 at %s:%d within %.0f s (%s) (hint: is rank 0 "
+                                "running? MASTER_ADDR and MASTER_PORT must name its host and a free port)",
+                                e->rank, e->addr, e->port, timeout_s, last);
+        struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+        nanosleep(&ts, NULL);
+        wait = wait * 2 > 1.0 ? 1.0 : wait * 2;
+    }
+    char host[256], line[1200];
+    my_host(host, sizeof host);
+    snprintf(line, sizeof line, "DTRAIN-RDZV 1 rank=%d world=%d digest=%08x host=%s", e->rank, e->world, digest, host);
+    dt_status st = send_line(fd, line);
+    /* rank 0 answers when everyone is in: up to its own deadline, which may be later than ours */
+    if (st == DT_OK) st = recv_line(fd, line, sizeof line, deadline + timeout_s + 5, "rank 0");
+    if (st == DT_OK && strncmp(line, "OK shm=", 7) != 0)
+        st = dt_error_set(DT_ERR_USAGE, "rendezvous: rank 0 refused rank %d: %s", e->rank,
+                          strncmp(line, "ERR ", 4) == 0 ? line + 4 : line);
+    if (st == DT_OK) {
+        int shm = shm_open(line + 7, O_RDWR, 0);
+        if (shm < 0) st = dt_error_set(DT_ERR_DEVICE, "rendezvous: shm_open %s: %s", line + 7, strerror(errno));
+        else {
+            st = dt_shm_world_attach_fd(world_out, e->world, shm);
+            close(shm);
+        }
+        send_line(fd, st == DT_OK ? "MAPPED" : "ERR cannot map");
+    }
+    if (st == DT_OK && (st = recv_line(fd, line, sizeof line, deadline + timeout_s + 40, "rank 0")) == DT_OK &&
+        strcmp(line, "GO") != 0)
+        st = dt_error_set(DT_ERR_DEVICE, "rendezvous: %s", strncmp(line, "ERR ", 4) == 0 ? line + 4 : line);
+    close(fd);
+    if (st != DT_OK && *world_out) {
+        dt_shm_world_destroy(*world_out);
+        *world_out = NULL;
+    }
+    return st;
+}
+
+dt_status dt_rendezvous(const dt_ext_env *e, uint32_t digest, double timeout_s, dt_status (*before_ok)(void *),
+                        void *user, dt_shm_world **world_out) {
+    *world_out = NULL;
+    return e->rank == 0 ? serve(e, digest, timeout_s, before_ok, user, world_out) : join(e, digest, timeout_s, world_out);
+}

@@ -1,0 +1,198 @@
+/* test_extlaunch.c — dtrain started by someone else's launcher, one process per worker:
+ *   - two processes with torchrun's variables on 127.0.0.1 (rank 1 started first, so it has
+ *     to retry until rank 0 listens) end with weights byte-identical to the fork-mode run;
+ *   - the same as a Kubernetes Indexed Job (JOB_COMPLETION_INDEX + training.num_workers);
+ *   - a missing rank: rank 0 gives up at the deadline naming it;
+ *   - a rank with another config is refused, naming the rank;
+ *   - incomplete, malformed or contradicting variables exit 2 naming them;
+ *   - nothing is left in /dev/shm. */
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "proc.h"
+#include "testutil.h"
+
+static char out_text[1 << 18];
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK(bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    socklen_t len = sizeof sa;
+    CHECK(getsockname(fd, (struct sockaddr *)&sa, &len) == 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static const char *const launcher_vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                                            "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                                            "JOB_COMPLETION_INDEX", NULL};
+
+static void clear_env(void) {
+    for (int i = 0; launcher_vars[i]; i++) unsetenv(launcher_vars[i]);
+}
+
+/* "NAME=value" pairs, NULL-terminated */
+static void set_env(const char *const *pairs) {
+    clear_env();
+    for (int i = 0; pairs && pairs[i]; i++) {
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", pairs[i]);
+        char *eq = strchr(buf, '=');
+        CHECK(eq != NULL);
+        *eq = '\0';
+        CHECK(setenv(buf, eq + 1, 1) == 0);
+    }
+}
+
+/* dtrain on ci-smoke with 2 x 4 and run.dir=test_dir()/RUN plus extra --set values */
+static pid_t start(const char *tag, const char *run, const char *extra_set) {
+    static char rd[8][1400];
+    static int next;
+    char *r = rd[next++ % 8];
+    snprintf(r, sizeof rd[0], "run.dir=%s/%s", test_dir(), run);
+    const char *args[] = {"--config", "configs/ci-smoke.yaml", "--set", r, "--set", "training.num_workers=2", "--set",
+                          "data.batch_size_per_worker=4", "--set", "training.collective_timeout_s=20", "--progress",
+                          "never", extra_set ? "--set" : NULL, extra_set, NULL};
+    return spawn(tag, args);
+}
+
+static void same_weights(const char *a, const char *b) {
+    char pa[1300], pb[1300], cmd[3000];
+    snprintf(pa, sizeof pa, "%s/%s/model.safetensors", test_dir(), a);
+    snprintf(pb, sizeof pb, "%s/%s/model.safetensors", test_dir(), b);
+    snprintf(cmd, sizeof cmd, "cmp %s %s", pa, pb);
+    CHECK_INT_EQ(system(cmd), 0);
+    printf("%s and %s: identical weights\n", a, b);
+}
+
+static void test_torchrun_style(void) {
+    clear_env();
+    CHECK_INT_EQ(wait_exit(start("fork", "fork", NULL), "fork"), 0);
+    char port[32];
+    snprintf(port, sizeof port, "MASTER_PORT=%d", free_port());
+    const char *r1[] = {"RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port,
+                        NULL};
+    const char *r0[] = {"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port,
+                        NULL};
+    set_env(r1);
+    pid_t p1 = start("torch-r1", "torch", NULL);
+    sleep_ms(700); /* rank 0 is late: rank 1 retries */
+    set_env(r0);
+    pid_t p0 = start("torch-r0", "torch", NULL);
+    clear_env();
+    CHECK_INT_EQ(wait_exit(p0, "torch-r0"), 0);
+    CHECK_INT_EQ(wait_exit(p1, "torch-r1"), 0);
+    char path[1300];
+    snprintf(path, sizeof path, "%s/torch-r0.out", test_dir());
+    test_slurp(path, out_text, sizeof out_text);
+    CHECK_STR_CONTAINS(out_text, "dtrain: launched by torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE): rank 0 "
+                                 "of 2, local rank 0 of 2; rendezvous at 127.0.0.1:");
+    CHECK_STR_CONTAINS(out_text, "done: 20 steps");
+    snprintf(path, sizeof path, "%s/torch/rank-1.log", test_dir());
+    test_slurp(path, out_text, sizeof out_text);
+    CHECK_STR_CONTAINS(out_text, "rank 1 of 2, local rank 1 of 2; rendezvous at 127.0.0.1:");
+    CHECK_STR_CONTAINS(out_text, "rendezvous took ");
+    same_weights("fork", "torch");
+}
+
+static void test_indexed_job(void) {
+    char port[32];
+    snprintf(port, sizeof port, "MASTER_PORT=%d", free_port());
+    const char *j0[] = {"JOB_COMPLETION_INDEX=0", "MASTER_ADDR=localhost", port, NULL};
+    const char *j1[] = {"JOB_COMPLETION_INDEX=1", "MASTER_ADDR=localhost", port, NULL};
+    set_env(j0);
+    pid_t p0 = start("k8s-0", "k8s", NULL);
+    set_env(j1);
+    pid_t p1 = start("k8s-1", "k8s", NULL);
+    clear_env();
+    CHECK_INT_EQ(wait_exit(p0, "k8s-0"), 0);
+    CHECK_INT_EQ(wait_exit(p1, "k8s-1"), 0);
+    char path[1300];
+    snprintf(path, sizeof path, "%s/k8s-0.out", test_dir());
+    test_slurp(path, out_text, sizeof out_text);
+    CHECK_STR_CONTAINS(out_text, "launched by Kubernetes Indexed Job (JOB_COMPLETION_INDEX, world size from "
+                                 "training.num_workers): rank 0 of 2");
+    same_weights("fork", "k8s");
+}
+
+static void test_missing_rank(void) {
+    char port[32];
+    snprintf(port, sizeof port, "MASTER_PORT=%d", free_port());
+    const char *r0[] = {"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port, NULL};
+    set_env(r0);
+    pid_t p0 = start("alone", "alone", "training.collective_timeout_s=2");
+    clear_env();
+    CHECK_INT_EQ(wait_exit(p0, "alone"), 1);
+    CHECK_STR_CONTAINS(err_text, ": rank(s) 1 did not arrive within 2 s (1 of 2 here;");
+    /* and a rank whose rank 0 never comes */
+    const char *r1[] = {"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port, NULL};
+    set_env(r1);
+    pid_t p1 = start("orphan", "orphan", "training.collective_timeout_s=1");
+    clear_env();
+    CHECK_INT_EQ(wait_exit(p1, "orphan"), 1);
+    CHECK_STR_CONTAINS(err_text, "rank 1 could not reach rank 0 at 127.0.0.1:");
+}
+
+static void test_other_config(void) {
+    char port[32];
+    snprintf(port, sizeof port, "MASTER_PORT=%d", free_port());
+    const char *r0[] = {"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port, NULL};
+    const char *r1[] = {"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port, NULL};
+    set_env(r0);
+    pid_t p0 = start("cfg-r0", "cfg", NULL);
+    set_env(r1);
+    pid_t p1 = start("cfg-r1", "cfg", "optimizer.lr=0.002");
+    clear_env();
+    CHECK_INT_EQ(wait_exit(p0, "cfg-r0"), 2);
+    CHECK_STR_CONTAINS(err_text, "rank 1 runs another config than rank 0 (config digest ");
+    CHECK_INT_EQ(wait_exit(p1, "cfg-r1"), 2);
+    CHECK_STR_CONTAINS(err_text, "rank 0 refused rank 1: rank 1 runs another config than rank 0");
+}
+
+static void test_env_errors(void) {
+    const struct {
+        const char *env[6];
+        const char *msg;
+    } cases[] = {
+        {{"RANK=0", NULL}, "environment: RANK is set but WORLD_SIZE is not"},
+        {{"RANK=2", "WORLD_SIZE=2", NULL}, "environment: RANK=2 is not below WORLD_SIZE=2"},
+        {{"RANK=x", "WORLD_SIZE=2", NULL}, "environment: RANK=\"x\": expected an integer"},
+        {{"RANK=0", "WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=2", "MASTER_ADDR=h", NULL},
+         "says rank 0 of 2 but OMPI_COMM_WORLD_RANK=1, OMPI_COMM_WORLD_SIZE=2 disagree"},
+        {{"RANK=1", "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=1", NULL}, "environment: MASTER_ADDR is not set: rank 1 of 2"},
+        {{"JOB_COMPLETION_INDEX=5", NULL}, "JOB_COMPLETION_INDEX=5 but training.num_workers is 2"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        set_env(cases[i].env);
+        pid_t p = start("env", "env", NULL);
+        clear_env();
+        CHECK_INT_EQ(wait_exit(p, "env"), 2);
+        CHECK_STR_CONTAINS(err_text, cases[i].msg);
+    }
+    /* a world of one is not external: dtrain forks its workers as usual */
+    const char *one[] = {"RANK=0", "WORLD_SIZE=1", NULL};
+    set_env(one);
+    pid_t p = start("one", "one", "training.max_steps=3");
+    clear_env();
+    CHECK_INT_EQ(wait_exit(p, "one"), 0);
+}
+
+int main(void) {
+    test_dir_init("extlaunch");
+    int shm_before = count_dir("/dev/shm");
+    test_env_errors();
+    test_torchrun_style();
+    test_indexed_job();
+    test_missing_rank();
+    test_other_config();
+    CHECK_INT_EQ(count_dir("/dev/shm"), shm_before);
+    test_dir_remove();
+    TEST_PASS("test_extlaunch");
+}
