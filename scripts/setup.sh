@@ -3,8 +3,8 @@
 # and tokenizes the shipped language-modelling corpus. Safe to run again: it only does
 # what is missing. Environment: BUILD_DIR (default build), DTRAIN_CUDA (AUTO|ON|OFF,
 # default AUTO: the CUDA backend is built when nvcc, cuBLAS, cuDNN and NCCL are installed),
-# DTRAIN_TEST_TOOLS=1 (what the tests need besides: python3 with venv, and the tensorboard
-# package in BUILD_DIR/venv for reading event files back).
+# DTRAIN_TEST_TOOLS=1 (what the tests need besides: python3 with venv, the tensorboard
+# package in BUILD_DIR/venv for reading event files back, and Open MPI's mpirun).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -23,6 +23,7 @@ declare -A need=(
 )
 if [ "${DTRAIN_TEST_TOOLS:-0}" = 1 ]; then
   need[python3]=/usr/bin/python3
+  need[openmpi-bin]=/usr/bin/mpirun   # mpirun starts dtrain in tests/test_extlaunch.c
   # venv needs ensurepip, which Debian ships separately
   python3 -c "import ensurepip" >/dev/null 2>&1 || need[python3-venv]=/nonexistent
 fi

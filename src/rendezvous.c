@@ -134,6 +134,15 @@ dt_status dt_ext_env_detect(int config_world, dt_ext_env *e, int *found) {
     long port = DEFAULT_PORT;
     int pp;
     DT_TRY(env_int("MASTER_PORT", 1, 65535, &port, &pp));
+    if (!pp) { /* one port per job, so that concurrent jobs on a host do not meet each other */
+        const char *job = NULL;
+        if (strncmp(e->source, "Open MPI", 8) == 0) job = getenv("OMPI_MCA_ess_base_jobid");
+        else if (strncmp(e->source, "Slurm", 5) == 0) job = getenv("SLURM_JOB_ID");
+        if (job && *job) {
+            unsigned long h = strtoul(job, NULL, 10) * 31ul + strtoul(getenv("SLURM_STEP_ID") ? getenv("SLURM_STEP_ID") : "0", NULL, 10);
+            port = 20000 + (long)(h % 20000ul);
+        }
+    }
     e->port = (int)port;
     const char *addr = getenv("MASTER_ADDR");
     if (addr && *addr) snprintf(e->addr, sizeof e->addr, "%s", addr);

@@ -20,12 +20,12 @@ extern char **environ;
 
 static char err_text[1 << 16];
 
-/* Starts dtrain with the given arguments (NULL-terminated), stdout/stderr to files in the
- * test dir, working directory the source dir. Returns the pid. */
-static inline pid_t spawn(const char *tag, const char *const *args) {
+/* Starts `prog` (a path) with the given arguments (NULL-terminated), stdout/stderr to
+ * TAG.out/TAG.err in the test dir, working directory the source dir. Returns the pid. */
+static inline pid_t spawn_prog(const char *tag, const char *prog, const char *const *args) {
     char *argv[64];
     int n = 0;
-    argv[n++] = (char *)DTRAIN_BIN;
+    argv[n++] = (char *)prog;
     for (int i = 0; args[i]; i++) argv[n++] = (char *)args[i];
     argv[n] = NULL;
     char out[1300], err[1300];
@@ -38,11 +38,14 @@ static inline pid_t spawn(const char *tag, const char *const *args) {
     posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     CHECK(chdir(DTRAIN_SOURCE_DIR) == 0);
     pid_t pid;
-    CHECK(posix_spawn(&pid, DTRAIN_BIN, &fa, NULL, argv, environ) == 0);
+    CHECK(posix_spawn(&pid, prog, &fa, NULL, argv, environ) == 0);
     posix_spawn_file_actions_destroy(&fa);
     printf("started %s (pid %ld)\n", tag, (long)pid);
     return pid;
 }
+
+/* dtrain itself */
+static inline pid_t spawn(const char *tag, const char *const *args) { return spawn_prog(tag, DTRAIN_BIN, args); }
 
 static inline int wait_exit(pid_t pid, const char *tag) {
     int st;

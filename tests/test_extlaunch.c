@@ -5,6 +5,7 @@
  *   - a missing rank: rank 0 gives up at the deadline naming it;
  *   - a rank with another config is refused, naming the rank;
  *   - incomplete, malformed or contradicting variables exit 2 naming them;
+ *   - mpirun -np 2 and -np 4 (Open MPI's variables) byte-identical to fork mode;
  *   - nothing is left in /dev/shm. */
 #include <netinet/in.h>
 #include <stdio.h>
@@ -184,6 +185,48 @@ static void test_env_errors(void) {
     CHECK_INT_EQ(wait_exit(p, "one"), 0);
 }
 
+/* mpirun -np N on this machine: the ranks find each other through Open MPI's variables
+ * (127.0.0.1, a port from the job id) and end byte-identical to fork mode */
+static void test_mpirun(void) {
+    const char *mpirun = "/usr/bin/mpirun";
+    if (access(mpirun, X_OK) != 0) {
+        printf("%s is missing: scripts/test.sh installs openmpi-bin (DTRAIN_TEST_TOOLS=1 scripts/setup.sh)\n", mpirun);
+        CHECK(0);
+    }
+    clear_env();
+    if (getuid() == 0) { /* Open MPI refuses root unless told twice */
+        setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+        setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    }
+    const int np[2] = {2, 4};
+    for (int i = 0; i < 2; i++) {
+        char tag[32], nw[64], bs[64], rd[1400], n[8];
+        snprintf(n, sizeof n, "%d", np[i]);
+        snprintf(nw, sizeof nw, "training.num_workers=%d", np[i]);
+        snprintf(bs, sizeof bs, "data.batch_size_per_worker=%d", 8 / np[i]);
+        /* fork mode with the same world */
+        snprintf(tag, sizeof tag, "fork%d", np[i]);
+        snprintf(rd, sizeof rd, "run.dir=%s/%s", test_dir(), tag);
+        const char *fargs[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", nw, "--set", bs, "--progress",
+                               "never", NULL};
+        CHECK_INT_EQ(wait_exit(spawn(tag, fargs), tag), 0);
+        snprintf(tag, sizeof tag, "mpi%d", np[i]);
+        snprintf(rd, sizeof rd, "run.dir=%s/%s", test_dir(), tag);
+        const char *margs[] = {"-np", n, "--oversubscribe", DTRAIN_BIN, "--config", "configs/ci-smoke.yaml", "--set", rd,
+                               "--set", nw, "--set", bs, "--progress", "never", NULL};
+        CHECK_INT_EQ(wait_exit(spawn_prog(tag, mpirun, margs), tag), 0);
+        char path[1300];
+        snprintf(path, sizeof path, "%s/%s.out", test_dir(), tag);
+        test_slurp(path, out_text, sizeof out_text);
+        CHECK_STR_CONTAINS(out_text, "launched by Open MPI (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE): rank 0");
+        char fork_tag[32];
+        snprintf(fork_tag, sizeof fork_tag, "fork%d", np[i]);
+        same_weights(fork_tag, tag);
+    }
+    unsetenv("OMPI_ALLOW_RUN_AS_ROOT");
+    unsetenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM");
+}
+
 int main(void) {
     test_dir_init("extlaunch");
     int shm_before = count_dir("/dev/shm");
@@ -192,6 +235,7 @@ int main(void) {
     test_indexed_job();
     test_missing_rank();
     test_other_config();
+    test_mpirun();
     CHECK_INT_EQ(count_dir("/dev/shm"), shm_before);
     test_dir_remove();
     TEST_PASS("test_extlaunch");

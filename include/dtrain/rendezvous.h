@@ -6,7 +6,7 @@
  * OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE} (Open MPI), SLURM_PROCID/SLURM_NTASKS/
  * SLURM_LOCALID inside an srun step (Slurm), JOB_COMPLETION_INDEX with the world size from
  * training.num_workers (Kubernetes). The rendezvous address is MASTER_ADDR:MASTER_PORT (port
- * default 29500); when MASTER_ADDR is unset: 127.0.0.1 if the launcher says every rank is on
+ * default: derived from the job id under mpirun and srun, else 29500); when MASTER_ADDR is unset: 127.0.0.1 if the launcher says every rank is on
  * this host (local world == world), else under Slurm the first host of the step's node list.
  *
  * dt_rendezvous: rank 0 listens there, every other rank connects (retrying with backoff
