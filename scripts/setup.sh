@@ -4,7 +4,8 @@
 # what is missing. Environment: BUILD_DIR (default build), DTRAIN_CUDA (AUTO|ON|OFF,
 # default AUTO: the CUDA backend is built when nvcc, cuBLAS, cuDNN and NCCL are installed),
 # DTRAIN_TEST_TOOLS=1 (what the tests need besides: python3 with venv, the tensorboard
-# package in BUILD_DIR/venv for reading event files back, and Open MPI's mpirun).
+# package in BUILD_DIR/venv for reading event files back, and Open MPI: mpirun, and the
+# development files, so that the mpi collective is built and tested).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -24,6 +25,7 @@ declare -A need=(
 if [ "${DTRAIN_TEST_TOOLS:-0}" = 1 ]; then
   need[python3]=/usr/bin/python3
   need[openmpi-bin]=/usr/bin/mpirun   # mpirun starts dtrain in tests/test_extlaunch.c
+  need[libopenmpi-dev]=/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h  # the mpi collective is built and tested
   # venv needs ensurepip, which Debian ships separately
   python3 -c "import ensurepip" >/dev/null 2>&1 || need[python3-venv]=/nonexistent
 fi

@@ -16,6 +16,11 @@
 #include "dtrain/doctor.h"
 #include "dtrain/launch.h"
 #include "dtrain/rendezvous.h"
+#ifdef DTRAIN_HAVE_MPI
+#include "dtrain/comm_mpi.h"
+#else
+static void dt_mpi_finalize(int failed) { (void)failed; }
+#endif
 #include "dtrain/safetensors.h"
 #include "dtrain/worker.h"
 
@@ -189,6 +194,48 @@ static void on_ext_signal(int sig) { g_ext_stop = sig; }
 
 static dt_status prepare_run_dir_cb(void *cfg) { return dt_worker_prepare_run_dir(cfg); }
 
+#ifdef DTRAIN_HAVE_MPI
+static const int have_mpi = 1;
+#else
+static const int have_mpi = 0;
+#endif
+
+/* The mpi backend: MPI_Init, the same checks as the TCP rendezvous (who is who, one config),
+ * rank 0 prepares the run directory; *comm is ready. *agreed = 1 when every rank saw the
+ * failure (then MPI can be finalised cleanly instead of aborting the job). */
+static dt_status join_mpi(const dt_config *cfg, const dt_ext_env *e, uint32_t digest, dt_comm **comm, int *agreed) {
+    *agreed = 0;
+#ifdef DTRAIN_HAVE_MPI
+    int rank, world;
+    DT_TRY(dt_mpi_init(&rank, &world));
+    if (rank != e->rank || world != e->world)
+        return dt_error_set(DT_ERR_USAGE, "mpi: MPI says rank %d of %d, but %s says rank %d of %d", rank, world, e->source,
+                            e->rank, e->world);
+    DT_TRY(dt_comm_init_mpi(comm, cfg->training.collective_timeout_s));
+    uint32_t all[64];
+    DT_TRY(dt_comm_allgather(*comm, &digest, sizeof digest, all));
+    *agreed = 1;
+    for (int i = 1; i < world; i++)
+        if (all[i] != all[0])
+            return dt_error_set(DT_ERR_USAGE,
+                                "mpi: rank %d runs another config than rank 0 (config digest %08x, rank 0 has %08x): every "
+                                "rank must run the same config",
+                                i, all[i], all[0]);
+    int ok = 1;
+    if (rank == 0 && dt_worker_prepare_run_dir(cfg) != DT_OK) ok = 0;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", ok ? "" : dt_error_msg());
+    DT_TRY(dt_comm_broadcast(*comm, &ok, sizeof ok, 0));
+    if (!ok) return dt_error_set(DT_ERR_IO, "%s", rank == 0 ? msg : "rank 0 could not prepare the run directory");
+    *agreed = 0;
+    return DT_OK;
+#else
+    (void)cfg; (void)e; (void)digest; (void)comm;
+    return dt_error_set(DT_ERR_CONFIG, "training.communication_backend: mpi: this dtrain was built without Open MPI "
+                                       "(hint: apt-get install libopenmpi-dev, then rebuild)");
+#endif
+}
+
 static int train_external(dt_config *cfg, const dt_ext_env *e, const cli *c) {
     /* every rank computes the digest of the config as given, before the world size is set */
     uint32_t digest = dt_config_digest(cfg);
@@ -200,19 +247,37 @@ static int train_external(dt_config *cfg, const dt_ext_env *e, const cli *c) {
         int t = dt_device_cpu_cores() / (e->local_world > 0 ? e->local_world : 1);
         cfg->training.cpu_threads_per_worker = t > 0 ? t : 1;
     }
-    char launched[256];
-    snprintf(launched, sizeof launched, "launched by %s: rank %d of %d, local rank %d of %d; rendezvous at %s:%d",
-             e->source, e->rank, e->world, e->local_rank, e->local_world, e->addr, e->port);
+    /* ranks on several hosts need a network collective: mpi when started by mpirun or srun */
+    const int use_mpi = cfg->training.comm == DT_COMM_MPI ||
+                        (cfg->training.comm == DT_COMM_AUTO && have_mpi && e->local_world < e->world &&
+                         (strncmp(e->source, "Open MPI", 8) == 0 || strncmp(e->source, "Slurm", 5) == 0));
+    char launched[512], where[300];
+    if (use_mpi) snprintf(where, sizeof where, "the mpi collective");
+    else snprintf(where, sizeof where, "rendezvous at %s:%d", e->addr, e->port);
+    snprintf(launched, sizeof launched, "launched by %s: rank %d of %d, local rank %d of %d; %s", e->source, e->rank,
+             e->world, e->local_rank, e->local_world, where);
     if (e->rank == 0) printf("dtrain: %s\n", launched);
     fflush(stdout);
     double t0 = now_s();
     dt_shm_world *world = NULL;
-    dt_status st = dt_rendezvous(e, digest, cfg->training.collective_timeout_s, e->rank == 0 ? prepare_run_dir_cb : NULL,
-                                 cfg, &world);
-    if (st != DT_OK) return fail(st);
-    double rdzv_s = now_s() - t0;
     dt_comm *comm = NULL;
-    st = dt_comm_init_shm(&comm, world, e->rank, cfg->training.collective_timeout_s);
+    int agreed = 0;
+    dt_status st;
+    if (use_mpi) {
+        st = join_mpi(cfg, e, digest, &comm, &agreed);
+        if (st != DT_OK) {
+            int rc = fail(st);
+            dt_comm_free(comm);
+            dt_mpi_finalize(!agreed);
+            return rc;
+        }
+    } else {
+        st = dt_rendezvous(e, digest, cfg->training.collective_timeout_s, e->rank == 0 ? prepare_run_dir_cb : NULL, cfg,
+                           &world);
+        if (st != DT_OK) return fail(st);
+        st = dt_comm_init_shm(&comm, world, e->rank, cfg->training.collective_timeout_s);
+    }
+    double rdzv_s = now_s() - t0;
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_ext_signal;
@@ -220,8 +285,8 @@ static int train_external(dt_config *cfg, const dt_ext_env *e, const cli *c) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
-    char note[1024] = "", info[512];
-    snprintf(info, sizeof info, "%s; rendezvous took %.3f s", launched, rdzv_s);
+    char note[1024] = "", info[640];
+    snprintf(info, sizeof info, "%s; %s took %.3f s", launched, use_mpi ? "MPI start-up" : "rendezvous", rdzv_s);
     dt_worker_opts opts = {.quiet = c->quiet, .progress = c->progress, .stop = (const volatile int *)&g_ext_stop,
                            .note = note, .note_size = sizeof note, .launched_by = info};
     if (st == DT_OK) st = dt_worker_train(cfg, &opts, comm);
@@ -232,8 +297,11 @@ static int train_external(dt_config *cfg, const dt_ext_env *e, const cli *c) {
     if (st != DT_OK) {
         /* the launcher (torchrun, srun, the Job) decides about restarts; a rerun resumes */
         if (e->world > 1) dt_error_prefix("rank %d", e->rank);
-        return fail(st);
+        int rc = fail(st);
+        if (use_mpi) dt_mpi_finalize(1);
+        return rc;
     }
+    if (use_mpi) dt_mpi_finalize(0);
     if (g_ext_stop && e->rank == 0) say_how_to_resume(cfg, g_ext_stop, note);
     return 0;
 }
@@ -253,6 +321,11 @@ static int cmd_train(const cli *c) {
     if (st == DT_OK) st = dt_ext_env_detect(cfg.training.num_workers, &env, &external);
     if (st != DT_OK) return fail(st);
     if (external) return train_external(&cfg, &env, c);
+    if (cfg.training.comm == DT_COMM_MPI)
+        return fail(dt_error_set(DT_ERR_CONFIG, "%s: training.communication_backend: mpi needs one dtrain process per "
+                                               "worker started by mpirun or srun (hint: mpirun -np N dtrain --config "
+                                               "...; or use collective/shm to let dtrain fork its workers)",
+                                 cfg.source[0] ? cfg.source : "config"));
     if ((st = dt_worker_prepare_run_dir(&cfg)) != DT_OK) return fail(st);
     dt_worker_opts opts = {.quiet = c->quiet, .progress = c->progress};
     dt_launch_result res;

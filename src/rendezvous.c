@@ -293,8 +293,8 @@ static dt_status serve(const dt_ext_env *e, uint32_t digest, double timeout_s, d
     close(lfd);
     if (st == DT_OK && !same_host) {
         st = dt_error_set(DT_ERR_USAGE, "rendezvous: the ranks run on more than one host; CPU workers across machines "
-                                        "need a network collective, which this build does not have yet (hint: run every "
-                                        "rank on one host)");
+                                        "need the mpi collective (hint: start them with mpirun or srun and set "
+                                        "training.communication_backend: mpi, or run every rank on one host)");
         snprintf(err, sizeof err, "ERR the ranks run on more than one host (not supported for CPU workers yet)");
     }
     if (st == DT_OK && before_ok && (st = before_ok(user)) != DT_OK)

@@ -526,9 +526,11 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
         char params[32], flops[32];
         human_count(params, sizeof params, (double)dt_model_num_params(r.model));
         human_count(flops, sizeof flops, dt_model_flops_per_token(mc));
+        char how[48] = "";
+        if (world > 1) snprintf(how, sizeof how, ", %s all-reduce", dt_comm_backend(comm));
         dt_metrics_info(r.metrics, "dtrain: %s on cpu, %d worker%s x %d threads%s | run dir %s",
                         cls ? "classification" : "language modelling", world, world > 1 ? "s" : "",
-                        dt_device_threads_per_worker(c), world > 1 ? ", shm all-reduce" : "", c->run.dir);
+                        dt_device_threads_per_worker(c), how, c->run.dir);
         dt_metrics_info(r.metrics, "model: %d layers, %d heads, n_embd %d, seq_len %d, vocab %d | %s params, %s FLOPs/token",
                         mc->n_layer, mc->n_head, mc->n_embd, mc->seq_len, mc->vocab_size, params, flops);
         if (opts && opts->launched_by) dt_metrics_info(r.metrics, "%s", opts->launched_by);

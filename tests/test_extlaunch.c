@@ -5,7 +5,8 @@
  *   - a missing rank: rank 0 gives up at the deadline naming it;
  *   - a rank with another config is refused, naming the rank;
  *   - incomplete, malformed or contradicting variables exit 2 naming them;
- *   - mpirun -np 2 and -np 4 (Open MPI's variables) byte-identical to fork mode;
+ *   - mpirun -np 2 and -np 4 (Open MPI's variables) byte-identical to fork mode; with the mpi
+ *     collective (when built) within 1e-5;
  *   - nothing is left in /dev/shm. */
 #include <netinet/in.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 
 #include "check.h"
 #include "proc.h"
+#include "weights.h"
 #include "testutil.h"
 
 static char out_text[1 << 18];
@@ -177,6 +179,12 @@ static void test_env_errors(void) {
         CHECK_INT_EQ(wait_exit(p, "env"), 2);
         CHECK_STR_CONTAINS(err_text, cases[i].msg);
     }
+    /* the mpi collective needs processes started by mpirun or srun */
+    clear_env();
+    pid_t pm = start("env", "env", "training.communication_backend=mpi");
+    CHECK_INT_EQ(wait_exit(pm, "env"), 2);
+    CHECK_STR_CONTAINS(err_text, "training.communication_backend: mpi needs one dtrain process per worker started by "
+                                 "mpirun or srun");
     /* a world of one is not external: dtrain forks its workers as usual */
     const char *one[] = {"RANK=0", "WORLD_SIZE=1", NULL};
     set_env(one);
@@ -222,6 +230,30 @@ static void test_mpirun(void) {
         char fork_tag[32];
         snprintf(fork_tag, sizeof fork_tag, "fork%d", np[i]);
         same_weights(fork_tag, tag);
+#ifdef DTRAIN_TEST_HAVE_MPI
+        /* the mpi collective: MPI sums in its own order, so within 1e-5 rather than bit for bit */
+        snprintf(tag, sizeof tag, "mpibe%d", np[i]);
+        snprintf(rd, sizeof rd, "run.dir=%s/%s", test_dir(), tag);
+        const char *bargs[] = {"-np", n, "--oversubscribe", DTRAIN_BIN, "--config", "configs/ci-smoke.yaml", "--set", rd,
+                               "--set", nw, "--set", bs, "--set", "training.communication_backend=mpi", "--progress",
+                               "never", NULL};
+        CHECK_INT_EQ(wait_exit(spawn_prog(tag, mpirun, bargs), tag), 0);
+        snprintf(path, sizeof path, "%s/%s.out", test_dir(), tag);
+        test_slurp(path, out_text, sizeof out_text);
+        CHECK_STR_CONTAINS(out_text, "; the mpi collective\n");
+        CHECK_STR_CONTAINS(out_text, "workers x 1 threads, mpi all-reduce");
+        char ra[1300], rb[1300];
+        snprintf(ra, sizeof ra, "%s/%s", test_dir(), tag);
+        snprintf(rb, sizeof rb, "%s/%s", test_dir(), fork_tag);
+        size_t na, nb;
+        float *wa = read_weights(ra, &na), *wb = read_weights(rb, &nb);
+        CHECK_INT_EQ(na, nb);
+        double dist = rel_l2(wa, wb, na);
+        printf("mpi collective, %d ranks vs fork mode: weights rel L2 distance %.2e\n", np[i], dist);
+        CHECK(dist <= 1e-5);
+        free(wa);
+        free(wb);
+#endif
     }
     unsetenv("OMPI_ALLOW_RUN_AS_ROOT");
     unsetenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM");

@@ -24,6 +24,7 @@
 #include "check.h"
 #include "dtrain/safetensors.h"
 #include "proc.h"
+#include "weights.h"
 #include "testutil.h"
 
 /* train losses of a run's metrics.jsonl */
@@ -42,26 +43,6 @@ static int read_losses(const char *run, double *loss, int max) {
     }
     fclose(f);
     return n;
-}
-
-/* all tensors of a run's model.safetensors, concatenated in file order */
-static float *read_weights(const char *run, size_t *n) {
-    char path[1300];
-    snprintf(path, sizeof path, "%s/model.safetensors", run);
-    dt_st_file *f;
-    CHECK(dt_st_open(&f, path) == DT_OK);
-    size_t total = 0;
-    for (int i = 0; i < dt_st_count(f); i++) total += dt_st_tensor_at(f, i)->numel;
-    float *w = malloc(total * sizeof(float));
-    size_t off = 0;
-    for (int i = 0; i < dt_st_count(f); i++) {
-        const dt_st_tensor *t = dt_st_tensor_at(f, i);
-        CHECK(dt_st_read_f32(f, t, w + off) == DT_OK);
-        off += t->numel;
-    }
-    dt_st_close(f);
-    *n = total;
-    return w;
 }
 
 static void test_equivalence(void) {
@@ -97,13 +78,9 @@ static void test_equivalence(void) {
             worst = fmax(worst, fabs(loss[i] - base[i]) / fabs(base[i]));
         }
         CHECK_INT_EQ(n, nbase);
-        double d2 = 0, b2 = 0;
-        for (size_t i = 0; i < n; i++) {
-            d2 += ((double)w[i] - wbase[i]) * ((double)w[i] - wbase[i]);
-            b2 += (double)wbase[i] * wbase[i];
-        }
-        printf("%s vs 1x8x1: worst loss rel diff %.2e, weights rel L2 distance %.2e\n", tag, worst, sqrt(d2 / b2));
-        CHECK(sqrt(d2 / b2) <= 1e-5);
+        double dist = rel_l2(w, wbase, n);
+        printf("%s vs 1x8x1: worst loss rel diff %.2e, weights rel L2 distance %.2e\n", tag, worst, dist);
+        CHECK(dist <= 1e-5);
         free(w);
     }
     free(wbase);

@@ -1,0 +1,19 @@
+/* comm_mpi.h — the `mpi` collective backend (built when Open MPI's development files are
+ * found; DTRAIN_HAVE_MPI). For CPU workers started by mpirun or srun, on one machine or
+ * several: the same interface as shm (comm.h), every wait with a deadline. */
+#ifndef DTRAIN_COMM_MPI_H
+#define DTRAIN_COMM_MPI_H
+
+#include "dtrain/comm.h"
+#include "dtrain/status.h"
+
+/* MPI_Init_thread (MPI_THREAD_SERIALIZED) unless already done; *rank and *world from
+ * MPI_COMM_WORLD. */
+dt_status dt_mpi_init(int *rank, int *world);
+/* MPI_Finalize, or MPI_Abort when `failed` (the others may be waiting in a collective);
+ * nothing when MPI was never initialised. */
+void dt_mpi_finalize(int failed);
+/* A communicator over MPI_COMM_WORLD (after dt_mpi_init). */
+dt_status dt_comm_init_mpi(dt_comm **out, double timeout_s);
+
+#endif

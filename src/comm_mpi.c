@@ -1,0 +1,147 @@
+/* comm_mpi.c — the `mpi` collective backend (Open MPI; built when CMake finds it): CPU
+ * workers started by mpirun or srun, on one machine or several.
+ *
+ * Every collective is MPI's non-blocking form (MPI_Iallreduce, MPI_Ibcast, MPI_Iallgather,
+ * MPI_Ibarrier) followed by MPI_Test polling until it completes or the deadline passes, so
+ * a dead or stopped peer makes the call fail with a message instead of hanging (MPI itself
+ * has no timeouts). All MPI calls run on the communicator's thread, one at a time
+ * (MPI_THREAD_SERIALIZED); MPI_Init and MPI_Finalize happen on the main thread while no
+ * collective is queued. */
+#include "dtrain/comm_mpi.h"
+
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct mpi_ctx {
+    int rank, world;
+    double timeout_s;
+    unsigned long seq;
+} mpi_ctx;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static dt_status mpi_fail(int rc, const char *what) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "error %d", rc);
+    return dt_error_set(DT_ERR_DEVICE, "mpi: %s failed: %s", what, msg);
+}
+
+/* Polls `req` until it completes or the deadline passes. */
+static dt_status wait_req(mpi_ctx *x, MPI_Request *req, const char *what) {
+    x->seq++;
+    double deadline = now_s() + x->timeout_s;
+    for (unsigned spin = 0;; spin++) {
+        int done = 0;
+        int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_fail(rc, what);
+        if (done) return DT_OK;
+        if ((spin & 255) == 255) {
+            if (now_s() > deadline)
+                return dt_error_set(DT_ERR_DEVICE,
+                                    "collective timeout: %s #%lu on rank %d waited %.1f s for the other ranks (hint: a "
+                                    "worker is stuck, stopped or dead; mpirun names the rank that exited; "
+                                    "training.collective_timeout_s sets the deadline)",
+                                    what, x->seq, x->rank, x->timeout_s);
+            struct timespec ts = {0, 20000}; /* 20 us: MPI progresses inside MPI_Test */
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+static dt_status mpi_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op) {
+    mpi_ctx *x = vctx;
+    if (n == 0) return DT_OK;
+    if (n > (size_t)INT32_MAX) return dt_error_set(DT_ERR_INTERNAL, "mpi: all-reduce of %zu floats is too large", n);
+    MPI_Request req;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallreduce");
+    DT_TRY(wait_req(x, &req, "all-reduce"));
+    if (op == DT_REDUCE_AVG)
+        for (size_t i = 0; i < n; i++) buf[i] /= (float)x->world;
+    return DT_OK;
+}
+
+static dt_status mpi_broadcast(void *vctx, void *buf, size_t bytes, int root) {
+    mpi_ctx *x = vctx;
+    if (bytes > (size_t)INT32_MAX) return dt_error_set(DT_ERR_INTERNAL, "mpi: broadcast of %zu bytes is too large", bytes);
+    MPI_Request req;
+    int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD, &req);
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Ibcast");
+    return wait_req(x, &req, "broadcast");
+}
+
+static dt_status mpi_allgather(void *vctx, const void *in, size_t bytes, void *out) {
+    mpi_ctx *x = vctx;
+    if (bytes > (size_t)INT32_MAX) return dt_error_set(DT_ERR_INTERNAL, "mpi: all-gather of %zu bytes is too large", bytes);
+    MPI_Request req;
+    int rc = MPI_Iallgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, MPI_COMM_WORLD, &req);
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallgather");
+    return wait_req(x, &req, "all-gather");
+}
+
+static dt_status mpi_barrier(void *vctx, double timeout_s) {
+    mpi_ctx *x = vctx;
+    MPI_Request req;
+    int rc = MPI_Ibarrier(MPI_COMM_WORLD, &req);
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Ibarrier");
+    double saved = x->timeout_s;
+    if (timeout_s > 0) x->timeout_s = timeout_s;
+    dt_status st = wait_req(x, &req, "barrier");
+    x->timeout_s = saved;
+    return st;
+}
+
+static void mpi_free_ctx(void *vctx) { free(vctx); }
+
+static const dt_comm_backend_ops mpi_backend = {
+    .name = "mpi",
+    .allreduce = mpi_allreduce,
+    .broadcast = mpi_broadcast,
+    .allgather = mpi_allgather,
+    .barrier = mpi_barrier,
+    .free = mpi_free_ctx,
+};
+
+dt_status dt_mpi_init(int *rank, int *world) {
+    int provided = 0, inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+        if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Init_thread");
+        if (provided < MPI_THREAD_SERIALIZED)
+            return dt_error_set(DT_ERR_DEVICE, "mpi: the MPI library offers thread level %d, dtrain needs "
+                                               "MPI_THREAD_SERIALIZED (%d)", provided, MPI_THREAD_SERIALIZED);
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, world);
+    return DT_OK;
+}
+
+void dt_mpi_finalize(int failed) {
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (!inited || finalized) return;
+    if (failed) MPI_Abort(MPI_COMM_WORLD, 1); /* peers may wait in a collective: end the job */
+    else MPI_Finalize();
+}
+
+dt_status dt_comm_init_mpi(dt_comm **out, double timeout_s) {
+    *out = NULL;
+    mpi_ctx *x = dt_calloc(1, sizeof *x, "mpi communicator");
+    if (!x) return DT_ERR_NOMEM;
+    MPI_Comm_rank(MPI_COMM_WORLD, &x->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &x->world);
+    x->timeout_s = timeout_s;
+    return dt_comm_create(out, &mpi_backend, x, x->rank, x->world);
+}

@@ -1,0 +1,42 @@
+/* weights.h — a run's final weights for comparisons between runs. */
+#ifndef DTRAIN_TEST_WEIGHTS_H
+#define DTRAIN_TEST_WEIGHTS_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "dtrain/safetensors.h"
+
+/* all tensors of a run's model.safetensors, concatenated in file order */
+static inline float *read_weights(const char *run, size_t *n) {
+    char path[1300];
+    snprintf(path, sizeof path, "%s/model.safetensors", run);
+    dt_st_file *f;
+    CHECK(dt_st_open(&f, path) == DT_OK);
+    size_t total = 0;
+    for (int i = 0; i < dt_st_count(f); i++) total += dt_st_tensor_at(f, i)->numel;
+    float *w = malloc(total * sizeof(float));
+    size_t off = 0;
+    for (int i = 0; i < dt_st_count(f); i++) {
+        const dt_st_tensor *t = dt_st_tensor_at(f, i);
+        CHECK(dt_st_read_f32(f, t, w + off) == DT_OK);
+        off += t->numel;
+    }
+    dt_st_close(f);
+    *n = total;
+    return w;
+}
+
+/* ||a - b|| / ||b|| over n floats */
+static inline double rel_l2(const float *a, const float *b, size_t n) {
+    double d2 = 0, b2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        d2 += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        b2 += (double)b[i] * b[i];
+    }
+    return b2 > 0 ? sqrt(d2 / b2) : sqrt(d2);
+}
+
+#endif
