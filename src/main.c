@@ -253,7 +253,7 @@ static int train_external(dt_config *cfg, const dt_ext_env *e, const cli *c) {
                          (strncmp(e->source, "Open MPI", 8) == 0 || strncmp(e->source, "Slurm", 5) == 0));
     char launched[512], where[300];
     if (use_mpi) snprintf(where, sizeof where, "the mpi collective");
-    else snprintf(where, sizeof where, "rendezvous at %s:%d", e->addr, e->port);
+    else snprintf(where, sizeof where, "rendezvous at %s:%d", e->addr[0] ? e->addr : "(MASTER_ADDR unset)", e->port);
     snprintf(launched, sizeof launched, "launched by %s: rank %d of %d, local rank %d of %d; %s", e->source, e->rank,
              e->world, e->local_rank, e->local_world, where);
     if (e->rank == 0) printf("dtrain: %s\n", launched);

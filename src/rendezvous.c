@@ -151,11 +151,7 @@ dt_status dt_ext_env_detect(int config_world, dt_ext_env *e, int *found) {
     else if (strncmp(e->source, "Slurm", 5) == 0 && (getenv("SLURM_STEP_NODELIST") || getenv("SLURM_JOB_NODELIST")))
         first_host(getenv("SLURM_STEP_NODELIST") ? getenv("SLURM_STEP_NODELIST") : getenv("SLURM_JOB_NODELIST"), e->addr,
                    sizeof e->addr);
-    else
-        return dt_error_set(DT_ERR_USAGE,
-                            "environment: MASTER_ADDR is not set: rank %d of %d (%s) needs the address of rank 0 "
-                            "(hint: MASTER_ADDR=host MASTER_PORT=29500; with mpirun: -x MASTER_ADDR -x MASTER_PORT)",
-                            e->rank, e->world, e->source);
+    /* else unknown: only the TCP rendezvous needs it (dt_rendezvous says so), not the mpi collective */
     *found = 1;
     return DT_OK;
 }
@@ -395,5 +391,11 @@ static dt_status join(const dt_ext_env *e, uint32_t digest, double timeout_s, dt
 dt_status dt_rendezvous(const dt_ext_env *e, uint32_t digest, double timeout_s, dt_status (*before_ok)(void *),
                         void *user, dt_shm_world **world_out) {
     *world_out = NULL;
+    if (e->rank != 0 && !e->addr[0])
+        return dt_error_set(DT_ERR_USAGE,
+                            "environment: MASTER_ADDR is not set: rank %d of %d (%s) needs the address of rank 0 "
+                            "(hint: MASTER_ADDR=host MASTER_PORT=29500; with mpirun: -x MASTER_ADDR -x MASTER_PORT, or "
+                            "training.communication_backend: mpi)",
+                            e->rank, e->world, e->source);
     return e->rank == 0 ? serve(e, digest, timeout_s, before_ok, user, world_out) : join(e, digest, timeout_s, world_out);
 }

@@ -1,0 +1,130 @@
+/* test_netns.c — two "hosts" on one machine: two Linux network namespaces joined by a veth
+ * pair, one dtrain process in each, started by mpirun (the remote one through a small
+ * agent that enters the other namespace instead of ssh), talking over that link with the
+ * mpi collective. The result must match the fork-mode run with the same global batch
+ * (relative L2 distance of the weights <= 1e-5).
+ *
+ * Needs root (ip netns), iproute2 and Open MPI; exits 77 (skipped) naming what is missing
+ * when the machine cannot make namespaces, and fails when dtrain has no mpi collective. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "proc.h"
+#include "testutil.h"
+#include "weights.h"
+
+static char ns_a[32], ns_b[32], veth_a[16], veth_b[16];
+static int made;
+
+static int sh(const char *fmt, const char *a, const char *b, const char *c) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, fmt, a, b, c);
+    int rc = system(cmd);
+    if (rc != 0) printf("command failed (%d): %s\n", rc, cmd);
+    return rc;
+}
+
+static void cleanup(void) {
+    if (!made) return;
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "ip netns del %s 2>/dev/null; ip netns del %s 2>/dev/null", ns_a, ns_b);
+    if (system(cmd) != 0) printf("cleanup: %s failed\n", cmd);
+}
+
+int main(void) {
+    test_dir_init("netns");
+    if (getuid() != 0) {
+        printf("test_netns: skipped: needs root for ip netns\n");
+        return 77;
+    }
+    if (access("/usr/bin/mpirun", X_OK) != 0) {
+        printf("test_netns: /usr/bin/mpirun is missing (scripts/test.sh installs openmpi-bin)\n");
+        return 1;
+    }
+#ifndef DTRAIN_TEST_HAVE_MPI
+    printf("test_netns: dtrain was built without the mpi collective (libopenmpi-dev; scripts/test.sh installs it)\n");
+    return 1;
+#endif
+    long id = (long)getpid() % 200 + 20;
+    char net[32], ip_a[32], ip_b[32];
+    snprintf(ns_a, sizeof ns_a, "dtrainA%ld", id);
+    snprintf(ns_b, sizeof ns_b, "dtrainB%ld", id);
+    snprintf(veth_a, sizeof veth_a, "dtva%ld", id);
+    snprintf(veth_b, sizeof veth_b, "dtvb%ld", id);
+    snprintf(net, sizeof net, "10.231.%ld.0/24", id);
+    snprintf(ip_a, sizeof ip_a, "10.231.%ld.1", id);
+    snprintf(ip_b, sizeof ip_b, "10.231.%ld.2", id);
+    if (sh("ip netns add %s%s%s", ns_a, "", "") != 0) {
+        printf("test_netns: skipped: this machine cannot create network namespaces\n");
+        return 77;
+    }
+    made = 1;
+    atexit(cleanup);
+    CHECK(sh("ip netns add %s%s%s", ns_b, "", "") == 0);
+    CHECK(sh("ip link add %s type veth peer name %s%s", veth_a, veth_b, "") == 0);
+    CHECK(sh("ip link set %s netns %s%s", veth_a, ns_a, "") == 0);
+    CHECK(sh("ip link set %s netns %s%s", veth_b, ns_b, "") == 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "%s/24", ip_a);
+    CHECK(sh("ip -n %s addr add %s dev %s", ns_a, addr, veth_a) == 0);
+    snprintf(addr, sizeof addr, "%s/24", ip_b);
+    CHECK(sh("ip -n %s addr add %s dev %s", ns_b, addr, veth_b) == 0);
+    CHECK(sh("ip -n %s link set %s up && ip -n %s link set lo up", ns_a, veth_a, ns_a) == 0);
+    CHECK(sh("ip -n %s link set %s up && ip -n %s link set lo up", ns_b, veth_b, ns_b) == 0);
+
+    /* mpirun's remote-start agent: "ssh HOST CMD" becomes "enter HOST's namespace, run CMD" */
+    char agent[1300], script[1024];
+    snprintf(agent, sizeof agent, "%s/nsexec", test_dir());
+    int n = snprintf(script, sizeof script,
+                     "#!/bin/sh\nhost=$1; shift\ncase \"$host\" in\n  %s) ns=%s ;;\n  %s) ns=%s ;;\n"
+                     "  *) echo \"nsexec: unknown host $host\" >&2; exit 1 ;;\nesac\nexec ip netns exec \"$ns\" sh -c \"$*\"\n",
+                     ip_a, ns_a, ip_b, ns_b);
+    test_write_file(agent, script, (size_t)n);
+    CHECK(chmod(agent, 0755) == 0);
+
+    /* the reference: dtrain forks 2 workers on one host */
+    char rd[1400];
+    snprintf(rd, sizeof rd, "run.dir=%s/fork", test_dir());
+    const char *fargs[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", "training.num_workers=2", "--set",
+                           "data.batch_size_per_worker=4", "--set", "training.cpu_threads_per_worker=1", "--progress",
+                           "never", NULL};
+    CHECK_INT_EQ(wait_exit(spawn("fork", fargs), "fork"), 0);
+
+    /* two hosts: mpirun in namespace A starts rank 0 there and rank 1 in B */
+    char hosts[128], rd2[1400];
+    snprintf(hosts, sizeof hosts, "%s:1,%s:1", ip_a, ip_b);
+    snprintf(rd2, sizeof rd2, "run.dir=%s/hosts", test_dir());
+    const char *margs[] = {"netns", "exec", ns_a, "/usr/bin/mpirun", "--allow-run-as-root", "-np", "2", "--host", hosts,
+                           "--mca", "plm_rsh_agent", agent, "--mca", "btl", "tcp,self", "--mca", "oob_tcp_if_include", net,
+                           "--mca", "btl_tcp_if_include", net, DTRAIN_BIN, "--config", "configs/ci-smoke.yaml", "--set",
+                           rd2, "--set", "training.num_workers=2", "--set", "data.batch_size_per_worker=4", "--set",
+                           "training.cpu_threads_per_worker=1", "--set", "training.collective_timeout_s=60", "--progress",
+                           "never", NULL};
+    CHECK_INT_EQ(wait_exit(spawn_prog("hosts", "/usr/sbin/ip", margs), "hosts"), 0);
+    char path[1300], out[1 << 16];
+    snprintf(path, sizeof path, "%s/hosts.out", test_dir());
+    test_slurp(path, out, sizeof out);
+    /* one rank per namespace: each host has a local world of 1, so the mpi collective is picked */
+    CHECK_STR_CONTAINS(out, "rank 0 of 2, local rank 0 of 1; the mpi collective");
+    CHECK_STR_CONTAINS(out, "mpi all-reduce");
+    snprintf(path, sizeof path, "%s/hosts/rank-1.log", test_dir());
+    test_slurp(path, out, sizeof out);
+    CHECK_STR_CONTAINS(out, "rank 1 of 2, local rank 0 of 1; the mpi collective");
+
+    char ra[1300], rb[1300];
+    snprintf(ra, sizeof ra, "%s/hosts", test_dir());
+    snprintf(rb, sizeof rb, "%s/fork", test_dir());
+    size_t na, nb;
+    float *wa = read_weights(ra, &na), *wb = read_weights(rb, &nb);
+    CHECK_INT_EQ(na, nb);
+    double dist = rel_l2(wa, wb, na);
+    printf("two namespaces over veth vs fork mode: weights rel L2 distance %.2e\n", dist);
+    CHECK(dist <= 1e-5);
+    free(wa);
+    free(wb);
+    test_dir_remove();
+    TEST_PASS("test_netns");
+}
