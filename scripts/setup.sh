@@ -4,8 +4,8 @@
 # what is missing. Environment: BUILD_DIR (default build), DTRAIN_CUDA (AUTO|ON|OFF,
 # default AUTO: the CUDA backend is built when nvcc, cuBLAS, cuDNN and NCCL are installed),
 # DTRAIN_TEST_TOOLS=1 (what the tests need besides: python3 with venv, the tensorboard
-# package in BUILD_DIR/venv for reading event files back, and Open MPI: mpirun, and the
-# development files, so that the mpi collective is built and tested).
+# package in BUILD_DIR/venv for reading event files back; Open MPI's mpirun and development
+# files, so that the mpi collective is built and tested; Slurm and munge; iproute2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -26,6 +26,9 @@ if [ "${DTRAIN_TEST_TOOLS:-0}" = 1 ]; then
   need[python3]=/usr/bin/python3
   need[openmpi-bin]=/usr/bin/mpirun   # mpirun starts dtrain in tests/test_extlaunch.c
   need[libopenmpi-dev]=/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h  # the mpi collective is built and tested
+  need[slurm-wlm]=/usr/sbin/slurmctld  # tests/test_slurm.c starts a single-host Slurm
+  need[munge]=/usr/sbin/munged
+  need[iproute2]=/usr/sbin/ip          # tests/test_netns.c: two hosts as network namespaces
   # venv needs ensurepip, which Debian ships separately
   python3 -c "import ensurepip" >/dev/null 2>&1 || need[python3-venv]=/nonexistent
 fi
