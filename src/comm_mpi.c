@@ -127,13 +127,30 @@ dt_status dt_mpi_init(int *rank, int *world) {
     return DT_OK;
 }
 
-void dt_mpi_finalize(int failed) {
+void dt_mpi_finalize(int exit_code) {
     int inited = 0, finalized = 0;
     MPI_Initialized(&inited);
     MPI_Finalized(&finalized);
     if (!inited || finalized) return;
-    if (failed) MPI_Abort(MPI_COMM_WORLD, 1); /* peers may wait in a collective: end the job */
+    fflush(NULL);
+    if (exit_code) MPI_Abort(MPI_COMM_WORLD, exit_code); /* peers may wait in a collective: end the job */
     else MPI_Finalize();
+}
+
+int dt_mpi_version(char *buf, size_t n) {
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    if (MPI_Get_library_version(lib, &len) != MPI_SUCCESS) snprintf(lib, sizeof lib, "?");
+    lib[strcspn(lib, ",\n")] = '\0'; /* "Open MPI v4.1.4, package: ..." -> "Open MPI v4.1.4" */
+    char built[64];
+#ifdef OMPI_MAJOR_VERSION
+    snprintf(built, sizeof built, "Open MPI v%d.%d.%d", OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION, OMPI_RELEASE_VERSION);
+#else
+    snprintf(built, sizeof built, "MPI %d.%d", MPI_VERSION, MPI_SUBVERSION);
+#endif
+    int bad = strstr(lib, built) == NULL && strncmp(built, "MPI ", 4) != 0;
+    snprintf(buf, n, "  %-9s %s (built with %s)%s\n", "MPI", lib, built, bad ? "  MISMATCH" : "");
+    return bad;
 }
 
 dt_status dt_comm_init_mpi(dt_comm **out, double timeout_s) {

@@ -33,6 +33,7 @@
 #include "dtrain/comm.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
@@ -129,9 +130,16 @@ static dt_status world_create(dt_shm_world **out, int world, size_t slot_bytes, 
     if (slot_bytes > (SIZE_MAX - data_offset) / (size_t)(world + 1) - page)
         return dt_error_set(DT_ERR_CONFIG, "shm communicator: slot size %zu bytes is too large", slot_bytes);
     size_t map_bytes = round_up(data_offset + (size_t)(world + 1) * slot_bytes, page);
-    if (fd >= 0 && ftruncate(fd, (off_t)map_bytes) != 0)
-        return dt_error_set(DT_ERR_NOMEM, "shm communicator: cannot size the shared memory (%zu bytes): %s", map_bytes,
-                            strerror(errno));
+    /* reserve the pages now: a sparse file in a small /dev/shm would fail later with SIGBUS */
+    if (fd >= 0) {
+        int rc = posix_fallocate(fd, 0, (off_t)map_bytes);
+        if (rc != 0)
+            return dt_error_set(DT_ERR_NOMEM,
+                                "shm communicator: cannot reserve %zu MiB of shared memory in /dev/shm: %s (hint: in a "
+                                "container, give it a larger /dev/shm: docker run --shm-size=1g, or a Kubernetes emptyDir "
+                                "with medium: Memory)",
+                                map_bytes >> 20, strerror(rc));
+    }
     void *p = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (fd >= 0 ? 0 : MAP_ANONYMOUS), fd, 0);
     if (p == MAP_FAILED)
         return dt_error_set(DT_ERR_NOMEM,
@@ -169,10 +177,12 @@ dt_status dt_shm_world_attach_fd(dt_shm_world **out, int world, int fd) {
     if (p == MAP_FAILED)
         return dt_error_set(DT_ERR_NOMEM, "shm communicator: cannot map the job's shared memory: %s", strerror(errno));
     dt_shm_world *w = p;
-    if (w->world != world || w->map_bytes != (size_t)sb.st_size) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (w->world != world || w->map_bytes != (size_t)sb.st_size || w->data_offset != round_up(sizeof(dt_shm_world), page) ||
+        w->slot_bytes == 0 || w->slot_bytes > (w->map_bytes - w->data_offset) / (size_t)(world + 1)) {
         munmap(p, (size_t)sb.st_size);
-        return dt_error_set(DT_ERR_DEVICE, "shm communicator: the job's shared memory is for %d workers, expected %d",
-                            w->world, world);
+        return dt_error_set(DT_ERR_DEVICE, "shm communicator: the job's shared memory does not describe a world of %d "
+                                           "workers", world);
     }
     *out = w;
     return DT_OK;

@@ -156,11 +156,14 @@ int dt_device_print_versions(FILE *out) {
     fprintf(out, "  CUDA      backend not built (cmake found no CUDA toolkit, or DTRAIN_CUDA=OFF)\n");
 #endif
     fprintf(out, "  CPUs      %d usable, NVIDIA GPUs visible: %d\n", dt_device_cpu_cores(), dt_device_cuda_count());
+    return bad;
+}
+
+void dt_device_print_version_verdict(FILE *out, int bad) {
     if (bad)
         fprintf(out, "warning: %d librar%s differ%s from the version dtrain was built with (marked MISMATCH): "
                      "rebuild dtrain on this machine, or install the matching version\n",
                 bad, bad > 1 ? "ies" : "y", bad > 1 ? "" : "s");
     else
         fprintf(out, "  every library matches the version dtrain was built with\n");
-    return bad;
 }

@@ -19,7 +19,7 @@
 #ifdef DTRAIN_HAVE_MPI
 #include "dtrain/comm_mpi.h"
 #else
-static void dt_mpi_finalize(int failed) { (void)failed; }
+static void dt_mpi_finalize(int exit_code) { (void)exit_code; }
 #endif
 #include "dtrain/safetensors.h"
 #include "dtrain/worker.h"
@@ -194,6 +194,17 @@ static void on_ext_signal(int sig) { g_ext_stop = sig; }
 
 static dt_status prepare_run_dir_cb(void *cfg) { return dt_worker_prepare_run_dir(cfg); }
 
+/* How often the outer launcher has restarted this job (torchrun, Slurm requeue): after a
+ * restart, resume from this run's own checkpoints first, as after our own restarts. */
+static int launcher_restart_count(void) {
+    const char *names[] = {"TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"};
+    for (int i = 0; i < 2; i++) {
+        const char *v = getenv(names[i]);
+        if (v && atoi(v) > 0) return atoi(v);
+    }
+    return 0;
+}
+
 #ifdef DTRAIN_HAVE_MPI
 static const int have_mpi = 1;
 #else
@@ -214,10 +225,9 @@ static dt_status join_mpi(const dt_config *cfg, const dt_ext_env *e, uint32_t di
     DT_TRY(dt_comm_init_mpi(comm, cfg->training.collective_timeout_s));
     uint32_t all[64];
     DT_TRY(dt_comm_allgather(*comm, &digest, sizeof digest, all));
-    *agreed = 1;
     for (int i = 1; i < world; i++)
         if (all[i] != all[0])
-            return dt_error_set(DT_ERR_USAGE,
+            return *agreed = 1, dt_error_set(DT_ERR_USAGE,
                                 "mpi: rank %d runs another config than rank 0 (config digest %08x, rank 0 has %08x): every "
                                 "rank must run the same config",
                                 i, all[i], all[0]);
@@ -226,8 +236,10 @@ static dt_status join_mpi(const dt_config *cfg, const dt_ext_env *e, uint32_t di
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", ok ? "" : dt_error_msg());
     DT_TRY(dt_comm_broadcast(*comm, &ok, sizeof ok, 0));
-    if (!ok) return dt_error_set(DT_ERR_IO, "%s", rank == 0 ? msg : "rank 0 could not prepare the run directory");
-    *agreed = 0;
+    if (!ok) {
+        *agreed = 1; /* every rank knows: MPI can finish cleanly */
+        return dt_error_set(DT_ERR_IO, "%s", rank == 0 ? msg : "rank 0 could not prepare the run directory");
+    }
     return DT_OK;
 #else
     (void)cfg; (void)e; (void)digest; (void)comm;
@@ -243,8 +255,12 @@ static int train_external(dt_config *cfg, const dt_ext_env *e, const cli *c) {
         printf("note: %s started %d workers; training.num_workers (%d) is ignored\n", e->source, e->world,
                cfg->training.num_workers);
     cfg->training.num_workers = e->world;
-    if (cfg->training.cpu_threads_per_worker == 0) { /* the cores of this host, shared by its workers */
-        int t = dt_device_cpu_cores() / (e->local_world > 0 ? e->local_world : 1);
+    if (cfg->training.cpu_threads_per_worker == 0) {
+        /* the host's cores shared by its workers, unless the launcher pinned this process to
+         * its own share already (mpirun and srun --cpus-per-task do) */
+        int mine = dt_device_cpu_cores();
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        int t = mine < online ? mine : mine / (e->local_world > 0 ? e->local_world : 1);
         cfg->training.cpu_threads_per_worker = t > 0 ? t : 1;
     }
     /* ranks on several hosts need a network collective: mpi when started by mpirun or srun */
@@ -268,7 +284,7 @@ static int train_external(dt_config *cfg, const dt_ext_env *e, const cli *c) {
         if (st != DT_OK) {
             int rc = fail(st);
             dt_comm_free(comm);
-            dt_mpi_finalize(!agreed);
+            dt_mpi_finalize(agreed ? 0 : rc);
             return rc;
         }
     } else {
@@ -288,8 +304,10 @@ static int train_external(dt_config *cfg, const dt_ext_env *e, const cli *c) {
     char note[1024] = "", info[640];
     snprintf(info, sizeof info, "%s; %s took %.3f s", launched, use_mpi ? "MPI start-up" : "rendezvous", rdzv_s);
     dt_worker_opts opts = {.quiet = c->quiet, .progress = c->progress, .stop = (const volatile int *)&g_ext_stop,
-                           .note = note, .note_size = sizeof note, .launched_by = info};
+                           .note = note, .note_size = sizeof note, .launched_by = info,
+                           .attempt = launcher_restart_count()};
     if (st == DT_OK) st = dt_worker_train(cfg, &opts, comm);
+    if (st != DT_OK && world) dt_shm_world_abort(world, dt_error_msg()); /* the others fail now, not at the deadline */
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     dt_comm_free(comm);
@@ -298,7 +316,7 @@ static int train_external(dt_config *cfg, const dt_ext_env *e, const cli *c) {
         /* the launcher (torchrun, srun, the Job) decides about restarts; a rerun resumes */
         if (e->world > 1) dt_error_prefix("rank %d", e->rank);
         int rc = fail(st);
-        if (use_mpi) dt_mpi_finalize(1);
+        if (use_mpi) dt_mpi_finalize(rc);
         return rc;
     }
     if (use_mpi) dt_mpi_finalize(0);
@@ -440,7 +458,15 @@ int main(int argc, char **argv) {
     }
     if (c.version) {
         printf("dtrain %s\n", DTRAIN_VERSION);
-        dt_device_print_versions(stdout);
+        int bad = dt_device_print_versions(stdout);
+#ifdef DTRAIN_HAVE_MPI
+        char mpi[512];
+        bad += dt_mpi_version(mpi, sizeof mpi);
+        fputs(mpi, stdout);
+#else
+        printf("  MPI       mpi collective not built (no Open MPI development files at build time)\n");
+#endif
+        dt_device_print_version_verdict(stdout, bad);
         return 0;
     }
     /* options that only one command reads are refused elsewhere, not silently ignored */

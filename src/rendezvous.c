@@ -16,12 +16,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #define MAX_RANKS 64
 #define DEFAULT_PORT 29500
+
+/* milliseconds for poll(), never negative or overflowing */
+static int poll_ms(double seconds) {
+    if (!(seconds > 0)) return 0;
+    if (seconds > 3600) return 3600 * 1000;
+    return (int)(seconds * 1000) + 1;
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -81,11 +89,23 @@ dt_status dt_ext_env_detect(int config_world, dt_ext_env *e, int *found) {
          * SLURM_PROCID=0 of the whole allocation */
         if (i == 2 && !getenv("SLURM_STEP_ID")) continue;
         long rank = 0, world = 0, lr = 0, lw = 0;
-        int pr, pw, plr, plw = 0;
-        DT_TRY(env_int(s->rank, 0, MAX_RANKS - 1, &rank, &pr));
-        DT_TRY(env_int(s->world, 1, MAX_RANKS, &world, &pw));
-        DT_TRY(env_int(s->local_rank, 0, MAX_RANKS - 1, &lr, &plr));
-        if (s->local_world) DT_TRY(env_int(s->local_world, 1, MAX_RANKS, &lw, &plw));
+        int pr = 0, pw = 0, plr = 0, plw = 0;
+        dt_status ps = env_int(s->rank, 0, MAX_RANKS - 1, &rank, &pr);
+        if (ps == DT_OK) ps = env_int(s->world, 1, MAX_RANKS, &world, &pw);
+        if (ps == DT_OK) ps = env_int(s->local_rank, 0, MAX_RANKS - 1, &lr, &plr);
+        if (ps == DT_OK && s->local_world) ps = env_int(s->local_world, 1, MAX_RANKS, &lw, &plw);
+        if (have) {
+            /* an outer launcher's variables (srun around torchrun or mpirun) describe another
+             * level of the job: they must agree only when they count the same processes */
+            if (ps == DT_OK && pr && pw && world == e->world && rank != e->rank)
+                return dt_error_set(DT_ERR_USAGE,
+                                    "environment: %s says rank %d of %d but %s=%ld, %s=%ld disagree: which launcher "
+                                    "started dtrain? (unset the other's variables)",
+                                    e->source, e->rank, e->world, s->rank, rank, s->world, world);
+            dt_error_clear();
+            continue;
+        }
+        DT_TRY(ps);
         if (!pr && !pw) continue;
         if (pr != pw)
             return dt_error_set(DT_ERR_USAGE, "environment: %s is set but %s is not (started by %s?)",
@@ -95,14 +115,6 @@ dt_status dt_ext_env_detect(int config_world, dt_ext_env *e, int *found) {
         if (!plr) lr = world == 1 ? 0 : rank; /* no local rank: assume one host */
         if (!plw) lw = i == 2 ? leading_int(getenv("SLURM_STEP_TASKS_PER_NODE")) : 0;
         if (lw < 1) lw = world;
-        if (have) { /* a second launcher's variables must agree with the first's */
-            if (rank != e->rank || world != e->world)
-                return dt_error_set(DT_ERR_USAGE,
-                                    "environment: %s says rank %d of %d but %s=%ld, %s=%ld disagree: which launcher "
-                                    "started dtrain? (unset the other's variables)",
-                                    e->source, e->rank, e->world, s->rank, rank, s->world, world);
-            continue;
-        }
         have = 1;
         snprintf(e->source, sizeof e->source, "%s", s->name);
         e->rank = (int)rank;
@@ -134,6 +146,10 @@ dt_status dt_ext_env_detect(int config_world, dt_ext_env *e, int *found) {
     long port = DEFAULT_PORT;
     int pp;
     DT_TRY(env_int("MASTER_PORT", 1, 65535, &port, &pp));
+    if (pp && getenv("TORCHELASTIC_RUN_ID")) {
+        /* torchrun's own agent (its TCPStore) listens on MASTER_PORT: meet on the next one */
+        port = port == 65535 ? 65534 : port + 1;
+    }
     if (!pp) { /* one port per job, so that concurrent jobs on a host do not meet each other */
         const char *job = NULL;
         if (strncmp(e->source, "Open MPI", 8) == 0) job = getenv("OMPI_MCA_ess_base_jobid");
@@ -177,7 +193,7 @@ static dt_status recv_line(int fd, char *buf, size_t n, double deadline, const c
         double left = deadline - now_s();
         if (left <= 0) return dt_error_set(DT_ERR_DEVICE, "rendezvous: no answer from %s in time", who);
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        int r = poll(&p, 1, (int)(left * 1000) + 1);
+        int r = poll(&p, 1, poll_ms(left));
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) continue;
         char c;
@@ -217,7 +233,9 @@ static dt_status serve(const dt_ext_env *e, uint32_t digest, double timeout_s, d
     if (lfd < 0) return dt_error_set(DT_ERR_DEVICE, "rendezvous: socket: %s", strerror(errno));
     int one = 1;
     setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)e->port), .sin_addr.s_addr = INADDR_ANY};
+    /* every rank on this host: nobody else on the network needs to reach the port */
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)e->port),
+                             .sin_addr.s_addr = htonl(e->local_world == e->world ? INADDR_LOOPBACK : INADDR_ANY)};
     if (bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, MAX_RANKS) != 0) {
         dt_status st = dt_error_set(DT_ERR_DEVICE, "rendezvous: rank 0 cannot listen on port %d: %s (hint: another job "
                                                    "uses it? set MASTER_PORT)", e->port, strerror(errno));
@@ -247,7 +265,7 @@ static dt_status serve(const dt_ext_env *e, uint32_t digest, double timeout_s, d
             break;
         }
         struct pollfd p = {.fd = lfd, .events = POLLIN};
-        int r = poll(&p, 1, (int)(left * 1000) + 1);
+        int r = poll(&p, 1, poll_ms(left));
         if (r <= 0) continue;
         int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
         if (c < 0) continue;
@@ -264,13 +282,13 @@ static dt_status serve(const dt_ext_env *e, uint32_t digest, double timeout_s, d
             continue;
         }
         if (world != e->world || rank < 1 || rank >= e->world || fds[rank] >= 0) {
+            /* another job on this port, or a restarted rank: turn it away, keep waiting */
             snprintf(line, sizeof line, "ERR rank 0 expects ranks 1..%d of a world of %d, once each; got rank %d of %d%s",
                      e->world - 1, e->world, rank, world, rank >= 1 && rank < e->world && fds[rank] >= 0 ? " twice" : "");
             send_line(c, line);
             close(c);
-            st = dt_error_set(DT_ERR_USAGE, "rendezvous: %s", line + 4);
-            snprintf(err, sizeof err, "ERR %s", line + 4);
-            break;
+            fprintf(stderr, "dtrain: rendezvous: turned away a connection: %s\n", line + 4);
+            continue;
         }
         if (dg != digest) {
             snprintf(line, sizeof line,
@@ -298,7 +316,9 @@ static dt_status serve(const dt_ext_env *e, uint32_t digest, double timeout_s, d
     char name[64];
     int shm = -1;
     if (st == DT_OK) {
-        snprintf(name, sizeof name, "/dtrain-%ld-%d", (long)getpid(), e->port);
+        unsigned long nonce = 0;
+        if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce) nonce = (unsigned long)now_s() * 2654435761ul;
+        snprintf(name, sizeof name, "/dtrain-%ld-%d-%08lx", (long)getpid(), e->port, nonce & 0xfffffffful);
         shm = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
         if (shm < 0) st = dt_error_set(DT_ERR_DEVICE, "rendezvous: shm_open %s: %s", name, strerror(errno));
         else if ((st = dt_shm_world_create_fd(world_out, e->world, 0, shm)) != DT_OK) shm_unlink(name);
@@ -329,6 +349,37 @@ static dt_status serve(const dt_ext_env *e, uint32_t digest, double timeout_s, d
     return st;
 }
 
+/* connect() that gives up at the deadline (a blocking one may wait minutes for a host
+ * that drops packets); returns a blocking socket or -1 with the reason in why */
+static int connect_by(const struct addrinfo *a, double deadline, char *why, size_t n) {
+    int c = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (c < 0) {
+        snprintf(why, n, "socket: %s", strerror(errno));
+        return -1;
+    }
+    int err = 0;
+    if (connect(c, a->ai_addr, a->ai_addrlen) != 0) {
+        err = errno;
+        if (err == EINPROGRESS) {
+            struct pollfd p = {.fd = c, .events = POLLOUT};
+            int r;
+            do r = poll(&p, 1, poll_ms(deadline - now_s()));
+            while (r < 0 && errno == EINTR);
+            socklen_t len = sizeof err;
+            if (r <= 0) err = ETIMEDOUT;
+            else if (getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+        }
+    }
+    if (err) {
+        snprintf(why, n, "%s", strerror(err));
+        close(c);
+        return -1;
+    }
+    int fl = fcntl(c, F_GETFL);
+    if (fl >= 0) fcntl(c, F_SETFL, fl & ~O_NONBLOCK);
+    return c;
+}
+
 /* every other rank */
 static dt_status join(const dt_ext_env *e, uint32_t digest, double timeout_s, dt_shm_world **world_out) {
     const double deadline = now_s() + timeout_s;
@@ -340,13 +391,8 @@ static dt_status join(const dt_ext_env *e, uint32_t digest, double timeout_s, dt
         int gai = getaddrinfo(e->addr, port, &hints, &res);
         if (gai != 0) snprintf(last, sizeof last, "cannot resolve %s: %s", e->addr, gai_strerror(gai));
         for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
-            int c = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-            if (c < 0) continue;
-            if (connect(c, a->ai_addr, a->ai_addrlen) == 0) fd = c;
-            else {
-                snprintf(last, sizeof last, "%s", strerror(errno));
-                close(c);
-            }
+            int c = connect_by(a, deadline, last, sizeof last);
+            if (c >= 0) fd = c;
         }
         if (res) freeaddrinfo(res);
         if (fd >= 0) break;

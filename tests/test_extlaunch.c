@@ -8,6 +8,7 @@
  *   - mpirun -np 2 and -np 4 (Open MPI's variables) byte-identical to fork mode; with the mpi
  *     collective (when built) within 1e-5;
  *   - nothing is left in /dev/shm. */
+#include <dirent.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,8 +38,21 @@ static const char *const launcher_vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", 
                                             "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                                             "JOB_COMPLETION_INDEX", NULL};
 
+/* no launcher's variables from the environment the tests run in (e.g. inside srun) */
 static void clear_env(void) {
     for (int i = 0; launcher_vars[i]; i++) unsetenv(launcher_vars[i]);
+    for (int again = 1; again;) {
+        again = 0;
+        for (char **e = environ; *e; e++)
+            if (strncmp(*e, "SLURM_", 6) == 0 || strncmp(*e, "OMPI_", 5) == 0 || strncmp(*e, "PMIX_", 5) == 0 ||
+                strncmp(*e, "TORCHELASTIC_", 13) == 0) {
+                char name[128];
+                snprintf(name, sizeof name, "%.*s", (int)strcspn(*e, "="), *e);
+                unsetenv(name);
+                again = 1;
+                break;
+            }
+    }
 }
 
 /* "NAME=value" pairs, NULL-terminated */
@@ -61,8 +75,9 @@ static pid_t start(const char *tag, const char *run, const char *extra_set) {
     char *r = rd[next++ % 8];
     snprintf(r, sizeof rd[0], "run.dir=%s/%s", test_dir(), run);
     const char *args[] = {"--config", "configs/ci-smoke.yaml", "--set", r, "--set", "training.num_workers=2", "--set",
-                          "data.batch_size_per_worker=4", "--set", "training.collective_timeout_s=20", "--progress",
-                          "never", extra_set ? "--set" : NULL, extra_set, NULL};
+                          "data.batch_size_per_worker=4", "--set", "training.collective_timeout_s=20", "--set",
+                          "training.cpu_threads_per_worker=1", "--progress", "never", extra_set ? "--set" : NULL,
+                          extra_set, NULL};
     return spawn(tag, args);
 }
 
@@ -70,7 +85,7 @@ static void same_weights(const char *a, const char *b) {
     char pa[1300], pb[1300], cmd[3000];
     snprintf(pa, sizeof pa, "%s/%s/model.safetensors", test_dir(), a);
     snprintf(pb, sizeof pb, "%s/%s/model.safetensors", test_dir(), b);
-    snprintf(cmd, sizeof cmd, "cmp %s %s", pa, pb);
+    snprintf(cmd, sizeof cmd, "cmp '%s' '%s'", pa, pb);
     CHECK_INT_EQ(system(cmd), 0);
     printf("%s and %s: identical weights\n", a, b);
 }
@@ -78,12 +93,21 @@ static void same_weights(const char *a, const char *b) {
 static void test_torchrun_style(void) {
     clear_env();
     CHECK_INT_EQ(wait_exit(start("fork", "fork", NULL), "fork"), 0);
-    char port[32];
-    snprintf(port, sizeof port, "MASTER_PORT=%d", free_port());
+    /* as torchrun under srun starts them: torchrun's variables, torchrun's agent listening on
+     * MASTER_PORT (dtrain meets on the next port), and the outer Slurm step's variables
+     * (one task) that must not get in the way */
+    int agent_port = free_port();
+    int agent = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)agent_port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK(agent >= 0 && bind(agent, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(agent, 4) == 0);
+    char port[32], want[96];
+    snprintf(port, sizeof port, "MASTER_PORT=%d", agent_port);
+    snprintf(want, sizeof want, "rendezvous at 127.0.0.1:%d\n", agent_port + 1);
     const char *r1[] = {"RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port,
-                        NULL};
+                        "TORCHELASTIC_RUN_ID=test", "SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_NTASKS=1", NULL};
     const char *r0[] = {"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port,
-                        NULL};
+                        "TORCHELASTIC_RUN_ID=test", "SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_NTASKS=1", NULL};
     set_env(r1);
     pid_t p1 = start("torch-r1", "torch", NULL);
     sleep_ms(700); /* rank 0 is late: rank 1 retries */
@@ -92,11 +116,13 @@ static void test_torchrun_style(void) {
     clear_env();
     CHECK_INT_EQ(wait_exit(p0, "torch-r0"), 0);
     CHECK_INT_EQ(wait_exit(p1, "torch-r1"), 0);
+    close(agent);
     char path[1300];
     snprintf(path, sizeof path, "%s/torch-r0.out", test_dir());
     test_slurp(path, out_text, sizeof out_text);
     CHECK_STR_CONTAINS(out_text, "dtrain: launched by torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE): rank 0 "
                                  "of 2, local rank 0 of 2; rendezvous at 127.0.0.1:");
+    CHECK_STR_CONTAINS(out_text, want);
     CHECK_STR_CONTAINS(out_text, "done: 20 steps");
     snprintf(path, sizeof path, "%s/torch/rank-1.log", test_dir());
     test_slurp(path, out_text, sizeof out_text);
@@ -259,16 +285,27 @@ static void test_mpirun(void) {
     unsetenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM");
 }
 
+/* our names in /dev/shm (other programs' come and go) */
+static int count_dtrain_shm(void) {
+    DIR *d = opendir("/dev/shm");
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) n += strncmp(e->d_name, "dtrain-", 7) == 0;
+    closedir(d);
+    return n;
+}
+
 int main(void) {
     test_dir_init("extlaunch");
-    int shm_before = count_dir("/dev/shm");
+    int shm_before = count_dtrain_shm();
     test_env_errors();
     test_torchrun_style();
     test_indexed_job();
     test_missing_rank();
     test_other_config();
     test_mpirun();
-    CHECK_INT_EQ(count_dir("/dev/shm"), shm_before);
+    CHECK_INT_EQ(count_dtrain_shm(), shm_before);
     test_dir_remove();
     TEST_PASS("test_extlaunch");
 }

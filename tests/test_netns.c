@@ -49,7 +49,7 @@ int main(void) {
     return 1;
 #endif
     long id = (long)getpid() % 200 + 20;
-    char net[32], ip_a[32], ip_b[32];
+    char net[160], ip_a[32], ip_b[32];
     snprintf(ns_a, sizeof ns_a, "dtrainA%ld", id);
     snprintf(ns_b, sizeof ns_b, "dtrainB%ld", id);
     snprintf(veth_a, sizeof veth_a, "dtva%ld", id);
@@ -57,6 +57,9 @@ int main(void) {
     snprintf(net, sizeof net, "10.231.%ld.0/24", id);
     snprintf(ip_a, sizeof ip_a, "10.231.%ld.1", id);
     snprintf(ip_b, sizeof ip_b, "10.231.%ld.2", id);
+    snprintf(net, sizeof net, "ip netns del %s 2>/dev/null; ip netns del %s 2>/dev/null; true", ns_a, ns_b);
+    if (system(net) != 0) printf("(could not clear old namespaces)\n"); /* left by a killed run with our pid */
+    snprintf(net, sizeof net, "10.231.%ld.0/24", id);
     if (sh("ip netns add %s%s%s", ns_a, "", "") != 0) {
         printf("test_netns: skipped: this machine cannot create network namespaces\n");
         return 77;

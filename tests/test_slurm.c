@@ -42,7 +42,7 @@ static void run_cmd(const char *cmd) {
 
 static void same_weights(const char *a, const char *b) {
     char cmd[3000];
-    snprintf(cmd, sizeof cmd, "cmp %s/%s/model.safetensors %s/%s/model.safetensors", test_dir(), a, test_dir(), b);
+    snprintf(cmd, sizeof cmd, "cmp '%s/%s/model.safetensors' '%s/%s/model.safetensors'", test_dir(), a, test_dir(), b);
     run_cmd(cmd);
 }
 
@@ -67,10 +67,10 @@ int main(void) {
     /* munge with a key and socket of its own */
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "mkdir -p %s/munge %s/state %s/spool && dd if=/dev/urandom of=%s/munge/key bs=1024 count=1 2>/dev/null && "
-             "chmod 700 %s/munge && chmod 600 %s/munge/key && "
-             "munged --force --key-file=%s/munge/key --socket=%s/munge/socket --pid-file=%s/munge/pid "
-             "--log-file=%s/munge/log --seed-file=%s/munge/seed",
+             "mkdir -p '%s/munge' '%s/state' '%s/spool' && dd if=/dev/urandom of='%s/munge/key' bs=1024 count=1 "
+             "2>/dev/null && chmod 700 '%s/munge' && chmod 600 '%s/munge/key' && "
+             "munged --force --key-file='%s/munge/key' --socket='%s/munge/socket' --pid-file='%s/munge/pid' "
+             "--log-file='%s/munge/log' --seed-file='%s/munge/seed'",
              d, d, d, d, d, d, d, d, d, d, d);
     snprintf(pidfiles[0], sizeof pidfiles[0], "%s/munge/pid", d);
     snprintf(pidfiles[1], sizeof pidfiles[1], "%s/slurmctld.pid", d);
@@ -92,7 +92,7 @@ int main(void) {
                      host, port, port + 1, d, d, d, pidfiles[1], pidfiles[2], d, d, host, host);
     test_write_file(conf, text, (size_t)n);
     CHECK(setenv("SLURM_CONF", conf, 1) == 0);
-    snprintf(cmd, sizeof cmd, "slurmctld -f %s && sleep 1 && slurmd -f %s", conf, conf);
+    snprintf(cmd, sizeof cmd, "slurmctld -f '%s' && sleep 1 && slurmd -f '%s'", conf, conf);
     run_cmd(cmd);
     int idle = 0;
     for (int i = 0; i < 100 && !idle; i++) { /* up to 20 s for the node to register */
@@ -106,7 +106,7 @@ int main(void) {
         idle = strncmp(st, "idle", 4) == 0;
     }
     if (!idle) {
-        snprintf(cmd, sizeof cmd, "tail -20 %s/slurmctld.log %s/slurmd.log", d, d);
+        snprintf(cmd, sizeof cmd, "tail -20 '%s/slurmctld.log' '%s/slurmd.log'", d, d);
         if (system(cmd) != 0) printf("(no logs)\n");
     }
     CHECK(idle);
@@ -134,8 +134,8 @@ int main(void) {
 
     /* the shipped batch script, as a user submits it */
     snprintf(cmd, sizeof cmd,
-             "cd %s && DTRAIN=%s sbatch --wait --ntasks=2 --output=%s/sbatch.out scripts/slurm/dtrain.sbatch "
-             "configs/ci-smoke.yaml --set run.dir=%s/sbatch --set data.batch_size_per_worker=4 --set "
+             "cd '%s' && DTRAIN='%s' sbatch --wait --ntasks=2 --output='%s/sbatch.out' scripts/slurm/dtrain.sbatch "
+             "configs/ci-smoke.yaml --set 'run.dir=%s/sbatch' --set data.batch_size_per_worker=4 --set "
              "training.cpu_threads_per_worker=1 --progress never",
              DTRAIN_SOURCE_DIR, DTRAIN_BIN, d, d);
     run_cmd(cmd);

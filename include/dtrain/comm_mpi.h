@@ -4,15 +4,20 @@
 #ifndef DTRAIN_COMM_MPI_H
 #define DTRAIN_COMM_MPI_H
 
+#include <stddef.h>
+
 #include "dtrain/comm.h"
 #include "dtrain/status.h"
 
 /* MPI_Init_thread (MPI_THREAD_SERIALIZED) unless already done; *rank and *world from
  * MPI_COMM_WORLD. */
 dt_status dt_mpi_init(int *rank, int *world);
-/* MPI_Finalize, or MPI_Abort when `failed` (the others may be waiting in a collective);
- * nothing when MPI was never initialised. */
-void dt_mpi_finalize(int failed);
+/* MPI_Finalize when exit_code is 0, else MPI_Abort with it (the others may be waiting in a
+ * collective); nothing when MPI was never initialised. */
+void dt_mpi_finalize(int exit_code);
+/* The --version line: the MPI library found at run time next to the one built with; returns
+ * 1 on a mismatch. Callable before MPI_Init. */
+int dt_mpi_version(char *buf, size_t n);
 /* A communicator over MPI_COMM_WORLD (after dt_mpi_init). */
 dt_status dt_comm_init_mpi(dt_comm **out, double timeout_s);
 

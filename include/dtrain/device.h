@@ -32,8 +32,9 @@ int dt_device_blas_advice(char *buf, size_t n);
 
 /* For --version: each library's version found at run time next to the one this binary was
  * built with (libyaml, zlib, jansson, OpenBLAS; CUDA, cuBLASLt, cuDNN, NCCL when the CUDA
- * backend is built), mismatches marked, and a closing verdict line. Returns the number of
- * mismatches. */
+ * backend is built), mismatches marked. Returns the number of mismatches. */
 int dt_device_print_versions(FILE *out);
+/* The closing line: all match, or how many do not and what to do. */
+void dt_device_print_version_verdict(FILE *out, int mismatches);
 
 #endif
