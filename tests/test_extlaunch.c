@@ -81,6 +81,14 @@ static pid_t start(const char *tag, const char *run, const char *extra_set) {
     return spawn(tag, args);
 }
 
+/* start() with exactly these launcher variables in the environment */
+static pid_t start_env(const char *const *env, const char *tag, const char *run, const char *extra_set) {
+    set_env(env);
+    pid_t p = start(tag, run, extra_set);
+    clear_env();
+    return p;
+}
+
 static void same_weights(const char *a, const char *b) {
     char pa[1300], pb[1300], cmd[3000];
     snprintf(pa, sizeof pa, "%s/%s/model.safetensors", test_dir(), a);
@@ -108,12 +116,9 @@ static void test_torchrun_style(void) {
                         "TORCHELASTIC_RUN_ID=test", "SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_NTASKS=1", NULL};
     const char *r0[] = {"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port,
                         "TORCHELASTIC_RUN_ID=test", "SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_NTASKS=1", NULL};
-    set_env(r1);
-    pid_t p1 = start("torch-r1", "torch", NULL);
+    pid_t p1 = start_env(r1, "torch-r1", "torch", NULL);
     sleep_ms(700); /* rank 0 is late: rank 1 retries */
-    set_env(r0);
-    pid_t p0 = start("torch-r0", "torch", NULL);
-    clear_env();
+    pid_t p0 = start_env(r0, "torch-r0", "torch", NULL);
     CHECK_INT_EQ(wait_exit(p0, "torch-r0"), 0);
     CHECK_INT_EQ(wait_exit(p1, "torch-r1"), 0);
     close(agent);
@@ -136,11 +141,8 @@ static void test_indexed_job(void) {
     snprintf(port, sizeof port, "MASTER_PORT=%d", free_port());
     const char *j0[] = {"JOB_COMPLETION_INDEX=0", "MASTER_ADDR=localhost", port, NULL};
     const char *j1[] = {"JOB_COMPLETION_INDEX=1", "MASTER_ADDR=localhost", port, NULL};
-    set_env(j0);
-    pid_t p0 = start("k8s-0", "k8s", NULL);
-    set_env(j1);
-    pid_t p1 = start("k8s-1", "k8s", NULL);
-    clear_env();
+    pid_t p0 = start_env(j0, "k8s-0", "k8s", NULL);
+    pid_t p1 = start_env(j1, "k8s-1", "k8s", NULL);
     CHECK_INT_EQ(wait_exit(p0, "k8s-0"), 0);
     CHECK_INT_EQ(wait_exit(p1, "k8s-1"), 0);
     char path[1300];
@@ -155,16 +157,12 @@ static void test_missing_rank(void) {
     char port[32];
     snprintf(port, sizeof port, "MASTER_PORT=%d", free_port());
     const char *r0[] = {"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port, NULL};
-    set_env(r0);
-    pid_t p0 = start("alone", "alone", "training.collective_timeout_s=2");
-    clear_env();
+    pid_t p0 = start_env(r0, "alone", "alone", "training.collective_timeout_s=2");
     CHECK_INT_EQ(wait_exit(p0, "alone"), 1);
     CHECK_STR_CONTAINS(err_text, ": rank(s) 1 did not arrive within 2 s (1 of 2 here;");
     /* and a rank whose rank 0 never comes */
     const char *r1[] = {"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port, NULL};
-    set_env(r1);
-    pid_t p1 = start("orphan", "orphan", "training.collective_timeout_s=1");
-    clear_env();
+    pid_t p1 = start_env(r1, "orphan", "orphan", "training.collective_timeout_s=1");
     CHECK_INT_EQ(wait_exit(p1, "orphan"), 1);
     CHECK_STR_CONTAINS(err_text, "rank 1 could not reach rank 0 at 127.0.0.1:");
 }
@@ -174,11 +172,8 @@ static void test_other_config(void) {
     snprintf(port, sizeof port, "MASTER_PORT=%d", free_port());
     const char *r0[] = {"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port, NULL};
     const char *r1[] = {"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port, NULL};
-    set_env(r0);
-    pid_t p0 = start("cfg-r0", "cfg", NULL);
-    set_env(r1);
-    pid_t p1 = start("cfg-r1", "cfg", "optimizer.lr=0.002");
-    clear_env();
+    pid_t p0 = start_env(r0, "cfg-r0", "cfg", NULL);
+    pid_t p1 = start_env(r1, "cfg-r1", "cfg", "optimizer.lr=0.002");
     CHECK_INT_EQ(wait_exit(p0, "cfg-r0"), 2);
     CHECK_STR_CONTAINS(err_text, "rank 1 runs another config than rank 0 (config digest ");
     CHECK_INT_EQ(wait_exit(p1, "cfg-r1"), 2);
@@ -199,23 +194,18 @@ static void test_env_errors(void) {
         {{"JOB_COMPLETION_INDEX=5", NULL}, "JOB_COMPLETION_INDEX=5 but training.num_workers is 2"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        set_env(cases[i].env);
-        pid_t p = start("env", "env", NULL);
-        clear_env();
+        pid_t p = start_env(cases[i].env, "env", "env", NULL);
         CHECK_INT_EQ(wait_exit(p, "env"), 2);
         CHECK_STR_CONTAINS(err_text, cases[i].msg);
     }
     /* the mpi collective needs processes started by mpirun or srun */
-    clear_env();
-    pid_t pm = start("env", "env", "training.communication_backend=mpi");
+    pid_t pm = start_env(NULL, "env", "env", "training.communication_backend=mpi");
     CHECK_INT_EQ(wait_exit(pm, "env"), 2);
     CHECK_STR_CONTAINS(err_text, "training.communication_backend: mpi needs one dtrain process per worker started by "
                                  "mpirun or srun");
     /* a world of one is not external: dtrain forks its workers as usual */
     const char *one[] = {"RANK=0", "WORLD_SIZE=1", NULL};
-    set_env(one);
-    pid_t p = start("one", "one", "training.max_steps=3");
-    clear_env();
+    pid_t p = start_env(one, "one", "one", "training.max_steps=3");
     CHECK_INT_EQ(wait_exit(p, "one"), 0);
 }
 
