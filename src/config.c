@@ -65,6 +65,7 @@ static const enum_name comm_names[] = {{"collective", DT_COMM_AUTO},
                                        {"shm", DT_COMM_SHM},
                                        {"nccl", DT_COMM_NCCL},
                                        {"mpi", DT_COMM_MPI},
+                                       {"tcp", DT_COMM_TCP},
                                        {NULL, 0}};
 static const enum_name precision_names[] = {
     {"auto", DT_PREC_AUTO}, {"fp32", DT_PREC_FP32}, {"bf16", DT_PREC_BF16}, {NULL, 0}};
@@ -713,7 +714,7 @@ static dt_status validate(load_ctx *c) {
         return fail_key(c, i_prec, "expected fp32 or auto when training.device is cpu, got \"bf16\" (hint: "
                                    "use precision: fp32 on CPU)");
     if (cfg->training.device == DT_DEVICE_CPU && cfg->training.comm == DT_COMM_NCCL)
-        return fail_key(c, i_comm, "expected collective, auto, shm or mpi when training.device is cpu, got \"nccl\" "
+        return fail_key(c, i_comm, "expected collective, auto, shm, mpi or tcp when training.device is cpu, got \"nccl\" "
                                    "(hint: NCCL needs GPUs)");
 
     if (cfg->model.num_labels == 1)

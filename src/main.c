@@ -269,6 +269,7 @@ static int train_external(dt_config *cfg, const dt_ext_env *e, const cli *c) {
                          (strncmp(e->source, "Open MPI", 8) == 0 || strncmp(e->source, "Slurm", 5) == 0));
     char launched[512], where[300];
     if (use_mpi) snprintf(where, sizeof where, "the mpi collective");
+    else if (!e->addr[0] && e->rank == 0) snprintf(where, sizeof where, "rendezvous on port %d", e->port);
     else snprintf(where, sizeof where, "rendezvous at %s:%d", e->addr[0] ? e->addr : "(MASTER_ADDR unset)", e->port);
     snprintf(launched, sizeof launched, "launched by %s: rank %d of %d, local rank %d of %d; %s", e->source, e->rank,
              e->world, e->local_rank, e->local_world, where);
@@ -288,10 +289,10 @@ static int train_external(dt_config *cfg, const dt_ext_env *e, const cli *c) {
             return rc;
         }
     } else {
-        st = dt_rendezvous(e, digest, cfg->training.collective_timeout_s, e->rank == 0 ? prepare_run_dir_cb : NULL, cfg,
-                           &world);
+        st = dt_rendezvous(e, digest, cfg->training.collective_timeout_s, cfg->training.comm == DT_COMM_TCP,
+                           e->rank == 0 ? prepare_run_dir_cb : NULL, cfg, &world, &comm);
         if (st != DT_OK) return fail(st);
-        st = dt_comm_init_shm(&comm, world, e->rank, cfg->training.collective_timeout_s);
+        if (world) st = dt_comm_init_shm(&comm, world, e->rank, cfg->training.collective_timeout_s);
     }
     double rdzv_s = now_s() - t0;
     struct sigaction sa, old_int, old_term;
@@ -339,11 +340,11 @@ static int cmd_train(const cli *c) {
     if (st == DT_OK) st = dt_ext_env_detect(cfg.training.num_workers, &env, &external);
     if (st != DT_OK) return fail(st);
     if (external) return train_external(&cfg, &env, c);
-    if (cfg.training.comm == DT_COMM_MPI)
-        return fail(dt_error_set(DT_ERR_CONFIG, "%s: training.communication_backend: mpi needs one dtrain process per "
-                                               "worker started by mpirun or srun (hint: mpirun -np N dtrain --config "
-                                               "...; or use collective/shm to let dtrain fork its workers)",
-                                 cfg.source[0] ? cfg.source : "config"));
+    if (cfg.training.comm == DT_COMM_MPI || cfg.training.comm == DT_COMM_TCP)
+        return fail(dt_error_set(DT_ERR_CONFIG, "%s: training.communication_backend: %s needs one dtrain process per "
+                                               "worker started by a launcher (mpirun, srun, torchrun, a Kubernetes "
+                                               "Indexed Job; hint: or use collective/shm to let dtrain fork its workers)",
+                                 cfg.source[0] ? cfg.source : "config", cfg.training.comm == DT_COMM_MPI ? "mpi" : "tcp"));
     if ((st = dt_worker_prepare_run_dir(&cfg)) != DT_OK) return fail(st);
     dt_worker_opts opts = {.quiet = c->quiet, .progress = c->progress};
     dt_launch_result res;

@@ -1,8 +1,10 @@
 /* rendezvous.c — launcher environments and the TCP rendezvous (include/dtrain/rendezvous.h).
  *
  * Wire protocol, one text line per message:
- *   rank r -> 0:  "DTRAIN-RDZV 1 rank=R world=W digest=XXXXXXXX host=HOST"
- *   0 -> rank r:  "OK shm=/NAME"  or  "ERR message"
+ *   rank r -> 0:  "DTRAIN-RDZV 1 rank=R world=W digest=XXXXXXXX host=HOST data=PORT"
+ *   0 -> rank r:  "OK shm=/NAME" (one host) or "OK tcp IP:PORT ..." (each rank's ring listener)
+ *                 or "ERR message"
+ *   ring:         rank r connects to rank r+1's listener and says "DTRAIN-RING rank=R"
  *   rank r -> 0:  "MAPPED"        (rank 0 then unlinks /NAME)
  *   0 -> rank r:  "GO"            or  "ERR message" */
 #include "dtrain/rendezvous.h"
@@ -10,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -225,17 +228,98 @@ static void my_host(char *buf, size_t n) {
     buf[n - 1] = '\0';
 }
 
+static int rank_ip_zero(const char *ip) { return !ip[0]; }
+
+/* The ranks meet at a loopback address (all on this host): listen on loopback only. */
+static int loopback_only(const dt_ext_env *e) {
+    return strncmp(e->addr, "127.", 4) == 0 || strcmp(e->addr, "localhost") == 0 || strcmp(e->addr, "::1") == 0;
+}
+
+/* A listening socket on an ephemeral port for the ring (loopback when every rank is here). */
+static int data_listener(const dt_ext_env *e) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0,
+                             .sin_addr.s_addr = htonl(loopback_only(e) ? INADDR_LOOPBACK : INADDR_ANY)};
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 4) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int listener_port(int fd) {
+    struct sockaddr_in sa;
+    socklen_t l = sizeof sa;
+    return getsockname(fd, (struct sockaddr *)&sa, &l) == 0 ? ntohs(sa.sin_port) : 0;
+}
+
+static int connect_by(const struct addrinfo *a, double deadline, char *why, size_t n);
+
+/* The ring from the peer table "ip:port ip:port ...": connect to rank+1, accept rank-1 on
+ * our listener, and make the tcp communicator of them. */
+static dt_status make_ring(const dt_ext_env *e, const char *peers, int data_fd, double deadline, dt_comm **comm_out,
+                           double timeout_s) {
+    const int next = (e->rank + 1) % e->world, prev = (e->rank + e->world - 1) % e->world;
+    char ip[64] = "";
+    int port = 0;
+    const char *p = peers;
+    for (int r = 0; r <= next && p; r++) {
+        if (r == next && sscanf(p, "%63[^:]:%d", ip, &port) != 2) port = 0;
+        p = strchr(p, ' ');
+        if (p) p++;
+    }
+    if (!ip[0] || port <= 0)
+        return dt_error_set(DT_ERR_DEVICE, "rendezvous: no ring address for rank %d in \"%.200s\"", next, peers);
+    char ports[16], why[256] = "";
+    snprintf(ports, sizeof ports, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST}, *res = NULL;
+    int next_fd = -1, prev_fd = -1;
+    if (getaddrinfo(ip, ports, &hints, &res) == 0 && res) next_fd = connect_by(res, deadline, why, sizeof why);
+    if (res) freeaddrinfo(res);
+    if (next_fd < 0)
+        return dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d cannot connect to rank %d at %s:%d for the ring: %s",
+                            e->rank, next, ip, port, why);
+    char hello[64], line[128];
+    snprintf(hello, sizeof hello, "DTRAIN-RING rank=%d", e->rank);
+    dt_status st = send_line(next_fd, hello);
+    while (st == DT_OK && prev_fd < 0) {
+        struct pollfd pf = {.fd = data_fd, .events = POLLIN};
+        double left = deadline - now_s();
+        if (left <= 0) {
+            st = dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: rank %d did not connect for the ring in time", e->rank,
+                              prev);
+            break;
+        }
+        if (poll(&pf, 1, poll_ms(left)) <= 0) continue;
+        int c = accept4(data_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (c < 0) continue;
+        int who = -1;
+        if (recv_line(c, line, sizeof line, deadline, "a ring neighbour") == DT_OK &&
+            sscanf(line, "DTRAIN-RING rank=%d", &who) == 1 && who == prev)
+            prev_fd = c;
+        else
+            close(c); /* not our neighbour: keep listening */
+    }
+    if (st != DT_OK) {
+        close(next_fd);
+        return st;
+    }
+    return dt_comm_init_tcp(comm_out, e->rank, e->world, next_fd, prev_fd, timeout_s);
+}
+
 /* rank 0 */
-static dt_status serve(const dt_ext_env *e, uint32_t digest, double timeout_s, dt_status (*before_ok)(void *), void *user,
-                       dt_shm_world **world_out) {
+static dt_status serve(const dt_ext_env *e, uint32_t digest, double timeout_s, int force_tcp,
+                       dt_status (*before_ok)(void *), void *user, int data_fd, dt_shm_world **world_out,
+                       dt_comm **comm_out) {
     const double deadline = now_s() + timeout_s;
     int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (lfd < 0) return dt_error_set(DT_ERR_DEVICE, "rendezvous: socket: %s", strerror(errno));
     int one = 1;
     setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    /* every rank on this host: nobody else on the network needs to reach the port */
+    /* rank 0 named by a loopback address: nobody else on the network needs to reach the port */
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)e->port),
-                             .sin_addr.s_addr = htonl(e->local_world == e->world ? INADDR_LOOPBACK : INADDR_ANY)};
+                             .sin_addr.s_addr = htonl(loopback_only(e) ? INADDR_LOOPBACK : INADDR_ANY)};
     if (bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, MAX_RANKS) != 0) {
         dt_status st = dt_error_set(DT_ERR_DEVICE, "rendezvous: rank 0 cannot listen on port %d: %s (hint: another job "
                                                    "uses it? set MASTER_PORT)", e->port, strerror(errno));
@@ -246,7 +330,9 @@ static dt_status serve(const dt_ext_env *e, uint32_t digest, double timeout_s, d
     for (int i = 0; i < MAX_RANKS; i++) fds[i] = -1;
     char host0[256], line[1024];
     my_host(host0, sizeof host0);
-    int arrived = 1, same_host = 1;
+    int arrived = 1, same_host = 1, data_port[MAX_RANKS] = {0};
+    char peer_ip[MAX_RANKS][INET_ADDRSTRLEN];
+    memset(peer_ip, 0, sizeof peer_ip);
     dt_status st = DT_OK;
     char err[1024] = "";
     while (arrived < e->world && st == DT_OK) {
@@ -274,10 +360,11 @@ static dt_status serve(const dt_ext_env *e, uint32_t digest, double timeout_s, d
             close(c);
             continue; /* not one of ours, or too slow: keep waiting for the real ones */
         }
-        int rank = -1, world = -1;
+        int rank = -1, world = -1, dport = 0;
         unsigned dg = 0;
         char host[256] = "";
-        if (sscanf(line, "DTRAIN-RDZV 1 rank=%d world=%d digest=%x host=%255s", &rank, &world, &dg, host) != 4) {
+        if (sscanf(line, "DTRAIN-RDZV 1 rank=%d world=%d digest=%x host=%255s data=%d", &rank, &world, &dg, host,
+                   &dport) != 5) {
             close(c);
             continue;
         }
@@ -301,18 +388,42 @@ static dt_status serve(const dt_ext_env *e, uint32_t digest, double timeout_s, d
             break;
         }
         if (strcmp(host, host0) != 0) same_host = 0;
+        /* where rank r's ring listener is: its address as this host sees it */
+        struct sockaddr_in pa;
+        socklen_t pl = sizeof pa;
+        if (getpeername(c, (struct sockaddr *)&pa, &pl) == 0) inet_ntop(AF_INET, &pa.sin_addr, peer_ip[rank], sizeof peer_ip[rank]);
+        if (rank_ip_zero(peer_ip[0]) && getsockname(c, (struct sockaddr *)&pa, &pl) == 0)
+            inet_ntop(AF_INET, &pa.sin_addr, peer_ip[0], sizeof peer_ip[0]); /* ours, as the others reach us */
+        data_port[rank] = dport;
         fds[rank] = c;
         arrived++;
     }
     close(lfd);
-    if (st == DT_OK && !same_host) {
-        st = dt_error_set(DT_ERR_USAGE, "rendezvous: the ranks run on more than one host; CPU workers across machines "
-                                        "need the mpi collective (hint: start them with mpirun or srun and set "
-                                        "training.communication_backend: mpi, or run every rank on one host)");
-        snprintf(err, sizeof err, "ERR the ranks run on more than one host (not supported for CPU workers yet)");
-    }
     if (st == DT_OK && before_ok && (st = before_ok(user)) != DT_OK)
         snprintf(err, sizeof err, "ERR rank 0 failed: %.1000s", dt_error_msg());
+    if (st == DT_OK && (force_tcp || !same_host)) { /* the ranks form a ring over TCP */
+        struct sockaddr_in sa0;
+        socklen_t l0 = sizeof sa0;
+        data_port[0] = getsockname(data_fd, (struct sockaddr *)&sa0, &l0) == 0 ? ntohs(sa0.sin_port) : 0;
+        size_t k = (size_t)snprintf(line, sizeof line, "OK tcp");
+        for (int r = 0; r < e->world && k < sizeof line; r++)
+            k += (size_t)snprintf(line + k, sizeof line - k, " %s:%d", peer_ip[r], data_port[r]);
+        say_all(fds, e->world, line);
+        st = make_ring(e, line + 7, data_fd, deadline + 30, comm_out, timeout_s);
+        for (int r = 1; r < e->world && st == DT_OK; r++) {
+            char who[32];
+            snprintf(who, sizeof who, "rank %d", r);
+            if ((st = recv_line(fds[r], line, sizeof line, deadline + 60, who)) == DT_OK && strcmp(line, "MAPPED") != 0)
+                st = dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: %s", r, line);
+        }
+        say_all(fds, e->world, st == DT_OK ? "GO" : "ERR the ring of TCP connections could not be completed");
+        close_all(fds, e->world);
+        if (st != DT_OK && *comm_out) {
+            dt_comm_free(*comm_out);
+            *comm_out = NULL;
+        }
+        return st;
+    }
     char name[64];
     int shm = -1;
     if (st == DT_OK) {
@@ -381,7 +492,8 @@ static int connect_by(const struct addrinfo *a, double deadline, char *why, size
 }
 
 /* every other rank */
-static dt_status join(const dt_ext_env *e, uint32_t digest, double timeout_s, dt_shm_world **world_out) {
+static dt_status join(const dt_ext_env *e, uint32_t digest, double timeout_s, int data_fd, dt_shm_world **world_out,
+                      dt_comm **comm_out) {
     const double deadline = now_s() + timeout_s;
     char port[16], last[256] = "";
     snprintf(port, sizeof port, "%d", e->port);
@@ -407,14 +519,18 @@ static dt_status join(const dt_ext_env *e, uint32_t digest, double timeout_s, dt
     }
     char host[256], line[1200];
     my_host(host, sizeof host);
-    snprintf(line, sizeof line, "DTRAIN-RDZV 1 rank=%d world=%d digest=%08x host=%s", e->rank, e->world, digest, host);
+    snprintf(line, sizeof line, "DTRAIN-RDZV 1 rank=%d world=%d digest=%08x host=%s data=%d", e->rank, e->world, digest,
+             host, listener_port(data_fd));
     dt_status st = send_line(fd, line);
     /* rank 0 answers when everyone is in: up to its own deadline, which may be later than ours */
     if (st == DT_OK) st = recv_line(fd, line, sizeof line, deadline + timeout_s + 5, "rank 0");
-    if (st == DT_OK && strncmp(line, "OK shm=", 7) != 0)
+    if (st == DT_OK && strncmp(line, "OK shm=", 7) != 0 && strncmp(line, "OK tcp ", 7) != 0)
         st = dt_error_set(DT_ERR_USAGE, "rendezvous: rank 0 refused rank %d: %s", e->rank,
                           strncmp(line, "ERR ", 4) == 0 ? line + 4 : line);
-    if (st == DT_OK) {
+    if (st == DT_OK && strncmp(line, "OK tcp ", 7) == 0) {
+        st = make_ring(e, line + 7, data_fd, deadline + timeout_s + 30, comm_out, timeout_s);
+        send_line(fd, st == DT_OK ? "MAPPED" : "ERR no ring");
+    } else if (st == DT_OK) {
         int shm = shm_open(line + 7, O_RDWR, 0);
         if (shm < 0) st = dt_error_set(DT_ERR_DEVICE, "rendezvous: shm_open %s: %s", line + 7, strerror(errno));
         else {
@@ -431,17 +547,27 @@ static dt_status join(const dt_ext_env *e, uint32_t digest, double timeout_s, dt
         dt_shm_world_destroy(*world_out);
         *world_out = NULL;
     }
+    if (st != DT_OK && *comm_out) {
+        dt_comm_free(*comm_out);
+        *comm_out = NULL;
+    }
     return st;
 }
 
-dt_status dt_rendezvous(const dt_ext_env *e, uint32_t digest, double timeout_s, dt_status (*before_ok)(void *),
-                        void *user, dt_shm_world **world_out) {
+dt_status dt_rendezvous(const dt_ext_env *e, uint32_t digest, double timeout_s, int force_tcp,
+                        dt_status (*before_ok)(void *), void *user, dt_shm_world **world_out, dt_comm **comm_out) {
     *world_out = NULL;
+    *comm_out = NULL;
     if (e->rank != 0 && !e->addr[0])
         return dt_error_set(DT_ERR_USAGE,
                             "environment: MASTER_ADDR is not set: rank %d of %d (%s) needs the address of rank 0 "
                             "(hint: MASTER_ADDR=host MASTER_PORT=29500; with mpirun: -x MASTER_ADDR -x MASTER_PORT, or "
                             "training.communication_backend: mpi)",
                             e->rank, e->world, e->source);
-    return e->rank == 0 ? serve(e, digest, timeout_s, before_ok, user, world_out) : join(e, digest, timeout_s, world_out);
+    int data_fd = data_listener(e); /* for the ring, in case rank 0 asks for one */
+    if (data_fd < 0) return dt_error_set(DT_ERR_DEVICE, "rendezvous: cannot open a listening socket: %s", strerror(errno));
+    dt_status st = e->rank == 0 ? serve(e, digest, timeout_s, force_tcp, before_ok, user, data_fd, world_out, comm_out)
+                                : join(e, digest, timeout_s, data_fd, world_out, comm_out);
+    close(data_fd);
+    return st;
 }

@@ -374,7 +374,7 @@ static void test_errors(void) {
     /* enums */
     LOAD_ERR("finetune.yaml:4: training.device: expected one of cpu, cuda, auto, got \"gpu\"",
              MIN "training:\n  device: gpu\n");
-    LOAD_ERR("finetune.yaml:4: training.communication_backend: expected one of collective, auto, shm, nccl, mpi, got "
+    LOAD_ERR("finetune.yaml:4: training.communication_backend: expected one of collective, auto, shm, nccl, mpi, tcp, got "
              "\"gloo\"",
              MIN "training:\n  communication_backend: gloo\n");
     LOAD_ERR("finetune.yaml:4: training.precision: expected one of auto, fp32, bf16, got \"fp16\"",
@@ -420,7 +420,7 @@ static void test_errors(void) {
     LOAD_ERR("finetune.yaml:5: training.precision: expected fp32 or auto when training.device is cpu, got "
              "\"bf16\" (hint: use precision: fp32 on CPU)",
              MIN "training:\n  device: cpu\n  precision: bf16\n");
-    LOAD_ERR("finetune.yaml:4: training.communication_backend: expected collective, auto, shm or mpi when "
+    LOAD_ERR("finetune.yaml:4: training.communication_backend: expected collective, auto, shm, mpi or tcp when "
              "training.device is cpu, got \"nccl\" (hint: NCCL needs GPUs)",
              MIN "training:\n  communication_backend: nccl\n  use_gpu: no\n");
     /* a cross-field error on a key set by an override names the override */

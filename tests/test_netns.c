@@ -1,8 +1,11 @@
 /* test_netns.c — two "hosts" on one machine: two Linux network namespaces joined by a veth
- * pair, one dtrain process in each, started by mpirun (the remote one through a small
- * agent that enters the other namespace instead of ssh), talking over that link with the
- * mpi collective. The result must match the fork-mode run with the same global batch
- * (relative L2 distance of the weights <= 1e-5).
+ * pair, one dtrain process in each, talking over that link:
+ *   - started by mpirun (the remote one through a small agent that enters the other
+ *     namespace instead of ssh): the mpi collective;
+ *   - started by hand with RANK/WORLD_SIZE/MASTER_ADDR, each in its own UTS namespace too
+ *     (another host name), as a Kubernetes Indexed Job would: the tcp ring.
+ * Each result must match the fork-mode run with the same global batch (relative L2
+ * distance of the weights <= 1e-5).
  *
  * Needs root (ip netns), iproute2 and Open MPI; exits 77 (skipped) naming what is missing
  * when the machine cannot make namespaces, and fails when dtrain has no mpi collective. */
@@ -32,6 +35,21 @@ static void cleanup(void) {
     char cmd[256];
     snprintf(cmd, sizeof cmd, "ip netns del %s 2>/dev/null; ip netns del %s 2>/dev/null", ns_a, ns_b);
     if (system(cmd) != 0) printf("cleanup: %s failed\n", cmd);
+}
+
+/* weights of two runs within 1e-5 (relative L2) */
+static void compare(const char *run_a, const char *run_b) {
+    char ra[1300], rb[1300];
+    snprintf(ra, sizeof ra, "%s/%s", test_dir(), run_a);
+    snprintf(rb, sizeof rb, "%s/%s", test_dir(), run_b);
+    size_t na, nb;
+    float *wa = read_weights(ra, &na), *wb = read_weights(rb, &nb);
+    CHECK_INT_EQ(na, nb);
+    double dist = rel_l2(wa, wb, na);
+    printf("%s vs %s: weights rel L2 distance %.2e\n", run_a, run_b, dist);
+    CHECK(dist <= 1e-5);
+    free(wa);
+    free(wb);
 }
 
 int main(void) {
@@ -117,17 +135,37 @@ int main(void) {
     test_slurp(path, out, sizeof out);
     CHECK_STR_CONTAINS(out, "rank 1 of 2, local rank 0 of 1; the mpi collective");
 
-    char ra[1300], rb[1300];
-    snprintf(ra, sizeof ra, "%s/hosts", test_dir());
-    snprintf(rb, sizeof rb, "%s/fork", test_dir());
-    size_t na, nb;
-    float *wa = read_weights(ra, &na), *wb = read_weights(rb, &nb);
-    CHECK_INT_EQ(na, nb);
-    double dist = rel_l2(wa, wb, na);
-    printf("two namespaces over veth vs fork mode: weights rel L2 distance %.2e\n", dist);
-    CHECK(dist <= 1e-5);
-    free(wa);
-    free(wb);
+    compare("hosts", "fork");
+
+    /* the same two hosts without mpirun, as a Kubernetes Indexed Job or torchrun starts them:
+     * each rank in its own network and UTS namespace (its own host name), rank 1 told where
+     * rank 0 is; the rendezvous sees two hosts and builds the tcp ring over the veth link */
+    char port[32], master[64], rd3[1400];
+    snprintf(port, sizeof port, "MASTER_PORT=%d", 29000 + (int)id);
+    snprintf(master, sizeof master, "MASTER_ADDR=%s", ip_a);
+    snprintf(rd3, sizeof rd3, "run.dir=%s/tcp", test_dir());
+    pid_t pids[2];
+    for (int r = 1; r >= 0; r--) {
+        char script[2048], tag[16];
+        snprintf(tag, sizeof tag, "tcp-r%d", r);
+        snprintf(script, sizeof script,
+                 "hostname dtrain-host-%d && exec env RANK=%d WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 %s %s '%s' "
+                 "--config configs/ci-smoke.yaml "
+                 "--set '%s' --set training.num_workers=2 --set data.batch_size_per_worker=4 --set "
+                 "training.cpu_threads_per_worker=1 --set training.collective_timeout_s=60 --progress never",
+                 r, r, master, port, DTRAIN_BIN, rd3);
+        const char *args[] = {"netns", "exec", r ? ns_b : ns_a, "unshare", "--uts", "sh", "-c", script, NULL};
+        pids[r] = spawn_prog(tag, "/usr/sbin/ip", args);
+    }
+    CHECK_INT_EQ(wait_exit(pids[0], "tcp-r0"), 0);
+    CHECK_INT_EQ(wait_exit(pids[1], "tcp-r1"), 0);
+    snprintf(path, sizeof path, "%s/tcp-r0.out", test_dir());
+    test_slurp(path, out, sizeof out);
+    char want[128];
+    snprintf(want, sizeof want, "rank 0 of 2, local rank 0 of 1; rendezvous at %s:", ip_a);
+    CHECK_STR_CONTAINS(out, want);
+    CHECK_STR_CONTAINS(out, "tcp all-reduce");
+    compare("tcp", "fork");
     test_dir_remove();
     TEST_PASS("test_netns");
 }

@@ -65,6 +65,10 @@ dt_status dt_comm_barrier(dt_comm *c);
  * rank 0 writes a checkpoint); 0 means the communicator's deadline. */
 dt_status dt_comm_barrier_timeout(dt_comm *c, double timeout_s);
 
+/* ---- the tcp backend: a ring over TCP connections the rendezvous made (rendezvous.h);
+ * next_fd goes to rank+1, prev_fd comes from rank-1; takes ownership of both. */
+dt_status dt_comm_init_tcp(dt_comm **out, int rank, int world, int next_fd, int prev_fd, double timeout_s);
+
 /* ---- backend interface: for src/comm_<backend>.c only, never for callers ----
  * A backend is a table of blocking collectives. They all run on the communicator's own
  * thread, one at a time and in issue order, so a backend needs no locking of its own. On

@@ -17,7 +17,7 @@
 #define DT_PATH_MAX 1024
 
 typedef enum { DT_DEVICE_AUTO = 0, DT_DEVICE_CPU, DT_DEVICE_CUDA } dt_device_kind;
-typedef enum { DT_COMM_AUTO = 0, DT_COMM_SHM, DT_COMM_NCCL, DT_COMM_MPI } dt_comm_kind; /* "collective" == auto */
+typedef enum { DT_COMM_AUTO = 0, DT_COMM_SHM, DT_COMM_NCCL, DT_COMM_MPI, DT_COMM_TCP } dt_comm_kind; /* "collective" == auto */
 typedef enum { DT_PREC_AUTO = 0, DT_PREC_FP32, DT_PREC_BF16 } dt_precision;
 typedef enum { DT_SCHED_CONSTANT = 0, DT_SCHED_COSINE, DT_SCHED_LINEAR } dt_schedule;
 typedef enum { DT_FORMAT_AUTO = 0, DT_FORMAT_TOKENS, DT_FORMAT_TSV } dt_data_format;

@@ -14,7 +14,7 @@
  * checks that every rank came, once, with the same config, before a deadline, and names
  * the ranks that did not. On one host it then creates the job's shared memory
  * (shm_open), every rank maps it, and rank 0 unlinks the name, so nothing is left in
- * /dev/shm. */
+ * /dev/shm; across hosts it connects the ranks in a ring for the tcp collective. */
 #ifndef DTRAIN_RENDEZVOUS_H
 #define DTRAIN_RENDEZVOUS_H
 
@@ -35,10 +35,12 @@ typedef struct dt_ext_env {
  * malformed or contradict each other. */
 dt_status dt_ext_env_detect(int config_world, dt_ext_env *env, int *found);
 
-/* Meets the other ranks (see above) within timeout_s and maps the job's shared memory:
- * *world_out is ready for dt_comm_init_shm. `before_ok` (may be NULL) runs on rank 0 once
- * every rank has checked in and before any is let go (e.g. to create the run directory). */
-dt_status dt_rendezvous(const dt_ext_env *env, uint32_t config_digest, double timeout_s, dt_status (*before_ok)(void *),
-                        void *user, dt_shm_world **world_out);
+/* Meets the other ranks (see above) within timeout_s. When every rank runs on this host
+ * (and !force_tcp) it maps the job's shared memory: *world_out is ready for
+ * dt_comm_init_shm. Otherwise the ranks connect in a ring over TCP and *comm_out is the
+ * `tcp` communicator (comm.h). `before_ok` (may be NULL) runs on rank 0 once every rank has
+ * checked in and before any is let go (e.g. to create the run directory). */
+dt_status dt_rendezvous(const dt_ext_env *env, uint32_t config_digest, double timeout_s, int force_tcp,
+                        dt_status (*before_ok)(void *), void *user, dt_shm_world **world_out, dt_comm **comm_out);
 
 #endif

@@ -1,0 +1,203 @@
+/* comm_tcp.c — the `tcp` collective: CPU workers on several hosts without mpirun (torchrun,
+ * a Kubernetes Indexed Job). The rendezvous connects the ranks in a ring (each rank sends to
+ * rank+1 and receives from rank-1 over TCP); the collectives run around it:
+ *
+ *   all-reduce   ring reduce-scatter then ring all-gather (2(n-1)/n of the data per link);
+ *                each chunk is summed once, on one rank, in a fixed order, and copied to the
+ *                others, so every rank gets the same bits
+ *   broadcast    store-and-forward along the ring from the root
+ *   all-gather   ring, one block per step
+ *   barrier      an all-reduce of one float
+ *
+ * Every transfer sends and receives at the same time (non-blocking sockets, poll), so the
+ * ring never deadlocks on full socket buffers, and gives up at the deadline naming the
+ * neighbour it was waiting for. */
+#include "dtrain/comm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct tcp_ctx {
+    int rank, world;
+    int next_fd, prev_fd;   /* send to rank+1, receive from rank-1 */
+    double timeout_s;
+    unsigned long seq;
+    float *tmp;             /* a received chunk before it is added */
+    size_t tmp_n;
+} tcp_ctx;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int prev_of(const tcp_ctx *x) { return (x->rank + x->world - 1) % x->world; }
+static int next_of(const tcp_ctx *x) { return (x->rank + 1) % x->world; }
+
+/* Sends slen bytes to next and receives rlen bytes from prev, both at once. */
+static dt_status exchange(tcp_ctx *x, const void *sbuf, size_t slen, void *rbuf, size_t rlen, double deadline,
+                          const char *what) {
+    const char *s = sbuf;
+    char *r = rbuf;
+    size_t sent = 0, got = 0;
+    while (sent < slen || got < rlen) {
+        struct pollfd p[2];
+        int n = 0, is = -1, ir = -1;
+        if (sent < slen) {
+            p[n] = (struct pollfd){.fd = x->next_fd, .events = POLLOUT};
+            is = n++;
+        }
+        if (got < rlen) {
+            p[n] = (struct pollfd){.fd = x->prev_fd, .events = POLLIN};
+            ir = n++;
+        }
+        double left = deadline - now_s();
+        if (left <= 0)
+            return dt_error_set(DT_ERR_DEVICE,
+                                "collective timeout: %s #%lu on rank %d waited %.1f s for rank %d (hint: a worker is "
+                                "stuck, stopped or dead, or the network between them is; training.collective_timeout_s "
+                                "sets the deadline)",
+                                what, x->seq, x->rank, x->timeout_s, got < rlen ? prev_of(x) : next_of(x));
+        int rc = poll(p, (nfds_t)n, left > 1.0 ? 1000 : (int)(left * 1000) + 1);
+        if (rc < 0 && errno != EINTR) return dt_error_set(DT_ERR_DEVICE, "tcp collective: poll: %s", strerror(errno));
+        if (rc <= 0) continue;
+        if (is >= 0 && (p[is].revents & (POLLOUT | POLLERR | POLLHUP))) {
+            ssize_t k = send(x->next_fd, s + sent, slen - sent, MSG_NOSIGNAL);
+            if (k > 0) sent += (size_t)k;
+            else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                return dt_error_set(DT_ERR_DEVICE, "tcp collective: %s on rank %d: sending to rank %d failed: %s (it "
+                                                   "exited?)", what, x->rank, next_of(x), strerror(errno));
+        }
+        if (ir >= 0 && (p[ir].revents & (POLLIN | POLLERR | POLLHUP))) {
+            ssize_t k = recv(x->prev_fd, r + got, rlen - got, 0);
+            if (k > 0) got += (size_t)k;
+            else if (k == 0)
+                return dt_error_set(DT_ERR_DEVICE, "tcp collective: %s on rank %d: rank %d closed the connection (it "
+                                                   "exited?)", what, x->rank, prev_of(x));
+            else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                return dt_error_set(DT_ERR_DEVICE, "tcp collective: %s on rank %d: receiving from rank %d failed: %s",
+                                    what, x->rank, prev_of(x), strerror(errno));
+        }
+    }
+    return DT_OK;
+}
+
+/* chunk i of n floats split in `world` parts */
+static size_t chunk_off(size_t n, int world, int i) { return n * (size_t)i / (size_t)world; }
+
+static dt_status tcp_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op) {
+    tcp_ctx *x = vctx;
+    const int W = x->world, r = x->rank;
+    x->seq++;
+    if (W == 1 || n == 0) return DT_OK;
+    size_t max_chunk = n / (size_t)W + 1;
+    if (x->tmp_n < max_chunk) {
+        float *t = realloc(x->tmp, max_chunk * sizeof(float));
+        if (!t) return dt_error_set(DT_ERR_NOMEM, "tcp collective: out of memory for a %zu-float chunk", max_chunk);
+        x->tmp = t;
+        x->tmp_n = max_chunk;
+    }
+    const double deadline = now_s() + x->timeout_s;
+    for (int s = 0; s < W - 1; s++) { /* reduce-scatter: rank r ends owning chunk r+1 */
+        int si = (r - s + W) % W, ri = (r - s - 1 + W) % W;
+        size_t so = chunk_off(n, W, si), sn = chunk_off(n, W, si + 1) - so;
+        size_t ro = chunk_off(n, W, ri), rn = chunk_off(n, W, ri + 1) - ro;
+        DT_TRY(exchange(x, buf + so, sn * sizeof(float), x->tmp, rn * sizeof(float), deadline, "all-reduce"));
+        for (size_t i = 0; i < rn; i++) buf[ro + i] += x->tmp[i];
+    }
+    for (int s = 0; s < W - 1; s++) { /* all-gather of the reduced chunks */
+        int si = (r + 1 - s + W) % W, ri = (r - s + W) % W;
+        size_t so = chunk_off(n, W, si), sn = chunk_off(n, W, si + 1) - so;
+        size_t ro = chunk_off(n, W, ri), rn = chunk_off(n, W, ri + 1) - ro;
+        DT_TRY(exchange(x, buf + so, sn * sizeof(float), buf + ro, rn * sizeof(float), deadline, "all-reduce"));
+    }
+    if (op == DT_REDUCE_AVG)
+        for (size_t i = 0; i < n; i++) buf[i] /= (float)W;
+    return DT_OK;
+}
+
+static dt_status tcp_broadcast(void *vctx, void *buf, size_t bytes, int root) {
+    tcp_ctx *x = vctx;
+    x->seq++;
+    if (x->world == 1 || bytes == 0) return DT_OK;
+    const double deadline = now_s() + x->timeout_s;
+    if (x->rank != root) DT_TRY(exchange(x, NULL, 0, buf, bytes, deadline, "broadcast"));
+    if (next_of(x) != root) DT_TRY(exchange(x, buf, bytes, NULL, 0, deadline, "broadcast"));
+    return DT_OK;
+}
+
+static dt_status tcp_allgather(void *vctx, const void *in, size_t bytes, void *out) {
+    tcp_ctx *x = vctx;
+    const int W = x->world, r = x->rank;
+    x->seq++;
+    char *o = out;
+    memmove(o + (size_t)r * bytes, in, bytes);
+    const double deadline = now_s() + x->timeout_s;
+    for (int s = 0; s < W - 1; s++) {
+        int si = (r - s + W) % W, ri = (r - s - 1 + W) % W;
+        DT_TRY(exchange(x, o + (size_t)si * bytes, bytes, o + (size_t)ri * bytes, bytes, deadline, "all-gather"));
+    }
+    return DT_OK;
+}
+
+static dt_status tcp_barrier(void *vctx, double timeout_s) {
+    tcp_ctx *x = vctx;
+    double saved = x->timeout_s;
+    if (timeout_s > 0) x->timeout_s = timeout_s;
+    float one = 1.0f;
+    dt_status st = tcp_allreduce(x, &one, 1, DT_REDUCE_SUM);
+    x->timeout_s = saved;
+    return st;
+}
+
+static void tcp_free(void *vctx) {
+    tcp_ctx *x = vctx;
+    if (!x) return;
+    if (x->next_fd >= 0) close(x->next_fd);
+    if (x->prev_fd >= 0) close(x->prev_fd);
+    free(x->tmp);
+    free(x);
+}
+
+static const dt_comm_backend_ops tcp_backend = {
+    .name = "tcp",
+    .allreduce = tcp_allreduce,
+    .broadcast = tcp_broadcast,
+    .allgather = tcp_allgather,
+    .barrier = tcp_barrier,
+    .free = tcp_free,
+};
+
+dt_status dt_comm_init_tcp(dt_comm **out, int rank, int world, int next_fd, int prev_fd, double timeout_s) {
+    *out = NULL;
+    tcp_ctx *x = dt_calloc(1, sizeof *x, "tcp communicator");
+    if (!x) {
+        if (next_fd >= 0) close(next_fd);
+        if (prev_fd >= 0) close(prev_fd);
+        return DT_ERR_NOMEM;
+    }
+    x->rank = rank;
+    x->world = world;
+    x->next_fd = next_fd;
+    x->prev_fd = prev_fd;
+    x->timeout_s = timeout_s;
+    int one = 1;
+    for (int i = 0; i < 2; i++) {
+        int fd = i ? prev_fd : next_fd;
+        if (fd < 0) continue;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    }
+    return dt_comm_create(out, &tcp_backend, x, rank, world);
+}
