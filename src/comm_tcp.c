@@ -19,6 +19,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +46,23 @@ static int prev_of(const tcp_ctx *x) { return (x->rank + x->world - 1) % x->worl
 static int next_of(const tcp_ctx *x) { return (x->rank + 1) % x->world; }
 
 /* Sends slen bytes to next and receives rlen bytes from prev, both at once. */
+static dt_status exchange_(tcp_ctx *x, const void *sbuf, size_t slen, void *rbuf, size_t rlen, double deadline,
+                           const char *what);
+
+/* On any failure both connections are shut down, so the neighbours notice at once instead of
+ * at their deadline; the communicator is unusable afterwards anyway (comm.c). */
 static dt_status exchange(tcp_ctx *x, const void *sbuf, size_t slen, void *rbuf, size_t rlen, double deadline,
                           const char *what) {
+    dt_status st = exchange_(x, sbuf, slen, rbuf, rlen, deadline, what);
+    if (st != DT_OK) {
+        shutdown(x->next_fd, SHUT_RDWR);
+        shutdown(x->prev_fd, SHUT_RDWR);
+    }
+    return st;
+}
+
+static dt_status exchange_(tcp_ctx *x, const void *sbuf, size_t slen, void *rbuf, size_t rlen, double deadline,
+                           const char *what) {
     const char *s = sbuf;
     char *r = rbuf;
     size_t sent = 0, got = 0;
@@ -71,6 +87,8 @@ static dt_status exchange(tcp_ctx *x, const void *sbuf, size_t slen, void *rbuf,
         int rc = poll(p, (nfds_t)n, left > 1.0 ? 1000 : (int)(left * 1000) + 1);
         if (rc < 0 && errno != EINTR) return dt_error_set(DT_ERR_DEVICE, "tcp collective: poll: %s", strerror(errno));
         if (rc <= 0) continue;
+        if ((is >= 0 && (p[is].revents & POLLNVAL)) || (ir >= 0 && (p[ir].revents & POLLNVAL)))
+            return dt_error_set(DT_ERR_INTERNAL, "tcp collective: %s on rank %d: a ring socket is closed", what, x->rank);
         if (is >= 0 && (p[is].revents & (POLLOUT | POLLERR | POLLHUP))) {
             ssize_t k = send(x->next_fd, s + sent, slen - sent, MSG_NOSIGNAL);
             if (k > 0) sent += (size_t)k;
@@ -92,6 +110,30 @@ static dt_status exchange(tcp_ctx *x, const void *sbuf, size_t slen, void *rbuf,
     return DT_OK;
 }
 
+/* Every collective starts by passing a header around: what it is, its sequence number and
+ * its size. A rank that issued another collective (or another size) is caught here instead of
+ * shifting the byte stream. */
+typedef struct op_header {
+    uint32_t kind, root;
+    uint64_t seq, count;
+} op_header;
+
+static dt_status check_op(tcp_ctx *x, uint32_t kind, uint64_t count, int root, double deadline, const char *what) {
+    static const char *const names[] = {"all-reduce", "broadcast", "all-gather", "barrier"};
+    op_header mine = {kind, (uint32_t)root, x->seq, count}, theirs;
+    DT_TRY(exchange(x, &mine, sizeof mine, &theirs, sizeof theirs, deadline, what));
+    if (memcmp(&mine, &theirs, sizeof mine) != 0) {
+        shutdown(x->next_fd, SHUT_RDWR);
+        shutdown(x->prev_fd, SHUT_RDWR);
+        return dt_error_set(DT_ERR_INTERNAL,
+                            "collective mismatch: rank %d issued %s #%lu of %lu items, rank %d issued %s #%lu of %lu "
+                            "(the ranks took different paths)",
+                            x->rank, names[kind & 3], (unsigned long)mine.seq, (unsigned long)mine.count, prev_of(x),
+                            names[theirs.kind & 3], (unsigned long)theirs.seq, (unsigned long)theirs.count);
+    }
+    return DT_OK;
+}
+
 /* chunk i of n floats split in `world` parts */
 static size_t chunk_off(size_t n, int world, int i) { return n * (size_t)i / (size_t)world; }
 
@@ -99,7 +141,10 @@ static dt_status tcp_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op
     tcp_ctx *x = vctx;
     const int W = x->world, r = x->rank;
     x->seq++;
-    if (W == 1 || n == 0) return DT_OK;
+    if (W == 1) return DT_OK;
+    const double deadline = now_s() + x->timeout_s;
+    DT_TRY(check_op(x, 0, n, -1, deadline, "all-reduce"));
+    if (n == 0) return DT_OK;
     size_t max_chunk = n / (size_t)W + 1;
     if (x->tmp_n < max_chunk) {
         float *t = realloc(x->tmp, max_chunk * sizeof(float));
@@ -107,7 +152,6 @@ static dt_status tcp_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op
         x->tmp = t;
         x->tmp_n = max_chunk;
     }
-    const double deadline = now_s() + x->timeout_s;
     for (int s = 0; s < W - 1; s++) { /* reduce-scatter: rank r ends owning chunk r+1 */
         int si = (r - s + W) % W, ri = (r - s - 1 + W) % W;
         size_t so = chunk_off(n, W, si), sn = chunk_off(n, W, si + 1) - so;
@@ -129,8 +173,10 @@ static dt_status tcp_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op
 static dt_status tcp_broadcast(void *vctx, void *buf, size_t bytes, int root) {
     tcp_ctx *x = vctx;
     x->seq++;
-    if (x->world == 1 || bytes == 0) return DT_OK;
+    if (x->world == 1) return DT_OK;
     const double deadline = now_s() + x->timeout_s;
+    DT_TRY(check_op(x, 1, bytes, root, deadline, "broadcast"));
+    if (bytes == 0) return DT_OK;
     if (x->rank != root) DT_TRY(exchange(x, NULL, 0, buf, bytes, deadline, "broadcast"));
     if (next_of(x) != root) DT_TRY(exchange(x, buf, bytes, NULL, 0, deadline, "broadcast"));
     return DT_OK;
@@ -142,7 +188,9 @@ static dt_status tcp_allgather(void *vctx, const void *in, size_t bytes, void *o
     x->seq++;
     char *o = out;
     memmove(o + (size_t)r * bytes, in, bytes);
+    if (W == 1) return DT_OK;
     const double deadline = now_s() + x->timeout_s;
+    DT_TRY(check_op(x, 2, bytes, -1, deadline, "all-gather"));
     for (int s = 0; s < W - 1; s++) {
         int si = (r - s + W) % W, ri = (r - s - 1 + W) % W;
         DT_TRY(exchange(x, o + (size_t)si * bytes, bytes, o + (size_t)ri * bytes, bytes, deadline, "all-gather"));
@@ -197,7 +245,12 @@ dt_status dt_comm_init_tcp(dt_comm **out, int rank, int world, int next_fd, int 
         if (fd < 0) continue;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         int fl = fcntl(fd, F_GETFL);
-        if (fl >= 0) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) { /* blocking sends could deadlock the ring */
+            dt_status st = dt_error_set(DT_ERR_DEVICE, "tcp collective: cannot make a ring socket non-blocking: %s",
+                                        strerror(errno));
+            tcp_free(x);
+            return st;
+        }
     }
     return dt_comm_create(out, &tcp_backend, x, rank, world);
 }

@@ -2,7 +2,8 @@
  *
  * Wire protocol, one text line per message:
  *   rank r -> 0:  "DTRAIN-RDZV 1 rank=R world=W digest=XXXXXXXX host=HOST data=PORT"
- *   0 -> rank r:  "OK shm=/NAME" (one host) or "OK tcp IP:PORT ..." (each rank's ring listener)
+ *   0 -> rank r:  "OK shm=/NAME" (one host) or "OK tcp IP:PORT" (the ring listener of rank r+1;
+ *                 "@master:PORT" for rank 0's, at MASTER_ADDR)
  *                 or "ERR message"
  *   ring:         rank r connects to rank r+1's listener and says "DTRAIN-RING rank=R"
  *   rank r -> 0:  "MAPPED"        (rank 0 then unlinks /NAME)
@@ -232,7 +233,7 @@ static int rank_ip_zero(const char *ip) { return !ip[0]; }
 
 /* The ranks meet at a loopback address (all on this host): listen on loopback only. */
 static int loopback_only(const dt_ext_env *e) {
-    return strncmp(e->addr, "127.", 4) == 0 || strcmp(e->addr, "localhost") == 0 || strcmp(e->addr, "::1") == 0;
+    return strncmp(e->addr, "127.", 4) == 0 || strcmp(e->addr, "localhost") == 0;
 }
 
 /* A listening socket on an ephemeral port for the ring (loopback when every rank is here). */
@@ -256,24 +257,19 @@ static int listener_port(int fd) {
 
 static int connect_by(const struct addrinfo *a, double deadline, char *why, size_t n);
 
-/* The ring from the peer table "ip:port ip:port ...": connect to rank+1, accept rank-1 on
- * our listener, and make the tcp communicator of them. */
-static dt_status make_ring(const dt_ext_env *e, const char *peers, int data_fd, double deadline, dt_comm **comm_out,
+/* The ring from "IP:PORT" of our successor ("@master:PORT": rank 0, at MASTER_ADDR): connect
+ * to rank+1, accept rank-1 on our listener, and make the tcp communicator of them. */
+static dt_status make_ring(const dt_ext_env *e, const char *next_addr, int data_fd, double deadline, dt_comm **comm_out,
                            double timeout_s) {
     const int next = (e->rank + 1) % e->world, prev = (e->rank + e->world - 1) % e->world;
-    char ip[64] = "";
+    char ip[300] = "";
     int port = 0;
-    const char *p = peers;
-    for (int r = 0; r <= next && p; r++) {
-        if (r == next && sscanf(p, "%63[^:]:%d", ip, &port) != 2) port = 0;
-        p = strchr(p, ' ');
-        if (p) p++;
-    }
-    if (!ip[0] || port <= 0)
-        return dt_error_set(DT_ERR_DEVICE, "rendezvous: no ring address for rank %d in \"%.200s\"", next, peers);
+    if (sscanf(next_addr, "%255[^:]:%d", ip, &port) != 2 || port <= 0)
+        return dt_error_set(DT_ERR_DEVICE, "rendezvous: no ring address for rank %d in \"%.200s\"", next, next_addr);
+    if (strcmp(ip, "@master") == 0) snprintf(ip, sizeof ip, "%s", e->addr);
     char ports[16], why[256] = "";
     snprintf(ports, sizeof ports, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST}, *res = NULL;
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
     int next_fd = -1, prev_fd = -1;
     if (getaddrinfo(ip, ports, &hints, &res) == 0 && res) next_fd = connect_by(res, deadline, why, sizeof why);
     if (res) freeaddrinfo(res);
@@ -295,7 +291,8 @@ static dt_status make_ring(const dt_ext_env *e, const char *peers, int data_fd, 
         int c = accept4(data_fd, NULL, NULL, SOCK_CLOEXEC);
         if (c < 0) continue;
         int who = -1;
-        if (recv_line(c, line, sizeof line, deadline, "a ring neighbour") == DT_OK &&
+        double hello_by = now_s() + 10.0 < deadline ? now_s() + 10.0 : deadline;
+        if (recv_line(c, line, sizeof line, hello_by, "a ring neighbour") == DT_OK &&
             sscanf(line, "DTRAIN-RING rank=%d", &who) == 1 && who == prev)
             prev_fd = c;
         else
@@ -405,11 +402,25 @@ static dt_status serve(const dt_ext_env *e, uint32_t digest, double timeout_s, i
         struct sockaddr_in sa0;
         socklen_t l0 = sizeof sa0;
         data_port[0] = getsockname(data_fd, (struct sockaddr *)&sa0, &l0) == 0 ? ntohs(sa0.sin_port) : 0;
-        size_t k = (size_t)snprintf(line, sizeof line, "OK tcp");
-        for (int r = 0; r < e->world && k < sizeof line; r++)
-            k += (size_t)snprintf(line + k, sizeof line - k, " %s:%d", peer_ip[r], data_port[r]);
-        say_all(fds, e->world, line);
-        st = make_ring(e, line + 7, data_fd, deadline + 30, comm_out, timeout_s);
+        /* each rank gets the address of its ring successor as IT can reach it: rank W-1 meets
+         * rank 0 where it met it (MASTER_ADDR, "@master"); a successor on rank 0's host that
+         * rank 0 saw over loopback is reached at the address the rank used to reach rank 0 */
+        char mine[128] = "";
+        for (int r = 0; r < e->world; r++) {
+            int nx = (r + 1) % e->world;
+            char ip[INET_ADDRSTRLEN + 8];
+            if (nx == 0) snprintf(ip, sizeof ip, "@master");
+            else if (strncmp(peer_ip[nx], "127.", 4) == 0 && r != 0) {
+                struct sockaddr_in la;
+                socklen_t ll = sizeof la;
+                if (getsockname(fds[r], (struct sockaddr *)&la, &ll) == 0) inet_ntop(AF_INET, &la.sin_addr, ip, sizeof ip);
+                else snprintf(ip, sizeof ip, "%s", peer_ip[nx]);
+            } else snprintf(ip, sizeof ip, "%s", peer_ip[nx]);
+            snprintf(line, sizeof line, "OK tcp %s:%d", ip, data_port[nx]);
+            if (r == 0) snprintf(mine, sizeof mine, "%s", line + 7);
+            else send_line(fds[r], line);
+        }
+        st = make_ring(e, mine, data_fd, deadline + 30, comm_out, timeout_s);
         for (int r = 1; r < e->world && st == DT_OK; r++) {
             char who[32];
             snprintf(who, sizeof who, "rank %d", r);

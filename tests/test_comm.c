@@ -9,11 +9,13 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -51,9 +53,15 @@ typedef int (*scenario_fn)(dt_shm_world *w, int rank, int world, void *arg);
 /* Runs in the parent while the children run (may be NULL). */
 typedef void (*parent_fn)(dt_shm_world *w, void *arg);
 
+/* The tcp backend's runs: the ranks joined in a ring of socket pairs made before fork
+ * (ring[r] connects rank r's "next" end with rank r+1's "prev" end). */
+static int g_tcp, g_world, g_next_fd = -1, g_prev_fd = -1;
+
 static void run_world(const char *name, int world, size_t slot_bytes, scenario_fn fn, parent_fn pfn, void *arg) {
     dt_shm_world *w;
     CHECK(dt_shm_world_create(&w, world, slot_bytes) == DT_OK);
+    int ring[64][2];
+    for (int r = 0; g_tcp && r < world; r++) CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, ring[r]) == 0);
     fflush(stdout);
     fflush(stderr);
     pid_t parent = getpid();
@@ -64,12 +72,26 @@ static void run_world(const char *name, int world, size_t slot_bytes, scenario_f
             g_nkids = 0; /* the siblings are not ours to kill */
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             if (getppid() != parent) _exit(1);
+            if (g_tcp) {
+                int prev = (r + world - 1) % world;
+                g_world = world;
+                g_next_fd = ring[r][0];
+                g_prev_fd = ring[prev][1];
+                for (int k = 0; k < world; k++) {
+                    if (k != r) close(ring[k][0]);
+                    if (k != prev) close(ring[k][1]);
+                }
+            }
             int rc = fn(w, r, world, arg);
             fflush(stdout);
             fflush(stderr);
             _exit(rc == 0 ? 0 : 1);
         }
         g_kids[g_nkids++] = pid;
+    }
+    for (int r = 0; g_tcp && r < world; r++) {
+        close(ring[r][0]);
+        close(ring[r][1]);
     }
     if (pfn) pfn(w, arg);
     double deadline = now_s() + (g_small ? 600 : 120);
@@ -101,16 +123,17 @@ static void run_world(const char *name, int world, size_t slot_bytes, scenario_f
     kill_kids();
     dt_shm_world_destroy(w);
     CHECK(failed < 0);
-    printf("%s, %d worker(s): ok\n", name, world);
+    printf("%s%s, %d worker(s): ok\n", g_tcp ? "tcp: " : "", name, world);
 }
 
 static dt_comm *join(dt_shm_world *w, int rank, double timeout_s) {
     dt_comm *c;
-    dt_status st = dt_comm_init_shm(&c, w, rank, timeout_s);
+    dt_status st = g_tcp ? dt_comm_init_tcp(&c, rank, g_world, g_next_fd, g_prev_fd, timeout_s)
+                         : dt_comm_init_shm(&c, w, rank, timeout_s);
     if (st != DT_OK) fprintf(stderr, "rank %d: %s\n", rank, dt_error_msg());
     CHECK(st == DT_OK);
     CHECK_INT_EQ(dt_comm_rank(c), rank);
-    CHECK_STR_EQ(dt_comm_backend(c), "shm");
+    CHECK_STR_EQ(dt_comm_backend(c), g_tcp ? "tcp" : "shm");
     return c;
 }
 
@@ -147,7 +170,9 @@ static uint64_t fnv1a(const void *p, size_t n) {
 static void check_result(const float *buf, size_t n, int world, dt_reduce_op op, int rank, const char *what) {
     for (size_t i = 0; i < n; i++) {
         float e = expect_val(world, i, op);
-        if (memcmp(&buf[i], &e, sizeof e) != 0) {
+        /* shm sums in rank order (bit-exact); the ring in its own order (float rounding) */
+        int bad = g_tcp ? !(fabsf(buf[i] - e) <= 1e-6f * (fabsf(e) + 1.0f)) : memcmp(&buf[i], &e, sizeof e) != 0;
+        if (bad) {
             fprintf(stderr, "rank %d: %s: %s of %zu floats, element %zu: got %.9g, expected %.9g\n", rank, what,
                     op == DT_REDUCE_SUM ? "sum" : "avg", n, i, buf[i], e);
             CHECK(0);
@@ -356,6 +381,38 @@ static int sc_mismatch(dt_shm_world *w, int rank, int world, void *arg) {
     return 0;
 }
 
+/* tcp: rank 0 all-reduces while rank 1 broadcasts: the op headers disagree, both fail */
+static int sc_mismatch_tcp(dt_shm_world *w, int rank, int world, void *arg) {
+    (void)arg;
+    (void)world;
+    dt_comm *c = join(w, rank, 30);
+    float buf[10] = {0};
+    dt_status st = rank == 0 ? dt_comm_allreduce(c, buf, 10, DT_REDUCE_SUM) : dt_comm_broadcast(c, buf, 40, 0);
+    CHECK(st != DT_OK);
+    CHECK_STR_CONTAINS(dt_error_msg(), "collective mismatch: rank ");
+    CHECK_STR_CONTAINS(dt_error_msg(), rank == 0 ? "issued all-reduce #1 of 10 items, rank 1 issued broadcast #1 of 40"
+                                                 : "issued broadcast #1 of 40 items, rank 0 issued all-reduce #1 of 10");
+    dt_comm_free(c);
+    return 0;
+}
+
+/* tcp: rank 1 never calls the all-reduce; rank 0 fails at its deadline naming the neighbour */
+static int sc_timeout_tcp(dt_shm_world *w, int rank, int world, void *arg) {
+    (void)arg;
+    (void)world;
+    dt_comm *c = join(w, rank, 0.5);
+    if (rank == 0) {
+        float buf[4] = {0};
+        dt_status st = dt_comm_allreduce(c, buf, 4, DT_REDUCE_SUM);
+        CHECK(st == DT_ERR_DEVICE);
+        CHECK_STR_CONTAINS(dt_error_msg(), "collective timeout: all-reduce #1 on rank 0 waited 0.5 s for rank 1");
+    } else {
+        sleep_s(1.5); /* then goes away: its connections close */
+    }
+    dt_comm_free(c);
+    return 0;
+}
+
 /* ---- single process: argument checks ---- */
 
 static void test_arguments(void) {
@@ -516,6 +573,25 @@ int main(int argc, char **argv) {
     CHECK(setenv("DTRAIN_TEST_BREAK_ALLREDUCE", "1", 1) == 0);
     run_world("DTRAIN_TEST_BREAK_ALLREDUCE=1", 3, 0, sc_break, NULL, NULL);
     CHECK(unsetenv("DTRAIN_TEST_BREAK_ALLREDUCE") == 0);
+
+    /* the tcp ring backend through the same scenarios (socket pairs stand in for the network) */
+    g_tcp = 1;
+    for (int wi = 0; wi < 5; wi++) {
+        int n = worlds[wi];
+        ar_args a = {.lens = {0, 1, (size_t)(n - 1), g_small ? 4099 : ((size_t)1 << 20) + 3, 1000}, .nlens = 5};
+        run_world("all-reduce sum/avg over the ring", n, 0, sc_allreduce, NULL, &a);
+    }
+    run_world("async buckets + broadcast in between", 3, 0, sc_async, NULL, NULL);
+    counter = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(counter != MAP_FAILED);
+    for (int n = 2; n <= 4; n++) {
+        atomic_store(counter, 0);
+        run_world("broadcast (root N-1), all-gather, barrier", n, 0, sc_bcast_gather_barrier, NULL, counter);
+    }
+    munmap(counter, 4096);
+    run_world("mismatched collectives", 2, 0, sc_mismatch_tcp, NULL, NULL);
+    run_world("timeout: rank 1 never comes", 2, 0, sc_timeout_tcp, NULL, NULL);
+    g_tcp = 0;
 
     int nafter = list_dev_shm(after, 512);
     for (int i = 0; i < nafter; i++) {
