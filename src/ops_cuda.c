@@ -1,7 +1,13 @@
 /* ops_cuda.c — host side of the CUDA backend. Today: library versions; the op table for
- * GPU training arrives with the CUDA kernels (kernels/). */
+ * GPU training arrives with the CUDA kernels (kernels/).
+ *
+ * cuBLASLt, cuDNN and NCCL are not linked into dtrain: loading cuBLASLt alone costs every
+ * process about 150 MB of resident memory, GPU or not (docs/PERFORMANCE.md). Their versions
+ * are read through dlopen, only when asked (--version); their headers give the versions
+ * dtrain was built with. */
 #include "dtrain/cuda.h"
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -22,6 +28,31 @@ static int line(char *buf, size_t n, size_t *k, const char *name, const char *no
         *k += (size_t)snprintf(buf + *k, n - *k, "  %-9s %s (built with %s)%s%s\n", name, now, built,
                                why ? "  MISMATCH: " : "", why ? why : "");
     return why != NULL;
+}
+
+/* The version a library reports at run time, loaded only for this question: `sym` is
+ * size_t (void) (cuBLASLt, cuDNN) or ncclResult_t (int *) (nccl_style). -1 when the library
+ * or the symbol is not there. */
+static long lib_version(const char *soname, const char *sym, int nccl_style) {
+    void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+    if (!h) return -1;
+    long v = -1;
+    void *f = dlsym(h, sym);
+    if (f && nccl_style) {
+        int x = 0;
+        if (((ncclResult_t(*)(int *))f)(&x) == ncclSuccess) v = x;
+    } else if (f) {
+        v = (long)((size_t(*)(void))f)();
+    }
+    dlclose(h);
+    return v;
+}
+
+static int missing(char *buf, size_t n, size_t *k, const char *name, const char *soname) {
+    if (*k < n)
+        *k += (size_t)snprintf(buf + *k, n - *k, "  %-9s %s not found  MISMATCH: install it, or rebuild dtrain\n", name,
+                               soname);
+    return 1;
 }
 
 int dt_cuda_versions(char *buf, size_t n) {
@@ -49,13 +80,19 @@ int dt_cuda_versions(char *buf, size_t n) {
                               drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
 
     int ma, mi, pa, bma, bmi, bpa;
-    mmp((long)cublasLtGetVersion(), 0, &ma, &mi, &pa);
+    char soname[64];
+    snprintf(soname, sizeof soname, "libcublasLt.so.%d", CUBLAS_VER_MAJOR);
+    long lt = lib_version(soname, "cublasLtGetVersion", 0);
+    if (lt < 0) return bad + missing(buf, n, &k, "cuBLASLt", soname);
+    mmp(lt, 0, &ma, &mi, &pa);
     mmp(CUBLAS_VERSION, 0, &bma, &bmi, &bpa);
     snprintf(now, sizeof now, "%d.%d.%d", ma, mi, pa);
     snprintf(built, sizeof built, "%d.%d.%d", bma, bmi, bpa);
     bad += line(buf, n, &k, "cuBLASLt", now, built, ma != bma ? "another major version of cuBLAS" : NULL);
 
-    long dnn = (long)cudnnGetVersion();
+    snprintf(soname, sizeof soname, "libcudnn.so.%d", CUDNN_MAJOR);
+    long dnn = lib_version(soname, "cudnnGetVersion", 0);
+    if (dnn < 0) return bad + missing(buf, n, &k, "cuDNN", soname);
     mmp(dnn, dnn < 90000, &ma, &mi, &pa);
     mmp(CUDNN_VERSION, CUDNN_VERSION < 90000, &bma, &bmi, &bpa);
     snprintf(now, sizeof now, "%d.%d.%d", ma, mi, pa);
@@ -63,7 +100,10 @@ int dt_cuda_versions(char *buf, size_t n) {
     bad += line(buf, n, &k, "cuDNN", now, built,
                 ma != bma ? "another major version of cuDNN" : mi < bmi ? "an older cuDNN than dtrain was built with" : NULL);
 
-    if (ncclGetVersion(&nccl) != ncclSuccess) nccl = 0;
+    snprintf(soname, sizeof soname, "libnccl.so.%d", NCCL_MAJOR);
+    long nv = lib_version(soname, "ncclGetVersion", 1);
+    if (nv < 0) return bad + missing(buf, n, &k, "NCCL", soname);
+    nccl = (int)nv;
     mmp(nccl, 0, &ma, &mi, &pa);
     mmp(NCCL_VERSION_CODE, 0, &bma, &bmi, &bpa);
     snprintf(now, sizeof now, "%d.%d.%d", ma, mi, pa);
