@@ -90,14 +90,6 @@ static pid_t start_env(const char *const *env, const char *tag, const char *run,
     return p;
 }
 
-static void same_weights(const char *a, const char *b) {
-    char pa[1300], pb[1300], cmd[3000];
-    snprintf(pa, sizeof pa, "%s/%s/model.safetensors", test_dir(), a);
-    snprintf(pb, sizeof pb, "%s/%s/model.safetensors", test_dir(), b);
-    snprintf(cmd, sizeof cmd, "cmp '%s' '%s'", pa, pb);
-    CHECK_INT_EQ(system(cmd), 0);
-    printf("%s and %s: identical weights\n", a, b);
-}
 
 static void test_torchrun_style(void) {
     clear_env();
@@ -134,7 +126,7 @@ static void test_torchrun_style(void) {
     test_slurp(path, out_text, sizeof out_text);
     CHECK_STR_CONTAINS(out_text, "rank 1 of 2, local rank 1 of 2; rendezvous at 127.0.0.1:");
     CHECK_STR_CONTAINS(out_text, "rendezvous took ");
-    same_weights("fork", "torch");
+    test_same_weights("fork", "torch");
 }
 
 static void test_indexed_job(void) {
@@ -151,7 +143,7 @@ static void test_indexed_job(void) {
     test_slurp(path, out_text, sizeof out_text);
     CHECK_STR_CONTAINS(out_text, "launched by Kubernetes Indexed Job (JOB_COMPLETION_INDEX, world size from "
                                  "training.num_workers): rank 0 of 2");
-    same_weights("fork", "k8s");
+    test_same_weights("fork", "k8s");
 }
 
 static void test_missing_rank(void) {
@@ -246,7 +238,7 @@ static void test_mpirun(void) {
         CHECK_STR_CONTAINS(out_text, "launched by Open MPI (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE): rank 0");
         char fork_tag[32];
         snprintf(fork_tag, sizeof fork_tag, "fork%d", np[i]);
-        same_weights(fork_tag, tag);
+        test_same_weights(fork_tag, tag);
 #ifdef DTRAIN_TEST_HAVE_MPI
         /* the mpi collective: MPI sums in its own order, so within 1e-5 rather than bit for bit */
         snprintf(tag, sizeof tag, "mpibe%d", np[i]);
@@ -259,17 +251,7 @@ static void test_mpirun(void) {
         test_slurp(path, out_text, sizeof out_text);
         CHECK_STR_CONTAINS(out_text, "; the mpi collective\n");
         CHECK_STR_CONTAINS(out_text, "workers x 1 threads, mpi all-reduce");
-        char ra[1300], rb[1300];
-        snprintf(ra, sizeof ra, "%s/%s", test_dir(), tag);
-        snprintf(rb, sizeof rb, "%s/%s", test_dir(), fork_tag);
-        size_t na, nb;
-        float *wa = read_weights(ra, &na), *wb = read_weights(rb, &nb);
-        CHECK_INT_EQ(na, nb);
-        double dist = rel_l2(wa, wb, na);
-        printf("mpi collective, %d ranks vs fork mode: weights rel L2 distance %.2e\n", np[i], dist);
-        CHECK(dist <= 1e-5);
-        free(wa);
-        free(wb);
+        CHECK(run_distance(tag, fork_tag) <= 1e-5);
 #endif
     }
     unsetenv("OMPI_ALLOW_RUN_AS_ROOT");
@@ -318,17 +300,8 @@ static void test_tcp_ring(void) {
         snprintf(path, sizeof path, "%s/%s-r0.out", test_dir(), tcp_run);
         test_slurp(path, out_text, sizeof out_text);
         CHECK_STR_CONTAINS(out_text, "x 1 threads, tcp all-reduce");
-        char ra[1300], rb[1300];
-        snprintf(ra, sizeof ra, "%s/%s", test_dir(), tcp_run);
-        snprintf(rb, sizeof rb, "%s/%s", test_dir(), fork_run);
-        size_t na, nb;
-        float *wa = read_weights(ra, &na), *wb = read_weights(rb, &nb);
-        CHECK_INT_EQ(na, nb);
-        double dist = rel_l2(wa, wb, na);
-        printf("tcp collective, %d ranks vs fork mode: weights rel L2 distance %.2e\n", w, dist);
+        double dist = run_distance(tcp_run, fork_run);
         CHECK(w == 2 ? dist == 0.0 : dist <= 1e-5);
-        free(wa);
-        free(wb);
     }
 }
 

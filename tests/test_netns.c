@@ -37,21 +37,6 @@ static void cleanup(void) {
     if (system(cmd) != 0) printf("cleanup: %s failed\n", cmd);
 }
 
-/* weights of two runs within 1e-5 (relative L2) */
-static void compare(const char *run_a, const char *run_b) {
-    char ra[1300], rb[1300];
-    snprintf(ra, sizeof ra, "%s/%s", test_dir(), run_a);
-    snprintf(rb, sizeof rb, "%s/%s", test_dir(), run_b);
-    size_t na, nb;
-    float *wa = read_weights(ra, &na), *wb = read_weights(rb, &nb);
-    CHECK_INT_EQ(na, nb);
-    double dist = rel_l2(wa, wb, na);
-    printf("%s vs %s: weights rel L2 distance %.2e\n", run_a, run_b, dist);
-    CHECK(dist <= 1e-5);
-    free(wa);
-    free(wb);
-}
-
 int main(void) {
     test_dir_init("netns");
     if (getuid() != 0) {
@@ -135,7 +120,7 @@ int main(void) {
     test_slurp(path, out, sizeof out);
     CHECK_STR_CONTAINS(out, "rank 1 of 2, local rank 0 of 1; the mpi collective");
 
-    compare("hosts", "fork");
+    CHECK(run_distance("hosts", "fork") <= 1e-5);
 
     /* the same two hosts without mpirun, as a Kubernetes Indexed Job or torchrun starts them:
      * each rank in its own network and UTS namespace (its own host name), rank 1 told where
@@ -165,7 +150,7 @@ int main(void) {
     snprintf(want, sizeof want, "rank 0 of 2, local rank 0 of 1; rendezvous at %s:", ip_a);
     CHECK_STR_CONTAINS(out, want);
     CHECK_STR_CONTAINS(out, "tcp all-reduce");
-    compare("tcp", "fork");
+    CHECK(run_distance("tcp", "fork") <= 1e-5);
     test_dir_remove();
     TEST_PASS("test_netns");
 }

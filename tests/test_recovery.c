@@ -58,26 +58,6 @@ static long file_size(const char *path) {
     return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
 }
 
-/* the two runs' model.safetensors are byte-identical */
-static void check_same_weights(const char *run_a, const char *run_b) {
-    char pa[1300], pb[1300];
-    snprintf(pa, sizeof pa, "%s/%s/model.safetensors", test_dir(), run_a);
-    snprintf(pb, sizeof pb, "%s/%s/model.safetensors", test_dir(), run_b);
-    long na = file_size(pa), nb = file_size(pb);
-    CHECK(na > 0);
-    CHECK_INT_EQ(na, nb);
-    char *a = malloc((size_t)na), *b = malloc((size_t)nb);
-    FILE *fa = fopen(pa, "rb"), *fb = fopen(pb, "rb");
-    CHECK(fa && fb);
-    CHECK(fread(a, 1, (size_t)na, fa) == (size_t)na && fread(b, 1, (size_t)nb, fb) == (size_t)nb);
-    fclose(fa);
-    fclose(fb);
-    CHECK(memcmp(a, b, (size_t)na) == 0);
-    printf("%s and %s: model.safetensors identical (%ld bytes)\n", run_a, run_b, na);
-    free(a);
-    free(b);
-}
-
 /* exists and is not a zombie (orphans are reaped by whatever PID 1 the machine has) */
 static int running(pid_t pid) {
     char path[64], buf[512];
@@ -137,7 +117,7 @@ static void test_continuation(void) {
     CHECK_INT_EQ(run("cont-b", "cont", no_restart), 0);
     CHECK_STR_CONTAINS(out_text, "/cont/checkpoints/step_00000010: step 10, epoch 1, sample 80 of the epoch");
     CHECK_STR_CONTAINS(out_text, "done: 10 steps");
-    check_same_weights("straight1", "cont");
+    test_same_weights("straight1", "cont");
 }
 
 static void test_kill_restart(void) {
@@ -149,7 +129,7 @@ static void test_kill_restart(void) {
     CHECK_INT_EQ(count_occurrences(err_text, "restart 1 of 3 in 0.1 s"), 1);
     CHECK_INT_EQ(count_occurrences(err_text, "restart 2 of"), 0);
     CHECK_STR_CONTAINS(out_text, "/killed/checkpoints/step_00000005: step 5, epoch 1, sample 40 of the epoch (after a restart)");
-    check_same_weights("straight2", "killed");
+    test_same_weights("straight2", "killed");
     /* the restart is in train.log too */
     char path[1300], log[1 << 16];
     snprintf(path, sizeof path, "%s/killed/train.log", test_dir());
@@ -170,7 +150,7 @@ static void test_hang_restart(void) {
     CHECK_STR_CONTAINS(err_text, "collective timeout");
     CHECK_STR_CONTAINS(err_text, "waited 2.0 s for rank(s) 1");
     CHECK_INT_EQ(count_occurrences(err_text, "restart 1 of 3"), 1);
-    check_same_weights("straight2", "hung");
+    test_same_weights("straight2", "hung");
 }
 
 static void test_restarts_exhausted(void) {
@@ -280,7 +260,7 @@ static void test_corrupt(void) {
     CHECK_STR_CONTAINS(out_text, "/corrupt/checkpoints/step_00000010: step 10");
     /* the broken ones are moved aside, not resumed after a restart or counted by keep_last */
     CHECK_STR_CONTAINS(out_text, "moved checkpoints newer than the resume point aside to ");
-    check_same_weights("straight1", "corrupt");
+    test_same_weights("straight1", "corrupt");
     char ckpts[1300];
     snprintf(ckpts, sizeof ckpts, "%s/corrupt/checkpoints", test_dir());
     CHECK_INT_EQ(count_dir(ckpts), 3); /* 10, and the new 15 and 20 */

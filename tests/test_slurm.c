@@ -40,11 +40,6 @@ static void run_cmd(const char *cmd) {
     CHECK_INT_EQ(system(cmd), 0);
 }
 
-static void same_weights(const char *a, const char *b) {
-    char cmd[3000];
-    snprintf(cmd, sizeof cmd, "cmp '%s/%s/model.safetensors' '%s/%s/model.safetensors'", test_dir(), a, test_dir(), b);
-    run_cmd(cmd);
-}
 
 int main(void) {
     test_dir_init("slurm");
@@ -130,7 +125,7 @@ int main(void) {
     test_slurp(path, out, sizeof out);
     CHECK_STR_CONTAINS(out, "dtrain: launched by Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID): rank 0 of 2, local "
                             "rank 0 of 2; rendezvous at 127.0.0.1:");
-    same_weights("fork", "srun");
+    test_same_weights("fork", "srun");
 
     /* the shipped batch script, as a user submits it */
     snprintf(cmd, sizeof cmd,
@@ -142,7 +137,7 @@ int main(void) {
     snprintf(path, sizeof path, "%s/sbatch.out", d);
     test_slurp(path, out, sizeof out);
     CHECK_STR_CONTAINS(out, "launched by Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID): rank 0 of 2");
-    same_weights("fork", "sbatch");
+    test_same_weights("fork", "sbatch");
 
     stop_daemons();
     pidfiles[0][0] = pidfiles[1][0] = pidfiles[2][0] = '\0';

@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -71,6 +73,28 @@ static inline int test_rm_entry(const char *path, const struct stat *sb, int fla
  * failure leaves its files to look at). */
 static inline void test_dir_remove(void) {
     CHECK(nftw(test_dir(), test_rm_entry, 16, FTW_DEPTH | FTW_PHYS) == 0);
+}
+
+/* The model.safetensors of two runs in test_dir() are byte-identical. */
+static inline void test_same_weights(const char *run_a, const char *run_b) {
+    char pa[1300], pb[1300];
+    snprintf(pa, sizeof pa, "%s/%s/model.safetensors", test_dir(), run_a);
+    snprintf(pb, sizeof pb, "%s/%s/model.safetensors", test_dir(), run_b);
+    struct stat sa, sb;
+    CHECK(stat(pa, &sa) == 0 && stat(pb, &sb) == 0);
+    CHECK(sa.st_size > 0);
+    CHECK_INT_EQ(sa.st_size, sb.st_size);
+    size_t n = (size_t)sa.st_size;
+    char *a = malloc(n), *b = malloc(n);
+    FILE *fa = fopen(pa, "rb"), *fb = fopen(pb, "rb");
+    CHECK(a && b && fa && fb);
+    CHECK(fread(a, 1, n, fa) == n && fread(b, 1, n, fb) == n);
+    fclose(fa);
+    fclose(fb);
+    CHECK(memcmp(a, b, n) == 0);
+    printf("%s and %s: model.safetensors identical (%zu bytes)\n", run_a, run_b, n);
+    free(a);
+    free(b);
 }
 
 #endif

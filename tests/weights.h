@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "dtrain/safetensors.h"
+#include "testutil.h"
 
 /* all tensors of a run's model.safetensors, concatenated in file order */
 static inline float *read_weights(const char *run, size_t *n) {
@@ -37,6 +38,21 @@ static inline double rel_l2(const float *a, const float *b, size_t n) {
         b2 += (double)b[i] * b[i];
     }
     return b2 > 0 ? sqrt(d2 / b2) : sqrt(d2);
+}
+
+/* Relative L2 distance between the final weights of two runs in test_dir(), printed. */
+static inline double run_distance(const char *run_a, const char *run_b) {
+    char ra[1300], rb[1300];
+    snprintf(ra, sizeof ra, "%s/%s", test_dir(), run_a);
+    snprintf(rb, sizeof rb, "%s/%s", test_dir(), run_b);
+    size_t na, nb;
+    float *wa = read_weights(ra, &na), *wb = read_weights(rb, &nb);
+    CHECK_INT_EQ(na, nb);
+    double dist = rel_l2(wa, wb, na);
+    printf("%s vs %s: weights rel L2 distance %.2e\n", run_a, run_b, dist);
+    free(wa);
+    free(wb);
+    return dist;
 }
 
 #endif
