@@ -66,26 +66,46 @@ int dt_device_cuda_built(void) {
 
 dt_status dt_device_resolve(const dt_config *cfg, dt_device_kind *out) {
     int gpus = dt_device_cuda_count();
+    const char *src = cfg->source[0] ? cfg->source : "config";
     switch (cfg->training.device) {
     case DT_DEVICE_CPU:
         *out = DT_DEVICE_CPU;
         return DT_OK;
     case DT_DEVICE_AUTO:
-        /* The CUDA training backend is not part of this build yet: auto means CPU. */
-        *out = DT_DEVICE_CPU;
+        *out = gpus > 0 && dt_device_cuda_built() ? DT_DEVICE_CUDA : DT_DEVICE_CPU;
+        if (*out == DT_DEVICE_CPU && cfg->training.precision == DT_PREC_BF16)
+            return dt_error_set(DT_ERR_CONFIG,
+                                "%s: training.precision: bf16 needs a GPU, and training.device: auto found none "
+                                "(hint: precision: auto or fp32)", src);
         return DT_OK;
     case DT_DEVICE_CUDA:
         if (gpus == 0)
             return dt_error_set(DT_ERR_CONFIG,
-                                "%s: training.use_gpu/device asks for CUDA but no GPU is visible "
-                                "(hint: set training.use_gpu: false, or training.device: auto to use what exists)",
-                                cfg->source[0] ? cfg->source : "config");
-        return dt_error_set(DT_ERR_CONFIG,
-                            "%s: training.device: cuda: %d GPU(s) visible, but this dtrain version trains on CPU only "
-                            "(hint: set training.use_gpu: false)",
-                            cfg->source[0] ? cfg->source : "config", gpus);
+                                "%s: training.use_gpu/device asks for CUDA but no GPU is visible%s (hint: set "
+                                "training.use_gpu: false, or training.device: auto to use what exists; check nvidia-smi "
+                                "and CUDA_VISIBLE_DEVICES)", src,
+                                getenv("CUDA_VISIBLE_DEVICES") ? " (CUDA_VISIBLE_DEVICES is set)" : "");
+        if (!dt_device_cuda_built())
+            return dt_error_set(DT_ERR_CONFIG,
+                                "%s: training.use_gpu/device asks for CUDA, but this dtrain was built without the CUDA "
+                                "backend (hint: install the CUDA toolkit, cuDNN and NCCL and rebuild, or set "
+                                "training.use_gpu: false)", src);
+        *out = DT_DEVICE_CUDA;
+        return DT_OK;
     }
     return dt_error_set(DT_ERR_INTERNAL, "unknown device kind %d", (int)cfg->training.device);
+}
+
+dt_status dt_device_check_gpus_for_workers(const dt_config *cfg) {
+    int gpus = dt_device_cuda_count();
+    if (cfg->training.num_workers <= gpus) return DT_OK;
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    return dt_error_set(DT_ERR_CONFIG,
+                        "%s: training.num_workers: %d workers need %d GPUs, but %d %s visible%s%s%s (hint: one worker "
+                        "per GPU: set training.num_workers: %d)",
+                        cfg->source[0] ? cfg->source : "config", cfg->training.num_workers, cfg->training.num_workers,
+                        gpus, gpus == 1 ? "is" : "are", vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "",
+                        vis ? ")" : "", gpus);
 }
 
 int dt_device_threads_per_worker(const dt_config *cfg) {

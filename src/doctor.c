@@ -10,6 +10,9 @@
 #include "dtrain/comm.h"
 #include "dtrain/device.h"
 #include "dtrain/launch.h"
+#ifdef DTRAIN_HAVE_CUDA
+#include "dtrain/cuda.h"
+#endif
 
 static double now_s(void) {
     struct timespec ts;
@@ -55,14 +58,12 @@ static dt_status check_broadcast_gather(dt_comm *c) {
     return dt_comm_barrier(c);
 }
 
-static dt_status bandwidth_table(dt_comm *c, long max_bytes) {
+/* x: max_bytes of host memory (shm) or device memory (nccl) */
+static dt_status bandwidth_table(dt_comm *c, float *x, long max_bytes) {
     const int world = dt_comm_world(c), rank = dt_comm_rank(c);
-    size_t max_n = (size_t)max_bytes / sizeof(float);
-    float *x = dt_calloc(max_n ? max_n : 1, sizeof(float), "bandwidth buffer");
-    if (!x) return DT_ERR_NOMEM;
     dt_status st = DT_OK;
     if (rank == 0) {
-        printf("\nall-reduce (sum, float32), %d workers, shm:\n", world);
+        printf("\nall-reduce (sum, float32), %d workers, %s:\n", world, dt_comm_backend(c));
         printf("%12s %10s %12s %12s %12s\n", "size", "iters", "time (us)", "algbw (GB/s)", "busbw (GB/s)");
     }
     for (size_t bytes = 1024; bytes <= (size_t)max_bytes && st == DT_OK; bytes *= 4) {
@@ -83,16 +84,11 @@ static dt_status bandwidth_table(dt_comm *c, long max_bytes) {
             fflush(stdout);
         }
     }
-    free(x);
     return st;
 }
 
-typedef struct doctor_arg {
-    long max_bytes;
-} doctor_arg;
-
-static dt_status doctor_worker(void *arg, dt_comm *c, const dt_launch_ctx *ctx) {
-    doctor_arg *a = arg;
+/* The self-test and the table over `c`, with `buf` (max_bytes) for the table. */
+static dt_status self_test(dt_comm *c, float *buf, long max_bytes) {
     const size_t lengths[] = {0, 1, (size_t)(dt_comm_world(c) > 1 ? dt_comm_world(c) - 1 : 2), 1000003};
     for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) DT_TRY(check_allreduce(c, lengths[i]));
     DT_TRY(check_broadcast_gather(c));
@@ -100,7 +96,53 @@ static dt_status doctor_worker(void *arg, dt_comm *c, const dt_launch_ctx *ctx) 
         printf("self-test: all-reduce (0, 1, n-1, 1000003 floats), broadcast, all-gather, barrier: ok\n");
         fflush(stdout);
     }
-    return bandwidth_table(c, a->max_bytes);
+    return bandwidth_table(c, buf, max_bytes);
+}
+
+typedef struct doctor_arg {
+    long max_bytes;
+    double timeout_s;
+    int cuda;
+} doctor_arg;
+
+#ifdef DTRAIN_HAVE_CUDA
+/* GPU r of this host: a kernel runs, then the same self-test over NCCL (bootstrapped over the
+ * shm world), host buffers staged, the table on device memory. */
+static dt_status cuda_worker(dt_comm *c, const doctor_arg *a) {
+    const int rank = dt_comm_rank(c);
+    dt_ops *ops = NULL;
+    dt_comm *nccl = NULL;
+    float *buf = NULL;
+    char gpu[320];
+    dt_status st = dt_cuda_probe(rank);
+    if (st == DT_OK) st = dt_ops_cuda_init(&ops, rank, 0, rank);
+    if (st == DT_OK) {
+        dt_ops_cuda_describe(ops, gpu, sizeof gpu);
+        printf("  rank %d: %s: a kernel ran\n", rank, gpu);
+        fflush(stdout);
+        st = dt_comm_init_nccl(&nccl, c, rank, dt_ops_cuda_stream(ops), a->timeout_s);
+    }
+    if (st == DT_OK) st = ops->alloc(ops->ctx, (size_t)a->max_bytes, "the bandwidth buffer", (void **)&buf);
+    if (st == DT_OK) st = ops->check(ops->ctx);
+    if (st == DT_OK) st = self_test(nccl, buf, a->max_bytes);
+    if (ops) ops->free(ops->ctx, buf);
+    dt_comm_free(nccl);
+    dt_ops_cuda_free(ops);
+    return st;
+}
+#endif
+
+static dt_status doctor_worker(void *arg, dt_comm *c, const dt_launch_ctx *ctx) {
+    const doctor_arg *a = arg;
+    (void)ctx;
+#ifdef DTRAIN_HAVE_CUDA
+    if (a->cuda) return cuda_worker(c, a);
+#endif
+    float *buf = dt_calloc((size_t)a->max_bytes / sizeof(float) + 1, sizeof(float), "bandwidth buffer");
+    if (!buf) return DT_ERR_NOMEM;
+    dt_status st = self_test(c, buf, a->max_bytes);
+    free(buf);
+    return st;
 }
 
 /* Single-thread memcpy bandwidth over 64 MiB, best of 5 (GB/s, read + write counted once). */
@@ -130,14 +172,26 @@ dt_status dt_doctor_run(const dt_doctor_opts *o) {
     printf("  NVIDIA GPUs visible: %d (CUDA backend %s)\n", gpus, dt_device_cuda_built() ? "built" : "not built");
     char advice[512];
     if (dt_device_blas_advice(advice, sizeof advice)) printf("  %s\n", advice);
-    if (o->device == DT_DEVICE_CUDA)
-        return dt_error_set(DT_ERR_CONFIG, "doctor --device cuda: %s (hint: --device cpu)",
-                            gpus == 0 ? "no GPU is visible" : "GPU collectives (NCCL) are not part of this build yet");
-    printf("  memcpy bandwidth (one core, 64 MiB): %.2f GB/s\n", memcpy_bandwidth());
-    printf("collective self-test with %d worker process(es), backend shm\n", o->num_workers);
+    int cuda = o->device == DT_DEVICE_CUDA, workers = o->num_workers;
+    if (cuda) {
+        if (!dt_device_cuda_built())
+            return dt_error_set(DT_ERR_CONFIG, "doctor --device cuda: this dtrain was built without the CUDA backend "
+                                "(hint: --device cpu, or rebuild with the CUDA toolkit, cuDNN and NCCL installed)");
+        if (gpus == 0)
+            return dt_error_set(DT_ERR_CONFIG, "doctor --device cuda: no GPU is visible (hint: check nvidia-smi and "
+                                "CUDA_VISIBLE_DEVICES, or --device cpu)");
+        if (workers <= 0) workers = gpus; /* one worker per GPU */
+        if (workers > gpus)
+            return dt_error_set(DT_ERR_CONFIG, "doctor --device cuda: --num-workers %d but %d GPU(s) visible (hint: "
+                                "--num-workers %d)", workers, gpus, gpus);
+    } else {
+        if (workers <= 0) workers = 2;
+        printf("  memcpy bandwidth (one core, 64 MiB): %.2f GB/s\n", memcpy_bandwidth());
+    }
+    printf("collective self-test with %d worker process(es), backend %s\n", workers, cuda ? "nccl" : "shm");
     fflush(stdout);
-    doctor_arg arg = {o->max_bytes};
-    dt_launch_cfg lc = {.world = o->num_workers, .timeout_s = o->timeout_s, .log_dir = NULL, .what = "doctor"};
+    doctor_arg arg = {.max_bytes = o->max_bytes, .timeout_s = o->timeout_s, .cuda = cuda};
+    dt_launch_cfg lc = {.world = workers, .timeout_s = o->timeout_s, .log_dir = NULL, .what = "doctor"};
     dt_status st = dt_launch_run(&lc, doctor_worker, &arg, NULL);
     if (st == DT_OK) printf("doctor: all checks passed\n");
     return st;

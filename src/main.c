@@ -306,7 +306,7 @@ static int train_external(dt_config *cfg, const dt_ext_env *e, const cli *c) {
     snprintf(info, sizeof info, "%s; %s took %.3f s", launched, use_mpi ? "MPI start-up" : "rendezvous", rdzv_s);
     dt_worker_opts opts = {.quiet = c->quiet, .progress = c->progress, .stop = (const volatile int *)&g_ext_stop,
                            .note = note, .note_size = sizeof note, .launched_by = info,
-                           .attempt = launcher_restart_count()};
+                           .attempt = launcher_restart_count(), .local_rank = e->local_rank};
     if (st == DT_OK) st = dt_worker_train(cfg, &opts, comm);
     if (st != DT_OK && world) dt_shm_world_abort(world, dt_error_msg()); /* the others fail now, not at the deadline */
     sigaction(SIGINT, &old_int, NULL);
@@ -340,6 +340,7 @@ static int cmd_train(const cli *c) {
     if (st == DT_OK) st = dt_ext_env_detect(cfg.training.num_workers, &env, &external);
     if (st != DT_OK) return fail(st);
     if (external) return train_external(&cfg, &env, c);
+    if (dev == DT_DEVICE_CUDA && (st = dt_device_check_gpus_for_workers(&cfg)) != DT_OK) return fail(st);
     if (cfg.training.comm == DT_COMM_MPI || cfg.training.comm == DT_COMM_TCP)
         return fail(dt_error_set(DT_ERR_CONFIG, "%s: training.communication_backend: %s needs one dtrain process per "
                                                "worker started by a launcher (mpirun, srun, torchrun, a Kubernetes "
@@ -364,13 +365,16 @@ static int cmd_bench(const cli *c) {
     if (st == DT_OK) {
         dt_device_kind dev;
         st = dt_device_resolve(&cfg, &dev);
+        for (int i = 0; i < n && st == DT_OK && dev == DT_DEVICE_CUDA; i++)
+            if (workers[i] > cfg.training.num_workers) cfg.training.num_workers = workers[i];
+        if (st == DT_OK && dev == DT_DEVICE_CUDA) st = dt_device_check_gpus_for_workers(&cfg);
     }
     if (st == DT_OK) st = dt_bench_run(&cfg, workers, n, c->steps, stdout, NULL);
     return st == DT_OK ? 0 : fail(st);
 }
 
 static int cmd_doctor(const cli *c) {
-    dt_doctor_opts o = {.num_workers = c->num_workers ? c->num_workers : 2, .device = DT_DEVICE_CPU,
+    dt_doctor_opts o = {.num_workers = c->num_workers, .device = DT_DEVICE_CPU,
                         .timeout_s = 60.0, .max_bytes = 256l << 20};
     if (c->device && strcmp(c->device, "cuda") == 0) o.device = DT_DEVICE_CUDA;
     else if (c->device && strcmp(c->device, "cpu") != 0)

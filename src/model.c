@@ -76,7 +76,8 @@ struct dt_model {
 
     /* host staging */
     float *host_losses;        /* (B*T) */
-    float *host_probs;         /* LM: (B*T*V) only when counting correct; cls: (B*num_labels) */
+    int *argmax_dev;           /* (B*T) LM, (B) cls: predicted class of each row */
+    int *host_argmax;          /* (B*T) */
     int *host_rows;            /* (B) */
     int *host_targets;         /* (B*T) copy of the last targets */
 
@@ -266,12 +267,13 @@ void dt_model_free(dt_model *m) {
     o->free(ctx, m->tokens_dev);
     o->free(ctx, m->targets_dev);
     o->free(ctx, m->rows_dev);
+    o->free(ctx, m->argmax_dev);
     free(m->layers);
     free(m->tensors);
     free(m->buckets);
     free(m->bucket_names);
     free(m->host_losses);
-    free(m->host_probs);
+    free(m->host_argmax);
     free(m->host_rows);
     free(m->host_targets);
     free(m);
@@ -300,11 +302,11 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_ops *o
     m->bucket_names = dt_calloc(L + 2, sizeof *m->bucket_names, "bucket names");
     m->layers = dt_calloc(L, sizeof *m->layers, "layer activations");
     m->host_losses = dt_malloc(BT * sizeof(float), "loss staging");
-    m->host_probs = dt_malloc((NL ? B * NL : BT * V) * sizeof(float), "probability staging");
+    m->host_argmax = dt_malloc(BT * sizeof(int), "prediction staging");
     m->host_rows = dt_malloc(B * sizeof(int), "row staging");
     m->host_targets = dt_malloc(BT * sizeof(int), "target staging");
     if (!m->tensors || !m->buckets || !m->bucket_names || !m->layers || !m->host_losses ||
-        !m->host_probs || !m->host_rows || !m->host_targets)
+        !m->host_argmax || !m->host_rows || !m->host_targets)
         goto fail;
     build_layout(m);
 
@@ -345,6 +347,7 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_ops *o
     }
     ALLOC(m->losses, BT, "losses");
     ALLOC(m->tokens_dev, BT, "tokens");
+    ALLOC(m->argmax_dev, BT, "predictions");
     ALLOC(m->dresidual, BT * C, "gradients (residual)");
     ALLOC(m->dln, BT * C, "gradients (layernorm)");
     ALLOC(m->dqkv, BT * 3 * C, "gradients (qkv)");
@@ -433,13 +436,11 @@ dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, i
         o->layernorm_fwd(ctx, m->lnf, m->lnf_mean, m->lnf_rstd, m->pooled_in, hp(m, m->params, 0), hp(m, m->params, 1), B, C);
         o->matmul_fwd(ctx, m->logits, m->lnf, hp(m, m->params, 2), NULL, B, C, NL, 1);
         o->xent_fwd(ctx, m->losses, m->logits, m->logits, m->targets_dev, B, NL);
+        o->argmax(ctx, m->argmax_dev, m->logits, B, NL);
         o->download(ctx, m->host_losses, m->losses, (size_t)B * sizeof(float));
-        o->download(ctx, m->host_probs, m->logits, (size_t)B * NL * sizeof(float));
+        o->download(ctx, m->host_argmax, m->argmax_dev, (size_t)B * sizeof(int));
         for (int b = 0; b < B; b++) {
-            const float *pr = m->host_probs + (size_t)b * NL;
-            int arg = 0;
-            for (int k = 1; k < NL; k++) if (pr[k] > pr[arg]) arg = k;
-            res->correct += arg == targets[b];
+            res->correct += m->host_argmax[b] == targets[b];
             res->loss_sum += m->host_losses[b];
         }
         res->rows = B;
@@ -448,20 +449,18 @@ dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, i
         o->layernorm_fwd(ctx, m->lnf, m->lnf_mean, m->lnf_rstd, x, hp(m, m->params, 0), hp(m, m->params, 1), BT, C);
         o->matmul_fwd(ctx, m->logits, m->lnf, m->params + m->tensors[0].offset, NULL, BT, C, V, 1);
         o->xent_fwd(ctx, m->losses, m->logits, m->logits, m->targets_dev, BT, V);
+        o->argmax(ctx, m->argmax_dev, m->logits, BT, V);
         o->download(ctx, m->host_losses, m->losses, (size_t)BT * sizeof(float));
-        o->download(ctx, m->host_probs, m->logits, (size_t)BT * V * sizeof(float));
+        o->download(ctx, m->host_argmax, m->argmax_dev, (size_t)BT * sizeof(int));
         for (int i = 0; i < BT; i++) {
             if (targets[i] < 0) continue;
-            const float *pr = m->host_probs + (size_t)i * V;
-            int arg = 0;
-            for (int k = 1; k < V; k++) if (pr[k] > pr[arg]) arg = k;
-            res->correct += arg == targets[i];
+            res->correct += m->host_argmax[i] == targets[i];
             res->loss_sum += m->host_losses[i];
             res->rows++;
         }
     }
     m->last_B = B;
-    return DT_OK;
+    return o->check(ctx);
 }
 
 /* ---- backward ---- */

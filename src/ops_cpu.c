@@ -525,6 +525,23 @@ static void cpu_scale(void *ctx, float *x, size_t n, float s) {
 
 /* ---- table ---- */
 
+static void cpu_argmax(void *ctx, int *idx, const float *x, int N, int V) {
+    (void)ctx;
+#pragma omp parallel for schedule(static) if ((size_t)N * V >= PAR_MIN)
+    for (int i = 0; i < N; i++) {
+        const float *r = x + (size_t)i * V;
+        int arg = 0;
+        for (int k = 1; k < V; k++)
+            if (r[k] > r[arg]) arg = k;
+        idx[i] = arg;
+    }
+}
+
+static dt_status cpu_check(void *ctx) {
+    (void)ctx;
+    return DT_OK;
+}
+
 dt_status dt_ops_cpu_init(dt_ops **out, int threads) {
     *out = NULL;
     dt_ops *ops = dt_calloc(1, sizeof *ops, "CPU op table");
@@ -563,6 +580,8 @@ dt_status dt_ops_cpu_init(dt_ops **out, int threads) {
     ops->adamw = cpu_adamw;
     ops->sumsq = cpu_sumsq;
     ops->scale = cpu_scale;
+    ops->argmax = cpu_argmax;
+    ops->check = cpu_check;
     *out = ops;
     return DT_OK;
 }

@@ -1,18 +1,681 @@
-/* ops_cuda.c — host side of the CUDA backend. Today: library versions; the op table for
- * GPU training arrives with the CUDA kernels (kernels/).
+/* ops_cuda.c — the CUDA backend: the op table of ops.h on one GPU, and library versions.
+ *
+ * Matmuls (and the two batched products inside attention) go through cuBLASLt: fp32 in and
+ * out with fp32 compute for training.precision fp32; for bf16 both inputs are rounded to
+ * bf16 into scratch and multiplied with fp32 accumulation into fp32 outputs, so everything
+ * outside the products (activations, gradients, master weights, optimizer state) stays fp32.
+ * The rest are our kernels (kernels/dtk.h). Everything runs in order on one stream that this
+ * backend owns; the nccl collective orders itself after it (dt_ops_cuda_stream).
+ *
+ * Errors: every CUDA and cuBLASLt call is checked. The op table has no status per call (the
+ * CPU backend cannot fail), so the first failure is kept with the call, file:line, rank,
+ * host and GPU, later ops do nothing, and `check` (called by the model after each forward and
+ * by the optimizer) returns it. An allocation that does not fit names the buffer and the
+ * config key to lower, and exits 2: retrying the same shape cannot help.
  *
  * cuBLASLt, cuDNN and NCCL are not linked into dtrain: loading cuBLASLt alone costs every
- * process about 150 MB of resident memory, GPU or not (docs/PERFORMANCE.md). Their versions
- * are read through dlopen, only when asked (--version); their headers give the versions
- * dtrain was built with. */
+ * process about 150 MB of resident memory, GPU or not (docs/PERFORMANCE.md). cuBLASLt is
+ * opened here with dlopen when a GPU op table is made; versions are read the same way, only
+ * when asked (--version); their headers give the versions dtrain was built with. */
 #include "dtrain/cuda.h"
 
 #include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <nccl.h>
+
+#include "dtk.h"
+
+/* ---- cuBLASLt, loaded at run time ---- */
+
+#define LT_FUNCS(X)                                                                                       \
+    X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtGetStatusString) X(cublasLtMatmul)                  \
+    X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute)         \
+    X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy) X(cublasLtMatrixLayoutSetAttribute)   \
+    X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                               \
+    X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic)
+
+static struct {
+#define X(f) __typeof__(f) *f;
+    LT_FUNCS(X)
+#undef X
+} lt;
+static pthread_once_t lt_once = PTHREAD_ONCE_INIT;
+static char lt_error[512]; /* empty when the table is complete */
+
+static void lt_load(void) {
+    char soname[64];
+    snprintf(soname, sizeof soname, "libcublasLt.so.%d", CUBLAS_VER_MAJOR);
+    void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(lt_error, sizeof lt_error, "cannot load %s: %s (hint: install the CUDA %d cuBLAS libraries, or add "
+                 "their directory to LD_LIBRARY_PATH)", soname, dlerror(), CUBLAS_VER_MAJOR);
+        return;
+    }
+#define X(f)                                                                                              \
+    if (!(*(void **)&lt.f = dlsym(h, #f))) {                                                             \
+        snprintf(lt_error, sizeof lt_error, "%s has no symbol %s: an older cuBLAS than dtrain was built with " \
+                 "(%d.%d)", soname, #f, CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR);                               \
+        return;                                                                                           \
+    }
+    LT_FUNCS(X)
+#undef X
+}
+
+/* ---- the backend's state ---- */
+
+enum { SCR_A16, SCR_B16, SCR_ATT, SCR_WORK, N_SCRATCH }; /* grow-only scratch buffers */
+
+#define LT_WORKSPACE (32u << 20) /* cuBLASLt workspace: 32 MiB, as NVIDIA advises for Hopper */
+#define N_PLANS 96
+
+typedef struct gemm_key {
+    int ta, tb, m, n, k, lda, ldb, ldd, batch, bias, bf16;
+    long long sa, sb, sd;
+    unsigned align_a, align_b, align_d;
+} gemm_key;
+
+typedef struct gemm_plan {
+    gemm_key key;
+    int used;
+    int bias_kernel; /* no bias epilogue for this shape: add the bias with dtk_add_bias */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+} gemm_plan;
+
+typedef struct cuda_ctx {
+    int device, rank, bf16;
+    char host[64];
+    char gpu_name[256];
+    cudaStream_t s;
+    cublasLtHandle_t lt;
+    void *lt_ws;
+    void *scr[N_SCRATCH];
+    size_t scr_bytes[N_SCRATCH];
+    double *sum_dev;    /* sumsq result */
+    double *sum_host;   /* pinned */
+    gemm_plan plans[N_PLANS];
+    int next_plan;      /* round-robin eviction */
+    dt_status err;      /* first failure (DT_OK while healthy) */
+    char err_msg[1024];
+} cuda_ctx;
+
+__attribute__((format(printf, 3, 4))) static void fail(cuda_ctx *c, dt_status st, const char *fmt, ...) {
+    if (c->err != DT_OK) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err_msg, sizeof c->err_msg, fmt, ap);
+    va_end(ap);
+    c->err = st;
+}
+
+/* CUDA and cuBLASLt call checks: record the first failure, return non-zero on failure. */
+static int ck_cuda(cuda_ctx *c, cudaError_t e, const char *call, const char *file, int line) {
+    if (e == cudaSuccess) return 0;
+    fail(c, DT_ERR_DEVICE, "%s failed at %s:%d on rank %d (host %s, GPU %d): %s (%s)", call, file, line, c->rank,
+         c->host, c->device, cudaGetErrorString(e), cudaGetErrorName(e));
+    return 1;
+}
+static int ck_lt(cuda_ctx *c, cublasStatus_t e, const char *call, const char *file, int line) {
+    if (e == CUBLAS_STATUS_SUCCESS) return 0;
+    fail(c, DT_ERR_DEVICE, "%s failed at %s:%d on rank %d (host %s, GPU %d): %s", call, file, line, c->rank, c->host,
+         c->device, lt.cublasLtGetStatusString ? lt.cublasLtGetStatusString(e) : "cuBLASLt error");
+    return 1;
+}
+#define CK(call) ck_cuda(c, (call), #call, __FILE__, __LINE__)
+#define CKLT(call) ck_lt(c, (call), #call, __FILE__, __LINE__)
+
+static void human_bytes(char *buf, size_t n, double b) {
+    if (b >= 1024.0 * 1024 * 1024) snprintf(buf, n, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+    else snprintf(buf, n, "%.1f MiB", b / (1024.0 * 1024));
+}
+
+/* cudaMalloc that names the buffer when it does not fit (DT_ERR_CONFIG: exit 2, no retry). */
+static dt_status dev_malloc(cuda_ctx *c, void **p, size_t bytes, const char *what) {
+    *p = NULL;
+    if (bytes == 0) bytes = 1;
+    cudaError_t e = cudaMalloc(p, bytes);
+    if (e == cudaSuccess) return DT_OK;
+    *p = NULL;
+    (void)cudaGetLastError(); /* an allocation failure is not sticky: clear it */
+    size_t freeb = 0, total = 0;
+    cudaMemGetInfo(&freeb, &total);
+    char want[32], fr[32], tot[32];
+    human_bytes(want, sizeof want, (double)bytes);
+    human_bytes(fr, sizeof fr, (double)freeb);
+    human_bytes(tot, sizeof tot, (double)total);
+    if (e == cudaErrorMemoryAllocation)
+        return dt_error_set(DT_ERR_CONFIG, "rank %d (host %s, GPU %d %s): out of GPU memory allocating %s for %s (%s "
+                            "free of %s) (hint: lower data.batch_size_per_worker and raise "
+                            "training.grad_accum_steps to keep the global batch, or use a shorter data.seq_len)",
+                            c->rank, c->host, c->device, c->gpu_name, want, what, fr, tot);
+    return dt_error_set(DT_ERR_DEVICE, "cudaMalloc of %s for %s failed on rank %d (host %s, GPU %d): %s", want, what,
+                        c->rank, c->host, c->device, cudaGetErrorString(e));
+}
+
+/* Scratch slot `i` with at least `bytes` (grown, never shrunk); NULL after a failure. */
+static void *scratch(cuda_ctx *c, int i, size_t bytes, const char *what) {
+    if (c->err != DT_OK) return NULL;
+    if (c->scr_bytes[i] >= bytes && c->scr[i]) return c->scr[i];
+    if (c->scr[i] && CK(cudaFree(c->scr[i]))) return NULL; /* cudaFree waits for the queued work */
+    c->scr[i] = NULL;
+    c->scr_bytes[i] = 0;
+    bytes = (bytes + 0xFFFFF) & ~(size_t)0xFFFFF; /* whole MiB: fewer regrowths */
+    dt_status st = dev_malloc(c, &c->scr[i], bytes, what);
+    if (st != DT_OK) {
+        fail(c, st, "%s", dt_error_msg());
+        return NULL;
+    }
+    c->scr_bytes[i] = bytes;
+    return c->scr[i];
+}
+
+/* ---- memory ---- */
+
+static dt_status cu_alloc(void *ctx, size_t bytes, const char *what, void **out) {
+    cuda_ctx *c = ctx;
+    *out = NULL;
+    if (c->err != DT_OK) return dt_error_set(c->err, "%s", c->err_msg);
+    DT_TRY(dev_malloc(c, out, bytes, what));
+    if (CK(cudaMemsetAsync(*out, 0, bytes, c->s))) {
+        cudaFree(*out);
+        *out = NULL;
+        return dt_error_set(c->err, "%s", c->err_msg);
+    }
+    return DT_OK;
+}
+
+static void cu_free(void *ctx, void *p) {
+    cuda_ctx *c = ctx;
+    if (p) CK(cudaFree(p));
+}
+
+static void cu_upload(void *ctx, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = ctx;
+    if (c->err != DT_OK || bytes == 0) return;
+    /* synchronous: the caller may reuse its host buffer at once */
+    if (CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->s))) return;
+    CK(cudaStreamSynchronize(c->s));
+}
+
+static void cu_download(void *ctx, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = ctx;
+    if (c->err != DT_OK) {
+        memset(dst, 0, bytes); /* defined contents; `check` reports the failure */
+        return;
+    }
+    if (bytes == 0) return;
+    if (CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->s))) return;
+    CK(cudaStreamSynchronize(c->s));
+}
+
+static void cu_zero(void *ctx, void *p, size_t bytes) {
+    cuda_ctx *c = ctx;
+    if (c->err == DT_OK && bytes) CK(cudaMemsetAsync(p, 0, bytes, c->s));
+}
+
+/* ---- matrix products ---- */
+
+static unsigned ptr_align(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    unsigned al = 256;
+    while (al > 1 && (a % al) != 0) al /= 2;
+    return al;
+}
+
+static void plan_release(gemm_plan *p) {
+    if (!p->used) return;
+    if (p->op) lt.cublasLtMatmulDescDestroy(p->op);
+    if (p->la) lt.cublasLtMatrixLayoutDestroy(p->la);
+    if (p->lb) lt.cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->ld) lt.cublasLtMatrixLayoutDestroy(p->ld);
+    memset(p, 0, sizeof *p);
+}
+
+static int make_layout(cuda_ctx *c, cublasLtMatrixLayout_t *l, cudaDataType_t type, int rows, int cols, int ld,
+                       int batch, long long stride) {
+    if (CKLT(lt.cublasLtMatrixLayoutCreate(l, type, (uint64_t)rows, (uint64_t)cols, ld))) return 1;
+    if (batch > 1) {
+        int32_t bc = batch;
+        int64_t st = stride;
+        if (CKLT(lt.cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc))) return 1;
+        if (CKLT(lt.cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &st, sizeof st)))
+            return 1;
+    }
+    return 0;
+}
+
+/* Descriptors and the heuristic's first algorithm for key `k`; with_bias 0 asks without the
+ * bias epilogue. Returns 0 on success, 1 when cuBLASLt has no algorithm (not an error yet),
+ * -1 on a failed call (recorded). */
+static int plan_build(cuda_ctx *c, gemm_plan *p, const gemm_key *k, int with_bias) {
+    memset(p, 0, sizeof *p);
+    p->used = 1;
+    p->key = *k;
+    cudaDataType_t ab = k->bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    if (CKLT(lt.cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F))) return -1;
+    cublasOperation_t ta = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta))) return -1;
+    if (CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb))) return -1;
+    if (with_bias) {
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType_t bt = CUDA_R_32F;
+        if (CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi))) return -1;
+        if (CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt)))
+            return -1;
+    }
+    /* stored shapes: op(A) is m x k, so A is k x m when transposed */
+    if (make_layout(c, &p->la, ab, k->ta ? k->k : k->m, k->ta ? k->m : k->k, k->lda, k->batch, k->sa)) return -1;
+    if (make_layout(c, &p->lb, ab, k->tb ? k->n : k->k, k->tb ? k->k : k->n, k->ldb, k->batch, k->sb)) return -1;
+    if (make_layout(c, &p->ld, CUDA_R_32F, k->m, k->n, k->ldd, k->batch, k->sd)) return -1;
+
+    cublasLtMatmulPreference_t pref = NULL;
+    if (CKLT(lt.cublasLtMatmulPreferenceCreate(&pref))) return -1;
+    uint64_t ws = LT_WORKSPACE;
+    uint32_t al_a = k->align_a, al_b = k->align_b, al_d = k->align_d;
+    int r = -1;
+    if (!CKLT(lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws)) &&
+        !CKLT(lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a)) &&
+        !CKLT(lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b)) &&
+        !CKLT(lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d)) &&
+        !CKLT(lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d))) {
+        cublasLtMatmulHeuristicResult_t res;
+        int found = 0;
+        memset(&res, 0, sizeof res);
+        cublasStatus_t hs = lt.cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->ld, p->ld, pref, 1, &res,
+                                                              &found);
+        if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
+            p->algo = res.algo;
+            r = 0;
+        } else if (hs == CUBLAS_STATUS_SUCCESS || hs == CUBLAS_STATUS_NOT_SUPPORTED) {
+            r = 1;
+        } else {
+            CKLT(hs);
+        }
+    }
+    lt.cublasLtMatmulPreferenceDestroy(pref);
+    return r;
+}
+
+static gemm_plan *plan_get(cuda_ctx *c, const gemm_key *k) {
+    for (int i = 0; i < N_PLANS; i++)
+        if (c->plans[i].used && memcmp(&c->plans[i].key, k, sizeof *k) == 0) return &c->plans[i];
+    gemm_plan *p = &c->plans[c->next_plan];
+    c->next_plan = (c->next_plan + 1) % N_PLANS;
+    plan_release(p);
+    int r = plan_build(c, p, k, k->bias);
+    if (r == 1 && k->bias) { /* no bias epilogue for this shape: plain product + bias kernel */
+        plan_release(p);
+        r = plan_build(c, p, k, 0);
+        p->bias_kernel = 1;
+    }
+    if (r == 1)
+        fail(c, DT_ERR_DEVICE, "cuBLASLt has no algorithm for a %s product %dx%dx%d (trans %d%d, batch %d) on rank %d "
+             "(host %s, GPU %d %s) (hint: training.precision: fp32)", k->bf16 ? "bf16" : "fp32", k->m, k->n, k->k,
+             k->ta, k->tb, k->batch, c->rank, c->host, c->device, c->gpu_name);
+    if (r != 0) {
+        plan_release(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* bf16 copy of `n` floats from `src` into scratch slot `slot`; NULL after a failure. */
+static const void *to_bf16(cuda_ctx *c, int slot, const float *src, size_t n) {
+    dtk_bf16 *d = scratch(c, slot, n * sizeof(dtk_bf16), "bf16 matmul inputs");
+    if (!d || CK(dtk_cast_bf16(c->s, d, src, n))) return NULL;
+    return d;
+}
+
+/* Column-major D(m x n, ldd) = alpha op(A) op(B) + beta D [+ bias(m) on every column], over
+ * `batch` products with element strides sa, sb, sd. A is stored k x m when ta (else m x k),
+ * B n x k when tb (else k x n), densely (ld = stored rows). */
+static void gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const float *A, int lda, long long sa,
+                 const float *B, int ldb, long long sb, float *D, int ldd, long long sd, int batch, float alpha,
+                 float beta, const float *bias) {
+    if (c->err != DT_OK || m == 0 || n == 0) return;
+    const void *a = A, *b = B;
+    if (c->bf16) {
+        size_t na = (size_t)sa * (size_t)(batch - 1) + (size_t)lda * (size_t)(ta ? m : k);
+        size_t nb = (size_t)sb * (size_t)(batch - 1) + (size_t)ldb * (size_t)(tb ? k : n);
+        if (!(a = to_bf16(c, SCR_A16, A, na)) || !(b = to_bf16(c, SCR_B16, B, nb))) return;
+    }
+    gemm_key key;
+    memset(&key, 0, sizeof key); /* the key is compared with memcmp: no stray padding bytes */
+    key.ta = ta; key.tb = tb; key.m = m; key.n = n; key.k = k;
+    key.lda = lda; key.ldb = ldb; key.ldd = ldd; key.batch = batch; key.bias = bias != NULL; key.bf16 = c->bf16;
+    key.sa = batch > 1 ? sa : 0; key.sb = batch > 1 ? sb : 0; key.sd = batch > 1 ? sd : 0;
+    key.align_a = ptr_align(a); key.align_b = ptr_align(b); key.align_d = ptr_align(D);
+    gemm_plan *p = plan_get(c, &key);
+    if (!p) return;
+    if (bias && !p->bias_kernel &&
+        CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)))
+        return;
+    if (CKLT(lt.cublasLtMatmul(c->lt, p->op, &alpha, a, p->la, b, p->lb, &beta, D, p->ld, D, p->ld, &p->algo, c->lt_ws,
+                               LT_WORKSPACE, c->s)))
+        return;
+    if (bias && p->bias_kernel) CK(dtk_add_bias(c->s, D, bias, n, m)); /* row-major: n rows of m */
+}
+
+/* Row-major out(M,N) = inp(M,K) @ W + bias; in column-major terms out^T = op(W) inp^T. */
+static void cu_matmul_fwd(void *ctx, float *out, const float *inp, const float *w, const float *bias, int M, int K,
+                          int N, int w_trans) {
+    cuda_ctx *c = ctx;
+    /* W (K,N) row-major is N x K column-major (no transpose); W (N,K) is K x N (transpose) */
+    gemm(c, w_trans, 0, N, M, K, w, w_trans ? K : N, 0, inp, K, 0, out, N, 0, 1, 1.0f, 0.0f, bias);
+}
+
+static void cu_matmul_bwd(void *ctx, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                          const float *w, int M, int K, int N, int w_trans) {
+    cuda_ctx *c = ctx;
+    /* dinp(M,K) = dout @ W^T: dinp^T (K x M) = op(W) (K x N) dout^T (N x M) */
+    if (dinp) gemm(c, !w_trans, 0, K, M, N, w, w_trans ? K : N, 0, dout, N, 0, dinp, K, 0, 1, 1.0f, 0.0f, NULL);
+    if (dw) {
+        if (w_trans) /* dW(N,K) += dout^T inp: dW^T (K x N) = inp^T (K x M) (dout^T)^T (M x N) */
+            gemm(c, 0, 1, K, N, M, inp, K, 0, dout, N, 0, dw, K, 0, 1, 1.0f, 1.0f, NULL);
+        else /* dW(K,N) += inp^T dout: dW^T (N x K) = dout^T (N x M) inp (M x K) */
+            gemm(c, 0, 1, N, K, M, dout, N, 0, inp, K, 0, dw, N, 0, 1, 1.0f, 1.0f, NULL);
+    }
+    if (dbias && c->err == DT_OK) {
+        size_t wb = dtk_bias_bwd_work_bytes(M, N);
+        void *work = scratch(c, SCR_WORK, wb, "kernel scratch");
+        if (work) CK(dtk_bias_bwd(c->s, dbias, dout, M, N, work, wb));
+    }
+}
+
+/* ---- attention: per (batch, head) products in cuBLASLt, causal softmax in our kernels ---- */
+
+static void cu_attention_fwd(void *ctx, float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+    cuda_ctx *c = ctx;
+    if (c->err != DT_OK) return;
+    const int hs = C / NH, BH = B * NH;
+    const size_t btc = (size_t)B * T * C;
+    float *q = scratch(c, SCR_ATT, 4 * btc * sizeof(float), "attention scratch");
+    if (!q) return;
+    float *k = q + btc, *v = k + btc, *y = v + btc;
+    const long long sq = (long long)T * hs, sp = (long long)T * T;
+    if (CK(dtk_qkv_split(c->s, q, k, v, qkv, B, T, C, NH))) return;
+    /* preatt = q k^T per head: preatt^T (T x T) = op(k_cm)=T (T x hs) q_cm (hs x T) */
+    gemm(c, 1, 0, T, T, hs, k, hs, sq, q, hs, sq, att, T, sp, BH, 1.0f, 0.0f, NULL);
+    if (c->err != DT_OK || CK(dtk_causal_softmax_fwd(c->s, att, BH, T, 1.0f / sqrtf((float)hs)))) return;
+    /* y = P v: y^T (hs x T) = v^T (hs x T) P^T (T x T) */
+    gemm(c, 0, 0, hs, T, T, v, hs, sq, att, T, sp, y, hs, sq, BH, 1.0f, 0.0f, NULL);
+    if (c->err == DT_OK) CK(dtk_heads_merge(c->s, out, y, B, T, C, NH));
+}
+
+static void cu_attention_bwd(void *ctx, float *dqkv, float *datt, const float *dout, const float *qkv,
+                             const float *att, int B, int T, int C, int NH) {
+    cuda_ctx *c = ctx;
+    if (c->err != DT_OK) return;
+    const int hs = C / NH, BH = B * NH;
+    const size_t btc = (size_t)B * T * C;
+    float *q = scratch(c, SCR_ATT, 7 * btc * sizeof(float), "attention scratch");
+    if (!q) return;
+    float *k = q + btc, *v = k + btc, *dy = v + btc, *dq = dy + btc, *dk = dq + btc, *dv = dk + btc;
+    const long long sq = (long long)T * hs, sp = (long long)T * T;
+    if (CK(dtk_qkv_split(c->s, q, k, v, qkv, B, T, C, NH)) || CK(dtk_heads_split(c->s, dy, dout, B, T, C, NH))) return;
+    /* dP = dy v^T: dP^T (T x T) = op(v_cm)=T (T x hs) dy_cm (hs x T) */
+    gemm(c, 1, 0, T, T, hs, v, hs, sq, dy, hs, sq, datt, T, sp, BH, 1.0f, 0.0f, NULL);
+    /* dv = P^T dy: dv^T (hs x T) = dy_cm (hs x T) op(P_cm)=T (T x T) */
+    gemm(c, 0, 1, hs, T, T, dy, hs, sq, att, T, sp, dv, hs, sq, BH, 1.0f, 0.0f, NULL);
+    if (c->err != DT_OK || CK(dtk_causal_softmax_bwd(c->s, datt, att, BH, T, 1.0f / sqrtf((float)hs)))) return;
+    /* datt now holds dpreatt. dq = dpre k: dq^T = k_cm (hs x T) dpre_cm (T x T) */
+    gemm(c, 0, 0, hs, T, T, k, hs, sq, datt, T, sp, dq, hs, sq, BH, 1.0f, 0.0f, NULL);
+    /* dk = dpre^T q: dk^T = q_cm (hs x T) op(dpre_cm)=T */
+    gemm(c, 0, 1, hs, T, T, q, hs, sq, datt, T, sp, dk, hs, sq, BH, 1.0f, 0.0f, NULL);
+    if (c->err == DT_OK) CK(dtk_qkv_merge(c->s, dqkv, dq, dk, dv, B, T, C, NH));
+}
+
+/* ---- everything else: our kernels ---- */
+
+#define LAUNCH(call)                                       \
+    do {                                                   \
+        if (c->err == DT_OK) CK(call);                     \
+    } while (0)
+
+static void cu_encoder_fwd(void *ctx, float *out, const int *tokens, const float *wte, const float *wpe, int B, int T,
+                           int C) {
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_encoder_fwd(c->s, out, tokens, wte, wpe, B, T, C));
+}
+
+static void cu_encoder_bwd(void *ctx, float *dwte, float *dwpe, const float *dout, const int *tokens, int B, int T,
+                           int C) {
+    cuda_ctx *c = ctx;
+    size_t wb = dtk_encoder_bwd_work_bytes(B, T);
+    void *work = scratch(c, SCR_WORK, wb, "kernel scratch");
+    if (work) LAUNCH(dtk_encoder_bwd(c->s, dwte, dwpe, dout, tokens, B, T, C, work, wb));
+}
+
+static void cu_layernorm_fwd(void *ctx, float *out, float *mean, float *rstd, const float *inp, const float *w,
+                             const float *b, int N, int C) {
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_layernorm_fwd(c->s, out, mean, rstd, inp, w, b, N, C));
+}
+
+static void cu_layernorm_bwd(void *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                             const float *w, const float *mean, const float *rstd, int N, int C) {
+    cuda_ctx *c = ctx;
+    size_t wb = dtk_layernorm_bwd_work_bytes(N, C);
+    void *work = scratch(c, SCR_WORK, wb, "kernel scratch");
+    if (work) LAUNCH(dtk_layernorm_bwd(c->s, dinp, dw, db, dout, inp, w, mean, rstd, N, C, work, wb));
+}
+
+static void cu_gelu_fwd(void *ctx, float *out, const float *inp, size_t n) {
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_gelu_fwd(c->s, out, inp, n));
+}
+
+static void cu_gelu_bwd(void *ctx, float *dinp, const float *inp, const float *dout, size_t n) {
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_gelu_bwd(c->s, dinp, inp, dout, n));
+}
+
+static void cu_add(void *ctx, float *out, const float *a, const float *b, size_t n) {
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_add(c->s, out, a, b, n));
+}
+
+static void cu_xent_fwd(void *ctx, float *losses, float *probs, const float *logits, const int *targets, int N, int V) {
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_xent_fwd(c->s, losses, probs, logits, targets, N, V));
+}
+
+static void cu_xent_bwd(void *ctx, float *dlogits, const float *probs, const int *targets, float scale, int N, int V) {
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_xent_bwd(c->s, dlogits, probs, targets, scale, N, V));
+}
+
+static void cu_argmax(void *ctx, int *idx, const float *x, int N, int V) {
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_argmax(c->s, idx, x, N, V));
+}
+
+static void cu_gather_rows(void *ctx, float *out, const float *x, const int *rows, int n, int C) {
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_gather_rows(c->s, out, x, rows, n, C));
+}
+
+static void cu_scatter_add_rows(void *ctx, float *dx, const float *dout, const int *rows, int n, int C) {
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_scatter_add_rows(c->s, dx, dout, rows, n, C));
+}
+
+static void cu_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                     float beta2, float eps, float weight_decay, int t) {
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_adamw(c->s, p, NULL, g, m, v, n, lr, beta1, beta2, eps, weight_decay, t));
+}
+
+static double cu_sumsq(void *ctx, const float *x, size_t n) {
+    cuda_ctx *c = ctx;
+    size_t wb = dtk_sumsq_work_bytes(n);
+    void *work = scratch(c, SCR_WORK, wb, "kernel scratch");
+    if (!work || CK(dtk_sumsq(c->s, c->sum_dev, x, n, work, wb)) ||
+        CK(cudaMemcpyAsync(c->sum_host, c->sum_dev, sizeof(double), cudaMemcpyDeviceToHost, c->s)) ||
+        CK(cudaStreamSynchronize(c->s)))
+        return NAN; /* `check` reports why */
+    return *c->sum_host;
+}
+
+static void cu_scale(void *ctx, float *x, size_t n, float s) {
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_scale(c->s, x, n, s));
+}
+
+static dt_status cu_check(void *ctx) {
+    cuda_ctx *c = ctx;
+    if (c->err == DT_OK) CK(cudaStreamSynchronize(c->s));
+    if (c->err == DT_OK) CK(cudaGetLastError());
+    return c->err == DT_OK ? DT_OK : dt_error_set(c->err, "%s", c->err_msg);
+}
+
+/* ---- init / free ---- */
+
+static void ctx_free(cuda_ctx *c) {
+    if (!c) return;
+    if (c->s) cudaStreamSynchronize(c->s);
+    for (int i = 0; i < N_PLANS; i++) plan_release(&c->plans[i]);
+    for (int i = 0; i < N_SCRATCH; i++) cudaFree(c->scr[i]);
+    cudaFree(c->lt_ws);
+    cudaFree(c->sum_dev);
+    cudaFreeHost(c->sum_host);
+    if (c->lt) lt.cublasLtDestroy(c->lt);
+    if (c->s) cudaStreamDestroy(c->s);
+    free(c);
+}
+
+void dt_ops_cuda_free(dt_ops *ops) {
+    if (!ops) return;
+    ctx_free(ops->ctx);
+    free(ops);
+}
+
+void *dt_ops_cuda_stream(const dt_ops *ops) { return ((cuda_ctx *)ops->ctx)->s; }
+
+void dt_ops_cuda_describe(const dt_ops *ops, char *buf, size_t n) {
+    const cuda_ctx *c = ops->ctx;
+    size_t freeb = 0, total = 0;
+    if (cudaMemGetInfo(&freeb, &total) != cudaSuccess) total = 0;
+    char tot[32];
+    human_bytes(tot, sizeof tot, (double)total);
+    snprintf(buf, n, "GPU %d (%s, %s) on %s", c->device, c->gpu_name, tot, c->host);
+}
+
+dt_status dt_ops_cuda_init(dt_ops **out, int device, int bf16, int rank) {
+    *out = NULL;
+    dt_ops *ops = dt_calloc(1, sizeof *ops, "CUDA op table");
+    cuda_ctx *c = ops ? dt_calloc(1, sizeof *c, "CUDA op context") : NULL;
+    if (!c) {
+        free(ops);
+        return DT_ERR_NOMEM;
+    }
+    c->device = device;
+    c->rank = rank;
+    c->bf16 = bf16;
+    if (gethostname(c->host, sizeof c->host) != 0) snprintf(c->host, sizeof c->host, "?");
+    c->host[sizeof c->host - 1] = '\0';
+    snprintf(c->gpu_name, sizeof c->gpu_name, "?");
+    dt_status st = DT_OK;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || device >= count) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        st = dt_error_set(DT_ERR_CONFIG, "rank %d (host %s): GPU %d is not usable: %s (CUDA_VISIBLE_DEVICES=%s) (hint: "
+                          "one worker per visible GPU: lower training.num_workers, or check nvidia-smi)", rank, c->host,
+                          device, e != cudaSuccess ? cudaGetErrorString(e) : "fewer GPUs are visible",
+                          vis ? vis : "unset");
+        goto fail;
+    }
+    struct cudaDeviceProp prop;
+    memset(&prop, 0, sizeof prop);
+    if (!CK(cudaSetDevice(device)) && !CK(cudaGetDeviceProperties(&prop, device)))
+        snprintf(c->gpu_name, sizeof c->gpu_name, "%s", prop.name);
+    if (c->err == DT_OK && bf16 && prop.major < 8)
+        fail(c, DT_ERR_CONFIG, "rank %d (host %s): GPU %d (%s, compute capability %d.%d) has no bf16 tensor cores "
+             "(hint: training.precision: fp32)", rank, c->host, device, c->gpu_name, prop.major, prop.minor);
+    if (c->err == DT_OK) CK(cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking));
+    if (c->err != DT_OK) {
+        st = dt_error_set(c->err, "%s", c->err_msg);
+        goto fail;
+    }
+    pthread_once(&lt_once, lt_load);
+    if (lt_error[0]) {
+        st = dt_error_set(DT_ERR_DEVICE, "rank %d (host %s): %s", rank, c->host, lt_error);
+        goto fail;
+    }
+    if (CKLT(lt.cublasLtCreate(&c->lt))) {
+        st = dt_error_set(c->err, "%s", c->err_msg);
+        goto fail;
+    }
+    if ((st = dev_malloc(c, &c->lt_ws, LT_WORKSPACE, "the cuBLASLt workspace")) != DT_OK ||
+        (st = dev_malloc(c, (void **)&c->sum_dev, sizeof(double), "the gradient norm")) != DT_OK)
+        goto fail;
+    if (CK(cudaMallocHost((void **)&c->sum_host, sizeof(double)))) {
+        st = dt_error_set(c->err, "%s", c->err_msg);
+        goto fail;
+    }
+
+    ops->name = "cuda";
+    ops->ctx = c;
+    ops->alloc = cu_alloc;
+    ops->free = cu_free;
+    ops->upload = cu_upload;
+    ops->download = cu_download;
+    ops->zero = cu_zero;
+    ops->encoder_fwd = cu_encoder_fwd;
+    ops->encoder_bwd = cu_encoder_bwd;
+    ops->layernorm_fwd = cu_layernorm_fwd;
+    ops->layernorm_bwd = cu_layernorm_bwd;
+    ops->matmul_fwd = cu_matmul_fwd;
+    ops->matmul_bwd = cu_matmul_bwd;
+    ops->attention_fwd = cu_attention_fwd;
+    ops->attention_bwd = cu_attention_bwd;
+    ops->gelu_fwd = cu_gelu_fwd;
+    ops->gelu_bwd = cu_gelu_bwd;
+    ops->add = cu_add;
+    ops->xent_fwd = cu_xent_fwd;
+    ops->xent_bwd = cu_xent_bwd;
+    ops->argmax = cu_argmax;
+    ops->gather_rows = cu_gather_rows;
+    ops->scatter_add_rows = cu_scatter_add_rows;
+    ops->adamw = cu_adamw;
+    ops->sumsq = cu_sumsq;
+    ops->scale = cu_scale;
+    ops->check = cu_check;
+    *out = ops;
+    return DT_OK;
+fail:
+    ctx_free(c);
+    free(ops);
+    return st;
+}
+
+size_t dt_ops_cuda_scratch_bytes(const dt_model_cfg *m, int bf16) {
+    const size_t B = (size_t)m->max_batch, T = (size_t)m->seq_len, C = (size_t)m->n_embd, V = (size_t)m->vocab_size;
+    const size_t BT = B * T, att = 7 * BT * C * sizeof(float); /* attention backward's q k v dy dq dk dv */
+    size_t cast = 0;
+    if (bf16) { /* bf16 copies of the largest product's two inputs */
+        size_t head = m->num_labels ? 0 : (BT * V + V * C) * 2; /* LM head backward: dlogits and wte */
+        size_t mlp = (BT * 4 * C + 4 * C * C) * 2;
+        size_t probs = (B * (size_t)m->n_head * T * T + BT * C) * 2; /* attention: P and v */
+        cast = head > mlp ? head : mlp;
+        if (probs > cast) cast = probs;
+    }
+    return att + cast + LT_WORKSPACE;
+}
+
+/* ---- library versions ---- */
 
 /* cuBLAS, NCCL (>= 2.9) and cuDNN 9: major*10000 + minor*100 + patch; cuDNN 8: major*1000 + ... */
 static void mmp(long v, int cudnn8, int *ma, int *mi, int *pa) {

@@ -59,6 +59,7 @@ double dt_optim_lr(const dt_optim_cfg *c, long step) {
 dt_status dt_optim_step(dt_optim *o, float *params, float *grads, long step, double *grad_norm, double *lr_out) {
     const dt_ops *ops = o->ops;
     double norm = sqrt(ops->sumsq(ops->ctx, grads, o->n_params));
+    DT_TRY(ops->check(ops->ctx)); /* a device fault anywhere in forward/backward surfaces here */
     *grad_norm = norm;
     double lr = dt_optim_lr(&o->cfg, step);
     *lr_out = lr;

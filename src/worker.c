@@ -22,6 +22,9 @@
 #include <time.h>
 
 #include "dtrain/ckpt.h"
+#ifdef DTRAIN_HAVE_CUDA
+#include "dtrain/cuda.h"
+#endif
 #include "dtrain/comm.h"
 #include "dtrain/data.h"
 #include "dtrain/fault.h"
@@ -33,7 +36,10 @@
 typedef struct run {
     const dt_config *cfg;
     dt_comm *comm;          /* NULL: a single process */
+    dt_comm *gcomm;         /* gradients and weights: comm on CPU, the nccl collective on GPU */
+    dt_comm *nccl;          /* owned (GPU runs with world > 1) */
     int rank, world;
+    int gpu;                /* the op table is the CUDA one */
     dt_comm_req **reqs;     /* (n_buckets) in-flight gradient all-reduces */
     dt_status comm_st;      /* first failure to start one */
     dt_ops *ops;
@@ -76,7 +82,12 @@ static void run_free(run *r) {
     dt_model_free(r->model);
     dt_dataset_free(r->val);
     dt_dataset_free(r->train);
-    dt_ops_cpu_free(r->ops);
+    dt_comm_free(r->nccl);
+#ifdef DTRAIN_HAVE_CUDA
+    if (r->gpu) dt_ops_cuda_free(r->ops);
+    else
+#endif
+        dt_ops_cpu_free(r->ops);
     free(r->tokens);
     free(r->targets);
     free(r->idx);
@@ -110,16 +121,32 @@ static dt_status open_dataset(const dt_config *c, const char *path, dt_dataset *
     return dt_dataset_open(out, &dc);
 }
 
-/* Everything train and eval share: backend, model, host batch buffers, datasets. */
-static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_train) {
+/* Everything train and eval share: backend (GPU `local_rank` on GPU runs), the gradient
+ * collective, model, host batch buffers, datasets. */
+static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_train, int local_rank) {
     memset(r, 0, sizeof *r);
     r->cfg = c;
-    r->comm = comm;
+    r->comm = r->gcomm = comm;
     r->rank = comm ? dt_comm_rank(comm) : 0;
     r->world = comm ? dt_comm_world(comm) : 1;
     dt_device_kind dev;
     DT_TRY(dt_device_resolve(c, &dev));
-    DT_TRY(dt_ops_cpu_init(&r->ops, dt_device_threads_per_worker(c)));
+#ifdef DTRAIN_HAVE_CUDA
+    if (dev == DT_DEVICE_CUDA) {
+        DT_TRY(dt_ops_cuda_init(&r->ops, local_rank, c->training.precision != DT_PREC_FP32, r->rank));
+        r->gpu = 1;
+        /* gradients and weights stay on the GPU: NCCL, bootstrapped over the host collective */
+        if (comm && r->world > 1) {
+            DT_TRY(dt_comm_init_nccl(&r->nccl, comm, local_rank, dt_ops_cuda_stream(r->ops),
+                                     c->training.collective_timeout_s));
+            r->gcomm = r->nccl;
+        }
+    } else
+#endif
+    {
+        (void)local_rank;
+        DT_TRY(dt_ops_cpu_init(&r->ops, dt_device_threads_per_worker(c)));
+    }
     dt_model_cfg mc = model_cfg_from(c);
     DT_TRY(dt_model_init(&r->model, &mc, r->ops));
     size_t b = (size_t)c->data.batch_size_per_worker, T = (size_t)c->data.seq_len;
@@ -229,7 +256,7 @@ static void on_bucket_ready(void *user, int bucket) {
     run *r = user;
     if (r->comm_st != DT_OK) return;
     const dt_bucket *bk = dt_model_bucket(r->model, bucket);
-    r->comm_st = dt_comm_allreduce_start(r->comm, dt_model_grads(r->model) + bk->offset, bk->numel, DT_REDUCE_SUM,
+    r->comm_st = dt_comm_allreduce_start(r->gcomm, dt_model_grads(r->model) + bk->offset, bk->numel, DT_REDUCE_SUM,
                                          &r->reqs[bucket]);
 }
 
@@ -238,7 +265,7 @@ static dt_status wait_buckets(run *r) {
     dt_status st = r->comm_st;
     for (int i = 0; i < dt_model_num_buckets(r->model); i++) {
         if (!r->reqs[i]) continue;
-        dt_status w = dt_comm_wait(r->comm, r->reqs[i]);
+        dt_status w = dt_comm_wait(r->gcomm, r->reqs[i]);
         r->reqs[i] = NULL;
         if (st == DT_OK) st = w;
     }
@@ -257,8 +284,12 @@ static int perturb_rank(void) {
  * from the majority (with two ranks, both). */
 static dt_status check_replicas(run *r, long step) {
     size_t n = dt_model_num_params(r->model);
-    float *host = dt_model_params(r->model); /* CPU backend: host memory */
+    float *host = dt_malloc(n * sizeof(float), "replica check");
+    if (!host) return DT_ERR_NOMEM;
+    r->ops->download(r->ops->ctx, host, dt_model_params(r->model), n * sizeof(float));
     uint32_t crc = (uint32_t)crc32_z(0L, (const Bytef *)host, n * sizeof(float));
+    free(host);
+    DT_TRY(r->ops->check(r->ops->ctx));
     uint32_t all[64];
     DT_TRY(dt_comm_allgather(r->comm, &crc, sizeof crc, all));
     int best = 0, best_count = 0;
@@ -435,7 +466,7 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
     const int attempt = opts ? opts->attempt : 0;
     dt_fault fault;
     dt_status st = dt_fault_from_env(&fault);
-    if (st == DT_OK) st = run_setup(&r, c, comm, 1);
+    if (st == DT_OK) st = run_setup(&r, c, comm, 1, opts ? opts->local_rank : 0);
     else memset(&r, 0, sizeof r);
     if (st != DT_OK) goto done;
     const int b = c->data.batch_size_per_worker, T = c->data.seq_len, accum = c->training.grad_accum_steps;
@@ -518,7 +549,7 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
                         score_loaded ? "" : " (no score.weight in the file: classification head initialised from the seed)");
     }
     if (world > 1 &&
-        (st = dt_comm_broadcast(comm, dt_model_params(r.model), dt_model_num_params(r.model) * sizeof(float), 0)) != DT_OK)
+        (st = dt_comm_broadcast(r.gcomm, dt_model_params(r.model), dt_model_num_params(r.model) * sizeof(float), 0)) != DT_OK)
         goto done;
 
     {
@@ -527,7 +558,21 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
         human_count(params, sizeof params, (double)dt_model_num_params(r.model));
         human_count(flops, sizeof flops, dt_model_flops_per_token(mc));
         char how[48] = "";
-        if (world > 1) snprintf(how, sizeof how, ", %s all-reduce", dt_comm_backend(comm));
+        if (world > 1) snprintf(how, sizeof how, ", %s all-reduce", dt_comm_backend(r.gcomm));
+#ifdef DTRAIN_HAVE_CUDA
+        if (r.gpu) {
+            int bf16 = c->training.precision != DT_PREC_FP32;
+            size_t need = dt_model_memory_bytes(mc) + 2 * dt_model_num_params(r.model) * sizeof(float) +
+                          dt_ops_cuda_scratch_bytes(mc, bf16);
+            char gpu[320];
+            dt_ops_cuda_describe(r.ops, gpu, sizeof gpu);
+            dt_metrics_info(r.metrics, "dtrain: %s on cuda (%s), %d worker%s x 1 GPU%s | run dir %s",
+                            cls ? "classification" : "language modelling", bf16 ? "bf16 matmuls" : "fp32", world,
+                            world > 1 ? "s" : "", how, c->run.dir);
+            dt_metrics_info(r.metrics, "rank %d: %s; estimated %.2f GiB of GPU memory per worker (weights, gradients, "
+                            "AdamW state, activations for batch %d)", rank, gpu, (double)need / (1u << 30), b);
+        } else
+#endif
         dt_metrics_info(r.metrics, "dtrain: %s on cpu, %d worker%s x %d threads%s | run dir %s",
                         cls ? "classification" : "language modelling", world, world > 1 ? "s" : "",
                         dt_device_threads_per_worker(c), how, c->run.dir);
@@ -627,7 +672,12 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
             goto done;
         }
         if (check_every > 0 && step % check_every == 0) {
-            if (perturb == rank && step == check_every) dt_model_params(r.model)[0] += 1e-3f;
+            if (perturb == rank && step == check_every) {
+                float p0;
+                r.ops->download(r.ops->ctx, &p0, dt_model_params(r.model), sizeof p0);
+                p0 += 1e-3f;
+                r.ops->upload(r.ops->ctx, dt_model_params(r.model), &p0, sizeof p0);
+            }
             if ((st = check_replicas(&r, step)) != DT_OK) goto done;
         }
         int last = step == total;
@@ -705,6 +755,7 @@ static dt_status launched_worker(void *arg, dt_comm *comm, const dt_launch_ctx *
     o.note_size = ctx->note_size;
     o.stats = ctx->stats;
     o.waiting = ctx->waiting;
+    o.local_rank = comm ? dt_comm_rank(comm) : 0; /* every worker is on this host: worker r uses GPU r */
     return dt_worker_train(a->cfg, &o, comm);
 }
 
@@ -720,7 +771,7 @@ dt_status dt_worker_launch(const dt_config *c, const dt_worker_opts *opts, dt_la
 
 dt_status dt_worker_eval(const dt_config *c, const char *weights, dt_eval_point *out) {
     run r;
-    dt_status st = run_setup(&r, c, NULL, 0);
+    dt_status st = run_setup(&r, c, NULL, 0, 0);
     if (st != DT_OK) goto done;
     if (!r.val) {
         st = dt_error_set(DT_ERR_CONFIG, "%s: data.val_path: required for evaluation (hint: --set data.val_path=FILE)",

@@ -69,6 +69,23 @@ dt_status dt_comm_barrier_timeout(dt_comm *c, double timeout_s);
  * next_fd goes to rank+1, prev_fd comes from rank-1; takes ownership of both. */
 dt_status dt_comm_init_tcp(dt_comm **out, int rank, int world, int next_fd, int prev_fd, double timeout_s);
 
+/* ---- the nccl backend (GPU buffers; CUDA builds only): NCCL, opened with dlopen on the
+ * first call (CPU runs never load it). Collective over `boot`: every rank calls it.
+ *   boot            a working host communicator of the same job (shm, tcp or mpi): rank and
+ *                   world are taken from it, and it carries NCCL's unique id from rank 0 (in
+ *                   fork mode: made by rank 0 after fork, passed through the launcher's
+ *                   shared memory). Used only during this call.
+ *   device          this rank's CUDA device; made current on the calling thread.
+ *   compute_stream  the cudaStream_t (NULL: the legacy default stream) on which the buffers
+ *                   are written: each collective (the barrier excepted) runs after the work
+ *                   queued there before it was started. The result is complete on the device
+ *                   when dt_comm_wait returns.
+ * Buffers may be device memory of `device` (or managed memory), or host memory, which is
+ * staged through a device buffer (meant for small things). A timeout or an NCCL error aborts
+ * the NCCL communicator. Fails with DT_ERR_DEVICE when NCCL or the GPU is not usable (on every
+ * rank when one rank cannot set up). dt_comm_backend: "nccl". */
+dt_status dt_comm_init_nccl(dt_comm **out, dt_comm *boot, int device, void *compute_stream, double timeout_s);
+
 /* ---- backend interface: for src/comm_<backend>.c only, never for callers ----
  * A backend is a table of blocking collectives. They all run on the communicator's own
  * thread, one at a time and in issue order, so a backend needs no locking of its own. On

@@ -1,12 +1,13 @@
-/* cuda.h — the CUDA backend (built when nvcc, cuBLAS, cuDNN and NCCL are found).
- *
- * For now it holds what the rest of the program needs before GPU training lands: library
- * versions and a probe that runs one kernel. None of these is called before fork. */
+/* cuda.h — the CUDA backend (built when nvcc, cuBLAS, cuDNN and NCCL are found): the GPU op
+ * table, library versions and a probe that runs one kernel. None of these is called before
+ * fork: the launcher never initialises CUDA. */
 #ifndef DTRAIN_CUDA_H
 #define DTRAIN_CUDA_H
 
 #include <stddef.h>
 
+#include "dtrain/model.h"
+#include "dtrain/ops.h"
 #include "dtrain/status.h"
 
 /* One line each for CUDA (runtime, driver), cuBLASLt, cuDNN and NCCL: the version found at
@@ -17,5 +18,20 @@ int dt_cuda_versions(char *buf, size_t n);
 /* Runs a one-block kernel on `device` that writes 42 into a device int, copies it back and
  * checks it. DT_ERR_DEVICE with the failing call, file:line when anything fails. */
 dt_status dt_cuda_probe(int device);
+
+/* The op table of ops.h on GPU `device` (an index among the visible GPUs), for worker `rank`
+ * (named in messages). bf16: matmul inputs rounded to bf16 (fp32 accumulation and outputs);
+ * else fp32 throughout. Loads cuBLASLt. A device that is not there, or has no bf16 support
+ * when asked for it, is DT_ERR_CONFIG with a hint. dt_ops_cuda_free accepts NULL. */
+dt_status dt_ops_cuda_init(dt_ops **out, int device, int bf16, int rank);
+void dt_ops_cuda_free(dt_ops *ops);
+/* The cudaStream_t every op of `ops` runs on (collectives order themselves after it). */
+void *dt_ops_cuda_stream(const dt_ops *ops);
+/* "GPU 0 (NVIDIA H200, 139.81 GiB) on host" */
+void dt_ops_cuda_describe(const dt_ops *ops, char *buf, size_t n);
+/* Device memory the backend adds to dt_model_memory_bytes for this shape: scratch for the
+ * attention products and bf16 copies, and the cuBLASLt workspace (an estimate, for the
+ * start-up line). */
+size_t dt_ops_cuda_scratch_bytes(const dt_model_cfg *model, int bf16);
 
 #endif

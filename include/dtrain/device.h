@@ -18,9 +18,13 @@ int dt_device_cuda_count(void);
 /* 1 when this binary was built with the CUDA backend. */
 int dt_device_cuda_built(void);
 
-/* Resolves training.device (auto/cpu/cuda) against what exists. DT_ERR_CONFIG with a hint
- * when CUDA is asked for and cannot be used. */
+/* Resolves training.device (auto/cpu/cuda) against what exists: auto is cuda when GPUs are
+ * visible and the CUDA backend is built. DT_ERR_CONFIG with a hint when CUDA is asked for and
+ * cannot be used, or bf16 is asked for on CPU. Makes no CUDA call (safe before fork). */
 dt_status dt_device_resolve(const dt_config *cfg, dt_device_kind *out);
+/* For forked GPU workers (one per GPU on this host): DT_ERR_CONFIG with a hint when
+ * training.num_workers exceeds the visible GPUs. No CUDA call. */
+dt_status dt_device_check_gpus_for_workers(const dt_config *cfg);
 
 /* BLAS/OpenMP threads per worker: training.cpu_threads_per_worker, or cores / num_workers. */
 int dt_device_threads_per_worker(const dt_config *cfg);

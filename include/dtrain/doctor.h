@@ -2,7 +2,9 @@
  * the collective works here: a self-test with N real worker processes (all-reduce of
  * per-rank data checked against a serial sum, broadcast, all-gather, barrier) and an
  * all-reduce bandwidth table from 1 KiB to 256 MiB with algbw and busbw as nccl-tests
- * defines them (busbw = algbw * 2(n-1)/n), next to this machine's memcpy bandwidth. */
+ * defines them (busbw = algbw * 2(n-1)/n), next to this machine's memcpy bandwidth.
+ * With --device cuda: worker r runs a kernel on GPU r, then the same self-test and table over
+ * NCCL (the table on device buffers). */
 #ifndef DTRAIN_DOCTOR_H
 #define DTRAIN_DOCTOR_H
 
@@ -10,7 +12,7 @@
 #include "dtrain/status.h"
 
 typedef struct dt_doctor_opts {
-    int num_workers;          /* >= 1 */
+    int num_workers;          /* 0: 2 on CPU, one per visible GPU with cuda */
     dt_device_kind device;    /* cpu or cuda (auto: what exists) */
     double timeout_s;         /* collective deadline */
     long max_bytes;           /* largest all-reduce in the table (default 256 MiB) */

@@ -8,7 +8,9 @@
  *   - input gradients are OVERWRITTEN, except layernorm_bwd and encoder paths that write
  *     into the residual stream, which ACCUMULATE (marked "+=" below);
  *   - integer index arrays (tokens, targets, rows) live in backend memory too.
- * Functions cannot fail on valid arguments; argument checking is the model's job. */
+ * Functions cannot fail on valid arguments; argument checking is the model's job. A device
+ * backend records the first failure of a call (e.g. an asynchronous kernel fault) and turns
+ * later ops into no-ops; `check` reports it. */
 #ifndef DTRAIN_OPS_H
 #define DTRAIN_OPS_H
 
@@ -78,6 +80,9 @@ struct dt_ops {
     void (*xent_bwd)(void *ctx, float *dlogits, const float *probs, const int *targets, float scale,
                      int N, int V);
 
+    /* idx(N) = index of the largest element of each row of x(N,V) (the first one on ties) */
+    void (*argmax)(void *ctx, int *idx, const float *x, int N, int V);
+
     /* out(n,C) = x[rows[i]] (pooling);  dx[rows[i]] += dout(n,C) */
     void (*gather_rows)(void *ctx, float *out, const float *x, const int *rows, int n, int C);
     void (*scatter_add_rows)(void *ctx, float *dx, const float *dout, const int *rows, int n, int C);
@@ -90,6 +95,10 @@ struct dt_ops {
     double (*sumsq)(void *ctx, const float *x, size_t n);
     /* x *= s */
     void (*scale)(void *ctx, float *x, size_t n, float s);
+
+    /* Waits for the queued work and returns the first failure since init (sticky), with its
+     * message set (dt_error_set); DT_OK when all went well. The CPU backend never fails. */
+    dt_status (*check)(void *ctx);
 };
 
 /* CPU backend (OpenBLAS + OpenMP). `threads` <= 0 leaves the library defaults.

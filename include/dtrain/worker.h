@@ -20,6 +20,8 @@ typedef struct dt_worker_opts {
     const dt_worker_slot *stats; /* may be NULL; (world) the launcher's samples of each worker */
     volatile int *waiting;         /* may be NULL; set while waiting for rank 0's disk */
     const char *launched_by;       /* may be NULL; who started this worker (external launchers), for the log */
+    int local_rank;                /* this worker's index among the workers on its host: on GPU runs it
+                                    * uses the local_rank-th visible GPU (fork mode: the rank) */
 } dt_worker_opts;
 
 /* Creates cfg->run.dir and writes the resolved config.yaml into it (once, before the

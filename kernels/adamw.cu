@@ -1,0 +1,38 @@
+// adamw.cu — the AdamW step (torch.optim.AdamW, as src/ops_cpu.c computes it), with an
+// optional bf16 copy of the updated parameters written in the same pass.
+#include <math.h>
+
+#include "dtk.h"
+#include "dtk_common.cuh"
+
+// The CPU reference (compiled without FMA contraction) rounds every product and sum; the
+// explicit __fmul_rn/__fadd_rn/__fdiv_rn keep nvcc from fusing them, so with IEEE sqrtf
+// the update is bit-identical to the CPU's for the same inputs.
+static __global__ void adamw_kernel(float *p, __nv_bfloat16 *p16, const float *g, float *m, float *v, size_t n,
+                                    float beta1, float beta2, float eps, float step_size, float bc2_sqrt, float decay) {
+    const float omb1 = 1.0f - beta1, omb2 = 1.0f - beta2;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float gi = g[i];
+        const float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(omb1, gi));                // b1 m + (1-b1) g
+        const float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(omb2, gi), gi)); // b2 v + (1-b2) g g
+        m[i] = mi;
+        v[i] = vi;
+        // p * decay - step_size * m / (sqrt(v) / sqrt(bc2) + eps)
+        const float denom = __fadd_rn(__fdiv_rn(sqrtf(vi), bc2_sqrt), eps);
+        const float pi = __fsub_rn(__fmul_rn(p[i], decay), __fdiv_rn(__fmul_rn(step_size, mi), denom));
+        p[i] = pi;
+        if (p16) p16[i] = __float2bfloat16_rn(pi);
+    }
+}
+
+extern "C" cudaError_t dtk_adamw(cudaStream_t s, float *p, dtk_bf16 *p16, const float *g, float *m, float *v, size_t n,
+                                 float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
+    if (n == 0) return cudaSuccess;
+    // bias corrections in double on the host, rounded to float exactly as the CPU does
+    const double bc1 = 1.0 - pow((double)beta1, t), bc2 = 1.0 - pow((double)beta2, t);
+    const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+    const float decay = 1.0f - lr * weight_decay;
+    adamw_kernel<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(p, p16, g, m, v, n, beta1, beta2, eps, step_size, bc2_sqrt,
+                                                       decay);
+    return cudaGetLastError();
+}

@@ -1,0 +1,54 @@
+// argmax.cu — row argmax (predictions for accuracy, so the host never copies the logits)
+// and the bias add used when cuBLASLt has no bias epilogue for a shape. Owned by ops_cuda.c.
+#include "dtk.h"
+
+// One block per row: each thread scans a strided slice keeping its best (value, column);
+// the block then reduces pairs, preferring the smaller column on equal values so the
+// result is the first maximum, as on the CPU.
+static __global__ void argmax_kernel(int *idx, const float *x, int V) {
+    const float *r = x + (size_t)blockIdx.x * V;
+    float best = -INFINITY;
+    int arg = 0x7fffffff;
+    for (int k = threadIdx.x; k < V; k += blockDim.x) {
+        float v = r[k];
+        if (v > best || (v == best && k < arg)) { best = v; arg = k; }
+    }
+    __shared__ float sv[256];
+    __shared__ int si[256];
+    sv[threadIdx.x] = best;
+    si[threadIdx.x] = arg;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) {
+            float ov = sv[threadIdx.x + half];
+            int oi = si[threadIdx.x + half];
+            if (ov > sv[threadIdx.x] || (ov == sv[threadIdx.x] && oi < si[threadIdx.x])) {
+                sv[threadIdx.x] = ov;
+                si[threadIdx.x] = oi;
+            }
+        }
+        __syncthreads();
+    }
+    // a row of NaNs (or all -inf) leaves arg at its sentinel: report column 0 like the CPU
+    if (threadIdx.x == 0) idx[blockIdx.x] = si[0] == 0x7fffffff ? 0 : si[0];
+}
+
+extern "C" cudaError_t dtk_argmax(cudaStream_t s, int *idx, const float *x, int N, int V) {
+    if (N <= 0 || V <= 0) return cudaSuccess;
+    argmax_kernel<<<N, 256, 0, s>>>(idx, x, V);
+    return cudaGetLastError();
+}
+
+static __global__ void add_bias_kernel(float *out, const float *bias, size_t total, int N) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
+        out[i] += bias[i % (size_t)N];
+}
+
+extern "C" cudaError_t dtk_add_bias(cudaStream_t s, float *out, const float *bias, int M, int N) {
+    size_t total = (size_t)M * (size_t)N;
+    if (total == 0) return cudaSuccess;
+    size_t blocks = (total + 255) / 256;
+    if (blocks > 65536) blocks = 65536;
+    add_bias_kernel<<<(unsigned)blocks, 256, 0, s>>>(out, bias, total, N);
+    return cudaGetLastError();
+}

@@ -1,0 +1,130 @@
+// attention.cu — the non-matmul parts of causal self-attention: the permutes between the
+// (B,T,3C) / (B,T,C) activations and per-head (B,NH,T,hs) tensors, and the in-place causal
+// softmax forward/backward over the (BH,T,T) score matrices (the matmuls are cuBLAS calls
+// in src/ops_cuda.c).
+#include "dtk.h"
+#include "dtk_common.cuh"
+
+// All four permutes run one block per (b,t) row with threads over the columns c in [0,C):
+// c = h*hs + j is element j of head h, at ((b*NH + h)*T + t)*hs + j in a per-head tensor.
+static __device__ inline size_t head_index(int bt, int c, int T, int NH, int hs) {
+    const int b = bt / T, t = bt - b * T, h = c / hs, j = c - h * hs;
+    return ((size_t)(b * NH + h) * T + t) * hs + j;
+}
+
+// q, k, v from columns c, C + c, 2C + c of qkv row bt
+static __global__ void qkv_split_kernel(float *q, float *k, float *v, const float *qkv, int T, int C, int NH) {
+    const int bt = blockIdx.x, hs = C / NH;
+    const float *row = qkv + (size_t)bt * 3 * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        const size_t d = head_index(bt, c, T, NH, hs);
+        q[d] = row[c];
+        k[d] = row[C + c];
+        v[d] = row[2 * C + c];
+    }
+}
+
+static __global__ void qkv_merge_kernel(float *dqkv, const float *dq, const float *dk, const float *dv, int T, int C,
+                                        int NH) {
+    const int bt = blockIdx.x, hs = C / NH;
+    float *row = dqkv + (size_t)bt * 3 * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        const size_t d = head_index(bt, c, T, NH, hs);
+        row[c] = dq[d];
+        row[C + c] = dk[d];
+        row[2 * C + c] = dv[d];
+    }
+}
+
+// out[b,t,h*hs+j] = y[b,h,t,j]
+static __global__ void heads_merge_kernel(float *out, const float *y, int T, int C, int NH) {
+    const int bt = blockIdx.x, hs = C / NH;
+    float *row = out + (size_t)bt * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) row[c] = y[head_index(bt, c, T, NH, hs)];
+}
+
+// dy[b,h,t,j] = dout[b,t,h*hs+j]
+static __global__ void heads_split_kernel(float *dy, const float *dout, int T, int C, int NH) {
+    const int bt = blockIdx.x, hs = C / NH;
+    const float *row = dout + (size_t)bt * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) dy[head_index(bt, c, T, NH, hs)] = row[c];
+}
+
+static bool bad_shape(int B, int T, int C, int NH) { return B <= 0 || T <= 0 || C <= 0 || NH <= 0; }
+
+extern "C" cudaError_t dtk_qkv_split(cudaStream_t s, float *q, float *k, float *v, const float *qkv, int B, int T,
+                                     int C, int NH) {
+    if (bad_shape(B, T, C, NH)) return cudaSuccess;
+    qkv_split_kernel<<<B * T, DTK_THREADS, 0, s>>>(q, k, v, qkv, T, C, NH);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dtk_qkv_merge(cudaStream_t s, float *dqkv, const float *dq, const float *dk, const float *dv,
+                                     int B, int T, int C, int NH) {
+    if (bad_shape(B, T, C, NH)) return cudaSuccess;
+    qkv_merge_kernel<<<B * T, DTK_THREADS, 0, s>>>(dqkv, dq, dk, dv, T, C, NH);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dtk_heads_merge(cudaStream_t s, float *out, const float *y, int B, int T, int C, int NH) {
+    if (bad_shape(B, T, C, NH)) return cudaSuccess;
+    heads_merge_kernel<<<B * T, DTK_THREADS, 0, s>>>(out, y, T, C, NH);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dtk_heads_split(cudaStream_t s, float *dy, const float *dout, int B, int T, int C, int NH) {
+    if (bad_shape(B, T, C, NH)) return cudaSuccess;
+    heads_split_kernel<<<B * T, DTK_THREADS, 0, s>>>(dy, dout, T, C, NH);
+    return cudaGetLastError();
+}
+
+// One warp per row r of the BH*T rows; the row's query position is t = r % T, and only
+// columns 0..t take part. Three passes over the row (max, sum, write) as in xent; each lane
+// reads and writes only its own columns, so working in place is safe. The scaled score is
+// rounded once (__fmul_rn: no fused multiply-add into the subtraction), so the max column
+// gives exactly exp(0) = 1 and all passes see the same value.
+static __global__ void causal_softmax_fwd_kernel(float *att, size_t rows, int T, float scale) {
+    const size_t r = (size_t)blockIdx.x * DTK_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    const int t = (int)(r % T);
+    float *a = att + r * T;
+    float mx = -INFINITY;
+    for (int j = lane; j <= t; j += 32) mx = fmaxf(mx, __fmul_rn(scale, a[j]));
+    mx = dtk_warp_reduce(mx, DtkMax());
+    float sum = 0.0f;
+    for (int j = lane; j <= t; j += 32) sum += expf(__fmul_rn(scale, a[j]) - mx);
+    const float inv = 1.0f / dtk_warp_reduce(sum, DtkSum());
+    for (int j = lane; j < T; j += 32) a[j] = j <= t ? expf(__fmul_rn(scale, a[j]) - mx) * inv : 0.0f;
+}
+
+// datt_j = scale * att_j * (datt_j - sum_{i<=t} att_i datt_i) for j <= t, 0 above the diagonal
+static __global__ void causal_softmax_bwd_kernel(float *datt, const float *att, size_t rows, int T, float scale) {
+    const size_t r = (size_t)blockIdx.x * DTK_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    const int t = (int)(r % T);
+    const float *p = att + r * T;
+    float *d = datt + r * T;
+    float dot = 0.0f;
+    for (int j = lane; j <= t; j += 32) dot += p[j] * d[j];
+    dot = dtk_warp_reduce(dot, DtkSum());
+    for (int j = lane; j < T; j += 32) d[j] = j <= t ? scale * (p[j] * (d[j] - dot)) : 0.0f;
+}
+
+static unsigned softmax_blocks(size_t rows) { return (unsigned)((rows + DTK_ROWS_PER_BLOCK - 1) / DTK_ROWS_PER_BLOCK); }
+
+extern "C" cudaError_t dtk_causal_softmax_fwd(cudaStream_t s, float *att, int BH, int T, float scale) {
+    if (BH <= 0 || T <= 0) return cudaSuccess;
+    const size_t rows = (size_t)BH * T;
+    causal_softmax_fwd_kernel<<<softmax_blocks(rows), DTK_THREADS, 0, s>>>(att, rows, T, scale);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dtk_causal_softmax_bwd(cudaStream_t s, float *datt, const float *att, int BH, int T,
+                                              float scale) {
+    if (BH <= 0 || T <= 0) return cudaSuccess;
+    const size_t rows = (size_t)BH * T;
+    causal_softmax_bwd_kernel<<<softmax_blocks(rows), DTK_THREADS, 0, s>>>(datt, att, rows, T, scale);
+    return cudaGetLastError();
+}

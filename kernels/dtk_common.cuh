@@ -1,0 +1,52 @@
+// dtk_common.cuh — helpers shared by the kernels in kernels/*.cu: launch sizes and
+// deterministic warp/block reductions (fixed butterfly trees, no atomics).
+#ifndef DTRAIN_DTK_COMMON_CUH
+#define DTRAIN_DTK_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+#define DTK_THREADS 256                       // block size of the element-wise and column kernels
+#define DTK_MAX_BLOCKS 8192                   // cap for grid-stride kernels (a few waves on an H100/H200)
+#define DTK_WORK_ALIGN 256                    // alignment of each sub-buffer carved out of `work`
+#define DTK_ROWS_PER_BLOCK (DTK_THREADS / 32) // row kernels that run one warp per row
+
+// Blocks for a grid-stride loop over n > 0 elements.
+static inline unsigned dtk_blocks(size_t n) {
+    const size_t b = (n + DTK_THREADS - 1) / DTK_THREADS;
+    return (unsigned)(b < DTK_MAX_BLOCKS ? b : DTK_MAX_BLOCKS);
+}
+
+static inline size_t dtk_align(size_t bytes) { return (bytes + DTK_WORK_ALIGN - 1) / DTK_WORK_ALIGN * DTK_WORK_ALIGN; }
+
+struct DtkSum {
+    template <typename T> __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct DtkMax {
+    __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// Butterfly (xor) reduction over the 32 lanes of a full warp. Every lane ends with the
+// same bits: at each level lanes l and l^m combine the same two values, and + and fmaxf
+// are commutative.
+template <typename T, typename Op> __device__ inline T dtk_warp_reduce(T v, Op op) {
+    for (int m = 16; m > 0; m >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, m));
+    return v;
+}
+
+// Reduction over the whole block (blockDim.x a multiple of 32, at most 1024); every thread
+// gets the result. Must be reached by all threads of the block. Safe to call repeatedly:
+// the leading barrier keeps a new call from overwriting `part` while an earlier call is
+// still reading it.
+template <typename T, typename Op> __device__ inline T dtk_block_reduce(T v, Op op, T identity) {
+    __shared__ T part[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = dtk_warp_reduce(v, op);
+    __syncthreads();
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    v = lane < (int)(blockDim.x >> 5) ? part[lane] : identity;
+    return dtk_warp_reduce(v, op);
+}
+
+#endif

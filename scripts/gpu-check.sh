@@ -1,0 +1,542 @@
+#!/usr/bin/env bash
+# gpu-check.sh — the one command to run on a GPU machine (docs/gpu.md). In under 8 minutes it
+# checks the environment, makes the build dependencies available (from third_party/debs when
+# the system lacks them, see scripts/fetch-debs.sh), builds dtrain with CUDA, runs the GPU
+# tests, compute-sanitizer memcheck on the op tests, a CPU-vs-GPU fine-tune loss comparison,
+# `dtrain doctor --device cuda`, and a GPT-2 124M throughput benchmark against PyTorch.
+#
+# usage: scripts/gpu-check.sh [OUT_DIR]
+#   OUT_DIR: $1, else $GPU_CHECK_OUT, else $OUT, else ./gpu-check-out. It gets one log per step
+#   (NN-STEP.log, with the step's start and end time), summary.txt (PASS/FAIL/SKIP and seconds
+#   per step) and bench.md (the benchmark table). Every step runs, whatever the others did
+#   (a step whose input is missing, e.g. a binary the build did not make, says SKIP or FAIL
+#   with the reason); the summary and the table are printed last. Exit 1 when any step failed.
+#
+# environment (all optional):
+#   GPU_CHECK_BUDGET_S   whole-run time budget in seconds (default 450): each step's time limit
+#                        is its own cap or what is left of the budget; a step with < 10 s left
+#                        is skipped
+#   GPU_CHECK_BUILD_DIR  build folder (default build-gpu; reused, so a second run is incremental)
+#   GPU_CHECK_WORK       run folders, token shard, intermediate files
+#                        (default BUILD_DIR/gpu-check-runs; wiped at start)
+#   GPU_CHECK_JOBS       build parallelism (default: nproc)
+#   GPU_CHECK_CUDA_ARCH  CMAKE_CUDA_ARCHITECTURES (default: the GPU's compute capability, else 90)
+#   GPU_CHECK_DEBS       folder of .deb files (default third_party/debs)
+#   GPU_CHECK_PACK=1     at the end, pack the step logs and the runs' metrics.jsonl into
+#                        OUT_DIR/gpu-check-logs.tar.gz and remove the loose logs (OUT_DIR then
+#                        holds 3 files). Default 1 when OUT_DIR came from $OUT, else 0.
+#   GPU_CHECK_FT_STEPS   fine-tune steps per run (default 200)
+#   GPU_CHECK_BENCH_STEPS dtrain benchmark steps (default 40; the first 10 are left out)
+#   testing aids (not for real checks):
+#   GPU_CHECK_SKIP_BUILD=1   reuse an existing build in BUILD_DIR (the build step says SKIP)
+#   GPU_CHECK_FORCE_PREFIX=1 use the third_party/debs prefix even when the system has the libraries
+set -uo pipefail
+T0=$(date +%s)  # the budget counts from here
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT" || exit 1
+
+PACK_DEFAULT=0
+if [ -n "${1:-}" ]; then OUT_DIR=$1
+elif [ -n "${GPU_CHECK_OUT:-}" ]; then OUT_DIR=$GPU_CHECK_OUT
+elif [ -n "${OUT:-}" ]; then OUT_DIR=$OUT; PACK_DEFAULT=1
+else OUT_DIR=gpu-check-out
+fi
+abspath() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s/%s\n' "$ROOT" "$1" ;; esac; }
+OUT_DIR=$(abspath "$OUT_DIR")
+BUILD=$(abspath "${GPU_CHECK_BUILD_DIR:-build-gpu}")
+WORK=$(abspath "${GPU_CHECK_WORK:-$BUILD/gpu-check-runs}")
+DEBS=$(abspath "${GPU_CHECK_DEBS:-third_party/debs}")
+BUDGET=${GPU_CHECK_BUDGET_S:-450}
+JOBS=${GPU_CHECK_JOBS:-$(nproc 2>/dev/null || echo 4)}
+PACK=${GPU_CHECK_PACK:-$PACK_DEFAULT}
+FT_STEPS=${GPU_CHECK_FT_STEPS:-200}
+BENCH_STEPS=${GPU_CHECK_BENCH_STEPS:-40}
+SKIP_BUILD=${GPU_CHECK_SKIP_BUILD:-0}
+FORCE_PREFIX=${GPU_CHECK_FORCE_PREFIX:-0}
+PREFIX=$BUILD/prefix
+ENV_FILE=$WORK/deps.env
+NOTE_FILE=$WORK/.step-note
+ORIG_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+
+case "$WORK" in /|"$ROOT"|"$ROOT"/|"${HOME:-/}"|"$OUT_DIR") echo "gpu-check: refusing to wipe GPU_CHECK_WORK=$WORK" >&2; exit 2 ;; esac
+mkdir -p "$OUT_DIR" "$BUILD" || exit 1
+rm -rf "$WORK" && mkdir -p "$WORK" || exit 1
+rm -f "$OUT_DIR"/[0-9][0-9]-*.log "$OUT_DIR/summary.txt" "$OUT_DIR/bench.md" "$OUT_DIR/gpu-check-logs.tar.gz"
+
+# ---- tools that every step may use ---------------------------------------------------------
+PATH=$PATH:/sbin:/usr/sbin  # ldconfig, for non-root users too
+if ! command -v nvcc >/dev/null; then
+  for d in ${CUDA_HOME:+"$CUDA_HOME"} ${CUDA_PATH:+"$CUDA_PATH"} /usr/local/cuda; do
+    if [ -x "$d/bin/nvcc" ]; then PATH=$d/bin:$PATH; break; fi
+  done
+fi
+CUDA_HOME=""
+if command -v nvcc >/dev/null; then CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")"); fi
+NVSMI=$(command -v nvidia-smi || true)
+[ -z "$NVSMI" ] && [ -x /usr/local/nvidia/bin/nvidia-smi ] && NVSMI=/usr/local/nvidia/bin/nvidia-smi
+GPU_NAME=""
+GPU_CC=""
+if [ -n "$NVSMI" ]; then
+  GPU_NAME=$(timeout 15 "$NVSMI" --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  GPU_CC=$(timeout 15 "$NVSMI" --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
+fi
+case "$GPU_CC" in [0-9][0-9]|[0-9][0-9][0-9]) ;; *) GPU_CC="" ;; esac
+CUDA_ARCH=${GPU_CHECK_CUDA_ARCH:-${GPU_CC:-90}}
+export PATH ROOT OUT_DIR BUILD WORK DEBS JOBS FT_STEPS BENCH_STEPS SKIP_BUILD FORCE_PREFIX PREFIX ENV_FILE \
+  NOTE_FILE ORIG_LD_LIBRARY_PATH CUDA_HOME NVSMI GPU_NAME CUDA_ARCH PYTHONUNBUFFERED=1
+
+# ---- helpers for the steps (exported: each step runs in `timeout ... bash -c STEP`) ----------
+note() { printf '%s\n' "$*" >"$NOTE_FILE"; echo "note: $*"; }
+# check_lib NAME PKGCONFIG-MODULE HEADER CALL: compiles and links a program that includes
+# HEADER and calls CALL against the library, with the flags pkg-config gives (zlib: plain -lz
+# when pkg-config has no zlib module; CMake finds zlib with FindZLIB, not pkg-config)
+check_lib() {
+  local name=$1 mod=$2 hdr=$3 call=$4 flags
+  if [ "$mod" = zlib ] && ! pkg-config --exists zlib 2>/dev/null; then flags="-lz"
+  else
+    command -v pkg-config >/dev/null || { echo "  $name: no pkg-config"; return 1; }
+    flags=$(pkg-config --cflags --libs "$mod" 2>&1) || { echo "  $name: pkg-config: $flags"; return 1; }
+  fi
+  printf '#include <%s>\nint main(void) { return !(%s); }\n' "$hdr" "$call" >"$WORK/conftest.c"
+  # shellcheck disable=SC2086  # flags are pkg-config words
+  if out=$(${CC:-cc} "$WORK/conftest.c" -o "$WORK/conftest" $flags 2>&1); then
+    echo "  $name: ok ($mod: ${flags})"
+  else
+    echo "  $name: missing: $(printf '%s\n' "$out" | grep -m1 -E 'error|cannot find' || printf '%s' "$out" | head -1)"
+    return 1
+  fi
+}
+check_all_libs() {
+  local bad=()
+  command -v pkg-config >/dev/null || bad+=(pkg-config)
+  check_lib libyaml yaml-0.1 yaml.h 'yaml_get_version_string() != 0' || bad+=(libyaml)
+  check_lib jansson jansson jansson.h 'json_object() != 0' || bad+=(jansson)
+  check_lib zlib zlib zlib.h 'zlibVersion() != 0' || bad+=(zlib)
+  check_lib openblas openblas cblas.h 'openblas_get_config() != 0' || bad+=(openblas)
+  MISSING="${bad[*]}"
+  [ ${#bad[@]} -eq 0 ]
+}
+deb_extract() {  # DEB DIR: dpkg-deb -x, or ar + tar where dpkg is not installed
+  if command -v dpkg-deb >/dev/null; then dpkg-deb -x "$1" "$2"; return; fi
+  local t rc
+  t=$(mktemp -d) && (cd "$t" && ar x "$1") && tar -xf "$t"/data.tar.* -C "$2"
+  rc=$?
+  rm -rf "$t"
+  return $rc
+}
+deb_package() {  # the Package field, or the file name up to the first _
+  if command -v dpkg-deb >/dev/null; then dpkg-deb -f "$1" Package; else basename "$1" | cut -d_ -f1; fi
+}
+in_ld_cache() { ldconfig -p 2>/dev/null | grep -q "[[:space:]]$1 "; }
+first_error() {  # FILE: its first line that mentions an error, else its last line (for notes)
+  { grep -m1 -i 'error' "$1" || grep -v '^[[:space:]]*$' "$1" | tail -1; } 2>/dev/null | cut -c1-160
+}
+export -f note check_lib check_all_libs deb_extract deb_package in_ld_cache first_error
+
+# ---- the steps -----------------------------------------------------------------------------
+step_env() {
+  echo "date: $(date -Is)   host: $(hostname)   out: $OUT_DIR   build: $BUILD   work: $WORK"
+  uname -a
+  grep -E '^(PRETTY_NAME)=' /etc/os-release 2>/dev/null
+  echo "cpus: $(nproc)"; free -g 2>/dev/null | head -2; df -h "$ROOT" 2>/dev/null | tail -1
+  echo "--- nvidia-smi (${NVSMI:-not found})"
+  if [ -n "$NVSMI" ]; then
+    timeout 30 "$NVSMI"
+    timeout 30 "$NVSMI" --query-gpu=name,driver_version,memory.total,compute_cap,clocks.max.sm --format=csv
+  fi
+  echo "--- nvcc (${CUDA_HOME:-not found})"
+  command -v nvcc >/dev/null && nvcc --version
+  echo "--- tools"
+  for t in cc gcc cmake ctest make ninja pkg-config python3 compute-sanitizer dpkg-deb ar; do
+    printf '  %-18s %s\n' "$t" "$(command -v "$t" || { [ "$t" = compute-sanitizer ] && ls "$CUDA_HOME/bin/$t" 2>/dev/null; } || echo -)"
+  done
+  cmake --version 2>/dev/null | head -1; ${CC:-cc} --version 2>/dev/null | head -1; ldd --version 2>/dev/null | head -1
+  [ -f "$DEBS/MANIFEST.txt" ] && grep '^# needs glibc' "$DEBS/MANIFEST.txt"
+  echo "--- python"
+  python3 -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1 | tail -1
+  echo "--- shared libraries in the ld cache"
+  for l in libyaml-0.so.2 libjansson.so.4 libz.so.1 libopenblas.so.0 libgfortran.so.5 libgomp.so.1 libcuda.so.1 \
+           libcudart.so libcublasLt.so libcudnn.so libnccl.so; do
+    ldconfig -p 2>/dev/null | grep -m1 "[[:space:]]$l" || echo "  $l: not in the ld cache"
+  done
+  echo "--- headers (cc -E)"
+  for h in yaml.h jansson.h zlib.h cblas.h cudnn.h nccl.h; do
+    if echo "#include <$h>" | ${CC:-cc} -E -x c - >/dev/null 2>&1; then echo "  $h: found"; else echo "  $h: not in the default include path"; fi
+  done
+  echo "--- CUDA libraries from pip (nvidia.*)"
+  python3 -c 'import nvidia, os; [print("  " + os.path.join(p, d)) for p in nvidia.__path__ for d in sorted(os.listdir(p)) if d in ("cudnn", "nccl", "cublas", "cuda_runtime")]' 2>/dev/null || echo "  none"
+  local drv
+  drv=$([ -n "$NVSMI" ] && timeout 30 "$NVSMI" --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+  local nv
+  nv=$(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' | cut -d' ' -f2)
+  if [ -z "$nv" ]; then note "no nvcc (CUDA toolkit) found: PATH, CUDA_HOME, /usr/local/cuda"; return 1; fi
+  note "GPU: ${GPU_NAME:-none visible}${drv:+, driver $drv}, nvcc $nv, CUDA arch $CUDA_ARCH"
+}
+
+step_deps() {
+  local args=() ldp=() pcp=() path_add=() used_prefix=0 before="forced by GPU_CHECK_FORCE_PREFIX=1"
+  echo "--- host libraries on the system"
+  if [ "$FORCE_PREFIX" = 1 ]; then
+    echo "GPU_CHECK_FORCE_PREFIX=1: using the .deb prefix regardless of the system"
+    check_all_libs
+  elif check_all_libs; then
+    echo "all found on the system"
+  else
+    before=$MISSING
+    echo "missing: $MISSING"
+  fi
+  if [ "$FORCE_PREFIX" = 1 ] || [ -n "$MISSING" ]; then
+    local debs=("$DEBS"/*.deb)
+    if [ ! -e "${debs[0]}" ]; then
+      note "${MISSING:+missing $MISSING and }no .deb files in $DEBS (run scripts/fetch-debs.sh on a connected machine and copy that folder here)"
+      return 1
+    fi
+    if [ -f "$DEBS/SHA256SUMS" ]; then
+      (cd "$DEBS" && sha256sum -c --quiet SHA256SUMS) || { note "$DEBS: SHA256SUMS check failed"; return 1; }
+      echo "$DEBS: SHA256SUMS ok"
+    else
+      echo "warning: $DEBS has no SHA256SUMS: not verified"
+    fi
+    # what the system already has is not unpacked (it would shadow the system's newer copy)
+    local skip=()
+    in_ld_cache libgfortran.so.5 && skip+=(libgfortran5)
+    in_ld_cache libquadmath.so.0 && skip+=(libquadmath0)
+    command -v pkg-config >/dev/null && skip+=(pkgconf pkgconf-bin libpkgconf3)
+    local stamp
+    stamp="$( (cat "$DEBS/SHA256SUMS" 2>/dev/null || ls -l "${debs[@]}"; echo "skip: ${skip[*]}") | sha256sum | cut -d' ' -f1)"
+    if [ -f "$PREFIX/.stamp" ] && [ "$(cat "$PREFIX/.stamp")" = "$stamp" ]; then
+      echo "$PREFIX: already unpacked from these packages"
+    else
+      rm -rf "$PREFIX" && mkdir -p "$PREFIX" || return 1
+      local deb pkg
+      for deb in "${debs[@]}"; do
+        pkg=$(deb_package "$deb")
+        if [[ " ${skip[*]} " == *" $pkg "* ]]; then echo "  $pkg: the system has it, not unpacked"; continue; fi
+        deb_extract "$deb" "$PREFIX" || { note "cannot unpack $deb"; return 1; }
+        echo "  $pkg: unpacked"
+      done
+      # absolute links (zlib1g-dev: libz.so -> /lib/.../libz.so.1.2.13) point into the prefix
+      local l t
+      while IFS= read -r l; do
+        t=$(readlink "$l")
+        case "$t" in /*) ln -sfn "$PREFIX$t" "$l" ;; esac
+      done < <(find "$PREFIX" -type l)
+      # .pc files say prefix=/usr: make them say the prefix
+      while IFS= read -r l; do
+        sed -i -E "s#^((prefix|exec_prefix|libdir|includedir|sharedlibdir)=)/#\\1$PREFIX/#" "$l"
+      done < <(find "$PREFIX" -name '*.pc')
+      echo "$stamp" >"$PREFIX/.stamp"
+    fi
+    local ma=x86_64-linux-gnu d
+    for d in "$PREFIX"/usr/lib/*-linux-gnu; do [ -d "$d" ] && ma=$(basename "$d"); done
+    pcp=("$PREFIX/usr/lib/$ma/pkgconfig" "$PREFIX/usr/lib/$ma/openblas-openmp/pkgconfig" "$PREFIX/usr/share/pkgconfig")
+    ldp=("$PREFIX/usr/lib/$ma" "$PREFIX/usr/lib/$ma/openblas-openmp")
+    in_ld_cache libz.so.1 || ldp+=("$PREFIX/lib/$ma")
+    args+=("-DCMAKE_PREFIX_PATH=$PREFIX/usr")
+    if ! command -v pkg-config >/dev/null && [ -x "$PREFIX/usr/bin/pkgconf" ]; then
+      path_add=("$PREFIX/usr/bin")
+      args+=("-DPKG_CONFIG_EXECUTABLE=$PREFIX/usr/bin/pkgconf")
+    fi
+    used_prefix=1
+  fi
+
+  echo "--- CUDA libraries (cuDNN, NCCL headers and libraries for CMake; cuBLASLt, cuDNN, NCCL for dlopen)"
+  local links=$PREFIX/cuda-links lib name inc libdir so
+  for name in cudnn nccl; do
+    lib=""; inc=""; libdir=""; so=""
+    for d in ${CUDA_HOME:+"$CUDA_HOME/lib64" "$CUDA_HOME/lib"} /usr/lib/x86_64-linux-gnu /usr/local/lib /usr/lib; do
+      [ -e "$d/lib$name.so" ] && { lib=$d/lib$name.so; break; }
+    done
+    for d in ${CUDA_HOME:+"$CUDA_HOME/include"} /usr/include /usr/include/x86_64-linux-gnu /usr/local/include; do
+      [ -f "$d/$name.h" ] && { inc=$d; break; }
+    done
+    if [ -n "$lib" ] && [ -n "$inc" ]; then echo "  $name: $lib, $inc/$name.h"; continue; fi
+    # pip wheels (nvidia-cudnn-cu13, nvidia-nccl-cu13) ship lib$name.so.N and include/, no lib$name.so
+    read -r inc libdir so < <(python3 - "$name" 2>/dev/null <<'EOF'
+import glob, importlib, os, sys
+name = sys.argv[1]
+try:
+    mod = importlib.import_module("nvidia." + name)
+except Exception:
+    sys.exit(0)
+for base in list(getattr(mod, "__path__", [])):
+    inc, lib = os.path.join(base, "include"), os.path.join(base, "lib")
+    sos = sorted(glob.glob(os.path.join(lib, "lib%s.so.[0-9]*" % name)), key=len)
+    if os.path.isfile(os.path.join(inc, name + ".h")) and sos:
+        print(inc, lib, sos[0])
+        break
+EOF
+)
+    if [ -n "${so:-}" ]; then
+      mkdir -p "$links" && ln -sfn "$so" "$links/lib$name.so"
+      local up
+      up=$(echo "$name" | tr '[:lower:]' '[:upper:]')
+      args+=("-D${up}_LIB=$links/lib$name.so" "-D${up}_INCLUDE=$inc")
+      ldp+=("$libdir")
+      echo "  $name: from pip: $so, $inc/$name.h"
+    else
+      echo "  $name: not found (CMake will say so)"
+    fi
+  done
+  if ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt\.so\.'; then
+    for d in ${CUDA_HOME:+"$CUDA_HOME/lib64" "$CUDA_HOME/lib"}; do
+      ls "$d"/libcublasLt.so.* >/dev/null 2>&1 && { ldp+=("$d"); echo "  cublasLt: $d (not in the ld cache: added to LD_LIBRARY_PATH)"; break; }
+    done
+  fi
+
+  local IFS=:
+  {
+    echo "# written by scripts/gpu-check.sh (step deps)"
+    [ ${#pcp[@]} -gt 0 ] && printf 'export PKG_CONFIG_PATH=%q\n' "${pcp[*]}${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+    [ ${#ldp[@]} -gt 0 ] && printf 'export LD_LIBRARY_PATH=%q\n' "${ldp[*]}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    [ ${#path_add[@]} -gt 0 ] && printf 'export PATH=%q\n' "${path_add[*]}:$PATH"
+    printf 'export GPU_CHECK_CMAKE_ARGS=%q\n' "$(printf '%s\n' "${args[@]}")"
+  } >"$ENV_FILE"
+  unset IFS
+  echo "--- $ENV_FILE"; cat "$ENV_FILE"
+  if [ "$used_prefix" = 1 ]; then
+    # shellcheck source=/dev/null
+    . "$ENV_FILE"
+    echo "--- host libraries with the prefix"
+    check_all_libs || { note "still missing with the prefix $PREFIX: $MISSING"; return 1; }
+    note "private prefix $PREFIX from $(basename "$DEBS") (system lacked: $before)"
+  else
+    note "system libraries"
+  fi
+}
+
+step_build() {
+  if [ "$SKIP_BUILD" = 1 ] && [ -x "$BUILD/dtrain" ]; then
+    note "reused the existing build in $BUILD (GPU_CHECK_SKIP_BUILD=1)"
+    "$BUILD/dtrain" --version
+    return 77
+  fi
+  local extra=() a
+  while IFS= read -r a; do [ -n "$a" ] && extra+=("$a"); done <<<"${GPU_CHECK_CMAKE_ARGS:-}"
+  echo "--- configure: cmake -S $ROOT -B $BUILD -DDTRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH -DCMAKE_BUILD_TYPE=Release ${extra[*]}"
+  cmake -S "$ROOT" -B "$BUILD" -DDTRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" -DCMAKE_BUILD_TYPE=Release "${extra[@]}" \
+    2>&1 | tee "$WORK/configure.out"
+  if [ "${PIPESTATUS[0]}" -ne 0 ]; then
+    note "cmake configure failed: $(grep -m1 -E 'Error|error' "$WORK/configure.out")"
+    return 1
+  fi
+  # keep going past a failing target, so that everything that can be built is (and tested)
+  local keep=(-- -k)
+  [ -f "$BUILD/build.ninja" ] && keep=(-- -k 0)
+  echo "--- build: cmake --build $BUILD -j $JOBS ${keep[*]}"
+  cmake --build "$BUILD" -j "$JOBS" "${keep[@]}" 2>&1 | tee "$WORK/build.out"
+  local rc=${PIPESTATUS[0]}
+  echo "--- libraries dtrain loads"
+  ldd "$BUILD/dtrain" 2>&1 | grep -E 'yaml|jansson|openblas|libz|gfortran|gomp|cuda|not found'
+  "$BUILD/dtrain" --version 2>&1
+  if [ "$rc" -ne 0 ]; then
+    note "build failed: $(grep -m1 -E 'error|Error' "$WORK/build.out" | cut -c1-200)"
+    return 1
+  fi
+  note "built with $JOBS jobs, CUDA arch $CUDA_ARCH"
+}
+
+step_gpu_tests() {
+  [ -f "$BUILD/CTestTestfile.cmake" ] || { note "no configured build in $BUILD"; return 1; }
+  (cd "$BUILD" && ctest -L gpu --output-on-failure --no-tests=error --timeout $((STEP_LIMIT - 10))) 2>&1 | tee "$WORK/ctest.out"
+  local rc=${PIPESTATUS[0]} total passed skipped
+  total=$(grep -cE 'Test +#[0-9]+: ' "$WORK/ctest.out")
+  passed=$(grep -E 'Test +#[0-9]+: ' "$WORK/ctest.out" | grep -c ' Passed ')
+  skipped=$(grep -E 'Test +#[0-9]+: ' "$WORK/ctest.out" | grep -c 'Skipped')
+  if [ "$rc" -ne 0 ]; then
+    note "$((total - passed - skipped)) of $total failed: $(sed -n '/The following tests FAILED/,$p' "$WORK/ctest.out" | grep -oE 'test_[a-z0-9_]+ \([^)]*\)' | tr '\n' ' ')"
+    return 1
+  fi
+  if [ "$passed" -eq 0 ] && [ "$skipped" -gt 0 ]; then note "all $skipped skipped (exit 77: no GPU?)"; return 77; fi
+  note "$passed passed, $skipped skipped: $(grep -E 'Test +#[0-9]+: ' "$WORK/ctest.out" | awk '{print $4}' | tr '\n' ' ')"
+}
+
+step_sanitizer() {
+  local cs
+  cs=$(command -v compute-sanitizer)
+  for d in ${CUDA_HOME:+"$CUDA_HOME"} /usr/local/cuda; do
+    [ -z "$cs" ] && [ -x "$d/bin/compute-sanitizer" ] && cs=$d/bin/compute-sanitizer
+  done
+  [ -n "$cs" ] || { note "compute-sanitizer not found (PATH, CUDA_HOME/bin, /usr/local/cuda/bin)"; return 77; }
+  [ -x "$BUILD/test_ops_cuda" ] || { note "$BUILD/test_ops_cuda was not built"; return 77; }
+  echo "--- $cs --tool memcheck --error-exitcode 1 $BUILD/test_ops_cuda --quick"
+  timeout $((STEP_LIMIT - 5)) "$cs" --tool memcheck --error-exitcode 1 "$BUILD/test_ops_cuda" --quick 2>&1 | tee "$WORK/sanitizer.out"
+  local rc=${PIPESTATUS[0]} summary
+  summary=$(grep -m1 'ERROR SUMMARY' "$WORK/sanitizer.out" | sed 's/^=* *//')
+  if [ "$rc" -eq 77 ]; then note "test_ops_cuda skipped (exit 77: no GPU?)"; return 77; fi
+  if [ "$rc" -ne 0 ] && grep -qi 'device not supported' "$WORK/sanitizer.out"; then
+    note "compute-sanitizer does not support this device or runtime ('Device not supported')"
+    return 77
+  fi
+  [ "$rc" -eq 124 ] && { note "timed out after $((STEP_LIMIT - 5)) s"; return 1; }
+  note "${summary:-no ERROR SUMMARY line} (exit $rc)"
+  return "$rc"
+}
+
+step_finetune() {
+  [ -x "$BUILD/dtrain" ] || { note "$BUILD/dtrain was not built"; return 1; }
+  local common=(--config configs/finetune.yaml --set "training.max_steps=$FT_STEPS" --set checkpoint.resume=never
+                --set fault_tolerance.max_restarts=0 --set logging.tensorboard=false --progress never)
+  local each=$(((STEP_LIMIT - 10) / 2)) rc_cpu rc_gpu rc
+  echo "--- CPU fp32 (reference): dtrain ${common[*]} --set run.dir=$WORK/ft-cpu --set training.device=cpu"
+  timeout "$each" "$BUILD/dtrain" "${common[@]}" --set "run.dir=$WORK/ft-cpu" --set training.device=cpu 2>&1
+  rc_cpu=$?
+  echo "--- CUDA bf16: dtrain ${common[*]} --set run.dir=$WORK/ft-cuda --set training.device=cuda --set training.precision=bf16"
+  timeout "$each" "$BUILD/dtrain" "${common[@]}" --set "run.dir=$WORK/ft-cuda" --set training.device=cuda \
+    --set training.precision=bf16 2>&1 | tee "$WORK/ft-cuda.out"
+  rc_gpu=${PIPESTATUS[0]}
+  echo "--- loss, step by step (pass: |cuda - cpu| <= 0.05 |cpu| + 0.02 at every step)"
+  python3 "$ROOT/scripts/compare-loss.py" "$WORK/ft-cpu" "$WORK/ft-cuda" --ref-name cpu-fp32 --test-name cuda-bf16 \
+    2>&1 | tee "$WORK/compare.out"
+  rc=${PIPESTATUS[0]}
+  if [ "$rc_cpu" -ne 0 ]; then note "the CPU run failed (exit $rc_cpu)"; return 1; fi
+  if [ "$rc_gpu" -ne 0 ]; then
+    note "the CUDA run failed (exit $rc_gpu): $(first_error "$WORK/ft-cuda.out")"
+    return 1
+  fi
+  note "$(grep -m1 '^max deviation' "$WORK/compare.out"); $(grep -E '^(PASS|FAIL)' "$WORK/compare.out" | head -1)"
+  return "$rc"
+}
+
+step_doctor() {
+  [ -x "$BUILD/dtrain" ] || { note "$BUILD/dtrain was not built"; return 1; }
+  timeout $((STEP_LIMIT - 5)) "$BUILD/dtrain" doctor --device cuda 2>&1 | tee "$WORK/doctor.out"
+  local rc=${PIPESTATUS[0]}
+  if [ "$rc" -ne 0 ]; then note "exit $rc: $(first_error "$WORK/doctor.out")"
+  else note "$(grep -v '^[[:space:]]*$' "$WORK/doctor.out" | tail -1 | cut -c1-160)"; fi
+  return "$rc"
+}
+
+step_bench_dtrain() {
+  [ -x "$BUILD/dtrain" ] || { note "$BUILD/dtrain was not built"; return 1; }
+  python3 "$ROOT/scripts/make-tokens.py" "$WORK/bench-data/train.bin" || { note "make-tokens.py failed"; return 1; }
+  echo "--- dtrain --config configs/gpt2-124m-bench.yaml, $BENCH_STEPS steps"
+  timeout $((STEP_LIMIT - 10)) "$BUILD/dtrain" --config configs/gpt2-124m-bench.yaml --set "run.dir=$WORK/bench-dtrain" \
+    --set "data.train_path=$WORK/bench-data/train.bin" --set "training.max_steps=$BENCH_STEPS" \
+    --set checkpoint.resume=never --progress never 2>&1 | tee "$WORK/bench-dtrain.out"
+  local rc=${PIPESTATUS[0]}
+  rm -rf "$WORK/bench-dtrain/checkpoints" "$WORK/bench-dtrain/model.safetensors"  # ~2 GB, not needed
+  python3 "$ROOT/scripts/bench-table.py" --dtrain "$WORK/bench-dtrain" --gpu "$GPU_NAME" | tee "$WORK/bench-dtrain.md"
+  if [ "$rc" -ne 0 ]; then
+    note "exit $rc: $(first_error "$WORK/bench-dtrain.out")"
+    return 1
+  fi
+  note "$(awk -F'|' 'NR == 3 {gsub(/ /, "", $3); gsub(/ /, "", $4); gsub(/ /, "", $5); print $3 " ms/step, " $4 " tokens/s, MFU " $5}' "$WORK/bench-dtrain.md")"
+}
+
+step_torch() {  # MODE
+  local mode=$1
+  if ! python3 -c 'import torch' >/dev/null 2>&1; then
+    echo "{\"mode\": \"$mode\", \"skipped\": \"no torch\"}" >"$WORK/torch-$mode.json"
+    note "no torch (python3 -c 'import torch' fails)"
+    return 77
+  fi
+  echo "--- python3 bench/torch_gpt2.py --mode $mode --warmup 5 --steps 20"
+  LD_LIBRARY_PATH=$ORIG_LD_LIBRARY_PATH timeout $((STEP_LIMIT - 5)) python3 "$ROOT/bench/torch_gpt2.py" --mode "$mode" \
+    --warmup 5 --steps 20 | tee "$WORK/torch-$mode.json"
+  local rc=${PIPESTATUS[0]}
+  # a reference that runs out of time is not a failure of dtrain: SKIP, saying so
+  [ "$rc" -eq 124 ] && { note "timed out after $((STEP_LIMIT - 5)) s (reference only)"; return 77; }
+  [ "$rc" -ne 0 ] && { note "exit $rc"; return 1; }
+  grep -q '"skipped"' "$WORK/torch-$mode.json" && { note "$(cat "$WORK/torch-$mode.json")"; return 77; }
+  note "$(python3 -c 'import json, sys; r = json.loads(open(sys.argv[1]).read().splitlines()[-1]); print("%.1f ms/step, %.0f tokens/s, torch %s" % (r["ms_per_step"], r["tokens_per_s"], r["torch"]))' "$WORK/torch-$mode.json")"
+}
+step_torch_eager() { step_torch eager; }
+step_torch_compile() { step_torch compile; }
+export -f step_env step_deps step_build step_gpu_tests step_sanitizer step_finetune step_doctor step_bench_dtrain \
+  step_torch step_torch_eager step_torch_compile
+
+# ---- the runner ------------------------------------------------------------------------------
+N=0
+FAILED=0
+SUMMARY=()
+run_step() {  # NAME CAP FUNCTION
+  local name=$1 cap=$2 fn=$3 log now left limit start start_h end secs rc res note
+  N=$((N + 1))
+  log=$(printf '%s/%02d-%s.log' "$OUT_DIR" "$N" "$name")
+  now=$(date +%s)
+  left=$((T0 + BUDGET - now))
+  limit=$cap
+  [ "$left" -lt "$limit" ] && limit=$left
+  start_h=$(date +%H:%M:%S)
+  rm -f "$NOTE_FILE"
+  if [ "$limit" -lt 10 ]; then
+    echo "== $name: not run at $(date -Is): the ${BUDGET} s budget is spent" >"$log"
+    SUMMARY+=("$(printf '%-14s %-5s %5s  %s  %s  %s' "$name" SKIP 0 "$start_h" "$start_h" "out of time (GPU_CHECK_BUDGET_S=$BUDGET)")")
+    echo "[gpu-check] $start_h $name: SKIP (out of time)"
+    return
+  fi
+  echo "[gpu-check] $start_h $name: start (limit ${limit} s)"
+  echo "== $name: start $(date -Is), limit ${limit} s" >"$log"
+  start=$(date +%s)
+  STEP_LIMIT=$limit timeout -k 10 "$limit" bash -c "set -o pipefail; $fn" >>"$log" 2>&1 </dev/null
+  rc=$?
+  end=$(date +%s)
+  secs=$((end - start))
+  note=$(cat "$NOTE_FILE" 2>/dev/null)
+  case $rc in
+    0) res=PASS ;;
+    77) res=SKIP ;;
+    124|137) res=FAIL; note="timed out after ${limit} s${note:+; $note}" ;;
+    *) res=FAIL; note=${note:-exit $rc} ;;
+  esac
+  [ "$res" = FAIL ] && FAILED=$((FAILED + 1))
+  echo "== $name: end $(date -Is), $res (exit $rc) in ${secs} s" >>"$log"
+  SUMMARY+=("$(printf '%-14s %-5s %5s  %s  %s  %s' "$name" "$res" "$secs" "$start_h" "$(date +%H:%M:%S)" "$note")")
+  echo "[gpu-check] $(date +%H:%M:%S) $name: $res (${secs} s)${note:+ - $note}"
+}
+
+echo "[gpu-check] out: $OUT_DIR  build: $BUILD  work: $WORK  budget: ${BUDGET} s  GPU: ${GPU_NAME:-none}"
+run_step env 45 step_env
+run_step deps 90 step_deps
+# what step deps found (prefix, CUDA libraries from pip) holds for every later step
+if [ -f "$ENV_FILE" ]; then
+  # shellcheck source=/dev/null
+  . "$ENV_FILE"
+fi
+export GPU_CHECK_CMAKE_ARGS=${GPU_CHECK_CMAKE_ARGS:-}
+run_step build 300 step_build
+run_step gpu-tests 90 step_gpu_tests
+run_step sanitizer 90 step_sanitizer
+run_step finetune 120 step_finetune
+run_step doctor 45 step_doctor
+run_step bench-dtrain 120 step_bench_dtrain
+run_step torch-eager 150 step_torch_eager
+run_step torch-compile 150 step_torch_compile
+
+# ---- summary and benchmark table -----------------------------------------------------------
+TOTAL=$(($(date +%s) - T0))
+if command -v python3 >/dev/null; then
+  python3 "$ROOT/scripts/bench-table.py" --dtrain "$WORK/bench-dtrain" --torch "torch eager=$WORK/torch-eager.json" \
+    --torch "torch compile=$WORK/torch-compile.json" --gpu "$GPU_NAME" --out "$OUT_DIR/bench.md" >/dev/null
+else
+  echo "no python3: no benchmark table" >"$OUT_DIR/bench.md"
+fi
+{
+  commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null) && { git -C "$ROOT" diff --quiet HEAD 2>/dev/null || commit="$commit + local changes"; }
+  echo "gpu-check $(date -Is) on $(hostname): GPU ${GPU_NAME:-none}, commit ${commit:-unknown}"
+  printf '%-14s %-5s %5s  %-8s  %-8s  %s\n' step result secs start end note
+  printf '%s\n' "${SUMMARY[@]}"
+  n_pass=$(printf '%s\n' "${SUMMARY[@]}" | awk '$2 == "PASS"' | wc -l)
+  n_skip=$(printf '%s\n' "${SUMMARY[@]}" | awk '$2 == "SKIP"' | wc -l)
+  echo "overall: $([ "$FAILED" -eq 0 ] && echo PASS || echo FAIL) ($n_pass passed, $FAILED failed, $n_skip skipped) in $TOTAL s; logs: $OUT_DIR, runs: $WORK"
+} >"$OUT_DIR/summary.txt"
+if [ "$PACK" = 1 ]; then
+  logs=()
+  for f in "$OUT_DIR"/[0-9][0-9]-*.log; do [ -e "$f" ] && logs+=("$(basename "$f")"); done
+  extras=()
+  for f in ft-cpu/metrics.jsonl ft-cuda/metrics.jsonl bench-dtrain/metrics.jsonl bench-dtrain/train.log \
+           torch-eager.json torch-compile.json deps.env; do
+    [ -e "$WORK/$f" ] && extras+=("$f")
+  done
+  if tar -czf "$OUT_DIR/gpu-check-logs.tar.gz" -C "$OUT_DIR" "${logs[@]}" -C "$WORK" "${extras[@]}"; then
+    for f in "${logs[@]}"; do rm -f "$OUT_DIR/$f"; done
+    echo "logs and run metrics packed into $OUT_DIR/gpu-check-logs.tar.gz" >>"$OUT_DIR/summary.txt"
+  fi
+fi
+rm -f "$NOTE_FILE"
+echo
+cat "$OUT_DIR/summary.txt"
+echo
+cat "$OUT_DIR/bench.md"
+[ "$FAILED" -eq 0 ]

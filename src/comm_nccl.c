@@ -1,0 +1,524 @@
+/* comm_nccl.c — the `nccl` collective backend: GPU workers, one CUDA device per rank, on one
+ * machine or several (CUDA builds only).
+ *
+ * Setup: `boot`, a working host communicator of the same job (shm, tcp or mpi), gives rank
+ * and world and carries NCCL's unique id from rank 0 to the others. In fork mode boot is the
+ * launcher's shared-memory world: the id is made by rank 0 after fork and passed through the
+ * launcher's shared memory. Every rank first reports over boot whether its local setup
+ * (library, device, stream, events, scratch) worked, so that one rank's failure makes all of
+ * them fail at once instead of leaving the others waiting in ncclCommInitRank.
+ *
+ * Every collective runs on the communicator's thread (comm.c), in issue order:
+ *
+ *   compute stream --ready--> our stream: [H2D staging] NCCL call --done--> host polls `done`
+ *
+ * `ready` is recorded on the caller's compute stream when the collective starts to run, so the
+ * NCCL call sees everything queued there before dt_comm_*_start (the gradients). The NCCL call
+ * runs on this backend's own non-blocking stream; the thread polls `done` (cudaEventQuery; a
+ * short spin, then 50 us sleeps) and NCCL's asynchronous error state on every round, until
+ * the deadline (training.collective_timeout_s, or the barrier's own). A timeout or an NCCL
+ * error aborts the NCCL communicator (ncclCommAbort stops kernels waiting for a dead peer);
+ * comm.c then fails every later call at once.
+ *
+ * Host buffers (small things) are staged through a device scratch buffer that grows as
+ * needed: H2D on our stream before the NCCL call; D2H only after `done` was seen, since a
+ * copy into pageable memory blocks the calling thread until the stream reaches it (it would
+ * wait for the NCCL call with no deadline).
+ *
+ * NCCL is not linked: it is opened with dlopen ("libnccl.so.<NCCL_MAJOR>") the first time a
+ * GPU run makes this communicator, like cuBLASLt in ops_cuda.c (linking it would cost every
+ * process, CPU runs too, ~150 MB of resident memory). The CUDA runtime is linked. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* nanosleep, clock_gettime, gethostname under -std=c11 */
+#endif
+#include "dtrain/comm.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+/* ---- NCCL, loaded at run time ---- */
+
+#define NCCL_FUNCS(X)                                                                                  \
+    X(ncclGetVersion) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommDestroy) X(ncclCommAbort)    \
+    X(ncclCommGetAsyncError) X(ncclGetErrorString) X(ncclGetLastError) X(ncclAllReduce)             \
+    X(ncclBroadcast) X(ncclAllGather)
+
+static struct {
+#define X(f) __typeof__(f) *f;
+    NCCL_FUNCS(X)
+#undef X
+} nc;
+static pthread_once_t nc_once = PTHREAD_ONCE_INIT;
+static char nc_error[512]; /* empty when the table is complete */
+
+#define NC_MIN_VERSION 21300 /* ncclGetLastError and ncclRemoteError: 2.13; ncclAvg: 2.10 */
+
+static void nc_load(void) {
+    char soname[64];
+    snprintf(soname, sizeof soname, "libnccl.so.%d", NCCL_MAJOR);
+    void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL); /* never closed: NCCL keeps threads */
+    if (!h) {
+        snprintf(nc_error, sizeof nc_error, "cannot load %s: %s (hint: install NCCL %d, e.g. apt-get install libnccl2, "
+                 "or add the directory that holds %s, e.g. $NCCL_HOME/lib, to LD_LIBRARY_PATH)", soname, dlerror(),
+                 NCCL_MAJOR, soname);
+        return;
+    }
+#define X(f)                                                                                             \
+    if (!(*(void **)&nc.f = dlsym(h, #f))) {                                                            \
+        snprintf(nc_error, sizeof nc_error, "%s has no symbol %s: an older NCCL than dtrain needs (2.13 or " \
+                 "newer; built with %d.%d.%d)", soname, #f, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);             \
+        return;                                                                                          \
+    }
+    NCCL_FUNCS(X)
+#undef X
+    int v = 0;
+    if (nc.ncclGetVersion(&v) != ncclSuccess || v < NC_MIN_VERSION)
+        snprintf(nc_error, sizeof nc_error, "%s is NCCL version code %d: dtrain needs NCCL 2.13 or newer (built with "
+                 "%d.%d.%d)", soname, v, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+}
+
+/* ---- the backend's state ---- */
+
+#define SCRATCH_MIN ((size_t)1 << 20) /* made at init: the barrier's float and small host buffers */
+#define SPIN_S 100e-6                 /* poll without sleeping this long: small buckets finish in it */
+#define NAP_NS 50000L                 /* then sleep this long between polls */
+
+typedef struct nccl_ctx {
+    int rank, world, device;
+    double timeout_s;
+    char host[64];
+    ncclComm_t comm;        /* NULL once aborted */
+    int failed;             /* a collective failed: free aborts instead of destroying */
+    int thread_ready;       /* cudaSetDevice done on the communicator's thread */
+    cudaStream_t compute;   /* the caller's: the buffers are written there (not ours) */
+    cudaStream_t stream;    /* ours, non-blocking: staging copies and the NCCL calls */
+    cudaEvent_t ready;      /* on `compute`: the inputs are written */
+    cudaEvent_t done;       /* on `stream`: the NCCL call (and staging) finished */
+    void *scratch;          /* device memory: host buffers are staged here */
+    size_t scratch_bytes;
+    unsigned long seq;      /* collectives run so far, for messages */
+    char op[128];           /* the running collective, for messages: "all-reduce #3 (1000 floats)" */
+} nccl_ctx;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* "<call> failed at file:line on rank R (host H, GPU D): <error>", and the collective it was in. */
+static dt_status cuda_fail(nccl_ctx *x, cudaError_t e, const char *call, const char *file, int line) {
+    (void)cudaGetLastError(); /* clear a non-sticky error; a sticky one stays whatever we do */
+    return dt_error_set(DT_ERR_DEVICE, "%s failed at %s:%d on rank %d (host %s, GPU %d): %s (%s)%s%s", call, file, line,
+                        x->rank, x->host, x->device, cudaGetErrorString(e), cudaGetErrorName(e),
+                        x->op[0] ? ", in nccl " : "", x->op);
+}
+
+static dt_status nccl_fail(nccl_ctx *x, ncclResult_t r, const char *call, const char *file, int line) {
+    const char *last = nc.ncclGetLastError ? nc.ncclGetLastError(x->comm) : NULL;
+    return dt_error_set(DT_ERR_DEVICE, "%s failed at %s:%d on rank %d (host %s, GPU %d): %s (ncclResult_t %d)%s%s%s%s "
+                        "(hint: NCCL_DEBUG=WARN prints NCCL's own log)", call, file, line, x->rank, x->host, x->device,
+                        nc.ncclGetErrorString ? nc.ncclGetErrorString(r) : "NCCL error", (int)r,
+                        last && last[0] ? ": " : "", last && last[0] ? last : "", x->op[0] ? ", in nccl " : "", x->op);
+}
+
+/* DT_OK or DT_ERR_DEVICE with the message above; use as DT_TRY(CK(cudaFoo, args...)). */
+#define CK(f, ...) ck_cuda(x, f(__VA_ARGS__), #f, __FILE__, __LINE__)
+#define NC(f, ...) ck_nccl(x, nc.f(__VA_ARGS__), #f, __FILE__, __LINE__)
+static dt_status ck_cuda(nccl_ctx *x, cudaError_t e, const char *call, const char *file, int line) {
+    return e == cudaSuccess ? DT_OK : cuda_fail(x, e, call, file, line);
+}
+static dt_status ck_nccl(nccl_ctx *x, ncclResult_t r, const char *call, const char *file, int line) {
+    return r == ncclSuccess ? DT_OK : nccl_fail(x, r, call, file, line);
+}
+
+/* The scratch buffer with at least `bytes` (grown in whole MiB, never shrunk). Growing frees
+ * the old one (cudaFree waits for the device); nothing of ours is in flight at that point. */
+static dt_status grow_scratch(nccl_ctx *x, size_t bytes) {
+    if (x->scratch && x->scratch_bytes >= bytes) return DT_OK;
+    if (x->scratch) DT_TRY(CK(cudaFree, x->scratch));
+    x->scratch = NULL;
+    x->scratch_bytes = 0;
+    size_t want = bytes < SCRATCH_MIN ? SCRATCH_MIN : (bytes + 0xFFFFF) & ~(size_t)0xFFFFF;
+    if (want < bytes) return dt_error_set(DT_ERR_INTERNAL, "nccl: a staging buffer of %zu bytes is too large", bytes);
+    cudaError_t e = cudaMalloc(&x->scratch, want);
+    if (e != cudaSuccess) {
+        x->scratch = NULL;
+        (void)cudaGetLastError(); /* an allocation failure is not sticky */
+        return dt_error_set(DT_ERR_DEVICE, "cudaMalloc of %zu bytes for the nccl staging buffer failed on rank %d (host "
+                            "%s, GPU %d): %s%s%s (hint: pass device buffers to the collectives)", want, x->rank,
+                            x->host, x->device, cudaGetErrorString(e), x->op[0] ? ", in nccl " : "", x->op);
+    }
+    x->scratch_bytes = want;
+    return DT_OK;
+}
+
+/* *on_device: 1 for device (or managed) memory, used as it is; 0 for host memory, staged.
+ * Memory of another GPU than the communicator's is an error. */
+static dt_status classify(nccl_ctx *x, const void *p, const char *what, int *on_device) {
+    struct cudaPointerAttributes a;
+    memset(&a, 0, sizeof a);
+    *on_device = 0;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError(); /* runtimes before 11 said so for pageable host memory */
+        return DT_OK;
+    }
+    if (a.type == cudaMemoryTypeManaged) {
+        *on_device = 1;
+    } else if (a.type == cudaMemoryTypeDevice) {
+        if (a.device != x->device)
+            return dt_error_set(DT_ERR_INTERNAL, "nccl %s on rank %d (host %s): the %s buffer is memory of GPU %d, the "
+                                "communicator's GPU is %d", x->op, x->rank, x->host, what, a.device, x->device);
+        *on_device = 1;
+    } /* cudaMemoryTypeUnregistered (pageable) and cudaMemoryTypeHost (pinned): staged */
+    return DT_OK;
+}
+
+/* The communicator's thread makes `device` current once, before its first CUDA call. */
+static dt_status thread_setup(nccl_ctx *x) {
+    if (!x->comm)
+        return dt_error_set(DT_ERR_DEVICE, "nccl %s on rank %d (host %s): the NCCL communicator was aborted after an "
+                            "earlier failure", x->op, x->rank, x->host);
+    if (!x->thread_ready) {
+        DT_TRY(CK(cudaSetDevice, x->device));
+        x->thread_ready = 1;
+    }
+    return DT_OK;
+}
+
+/* Our stream waits for what the caller queued on the compute stream so far. */
+static dt_status after_compute(nccl_ctx *x) {
+    DT_TRY(CK(cudaEventRecord, x->ready, x->compute));
+    return CK(cudaStreamWaitEvent, x->stream, x->ready, 0);
+}
+
+/* Records `done` after the queued work and polls it until it completes, NCCL reports an
+ * error, or `timeout_s` after t0 (when the collective started) has passed. */
+static dt_status wait_done(nccl_ctx *x, double t0, double timeout_s, int waited_compute) {
+    DT_TRY(CK(cudaEventRecord, x->done, x->stream));
+    const struct timespec nap = {0, NAP_NS};
+    for (;;) {
+        cudaError_t e = cudaEventQuery(x->done);
+        if (e == cudaSuccess) return DT_OK;
+        if (e != cudaErrorNotReady) return cuda_fail(x, e, "cudaEventQuery", __FILE__, __LINE__);
+        ncclResult_t async = ncclSuccess;
+        DT_TRY(NC(ncclCommGetAsyncError, x->comm, &async));
+        if (async != ncclSuccess && async != ncclInProgress) {
+            const char *last = nc.ncclGetLastError(x->comm);
+            return dt_error_set(DT_ERR_DEVICE, "nccl %s on rank %d (host %s, GPU %d) failed: NCCL reports an "
+                                "asynchronous error: %s (ncclResult_t %d)%s%s (hint: a peer worker died, or the network "
+                                "between the hosts failed; NCCL_DEBUG=WARN prints NCCL's own log)", x->op, x->rank,
+                                x->host, x->device, nc.ncclGetErrorString(async), (int)async,
+                                last && last[0] ? ": " : "", last && last[0] ? last : "");
+        }
+        double t = now_s() - t0;
+        if (t > timeout_s) {
+            if (waited_compute && cudaEventQuery(x->ready) == cudaErrorNotReady)
+                return dt_error_set(DT_ERR_DEVICE, "collective timeout: nccl %s on rank %d (host %s, GPU %d) waited "
+                                    "%.1f s for the GPU work queued before it on the compute stream, which did not "
+                                    "finish (a kernel hung, or the step is slower than the deadline; "
+                                    "training.collective_timeout_s sets the deadline)", x->op, x->rank, x->host,
+                                    x->device, timeout_s);
+            return dt_error_set(DT_ERR_DEVICE, "collective timeout: nccl %s on rank %d (host %s, GPU %d) did not finish "
+                                "in %.1f s: a peer worker died, hung or stopped, or never issued this collective (hint: "
+                                "the launcher's log names a worker that exited; training.collective_timeout_s sets the "
+                                "deadline)", x->op, x->rank, x->host, x->device, timeout_s);
+        }
+        if (t > SPIN_S) nanosleep(&nap, NULL);
+    }
+}
+
+/* Copies the staged result back to host memory: only after `done`, see the top. */
+static dt_status download(nccl_ctx *x, void *dst, const void *src, size_t bytes) {
+    DT_TRY(CK(cudaMemcpyAsync, dst, src, bytes, cudaMemcpyDeviceToHost, x->stream));
+    return CK(cudaStreamSynchronize, x->stream);
+}
+
+/* A failed collective leaves the ranks out of step: abort the NCCL communicator (kernels that
+ * wait for a peer stop) and say so. comm.c fails every later call with this message. */
+static dt_status failed(nccl_ctx *x, dt_status st) {
+    x->failed = 1;
+    if (x->comm) {
+        nc.ncclCommAbort(x->comm);
+        x->comm = NULL;
+        char msg[2048];
+        snprintf(msg, sizeof msg, "%s", dt_error_msg());
+        dt_error_set(st, "%s; the NCCL communicator was aborted", msg);
+    }
+    return st;
+}
+
+/* ---- the collectives ---- */
+
+static dt_status allreduce_(nccl_ctx *x, float *buf, size_t n, dt_reduce_op op) {
+    if (n > SIZE_MAX / sizeof(float)) return dt_error_set(DT_ERR_INTERNAL, "nccl %s: too large", x->op);
+    const size_t bytes = n * sizeof(float);
+    int dev;
+    DT_TRY(classify(x, buf, "all-reduce", &dev));
+    float *d = buf;
+    if (!dev) {
+        DT_TRY(grow_scratch(x, bytes));
+        d = x->scratch;
+    }
+    const double t0 = now_s();
+    DT_TRY(after_compute(x));
+    if (!dev) DT_TRY(CK(cudaMemcpyAsync, d, buf, bytes, cudaMemcpyHostToDevice, x->stream));
+    DT_TRY(NC(ncclAllReduce, d, d, n, ncclFloat32, op == DT_REDUCE_AVG ? ncclAvg : ncclSum, x->comm, x->stream));
+    DT_TRY(wait_done(x, t0, x->timeout_s, 1));
+    if (!dev) DT_TRY(download(x, buf, d, bytes));
+    return DT_OK;
+}
+
+static dt_status nccl_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op) {
+    nccl_ctx *x = vctx;
+    x->seq++;
+    snprintf(x->op, sizeof x->op, "all-reduce #%lu (%zu floats, %s)", x->seq, n, op == DT_REDUCE_AVG ? "avg" : "sum");
+    dt_status st = thread_setup(x);
+    if (st == DT_OK && n > 0) st = allreduce_(x, buf, n, op);
+    return st == DT_OK ? DT_OK : failed(x, st);
+}
+
+static dt_status broadcast_(nccl_ctx *x, void *buf, size_t bytes, int root) {
+    int dev;
+    DT_TRY(classify(x, buf, "broadcast", &dev));
+    void *d = buf;
+    if (!dev) {
+        DT_TRY(grow_scratch(x, bytes));
+        d = x->scratch;
+    }
+    const double t0 = now_s();
+    DT_TRY(after_compute(x));
+    if (!dev && x->rank == root) DT_TRY(CK(cudaMemcpyAsync, d, buf, bytes, cudaMemcpyHostToDevice, x->stream));
+    DT_TRY(NC(ncclBroadcast, d, d, bytes, ncclUint8, root, x->comm, x->stream));
+    DT_TRY(wait_done(x, t0, x->timeout_s, 1));
+    if (!dev) DT_TRY(download(x, buf, d, bytes));
+    return DT_OK;
+}
+
+static dt_status nccl_broadcast(void *vctx, void *buf, size_t bytes, int root) {
+    nccl_ctx *x = vctx;
+    x->seq++;
+    snprintf(x->op, sizeof x->op, "broadcast #%lu (%zu bytes from rank %d)", x->seq, bytes, root);
+    dt_status st = thread_setup(x);
+    if (st == DT_OK && bytes > 0) st = broadcast_(x, buf, bytes, root);
+    return st == DT_OK ? DT_OK : failed(x, st);
+}
+
+static dt_status allgather_(nccl_ctx *x, const void *in, size_t bytes, void *out) {
+    if (bytes > SIZE_MAX / 2 / (size_t)x->world) return dt_error_set(DT_ERR_INTERNAL, "nccl %s: too large", x->op);
+    const size_t out_bytes = bytes * (size_t)x->world;
+    int in_dev, out_dev;
+    DT_TRY(classify(x, in, "all-gather input", &in_dev));
+    DT_TRY(classify(x, out, "all-gather output", &out_dev));
+    /* NCCL allows in == out + rank * bytes (in place) or disjoint buffers; anything else on
+     * the device is copied aside first, like host input */
+    const char *i0 = in, *o0 = out;
+    int overlap = in_dev && out_dev && i0 < o0 + out_bytes && o0 < i0 + bytes && i0 != o0 + (size_t)x->rank * bytes;
+    int stage_in = !in_dev || overlap;
+    size_t need = out_dev ? 0 : out_bytes, in_off = 0;
+    if (stage_in) {
+        in_off = (need + 255) & ~(size_t)255;
+        need = in_off + bytes;
+    }
+    if (need) DT_TRY(grow_scratch(x, need));
+    char *s = x->scratch;
+    const void *din = stage_in ? (const void *)(s + in_off) : in;
+    void *dout = out_dev ? out : (void *)s;
+    const double t0 = now_s();
+    DT_TRY(after_compute(x));
+    if (stage_in)
+        DT_TRY(CK(cudaMemcpyAsync, (void *)din, in, bytes, in_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice,
+                  x->stream));
+    DT_TRY(NC(ncclAllGather, din, dout, bytes, ncclUint8, x->comm, x->stream));
+    DT_TRY(wait_done(x, t0, x->timeout_s, 1));
+    if (!out_dev) DT_TRY(download(x, out, dout, out_bytes));
+    return DT_OK;
+}
+
+static dt_status nccl_allgather(void *vctx, const void *in, size_t bytes, void *out) {
+    nccl_ctx *x = vctx;
+    x->seq++;
+    snprintf(x->op, sizeof x->op, "all-gather #%lu (%zu bytes per rank)", x->seq, bytes);
+    dt_status st = thread_setup(x);
+    if (st == DT_OK && bytes > 0) st = allgather_(x, in, bytes, out);
+    return st == DT_OK ? DT_OK : failed(x, st);
+}
+
+/* An all-reduce of one float in the scratch buffer. It orders host threads, not GPU work:
+ * it does not wait for the compute stream. */
+static dt_status nccl_barrier(void *vctx, double timeout_s) {
+    nccl_ctx *x = vctx;
+    x->seq++;
+    snprintf(x->op, sizeof x->op, "barrier #%lu", x->seq);
+    dt_status st = thread_setup(x);
+    if (st == DT_OK) {
+        const double t0 = now_s();
+        st = NC(ncclAllReduce, x->scratch, x->scratch, 1, ncclFloat32, ncclSum, x->comm, x->stream);
+        if (st == DT_OK) st = wait_done(x, t0, timeout_s > 0 ? timeout_s : x->timeout_s, 0);
+    }
+    return st == DT_OK ? DT_OK : failed(x, st);
+}
+
+/* Runs on the thread that calls dt_comm_free (or dt_comm_init_nccl on failure), after the
+ * communicator's thread has finished every queued collective. */
+static void nccl_free(void *vctx) {
+    nccl_ctx *x = vctx;
+    if (!x) return;
+    if (!x->comm && !x->stream && !x->ready && !x->done && !x->scratch) { /* made no CUDA state */
+        free(x);
+        return;
+    }
+    int prev = -1;
+    if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
+    (void)cudaSetDevice(x->device);
+    if (x->comm) {
+        /* healthy: nothing of ours is in flight, and ncclCommDestroy waits (an intra-host
+         * barrier in recent NCCL) until every rank on this host lets go of the connections;
+         * after a failure it could wait for a dead peer: abort instead */
+        if (x->failed) nc.ncclCommAbort(x->comm);
+        else nc.ncclCommDestroy(x->comm);
+        x->comm = NULL;
+    }
+    if (x->stream) cudaStreamDestroy(x->stream); /* pending work, if any, still completes */
+    if (x->ready) cudaEventDestroy(x->ready);
+    if (x->done) cudaEventDestroy(x->done);
+    if (x->scratch) cudaFree(x->scratch);
+    (void)cudaGetLastError();
+    if (prev >= 0 && prev != x->device) (void)cudaSetDevice(prev);
+    free(x);
+}
+
+static const dt_comm_backend_ops nccl_backend = {
+    .name = "nccl",
+    .allreduce = nccl_allreduce,
+    .broadcast = nccl_broadcast,
+    .allgather = nccl_allgather,
+    .barrier = nccl_barrier,
+    .free = nccl_free,
+};
+
+/* This rank's part that needs no other rank: the library, the device, our stream, events,
+ * the scratch buffer, and on rank 0 the unique id. */
+static dt_status local_setup(nccl_ctx *x, ncclUniqueId *id) {
+    pthread_once(&nc_once, nc_load);
+    if (nc_error[0]) return dt_error_set(DT_ERR_DEVICE, "nccl: rank %d (host %s): %s", x->rank, x->host, nc_error);
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || x->device < 0 || x->device >= count) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        (void)cudaGetLastError();
+        return dt_error_set(DT_ERR_DEVICE, "nccl: rank %d (host %s): GPU %d is not usable: %s (CUDA_VISIBLE_DEVICES=%s)",
+                            x->rank, x->host, x->device, e != cudaSuccess ? cudaGetErrorString(e) :
+                            "fewer GPUs are visible", vis ? vis : "unset");
+    }
+    DT_TRY(CK(cudaSetDevice, x->device));
+    DT_TRY(CK(cudaStreamCreateWithFlags, &x->stream, cudaStreamNonBlocking));
+    DT_TRY(CK(cudaEventCreateWithFlags, &x->ready, cudaEventDisableTiming));
+    DT_TRY(CK(cudaEventCreateWithFlags, &x->done, cudaEventDisableTiming));
+    DT_TRY(grow_scratch(x, SCRATCH_MIN));
+    if (x->rank == 0) DT_TRY(NC(ncclGetUniqueId, id));
+    return DT_OK;
+}
+
+dt_status dt_comm_init_nccl(dt_comm **out, dt_comm *boot, int device, void *compute_stream, double timeout_s) {
+    *out = NULL;
+    if (!boot) return dt_error_set(DT_ERR_INTERNAL, "nccl: no bootstrap communicator");
+    const int rank = dt_comm_rank(boot), world = dt_comm_world(boot);
+    /* the same on every rank (configuration): all ranks fail here, none waits in boot */
+    if (!(timeout_s > 0))
+        return dt_error_set(DT_ERR_CONFIG, "nccl communicator: training.collective_timeout_s must be > 0 (got %g)",
+                            timeout_s);
+    char host[64];
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = '\0';
+    int32_t *ok = dt_calloc((size_t)world, sizeof *ok, "nccl setup flags");
+    nccl_ctx *x = ok ? dt_calloc(1, sizeof *x, "nccl communicator") : NULL;
+    if (!x) { /* the other ranks fail at boot's deadline, naming this one */
+        free(ok);
+        return DT_ERR_NOMEM;
+    }
+    x->rank = rank;
+    x->world = world;
+    x->device = device;
+    x->timeout_s = timeout_s;
+    x->compute = (cudaStream_t)compute_stream;
+    memcpy(x->host, host, sizeof host);
+
+    /* This rank's part; the communicator (and its thread) is made here too, so that its
+     * failure is reported like the others. Its thread touches `x` only for a collective,
+     * and none can be queued before this function returns. */
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    dt_comm *c = NULL;
+    dt_status local = local_setup(x, &id);
+    if (local == DT_OK && (local = dt_comm_create(&c, &nccl_backend, x, rank, world)) != DT_OK)
+        x = NULL; /* dt_comm_create freed it */
+    char local_msg[2048] = "";
+    if (local != DT_OK) snprintf(local_msg, sizeof local_msg, "%s", dt_error_msg());
+
+    /* every rank learns whether every rank is ready before anyone waits in NCCL's init */
+    int32_t mine = local == DT_OK;
+    dt_status st = dt_comm_allgather(boot, &mine, sizeof mine, ok);
+    char bad[256] = "";
+    size_t k = 0;
+    if (st != DT_OK) {
+        dt_error_prefix("nccl: rank %d (host %s): exchanging the setup status over the %s communicator", rank, host,
+                        dt_comm_backend(boot));
+        goto fail;
+    }
+    if (local != DT_OK) {
+        st = dt_error_set(local, "%s", local_msg);
+        goto fail;
+    }
+    for (int r = 0; r < world; r++)
+        if (!ok[r] && k < sizeof bad) k += (size_t)snprintf(bad + k, sizeof bad - k, "%s%d", k ? ", " : "", r);
+    if (k) {
+        st = dt_error_set(DT_ERR_DEVICE, "nccl: rank(s) %s could not set up NCCL (their own messages say why); rank %d "
+                          "(host %s) stops too", bad, rank, host);
+        goto fail;
+    }
+    st = dt_comm_broadcast(boot, &id, sizeof id, 0);
+    if (st != DT_OK) {
+        dt_error_prefix("nccl: rank %d (host %s): receiving the NCCL unique id over the %s communicator", rank, host,
+                        dt_comm_backend(boot));
+        goto fail;
+    }
+    /* Blocking init (no NCCL-side timeout): every rank has just shown it is alive and ready,
+     * so only a rank that dies or hangs inside ncclCommInitRank can hold the others here. In
+     * fork mode the launcher kills all workers when one dies; under an external launcher
+     * (mpirun, torchrun, a Kubernetes Job) its failure policy applies. A non-blocking init
+     * (config.blocking = 0) polled against the deadline would cover even that, at the price
+     * of ncclInProgress handling in every call. */
+    snprintf(x->op, sizeof x->op, "init (%d ranks)", world);
+    ncclComm_t comm = NULL;
+    ncclResult_t r = nc.ncclCommInitRank(&comm, world, id, rank);
+    if (r != ncclSuccess) {
+        st = nccl_fail(x, r, "ncclCommInitRank", __FILE__, __LINE__);
+        if (comm) nc.ncclCommAbort(comm); /* recent NCCL leaves a failed blocking comm to be freed */
+        goto fail;
+    }
+    x->comm = comm;
+    x->op[0] = '\0';
+    free(ok);
+    *out = c;
+    return DT_OK;
+fail:
+    free(ok);
+    if (c) {
+        char msg[2048];
+        snprintf(msg, sizeof msg, "%s", dt_error_msg());
+        dt_comm_free(c); /* joins the idle thread, then nccl_free(x) */
+        dt_error_set(st, "%s", msg);
+    } else if (x) {
+        nccl_free(x);
+    }
+    return st;
+}
