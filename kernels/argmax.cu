@@ -18,7 +18,7 @@ static __global__ void argmax_kernel(int *idx, const float *x, int V) {
     sv[threadIdx.x] = best;
     si[threadIdx.x] = arg;
     __syncthreads();
-    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
         if (threadIdx.x < half) {
             float ov = sv[threadIdx.x + half];
             int oi = si[threadIdx.x + half];
@@ -29,8 +29,9 @@ static __global__ void argmax_kernel(int *idx, const float *x, int V) {
         }
         __syncthreads();
     }
-    // a row of NaNs (or all -inf) leaves arg at its sentinel: report column 0 like the CPU
-    if (threadIdx.x == 0) idx[blockIdx.x] = si[0] == 0x7fffffff ? 0 : si[0];
+    // The CPU keeps column 0 while nothing compares greater than x[0]: a NaN in column 0 (then
+    // nothing ever does) or a row of NaNs gives 0; NaNs elsewhere are skipped, as here.
+    if (threadIdx.x == 0) idx[blockIdx.x] = si[0] == 0x7fffffff || r[0] != r[0] ? 0 : si[0];
 }
 
 extern "C" cudaError_t dtk_argmax(cudaStream_t s, int *idx, const float *x, int N, int V) {

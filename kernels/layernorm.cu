@@ -13,15 +13,17 @@ static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd
     const int row = blockIdx.x * DTK_ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
     const float *x = inp + (size_t)row * C;
-    float s = 0.0f;
+    // sums in double, as the CPU: a float sum of C values loses the mean's low bits when
+    // |mean| >> std, and every (x - m) inherits that error
+    double s = 0.0;
     for (int c = lane; c < C; c += 32) s += x[c];
-    const float m = dtk_warp_reduce(s, DtkSum()) / C;
-    float v = 0.0f;
+    const float m = (float)(dtk_warp_reduce(s, DtkSum()) / C);
+    double v = 0.0;
     for (int c = lane; c < C; c += 32) {
         const float d = x[c] - m;
-        v += d * d;
+        v += (double)d * d;
     }
-    const float r = 1.0f / sqrtf(dtk_warp_reduce(v, DtkSum()) / C + LN_EPS);
+    const float r = 1.0f / sqrtf((float)(dtk_warp_reduce(v, DtkSum()) / C) + LN_EPS);
     float *o = out + (size_t)row * C;
     for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
     if (lane == 0) {

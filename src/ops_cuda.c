@@ -81,7 +81,7 @@ enum { SCR_A16, SCR_B16, SCR_ATT, SCR_WORK, N_SCRATCH }; /* grow-only scratch bu
 typedef struct gemm_key {
     int ta, tb, m, n, k, lda, ldb, ldd, batch, bias, bf16;
     long long sa, sb, sd;
-    unsigned align_a, align_b, align_d;
+    unsigned align_a, align_b, align_d, align_bias; /* align_bias: 0 without a bias */
 } gemm_key;
 
 typedef struct gemm_plan {
@@ -256,9 +256,11 @@ static int make_layout(cuda_ctx *c, cublasLtMatrixLayout_t *l, cudaDataType_t ty
 }
 
 /* Descriptors and the heuristic's first algorithm for key `k`; with_bias 0 asks without the
- * bias epilogue. Returns 0 on success, 1 when cuBLASLt has no algorithm (not an error yet),
- * -1 on a failed call (recorded). */
-static int plan_build(cuda_ctx *c, gemm_plan *p, const gemm_key *k, int with_bias) {
+ * bias epilogue. `bias` is the bias of this call: the heuristic reads the pointer's alignment
+ * (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER), and the key holds that alignment, so later
+ * calls that reuse the plan have equally aligned biases. Returns 0 on success, 1 when
+ * cuBLASLt has no algorithm (not an error yet), -1 on a failed call (recorded). */
+static int plan_build(cuda_ctx *c, gemm_plan *p, const gemm_key *k, int with_bias, const float *bias) {
     memset(p, 0, sizeof *p);
     p->used = 1;
     p->key = *k;
@@ -272,6 +274,8 @@ static int plan_build(cuda_ctx *c, gemm_plan *p, const gemm_key *k, int with_bia
         cudaDataType_t bt = CUDA_R_32F;
         if (CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi))) return -1;
         if (CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt)))
+            return -1;
+        if (CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)))
             return -1;
     }
     /* stored shapes: op(A) is m x k, so A is k x m when transposed */
@@ -307,16 +311,17 @@ static int plan_build(cuda_ctx *c, gemm_plan *p, const gemm_key *k, int with_bia
     return r;
 }
 
-static gemm_plan *plan_get(cuda_ctx *c, const gemm_key *k) {
+static gemm_plan *plan_get(cuda_ctx *c, const gemm_key *k, const float *bias) {
     for (int i = 0; i < N_PLANS; i++)
         if (c->plans[i].used && memcmp(&c->plans[i].key, k, sizeof *k) == 0) return &c->plans[i];
     gemm_plan *p = &c->plans[c->next_plan];
     c->next_plan = (c->next_plan + 1) % N_PLANS;
     plan_release(p);
-    int r = plan_build(c, p, k, k->bias);
+    /* a bias vector under 16-byte alignment: the bias kernel (epilogues load it vectorized) */
+    int r = k->bias && k->align_bias < 16 ? 1 : plan_build(c, p, k, k->bias, bias);
     if (r == 1 && k->bias) { /* no bias epilogue for this shape: plain product + bias kernel */
         plan_release(p);
-        r = plan_build(c, p, k, 0);
+        r = plan_build(c, p, k, 0, NULL);
         p->bias_kernel = 1;
     }
     if (r == 1)
@@ -356,7 +361,8 @@ static void gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const float *
     key.lda = lda; key.ldb = ldb; key.ldd = ldd; key.batch = batch; key.bias = bias != NULL; key.bf16 = c->bf16;
     key.sa = batch > 1 ? sa : 0; key.sb = batch > 1 ? sb : 0; key.sd = batch > 1 ? sd : 0;
     key.align_a = ptr_align(a); key.align_b = ptr_align(b); key.align_d = ptr_align(D);
-    gemm_plan *p = plan_get(c, &key);
+    key.align_bias = bias ? ptr_align(bias) : 0;
+    gemm_plan *p = plan_get(c, &key, bias);
     if (!p) return;
     if (bias && !p->bias_kernel &&
         CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)))
@@ -663,16 +669,17 @@ fail:
 
 size_t dt_ops_cuda_scratch_bytes(const dt_model_cfg *m, int bf16) {
     const size_t B = (size_t)m->max_batch, T = (size_t)m->seq_len, C = (size_t)m->n_embd, V = (size_t)m->vocab_size;
-    const size_t BT = B * T, att = 7 * BT * C * sizeof(float); /* attention backward's q k v dy dq dk dv */
-    size_t cast = 0;
-    if (bf16) { /* bf16 copies of the largest product's two inputs */
-        size_t head = m->num_labels ? 0 : (BT * V + V * C) * 2; /* LM head backward: dlogits and wte */
-        size_t mlp = (BT * 4 * C + 4 * C * C) * 2;
-        size_t probs = (B * (size_t)m->n_head * T * T + BT * C) * 2; /* attention: P and v */
-        cast = head > mlp ? head : mlp;
-        if (probs > cast) cast = probs;
+    const size_t BT = B * T, P = B * (size_t)m->n_head * T * T, head = m->num_labels ? 0 : BT * V;
+    size_t bytes = 7 * BT * C * sizeof(float); /* attention backward's q k v dy dq dk dv */
+    if (bf16) { /* the two bf16 copies grow to their largest first and second product inputs */
+        size_t a = BT * 4 * C, b = BT * 4 * C;
+        if (head > a) a = head; /* LM head: dlogits */
+        if (V * C > a) a = V * C;
+        if (head > b) b = head;
+        if (P > b) b = P; /* attention probabilities */
+        bytes += (a + b) * 2;
     }
-    return att + cast + LT_WORKSPACE;
+    return bytes + 2 * 1024 * 4 * C * sizeof(double) /* column-sum partials */ + LT_WORKSPACE;
 }
 
 /* ---- library versions ---- */

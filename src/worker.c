@@ -235,6 +235,16 @@ void dt_worker_describe(const dt_config *c, FILE *out) {
     human_count(mem, sizeof mem, (double)dt_model_memory_bytes(&mc));
     fprintf(out, "# model: %s parameters (%zu), %s training FLOPs per token, ~%sB of memory per worker\n", params,
             dt_model_count_params(&mc), flops, mem);
+#ifdef DTRAIN_HAVE_CUDA
+    dt_device_kind dev;
+    if (dt_device_resolve(c, &dev) == DT_OK && dev == DT_DEVICE_CUDA) {
+        const int bf16 = c->training.precision != DT_PREC_FP32;
+        size_t need = dt_model_memory_bytes(&mc) + 2 * dt_model_count_params(&mc) * sizeof(float) +
+                      dt_ops_cuda_scratch_bytes(&mc, bf16);
+        fprintf(out, "# on cuda (%s): ~%.2f GiB of GPU memory per worker (weights, gradients, AdamW state, "
+                "activations, scratch)\n", bf16 ? "bf16 products" : "fp32", (double)need / (1u << 30));
+    }
+#endif
 }
 
 static long total_steps(const dt_config *c, size_t steps_per_epoch) {

@@ -99,6 +99,13 @@ static void test_dry_run(void) {
     if (access("/proc/driver/nvidia/gpus", F_OK) != 0) {
         CHECK_INT_EQ(run("%s --config %s --set run.dir=%s/seed", DTRAIN_BIN, path, tmp), 2);
         CHECK_STR_CONTAINS(err_text, "no GPU is visible (hint: set training.use_gpu: false");
+        /* bf16 where auto finds no GPU, and the GPU doctor: exit 2 with what to do */
+        CHECK_INT_EQ(run("%s --config configs/ci-smoke.yaml --set training.device=auto --set training.precision=bf16 "
+                         "--set run.dir=%s/bf16",
+                         DTRAIN_BIN, tmp), 2);
+        CHECK_STR_CONTAINS(err_text, "training.precision: bf16 needs a GPU");
+        CHECK_INT_EQ(run("%s doctor --device cuda", DTRAIN_BIN), 2);
+        CHECK_STR_CONTAINS(err_text, "no GPU is visible");
     }
     /* on CPU it runs as is with its 4 workers */
     CHECK_INT_EQ(run("%s --config %s --set training.use_gpu=false --set run.dir=%s/seed --set training.max_steps=3 "
