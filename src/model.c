@@ -312,6 +312,7 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_ops *o
 
     ALLOC(m->params, m->n_params, "parameters");
     ALLOC(m->grads, m->n_params, "gradients");
+    ops->set_master(ops->ctx, m->params, m->n_params);
     ALLOC(m->encoded, BT * C, "activations (embeddings)");
     for (size_t l = 0; l < L; l++) {
         layer_acts *a = &m->layers[l];
@@ -372,6 +373,8 @@ int dt_model_num_buckets(const dt_model *m) { return m->n_buckets; }
 const dt_bucket *dt_model_bucket(const dt_model *m, int i) { return &m->buckets[i]; }
 float *dt_model_params(dt_model *m) { return m->params; }
 float *dt_model_grads(dt_model *m) { return m->grads; }
+
+void dt_model_params_changed(dt_model *m) { m->ops->set_master(m->ops->ctx, m->params, m->n_params); }
 
 void dt_model_zero_grad(dt_model *m) { m->ops->zero(m->ops->ctx, m->grads, m->n_params * sizeof(float)); }
 

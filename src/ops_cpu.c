@@ -537,6 +537,12 @@ static void cpu_argmax(void *ctx, int *idx, const float *x, int N, int V) {
     }
 }
 
+static void cpu_set_master(void *ctx, const float *params, size_t n) {
+    (void)ctx;
+    (void)params;
+    (void)n;
+}
+
 static dt_status cpu_check(void *ctx) {
     (void)ctx;
     return DT_OK;
@@ -581,6 +587,7 @@ dt_status dt_ops_cpu_init(dt_ops **out, int threads) {
     ops->sumsq = cpu_sumsq;
     ops->scale = cpu_scale;
     ops->argmax = cpu_argmax;
+    ops->set_master = cpu_set_master;
     ops->check = cpu_check;
     *out = ops;
     return DT_OK;

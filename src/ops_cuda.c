@@ -104,6 +104,10 @@ typedef struct cuda_ctx {
     size_t scr_bytes[N_SCRATCH];
     double *sum_dev;    /* sumsq result */
     double *sum_host;   /* pinned */
+    const float *master;/* the model's parameters (set_master), n_master floats */
+    size_t n_master;
+    dtk_bf16 *shadow;   /* bf16: their working copy, read by the products */
+    int shadow_stale;   /* refresh before the next use */
     gemm_plan plans[N_PLANS];
     int next_plan;      /* round-robin eviction */
     dt_status err;      /* first failure (DT_OK while healthy) */
@@ -200,8 +204,15 @@ static void cu_free(void *ctx, void *p) {
     if (p) CK(cudaFree(p));
 }
 
+/* Does [p, p + bytes) overlap the master weights? */
+static int touches_master(const cuda_ctx *c, const void *p, size_t bytes) {
+    const char *a = p, *m = (const char *)c->master;
+    return c->master && a < m + c->n_master * sizeof(float) && m < a + bytes;
+}
+
 static void cu_upload(void *ctx, void *dst, const void *src, size_t bytes) {
     cuda_ctx *c = ctx;
+    if (touches_master(c, dst, bytes)) c->shadow_stale = 1;
     if (c->err != DT_OK || bytes == 0) return;
     /* synchronous: the caller may reuse its host buffer at once */
     if (CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->s))) return;
@@ -221,6 +232,7 @@ static void cu_download(void *ctx, void *dst, const void *src, size_t bytes) {
 
 static void cu_zero(void *ctx, void *p, size_t bytes) {
     cuda_ctx *c = ctx;
+    if (touches_master(c, p, bytes)) c->shadow_stale = 1;
     if (c->err == DT_OK && bytes) CK(cudaMemsetAsync(p, 0, bytes, c->s));
 }
 
@@ -335,11 +347,47 @@ static gemm_plan *plan_get(cuda_ctx *c, const gemm_key *k, const float *bias) {
     return p;
 }
 
+/* The bf16 working copy of the master weights, refreshed when stale; NULL when there is
+ * none (fp32, or before set_master) or after a failure. */
+static dtk_bf16 *fresh_shadow(cuda_ctx *c) {
+    if (!c->shadow || c->err != DT_OK) return NULL;
+    if (c->shadow_stale && CK(dtk_cast_bf16(c->s, c->shadow, c->master, c->n_master))) return NULL;
+    c->shadow_stale = 0;
+    return c->shadow;
+}
+
+static void cu_set_master(void *ctx, const float *params, size_t n) {
+    cuda_ctx *c = ctx;
+    if (c->err != DT_OK) return;
+    if (c->bf16 && (!c->shadow || n != c->n_master)) {
+        if (c->shadow && CK(cudaFree(c->shadow))) return;
+        c->shadow = NULL;
+        dt_status st = dev_malloc(c, (void **)&c->shadow, n * sizeof(dtk_bf16), "the bf16 copy of the weights");
+        if (st != DT_OK) {
+            fail(c, st, "%s", dt_error_msg());
+            return;
+        }
+    }
+    c->master = params;
+    c->n_master = n;
+    c->shadow_stale = 1;
+}
+
 /* bf16 copy of `n` floats from `src` into scratch slot `slot`; NULL after a failure. */
 static const void *to_bf16(cuda_ctx *c, int slot, const float *src, size_t n) {
     dtk_bf16 *d = scratch(c, slot, n * sizeof(dtk_bf16), "bf16 matmul inputs");
     if (!d || CK(dtk_cast_bf16(c->s, d, src, n))) return NULL;
     return d;
+}
+
+/* bf16 input for a product: the slice of the weights' working copy when `src` (n floats)
+ * lies inside the master weights, else a bf16 rounding of `src` into scratch slot `slot`. */
+static const void *bf16_input(cuda_ctx *c, int slot, const float *src, size_t n) {
+    if (c->shadow && src >= c->master && src + n <= c->master + c->n_master) {
+        const dtk_bf16 *w = fresh_shadow(c);
+        return w ? w + (src - c->master) : NULL;
+    }
+    return to_bf16(c, slot, src, n);
 }
 
 /* Column-major D(m x n, ldd) = alpha op(A) op(B) + beta D [+ bias(m) on every column], over
@@ -353,7 +401,7 @@ static void gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const float *
     if (c->bf16) {
         size_t na = (size_t)sa * (size_t)(batch - 1) + (size_t)lda * (size_t)(ta ? m : k);
         size_t nb = (size_t)sb * (size_t)(batch - 1) + (size_t)ldb * (size_t)(tb ? k : n);
-        if (!(a = to_bf16(c, SCR_A16, A, na)) || !(b = to_bf16(c, SCR_B16, B, nb))) return;
+        if (!(a = bf16_input(c, SCR_A16, A, na)) || !(b = bf16_input(c, SCR_B16, B, nb))) return;
     }
     gemm_key key;
     memset(&key, 0, sizeof key); /* the key is compared with memcmp: no stray padding bytes */
@@ -520,7 +568,10 @@ static void cu_scatter_add_rows(void *ctx, float *dx, const float *dout, const i
 static void cu_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                      float beta2, float eps, float weight_decay, int t) {
     cuda_ctx *c = ctx;
-    LAUNCH(dtk_adamw(c->s, p, NULL, g, m, v, n, lr, beta1, beta2, eps, weight_decay, t));
+    dtk_bf16 *p16 = NULL; /* the update refreshes the weights' working copy in the same pass */
+    if (c->shadow && p >= c->master && p + n <= c->master + c->n_master && !(p16 = fresh_shadow(c))) return;
+    if (p16) p16 += p - c->master;
+    LAUNCH(dtk_adamw(c->s, p, p16, g, m, v, n, lr, beta1, beta2, eps, weight_decay, t));
 }
 
 static double cu_sumsq(void *ctx, const float *x, size_t n) {
@@ -556,6 +607,7 @@ static void ctx_free(cuda_ctx *c) {
     cudaFree(c->lt_ws);
     cudaFree(c->sum_dev);
     cudaFreeHost(c->sum_host);
+    cudaFree(c->shadow);
     if (c->lt) lt.cublasLtDestroy(c->lt);
     if (c->s) cudaStreamDestroy(c->s);
     free(c);
@@ -658,6 +710,7 @@ dt_status dt_ops_cuda_init(dt_ops **out, int device, int bf16, int rank) {
     ops->adamw = cu_adamw;
     ops->sumsq = cu_sumsq;
     ops->scale = cu_scale;
+    ops->set_master = cu_set_master;
     ops->check = cu_check;
     *out = ops;
     return DT_OK;
@@ -677,7 +730,7 @@ size_t dt_ops_cuda_scratch_bytes(const dt_model_cfg *m, int bf16) {
         if (V * C > a) a = V * C;
         if (head > b) b = head;
         if (P > b) b = P; /* attention probabilities */
-        bytes += (a + b) * 2;
+        bytes += (a + b + dt_model_count_params(m)) * 2; /* + the weights' working copy */
     }
     return bytes + 2 * 1024 * 4 * C * sizeof(double) /* column-sum partials */ + LT_WORKSPACE;
 }

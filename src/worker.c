@@ -561,6 +561,7 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
     if (world > 1 &&
         (st = dt_comm_broadcast(r.gcomm, dt_model_params(r.model), dt_model_num_params(r.model) * sizeof(float), 0)) != DT_OK)
         goto done;
+    dt_model_params_changed(r.model);
 
     {
         const dt_model_cfg *mc = dt_model_config(r.model);

@@ -642,6 +642,26 @@ static void test_gather_scatter(void) {
     bfree(s.rows), bfree(s.x), bfree(s.out), bfree(s.R), bfree(pre), bfree(dx), bfree(g);
 }
 
+/* argmax: the first maximum of each row; the check op reports nothing on CPU */
+static void test_argmax_check(void) {
+    const int N = 4, V = 7;
+    float x[4 * 7] = {0};
+    int *idx = ialloc(N);
+    for (int k = 0; k < V; k++) {
+        x[k] = (float)k;                  /* row 0: increasing -> 6 */
+        x[V + k] = (float)(V - k);        /* row 1: decreasing -> 0 */
+        x[2 * V + k] = k == 2 || k == 5;  /* row 2: tie -> the first, 2 */
+        x[3 * V + k] = -1.0f - (k != 4);  /* row 3: negative values -> 4 */
+    }
+    ops->argmax(ops->ctx, idx, x, N, V);
+    CHECK_INT_EQ(idx[0], 6);
+    CHECK_INT_EQ(idx[1], 0);
+    CHECK_INT_EQ(idx[2], 2);
+    CHECK_INT_EQ(idx[3], 4);
+    CHECK_INT_EQ(ops->check(ops->ctx), DT_OK);
+    bfree(idx);
+}
+
 /* ---- optimizer helpers ---- */
 
 static void test_adamw(void) {
@@ -839,6 +859,7 @@ int main(void) {
     test_gelu_add();
     test_xent();
     test_gather_scatter();
+    test_argmax_check();
     test_adamw();
     test_sumsq_scale();
     test_large_sizes();

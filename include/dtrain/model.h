@@ -66,6 +66,9 @@ int dt_model_num_buckets(const dt_model *m);
 const dt_bucket *dt_model_bucket(const dt_model *m, int i);
 float *dt_model_params(dt_model *m);  /* backend memory */
 float *dt_model_grads(dt_model *m);   /* backend memory */
+/* Call after writing the parameters other than through the op table's upload (e.g. a
+ * broadcast by a collective): the backend's working copy is refreshed before next use. */
+void dt_model_params_changed(dt_model *m);
 
 /* Training FLOPs per token (forward + backward, 6N + 12*L*C*T as in the PaLM appendix,
  * N = matmul parameters incl. the LM head); static so --dry-run can print it. */

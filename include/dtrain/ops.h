@@ -96,6 +96,14 @@ struct dt_ops {
     /* x *= s */
     void (*scale)(void *ctx, float *x, size_t n, float s);
 
+    /* Declares params(n) the master weights (the model's parameter buffer) and marks any
+     * working copy of them stale. A backend whose products take reduced-precision inputs (CUDA
+     * with bf16) keeps a bf16 copy that products read instead of rounding the weights again:
+     * refreshed before its next use after upload or zero touched params, and by adamw in the
+     * same pass as the update. Whoever writes params otherwise (a collective) calls this again
+     * afterwards. The CPU backend ignores it. */
+    void (*set_master)(void *ctx, const float *params, size_t n);
+
     /* Waits for the queued work and returns the first failure since init (sticky), with its
      * message set (dt_error_set); DT_OK when all went well. The CPU backend never fails. */
     dt_status (*check)(void *ctx);
