@@ -180,8 +180,7 @@ static dt_status save_optimizer(const char *path, dt_model *m, dt_optim *o) {
     dt_st_entry *e = dt_calloc(2 * (size_t)nt, sizeof *e, "optimizer tensor list");
     char(*names)[64] = dt_calloc(2 * (size_t)nt, sizeof *names, "optimizer tensor names");
     dt_status st = DT_ERR_NOMEM;
-    if (mh && vh && e && names) {
-        dt_optim_get_moments(o, mh, vh);
+    if (mh && vh && e && names && (st = dt_optim_get_moments(o, mh, vh)) == DT_OK) {
         for (int i = 0; i < 2 * nt; i++) {
             const dt_tensor_info *t = dt_model_tensor(m, i % nt);
             snprintf(names[i], sizeof names[i], "%s.%s", i < nt ? "exp_avg" : "exp_avg_sq", t->name);

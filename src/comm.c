@@ -204,6 +204,7 @@ static dt_status start(dt_comm *c, const dt_comm_req *tmpl, dt_comm_req **out) {
     r->st = DT_OK;
     r->msg[0] = '\0';
     r->next = NULL;
+    if (c->be->prepare) c->be->prepare(c->ctx); /* in queue order, on the caller's thread */
     if (c->tail) c->tail->next = r;
     else c->head = r;
     c->tail = r;

@@ -12,8 +12,10 @@
  *
  *   compute stream --ready--> our stream: [H2D staging] NCCL call --done--> host polls `done`
  *
- * `ready` is recorded on the caller's compute stream when the collective starts to run, so the
- * NCCL call sees everything queued there before dt_comm_*_start (the gradients). The NCCL call
+ * `ready` is recorded on the caller's compute stream by `prepare`, on the caller's thread when
+ * the collective is queued (a ring of events, consumed in issue order by the collectives), so
+ * the NCCL call waits for exactly what was queued there before dt_comm_*_start (a gradient
+ * bucket), not for the rest of backward queued since: the buckets overlap backward. The call
  * runs on this backend's own non-blocking stream; the thread polls `done` (cudaEventQuery; a
  * short spin, then 50 us sleeps) and NCCL's asynchronous error state on every round, until
  * the deadline (training.collective_timeout_s, or the barrier's own). A timeout or an NCCL
@@ -90,6 +92,7 @@ static void nc_load(void) {
 #define SCRATCH_MIN ((size_t)1 << 20) /* made at init: the barrier's float and small host buffers */
 #define SPIN_S 100e-6                 /* poll without sleeping this long: small buckets finish in it */
 #define NAP_NS 50000L                 /* then sleep this long between polls */
+#define N_MARKS 256                   /* collectives queued and not yet run, at most (more: late events) */
 
 typedef struct nccl_ctx {
     int rank, world, device;
@@ -100,7 +103,18 @@ typedef struct nccl_ctx {
     int thread_ready;       /* cudaSetDevice done on the communicator's thread */
     cudaStream_t compute;   /* the caller's: the buffers are written there (not ours) */
     cudaStream_t stream;    /* ours, non-blocking: staging copies and the NCCL calls */
-    cudaEvent_t ready;      /* on `compute`: the inputs are written */
+    cudaEvent_t ready;      /* on `compute`, recorded late: a collective without a mark */
+    cudaEvent_t waited;     /* the event the running collective waits for */
+    cudaEvent_t mark;       /* the running collective's mark (when have_mark) */
+    int have_mark;
+    /* marks: events recorded on `compute` by prepare (caller's thread), one per queued
+     * collective, used in the same order by the collectives (comm thread) */
+    pthread_mutex_t marks_mu;
+    int marks_mu_ok;
+    cudaEvent_t marks[N_MARKS];
+    int mark_ok[N_MARKS];
+    unsigned long marks_made, marks_used;
+    int marks_off;          /* the ring overflowed or could not be made: late events only */
     cudaEvent_t done;       /* on `stream`: the NCCL call (and staging) finished */
     void *scratch;          /* device memory: host buffers are staged here */
     size_t scratch_bytes;
@@ -194,10 +208,40 @@ static dt_status thread_setup(nccl_ctx *x) {
     return DT_OK;
 }
 
-/* Our stream waits for what the caller queued on the compute stream so far. */
+/* Caller's thread, as a collective is queued: mark where the compute stream stands. */
+static void nccl_prepare(void *vctx) {
+    nccl_ctx *x = vctx;
+    pthread_mutex_lock(&x->marks_mu);
+    if (!x->marks_off && x->marks_made - x->marks_used >= N_MARKS) x->marks_off = 1;
+    if (!x->marks_off) {
+        size_t i = x->marks_made % N_MARKS;
+        x->mark_ok[i] = cudaEventRecord(x->marks[i], x->compute) == cudaSuccess;
+        if (!x->mark_ok[i]) (void)cudaGetLastError(); /* the collective records its own, later */
+        x->marks_made++;
+    }
+    pthread_mutex_unlock(&x->marks_mu);
+}
+
+/* Comm thread, first thing in every collective: this collective's mark, if it has one. */
+static int take_mark(nccl_ctx *x, cudaEvent_t *ev) {
+    int have = 0;
+    pthread_mutex_lock(&x->marks_mu);
+    if (!x->marks_off && x->marks_used < x->marks_made) {
+        size_t i = x->marks_used % N_MARKS;
+        have = x->mark_ok[i];
+        *ev = x->marks[i];
+        x->marks_used++;
+    }
+    pthread_mutex_unlock(&x->marks_mu);
+    return have;
+}
+
+/* Our stream waits for what the caller had queued on the compute stream when it queued this
+ * collective (its mark), or, without a mark, for everything queued there so far. */
 static dt_status after_compute(nccl_ctx *x) {
-    DT_TRY(CK(cudaEventRecord, x->ready, x->compute));
-    return CK(cudaStreamWaitEvent, x->stream, x->ready, 0);
+    x->waited = x->have_mark ? x->mark : x->ready;
+    if (!x->have_mark) DT_TRY(CK(cudaEventRecord, x->ready, x->compute));
+    return CK(cudaStreamWaitEvent, x->stream, x->waited, 0);
 }
 
 /* Records `done` after the queued work and polls it until it completes, NCCL reports an
@@ -221,7 +265,7 @@ static dt_status wait_done(nccl_ctx *x, double t0, double timeout_s, int waited_
         }
         double t = now_s() - t0;
         if (t > timeout_s) {
-            if (waited_compute && cudaEventQuery(x->ready) == cudaErrorNotReady)
+            if (waited_compute && cudaEventQuery(x->waited) == cudaErrorNotReady)
                 return dt_error_set(DT_ERR_DEVICE, "collective timeout: nccl %s on rank %d (host %s, GPU %d) waited "
                                     "%.1f s for the GPU work queued before it on the compute stream, which did not "
                                     "finish (a kernel hung, or the step is slower than the deadline; "
@@ -279,6 +323,7 @@ static dt_status allreduce_(nccl_ctx *x, float *buf, size_t n, dt_reduce_op op) 
 
 static dt_status nccl_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op) {
     nccl_ctx *x = vctx;
+    x->have_mark = take_mark(x, &x->mark); /* every collective takes its own, in order */
     x->seq++;
     snprintf(x->op, sizeof x->op, "all-reduce #%lu (%zu floats, %s)", x->seq, n, op == DT_REDUCE_AVG ? "avg" : "sum");
     dt_status st = thread_setup(x);
@@ -305,6 +350,7 @@ static dt_status broadcast_(nccl_ctx *x, void *buf, size_t bytes, int root) {
 
 static dt_status nccl_broadcast(void *vctx, void *buf, size_t bytes, int root) {
     nccl_ctx *x = vctx;
+    x->have_mark = take_mark(x, &x->mark); /* every collective takes its own, in order */
     x->seq++;
     snprintf(x->op, sizeof x->op, "broadcast #%lu (%zu bytes from rank %d)", x->seq, bytes, root);
     dt_status st = thread_setup(x);
@@ -345,6 +391,7 @@ static dt_status allgather_(nccl_ctx *x, const void *in, size_t bytes, void *out
 
 static dt_status nccl_allgather(void *vctx, const void *in, size_t bytes, void *out) {
     nccl_ctx *x = vctx;
+    x->have_mark = take_mark(x, &x->mark); /* every collective takes its own, in order */
     x->seq++;
     snprintf(x->op, sizeof x->op, "all-gather #%lu (%zu bytes per rank)", x->seq, bytes);
     dt_status st = thread_setup(x);
@@ -356,6 +403,7 @@ static dt_status nccl_allgather(void *vctx, const void *in, size_t bytes, void *
  * it does not wait for the compute stream. */
 static dt_status nccl_barrier(void *vctx, double timeout_s) {
     nccl_ctx *x = vctx;
+    x->have_mark = take_mark(x, &x->mark); /* every collective takes its own, in order */
     x->seq++;
     snprintf(x->op, sizeof x->op, "barrier #%lu", x->seq);
     dt_status st = thread_setup(x);
@@ -372,7 +420,8 @@ static dt_status nccl_barrier(void *vctx, double timeout_s) {
 static void nccl_free(void *vctx) {
     nccl_ctx *x = vctx;
     if (!x) return;
-    if (!x->comm && !x->stream && !x->ready && !x->done && !x->scratch) { /* made no CUDA state */
+    if (x->marks_mu_ok) pthread_mutex_destroy(&x->marks_mu);
+    if (!x->comm && !x->stream && !x->ready && !x->done && !x->marks[0] && !x->scratch) { /* made no CUDA state */
         free(x);
         return;
     }
@@ -390,6 +439,8 @@ static void nccl_free(void *vctx) {
     if (x->stream) cudaStreamDestroy(x->stream); /* pending work, if any, still completes */
     if (x->ready) cudaEventDestroy(x->ready);
     if (x->done) cudaEventDestroy(x->done);
+    for (int i = 0; i < N_MARKS; i++)
+        if (x->marks[i]) cudaEventDestroy(x->marks[i]);
     if (x->scratch) cudaFree(x->scratch);
     (void)cudaGetLastError();
     if (prev >= 0 && prev != x->device) (void)cudaSetDevice(prev);
@@ -403,11 +454,15 @@ static const dt_comm_backend_ops nccl_backend = {
     .allgather = nccl_allgather,
     .barrier = nccl_barrier,
     .free = nccl_free,
+    .prepare = nccl_prepare,
 };
 
 /* This rank's part that needs no other rank: the library, the device, our stream, events,
  * the scratch buffer, and on rank 0 the unique id. */
 static dt_status local_setup(nccl_ctx *x, ncclUniqueId *id) {
+    if (pthread_mutex_init(&x->marks_mu, NULL) != 0)
+        return dt_error_set(DT_ERR_INTERNAL, "nccl: rank %d (host %s): pthread_mutex_init failed", x->rank, x->host);
+    x->marks_mu_ok = 1;
     pthread_once(&nc_once, nc_load);
     if (nc_error[0]) return dt_error_set(DT_ERR_DEVICE, "nccl: rank %d (host %s): %s", x->rank, x->host, nc_error);
     int count = 0;
@@ -423,6 +478,7 @@ static dt_status local_setup(nccl_ctx *x, ncclUniqueId *id) {
     DT_TRY(CK(cudaStreamCreateWithFlags, &x->stream, cudaStreamNonBlocking));
     DT_TRY(CK(cudaEventCreateWithFlags, &x->ready, cudaEventDisableTiming));
     DT_TRY(CK(cudaEventCreateWithFlags, &x->done, cudaEventDisableTiming));
+    for (int i = 0; i < N_MARKS; i++) DT_TRY(CK(cudaEventCreateWithFlags, &x->marks[i], cudaEventDisableTiming));
     DT_TRY(grow_scratch(x, SCRATCH_MIN));
     if (x->rank == 0) DT_TRY(NC(ncclGetUniqueId, id));
     return DT_OK;

@@ -1,6 +1,7 @@
 /* device.c — CPU/GPU discovery without CUDA initialisation, thread budget, versions. */
 #include "dtrain/device.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -29,15 +30,29 @@ int dt_device_cpu_cores(void) {
     return n > 0 ? (int)n : 1;
 }
 
-int dt_device_cuda_count(void) {
+/* Entries of `dir` whose name starts with `prefix` followed by a digit (prefix "" : any
+ * entry not starting with '.'). */
+static int count_entries(const char *dir, const char *prefix) {
     int n = 0;
-    DIR *d = opendir("/proc/driver/nvidia/gpus");
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL)
-            if (e->d_name[0] != '.') n++;
-        closedir(d);
+    size_t k = strlen(prefix);
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        if (k && (strncmp(e->d_name, prefix, k) != 0 || !isdigit((unsigned char)e->d_name[k]))) continue;
+        n++;
     }
+    closedir(d);
+    return n;
+}
+
+int dt_device_cuda_count(void) {
+    /* the driver's list; where /proc has no driver entries (some container runtimes), the
+     * device nodes /dev/nvidia0, /dev/nvidia1, ... */
+    int n = count_entries("/proc/driver/nvidia/gpus", "");
+    if (n < 0) n = count_entries("/dev", "nvidia");
+    if (n < 0) n = 0;
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
     if (vis && n > 0) {
         /* count the comma-separated entries up to the first invalid one, as CUDA does */

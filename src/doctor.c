@@ -126,7 +126,7 @@ static dt_status cuda_worker(dt_comm *c, const doctor_arg *a) {
     if (st == DT_OK) st = ops->check(ops->ctx);
     if (st == DT_OK) st = self_test(nccl, buf, a->max_bytes);
     if (ops) ops->free(ops->ctx, buf);
-    dt_comm_free(nccl);
+    if (st == DT_OK) dt_comm_free(nccl); /* after a failure: left to the exit (destroy waits for peers) */
     dt_ops_cuda_free(ops);
     return st;
 }

@@ -545,7 +545,8 @@ dt_status dt_model_save(dt_model *m, const char *path) {
         }
         const char *keys[] = {"format", "producer"};
         const char *vals[] = {"pt", "dtrain"};
-        st = dt_st_write(path, e, m->n_tensors, keys, vals, 2);
+        /* a device that failed earlier must not leave a well-checksummed file of garbage */
+        if ((st = m->ops->check(m->ops->ctx)) == DT_OK) st = dt_st_write(path, e, m->n_tensors, keys, vals, 2);
     }
     free(host);
     free(e);

@@ -226,8 +226,8 @@ static void cu_download(void *ctx, void *dst, const void *src, size_t bytes) {
         return;
     }
     if (bytes == 0) return;
-    if (CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->s))) return;
-    CK(cudaStreamSynchronize(c->s));
+    if (CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->s)) || CK(cudaStreamSynchronize(c->s)))
+        memset(dst, 0, bytes);
 }
 
 static void cu_zero(void *ctx, void *p, size_t bytes) {
@@ -621,6 +621,8 @@ void dt_ops_cuda_free(dt_ops *ops) {
 
 void *dt_ops_cuda_stream(const dt_ops *ops) { return ((cuda_ctx *)ops->ctx)->s; }
 
+int dt_ops_cuda_bf16(const dt_ops *ops) { return ((const cuda_ctx *)ops->ctx)->bf16; }
+
 void dt_ops_cuda_describe(const dt_ops *ops, char *buf, size_t n) {
     const cuda_ctx *c = ops->ctx;
     size_t freeb = 0, total = 0;
@@ -630,7 +632,7 @@ void dt_ops_cuda_describe(const dt_ops *ops, char *buf, size_t n) {
     snprintf(buf, n, "GPU %d (%s, %s) on %s", c->device, c->gpu_name, tot, c->host);
 }
 
-dt_status dt_ops_cuda_init(dt_ops **out, int device, int bf16, int rank) {
+dt_status dt_ops_cuda_init(dt_ops **out, int device, int precision, int rank) {
     *out = NULL;
     dt_ops *ops = dt_calloc(1, sizeof *ops, "CUDA op table");
     cuda_ctx *c = ops ? dt_calloc(1, sizeof *c, "CUDA op context") : NULL;
@@ -640,7 +642,6 @@ dt_status dt_ops_cuda_init(dt_ops **out, int device, int bf16, int rank) {
     }
     c->device = device;
     c->rank = rank;
-    c->bf16 = bf16;
     if (gethostname(c->host, sizeof c->host) != 0) snprintf(c->host, sizeof c->host, "?");
     c->host[sizeof c->host - 1] = '\0';
     snprintf(c->gpu_name, sizeof c->gpu_name, "?");
@@ -650,7 +651,8 @@ dt_status dt_ops_cuda_init(dt_ops **out, int device, int bf16, int rank) {
     if (e != cudaSuccess || device >= count) {
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");
         st = dt_error_set(DT_ERR_CONFIG, "rank %d (host %s): GPU %d is not usable: %s (CUDA_VISIBLE_DEVICES=%s) (hint: "
-                          "one worker per visible GPU: lower training.num_workers, or check nvidia-smi)", rank, c->host,
+                          "one worker per visible GPU: lower training.num_workers (or, under a launcher, its "
+                          "processes per host), or check nvidia-smi)", rank, c->host,
                           device, e != cudaSuccess ? cudaGetErrorString(e) : "fewer GPUs are visible",
                           vis ? vis : "unset");
         goto fail;
@@ -659,7 +661,9 @@ dt_status dt_ops_cuda_init(dt_ops **out, int device, int bf16, int rank) {
     memset(&prop, 0, sizeof prop);
     if (!CK(cudaSetDevice(device)) && !CK(cudaGetDeviceProperties(&prop, device)))
         snprintf(c->gpu_name, sizeof c->gpu_name, "%s", prop.name);
-    if (c->err == DT_OK && bf16 && prop.major < 8)
+    /* bf16 products need compute capability 8.0 (A100) or newer: auto falls back to fp32 */
+    c->bf16 = precision > 0 || (precision < 0 && prop.major >= 8);
+    if (c->err == DT_OK && c->bf16 && prop.major < 8)
         fail(c, DT_ERR_CONFIG, "rank %d (host %s): GPU %d (%s, compute capability %d.%d) has no bf16 tensor cores "
              "(hint: training.precision: fp32)", rank, c->host, device, c->gpu_name, prop.major, prop.minor);
     if (c->err == DT_OK) CK(cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking));

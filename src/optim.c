@@ -84,9 +84,10 @@ float *dt_optim_v(dt_optim *o) { return o->v; }
 
 size_t dt_optim_num_params(const dt_optim *o) { return o->n_params; }
 
-void dt_optim_get_moments(const dt_optim *o, float *m_host, float *v_host) {
+dt_status dt_optim_get_moments(const dt_optim *o, float *m_host, float *v_host) {
     o->ops->download(o->ops->ctx, m_host, o->m, o->n_params * sizeof(float));
     o->ops->download(o->ops->ctx, v_host, o->v, o->n_params * sizeof(float));
+    return o->ops->check(o->ops->ctx);
 }
 
 void dt_optim_set_moments(dt_optim *o, const float *m_host, const float *v_host) {

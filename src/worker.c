@@ -40,6 +40,7 @@ typedef struct run {
     dt_comm *nccl;          /* owned (GPU runs with world > 1) */
     int rank, world;
     int gpu;                /* the op table is the CUDA one */
+    int device;             /* its GPU */
     dt_comm_req **reqs;     /* (n_buckets) in-flight gradient all-reduces */
     dt_status comm_st;      /* first failure to start one */
     dt_ops *ops;
@@ -75,14 +76,16 @@ static dt_model_cfg model_cfg_from(const dt_config *c) {
     return m;
 }
 
-static void run_free(run *r) {
+/* `st`: how the run ended. After a failure the NCCL communicator is left to the process exit:
+ * ncclCommDestroy waits for the peers on this host, which may be gone or stuck. */
+static void run_free(run *r, dt_status st) {
     dt_metrics_close(r->metrics);
     dt_sampler_free(r->sampler);
     dt_optim_free(r->optim);
     dt_model_free(r->model);
     dt_dataset_free(r->val);
     dt_dataset_free(r->train);
-    dt_comm_free(r->nccl);
+    if (st == DT_OK) dt_comm_free(r->nccl);
 #ifdef DTRAIN_HAVE_CUDA
     if (r->gpu) dt_ops_cuda_free(r->ops);
     else
@@ -133,14 +136,12 @@ static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_t
     DT_TRY(dt_device_resolve(c, &dev));
 #ifdef DTRAIN_HAVE_CUDA
     if (dev == DT_DEVICE_CUDA) {
-        DT_TRY(dt_ops_cuda_init(&r->ops, local_rank, c->training.precision != DT_PREC_FP32, r->rank));
+        /* a launcher that gives each process its own GPU (srun --gpus-per-task, one-GPU pods)
+         * leaves one visible: that one, whatever the local rank */
+        r->device = dt_device_cuda_count() == 1 ? 0 : local_rank;
+        int prec = c->training.precision == DT_PREC_FP32 ? 0 : c->training.precision == DT_PREC_BF16 ? 1 : -1;
+        DT_TRY(dt_ops_cuda_init(&r->ops, r->device, prec, r->rank));
         r->gpu = 1;
-        /* gradients and weights stay on the GPU: NCCL, bootstrapped over the host collective */
-        if (comm && r->world > 1) {
-            DT_TRY(dt_comm_init_nccl(&r->nccl, comm, local_rank, dt_ops_cuda_stream(r->ops),
-                                     c->training.collective_timeout_s));
-            r->gcomm = r->nccl;
-        }
     } else
 #endif
     {
@@ -470,6 +471,22 @@ static FILE *open_sample_log(int rank) {
     return fopen(path, "a");
 }
 
+/* GPU runs with several workers: gradients and weights stay on the GPU and travel over NCCL,
+ * bootstrapped over the host collective. Made once the model and the optimizer have their
+ * memory, so that a rank that runs out fails before the others wait in NCCL's init. */
+static dt_status start_gpu_collective(run *r) {
+#ifdef DTRAIN_HAVE_CUDA
+    if (r->gpu && r->comm && r->world > 1 && !r->nccl) {
+        DT_TRY(dt_comm_init_nccl(&r->nccl, r->comm, r->device, dt_ops_cuda_stream(r->ops),
+                                 r->cfg->training.collective_timeout_s));
+        r->gcomm = r->nccl;
+    }
+#else
+    (void)r;
+#endif
+    return DT_OK;
+}
+
 dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_comm *comm) {
     run r;
     FILE *sample_log = NULL;
@@ -558,6 +575,7 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
         dt_metrics_info(r.metrics, "init_from %s%s", c->model.init_from,
                         score_loaded ? "" : " (no score.weight in the file: classification head initialised from the seed)");
     }
+    if ((st = start_gpu_collective(&r)) != DT_OK) goto done;
     if (world > 1 &&
         (st = dt_comm_broadcast(r.gcomm, dt_model_params(r.model), dt_model_num_params(r.model) * sizeof(float), 0)) != DT_OK)
         goto done;
@@ -572,7 +590,7 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
         if (world > 1) snprintf(how, sizeof how, ", %s all-reduce", dt_comm_backend(r.gcomm));
 #ifdef DTRAIN_HAVE_CUDA
         if (r.gpu) {
-            int bf16 = c->training.precision != DT_PREC_FP32;
+            int bf16 = dt_ops_cuda_bf16(r.ops);
             size_t need = dt_model_memory_bytes(mc) + 2 * dt_model_num_params(r.model) * sizeof(float) +
                           dt_ops_cuda_scratch_bytes(mc, bf16);
             char gpu[320];
@@ -651,14 +669,28 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
         }
         /* a stop request counts when any rank saw it: all stop after the same step */
         int stop = stop_requested(opts);
+        /* a device failure on any rank (e.g. memory for scratch running out in backward) stops
+         * every rank before the update: no rank applies gradients that a failed rank summed */
+        dt_status dev = r.ops->check(r.ops->ctx);
+        char dev_msg[1024] = "";
+        if (dev != DT_OK) snprintf(dev_msg, sizeof dev_msg, "%s", dt_error_msg());
         if (world > 1) {
-            float sums[3] = {(float)loss, (float)rows, (float)stop};
+            float sums[4] = {(float)loss, (float)rows, (float)stop, (float)(dev != DT_OK)};
             double w0 = now_ms();
-            if ((st = dt_comm_allreduce(comm, sums, 3, DT_REDUCE_SUM)) != DT_OK) goto done;
+            if ((st = dt_comm_allreduce(comm, sums, 4, DT_REDUCE_SUM)) != DT_OK) goto done;
             comm_ms += now_ms() - w0;
             loss = sums[0];
             rows = (long)sums[1];
             stop = sums[2] > 0;
+            if (dev == DT_OK && sums[3] > 0) {
+                st = dt_error_set(DT_ERR_DEVICE, "step %ld: %.0f other rank(s) failed on their GPU in this step; "
+                                  "stopping without the update (their messages say why)", step + 1, sums[3]);
+                goto done;
+            }
+        }
+        if (dev != DT_OK) {
+            st = dt_error_set(dev, "%s", dev_msg);
+            goto done;
         }
         double gnorm, lr;
         if ((st = dt_optim_step(r.optim, dt_model_params(r.model), dt_model_grads(r.model), step, &gnorm, &lr)) != DT_OK)
@@ -747,7 +779,7 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
     if (rank == 0) dt_metrics_summary(r.metrics, "weights: %s", weights);
 done:
     if (sample_log) fclose(sample_log);
-    run_free(&r);
+    run_free(&r, st);
     return st;
 }
 
@@ -800,6 +832,6 @@ dt_status dt_worker_eval(const dt_config *c, const char *weights, dt_eval_point 
     printf("eval %s | val loss %.17g | val accuracy %.6f | %ld examples | %.1f s\n", weights, out->loss, out->accuracy,
            out->examples, out->eval_ms / 1e3);
 done:
-    run_free(&r);
+    run_free(&r, st);
     return st;
 }

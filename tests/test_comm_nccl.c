@@ -361,6 +361,40 @@ static void test_ordering(dt_comm *c, cudaStream_t cs) {
     printf("collectives run after the compute stream's work (device and pinned host inputs): ok\n");
 }
 
+/* Overlap: a bucket's all-reduce waits for the work queued before its start, not for what
+ * the compute stream got after it (the rest of backward). Bucket 1 is written, started, then
+ * the compute stream is given 2 x 300 ms more before bucket 2 is written and started: the
+ * first wait must return before that extra work is done, the second after it. */
+static void test_overlap(dt_comm *c, cudaStream_t cs) {
+    enum { N = 4096 };
+    float *d1 = dev_floats(N), *d2 = dev_floats(N), *h = malloc((N + GUARD) * sizeof(float));
+    CHECK(h);
+    CUDA_OK(cudaMemsetAsync(d1, 0, N * sizeof(float), cs));
+    dt_comm_req *r1, *r2;
+    double t0 = now_s();
+    CHECK_OK(dt_comm_allreduce_start(c, d1, N, DT_REDUCE_SUM, &r1));
+    CUDA_OK(cudaLaunchHostFunc(cs, sleep_300ms, NULL));
+    CUDA_OK(cudaLaunchHostFunc(cs, sleep_300ms, NULL));
+    CUDA_OK(cudaMemsetAsync(d2, 0, N * sizeof(float), cs));
+    CHECK_OK(dt_comm_allreduce_start(c, d2, N, DT_REDUCE_SUM, &r2));
+    CHECK_OK(dt_comm_wait(c, r1));
+    double t1 = now_s() - t0;
+    CHECK_OK(dt_comm_wait(c, r2));
+    double t2 = now_s() - t0;
+    if (t1 >= 0.45 || t2 < 0.55) {
+        fprintf(stderr, "overlap: bucket 1 finished after %.3f s (expected well before the 0.6 s of later work), "
+                "bucket 2 after %.3f s (expected after it)\n", t1, t2);
+        CHECK(0);
+    }
+    CUDA_OK(cudaStreamSynchronize(cs));
+    download(h, d1, N);
+    for (size_t i = 0; i < N; i++) CHECK(h[i] == 0.0f);
+    CUDA_OK(cudaFree(d1));
+    CUDA_OK(cudaFree(d2));
+    free(h);
+    printf("a bucket waits only for the work queued before its start (overlap): %.3f s vs %.3f s: ok\n", t1, t2);
+}
+
 /* ---- timeout: abort, fail at once afterwards, the GPU still usable ---- */
 
 static void test_timeout(dt_comm *boot, cudaStream_t cs) {
@@ -449,6 +483,7 @@ int main(void) {
     test_async(c);
     test_bcast_gather_barrier(c);
     test_ordering(c, cs);
+    test_overlap(c, cs);
     test_timeout(boot, cs);
     CHECK_OK(dt_comm_barrier(c)); /* the other communicator's abort left this one alone */
     timing(c);

@@ -98,6 +98,11 @@ typedef struct dt_comm_backend_ops {
     dt_status (*allgather)(void *ctx, const void *in, size_t bytes, void *out);
     dt_status (*barrier)(void *ctx, double timeout_s); /* timeout_s 0: the communicator's deadline */
     void (*free)(void *ctx);
+    /* May be NULL. Runs on the CALLER's thread as each collective is queued, in issue order,
+     * before the comm thread can run it: a GPU backend marks there how far the caller's stream
+     * has got, so that the collective waits for exactly the work queued before it (a gradient
+     * bucket) and not for what the caller queued since (the rest of backward). */
+    void (*prepare)(void *ctx);
 } dt_comm_backend_ops;
 /* Makes the communicator and starts its thread. Takes ownership of `ctx` (freed with
  * be->free, also when this fails). */

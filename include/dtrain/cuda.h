@@ -20,10 +20,12 @@ int dt_cuda_versions(char *buf, size_t n);
 dt_status dt_cuda_probe(int device);
 
 /* The op table of ops.h on GPU `device` (an index among the visible GPUs), for worker `rank`
- * (named in messages). bf16: matmul inputs rounded to bf16 (fp32 accumulation and outputs);
- * else fp32 throughout. Loads cuBLASLt. A device that is not there, or has no bf16 support
+ * (named in messages). precision 1 (bf16): product inputs rounded to bf16 (fp32 accumulation
+ * and outputs); 0: fp32 throughout; -1 (auto): bf16 where the GPU has bf16 tensor cores
+ * (compute capability >= 8.0), else fp32. dt_ops_cuda_bf16 says which was chosen. Loads cuBLASLt. A device that is not there, or has no bf16 support
  * when asked for it, is DT_ERR_CONFIG with a hint. dt_ops_cuda_free accepts NULL. */
-dt_status dt_ops_cuda_init(dt_ops **out, int device, int bf16, int rank);
+dt_status dt_ops_cuda_init(dt_ops **out, int device, int precision, int rank);
+int dt_ops_cuda_bf16(const dt_ops *ops);
 void dt_ops_cuda_free(dt_ops *ops);
 /* The cudaStream_t every op of `ops` runs on (collectives order themselves after it). */
 void *dt_ops_cuda_stream(const dt_ops *ops);

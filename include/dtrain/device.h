@@ -11,8 +11,9 @@
 /* CPUs this process may run on (sched_getaffinity), >= 1. */
 int dt_device_cpu_cores(void);
 
-/* NVIDIA GPUs visible to this process: the driver's /proc/driver/nvidia/gpus entries,
- * limited by CUDA_VISIBLE_DEVICES when set. 0 when there is no driver. */
+/* NVIDIA GPUs visible to this process: the driver's /proc/driver/nvidia/gpus entries (or,
+ * where /proc has none, the /dev/nvidiaN nodes), limited by CUDA_VISIBLE_DEVICES when set.
+ * 0 when there is no driver. No CUDA call. */
 int dt_device_cuda_count(void);
 
 /* 1 when this binary was built with the CUDA backend. */

@@ -50,7 +50,7 @@ float *dt_optim_v(dt_optim *o);
 /* Host copies of the moments, for checkpoints: get copies n_params floats of each into
  * m_host/v_host; set copies them back. */
 size_t dt_optim_num_params(const dt_optim *o);
-void dt_optim_get_moments(const dt_optim *o, float *m_host, float *v_host);
+dt_status dt_optim_get_moments(const dt_optim *o, float *m_host, float *v_host); /* the device's failure, if any */
 void dt_optim_set_moments(dt_optim *o, const float *m_host, const float *v_host);
 
 #endif
