@@ -724,19 +724,45 @@ fail:
     return st;
 }
 
-size_t dt_ops_cuda_scratch_bytes(const dt_model_cfg *m, int bf16) {
+/* The size each scratch slot grows to for model shape `m` (upper bounds). with_cub: include
+ * the embedding backward's sort space, which asks the CUDA runtime (only after init). */
+static void slot_bytes(const dt_model_cfg *m, int bf16, int with_cub, size_t sz[N_SCRATCH]) {
     const size_t B = (size_t)m->max_batch, T = (size_t)m->seq_len, C = (size_t)m->n_embd, V = (size_t)m->vocab_size;
     const size_t BT = B * T, P = B * (size_t)m->n_head * T * T, head = m->num_labels ? 0 : BT * V;
-    size_t bytes = 7 * BT * C * sizeof(float); /* attention backward's q k v dy dq dk dv */
-    if (bf16) { /* the two bf16 copies grow to their largest first and second product inputs */
+    memset(sz, 0, N_SCRATCH * sizeof *sz);
+    sz[SCR_ATT] = 7 * BT * C * sizeof(float); /* attention backward's q k v dy dq dk dv */
+    if (bf16) { /* bf16 copies of the largest first and second product inputs that are not weights */
         size_t a = BT * 4 * C, b = BT * 4 * C;
-        if (head > a) a = head; /* LM head: dlogits */
-        if (V * C > a) a = V * C;
+        if (head > a) a = head; /* LM head backward: dlogits */
         if (head > b) b = head;
         if (P > b) b = P; /* attention probabilities */
-        bytes += (a + b + dt_model_count_params(m)) * 2; /* + the weights' working copy */
+        sz[SCR_A16] = a * 2;
+        sz[SCR_B16] = b * 2;
     }
-    return bytes + 2 * 1024 * 4 * C * sizeof(double) /* column-sum partials */ + LT_WORKSPACE;
+    size_t w = dtk_bias_bwd_work_bytes((int)BT, (int)(4 * C)), x = dtk_layernorm_bwd_work_bytes((int)BT, (int)C);
+    size_t y = dtk_sumsq_work_bytes(dt_model_count_params(m)), z = with_cub ? dtk_encoder_bwd_work_bytes((int)B, (int)T) : 0;
+    sz[SCR_WORK] = w > x ? w : x;
+    if (y > sz[SCR_WORK]) sz[SCR_WORK] = y;
+    if (z > sz[SCR_WORK]) sz[SCR_WORK] = z;
+}
+
+size_t dt_ops_cuda_scratch_bytes(const dt_model_cfg *m, int bf16) {
+    size_t sz[N_SCRATCH], bytes = LT_WORKSPACE;
+    slot_bytes(m, bf16, 0, sz);
+    for (int i = 0; i < N_SCRATCH; i++) bytes += sz[i];
+    if (bf16) bytes += dt_model_count_params(m) * 2; /* the weights' working copy */
+    return bytes;
+}
+
+dt_status dt_ops_cuda_reserve(dt_ops *ops, const dt_model_cfg *m) {
+    cuda_ctx *c = ops->ctx;
+    static const char *const what[N_SCRATCH] = {"bf16 matmul inputs", "bf16 matmul inputs", "attention scratch",
+                                                "kernel scratch"};
+    size_t sz[N_SCRATCH];
+    slot_bytes(m, c->bf16, 1, sz);
+    for (int i = 0; i < N_SCRATCH; i++)
+        if (sz[i] && !scratch(c, i, sz[i], what[i])) break;
+    return ops->check(ops->ctx);
 }
 
 /* ---- library versions ---- */

@@ -150,6 +150,9 @@ static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_t
     }
     dt_model_cfg mc = model_cfg_from(c);
     DT_TRY(dt_model_init(&r->model, &mc, r->ops));
+#ifdef DTRAIN_HAVE_CUDA
+    if (r->gpu) DT_TRY(dt_ops_cuda_reserve(r->ops, &mc));
+#endif
     size_t b = (size_t)c->data.batch_size_per_worker, T = (size_t)c->data.seq_len;
     r->tokens = dt_malloc(b * T * sizeof(int), "token batch");
     r->targets = dt_malloc(b * T * sizeof(int), "target batch");

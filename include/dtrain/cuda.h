@@ -35,5 +35,8 @@ void dt_ops_cuda_describe(const dt_ops *ops, char *buf, size_t n);
  * attention products and bf16 copies, and the cuBLASLt workspace (an estimate, for the
  * start-up line). */
 size_t dt_ops_cuda_scratch_bytes(const dt_model_cfg *model, int bf16);
+/* Grows the backend's scratch to what training `model` needs, so that running out of memory
+ * happens here, at start, naming the buffer, and no scratch is reallocated mid-step. */
+dt_status dt_ops_cuda_reserve(dt_ops *ops, const dt_model_cfg *model);
 
 #endif
