@@ -1,0 +1,773 @@
+/* mock_cuda.c — libmockcuda.so: the CUDA runtime calls dtrain makes, on the CPU, and the
+ * executor for the kernels of kernels/ compiled as host C++ (emu/cuda_runtime.h). One
+ * simulated device (index 0, H200-like properties); x86-64 Linux only (the fiber switch is
+ * assembly).
+ *
+ * Modelled, and checked:
+ *   - streams: each is a worker thread that runs its queue in order (copies, memsets, kernels,
+ *     library work, event records and waits), so host/stream and stream/stream ordering is
+ *     real: a missing synchronisation shows up as a wrong result or a race.
+ *   - memory: device allocations are exact-size host memory (an ASan build sees a one-past-
+ *     the-end access), filled with garbage on cudaMalloc and on cudaFree (reads of
+ *     uninitialised or freed memory give huge values). Copies and memsets must lie inside one
+ *     allocation and match their cudaMemcpyKind; kernel pointer arguments must be device
+ *     memory (a host pointer is what a GPU would fault on).
+ *   - kernels: launch configurations are validated as CUDA does (cudaErrorInvalidConfiguration
+ *     from cudaGetLastError). Blocks run one after another; the threads of a block are fibers,
+ *     each run until it reaches a barrier, so __syncthreads and warp shuffles are real
+ *     barriers: threads waiting at different __syncthreads (divergent barriers), deadlocks and
+ *     full-mask shuffles with missing lanes are errors. A kernel error is sticky (every later
+ *     call fails with cudaErrorLaunchFailure), as on a GPU.
+ *   - MOCK_ORDER=rev runs the blocks of each grid and the threads of each block in reverse
+ *     order: results that depend on the order of blocks or threads change.
+ * Every problem is printed as "MOCK ERROR: ..." on stderr and makes the process exit 1.
+ *
+ * Deliberately not modelled: real parallelism inside a kernel (blocks are sequential, and
+ * threads only interleave at barriers, so a race between barriers is seen only through
+ * MOCK_ORDER=rev); lockstep execution of a warp (code that relies on it without a shuffle or
+ * barrier is not checked); the memory model, atomics and cooperative launches (kernels
+ * using them do not compile against emu/); dynamic shared memory (a launch asking for it is
+ * reported); the legacy default stream's implicit synchronisation with other streams;
+ * timing; multiple devices, peer access and managed memory; a host that dereferences a device
+ * pointer (both are host memory here). */
+#define _GNU_SOURCE
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#include <sanitizer/asan_interface.h>
+#define MOCK_ASAN 1
+#else
+#define MOCK_ASAN 0
+#endif
+
+#include "mock_api.h"
+
+/* ---------------------------------------------------------------- errors */
+
+static int mock_errors;
+
+void mock_report(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "MOCK ERROR: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    __atomic_add_fetch(&mock_errors, 1, __ATOMIC_SEQ_CST);
+    if (getenv("MOCK_ABORT")) abort();
+}
+
+static void summary(void) {
+    if (__atomic_load_n(&mock_errors, __ATOMIC_SEQ_CST)) {
+        fprintf(stderr, "MOCK: %d error(s) reported above: exiting 1\n", mock_errors);
+        fflush(NULL);
+        _exit(1);
+    }
+}
+__attribute__((constructor)) static void mock_init(void) { atexit(summary); }
+
+static __thread cudaError_t last_err;
+static volatile cudaError_t sticky_err; /* a kernel fault: every later call fails */
+static cudaError_t ret(cudaError_t e) {
+    if (e != cudaSuccess) last_err = e;
+    return e;
+}
+static void set_sticky(cudaError_t e) { __sync_bool_compare_and_swap(&sticky_err, cudaSuccess, e); }
+
+/* ---------------------------------------------------------------- allocations */
+
+typedef struct reg { char *p; size_t n; int type; struct reg *next; } reg;
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static reg *regs;
+static size_t dev_in_use;
+
+/* The allocation holding p: 1 and its base/size/type, or 0 (not CUDA memory). */
+static int find(const void *p, void **base, size_t *size, int *type) {
+    int found = 0;
+    pthread_mutex_lock(&reg_mu);
+    for (reg *r = regs; r; r = r->next)
+        if ((const char *)p >= r->p && (const char *)p < r->p + (r->n ? r->n : 1)) {
+            if (base) *base = r->p;
+            if (size) *size = r->n;
+            if (type) *type = r->type;
+            found = 1;
+            break;
+        }
+    pthread_mutex_unlock(&reg_mu);
+    return found;
+}
+
+int mock_check_dev_range(const void *p, size_t bytes, const char *what) {
+    void *base;
+    size_t size;
+    int type;
+    if (!p) {
+        mock_report("%s: NULL device pointer", what);
+        return 1;
+    }
+    if (!find(p, &base, &size, &type)) {
+        mock_report("%s: %p is not device memory (a host pointer?)", what, p);
+        return 1;
+    }
+    if (type != cudaMemoryTypeDevice) {
+        mock_report("%s: %p is pinned host memory, not device memory", what, p);
+        return 1;
+    }
+    size_t off = (size_t)((const char *)p - (const char *)base);
+    if (off + bytes > size) {
+        mock_report("%s: %zu bytes at offset %zu overrun the %zu-byte allocation by %zu bytes", what, bytes, off, size,
+                    off + bytes - size);
+        return 1;
+    }
+    return 0;
+}
+
+static cudaError_t alloc(void **p, size_t n, int type) {
+    *p = NULL;
+    if (sticky_err) return ret(sticky_err);
+    if (posix_memalign(p, 256, n ? n : 1) != 0) return ret(cudaErrorMemoryAllocation);
+    memset(*p, 0x5a, n); /* garbage, like fresh device memory: 0x5a5a5a5a is 1.5e16 as a float */
+    reg *r = malloc(sizeof *r);
+    *r = (reg){*p, n, type, NULL};
+    pthread_mutex_lock(&reg_mu);
+    r->next = regs;
+    regs = r;
+    if (type == cudaMemoryTypeDevice) dev_in_use += n;
+    pthread_mutex_unlock(&reg_mu);
+    return cudaSuccess;
+}
+
+/* ---------------------------------------------------------------- streams */
+
+enum { OP_COPY, OP_SET, OP_FN, OP_RECORD, OP_WAIT };
+typedef struct mevent { pthread_mutex_t mu; pthread_cond_t cv; uint64_t rec, done; } mevent;
+typedef struct op {
+    int kind;
+    void *dst;
+    const void *src;
+    size_t n;
+    int v;
+    void (*fn)(void *);
+    void *arg;
+    void *staging; /* freed after the op (pageable host-to-device copies) */
+    mevent *ev;
+    uint64_t gen;
+    struct op *next;
+} op;
+typedef struct mstream { pthread_t th; pthread_mutex_t mu; pthread_cond_t cv; op *head, *tail; int destroyed; } mstream;
+
+static mstream *streams[4096];
+static int nstreams;
+static mstream *legacy;
+
+static void ev_complete(mevent *e, uint64_t gen) {
+    pthread_mutex_lock(&e->mu);
+    if (gen > e->done) e->done = gen;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void *worker(void *arg) {
+    mstream *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->head) pthread_cond_wait(&s->cv, &s->mu);
+        op *o = s->head;
+        pthread_mutex_unlock(&s->mu);
+        switch (o->kind) {
+        case OP_COPY: if (!sticky_err) memmove(o->dst, o->src, o->n); break;
+        case OP_SET: if (!sticky_err) memset(o->dst, o->v, o->n); break;
+        case OP_FN: o->fn(o->arg); break;
+        case OP_RECORD: ev_complete(o->ev, o->gen); break;
+        case OP_WAIT:
+            pthread_mutex_lock(&o->ev->mu);
+            while (o->ev->done < o->gen) pthread_cond_wait(&o->ev->cv, &o->ev->mu);
+            pthread_mutex_unlock(&o->ev->mu);
+            break;
+        }
+        free(o->staging);
+        pthread_mutex_lock(&s->mu);
+        s->head = o->next; /* dequeued only when done: drain() waits for an empty queue */
+        if (!s->head) s->tail = NULL;
+        free(o);
+        pthread_cond_broadcast(&s->cv);
+    }
+    return NULL;
+}
+
+static mstream *stream_new(void) {
+    mstream *s = calloc(1, sizeof *s);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setstacksize(&at, 8u << 20);
+    pthread_create(&s->th, &at, worker, s);
+    pthread_attr_destroy(&at);
+    pthread_mutex_lock(&reg_mu);
+    if (nstreams == (int)(sizeof streams / sizeof streams[0])) {
+        fprintf(stderr, "MOCK: more than %d streams\n", nstreams);
+        abort();
+    }
+    streams[nstreams++] = s;
+    pthread_mutex_unlock(&reg_mu);
+    return s;
+}
+
+static pthread_mutex_t legacy_mu = PTHREAD_MUTEX_INITIALIZER;
+static mstream *S(cudaStream_t st) {
+    if (st == NULL || st == cudaStreamLegacy || st == cudaStreamPerThread) {
+        pthread_mutex_lock(&legacy_mu);
+        if (!legacy) legacy = stream_new();
+        pthread_mutex_unlock(&legacy_mu);
+        return legacy;
+    }
+    mstream *s = (mstream *)st;
+    if (s->destroyed) mock_report("use of a destroyed stream %p", (void *)s);
+    return s;
+}
+
+static void push(mstream *s, op o) {
+    op *p = malloc(sizeof *p);
+    *p = o;
+    p->next = NULL;
+    pthread_mutex_lock(&s->mu);
+    if (s->tail) s->tail->next = p;
+    else s->head = p;
+    s->tail = p;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void drain(mstream *s) {
+    pthread_mutex_lock(&s->mu);
+    while (s->head) pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void drain_all(void) {
+    pthread_mutex_lock(&reg_mu);
+    int n = nstreams;
+    pthread_mutex_unlock(&reg_mu);
+    for (int i = 0; i < n; i++) drain(streams[i]);
+}
+
+void mock_enqueue_fn(void *st, void (*fn)(void *), void *arg) {
+    push(S(st), (op){.kind = OP_FN, .fn = fn, .arg = arg});
+}
+
+/* ---------------------------------------------------------------- runtime API */
+
+cudaError_t cudaGetDeviceCount(int *n) {
+    *n = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d) { return ret(d == 0 ? cudaSuccess : cudaErrorInvalidDevice); }
+cudaError_t cudaGetDevice(int *d) {
+    *d = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
+    if (d != 0) return ret(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "Mock H200 (CPU emulation)");
+    p->totalGlobalMem = (size_t)141 << 30;
+    p->sharedMemPerBlock = 48 << 10;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024;
+    p->maxThreadsDim[2] = 64;
+    p->maxGridSize[0] = 0x7fffffff;
+    p->maxGridSize[1] = p->maxGridSize[2] = 65535;
+    p->major = 9;
+    p->minor = 0;
+    p->multiProcessorCount = 132;
+    return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int *v) {
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+cudaError_t cudaDriverGetVersion(int *v) {
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = last_err;
+    last_err = cudaSuccess;
+    return sticky_err ? sticky_err : e;
+}
+const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    default: return "cudaErrorUnknown";
+    }
+}
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorLaunchFailure: return "unspecified launch failure (mock: a kernel error, see MOCK ERROR above)";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    default: return "unknown error";
+    }
+}
+
+cudaError_t cudaMalloc(void **p, size_t n) { return alloc(p, n, cudaMemoryTypeDevice); }
+cudaError_t cudaMallocHost(void **p, size_t n) { return alloc(p, n, cudaMemoryTypeHost); }
+static cudaError_t release(void *p, int want_host) {
+    if (!p) return cudaSuccess;
+    drain_all(); /* cudaFree synchronizes the device */
+    pthread_mutex_lock(&reg_mu);
+    for (reg **q = &regs; *q; q = &(*q)->next)
+        if ((*q)->p == p) {
+            reg *r = *q;
+            int is_host = r->type == cudaMemoryTypeHost;
+            if (is_host != want_host) {
+                pthread_mutex_unlock(&reg_mu);
+                mock_report("%s of %p allocated with %s", want_host ? "cudaFreeHost" : "cudaFree", p,
+                            is_host ? "cudaMallocHost" : "cudaMalloc");
+                return ret(cudaErrorInvalidValue);
+            }
+            *q = r->next;
+            if (r->type == cudaMemoryTypeDevice) dev_in_use -= r->n;
+            memset(r->p, 0x7f, r->n); /* 0x7f7f7f7f = 3.4e38: reads after free show up */
+            free(r);
+            pthread_mutex_unlock(&reg_mu);
+            free(p);
+            return cudaSuccess;
+        }
+    pthread_mutex_unlock(&reg_mu);
+    mock_report("%s of unknown pointer %p", want_host ? "cudaFreeHost" : "cudaFree", p);
+    return ret(cudaErrorInvalidValue);
+}
+cudaError_t cudaFree(void *p) { return release(p, 0); }
+cudaError_t cudaFreeHost(void *p) { return release(p, 1); }
+cudaError_t cudaMemGetInfo(size_t *f, size_t *t) {
+    *t = (size_t)141 << 30;
+    pthread_mutex_lock(&reg_mu);
+    *f = *t - dev_in_use;
+    pthread_mutex_unlock(&reg_mu);
+    return cudaSuccess;
+}
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
+    memset(a, 0, sizeof *a);
+    a->type = cudaMemoryTypeUnregistered;
+    a->device = -2;
+    int type;
+    if (find(p, NULL, NULL, &type)) {
+        a->type = type;
+        a->device = 0;
+        a->devicePointer = (void *)p;
+        if (type == cudaMemoryTypeHost) a->hostPointer = (void *)p;
+    }
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+    (void)flags; /* no legacy-stream synchronisation to opt out of */
+    *s = (cudaStream_t)stream_new();
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    if (!s) return ret(cudaErrorInvalidValue);
+    ((mstream *)s)->destroyed = 1; /* its thread stays: pending work still completes */
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    drain(S(s));
+    return sticky_err ? ret(sticky_err) : cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
+    (void)flags;
+    mevent *m = calloc(1, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->cv, NULL);
+    *e = (cudaEvent_t)m;
+    return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    (void)e; /* leaked: a stream may still wait on it */
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    mevent *m = (mevent *)e;
+    pthread_mutex_lock(&m->mu);
+    uint64_t g = ++m->rec;
+    pthread_mutex_unlock(&m->mu);
+    push(S(s), (op){.kind = OP_RECORD, .ev = m, .gen = g});
+    return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+    mevent *m = (mevent *)e;
+    pthread_mutex_lock(&m->mu);
+    int done = m->done >= m->rec;
+    pthread_mutex_unlock(&m->mu);
+    return done ? cudaSuccess : cudaErrorNotReady;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
+    (void)flags;
+    mevent *m = (mevent *)e;
+    pthread_mutex_lock(&m->mu);
+    uint64_t g = m->rec; /* the latest record at the time of the call, as in CUDA */
+    pthread_mutex_unlock(&m->mu);
+    push(S(s), (op){.kind = OP_WAIT, .ev = m, .gen = g});
+    return cudaSuccess;
+}
+
+static int is_dev(const void *p) {
+    int type;
+    return find(p, NULL, NULL, &type) && type == cudaMemoryTypeDevice;
+}
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) {
+    if (sticky_err) return ret(sticky_err);
+    if (n == 0) return cudaSuccess;
+    const int dd = is_dev(d), sd = is_dev(s);
+    if ((k == cudaMemcpyHostToDevice && (!dd || sd)) || (k == cudaMemcpyDeviceToHost && (dd || !sd)) ||
+        (k == cudaMemcpyDeviceToDevice && (!dd || !sd)) || (k == cudaMemcpyHostToHost && (dd || sd))) {
+        mock_report("cudaMemcpyAsync kind %d does not match the pointers (dst %s, src %s)", (int)k,
+                    dd ? "device" : "host", sd ? "device" : "host");
+        return ret(cudaErrorInvalidValue);
+    }
+    if (dd && mock_check_dev_range(d, n, "cudaMemcpyAsync destination")) return ret(cudaErrorInvalidValue);
+    if (sd && mock_check_dev_range(s, n, "cudaMemcpyAsync source")) return ret(cudaErrorInvalidValue);
+    int pinned_src = 0, pinned_dst = 0, type;
+    if (!sd) pinned_src = find(s, NULL, NULL, &type);
+    if (!dd) pinned_dst = find(d, NULL, NULL, &type);
+    void *staging = NULL;
+    if (!sd && !pinned_src) { /* pageable source: CUDA stages it, the caller may reuse it at once */
+        staging = malloc(n);
+        memcpy(staging, s, n);
+        s = staging;
+    }
+    push(S(st), (op){.kind = OP_COPY, .dst = d, .src = s, .n = n, .staging = staging});
+    if (!dd && !pinned_dst) drain(S(st)); /* into pageable memory: returns when done, as in CUDA */
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) {
+    cudaError_t e = cudaMemcpyAsync(d, s, n, k, NULL);
+    drain(S(NULL));
+    return e != cudaSuccess ? e : sticky_err ? ret(sticky_err) : cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st) {
+    if (sticky_err) return ret(sticky_err);
+    if (n == 0) return cudaSuccess;
+    if (mock_check_dev_range(d, n, "cudaMemsetAsync")) return ret(cudaErrorInvalidValue);
+    push(S(st), (op){.kind = OP_SET, .dst = d, .v = v, .n = n});
+    return cudaSuccess;
+}
+
+/* ---------------------------------------------------------------- kernels */
+
+/* Fibers: x86-64 SysV context switch. Saves the callee-saved registers, MXCSR and the x87
+ * control word on the current stack, stores the stack pointer in *save, switches to `to`. */
+void emu_swap(void **save, void *to);
+__asm__(".text\n"
+        ".globl emu_swap\n"
+        ".hidden emu_swap\n"
+        ".type emu_swap,@function\n"
+        "emu_swap:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size emu_swap, .-emu_swap\n");
+
+#define MAX_THREADS 1024
+#define FIBER_STACK ((MOCK_ASAN ? 256u : 64u) << 10)
+
+enum { F_RUN, F_WAIT_BLOCK, F_WAIT_WARP, F_DONE };
+typedef struct fiber { void *sp; char *stack; int state; void *site; } fiber;
+
+struct emu_uint3 emu_threadIdx, emu_blockIdx, emu_blockDim, emu_gridDim;
+double emu_xbuf[MAX_THREADS];
+
+/* One kernel runs at a time, whatever its stream: __shared__ variables are statics and the
+ * built-in indices are globals. */
+static pthread_mutex_t kernel_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    fiber f[MAX_THREADS];
+    void *main_sp;
+    fiber *cur;
+    unsigned nt;
+    void (*body)(void *);
+    void *closure;
+    const char *kname;
+    int bad; /* this block hit a kernel error */
+    int warned_sync_exit;
+#if MOCK_ASAN
+    const void *main_bottom;
+    size_t main_size;
+    void *main_fake;
+#endif
+} K;
+
+static void to_main(int exiting) {
+    fiber *f = K.cur;
+#if MOCK_ASAN
+    void *fake = NULL;
+    __sanitizer_start_switch_fiber(exiting ? NULL : &fake, K.main_bottom, K.main_size);
+    emu_swap(&f->sp, K.main_sp);
+    __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#else
+    (void)exiting;
+    emu_swap(&f->sp, K.main_sp);
+#endif
+}
+
+static void fiber_main(void) {
+#if MOCK_ASAN
+    __sanitizer_finish_switch_fiber(NULL, &K.main_bottom, &K.main_size);
+#endif
+    K.body(K.closure);
+    K.cur->state = F_DONE;
+    to_main(1);
+    abort(); /* never resumed */
+}
+
+static void fiber_init(fiber *f) {
+    if (!f->stack) {
+        char *m = mmap(NULL, FIBER_STACK + 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
+        if (m == MAP_FAILED) {
+            perror("MOCK: mmap of a fiber stack");
+            abort();
+        }
+        mprotect(m, 4096, PROT_NONE); /* guard page: a stack overflow faults */
+        f->stack = m + 4096;
+    }
+#if MOCK_ASAN
+    __asan_unpoison_memory_region(f->stack, FIBER_STACK);
+#endif
+    uint64_t *top = (uint64_t *)(f->stack + FIBER_STACK);
+    top[-1] = 0; /* fiber_main's "return address": keeps the stack 16-byte aligned at entry */
+    top[-2] = (uint64_t)(uintptr_t)fiber_main;
+    for (int i = 3; i <= 8; i++) top[-i] = 0; /* rbp rbx r12 r13 r14 r15 */
+    uint32_t *fpu = (uint32_t *)&top[-9];
+    fpu[0] = 0x1f80; /* MXCSR default */
+    fpu[1] = 0x037f; /* x87 control word default */
+    f->sp = &top[-9];
+    f->state = F_RUN;
+}
+
+static void resume(unsigned t) {
+    fiber *f = &K.f[t];
+    K.cur = f;
+    unsigned bx = emu_blockDim.x, bxy = emu_blockDim.x * emu_blockDim.y;
+    emu_threadIdx.x = t % bx;
+    emu_threadIdx.y = t % bxy / bx;
+    emu_threadIdx.z = t / bxy;
+#if MOCK_ASAN
+    __sanitizer_start_switch_fiber(&K.main_fake, f->stack, FIBER_STACK);
+    emu_swap(&K.main_sp, f->sp);
+    __sanitizer_finish_switch_fiber(K.main_fake, NULL, NULL);
+#else
+    emu_swap(&K.main_sp, f->sp);
+#endif
+}
+
+static void kernel_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void kernel_error(const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    mock_report("kernel %s, block (%u,%u,%u) of grid (%u,%u,%u), block size (%u,%u,%u): %s", K.kname, emu_blockIdx.x,
+                emu_blockIdx.y, emu_blockIdx.z, emu_gridDim.x, emu_gridDim.y, emu_gridDim.z, emu_blockDim.x,
+                emu_blockDim.y, emu_blockDim.z, msg);
+    K.bad = 1;
+}
+
+/* `site`: the caller's return address, so that threads waiting at different barrier calls
+ * can be told apart */
+__attribute__((noinline)) void emu_syncthreads(void) {
+    K.cur->site = __builtin_return_address(0);
+    K.cur->state = F_WAIT_BLOCK;
+    to_main(0);
+}
+
+__attribute__((noinline)) void emu_warp_sync(unsigned mask) {
+    K.cur->site = __builtin_return_address(0);
+    if (mask != 0xffffffffu)
+        kernel_error("thread %u: warp sync with mask %#x (the mock supports full masks only)",
+                     (unsigned)(K.cur - K.f), mask);
+    K.cur->state = F_WAIT_WARP;
+    to_main(0);
+}
+
+/* Runs one block to completion: every runnable thread until it blocks or ends, then releases
+ * the barriers that all their threads have reached. 0 on success. */
+static int run_block(int rev) {
+    const unsigned nt = K.nt, nw = (nt + 31) / 32;
+    for (unsigned t = 0; t < nt; t++) fiber_init(&K.f[t]);
+    K.bad = 0;
+    for (;;) {
+        for (unsigned i = 0; i < nt && !K.bad; i++) {
+            unsigned t = rev ? nt - 1 - i : i;
+            if (K.f[t].state == F_RUN) resume(t);
+        }
+        if (K.bad) return 1;
+        unsigned done = 0, at_block = 0;
+        for (unsigned t = 0; t < nt; t++) {
+            done += K.f[t].state == F_DONE;
+            at_block += K.f[t].state == F_WAIT_BLOCK;
+        }
+        if (done == nt) return 0;
+        int released = 0;
+        if (at_block && at_block + done == nt) { /* __syncthreads: everyone still running is there */
+            if (done && !K.warned_sync_exit) {
+                K.warned_sync_exit = 1;
+                fprintf(stderr, "MOCK WARNING: kernel %s: __syncthreads reached after %u of %u threads of the block "
+                        "exited (allowed on sm_70+, but fragile)\n", K.kname, done, nt);
+            }
+            void *site = NULL;
+            for (unsigned t = 0; t < nt; t++)
+                if (K.f[t].state == F_WAIT_BLOCK) {
+                    if (site && K.f[t].site != site) {
+                        kernel_error("threads wait at different __syncthreads() calls (thread %u at %p, others at %p): "
+                                     "a barrier in divergent code", t, K.f[t].site, site);
+                        return 1;
+                    }
+                    site = K.f[t].site;
+                }
+            for (unsigned t = 0; t < nt; t++)
+                if (K.f[t].state == F_WAIT_BLOCK) K.f[t].state = F_RUN;
+            released = 1;
+        }
+        for (unsigned w = 0; w < nw; w++) { /* warp shuffles: all 32 lanes at the same one */
+            unsigned lo = w * 32, hi = lo + 32 < nt ? lo + 32 : nt, wait = 0, wdone = 0;
+            for (unsigned t = lo; t < hi; t++) {
+                wait += K.f[t].state == F_WAIT_WARP;
+                wdone += K.f[t].state == F_DONE;
+            }
+            if (!wait) continue;
+            if (wait == 32) {
+                for (unsigned t = lo; t < hi; t++)
+                    if (K.f[t].site != K.f[lo].site) {
+                        kernel_error("warp %u: lanes %u and %u are in different warp shuffles", w, lo, t);
+                        return 1;
+                    }
+                for (unsigned t = lo; t < hi; t++) K.f[t].state = F_RUN;
+                released = 1;
+            } else if (wait + wdone == hi - lo) {
+                kernel_error("warp %u: a full-mask warp shuffle reached by %u lanes while %u lanes %s", w, wait,
+                             32 - wait,
+                             hi - lo < 32 ? "do not exist (block size not a multiple of 32)" : "have exited");
+                return 1;
+            }
+        }
+        if (!released) {
+            kernel_error("deadlock: threads wait at different barriers (%u at __syncthreads, %u exited, %u at warp "
+                         "shuffles)", at_block, done, nt - at_block - done);
+            return 1;
+        }
+    }
+}
+
+typedef struct launch {
+    const char *name;
+    unsigned g[3], b[3];
+    void (*body)(void *);
+    void *closure;
+    void (*destroy)(void *);
+} launch;
+
+static void run_kernel(void *arg) {
+    launch *L = arg;
+    if (!sticky_err) {
+        pthread_mutex_lock(&kernel_mu);
+        const char *o = getenv("MOCK_ORDER");
+        const int rev = o && strcmp(o, "rev") == 0;
+        emu_gridDim = (struct emu_uint3){L->g[0], L->g[1], L->g[2]};
+        emu_blockDim = (struct emu_uint3){L->b[0], L->b[1], L->b[2]};
+        K.nt = L->b[0] * L->b[1] * L->b[2];
+        K.body = L->body;
+        K.closure = L->closure;
+        K.kname = L->name;
+        K.warned_sync_exit = 0;
+        const uint64_t nb = (uint64_t)L->g[0] * L->g[1] * L->g[2];
+        for (uint64_t i = 0; i < nb; i++) {
+            uint64_t j = rev ? nb - 1 - i : i;
+            emu_blockIdx.x = (unsigned)(j % L->g[0]);
+            emu_blockIdx.y = (unsigned)(j / L->g[0] % L->g[1]);
+            emu_blockIdx.z = (unsigned)(j / ((uint64_t)L->g[0] * L->g[1]));
+            if (run_block(rev)) {
+                set_sticky(cudaErrorLaunchFailure);
+                break;
+            }
+        }
+        pthread_mutex_unlock(&kernel_mu);
+    }
+    L->destroy(L->closure);
+    free(L);
+}
+
+void mock_kernel_launch(const char *name, const unsigned g[3], const unsigned b[3], size_t shmem, void *s,
+                        void (*body)(void *), void *closure, void (*destroy)(void *)) {
+    const uint64_t nt = (uint64_t)b[0] * b[1] * b[2];
+    if (shmem) {
+        mock_report("launch of %s: dynamic shared memory (%zu bytes) is not supported by the mock", name, shmem);
+        destroy(closure);
+        return;
+    }
+    const char *why = NULL;
+    if (!g[0] || !g[1] || !g[2]) why = "a grid dimension is 0";
+    else if (!b[0] || !b[1] || !b[2]) why = "a block dimension is 0";
+    else if (nt > MAX_THREADS) why = "more than 1024 threads per block";
+    else if (b[2] > 64) why = "blockDim.z > 64";
+    else if (g[1] > 65535 || g[2] > 65535) why = "gridDim.y or gridDim.z > 65535";
+    else if (g[0] > 0x7fffffffu) why = "gridDim.x > 2^31-1";
+    if (why) {
+        fprintf(stderr, "MOCK: launch of %s <<<(%u,%u,%u), (%u,%u,%u)>>> rejected: %s "
+                "(cudaErrorInvalidConfiguration)\n", name, g[0], g[1], g[2], b[0], b[1], b[2], why);
+        destroy(closure);
+        ret(cudaErrorInvalidConfiguration);
+        return;
+    }
+    if (sticky_err) {
+        destroy(closure);
+        return;
+    }
+    launch *L = malloc(sizeof *L);
+    *L = (launch){name, {g[0], g[1], g[2]}, {b[0], b[1], b[2]}, body, closure, destroy};
+    push(S(s), (op){.kind = OP_FN, .fn = run_kernel, .arg = L});
+}
+
+void mock_check_kernel_ptr(const char *kname, int argi, const void *p) {
+    if (!p) return;
+    int type;
+    if (!find(p, NULL, NULL, &type)) {
+        /* one past the end of an allocation is fine as long as it is not dereferenced */
+        if (find((const char *)p - 1, NULL, NULL, &type) && type == cudaMemoryTypeDevice) return;
+        mock_report("kernel %s: argument %d (%p) is not device memory", kname, argi, p);
+        set_sticky(cudaErrorIllegalAddress); /* what dereferencing it on a GPU gives */
+    } else if (type == cudaMemoryTypeHost) {
+        mock_report("kernel %s: argument %d (%p) is pinned host memory (legal through UVA, but slow: probably a bug)",
+                    kname, argi, p);
+    }
+}

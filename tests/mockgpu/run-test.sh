@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# run-test.sh SRC BUILD — ctest's test_cuda_mock: dtrain's CUDA backend (src/ops_cuda.c,
+# kernels/*.cu) run on the CPU mocks of tests/mockgpu (README.md there), no GPU needed.
+# Builds from the current sources of the repository SRC (make, incremental) into BUILD/opt and
+# BUILD/asan, then runs, stopping at the first failure with its log:
+#   1. tests/test_ops_cuda.c --quick, then in full: every CUDA op against the CPU op
+#   2. --quick again with AddressSanitizer + UBSan: out-of-bounds accesses in the kernels
+#   3. --quick again with the blocks and threads of every kernel in reverse order, and without
+#      cuBLASLt's bias epilogue (ops_cuda.c's fallback kernel)
+#   4. dtrain itself, the CUDA op table against the CPU one: configs/ci-smoke.yaml for 20 steps
+#      with bf16 products (every loss within 1e-2 relative), and configs/pretrain.yaml shrunk to
+#      4 steps in fp32 (within 1e-5)
+set -euo pipefail
+[ $# -eq 2 ] || { echo "usage: $0 SRC BUILD" >&2; exit 2; }
+SRC=$(cd "$1" && pwd)
+mkdir -p "$2"
+B=$(cd "$2" && pwd)
+M=$SRC/tests/mockgpu
+OPT=$B/opt ASAN=$B/asan LOGS=$B/logs
+mkdir -p "$LOGS"
+# an outer make (ctest under make) must not steer ours; the mock device must be visible
+unset MAKEFLAGS MFLAGS MAKELEVEL CUDA_VISIBLE_DEVICES
+export ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1
+T0=$(date +%s.%N)
+
+elapsed() { echo "$(date +%s.%N) $1" | awk '{ printf "%5.1f s", $1 - $2 }'; }
+# step NAME LOG CMD...: runs CMD with its output in LOG; prints the time, or the log and fails
+step() {
+    local name=$1 log=$LOGS/$2 t rc=0
+    shift 2
+    t=$(date +%s.%N)
+    "$@" >"$log" 2>&1 || rc=$?
+    if [ $rc -eq 0 ]; then
+        echo "ok    $(elapsed "$t")  $name"
+    else
+        echo "FAIL  $(elapsed "$t")  $name (exit $rc); the errors, then the end of $log:"
+        grep -m 20 -e 'MOCK ERROR' -e FAIL -e 'failed' -e 'ERROR: ' -e 'error:' "$log" || true
+        echo "..."
+        tail -n 40 "$log"
+        exit 1
+    fi
+}
+# the mocks' libcublasLt.so.13 before any real one on LD_LIBRARY_PATH
+with_libs() { local d=$1; shift; LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"; }
+
+step "build $OPT" build-opt.log make -f "$M/Makefile" -j2 OUT="$OPT"
+step "build $ASAN (ASan + UBSan)" build-asan.log make -f "$M/Makefile" -j2 OUT="$ASAN" SAN=1 test_ops_cuda
+
+step "test_ops_cuda --quick" quick.log with_libs "$OPT" "$OPT/test_ops_cuda" --quick
+step "test_ops_cuda" full.log with_libs "$OPT" "$OPT/test_ops_cuda"
+step "test_ops_cuda --quick, ASan + UBSan" asan.log with_libs "$ASAN" "$ASAN/test_ops_cuda" --quick
+step "test_ops_cuda --quick, reversed block/thread order, no bias epilogue" rev.log \
+    with_libs "$OPT" env MOCK_ORDER=rev MOCK_LT_NO_BIAS_EPILOGUE=1 "$OPT/test_ops_cuda" --quick
+
+# ---- training: the same run on cpu and on the mock cuda device ----
+mkdir -p "$B/fake_gpus/0000:00:00.0" "$B/data"
+export MOCK_GPUS_DIR=$B/fake_gpus # fake_gpus.c: the mock dtrain sees one GPU
+train() { # NAME CONFIG [--set ...]: a fresh run in $B/runs/NAME, from SRC (the configs' data paths)
+    local name=$1 config=$2 rc=0
+    shift 2
+    rm -rf "$B/runs/$name"
+    (cd "$SRC" && with_libs "$OPT" "$OPT/dtrain" train --config "$config" --set run.dir="$B/runs/$name" \
+        --set fault_tolerance.max_restarts=0 --progress never "$@") || rc=$?
+    [ $rc -eq 0 ] || tail -n 30 "$B/runs/$name"/rank-*.log # the workers' stderr: MOCK ERROR lines
+    return $rc
+}
+losses() { # "step loss" per train step, "val@step loss" per evaluation
+    sed -n -e 's/^{"type":"train","step":\([0-9]*\),.*"loss":\([^,}]*\).*/\1 \2/p' \
+        -e 's/^{"type":"eval","step":\([0-9]*\),"val_loss":\([^,}]*\).*/val@\1 \2/p' "$B/runs/$1/metrics.jsonl"
+}
+same_losses() { # CPU_RUN CUDA_RUN TOL: the same steps, every loss within TOL relative
+    paste <(losses "$1") <(losses "$2") | awk -v tol="$3" '
+        { n++; if ($1 != $3 || $2 == "" || $4 == "") { print "step mismatch: " $0; bad = 1; next }
+          r = ($2 - $4) / ($2 < 0 ? -$2 : $2); if (r < 0) r = -r
+          printf "  %-8s cpu %.7f cuda %.7f rel %.2e%s\n", $1, $2, $4, r, (r > tol ? "  FAIL" : "")
+          if (r > tol) bad = 1 }
+        END { if (n < 2) { print "too few losses: " n; bad = 1 }; exit bad }'
+}
+SMOKE=(--set training.max_steps=20 --set eval.every_steps=10 --set eval.max_batches=2)
+step "dtrain ci-smoke on cpu" smoke-cpu.log train smoke-cpu configs/ci-smoke.yaml "${SMOKE[@]}" \
+    --set training.device=cpu
+step "dtrain ci-smoke on cuda (bf16 products)" smoke-cuda.log train smoke-cuda configs/ci-smoke.yaml "${SMOKE[@]}" \
+    --set training.device=cuda --set training.precision=bf16
+echo "ci-smoke losses, cuda (bf16 products) against cpu, at most 1e-2 relative:"
+same_losses smoke-cpu smoke-cuda 1e-2 || { echo "FAIL  ci-smoke losses differ"; exit 1; }
+
+tokenize() { # the shards of configs/pretrain.yaml, into $B/data (scripts/setup.sh may not have run)
+    local f
+    for f in corpus val; do
+        with_libs "$OPT" "$OPT/dtrain" data tokenize --tokenizer bytes "$SRC/data/tinytext/$f.txt" "$B/data/$f.bin" || return
+    done
+}
+step "tokenize data/tinytext" tokenize.log tokenize
+PRE=(--set data.train_path="$B/data/corpus.bin" --set data.val_path="$B/data/val.bin" --set training.max_steps=4
+     --set optimizer.warmup_steps=2 --set data.batch_size_per_worker=2 --set data.seq_len=64 --set model.n_layer=2
+     --set eval.every_steps=4 --set eval.max_batches=1)
+step "dtrain pretrain (shrunk) on cpu" pre-cpu.log train pre-cpu configs/pretrain.yaml "${PRE[@]}" \
+    --set training.device=cpu
+step "dtrain pretrain (shrunk) on cuda (fp32)" pre-cuda.log train pre-cuda configs/pretrain.yaml "${PRE[@]}" \
+    --set training.device=cuda --set training.precision=fp32
+echo "pretrain losses, cuda (fp32) against cpu, at most 1e-5 relative:"
+same_losses pre-cpu pre-cuda 1e-5 || { echo "FAIL  pretrain losses differ"; exit 1; }
+
+echo "test_cuda_mock: all passed in $(elapsed "$T0")"
