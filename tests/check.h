@@ -26,6 +26,14 @@
         }                                                                               \
     } while (0)
 
+/* A dtrain call returns DT_OK, else its message is printed (needs dtrain/status.h) */
+#define CHECK_OK(expr)                                                                          \
+    do {                                                                                        \
+        dt_status st_ = (expr);                                                                 \
+        if (st_ != DT_OK) fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, dt_error_msg()); \
+        CHECK_INT_EQ(st_, DT_OK);                                                               \
+    } while (0)
+
 #define CHECK_STR_EQ(a, b)                                                                  \
     do {                                                                                    \
         const char *ca_ = (a), *cb_ = (b);                                                  \

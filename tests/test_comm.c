@@ -137,13 +137,6 @@ static dt_comm *join(dt_shm_world *w, int rank, double timeout_s) {
     return c;
 }
 
-#define CHECK_OK(expr)                                                                          \
-    do {                                                                                        \
-        dt_status st_ = (expr);                                                                 \
-        if (st_ != DT_OK) fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, dt_error_msg()); \
-        CHECK_INT_EQ(st_, DT_OK);                                                               \
-    } while (0)
-
 /* Rank r's element i: every rank different, many mantissa bits, so that a different
  * summation order changes the rounding. */
 static float val(int r, size_t i) {

@@ -26,13 +26,6 @@
 #include "check.h"
 #include "dtrain/comm.h"
 
-#define CHECK_OK(expr)                                                                          \
-    do {                                                                                        \
-        dt_status st_ = (expr);                                                                 \
-        if (st_ != DT_OK) fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, dt_error_msg()); \
-        CHECK_INT_EQ(st_, DT_OK);                                                               \
-    } while (0)
-
 #define CUDA_OK(call)                                                                                         \
     do {                                                                                                      \
         cudaError_t e_ = (call);                                                                              \
