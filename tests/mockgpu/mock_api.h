@@ -1,6 +1,7 @@
 /* mock_api.h — what libmockcuda.so (mock_cuda.c) offers beyond the CUDA runtime API: the
  * kernel executor behind the emulated launches of emu/cuda_runtime.h, and the error
- * reporting and pointer checks the cuBLASLt and CUB stand-ins share. Not a CUDA API. */
+ * reporting, stream work and pointer checks the cuBLASLt, CUB and NCCL stand-ins share. Not
+ * a CUDA API. */
 #ifndef MOCK_API_H
 #define MOCK_API_H
 #include <stddef.h>
@@ -16,9 +17,11 @@ extern double emu_xbuf[1024];
 /* Prints "MOCK ERROR: ..." to stderr and counts it; the process exits 1 at exit when any
  * error was reported (MOCK_ABORT=1: abort at once, for a core dump or a debugger). */
 void mock_report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* 0 when [p, p + bytes) lies inside one device allocation; else reports `what`, returns 1. */
+/* 0 when [p, p + bytes) lies inside one device (or managed) allocation; else reports `what`,
+ * returns 1. */
 int mock_check_dev_range(const void *p, size_t bytes, const char *what);
-/* Runs fn(arg) on `stream` in stream order (library work: cuBLASLt products, CUB sorts). */
+/* Runs fn(arg) on `stream` in stream order (library work: cuBLASLt products, CUB sorts, NCCL
+ * collectives). */
 void mock_enqueue_fn(void *stream, void (*fn)(void *), void *arg);
 /* A kernel launch: validates the configuration, queues body(closure) for every thread of
  * every block on `stream`; destroy(closure) after the last. */

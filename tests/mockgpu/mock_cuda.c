@@ -1,17 +1,25 @@
 /* mock_cuda.c — libmockcuda.so: the CUDA runtime calls dtrain makes, on the CPU, and the
- * executor for the kernels of kernels/ compiled as host C++ (emu/cuda_runtime.h). One
+ * executor for the kernels of kernels/ compiled as host C++ (emu/cuda_runtime.h); also the
+ * runtime under the NCCL stand-in (mock_nccl.c) for tests/test_comm_nccl.c. One
  * simulated device (index 0, H200-like properties); x86-64 Linux only (the fiber switch is
  * assembly).
  *
  * Modelled, and checked:
  *   - streams: each is a worker thread that runs its queue in order (copies, memsets, kernels,
- *     library work, event records and waits), so host/stream and stream/stream ordering is
- *     real: a missing synchronisation shows up as a wrong result or a race.
+ *     library work, host functions, event records and waits), so host/stream and
+ *     stream/stream ordering is real: a missing synchronisation shows up as a wrong result or
+ *     a race. cudaStreamWaitEvent waits for the event's latest record at the time of the call
+ *     (none yet: no wait); cudaEventQuery says whether its stream got there. A host function
+ *     (cudaLaunchHostFunc) that queues or waits for stream work is an error (CUDA forbids
+ *     it), and so is the use of a destroyed stream or event.
  *   - memory: device allocations are exact-size host memory (an ASan build sees a one-past-
  *     the-end access), filled with garbage on cudaMalloc and on cudaFree (reads of
  *     uninitialised or freed memory give huge values). Copies and memsets must lie inside one
  *     allocation and match their cudaMemcpyKind; kernel pointer arguments must be device
- *     memory (a host pointer is what a GPU would fault on).
+ *     memory (a host pointer is what a GPU would fault on). Managed memory (cudaMallocManaged)
+ *     is such an allocation that host and device may both use: it passes as either side of a
+ *     copy. cudaPointerGetAttributes tells device, pinned (cudaMallocHost), managed and
+ *     unregistered (pageable) memory apart, as CUDA 11+ does.
  *   - kernels: launch configurations are validated as CUDA does (cudaErrorInvalidConfiguration
  *     from cudaGetLastError). Blocks run one after another; the threads of a block are fibers,
  *     each run until it reaches a barrier, so __syncthreads and warp shuffles are real
@@ -28,8 +36,9 @@
  * barrier is not checked); the memory model, atomics and cooperative launches (kernels
  * using them do not compile against emu/); dynamic shared memory (a launch asking for it is
  * reported); the legacy default stream's implicit synchronisation with other streams;
- * timing; multiple devices, peer access and managed memory; a host that dereferences a device
- * pointer (both are host memory here). */
+ * timing; multiple devices and peer access; managed memory's page migration (a host access
+ * while a kernel uses it is not checked); a host that dereferences a device pointer (both are
+ * host memory here). */
 #define _GNU_SOURCE
 #include <cuda_runtime.h>
 #include <pthread.h>
@@ -118,7 +127,7 @@ int mock_check_dev_range(const void *p, size_t bytes, const char *what) {
         mock_report("%s: %p is not device memory (a host pointer?)", what, p);
         return 1;
     }
-    if (type != cudaMemoryTypeDevice) {
+    if (type == cudaMemoryTypeHost) { /* device and managed memory are what a kernel may use */
         mock_report("%s: %p is pinned host memory, not device memory", what, p);
         return 1;
     }
@@ -148,8 +157,8 @@ static cudaError_t alloc(void **p, size_t n, int type) {
 
 /* ---------------------------------------------------------------- streams */
 
-enum { OP_COPY, OP_SET, OP_FN, OP_RECORD, OP_WAIT };
-typedef struct mevent { pthread_mutex_t mu; pthread_cond_t cv; uint64_t rec, done; } mevent;
+enum { OP_COPY, OP_SET, OP_FN, OP_HOST_FN, OP_RECORD, OP_WAIT };
+typedef struct mevent { pthread_mutex_t mu; pthread_cond_t cv; uint64_t rec, done; int destroyed; } mevent;
 typedef struct op {
     int kind;
     void *dst;
@@ -168,6 +177,7 @@ typedef struct mstream { pthread_t th; pthread_mutex_t mu; pthread_cond_t cv; op
 static mstream *streams[4096];
 static int nstreams;
 static mstream *legacy;
+static __thread const char *in_host_fn; /* a stream thread inside a cudaLaunchHostFunc function */
 
 static void ev_complete(mevent *e, uint64_t gen) {
     pthread_mutex_lock(&e->mu);
@@ -187,6 +197,11 @@ static void *worker(void *arg) {
         case OP_COPY: if (!sticky_err) memmove(o->dst, o->src, o->n); break;
         case OP_SET: if (!sticky_err) memset(o->dst, o->v, o->n); break;
         case OP_FN: o->fn(o->arg); break;
+        case OP_HOST_FN:
+            in_host_fn = "a host function (cudaLaunchHostFunc)";
+            o->fn(o->arg);
+            in_host_fn = NULL;
+            break;
         case OP_RECORD: ev_complete(o->ev, o->gen); break;
         case OP_WAIT:
             pthread_mutex_lock(&o->ev->mu);
@@ -236,7 +251,14 @@ static mstream *S(cudaStream_t st) {
     return s;
 }
 
+/* CUDA forbids CUDA calls in a host function: one that queues work or waits for a stream
+ * may deadlock (the stream waits for the function, the function for the stream) */
+static void host_fn_check(const char *what) {
+    if (in_host_fn) mock_report("%s inside %s: CUDA calls are not allowed there", what, in_host_fn);
+}
+
 static void push(mstream *s, op o) {
+    host_fn_check("stream work queued");
     op *p = malloc(sizeof *p);
     *p = o;
     p->next = NULL;
@@ -249,6 +271,7 @@ static void push(mstream *s, op o) {
 }
 
 static void drain(mstream *s) {
+    host_fn_check("a wait for a stream");
     pthread_mutex_lock(&s->mu);
     while (s->head) pthread_cond_wait(&s->cv, &s->mu);
     pthread_mutex_unlock(&s->mu);
@@ -316,6 +339,7 @@ const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     default: return "cudaErrorUnknown";
     }
 }
@@ -329,12 +353,30 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorLaunchFailure: return "unspecified launch failure (mock: a kernel error, see MOCK ERROR above)";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     default: return "unknown error";
     }
 }
 
 cudaError_t cudaMalloc(void **p, size_t n) { return alloc(p, n, cudaMemoryTypeDevice); }
 cudaError_t cudaMallocHost(void **p, size_t n) { return alloc(p, n, cudaMemoryTypeHost); }
+cudaError_t cudaMallocManaged(void **p, size_t n, unsigned flags) {
+    if (flags != cudaMemAttachGlobal && flags != cudaMemAttachHost) {
+        *p = NULL;
+        mock_report("cudaMallocManaged: flags %#x (cudaMemAttachGlobal or cudaMemAttachHost expected)", flags);
+        return ret(cudaErrorInvalidValue);
+    }
+    if (n == 0) { /* CUDA: cudaErrorInvalidValue for a 0-byte managed allocation */
+        *p = NULL;
+        return ret(cudaErrorInvalidValue);
+    }
+    return alloc(p, n, cudaMemoryTypeManaged);
+}
+static const char *alloc_name(int type) {
+    return type == cudaMemoryTypeHost ? "cudaMallocHost" : type == cudaMemoryTypeManaged ? "cudaMallocManaged"
+                                                                                          : "cudaMalloc";
+}
+/* cudaFree: device and managed memory; cudaFreeHost: pinned memory */
 static cudaError_t release(void *p, int want_host) {
     if (!p) return cudaSuccess;
     drain_all(); /* cudaFree synchronizes the device */
@@ -346,7 +388,7 @@ static cudaError_t release(void *p, int want_host) {
             if (is_host != want_host) {
                 pthread_mutex_unlock(&reg_mu);
                 mock_report("%s of %p allocated with %s", want_host ? "cudaFreeHost" : "cudaFree", p,
-                            is_host ? "cudaMallocHost" : "cudaMalloc");
+                            alloc_name(r->type));
                 return ret(cudaErrorInvalidValue);
             }
             *q = r->next;
@@ -375,11 +417,11 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void
     a->type = cudaMemoryTypeUnregistered;
     a->device = -2;
     int type;
-    if (find(p, NULL, NULL, &type)) {
+    if (find(p, NULL, NULL, &type)) { /* one address space: device and host pointers are p */
         a->type = type;
         a->device = 0;
         a->devicePointer = (void *)p;
-        if (type == cudaMemoryTypeHost) a->hostPointer = (void *)p;
+        if (type != cudaMemoryTypeDevice) a->hostPointer = (void *)p;
     }
     return cudaSuccess;
 }
@@ -398,6 +440,20 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     drain(S(s));
     return sticky_err ? ret(sticky_err) : cudaSuccess;
 }
+cudaError_t cudaDeviceSynchronize(void) {
+    drain_all();
+    return sticky_err ? ret(sticky_err) : cudaSuccess;
+}
+/* fn(arg) on the stream's thread once the work before it is done; later work waits for it */
+cudaError_t cudaLaunchHostFunc(cudaStream_t st, cudaHostFn_t fn, void *arg) {
+    if (sticky_err) return ret(sticky_err);
+    if (!fn) {
+        mock_report("cudaLaunchHostFunc: NULL function");
+        return ret(cudaErrorInvalidValue);
+    }
+    push(S(st), (op){.kind = OP_HOST_FN, .fn = fn, .arg = arg});
+    return cudaSuccess;
+}
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
     (void)flags;
@@ -407,28 +463,47 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
     *e = (cudaEvent_t)m;
     return cudaSuccess;
 }
+/* m, or NULL (reported) when it is NULL or was destroyed */
+static mevent *EV(cudaEvent_t e, const char *call) {
+    mevent *m = (mevent *)e;
+    if (!m) mock_report("%s: NULL event", call);
+    else if (__atomic_load_n(&m->destroyed, __ATOMIC_SEQ_CST))
+        mock_report("%s: use of a destroyed event %p", call, (void *)m);
+    else return m;
+    return NULL;
+}
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-    (void)e; /* leaked: a stream may still wait on it */
+    mevent *m = EV(e, "cudaEventDestroy");
+    if (!m) return ret(cudaErrorInvalidResourceHandle);
+    __atomic_store_n(&m->destroyed, 1, __ATOMIC_SEQ_CST); /* leaked: a stream may still record or wait on it */
     return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-    mevent *m = (mevent *)e;
+    mevent *m = EV(e, "cudaEventRecord");
+    if (!m) return ret(cudaErrorInvalidResourceHandle);
     pthread_mutex_lock(&m->mu);
     uint64_t g = ++m->rec;
     pthread_mutex_unlock(&m->mu);
     push(S(s), (op){.kind = OP_RECORD, .ev = m, .gen = g});
     return cudaSuccess;
 }
+/* cudaSuccess once the stream passed the latest record (or none was made), else NotReady */
 cudaError_t cudaEventQuery(cudaEvent_t e) {
-    mevent *m = (mevent *)e;
+    mevent *m = EV(e, "cudaEventQuery");
+    if (!m) return ret(cudaErrorInvalidResourceHandle);
+    if (sticky_err) return ret(sticky_err);
     pthread_mutex_lock(&m->mu);
     int done = m->done >= m->rec;
     pthread_mutex_unlock(&m->mu);
     return done ? cudaSuccess : cudaErrorNotReady;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
-    (void)flags;
-    mevent *m = (mevent *)e;
+    mevent *m = EV(e, "cudaStreamWaitEvent");
+    if (!m) return ret(cudaErrorInvalidResourceHandle);
+    if (flags != cudaEventWaitDefault) {
+        mock_report("cudaStreamWaitEvent: flags %#x (only cudaEventWaitDefault is modelled)", flags);
+        return ret(cudaErrorInvalidValue);
+    }
     pthread_mutex_lock(&m->mu);
     uint64_t g = m->rec; /* the latest record at the time of the call, as in CUDA */
     pthread_mutex_unlock(&m->mu);
@@ -436,33 +511,55 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
     return cudaSuccess;
 }
 
-static int is_dev(const void *p) {
+/* the memory type of p: device, pinned host (cudaMemoryTypeHost), managed, or unregistered */
+static int mem_type(const void *p) {
     int type;
-    return find(p, NULL, NULL, &type) && type == cudaMemoryTypeDevice;
+    return find(p, NULL, NULL, &type) ? type : cudaMemoryTypeUnregistered;
+}
+/* 1 (reported) when n bytes at p run past the end of its pinned allocation */
+static int pinned_overrun(const void *p, size_t n, const char *what) {
+    void *base;
+    size_t size;
+    if (!find(p, &base, &size, NULL)) return 0;
+    size_t off = (size_t)((const char *)p - (const char *)base);
+    if (off + n <= size) return 0;
+    mock_report("%s: %zu bytes at offset %zu overrun the %zu-byte pinned allocation by %zu bytes", what, n, off, size,
+                off + n - size);
+    return 1;
+}
+static const char *type_name(int type) {
+    return type == cudaMemoryTypeDevice ? "device" : type == cudaMemoryTypeHost ? "pinned host"
+           : type == cudaMemoryTypeManaged ? "managed" : "pageable host";
 }
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) {
     if (sticky_err) return ret(sticky_err);
     if (n == 0) return cudaSuccess;
-    const int dd = is_dev(d), sd = is_dev(s);
-    if ((k == cudaMemcpyHostToDevice && (!dd || sd)) || (k == cudaMemcpyDeviceToHost && (dd || !sd)) ||
-        (k == cudaMemcpyDeviceToDevice && (!dd || !sd)) || (k == cudaMemcpyHostToHost && (dd || sd))) {
-        mock_report("cudaMemcpyAsync kind %d does not match the pointers (dst %s, src %s)", (int)k,
-                    dd ? "device" : "host", sd ? "device" : "host");
+    const int dt = mem_type(d), stype = mem_type(s);
+    /* device side (dd, sd) and host side (dh, sh): managed memory passes as either */
+    const int dd = dt == cudaMemoryTypeDevice || dt == cudaMemoryTypeManaged, dh = dt != cudaMemoryTypeDevice;
+    const int sd = stype == cudaMemoryTypeDevice || stype == cudaMemoryTypeManaged, sh = stype != cudaMemoryTypeDevice;
+    if ((k == cudaMemcpyHostToDevice && (!dd || !sh)) || (k == cudaMemcpyDeviceToHost && (!dh || !sd)) ||
+        (k == cudaMemcpyDeviceToDevice && (!dd || !sd)) || (k == cudaMemcpyHostToHost && (!dh || !sh)) ||
+        (k != cudaMemcpyHostToDevice && k != cudaMemcpyDeviceToHost && k != cudaMemcpyDeviceToDevice &&
+         k != cudaMemcpyHostToHost && k != cudaMemcpyDefault)) {
+        mock_report("cudaMemcpyAsync kind %d does not match the pointers (dst %s, src %s)", (int)k, type_name(dt),
+                    type_name(stype));
         return ret(cudaErrorInvalidValue);
     }
     if (dd && mock_check_dev_range(d, n, "cudaMemcpyAsync destination")) return ret(cudaErrorInvalidValue);
     if (sd && mock_check_dev_range(s, n, "cudaMemcpyAsync source")) return ret(cudaErrorInvalidValue);
-    int pinned_src = 0, pinned_dst = 0, type;
-    if (!sd) pinned_src = find(s, NULL, NULL, &type);
-    if (!dd) pinned_dst = find(d, NULL, NULL, &type);
+    if ((dt == cudaMemoryTypeHost && pinned_overrun(d, n, "cudaMemcpyAsync destination")) ||
+        (stype == cudaMemoryTypeHost && pinned_overrun(s, n, "cudaMemcpyAsync source")))
+        return ret(cudaErrorInvalidValue);
+    const int pageable_src = stype == cudaMemoryTypeUnregistered, pageable_dst = dt == cudaMemoryTypeUnregistered;
     void *staging = NULL;
-    if (!sd && !pinned_src) { /* pageable source: CUDA stages it, the caller may reuse it at once */
+    if (pageable_src) { /* pageable source: CUDA stages it, the caller may reuse it at once */
         staging = malloc(n);
         memcpy(staging, s, n);
         s = staging;
     }
     push(S(st), (op){.kind = OP_COPY, .dst = d, .src = s, .n = n, .staging = staging});
-    if (!dd && !pinned_dst) drain(S(st)); /* into pageable memory: returns when done, as in CUDA */
+    if (pageable_dst) drain(S(st)); /* into pageable memory: returns when done, as in CUDA */
     return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) {
