@@ -250,6 +250,7 @@ void dt_model_free(dt_model *m) {
     if (!m) return;
     const dt_ops *o = m->ops;
     void *ctx = o->ctx;
+    if (m->params) o->set_master(ctx, NULL, 0);
     o->free(ctx, m->params);
     o->free(ctx, m->grads);
     o->free(ctx, m->encoded);

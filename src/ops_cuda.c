@@ -358,6 +358,13 @@ static dtk_bf16 *fresh_shadow(cuda_ctx *c) {
 
 static void cu_set_master(void *ctx, const float *params, size_t n) {
     cuda_ctx *c = ctx;
+    if (!params) { /* the model is going away: its address range may be reused */
+        if (c->shadow) CK(cudaFree(c->shadow));
+        c->shadow = NULL;
+        c->master = NULL;
+        c->n_master = 0;
+        return;
+    }
     if (c->err != DT_OK) return;
     if (c->bf16 && (!c->shadow || n != c->n_master)) {
         if (c->shadow && CK(cudaFree(c->shadow))) return;

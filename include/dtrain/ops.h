@@ -101,7 +101,8 @@ struct dt_ops {
      * with bf16) keeps a bf16 copy that products read instead of rounding the weights again:
      * refreshed before its next use after upload or zero touched params, and by adamw in the
      * same pass as the update. Whoever writes params otherwise (a collective) calls this again
-     * afterwards. The CPU backend ignores it. */
+     * afterwards; the model calls it with NULL, 0 before freeing params. The CPU backend
+     * ignores it. */
     void (*set_master)(void *ctx, const float *params, size_t n);
 
     /* Waits for the queued work and returns the first failure since init (sticky), with its
