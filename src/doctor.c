@@ -174,12 +174,12 @@ dt_status dt_doctor_run(const dt_doctor_opts *o) {
     if (dt_device_blas_advice(advice, sizeof advice)) printf("  %s\n", advice);
     int cuda = o->device == DT_DEVICE_CUDA, workers = o->num_workers;
     if (cuda) {
-        if (!dt_device_cuda_built())
-            return dt_error_set(DT_ERR_CONFIG, "doctor --device cuda: this dtrain was built without the CUDA backend "
-                                "(hint: --device cpu, or rebuild with the CUDA toolkit, cuDNN and NCCL installed)");
         if (gpus == 0)
             return dt_error_set(DT_ERR_CONFIG, "doctor --device cuda: no GPU is visible (hint: check nvidia-smi and "
                                 "CUDA_VISIBLE_DEVICES, or --device cpu)");
+        if (!dt_device_cuda_built())
+            return dt_error_set(DT_ERR_CONFIG, "doctor --device cuda: this dtrain was built without the CUDA backend "
+                                "(hint: --device cpu, or rebuild with the CUDA toolkit, cuDNN and NCCL installed)");
         if (workers <= 0) workers = gpus; /* one worker per GPU */
         if (workers > gpus)
             return dt_error_set(DT_ERR_CONFIG, "doctor --device cuda: --num-workers %d but %d GPU(s) visible (hint: "

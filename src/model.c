@@ -79,7 +79,6 @@ struct dt_model {
     int *argmax_dev;           /* (B*T) LM, (B) cls: predicted class of each row */
     int *host_argmax;          /* (B*T) */
     int *host_rows;            /* (B) */
-    int *host_targets;         /* (B*T) copy of the last targets */
 
     int last_B;                /* batch of the last forward, 0 = none */
 };
@@ -276,7 +275,6 @@ void dt_model_free(dt_model *m) {
     free(m->host_losses);
     free(m->host_argmax);
     free(m->host_rows);
-    free(m->host_targets);
     free(m);
 }
 
@@ -305,9 +303,8 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_ops *o
     m->host_losses = dt_malloc(BT * sizeof(float), "loss staging");
     m->host_argmax = dt_malloc(BT * sizeof(int), "prediction staging");
     m->host_rows = dt_malloc(B * sizeof(int), "row staging");
-    m->host_targets = dt_malloc(BT * sizeof(int), "target staging");
     if (!m->tensors || !m->buckets || !m->bucket_names || !m->layers || !m->host_losses ||
-        !m->host_argmax || !m->host_rows || !m->host_targets)
+        !m->host_argmax || !m->host_rows)
         goto fail;
     build_layout(m);
 
@@ -401,7 +398,24 @@ dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, i
         if (tokens[i] < 0 || tokens[i] >= V)
             return dt_error_set(DT_ERR_DATA, "token %d at position %d is outside the vocabulary [0, %d) (hint: model.vocab_size)",
                                 tokens[i], i, V);
+    /* every input reaches the device before any work is queued: an upload waits for the
+     * device, so one between the layers and the head would stall a GPU's queue */
     o->upload(ctx, m->tokens_dev, tokens, (size_t)BT * sizeof(int));
+    if (NL) {
+        /* pooled position: the last non-pad (non-zero) token of each sequence */
+        for (int b = 0; b < B; b++) {
+            int pos = 0;
+            for (int t = T - 1; t >= 0; t--)
+                if (tokens[b * T + t] != 0) { pos = t; break; }
+            m->host_rows[b] = b * T + pos;
+            if (targets[b] < 0 || targets[b] >= NL)
+                return dt_error_set(DT_ERR_DATA, "label %d outside [0, %d) (hint: model.num_labels)", targets[b], NL);
+        }
+        o->upload(ctx, m->rows_dev, m->host_rows, (size_t)B * sizeof(int));
+        o->upload(ctx, m->targets_dev, targets, (size_t)B * sizeof(int));
+    } else {
+        o->upload(ctx, m->targets_dev, targets, (size_t)BT * sizeof(int));
+    }
 
     o->encoder_fwd(ctx, m->encoded, m->tokens_dev, m->params + m->tensors[0].offset,
                    m->params + m->tensors[1].offset, B, T, C);
@@ -424,18 +438,6 @@ dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, i
 
     memset(res, 0, sizeof *res);
     if (NL) {
-        /* pooled position: the last non-pad (non-zero) token of each sequence */
-        for (int b = 0; b < B; b++) {
-            int pos = 0;
-            for (int t = T - 1; t >= 0; t--)
-                if (tokens[b * T + t] != 0) { pos = t; break; }
-            m->host_rows[b] = b * T + pos;
-            if (targets[b] < 0 || targets[b] >= NL)
-                return dt_error_set(DT_ERR_DATA, "label %d outside [0, %d) (hint: model.num_labels)", targets[b], NL);
-            m->host_targets[b] = targets[b];
-        }
-        o->upload(ctx, m->rows_dev, m->host_rows, (size_t)B * sizeof(int));
-        o->upload(ctx, m->targets_dev, targets, (size_t)B * sizeof(int));
         o->gather_rows(ctx, m->pooled_in, x, m->rows_dev, B, C);
         o->layernorm_fwd(ctx, m->lnf, m->lnf_mean, m->lnf_rstd, m->pooled_in, hp(m, m->params, 0), hp(m, m->params, 1), B, C);
         o->matmul_fwd(ctx, m->logits, m->lnf, hp(m, m->params, 2), NULL, B, C, NL, 1);
@@ -449,7 +451,6 @@ dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, i
         }
         res->rows = B;
     } else {
-        o->upload(ctx, m->targets_dev, targets, (size_t)BT * sizeof(int));
         o->layernorm_fwd(ctx, m->lnf, m->lnf_mean, m->lnf_rstd, x, hp(m, m->params, 0), hp(m, m->params, 1), BT, C);
         o->matmul_fwd(ctx, m->logits, m->lnf, m->params + m->tensors[0].offset, NULL, BT, C, V, 1);
         o->xent_fwd(ctx, m->losses, m->logits, m->logits, m->targets_dev, BT, V);
