@@ -20,9 +20,9 @@ dt_status dt_bench_parse_workers(const char *list, int *workers, int *n) {
         char *end;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 1 || v > 64 || (*end && *end != ','))
-            return dt_error_set(DT_ERR_USAGE, "--workers: expected worker counts 1..64 separated by commas, e.g. 1,2,4; got \"%s\"",
-                                list);
+        if (end == p || errno || v < 1 || v > DT_MAX_WORLD || (*end && *end != ','))
+            return dt_error_set(DT_ERR_USAGE, "--workers: expected worker counts 1..%d separated by commas, e.g. 1,2,4; got \"%s\"",
+                                DT_MAX_WORLD, list);
         for (int i = 0; i < *n; i++)
             if (workers[i] == v) return dt_error_set(DT_ERR_USAGE, "--workers: %ld appears twice in \"%s\"", v, list);
         if (*n == DT_BENCH_MAX_RUNS)

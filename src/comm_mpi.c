@@ -16,17 +16,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "dtrain/clock.h"
+
 typedef struct mpi_ctx {
     int rank, world;
     double timeout_s;
     unsigned long seq;
 } mpi_ctx;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static dt_status mpi_fail(int rc, const char *what) {
     char msg[MPI_MAX_ERROR_STRING];
@@ -38,14 +34,14 @@ static dt_status mpi_fail(int rc, const char *what) {
 /* Polls `req` until it completes or the deadline passes. */
 static dt_status wait_req(mpi_ctx *x, MPI_Request *req, const char *what) {
     x->seq++;
-    double deadline = now_s() + x->timeout_s;
+    double deadline = dt_clock_now() + x->timeout_s;
     for (unsigned spin = 0;; spin++) {
         int done = 0;
         int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) return mpi_fail(rc, what);
         if (done) return DT_OK;
         if ((spin & 255) == 255) {
-            if (now_s() > deadline)
+            if (dt_clock_now() > deadline)
                 return dt_error_set(DT_ERR_DEVICE,
                                     "collective timeout: %s #%lu on rank %d waited %.1f s for the other ranks (hint: a "
                                     "worker is stuck, stopped or dead; mpirun names the rank that exited; "

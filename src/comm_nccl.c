@@ -46,6 +46,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "dtrain/clock.h"
+
 /* ---- NCCL, loaded at run time ---- */
 
 #define NCCL_FUNCS(X)                                                                                  \
@@ -121,12 +123,6 @@ typedef struct nccl_ctx {
     unsigned long seq;      /* collectives run so far, for messages */
     char op[128];           /* the running collective, for messages: "all-reduce #3 (1000 floats)" */
 } nccl_ctx;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* "<call> failed at file:line on rank R (host H, GPU D): <error>", and the collective it was in. */
 static dt_status cuda_fail(nccl_ctx *x, cudaError_t e, const char *call, const char *file, int line) {
@@ -263,7 +259,7 @@ static dt_status wait_done(nccl_ctx *x, double t0, double timeout_s, int waited_
                                 x->host, x->device, nc.ncclGetErrorString(async), (int)async,
                                 last && last[0] ? ": " : "", last && last[0] ? last : "");
         }
-        double t = now_s() - t0;
+        double t = dt_clock_now() - t0;
         if (t > timeout_s) {
             if (waited_compute && cudaEventQuery(x->waited) == cudaErrorNotReady)
                 return dt_error_set(DT_ERR_DEVICE, "collective timeout: nccl %s on rank %d (host %s, GPU %d) waited "
@@ -312,7 +308,7 @@ static dt_status allreduce_(nccl_ctx *x, float *buf, size_t n, dt_reduce_op op) 
         DT_TRY(grow_scratch(x, bytes));
         d = x->scratch;
     }
-    const double t0 = now_s();
+    const double t0 = dt_clock_now();
     DT_TRY(after_compute(x));
     if (!dev) DT_TRY(CK(cudaMemcpyAsync, d, buf, bytes, cudaMemcpyHostToDevice, x->stream));
     DT_TRY(NC(ncclAllReduce, d, d, n, ncclFloat32, op == DT_REDUCE_AVG ? ncclAvg : ncclSum, x->comm, x->stream));
@@ -339,7 +335,7 @@ static dt_status broadcast_(nccl_ctx *x, void *buf, size_t bytes, int root) {
         DT_TRY(grow_scratch(x, bytes));
         d = x->scratch;
     }
-    const double t0 = now_s();
+    const double t0 = dt_clock_now();
     DT_TRY(after_compute(x));
     if (!dev && x->rank == root) DT_TRY(CK(cudaMemcpyAsync, d, buf, bytes, cudaMemcpyHostToDevice, x->stream));
     DT_TRY(NC(ncclBroadcast, d, d, bytes, ncclUint8, root, x->comm, x->stream));
@@ -378,7 +374,7 @@ static dt_status allgather_(nccl_ctx *x, const void *in, size_t bytes, void *out
     char *s = x->scratch;
     const void *din = stage_in ? (const void *)(s + in_off) : in;
     void *dout = out_dev ? out : (void *)s;
-    const double t0 = now_s();
+    const double t0 = dt_clock_now();
     DT_TRY(after_compute(x));
     if (stage_in)
         DT_TRY(CK(cudaMemcpyAsync, (void *)din, in, bytes, in_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice,
@@ -408,7 +404,7 @@ static dt_status nccl_barrier(void *vctx, double timeout_s) {
     snprintf(x->op, sizeof x->op, "barrier #%lu", x->seq);
     dt_status st = thread_setup(x);
     if (st == DT_OK) {
-        const double t0 = now_s();
+        const double t0 = dt_clock_now();
         st = NC(ncclAllReduce, x->scratch, x->scratch, 1, ncclFloat32, ncclSum, x->comm, x->stream);
         if (st == DT_OK) st = wait_done(x, t0, timeout_s > 0 ? timeout_s : x->timeout_s, 0);
     }

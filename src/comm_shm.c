@@ -47,7 +47,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SHM_MAX_WORLD 64
+#include "dtrain/clock.h"
+
 #define SHM_LINE 64
 #define SHM_SPIN_S 20e-6   /* busy-wait this long before sleeping (only when ranks <= cpus) */
 #define SHM_SLICE_S 0.01   /* futex sleep slice: bounds how late a missed abort is noticed */
@@ -78,18 +79,12 @@ struct dt_shm_world {
     _Atomic uint32_t bar_sleepers;                 /* waiters in (or entering) FUTEX_WAIT */
     _Alignas(SHM_LINE) _Atomic uint32_t abort_state; /* 0 none, 1 message being written, 2 set */
     char abort_msg[768];
-    rank_line ranks[SHM_MAX_WORLD];
+    rank_line ranks[DT_MAX_WORLD];
 };
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the shm backend needs lock-free atomics");
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -112,10 +107,10 @@ static void futex_wake_all(_Atomic uint32_t *word) {
 /* fd < 0: an anonymous shared mapping (inherited over fork); else the file behind fd */
 static dt_status world_create(dt_shm_world **out, int world, size_t slot_bytes, int fd) {
     *out = NULL;
-    if (world < 1 || world > SHM_MAX_WORLD)
+    if (world < 1 || world > DT_MAX_WORLD)
         return dt_error_set(DT_ERR_CONFIG,
                             "shm communicator: %d workers, expected 1..%d (hint: lower training.num_workers)",
-                            world, SHM_MAX_WORLD);
+                            world, DT_MAX_WORLD);
     if (slot_bytes == 0) {
         slot_bytes = ((size_t)256 << 20) / (size_t)(world + 1);
         if (slot_bytes < ((size_t)1 << 20)) slot_bytes = (size_t)1 << 20;
@@ -155,7 +150,7 @@ static dt_status world_create(dt_shm_world **out, int world, size_t slot_bytes, 
     atomic_init(&w->bar_gen, 0);
     atomic_init(&w->bar_sleepers, 0);
     atomic_init(&w->abort_state, 0);
-    for (int r = 0; r < SHM_MAX_WORLD; r++) atomic_init(&w->ranks[r].arrived, 0);
+    for (int r = 0; r < DT_MAX_WORLD; r++) atomic_init(&w->ranks[r].arrived, 0);
     *out = w;
     return DT_OK;
 }
@@ -274,7 +269,7 @@ static void format_ranks(const int *missing, int n, char *buf, size_t cap) {
 
 /* Returns DT_OK when every rank has arrived at barrier `g`, or fails naming the late ranks. */
 static dt_status barrier_timeout(shm_ctx *x, uint32_t g, int *retry) {
-    int missing[SHM_MAX_WORLD], n = 0;
+    int missing[DT_MAX_WORLD], n = 0;
     for (int r = 0; r < x->world; r++)
         if (atomic_load(&x->w->ranks[r].arrived) != g + 1) missing[n++] = r;
     if (n == 0 || atomic_load(&x->w->bar_gen) != g) { /* everyone came just now */
@@ -305,18 +300,18 @@ static dt_status barrier(shm_ctx *x) {
         if (atomic_load_explicit(&w->bar_sleepers, memory_order_seq_cst)) futex_wake_all(&w->bar_gen);
         return DT_OK;
     }
-    double t0 = now_s();
+    double t0 = dt_clock_now();
     if (x->spin_s > 0)
         for (unsigned i = 1;; i++) {
             if (atomic_load_explicit(&w->bar_gen, memory_order_acquire) != g) return DT_OK;
-            if ((i & 63) == 0 && now_s() - t0 > x->spin_s) break;
+            if ((i & 63) == 0 && dt_clock_now() - t0 > x->spin_s) break;
             cpu_relax();
         }
     double deadline = t0 + x->timeout_s;
     for (;;) {
         if (atomic_load_explicit(&w->bar_gen, memory_order_acquire) != g) return DT_OK;
         if (atomic_load_explicit(&w->abort_state, memory_order_acquire)) return fail_aborted(x);
-        double t = now_s();
+        double t = dt_clock_now();
         if (t >= deadline) {
             int retry = 0;
             dt_status st = barrier_timeout(x, g, &retry);

@@ -27,6 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dtrain/clock.h"
+
 typedef struct tcp_ctx {
     int rank, world;
     int next_fd, prev_fd;   /* send to rank+1, receive from rank-1 */
@@ -35,12 +37,6 @@ typedef struct tcp_ctx {
     float *tmp;             /* a received chunk before it is added */
     size_t tmp_n;
 } tcp_ctx;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int prev_of(const tcp_ctx *x) { return (x->rank + x->world - 1) % x->world; }
 static int next_of(const tcp_ctx *x) { return (x->rank + 1) % x->world; }
@@ -77,7 +73,7 @@ static dt_status exchange_(tcp_ctx *x, const void *sbuf, size_t slen, void *rbuf
             p[n] = (struct pollfd){.fd = x->prev_fd, .events = POLLIN};
             ir = n++;
         }
-        double left = deadline - now_s();
+        double left = deadline - dt_clock_now();
         if (left <= 0)
             return dt_error_set(DT_ERR_DEVICE,
                                 "collective timeout: %s #%lu on rank %d waited %.1f s for rank %d (hint: a worker is "
@@ -142,7 +138,7 @@ static dt_status tcp_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op
     const int W = x->world, r = x->rank;
     x->seq++;
     if (W == 1) return DT_OK;
-    const double deadline = now_s() + x->timeout_s;
+    const double deadline = dt_clock_now() + x->timeout_s;
     DT_TRY(check_op(x, 0, n, -1, deadline, "all-reduce"));
     if (n == 0) return DT_OK;
     size_t max_chunk = n / (size_t)W + 1;
@@ -174,7 +170,7 @@ static dt_status tcp_broadcast(void *vctx, void *buf, size_t bytes, int root) {
     tcp_ctx *x = vctx;
     x->seq++;
     if (x->world == 1) return DT_OK;
-    const double deadline = now_s() + x->timeout_s;
+    const double deadline = dt_clock_now() + x->timeout_s;
     DT_TRY(check_op(x, 1, bytes, root, deadline, "broadcast"));
     if (bytes == 0) return DT_OK;
     if (x->rank != root) DT_TRY(exchange(x, NULL, 0, buf, bytes, deadline, "broadcast"));
@@ -189,7 +185,7 @@ static dt_status tcp_allgather(void *vctx, const void *in, size_t bytes, void *o
     char *o = out;
     memmove(o + (size_t)r * bytes, in, bytes);
     if (W == 1) return DT_OK;
-    const double deadline = now_s() + x->timeout_s;
+    const double deadline = dt_clock_now() + x->timeout_s;
     DT_TRY(check_op(x, 2, bytes, -1, deadline, "all-gather"));
     for (int s = 0; s < W - 1; s++) {
         int si = (r - s + W) % W, ri = (r - s - 1 + W) % W;

@@ -92,7 +92,7 @@ static const key_def keys[] = {
     KEY("run.dir", K_STR, run.dir, "", R_NONEMPTY, 0, 0),
 
     SECTION("training"),
-    KEY("training.num_workers", K_INT, training.num_workers, "1", GE(1)),
+    KEY("training.num_workers", K_INT, training.num_workers, "1", IN(1, DT_MAX_WORLD)),
     KEY("training.use_gpu", K_TRIBOOL, training.use_gpu, NULL, ANY),
     ENUM("training.device", training.device, "auto", device_names),
     {"training.resources_per_worker", K_MAP, 0, 0, 0, NULL, 0, 0, 0, NULL,

@@ -7,18 +7,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "dtrain/clock.h"
 #include "dtrain/comm.h"
 #include "dtrain/device.h"
 #include "dtrain/launch.h"
 #ifdef DTRAIN_HAVE_CUDA
 #include "dtrain/cuda.h"
 #endif
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* rank r's test value at index i: exact in float, different per rank and index */
 static float test_value(int r, size_t i) { return (float)(r + 1) * 0.5f + (float)(i % 97) * 0.25f; }
@@ -49,7 +44,7 @@ static dt_status check_broadcast_gather(dt_comm *c) {
         if (buf[i] != (unsigned char)(i * 7 + 3))
             return dt_error_set(DT_ERR_INTERNAL, "self-test failed: broadcast from rank %d: byte %zu differs on rank %d",
                                 root, i, rank);
-    int ids[64], me = rank * 1000 + 7;
+    int ids[DT_MAX_WORLD], me = rank * 1000 + 7;
     DT_TRY(dt_comm_allgather(c, &me, sizeof me, ids));
     for (int r = 0; r < world; r++)
         if (ids[r] != r * 1000 + 7)
@@ -71,10 +66,10 @@ static dt_status bandwidth_table(dt_comm *c, float *x, long max_bytes) {
         int iters = bytes <= (1 << 20) ? 50 : bytes <= (16 << 20) ? 10 : 3;
         if ((st = dt_comm_allreduce(c, x, n, DT_REDUCE_SUM)) != DT_OK) break; /* warm-up */
         if ((st = dt_comm_barrier(c)) != DT_OK) break;
-        double t0 = now_s();
+        double t0 = dt_clock_now();
         for (int k = 0; k < iters && st == DT_OK; k++) st = dt_comm_allreduce(c, x, n, DT_REDUCE_SUM);
         /* an all-reduce ends for nobody before every rank joined it: rank 0's time is the job's */
-        double t = (now_s() - t0) / iters;
+        double t = (dt_clock_now() - t0) / iters;
         if (rank == 0 && st == DT_OK) {
             double algbw = (double)bytes / t / 1e9, busbw = algbw * 2.0 * (world - 1) / world;
             char size[32];
@@ -154,9 +149,9 @@ static double memcpy_bandwidth(void) {
     memset(b, 2, bytes);
     double best = 0;
     for (int k = 0; k < 5; k++) {
-        double t0 = now_s();
+        double t0 = dt_clock_now();
         memcpy(b, a, bytes);
-        double bw = (double)bytes / (now_s() - t0) / 1e9;
+        double bw = (double)bytes / (dt_clock_now() - t0) / 1e9;
         if (bw > best) best = bw;
         a[k] = b[bytes - 1 - (size_t)k]; /* keep the copies observable */
     }

@@ -10,6 +10,7 @@
  *          fn() -> message into the status block -> _exit(code). */
 #include "dtrain/launch.h"
 
+#include "dtrain/clock.h"
 #include "dtrain/monitor.h"
 
 #include <errno.h>
@@ -25,7 +26,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_WORLD 64
 #define MSG_LEN 1024
 #define POLL_NS 20000000L   /* 20 ms between waitpid polls */
 #define GRACE_S 3.0         /* SIGTERM -> SIGKILL */
@@ -39,8 +39,8 @@ typedef struct rank_slot {
 typedef struct shared_block {
     volatile int stop;      /* preemption requested: the signal that asked for it */
     char note[1024];        /* rank 0's note of a clean stop */
-    dt_worker_slot stats[MAX_WORLD]; /* /proc samples of each worker, by the launcher */
-    volatile int waiting[MAX_WORLD];  /* set by a worker while it waits for rank 0's disk */
+    dt_worker_slot stats[DT_MAX_WORLD]; /* /proc samples of each worker, by the launcher */
+    volatile int waiting[DT_MAX_WORLD];  /* set by a worker while it waits for rank 0's disk */
     rank_slot slots[];      /* (world) */
 } shared_block;
 
@@ -56,12 +56,6 @@ static volatile int *g_child_stop; /* in a worker: the shared stop flag */
 
 static void on_child_signal(int sig) {
     if (g_child_stop) *g_child_stop = sig;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* rank-N.log in the log dir; "" when there is none */
@@ -177,11 +171,11 @@ static void supervisor_say(const dt_launch_cfg *cfg, const char *line) {
 static void sample_workers(const dt_launch_cfg *cfg, double interval, shared_block *shared, const child *kids,
                            uint32_t round_no, double *cpu_prev, double *t_prev, int *idle_rounds, int *idle_said) {
     const int n = cfg->world;
-    dt_worker_sample round[MAX_WORLD];
+    dt_worker_sample round[DT_MAX_WORLD];
     for (int r = 0; r < n; r++) { /* in rank order: rank n-1 carrying round k means all have it */
         dt_worker_sample w = dt_worker_slot_read(&shared->stats[r]);
         double cpu_s, rss, peak;
-        double t = now_s();
+        double t = dt_clock_now();
         if (kids[r].alive && dt_proc_read(kids[r].pid, &cpu_s, &rss, &peak) == DT_OK) {
             w.pid = (long)kids[r].pid;
             w.cpu_pct = t > t_prev[r] ? 100.0 * (cpu_s - cpu_prev[r]) / (t - t_prev[r]) : 0.0;
@@ -226,14 +220,14 @@ static dt_status run_attempt(const dt_launch_cfg *cfg, int attempt, shared_block
     memset((void *)shared->waiting, 0, sizeof shared->waiting);
     const double interval = cfg->monitor_every_s > 0 ? cfg->monitor_every_s : 2.0;
     /* a new process has used no CPU: the first sample measures from its fork */
-    double cpu_prev[MAX_WORLD] = {0}, t_prev[MAX_WORLD] = {0}, next_sample = now_s() + interval;
+    double cpu_prev[DT_MAX_WORLD] = {0}, t_prev[DT_MAX_WORLD] = {0}, next_sample = dt_clock_now() + interval;
     uint32_t round_no = 0;
-    int idle_rounds[MAX_WORLD] = {0}, idle_said[MAX_WORLD] = {0};
+    int idle_rounds[DT_MAX_WORLD] = {0}, idle_said[DT_MAX_WORLD] = {0};
     for (int r = 0; r < n; r++) {
         atomic_store(&shared->slots[r].has_msg, 0);
         shared->slots[r].msg[0] = '\0';
     }
-    child kids[MAX_WORLD];
+    child kids[DT_MAX_WORLD];
     memset(kids, 0, sizeof kids);
 
     dt_status st = DT_OK;
@@ -252,7 +246,7 @@ static dt_status run_attempt(const dt_launch_cfg *cfg, int attempt, shared_block
             st = dt_error_set(DT_ERR_INTERNAL, "cannot start worker %d: fork: %s", r, strerror(errno));
             snprintf(msg, msg_n, "%s", dt_error_msg());
             failed_rank = r;
-            stop_deadline = now_s() + GRACE_S;
+            stop_deadline = dt_clock_now() + GRACE_S;
             dt_shm_world_abort(world, "the launcher could not start every worker");
             signal_all(kids, r, SIGTERM);
             break;
@@ -260,7 +254,7 @@ static dt_status run_attempt(const dt_launch_cfg *cfg, int attempt, shared_block
         if (pid == 0) child_main(cfg, r, attempt, parent, world, shared, fn, arg);
         kids[r].pid = pid;
         kids[r].alive = 1;
-        t_prev[r] = now_s();
+        t_prev[r] = dt_clock_now();
         alive++;
     }
 
@@ -272,7 +266,7 @@ static dt_status run_attempt(const dt_launch_cfg *cfg, int attempt, shared_block
             if (seen_signals == 1 && failed_rank < 0 && cfg->clean_stop) {
                 /* preemption: every worker finishes its step, checkpoints and exits 0 */
                 shared->stop = g_signal;
-                preempt_deadline = now_s() + cfg->timeout_s + 30.0;
+                preempt_deadline = dt_clock_now() + cfg->timeout_s + 30.0;
                 fprintf(stderr,
                         "dtrain: SIG%s: stopping after the current step with a checkpoint (send it again to stop at once)\n",
                         sigabbrev_np(g_signal));
@@ -285,7 +279,7 @@ static dt_status run_attempt(const dt_launch_cfg *cfg, int attempt, shared_block
                 dt_shm_world_abort(world, "the launcher was interrupted");
                 signal_all(kids, n, cfg->clean_stop ? SIGKILL : g_signal);
                 signal_all(kids, n, SIGCONT);
-                stop_deadline = now_s() + (cfg->clean_stop ? 3600 : GRACE_S);
+                stop_deadline = dt_clock_now() + (cfg->clean_stop ? 3600 : GRACE_S);
             }
         }
         int status;
@@ -324,7 +318,7 @@ static dt_status run_attempt(const dt_launch_cfg *cfg, int attempt, shared_block
                 dt_shm_world_abort(world, why);
                 signal_all(kids, n, SIGTERM);
                 signal_all(kids, n, SIGCONT);
-                stop_deadline = now_s() + GRACE_S;
+                stop_deadline = dt_clock_now() + GRACE_S;
             }
             continue;
         }
@@ -333,11 +327,11 @@ static dt_status run_attempt(const dt_launch_cfg *cfg, int attempt, shared_block
             snprintf(msg, msg_n, "%s", dt_error_msg());
             break;
         }
-        if (now_s() >= next_sample) {
+        if (dt_clock_now() >= next_sample) {
             sample_workers(cfg, interval, shared, kids, ++round_no, cpu_prev, t_prev, idle_rounds, idle_said);
-            next_sample = now_s() + interval;
+            next_sample = dt_clock_now() + interval;
         }
-        if (preempt_deadline > 0 && now_s() > preempt_deadline) {
+        if (preempt_deadline > 0 && dt_clock_now() > preempt_deadline) {
             snprintf(msg, msg_n, "workers did not stop within %.0f s of SIG%s: killed them", cfg->timeout_s + 30.0,
                      sigabbrev_np(g_signal));
             st = DT_ERR_INTERRUPTED;
@@ -345,11 +339,11 @@ static dt_status run_attempt(const dt_launch_cfg *cfg, int attempt, shared_block
             dt_shm_world_abort(world, "the workers did not stop in time");
             signal_all(kids, n, SIGKILL);
             preempt_deadline = 0;
-            stop_deadline = now_s() + 3600;
+            stop_deadline = dt_clock_now() + 3600;
         }
-        if (stop_deadline > 0 && now_s() > stop_deadline) {
+        if (stop_deadline > 0 && dt_clock_now() > stop_deadline) {
             signal_all(kids, n, SIGKILL);
-            stop_deadline = now_s() + 3600; /* SIGKILL cannot be ignored: just reap */
+            stop_deadline = dt_clock_now() + 3600; /* SIGKILL cannot be ignored: just reap */
         }
         struct timespec ts = {0, POLL_NS};
         nanosleep(&ts, NULL);
@@ -370,8 +364,8 @@ static dt_status run_attempt(const dt_launch_cfg *cfg, int attempt, shared_block
 }
 
 dt_status dt_launch_run(const dt_launch_cfg *cfg, dt_launch_fn fn, void *arg, dt_launch_result *res) {
-    if (cfg->world < 1 || cfg->world > MAX_WORLD)
-        return dt_error_set(DT_ERR_CONFIG, "training.num_workers: expected 1..%d on one machine, got %d", MAX_WORLD,
+    if (cfg->world < 1 || cfg->world > DT_MAX_WORLD)
+        return dt_error_set(DT_ERR_CONFIG, "training.num_workers: expected 1..%d on one machine, got %d", DT_MAX_WORLD,
                             cfg->world);
     dt_launch_result local;
     if (!res) res = &local;
@@ -408,8 +402,8 @@ dt_status dt_launch_run(const dt_launch_cfg *cfg, dt_launch_fn fn, void *arg, dt
                  attempt + 1, cfg->max_restarts, delay, n);
         supervisor_say(cfg, line);
         res->restarts++;
-        double until = now_s() + delay;
-        while (now_s() < until && !g_signals) {
+        double until = dt_clock_now() + delay;
+        while (dt_clock_now() < until && !g_signals) {
             struct timespec ts = {0, POLL_NS};
             nanosleep(&ts, NULL);
         }

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "dtrain/bench.h"
+#include "dtrain/clock.h"
 #include "dtrain/config.h"
 #include "dtrain/data.h"
 #include "dtrain/device.h"
@@ -126,7 +127,11 @@ static int parse_options(int argc, char **argv, cli *c) {
         case 'w': {
             char *end;
             long v = strtol(optarg, &end, 10);
-            if (*end || v < 1 || v > 64) return usage_error("--num-workers: expected an integer 1..64, got \"%s\"", optarg);
+            if (*end || v < 1 || v > DT_MAX_WORLD) {
+                char fmt[80];
+                snprintf(fmt, sizeof fmt, "--num-workers: expected an integer 1..%d, got \"%%s\"", DT_MAX_WORLD);
+                return usage_error(fmt, optarg);
+            }
             c->num_workers = (int)v;
             break;
         }
@@ -183,12 +188,6 @@ static void say_how_to_resume(const dt_config *cfg, int sig, const char *note) {
 
 static volatile sig_atomic_t g_ext_stop;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* SA_RESETHAND: the first SIGINT/SIGTERM stops cleanly after the step, a second one kills */
 static void on_ext_signal(int sig) { g_ext_stop = sig; }
 
@@ -223,7 +222,7 @@ static dt_status join_mpi(const dt_config *cfg, const dt_ext_env *e, uint32_t di
         return dt_error_set(DT_ERR_USAGE, "mpi: MPI says rank %d of %d, but %s says rank %d of %d", rank, world, e->source,
                             e->rank, e->world);
     DT_TRY(dt_comm_init_mpi(comm, cfg->training.collective_timeout_s));
-    uint32_t all[64];
+    uint32_t all[DT_MAX_WORLD];
     DT_TRY(dt_comm_allgather(*comm, &digest, sizeof digest, all));
     for (int i = 1; i < world; i++)
         if (all[i] != all[0])
@@ -275,7 +274,7 @@ static int train_external(dt_config *cfg, const dt_ext_env *e, const cli *c) {
              e->world, e->local_rank, e->local_world, where);
     if (e->rank == 0) printf("dtrain: %s\n", launched);
     fflush(stdout);
-    double t0 = now_s();
+    double t0 = dt_clock_now();
     dt_shm_world *world = NULL;
     dt_comm *comm = NULL;
     int agreed = 0;
@@ -294,7 +293,7 @@ static int train_external(dt_config *cfg, const dt_ext_env *e, const cli *c) {
         if (st != DT_OK) return fail(st);
         if (world) st = dt_comm_init_shm(&comm, world, e->rank, cfg->training.collective_timeout_s);
     }
-    double rdzv_s = now_s() - t0;
+    double rdzv_s = dt_clock_now() - t0;
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_ext_signal;

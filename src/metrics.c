@@ -1,6 +1,7 @@
 /* metrics.c — console (progress bar or plain lines), train.log and metrics.jsonl. */
 #include "dtrain/metrics.h"
 
+#include "dtrain/clock.h"
 #include "dtrain/monitor.h"
 #include "dtrain/tboard.h"
 
@@ -26,12 +27,6 @@ struct dt_metrics {
     dt_tb *tb;            /* TensorBoard events (rank 0, when on) */
     int tb_failed;        /* a write failed: said once, then off */
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void dt_metrics_close(dt_metrics *m) {
     if (!m) return;
@@ -61,7 +56,7 @@ dt_status dt_metrics_open(dt_metrics **out, const dt_metrics_cfg *cfg) {
     if (m->cfg.log_every < 1) m->cfg.log_every = 1;
     m->console = cfg->rank == 0;
     m->bar = m->console && !cfg->quiet && (cfg->progress == 1 || (cfg->progress < 0 && isatty(STDOUT_FILENO)));
-    m->t0 = now_s();
+    m->t0 = dt_clock_now();
     if (cfg->run_dir) {
         char name[32];
         snprintf(name, sizeof name, "rank-%d.log", cfg->rank);
@@ -145,7 +140,7 @@ static void draw_bar(dt_metrics *m, const dt_train_point *p) {
     char bar[64], eta[32];
     for (int i = 0; i < width; i++) bar[i] = i < filled ? '=' : (i == filled ? '>' : ' ');
     bar[width] = '\0';
-    double elapsed = now_s() - m->t0;
+    double elapsed = dt_clock_now() - m->t0;
     fmt_duration(eta, sizeof eta, p->step > 0 ? elapsed / (double)p->step * (double)(m->cfg.total_steps - p->step) : 0);
     fprintf(stdout, "\r\033[K[%s] %3d%% %ld/%ld | loss %.4f | %.1f ms/step | %.0f tok/s | ETA %s", bar,
             (int)(frac * 100.0), p->step, m->cfg.total_steps, p->loss, p->step_ms, p->tokens_per_s, eta);
@@ -181,7 +176,7 @@ void dt_metrics_train(dt_metrics *m, const dt_train_point *p) {
                         p->tokens_per_s);
     }
     /* redraw at most 10 times a second (fast steps would flood the terminal) */
-    double t = now_s();
+    double t = dt_clock_now();
     if (m->bar && (t - m->last_draw >= 0.1 || p->step == m->cfg.total_steps || !m->bar_visible)) {
         draw_bar(m, p);
         m->last_draw = t;
@@ -218,7 +213,7 @@ void dt_metrics_workers(dt_metrics *m, long step, const dt_worker_sample *w, int
                                   w[r].cpu_pct, w[r].rss_mb);
     }
     write_json(m, json_pack("{s:s, s:I, s:o}", "type", "workers", "step", (json_int_t)step, "workers", arr));
-    double t = now_s();
+    double t = dt_clock_now();
     if (k && t - m->last_workers >= 30.0) {
         m->last_workers = t;
         dt_metrics_info(m, "workers:%s", line);

@@ -25,7 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_RANKS 64
+#include "dtrain/clock.h"
+
 #define DEFAULT_PORT 29500
 
 /* milliseconds for poll(), never negative or overflowing */
@@ -33,12 +34,6 @@ static int poll_ms(double seconds) {
     if (!(seconds > 0)) return 0;
     if (seconds > 3600) return 3600 * 1000;
     return (int)(seconds * 1000) + 1;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* ------------------------------------------------------------------ environment */
@@ -94,10 +89,10 @@ dt_status dt_ext_env_detect(int config_world, dt_ext_env *e, int *found) {
         if (i == 2 && !getenv("SLURM_STEP_ID")) continue;
         long rank = 0, world = 0, lr = 0, lw = 0;
         int pr = 0, pw = 0, plr = 0, plw = 0;
-        dt_status ps = env_int(s->rank, 0, MAX_RANKS - 1, &rank, &pr);
-        if (ps == DT_OK) ps = env_int(s->world, 1, MAX_RANKS, &world, &pw);
-        if (ps == DT_OK) ps = env_int(s->local_rank, 0, MAX_RANKS - 1, &lr, &plr);
-        if (ps == DT_OK && s->local_world) ps = env_int(s->local_world, 1, MAX_RANKS, &lw, &plw);
+        dt_status ps = env_int(s->rank, 0, DT_MAX_WORLD - 1, &rank, &pr);
+        if (ps == DT_OK) ps = env_int(s->world, 1, DT_MAX_WORLD, &world, &pw);
+        if (ps == DT_OK) ps = env_int(s->local_rank, 0, DT_MAX_WORLD - 1, &lr, &plr);
+        if (ps == DT_OK && s->local_world) ps = env_int(s->local_world, 1, DT_MAX_WORLD, &lw, &plw);
         if (have) {
             /* an outer launcher's variables (srun around torchrun or mpirun) describe another
              * level of the job: they must agree only when they count the same processes */
@@ -129,7 +124,7 @@ dt_status dt_ext_env_detect(int config_world, dt_ext_env *e, int *found) {
     if (!have) {
         long idx;
         int pi;
-        DT_TRY(env_int("JOB_COMPLETION_INDEX", 0, MAX_RANKS - 1, &idx, &pi));
+        DT_TRY(env_int("JOB_COMPLETION_INDEX", 0, DT_MAX_WORLD - 1, &idx, &pi));
         if (pi) {
             if (idx >= config_world)
                 return dt_error_set(DT_ERR_USAGE,
@@ -194,7 +189,7 @@ static dt_status send_line(int fd, const char *line) {
 static dt_status recv_line(int fd, char *buf, size_t n, double deadline, const char *who) {
     size_t k = 0;
     for (;;) {
-        double left = deadline - now_s();
+        double left = deadline - dt_clock_now();
         if (left <= 0) return dt_error_set(DT_ERR_DEVICE, "rendezvous: no answer from %s in time", who);
         struct pollfd p = {.fd = fd, .events = POLLIN};
         int r = poll(&p, 1, poll_ms(left));
@@ -281,7 +276,7 @@ static dt_status make_ring(const dt_ext_env *e, const char *next_addr, int data_
     dt_status st = send_line(next_fd, hello);
     while (st == DT_OK && prev_fd < 0) {
         struct pollfd pf = {.fd = data_fd, .events = POLLIN};
-        double left = deadline - now_s();
+        double left = deadline - dt_clock_now();
         if (left <= 0) {
             st = dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: rank %d did not connect for the ring in time", e->rank,
                               prev);
@@ -291,7 +286,7 @@ static dt_status make_ring(const dt_ext_env *e, const char *next_addr, int data_
         int c = accept4(data_fd, NULL, NULL, SOCK_CLOEXEC);
         if (c < 0) continue;
         int who = -1;
-        double hello_by = now_s() + 10.0 < deadline ? now_s() + 10.0 : deadline;
+        double hello_by = dt_clock_now() + 10.0 < deadline ? dt_clock_now() + 10.0 : deadline;
         if (recv_line(c, line, sizeof line, hello_by, "a ring neighbour") == DT_OK &&
             sscanf(line, "DTRAIN-RING rank=%d", &who) == 1 && who == prev)
             prev_fd = c;
@@ -309,7 +304,7 @@ static dt_status make_ring(const dt_ext_env *e, const char *next_addr, int data_
 static dt_status serve(const dt_ext_env *e, uint32_t digest, double timeout_s, int force_tcp,
                        dt_status (*before_ok)(void *), void *user, int data_fd, dt_shm_world **world_out,
                        dt_comm **comm_out) {
-    const double deadline = now_s() + timeout_s;
+    const double deadline = dt_clock_now() + timeout_s;
     int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (lfd < 0) return dt_error_set(DT_ERR_DEVICE, "rendezvous: socket: %s", strerror(errno));
     int one = 1;
@@ -317,23 +312,23 @@ static dt_status serve(const dt_ext_env *e, uint32_t digest, double timeout_s, i
     /* rank 0 named by a loopback address: nobody else on the network needs to reach the port */
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)e->port),
                              .sin_addr.s_addr = htonl(loopback_only(e) ? INADDR_LOOPBACK : INADDR_ANY)};
-    if (bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, MAX_RANKS) != 0) {
+    if (bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, DT_MAX_WORLD) != 0) {
         dt_status st = dt_error_set(DT_ERR_DEVICE, "rendezvous: rank 0 cannot listen on port %d: %s (hint: another job "
                                                    "uses it? set MASTER_PORT)", e->port, strerror(errno));
         close(lfd);
         return st;
     }
-    int fds[MAX_RANKS];
-    for (int i = 0; i < MAX_RANKS; i++) fds[i] = -1;
+    int fds[DT_MAX_WORLD];
+    for (int i = 0; i < DT_MAX_WORLD; i++) fds[i] = -1;
     char host0[256], line[1024];
     my_host(host0, sizeof host0);
-    int arrived = 1, same_host = 1, data_port[MAX_RANKS] = {0};
-    char peer_ip[MAX_RANKS][INET_ADDRSTRLEN];
+    int arrived = 1, same_host = 1, data_port[DT_MAX_WORLD] = {0};
+    char peer_ip[DT_MAX_WORLD][INET_ADDRSTRLEN];
     memset(peer_ip, 0, sizeof peer_ip);
     dt_status st = DT_OK;
     char err[1024] = "";
     while (arrived < e->world && st == DT_OK) {
-        double left = deadline - now_s();
+        double left = deadline - dt_clock_now();
         if (left <= 0) {
             char missing[512];
             size_t k = 0;
@@ -352,7 +347,7 @@ static dt_status serve(const dt_ext_env *e, uint32_t digest, double timeout_s, i
         if (r <= 0) continue;
         int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
         if (c < 0) continue;
-        double hello_by = now_s() + 10.0 < deadline ? now_s() + 10.0 : deadline;
+        double hello_by = dt_clock_now() + 10.0 < deadline ? dt_clock_now() + 10.0 : deadline;
         if (recv_line(c, line, sizeof line, hello_by, "a connecting rank") != DT_OK) {
             close(c);
             continue; /* not one of ours, or too slow: keep waiting for the real ones */
@@ -439,7 +434,7 @@ static dt_status serve(const dt_ext_env *e, uint32_t digest, double timeout_s, i
     int shm = -1;
     if (st == DT_OK) {
         unsigned long nonce = 0;
-        if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce) nonce = (unsigned long)now_s() * 2654435761ul;
+        if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce) nonce = (unsigned long)dt_clock_now() * 2654435761ul;
         snprintf(name, sizeof name, "/dtrain-%ld-%d-%08lx", (long)getpid(), e->port, nonce & 0xfffffffful);
         shm = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
         if (shm < 0) st = dt_error_set(DT_ERR_DEVICE, "rendezvous: shm_open %s: %s", name, strerror(errno));
@@ -485,7 +480,7 @@ static int connect_by(const struct addrinfo *a, double deadline, char *why, size
         if (err == EINPROGRESS) {
             struct pollfd p = {.fd = c, .events = POLLOUT};
             int r;
-            do r = poll(&p, 1, poll_ms(deadline - now_s()));
+            do r = poll(&p, 1, poll_ms(deadline - dt_clock_now()));
             while (r < 0 && errno == EINTR);
             socklen_t len = sizeof err;
             if (r <= 0) err = ETIMEDOUT;
@@ -505,7 +500,7 @@ static int connect_by(const struct addrinfo *a, double deadline, char *why, size
 /* every other rank */
 static dt_status join(const dt_ext_env *e, uint32_t digest, double timeout_s, int data_fd, dt_shm_world **world_out,
                       dt_comm **comm_out) {
-    const double deadline = now_s() + timeout_s;
+    const double deadline = dt_clock_now() + timeout_s;
     char port[16], last[256] = "";
     snprintf(port, sizeof port, "%d", e->port);
     int fd = -1;
@@ -519,7 +514,7 @@ static dt_status join(const dt_ext_env *e, uint32_t digest, double timeout_s, in
         }
         if (res) freeaddrinfo(res);
         if (fd >= 0) break;
-        if (now_s() + wait > deadline)
+        if (dt_clock_now() + wait > deadline)
             return dt_error_set(DT_ERR_DEVICE,
                                 "rendezvous: rank %d could not reach rank 0 at %s:%d within %.0f s (%s) (hint: is rank 0 "
                                 "running? MASTER_ADDR and MASTER_PORT must name its host and a free port)",

@@ -23,6 +23,7 @@
 
 #include "dtrain/ckpt.h"
 #ifdef DTRAIN_HAVE_CUDA
+#include "dtrain/clock.h"
 #include "dtrain/cuda.h"
 #endif
 #include "dtrain/comm.h"
@@ -55,11 +56,7 @@ typedef struct run {
     volatile int *waiting; /* the launcher's "waiting for rank 0's disk" flag of this worker (may be NULL) */
 } run;
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
+static double now_ms(void) { return 1e3 * dt_clock_now(); }
 
 static dt_model_cfg model_cfg_from(const dt_config *c) {
     dt_model_cfg m = {
@@ -304,7 +301,7 @@ static dt_status check_replicas(run *r, long step) {
     uint32_t crc = (uint32_t)crc32_z(0L, (const Bytef *)host, n * sizeof(float));
     free(host);
     DT_TRY(r->ops->check(r->ops->ctx));
-    uint32_t all[64];
+    uint32_t all[DT_MAX_WORLD];
     DT_TRY(dt_comm_allgather(r->comm, &crc, sizeof crc, all));
     int best = 0, best_count = 0;
     for (int i = 0; i < r->world; i++) {
@@ -359,7 +356,7 @@ static dt_status find_resume(run *r, int attempt, char *dir, size_t n, dt_ckpt_s
                                 c->source[0] ? c->source : "config", c->checkpoint.resume_path);
     }
     if (r->world > 1) { /* every rank must resume from the same step */
-        long mine = *found ? s->step : -1, all[64];
+        long mine = *found ? s->step : -1, all[DT_MAX_WORLD];
         DT_TRY(dt_comm_allgather(r->comm, &mine, sizeof mine, all));
         for (int i = 0; i < r->world; i++)
             if (all[i] != all[0])
@@ -455,7 +452,7 @@ static dt_status gather_peak_memory(run *r, double *peaks) {
 /* Rank 0: a "workers" record whenever the launcher has published a new round of samples. */
 static void log_worker_samples(run *r, const dt_worker_opts *opts, long step, uint32_t *seen) {
     if (!opts || !opts->stats) return;
-    dt_worker_sample w[64];
+    dt_worker_sample w[DT_MAX_WORLD];
     uint32_t newest;
     for (int i = 0; i < r->world; i++) w[i] = dt_worker_slot_read(&opts->stats[i]);
     newest = w[r->world - 1].samples; /* written last: when it has round k, every rank has */
@@ -751,7 +748,7 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
         .train_s = train_ms / 1e3, .eval_s = eval_ms / 1e3, .comm_s = total_comm_ms / 1e3, .workers = world,
         .val_loss = NAN, .val_accuracy = NAN,
     };
-    double peaks[64];
+    double peaks[DT_MAX_WORLD];
     if (stopped) {
         if ((st = gather_peak_memory(&r, peaks)) != DT_OK) goto done;
         sum.peak_rss_mb = peaks;

@@ -288,9 +288,13 @@ static void test_seed_example(void) {
 }
 
 static void test_errors(void) {
-    /* the STYLE.md example, line for line */
-    LOAD_ERR("finetune.yaml:7: training.num_workers: expected an integer >= 1, got \"four\"",
+    /* the STYLE.md example (the range now includes the largest world, DT_MAX_WORLD) */
+    LOAD_ERR("finetune.yaml:7: training.num_workers: expected an integer in [1, 64], got \"four\"",
              "# fine-tune\n" MIN "model:\n  num_labels: 2\ntraining:\n  num_workers: four\n");
+    /* more workers than any launcher, collective or per-rank table can hold */
+    LOAD_ERR("finetune.yaml:4: training.num_workers: expected an integer in [1, 64], got \"100\"",
+             MIN "training:\n  num_workers: 100\n");
+    LOAD_OK(MIN "training:\n  num_workers: 64\n");
     /* unknown keys: did-you-mean by edit distance, by the same name in another section, by a
      * longer key containing it, or the list of known keys */
     LOAD_ERR("finetune.yaml:3: training.num_worker: unknown key (did you mean training.num_workers?)",
@@ -432,7 +436,7 @@ static void test_errors(void) {
     dt_error_clear();
     CHECK_INT_EQ(dt_config_load(&cfg, DTRAIN_SOURCE_DIR "/tests/configs/bad_workers.yaml", NULL, 0), DT_ERR_CONFIG);
     CHECK_STR_EQ(dt_error_msg(), DTRAIN_SOURCE_DIR "/tests/configs/bad_workers.yaml:7: training.num_workers: "
-                                                   "expected an integer >= 1, got \"four\"");
+                                                   "expected an integer in [1, 64], got \"four\"");
 }
 
 static void test_env(void) {
@@ -448,7 +452,7 @@ static void test_env(void) {
     LOAD_OK(MIN "run:\n  dir: a$b$\n");
     CHECK_STR_EQ(cfg.run.dir, "a$b$");
     /* the substituted value is typed like any other */
-    LOAD_ERR("finetune.yaml:4: training.num_workers: expected an integer >= 1, got \"four\"",
+    LOAD_ERR("finetune.yaml:4: training.num_workers: expected an integer in [1, 64], got \"four\"",
              MIN "training:\n  num_workers: ${DT_TEST_BAD}\n");
     unsetenv("DT_TEST_UNSET");
     LOAD_ERR("finetune.yaml:4: run.dir: environment variable DT_TEST_UNSET is not set",
@@ -493,7 +497,7 @@ static void test_overrides(void) {
     LOAD_OK(MIN "model:\n  n_head: 5\n", "model.n_head=8");
     CHECK_INT_EQ(cfg.model.n_head, 8);
 
-    LOAD_ERR("--set training.num_workers=four: training.num_workers: expected an integer >= 1, got \"four\"", MIN,
+    LOAD_ERR("--set training.num_workers=four: training.num_workers: expected an integer in [1, 64], got \"four\"", MIN,
              "training.num_workers=four");
     LOAD_ERR("--set training.num_workers: expected key.path=value, got \"training.num_workers\"", MIN,
              "training.num_workers");

@@ -65,7 +65,13 @@ static void test_cli(void) {
     CHECK_INT_EQ(run("%s --config %s/nope.yaml", DTRAIN_BIN, tmp), 2);
     CHECK_STR_CONTAINS(err_text, "nope.yaml");
     CHECK_INT_EQ(run("%s --config configs/finetune.yaml --set training.num_workers=four --dry-run", DTRAIN_BIN), 2);
-    CHECK_STR_CONTAINS(err_text, "--set training.num_workers=four: training.num_workers: expected an integer >= 1, got \"four\"");
+    CHECK_STR_CONTAINS(err_text, "--set training.num_workers=four: training.num_workers: expected an integer in [1, 64], got \"four\"");
+    /* the world-size limit is part of the schema: --dry-run refuses it, naming file and line */
+    char big[600];
+    snprintf(big, sizeof big, "%s/workers100.yaml", tmp);
+    write_file(big, "training:\n  num_workers: 100\ndata:\n  train_path: data/sentiment/train.tsv\n");
+    CHECK_INT_EQ(run("%s --config %s --dry-run", DTRAIN_BIN, big), 2);
+    CHECK_STR_CONTAINS(err_text, "workers100.yaml:2: training.num_workers: expected an integer in [1, 64], got \"100\"");
 }
 
 static void test_dry_run(void) {

@@ -9,6 +9,10 @@
 
 #include <stddef.h>
 
+/* The largest job: ranks 0 .. DT_MAX_WORLD-1. The config schema (training.num_workers), the
+ * launchers, the collectives and every per-rank table use this one number. */
+#define DT_MAX_WORLD 64
+
 typedef enum dt_status {
     DT_OK = 0,
     DT_ERR_USAGE,    /* bad command line                       -> exit 2 */
