@@ -26,10 +26,8 @@
  * names exactly the ranks that did not arrive. A timeout or a collective mismatch aborts
  * the whole world (every rank fails promptly); the world is then unusable.
  *
- * Test-only switch (inert when unset): when DTRAIN_TEST_BREAK_ALLREDUCE=<rank> is in the
- * environment as dt_comm_init_shm runs, that rank adds 1.0 to element 0 of every all-reduce
- * result it copies back, so that the doctor's self-test can prove it catches a bad
- * collective. */
+ * Test-only switch: dt_fault_break_allreduce (fault.h) makes one rank's all-reduce results
+ * wrong, so that the doctor's self-test can prove it catches a bad collective. */
 #include "dtrain/comm.h"
 
 #include <errno.h>
@@ -48,6 +46,7 @@
 #include <unistd.h>
 
 #include "dtrain/clock.h"
+#include "dtrain/fault.h"
 
 #define SHM_LINE 64
 #define SHM_SPIN_S 20e-6   /* busy-wait this long before sleeping (only when ranks <= cpus) */
@@ -531,15 +530,6 @@ dt_status dt_comm_init_shm(dt_comm **out, dt_shm_world *w, int rank, double time
     x->timeout_s = timeout_s;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     x->spin_s = cpus > 0 && w->world <= cpus ? SHM_SPIN_S : 0; /* spinning only helps with a core each */
-    const char *brk = getenv("DTRAIN_TEST_BREAK_ALLREDUCE");
-    if (brk && *brk) {
-        char *end;
-        long r = strtol(brk, &end, 10);
-        if (*end == '\0' && r == rank) {
-            x->break_allreduce = 1;
-            fprintf(stderr, "dtrain: rank %d: DTRAIN_TEST_BREAK_ALLREDUCE is set: this rank's all-reduce results "
-                            "are deliberately wrong (test switch)\n", rank);
-        }
-    }
+    x->break_allreduce = dt_fault_break_allreduce(rank);
     return dt_comm_create(out, &shm_backend, x, rank, w->world);
 }

@@ -1,4 +1,4 @@
-/* fault.c — DTRAIN_FAULT, the fault-injection testing aid (include/dtrain/fault.h). */
+/* fault.c — DTRAIN_FAULT and the DTRAIN_TEST_* hooks, the testing aids (include/dtrain/fault.h). */
 #include "dtrain/fault.h"
 
 #include <errno.h>
@@ -104,4 +104,30 @@ dt_status dt_fault_after_checkpoint(const dt_fault *f, int attempt, long step, c
     if (!ok) return dt_error_set(DT_ERR_IO, "DTRAIN_FAULT: cannot corrupt %s: %s", path, strerror(errno));
     fprintf(stderr, "DTRAIN_FAULT: flipped one byte of %s at offset %lld\n", path, (long long)at);
     return DT_OK;
+}
+
+/* an integer rank from the environment variable `name`, or -1 when unset or not an integer */
+static int env_rank(const char *name) {
+    const char *v = getenv(name);
+    if (!v || !*v) return -1;
+    char *end;
+    long r = strtol(v, &end, 10);
+    return *end == '\0' && r >= 0 && r < DT_MAX_WORLD ? (int)r : -1;
+}
+
+int dt_fault_break_allreduce(int rank) {
+    if (env_rank("DTRAIN_TEST_BREAK_ALLREDUCE") != rank) return 0;
+    fprintf(stderr, "dtrain: rank %d: DTRAIN_TEST_BREAK_ALLREDUCE is set: this rank's all-reduce results are "
+                    "deliberately wrong (test switch)\n", rank);
+    return 1;
+}
+
+int dt_fault_perturb_replica_rank(void) { return env_rank("DTRAIN_TEST_PERTURB_REPLICA"); }
+
+FILE *dt_fault_sample_log(int rank) {
+    const char *dir = getenv("DTRAIN_TEST_SAMPLE_LOG");
+    if (!dir || !*dir) return NULL;
+    char path[4096 + 64];
+    snprintf(path, sizeof path, "%s/samples-rank-%d.txt", dir, rank);
+    return fopen(path, "a");
 }

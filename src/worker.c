@@ -284,13 +284,6 @@ static dt_status wait_buckets(run *r) {
     return st;
 }
 
-/* Test-only switch (inert when unset): DTRAIN_TEST_PERTURB_REPLICA=<rank> makes that rank
- * nudge one parameter right before the first replica check, which must catch it. */
-static int perturb_rank(void) {
-    const char *v = getenv("DTRAIN_TEST_PERTURB_REPLICA");
-    return v && *v ? atoi(v) : -1;
-}
-
 /* Every rank must hold bit-identical parameters: compare CRC32s; name the ranks that differ
  * from the majority (with two ranks, both). */
 static dt_status check_replicas(run *r, long step) {
@@ -461,16 +454,6 @@ static void log_worker_samples(run *r, const dt_worker_opts *opts, long step, ui
     dt_metrics_workers(r->metrics, step, w, r->world);
 }
 
-/* Test-only switch (inert when unset): DTRAIN_TEST_SAMPLE_LOG=<dir> makes every rank
- * append "epoch index" of each training sample it uses to <dir>/samples-rank-N.txt. */
-static FILE *open_sample_log(int rank) {
-    const char *dir = getenv("DTRAIN_TEST_SAMPLE_LOG");
-    if (!dir || !*dir) return NULL;
-    char path[DT_PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/samples-rank-%d.txt", dir, rank);
-    return fopen(path, "a");
-}
-
 /* GPU runs with several workers: gradients and weights stay on the GPU and travel over NCCL,
  * bootstrapped over the host collective. Made once the model and the optimizer have their
  * memory, so that a rank that runs out fails before the others wait in NCCL's init. */
@@ -500,7 +483,7 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
     const int world = r.world, rank = r.rank;
     const int cls = c->model.num_labels > 0;
     const long G = (long)world * b * accum;
-    sample_log = open_sample_log(rank);
+    sample_log = dt_fault_sample_log(rank);
     r.waiting = opts ? opts->waiting : NULL;
 
     dt_sampler_cfg sc = {
@@ -634,7 +617,7 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
     const float scale = 1.0f / (float)(G * (cls ? 1 : T));
     const double tokens_per_step = (double)G * T;
     const long check_every = world > 1 ? c->training.check_replicas_every : 0;
-    const int perturb = perturb_rank();
+    const int perturb = dt_fault_perturb_replica_rank();
     double train_ms = 0, eval_ms = 0, total_comm_ms = 0;
     uint32_t samples_seen = 0;
     long checkpoints = 0;

@@ -1,6 +1,9 @@
-/* fault.h — fault injection, a testing aid: makes one worker fail in a chosen way at a
- * chosen step so that tests can prove recovery with the real binary. Inert when the
- * environment variable is unset.
+/* fault.h — fault injection and every other test-only hook, in one place: each makes the
+ * real binary misbehave (or report) in a chosen way so that tests can prove recovery and
+ * detection. All are inert when their environment variable is unset; nothing else in src/
+ * reads a DTRAIN_TEST_* variable.
+ *
+ * Fault injection: makes one worker fail in a chosen way at a chosen step.
  *
  *   DTRAIN_FAULT="rank=R,step=S,kind=K[,attempt=A|any]"
  *
@@ -14,6 +17,8 @@
  * run goes on; attempt=any fires in every attempt (to exhaust the restarts). */
 #ifndef DTRAIN_FAULT_H
 #define DTRAIN_FAULT_H
+
+#include <stdio.h>
 
 #include "dtrain/status.h"
 
@@ -45,5 +50,18 @@ void dt_fault_before_step(const dt_fault *f, int rank, int attempt, long step);
 /* After the checkpoint of `step` was written into `ckpt_dir` (rank 0): flips a byte of its
  * model.safetensors when a corrupt-checkpoint fault is due. */
 dt_status dt_fault_after_checkpoint(const dt_fault *f, int attempt, long step, const char *ckpt_dir);
+
+/* ---- the other test-only hooks ----
+ * DTRAIN_TEST_BREAK_ALLREDUCE=<rank>: that rank of the shm collective adds 1.0 to element 0
+ * of every all-reduce result it copies back (so that the doctor's self-test and the replica
+ * check can prove they catch a bad collective). Returns 1 for that rank (and says so on
+ * stderr), else 0. */
+int dt_fault_break_allreduce(int rank);
+/* DTRAIN_TEST_PERTURB_REPLICA=<rank>: that rank nudges one parameter right before the first
+ * replica check, which must catch it. Returns the rank, or -1. */
+int dt_fault_perturb_replica_rank(void);
+/* DTRAIN_TEST_SAMPLE_LOG=<dir>: every rank appends "epoch index" of each training sample it
+ * uses to <dir>/samples-rank-N.txt. Returns that file opened for appending, or NULL. */
+FILE *dt_fault_sample_log(int rank);
 
 #endif
