@@ -35,6 +35,7 @@ struct dt_comm {
     const dt_comm_backend_ops *be;
     void *ctx;
     int rank, world;
+    double timeout_s;           /* training.collective_timeout_s: every collective's deadline */
     pthread_t thread;
     int thread_started;
     int mu_ok, cv_ok;
@@ -56,12 +57,19 @@ static void list_remove(dt_comm_req **list, dt_comm_req *r) {
         }
 }
 
+/* The one place a collective's deadline is decided: a barrier's own, or the communicator's. */
+static dt_comm_deadline deadline_of(const dt_comm *c, const dt_comm_req *r) {
+    if (r->timeout_s > 0) return (dt_comm_deadline){r->timeout_s, ""};
+    return (dt_comm_deadline){c->timeout_s, "; training.collective_timeout_s sets the deadline"};
+}
+
 static dt_status run_request(dt_comm *c, dt_comm_req *r) {
+    const dt_comm_deadline dl = deadline_of(c, r);
     switch (r->kind) {
-    case REQ_ALLREDUCE: return c->be->allreduce(c->ctx, (float *)r->buf, r->n, r->op);
-    case REQ_BROADCAST: return c->be->broadcast(c->ctx, r->buf, r->n, r->root);
-    case REQ_ALLGATHER: return c->be->allgather(c->ctx, r->in, r->n, r->buf);
-    case REQ_BARRIER: return c->be->barrier(c->ctx, r->timeout_s);
+    case REQ_ALLREDUCE: return c->be->allreduce(c->ctx, (float *)r->buf, r->n, r->op, &dl);
+    case REQ_BROADCAST: return c->be->broadcast(c->ctx, r->buf, r->n, r->root, &dl);
+    case REQ_ALLGATHER: return c->be->allgather(c->ctx, r->in, r->n, r->buf, &dl);
+    case REQ_BARRIER: return c->be->barrier(c->ctx, &dl);
     }
     return dt_error_set(DT_ERR_INTERNAL, "comm: unknown request kind %d", r->kind);
 }
@@ -101,8 +109,13 @@ static void *comm_thread(void *arg) {
     return NULL;
 }
 
-dt_status dt_comm_create(dt_comm **out, const dt_comm_backend_ops *be, void *ctx, int rank, int world) {
+dt_status dt_comm_create(dt_comm **out, const dt_comm_backend_ops *be, void *ctx, int rank, int world,
+                         double timeout_s) {
     *out = NULL;
+    if (!(timeout_s > 0)) {
+        if (be->free) be->free(ctx);
+        return dt_error_set(DT_ERR_CONFIG, "training.collective_timeout_s: expected a number > 0, got %g", timeout_s);
+    }
     dt_comm *c = dt_calloc(1, sizeof *c, "communicator");
     if (!c) {
         if (be->free) be->free(ctx);
@@ -112,6 +125,7 @@ dt_status dt_comm_create(dt_comm **out, const dt_comm_backend_ops *be, void *ctx
     c->ctx = ctx;
     c->rank = rank;
     c->world = world;
+    c->timeout_s = timeout_s;
     if (pthread_mutex_init(&c->mu, NULL) != 0) goto fail;
     c->mu_ok = 1;
     if (pthread_cond_init(&c->cv, NULL) != 0) goto fail;

@@ -20,7 +20,6 @@
 
 typedef struct mpi_ctx {
     int rank, world;
-    double timeout_s;
     unsigned long seq;
 } mpi_ctx;
 
@@ -32,9 +31,9 @@ static dt_status mpi_fail(int rc, const char *what) {
 }
 
 /* Polls `req` until it completes or the deadline passes. */
-static dt_status wait_req(mpi_ctx *x, MPI_Request *req, const char *what) {
+static dt_status wait_req(mpi_ctx *x, MPI_Request *req, const char *what, const dt_comm_deadline *dl) {
     x->seq++;
-    double deadline = dt_clock_now() + x->timeout_s;
+    double deadline = dt_clock_now() + dl->timeout_s;
     for (unsigned spin = 0;; spin++) {
         int done = 0;
         int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
@@ -44,56 +43,50 @@ static dt_status wait_req(mpi_ctx *x, MPI_Request *req, const char *what) {
             if (dt_clock_now() > deadline)
                 return dt_error_set(DT_ERR_DEVICE,
                                     "collective timeout: %s #%lu on rank %d waited %.1f s for the other ranks (hint: a "
-                                    "worker is stuck, stopped or dead; mpirun names the rank that exited; "
-                                    "training.collective_timeout_s sets the deadline)",
-                                    what, x->seq, x->rank, x->timeout_s);
+                                    "worker is stuck, stopped or dead; mpirun names the rank that exited%s)",
+                                    what, x->seq, x->rank, dl->timeout_s, dl->setting);
             struct timespec ts = {0, 20000}; /* 20 us: MPI progresses inside MPI_Test */
             nanosleep(&ts, NULL);
         }
     }
 }
 
-static dt_status mpi_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op) {
+static dt_status mpi_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op, const dt_comm_deadline *dl) {
     mpi_ctx *x = vctx;
     if (n == 0) return DT_OK;
     if (n > (size_t)INT32_MAX) return dt_error_set(DT_ERR_INTERNAL, "mpi: all-reduce of %zu floats is too large", n);
     MPI_Request req;
     int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallreduce");
-    DT_TRY(wait_req(x, &req, "all-reduce"));
+    DT_TRY(wait_req(x, &req, "all-reduce", dl));
     if (op == DT_REDUCE_AVG)
         for (size_t i = 0; i < n; i++) buf[i] /= (float)x->world;
     return DT_OK;
 }
 
-static dt_status mpi_broadcast(void *vctx, void *buf, size_t bytes, int root) {
+static dt_status mpi_broadcast(void *vctx, void *buf, size_t bytes, int root, const dt_comm_deadline *dl) {
     mpi_ctx *x = vctx;
     if (bytes > (size_t)INT32_MAX) return dt_error_set(DT_ERR_INTERNAL, "mpi: broadcast of %zu bytes is too large", bytes);
     MPI_Request req;
     int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD, &req);
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Ibcast");
-    return wait_req(x, &req, "broadcast");
+    return wait_req(x, &req, "broadcast", dl);
 }
 
-static dt_status mpi_allgather(void *vctx, const void *in, size_t bytes, void *out) {
+static dt_status mpi_allgather(void *vctx, const void *in, size_t bytes, void *out, const dt_comm_deadline *dl) {
     mpi_ctx *x = vctx;
     if (bytes > (size_t)INT32_MAX) return dt_error_set(DT_ERR_INTERNAL, "mpi: all-gather of %zu bytes is too large", bytes);
     MPI_Request req;
     int rc = MPI_Iallgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, MPI_COMM_WORLD, &req);
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallgather");
-    return wait_req(x, &req, "all-gather");
+    return wait_req(x, &req, "all-gather", dl);
 }
 
-static dt_status mpi_barrier(void *vctx, double timeout_s) {
-    mpi_ctx *x = vctx;
+static dt_status mpi_barrier(void *vctx, const dt_comm_deadline *dl) {
     MPI_Request req;
     int rc = MPI_Ibarrier(MPI_COMM_WORLD, &req);
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Ibarrier");
-    double saved = x->timeout_s;
-    if (timeout_s > 0) x->timeout_s = timeout_s;
-    dt_status st = wait_req(x, &req, "barrier");
-    x->timeout_s = saved;
-    return st;
+    return wait_req(vctx, &req, "barrier", dl);
 }
 
 static void mpi_free_ctx(void *vctx) { free(vctx); }
@@ -155,6 +148,5 @@ dt_status dt_comm_init_mpi(dt_comm **out, double timeout_s) {
     if (!x) return DT_ERR_NOMEM;
     MPI_Comm_rank(MPI_COMM_WORLD, &x->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &x->world);
-    x->timeout_s = timeout_s;
-    return dt_comm_create(out, &mpi_backend, x, x->rank, x->world);
+    return dt_comm_create(out, &mpi_backend, x, x->rank, x->world, timeout_s);
 }

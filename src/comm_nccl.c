@@ -98,7 +98,7 @@ static void nc_load(void) {
 
 typedef struct nccl_ctx {
     int rank, world, device;
-    double timeout_s;
+    const dt_comm_deadline *dl; /* the running collective's deadline (decided by comm.c) */
     char host[64];
     ncclComm_t comm;        /* NULL once aborted */
     int failed;             /* a collective failed: free aborts instead of destroying */
@@ -241,8 +241,9 @@ static dt_status after_compute(nccl_ctx *x) {
 }
 
 /* Records `done` after the queued work and polls it until it completes, NCCL reports an
- * error, or `timeout_s` after t0 (when the collective started) has passed. */
-static dt_status wait_done(nccl_ctx *x, double t0, double timeout_s, int waited_compute) {
+ * error, or the deadline's timeout after t0 (when the collective started) has passed. */
+static dt_status wait_done(nccl_ctx *x, double t0, int waited_compute) {
+    const double timeout_s = x->dl->timeout_s;
     DT_TRY(CK(cudaEventRecord, x->done, x->stream));
     const struct timespec nap = {0, NAP_NS};
     for (;;) {
@@ -264,13 +265,12 @@ static dt_status wait_done(nccl_ctx *x, double t0, double timeout_s, int waited_
             if (waited_compute && cudaEventQuery(x->waited) == cudaErrorNotReady)
                 return dt_error_set(DT_ERR_DEVICE, "collective timeout: nccl %s on rank %d (host %s, GPU %d) waited "
                                     "%.1f s for the GPU work queued before it on the compute stream, which did not "
-                                    "finish (a kernel hung, or the step is slower than the deadline; "
-                                    "training.collective_timeout_s sets the deadline)", x->op, x->rank, x->host,
-                                    x->device, timeout_s);
+                                    "finish (a kernel hung, or the step is slower than the deadline%s)", x->op, x->rank,
+                                    x->host, x->device, timeout_s, x->dl->setting);
             return dt_error_set(DT_ERR_DEVICE, "collective timeout: nccl %s on rank %d (host %s, GPU %d) did not finish "
                                 "in %.1f s: a peer worker died, hung or stopped, or never issued this collective (hint: "
-                                "the launcher's log names a worker that exited; training.collective_timeout_s sets the "
-                                "deadline)", x->op, x->rank, x->host, x->device, timeout_s);
+                                "the launcher's log names a worker that exited%s)", x->op, x->rank, x->host, x->device,
+                                timeout_s, x->dl->setting);
         }
         if (t > SPIN_S) nanosleep(&nap, NULL);
     }
@@ -312,13 +312,14 @@ static dt_status allreduce_(nccl_ctx *x, float *buf, size_t n, dt_reduce_op op) 
     DT_TRY(after_compute(x));
     if (!dev) DT_TRY(CK(cudaMemcpyAsync, d, buf, bytes, cudaMemcpyHostToDevice, x->stream));
     DT_TRY(NC(ncclAllReduce, d, d, n, ncclFloat32, op == DT_REDUCE_AVG ? ncclAvg : ncclSum, x->comm, x->stream));
-    DT_TRY(wait_done(x, t0, x->timeout_s, 1));
+    DT_TRY(wait_done(x, t0, 1));
     if (!dev) DT_TRY(download(x, buf, d, bytes));
     return DT_OK;
 }
 
-static dt_status nccl_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op) {
+static dt_status nccl_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op, const dt_comm_deadline *dl) {
     nccl_ctx *x = vctx;
+    x->dl = dl;
     x->have_mark = take_mark(x, &x->mark); /* every collective takes its own, in order */
     x->seq++;
     snprintf(x->op, sizeof x->op, "all-reduce #%lu (%zu floats, %s)", x->seq, n, op == DT_REDUCE_AVG ? "avg" : "sum");
@@ -339,13 +340,14 @@ static dt_status broadcast_(nccl_ctx *x, void *buf, size_t bytes, int root) {
     DT_TRY(after_compute(x));
     if (!dev && x->rank == root) DT_TRY(CK(cudaMemcpyAsync, d, buf, bytes, cudaMemcpyHostToDevice, x->stream));
     DT_TRY(NC(ncclBroadcast, d, d, bytes, ncclUint8, root, x->comm, x->stream));
-    DT_TRY(wait_done(x, t0, x->timeout_s, 1));
+    DT_TRY(wait_done(x, t0, 1));
     if (!dev) DT_TRY(download(x, buf, d, bytes));
     return DT_OK;
 }
 
-static dt_status nccl_broadcast(void *vctx, void *buf, size_t bytes, int root) {
+static dt_status nccl_broadcast(void *vctx, void *buf, size_t bytes, int root, const dt_comm_deadline *dl) {
     nccl_ctx *x = vctx;
+    x->dl = dl;
     x->have_mark = take_mark(x, &x->mark); /* every collective takes its own, in order */
     x->seq++;
     snprintf(x->op, sizeof x->op, "broadcast #%lu (%zu bytes from rank %d)", x->seq, bytes, root);
@@ -380,13 +382,14 @@ static dt_status allgather_(nccl_ctx *x, const void *in, size_t bytes, void *out
         DT_TRY(CK(cudaMemcpyAsync, (void *)din, in, bytes, in_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice,
                   x->stream));
     DT_TRY(NC(ncclAllGather, din, dout, bytes, ncclUint8, x->comm, x->stream));
-    DT_TRY(wait_done(x, t0, x->timeout_s, 1));
+    DT_TRY(wait_done(x, t0, 1));
     if (!out_dev) DT_TRY(download(x, out, dout, out_bytes));
     return DT_OK;
 }
 
-static dt_status nccl_allgather(void *vctx, const void *in, size_t bytes, void *out) {
+static dt_status nccl_allgather(void *vctx, const void *in, size_t bytes, void *out, const dt_comm_deadline *dl) {
     nccl_ctx *x = vctx;
+    x->dl = dl;
     x->have_mark = take_mark(x, &x->mark); /* every collective takes its own, in order */
     x->seq++;
     snprintf(x->op, sizeof x->op, "all-gather #%lu (%zu bytes per rank)", x->seq, bytes);
@@ -397,8 +400,9 @@ static dt_status nccl_allgather(void *vctx, const void *in, size_t bytes, void *
 
 /* An all-reduce of one float in the scratch buffer. It orders host threads, not GPU work:
  * it does not wait for the compute stream. */
-static dt_status nccl_barrier(void *vctx, double timeout_s) {
+static dt_status nccl_barrier(void *vctx, const dt_comm_deadline *dl) {
     nccl_ctx *x = vctx;
+    x->dl = dl;
     x->have_mark = take_mark(x, &x->mark); /* every collective takes its own, in order */
     x->seq++;
     snprintf(x->op, sizeof x->op, "barrier #%lu", x->seq);
@@ -406,7 +410,7 @@ static dt_status nccl_barrier(void *vctx, double timeout_s) {
     if (st == DT_OK) {
         const double t0 = dt_clock_now();
         st = NC(ncclAllReduce, x->scratch, x->scratch, 1, ncclFloat32, ncclSum, x->comm, x->stream);
-        if (st == DT_OK) st = wait_done(x, t0, timeout_s > 0 ? timeout_s : x->timeout_s, 0);
+        if (st == DT_OK) st = wait_done(x, t0, 0);
     }
     return st == DT_OK ? DT_OK : failed(x, st);
 }
@@ -500,7 +504,6 @@ dt_status dt_comm_init_nccl(dt_comm **out, dt_comm *boot, int device, void *comp
     x->rank = rank;
     x->world = world;
     x->device = device;
-    x->timeout_s = timeout_s;
     x->compute = (cudaStream_t)compute_stream;
     memcpy(x->host, host, sizeof host);
 
@@ -511,7 +514,7 @@ dt_status dt_comm_init_nccl(dt_comm **out, dt_comm *boot, int device, void *comp
     memset(&id, 0, sizeof id);
     dt_comm *c = NULL;
     dt_status local = local_setup(x, &id);
-    if (local == DT_OK && (local = dt_comm_create(&c, &nccl_backend, x, rank, world)) != DT_OK)
+    if (local == DT_OK && (local = dt_comm_create(&c, &nccl_backend, x, rank, world, timeout_s)) != DT_OK)
         x = NULL; /* dt_comm_create freed it */
     char local_msg[2048] = "";
     if (local != DT_OK) snprintf(local_msg, sizeof local_msg, "%s", dt_error_msg());

@@ -210,12 +210,11 @@ static char *slot(dt_shm_world *w, int r, uint32_t gen) {
 typedef struct {
     dt_shm_world *w;
     int rank, world;
-    double timeout_s;
-    int custom_deadline;      /* this wait has its own deadline, not training.collective_timeout_s */
     double spin_s;
     int break_allreduce; /* the test switch, see the top of the file */
     uint64_t seq[OP_KINDS];
-    op_desc cur; /* the collective in progress, for messages */
+    op_desc cur;         /* the collective in progress, for messages */
+    dt_comm_deadline dl; /* and its deadline (comm.c's) */
 } shm_ctx;
 
 static void describe(const op_desc *d, char *buf, size_t cap) {
@@ -278,12 +277,11 @@ static dt_status barrier_timeout(shm_ctx *x, uint32_t g, int *retry) {
     char what[160], list[256];
     describe(&x->cur, what, sizeof what);
     format_ranks(missing, n, list, sizeof list);
-    double t10 = x->timeout_s * 10;
+    double t10 = x->dl.timeout_s * 10;
     dt_error_set(DT_ERR_DEVICE,
                  "collective timeout: %s on rank %d waited %.*f s for rank(s) %s (hint: a worker is stuck or "
                  "stopped%s)",
-                 what, x->rank, t10 == (double)(long long)t10 ? 1 : 3, x->timeout_s, list,
-                 x->custom_deadline ? "" : "; training.collective_timeout_s sets the deadline");
+                 what, x->rank, t10 == (double)(long long)t10 ? 1 : 3, x->dl.timeout_s, list, x->dl.setting);
     return fail_world(x, DT_ERR_DEVICE);
 }
 
@@ -306,7 +304,7 @@ static dt_status barrier(shm_ctx *x) {
             if ((i & 63) == 0 && dt_clock_now() - t0 > x->spin_s) break;
             cpu_relax();
         }
-    double deadline = t0 + x->timeout_s;
+    double deadline = t0 + x->dl.timeout_s;
     for (;;) {
         if (atomic_load_explicit(&w->bar_gen, memory_order_acquire) != g) return DT_OK;
         if (atomic_load_explicit(&w->abort_state, memory_order_acquire)) return fail_aborted(x);
@@ -323,10 +321,11 @@ static dt_status barrier(shm_ctx *x) {
     }
 }
 
-/* Starts collective `kind`: counts it, fails at once if the world was aborted, and
- * publishes what this rank is doing for the check after the first barrier. */
-static dt_status begin(shm_ctx *x, int kind, uint64_t count, int root) {
+/* Starts collective `kind` with deadline `dl`: counts it, fails at once if the world was
+ * aborted, and publishes what this rank is doing for the check after the first barrier. */
+static dt_status begin(shm_ctx *x, int kind, uint64_t count, int root, const dt_comm_deadline *dl) {
     x->cur = (op_desc){.kind = (uint32_t)kind, .root = root, .seq = ++x->seq[kind], .count = count};
+    x->dl = *dl;
     if (atomic_load_explicit(&x->w->abort_state, memory_order_acquire)) return fail_aborted(x);
     uint32_t g = atomic_load_explicit(&x->w->bar_gen, memory_order_relaxed);
     x->w->ranks[x->rank].desc[g & 1] = x->cur;
@@ -417,9 +416,9 @@ static size_t chunk_floats(const dt_shm_world *w) {
     return (c < SHM_ALLREDUCE_CHUNK_MAX ? c : SHM_ALLREDUCE_CHUNK_MAX) / sizeof(float);
 }
 
-static dt_status shm_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op) {
+static dt_status shm_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op, const dt_comm_deadline *dl) {
     shm_ctx *x = vctx;
-    DT_TRY(begin(x, OP_ALLREDUCE, n, -1));
+    DT_TRY(begin(x, OP_ALLREDUCE, n, -1, dl));
     if (n > 0 && x->world > 1) {
         dt_shm_world *w = x->w;
         const size_t chunk = chunk_floats(w);
@@ -452,9 +451,9 @@ static dt_status shm_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op
     return DT_OK;
 }
 
-static dt_status shm_broadcast(void *vctx, void *buf, size_t bytes, int root) {
+static dt_status shm_broadcast(void *vctx, void *buf, size_t bytes, int root, const dt_comm_deadline *dl) {
     shm_ctx *x = vctx;
-    DT_TRY(begin(x, OP_BROADCAST, bytes, root));
+    DT_TRY(begin(x, OP_BROADCAST, bytes, root, dl));
     if (bytes == 0 || x->world == 1) return DT_OK;
     dt_shm_world *w = x->w;
     const size_t chunk = w->slot_bytes / 2;
@@ -468,9 +467,9 @@ static dt_status shm_broadcast(void *vctx, void *buf, size_t bytes, int root) {
     return DT_OK;
 }
 
-static dt_status shm_allgather(void *vctx, const void *in, size_t bytes, void *out) {
+static dt_status shm_allgather(void *vctx, const void *in, size_t bytes, void *out, const dt_comm_deadline *dl) {
     shm_ctx *x = vctx;
-    DT_TRY(begin(x, OP_ALLGATHER, bytes, -1));
+    DT_TRY(begin(x, OP_ALLGATHER, bytes, -1, dl));
     if (bytes == 0) return DT_OK;
     if (x->world == 1) {
         memmove(out, in, bytes);
@@ -488,19 +487,10 @@ static dt_status shm_allgather(void *vctx, const void *in, size_t bytes, void *o
     return DT_OK;
 }
 
-static dt_status shm_barrier(void *vctx, double timeout_s) {
+static dt_status shm_barrier(void *vctx, const dt_comm_deadline *dl) {
     shm_ctx *x = vctx;
-    DT_TRY(begin(x, OP_BARRIER, 0, -1));
-    if (x->world == 1) return DT_OK;
-    double saved = x->timeout_s;
-    if (timeout_s > 0) {
-        x->timeout_s = timeout_s;
-        x->custom_deadline = 1;
-    }
-    dt_status st = barrier_first(x);
-    x->timeout_s = saved;
-    x->custom_deadline = 0;
-    return st;
+    DT_TRY(begin(x, OP_BARRIER, 0, -1, dl));
+    return x->world == 1 ? DT_OK : barrier_first(x);
 }
 
 static void shm_free(void *vctx) { free(vctx); }
@@ -519,17 +509,13 @@ dt_status dt_comm_init_shm(dt_comm **out, dt_shm_world *w, int rank, double time
     if (!w) return dt_error_set(DT_ERR_INTERNAL, "shm communicator: no shared world (create it before fork)");
     if (rank < 0 || rank >= w->world)
         return dt_error_set(DT_ERR_INTERNAL, "shm communicator: rank %d is not in [0, %d)", rank, w->world);
-    if (!(timeout_s > 0))
-        return dt_error_set(DT_ERR_CONFIG, "training.collective_timeout_s: expected a number > 0, got %g",
-                            timeout_s);
     shm_ctx *x = dt_calloc(1, sizeof *x, "shm communicator");
     if (!x) return DT_ERR_NOMEM;
     x->w = w;
     x->rank = rank;
     x->world = w->world;
-    x->timeout_s = timeout_s;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     x->spin_s = cpus > 0 && w->world <= cpus ? SHM_SPIN_S : 0; /* spinning only helps with a core each */
     x->break_allreduce = dt_fault_break_allreduce(rank);
-    return dt_comm_create(out, &shm_backend, x, rank, w->world);
+    return dt_comm_create(out, &shm_backend, x, rank, w->world, timeout_s);
 }

@@ -32,7 +32,7 @@
 typedef struct tcp_ctx {
     int rank, world;
     int next_fd, prev_fd;   /* send to rank+1, receive from rank-1 */
-    double timeout_s;
+    const dt_comm_deadline *dl; /* the running collective's (comm.c's) */
     unsigned long seq;
     float *tmp;             /* a received chunk before it is added */
     size_t tmp_n;
@@ -77,9 +77,9 @@ static dt_status exchange_(tcp_ctx *x, const void *sbuf, size_t slen, void *rbuf
         if (left <= 0)
             return dt_error_set(DT_ERR_DEVICE,
                                 "collective timeout: %s #%lu on rank %d waited %.1f s for rank %d (hint: a worker is "
-                                "stuck, stopped or dead, or the network between them is; training.collective_timeout_s "
-                                "sets the deadline)",
-                                what, x->seq, x->rank, x->timeout_s, got < rlen ? prev_of(x) : next_of(x));
+                                "stuck, stopped or dead, or the network between them is%s)",
+                                what, x->seq, x->rank, x->dl->timeout_s, got < rlen ? prev_of(x) : next_of(x),
+                                x->dl->setting);
         int rc = poll(p, (nfds_t)n, left > 1.0 ? 1000 : (int)(left * 1000) + 1);
         if (rc < 0 && errno != EINTR) return dt_error_set(DT_ERR_DEVICE, "tcp collective: poll: %s", strerror(errno));
         if (rc <= 0) continue;
@@ -133,12 +133,13 @@ static dt_status check_op(tcp_ctx *x, uint32_t kind, uint64_t count, int root, d
 /* chunk i of n floats split in `world` parts */
 static size_t chunk_off(size_t n, int world, int i) { return n * (size_t)i / (size_t)world; }
 
-static dt_status tcp_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op) {
+static dt_status tcp_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op, const dt_comm_deadline *dl) {
     tcp_ctx *x = vctx;
     const int W = x->world, r = x->rank;
     x->seq++;
+    x->dl = dl;
     if (W == 1) return DT_OK;
-    const double deadline = dt_clock_now() + x->timeout_s;
+    const double deadline = dt_clock_now() + dl->timeout_s;
     DT_TRY(check_op(x, 0, n, -1, deadline, "all-reduce"));
     if (n == 0) return DT_OK;
     size_t max_chunk = n / (size_t)W + 1;
@@ -166,11 +167,12 @@ static dt_status tcp_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op
     return DT_OK;
 }
 
-static dt_status tcp_broadcast(void *vctx, void *buf, size_t bytes, int root) {
+static dt_status tcp_broadcast(void *vctx, void *buf, size_t bytes, int root, const dt_comm_deadline *dl) {
     tcp_ctx *x = vctx;
     x->seq++;
+    x->dl = dl;
     if (x->world == 1) return DT_OK;
-    const double deadline = dt_clock_now() + x->timeout_s;
+    const double deadline = dt_clock_now() + dl->timeout_s;
     DT_TRY(check_op(x, 1, bytes, root, deadline, "broadcast"));
     if (bytes == 0) return DT_OK;
     if (x->rank != root) DT_TRY(exchange(x, NULL, 0, buf, bytes, deadline, "broadcast"));
@@ -178,14 +180,15 @@ static dt_status tcp_broadcast(void *vctx, void *buf, size_t bytes, int root) {
     return DT_OK;
 }
 
-static dt_status tcp_allgather(void *vctx, const void *in, size_t bytes, void *out) {
+static dt_status tcp_allgather(void *vctx, const void *in, size_t bytes, void *out, const dt_comm_deadline *dl) {
     tcp_ctx *x = vctx;
     const int W = x->world, r = x->rank;
     x->seq++;
+    x->dl = dl;
     char *o = out;
     memmove(o + (size_t)r * bytes, in, bytes);
     if (W == 1) return DT_OK;
-    const double deadline = dt_clock_now() + x->timeout_s;
+    const double deadline = dt_clock_now() + dl->timeout_s;
     DT_TRY(check_op(x, 2, bytes, -1, deadline, "all-gather"));
     for (int s = 0; s < W - 1; s++) {
         int si = (r - s + W) % W, ri = (r - s - 1 + W) % W;
@@ -194,14 +197,9 @@ static dt_status tcp_allgather(void *vctx, const void *in, size_t bytes, void *o
     return DT_OK;
 }
 
-static dt_status tcp_barrier(void *vctx, double timeout_s) {
-    tcp_ctx *x = vctx;
-    double saved = x->timeout_s;
-    if (timeout_s > 0) x->timeout_s = timeout_s;
+static dt_status tcp_barrier(void *vctx, const dt_comm_deadline *dl) {
     float one = 1.0f;
-    dt_status st = tcp_allreduce(x, &one, 1, DT_REDUCE_SUM);
-    x->timeout_s = saved;
-    return st;
+    return tcp_allreduce(vctx, &one, 1, DT_REDUCE_SUM, dl);
 }
 
 static void tcp_free(void *vctx) {
@@ -234,7 +232,6 @@ dt_status dt_comm_init_tcp(dt_comm **out, int rank, int world, int next_fd, int 
     x->world = world;
     x->next_fd = next_fd;
     x->prev_fd = prev_fd;
-    x->timeout_s = timeout_s;
     int one = 1;
     for (int i = 0; i < 2; i++) {
         int fd = i ? prev_fd : next_fd;
@@ -248,5 +245,5 @@ dt_status dt_comm_init_tcp(dt_comm **out, int rank, int world, int next_fd, int 
             return st;
         }
     }
-    return dt_comm_create(out, &tcp_backend, x, rank, world);
+    return dt_comm_create(out, &tcp_backend, x, rank, world, timeout_s);
 }

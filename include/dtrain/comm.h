@@ -90,13 +90,22 @@ dt_status dt_comm_init_nccl(dt_comm **out, dt_comm *boot, int device, void *comp
  * A backend is a table of blocking collectives. They all run on the communicator's own
  * thread, one at a time and in issue order, so a backend needs no locking of its own. On
  * failure one returns a status and records the message with dt_error_set (on that thread;
- * comm.c hands it to the waiting caller). `free` releases `ctx`; it may be NULL. */
+ * comm.c hands it to the waiting caller). `free` releases `ctx`; it may be NULL.
+ *
+ * Deadlines are decided in comm.c, once per collective, and passed down: no backend keeps a
+ * timeout of its own. A backend gives up when one wait inside the collective takes longer
+ * than dl->timeout_s, and its message ends with dl->setting. */
+typedef struct dt_comm_deadline {
+    double timeout_s;    /* > 0: training.collective_timeout_s, or a barrier's own deadline */
+    const char *setting; /* for the message: "; training.collective_timeout_s sets the deadline", or "" */
+} dt_comm_deadline;
+
 typedef struct dt_comm_backend_ops {
     const char *name;
-    dt_status (*allreduce)(void *ctx, float *buf, size_t n, dt_reduce_op op);
-    dt_status (*broadcast)(void *ctx, void *buf, size_t bytes, int root);
-    dt_status (*allgather)(void *ctx, const void *in, size_t bytes, void *out);
-    dt_status (*barrier)(void *ctx, double timeout_s); /* timeout_s 0: the communicator's deadline */
+    dt_status (*allreduce)(void *ctx, float *buf, size_t n, dt_reduce_op op, const dt_comm_deadline *dl);
+    dt_status (*broadcast)(void *ctx, void *buf, size_t bytes, int root, const dt_comm_deadline *dl);
+    dt_status (*allgather)(void *ctx, const void *in, size_t bytes, void *out, const dt_comm_deadline *dl);
+    dt_status (*barrier)(void *ctx, const dt_comm_deadline *dl);
     void (*free)(void *ctx);
     /* May be NULL. Runs on the CALLER's thread as each collective is queued, in issue order,
      * before the comm thread can run it: a GPU backend marks there how far the caller's stream
@@ -105,7 +114,9 @@ typedef struct dt_comm_backend_ops {
     void (*prepare)(void *ctx);
 } dt_comm_backend_ops;
 /* Makes the communicator and starts its thread. Takes ownership of `ctx` (freed with
- * be->free, also when this fails). */
-dt_status dt_comm_create(dt_comm **out, const dt_comm_backend_ops *be, void *ctx, int rank, int world);
+ * be->free, also when this fails). timeout_s (> 0, else DT_ERR_CONFIG): every collective's
+ * deadline but a barrier's that has its own. */
+dt_status dt_comm_create(dt_comm **out, const dt_comm_backend_ops *be, void *ctx, int rank, int world,
+                         double timeout_s);
 
 #endif
