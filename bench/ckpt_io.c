@@ -15,7 +15,7 @@
 
 #include "dtrain/ckpt.h"
 #include "dtrain/config.h"
-#include "dtrain/ops.h"
+#include "dtrain/backend.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -61,11 +61,11 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    dt_ops *ops;
+    dt_backend *be;
     dt_model *m;
     dt_optim *o;
-    if (dt_ops_cpu_init(&ops, 1) != DT_OK) die("ops");
-    if (dt_model_init(&m, &mc, ops) != DT_OK) die("model");
+    if (dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = 1}, &be) != DT_OK) die("be");
+    if (dt_model_init(&m, &mc, be) != DT_OK) die("model");
     int nt = dt_model_num_tensors(m);
     dt_param_seg *segs = calloc((size_t)nt, sizeof *segs);
     for (int i = 0; i < nt; i++) {
@@ -73,7 +73,7 @@ int main(int argc, char **argv) {
         segs[i] = (dt_param_seg){t->offset, t->numel, t->ndim >= 2};
     }
     dt_optim_cfg oc = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .total_steps = 1};
-    if (dt_optim_init(&o, &oc, ops, dt_model_num_params(m), segs, nt) != DT_OK) die("optimizer");
+    if (dt_optim_init(&o, &oc, be, dt_model_num_params(m), segs, nt) != DT_OK) die("optimizer");
     dt_config cfg;
     if (dt_config_load_string(&cfg, "bench.yaml", "data: {train_path: none.bin}\n", NULL, 0) != DT_OK) die("config");
     mkdir(dir, 0755);
@@ -101,7 +101,7 @@ int main(int argc, char **argv) {
     dt_ckpt_prune(dir, 1);
     dt_optim_free(o);
     dt_model_free(m);
-    dt_ops_cpu_free(ops);
+    dt_backend_close(be);
     free(segs);
     return 0;
 }

@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "dtrain/model.h"
-#include "dtrain/ops.h"
+#include "dtrain/backend.h"
 #include "dtrain/optim.h"
 
 void openblas_set_num_threads(int n);
@@ -71,15 +71,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--V")) V = v;
         else { fprintf(stderr, "unknown option %s\n", argv[i]); return 2; }
     }
-    dt_ops *ops;
-    if (dt_ops_cpu_init(&ops, threads) != DT_OK) { fprintf(stderr, "%s\n", dt_error_msg()); return 1; }
+    dt_backend *be;
+    if (dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = threads}, &be) != DT_OK) { fprintf(stderr, "%s\n", dt_error_msg()); return 1; }
     char which[64];
     double peak = sgemm_peak(B * T, C, which, sizeof which);
 
     dt_model_cfg mc = {.vocab_size = V, .n_positions = T, .n_layer = L, .n_head = H, .n_embd = C,
                        .num_labels = 0, .seq_len = T, .max_batch = B, .seed = 1};
     dt_model *m;
-    if (dt_model_init(&m, &mc, ops) != DT_OK) { fprintf(stderr, "%s\n", dt_error_msg()); return 1; }
+    if (dt_model_init(&m, &mc, be) != DT_OK) { fprintf(stderr, "%s\n", dt_error_msg()); return 1; }
     int nt = dt_model_num_tensors(m);
     dt_param_seg *segs = malloc((size_t)nt * sizeof *segs);
     for (int i = 0; i < nt; i++) {
@@ -89,7 +89,7 @@ int main(int argc, char **argv) {
     dt_optim_cfg oc = {.lr = 1e-4, .weight_decay = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .grad_clip = 1.0,
                        .schedule = DT_SCHED_CONSTANT, .total_steps = steps};
     dt_optim *o;
-    if (dt_optim_init(&o, &oc, ops, dt_model_num_params(m), segs, nt) != DT_OK) return 1;
+    if (dt_optim_init(&o, &oc, be, dt_model_num_params(m), segs, nt) != DT_OK) return 1;
     int *tok = malloc((size_t)B * T * sizeof(int)), *tgt = malloc((size_t)B * T * sizeof(int));
     unsigned s = 1;
     for (int i = 0; i < B * T; i++) { s = s * 1103515245u + 12345u; tok[i] = (int)(s >> 16) % V; }
@@ -126,6 +126,6 @@ int main(int argc, char **argv) {
     free(tok); free(tgt); free(segs);
     dt_optim_free(o);
     dt_model_free(m);
-    dt_ops_cpu_free(ops);
+    dt_backend_close(be);
     return 0;
 }

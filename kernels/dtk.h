@@ -103,6 +103,9 @@ cudaError_t dtk_add_bias(cudaStream_t s, float *out, const float *bias, int M, i
 /* out(n) = bf16 round-to-nearest-even of in(n) */
 cudaError_t dtk_cast_bf16(cudaStream_t s, dtk_bf16 *out, const float *in, size_t n);
 
+/* *out (one device int) = 42: the smallest kernel, for the backend's probe (kernels/probe.cu) */
+cudaError_t dtk_probe(cudaStream_t s, int *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -368,13 +368,13 @@ step_sanitizer() {
     [ -z "$cs" ] && [ -x "$d/bin/compute-sanitizer" ] && cs=$d/bin/compute-sanitizer
   done
   [ -n "$cs" ] || { note "compute-sanitizer not found (PATH, CUDA_HOME/bin, /usr/local/cuda/bin)"; return 77; }
-  [ -x "$BUILD/test_ops_cuda" ] || { note "$BUILD/test_ops_cuda was not built"; return 77; }
+  [ -x "$BUILD/test_ops_backends" ] || { note "$BUILD/test_ops_backends was not built"; return 77; }
   local lim=$((STEP_LIMIT - 15))  # + 5 s to kill it: done 10 s before the step's own limit
-  echo "--- timeout $lim $cs --tool memcheck --error-exitcode 1 $BUILD/test_ops_cuda --quick"
-  timeout -k 5 "$lim" "$cs" --tool memcheck --error-exitcode 1 "$BUILD/test_ops_cuda" --quick 2>&1 | tee "$WORK/sanitizer.out"
+  echo "--- timeout $lim $cs --tool memcheck --error-exitcode 1 $BUILD/test_ops_backends --quick"
+  timeout -k 5 "$lim" "$cs" --tool memcheck --error-exitcode 1 "$BUILD/test_ops_backends" --quick 2>&1 | tee "$WORK/sanitizer.out"
   local rc=${PIPESTATUS[0]} summary found
   summary=$(grep -m1 'ERROR SUMMARY' "$WORK/sanitizer.out" | sed 's/^=* *//')
-  if [ "$rc" -eq 77 ]; then note "test_ops_cuda skipped (exit 77: no GPU?)"; return 77; fi
+  if [ "$rc" -eq 77 ]; then note "test_ops_backends skipped (exit 77: no GPU?)"; return 77; fi
   if [ "$rc" -ne 0 ] && grep -qi 'device not supported' "$WORK/sanitizer.out"; then
     note "compute-sanitizer does not support this device or runtime ('Device not supported')"
     return 77

@@ -753,6 +753,15 @@ static dt_status validate(load_ctx *c) {
 
 const char *dt_device_name(dt_device_kind d) { return enum_canonical(device_names, (int)d); }
 
+dt_status dt_device_parse(const char *name, dt_device_kind *out) {
+    for (const enum_name *e = device_names; e->name; e++)
+        if (strcmp(e->name, name) == 0) {
+            *out = (dt_device_kind)e->value;
+            return DT_OK;
+        }
+    return DT_ERR_USAGE;
+}
+
 void dt_config_defaults(dt_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     for (int i = 0; i < N_KEYS; i++) {

@@ -1,8 +1,6 @@
-/* device.c — CPU/GPU discovery without CUDA initialisation, thread budget, versions. */
+/* device.c — the host: CPU cores, the thread budget, OpenBLAS advice, host library versions. */
 #include "dtrain/device.h"
 
-#include <ctype.h>
-#include <dirent.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,10 +9,6 @@
 #include <yaml.h>
 #include <zlib.h>
 #include <jansson.h>
-
-#ifdef DTRAIN_HAVE_CUDA
-#include "dtrain/cuda.h"
-#endif
 
 #include <openblas_config.h> /* OPENBLAS_VERSION: the headers this binary was built with */
 char *openblas_get_config(void);   /* OpenBLAS: build configuration string */
@@ -28,99 +22,6 @@ int dt_device_cpu_cores(void) {
     }
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
-}
-
-/* Entries of `dir` whose name starts with `prefix` followed by a digit (prefix "" : any
- * entry not starting with '.'). */
-static int count_entries(const char *dir, const char *prefix) {
-    int n = 0;
-    size_t k = strlen(prefix);
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.') continue;
-        if (k && (strncmp(e->d_name, prefix, k) != 0 || !isdigit((unsigned char)e->d_name[k]))) continue;
-        n++;
-    }
-    closedir(d);
-    return n;
-}
-
-int dt_device_cuda_count(void) {
-    /* the driver's list; where /proc has no driver entries (some container runtimes), the
-     * device nodes /dev/nvidia0, /dev/nvidia1, ... */
-    int n = count_entries("/proc/driver/nvidia/gpus", "");
-    if (n < 0) n = count_entries("/dev", "nvidia");
-    if (n < 0) n = 0;
-    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-    if (vis && n > 0) {
-        /* count the comma-separated entries up to the first invalid one, as CUDA does */
-        int k = 0;
-        const char *p = vis;
-        while (*p && *p != '-') {
-            while (*p == ' ') p++;
-            if (!*p || *p == ',') break;
-            k++;
-            p = strchr(p, ',');
-            if (!p) break;
-            p++;
-        }
-        if (k < n) n = k;
-    }
-    return n;
-}
-
-int dt_device_cuda_built(void) {
-#ifdef DTRAIN_HAVE_CUDA
-    return 1;
-#else
-    return 0;
-#endif
-}
-
-dt_status dt_device_resolve(const dt_config *cfg, dt_device_kind *out) {
-    int gpus = dt_device_cuda_count();
-    const char *src = cfg->source[0] ? cfg->source : "config";
-    switch (cfg->training.device) {
-    case DT_DEVICE_CPU:
-        *out = DT_DEVICE_CPU;
-        return DT_OK;
-    case DT_DEVICE_AUTO:
-        *out = gpus > 0 && dt_device_cuda_built() ? DT_DEVICE_CUDA : DT_DEVICE_CPU;
-        if (*out == DT_DEVICE_CPU && cfg->training.precision == DT_PREC_BF16)
-            return dt_error_set(DT_ERR_CONFIG,
-                                "%s: training.precision: bf16 needs a GPU, and training.device: auto found none "
-                                "(hint: precision: auto or fp32)", src);
-        return DT_OK;
-    case DT_DEVICE_CUDA:
-        if (gpus == 0)
-            return dt_error_set(DT_ERR_CONFIG,
-                                "%s: training.use_gpu/device asks for CUDA but no GPU is visible%s (hint: set "
-                                "training.use_gpu: false, or training.device: auto to use what exists; check nvidia-smi "
-                                "and CUDA_VISIBLE_DEVICES)", src,
-                                getenv("CUDA_VISIBLE_DEVICES") ? " (CUDA_VISIBLE_DEVICES is set)" : "");
-        if (!dt_device_cuda_built())
-            return dt_error_set(DT_ERR_CONFIG,
-                                "%s: training.use_gpu/device asks for CUDA, but this dtrain was built without the CUDA "
-                                "backend (hint: install the CUDA toolkit, cuDNN and NCCL and rebuild, or set "
-                                "training.use_gpu: false)", src);
-        *out = DT_DEVICE_CUDA;
-        return DT_OK;
-    }
-    return dt_error_set(DT_ERR_INTERNAL, "unknown device kind %d", (int)cfg->training.device);
-}
-
-dt_status dt_device_check_gpus_for_workers(const dt_config *cfg) {
-    int gpus = dt_device_cuda_count();
-    if (cfg->training.num_workers <= gpus) return DT_OK;
-    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-    return dt_error_set(DT_ERR_CONFIG,
-                        "%s: training.num_workers: %d workers need %d GPUs, but %d %s visible%s%s%s (hint: one worker "
-                        "per GPU: set training.num_workers: %d)",
-                        cfg->source[0] ? cfg->source : "config", cfg->training.num_workers, cfg->training.num_workers,
-                        gpus, gpus == 1 ? "is" : "are", vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "",
-                        vis ? ")" : "", gpus);
 }
 
 int dt_device_threads_per_worker(const dt_config *cfg) {
@@ -183,14 +84,6 @@ int dt_device_print_versions(FILE *out) {
     bad += version_line(out, "OpenBLAS", now, built, extra);
     char advice[512];
     if (dt_device_blas_advice(advice, sizeof advice)) fprintf(out, "  %s\n", advice);
-#ifdef DTRAIN_HAVE_CUDA
-    char cuda[2048];
-    bad += dt_cuda_versions(cuda, sizeof cuda);
-    fputs(cuda, out);
-#else
-    fprintf(out, "  CUDA      backend not built (cmake found no CUDA toolkit, or DTRAIN_CUDA=OFF)\n");
-#endif
-    fprintf(out, "  CPUs      %d usable, NVIDIA GPUs visible: %d\n", dt_device_cpu_cores(), dt_device_cuda_count());
     return bad;
 }
 

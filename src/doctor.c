@@ -8,12 +8,10 @@
 #include <time.h>
 
 #include "dtrain/clock.h"
+#include "dtrain/backend.h"
 #include "dtrain/comm.h"
 #include "dtrain/device.h"
 #include "dtrain/launch.h"
-#ifdef DTRAIN_HAVE_CUDA
-#include "dtrain/cuda.h"
-#endif
 
 /* rank r's test value at index i: exact in float, different per rank and index */
 static float test_value(int r, size_t i) { return (float)(r + 1) * 0.5f + (float)(i % 97) * 0.25f; }
@@ -83,7 +81,7 @@ static dt_status bandwidth_table(dt_comm *c, float *x, long max_bytes) {
 }
 
 /* The self-test and the table over `c`, with `buf` (max_bytes) for the table. */
-static dt_status self_test(dt_comm *c, float *buf, long max_bytes) {
+static dt_status self_test(dt_comm *c, void *buf, long max_bytes) {
     const size_t lengths[] = {0, 1, (size_t)(dt_comm_world(c) > 1 ? dt_comm_world(c) - 1 : 2), 1000003};
     for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) DT_TRY(check_allreduce(c, lengths[i]));
     DT_TRY(check_broadcast_gather(c));
@@ -97,46 +95,34 @@ static dt_status self_test(dt_comm *c, float *buf, long max_bytes) {
 typedef struct doctor_arg {
     long max_bytes;
     double timeout_s;
-    int cuda;
+    dt_device_kind kind;
 } doctor_arg;
 
-#ifdef DTRAIN_HAVE_CUDA
-/* GPU r of this host: a kernel runs, then the same self-test over NCCL (bootstrapped over the
- * shm world), host buffers staged, the table on device memory. */
-static dt_status cuda_worker(dt_comm *c, const doctor_arg *a) {
-    const int rank = dt_comm_rank(c);
-    dt_ops *ops = NULL;
-    dt_comm *nccl = NULL;
-    float *buf = NULL;
-    char gpu[320];
-    dt_status st = dt_cuda_probe(rank);
-    if (st == DT_OK) st = dt_ops_cuda_init(&ops, rank, 0, rank);
-    if (st == DT_OK) {
-        dt_ops_cuda_describe(ops, gpu, sizeof gpu);
-        printf("  rank %d: %s: a kernel ran\n", rank, gpu);
-        fflush(stdout);
-        st = dt_comm_init_nccl(&nccl, c, rank, dt_ops_cuda_stream(ops), a->timeout_s);
-    }
-    if (st == DT_OK) st = ops->alloc(ops->ctx, (size_t)a->max_bytes, "the bandwidth buffer", (void **)&buf);
-    if (st == DT_OK) st = ops->check(ops->ctx);
-    if (st == DT_OK) st = self_test(nccl, buf, a->max_bytes);
-    if (ops) ops->free(ops->ctx, buf);
-    if (st == DT_OK) dt_comm_free(nccl); /* after a failure: left to the exit (destroy waits for peers) */
-    dt_ops_cuda_free(ops);
-    return st;
-}
-#endif
-
+/* Worker r: opens the backend on its device r (a device backend runs its probe kernel), then
+ * the self-test and the table over the collective for that backend's buffers: on a device its
+ * own (bootstrapped over the host collective; host buffers staged), the table on its memory. */
 static dt_status doctor_worker(void *arg, dt_comm *c, const dt_launch_ctx *ctx) {
     const doctor_arg *a = arg;
     (void)ctx;
-#ifdef DTRAIN_HAVE_CUDA
-    if (a->cuda) return cuda_worker(c, a);
-#endif
-    float *buf = dt_calloc((size_t)a->max_bytes / sizeof(float) + 1, sizeof(float), "bandwidth buffer");
-    if (!buf) return DT_ERR_NOMEM;
-    dt_status st = self_test(c, buf, a->max_bytes);
-    free(buf);
+    const int rank = dt_comm_rank(c);
+    dt_backend *be = NULL;
+    dt_comm *dev = NULL;
+    void *buf = NULL;
+    dt_backend_cfg bc = {.device = rank, .precision = 0, .rank = rank};
+    dt_status st = dt_backend_open(a->kind, &bc, &be);
+    if (st == DT_OK && be->ops->probe && (st = be->ops->probe(be->ctx)) == DT_OK) {
+        dt_backend_desc d;
+        be->ops->describe(be->ctx, &d);
+        printf("  rank %d: %s: a kernel ran\n", rank, d.device);
+        fflush(stdout);
+    }
+    if (st == DT_OK && be->ops->device_comm) st = be->ops->device_comm(be->ctx, c, a->timeout_s, &dev);
+    if (st == DT_OK) st = be->ops->alloc(be->ctx, (size_t)a->max_bytes, "the bandwidth buffer", &buf);
+    if (st == DT_OK) st = be->ops->check(be->ctx);
+    if (st == DT_OK) st = self_test(dev ? dev : c, buf, a->max_bytes);
+    if (be) be->ops->free(be->ctx, buf);
+    if (st == DT_OK) dt_comm_free(dev); /* after a failure: left to the exit (destroy waits for peers) */
+    dt_backend_close(be);
     return st;
 }
 
@@ -161,31 +147,30 @@ static double memcpy_bandwidth(void) {
 }
 
 dt_status dt_doctor_run(const dt_doctor_opts *o) {
-    int gpus = dt_device_cuda_count();
     printf("dtrain doctor\n");
     printf("  CPUs usable: %d\n", dt_device_cpu_cores());
-    printf("  NVIDIA GPUs visible: %d (CUDA backend %s)\n", gpus, dt_device_cuda_built() ? "built" : "not built");
+    dt_backend_print_devices(stdout);
     char advice[512];
     if (dt_device_blas_advice(advice, sizeof advice)) printf("  %s\n", advice);
-    int cuda = o->device == DT_DEVICE_CUDA, workers = o->num_workers;
-    if (cuda) {
-        if (gpus == 0)
-            return dt_error_set(DT_ERR_CONFIG, "doctor --device cuda: no GPU is visible (hint: check nvidia-smi and "
-                                "CUDA_VISIBLE_DEVICES, or --device cpu)");
-        if (!dt_device_cuda_built())
-            return dt_error_set(DT_ERR_CONFIG, "doctor --device cuda: this dtrain was built without the CUDA backend "
-                                "(hint: --device cpu, or rebuild with the CUDA toolkit, cuDNN and NCCL installed)");
-        if (workers <= 0) workers = gpus; /* one worker per GPU */
-        if (workers > gpus)
-            return dt_error_set(DT_ERR_CONFIG, "doctor --device cuda: --num-workers %d but %d GPU(s) visible (hint: "
-                                "--num-workers %d)", workers, gpus, gpus);
+    const dt_device_kind kind = o->device;
+    int workers = o->num_workers;
+    if (kind != DT_DEVICE_CPU) {
+        char who[64];
+        snprintf(who, sizeof who, "doctor --device %s", dt_device_name(kind));
+        DT_TRY(dt_backend_require(kind, who, "--device cpu"));
+        const int n = dt_backend_count(kind);
+        if (workers <= 0) workers = n; /* one worker per device */
+        if (workers > n)
+            return dt_error_set(DT_ERR_CONFIG, "%s: --num-workers %d but %d GPU(s) visible (hint: --num-workers %d)", who,
+                                workers, n, n);
     } else {
         if (workers <= 0) workers = 2;
         printf("  memcpy bandwidth (one core, 64 MiB): %.2f GB/s\n", memcpy_bandwidth());
     }
-    printf("collective self-test with %d worker process(es), backend %s\n", workers, cuda ? "nccl" : "shm");
+    printf("collective self-test with %d worker process(es), backend %s\n", workers,
+           dt_backend_ops(kind)->device_comm ? "nccl" : "shm");
     fflush(stdout);
-    doctor_arg arg = {.max_bytes = o->max_bytes, .timeout_s = o->timeout_s, .cuda = cuda};
+    doctor_arg arg = {.max_bytes = o->max_bytes, .timeout_s = o->timeout_s, .kind = kind};
     dt_launch_cfg lc = {.world = workers, .timeout_s = o->timeout_s, .log_dir = NULL, .what = "doctor"};
     dt_status st = dt_launch_run(&lc, doctor_worker, &arg, NULL);
     if (st == DT_OK) printf("doctor: all checks passed\n");

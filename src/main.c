@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "dtrain/backend.h"
 #include "dtrain/bench.h"
 #include "dtrain/clock.h"
 #include "dtrain/config.h"
@@ -333,13 +334,13 @@ static int cmd_train(const cli *c) {
         return 0;
     }
     dt_device_kind dev;
-    dt_status st = dt_device_resolve(&cfg, &dev); /* before fork: a missing GPU is exit 2 */
+    dt_status st = dt_backend_resolve(&cfg, &dev); /* before fork: a missing GPU is exit 2 */
     dt_ext_env env;
     int external = 0;
     if (st == DT_OK) st = dt_ext_env_detect(cfg.training.num_workers, &env, &external);
     if (st != DT_OK) return fail(st);
     if (external) return train_external(&cfg, &env, c);
-    if (dev == DT_DEVICE_CUDA && (st = dt_device_check_gpus_for_workers(&cfg)) != DT_OK) return fail(st);
+    if ((st = dt_backend_check_workers(&cfg, dev, cfg.training.num_workers)) != DT_OK) return fail(st);
     if (cfg.training.comm == DT_COMM_MPI || cfg.training.comm == DT_COMM_TCP)
         return fail(dt_error_set(DT_ERR_CONFIG, "%s: training.communication_backend: %s needs one dtrain process per "
                                                "worker started by a launcher (mpirun, srun, torchrun, a Kubernetes "
@@ -361,12 +362,12 @@ static int cmd_bench(const cli *c) {
     if (!c->workers) return usage_error("%s", "bench: needs --workers N,N,... (e.g. --workers 1,2,4)");
     int workers[DT_BENCH_MAX_RUNS], n;
     dt_status st = dt_bench_parse_workers(c->workers, workers, &n);
-    if (st == DT_OK) {
+    if (st == DT_OK) { /* forked workers: the largest run needs a device each */
         dt_device_kind dev;
-        st = dt_device_resolve(&cfg, &dev);
-        for (int i = 0; i < n && st == DT_OK && dev == DT_DEVICE_CUDA; i++)
-            if (workers[i] > cfg.training.num_workers) cfg.training.num_workers = workers[i];
-        if (st == DT_OK && dev == DT_DEVICE_CUDA) st = dt_device_check_gpus_for_workers(&cfg);
+        int most = 0;
+        for (int i = 0; i < n; i++) most = workers[i] > most ? workers[i] : most;
+        st = dt_backend_resolve(&cfg, &dev);
+        if (st == DT_OK) st = dt_backend_check_workers(&cfg, dev, most);
     }
     if (st == DT_OK) st = dt_bench_run(&cfg, workers, n, c->steps, stdout, NULL);
     return st == DT_OK ? 0 : fail(st);
@@ -375,8 +376,7 @@ static int cmd_bench(const cli *c) {
 static int cmd_doctor(const cli *c) {
     dt_doctor_opts o = {.num_workers = c->num_workers, .device = DT_DEVICE_CPU,
                         .timeout_s = 60.0, .max_bytes = 256l << 20};
-    if (c->device && strcmp(c->device, "cuda") == 0) o.device = DT_DEVICE_CUDA;
-    else if (c->device && strcmp(c->device, "cpu") != 0)
+    if (c->device && (dt_device_parse(c->device, &o.device) != DT_OK || o.device == DT_DEVICE_AUTO))
         return usage_error("--device: expected cpu or cuda, got \"%s\"", c->device);
     if (o.num_workers > 8) o.max_bytes = 64l << 20; /* every worker holds one buffer of the largest size */
     dt_status st = dt_doctor_run(&o);
@@ -463,6 +463,7 @@ int main(int argc, char **argv) {
     if (c.version) {
         printf("dtrain %s\n", DTRAIN_VERSION);
         int bad = dt_device_print_versions(stdout);
+        bad += dt_backend_print_versions(stdout);
 #ifdef DTRAIN_HAVE_MPI
         char mpi[512];
         bad += dt_mpi_version(mpi, sizeof mpi);

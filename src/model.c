@@ -24,26 +24,27 @@ static const char *const layer_tensor_names[P_PER_LAYER] = {
     "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias",
 };
 
-/* Saved activations of one layer (all backend memory). */
+/* Saved activations of one layer (backend memory, in the activation arena). */
 typedef struct layer_acts {
-    float *ln1;        /* (B,T,C) */
+    dt_act *ln1;       /* (B,T,C) */
     float *ln1_mean;   /* (B,T) */
     float *ln1_rstd;   /* (B,T) */
-    float *qkv;        /* (B,T,3C) */
-    float *atty;       /* (B,T,C) attention output before c_proj */
-    float *att;        /* (B,NH,T,T) softmax probabilities */
-    float *res2;       /* (B,T,C) residual after attention */
-    float *ln2;        /* (B,T,C) */
+    dt_act *qkv;       /* (B,T,3C) */
+    dt_act *atty;      /* (B,T,C) attention output before c_proj */
+    dt_act *att;       /* (B,NH,T,T) softmax probabilities */
+    dt_act *res2;      /* (B,T,C) residual after attention */
+    dt_act *ln2;       /* (B,T,C) */
     float *ln2_mean;   /* (B,T) */
     float *ln2_rstd;   /* (B,T) */
-    float *fch;        /* (B,T,4C) c_fc output */
-    float *fch_gelu;   /* (B,T,4C) */
-    float *res3;       /* (B,T,C) residual after the MLP = layer output */
+    dt_act *fch;       /* (B,T,4C) c_fc output */
+    dt_act *fch_gelu;  /* (B,T,4C) */
+    dt_act *res3;      /* (B,T,C) residual after the MLP = layer output */
 } layer_acts;
 
 struct dt_model {
     dt_model_cfg cfg;
-    const dt_ops *ops;
+    const dt_backend *be;
+    dt_dtype act_dtype;        /* the backend's activation element */
 
     int n_tensors;
     dt_tensor_info *tensors;   /* (n_tensors) host */
@@ -54,29 +55,30 @@ struct dt_model {
     float *params;             /* backend (n_params) */
     float *grads;              /* backend (n_params) */
 
-    /* activations for max_batch */
-    float *encoded;            /* (B,T,C) residual stream input of layer 0 */
+    /* activations for max_batch: pointers into one arena (act_table) */
+    void *arena;
+    dt_act *encoded;           /* (B,T,C) residual stream input of layer 0 */
     layer_acts *layers;        /* (L) */
-    float *lnf;                /* LM: (B,T,C); cls: (B,C) */
+    dt_act *lnf;               /* LM: (B,T,C); cls: (B,C) */
     float *lnf_mean, *lnf_rstd;/* LM: (B,T); cls: (B) */
-    float *pooled_in;          /* cls: (B,C) residual rows at the pooled positions */
-    float *logits;             /* LM: (B,T,V); cls: (B,num_labels); probs/dlogits in place */
+    dt_act *pooled_in;         /* cls: (B,C) residual rows at the pooled positions */
+    dt_act *logits;            /* LM: (B,T,V); cls: (B,num_labels); probs/dlogits in place */
     float *losses;             /* (B*T) */
     int *tokens_dev;           /* (B,T) */
     int *targets_dev;          /* LM (B,T), cls (B) */
     int *rows_dev;             /* cls: (B) pooled row indices b*T + pos */
+    int *argmax_dev;           /* (B*T) LM, (B) cls: predicted class of each row */
 
     /* backward scratch */
-    float *dresidual;          /* (B,T,C) */
-    float *dln;                /* (B,T,C) also used for datty */
-    float *dqkv;               /* (B,T,3C) */
-    float *datt;               /* (B,NH,T,T) */
-    float *dfch, *dfch_gelu;   /* (B,T,4C) */
-    float *dpooled;            /* cls: (B,C) */
+    dt_act *dresidual;         /* (B,T,C) */
+    dt_act *dln;               /* (B,T,C) also used for datty */
+    dt_act *dqkv;              /* (B,T,3C) */
+    dt_act *datt;              /* (B,NH,T,T) */
+    dt_act *dfch, *dfch_gelu;  /* (B,T,4C) */
+    dt_act *dpooled;           /* cls: (B,C) */
 
     /* host staging */
     float *host_losses;        /* (B*T) */
-    int *argmax_dev;           /* (B*T) LM, (B) cls: predicted class of each row */
     int *host_argmax;          /* (B*T) */
     int *host_rows;            /* (B) */
 
@@ -123,19 +125,105 @@ double dt_model_flops_per_token(const dt_model_cfg *c) {
     return 6.0 * n_matmul + 12.0 * L * C * T;
 }
 
-static size_t act_floats(const dt_model_cfg *c) {
-    size_t B = (size_t)c->max_batch, T = (size_t)c->seq_len, C = (size_t)c->n_embd;
-    size_t NH = (size_t)c->n_head, BT = B * T;
-    size_t per_layer = BT * C * 6 /* ln1 atty res2 ln2 res3 qkv/3.. */ + BT * 3 * C + BT * NH * T +
-                       BT * 8 * C + BT * 4;
-    size_t head = c->num_labels ? B * C * 2 + B * 2 + (size_t)B * c->num_labels
-                                : BT * C + BT * 2 + BT * (size_t)c->vocab_size;
-    size_t scratch = BT * C * 2 + BT * 3 * C + BT * NH * T + BT * 8 * C + B * C;
-    return BT * C + (size_t)c->n_layer * per_layer + head + BT + scratch;
+/* ---- the activation table: every buffer forward and backward use, sized once ---- */
+
+enum { BUF_ACT, BUF_F32, BUF_I32 }; /* the backend's activation element, float, int */
+#define ARENA_ALIGN 256             /* every buffer starts on a 256-byte boundary */
+#define MAX_BUFS(L) (13 * (size_t)(L) + 24)
+
+typedef struct act_buf {
+    void **at;   /* the model's pointer to it (NULL when only sizing) */
+    int kind;    /* BUF_* */
+    size_t n;    /* elements */
+} act_buf;
+
+/* The buffers of shape c, in arena order, into out (MAX_BUFS(L) entries); m NULL: sizes only.
+ * Returns how many. The allocation (dt_model_init) and the estimate (dt_model_memory_bytes)
+ * both come from here, so they cannot drift apart. */
+static int act_table(const dt_model_cfg *c, dt_model *m, act_buf *out) {
+    const size_t B = (size_t)c->max_batch, T = (size_t)c->seq_len, C = (size_t)c->n_embd, BT = B * T;
+    const size_t P = B * (size_t)c->n_head * T * T, V = (size_t)c->vocab_size, NL = (size_t)c->num_labels;
+    const size_t head_rows = NL ? B : BT; /* classification: the pooled rows only */
+    int k = 0;
+#define BUF(field, kind_, count) out[k++] = (act_buf){m ? (void **)&(m->field) : NULL, (kind_), (count)}
+    BUF(encoded, BUF_ACT, BT * C);
+    for (int l = 0; l < c->n_layer; l++) {
+        BUF(layers[l].ln1, BUF_ACT, BT * C);
+        BUF(layers[l].ln1_mean, BUF_F32, BT);
+        BUF(layers[l].ln1_rstd, BUF_F32, BT);
+        BUF(layers[l].qkv, BUF_ACT, BT * 3 * C);
+        BUF(layers[l].atty, BUF_ACT, BT * C);
+        BUF(layers[l].att, BUF_ACT, P);
+        BUF(layers[l].res2, BUF_ACT, BT * C);
+        BUF(layers[l].ln2, BUF_ACT, BT * C);
+        BUF(layers[l].ln2_mean, BUF_F32, BT);
+        BUF(layers[l].ln2_rstd, BUF_F32, BT);
+        BUF(layers[l].fch, BUF_ACT, BT * 4 * C);
+        BUF(layers[l].fch_gelu, BUF_ACT, BT * 4 * C);
+        BUF(layers[l].res3, BUF_ACT, BT * C);
+    }
+    if (NL) {
+        BUF(pooled_in, BUF_ACT, B * C);
+        BUF(dpooled, BUF_ACT, B * C);
+        BUF(rows_dev, BUF_I32, B);
+    }
+    BUF(lnf, BUF_ACT, head_rows * C);
+    BUF(lnf_mean, BUF_F32, head_rows);
+    BUF(lnf_rstd, BUF_F32, head_rows);
+    BUF(logits, BUF_ACT, head_rows * (NL ? NL : V));
+    BUF(targets_dev, BUF_I32, head_rows);
+    BUF(losses, BUF_F32, BT);
+    BUF(tokens_dev, BUF_I32, BT);
+    BUF(argmax_dev, BUF_I32, BT);
+    BUF(dresidual, BUF_ACT, BT * C);
+    BUF(dln, BUF_ACT, BT * C);
+    BUF(dqkv, BUF_ACT, BT * 3 * C);
+    BUF(datt, BUF_ACT, P);
+    BUF(dfch, BUF_ACT, BT * 4 * C);
+    BUF(dfch_gelu, BUF_ACT, BT * 4 * C);
+#undef BUF
+    return k;
 }
 
-size_t dt_model_memory_bytes(const dt_model_cfg *c) {
-    return (2 * dt_model_count_params(c) + act_floats(c)) * sizeof(float);
+static size_t buf_bytes(const act_buf *b, dt_dtype act) {
+    size_t bytes = b->n * (b->kind == BUF_ACT ? dt_dtype_size(act) : 4);
+    return (bytes + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+}
+
+/* The arena's bytes for shape c, with the table in `t` (MAX_BUFS entries) filled for m. */
+static size_t table_bytes(const dt_model_cfg *c, dt_model *m, dt_dtype act, act_buf *t, int *n) {
+    size_t total = 0;
+    *n = act_table(c, m, t);
+    for (int i = 0; i < *n; i++) total += buf_bytes(&t[i], act);
+    return total;
+}
+
+size_t dt_model_memory_bytes(const dt_model_cfg *c, dt_dtype act) {
+    act_buf *t = malloc(MAX_BUFS(c->n_layer) * sizeof *t);
+    if (!t) return SIZE_MAX;
+    int n;
+    size_t arena = table_bytes(c, NULL, act, t, &n);
+    free(t);
+    return 2 * dt_model_count_params(c) * sizeof(float) + arena;
+}
+
+void dt_model_op_sizes(const dt_model_cfg *c, dt_op_sizes *s) {
+    const size_t B = (size_t)c->max_batch, T = (size_t)c->seq_len, C = (size_t)c->n_embd, BT = B * T;
+    const size_t head_out = c->num_labels ? B * (size_t)c->num_labels : BT * (size_t)c->vocab_size;
+    memset(s, 0, sizeof *s);
+    s->matmul_in = BT * 4 * C;                                     /* mlp.c_proj's input */
+    s->matmul_out = head_out > BT * 4 * C ? head_out : BT * 4 * C; /* the logits, or mlp.c_fc's output */
+    s->bias_rows = (int)BT;
+    s->bias_cols = 4 * c->n_embd; /* mlp.c_fc.bias, the widest */
+    s->att_batch = c->max_batch;
+    s->att_seq = c->seq_len;
+    s->att_width = c->n_embd;
+    s->att_heads = c->n_head;
+    s->ln_rows = (int)BT;
+    s->ln_width = c->n_embd;
+    s->enc_batch = c->max_batch;
+    s->enc_seq = c->seq_len;
+    s->vector = dt_model_count_params(c);
 }
 
 /* ---- init / free ---- */
@@ -240,34 +328,19 @@ static dt_status init_weights(dt_model *m) {
             for (size_t k = 0; k < t->numel; k++) p[k] = (float)(std * rng_normal(&r));
         }
     }
-    m->ops->upload(m->ops->ctx, m->params, host, m->n_params * sizeof(float));
+    m->be->ops->upload(m->be->ctx, m->params, host, m->n_params * sizeof(float));
     free(host);
     return DT_OK;
 }
 
 void dt_model_free(dt_model *m) {
     if (!m) return;
-    const dt_ops *o = m->ops;
-    void *ctx = o->ctx;
+    const dt_ops *o = m->be->ops;
+    void *ctx = m->be->ctx;
     if (m->params) o->set_master(ctx, NULL, 0);
     o->free(ctx, m->params);
     o->free(ctx, m->grads);
-    o->free(ctx, m->encoded);
-    if (m->layers) {
-        for (int l = 0; l < m->cfg.n_layer; l++) {
-            layer_acts *a = &m->layers[l];
-            float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty, a->att, a->res2,
-                             a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->res3};
-            for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) o->free(ctx, bufs[i]);
-        }
-    }
-    float *bufs[] = {m->lnf, m->lnf_mean, m->lnf_rstd, m->pooled_in, m->logits, m->losses,
-                     m->dresidual, m->dln, m->dqkv, m->datt, m->dfch, m->dfch_gelu, m->dpooled};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) o->free(ctx, bufs[i]);
-    o->free(ctx, m->tokens_dev);
-    o->free(ctx, m->targets_dev);
-    o->free(ctx, m->rows_dev);
-    o->free(ctx, m->argmax_dev);
+    o->free(ctx, m->arena);
     free(m->layers);
     free(m->tensors);
     free(m->buckets);
@@ -278,23 +351,34 @@ void dt_model_free(dt_model *m) {
     free(m);
 }
 
-#define ALLOC(ptr, nelem, what)                                                              \
-    do {                                                                                     \
-        if ((st = m->ops->alloc(m->ops->ctx, (size_t)(nelem) * sizeof(*(ptr)), what, (void **)&(ptr))) != DT_OK) \
-            goto fail;                                                                       \
-    } while (0)
+/* One allocation for every activation, and the table's pointers into it. */
+static dt_status alloc_arena(dt_model *m) {
+    act_buf *t = dt_malloc(MAX_BUFS(m->cfg.n_layer) * sizeof *t, "activation table");
+    if (!t) return DT_ERR_NOMEM;
+    int n;
+    const size_t total = table_bytes(&m->cfg, m, m->act_dtype, t, &n);
+    char what[96];
+    snprintf(what, sizeof what, "the activations of batch %d (%.1f MiB)", m->cfg.max_batch, (double)total / (1 << 20));
+    dt_status st = m->be->ops->alloc(m->be->ctx, total, what, &m->arena);
+    size_t off = 0;
+    for (int i = 0; st == DT_OK && i < n; i++) {
+        *t[i].at = (char *)m->arena + off;
+        off += buf_bytes(&t[i], m->act_dtype);
+    }
+    free(t);
+    return st;
+}
 
-dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_ops *ops) {
+dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_backend *be) {
     *out = NULL;
     DT_TRY(check_cfg(cfg));
     dt_status st = DT_ERR_NOMEM;
     dt_model *m = dt_calloc(1, sizeof *m, "model");
     if (!m) return DT_ERR_NOMEM;
     m->cfg = *cfg;
-    m->ops = ops;
-    const size_t B = (size_t)cfg->max_batch, T = (size_t)cfg->seq_len, C = (size_t)cfg->n_embd;
-    const size_t NH = (size_t)cfg->n_head, L = (size_t)cfg->n_layer, BT = B * T;
-    const size_t V = (size_t)cfg->vocab_size, NL = (size_t)cfg->num_labels;
+    m->be = be;
+    m->act_dtype = be->ops->act_dtype(be->ops->bf16(be->ctx));
+    const size_t B = (size_t)cfg->max_batch, T = (size_t)cfg->seq_len, L = (size_t)cfg->n_layer, BT = B * T;
 
     m->tensors = dt_calloc(5 + L * P_PER_LAYER, sizeof *m->tensors, "tensor table");
     m->buckets = dt_calloc(L + 2, sizeof *m->buckets, "bucket table");
@@ -308,60 +392,18 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_ops *o
         goto fail;
     build_layout(m);
 
-    ALLOC(m->params, m->n_params, "parameters");
-    ALLOC(m->grads, m->n_params, "gradients");
-    ops->set_master(ops->ctx, m->params, m->n_params);
-    ALLOC(m->encoded, BT * C, "activations (embeddings)");
-    for (size_t l = 0; l < L; l++) {
-        layer_acts *a = &m->layers[l];
-        ALLOC(a->ln1, BT * C, "activations (ln_1)");
-        ALLOC(a->ln1_mean, BT, "activations (ln_1 mean)");
-        ALLOC(a->ln1_rstd, BT, "activations (ln_1 rstd)");
-        ALLOC(a->qkv, BT * 3 * C, "activations (qkv)");
-        ALLOC(a->atty, BT * C, "activations (attention output)");
-        ALLOC(a->att, B * NH * T * T, "activations (attention probabilities)");
-        ALLOC(a->res2, BT * C, "activations (residual)");
-        ALLOC(a->ln2, BT * C, "activations (ln_2)");
-        ALLOC(a->ln2_mean, BT, "activations (ln_2 mean)");
-        ALLOC(a->ln2_rstd, BT, "activations (ln_2 rstd)");
-        ALLOC(a->fch, BT * 4 * C, "activations (mlp)");
-        ALLOC(a->fch_gelu, BT * 4 * C, "activations (mlp gelu)");
-        ALLOC(a->res3, BT * C, "activations (residual)");
-    }
-    if (NL) {
-        ALLOC(m->pooled_in, B * C, "activations (pooled)");
-        ALLOC(m->lnf, B * C, "activations (ln_f)");
-        ALLOC(m->lnf_mean, B, "activations (ln_f mean)");
-        ALLOC(m->lnf_rstd, B, "activations (ln_f rstd)");
-        ALLOC(m->logits, B * NL, "activations (logits)");
-        ALLOC(m->dpooled, B * C, "gradients (pooled)");
-        ALLOC(m->rows_dev, B, "pooled rows");
-        ALLOC(m->targets_dev, B, "labels");
-    } else {
-        ALLOC(m->lnf, BT * C, "activations (ln_f)");
-        ALLOC(m->lnf_mean, BT, "activations (ln_f mean)");
-        ALLOC(m->lnf_rstd, BT, "activations (ln_f rstd)");
-        ALLOC(m->logits, BT * V, "activations (logits)");
-        ALLOC(m->targets_dev, BT, "targets");
-    }
-    ALLOC(m->losses, BT, "losses");
-    ALLOC(m->tokens_dev, BT, "tokens");
-    ALLOC(m->argmax_dev, BT, "predictions");
-    ALLOC(m->dresidual, BT * C, "gradients (residual)");
-    ALLOC(m->dln, BT * C, "gradients (layernorm)");
-    ALLOC(m->dqkv, BT * 3 * C, "gradients (qkv)");
-    ALLOC(m->datt, B * NH * T * T, "gradients (attention)");
-    ALLOC(m->dfch, BT * 4 * C, "gradients (mlp)");
-    ALLOC(m->dfch_gelu, BT * 4 * C, "gradients (mlp gelu)");
-
-    if ((st = init_weights(m)) != DT_OK) goto fail;
+    const dt_ops *o = be->ops;
+    if ((st = o->alloc(be->ctx, m->n_params * sizeof(float), "parameters", (void **)&m->params)) != DT_OK ||
+        (st = o->alloc(be->ctx, m->n_params * sizeof(float), "gradients", (void **)&m->grads)) != DT_OK)
+        goto fail;
+    o->set_master(be->ctx, m->params, m->n_params);
+    if ((st = alloc_arena(m)) != DT_OK || (st = init_weights(m)) != DT_OK) goto fail;
     *out = m;
     return DT_OK;
 fail:
     dt_model_free(m);
     return st;
 }
-#undef ALLOC
 
 const dt_model_cfg *dt_model_config(const dt_model *m) { return &m->cfg; }
 size_t dt_model_num_params(const dt_model *m) { return m->n_params; }
@@ -372,9 +414,9 @@ const dt_bucket *dt_model_bucket(const dt_model *m, int i) { return &m->buckets[
 float *dt_model_params(dt_model *m) { return m->params; }
 float *dt_model_grads(dt_model *m) { return m->grads; }
 
-void dt_model_params_changed(dt_model *m) { m->ops->set_master(m->ops->ctx, m->params, m->n_params); }
+void dt_model_params_changed(dt_model *m) { m->be->ops->set_master(m->be->ctx, m->params, m->n_params); }
 
-void dt_model_zero_grad(dt_model *m) { m->ops->zero(m->ops->ctx, m->grads, m->n_params * sizeof(float)); }
+void dt_model_zero_grad(dt_model *m) { m->be->ops->zero(m->be->ctx, m->grads, m->n_params * sizeof(float)); }
 
 /* pointer to layer l's tensor i in a flat buffer */
 static float *lp(const dt_model *m, float *base, int l, int i) {
@@ -387,8 +429,8 @@ static float *hp(const dt_model *m, float *base, int k) { /* 0 ln_f.w, 1 ln_f.b,
 /* ---- forward ---- */
 
 dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, int B, dt_fwd_result *res) {
-    const dt_ops *o = m->ops;
-    void *ctx = o->ctx;
+    const dt_ops *o = m->be->ops;
+    void *ctx = m->be->ctx;
     const int T = m->cfg.seq_len, C = m->cfg.n_embd, NH = m->cfg.n_head, L = m->cfg.n_layer;
     const int V = m->cfg.vocab_size, NL = m->cfg.num_labels;
     if (B < 1 || B > m->cfg.max_batch)
@@ -419,7 +461,7 @@ dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, i
 
     o->encoder_fwd(ctx, m->encoded, m->tokens_dev, m->params + m->tensors[0].offset,
                    m->params + m->tensors[1].offset, B, T, C);
-    const float *x = m->encoded;
+    const dt_act *x = m->encoded;
     for (int l = 0; l < L; l++) {
         layer_acts *a = &m->layers[l];
         float *p = m->params;
@@ -471,19 +513,20 @@ dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, i
 /* ---- backward ---- */
 
 dt_status dt_model_backward(dt_model *m, float scale, dt_bucket_ready_fn ready, void *user) {
-    const dt_ops *o = m->ops;
-    void *ctx = o->ctx;
+    const dt_ops *o = m->be->ops;
+    void *ctx = m->be->ctx;
     const int B = m->last_B, T = m->cfg.seq_len, C = m->cfg.n_embd, NH = m->cfg.n_head;
     const int L = m->cfg.n_layer, V = m->cfg.vocab_size, NL = m->cfg.num_labels, BT = B * T;
     if (B == 0) return dt_error_set(DT_ERR_INTERNAL, "model backward called without a forward");
     float *p = m->params, *g = m->grads;
-    const float *xL = m->layers[L - 1].res3;
+    const dt_act *xL = m->layers[L - 1].res3;
 
-    o->zero(ctx, m->dresidual, (size_t)BT * C * sizeof(float));
+    const size_t asz = dt_dtype_size(m->act_dtype);
+    o->zero(ctx, m->dresidual, (size_t)BT * C * asz);
     if (NL) {
         o->xent_bwd(ctx, m->logits, m->logits, m->targets_dev, scale, B, NL);
         o->matmul_bwd(ctx, m->dln, hp(m, g, 2), NULL, m->logits, m->lnf, hp(m, p, 2), B, C, NL, 1);
-        o->zero(ctx, m->dpooled, (size_t)B * C * sizeof(float));
+        o->zero(ctx, m->dpooled, (size_t)B * C * asz);
         o->layernorm_bwd(ctx, m->dpooled, hp(m, g, 0), hp(m, g, 1), m->dln, m->pooled_in, hp(m, p, 0),
                          m->lnf_mean, m->lnf_rstd, B, C);
         o->scatter_add_rows(ctx, m->dresidual, m->dpooled, m->rows_dev, B, C);
@@ -498,7 +541,7 @@ dt_status dt_model_backward(dt_model *m, float scale, dt_bucket_ready_fn ready, 
 
     for (int l = L - 1; l >= 0; l--) {
         layer_acts *a = &m->layers[l];
-        const float *x = l == 0 ? m->encoded : m->layers[l - 1].res3;
+        const dt_act *x = l == 0 ? m->encoded : m->layers[l - 1].res3;
         /* MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
         o->matmul_bwd(ctx, m->dfch_gelu, lp(m, g, l, P_FCPROJW), lp(m, g, l, P_FCPROJB), m->dresidual,
                       a->fch_gelu, lp(m, p, l, P_FCPROJW), BT, 4 * C, C, 0);
@@ -536,7 +579,7 @@ dt_status dt_model_save(dt_model *m, const char *path) {
     dt_st_entry *e = dt_calloc((size_t)m->n_tensors, sizeof *e, "tensor list");
     dt_status st = DT_ERR_NOMEM;
     if (host && e) {
-        m->ops->download(m->ops->ctx, host, m->params, m->n_params * sizeof(float));
+        m->be->ops->download(m->be->ctx, host, m->params, m->n_params * sizeof(float));
         for (int i = 0; i < m->n_tensors; i++) {
             const dt_tensor_info *t = &m->tensors[i];
             e[i].name = t->name;
@@ -548,7 +591,7 @@ dt_status dt_model_save(dt_model *m, const char *path) {
         const char *keys[] = {"format", "producer"};
         const char *vals[] = {"pt", "dtrain"};
         /* a device that failed earlier must not leave a well-checksummed file of garbage */
-        if ((st = m->ops->check(m->ops->ctx)) == DT_OK) st = dt_st_write(path, e, m->n_tensors, keys, vals, 2);
+        if ((st = m->be->ops->check(m->be->ctx)) == DT_OK) st = dt_st_write(path, e, m->n_tensors, keys, vals, 2);
     }
     free(host);
     free(e);
@@ -593,7 +636,7 @@ dt_status dt_model_load(dt_model *m, const char *path, int *score_loaded) {
     int *seen = dt_calloc((size_t)m->n_tensors, sizeof *seen, "tensor flags");
     float *host = dt_malloc(m->n_params * sizeof(float), "weights staging");
     if (!seen || !host) { st = DT_ERR_NOMEM; goto done; }
-    m->ops->download(m->ops->ctx, host, m->params, m->n_params * sizeof(float));
+    m->be->ops->download(m->be->ctx, host, m->params, m->n_params * sizeof(float));
     file_shape_hint(f, hint, sizeof hint);
 
     for (int i = 0; i < dt_st_count(f); i++) {
@@ -632,7 +675,7 @@ dt_status dt_model_load(dt_model *m, const char *path, int *score_loaded) {
         goto done;
     }
     if (score_loaded) *score_loaded = score_ok;
-    m->ops->upload(m->ops->ctx, m->params, host, m->n_params * sizeof(float));
+    m->be->ops->upload(m->be->ctx, m->params, host, m->n_params * sizeof(float));
 done:
     free(seen);
     free(host);

@@ -1,4 +1,4 @@
-/* ops_cpu.c — the CPU backend of the op table (include/dtrain/ops.h).
+/* ops_cpu.c — the CPU backend (include/dtrain/ops.h): OpenBLAS and OpenMP, activations in fp32.
  *
  * Every matmul, attention included, is one or a few cblas_sgemm calls (OpenBLAS, OpenMP
  * build); everything else is a plain loop parallelised with OpenMP over rows, heads or
@@ -19,11 +19,12 @@
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct cpu_ctx {
-    int threads; /* as given to dt_ops_cpu_init; <= 0: library defaults */
+    int threads; /* as opened with; <= 0: library defaults */
 } cpu_ctx;
 
 #define ALIGN 64          /* alloc alignment (one cache line, AVX-512 friendly) */
@@ -126,8 +127,9 @@ static void colsum_add(float *dst, const float *src, int M, int N) {
 
 /* ---- encoder ---- */
 
-static void cpu_encoder_fwd(void *ctx, float *out, const int *tokens, const float *wte,
+static void cpu_encoder_fwd(void *ctx, dt_act *out_, const int *tokens, const float *wte,
                             const float *wpe, int B, int T, int C) {
+    float *out = (float *)out_;
 #pragma omp parallel for schedule(static) if ((size_t)B * T * C >= PAR_MIN)
     for (int bt = 0; bt < B * T; bt++) {
         const float *e = wte + (size_t)tokens[bt] * C, *p = wpe + (size_t)(bt % T) * C;
@@ -139,8 +141,9 @@ static void cpu_encoder_fwd(void *ctx, float *out, const int *tokens, const floa
 
 /* Deterministic: dwpe rows in parallel (sum over b in order); dwte in column chunks, each
  * chunk visiting tokens in (b,t) order, so every element accumulates in the serial order. */
-static void cpu_encoder_bwd(void *ctx, float *dwte, float *dwpe, const float *dout,
+static void cpu_encoder_bwd(void *ctx, float *dwte, float *dwpe, const dt_act *dout_,
                             const int *tokens, int B, int T, int C) {
+    const float *dout = (const float *)dout_;
     const int par = (size_t)B * T * C >= PAR_MIN;
 #pragma omp parallel for schedule(static) if (par)
     for (int t = 0; t < T; t++) {
@@ -186,8 +189,10 @@ static void layernorm_row_fwd(float *o, float *mean, float *rstd, const float *x
     *rstd = r;
 }
 
-static void cpu_layernorm_fwd(void *ctx, float *out, float *mean, float *rstd, const float *inp,
+static void cpu_layernorm_fwd(void *ctx, dt_act *out_, float *mean, float *rstd, const dt_act *inp_,
                               const float *w, const float *b, int N, int C) {
+    float *out = (float *)out_;
+    const float *inp = (const float *)inp_;
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= PAR_MIN)
     for (int i = 0; i < N; i++)
         layernorm_row_fwd(out + (size_t)i * C, mean + i, rstd + i, inp + (size_t)i * C, w, b, C);
@@ -212,9 +217,12 @@ static void layernorm_row_bwd(float *dx, const float *dy, const float *x, const 
     }
 }
 
-static void cpu_layernorm_bwd(void *ctx, float *dinp, float *dw, float *db, const float *dout,
-                              const float *inp, const float *w, const float *mean,
+static void cpu_layernorm_bwd(void *ctx, dt_act *dinp_, float *dw, float *db, const dt_act *dout_,
+                              const dt_act *inp_, const float *w, const float *mean,
                               const float *rstd, int N, int C) {
+    float *dinp = (float *)dinp_;
+    const float *dout = (const float *)dout_;
+    const float *inp = (const float *)inp_;
     const int par = (size_t)N * C >= PAR_MIN;
 #pragma omp parallel for schedule(static) if (par)
     for (int i = 0; i < N; i++)
@@ -243,8 +251,10 @@ static void cpu_layernorm_bwd(void *ctx, float *dinp, float *dw, float *db, cons
 
 /* ---- matmul ---- */
 
-static void cpu_matmul_fwd(void *ctx, float *out, const float *inp, const float *w,
+static void cpu_matmul_fwd(void *ctx, dt_act *out_, const dt_act *inp_, const float *w,
                            const float *bias, int M, int K, int N, int w_trans) {
+    float *out = (float *)out_;
+    const float *inp = (const float *)inp_;
     float beta = 0.0f;
     if (bias) {
 #pragma omp parallel for schedule(static) if ((size_t)M * N >= PAR_MIN)
@@ -255,8 +265,11 @@ static void cpu_matmul_fwd(void *ctx, float *out, const float *inp, const float 
                 inp, K, w, w_trans ? K : N, beta, out, N);
 }
 
-static void cpu_matmul_bwd(void *ctx, float *dinp, float *dw, float *dbias, const float *dout,
-                           const float *inp, const float *w, int M, int K, int N, int w_trans) {
+static void cpu_matmul_bwd(void *ctx, dt_act *dinp_, float *dw, float *dbias, const dt_act *dout_,
+                           const dt_act *inp_, const float *w, int M, int K, int N, int w_trans) {
+    float *dinp = (float *)dinp_;
+    const float *dout = (const float *)dout_;
+    const float *inp = (const float *)inp_;
     if (dinp) /* dinp(M,K) = dout(M,N) @ W^T */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N,
                     1.0f, dout, N, w, w_trans ? K : N, 0.0f, dinp, K);
@@ -305,8 +318,11 @@ static void softmax_causal_row_bwd(float *d, const float *p, int t, int T) {
     for (int j = t + 1; j < T; j++) d[j] = 0.0f;
 }
 
-static void cpu_attention_fwd(void *ctx, float *out, float *att, const float *qkv, int B, int T,
+static void cpu_attention_fwd(void *ctx, dt_act *out_, dt_act *att_, const dt_act *qkv_, int B, int T,
                               int C, int NH) {
+    float *out = (float *)out_;
+    float *att = (float *)att_;
+    const float *qkv = (const float *)qkv_;
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static) if (B * NH > 1)
@@ -326,8 +342,13 @@ static void cpu_attention_fwd(void *ctx, float *out, float *att, const float *qk
     }
 }
 
-static void cpu_attention_bwd(void *ctx, float *dqkv, float *datt, const float *dout,
-                              const float *qkv, const float *att, int B, int T, int C, int NH) {
+static void cpu_attention_bwd(void *ctx, dt_act *dqkv_, dt_act *datt_, const dt_act *dout_,
+                              const dt_act *qkv_, const dt_act *att_, int B, int T, int C, int NH) {
+    float *dqkv = (float *)dqkv_;
+    float *datt = (float *)datt_;
+    const float *dout = (const float *)dout_;
+    const float *qkv = (const float *)qkv_;
+    const float *att = (const float *)att_;
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static) if (B * NH > 1)
@@ -392,21 +413,29 @@ static void gelu_bwd_range(float *dinp, const float *inp, const float *dout, siz
     }
 }
 
-static void cpu_gelu_fwd(void *ctx, float *out, const float *inp, size_t n) {
+static void cpu_gelu_fwd(void *ctx, dt_act *out_, const dt_act *inp_, size_t n) {
+    float *out = (float *)out_;
+    const float *inp = (const float *)inp_;
     const size_t nch = (n + EW_CHUNK - 1) / EW_CHUNK;
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t c = 0; c < nch; c++)
         gelu_fwd_range(out, inp, c * EW_CHUNK, c == nch - 1 ? n : (c + 1) * EW_CHUNK);
 }
 
-static void cpu_gelu_bwd(void *ctx, float *dinp, const float *inp, const float *dout, size_t n) {
+static void cpu_gelu_bwd(void *ctx, dt_act *dinp_, const dt_act *inp_, const dt_act *dout_, size_t n) {
+    float *dinp = (float *)dinp_;
+    const float *inp = (const float *)inp_;
+    const float *dout = (const float *)dout_;
     const size_t nch = (n + EW_CHUNK - 1) / EW_CHUNK;
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t c = 0; c < nch; c++)
         gelu_bwd_range(dinp, inp, dout, c * EW_CHUNK, c == nch - 1 ? n : (c + 1) * EW_CHUNK);
 }
 
-static void cpu_add(void *ctx, float *out, const float *a, const float *b, size_t n) {
+static void cpu_add(void *ctx, dt_act *out_, const dt_act *a_, const dt_act *b_, size_t n) {
+    float *out = (float *)out_;
+    const float *a = (const float *)a_;
+    const float *b = (const float *)b_;
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
@@ -433,15 +462,19 @@ static float xent_row_fwd(float *p, const float *x, int tg, int V) {
     return tg >= 0 ? (float)(log(sum) - xt) : 0.0f;
 }
 
-static void cpu_xent_fwd(void *ctx, float *losses, float *probs, const float *logits,
+static void cpu_xent_fwd(void *ctx, float *losses, dt_act *probs_, const dt_act *logits_,
                          const int *targets, int N, int V) {
+    float *probs = (float *)probs_;
+    const float *logits = (const float *)logits_;
 #pragma omp parallel for schedule(static) if ((size_t)N * V >= PAR_MIN)
     for (int i = 0; i < N; i++)
         losses[i] = xent_row_fwd(probs + (size_t)i * V, logits + (size_t)i * V, targets[i], V);
 }
 
-static void cpu_xent_bwd(void *ctx, float *dlogits, const float *probs, const int *targets,
+static void cpu_xent_bwd(void *ctx, dt_act *dlogits_, const dt_act *probs_, const int *targets,
                          float scale, int N, int V) {
+    float *dlogits = (float *)dlogits_;
+    const float *probs = (const float *)probs_;
 #pragma omp parallel for schedule(static) if ((size_t)N * V >= PAR_MIN)
     for (int i = 0; i < N; i++) {
         const float *p = probs + (size_t)i * V;
@@ -460,15 +493,19 @@ static void cpu_xent_bwd(void *ctx, float *dlogits, const float *probs, const in
 
 /* ---- row gather / scatter ---- */
 
-static void cpu_gather_rows(void *ctx, float *out, const float *x, const int *rows, int n, int C) {
+static void cpu_gather_rows(void *ctx, dt_act *out_, const dt_act *x_, const int *rows, int n, int C) {
+    float *out = (float *)out_;
+    const float *x = (const float *)x_;
 #pragma omp parallel for schedule(static) if ((size_t)n * C >= PAR_MIN)
     for (int i = 0; i < n; i++)
         memcpy(out + (size_t)i * C, x + (size_t)rows[i] * C, (size_t)C * sizeof(float));
 }
 
 /* rows may repeat: column chunks in parallel, rows in order within each chunk */
-static void cpu_scatter_add_rows(void *ctx, float *dx, const float *dout, const int *rows, int n,
+static void cpu_scatter_add_rows(void *ctx, dt_act *dx_, const dt_act *dout_, const int *rows, int n,
                                  int C) {
+    float *dx = (float *)dx_;
+    const float *dout = (const float *)dout_;
     const int chunk = 2 * COL_CHUNK, nchunks = (C + chunk - 1) / chunk;
 #pragma omp parallel for schedule(static) if ((size_t)n * C >= PAR_MIN)
     for (int ch = 0; ch < nchunks; ch++) {
@@ -525,7 +562,8 @@ static void cpu_scale(void *ctx, float *x, size_t n, float s) {
 
 /* ---- table ---- */
 
-static void cpu_argmax(void *ctx, int *idx, const float *x, int N, int V) {
+static void cpu_argmax(void *ctx, int *idx, const dt_act *x_, int N, int V) {
+    const float *x = (const float *)x_;
     (void)ctx;
 #pragma omp parallel for schedule(static) if ((size_t)N * V >= PAR_MIN)
     for (int i = 0; i < N; i++) {
@@ -548,53 +586,86 @@ static dt_status cpu_check(void *ctx) {
     return DT_OK;
 }
 
-dt_status dt_ops_cpu_init(dt_ops **out, int threads) {
-    *out = NULL;
-    dt_ops *ops = dt_calloc(1, sizeof *ops, "CPU op table");
-    cpu_ctx *cx = ops ? dt_calloc(1, sizeof *cx, "CPU op context") : NULL;
-    if (!cx) {
-        free(ops);
-        return DT_ERR_NOMEM;
+/* ---- lifecycle ---- */
+
+static dt_dtype cpu_act_dtype(int bf16) {
+    (void)bf16;
+    return DT_DTYPE_F32;
+}
+
+/* everything the CPU backend uses is allocated through alloc: nothing beyond the model's */
+static size_t cpu_scratch_bytes(const dt_op_sizes *sizes, int bf16) {
+    (void)sizes;
+    (void)bf16;
+    return 0;
+}
+
+static dt_status cpu_open(const dt_backend_cfg *cfg, void **ctx) {
+    *ctx = NULL;
+    cpu_ctx *cx = dt_calloc(1, sizeof *cx, "CPU op context");
+    if (!cx) return DT_ERR_NOMEM;
+    cx->threads = cfg->threads;
+    if (cfg->threads > 0) {
+        openblas_set_num_threads(cfg->threads);
+        omp_set_num_threads(cfg->threads);
     }
-    cx->threads = threads;
-    if (threads > 0) {
-        openblas_set_num_threads(threads);
-        omp_set_num_threads(threads);
-    }
-    ops->name = "cpu";
-    ops->ctx = cx;
-    ops->alloc = cpu_alloc;
-    ops->free = cpu_free;
-    ops->upload = cpu_memcpy;
-    ops->download = cpu_memcpy;
-    ops->zero = cpu_zero;
-    ops->encoder_fwd = cpu_encoder_fwd;
-    ops->encoder_bwd = cpu_encoder_bwd;
-    ops->layernorm_fwd = cpu_layernorm_fwd;
-    ops->layernorm_bwd = cpu_layernorm_bwd;
-    ops->matmul_fwd = cpu_matmul_fwd;
-    ops->matmul_bwd = cpu_matmul_bwd;
-    ops->attention_fwd = cpu_attention_fwd;
-    ops->attention_bwd = cpu_attention_bwd;
-    ops->gelu_fwd = cpu_gelu_fwd;
-    ops->gelu_bwd = cpu_gelu_bwd;
-    ops->add = cpu_add;
-    ops->xent_fwd = cpu_xent_fwd;
-    ops->xent_bwd = cpu_xent_bwd;
-    ops->gather_rows = cpu_gather_rows;
-    ops->scatter_add_rows = cpu_scatter_add_rows;
-    ops->adamw = cpu_adamw;
-    ops->sumsq = cpu_sumsq;
-    ops->scale = cpu_scale;
-    ops->argmax = cpu_argmax;
-    ops->set_master = cpu_set_master;
-    ops->check = cpu_check;
-    *out = ops;
+    *ctx = cx;
     return DT_OK;
 }
 
-void dt_ops_cpu_free(dt_ops *ops) {
-    if (!ops) return;
-    free(ops->ctx);
-    free(ops);
+static void cpu_close(void *ctx) { free(ctx); }
+
+static void cpu_describe(void *ctx, dt_backend_desc *d) {
+    const cpu_ctx *cx = ctx;
+    memset(d, 0, sizeof *d);
+    snprintf(d->per_worker, sizeof d->per_worker, "%d threads", cx->threads > 0 ? cx->threads : omp_get_max_threads());
 }
+
+static int cpu_bf16(void *ctx) {
+    (void)ctx;
+    return 0;
+}
+
+static dt_status cpu_reserve(void *ctx, const dt_op_sizes *sizes) {
+    (void)ctx;
+    (void)sizes;
+    return DT_OK;
+}
+
+const dt_ops dt_ops_cpu = {
+    .name = "cpu",
+    .memory = NULL,
+    .act_dtype = cpu_act_dtype,
+    .scratch_bytes = cpu_scratch_bytes,
+    .open = cpu_open,
+    .close = cpu_close,
+    .describe = cpu_describe,
+    .bf16 = cpu_bf16,
+    .reserve = cpu_reserve,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_memcpy,
+    .download = cpu_memcpy,
+    .zero = cpu_zero,
+    .encoder_fwd = cpu_encoder_fwd,
+    .encoder_bwd = cpu_encoder_bwd,
+    .layernorm_fwd = cpu_layernorm_fwd,
+    .layernorm_bwd = cpu_layernorm_bwd,
+    .matmul_fwd = cpu_matmul_fwd,
+    .matmul_bwd = cpu_matmul_bwd,
+    .attention_fwd = cpu_attention_fwd,
+    .attention_bwd = cpu_attention_bwd,
+    .gelu_fwd = cpu_gelu_fwd,
+    .gelu_bwd = cpu_gelu_bwd,
+    .add = cpu_add,
+    .xent_fwd = cpu_xent_fwd,
+    .xent_bwd = cpu_xent_bwd,
+    .argmax = cpu_argmax,
+    .gather_rows = cpu_gather_rows,
+    .scatter_add_rows = cpu_scatter_add_rows,
+    .adamw = cpu_adamw,
+    .sumsq = cpu_sumsq,
+    .scale = cpu_scale,
+    .set_master = cpu_set_master,
+    .check = cpu_check,
+};

@@ -5,7 +5,7 @@
  * bf16 into scratch and multiplied with fp32 accumulation into fp32 outputs, so everything
  * outside the products (activations, gradients, master weights, optimizer state) stays fp32.
  * The rest are our kernels (kernels/dtk.h). Everything runs in order on one stream that this
- * backend owns; the nccl collective orders itself after it (dt_ops_cuda_stream).
+ * backend owns; the nccl collective it opens (device_comm) orders itself after it.
  *
  * Errors: every CUDA and cuBLASLt call is checked. The op table has no status per call (the
  * CPU backend cannot fail), so the first failure is kept with the call, file:line, rank,
@@ -17,7 +17,8 @@
  * process about 150 MB of resident memory, GPU or not (docs/PERFORMANCE.md). cuBLASLt is
  * opened here with dlopen when a GPU op table is made; versions are read the same way, only
  * when asked (--version); their headers give the versions dtrain was built with. */
-#include "dtrain/cuda.h"
+#include "dtrain/comm.h"
+#include "dtrain/ops.h"
 
 #include <dlfcn.h>
 #include <math.h>
@@ -429,15 +430,20 @@ static void gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const float *
 }
 
 /* Row-major out(M,N) = inp(M,K) @ W + bias; in column-major terms out^T = op(W) inp^T. */
-static void cu_matmul_fwd(void *ctx, float *out, const float *inp, const float *w, const float *bias, int M, int K,
+static void cu_matmul_fwd(void *ctx, dt_act *out_, const dt_act *inp_, const float *w, const float *bias, int M, int K,
                           int N, int w_trans) {
+    float *out = (float *)out_; /* fp32 activations */
+    const float *inp = (const float *)inp_;
     cuda_ctx *c = ctx;
     /* W (K,N) row-major is N x K column-major (no transpose); W (N,K) is K x N (transpose) */
     gemm(c, w_trans, 0, N, M, K, w, w_trans ? K : N, 0, inp, K, 0, out, N, 0, 1, 1.0f, 0.0f, bias);
 }
 
-static void cu_matmul_bwd(void *ctx, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+static void cu_matmul_bwd(void *ctx, dt_act *dinp_, float *dw, float *dbias, const dt_act *dout_, const dt_act *inp_,
                           const float *w, int M, int K, int N, int w_trans) {
+    float *dinp = (float *)dinp_; /* fp32 activations */
+    const float *dout = (const float *)dout_;
+    const float *inp = (const float *)inp_;
     cuda_ctx *c = ctx;
     /* dinp(M,K) = dout @ W^T: dinp^T (K x M) = op(W) (K x N) dout^T (N x M) */
     if (dinp) gemm(c, !w_trans, 0, K, M, N, w, w_trans ? K : N, 0, dout, N, 0, dinp, K, 0, 1, 1.0f, 0.0f, NULL);
@@ -456,7 +462,10 @@ static void cu_matmul_bwd(void *ctx, float *dinp, float *dw, float *dbias, const
 
 /* ---- attention: per (batch, head) products in cuBLASLt, causal softmax in our kernels ---- */
 
-static void cu_attention_fwd(void *ctx, float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+static void cu_attention_fwd(void *ctx, dt_act *out_, dt_act *att_, const dt_act *qkv_, int B, int T, int C, int NH) {
+    float *out = (float *)out_; /* fp32 activations */
+    float *att = (float *)att_;
+    const float *qkv = (const float *)qkv_;
     cuda_ctx *c = ctx;
     if (c->err != DT_OK) return;
     const int hs = C / NH, BH = B * NH;
@@ -474,8 +483,13 @@ static void cu_attention_fwd(void *ctx, float *out, float *att, const float *qkv
     if (c->err == DT_OK) CK(dtk_heads_merge(c->s, out, y, B, T, C, NH));
 }
 
-static void cu_attention_bwd(void *ctx, float *dqkv, float *datt, const float *dout, const float *qkv,
-                             const float *att, int B, int T, int C, int NH) {
+static void cu_attention_bwd(void *ctx, dt_act *dqkv_, dt_act *datt_, const dt_act *dout_, const dt_act *qkv_,
+                             const dt_act *att_, int B, int T, int C, int NH) {
+    float *dqkv = (float *)dqkv_; /* fp32 activations */
+    float *datt = (float *)datt_;
+    const float *dout = (const float *)dout_;
+    const float *qkv = (const float *)qkv_;
+    const float *att = (const float *)att_;
     cuda_ctx *c = ctx;
     if (c->err != DT_OK) return;
     const int hs = C / NH, BH = B * NH;
@@ -504,70 +518,94 @@ static void cu_attention_bwd(void *ctx, float *dqkv, float *datt, const float *d
         if (c->err == DT_OK) CK(call);                     \
     } while (0)
 
-static void cu_encoder_fwd(void *ctx, float *out, const int *tokens, const float *wte, const float *wpe, int B, int T,
+static void cu_encoder_fwd(void *ctx, dt_act *out_, const int *tokens, const float *wte, const float *wpe, int B, int T,
                            int C) {
+    float *out = (float *)out_; /* fp32 activations */
     cuda_ctx *c = ctx;
     LAUNCH(dtk_encoder_fwd(c->s, out, tokens, wte, wpe, B, T, C));
 }
 
-static void cu_encoder_bwd(void *ctx, float *dwte, float *dwpe, const float *dout, const int *tokens, int B, int T,
+static void cu_encoder_bwd(void *ctx, float *dwte, float *dwpe, const dt_act *dout_, const int *tokens, int B, int T,
                            int C) {
+    const float *dout = (const float *)dout_; /* fp32 activations */
     cuda_ctx *c = ctx;
     size_t wb = dtk_encoder_bwd_work_bytes(B, T);
     void *work = scratch(c, SCR_WORK, wb, "kernel scratch");
     if (work) LAUNCH(dtk_encoder_bwd(c->s, dwte, dwpe, dout, tokens, B, T, C, work, wb));
 }
 
-static void cu_layernorm_fwd(void *ctx, float *out, float *mean, float *rstd, const float *inp, const float *w,
+static void cu_layernorm_fwd(void *ctx, dt_act *out_, float *mean, float *rstd, const dt_act *inp_, const float *w,
                              const float *b, int N, int C) {
+    float *out = (float *)out_; /* fp32 activations */
+    const float *inp = (const float *)inp_;
     cuda_ctx *c = ctx;
     LAUNCH(dtk_layernorm_fwd(c->s, out, mean, rstd, inp, w, b, N, C));
 }
 
-static void cu_layernorm_bwd(void *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+static void cu_layernorm_bwd(void *ctx, dt_act *dinp_, float *dw, float *db, const dt_act *dout_, const dt_act *inp_,
                              const float *w, const float *mean, const float *rstd, int N, int C) {
+    float *dinp = (float *)dinp_; /* fp32 activations */
+    const float *dout = (const float *)dout_;
+    const float *inp = (const float *)inp_;
     cuda_ctx *c = ctx;
     size_t wb = dtk_layernorm_bwd_work_bytes(N, C);
     void *work = scratch(c, SCR_WORK, wb, "kernel scratch");
     if (work) LAUNCH(dtk_layernorm_bwd(c->s, dinp, dw, db, dout, inp, w, mean, rstd, N, C, work, wb));
 }
 
-static void cu_gelu_fwd(void *ctx, float *out, const float *inp, size_t n) {
+static void cu_gelu_fwd(void *ctx, dt_act *out_, const dt_act *inp_, size_t n) {
+    float *out = (float *)out_; /* fp32 activations */
+    const float *inp = (const float *)inp_;
     cuda_ctx *c = ctx;
     LAUNCH(dtk_gelu_fwd(c->s, out, inp, n));
 }
 
-static void cu_gelu_bwd(void *ctx, float *dinp, const float *inp, const float *dout, size_t n) {
+static void cu_gelu_bwd(void *ctx, dt_act *dinp_, const dt_act *inp_, const dt_act *dout_, size_t n) {
+    float *dinp = (float *)dinp_; /* fp32 activations */
+    const float *inp = (const float *)inp_;
+    const float *dout = (const float *)dout_;
     cuda_ctx *c = ctx;
     LAUNCH(dtk_gelu_bwd(c->s, dinp, inp, dout, n));
 }
 
-static void cu_add(void *ctx, float *out, const float *a, const float *b, size_t n) {
+static void cu_add(void *ctx, dt_act *out_, const dt_act *a_, const dt_act *b_, size_t n) {
+    float *out = (float *)out_; /* fp32 activations */
+    const float *a = (const float *)a_;
+    const float *b = (const float *)b_;
     cuda_ctx *c = ctx;
     LAUNCH(dtk_add(c->s, out, a, b, n));
 }
 
-static void cu_xent_fwd(void *ctx, float *losses, float *probs, const float *logits, const int *targets, int N, int V) {
+static void cu_xent_fwd(void *ctx, float *losses, dt_act *probs_, const dt_act *logits_, const int *targets, int N, int V) {
+    float *probs = (float *)probs_; /* fp32 activations */
+    const float *logits = (const float *)logits_;
     cuda_ctx *c = ctx;
     LAUNCH(dtk_xent_fwd(c->s, losses, probs, logits, targets, N, V));
 }
 
-static void cu_xent_bwd(void *ctx, float *dlogits, const float *probs, const int *targets, float scale, int N, int V) {
+static void cu_xent_bwd(void *ctx, dt_act *dlogits_, const dt_act *probs_, const int *targets, float scale, int N, int V) {
+    float *dlogits = (float *)dlogits_; /* fp32 activations */
+    const float *probs = (const float *)probs_;
     cuda_ctx *c = ctx;
     LAUNCH(dtk_xent_bwd(c->s, dlogits, probs, targets, scale, N, V));
 }
 
-static void cu_argmax(void *ctx, int *idx, const float *x, int N, int V) {
+static void cu_argmax(void *ctx, int *idx, const dt_act *x_, int N, int V) {
+    const float *x = (const float *)x_; /* fp32 activations */
     cuda_ctx *c = ctx;
     LAUNCH(dtk_argmax(c->s, idx, x, N, V));
 }
 
-static void cu_gather_rows(void *ctx, float *out, const float *x, const int *rows, int n, int C) {
+static void cu_gather_rows(void *ctx, dt_act *out_, const dt_act *x_, const int *rows, int n, int C) {
+    float *out = (float *)out_; /* fp32 activations */
+    const float *x = (const float *)x_;
     cuda_ctx *c = ctx;
     LAUNCH(dtk_gather_rows(c->s, out, x, rows, n, C));
 }
 
-static void cu_scatter_add_rows(void *ctx, float *dx, const float *dout, const int *rows, int n, int C) {
+static void cu_scatter_add_rows(void *ctx, dt_act *dx_, const dt_act *dout_, const int *rows, int n, int C) {
+    float *dx = (float *)dx_; /* fp32 activations */
+    const float *dout = (const float *)dout_;
     cuda_ctx *c = ctx;
     LAUNCH(dtk_scatter_add_rows(c->s, dx, dout, rows, n, C));
 }
@@ -620,33 +658,51 @@ static void ctx_free(cuda_ctx *c) {
     free(c);
 }
 
-void dt_ops_cuda_free(dt_ops *ops) {
-    if (!ops) return;
-    ctx_free(ops->ctx);
-    free(ops);
+static void cu_close(void *ctx) { ctx_free(ctx); }
+
+static int cu_bf16(void *ctx) { return ((const cuda_ctx *)ctx)->bf16; }
+
+static dt_dtype cu_act_dtype(int bf16) {
+    (void)bf16; /* fp32 activations for now; products round their inputs to bf16 */
+    return DT_DTYPE_F32;
 }
 
-void *dt_ops_cuda_stream(const dt_ops *ops) { return ((cuda_ctx *)ops->ctx)->s; }
-
-int dt_ops_cuda_bf16(const dt_ops *ops) { return ((const cuda_ctx *)ops->ctx)->bf16; }
-
-void dt_ops_cuda_describe(const dt_ops *ops, char *buf, size_t n) {
-    const cuda_ctx *c = ops->ctx;
+static void cu_describe(void *ctx, dt_backend_desc *d) {
+    const cuda_ctx *c = ctx;
     size_t freeb = 0, total = 0;
     if (cudaMemGetInfo(&freeb, &total) != cudaSuccess) total = 0;
     char tot[32];
     human_bytes(tot, sizeof tot, (double)total);
-    snprintf(buf, n, "GPU %d (%s, %s) on %s", c->device, c->gpu_name, tot, c->host);
+    memset(d, 0, sizeof *d);
+    snprintf(d->per_worker, sizeof d->per_worker, "1 GPU");
+    snprintf(d->device, sizeof d->device, "GPU %d (%s, %s) on %s", c->device, c->gpu_name, tot, c->host);
 }
 
-dt_status dt_ops_cuda_init(dt_ops **out, int device, int precision, int rank) {
+/* A one-block kernel writes 42 into a device int, which is copied back and checked. */
+static dt_status cu_probe(void *ctx) {
+    cuda_ctx *c = ctx;
+    int *d = NULL, h = 0;
+    DT_TRY(cu_check(c));
+    DT_TRY(dev_malloc(c, (void **)&d, sizeof(int), "the probe"));
+    if (!CK(dtk_probe(c->s, d)) && !CK(cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, c->s)) &&
+        !CK(cudaStreamSynchronize(c->s)) && h != 42)
+        fail(c, DT_ERR_DEVICE, "the probe kernel on rank %d (host %s, GPU %d %s) wrote %d, expected 42", c->rank,
+             c->host, c->device, c->gpu_name, h);
+    cudaFree(d);
+    return cu_check(c);
+}
+
+/* NCCL for device buffers, ordered after this backend's stream. */
+static dt_status cu_device_comm(void *ctx, dt_comm *boot, double timeout_s, dt_comm **out) {
+    cuda_ctx *c = ctx;
+    return dt_comm_init_nccl(out, boot, c->device, c->s, timeout_s);
+}
+
+static dt_status cu_open(const dt_backend_cfg *cfg, void **out) {
     *out = NULL;
-    dt_ops *ops = dt_calloc(1, sizeof *ops, "CUDA op table");
-    cuda_ctx *c = ops ? dt_calloc(1, sizeof *c, "CUDA op context") : NULL;
-    if (!c) {
-        free(ops);
-        return DT_ERR_NOMEM;
-    }
+    const int device = cfg->device, rank = cfg->rank, precision = cfg->precision;
+    cuda_ctx *c = dt_calloc(1, sizeof *c, "CUDA op context");
+    if (!c) return DT_ERR_NOMEM;
     c->device = device;
     c->rank = rank;
     if (gethostname(c->host, sizeof c->host) != 0) snprintf(c->host, sizeof c->host, "?");
@@ -694,82 +750,51 @@ dt_status dt_ops_cuda_init(dt_ops **out, int device, int precision, int rank) {
         st = dt_error_set(c->err, "%s", c->err_msg);
         goto fail;
     }
-
-    ops->name = "cuda";
-    ops->ctx = c;
-    ops->alloc = cu_alloc;
-    ops->free = cu_free;
-    ops->upload = cu_upload;
-    ops->download = cu_download;
-    ops->zero = cu_zero;
-    ops->encoder_fwd = cu_encoder_fwd;
-    ops->encoder_bwd = cu_encoder_bwd;
-    ops->layernorm_fwd = cu_layernorm_fwd;
-    ops->layernorm_bwd = cu_layernorm_bwd;
-    ops->matmul_fwd = cu_matmul_fwd;
-    ops->matmul_bwd = cu_matmul_bwd;
-    ops->attention_fwd = cu_attention_fwd;
-    ops->attention_bwd = cu_attention_bwd;
-    ops->gelu_fwd = cu_gelu_fwd;
-    ops->gelu_bwd = cu_gelu_bwd;
-    ops->add = cu_add;
-    ops->xent_fwd = cu_xent_fwd;
-    ops->xent_bwd = cu_xent_bwd;
-    ops->argmax = cu_argmax;
-    ops->gather_rows = cu_gather_rows;
-    ops->scatter_add_rows = cu_scatter_add_rows;
-    ops->adamw = cu_adamw;
-    ops->sumsq = cu_sumsq;
-    ops->scale = cu_scale;
-    ops->set_master = cu_set_master;
-    ops->check = cu_check;
-    *out = ops;
+    *out = c;
     return DT_OK;
 fail:
     ctx_free(c);
-    free(ops);
     return st;
 }
 
-/* The size each scratch slot grows to for model shape `m` (upper bounds). with_cub: include
- * the embedding backward's sort space, which asks the CUDA runtime (only after init). */
-static void slot_bytes(const dt_model_cfg *m, int bf16, int with_cub, size_t sz[N_SCRATCH]) {
-    const size_t B = (size_t)m->max_batch, T = (size_t)m->seq_len, C = (size_t)m->n_embd, V = (size_t)m->vocab_size;
-    const size_t BT = B * T, P = B * (size_t)m->n_head * T * T, head = m->num_labels ? 0 : BT * V;
+/* The size each scratch slot grows to for op sizes `s` (upper bounds). with_cub: include the
+ * embedding backward's sort space, which asks the CUDA runtime (only once a device is open). */
+static void slot_bytes(const dt_op_sizes *s, int bf16, int with_cub, size_t sz[N_SCRATCH]) {
+    const size_t btc = (size_t)s->att_batch * (size_t)s->att_seq * (size_t)s->att_width;
+    const size_t probs = (size_t)s->att_batch * (size_t)s->att_heads * (size_t)s->att_seq * (size_t)s->att_seq;
     memset(sz, 0, N_SCRATCH * sizeof *sz);
-    sz[SCR_ATT] = 7 * BT * C * sizeof(float); /* attention backward's q k v dy dq dk dv */
+    sz[SCR_ATT] = 7 * btc * sizeof(float); /* attention backward's q k v dy dq dk dv */
     if (bf16) { /* bf16 copies of the largest first and second product inputs that are not weights */
-        size_t a = BT * 4 * C, b = BT * 4 * C;
-        if (head > a) a = head; /* LM head backward: dlogits */
-        if (head > b) b = head;
-        if (P > b) b = P; /* attention probabilities */
+        size_t a = s->matmul_in > s->matmul_out ? s->matmul_in : s->matmul_out, b = a;
+        if (btc > a) a = btc;     /* attention's own operands: q, k, v, dy */
+        if (probs > b) b = probs; /* and its probabilities */
         sz[SCR_A16] = a * 2;
         sz[SCR_B16] = b * 2;
     }
-    size_t w = dtk_bias_bwd_work_bytes((int)BT, (int)(4 * C)), x = dtk_layernorm_bwd_work_bytes((int)BT, (int)C);
-    size_t y = dtk_sumsq_work_bytes(dt_model_count_params(m)), z = with_cub ? dtk_encoder_bwd_work_bytes((int)B, (int)T) : 0;
+    size_t w = dtk_bias_bwd_work_bytes(s->bias_rows, s->bias_cols), x = dtk_layernorm_bwd_work_bytes(s->ln_rows, s->ln_width);
+    size_t y = dtk_sumsq_work_bytes(s->vector), z = with_cub ? dtk_encoder_bwd_work_bytes(s->enc_batch, s->enc_seq) : 0;
     sz[SCR_WORK] = w > x ? w : x;
     if (y > sz[SCR_WORK]) sz[SCR_WORK] = y;
     if (z > sz[SCR_WORK]) sz[SCR_WORK] = z;
 }
 
-size_t dt_ops_cuda_scratch_bytes(const dt_model_cfg *m, int bf16) {
+static size_t cu_scratch_bytes(const dt_op_sizes *s, int bf16) {
     size_t sz[N_SCRATCH], bytes = LT_WORKSPACE;
-    slot_bytes(m, bf16, 0, sz);
+    slot_bytes(s, bf16, 0, sz);
     for (int i = 0; i < N_SCRATCH; i++) bytes += sz[i];
-    if (bf16) bytes += dt_model_count_params(m) * 2; /* the weights' working copy */
+    if (bf16) bytes += s->vector * 2; /* the weights' working copy */
     return bytes;
 }
 
-dt_status dt_ops_cuda_reserve(dt_ops *ops, const dt_model_cfg *m) {
-    cuda_ctx *c = ops->ctx;
+static dt_status cu_reserve(void *ctx, const dt_op_sizes *s) {
+    cuda_ctx *c = ctx;
     static const char *const what[N_SCRATCH] = {"bf16 matmul inputs", "bf16 matmul inputs", "attention scratch",
                                                 "kernel scratch"};
     size_t sz[N_SCRATCH];
-    slot_bytes(m, c->bf16, 1, sz);
+    slot_bytes(s, c->bf16, 1, sz);
     for (int i = 0; i < N_SCRATCH; i++)
         if (sz[i] && !scratch(c, i, sz[i], what[i])) break;
-    return ops->check(ops->ctx);
+    return cu_check(c);
 }
 
 /* ---- library versions ---- */
@@ -815,7 +840,7 @@ static int missing(char *buf, size_t n, size_t *k, const char *name, const char 
     return 1;
 }
 
-int dt_cuda_versions(char *buf, size_t n) {
+static int cu_versions(char *buf, size_t n) {
     int rt = 0, drv = 0, nccl = 0, bad = 0;
     size_t k = 0;
     char now[64], built[64];
@@ -872,3 +897,44 @@ int dt_cuda_versions(char *buf, size_t n) {
                 ma != bma || mi < bmi ? "an older or other NCCL than dtrain was built with" : NULL);
     return bad;
 }
+
+const dt_ops dt_ops_cuda = {
+    .name = "cuda",
+    .memory = "GPU memory",
+    .act_dtype = cu_act_dtype,
+    .scratch_bytes = cu_scratch_bytes,
+    .versions = cu_versions,
+    .open = cu_open,
+    .close = cu_close,
+    .describe = cu_describe,
+    .bf16 = cu_bf16,
+    .reserve = cu_reserve,
+    .probe = cu_probe,
+    .device_comm = cu_device_comm,
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .upload = cu_upload,
+    .download = cu_download,
+    .zero = cu_zero,
+    .encoder_fwd = cu_encoder_fwd,
+    .encoder_bwd = cu_encoder_bwd,
+    .layernorm_fwd = cu_layernorm_fwd,
+    .layernorm_bwd = cu_layernorm_bwd,
+    .matmul_fwd = cu_matmul_fwd,
+    .matmul_bwd = cu_matmul_bwd,
+    .attention_fwd = cu_attention_fwd,
+    .attention_bwd = cu_attention_bwd,
+    .gelu_fwd = cu_gelu_fwd,
+    .gelu_bwd = cu_gelu_bwd,
+    .add = cu_add,
+    .xent_fwd = cu_xent_fwd,
+    .xent_bwd = cu_xent_bwd,
+    .argmax = cu_argmax,
+    .gather_rows = cu_gather_rows,
+    .scatter_add_rows = cu_scatter_add_rows,
+    .adamw = cu_adamw,
+    .sumsq = cu_sumsq,
+    .scale = cu_scale,
+    .set_master = cu_set_master,
+    .check = cu_check,
+};

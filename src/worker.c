@@ -21,11 +21,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "dtrain/backend.h"
 #include "dtrain/ckpt.h"
-#ifdef DTRAIN_HAVE_CUDA
 #include "dtrain/clock.h"
-#include "dtrain/cuda.h"
-#endif
 #include "dtrain/comm.h"
 #include "dtrain/data.h"
 #include "dtrain/fault.h"
@@ -37,14 +35,12 @@
 typedef struct run {
     const dt_config *cfg;
     dt_comm *comm;          /* NULL: a single process */
-    dt_comm *gcomm;         /* gradients and weights: comm on CPU, the nccl collective on GPU */
-    dt_comm *nccl;          /* owned (GPU runs with world > 1) */
+    dt_comm *gcomm;         /* gradients and weights: comm, or the backend's device collective */
+    dt_comm *dcomm;         /* owned: the backend's collective for device buffers (world > 1) */
     int rank, world;
-    int gpu;                /* the op table is the CUDA one */
-    int device;             /* its GPU */
     dt_comm_req **reqs;     /* (n_buckets) in-flight gradient all-reduces */
     dt_status comm_st;      /* first failure to start one */
-    dt_ops *ops;
+    dt_backend *be;
     dt_dataset *train, *val;
     dt_model *model;
     dt_optim *optim;
@@ -57,6 +53,11 @@ typedef struct run {
 } run;
 
 static double now_ms(void) { return 1e3 * dt_clock_now(); }
+
+/* training.precision as dt_backend_cfg has it: 1 bf16, 0 fp32, -1 auto */
+static int backend_precision(const dt_config *c) {
+    return c->training.precision == DT_PREC_FP32 ? 0 : c->training.precision == DT_PREC_BF16 ? 1 : -1;
+}
 
 static dt_model_cfg model_cfg_from(const dt_config *c) {
     dt_model_cfg m = {
@@ -73,8 +74,8 @@ static dt_model_cfg model_cfg_from(const dt_config *c) {
     return m;
 }
 
-/* `st`: how the run ended. After a failure the NCCL communicator is left to the process exit:
- * ncclCommDestroy waits for the peers on this host, which may be gone or stuck. */
+/* `st`: how the run ended. After a failure the device collective is left to the process exit:
+ * destroying NCCL's waits for the peers on this host, which may be gone or stuck. */
 static void run_free(run *r, dt_status st) {
     dt_metrics_close(r->metrics);
     dt_sampler_free(r->sampler);
@@ -82,12 +83,8 @@ static void run_free(run *r, dt_status st) {
     dt_model_free(r->model);
     dt_dataset_free(r->val);
     dt_dataset_free(r->train);
-    if (st == DT_OK) dt_comm_free(r->nccl);
-#ifdef DTRAIN_HAVE_CUDA
-    if (r->gpu) dt_ops_cuda_free(r->ops);
-    else
-#endif
-        dt_ops_cpu_free(r->ops);
+    if (st == DT_OK) dt_comm_free(r->dcomm);
+    dt_backend_close(r->be);
     free(r->tokens);
     free(r->targets);
     free(r->idx);
@@ -121,8 +118,8 @@ static dt_status open_dataset(const dt_config *c, const char *path, dt_dataset *
     return dt_dataset_open(out, &dc);
 }
 
-/* Everything train and eval share: backend (GPU `local_rank` on GPU runs), the gradient
- * collective, model, host batch buffers, datasets. */
+/* Everything train and eval share: backend (device `local_rank` on device runs), model, host
+ * batch buffers, datasets. */
 static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_train, int local_rank) {
     memset(r, 0, sizeof *r);
     r->cfg = c;
@@ -130,26 +127,15 @@ static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_t
     r->rank = comm ? dt_comm_rank(comm) : 0;
     r->world = comm ? dt_comm_world(comm) : 1;
     dt_device_kind dev;
-    DT_TRY(dt_device_resolve(c, &dev));
-#ifdef DTRAIN_HAVE_CUDA
-    if (dev == DT_DEVICE_CUDA) {
-        /* a launcher that gives each process its own GPU (srun --gpus-per-task, one-GPU pods)
-         * leaves one visible: that one, whatever the local rank */
-        r->device = dt_device_cuda_count() == 1 ? 0 : local_rank;
-        int prec = c->training.precision == DT_PREC_FP32 ? 0 : c->training.precision == DT_PREC_BF16 ? 1 : -1;
-        DT_TRY(dt_ops_cuda_init(&r->ops, r->device, prec, r->rank));
-        r->gpu = 1;
-    } else
-#endif
-    {
-        (void)local_rank;
-        DT_TRY(dt_ops_cpu_init(&r->ops, dt_device_threads_per_worker(c)));
-    }
+    DT_TRY(dt_backend_resolve(c, &dev));
+    dt_backend_cfg bc = {.device = local_rank, .precision = backend_precision(c), .rank = r->rank,
+                         .threads = dt_device_threads_per_worker(c)};
+    DT_TRY(dt_backend_open(dev, &bc, &r->be));
     dt_model_cfg mc = model_cfg_from(c);
-    DT_TRY(dt_model_init(&r->model, &mc, r->ops));
-#ifdef DTRAIN_HAVE_CUDA
-    if (r->gpu) DT_TRY(dt_ops_cuda_reserve(r->ops, &mc));
-#endif
+    dt_op_sizes sizes;
+    dt_model_op_sizes(&mc, &sizes);
+    DT_TRY(dt_model_init(&r->model, &mc, r->be));
+    DT_TRY(r->be->ops->reserve(r->be->ctx, &sizes));
     size_t b = (size_t)c->data.batch_size_per_worker, T = (size_t)c->data.seq_len;
     r->tokens = dt_malloc(b * T * sizeof(int), "token batch");
     r->targets = dt_malloc(b * T * sizeof(int), "target batch");
@@ -227,25 +213,32 @@ static void human_count(char *buf, size_t n, double v) {
     else snprintf(buf, n, "%.0f", v);
 }
 
+/* What training `mc` needs of a device backend's memory: the model (parameters, gradients,
+ * activations), the AdamW moments and the backend's own scratch. */
+static size_t device_memory_bytes(const dt_ops *ops, const dt_model_cfg *mc, int bf16) {
+    dt_op_sizes sizes;
+    dt_model_op_sizes(mc, &sizes);
+    return dt_model_memory_bytes(mc, ops->act_dtype(bf16)) + 2 * dt_model_count_params(mc) * sizeof(float) +
+           ops->scratch_bytes(&sizes, bf16);
+}
+
 void dt_worker_describe(const dt_config *c, FILE *out) {
     dt_config_print(c, out);
     dt_model_cfg mc = model_cfg_from(c);
     char params[32], flops[32], mem[32];
     human_count(params, sizeof params, (double)dt_model_count_params(&mc));
     human_count(flops, sizeof flops, dt_model_flops_per_token(&mc));
-    human_count(mem, sizeof mem, (double)dt_model_memory_bytes(&mc));
+    human_count(mem, sizeof mem, (double)dt_model_memory_bytes(&mc, DT_DTYPE_F32));
     fprintf(out, "# model: %s parameters (%zu), %s training FLOPs per token, ~%sB of memory per worker\n", params,
             dt_model_count_params(&mc), flops, mem);
-#ifdef DTRAIN_HAVE_CUDA
     dt_device_kind dev;
-    if (dt_device_resolve(c, &dev) == DT_OK && dev == DT_DEVICE_CUDA) {
+    const dt_ops *ops = dt_backend_resolve(c, &dev) == DT_OK ? dt_backend_ops(dev) : NULL;
+    if (ops && ops->memory) { /* a device with memory of its own */
         const int bf16 = c->training.precision != DT_PREC_FP32;
-        size_t need = dt_model_memory_bytes(&mc) + 2 * dt_model_count_params(&mc) * sizeof(float) +
-                      dt_ops_cuda_scratch_bytes(&mc, bf16);
-        fprintf(out, "# on cuda (%s): ~%.2f GiB of GPU memory per worker (weights, gradients, AdamW state, "
-                "activations, scratch)\n", bf16 ? "bf16 products" : "fp32", (double)need / (1u << 30));
+        fprintf(out, "# on %s (%s): ~%.2f GiB of %s per worker (weights, gradients, AdamW state, activations, "
+                "scratch)\n", ops->name, bf16 ? "bf16 products" : "fp32",
+                (double)device_memory_bytes(ops, &mc, bf16) / (1u << 30), ops->memory);
     }
-#endif
 }
 
 static long total_steps(const dt_config *c, size_t steps_per_epoch) {
@@ -290,10 +283,10 @@ static dt_status check_replicas(run *r, long step) {
     size_t n = dt_model_num_params(r->model);
     float *host = dt_malloc(n * sizeof(float), "replica check");
     if (!host) return DT_ERR_NOMEM;
-    r->ops->download(r->ops->ctx, host, dt_model_params(r->model), n * sizeof(float));
+    r->be->ops->download(r->be->ctx, host, dt_model_params(r->model), n * sizeof(float));
     uint32_t crc = (uint32_t)crc32_z(0L, (const Bytef *)host, n * sizeof(float));
     free(host);
-    DT_TRY(r->ops->check(r->ops->ctx));
+    DT_TRY(r->be->ops->check(r->be->ctx));
     uint32_t all[DT_MAX_WORLD];
     DT_TRY(dt_comm_allgather(r->comm, &crc, sizeof crc, all));
     int best = 0, best_count = 0;
@@ -454,19 +447,15 @@ static void log_worker_samples(run *r, const dt_worker_opts *opts, long step, ui
     dt_metrics_workers(r->metrics, step, w, r->world);
 }
 
-/* GPU runs with several workers: gradients and weights stay on the GPU and travel over NCCL,
- * bootstrapped over the host collective. Made once the model and the optimizer have their
- * memory, so that a rank that runs out fails before the others wait in NCCL's init. */
-static dt_status start_gpu_collective(run *r) {
-#ifdef DTRAIN_HAVE_CUDA
-    if (r->gpu && r->comm && r->world > 1 && !r->nccl) {
-        DT_TRY(dt_comm_init_nccl(&r->nccl, r->comm, r->device, dt_ops_cuda_stream(r->ops),
-                                 r->cfg->training.collective_timeout_s));
-        r->gcomm = r->nccl;
+/* Device runs with several workers: gradients and weights stay on the device and travel over
+ * the backend's collective (NCCL), bootstrapped over the host one. Made once the model and the
+ * optimizer have their memory, so that a rank that runs out fails before the others wait in
+ * the collective's init. */
+static dt_status start_device_collective(run *r) {
+    if (r->be->ops->device_comm && r->comm && r->world > 1 && !r->dcomm) {
+        DT_TRY(r->be->ops->device_comm(r->be->ctx, r->comm, r->cfg->training.collective_timeout_s, &r->dcomm));
+        r->gcomm = r->dcomm;
     }
-#else
-    (void)r;
-#endif
     return DT_OK;
 }
 
@@ -542,7 +531,7 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
         .schedule = c->optimizer.schedule, .warmup_steps = c->optimizer.warmup_steps, .total_steps = total,
         .min_lr_ratio = c->optimizer.min_lr_ratio,
     };
-    st = dt_optim_init(&r.optim, &oc, r.ops, dt_model_num_params(r.model), segs, nt);
+    st = dt_optim_init(&r.optim, &oc, r.be, dt_model_num_params(r.model), segs, nt);
     free(segs);
     if (st != DT_OK) goto done;
 
@@ -558,7 +547,7 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
         dt_metrics_info(r.metrics, "init_from %s%s", c->model.init_from,
                         score_loaded ? "" : " (no score.weight in the file: classification head initialised from the seed)");
     }
-    if ((st = start_gpu_collective(&r)) != DT_OK) goto done;
+    if ((st = start_device_collective(&r)) != DT_OK) goto done;
     if (world > 1 &&
         (st = dt_comm_broadcast(r.gcomm, dt_model_params(r.model), dt_model_num_params(r.model) * sizeof(float), 0)) != DT_OK)
         goto done;
@@ -571,23 +560,19 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
         human_count(flops, sizeof flops, dt_model_flops_per_token(mc));
         char how[48] = "";
         if (world > 1) snprintf(how, sizeof how, ", %s all-reduce", dt_comm_backend(r.gcomm));
-#ifdef DTRAIN_HAVE_CUDA
-        if (r.gpu) {
-            int bf16 = dt_ops_cuda_bf16(r.ops);
-            size_t need = dt_model_memory_bytes(mc) + 2 * dt_model_num_params(r.model) * sizeof(float) +
-                          dt_ops_cuda_scratch_bytes(mc, bf16);
-            char gpu[320];
-            dt_ops_cuda_describe(r.ops, gpu, sizeof gpu);
-            dt_metrics_info(r.metrics, "dtrain: %s on cuda (%s), %d worker%s x 1 GPU%s | run dir %s",
-                            cls ? "classification" : "language modelling", bf16 ? "bf16 matmuls" : "fp32", world,
-                            world > 1 ? "s" : "", how, c->run.dir);
-            dt_metrics_info(r.metrics, "rank %d: %s; estimated %.2f GiB of GPU memory per worker (weights, gradients, "
-                            "AdamW state, activations for batch %d)", rank, gpu, (double)need / (1u << 30), b);
-        } else
-#endif
-        dt_metrics_info(r.metrics, "dtrain: %s on cpu, %d worker%s x %d threads%s | run dir %s",
-                        cls ? "classification" : "language modelling", world, world > 1 ? "s" : "",
-                        dt_device_threads_per_worker(c), how, c->run.dir);
+        const dt_ops *ops = r.be->ops;
+        dt_backend_desc desc;
+        ops->describe(r.be->ctx, &desc);
+        const int bf16 = ops->bf16(r.be->ctx);
+        char prec[32] = "";
+        if (ops->memory) snprintf(prec, sizeof prec, " (%s)", bf16 ? "bf16 matmuls" : "fp32");
+        dt_metrics_info(r.metrics, "dtrain: %s on %s%s, %d worker%s x %s%s | run dir %s",
+                        cls ? "classification" : "language modelling", ops->name, prec, world, world > 1 ? "s" : "",
+                        desc.per_worker, how, c->run.dir);
+        if (ops->memory)
+            dt_metrics_info(r.metrics, "rank %d: %s; estimated %.2f GiB of %s per worker (weights, gradients, "
+                            "AdamW state, activations for batch %d)", rank, desc.device,
+                            (double)device_memory_bytes(ops, mc, bf16) / (1u << 30), ops->memory, b);
         dt_metrics_info(r.metrics, "model: %d layers, %d heads, n_embd %d, seq_len %d, vocab %d | %s params, %s FLOPs/token",
                         mc->n_layer, mc->n_head, mc->n_embd, mc->seq_len, mc->vocab_size, params, flops);
         if (opts && opts->launched_by) dt_metrics_info(r.metrics, "%s", opts->launched_by);
@@ -654,7 +639,7 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
         int stop = stop_requested(opts);
         /* a device failure on any rank (e.g. memory for scratch running out in backward) stops
          * every rank before the update: no rank applies gradients that a failed rank summed */
-        dt_status dev = r.ops->check(r.ops->ctx);
+        dt_status dev = r.be->ops->check(r.be->ctx);
         char dev_msg[1024] = "";
         if (dev != DT_OK) snprintf(dev_msg, sizeof dev_msg, "%s", dt_error_msg());
         if (world > 1) {
@@ -700,9 +685,9 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
         if (check_every > 0 && step % check_every == 0) {
             if (perturb == rank && step == check_every) {
                 float p0;
-                r.ops->download(r.ops->ctx, &p0, dt_model_params(r.model), sizeof p0);
+                r.be->ops->download(r.be->ctx, &p0, dt_model_params(r.model), sizeof p0);
                 p0 += 1e-3f;
-                r.ops->upload(r.ops->ctx, dt_model_params(r.model), &p0, sizeof p0);
+                r.be->ops->upload(r.be->ctx, dt_model_params(r.model), &p0, sizeof p0);
             }
             if ((st = check_replicas(&r, step)) != DT_OK) goto done;
         }

@@ -18,7 +18,7 @@
 #include "dtrain/ckpt.h"
 #include "dtrain/config.h"
 #include "dtrain/fault.h"
-#include "dtrain/ops.h"
+#include "dtrain/backend.h"
 #include "dtrain/safetensors.h"
 #include "testutil.h"
 
@@ -29,7 +29,7 @@ static dt_model_cfg small_cfg(void) {
 }
 
 typedef struct fixture {
-    dt_ops *ops;
+    dt_backend *be;
     dt_model *m;
     dt_optim *o;
 } fixture;
@@ -37,8 +37,8 @@ typedef struct fixture {
 static void fixture_init(fixture *f, uint64_t seed) {
     dt_model_cfg mc = small_cfg();
     mc.seed = seed;
-    CHECK(dt_ops_cpu_init(&f->ops, 1) == DT_OK);
-    CHECK(dt_model_init(&f->m, &mc, f->ops) == DT_OK);
+    CHECK(dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = 1}, &f->be) == DT_OK);
+    CHECK(dt_model_init(&f->m, &mc, f->be) == DT_OK);
     int nt = dt_model_num_tensors(f->m);
     dt_param_seg segs[64];
     for (int i = 0; i < nt; i++) {
@@ -46,13 +46,13 @@ static void fixture_init(fixture *f, uint64_t seed) {
         segs[i] = (dt_param_seg){t->offset, t->numel, t->ndim >= 2};
     }
     dt_optim_cfg oc = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .total_steps = 10};
-    CHECK(dt_optim_init(&f->o, &oc, f->ops, dt_model_num_params(f->m), segs, nt) == DT_OK);
+    CHECK(dt_optim_init(&f->o, &oc, f->be, dt_model_num_params(f->m), segs, nt) == DT_OK);
 }
 
 static void fixture_free(fixture *f) {
     dt_optim_free(f->o);
     dt_model_free(f->m);
-    dt_ops_cpu_free(f->ops);
+    dt_backend_close(f->be);
 }
 
 static dt_ckpt_state state_for(long step, const fixture *f) {

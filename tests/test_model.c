@@ -16,7 +16,7 @@
 #include "check.h"
 #include "testutil.h"
 #include "dtrain/model.h"
-#include "dtrain/ops.h"
+#include "dtrain/backend.h"
 #include "dtrain/safetensors.h"
 
 static uint64_t rs = 12345;
@@ -32,10 +32,10 @@ static double loss_of(dt_model *m, const int *tok, const int *tgt, int B) {
 }
 
 static void grad_check(const char *name, dt_model_cfg cfg, const int *tok, const int *tgt, int B) {
-    dt_ops *ops;
-    CHECK(dt_ops_cpu_init(&ops, 1) == DT_OK);
+    dt_backend *be;
+    CHECK(dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = 1}, &be) == DT_OK);
     dt_model *m;
-    CHECK(dt_model_init(&m, &cfg, ops) == DT_OK);
+    CHECK(dt_model_init(&m, &cfg, be) == DT_OK);
     float *p = dt_model_params(m), *g = dt_model_grads(m);
     size_t n = dt_model_num_params(m);
     for (size_t i = 0; i < n; i++) p[i] = (float)((urand() - 0.5) * 0.6);
@@ -74,7 +74,7 @@ static void grad_check(const char *name, dt_model_cfg cfg, const int *tok, const
     printf("%s: %d gradients checked, worst rel err %.2e\n", name, checked, worst);
     free(ga);
     dt_model_free(m);
-    dt_ops_cpu_free(ops);
+    dt_backend_close(be);
 }
 
 static void test_grads(void) {
@@ -103,12 +103,12 @@ static void on_ready(void *user, int bucket) {
 }
 
 static void test_buckets_and_accum(void) {
-    dt_ops *ops;
-    CHECK(dt_ops_cpu_init(&ops, 1) == DT_OK);
+    dt_backend *be;
+    CHECK(dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = 1}, &be) == DT_OK);
     dt_model_cfg cfg = {.vocab_size = 13, .n_positions = 6, .n_layer = 3, .n_head = 2, .n_embd = 8,
                         .num_labels = 0, .seq_len = 5, .max_batch = 4, .seed = 3};
     dt_model *m;
-    CHECK(dt_model_init(&m, &cfg, ops) == DT_OK);
+    CHECK(dt_model_init(&m, &cfg, be) == DT_OK);
     CHECK_INT_EQ(dt_model_num_params(m), dt_model_count_params(&cfg));
     /* buckets are contiguous, in order, and cover every parameter */
     size_t off = 0;
@@ -169,7 +169,7 @@ static void test_buckets_and_accum(void) {
     for (size_t i = 0; i < n; i++) CHECK_NEAR_REL(g[i], full[i], 1e-4, 1e-2 * gmax);
     free(full);
     dt_model_free(m);
-    dt_ops_cpu_free(ops);
+    dt_backend_close(be);
     printf("buckets and accumulation: ok\n");
 }
 
@@ -178,15 +178,15 @@ static void test_weights_io(void) {
     test_dir_init("model");
     snprintf(path, sizeof path, "%s", test_path("a.safetensors"));
     snprintf(hf, sizeof hf, "%s", test_path("hf.safetensors"));
-    dt_ops *ops;
-    CHECK(dt_ops_cpu_init(&ops, 1) == DT_OK);
+    dt_backend *be;
+    CHECK(dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = 1}, &be) == DT_OK);
     dt_model_cfg cfg = {.vocab_size = 13, .n_positions = 6, .n_layer = 2, .n_head = 2, .n_embd = 8,
                         .num_labels = 2, .seq_len = 5, .max_batch = 2, .seed = 3};
     dt_model *a, *b;
-    CHECK(dt_model_init(&a, &cfg, ops) == DT_OK);
+    CHECK(dt_model_init(&a, &cfg, be) == DT_OK);
     dt_model_cfg cfg_b = cfg;
     cfg_b.seed = 4;
-    CHECK(dt_model_init(&b, &cfg_b, ops) == DT_OK);
+    CHECK(dt_model_init(&b, &cfg_b, be) == DT_OK);
     size_t n = dt_model_num_params(a);
     CHECK(memcmp(dt_model_params(a), dt_model_params(b), n * sizeof(float)) != 0);
     CHECK(dt_model_save(a, path) == DT_OK);
@@ -227,7 +227,7 @@ static void test_weights_io(void) {
     e[k++] = (dt_st_entry){.name = "lm_head.weight", .ndim = 2, .shape = {5, 5}, .data = mask};
     CHECK(dt_st_write(hf, e, k, NULL, NULL, 0) == DT_OK);
     dt_model *c;
-    CHECK(dt_model_init(&c, &cfg_b, ops) == DT_OK);
+    CHECK(dt_model_init(&c, &cfg_b, be) == DT_OK);
     CHECK(dt_model_load(c, hf, &score) == DT_OK);
     CHECK_INT_EQ(score, 0);
     const dt_tensor_info *wte = dt_model_tensor(c, 0);
@@ -238,7 +238,7 @@ static void test_weights_io(void) {
     dt_model_cfg wide = cfg;
     wide.n_embd = 16;
     dt_model *d;
-    CHECK(dt_model_init(&d, &wide, ops) == DT_OK);
+    CHECK(dt_model_init(&d, &wide, be) == DT_OK);
     CHECK(dt_model_load(d, path, NULL) == DT_ERR_DATA);
     snprintf(msg, sizeof msg,
              "%s: tensor wte.weight has shape [13, 8] but the config needs [13, 16] (hint: the file has "
@@ -248,7 +248,7 @@ static void test_weights_io(void) {
     dt_model_cfg deep = cfg;
     deep.n_layer = 3;
     dt_model *d3;
-    CHECK(dt_model_init(&d3, &deep, ops) == DT_OK);
+    CHECK(dt_model_init(&d3, &deep, be) == DT_OK);
     CHECK(dt_model_load(d3, path, NULL) == DT_ERR_DATA);
     CHECK_STR_CONTAINS(dt_error_msg(), "tensor h.2.ln_1.weight is missing");
 
@@ -256,12 +256,80 @@ static void test_weights_io(void) {
     free(bufs); free(names); free(e);
     dt_st_close(f);
     dt_model_free(a); dt_model_free(b); dt_model_free(c); dt_model_free(d); dt_model_free(d3);
-    dt_ops_cpu_free(ops);
+    dt_backend_close(be);
     test_dir_remove();
     printf("weights io: ok\n");
 }
 
+/* ---- memory: what init allocates is what the estimate (--dry-run, the start-up report) says ---- */
+
+static const dt_ops *g_cpu_ops;
+static size_t g_alloc_bytes;
+static int g_allocs;
+
+static dt_status counting_alloc(void *ctx, size_t bytes, const char *what, void **out) {
+    g_alloc_bytes += bytes;
+    g_allocs++;
+    return g_cpu_ops->alloc(ctx, bytes, what, out);
+}
+static dt_dtype bf16_acts(int bf16) {
+    (void)bf16;
+    return DT_DTYPE_BF16;
+}
+
+static void test_memory_table(void) {
+    dt_backend *cpu;
+    CHECK(dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = 1}, &cpu) == DT_OK);
+    g_cpu_ops = cpu->ops;
+    /* the CPU backend with its allocations counted; then one whose activations are bf16 */
+    dt_ops counting = *cpu->ops, counting16;
+    counting.alloc = counting_alloc;
+    counting16 = counting;
+    counting16.act_dtype = bf16_acts;
+    const dt_model_cfg shapes[] = {
+        {.vocab_size = 67, .n_positions = 16, .n_layer = 2, .n_head = 4, .n_embd = 32, .seq_len = 16, .max_batch = 3},
+        {.vocab_size = 257, .n_positions = 9, .n_layer = 3, .n_head = 3, .n_embd = 12, .num_labels = 3, .seq_len = 9,
+         .max_batch = 5},
+        {.vocab_size = 2, .n_positions = 1, .n_layer = 1, .n_head = 1, .n_embd = 1, .seq_len = 1, .max_batch = 1},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        for (int half = 0; half < 2; half++) {
+            dt_backend be = {half ? &counting16 : &counting, cpu->ctx};
+            const dt_dtype act = half ? DT_DTYPE_BF16 : DT_DTYPE_F32;
+            dt_model *m;
+            g_alloc_bytes = 0;
+            g_allocs = 0;
+            CHECK(dt_model_init(&m, &shapes[i], &be) == DT_OK);
+            CHECK_INT_EQ(g_allocs, 3); /* parameters, gradients and one arena for every activation */
+            CHECK_INT_EQ(g_alloc_bytes, dt_model_memory_bytes(&shapes[i], act));
+            dt_model_free(m);
+        }
+        /* bf16 activations make the arena smaller (the element type is the backend's), except
+         * where every buffer is below the 256-byte alignment anyway */
+        size_t p2 = 2 * dt_model_count_params(&shapes[i]) * sizeof(float);
+        size_t a32 = dt_model_memory_bytes(&shapes[i], DT_DTYPE_F32) - p2;
+        size_t a16 = dt_model_memory_bytes(&shapes[i], DT_DTYPE_BF16) - p2;
+        CHECK(a16 <= a32);
+        if (shapes[i].n_embd > 1) CHECK(a16 < a32);
+    }
+    /* the model runs on what it was given: a forward pass through the counted CPU backend */
+    dt_backend be = {&counting, cpu->ctx};
+    dt_model *m;
+    CHECK(dt_model_init(&m, &shapes[0], &be) == DT_OK);
+    int tok[48], tgt[48];
+    for (int i = 0; i < 48; i++) tok[i] = tgt[i] = i % 67;
+    dt_fwd_result r;
+    const int before = g_allocs;
+    CHECK(dt_model_forward(m, tok, tgt, 3, &r) == DT_OK && r.rows == 48);
+    CHECK(dt_model_backward(m, 1.0f / 48, NULL, NULL) == DT_OK);
+    CHECK_INT_EQ(g_allocs, before); /* nothing is allocated in a step */
+    dt_model_free(m);
+    dt_backend_close(cpu);
+    printf("memory table: ok\n");
+}
+
 int main(void) {
+    test_memory_table();
     test_grads();
     test_buckets_and_accum();
     test_weights_io();

@@ -1,6 +1,6 @@
 /* test_ops_cpu.c — the CPU op table (src/ops_cpu.c) against independent references.
  *
- * Forward ops are compared with naive double-precision loops written here. Every backward
+ * Forward be are compared with naive double-precision loops written here. Every backward
  * is compared with central finite differences of its forward: L = sum(out .* R) for a
  * fixed random R, accumulated in double; dL/dx[i] ~ (L(x+eps) - L(x-eps)) / (2 eps), with
  * the actually representable step used as the denominator. Gradients that the op table
@@ -11,7 +11,7 @@
  *   finite differences: eps = 1e-2 (2e-2 for attention with T >= 80), and
  *     |analytic - fd| <= 1e-2 * max(|a|, |fd|, 1e-2): relative 1e-2, absolute floor 1e-4.
  *     The float forward's rounding contributes ~1e-5 to fd and the O(eps^2) truncation of
- *     smooth ops (gelu, softmax, layernorm) ~1e-4 relative; a wrong index or a missing
+ *     smooth be (gelu, softmax, layernorm) ~1e-4 relative; a wrong index or a missing
  *     term gives errors of order 1e-1 and more (worst observed: 0.2 of the bound).
  *   forwards vs double references: relative 1e-5 with absolute floor 1 for dot products
  *     (abs 1e-5 at unit scale), 1e-5 relative for elementwise results (gelu: absolute
@@ -20,16 +20,19 @@
  *   AdamW: relative 1e-5 (floors 1e-6 for p, 1e-3 for m, which may cancel); sumsq: 1e-12.
  * Determinism checks are bit-exact (memcmp). */
 #include "check.h"
-#include "dtrain/ops.h"
+#include "dtrain/backend.h"
 
 #include <stdint.h>
+
+/* the CPU backend's activations are floats: test buffers pass as they are */
+#define A(p) ((dt_act *)(p))
 
 #define FD_EPS 1e-2f
 #define FD_TOL 1e-2
 #define FD_FLOOR 1e-2
 #define GARBAGE 1e30f
 
-static dt_ops *ops;
+static dt_backend *be;
 
 /* ---- helpers ---- */
 
@@ -45,13 +48,13 @@ static int irand(int n) { return (int)(rnext() % (uint32_t)n); }
 
 static void *balloc(size_t bytes) {
     void *p = NULL;
-    CHECK_INT_EQ(ops->alloc(ops->ctx, bytes, "test buffer", &p), DT_OK);
+    CHECK_INT_EQ(be->ops->alloc(be->ctx, bytes, "test buffer", &p), DT_OK);
     CHECK(p != NULL);
     return p;
 }
 static float *falloc(size_t n) { return balloc(n * sizeof(float)); }
 static int *ialloc(size_t n) { return balloc(n * sizeof(int)); }
-static void bfree(void *p) { ops->free(ops->ctx, p); }
+static void bfree(void *p) { be->ops->free(be->ctx, p); }
 
 static float *frandom(size_t n, float amp) {
     float *x = falloc(n);
@@ -119,24 +122,24 @@ static void test_memory(void) {
         for (size_t i = 0; i < bytes; i++) CHECK_INT_EQ(p[i], 0);
         bfree(p);
     }
-    ops->free(ops->ctx, NULL);
+    be->ops->free(be->ctx, NULL);
 
     void *p = (void *)1;
     const size_t huge = (size_t)1 << 62;
-    CHECK_INT_EQ(ops->alloc(ops->ctx, huge, "giant activations", &p), DT_ERR_NOMEM);
+    CHECK_INT_EQ(be->ops->alloc(be->ctx, huge, "giant activations", &p), DT_ERR_NOMEM);
     CHECK(p == NULL);
     CHECK_STR_CONTAINS(dt_error_msg(), "giant activations");
     CHECK_STR_CONTAINS(dt_error_msg(), "4611686018427387904");
-    CHECK_INT_EQ(ops->alloc(ops->ctx, SIZE_MAX, "overflowing buffer", &p), DT_ERR_NOMEM);
+    CHECK_INT_EQ(be->ops->alloc(be->ctx, SIZE_MAX, "overflowing buffer", &p), DT_ERR_NOMEM);
     CHECK_STR_CONTAINS(dt_error_msg(), "overflowing buffer");
 
     float host[10], back[10];
     for (int i = 0; i < 10; i++) host[i] = (float)i + 0.5f;
     float *d = falloc(10);
-    ops->upload(ops->ctx, d, host, sizeof host);
-    ops->download(ops->ctx, back, d, sizeof back);
+    be->ops->upload(be->ctx, d, host, sizeof host);
+    be->ops->download(be->ctx, back, d, sizeof back);
     CHECK(memcmp(host, back, sizeof host) == 0);
-    ops->zero(ops->ctx, d, 4 * sizeof(float));
+    be->ops->zero(be->ctx, d, 4 * sizeof(float));
     for (int i = 0; i < 10; i++) CHECK(d[i] == (i < 4 ? 0.0f : host[i]));
     bfree(d);
 }
@@ -151,7 +154,7 @@ typedef struct {
 
 static double enc_loss(void *s_) {
     enc_state *s = s_;
-    ops->encoder_fwd(ops->ctx, s->out, s->tok, s->wte, s->wpe, s->B, s->T, s->C);
+    be->ops->encoder_fwd(be->ctx, A(s->out), s->tok, s->wte, s->wpe, s->B, s->T, s->C);
     return dot_d(s->out, s->R, (size_t)s->B * s->T * s->C);
 }
 
@@ -173,7 +176,7 @@ static void test_encoder(void) {
 
     float *pte = frandom((size_t)V * s.C, 1.0f), *ppe = frandom((size_t)s.T * s.C, 1.0f);
     float *dwte = fcopy(pte, (size_t)V * s.C), *dwpe = fcopy(ppe, (size_t)s.T * s.C);
-    ops->encoder_bwd(ops->ctx, dwte, dwpe, s.R, s.tok, s.B, s.T, s.C);
+    be->ops->encoder_bwd(be->ctx, dwte, dwpe, A(s.R), s.tok, s.B, s.T, s.C);
     float *gte = fdiff(dwte, pte, (size_t)V * s.C), *gpe = fdiff(dwpe, ppe, (size_t)s.T * s.C);
     fd_check("encoder dwte", enc_loss, &s, s.wte, gte, (size_t)V * s.C, SIZE_MAX);
     fd_check("encoder dwpe", enc_loss, &s, s.wpe, gpe, (size_t)s.T * s.C, SIZE_MAX);
@@ -197,13 +200,13 @@ static void test_encoder_determinism(void) {
     float *te2 = fcopy(pte, (size_t)V * C), *pe2 = fcopy(ppe, (size_t)T * C);
     float *te3 = fcopy(pte, (size_t)V * C), *pe3 = fcopy(ppe, (size_t)T * C);
     float *out = falloc(n); /* the forward at a size that runs in parallel */
-    ops->encoder_fwd(ops->ctx, out, tok, pte, ppe, B, T, C);
+    be->ops->encoder_fwd(be->ctx, A(out), tok, pte, ppe, B, T, C);
     for (int bt = 0; bt < B * T; bt++)
         for (int c = 0; c < C; c++)
             CHECK(out[(size_t)bt * C + c] == pte[tok[bt] * C + c] + ppe[(bt % T) * C + c]);
     bfree(out);
-    ops->encoder_bwd(ops->ctx, te1, pe1, dout, tok, B, T, C);
-    ops->encoder_bwd(ops->ctx, te2, pe2, dout, tok, B, T, C);
+    be->ops->encoder_bwd(be->ctx, te1, pe1, A(dout), tok, B, T, C);
+    be->ops->encoder_bwd(be->ctx, te2, pe2, A(dout), tok, B, T, C);
     CHECK(memcmp(te1, te2, (size_t)V * C * sizeof(float)) == 0);
     CHECK(memcmp(pe1, pe2, (size_t)T * C * sizeof(float)) == 0);
     for (int b = 0; b < B; b++)
@@ -227,7 +230,7 @@ typedef struct {
 
 static double ln_loss(void *s_) {
     ln_state *s = s_;
-    ops->layernorm_fwd(ops->ctx, s->out, s->mean, s->rstd, s->inp, s->w, s->b, s->N, s->C);
+    be->ops->layernorm_fwd(be->ctx, A(s->out), s->mean, s->rstd, A(s->inp), s->w, s->b, s->N, s->C);
     return dot_d(s->out, s->R, (size_t)s->N * s->C);
 }
 
@@ -260,7 +263,7 @@ static void test_layernorm(void) {
     /* backward accumulates into all three */
     float *pin = frandom(n, 1.0f), *pw = frandom(C, 1.0f), *pb = frandom(C, 1.0f);
     float *dinp = fcopy(pin, n), *dw = fcopy(pw, C), *db = fcopy(pb, C);
-    ops->layernorm_bwd(ops->ctx, dinp, dw, db, s.R, s.inp, s.w, s.mean, s.rstd, N, C);
+    be->ops->layernorm_bwd(be->ctx, A(dinp), dw, db, A(s.R), A(s.inp), s.w, s.mean, s.rstd, N, C);
     float *gin = fdiff(dinp, pin, n), *gw = fdiff(dw, pw, C), *gb = fdiff(db, pb, C);
     fd_check("layernorm dinp", ln_loss, &s, s.inp, gin, n, SIZE_MAX);
     fd_check("layernorm dw", ln_loss, &s, s.w, gw, C, SIZE_MAX);
@@ -280,7 +283,7 @@ typedef struct {
 
 static double mm_loss(void *s_) {
     mm_state *s = s_;
-    ops->matmul_fwd(ops->ctx, s->out, s->inp, s->w, s->bias, s->M, s->K, s->N, s->wt);
+    be->ops->matmul_fwd(be->ctx, A(s->out), A(s->inp), s->w, s->bias, s->M, s->K, s->N, s->wt);
     return dot_d(s->out, s->R, (size_t)s->M * s->N);
 }
 
@@ -289,7 +292,7 @@ static void mm_forward_check(int M, int K, int N, int wt, int with_bias) {
     float *bias = with_bias ? frandom(N, 1.0f) : NULL;
     float *out = falloc((size_t)M * N);
     ffill(out, (size_t)M * N, GARBAGE);
-    ops->matmul_fwd(ops->ctx, out, inp, w, bias, M, K, N, wt);
+    be->ops->matmul_fwd(be->ctx, A(out), A(inp), w, bias, M, K, N, wt);
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
             double s = bias ? bias[j] : 0.0;
@@ -318,7 +321,7 @@ static void test_matmul(void) {
             ffill(dinp, (size_t)M * K, GARBAGE); /* overwritten */
             float *pw = frandom((size_t)K * N, 1.0f), *pb = frandom(N, 1.0f);
             float *dw = fcopy(pw, (size_t)K * N), *db = fcopy(pb, N);
-            ops->matmul_bwd(ops->ctx, dinp, dw, wb ? db : NULL, s.R, s.inp, s.w, M, K, N, wt);
+            be->ops->matmul_bwd(be->ctx, A(dinp), dw, wb ? db : NULL, A(s.R), A(s.inp), s.w, M, K, N, wt);
             check_overwritten(dinp, (size_t)M * K);
             float *gw = fdiff(dw, pw, (size_t)K * N);
             fd_check(wt ? "matmul(w_trans) dinp" : "matmul dinp", mm_loss, &s, s.inp, dinp,
@@ -334,7 +337,7 @@ static void test_matmul(void) {
             }
             /* dinp NULL: only dw is accumulated, a second time */
             float *dw2 = fcopy(dw, (size_t)K * N);
-            ops->matmul_bwd(ops->ctx, NULL, dw2, NULL, s.R, s.inp, s.w, M, K, N, wt);
+            be->ops->matmul_bwd(be->ctx, NULL, dw2, NULL, A(s.R), A(s.inp), s.w, M, K, N, wt);
             for (int i = 0; i < K * N; i++) CHECK_NEAR_REL(dw2[i] - dw[i], gw[i], 1e-5, 1.0);
 
             bfree(s.inp), bfree(s.w), bfree(s.bias), bfree(s.out), bfree(s.R);
@@ -346,7 +349,7 @@ static void test_matmul(void) {
         float *dout = frandom((size_t)M * N, 1.0f), *inp = frandom((size_t)M * K, 1.0f);
         float *w = frandom((size_t)K * N, 1.0f), *dw = falloc((size_t)K * N);
         float *db = frandom(N, 1.0f), *pb = fcopy(db, N);
-        ops->matmul_bwd(ops->ctx, NULL, dw, db, dout, inp, w, M, K, N, 0);
+        be->ops->matmul_bwd(be->ctx, NULL, dw, db, A(dout), A(inp), w, M, K, N, 0);
         for (int j = 0; j < N; j++) {
             double s = pb[j];
             for (int i = 0; i < M; i++) s += dout[i * N + j];
@@ -365,7 +368,7 @@ typedef struct {
 
 static double att_loss(void *s_) {
     att_state *s = s_;
-    ops->attention_fwd(ops->ctx, s->out, s->att, s->qkv, s->B, s->T, s->C, s->NH);
+    be->ops->attention_fwd(be->ctx, A(s->out), A(s->att), A(s->qkv), s->B, s->T, s->C, s->NH);
     return dot_d(s->out, s->R, (size_t)s->B * s->T * s->C);
 }
 
@@ -458,7 +461,7 @@ static void att_case(int B, int T, int C, int NH, size_t max_checks, float eps) 
     float *dqkv = falloc(nqkv), *datt = falloc(natt);
     ffill(dqkv, nqkv, GARBAGE); /* overwritten */
     ffill(datt, natt, GARBAGE); /* scratch */
-    ops->attention_bwd(ops->ctx, dqkv, datt, s.R, s.qkv, s.att, B, T, C, NH);
+    be->ops->attention_bwd(be->ctx, A(dqkv), A(datt), A(s.R), A(s.qkv), A(s.att), B, T, C, NH);
     check_overwritten(dqkv, nqkv);
     fd_check_eps("attention dqkv", att_loss, &s, s.qkv, dqkv, nqkv, max_checks, eps);
     bfree(dqkv), bfree(datt);
@@ -484,8 +487,8 @@ static void test_attention_determinism(void) {
     for (int r = 0; r < 2; r++) {
         out[r] = falloc(nout), att[r] = falloc(natt);
         dqkv[r] = falloc(nqkv), datt[r] = falloc(natt);
-        ops->attention_fwd(ops->ctx, out[r], att[r], qkv, B, T, C, NH);
-        ops->attention_bwd(ops->ctx, dqkv[r], datt[r], dout, qkv, att[r], B, T, C, NH);
+        be->ops->attention_fwd(be->ctx, A(out[r]), A(att[r]), A(qkv), B, T, C, NH);
+        be->ops->attention_bwd(be->ctx, A(dqkv[r]), A(datt[r]), A(dout), A(qkv), A(att[r]), B, T, C, NH);
     }
     CHECK(memcmp(out[0], out[1], nout * sizeof(float)) == 0);
     CHECK(memcmp(att[0], att[1], natt * sizeof(float)) == 0);
@@ -503,13 +506,13 @@ typedef struct {
 
 static double gelu_loss(void *s_) {
     ew_state *s = s_;
-    ops->gelu_fwd(ops->ctx, s->out, s->inp, s->n);
+    be->ops->gelu_fwd(be->ctx, A(s->out), A(s->inp), s->n);
     return dot_d(s->out, s->R, s->n);
 }
 
 static double add_loss(void *s_) {
     ew_state *s = s_;
-    ops->add(ops->ctx, s->out, s->inp, s->b, s->n);
+    be->ops->add(be->ctx, A(s->out), A(s->inp), A(s->b), s->n);
     return dot_d(s->out, s->R, s->n);
 }
 
@@ -528,7 +531,7 @@ static void test_gelu_add(void) {
     }
     float *dinp = falloc(s.n);
     ffill(dinp, s.n, GARBAGE);
-    ops->gelu_bwd(ops->ctx, dinp, s.inp, s.R, s.n);
+    be->ops->gelu_bwd(be->ctx, A(dinp), A(s.inp), A(s.R), s.n);
     fd_check("gelu dinp", gelu_loss, &s, s.inp, dinp, s.n, SIZE_MAX);
 
     /* add: exact, also in place; dL/da = dL/db = R */
@@ -538,7 +541,7 @@ static void test_gelu_add(void) {
     fd_check("add db", add_loss, &s, s.b, s.R, s.n, SIZE_MAX);
     add_loss(&s); /* fd_check leaves out from a perturbed evaluation */
     float *a = fcopy(s.inp, s.n);
-    ops->add(ops->ctx, a, a, s.b, s.n);
+    be->ops->add(be->ctx, A(a), A(a), A(s.b), s.n);
     CHECK(memcmp(a, s.out, s.n * sizeof(float)) == 0);
 
     bfree(s.inp), bfree(s.b), bfree(s.out), bfree(s.R), bfree(dinp), bfree(a);
@@ -555,7 +558,7 @@ typedef struct {
 
 static double xent_loss(void *s_) {
     xent_state *s = s_;
-    ops->xent_fwd(ops->ctx, s->losses, s->probs, s->logits, s->tg, s->N, s->V);
+    be->ops->xent_fwd(be->ctx, s->losses, A(s->probs), A(s->logits), s->tg, s->N, s->V);
     double l = 0.0;
     for (int i = 0; i < s->N; i++) l += s->losses[i];
     return s->scale * l;
@@ -589,17 +592,17 @@ static void test_xent(void) {
 
     float *dl = falloc(n);
     ffill(dl, n, GARBAGE);
-    ops->xent_bwd(ops->ctx, dl, s.probs, s.tg, s.scale, N, V);
+    be->ops->xent_bwd(be->ctx, A(dl), A(s.probs), s.tg, s.scale, N, V);
     for (int j = 0; j < V; j++) CHECK(dl[1 * V + j] == 0.0f && dl[4 * V + j] == 0.0f);
     fd_check("xent dlogits", xent_loss, &s, s.logits, dl, n, SIZE_MAX);
 
     /* probs aliasing logits, dlogits aliasing probs: bit-identical to the separate buffers */
     xent_loss(&s);
     float *buf = fcopy(s.logits, n), *losses2 = falloc(N);
-    ops->xent_fwd(ops->ctx, losses2, buf, buf, s.tg, N, V);
+    be->ops->xent_fwd(be->ctx, losses2, A(buf), A(buf), s.tg, N, V);
     CHECK(memcmp(buf, s.probs, n * sizeof(float)) == 0);
     CHECK(memcmp(losses2, s.losses, N * sizeof(float)) == 0);
-    ops->xent_bwd(ops->ctx, buf, buf, s.tg, s.scale, N, V);
+    be->ops->xent_bwd(be->ctx, A(buf), A(buf), s.tg, s.scale, N, V);
     CHECK(memcmp(buf, dl, n * sizeof(float)) == 0);
 
     bfree(s.tg), bfree(s.logits), bfree(s.probs), bfree(s.losses), bfree(dl), bfree(buf);
@@ -616,7 +619,7 @@ typedef struct {
 
 static double gather_loss(void *s_) {
     gs_state *s = s_;
-    ops->gather_rows(ops->ctx, s->out, s->x, s->rows, s->n, s->C);
+    be->ops->gather_rows(be->ctx, A(s->out), A(s->x), s->rows, s->n, s->C);
     return dot_d(s->out, s->R, (size_t)s->n * s->C);
 }
 
@@ -634,7 +637,7 @@ static void test_gather_scatter(void) {
         CHECK(memcmp(s.out + (size_t)i * s.C, s.x + (size_t)rows[i] * s.C,
                      s.C * sizeof(float)) == 0);
     float *pre = frandom(nx, 1.0f), *dx = fcopy(pre, nx);
-    ops->scatter_add_rows(ops->ctx, dx, s.R, s.rows, s.n, s.C);
+    be->ops->scatter_add_rows(be->ctx, A(dx), A(s.R), s.rows, s.n, s.C);
     float *g = fdiff(dx, pre, nx);
     fd_check("scatter_add_rows", gather_loss, &s, s.x, g, nx, SIZE_MAX);
     for (int c = 0; c < s.C; c++) /* repeated row: both contributions, in order */
@@ -653,12 +656,12 @@ static void test_argmax_check(void) {
         x[2 * V + k] = k == 2 || k == 5;  /* row 2: tie -> the first, 2 */
         x[3 * V + k] = -1.0f - (k != 4);  /* row 3: negative values -> 4 */
     }
-    ops->argmax(ops->ctx, idx, x, N, V);
+    be->ops->argmax(be->ctx, idx, A(x), N, V);
     CHECK_INT_EQ(idx[0], 6);
     CHECK_INT_EQ(idx[1], 0);
     CHECK_INT_EQ(idx[2], 2);
     CHECK_INT_EQ(idx[3], 4);
-    CHECK_INT_EQ(ops->check(ops->ctx), DT_OK);
+    CHECK_INT_EQ(be->ops->check(be->ctx), DT_OK);
     bfree(idx);
 }
 
@@ -672,7 +675,7 @@ static void test_adamw(void) {
     for (size_t i = 0; i < n; i++) rp[i] = p[i];
     for (int t = 1; t <= 3; t++) {
         for (size_t i = 0; i < n; i++) g[i] = frand() * (i == 0 ? 1e-3f : 1.0f);
-        ops->adamw(ops->ctx, p, g, m, v, n, lr, b1, b2, eps, wd, t);
+        be->ops->adamw(be->ctx, p, g, m, v, n, lr, b1, b2, eps, wd, t);
         for (size_t i = 0; i < n; i++) {
             rp[i] -= (double)lr * wd * rp[i];
             rm[i] = (double)b1 * rm[i] + (1.0 - b1) * g[i];
@@ -687,7 +690,7 @@ static void test_adamw(void) {
     /* weight decay only: zero gradient, fresh state -> p *= 1 - lr*wd */
     float *q = frandom(n, 1.0f), *q0 = fcopy(q, n);
     float *z = falloc(n), *zm = falloc(n), *zv = falloc(n);
-    ops->adamw(ops->ctx, q, z, zm, zv, n, lr, b1, b2, eps, wd, 1);
+    be->ops->adamw(be->ctx, q, z, zm, zv, n, lr, b1, b2, eps, wd, 1);
     for (size_t i = 0; i < n; i++)
         CHECK_NEAR_REL(q[i], q0[i] * (1.0 - (double)lr * wd), 1e-6, 1e-6);
     bfree(p), bfree(g), bfree(m), bfree(v), bfree(q), bfree(q0), bfree(z), bfree(zm), bfree(zv);
@@ -700,17 +703,17 @@ static void test_sumsq_scale(void) {
         float *x = frandom(n ? n : 1, 3.0f);
         double ref = 0.0;
         for (size_t i = 0; i < n; i++) ref += (double)x[i] * x[i];
-        const double s1 = ops->sumsq(ops->ctx, x, n), s2 = ops->sumsq(ops->ctx, x, n);
+        const double s1 = be->ops->sumsq(be->ctx, x, n), s2 = be->ops->sumsq(be->ctx, x, n);
         CHECK_NEAR_REL(s1, ref, 1e-12, 1e-30);
         CHECK(memcmp(&s1, &s2, sizeof s1) == 0);
         float *y = fcopy(x, n ? n : 1);
-        ops->scale(ops->ctx, y, n, -0.37f);
+        be->ops->scale(be->ctx, y, n, -0.37f);
         for (size_t i = 0; i < n; i++) CHECK(y[i] == x[i] * -0.37f);
         bfree(x), bfree(y);
     }
 }
 
-/* ---- the same ops at sizes above the backend's parallel threshold (16384 elements),
+/* ---- the same be at sizes above the backend's parallel threshold (16384 elements),
  * against double references; the small cases above may run on one thread ---- */
 
 static double gelu_d(double x) {
@@ -732,8 +735,8 @@ static void test_large_sizes(void) {
         float *pin = fcopy(dinp, n), *pw = fcopy(dw, C), *pb = fcopy(db, C);
         double *rw = calloc(C, sizeof(double)), *rb = calloc(C, sizeof(double));
         CHECK(rw && rb);
-        ops->layernorm_fwd(ops->ctx, out, mean, rstd, inp, w, b, N, C);
-        ops->layernorm_bwd(ops->ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+        be->ops->layernorm_fwd(be->ctx, A(out), mean, rstd, A(inp), w, b, N, C);
+        be->ops->layernorm_bwd(be->ctx, A(dinp), dw, db, A(dout), A(inp), w, mean, rstd, N, C);
         for (int i = 0; i < N; i++) {
             const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
             double m = 0, v = 0, a = 0, a2 = 0;
@@ -770,13 +773,13 @@ static void test_large_sizes(void) {
     {
         const size_t n = 20000;
         float *x = frandom(n, 5.0f), *y = falloc(n), *dy = frandom(n, 1.0f), *dx = falloc(n);
-        ops->gelu_fwd(ops->ctx, y, x, n);
-        ops->gelu_bwd(ops->ctx, dx, x, dy, n);
+        be->ops->gelu_fwd(be->ctx, A(y), A(x), n);
+        be->ops->gelu_bwd(be->ctx, A(dx), A(x), A(dy), n);
         for (size_t i = 0; i < n; i++) {
             CHECK_NEAR_REL(y[i], gelu_d(x[i]), 1e-5, 5e-2);
             CHECK_NEAR_REL(dx[i], gelu_grad_d(x[i]) * dy[i], 1e-5, 5e-2);
         }
-        ops->add(ops->ctx, y, x, dy, n);
+        be->ops->add(be->ctx, A(y), A(x), A(dy), n);
         for (size_t i = 0; i < n; i++) CHECK(y[i] == x[i] + dy[i]);
         bfree(x), bfree(y), bfree(dy), bfree(dx);
     }
@@ -787,8 +790,8 @@ static void test_large_sizes(void) {
         int *tg = ialloc(N);
         for (int i = 0; i < N; i++) tg[i] = i % 5 == 0 ? -1 : irand(V);
         float *logits = frandom(n, 4.0f), *probs = falloc(n), *losses = falloc(N), *dl = falloc(n);
-        ops->xent_fwd(ops->ctx, losses, probs, logits, tg, N, V);
-        ops->xent_bwd(ops->ctx, dl, probs, tg, 0.25f, N, V);
+        be->ops->xent_fwd(be->ctx, losses, A(probs), A(logits), tg, N, V);
+        be->ops->xent_bwd(be->ctx, A(dl), A(probs), tg, 0.25f, N, V);
         for (int i = 0; i < N; i++) {
             double mx = -INFINITY, sum = 0.0;
             for (int j = 0; j < V; j++) mx = fmax(mx, logits[(size_t)i * V + j]);
@@ -813,8 +816,8 @@ static void test_large_sizes(void) {
         for (int i = 0; i < n; i++) rows[i] = irand(3); /* rows 0..2 only: many repeats */
         float *x = frandom((size_t)X * C, 1.0f), *out = falloc((size_t)n * C);
         float *dx = frandom((size_t)X * C, 1.0f), *ref = fcopy(dx, (size_t)X * C);
-        ops->gather_rows(ops->ctx, out, x, rows, n, C);
-        ops->scatter_add_rows(ops->ctx, dx, out, rows, n, C);
+        be->ops->gather_rows(be->ctx, A(out), A(x), rows, n, C);
+        be->ops->scatter_add_rows(be->ctx, A(dx), A(out), rows, n, C);
         for (int i = 0; i < n; i++)
             for (int c = 0; c < C; c++) {
                 CHECK(out[(size_t)i * C + c] == x[(size_t)rows[i] * C + c]);
@@ -831,7 +834,7 @@ static void test_large_sizes(void) {
         float *p = frandom(n, 1.0f), *g = frandom(n, 1.0f), *m = frandom(n, 0.1f), *v = falloc(n);
         for (size_t i = 0; i < n; i++) v[i] = 0.01f * (1.0f + frand());
         float *p0 = fcopy(p, n), *m0 = fcopy(m, n), *v0 = fcopy(v, n);
-        ops->adamw(ops->ctx, p, g, m, v, n, lr, b1, b2, eps, wd, t);
+        be->ops->adamw(be->ctx, p, g, m, v, n, lr, b1, b2, eps, wd, t);
         for (size_t i = 0; i < n; i++) {
             const double rm = (double)b1 * m0[i] + (1.0 - b1) * g[i];
             const double rv = (double)b2 * v0[i] + (1.0 - b2) * (double)g[i] * g[i];
@@ -847,8 +850,9 @@ static void test_large_sizes(void) {
 
 int main(void) {
     /* two threads, unless OMP_NUM_THREADS says otherwise (valgrind runs use 1) */
-    CHECK_INT_EQ(dt_ops_cpu_init(&ops, getenv("OMP_NUM_THREADS") ? 0 : 2), DT_OK);
-    CHECK_STR_EQ(ops->name, "cpu");
+    dt_backend_cfg bc = {.threads = getenv("OMP_NUM_THREADS") ? 0 : 2};
+    CHECK_INT_EQ(dt_backend_open(DT_DEVICE_CPU, &bc, &be), DT_OK);
+    CHECK_STR_EQ(be->ops->name, "cpu");
     test_memory();
     test_encoder();
     test_encoder_determinism();
@@ -863,7 +867,7 @@ int main(void) {
     test_adamw();
     test_sumsq_scale();
     test_large_sizes();
-    dt_ops_cpu_free(ops);
-    dt_ops_cpu_free(NULL);
+    dt_backend_close(be);
+    dt_backend_close(NULL);
     TEST_PASS("test_ops_cpu");
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "dtrain/backend.h"
 #include "dtrain/optim.h"
 
 static void test_schedules(void) {
@@ -28,8 +29,8 @@ static void test_schedules(void) {
 }
 
 static void test_step(double clip) {
-    dt_ops *ops;
-    CHECK(dt_ops_cpu_init(&ops, 1) == DT_OK);
+    dt_backend *be;
+    CHECK(dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = 1}, &be) == DT_OK);
     enum { N = 7 };
     /* two segments: a "matrix" [0,4) with decay, a "bias" [4,7) without */
     dt_param_seg segs[2] = {{0, 4, 1}, {4, 3, 0}};
@@ -37,9 +38,9 @@ static void test_step(double clip) {
                       .schedule = DT_SCHED_CONSTANT, .total_steps = 3};
     dt_optim *o;
     float *p, *g;
-    CHECK(dt_optim_init(&o, &c, ops, N, segs, 2) == DT_OK);
-    CHECK(ops->alloc(ops->ctx, N * sizeof(float), "p", (void **)&p) == DT_OK);
-    CHECK(ops->alloc(ops->ctx, N * sizeof(float), "g", (void **)&g) == DT_OK);
+    CHECK(dt_optim_init(&o, &c, be, N, segs, 2) == DT_OK);
+    CHECK(be->ops->alloc(be->ctx, N * sizeof(float), "p", (void **)&p) == DT_OK);
+    CHECK(be->ops->alloc(be->ctx, N * sizeof(float), "g", (void **)&g) == DT_OK);
     double rp[N], rm[N] = {0}, rv[N] = {0};
     for (int i = 0; i < N; i++) rp[i] = p[i] = (float)(0.3 * i - 1.0);
     for (int step = 0; step < 3; step++) {
@@ -78,10 +79,10 @@ static void test_step(double clip) {
     CHECK(dt_optim_step(o, p, g, 3, &gn, &lr) == DT_ERR_INTERNAL);
     CHECK_STR_CONTAINS(dt_error_msg(), "step 4: gradient norm is nan");
     CHECK(p[0] == before);
-    ops->free(ops->ctx, p);
-    ops->free(ops->ctx, g);
+    be->ops->free(be->ctx, p);
+    be->ops->free(be->ctx, g);
     dt_optim_free(o);
-    dt_ops_cpu_free(ops);
+    dt_backend_close(be);
 }
 
 int main(void) {

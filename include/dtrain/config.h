@@ -114,5 +114,8 @@ int dt_config_diff(const dt_config *a, const dt_config *b, char *buf, size_t n);
 
 /* Names used in the printed config and messages. */
 const char *dt_device_name(dt_device_kind d);
+/* The kind a training.device value names ("cpu", "cuda", "auto"); DT_ERR_USAGE (no message)
+ * for anything else. */
+dt_status dt_device_parse(const char *name, dt_device_kind *out);
 
 #endif

@@ -53,9 +53,10 @@ typedef struct dt_fwd_result {
     long correct;     /* classification: argmax == label; LM: argmax == target */
 } dt_fwd_result;
 
-/* Validates the shape (messages name model.* keys), allocates everything through `ops`
- * and initialises weights from cfg->seed (DESIGN §4). dt_model_free accepts NULL. */
-dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_ops *ops);
+/* Validates the shape (messages name model.* keys), allocates everything through the open
+ * backend `be` (which must outlive the model: parameters, gradients, and one arena for every
+ * activation) and initialises weights from cfg->seed (DESIGN §4). dt_model_free accepts NULL. */
+dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_backend *be);
 void dt_model_free(dt_model *m);
 
 const dt_model_cfg *dt_model_config(const dt_model *m);
@@ -74,8 +75,13 @@ void dt_model_params_changed(dt_model *m);
  * N = matmul parameters incl. the LM head); static so --dry-run can print it. */
 double dt_model_flops_per_token(const dt_model_cfg *cfg);
 size_t dt_model_count_params(const dt_model_cfg *cfg);
-/* Bytes of backend memory init will allocate (params, grads, activations). */
-size_t dt_model_memory_bytes(const dt_model_cfg *cfg);
+/* Bytes of backend memory init allocates for this shape on a backend whose activations are
+ * `act` elements: parameters, gradients and the activation arena, from the same table init
+ * allocates by (static, for --dry-run). */
+size_t dt_model_memory_bytes(const dt_model_cfg *cfg, dt_dtype act);
+/* The largest call of each op family forward and backward make for this shape: what a
+ * backend sizes its scratch by (ops.h). */
+void dt_model_op_sizes(const dt_model_cfg *cfg, dt_op_sizes *out);
 
 /* Forward over B <= max_batch sequences. tokens: host (B,T). targets: host, (B,T) for LM
  * (negative = ignore), (B) labels for classification. Keeps activations for backward. */

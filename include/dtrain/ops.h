@@ -1,13 +1,23 @@
-/* ops.h — the op table: every numeric operation the model needs, implemented once per
- * backend (ops_cpu.c now, ops_cuda.c later). model.c only calls through this table, with
+/* ops.h — the backend interface: one static const table of functions per backend (the CPU
+ * backend in src/ops_cpu.c, the CUDA backend in src/ops_cuda.c), opened through the registry
+ * (backend.h), which is the only code that knows which backends exist. A backend is
+ * everything the model and the trainer need of a device: its lifecycle (open, close), what it
+ * is (describe, precision, the element type of its activations), the memory it adds for a
+ * shape (op-level maxima, never the model's own config), its collective for device buffers,
+ * and every numeric operation the model needs. model.c only calls through this table, with
  * pointers it got from the table's alloc; it never includes BLAS or CUDA headers.
  *
- * Conventions (all tensors row-major float32, shapes in comments):
+ * Conventions (tensors row-major, shapes in comments):
+ *   - parameters, their gradients and optimizer state are float (fp32, the master copy);
+ *   - activations (everything forward computes and backward reads, and their gradients) are
+ *     dt_act: an element whose type the backend chooses (act_dtype); the CPU's is float.
+ *     Callers never look inside; they size them with dt_dtype_size(act_dtype(...));
+ *   - LayerNorm statistics and per-row losses are float; index arrays (tokens, targets,
+ *     rows, predictions) are int; all of them live in backend memory;
  *   - parameter gradients (dw, db, dwte, dwpe) are ACCUMULATED (+=), so gradient
  *     accumulation over micro-batches needs no extra pass;
  *   - input gradients are OVERWRITTEN, except layernorm_bwd and encoder paths that write
- *     into the residual stream, which ACCUMULATE (marked "+=" below);
- *   - integer index arrays (tokens, targets, rows) live in backend memory too.
+ *     into the residual stream, which ACCUMULATE (marked "+=" below).
  * Functions cannot fail on valid arguments; argument checking is the model's job. A device
  * backend records the first failure of a call (e.g. an asynchronous kernel fault) and turns
  * later ops into no-ops; `check` reports it. */
@@ -19,73 +29,141 @@
 #include "dtrain/status.h"
 
 typedef struct dt_ops dt_ops;
+typedef struct dt_comm dt_comm;
+
+/* An open backend: its table and its state (passed to every function as `ctx`). */
+typedef struct dt_backend {
+    const dt_ops *ops;
+    void *ctx;
+} dt_backend;
+
+/* An activation element (see the conventions above): never dereferenced outside a backend. */
+typedef struct dt_act dt_act;
+
+typedef enum { DT_DTYPE_F32 = 0, DT_DTYPE_BF16 } dt_dtype;
+static inline size_t dt_dtype_size(dt_dtype t) { return t == DT_DTYPE_BF16 ? 2 : 4; }
+
+/* What a backend is opened with. */
+typedef struct dt_backend_cfg {
+    int device;    /* index among the visible devices (device backends) */
+    int precision; /* products: 1 bf16 inputs (fp32 accumulation), 0 fp32, -1 auto (bf16 where the device has it) */
+    int rank;      /* this worker's rank, named in messages */
+    int threads;   /* CPU: BLAS/OpenMP threads (<= 0: the libraries' defaults) */
+} dt_backend_cfg;
+
+/* The largest call of each op family a model will make (dt_model_op_sizes): what a backend
+ * sizes its scratch by, so that no backend needs to know the model. */
+typedef struct dt_op_sizes {
+    size_t matmul_in;         /* elements of the largest product input that is not a weight, inp(M,K) */
+    size_t matmul_out;        /* ... and of the largest output or output gradient, out(M,N) */
+    int bias_rows, bias_cols; /* the largest bias gradient's dout(M,N) */
+    int att_batch, att_seq, att_width, att_heads; /* attention: B, T, C, NH */
+    int ln_rows, ln_width;    /* layernorm_bwd: N, C */
+    int enc_batch, enc_seq;   /* encoder_bwd: B, T */
+    size_t vector;            /* sumsq, scale, adamw: the longest vector (all parameters) */
+} dt_op_sizes;
+
+/* How a backend describes itself in the start-up report. */
+typedef struct dt_backend_desc {
+    char per_worker[64]; /* what one worker uses: "2 threads", "1 GPU" */
+    char device[320];    /* "GPU 0 (NVIDIA H200, 139.81 GiB) on host"; "" for host backends */
+} dt_backend_desc;
 
 struct dt_ops {
-    const char *name; /* "cpu", "cuda" */
-    void *ctx;        /* backend state, passed as the first argument */
+    const char *name;   /* "cpu", "cuda": its training.device value */
+    const char *memory; /* what its memory is called in messages ("GPU memory"); NULL: host memory */
 
-    /* memory: alloc returns zeroed memory; free accepts NULL */
+    /* ---- without an open backend (--dry-run, --version) ---- */
+    /* element type of the activations at that precision (bf16 0/1) */
+    dt_dtype (*act_dtype)(int bf16);
+    /* memory the backend adds to the model's own for these op sizes: scratch, workspaces,
+     * working copies of the weights (an estimate, for --dry-run and the start-up report) */
+    size_t (*scratch_bytes)(const dt_op_sizes *sizes, int bf16);
+    /* may be NULL: one line per library ("  NAME  runtime X (built with Y)[  MISMATCH: why]")
+     * into buf; returns the number of mismatches */
+    int (*versions)(char *buf, size_t n);
+
+    /* ---- lifecycle ---- */
+    /* DT_ERR_CONFIG with a hint for a device that is not there or lacks what cfg asks for;
+     * *ctx is the backend's state. close accepts NULL. Called in the workers only (a device
+     * context must never exist before fork). */
+    dt_status (*open)(const dt_backend_cfg *cfg, void **ctx);
+    void (*close)(void *ctx);
+    void (*describe)(void *ctx, dt_backend_desc *out);
+    int (*bf16)(void *ctx); /* 1 when products take bf16 inputs (precision resolved) */
+    /* Grows the backend's scratch to `sizes` now, so that running out of memory happens at
+     * start, naming the buffer, and nothing is reallocated mid-step. */
+    dt_status (*reserve)(void *ctx, const dt_op_sizes *sizes);
+    /* may be NULL: runs one trivial kernel and checks its result (doctor) */
+    dt_status (*probe)(void *ctx);
+    /* may be NULL (host collectives read this backend's buffers): the collective for them,
+     * bootstrapped over the host communicator `boot` (every rank calls it; comm.h) and ordered
+     * after the backend's queued work */
+    dt_status (*device_comm)(void *ctx, dt_comm *boot, double timeout_s, dt_comm **out);
+
+    /* ---- memory: alloc returns zeroed memory; free accepts NULL ---- */
     dt_status (*alloc)(void *ctx, size_t bytes, const char *what, void **out);
     void (*free)(void *ctx, void *p);
     void (*upload)(void *ctx, void *dst, const void *host_src, size_t bytes);
     void (*download)(void *ctx, void *host_dst, const void *src, size_t bytes);
     void (*zero)(void *ctx, void *p, size_t bytes);
 
+    /* ---- the model's operations ---- */
     /* out(B,T,C) = wte[tokens] + wpe[t] */
-    void (*encoder_fwd)(void *ctx, float *out, const int *tokens, const float *wte, const float *wpe,
+    void (*encoder_fwd)(void *ctx, dt_act *out, const int *tokens, const float *wte, const float *wpe,
                         int B, int T, int C);
     /* dwte(V,C) += ..., dwpe(T,C) += ... from dout(B,T,C); deterministic */
-    void (*encoder_bwd)(void *ctx, float *dwte, float *dwpe, const float *dout, const int *tokens,
+    void (*encoder_bwd)(void *ctx, float *dwte, float *dwpe, const dt_act *dout, const int *tokens,
                         int B, int T, int C);
 
     /* out(N,C) = (inp - mean) * rstd * w + b; saves mean(N), rstd(N). eps = 1e-5 */
-    void (*layernorm_fwd)(void *ctx, float *out, float *mean, float *rstd, const float *inp,
+    void (*layernorm_fwd)(void *ctx, dt_act *out, float *mean, float *rstd, const dt_act *inp,
                           const float *w, const float *b, int N, int C);
     /* dinp(N,C) +=, dw(C) +=, db(C) += */
-    void (*layernorm_bwd)(void *ctx, float *dinp, float *dw, float *db, const float *dout,
-                          const float *inp, const float *w, const float *mean, const float *rstd,
+    void (*layernorm_bwd)(void *ctx, dt_act *dinp, float *dw, float *db, const dt_act *dout,
+                          const dt_act *inp, const float *w, const float *mean, const float *rstd,
                           int N, int C);
 
     /* out(M,N) = inp(M,K) @ W + bias(N) (bias may be NULL).
      * w_trans = 0: W stored (K,N) (HF Conv1D layout); w_trans = 1: W stored (N,K) (wte, score). */
-    void (*matmul_fwd)(void *ctx, float *out, const float *inp, const float *w, const float *bias,
+    void (*matmul_fwd)(void *ctx, dt_act *out, const dt_act *inp, const float *w, const float *bias,
                        int M, int K, int N, int w_trans);
     /* dinp(M,K) = dout @ W^T (overwritten; skipped if dinp NULL); dw += (skipped if NULL);
      * dbias += (if not NULL) */
-    void (*matmul_bwd)(void *ctx, float *dinp, float *dw, float *dbias, const float *dout,
-                       const float *inp, const float *w, int M, int K, int N, int w_trans);
+    void (*matmul_bwd)(void *ctx, dt_act *dinp, float *dw, float *dbias, const dt_act *dout,
+                       const dt_act *inp, const float *w, int M, int K, int N, int w_trans);
 
     /* causal self-attention. qkv(B,T,3C) laid out [q | k | v], head h at columns h*hs..;
      * out(B,T,C); att(B,NH,T,T) receives the softmax probabilities (saved for backward),
      * exact zeros above the diagonal (future positions); scale 1/sqrt(C/NH). */
-    void (*attention_fwd)(void *ctx, float *out, float *att, const float *qkv, int B, int T, int C,
+    void (*attention_fwd)(void *ctx, dt_act *out, dt_act *att, const dt_act *qkv, int B, int T, int C,
                           int NH);
     /* dqkv(B,T,3C) overwritten; att as written by attention_fwd; datt(B,NH,T,T) is scratch. */
-    void (*attention_bwd)(void *ctx, float *dqkv, float *datt, const float *dout, const float *qkv,
-                          const float *att, int B, int T, int C, int NH);
+    void (*attention_bwd)(void *ctx, dt_act *dqkv, dt_act *datt, const dt_act *dout, const dt_act *qkv,
+                          const dt_act *att, int B, int T, int C, int NH);
 
     /* GELU, tanh form */
-    void (*gelu_fwd)(void *ctx, float *out, const float *inp, size_t n);
+    void (*gelu_fwd)(void *ctx, dt_act *out, const dt_act *inp, size_t n);
     /* dinp = gelu'(inp) * dout (overwritten) */
-    void (*gelu_bwd)(void *ctx, float *dinp, const float *inp, const float *dout, size_t n);
+    void (*gelu_bwd)(void *ctx, dt_act *dinp, const dt_act *inp, const dt_act *dout, size_t n);
 
     /* out = a + b (out may alias a) */
-    void (*add)(void *ctx, float *out, const float *a, const float *b, size_t n);
+    void (*add)(void *ctx, dt_act *out, const dt_act *a, const dt_act *b, size_t n);
 
     /* Row-wise softmax + cross-entropy. probs(N,V) may alias logits(N,V).
      * losses(N) = -log probs[target]; rows with target < 0 are ignored (loss 0). */
-    void (*xent_fwd)(void *ctx, float *losses, float *probs, const float *logits, const int *targets,
+    void (*xent_fwd)(void *ctx, float *losses, dt_act *probs, const dt_act *logits, const int *targets,
                      int N, int V);
     /* dlogits(N,V) = (probs - onehot(target)) * scale, 0 for ignored rows; may alias probs. */
-    void (*xent_bwd)(void *ctx, float *dlogits, const float *probs, const int *targets, float scale,
+    void (*xent_bwd)(void *ctx, dt_act *dlogits, const dt_act *probs, const int *targets, float scale,
                      int N, int V);
 
     /* idx(N) = index of the largest element of each row of x(N,V) (the first one on ties) */
-    void (*argmax)(void *ctx, int *idx, const float *x, int N, int V);
+    void (*argmax)(void *ctx, int *idx, const dt_act *x, int N, int V);
 
     /* out(n,C) = x[rows[i]] (pooling);  dx[rows[i]] += dout(n,C) */
-    void (*gather_rows)(void *ctx, float *out, const float *x, const int *rows, int n, int C);
-    void (*scatter_add_rows)(void *ctx, float *dx, const float *dout, const int *rows, int n, int C);
+    void (*gather_rows)(void *ctx, dt_act *out, const dt_act *x, const int *rows, int n, int C);
+    void (*scatter_add_rows)(void *ctx, dt_act *dx, const dt_act *dout, const int *rows, int n, int C);
 
     /* AdamW as torch.optim.AdamW: m,v updated, bias correction with step t >= 1,
      * decoupled decay p -= lr * wd * p. */
@@ -109,10 +187,5 @@ struct dt_ops {
      * message set (dt_error_set); DT_OK when all went well. The CPU backend never fails. */
     dt_status (*check)(void *ctx);
 };
-
-/* CPU backend (OpenBLAS + OpenMP). `threads` <= 0 leaves the library defaults.
- * dt_ops_cpu_free accepts NULL. */
-dt_status dt_ops_cpu_init(dt_ops **out, int threads);
-void dt_ops_cpu_free(dt_ops *ops);
 
 #endif

@@ -28,8 +28,9 @@ typedef struct dt_param_seg {
     int decay;              /* apply weight decay */
 } dt_param_seg;
 
-/* Copies `segs`. dt_optim_free accepts NULL. */
-dt_status dt_optim_init(dt_optim **out, const dt_optim_cfg *cfg, const dt_ops *ops, size_t n_params,
+/* Copies `segs`; the moments live in `be`, which must outlive the optimizer. dt_optim_free
+ * accepts NULL. */
+dt_status dt_optim_init(dt_optim **out, const dt_optim_cfg *cfg, const dt_backend *be, size_t n_params,
                         const dt_param_seg *segs, int n_segs);
 void dt_optim_free(dt_optim *o);
 

@@ -3,7 +3,7 @@
 # kernels/*.cu) run on the CPU mocks of tests/mockgpu (README.md there), no GPU needed.
 # Builds from the current sources of the repository SRC (make, incremental) into BUILD/opt and
 # BUILD/asan, then runs, stopping at the first failure with its log:
-#   1. tests/test_ops_cuda.c --quick, then in full: every CUDA op against the CPU op
+#   1. tests/test_ops_backends.c --quick, then in full: every CUDA op against the CPU op
 #   2. --quick again with AddressSanitizer + UBSan: out-of-bounds accesses in the kernels
 #   3. --quick again with the blocks and threads of every kernel in reverse order, and without
 #      cuBLASLt's bias epilogue (ops_cuda.c's fallback kernel)
@@ -46,22 +46,23 @@ step() {
 with_libs() { local d=$1; shift; LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"; }
 
 step "build $OPT" build-opt.log make -f "$M/Makefile" -j2 OUT="$OPT"
-step "build $ASAN (ASan + UBSan)" build-asan.log make -f "$M/Makefile" -j2 OUT="$ASAN" SAN=1 test_ops_cuda \
+step "build $ASAN (ASan + UBSan)" build-asan.log make -f "$M/Makefile" -j2 OUT="$ASAN" SAN=1 test_ops_backends \
     test_comm_nccl
 
-step "test_ops_cuda --quick" quick.log with_libs "$OPT" "$OPT/test_ops_cuda" --quick
-step "test_ops_cuda" full.log with_libs "$OPT" "$OPT/test_ops_cuda"
-step "test_ops_cuda --quick, ASan + UBSan" asan.log with_libs "$ASAN" "$ASAN/test_ops_cuda" --quick
-step "test_ops_cuda --quick, reversed block/thread order, no bias epilogue" rev.log \
-    with_libs "$OPT" env MOCK_ORDER=rev MOCK_LT_NO_BIAS_EPILOGUE=1 "$OPT/test_ops_cuda" --quick
+# fake_gpus.c: the mock programs see one GPU (the registry counts /proc/driver/nvidia/gpus)
+mkdir -p "$B/fake_gpus/0000:00:00.0" "$B/data"
+export MOCK_GPUS_DIR=$B/fake_gpus
+step "test_ops_backends --quick" quick.log with_libs "$OPT" "$OPT/test_ops_backends" --quick
+step "test_ops_backends" full.log with_libs "$OPT" "$OPT/test_ops_backends"
+step "test_ops_backends --quick, ASan + UBSan" asan.log with_libs "$ASAN" "$ASAN/test_ops_backends" --quick
+step "test_ops_backends --quick, reversed block/thread order, no bias epilogue" rev.log \
+    with_libs "$OPT" env MOCK_ORDER=rev MOCK_LT_NO_BIAS_EPILOGUE=1 "$OPT/test_ops_backends" --quick
 
 # ---- the nccl collective with one rank; exit 77 (skipped: no GPU seen) is a failure here ----
 step "test_comm_nccl (one rank, mock NCCL)" nccl.log with_libs "$OPT" "$OPT/test_comm_nccl"
 step "test_comm_nccl, ASan + UBSan" nccl-asan.log with_libs "$ASAN" "$ASAN/test_comm_nccl"
 
 # ---- training: the same run on cpu and on the mock cuda device ----
-mkdir -p "$B/fake_gpus/0000:00:00.0" "$B/data"
-export MOCK_GPUS_DIR=$B/fake_gpus # fake_gpus.c: the mock dtrain sees one GPU
 train() { # NAME CONFIG [--set ...]: a fresh run in $B/runs/NAME, from SRC (the configs' data paths)
     local name=$1 config=$2 rc=0
     shift 2

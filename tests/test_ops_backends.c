@@ -1,0 +1,783 @@
+/* test_ops_backends.c — (label gpu) every op of every non-CPU backend the registry can open
+ * (backend.h: cuda, where built and a GPU is visible), against the CPU backend, the reference,
+ * on fresh random inputs; then the whole model's loss and gradients, and a few AdamW steps.
+ * The cases are one table (`cases` below): op, shapes (full and --quick), fp32 and bf16
+ * tolerances. Each device backend runs at fp32 and, where it has them, with bf16 products.
+ *
+ *   test_ops_backends [--quick] [--op NAME[,NAME...]] [--list]
+ *
+ * --quick: smaller shapes (for compute-sanitizer and the mock GPU's ASan build); --op: only the
+ * cases of these ops (--list names them). Exits 77 when no non-CPU backend can be opened here.
+ * Without a GPU, ctest's test_cuda_mock runs this file on CPU mocks (tests/mockgpu).
+ *
+ * Besides realistic shapes, edge cases: sizes of 1, odd widths (unaligned rows, and biases
+ * inside the parameter buffer that are only 4-byte aligned), empty inputs, a layernorm row whose
+ * mean dwarfs its spread, NaN, -inf and ties in argmax, the NULL gradients ops.h allows.
+ *
+ * Error measure: relative L2, ||dev - cpu|| / max(||cpu||, 1e-30). Tolerances: fp32 1e-5 for
+ * single ops (3e-5 where a long reduction is summed in another order), bf16 1e-2 for the
+ * products (inputs rounded to 8 bits of mantissa), and for the model's gradients through two
+ * layers 1e-4 (fp32) and 5e-2 (bf16). Ops without a bf16 path run at fp32 only. Parameter-
+ * gradient ops start from non-zero gradients, so an op that overwrites instead of accumulating
+ * fails. Reductions must be deterministic: the ones that promise it are run twice and compared
+ * bit for bit. Activations travel in the device backend's element type (act_dtype): values are
+ * packed into it on upload and unpacked on download, so the comparisons hold for any. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "dtrain/backend.h"
+#include "dtrain/model.h"
+#include "dtrain/optim.h"
+
+static dt_backend *g_ref, *g_dev; /* the CPU reference, the backend under test */
+static dt_dtype g_act;            /* the device backend's activation element */
+static int g_quick;
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static int g_failures;
+
+/* ops of the reference and of the backend under test, on their own state */
+#define REF(op, ...) g_ref->ops->op(g_ref->ctx, __VA_ARGS__)
+#define DEV(op, ...) g_dev->ops->op(g_dev->ctx, __VA_ARGS__)
+
+static double urand(void) { /* [0,1) from splitmix64 */
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (double)((z ^ (z >> 31)) >> 11) / 9007199254740992.0;
+}
+
+static float *rand_host(size_t n, float lo, float hi) {
+    float *h = malloc((n ? n : 1) * sizeof(float));
+    CHECK(h);
+    for (size_t i = 0; i < n; i++) h[i] = (float)(lo + (hi - lo) * urand());
+    return h;
+}
+
+static int *rand_ints(size_t n, int lo, int hi) { /* [lo, hi) */
+    int *h = malloc((n ? n : 1) * sizeof(int));
+    CHECK(h);
+    for (size_t i = 0; i < n; i++) h[i] = lo + (int)(urand() * (hi - lo));
+    return h;
+}
+
+/* ---- tensors held by both backends ---- */
+
+enum { K_F32, K_ACT, K_I32 }; /* parameters/statistics, activations, indices */
+
+typedef struct pair {
+    void *c, *g;  /* reference (host memory: the CPU backend's), device */
+    size_t n;     /* elements */
+    int kind;
+} pair;
+
+static size_t dev_bytes(const pair *p) { return p->n * (p->kind == K_ACT ? dt_dtype_size(g_act) : 4); }
+
+/* float -> bf16, round to nearest even (NaN stays NaN) */
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static float from_bf16(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* host floats into the device's layout of p (packed when its activations are bf16) */
+static void dev_upload(const pair *p, const void *host) {
+    if (p->kind != K_ACT || g_act == DT_DTYPE_F32) {
+        DEV(upload, p->g, host, dev_bytes(p));
+        return;
+    }
+    uint16_t *b = malloc(p->n * sizeof *b + 1);
+    CHECK(b);
+    for (size_t i = 0; i < p->n; i++) b[i] = to_bf16(((const float *)host)[i]);
+    DEV(upload, p->g, b, dev_bytes(p));
+    free(b);
+}
+
+static void dev_ok(void) {
+    if (g_dev->ops->check(g_dev->ctx) != DT_OK) {
+        fprintf(stderr, "%s op failed: %s\n", g_dev->ops->name, dt_error_msg());
+        exit(1);
+    }
+}
+
+/* the device copy as floats (or ints) */
+static void *dev_download(const pair *p) {
+    void *raw = malloc(dev_bytes(p) + 1);
+    CHECK(raw);
+    DEV(download, raw, p->g, dev_bytes(p));
+    dev_ok();
+    if (p->kind != K_ACT || g_act == DT_DTYPE_F32) return raw;
+    float *f = malloc(p->n * sizeof(float) + 1);
+    CHECK(f);
+    for (size_t i = 0; i < p->n; i++) f[i] = from_bf16(((const uint16_t *)raw)[i]);
+    free(raw);
+    return f;
+}
+
+static pair pair_new(int kind, const void *host, size_t n) {
+    pair p = {NULL, NULL, n, kind};
+    CHECK(REF(alloc, n * 4, "test", &p.c) == DT_OK);
+    if (DEV(alloc, dev_bytes(&p), "test", &p.g) != DT_OK) {
+        fprintf(stderr, "%s\n", dt_error_msg());
+        exit(1);
+    }
+    if (host) {
+        REF(upload, p.c, host, n * 4);
+        dev_upload(&p, host);
+    }
+    return p;
+}
+static pair pair_rand(int kind, size_t n, float lo, float hi) {
+    float *h = rand_host(n, lo, hi);
+    pair p = pair_new(kind, h, n);
+    free(h);
+    return p;
+}
+/* n multiples of 1/64 in [-1, 1]: exact in bf16, so a sum of a few products of them is exact
+ * in fp32 too */
+static pair pair_grid(int kind, size_t n) {
+    float *h = rand_host(n, -1, 1);
+    for (size_t i = 0; i < n; i++) h[i] = roundf(h[i] * 64) / 64;
+    pair p = pair_new(kind, h, n);
+    free(h);
+    return p;
+}
+static pair pair_ints(const int *h, size_t n) { return pair_new(K_I32, h, n); }
+static void pair_free(pair *p) {
+    REF(free, p->c);
+    DEV(free, p->g);
+}
+/* arguments: a pair as the reference's / the device's activation, float or int buffer */
+#define CA(p) ((dt_act *)(p).c)
+#define GA(p) ((dt_act *)(p).g)
+#define CF(p) ((float *)(p).c)
+#define GF(p) ((float *)(p).g)
+
+/* relative L2 error of the device copy against the reference copy of the first n floats;
+ * prints and counts a failure above tol */
+static double compare(const char *what, const pair *p, size_t n, double tol) {
+    float *g = dev_download(p);
+    const float *c = p->c;
+    double num = 0, den = 0, worst = 0;
+    size_t at = 0;
+    int finite = 1;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)g[i] - (double)c[i];
+        if (!isfinite(g[i])) finite = 0;
+        num += d * d;
+        den += (double)c[i] * c[i];
+        if (fabs(d) > worst) { worst = fabs(d); at = i; }
+    }
+    double rel = sqrt(num) / fmax(sqrt(den), 1e-30);
+    int ok = finite && rel <= tol;
+    printf("  %-44s rel L2 %.3e (tol %.0e)%s", what, rel, tol, ok ? "\n" : "  FAIL");
+    if (!ok) {
+        printf(" worst at %zu: %s %.9g cpu %.9g%s\n", at, g_dev->ops->name, n ? g[at] : 0.0f, n ? c[at] : 0.0f,
+               finite ? "" : " (non-finite values)");
+        g_failures++;
+    }
+    free(g);
+    return rel;
+}
+
+static void compare_ints(const char *what, const pair *p) {
+    int *g = dev_download(p);
+    size_t bad = 0;
+    for (size_t i = 0; i < p->n; i++) bad += g[i] != ((int *)p->c)[i];
+    printf("  %-44s %zu of %zu differ%s\n", what, bad, p->n, bad ? "  FAIL" : "");
+    if (bad) g_failures++;
+    free(g);
+}
+
+/* the device buffer's raw bytes, for a rerun from the same start */
+static void *raw_copy(const pair *p) {
+    void *h = malloc(dev_bytes(p) + 1);
+    CHECK(h);
+    DEV(download, h, p->g, dev_bytes(p));
+    dev_ok();
+    return h;
+}
+static void raw_restore(const pair *p, const void *raw) { DEV(upload, p->g, raw, dev_bytes(p)); }
+
+/* the device buffer's bytes are those of `first`, after running the op again */
+static void check_bitwise_same(const char *what, const void *first, const pair *p) {
+    void *h = raw_copy(p);
+    int same = memcmp(h, first, dev_bytes(p)) == 0;
+    printf("  %-44s %s\n", what, same ? "bit-identical on rerun" : "DIFFERS on rerun  FAIL");
+    if (!same) g_failures++;
+    free(h);
+}
+
+static void count_failure(int ok) {
+    if (!ok) g_failures++;
+}
+
+/* ---- single ops: s[] holds the case's shape, tol its tolerance ---- */
+
+/* s: B T C V */
+static void case_encoder(const int *s, double tol) {
+    const int B = s[0], T = s[1], C = s[2], V = s[3];
+    int *tok = rand_ints((size_t)B * T, 0, V);
+    if (B * T >= 3) tok[0] = tok[1] = tok[2] = V - 1; /* repeated tokens meet in one dwte row */
+    pair t = pair_ints(tok, (size_t)B * T), wte = pair_rand(K_F32, (size_t)V * C, -1, 1);
+    pair wpe = pair_rand(K_F32, (size_t)T * C, -1, 1), out = pair_new(K_ACT, NULL, (size_t)B * T * C);
+    printf("  encoder B %d T %d C %d V %d:\n", B, T, C, V);
+    REF(encoder_fwd, CA(out), t.c, CF(wte), CF(wpe), B, T, C);
+    DEV(encoder_fwd, GA(out), t.g, GF(wte), GF(wpe), B, T, C);
+    compare("encoder_fwd", &out, out.n, tol);
+    pair dout = pair_rand(K_ACT, (size_t)B * T * C, -1, 1);
+    /* wte/wpe now serve as gradients: non-zero, so accumulation is checked */
+    void *wte0 = raw_copy(&wte), *wpe0 = raw_copy(&wpe);
+    REF(encoder_bwd, CF(wte), CF(wpe), CA(dout), t.c, B, T, C);
+    DEV(encoder_bwd, GF(wte), GF(wpe), GA(dout), t.g, B, T, C);
+    compare("encoder_bwd dwte (+=, repeated tokens)", &wte, wte.n, tol);
+    compare("encoder_bwd dwpe (+=)", &wpe, wpe.n, tol);
+    void *first = raw_copy(&wte);
+    raw_restore(&wte, wte0);
+    raw_restore(&wpe, wpe0);
+    DEV(encoder_bwd, GF(wte), GF(wpe), GA(dout), t.g, B, T, C);
+    check_bitwise_same("encoder_bwd dwte", first, &wte);
+    free(first);
+    free(wte0);
+    free(wpe0);
+    free(tok);
+    pair_free(&t); pair_free(&wte); pair_free(&wpe); pair_free(&out); pair_free(&dout);
+}
+
+/* s: N C lo hi (inputs in [lo, hi): lo = 100, hi = 101 gives rows whose mean is 200x their spread) */
+static void case_layernorm(const int *s, double tol) {
+    const int N = s[0], C = s[1];
+    const float lo = (float)s[2], hi = (float)s[3];
+    pair inp = pair_rand(K_ACT, (size_t)N * C, lo, hi), w = pair_rand(K_F32, (size_t)C, 0.5f, 1.5f);
+    pair b = pair_rand(K_F32, (size_t)C, -1, 1), out = pair_new(K_ACT, NULL, (size_t)N * C);
+    pair mean = pair_new(K_F32, NULL, (size_t)N), rstd = pair_new(K_F32, NULL, (size_t)N);
+    printf("  layernorm N %d C %d, inputs in [%g, %g):\n", N, C, lo, hi);
+    REF(layernorm_fwd, CA(out), CF(mean), CF(rstd), CA(inp), CF(w), CF(b), N, C);
+    DEV(layernorm_fwd, GA(out), GF(mean), GF(rstd), GA(inp), GF(w), GF(b), N, C);
+    compare("layernorm_fwd out", &out, out.n, tol);
+    compare("layernorm_fwd mean", &mean, mean.n, tol);
+    compare("layernorm_fwd rstd", &rstd, rstd.n, tol);
+    pair dout = pair_rand(K_ACT, (size_t)N * C, -1, 1), dinp = pair_rand(K_ACT, (size_t)N * C, -1, 1);
+    pair dw = pair_rand(K_F32, (size_t)C, -1, 1), db = pair_rand(K_F32, (size_t)C, -1, 1);
+    void *dw0 = raw_copy(&dw), *db0 = raw_copy(&db), *dinp0 = raw_copy(&dinp);
+    REF(layernorm_bwd, CA(dinp), CF(dw), CF(db), CA(dout), CA(inp), CF(w), CF(mean), CF(rstd), N, C);
+    DEV(layernorm_bwd, GA(dinp), GF(dw), GF(db), GA(dout), GA(inp), GF(w), GF(mean), GF(rstd), N, C);
+    compare("layernorm_bwd dinp (+=)", &dinp, dinp.n, tol);
+    compare("layernorm_bwd dw (+=)", &dw, dw.n, 3 * tol); /* sums over N rows in another order */
+    compare("layernorm_bwd db (+=)", &db, db.n, 3 * tol);
+    void *first = raw_copy(&dw);
+    raw_restore(&dw, dw0);
+    raw_restore(&db, db0);
+    raw_restore(&dinp, dinp0);
+    DEV(layernorm_bwd, GA(dinp), GF(dw), GF(db), GA(dout), GA(inp), GF(w), GF(mean), GF(rstd), N, C);
+    check_bitwise_same("layernorm_bwd dw", first, &dw);
+    free(first); free(dw0); free(db0); free(dinp0);
+    pair_free(&inp); pair_free(&w); pair_free(&b); pair_free(&out); pair_free(&mean); pair_free(&rstd);
+    pair_free(&dout); pair_free(&dinp); pair_free(&dw); pair_free(&db);
+}
+
+/* s: M K N w_trans bias. bias: 0 none, 1 a vector of its own, 2 one float into its buffer
+ * (4-byte aligned, as biases inside the parameter buffer can be); the bias gradient likewise.
+ * Tiny shapes multiply pair_grid values, exact in bf16: over a few terms one bf16 rounding is
+ * not averaged out, and a bias or gradient of similar size could cancel most of the result. */
+static void case_matmul(const int *s, double tol) {
+    const int M = s[0], K = s[1], N = s[2], w_trans = s[3], bias = s[4];
+    char what[96];
+    const int off = bias == 2, tiny = M * K * N < 1000;
+    pair inp = tiny ? pair_grid(K_ACT, (size_t)M * K) : pair_rand(K_ACT, (size_t)M * K, -1, 1);
+    pair w = tiny ? pair_grid(K_F32, (size_t)K * N) : pair_rand(K_F32, (size_t)K * N, -1, 1);
+    pair b = pair_rand(K_F32, (size_t)N + 1, -1, 1), out = pair_new(K_ACT, NULL, (size_t)M * N);
+    REF(matmul_fwd, CA(out), CA(inp), CF(w), bias ? CF(b) + off : NULL, M, K, N, w_trans);
+    DEV(matmul_fwd, GA(out), GA(inp), GF(w), bias ? GF(b) + off : NULL, M, K, N, w_trans);
+    snprintf(what, sizeof what, "matmul_fwd %dx%dx%d w_trans %d%s", M, K, N, w_trans,
+             bias == 2 ? " bias (4-byte aligned)" : bias ? " bias" : "");
+    compare(what, &out, out.n, tol);
+    pair dout = tiny ? pair_grid(K_ACT, (size_t)M * N) : pair_rand(K_ACT, (size_t)M * N, -1, 1);
+    pair dinp = pair_rand(K_ACT, (size_t)M * K, -1, 1), dw = pair_rand(K_F32, (size_t)K * N, -1, 1);
+    pair db = pair_rand(K_F32, (size_t)N + 1, -1, 1);
+    REF(matmul_bwd, CA(dinp), CF(dw), bias ? CF(db) + off : NULL, CA(dout), CA(inp), CF(w), M, K, N, w_trans);
+    DEV(matmul_bwd, GA(dinp), GF(dw), bias ? GF(db) + off : NULL, GA(dout), GA(inp), GF(w), M, K, N, w_trans);
+    snprintf(what, sizeof what, "matmul_bwd dinp %dx%dx%d w_trans %d", M, K, N, w_trans);
+    compare(what, &dinp, dinp.n, tol);
+    snprintf(what, sizeof what, "matmul_bwd dw (+=) %dx%dx%d w_trans %d", M, K, N, w_trans);
+    compare(what, &dw, dw.n, tol);
+    if (bias) {
+        snprintf(what, sizeof what, "matmul_bwd dbias (+=) %dx%d", M, N);
+        compare(what, &db, db.n, 3e-5); /* a column sum, not a product: fp32 at any precision */
+    }
+    /* what ops.h lets a caller skip: dinp (the first layer's input), dw (frozen weights); the
+     * paths do not depend on the size, so not for the largest shape */
+    if ((size_t)M * K * N < ((size_t)1 << 24)) {
+        REF(matmul_bwd, NULL, CF(dw), NULL, CA(dout), CA(inp), CF(w), M, K, N, w_trans);
+        DEV(matmul_bwd, NULL, GF(dw), NULL, GA(dout), GA(inp), GF(w), M, K, N, w_trans);
+        REF(matmul_bwd, CA(dinp), NULL, NULL, CA(dout), CA(inp), CF(w), M, K, N, w_trans);
+        DEV(matmul_bwd, GA(dinp), NULL, NULL, GA(dout), GA(inp), GF(w), M, K, N, w_trans);
+        snprintf(what, sizeof what, "matmul_bwd dw (+=), dinp NULL %dx%dx%d", M, K, N);
+        compare(what, &dw, dw.n, tol);
+        snprintf(what, sizeof what, "matmul_bwd dinp, dw NULL %dx%dx%d", M, K, N);
+        compare(what, &dinp, dinp.n, tol);
+    }
+    pair_free(&inp); pair_free(&w); pair_free(&b); pair_free(&out);
+    pair_free(&dout); pair_free(&dinp); pair_free(&dw); pair_free(&db);
+}
+
+/* s: B T C NH */
+static void case_attention(const int *s, double tol) {
+    const int B = s[0], T = s[1], C = s[2], NH = s[3];
+    const size_t BT = (size_t)B * T, P = (size_t)B * NH * T * T;
+    pair qkv = pair_rand(K_ACT, BT * 3 * C, -1, 1), out = pair_new(K_ACT, NULL, BT * C), att = pair_new(K_ACT, NULL, P);
+    printf("  attention B %d T %d C %d NH %d:\n", B, T, C, NH);
+    REF(attention_fwd, CA(out), CA(att), CA(qkv), B, T, C, NH);
+    DEV(attention_fwd, GA(out), GA(att), GA(qkv), B, T, C, NH);
+    compare("attention_fwd out", &out, out.n, tol);
+    compare("attention_fwd probabilities (0 above diag)", &att, att.n, tol);
+    /* the future really is masked: exact zeros above the diagonal */
+    float *a = dev_download(&att);
+    size_t nonzero = 0;
+    for (size_t bh = 0; bh < (size_t)B * NH; bh++)
+        for (int t = 0; t < T; t++)
+            for (int u = t + 1; u < T; u++) nonzero += a[(bh * T + t) * T + u] != 0.0f;
+    printf("  %-44s %zu non-zero%s\n", "attention_fwd causal mask", nonzero, nonzero ? "  FAIL" : "");
+    count_failure(nonzero == 0);
+    free(a);
+    pair dout = pair_rand(K_ACT, BT * C, -1, 1), dqkv = pair_new(K_ACT, NULL, BT * 3 * C), datt = pair_new(K_ACT, NULL, P);
+    REF(attention_bwd, CA(dqkv), CA(datt), CA(dout), CA(qkv), CA(att), B, T, C, NH);
+    DEV(attention_bwd, GA(dqkv), GA(datt), GA(dout), GA(qkv), GA(att), B, T, C, NH);
+    compare("attention_bwd dqkv", &dqkv, dqkv.n, tol * 2);
+    pair_free(&qkv); pair_free(&out); pair_free(&att); pair_free(&dout); pair_free(&dqkv); pair_free(&datt);
+}
+
+/* s: n */
+static void case_gelu(const int *s, double tol) {
+    const size_t n = (size_t)s[0];
+    pair x = pair_rand(K_ACT, n, -4, 4), y = pair_rand(K_ACT, n, -1, 1), out = pair_new(K_ACT, NULL, n);
+    printf("  gelu n %zu:\n", n);
+    REF(gelu_fwd, CA(out), CA(x), n);
+    DEV(gelu_fwd, GA(out), GA(x), n);
+    compare("gelu_fwd", &out, n, tol);
+    REF(gelu_bwd, CA(out), CA(x), CA(y), n);
+    DEV(gelu_bwd, GA(out), GA(x), GA(y), n);
+    compare("gelu_bwd", &out, n, tol);
+    pair_free(&x); pair_free(&y); pair_free(&out);
+}
+
+/* s: n */
+static void case_add(const int *s, double tol) {
+    const size_t n = (size_t)s[0];
+    pair x = pair_rand(K_ACT, n, -4, 4), y = pair_rand(K_ACT, n, -1, 1), out = pair_new(K_ACT, NULL, n);
+    printf("  add n %zu:\n", n);
+    REF(add, CA(out), CA(x), CA(y), n);
+    DEV(add, GA(out), GA(x), GA(y), n);
+    compare("add", &out, n, tol);
+    REF(add, CA(x), CA(x), CA(y), n); /* out aliasing a */
+    DEV(add, GA(x), GA(x), GA(y), n);
+    compare("add in place", &x, n, tol);
+    pair_free(&x); pair_free(&y); pair_free(&out);
+}
+
+/* s: n; tol for scale, sumsq to 1e-9 relative and bit-identical on rerun */
+static void case_scale_sumsq(const int *s, double tol) {
+    const size_t n = (size_t)s[0];
+    pair x = pair_rand(K_F32, n, -4, 4);
+    printf("  scale, sumsq n %zu:\n", n);
+    REF(scale, CF(x), n, -0.37f);
+    DEV(scale, GF(x), n, -0.37f);
+    compare("scale", &x, n, tol);
+    double sc = REF(sumsq, CF(x), n), sg = DEV(sumsq, GF(x), n), sg2 = DEV(sumsq, GF(x), n);
+    dev_ok();
+    int ok = fabs(sc - sg) <= 1e-9 * fabs(sc) && sg == sg2;
+    printf("  %-44s cpu %.15g %s %.15g%s\n", "sumsq (double, deterministic)", sc, g_dev->ops->name, sg, ok ? "" : "  FAIL");
+    count_failure(ok);
+    pair_free(&x);
+}
+
+/* s: N V (softmax cross-entropy, probabilities in place as the model does, and argmax) */
+static void case_xent(const int *s, double tol) {
+    const int N = s[0], V = s[1];
+    char what[80];
+    int *tg = rand_ints((size_t)N, 0, V);
+    tg[1 % N] = -1; /* an ignored row */
+    pair t = pair_ints(tg, (size_t)N), logits = pair_rand(K_ACT, (size_t)N * V, -6, 6);
+    pair losses = pair_new(K_F32, NULL, (size_t)N);
+    REF(xent_fwd, CF(losses), CA(logits), CA(logits), t.c, N, V);
+    DEV(xent_fwd, GF(losses), GA(logits), GA(logits), t.g, N, V);
+    snprintf(what, sizeof what, "xent_fwd losses %dx%d", N, V);
+    compare(what, &losses, losses.n, tol);
+    snprintf(what, sizeof what, "xent_fwd probs (in place) %dx%d", N, V);
+    compare(what, &logits, logits.n, tol);
+    pair idx = pair_new(K_I32, NULL, (size_t)N);
+    REF(argmax, idx.c, CA(logits), N, V);
+    DEV(argmax, idx.g, GA(logits), N, V);
+    snprintf(what, sizeof what, "argmax %dx%d", N, V);
+    compare_ints(what, &idx);
+    REF(xent_bwd, CA(logits), CA(logits), t.c, 0.25f, N, V);
+    DEV(xent_bwd, GA(logits), GA(logits), t.g, 0.25f, N, V);
+    snprintf(what, sizeof what, "xent_bwd (in place, ignored row) %dx%d", N, V);
+    compare(what, &logits, logits.n, tol);
+    free(tg);
+    pair_free(&t); pair_free(&logits); pair_free(&losses); pair_free(&idx);
+}
+
+/* argmax on rows the softmax never produces: ties, -inf, NaN; the CPU's answer is the
+ * reference (the first maximum; NaNs never compare greater, so a NaN in column 0 wins) */
+static void case_argmax_special(const int *s, double tol) {
+    (void)s;
+    (void)tol;
+    enum { N = 6, V = 300 };
+    static const char *rows[N] = {"all tied", "all -inf", "a tie across threads", "NaN at column 0", "NaN elsewhere",
+                                  "all NaN"};
+    float *h = rand_host((size_t)N * V, 0, 1);
+    for (int k = 0; k < V; k++) {
+        h[0 * V + k] = 0.5f;
+        h[1 * V + k] = -INFINITY;
+        h[5 * V + k] = NAN;
+    }
+    h[2 * V + 7] = h[2 * V + 263] = 2.0f;
+    h[3 * V + 0] = NAN;
+    h[4 * V + 5] = NAN;
+    h[4 * V + 100] = 9.0f;
+    pair x = pair_new(K_ACT, h, (size_t)N * V), idx = pair_new(K_I32, NULL, N);
+    REF(argmax, idx.c, CA(x), N, V);
+    DEV(argmax, idx.g, GA(x), N, V);
+    int *g = dev_download(&idx);
+    for (int i = 0; i < N; i++) {
+        const int c = ((const int *)idx.c)[i];
+        printf("  argmax, %-37s cpu %d %s %d%s\n", rows[i], c, g_dev->ops->name, g[i], g[i] == c ? "" : "  FAIL");
+        count_failure(g[i] == c);
+    }
+    free(g);
+    free(h);
+    pair_free(&x); pair_free(&idx);
+}
+
+/* s: n C R: out(n, C) = x(R, C)[rows] and back; rows repeat (they accumulate in order) */
+static void case_rows(const int *s, double tol) {
+    static const int rows6[] = {3, 0, 8, 3, 5, 3};
+    const int n = s[0], C = s[1], R = s[2];
+    int *rows = rand_ints((size_t)n, 0, R);
+    if (n == 6 && R > 8) memcpy(rows, rows6, sizeof rows6);
+    pair r = pair_ints(rows, (size_t)n), x = pair_rand(K_ACT, (size_t)R * C, -1, 1);
+    pair out = pair_new(K_ACT, NULL, (size_t)n * C);
+    printf("  rows n %d C %d of %d:\n", n, C, R);
+    REF(gather_rows, CA(out), CA(x), r.c, n, C);
+    DEV(gather_rows, GA(out), GA(x), r.g, n, C);
+    compare("gather_rows", &out, out.n, 0);
+    REF(scatter_add_rows, CA(x), CA(out), r.c, n, C);
+    DEV(scatter_add_rows, GA(x), GA(out), r.g, n, C);
+    compare("scatter_add_rows (+=)", &x, x.n, tol);
+    free(rows);
+    pair_free(&r); pair_free(&x); pair_free(&out);
+}
+
+/* s: n */
+static void case_adamw(const int *s, double tol) {
+    const size_t n = (size_t)s[0];
+    pair p = pair_rand(K_F32, n, -1, 1), g = pair_rand(K_F32, n, -1, 1), m = pair_rand(K_F32, n, -0.1f, 0.1f);
+    pair v = pair_rand(K_F32, n, 0, 0.01f);
+    printf("  adamw n %zu:\n", n);
+    for (int t = 1; t <= 3; t++) {
+        REF(adamw, CF(p), CF(g), CF(m), CF(v), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        DEV(adamw, GF(p), GF(g), GF(m), GF(v), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    }
+    compare("adamw params (3 steps)", &p, n, tol);
+    compare("adamw first moment", &m, n, tol);
+    compare("adamw second moment", &v, n, tol);
+    pair_free(&p); pair_free(&g); pair_free(&m); pair_free(&v);
+}
+
+/* ---- the whole model ---- */
+
+static dt_model *model_on(dt_backend *be, const dt_model_cfg *mc) {
+    dt_model *m = NULL;
+    if (dt_model_init(&m, mc, be) != DT_OK) {
+        fprintf(stderr, "%s\n", dt_error_msg());
+        exit(1);
+    }
+    return m;
+}
+
+/* s: V L NH C T B num_labels: a classifier of num_labels classes, or a language model (0), of
+ * V tokens, L layers, NH heads, width C on B sequences of T tokens. An odd C puts most biases
+ * of the parameter buffer at 4-byte alignment. Loss and every tensor's gradient. */
+static void case_model(const int *s, double tol) {
+    const int V = s[0], L = s[1], NH = s[2], C = s[3], T = s[4], B = s[5], num_labels = s[6];
+    dt_model_cfg mc = {.vocab_size = V, .n_positions = T + 8, .n_layer = L, .n_head = NH, .n_embd = C,
+                       .num_labels = num_labels, .seq_len = T, .max_batch = B, .seed = 1234};
+    dt_model *mcpu = model_on(g_ref, &mc), *mdev = model_on(g_dev, &mc);
+    int *tok = rand_ints((size_t)B * T, 1, V);
+    int *tg = num_labels ? rand_ints((size_t)B, 0, num_labels) : rand_ints((size_t)B * T, 0, V);
+    if (!num_labels && B * T > 1) tg[B * T / 2] = -1; /* an ignored position */
+    printf("  model V %d L %d NH %d C %d T %d B %d (%s):\n", V, L, NH, C, T, B, num_labels ? "classification" : "LM");
+    dt_fwd_result rc, rg;
+    CHECK_OK(dt_model_forward(mcpu, tok, tg, B, &rc));
+    CHECK_OK(dt_model_forward(mdev, tok, tg, B, &rg));
+    double lc = rc.loss_sum / (double)rc.rows, lg = rg.loss_sum / (double)rg.rows;
+    int ok = fabs(lc - lg) <= tol * fabs(lc) && rc.rows == rg.rows;
+    printf("  loss: cpu %.7f %s %.7f%s\n", lc, g_dev->ops->name, lg, ok ? "" : "  FAIL");
+    count_failure(ok);
+    CHECK_OK(dt_model_backward(mcpu, 1.0f / (float)rc.rows, NULL, NULL));
+    CHECK_OK(dt_model_backward(mdev, 1.0f / (float)rg.rows, NULL, NULL));
+    dev_ok();
+    size_t n = dt_model_num_params(mcpu);
+    const float *c = dt_model_grads(mcpu);
+    float *g = malloc(n * sizeof(float));
+    CHECK(g);
+    DEV(download, g, dt_model_grads(mdev), n * sizeof(float));
+    dev_ok();
+    /* per tensor: one that is wrong cannot hide in the total. A tensor's error relative to its
+     * own norm, floored at a tenth of the largest tensor's: rounding errors scale with the
+     * magnitudes that enter a sum, so a small gradient that is the cancellation of large terms
+     * (ln_f.bias of a tiny classifier in bf16) carries the error of those terms; a wrong index
+     * is an O(1) error either way */
+    double largest = 0, worst = 0;
+    const char *worst_name = "";
+    for (int i = 0; i < dt_model_num_tensors(mcpu); i++) {
+        const dt_tensor_info *t = dt_model_tensor(mcpu, i);
+        double den = 0;
+        for (size_t k = 0; k < t->numel; k++) den += (double)c[t->offset + k] * c[t->offset + k];
+        largest = fmax(largest, sqrt(den));
+    }
+    for (int i = 0; i < dt_model_num_tensors(mcpu); i++) {
+        const dt_tensor_info *t = dt_model_tensor(mcpu, i);
+        double num = 0, den = 0;
+        for (size_t k = 0; k < t->numel; k++) {
+            double d = (double)g[t->offset + k] - c[t->offset + k];
+            num += d * d;
+            den += (double)c[t->offset + k] * c[t->offset + k];
+        }
+        if (den == 0 && num == 0) continue; /* e.g. wte rows of tokens never seen */
+        double rel = sqrt(num) / fmax(fmax(sqrt(den), 0.1 * largest), 1e-30);
+        if (rel > worst) { worst = rel; worst_name = t->name; }
+    }
+    ok = worst <= tol;
+    printf("  gradients: worst tensor %s rel L2 %.3e (tol %.0e)%s\n", worst_name, worst, tol, ok ? "" : "  FAIL");
+    count_failure(ok);
+    free(g);
+    free(tok);
+    free(tg);
+    dt_model_free(mcpu);
+    dt_model_free(mdev);
+}
+
+/* A few optimizer steps on both backends: after each AdamW update the next forward reads the
+ * weights again (with bf16 products: the working copy the AdamW kernel rewrote in the same
+ * pass), so a stale or misplaced copy shows up as a different loss. s: steps */
+static void case_training(const int *s, double tol) {
+    dt_model_cfg mc = {.vocab_size = 67, .n_positions = 24, .n_layer = 2, .n_head = 4, .n_embd = 32,
+                       .num_labels = 0, .seq_len = 16, .max_batch = 3, .seed = 99};
+    dt_backend *bes[2] = {g_ref, g_dev};
+    dt_model *mod[2];
+    dt_optim *opt[2];
+    dt_optim_cfg oc = {.lr = 1e-2, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .grad_clip = 1.0,
+                       .schedule = DT_SCHED_CONSTANT, .warmup_steps = 0, .total_steps = 10, .min_lr_ratio = 0.1};
+    for (int k = 0; k < 2; k++) {
+        mod[k] = model_on(bes[k], &mc);
+        int nt = dt_model_num_tensors(mod[k]);
+        dt_param_seg *segs = calloc((size_t)nt, sizeof *segs);
+        CHECK(segs);
+        for (int i = 0; i < nt; i++) {
+            const dt_tensor_info *t = dt_model_tensor(mod[k], i);
+            segs[i] = (dt_param_seg){t->offset, t->numel, t->ndim >= 2};
+        }
+        CHECK_OK(dt_optim_init(&opt[k], &oc, bes[k], dt_model_num_params(mod[k]), segs, nt));
+        free(segs);
+    }
+    const int B = 3, T = mc.seq_len;
+    int *tok = rand_ints((size_t)B * T, 0, mc.vocab_size), *tg = rand_ints((size_t)B * T, 0, mc.vocab_size);
+    double worst = 0;
+    for (int step = 0; step < s[0]; step++) {
+        double loss[2];
+        for (int k = 0; k < 2; k++) {
+            dt_fwd_result r;
+            double gn, lr;
+            dt_model_zero_grad(mod[k]);
+            CHECK_OK(dt_model_forward(mod[k], tok, tg, B, &r));
+            CHECK_OK(dt_model_backward(mod[k], 1.0f / (float)r.rows, NULL, NULL));
+            CHECK_OK(dt_optim_step(opt[k], dt_model_params(mod[k]), dt_model_grads(mod[k]), step, &gn, &lr));
+            loss[k] = r.loss_sum / (double)r.rows;
+        }
+        worst = fmax(worst, fabs(loss[1] - loss[0]) / fabs(loss[0]));
+        printf("  training step %d: loss cpu %.7f %s %.7f\n", step + 1, loss[0], g_dev->ops->name, loss[1]);
+    }
+    int ok = worst <= tol;
+    printf("  %-44s worst rel %.3e (tol %.0e)%s\n", "losses over AdamW steps", worst, tol, ok ? "" : "  FAIL");
+    count_failure(ok);
+    free(tok);
+    free(tg);
+    for (int k = 0; k < 2; k++) {
+        dt_optim_free(opt[k]);
+        dt_model_free(mod[k]);
+    }
+}
+
+/* ---- the table ---- */
+
+#define NO_BF16 (-1.0) /* the op has no bf16 path: run at fp32 only */
+
+typedef struct op_case {
+    const char *op;                  /* what --op selects */
+    void (*run)(const int *s, double tol);
+    int full[8], quick[8];           /* shapes; quick all 0: the full shape */
+    double tol32, tol16;             /* tolerances at fp32 and with bf16 products */
+} op_case;
+
+static const op_case cases[] = {
+    {"encoder", case_encoder, {3, 64, 96, 50}, {3, 17, 24, 50}, 1e-6, NO_BF16},
+    {"encoder", case_encoder, {1, 1, 1, 2}, {0}, 1e-6, NO_BF16},
+    {"encoder", case_encoder, {2, 5, 257, 3}, {0}, 1e-6, NO_BF16}, /* C over one block of threads, long runs */
+    {"layernorm", case_layernorm, {300, 768, -2, 3}, {19, 40, -2, 3}, 1e-5, NO_BF16},
+    {"layernorm", case_layernorm, {1, 1, -1, 1}, {0}, 1e-5, NO_BF16},
+    {"layernorm", case_layernorm, {3, 31, 100, 101}, {0}, 1e-5, NO_BF16},
+    {"layernorm", case_layernorm, {33000, 3, -1, 1}, {1000, 3, -1, 1}, 1e-5, NO_BF16}, /* over 1024 groups of 32 rows */
+    {"layernorm", case_layernorm, {5, 2000, -1, 1}, {0}, 1e-5, NO_BF16},
+    {"gelu", case_gelu, {1000003}, {1001}, 1e-5, NO_BF16},
+    {"gelu", case_gelu, {1}, {0}, 1e-5, NO_BF16},
+    {"add", case_add, {1000003}, {1001}, 1e-7, NO_BF16},
+    {"add", case_add, {1}, {0}, 1e-7, NO_BF16},
+    {"sumsq", case_scale_sumsq, {1000003}, {1001}, 1e-7, NO_BF16},
+    {"sumsq", case_scale_sumsq, {1}, {0}, 1e-7, NO_BF16},
+    {"xent", case_xent, {7, 11}, {0}, 1e-5, NO_BF16},
+    {"xent", case_xent, {64, 50257}, {5, 300}, 1e-5, NO_BF16},
+    {"xent", case_xent, {1, 1}, {0}, 1e-5, NO_BF16},
+    {"xent", case_xent, {3, 2}, {0}, 1e-5, NO_BF16},
+    {"xent", case_xent, {4, 513}, {0}, 1e-5, NO_BF16},
+    {"argmax", case_argmax_special, {0}, {0}, 0, NO_BF16},
+    {"rows", case_rows, {6, 40, 9}, {0}, 1e-7, NO_BF16},
+    {"rows", case_rows, {1, 1, 1}, {0}, 1e-7, NO_BF16},
+    {"rows", case_rows, {0, 5, 3}, {0}, 1e-7, NO_BF16},
+    {"adamw", case_adamw, {300007}, {999}, 1e-6, NO_BF16},
+    {"adamw", case_adamw, {1}, {0}, 1e-6, NO_BF16},
+#define MATMUL(wt)                                                                                                   \
+    {"matmul", case_matmul, {37, 29, 53, wt, 1}, {0}, 1e-5, 1e-2}, /* odd sizes: unaligned rows */                     \
+    {"matmul", case_matmul, {64, 48, 144, wt, 0}, {0}, 1e-5, 1e-2},                                                   \
+    {"matmul", case_matmul, {130, 70, 6, wt, 2}, {0}, 1e-5, 1e-2},                                                    \
+    {"matmul", case_matmul, {1, 1, 1, wt, 1}, {0}, 1e-5, 1e-2},                                                       \
+    {"matmul", case_matmul, {1, 7, 3, wt, 2}, {0}, 1e-5, 1e-2},                                                       \
+    {"matmul", case_matmul, {5, 1, 9, wt, 1}, {0}, 1e-5, 1e-2},                                                       \
+    {"matmul", case_matmul, {3, 9, 1, wt, 2}, {0}, 1e-5, 1e-2},                                                       \
+    {"matmul", case_matmul, {1024, 768, 2304, wt, !(wt)}, {-1}, 1e-5, 1e-2}
+    MATMUL(0),
+    MATMUL(1),
+#undef MATMUL
+    {"attention", case_attention, {2, 80, 128, 4}, {2, 13, 32, 4}, 1e-5, 1e-2},
+    {"attention", case_attention, {1, 1, 4, 2}, {0}, 1e-5, 1e-2},
+    {"attention", case_attention, {2, 33, 6, 3}, {0}, 1e-5, 1e-2},
+    {"attention", case_attention, {1, 40, 5, 5}, {0}, 1e-5, 1e-2}, /* head size 1 */
+    {"attention", case_attention, {3, 70, 12, 1}, {0}, 1e-5, 1e-2},
+    {"model", case_model, {67, 2, 4, 32, 16, 3, 0}, {0}, 1e-4, 5e-2},
+    {"model", case_model, {260, 2, 4, 32, 16, 3, 2}, {0}, 1e-4, 5e-2},
+    {"model", case_model, {7, 1, 2, 6, 5, 2, 0}, {0}, 1e-4, 5e-2},
+    {"model", case_model, {11, 1, 3, 12, 9, 3, 3}, {0}, 1e-4, 5e-2},
+    {"model", case_model, {50, 2, 4, 36, 33, 2, 0}, {0}, 1e-4, 5e-2},
+    {"model", case_model, {30, 1, 1, 8, 1, 1, 0}, {0}, 1e-4, 5e-2}, /* one token */
+    {"training", case_training, {4}, {0}, 1e-5, 5e-3},
+};
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
+
+/* --op NAME[,NAME...]: is `op` selected (NULL: all)? */
+static int selected(const char *filter, const char *op) {
+    if (!filter) return 1;
+    size_t n = strlen(op);
+    for (const char *p = filter; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, op, n) == 0) return 1;
+        p += len + (e != NULL);
+    }
+    return 0;
+}
+
+/* every name in the filter names an op of the table */
+static int filter_ok(const char *filter) {
+    for (const char *p = filter; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        int known = 0;
+        for (int i = 0; i < N_CASES && !known; i++) known = strlen(cases[i].op) == len && !strncmp(p, cases[i].op, len);
+        if (!known) {
+            fprintf(stderr, "test_ops_backends: --op: no op \"%.*s\" (--list names them)\n", (int)len, p);
+            return 0;
+        }
+        p += len + (e != NULL);
+    }
+    return 1;
+}
+
+/* The selected cases on the open device backend, at its precision; returns how many ran. */
+static int run_cases(const char *filter, int bf16) {
+    int ran = 0;
+    for (int i = 0; i < N_CASES; i++) {
+        const op_case *k = &cases[i];
+        if (!selected(filter, k->op) || (bf16 && k->tol16 == NO_BF16)) continue;
+        const int *shape = g_quick && k->quick[0] ? k->quick : k->full;
+        if (shape[0] < 0) continue; /* full runs only */
+        k->run(shape, bf16 ? k->tol16 : k->tol32);
+        ran++;
+    }
+    return ran;
+}
+
+int main(int argc, char **argv) {
+    const char *filter = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) g_quick = 1;
+        else if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) filter = argv[++i];
+        else if (strcmp(argv[i], "--list") == 0) {
+            for (int k = 0; k < N_CASES; k++)
+                if (k == 0 || strcmp(cases[k].op, cases[k - 1].op) != 0) printf("%s\n", cases[k].op);
+            return 0;
+        } else {
+            fprintf(stderr, "usage: test_ops_backends [--quick] [--op NAME[,NAME...]] [--list]\n");
+            return 2;
+        }
+    }
+    if (filter && !filter_ok(filter)) return 2;
+    dt_backend_cfg ref_cfg = {.threads = 0};
+    CHECK_OK(dt_backend_open(DT_DEVICE_CPU, &ref_cfg, &g_ref));
+    int tested = 0;
+    for (int kind = DT_DEVICE_CPU + 1; kind <= DT_DEVICE_CUDA; kind++) {
+        const dt_ops *ops = dt_backend_ops((dt_device_kind)kind);
+        if (!ops || dt_backend_count((dt_device_kind)kind) == 0) {
+            printf("%s: %s: skipped\n", dt_device_name((dt_device_kind)kind), ops ? "no device visible" : "not built");
+            continue;
+        }
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            dt_backend_cfg cfg = {.device = 0, .precision = bf16, .rank = 0};
+            dt_status st = dt_backend_open((dt_device_kind)kind, &cfg, &g_dev);
+            if (st == DT_ERR_CONFIG && bf16) { /* a device without bf16 products */
+                printf("%s, bf16 products: skipped: %s\n", ops->name, dt_error_msg());
+                continue;
+            }
+            if (st != DT_OK) {
+                fprintf(stderr, "%s\n", dt_error_msg());
+                return 1;
+            }
+            g_act = ops->act_dtype(ops->bf16(g_dev->ctx));
+            printf("%s, %s%s:\n", ops->name, bf16 ? "bf16 products" : "fp32", g_quick ? " (quick)" : "");
+            tested += run_cases(filter, bf16);
+            dt_backend_close(g_dev);
+            g_dev = NULL;
+        }
+    }
+    dt_backend_close(g_ref);
+    if (!tested) {
+        printf("test_ops_backends: no case ran on a non-CPU backend: skipped\n");
+        return 77;
+    }
+    if (g_failures) {
+        fprintf(stderr, "test_ops_backends: %d comparison(s) failed\n", g_failures);
+        return 1;
+    }
+    printf("test_ops_backends: %d cases, all ops match the CPU backend\n", tested);
+    return 0;
+}
