@@ -193,7 +193,6 @@ dt_status dt_bench_run(const dt_config *cfg, const int *workers_in, int n, long 
          * logs or event files to pile up or mix in) */
         if ((st = remove_tree(c->run.dir)) != DT_OK) break;
         dt_worker_opts opts = {.quiet = 1, .progress = 0};
-        if ((st = dt_worker_prepare_run_dir(c)) != DT_OK) break;
         dt_launch_result res;
         if ((st = dt_worker_launch(c, &opts, &res)) != DT_OK) {
             dt_error_prefix("bench with %d workers", workers[i]);

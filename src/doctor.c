@@ -103,7 +103,6 @@ typedef struct doctor_arg {
  * own (bootstrapped over the host collective; host buffers staged), the table on its memory. */
 static dt_status doctor_worker(void *arg, dt_comm *c, const dt_launch_ctx *ctx) {
     const doctor_arg *a = arg;
-    (void)ctx;
     const int rank = dt_comm_rank(c);
     dt_backend *be = NULL;
     dt_comm *dev = NULL;
@@ -116,7 +115,7 @@ static dt_status doctor_worker(void *arg, dt_comm *c, const dt_launch_ctx *ctx) 
         printf("  rank %d: %s: a kernel ran\n", rank, d.device);
         fflush(stdout);
     }
-    if (st == DT_OK && be->ops->device_comm) st = be->ops->device_comm(be->ctx, c, a->timeout_s, &dev);
+    if (st == DT_OK && ctx->plan->device_comm) st = be->ops->device_comm(be->ctx, c, a->timeout_s, &dev);
     if (st == DT_OK) st = be->ops->alloc(be->ctx, (size_t)a->max_bytes, "the bandwidth buffer", &buf);
     if (st == DT_OK) st = be->ops->check(be->ctx);
     if (st == DT_OK) st = self_test(dev ? dev : c, buf, a->max_bytes);
@@ -167,11 +166,16 @@ dt_status dt_doctor_run(const dt_doctor_opts *o) {
         if (workers <= 0) workers = 2;
         printf("  memcpy bandwidth (one core, 64 MiB): %.2f GB/s\n", memcpy_bandwidth());
     }
+    const dt_ops *ops = dt_backend_ops(kind);
+    dt_comm_plan_in in;
+    dt_comm_plan plan;
+    dt_launch_plan_in(DT_COMM_AUTO, NULL, NULL, workers, ops->name, ops->collective, &in);
+    DT_TRY(dt_comm_plan_decide(&in, &plan));
     printf("collective self-test with %d worker process(es), backend %s\n", workers,
-           dt_backend_ops(kind)->device_comm ? "nccl" : "shm");
+           plan.device_comm ? plan.device_comm : dt_hostcomm_name(plan.host));
     fflush(stdout);
     doctor_arg arg = {.max_bytes = o->max_bytes, .timeout_s = o->timeout_s, .kind = kind};
-    dt_launch_cfg lc = {.world = workers, .timeout_s = o->timeout_s, .log_dir = NULL, .what = "doctor"};
+    dt_launch_cfg lc = {.world = workers, .plan = &plan, .timeout_s = o->timeout_s, .log_dir = NULL, .what = "doctor"};
     dt_status st = dt_launch_run(&lc, doctor_worker, &arg, NULL);
     if (st == DT_OK) printf("doctor: all checks passed\n");
     return st;

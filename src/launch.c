@@ -11,6 +11,9 @@
 #include "dtrain/launch.h"
 
 #include "dtrain/clock.h"
+#ifdef DTRAIN_HAVE_MPI
+#include "dtrain/comm_mpi.h"
+#endif
 #include "dtrain/monitor.h"
 
 #include <errno.h>
@@ -120,7 +123,7 @@ static void child_main(const dt_launch_cfg *cfg, int rank, int attempt, pid_t pa
 
     dt_launch_ctx ctx = {.attempt = attempt, .stop = &shared->stop, .note = shared->note,
                          .note_size = sizeof shared->note, .stats = shared->stats,
-                         .waiting = &shared->waiting[rank]};
+                         .waiting = &shared->waiting[rank], .local_rank = rank, .plan = cfg->plan};
     dt_comm *comm = NULL;
     dt_status st = dt_comm_init_shm(&comm, world, rank, cfg->timeout_s);
     if (st == DT_OK) st = fn(arg, comm, &ctx);
@@ -367,6 +370,9 @@ dt_status dt_launch_run(const dt_launch_cfg *cfg, dt_launch_fn fn, void *arg, dt
     if (cfg->world < 1 || cfg->world > DT_MAX_WORLD)
         return dt_error_set(DT_ERR_CONFIG, "training.num_workers: expected 1..%d on one machine, got %d", DT_MAX_WORLD,
                             cfg->world);
+    if (!cfg->plan || cfg->plan->host != DT_HOSTCOMM_SHM)
+        return dt_error_set(DT_ERR_INTERNAL, "launch: forked workers meet over shared memory, the plan says %s",
+                            cfg->plan ? dt_hostcomm_name(cfg->plan->host) : "nothing");
     dt_launch_result local;
     if (!res) res = &local;
     memset(res, 0, sizeof *res);
@@ -443,4 +449,150 @@ dt_status dt_launch_run(const dt_launch_cfg *cfg, dt_launch_fn fn, void *arg, dt
     munmap(shared, shared_bytes);
     if (st != DT_OK && out.msg[0]) dt_error_set(st, "%s", out.msg);
     return st;
+}
+
+/* ---- workers started by someone else (torchrun, mpirun, srun, a Kubernetes Indexed Job) ---- */
+
+static volatile sig_atomic_t g_ext_stop; /* the signal that asked this worker to stop */
+
+/* SA_RESETHAND: the first SIGINT/SIGTERM stops cleanly after the step, a second one kills */
+static void on_ext_signal(int sig) { g_ext_stop = sig; }
+
+#ifdef DTRAIN_HAVE_MPI
+static const int have_mpi = 1;
+#else
+static const int have_mpi = 0;
+#endif
+
+void dt_launch_plan_in(dt_comm_kind requested, const char *source, const dt_ext_env *env, int world,
+                       const char *device, const char *device_comm, dt_comm_plan_in *out) {
+    *out = (dt_comm_plan_in){.requested = requested, .source = source, .world = env ? env->world : world,
+                             .local_world = env ? env->local_world : world, .hosts = env ? 0 : 1,
+                             .launcher = env ? env->launcher : DT_LAUNCHER_FORK, .device = device,
+                             .device_comm = device_comm, .have_mpi = have_mpi};
+}
+
+/* How often the outer launcher has restarted this job (torchrun, Slurm requeue): after a
+ * restart, resume from this run's own checkpoints first, as after our own restarts. */
+static int launcher_restart_count(void) {
+    const char *names[] = {"TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"};
+    for (int i = 0; i < 2; i++) {
+        const char *v = getenv(names[i]);
+        if (v && atoi(v) > 0) return atoi(v);
+    }
+    return 0;
+}
+
+/* The mpi collective: MPI_Init, the same checks as the TCP rendezvous (who is who, one
+ * config), then rank 0's before_ok; *comm is ready. res->mpi_agreed = 1 when every rank saw
+ * the failure (then MPI can be finalised cleanly instead of aborting the job). */
+static dt_status join_mpi(const dt_launch_ext_cfg *cfg, dt_comm **comm, dt_launch_result *res) {
+#ifdef DTRAIN_HAVE_MPI
+    const dt_ext_env *e = cfg->env;
+    int rank, world;
+    res->mpi = 1;
+    DT_TRY(dt_mpi_init(&rank, &world));
+    if (rank != e->rank || world != e->world)
+        return dt_error_set(DT_ERR_USAGE, "mpi: MPI says rank %d of %d, but %s says rank %d of %d", rank, world, e->source,
+                            e->rank, e->world);
+    DT_TRY(dt_comm_init_mpi(comm, cfg->timeout_s));
+    uint32_t all[DT_MAX_WORLD];
+    DT_TRY(dt_comm_allgather(*comm, &cfg->digest, sizeof cfg->digest, all));
+    for (int i = 1; i < world; i++)
+        if (all[i] != all[0])
+            return res->mpi_agreed = 1,
+                   dt_error_set(DT_ERR_USAGE,
+                                "mpi: rank %d runs another config than rank 0 (config digest %08x, rank 0 has %08x): every "
+                                "rank must run the same config",
+                                i, all[i], all[0]);
+    int ok = 1;
+    if (rank == 0 && cfg->before_ok && cfg->before_ok(cfg->user) != DT_OK) ok = 0;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", ok ? "" : dt_error_msg());
+    DT_TRY(dt_comm_broadcast(*comm, &ok, sizeof ok, 0));
+    if (!ok) {
+        res->mpi_agreed = 1; /* every rank knows: MPI can finish cleanly */
+        return dt_error_set(DT_ERR_IO, "%s", rank == 0 ? msg : "rank 0 could not prepare the run directory");
+    }
+    return DT_OK;
+#else
+    (void)cfg, (void)comm, (void)res; /* dt_comm_plan_decide refuses mpi in such a build */
+    return dt_error_set(DT_ERR_INTERNAL, "launch: the mpi collective is not built");
+#endif
+}
+
+/* Meets the other ranks as the plan says: mpi, or the TCP rendezvous (which completes the
+ * plan), with the job's shared memory when every rank is on this host. */
+static dt_status meet(const dt_launch_ext_cfg *cfg, dt_comm_plan *plan, dt_shm_world **world, dt_comm **comm,
+                      dt_launch_result *res) {
+    const dt_ext_env *e = cfg->env;
+    if (plan->host == DT_HOSTCOMM_MPI) return join_mpi(cfg, comm, res);
+    DT_TRY(dt_rendezvous(e, cfg->digest, cfg->timeout_s, &cfg->plan, plan, e->rank == 0 ? cfg->before_ok : NULL,
+                         cfg->user, world, comm));
+    if (*world) {
+        dt_status st = dt_comm_init_shm(comm, *world, e->rank, cfg->timeout_s);
+        if (st != DT_OK && e->world > 1) dt_error_prefix("rank %d", e->rank);
+        return st;
+    }
+    return DT_OK;
+}
+
+/* fn as this rank, with SIGINT/SIGTERM asking it to stop cleanly */
+static dt_status run_rank(const dt_launch_ext_cfg *cfg, const dt_launch_ctx *ctx, dt_shm_world *world, dt_comm *comm,
+                          dt_launch_fn fn, void *arg) {
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_ext_signal;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    dt_status st = fn(arg, comm, ctx);
+    if (st != DT_OK && world) dt_shm_world_abort(world, dt_error_msg()); /* the others fail now, not at the deadline */
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    /* the launcher (torchrun, srun, the Job) decides about restarts; a rerun resumes */
+    if (st != DT_OK && cfg->env->world > 1) dt_error_prefix("rank %d", cfg->env->rank);
+    return st;
+}
+
+dt_status dt_launch_external(const dt_launch_ext_cfg *cfg, dt_launch_fn fn, void *arg, dt_launch_result *res) {
+    const dt_ext_env *e = cfg->env;
+    memset(res, 0, sizeof *res);
+    dt_comm_plan plan;
+    DT_TRY(dt_comm_plan_decide(&cfg->plan, &plan)); /* mpi now; shm or tcp once the rendezvous sees the hosts */
+    char where[300], launched[512], info[640], note[1024] = "";
+    if (plan.host == DT_HOSTCOMM_MPI) snprintf(where, sizeof where, "the mpi collective");
+    else if (!e->addr[0] && e->rank == 0) snprintf(where, sizeof where, "rendezvous on port %d", e->port);
+    else snprintf(where, sizeof where, "rendezvous at %s:%d", e->addr[0] ? e->addr : "(MASTER_ADDR unset)", e->port);
+    snprintf(launched, sizeof launched, "launched by %s: rank %d of %d, local rank %d of %d; %s", e->source, e->rank,
+             e->world, e->local_rank, e->local_world, where);
+    if (e->rank == 0) printf("dtrain: %s\n", launched);
+    fflush(stdout);
+    const double t0 = dt_clock_now();
+    dt_shm_world *world = NULL;
+    dt_comm *comm = NULL;
+    dt_status st = meet(cfg, &plan, &world, &comm, res);
+    if (st == DT_OK) {
+        snprintf(info, sizeof info, "%s; %s took %.3f s", launched,
+                 plan.host == DT_HOSTCOMM_MPI ? "MPI start-up" : "rendezvous", dt_clock_now() - t0);
+        g_ext_stop = 0;
+        dt_launch_ctx ctx = {.attempt = launcher_restart_count(), .stop = (const volatile int *)&g_ext_stop,
+                             .note = note, .note_size = sizeof note, .local_rank = e->local_rank,
+                             .launched_by = info, .plan = &plan};
+        st = run_rank(cfg, &ctx, world, comm, fn, arg);
+        res->stopped_by = g_ext_stop;
+        snprintf(res->note, sizeof res->note, "%s", note);
+    }
+    dt_comm_free(comm);
+    dt_shm_world_destroy(world);
+    return st;
+}
+
+void dt_launch_finish(const dt_launch_result *res, int exit_code) {
+#ifdef DTRAIN_HAVE_MPI
+    if (res->mpi) dt_mpi_finalize(res->mpi_agreed ? 0 : exit_code);
+#else
+    (void)res, (void)exit_code;
+#endif
 }

@@ -20,8 +20,6 @@
 #include "dtrain/rendezvous.h"
 #ifdef DTRAIN_HAVE_MPI
 #include "dtrain/comm_mpi.h"
-#else
-static void dt_mpi_finalize(int exit_code) { (void)exit_code; }
 #endif
 #include "dtrain/safetensors.h"
 #include "dtrain/worker.h"
@@ -185,146 +183,6 @@ static void say_how_to_resume(const dt_config *cfg, int sig, const char *note) {
                 cfg->checkpoint.resume == DT_RESUME_NEVER ? "never" : "a path");
 }
 
-/* ---- external launch: one process per worker, started by torchrun / mpirun / srun / K8s */
-
-static volatile sig_atomic_t g_ext_stop;
-
-/* SA_RESETHAND: the first SIGINT/SIGTERM stops cleanly after the step, a second one kills */
-static void on_ext_signal(int sig) { g_ext_stop = sig; }
-
-static dt_status prepare_run_dir_cb(void *cfg) { return dt_worker_prepare_run_dir(cfg); }
-
-/* How often the outer launcher has restarted this job (torchrun, Slurm requeue): after a
- * restart, resume from this run's own checkpoints first, as after our own restarts. */
-static int launcher_restart_count(void) {
-    const char *names[] = {"TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"};
-    for (int i = 0; i < 2; i++) {
-        const char *v = getenv(names[i]);
-        if (v && atoi(v) > 0) return atoi(v);
-    }
-    return 0;
-}
-
-#ifdef DTRAIN_HAVE_MPI
-static const int have_mpi = 1;
-#else
-static const int have_mpi = 0;
-#endif
-
-/* The mpi backend: MPI_Init, the same checks as the TCP rendezvous (who is who, one config),
- * rank 0 prepares the run directory; *comm is ready. *agreed = 1 when every rank saw the
- * failure (then MPI can be finalised cleanly instead of aborting the job). */
-static dt_status join_mpi(const dt_config *cfg, const dt_ext_env *e, uint32_t digest, dt_comm **comm, int *agreed) {
-    *agreed = 0;
-#ifdef DTRAIN_HAVE_MPI
-    int rank, world;
-    DT_TRY(dt_mpi_init(&rank, &world));
-    if (rank != e->rank || world != e->world)
-        return dt_error_set(DT_ERR_USAGE, "mpi: MPI says rank %d of %d, but %s says rank %d of %d", rank, world, e->source,
-                            e->rank, e->world);
-    DT_TRY(dt_comm_init_mpi(comm, cfg->training.collective_timeout_s));
-    uint32_t all[DT_MAX_WORLD];
-    DT_TRY(dt_comm_allgather(*comm, &digest, sizeof digest, all));
-    for (int i = 1; i < world; i++)
-        if (all[i] != all[0])
-            return *agreed = 1, dt_error_set(DT_ERR_USAGE,
-                                "mpi: rank %d runs another config than rank 0 (config digest %08x, rank 0 has %08x): every "
-                                "rank must run the same config",
-                                i, all[i], all[0]);
-    int ok = 1;
-    if (rank == 0 && dt_worker_prepare_run_dir(cfg) != DT_OK) ok = 0;
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", ok ? "" : dt_error_msg());
-    DT_TRY(dt_comm_broadcast(*comm, &ok, sizeof ok, 0));
-    if (!ok) {
-        *agreed = 1; /* every rank knows: MPI can finish cleanly */
-        return dt_error_set(DT_ERR_IO, "%s", rank == 0 ? msg : "rank 0 could not prepare the run directory");
-    }
-    return DT_OK;
-#else
-    (void)cfg; (void)e; (void)digest; (void)comm;
-    return dt_error_set(DT_ERR_CONFIG, "training.communication_backend: mpi: this dtrain was built without Open MPI "
-                                       "(hint: apt-get install libopenmpi-dev, then rebuild)");
-#endif
-}
-
-static int train_external(dt_config *cfg, const dt_ext_env *e, const cli *c) {
-    /* every rank computes the digest of the config as given, before the world size is set */
-    uint32_t digest = dt_config_digest(cfg);
-    if (e->world != cfg->training.num_workers && e->rank == 0)
-        printf("note: %s started %d workers; training.num_workers (%d) is ignored\n", e->source, e->world,
-               cfg->training.num_workers);
-    cfg->training.num_workers = e->world;
-    if (cfg->training.cpu_threads_per_worker == 0) {
-        /* the host's cores shared by its workers, unless the launcher pinned this process to
-         * its own share already (mpirun and srun --cpus-per-task do) */
-        int mine = dt_device_cpu_cores();
-        long online = sysconf(_SC_NPROCESSORS_ONLN);
-        int t = mine < online ? mine : mine / (e->local_world > 0 ? e->local_world : 1);
-        cfg->training.cpu_threads_per_worker = t > 0 ? t : 1;
-    }
-    /* ranks on several hosts need a network collective: mpi when started by mpirun or srun */
-    const int use_mpi = cfg->training.comm == DT_COMM_MPI ||
-                        (cfg->training.comm == DT_COMM_AUTO && have_mpi && e->local_world < e->world &&
-                         (strncmp(e->source, "Open MPI", 8) == 0 || strncmp(e->source, "Slurm", 5) == 0));
-    char launched[512], where[300];
-    if (use_mpi) snprintf(where, sizeof where, "the mpi collective");
-    else if (!e->addr[0] && e->rank == 0) snprintf(where, sizeof where, "rendezvous on port %d", e->port);
-    else snprintf(where, sizeof where, "rendezvous at %s:%d", e->addr[0] ? e->addr : "(MASTER_ADDR unset)", e->port);
-    snprintf(launched, sizeof launched, "launched by %s: rank %d of %d, local rank %d of %d; %s", e->source, e->rank,
-             e->world, e->local_rank, e->local_world, where);
-    if (e->rank == 0) printf("dtrain: %s\n", launched);
-    fflush(stdout);
-    double t0 = dt_clock_now();
-    dt_shm_world *world = NULL;
-    dt_comm *comm = NULL;
-    int agreed = 0;
-    dt_status st;
-    if (use_mpi) {
-        st = join_mpi(cfg, e, digest, &comm, &agreed);
-        if (st != DT_OK) {
-            int rc = fail(st);
-            dt_comm_free(comm);
-            dt_mpi_finalize(agreed ? 0 : rc);
-            return rc;
-        }
-    } else {
-        st = dt_rendezvous(e, digest, cfg->training.collective_timeout_s, cfg->training.comm == DT_COMM_TCP,
-                           e->rank == 0 ? prepare_run_dir_cb : NULL, cfg, &world, &comm);
-        if (st != DT_OK) return fail(st);
-        if (world) st = dt_comm_init_shm(&comm, world, e->rank, cfg->training.collective_timeout_s);
-    }
-    double rdzv_s = dt_clock_now() - t0;
-    struct sigaction sa, old_int, old_term;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_ext_signal;
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
-    char note[1024] = "", info[640];
-    snprintf(info, sizeof info, "%s; %s took %.3f s", launched, use_mpi ? "MPI start-up" : "rendezvous", rdzv_s);
-    dt_worker_opts opts = {.quiet = c->quiet, .progress = c->progress, .stop = (const volatile int *)&g_ext_stop,
-                           .note = note, .note_size = sizeof note, .launched_by = info,
-                           .attempt = launcher_restart_count(), .local_rank = e->local_rank};
-    if (st == DT_OK) st = dt_worker_train(cfg, &opts, comm);
-    if (st != DT_OK && world) dt_shm_world_abort(world, dt_error_msg()); /* the others fail now, not at the deadline */
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
-    dt_comm_free(comm);
-    dt_shm_world_destroy(world);
-    if (st != DT_OK) {
-        /* the launcher (torchrun, srun, the Job) decides about restarts; a rerun resumes */
-        if (e->world > 1) dt_error_prefix("rank %d", e->rank);
-        int rc = fail(st);
-        if (use_mpi) dt_mpi_finalize(rc);
-        return rc;
-    }
-    if (use_mpi) dt_mpi_finalize(0);
-    if (g_ext_stop && e->rank == 0) say_how_to_resume(cfg, g_ext_stop, note);
-    return 0;
-}
-
 static int cmd_train(const cli *c) {
     dt_config cfg;
     int rc = load_config(c, &cfg);
@@ -333,24 +191,20 @@ static int cmd_train(const cli *c) {
         dt_worker_describe(&cfg, stdout);
         return 0;
     }
-    dt_device_kind dev;
-    dt_status st = dt_backend_resolve(&cfg, &dev); /* before fork: a missing GPU is exit 2 */
     dt_ext_env env;
     int external = 0;
-    if (st == DT_OK) st = dt_ext_env_detect(cfg.training.num_workers, &env, &external);
+    dt_status st = dt_ext_env_detect(cfg.training.num_workers, &env, &external);
     if (st != DT_OK) return fail(st);
-    if (external) return train_external(&cfg, &env, c);
-    if ((st = dt_backend_check_workers(&cfg, dev, cfg.training.num_workers)) != DT_OK) return fail(st);
-    if (cfg.training.comm == DT_COMM_MPI || cfg.training.comm == DT_COMM_TCP)
-        return fail(dt_error_set(DT_ERR_CONFIG, "%s: training.communication_backend: %s needs one dtrain process per "
-                                               "worker started by a launcher (mpirun, srun, torchrun, a Kubernetes "
-                                               "Indexed Job; hint: or use collective/shm to let dtrain fork its workers)",
-                                 cfg.source[0] ? cfg.source : "config", cfg.training.comm == DT_COMM_MPI ? "mpi" : "tcp"));
-    if ((st = dt_worker_prepare_run_dir(&cfg)) != DT_OK) return fail(st);
     dt_worker_opts opts = {.quiet = c->quiet, .progress = c->progress};
     dt_launch_result res;
-    st = dt_worker_launch(&cfg, &opts, &res);
-    if (st != DT_OK) return fail(st);
+    if (external) { /* one process per worker, started by torchrun / mpirun / srun / K8s */
+        st = dt_worker_launch_external(&cfg, &env, &opts, &res);
+        rc = st == DT_OK ? 0 : fail(st);
+        if (rc == 0 && res.stopped_by && env.rank == 0) say_how_to_resume(&cfg, res.stopped_by, res.note);
+        dt_launch_finish(&res, rc);
+        return rc;
+    }
+    if ((st = dt_worker_launch(&cfg, &opts, &res)) != DT_OK) return fail(st);
     if (res.stopped_by) say_how_to_resume(&cfg, res.stopped_by, res.note);
     return 0;
 }

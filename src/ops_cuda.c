@@ -901,6 +901,7 @@ static int cu_versions(char *buf, size_t n) {
 const dt_ops dt_ops_cuda = {
     .name = "cuda",
     .memory = "GPU memory",
+    .collective = "nccl",
     .act_dtype = cu_act_dtype,
     .scratch_bytes = cu_scratch_bytes,
     .versions = cu_versions,

@@ -55,6 +55,7 @@ static dt_status env_int(const char *name, long lo, long hi, long *out, int *pre
 
 typedef struct source {
     const char *name;                         /* for messages */
+    dt_launcher launcher;
     const char *rank, *world, *local_rank, *local_world;
 } source;
 
@@ -75,10 +76,12 @@ dt_status dt_ext_env_detect(int config_world, dt_ext_env *e, int *found) {
     memset(e, 0, sizeof *e);
     *found = 0;
     static const source sources[] = {
-        {"torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE)", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
-        {"Open MPI (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE)", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-         "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
-        {"Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID)", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL},
+        {"torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE)", DT_LAUNCHER_TORCHRUN, "RANK", "WORLD_SIZE",
+         "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+        {"Open MPI (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE)", DT_LAUNCHER_MPIRUN, "OMPI_COMM_WORLD_RANK",
+         "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+        {"Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID)", DT_LAUNCHER_SLURM, "SLURM_PROCID", "SLURM_NTASKS",
+         "SLURM_LOCALID", NULL},
     };
     const int n_src = (int)(sizeof sources / sizeof sources[0]);
     int have = 0;
@@ -116,6 +119,7 @@ dt_status dt_ext_env_detect(int config_world, dt_ext_env *e, int *found) {
         if (lw < 1) lw = world;
         have = 1;
         snprintf(e->source, sizeof e->source, "%s", s->name);
+        e->launcher = s->launcher;
         e->rank = (int)rank;
         e->world = (int)world;
         e->local_rank = (int)lr;
@@ -133,6 +137,7 @@ dt_status dt_ext_env_detect(int config_world, dt_ext_env *e, int *found) {
                                     idx, config_world);
             snprintf(e->source, sizeof e->source,
                      "Kubernetes Indexed Job (JOB_COMPLETION_INDEX, world size from training.num_workers)");
+            e->launcher = DT_LAUNCHER_K8S;
             e->rank = (int)idx;
             e->world = config_world;
             e->local_rank = 0;
@@ -151,8 +156,8 @@ dt_status dt_ext_env_detect(int config_world, dt_ext_env *e, int *found) {
     }
     if (!pp) { /* one port per job, so that concurrent jobs on a host do not meet each other */
         const char *job = NULL;
-        if (strncmp(e->source, "Open MPI", 8) == 0) job = getenv("OMPI_MCA_ess_base_jobid");
-        else if (strncmp(e->source, "Slurm", 5) == 0) job = getenv("SLURM_JOB_ID");
+        if (e->launcher == DT_LAUNCHER_MPIRUN) job = getenv("OMPI_MCA_ess_base_jobid");
+        else if (e->launcher == DT_LAUNCHER_SLURM) job = getenv("SLURM_JOB_ID");
         if (job && *job) {
             unsigned long h = strtoul(job, NULL, 10) * 31ul + strtoul(getenv("SLURM_STEP_ID") ? getenv("SLURM_STEP_ID") : "0", NULL, 10);
             port = 20000 + (long)(h % 20000ul);
@@ -163,7 +168,7 @@ dt_status dt_ext_env_detect(int config_world, dt_ext_env *e, int *found) {
     if (addr && *addr) snprintf(e->addr, sizeof e->addr, "%s", addr);
     else if (e->local_world == e->world) /* every rank on this host */
         snprintf(e->addr, sizeof e->addr, "127.0.0.1");
-    else if (strncmp(e->source, "Slurm", 5) == 0 && (getenv("SLURM_STEP_NODELIST") || getenv("SLURM_JOB_NODELIST")))
+    else if (e->launcher == DT_LAUNCHER_SLURM && (getenv("SLURM_STEP_NODELIST") || getenv("SLURM_JOB_NODELIST")))
         first_host(getenv("SLURM_STEP_NODELIST") ? getenv("SLURM_STEP_NODELIST") : getenv("SLURM_JOB_NODELIST"), e->addr,
                    sizeof e->addr);
     /* else unknown: only the TCP rendezvous needs it (dt_rendezvous says so), not the mpi collective */
@@ -223,8 +228,6 @@ static void my_host(char *buf, size_t n) {
     if (gethostname(buf, n - 1) != 0) snprintf(buf, n, "?");
     buf[n - 1] = '\0';
 }
-
-static int rank_ip_zero(const char *ip) { return !ip[0]; }
 
 /* The ranks meet at a loopback address (all on this host): listen on loopback only. */
 static int loopback_only(const dt_ext_env *e) {
@@ -300,169 +303,232 @@ static dt_status make_ring(const dt_ext_env *e, const char *next_addr, int data_
     return dt_comm_init_tcp(comm_out, e->rank, e->world, next_fd, prev_fd, timeout_s);
 }
 
-/* rank 0 */
-static dt_status serve(const dt_ext_env *e, uint32_t digest, double timeout_s, int force_tcp,
-                       dt_status (*before_ok)(void *), void *user, int data_fd, dt_shm_world **world_out,
-                       dt_comm **comm_out) {
-    const double deadline = dt_clock_now() + timeout_s;
-    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (lfd < 0) return dt_error_set(DT_ERR_DEVICE, "rendezvous: socket: %s", strerror(errno));
+/* ---- rank 0: the server ---- */
+
+typedef struct server {
+    const dt_ext_env *e;
+    uint32_t digest;
+    double timeout_s, deadline;
+    int lfd, data_fd;                            /* the rendezvous port; our ring listener */
+    int arrived;                                 /* ranks checked in, rank 0 included */
+    int fds[DT_MAX_WORLD];                       /* each rank's connection, -1 until it arrives */
+    int data_port[DT_MAX_WORLD];                 /* each rank's ring listener */
+    char peer_ip[DT_MAX_WORLD][INET_ADDRSTRLEN]; /* each rank as this host sees it ([0]: us, as they see us) */
+    char host[DT_MAX_WORLD][256];                /* each rank's host name */
+    char err[1100];                              /* the ERR line every rank gets when the rendezvous fails */
+} server;
+
+static dt_status server_listen(server *s) {
+    s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s->lfd < 0) return dt_error_set(DT_ERR_DEVICE, "rendezvous: socket: %s", strerror(errno));
     int one = 1;
-    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     /* rank 0 named by a loopback address: nobody else on the network needs to reach the port */
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)e->port),
-                             .sin_addr.s_addr = htonl(loopback_only(e) ? INADDR_LOOPBACK : INADDR_ANY)};
-    if (bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, DT_MAX_WORLD) != 0) {
-        dt_status st = dt_error_set(DT_ERR_DEVICE, "rendezvous: rank 0 cannot listen on port %d: %s (hint: another job "
-                                                   "uses it? set MASTER_PORT)", e->port, strerror(errno));
-        close(lfd);
-        return st;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->e->port),
+                             .sin_addr.s_addr = htonl(loopback_only(s->e) ? INADDR_LOOPBACK : INADDR_ANY)};
+    if (bind(s->lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(s->lfd, DT_MAX_WORLD) != 0)
+        return dt_error_set(DT_ERR_DEVICE, "rendezvous: rank 0 cannot listen on port %d: %s (hint: another job uses it? "
+                            "set MASTER_PORT)", s->e->port, strerror(errno));
+    return DT_OK;
+}
+
+/* The ranks that have not arrived, as "1, 3, 4". */
+static void server_missing(const server *s, char *buf, size_t n) {
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int r = 1; r < s->e->world && k < n; r++)
+        if (s->fds[r] < 0) k += (size_t)snprintf(buf + k, n - k, "%s%d", k ? ", " : "", r);
+}
+
+/* A hello from rank `rank` on connection c: where its ring listener is, and its host. */
+static void server_admit(server *s, int c, int rank, int dport, const char *host) {
+    struct sockaddr_in pa;
+    socklen_t pl = sizeof pa;
+    if (getpeername(c, (struct sockaddr *)&pa, &pl) == 0)
+        inet_ntop(AF_INET, &pa.sin_addr, s->peer_ip[rank], sizeof s->peer_ip[rank]);
+    if (!s->peer_ip[0][0] && getsockname(c, (struct sockaddr *)&pa, &pl) == 0)
+        inet_ntop(AF_INET, &pa.sin_addr, s->peer_ip[0], sizeof s->peer_ip[0]); /* ours, as the others reach us */
+    snprintf(s->host[rank], sizeof s->host[rank], "%s", host);
+    s->data_port[rank] = dport;
+    s->fds[rank] = c;
+    s->arrived++;
+}
+
+/* One connection c: a rank's hello, or a stranger (another job on this port, a restarted
+ * rank, a port scanner) turned away while we keep waiting. Fails only for a rank of this job
+ * that runs another config. */
+static dt_status server_hello(server *s, int c) {
+    const dt_ext_env *e = s->e;
+    char line[1024], host[256] = "";
+    double hello_by = dt_clock_now() + 10.0 < s->deadline ? dt_clock_now() + 10.0 : s->deadline;
+    int rank = -1, world = -1, dport = 0;
+    unsigned dg = 0;
+    if (recv_line(c, line, sizeof line, hello_by, "a connecting rank") != DT_OK ||
+        sscanf(line, "DTRAIN-RDZV 1 rank=%d world=%d digest=%x host=%255s data=%d", &rank, &world, &dg, host, &dport) != 5) {
+        close(c);
+        return DT_OK;
     }
-    int fds[DT_MAX_WORLD];
-    for (int i = 0; i < DT_MAX_WORLD; i++) fds[i] = -1;
-    char host0[256], line[1024];
-    my_host(host0, sizeof host0);
-    int arrived = 1, same_host = 1, data_port[DT_MAX_WORLD] = {0};
-    char peer_ip[DT_MAX_WORLD][INET_ADDRSTRLEN];
-    memset(peer_ip, 0, sizeof peer_ip);
-    dt_status st = DT_OK;
-    char err[1024] = "";
-    while (arrived < e->world && st == DT_OK) {
-        double left = deadline - dt_clock_now();
+    if (world != e->world || rank < 1 || rank >= e->world || s->fds[rank] >= 0) {
+        snprintf(line, sizeof line, "ERR rank 0 expects ranks 1..%d of a world of %d, once each; got rank %d of %d%s",
+                 e->world - 1, e->world, rank, world, rank >= 1 && rank < e->world && s->fds[rank] >= 0 ? " twice" : "");
+        send_line(c, line);
+        close(c);
+        fprintf(stderr, "dtrain: rendezvous: turned away a connection: %s\n", line + 4);
+        return DT_OK;
+    }
+    if (dg != s->digest) {
+        snprintf(s->err, sizeof s->err,
+                 "ERR rank %d runs another config than rank 0 (config digest %08x, rank 0 has %08x): every rank must "
+                 "run the same config", rank, dg, s->digest);
+        send_line(c, s->err);
+        close(c);
+        return dt_error_set(DT_ERR_USAGE, "rendezvous: %s", s->err + 4);
+    }
+    server_admit(s, c, rank, dport, host);
+    return DT_OK;
+}
+
+/* Every rank checks in before the deadline, or the late ones are named. */
+static dt_status server_gather(server *s) {
+    while (s->arrived < s->e->world) {
+        double left = s->deadline - dt_clock_now();
         if (left <= 0) {
             char missing[512];
-            size_t k = 0;
-            for (int r = 1; r < e->world && k < sizeof missing; r++)
-                if (fds[r] < 0) k += (size_t)snprintf(missing + k, sizeof missing - k, "%s%d", k ? ", " : "", r);
-            st = dt_error_set(DT_ERR_DEVICE,
-                              "rendezvous at port %d: rank(s) %s did not arrive within %.0f s (%d of %d here; hint: "
-                              "were they started, with MASTER_ADDR pointing at this host? training.collective_timeout_s "
-                              "sets the deadline)",
-                              e->port, missing, timeout_s, arrived, e->world);
-            snprintf(err, sizeof err, "ERR rank(s) %s did not arrive at the rendezvous in time", missing);
-            break;
+            server_missing(s, missing, sizeof missing);
+            snprintf(s->err, sizeof s->err, "ERR rank(s) %s did not arrive at the rendezvous in time", missing);
+            return dt_error_set(DT_ERR_DEVICE,
+                                "rendezvous at port %d: rank(s) %s did not arrive within %.0f s (%d of %d here; hint: "
+                                "were they started, with MASTER_ADDR pointing at this host? training.collective_timeout_s "
+                                "sets the deadline)",
+                                s->e->port, missing, s->timeout_s, s->arrived, s->e->world);
         }
-        struct pollfd p = {.fd = lfd, .events = POLLIN};
-        int r = poll(&p, 1, poll_ms(left));
-        if (r <= 0) continue;
-        int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-        if (c < 0) continue;
-        double hello_by = dt_clock_now() + 10.0 < deadline ? dt_clock_now() + 10.0 : deadline;
-        if (recv_line(c, line, sizeof line, hello_by, "a connecting rank") != DT_OK) {
-            close(c);
-            continue; /* not one of ours, or too slow: keep waiting for the real ones */
-        }
-        int rank = -1, world = -1, dport = 0;
-        unsigned dg = 0;
-        char host[256] = "";
-        if (sscanf(line, "DTRAIN-RDZV 1 rank=%d world=%d digest=%x host=%255s data=%d", &rank, &world, &dg, host,
-                   &dport) != 5) {
-            close(c);
-            continue;
-        }
-        if (world != e->world || rank < 1 || rank >= e->world || fds[rank] >= 0) {
-            /* another job on this port, or a restarted rank: turn it away, keep waiting */
-            snprintf(line, sizeof line, "ERR rank 0 expects ranks 1..%d of a world of %d, once each; got rank %d of %d%s",
-                     e->world - 1, e->world, rank, world, rank >= 1 && rank < e->world && fds[rank] >= 0 ? " twice" : "");
-            send_line(c, line);
-            close(c);
-            fprintf(stderr, "dtrain: rendezvous: turned away a connection: %s\n", line + 4);
-            continue;
-        }
-        if (dg != digest) {
-            snprintf(line, sizeof line,
-                     "ERR rank %d runs another config than rank 0 (config digest %08x, rank 0 has %08x): every rank "
-                     "must run the same config", rank, dg, digest);
-            send_line(c, line);
-            close(c);
-            st = dt_error_set(DT_ERR_USAGE, "rendezvous: %s", line + 4);
-            snprintf(err, sizeof err, "%s", line);
-            break;
-        }
-        if (strcmp(host, host0) != 0) same_host = 0;
-        /* where rank r's ring listener is: its address as this host sees it */
-        struct sockaddr_in pa;
-        socklen_t pl = sizeof pa;
-        if (getpeername(c, (struct sockaddr *)&pa, &pl) == 0) inet_ntop(AF_INET, &pa.sin_addr, peer_ip[rank], sizeof peer_ip[rank]);
-        if (rank_ip_zero(peer_ip[0]) && getsockname(c, (struct sockaddr *)&pa, &pl) == 0)
-            inet_ntop(AF_INET, &pa.sin_addr, peer_ip[0], sizeof peer_ip[0]); /* ours, as the others reach us */
-        data_port[rank] = dport;
-        fds[rank] = c;
-        arrived++;
+        struct pollfd p = {.fd = s->lfd, .events = POLLIN};
+        if (poll(&p, 1, poll_ms(left)) <= 0) continue;
+        int c = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (c >= 0) DT_TRY(server_hello(s, c));
     }
-    close(lfd);
-    if (st == DT_OK && before_ok && (st = before_ok(user)) != DT_OK)
-        snprintf(err, sizeof err, "ERR rank 0 failed: %.1000s", dt_error_msg());
-    if (st == DT_OK && (force_tcp || !same_host)) { /* the ranks form a ring over TCP */
-        struct sockaddr_in sa0;
-        socklen_t l0 = sizeof sa0;
-        data_port[0] = getsockname(data_fd, (struct sockaddr *)&sa0, &l0) == 0 ? ntohs(sa0.sin_port) : 0;
-        /* each rank gets the address of its ring successor as IT can reach it: rank W-1 meets
-         * rank 0 where it met it (MASTER_ADDR, "@master"); a successor on rank 0's host that
-         * rank 0 saw over loopback is reached at the address the rank used to reach rank 0 */
-        char mine[128] = "";
-        for (int r = 0; r < e->world; r++) {
-            int nx = (r + 1) % e->world;
-            char ip[INET_ADDRSTRLEN + 8];
-            if (nx == 0) snprintf(ip, sizeof ip, "@master");
-            else if (strncmp(peer_ip[nx], "127.", 4) == 0 && r != 0) {
-                struct sockaddr_in la;
-                socklen_t ll = sizeof la;
-                if (getsockname(fds[r], (struct sockaddr *)&la, &ll) == 0) inet_ntop(AF_INET, &la.sin_addr, ip, sizeof ip);
-                else snprintf(ip, sizeof ip, "%s", peer_ip[nx]);
-            } else snprintf(ip, sizeof ip, "%s", peer_ip[nx]);
-            snprintf(line, sizeof line, "OK tcp %s:%d", ip, data_port[nx]);
-            if (r == 0) snprintf(mine, sizeof mine, "%s", line + 7);
-            else send_line(fds[r], line);
-        }
-        st = make_ring(e, mine, data_fd, deadline + 30, comm_out, timeout_s);
-        for (int r = 1; r < e->world && st == DT_OK; r++) {
-            char who[32];
-            snprintf(who, sizeof who, "rank %d", r);
-            if ((st = recv_line(fds[r], line, sizeof line, deadline + 60, who)) == DT_OK && strcmp(line, "MAPPED") != 0)
-                st = dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: %s", r, line);
-        }
-        say_all(fds, e->world, st == DT_OK ? "GO" : "ERR the ring of TCP connections could not be completed");
-        close_all(fds, e->world);
-        if (st != DT_OK && *comm_out) {
-            dt_comm_free(*comm_out);
-            *comm_out = NULL;
-        }
-        return st;
+    return DT_OK;
+}
+
+/* distinct host names among the ranks */
+static int server_hosts(const server *s) {
+    int n = 0;
+    for (int r = 0; r < s->e->world; r++) {
+        int seen = 0;
+        for (int q = 0; q < r && !seen; q++) seen = strcmp(s->host[q], s->host[r]) == 0;
+        n += !seen;
     }
-    char name[64];
-    int shm = -1;
-    if (st == DT_OK) {
-        unsigned long nonce = 0;
-        if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce) nonce = (unsigned long)dt_clock_now() * 2654435761ul;
-        snprintf(name, sizeof name, "/dtrain-%ld-%d-%08lx", (long)getpid(), e->port, nonce & 0xfffffffful);
-        shm = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-        if (shm < 0) st = dt_error_set(DT_ERR_DEVICE, "rendezvous: shm_open %s: %s", name, strerror(errno));
-        else if ((st = dt_shm_world_create_fd(world_out, e->world, 0, shm)) != DT_OK) shm_unlink(name);
-        if (st != DT_OK) snprintf(err, sizeof err, "ERR rank 0 could not create the job's shared memory");
+    return n;
+}
+
+/* Waits for every rank's "MAPPED" (it has its end of the collective), then lets all go. */
+static dt_status server_mapped(server *s, double deadline, const char *err) {
+    dt_status st = DT_OK;
+    char line[1024];
+    for (int r = 1; r < s->e->world && st == DT_OK; r++) {
+        char who[32];
+        snprintf(who, sizeof who, "rank %d", r);
+        if ((st = recv_line(s->fds[r], line, sizeof line, deadline, who)) == DT_OK && strcmp(line, "MAPPED") != 0)
+            st = dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: %s", r, line);
     }
+    say_all(s->fds, s->e->world, st == DT_OK ? "GO" : err);
+    return st;
+}
+
+/* The ranks form a ring over TCP: each gets the address of its successor as IT can reach it
+ * (rank W-1 meets rank 0 where it met it: MASTER_ADDR, "@master"; a successor on rank 0's host
+ * that rank 0 saw over loopback is reached at the address the rank used to reach rank 0). */
+static dt_status server_ring(server *s, dt_comm **comm_out) {
+    const int W = s->e->world;
+    struct sockaddr_in sa0;
+    socklen_t l0 = sizeof sa0;
+    s->data_port[0] = getsockname(s->data_fd, (struct sockaddr *)&sa0, &l0) == 0 ? ntohs(sa0.sin_port) : 0;
+    char mine[128] = "", line[1024];
+    for (int r = 0; r < W; r++) {
+        int nx = (r + 1) % W;
+        char ip[INET_ADDRSTRLEN + 8];
+        if (nx == 0) snprintf(ip, sizeof ip, "@master");
+        else if (strncmp(s->peer_ip[nx], "127.", 4) == 0 && r != 0) {
+            struct sockaddr_in la;
+            socklen_t ll = sizeof la;
+            if (getsockname(s->fds[r], (struct sockaddr *)&la, &ll) == 0) inet_ntop(AF_INET, &la.sin_addr, ip, sizeof ip);
+            else snprintf(ip, sizeof ip, "%s", s->peer_ip[nx]);
+        } else snprintf(ip, sizeof ip, "%s", s->peer_ip[nx]);
+        snprintf(line, sizeof line, "OK tcp %s:%d", ip, s->data_port[nx]);
+        if (r == 0) snprintf(mine, sizeof mine, "%s", line + 7);
+        else send_line(s->fds[r], line);
+    }
+    dt_status st = make_ring(s->e, mine, s->data_fd, s->deadline + 30, comm_out, s->timeout_s);
+    if (st == DT_OK) st = server_mapped(s, s->deadline + 60, "ERR the ring of TCP connections could not be completed");
+    else say_all(s->fds, W, "ERR the ring of TCP connections could not be completed");
+    if (st != DT_OK && *comm_out) {
+        dt_comm_free(*comm_out);
+        *comm_out = NULL;
+    }
+    return st;
+}
+
+/* One host: the job's shared memory, made by rank 0 and mapped by every rank, then unlinked
+ * so that nothing stays in /dev/shm. */
+static dt_status server_shm(server *s, dt_shm_world **world_out) {
+    char name[64], line[128];
+    unsigned long nonce = 0;
+    if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce) nonce = (unsigned long)dt_clock_now() * 2654435761ul;
+    snprintf(name, sizeof name, "/dtrain-%ld-%d-%08lx", (long)getpid(), s->e->port, nonce & 0xfffffffful);
+    int shm = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    dt_status st = DT_OK;
+    if (shm < 0) st = dt_error_set(DT_ERR_DEVICE, "rendezvous: shm_open %s: %s", name, strerror(errno));
+    else if ((st = dt_shm_world_create_fd(world_out, s->e->world, 0, shm)) != DT_OK) shm_unlink(name);
     if (st != DT_OK) {
-        say_all(fds, e->world, err);
-        close_all(fds, e->world);
+        say_all(s->fds, s->e->world, "ERR rank 0 could not create the job's shared memory");
         if (shm >= 0) close(shm);
         return st;
     }
     snprintf(line, sizeof line, "OK shm=%s", name);
-    say_all(fds, e->world, line);
-    for (int r = 1; r < e->world && st == DT_OK; r++) {
-        char who[32];
-        snprintf(who, sizeof who, "rank %d", r);
-        if ((st = recv_line(fds[r], line, sizeof line, deadline + 30, who)) == DT_OK && strcmp(line, "MAPPED") != 0)
-            st = dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: %s", r, line);
-    }
-    shm_unlink(name); /* every rank has it mapped (or failed): nothing stays in /dev/shm */
+    say_all(s->fds, s->e->world, line);
+    st = server_mapped(s, s->deadline + 30, "ERR another rank could not map the job's shared memory");
+    shm_unlink(name); /* every rank has it mapped (or failed) */
     close(shm);
-    say_all(fds, e->world, st == DT_OK ? "GO" : "ERR another rank could not map the job's shared memory");
-    close_all(fds, e->world);
     if (st != DT_OK) {
         dt_shm_world_destroy(*world_out);
         *world_out = NULL;
     }
+    return st;
+}
+
+/* Once every rank is in: rank 0's own work (before_ok), then the plan for the hosts seen. */
+static dt_status server_decide(server *s, const dt_comm_plan_in *pin, dt_comm_plan *plan,
+                               dt_status (*before_ok)(void *), void *user) {
+    dt_status st = before_ok ? before_ok(user) : DT_OK;
+    if (st != DT_OK) {
+        snprintf(s->err, sizeof s->err, "ERR rank 0 failed: %.1000s", dt_error_msg());
+        return st;
+    }
+    dt_comm_plan_in in = *pin;
+    in.hosts = server_hosts(s);
+    in.have_mpi = 0; /* the ranks meet over TCP already: mpi is no longer an option */
+    st = dt_comm_plan_decide(&in, plan);
+    if (st != DT_OK) snprintf(s->err, sizeof s->err, "ERR %.1000s", dt_error_msg());
+    return st;
+}
+
+static dt_status serve(const dt_ext_env *e, uint32_t digest, double timeout_s, const dt_comm_plan_in *pin,
+                       dt_comm_plan *plan, dt_status (*before_ok)(void *), void *user, int data_fd,
+                       dt_shm_world **world_out, dt_comm **comm_out) {
+    server *s = dt_calloc(1, sizeof *s, "rendezvous state");
+    if (!s) return DT_ERR_NOMEM;
+    *s = (server){.e = e, .digest = digest, .timeout_s = timeout_s, .deadline = dt_clock_now() + timeout_s,
+                  .lfd = -1, .data_fd = data_fd, .arrived = 1};
+    for (int i = 0; i < DT_MAX_WORLD; i++) s->fds[i] = -1;
+    my_host(s->host[0], sizeof s->host[0]);
+    dt_status st = server_listen(s);
+    if (st == DT_OK) st = server_gather(s);
+    if (s->lfd >= 0) close(s->lfd);
+    if (st == DT_OK) st = server_decide(s, pin, plan, before_ok, user);
+    if (st == DT_OK) st = plan->host == DT_HOSTCOMM_TCP ? server_ring(s, comm_out) : server_shm(s, world_out);
+    else if (s->err[0]) say_all(s->fds, e->world, s->err);
+    close_all(s->fds, e->world);
+    free(s);
     return st;
 }
 
@@ -498,8 +564,8 @@ static int connect_by(const struct addrinfo *a, double deadline, char *why, size
 }
 
 /* every other rank */
-static dt_status join(const dt_ext_env *e, uint32_t digest, double timeout_s, int data_fd, dt_shm_world **world_out,
-                      dt_comm **comm_out) {
+static dt_status join(const dt_ext_env *e, uint32_t digest, double timeout_s, const dt_comm_plan_in *pin,
+                      dt_comm_plan *plan, int data_fd, dt_shm_world **world_out, dt_comm **comm_out) {
     const double deadline = dt_clock_now() + timeout_s;
     char port[16], last[256] = "";
     snprintf(port, sizeof port, "%d", e->port);
@@ -533,6 +599,12 @@ static dt_status join(const dt_ext_env *e, uint32_t digest, double timeout_s, in
     if (st == DT_OK && strncmp(line, "OK shm=", 7) != 0 && strncmp(line, "OK tcp ", 7) != 0)
         st = dt_error_set(DT_ERR_USAGE, "rendezvous: rank 0 refused rank %d: %s", e->rank,
                           strncmp(line, "ERR ", 4) == 0 ? line + 4 : line);
+    if (st == DT_OK) { /* rank 0 decided for the hosts it saw: the same plan here */
+        dt_comm_plan_in in = *pin;
+        in.hosts = strncmp(line, "OK shm=", 7) == 0 ? 1 : 2;
+        in.have_mpi = 0;
+        st = dt_comm_plan_decide(&in, plan);
+    }
     if (st == DT_OK && strncmp(line, "OK tcp ", 7) == 0) {
         st = make_ring(e, line + 7, data_fd, deadline + timeout_s + 30, comm_out, timeout_s);
         send_line(fd, st == DT_OK ? "MAPPED" : "ERR no ring");
@@ -560,8 +632,9 @@ static dt_status join(const dt_ext_env *e, uint32_t digest, double timeout_s, in
     return st;
 }
 
-dt_status dt_rendezvous(const dt_ext_env *e, uint32_t digest, double timeout_s, int force_tcp,
-                        dt_status (*before_ok)(void *), void *user, dt_shm_world **world_out, dt_comm **comm_out) {
+dt_status dt_rendezvous(const dt_ext_env *e, uint32_t digest, double timeout_s, const dt_comm_plan_in *plan_in,
+                        dt_comm_plan *plan, dt_status (*before_ok)(void *), void *user, dt_shm_world **world_out,
+                        dt_comm **comm_out) {
     *world_out = NULL;
     *comm_out = NULL;
     if (e->rank != 0 && !e->addr[0])
@@ -572,8 +645,8 @@ dt_status dt_rendezvous(const dt_ext_env *e, uint32_t digest, double timeout_s, 
                             e->rank, e->world, e->source);
     int data_fd = data_listener(e); /* for the ring, in case rank 0 asks for one */
     if (data_fd < 0) return dt_error_set(DT_ERR_DEVICE, "rendezvous: cannot open a listening socket: %s", strerror(errno));
-    dt_status st = e->rank == 0 ? serve(e, digest, timeout_s, force_tcp, before_ok, user, data_fd, world_out, comm_out)
-                                : join(e, digest, timeout_s, data_fd, world_out, comm_out);
+    dt_status st = e->rank == 0 ? serve(e, digest, timeout_s, plan_in, plan, before_ok, user, data_fd, world_out, comm_out)
+                                : join(e, digest, timeout_s, plan_in, plan, data_fd, world_out, comm_out);
     close(data_fd);
     return st;
 }

@@ -20,6 +20,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dtrain/backend.h"
 #include "dtrain/ckpt.h"
@@ -41,6 +42,7 @@ typedef struct run {
     dt_comm_req **reqs;     /* (n_buckets) in-flight gradient all-reduces */
     dt_status comm_st;      /* first failure to start one */
     dt_backend *be;
+    const dt_comm_plan *plan; /* the collectives (NULL: one process) */
     dt_dataset *train, *val;
     dt_model *model;
     dt_optim *optim;
@@ -452,7 +454,7 @@ static void log_worker_samples(run *r, const dt_worker_opts *opts, long step, ui
  * optimizer have their memory, so that a rank that runs out fails before the others wait in
  * the collective's init. */
 static dt_status start_device_collective(run *r) {
-    if (r->be->ops->device_comm && r->comm && r->world > 1 && !r->dcomm) {
+    if (r->plan && r->plan->device_comm && r->comm && !r->dcomm) {
         DT_TRY(r->be->ops->device_comm(r->be->ctx, r->comm, r->cfg->training.collective_timeout_s, &r->dcomm));
         r->gcomm = r->dcomm;
     }
@@ -474,6 +476,7 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
     const long G = (long)world * b * accum;
     sample_log = dt_fault_sample_log(rank);
     r.waiting = opts ? opts->waiting : NULL;
+    r.plan = opts ? opts->plan : NULL;
 
     dt_sampler_cfg sc = {
         .num_samples = dt_dataset_size(r.train), .seed = c->training.seed, .shuffle = c->data.shuffle,
@@ -576,6 +579,11 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
         dt_metrics_info(r.metrics, "model: %d layers, %d heads, n_embd %d, seq_len %d, vocab %d | %s params, %s FLOPs/token",
                         mc->n_layer, mc->n_head, mc->n_embd, mc->seq_len, mc->vocab_size, params, flops);
         if (opts && opts->launched_by) dt_metrics_info(r.metrics, "%s", opts->launched_by);
+        if (world > 1 && r.plan) {
+            char plan[512];
+            dt_comm_plan_describe(r.plan, plan, sizeof plan);
+            dt_metrics_info(r.metrics, "collectives: %s", plan);
+        }
         char advice[512];
         if (dt_device_blas_advice(advice, sizeof advice)) dt_metrics_info(r.metrics, "%s", advice);
         dt_metrics_info(r.metrics, "data: %zu train examples (%zu steps/epoch at global batch %ld = %d x %d x %d), "
@@ -756,7 +764,7 @@ typedef struct launch_arg {
     dt_worker_opts opts;
 } launch_arg;
 
-/* runs in each forked worker */
+/* runs in each worker, forked or started by someone else */
 static dt_status launched_worker(void *arg, dt_comm *comm, const dt_launch_ctx *ctx) {
     launch_arg *a = arg;
     dt_worker_opts o = a->opts;
@@ -766,18 +774,69 @@ static dt_status launched_worker(void *arg, dt_comm *comm, const dt_launch_ctx *
     o.note_size = ctx->note_size;
     o.stats = ctx->stats;
     o.waiting = ctx->waiting;
-    o.local_rank = comm ? dt_comm_rank(comm) : 0; /* every worker is on this host: worker r uses GPU r */
+    o.local_rank = ctx->local_rank;
+    o.launched_by = ctx->launched_by;
+    o.plan = ctx->plan;
     return dt_worker_train(a->cfg, &o, comm);
 }
 
+/* The collective plan's inputs for this config: the device backend it resolves to, started by
+ * `env` (NULL: forked on this host). */
+static dt_status plan_in(const dt_config *c, const dt_ext_env *env, dt_device_kind *dev, dt_comm_plan_in *in) {
+    DT_TRY(dt_backend_resolve(c, dev));
+    const dt_ops *ops = dt_backend_ops(*dev);
+    dt_launch_plan_in(c->training.comm, c->source, env, c->training.num_workers, ops->name, ops->collective, in);
+    return DT_OK;
+}
+
 dt_status dt_worker_launch(const dt_config *c, const dt_worker_opts *opts, dt_launch_result *res) {
+    dt_device_kind dev;
+    dt_comm_plan_in in;
+    dt_comm_plan plan;
+    DT_TRY(plan_in(c, NULL, &dev, &in));
+    DT_TRY(dt_comm_plan_decide(&in, &plan));
+    DT_TRY(dt_backend_check_workers(c, dev, c->training.num_workers));
+    DT_TRY(dt_worker_prepare_run_dir(c));
     launch_arg arg = {.cfg = c};
     if (opts) arg.opts = *opts;
-    dt_launch_cfg lc = {.world = c->training.num_workers, .timeout_s = c->training.collective_timeout_s,
+    dt_launch_cfg lc = {.world = c->training.num_workers, .plan = &plan, .timeout_s = c->training.collective_timeout_s,
                         .log_dir = c->run.dir, .what = "training", .max_restarts = c->fault_tolerance.max_restarts,
                         .backoff_s = c->fault_tolerance.backoff_s, .clean_stop = 1,
                         .monitor_every_s = c->logging.monitor_every_s};
     return dt_launch_run(&lc, launched_worker, &arg, res);
+}
+
+static dt_status prepare_run_dir_cb(void *cfg) { return dt_worker_prepare_run_dir(cfg); }
+
+dt_status dt_worker_launch_external(const dt_config *cfg, const dt_ext_env *e, const dt_worker_opts *opts,
+                                    dt_launch_result *res) {
+    dt_config *c = dt_malloc(sizeof *c, "config");
+    if (!c) return DT_ERR_NOMEM;
+    *c = *cfg;
+    /* every rank computes the digest of the config as given, before the world size is set */
+    const uint32_t digest = dt_config_digest(c);
+    if (e->world != c->training.num_workers && e->rank == 0)
+        printf("note: %s started %d workers; training.num_workers (%d) is ignored\n", e->source, e->world,
+               c->training.num_workers);
+    c->training.num_workers = e->world;
+    if (c->training.cpu_threads_per_worker == 0) {
+        /* the host's cores shared by its workers, unless the launcher pinned this process to
+         * its own share already (mpirun and srun --cpus-per-task do) */
+        int mine = dt_device_cpu_cores();
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        int t = mine < online ? mine : mine / (e->local_world > 0 ? e->local_world : 1);
+        c->training.cpu_threads_per_worker = t > 0 ? t : 1;
+    }
+    dt_device_kind dev;
+    dt_launch_ext_cfg ec = {.env = e, .digest = digest, .timeout_s = c->training.collective_timeout_s,
+                            .before_ok = prepare_run_dir_cb, .user = c};
+    dt_status st = plan_in(c, e, &dev, &ec.plan);
+    launch_arg arg = {.cfg = c};
+    if (opts) arg.opts = *opts;
+    if (st == DT_OK) st = dt_launch_external(&ec, launched_worker, &arg, res);
+    else memset(res, 0, sizeof *res);
+    free(c);
+    return st;
 }
 
 dt_status dt_worker_eval(const dt_config *c, const char *weights, dt_eval_point *out) {

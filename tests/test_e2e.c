@@ -113,6 +113,17 @@ static void test_dry_run(void) {
         CHECK_INT_EQ(run("%s doctor --device cuda", DTRAIN_BIN), 2);
         CHECK_STR_CONTAINS(err_text, "no GPU is visible");
     }
+    /* a collective that cannot do what it says is refused before anything runs, naming file and
+     * key: nccl where training.device: auto found no GPU (it used to run as auto) */
+    if (access("/proc/driver/nvidia/gpus", F_OK) != 0) {
+        CHECK_INT_EQ(run("%s --config configs/ci-smoke.yaml --set training.device=auto --set "
+                         "training.communication_backend=nccl --set run.dir=%s/nccl", DTRAIN_BIN, tmp), 2);
+        CHECK_STR_CONTAINS(err_text, "configs/ci-smoke.yaml: training.communication_backend: nccl needs GPUs, and "
+                                     "training.device is cpu here");
+        char nccl_dir[600];
+        snprintf(nccl_dir, sizeof nccl_dir, "%s/nccl", tmp);
+        CHECK(access(nccl_dir, F_OK) != 0); /* refused before the run directory is made */
+    }
     /* on CPU it runs as is with its 4 workers */
     CHECK_INT_EQ(run("%s --config %s --set training.use_gpu=false --set run.dir=%s/seed --set training.max_steps=3 "
                      "--set eval.max_batches=2",

@@ -3,7 +3,8 @@
  *   - started by mpirun (the remote one through a small agent that enters the other
  *     namespace instead of ssh): the mpi collective;
  *   - started by hand with RANK/WORLD_SIZE/MASTER_ADDR, each in its own UTS namespace too
- *     (another host name), as a Kubernetes Indexed Job would: the tcp ring.
+ *     (another host name), as a Kubernetes Indexed Job would: the tcp ring; and the same with
+ *     communication_backend: shm, which is refused (exit 2) instead.
  * Each result must match the fork-mode run with the same global batch (relative L2
  * distance of the weights <= 1e-5).
  *
@@ -151,6 +152,27 @@ int main(void) {
     CHECK_STR_CONTAINS(out, want);
     CHECK_STR_CONTAINS(out, "tcp all-reduce");
     CHECK(run_distance("tcp", "fork") <= 1e-5);
+
+    /* the same two hosts with training.communication_backend: shm, which cannot span hosts:
+     * rank 0 refuses it at the rendezvous, naming the file and the key, and every rank exits 2
+     * (it used to become the tcp ring without a word) */
+    snprintf(rd3, sizeof rd3, "run.dir=%s/shm", test_dir());
+    for (int r = 1; r >= 0; r--) {
+        char script[2048], tag[16];
+        snprintf(tag, sizeof tag, "shm-r%d", r);
+        snprintf(script, sizeof script,
+                 "hostname dtrain-host-%d && exec env RANK=%d WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 %s %s '%s' "
+                 "--config configs/ci-smoke.yaml --set '%s' --set training.communication_backend=shm "
+                 "--set training.collective_timeout_s=60 --progress never",
+                 r, r, master, port, DTRAIN_BIN, rd3);
+        const char *args[] = {"netns", "exec", r ? ns_b : ns_a, "unshare", "--uts", "sh", "-c", script, NULL};
+        pids[r] = spawn_prog(tag, "/usr/sbin/ip", args);
+    }
+    CHECK_INT_EQ(wait_exit(pids[0], "shm-r0"), 2);
+    CHECK_STR_CONTAINS(err_text, "configs/ci-smoke.yaml: training.communication_backend: shm needs every rank on one "
+                                 "host, but the ranks are on several");
+    CHECK_INT_EQ(wait_exit(pids[1], "shm-r1"), 2);
+    CHECK_STR_CONTAINS(err_text, "rank 0 refused rank 1: configs/ci-smoke.yaml: training.communication_backend: shm");
     test_dir_remove();
     TEST_PASS("test_netns");
 }

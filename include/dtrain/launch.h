@@ -1,5 +1,10 @@
-/* launch.h — the launcher/supervisor: forks one worker process per rank, watches them, and
- * stops all of them when one fails.
+/* launch.h — how workers start: forked by dtrain (dt_launch_run, the supervisor below), or
+ * started by someone else (dt_launch_external: torchrun, mpirun, srun, a Kubernetes Indexed
+ * Job). Either way each worker runs the same function with its communicator and a
+ * dt_launch_ctx, and the collective plan (comm_plan.h) says which collectives it uses.
+ *
+ * Fork mode: forks one worker process per rank, watches them, and stops all of them when one
+ * fails.
  *
  * Before fork it makes the shared-memory world of the `shm` collective (an anonymous shared
  * mapping: nothing is ever left in /dev/shm) and a status block where each worker leaves
@@ -17,8 +22,12 @@
 #ifndef DTRAIN_LAUNCH_H
 #define DTRAIN_LAUNCH_H
 
+#include <stdint.h>
+
 #include "dtrain/comm.h"
+#include "dtrain/comm_plan.h"
 #include "dtrain/monitor.h"
+#include "dtrain/rendezvous.h"
 #include "dtrain/status.h"
 
 /* What a worker knows about its launch. */
@@ -27,8 +36,11 @@ typedef struct dt_launch_ctx {
     const volatile int *stop; /* becomes non-zero when the launcher is asked to stop (preemption) */
     char *note;               /* a line for the launcher to print after a clean stop (rank 0) */
     size_t note_size;
-    const dt_worker_slot *stats; /* (world) each worker's CPU and memory, sampled by the launcher */
-    volatile int *waiting;    /* set while this worker waits on another's disk (not idle) */
+    const dt_worker_slot *stats; /* (world) each worker's CPU and memory, sampled by the launcher; NULL externally */
+    volatile int *waiting;    /* set while this worker waits on another's disk (not idle); may be NULL */
+    int local_rank;           /* this worker's index among the workers on its host (its device there) */
+    const char *launched_by;  /* external launch: who started it and how the ranks met, for the log; else NULL */
+    const dt_comm_plan *plan; /* the collectives: `comm` is plan->host's; plan->device_comm for device buffers */
 } dt_launch_ctx;
 
 /* The worker body: runs in the child process for `rank`. Its status (and dt_error_msg) is
@@ -36,7 +48,8 @@ typedef struct dt_launch_ctx {
 typedef dt_status (*dt_launch_fn)(void *arg, dt_comm *comm, const dt_launch_ctx *ctx);
 
 typedef struct dt_launch_cfg {
-    int world;              /* workers to fork, 1..64 */
+    int world;              /* workers to fork, 1..DT_MAX_WORLD */
+    const dt_comm_plan *plan; /* decided for launcher DT_LAUNCHER_FORK: its host collective is shm */
     double timeout_s;       /* collective deadline */
     const char *log_dir;    /* rank-N.log are written here (must exist); NULL: no logs */
     const char *what;       /* for messages: "training", "doctor" */
@@ -53,6 +66,8 @@ typedef struct dt_launch_result {
     int restarts;           /* restarts that happened */
     int stopped_by;         /* the signal of a clean stop (preemption), else 0 */
     char note[1024];        /* rank 0's note of a clean stop */
+    int mpi;                /* external launch: MPI was initialised (dt_launch_finish ends it) */
+    int mpi_agreed;         /* ... and every rank knows of the failure: MPI may finish cleanly */
 } dt_launch_result;
 
 /* Forks, supervises and reaps `world` workers running fn(arg, comm, ctx).
@@ -72,5 +87,36 @@ typedef struct dt_launch_result {
  * they are killed at once: DT_ERR_INTERRUPTED. A signal while waiting to restart is a clean
  * stop too. `res` may be NULL. */
 dt_status dt_launch_run(const dt_launch_cfg *cfg, dt_launch_fn fn, void *arg, dt_launch_result *res);
+
+
+/* ---- workers started by someone else ----
+ * This process is one worker (rank env->rank of env->world). It decides the collective plan
+ * (refusals: DT_ERR_CONFIG), meets the other ranks (MPI, or the TCP rendezvous of
+ * rendezvous.h, where rank 0 completes the plan with the hosts it sees), then runs fn once.
+ * Restarts are the launcher's (a rerun resumes): ctx->attempt is its restart count
+ * (TORCHELASTIC_RESTART_COUNT, SLURM_RESTART_COUNT). The first SIGINT/SIGTERM sets *ctx->stop
+ * (finish the step, checkpoint, DT_OK with res->stopped_by); a second one kills. A failure of
+ * fn aborts the shared world at once (the others fail now, not at their deadline) and is
+ * prefixed "rank N". The process must end with dt_launch_finish. */
+typedef struct dt_launch_ext_cfg {
+    const dt_ext_env *env;    /* dt_ext_env_detect's */
+    dt_comm_plan_in plan;     /* dt_launch_plan_in's: the host layout is found on the way */
+    uint32_t digest;          /* of the config: every rank must run the same */
+    double timeout_s;         /* the collective deadline, and the rendezvous' */
+    dt_status (*before_ok)(void *user); /* may be NULL: rank 0, once every rank has checked in (the run directory) */
+    void *user;
+} dt_launch_ext_cfg;
+
+dt_status dt_launch_external(const dt_launch_ext_cfg *cfg, dt_launch_fn fn, void *arg, dt_launch_result *res);
+
+/* The last call of a process that ran dt_launch_external, with its exit code: finishes MPI when
+ * it was used (MPI_Abort after a failure not every rank knows of, so that the job ends). */
+void dt_launch_finish(const dt_launch_result *res, int exit_code);
+
+/* The collective plan's inputs for a job of `world` workers (as configured) started by `env`
+ * (NULL: dtrain forks them on this host) on a backend named `device` whose device collective
+ * is `device_comm` (NULL: none). Everything but the hosts the rendezvous sees. */
+void dt_launch_plan_in(dt_comm_kind requested, const char *source, const dt_ext_env *env, int world,
+                       const char *device, const char *device_comm, dt_comm_plan_in *out);
 
 #endif

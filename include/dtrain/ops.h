@@ -72,6 +72,7 @@ typedef struct dt_backend_desc {
 struct dt_ops {
     const char *name;   /* "cpu", "cuda": its training.device value */
     const char *memory; /* what its memory is called in messages ("GPU memory"); NULL: host memory */
+    const char *collective; /* the name of device_comm's collective ("nccl"); NULL when it has none */
 
     /* ---- without an open backend (--dry-run, --version) ---- */
     /* element type of the activations at that precision (bf16 0/1) */
@@ -96,7 +97,7 @@ struct dt_ops {
     dt_status (*reserve)(void *ctx, const dt_op_sizes *sizes);
     /* may be NULL: runs one trivial kernel and checks its result (doctor) */
     dt_status (*probe)(void *ctx);
-    /* may be NULL (host collectives read this backend's buffers): the collective for them,
+    /* NULL when `collective` is (host collectives read this backend's buffers): the collective for them,
      * bootstrapped over the host communicator `boot` (every rank calls it; comm.h) and ordered
      * after the backend's queued work */
     dt_status (*device_comm)(void *ctx, dt_comm *boot, double timeout_s, dt_comm **out);

@@ -14,17 +14,20 @@
  * checks that every rank came, once, with the same config, before a deadline, and names
  * the ranks that did not. On one host it then creates the job's shared memory
  * (shm_open), every rank maps it, and rank 0 unlinks the name, so nothing is left in
- * /dev/shm; across hosts it connects the ranks in a ring for the tcp collective. */
+ * /dev/shm; across hosts (or when asked) it connects the ranks in a ring for the tcp
+ * collective. */
 #ifndef DTRAIN_RENDEZVOUS_H
 #define DTRAIN_RENDEZVOUS_H
 
 #include <stdint.h>
 
 #include "dtrain/comm.h"
+#include "dtrain/comm_plan.h"
 #include "dtrain/status.h"
 
 typedef struct dt_ext_env {
     char source[96];      /* which variables were used, for the log */
+    dt_launcher launcher; /* which launcher they belong to */
     int rank, world, local_rank, local_world;
     char addr[256];       /* rendezvous host */
     int port;
@@ -35,12 +38,15 @@ typedef struct dt_ext_env {
  * malformed or contradict each other. */
 dt_status dt_ext_env_detect(int config_world, dt_ext_env *env, int *found);
 
-/* Meets the other ranks (see above) within timeout_s. When every rank runs on this host
- * (and !force_tcp) it maps the job's shared memory: *world_out is ready for
- * dt_comm_init_shm. Otherwise the ranks connect in a ring over TCP and *comm_out is the
- * `tcp` communicator (comm.h). `before_ok` (may be NULL) runs on rank 0 once every rank has
- * checked in and before any is let go (e.g. to create the run directory). */
-dt_status dt_rendezvous(const dt_ext_env *env, uint32_t config_digest, double timeout_s, int force_tcp,
-                        dt_status (*before_ok)(void *), void *user, dt_shm_world **world_out, dt_comm **comm_out);
+/* Meets the other ranks (see above) within timeout_s. Once every rank has checked in, rank 0
+ * decides the collective plan (comm_plan.h) from *plan_in and the hosts it saw, and every rank
+ * gets it in *plan: for shm it maps the job's shared memory (*world_out is ready for
+ * dt_comm_init_shm); for tcp the ranks connect in a ring and *comm_out is the `tcp`
+ * communicator (comm.h). A plan refused there (shm across hosts) fails every rank with its
+ * message (DT_ERR_CONFIG on rank 0). `before_ok` (may be NULL) runs on rank 0 once every rank
+ * has checked in and before any is let go (e.g. to create the run directory). */
+dt_status dt_rendezvous(const dt_ext_env *env, uint32_t config_digest, double timeout_s, const dt_comm_plan_in *plan_in,
+                        dt_comm_plan *plan, dt_status (*before_ok)(void *), void *user, dt_shm_world **world_out,
+                        dt_comm **comm_out);
 
 #endif

@@ -4,6 +4,7 @@
 #define DTRAIN_WORKER_H
 
 #include "dtrain/comm.h"
+#include "dtrain/comm_plan.h"
 #include "dtrain/config.h"
 #include "dtrain/launch.h"
 #include "dtrain/metrics.h"
@@ -22,6 +23,7 @@ typedef struct dt_worker_opts {
     const char *launched_by;       /* may be NULL; who started this worker (external launchers), for the log */
     int local_rank;                /* this worker's index among the workers on its host: on GPU runs it
                                     * uses the local_rank-th visible GPU (fork mode: the rank) */
+    const dt_comm_plan *plan;      /* may be NULL (one process): the collectives; logged at start */
 } dt_worker_opts;
 
 /* Creates cfg->run.dir and writes the resolved config.yaml into it (once, before the
@@ -39,10 +41,19 @@ dt_status dt_worker_prepare_run_dir(const dt_config *cfg);
  * make every rank stop after the same step with a checkpoint and return DT_OK. */
 dt_status dt_worker_train(const dt_config *cfg, const dt_worker_opts *opts, dt_comm *comm);
 
-/* Trains as configured with training.num_workers worker processes under the launcher
- * (launch.h: restarts, clean stop, monitoring); `opts` supplies quiet/progress. *res (may be
+/* Trains as configured with training.num_workers worker processes that dtrain forks on this
+ * host (launch.h: restarts, clean stop, monitoring): resolves the device and the collective
+ * plan (refusals are DT_ERR_CONFIG, before anything is written), checks there is a device per
+ * worker, prepares the run directory, launches. `opts` supplies quiet/progress. *res (may be
  * NULL) receives the launch result. */
 dt_status dt_worker_launch(const dt_config *cfg, const dt_worker_opts *opts, dt_launch_result *res);
+
+/* Trains as rank env->rank of a job started by someone else (launch.h dt_launch_external):
+ * the world size is the launcher's (training.num_workers is ignored, with a note), the
+ * threads per worker this host's share; rank 0 prepares the run directory once every rank
+ * has checked in. `opts` supplies quiet/progress. The process must end with dt_launch_finish. */
+dt_status dt_worker_launch_external(const dt_config *cfg, const dt_ext_env *env, const dt_worker_opts *opts,
+                                    dt_launch_result *res);
 
 /* Evaluates `weights` (a safetensors file) on data.val_path and prints the result line;
  * *out receives it (step 0). */

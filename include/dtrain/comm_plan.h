@@ -1,0 +1,63 @@
+/* comm_plan.h — which collectives a job uses, decided in one place: one pure function of
+ * training.communication_backend, who started the workers, the device backend and where the
+ * ranks are. Everything that sets up collectives (launch, rendezvous, worker) follows its
+ * answer; its reason is logged at start.
+ *
+ *   host collective   shm  workers on one host (dtrain forked them, or an outside launcher
+ *                          started them and the rendezvous found them on one host)
+ *                     tcp  a ring over TCP (ranks on several hosts, no mpi; or asked for)
+ *                     mpi  Open MPI (asked for, or automatic under mpirun/srun across hosts)
+ *   device collective the backend's own for device buffers (NCCL on GPUs): gradients and
+ *                     weights always travel over it when there is one and more than one rank;
+ *                     the host collective then carries its start-up and small exchanges. */
+#ifndef DTRAIN_COMM_PLAN_H
+#define DTRAIN_COMM_PLAN_H
+
+#include <stddef.h>
+
+#include "dtrain/config.h"
+#include "dtrain/status.h"
+
+/* who started the workers */
+typedef enum {
+    DT_LAUNCHER_FORK = 0, /* dtrain itself, one host */
+    DT_LAUNCHER_TORCHRUN,
+    DT_LAUNCHER_MPIRUN,
+    DT_LAUNCHER_SLURM,
+    DT_LAUNCHER_K8S,
+} dt_launcher;
+
+typedef enum { DT_HOSTCOMM_SHM = 0, DT_HOSTCOMM_TCP, DT_HOSTCOMM_MPI } dt_hostcomm;
+
+typedef struct dt_comm_plan_in {
+    dt_comm_kind requested;  /* training.communication_backend */
+    const char *source;      /* the config file, named in refusals (NULL or "": "config") */
+    dt_launcher launcher;
+    int world;               /* ranks */
+    int local_world;         /* ranks on this host, as the launcher counts them (fork: world) */
+    int hosts;               /* distinct hosts the ranks reported at the rendezvous; 0: not met yet */
+    const char *device;      /* the device backend's name: "cpu", "cuda" */
+    const char *device_comm; /* its collective for device buffers ("nccl"); NULL: none */
+    int have_mpi;            /* this binary has the mpi collective */
+} dt_comm_plan_in;
+
+typedef struct dt_comm_plan {
+    dt_hostcomm host;        /* every rank's host collective */
+    const char *device_comm; /* gradients and weights over this (world > 1 and the backend has one), else NULL */
+    char reason[256];        /* why, for the start-up log */
+} dt_comm_plan;
+
+/* Decides *out from *in. DT_ERR_CONFIG "FILE: training.communication_backend: ..." (exit 2)
+ * for a value that cannot do what it says here: mpi or tcp when dtrain forks its workers, mpi
+ * in a build without Open MPI, shm across hosts, nccl where the backend has no device
+ * collective. Before the ranks have met (hosts 0) the choice between shm and tcp follows the
+ * launcher's count of local ranks; rank 0 decides again at the rendezvous, once it has seen
+ * every rank's host. */
+dt_status dt_comm_plan_decide(const dt_comm_plan_in *in, dt_comm_plan *out);
+
+/* "shm", "tcp", "mpi" */
+const char *dt_hostcomm_name(dt_hostcomm h);
+/* "shm (why); gradients and weights over nccl" into buf */
+void dt_comm_plan_describe(const dt_comm_plan *p, char *buf, size_t n);
+
+#endif
