@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dtrain/agree.h"
 #include "dtrain/backend.h"
 #include "dtrain/ckpt.h"
 #include "dtrain/clock.h"
@@ -461,301 +462,365 @@ static dt_status start_device_collective(run *r) {
     return DT_OK;
 }
 
-dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_comm *comm) {
+/* ---- the training loop: a state struct and its phases, in the order they run ---- */
+
+typedef struct trainer {
     run r;
-    FILE *sample_log = NULL;
-    const int attempt = opts ? opts->attempt : 0;
-    dt_fault fault;
-    dt_status st = dt_fault_from_env(&fault);
-    if (st == DT_OK) st = run_setup(&r, c, comm, 1, opts ? opts->local_rank : 0);
-    else memset(&r, 0, sizeof r);
-    if (st != DT_OK) goto done;
-    const int b = c->data.batch_size_per_worker, T = c->data.seq_len, accum = c->training.grad_accum_steps;
-    const int world = r.world, rank = r.rank;
-    const int cls = c->model.num_labels > 0;
-    const long G = (long)world * b * accum;
-    sample_log = dt_fault_sample_log(rank);
-    r.waiting = opts ? opts->waiting : NULL;
-    r.plan = opts ? opts->plan : NULL;
+    const dt_worker_opts *opts;  /* may be NULL */
+    int attempt;                 /* 0, or k after the k-th restart */
+    dt_fault fault;              /* DTRAIN_FAULT (fault.h) */
+    FILE *sample_log;            /* DTRAIN_TEST_SAMPLE_LOG, or NULL */
+    int perturb;                 /* DTRAIN_TEST_PERTURB_REPLICA's rank, or -1 */
+    int b, T, accum, cls;        /* batch per worker, sequence length, micro-batches, classification */
+    long G;                      /* global batch: world x b x accum */
+    size_t spe;                  /* steps per epoch */
+    float scale;                 /* 1 / rows of the global batch */
+    long check_every;            /* replica check period (0: off) */
+    /* where training stands: the same on every rank */
+    long step, epoch, step_start, total;
+    size_t cursor;               /* sample cursor within the epoch */
+    int resumed;                 /* from cs, in ckpt_dir */
+    dt_ckpt_state cs;
+    char ckpt_dir[DT_PATH_MAX + 64]; /* the checkpoint resumed from, then the newest written */
+    /* what this run has done */
+    double train_ms, eval_ms, comm_ms;
+    long checkpoints;
+    uint32_t samples_seen;       /* rounds of the launcher's worker samples logged */
+    dt_eval_point last_eval;
+    int have_eval;
+} trainer;
 
+static void trainer_free(trainer *t, dt_status st) {
+    if (t->sample_log) fclose(t->sample_log);
+    run_free(&t->r, st);
+}
+
+/* The backend, model, data, sampler and metrics; the test hooks. */
+static dt_status train_open(trainer *t, const dt_config *c, const dt_worker_opts *opts, dt_comm *comm) {
+    memset(t, 0, sizeof *t);
+    t->opts = opts;
+    t->attempt = opts ? opts->attempt : 0;
+    DT_TRY(dt_fault_from_env(&t->fault));
+    run *r = &t->r;
+    DT_TRY(run_setup(r, c, comm, 1, opts ? opts->local_rank : 0));
+    r->waiting = opts ? opts->waiting : NULL;
+    r->plan = opts ? opts->plan : NULL;
+    t->b = c->data.batch_size_per_worker;
+    t->T = c->data.seq_len;
+    t->accum = c->training.grad_accum_steps;
+    t->cls = c->model.num_labels > 0;
+    t->G = (long)r->world * t->b * t->accum;
+    t->scale = 1.0f / (float)(t->G * (t->cls ? 1 : t->T));
+    t->check_every = r->world > 1 ? c->training.check_replicas_every : 0;
+    t->perturb = dt_fault_perturb_replica_rank();
+    t->sample_log = dt_fault_sample_log(r->rank);
+    t->last_eval = (dt_eval_point){.loss = NAN, .accuracy = NAN};
     dt_sampler_cfg sc = {
-        .num_samples = dt_dataset_size(r.train), .seed = c->training.seed, .shuffle = c->data.shuffle,
-        .rank = rank, .world = world, .batch_per_worker = b, .accum = accum,
+        .num_samples = dt_dataset_size(r->train), .seed = c->training.seed, .shuffle = c->data.shuffle,
+        .rank = r->rank, .world = r->world, .batch_per_worker = t->b, .accum = t->accum,
     };
-    if ((st = dt_sampler_init(&r.sampler, &sc)) != DT_OK) goto done;
-    size_t spe = dt_sampler_steps_per_epoch(r.sampler);
-    if (spe == 0) {
-        st = dt_error_set(DT_ERR_DATA,
-                          "%s: %zu training examples, fewer than one global batch of %ld (hint: lower "
-                          "data.batch_size_per_worker, training.grad_accum_steps or training.num_workers)",
-                          c->data.train_path, dt_dataset_size(r.train), G);
-        goto done;
-    }
-
-    dt_metrics_cfg mcfg = {.run_dir = c->run.dir, .rank = rank, .total_steps = total_steps(c, spe),
+    DT_TRY(dt_sampler_init(&r->sampler, &sc));
+    if ((t->spe = dt_sampler_steps_per_epoch(r->sampler)) == 0)
+        return dt_error_set(DT_ERR_DATA,
+                            "%s: %zu training examples, fewer than one global batch of %ld (hint: lower "
+                            "data.batch_size_per_worker, training.grad_accum_steps or training.num_workers)",
+                            c->data.train_path, dt_dataset_size(r->train), t->G);
+    dt_metrics_cfg mcfg = {.run_dir = c->run.dir, .rank = r->rank, .total_steps = total_steps(c, t->spe),
                            .log_every = c->logging.every_steps, .progress = opts ? opts->progress : -1,
                            .quiet = opts ? opts->quiet : 0, .tensorboard = c->logging.tensorboard};
-    if ((st = dt_metrics_open(&r.metrics, &mcfg)) != DT_OK) goto done;
+    return dt_metrics_open(&r->metrics, &mcfg);
+}
 
-    /* where training stands: a checkpoint, or the start */
-    char ckpt_dir[DT_PATH_MAX + 64] = "";
-    dt_ckpt_state cs;
-    memset(&cs, 0, sizeof cs);
-    int resumed = 0;
-    if ((st = find_resume(&r, attempt, ckpt_dir, sizeof ckpt_dir, &cs, &resumed)) != DT_OK) goto done;
-    if (resumed && (st = dt_ckpt_check_shape(&cs, dt_model_config(r.model), ckpt_dir)) != DT_OK) goto done;
-    if (rank == 0 && (st = set_aside_other_history(&r, resumed ? &cs : NULL, ckpt_dir)) != DT_OK) goto done;
-    long step = resumed ? cs.step : 0, epoch = resumed ? cs.epoch : 0;
-    size_t cursor = resumed ? cs.cursor : 0;
-    const size_t n_train = dt_dataset_size(r.train);
-    if (dt_sampler_steps_from(r.sampler, cursor) == 0) { /* the saved epoch has no whole batch left */
-        epoch++;
-        cursor = 0;
+/* Where training stands: the newest valid checkpoint (the same on every rank), or the start;
+ * and the step it ends at. */
+static dt_status resume_point(trainer *t) {
+    run *r = &t->r;
+    const dt_config *c = r->cfg;
+    DT_TRY(find_resume(r, t->attempt, t->ckpt_dir, sizeof t->ckpt_dir, &t->cs, &t->resumed));
+    if (t->resumed) DT_TRY(dt_ckpt_check_shape(&t->cs, dt_model_config(r->model), t->ckpt_dir));
+    if (r->rank == 0) DT_TRY(set_aside_other_history(r, t->resumed ? &t->cs : NULL, t->ckpt_dir));
+    t->step = t->resumed ? t->cs.step : 0;
+    t->epoch = t->resumed ? t->cs.epoch : 0;
+    t->cursor = t->resumed ? t->cs.cursor : 0;
+    if (dt_sampler_steps_from(r->sampler, t->cursor) == 0) { /* the saved epoch has no whole batch left */
+        t->epoch++;
+        t->cursor = 0;
     }
-    const long step_start = step;
-    long total = c->training.max_steps > 0 ? c->training.max_steps
-                 : epoch < c->training.epochs
-                     ? step + (long)dt_sampler_steps_from(r.sampler, cursor) + (c->training.epochs - epoch - 1) * (long)spe
-                     : step;
-    if (total < step) total = step;
-    dt_metrics_set_total(r.metrics, total);
+    t->step_start = t->step;
+    t->total = c->training.max_steps > 0 ? c->training.max_steps
+               : t->epoch < c->training.epochs
+                   ? t->step + (long)dt_sampler_steps_from(r->sampler, t->cursor) +
+                         (c->training.epochs - t->epoch - 1) * (long)t->spe
+                   : t->step;
+    if (t->total < t->step) t->total = t->step;
+    dt_metrics_set_total(r->metrics, t->total);
+    return DT_OK;
+}
 
-    /* optimizer: decay on >= 2-D tensors only */
-    int nt = dt_model_num_tensors(r.model);
+/* AdamW over the model's tensors (decay on >= 2-D ones only), scheduled to the last step. */
+static dt_status make_optimizer(trainer *t) {
+    run *r = &t->r;
+    const dt_config *c = r->cfg;
+    const int nt = dt_model_num_tensors(r->model);
     dt_param_seg *segs = dt_malloc((size_t)nt * sizeof *segs, "optimizer segments");
-    if (!segs) { st = DT_ERR_NOMEM; goto done; }
+    if (!segs) return DT_ERR_NOMEM;
     for (int i = 0; i < nt; i++) {
-        const dt_tensor_info *t = dt_model_tensor(r.model, i);
-        segs[i] = (dt_param_seg){t->offset, t->numel, t->ndim >= 2};
+        const dt_tensor_info *ti = dt_model_tensor(r->model, i);
+        segs[i] = (dt_param_seg){ti->offset, ti->numel, ti->ndim >= 2};
     }
     dt_optim_cfg oc = {
         .lr = c->optimizer.lr, .weight_decay = c->optimizer.weight_decay, .beta1 = c->optimizer.beta1,
         .beta2 = c->optimizer.beta2, .eps = c->optimizer.eps, .grad_clip = c->optimizer.grad_clip,
-        .schedule = c->optimizer.schedule, .warmup_steps = c->optimizer.warmup_steps, .total_steps = total,
+        .schedule = c->optimizer.schedule, .warmup_steps = c->optimizer.warmup_steps, .total_steps = t->total,
         .min_lr_ratio = c->optimizer.min_lr_ratio,
     };
-    st = dt_optim_init(&r.optim, &oc, r.be, dt_model_num_params(r.model), segs, nt);
+    dt_status st = dt_optim_init(&r->optim, &oc, r->be, dt_model_num_params(r->model), segs, nt);
     free(segs);
-    if (st != DT_OK) goto done;
+    return st;
+}
 
-    /* weights: checkpoint, or random init (done) / init_from; then rank 0's copy everywhere */
-    if (resumed) {
-        if ((st = dt_ckpt_load(ckpt_dir, r.model, r.optim)) != DT_OK) goto done;
+/* The checkpoint's weights and moments, or model.init_from's, or the seed's (init); then
+ * rank 0's copy on every rank, over the collective that carries the gradients. */
+static dt_status initial_weights(trainer *t) {
+    run *r = &t->r;
+    const dt_config *c = r->cfg;
+    if (t->resumed) {
+        DT_TRY(dt_ckpt_load(t->ckpt_dir, r->model, r->optim));
     } else if (c->model.init_from[0]) {
         int score_loaded = 1;
-        if ((st = dt_model_load(r.model, c->model.init_from, &score_loaded)) != DT_OK) {
+        dt_status st = dt_model_load(r->model, c->model.init_from, &score_loaded);
+        if (st != DT_OK) {
             dt_error_prefix("model.init_from");
-            goto done;
+            return st;
         }
-        dt_metrics_info(r.metrics, "init_from %s%s", c->model.init_from,
+        dt_metrics_info(r->metrics, "init_from %s%s", c->model.init_from,
                         score_loaded ? "" : " (no score.weight in the file: classification head initialised from the seed)");
     }
-    if ((st = start_device_collective(&r)) != DT_OK) goto done;
-    if (world > 1 &&
-        (st = dt_comm_broadcast(r.gcomm, dt_model_params(r.model), dt_model_num_params(r.model) * sizeof(float), 0)) != DT_OK)
-        goto done;
-    dt_model_params_changed(r.model);
+    DT_TRY(start_device_collective(r));
+    if (r->world > 1)
+        DT_TRY(dt_comm_broadcast(r->gcomm, dt_model_params(r->model), dt_model_num_params(r->model) * sizeof(float), 0));
+    dt_model_params_changed(r->model);
+    return DT_OK;
+}
 
-    {
-        const dt_model_cfg *mc = dt_model_config(r.model);
-        char params[32], flops[32];
-        human_count(params, sizeof params, (double)dt_model_num_params(r.model));
-        human_count(flops, sizeof flops, dt_model_flops_per_token(mc));
-        char how[48] = "";
-        if (world > 1) snprintf(how, sizeof how, ", %s all-reduce", dt_comm_backend(r.gcomm));
-        const dt_ops *ops = r.be->ops;
-        dt_backend_desc desc;
-        ops->describe(r.be->ctx, &desc);
-        const int bf16 = ops->bf16(r.be->ctx);
-        char prec[32] = "";
-        if (ops->memory) snprintf(prec, sizeof prec, " (%s)", bf16 ? "bf16 matmuls" : "fp32");
-        dt_metrics_info(r.metrics, "dtrain: %s on %s%s, %d worker%s x %s%s | run dir %s",
-                        cls ? "classification" : "language modelling", ops->name, prec, world, world > 1 ? "s" : "",
-                        desc.per_worker, how, c->run.dir);
-        if (ops->memory)
-            dt_metrics_info(r.metrics, "rank %d: %s; estimated %.2f GiB of %s per worker (weights, gradients, "
-                            "AdamW state, activations for batch %d)", rank, desc.device,
-                            (double)device_memory_bytes(ops, mc, bf16) / (1u << 30), ops->memory, b);
-        dt_metrics_info(r.metrics, "model: %d layers, %d heads, n_embd %d, seq_len %d, vocab %d | %s params, %s FLOPs/token",
-                        mc->n_layer, mc->n_head, mc->n_embd, mc->seq_len, mc->vocab_size, params, flops);
-        if (opts && opts->launched_by) dt_metrics_info(r.metrics, "%s", opts->launched_by);
-        if (world > 1 && r.plan) {
-            char plan[512];
-            dt_comm_plan_describe(r.plan, plan, sizeof plan);
-            dt_metrics_info(r.metrics, "collectives: %s", plan);
-        }
-        char advice[512];
-        if (dt_device_blas_advice(advice, sizeof advice)) dt_metrics_info(r.metrics, "%s", advice);
-        dt_metrics_info(r.metrics, "data: %zu train examples (%zu steps/epoch at global batch %ld = %d x %d x %d), "
-                        "%zu val examples | %ld steps",
-                        n_train, spe, G, world, b, accum, r.val ? dt_dataset_size(r.val) : (size_t)0, total);
-        if (resumed) {
-            dt_metrics_resume(r.metrics, cs.step, ckpt_dir, attempt);
-            dt_metrics_info(r.metrics, "resumed from %s: step %ld, epoch %ld, sample %zu of the epoch%s", ckpt_dir, cs.step,
-                            cs.epoch + 1, cs.cursor, attempt > 0 ? " (after a restart)" : "");
-            if (cs.global_batch != G)
-                dt_metrics_info(r.metrics, "elastic resume: global batch %ld (%d worker%s at save) -> %ld (%d now); the "
-                                "epoch continues at the saved sample cursor",
-                                cs.global_batch, cs.world, cs.world > 1 ? "s" : "", G, world);
-            if (cs.train_samples != n_train)
-                dt_metrics_info(r.metrics, "warning: the training set has %zu examples, %zu at save: the sample order "
-                                "differs from the interrupted run",
-                                n_train, cs.train_samples);
-            report_config_change(&r, ckpt_dir, &cs);
-        }
-        if (step >= total && total > 0)
-            dt_metrics_info(r.metrics, "nothing to train: step %ld of %ld is already done", step, total);
+/* The backend, the model and the collectives, for the log. */
+static void report_setup(trainer *t) {
+    run *r = &t->r;
+    const dt_model_cfg *mc = dt_model_config(r->model);
+    const dt_ops *ops = r->be->ops;
+    char params[32], flops[32], how[48] = "", prec[32] = "";
+    human_count(params, sizeof params, (double)dt_model_num_params(r->model));
+    human_count(flops, sizeof flops, dt_model_flops_per_token(mc));
+    if (r->world > 1) snprintf(how, sizeof how, ", %s all-reduce", dt_comm_backend(r->gcomm));
+    dt_backend_desc desc;
+    ops->describe(r->be->ctx, &desc);
+    const int bf16 = ops->bf16(r->be->ctx);
+    if (ops->memory) snprintf(prec, sizeof prec, " (%s)", bf16 ? "bf16 matmuls" : "fp32");
+    dt_metrics_info(r->metrics, "dtrain: %s on %s%s, %d worker%s x %s%s | run dir %s",
+                    t->cls ? "classification" : "language modelling", ops->name, prec, r->world, r->world > 1 ? "s" : "",
+                    desc.per_worker, how, r->cfg->run.dir);
+    if (ops->memory)
+        dt_metrics_info(r->metrics, "rank %d: %s; estimated %.2f GiB of %s per worker (weights, gradients, AdamW state, "
+                        "activations for batch %d)", r->rank, desc.device,
+                        (double)device_memory_bytes(ops, mc, bf16) / (1u << 30), ops->memory, t->b);
+    dt_metrics_info(r->metrics, "model: %d layers, %d heads, n_embd %d, seq_len %d, vocab %d | %s params, %s FLOPs/token",
+                    mc->n_layer, mc->n_head, mc->n_embd, mc->seq_len, mc->vocab_size, params, flops);
+    if (t->opts && t->opts->launched_by) dt_metrics_info(r->metrics, "%s", t->opts->launched_by);
+    if (r->world > 1 && r->plan) {
+        char plan[512];
+        dt_comm_plan_describe(r->plan, plan, sizeof plan);
+        dt_metrics_info(r->metrics, "collectives: %s", plan);
     }
+    char advice[512];
+    if (dt_device_blas_advice(advice, sizeof advice)) dt_metrics_info(r->metrics, "%s", advice);
+}
 
-    const float scale = 1.0f / (float)(G * (cls ? 1 : T));
-    const double tokens_per_step = (double)G * T;
-    const long check_every = world > 1 ? c->training.check_replicas_every : 0;
-    const int perturb = dt_fault_perturb_replica_rank();
-    double train_ms = 0, eval_ms = 0, total_comm_ms = 0;
-    uint32_t samples_seen = 0;
-    long checkpoints = 0;
-    dt_eval_point last_eval = {.loss = NAN, .accuracy = NAN};
-    int have_eval = 0, stopped = 0;
-    while (step < total) {
-        dt_fault_before_step(&fault, rank, attempt, step + 1);
-        double t0 = now_ms();
-        dt_model_zero_grad(r.model);
-        double loss = 0, comm_ms = 0;
-        long rows = 0;
-        for (int a = 0; a < accum; a++) {
-            dt_sampler_batch_at(r.sampler, epoch, cursor, a, r.idx);
-            if (sample_log) {
-                for (int i = 0; i < b; i++) fprintf(sample_log, "%ld %zu\n", epoch, r.idx[i]);
-                fflush(sample_log);
-            }
-            fill_batch(r.train, r.idx, b, T, r.tokens, r.targets);
-            dt_fwd_result res;
-            if ((st = dt_model_forward(r.model, r.tokens, r.targets, b, &res)) != DT_OK) goto done;
-            int sync = world > 1 && a == accum - 1; /* reduce during the last backward only */
-            st = dt_model_backward(r.model, scale, sync ? on_bucket_ready : NULL, &r);
-            if (sync) {
-                double w0 = now_ms();
-                dt_status w = wait_buckets(&r);
-                comm_ms += now_ms() - w0;
-                if (st == DT_OK) st = w;
-            }
-            if (st != DT_OK) goto done;
-            loss += res.loss_sum;
-            rows += res.rows;
-        }
-        /* a stop request counts when any rank saw it: all stop after the same step */
-        int stop = stop_requested(opts);
-        /* a device failure on any rank (e.g. memory for scratch running out in backward) stops
-         * every rank before the update: no rank applies gradients that a failed rank summed */
-        dt_status dev = r.be->ops->check(r.be->ctx);
-        char dev_msg[1024] = "";
-        if (dev != DT_OK) snprintf(dev_msg, sizeof dev_msg, "%s", dt_error_msg());
-        if (world > 1) {
-            float sums[4] = {(float)loss, (float)rows, (float)stop, (float)(dev != DT_OK)};
-            double w0 = now_ms();
-            if ((st = dt_comm_allreduce(comm, sums, 4, DT_REDUCE_SUM)) != DT_OK) goto done;
-            comm_ms += now_ms() - w0;
-            loss = sums[0];
-            rows = (long)sums[1];
-            stop = sums[2] > 0;
-            if (dev == DT_OK && sums[3] > 0) {
-                st = dt_error_set(DT_ERR_DEVICE, "step %ld: %.0f other rank(s) failed on their GPU in this step; "
-                                  "stopping without the update (their messages say why)", step + 1, sums[3]);
-                goto done;
-            }
-        }
-        if (dev != DT_OK) {
-            st = dt_error_set(dev, "%s", dev_msg);
-            goto done;
-        }
-        double gnorm, lr;
-        if ((st = dt_optim_step(r.optim, dt_model_params(r.model), dt_model_grads(r.model), step, &gnorm, &lr)) != DT_OK)
-            goto done;
-        const long batch_epoch = epoch;
-        step++;
-        cursor += (size_t)G;
-        if (dt_sampler_steps_from(r.sampler, cursor) == 0) {
-            epoch++;
-            cursor = 0;
-        }
-        double ms = now_ms() - t0;
-        train_ms += ms;
-        total_comm_ms += comm_ms;
-        dt_train_point p = {.step = step, .epoch = batch_epoch + 1, .loss = loss / (double)rows, .lr = lr,
-                            .grad_norm = gnorm, .step_ms = ms, .tokens_per_s = tokens_per_step / (ms / 1e3),
-                            .comm_ms = comm_ms};
-        dt_metrics_train(r.metrics, &p);
-        if (rank == 0) log_worker_samples(&r, opts, step, &samples_seen);
-        if (!isfinite(p.loss)) {
-            st = dt_error_set(DT_ERR_INTERNAL, "step %ld: loss is %g (hint: lower optimizer.lr)", step, p.loss);
-            goto done;
-        }
-        if (check_every > 0 && step % check_every == 0) {
-            if (perturb == rank && step == check_every) {
-                float p0;
-                r.be->ops->download(r.be->ctx, &p0, dt_model_params(r.model), sizeof p0);
-                p0 += 1e-3f;
-                r.be->ops->upload(r.be->ctx, dt_model_params(r.model), &p0, sizeof p0);
-            }
-            if ((st = check_replicas(&r, step)) != DT_OK) goto done;
-        }
-        int last = step == total;
-        if (r.val && (!stop || last) && (last || (c->eval.every_steps > 0 && step % c->eval.every_steps == 0))) {
-            if ((st = evaluate(&r, step, &last_eval)) != DT_OK) goto done;
-            eval_ms += last_eval.eval_ms;
-            have_eval = 1;
-            dt_metrics_eval(r.metrics, &last_eval);
-        }
-        if (last || stop || (c->checkpoint.every_steps > 0 && step % c->checkpoint.every_steps == 0)) {
-            if ((st = save_checkpoint(&r, &fault, attempt, step, epoch, cursor, ckpt_dir, sizeof ckpt_dir)) != DT_OK)
-                goto done;
-            checkpoints++;
-        }
-        if (stop && !last) {
-            stopped = 1;
-            break;
-        }
+/* The data and where training starts from, for the log. */
+static void report_start(trainer *t) {
+    run *r = &t->r;
+    const dt_ckpt_state *cs = &t->cs;
+    const size_t n_train = dt_dataset_size(r->train);
+    report_setup(t);
+    dt_metrics_info(r->metrics, "data: %zu train examples (%zu steps/epoch at global batch %ld = %d x %d x %d), "
+                    "%zu val examples | %ld steps",
+                    n_train, t->spe, t->G, r->world, t->b, t->accum, r->val ? dt_dataset_size(r->val) : (size_t)0,
+                    t->total);
+    if (t->resumed) {
+        dt_metrics_resume(r->metrics, cs->step, t->ckpt_dir, t->attempt);
+        dt_metrics_info(r->metrics, "resumed from %s: step %ld, epoch %ld, sample %zu of the epoch%s", t->ckpt_dir,
+                        cs->step, cs->epoch + 1, cs->cursor, t->attempt > 0 ? " (after a restart)" : "");
+        if (cs->global_batch != t->G)
+            dt_metrics_info(r->metrics, "elastic resume: global batch %ld (%d worker%s at save) -> %ld (%d now); the "
+                            "epoch continues at the saved sample cursor",
+                            cs->global_batch, cs->world, cs->world > 1 ? "s" : "", t->G, r->world);
+        if (cs->train_samples != n_train)
+            dt_metrics_info(r->metrics, "warning: the training set has %zu examples, %zu at save: the sample order "
+                            "differs from the interrupted run",
+                            n_train, cs->train_samples);
+        report_config_change(r, t->ckpt_dir, cs);
     }
+    if (t->step >= t->total && t->total > 0)
+        dt_metrics_info(r->metrics, "nothing to train: step %ld of %ld is already done", t->step, t->total);
+}
 
-    const long steps_run = step - step_start;
+/* Forward and backward over the step's micro-batches (gradients accumulate); the buckets of
+ * the last backward are all-reduced as they finish. */
+static dt_status micro_batches(trainer *t, double *loss, long *rows, double *comm_ms) {
+    run *r = &t->r;
+    dt_model_zero_grad(r->model);
+    *loss = 0;
+    *rows = 0;
+    for (int a = 0; a < t->accum; a++) {
+        dt_sampler_batch_at(r->sampler, t->epoch, t->cursor, a, r->idx);
+        if (t->sample_log) {
+            for (int i = 0; i < t->b; i++) fprintf(t->sample_log, "%ld %zu\n", t->epoch, r->idx[i]);
+            fflush(t->sample_log);
+        }
+        fill_batch(r->train, r->idx, t->b, t->T, r->tokens, r->targets);
+        dt_fwd_result res;
+        DT_TRY(dt_model_forward(r->model, r->tokens, r->targets, t->b, &res));
+        const int sync = r->world > 1 && a == t->accum - 1; /* reduce during the last backward only */
+        dt_status st = dt_model_backward(r->model, t->scale, sync ? on_bucket_ready : NULL, r);
+        if (sync) {
+            const double w0 = now_ms();
+            dt_status w = wait_buckets(r);
+            *comm_ms += now_ms() - w0;
+            if (st == DT_OK) st = w;
+        }
+        DT_TRY(st);
+        *loss += res.loss_sum;
+        *rows += res.rows;
+    }
+    return DT_OK;
+}
+
+/* One optimizer step: the micro-batches, the agreement of every rank (agree.h: loss, stop,
+ * device failure), the update, and the sample cursor moved on. *p describes it. */
+static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
+    run *r = &t->r;
+    dt_fault_before_step(&t->fault, r->rank, t->attempt, t->step + 1);
+    const double t0 = now_ms();
+    double comm_ms = 0;
+    dt_agree_vote v = {0};
+    DT_TRY(micro_batches(t, &v.loss, &v.rows, &comm_ms));
+    v.stop = stop_requested(t->opts); /* the launcher's flag: SIGINT/SIGTERM */
+    v.device = r->be->ops->check(r->be->ctx);
+    const double w0 = now_ms();
+    DT_TRY(dt_agree_step(r->world > 1 ? r->comm : NULL, t->step + 1, &v));
+    if (r->world > 1) comm_ms += now_ms() - w0;
+    *stop = v.stop;
+    double gnorm, lr;
+    DT_TRY(dt_optim_step(r->optim, dt_model_params(r->model), dt_model_grads(r->model), t->step, &gnorm, &lr));
+    const long batch_epoch = t->epoch;
+    t->step++;
+    t->cursor += (size_t)t->G;
+    if (dt_sampler_steps_from(r->sampler, t->cursor) == 0) {
+        t->epoch++;
+        t->cursor = 0;
+    }
+    const double ms = now_ms() - t0;
+    t->train_ms += ms;
+    t->comm_ms += comm_ms;
+    *p = (dt_train_point){.step = t->step, .epoch = batch_epoch + 1, .loss = v.loss / (double)v.rows, .lr = lr,
+                          .grad_norm = gnorm, .step_ms = ms,
+                          .tokens_per_s = (double)t->G * t->T / (ms / 1e3), .comm_ms = comm_ms};
+    return DT_OK;
+}
+
+/* An evaluation at the current step, logged and kept for the summary. */
+static dt_status eval_now(trainer *t) {
+    DT_TRY(evaluate(&t->r, t->step, &t->last_eval));
+    t->eval_ms += t->last_eval.eval_ms;
+    t->have_eval = 1;
+    dt_metrics_eval(t->r.metrics, &t->last_eval);
+    return DT_OK;
+}
+
+/* After a step: metrics, the loss check, the replica check, evaluation and checkpoint when
+ * due (a stop request checkpoints at once; evaluation waits for the next run). */
+static dt_status after_step(trainer *t, const dt_train_point *p, int stop) {
+    run *r = &t->r;
+    const dt_config *c = r->cfg;
+    const long step = t->step;
+    dt_metrics_train(r->metrics, p);
+    if (r->rank == 0) log_worker_samples(r, t->opts, step, &t->samples_seen);
+    if (!isfinite(p->loss))
+        return dt_error_set(DT_ERR_INTERNAL, "step %ld: loss is %g (hint: lower optimizer.lr)", step, p->loss);
+    if (t->check_every > 0 && step % t->check_every == 0) {
+        if (t->perturb == r->rank && step == t->check_every) { /* the test hook: this replica must be caught */
+            float p0;
+            r->be->ops->download(r->be->ctx, &p0, dt_model_params(r->model), sizeof p0);
+            p0 += 1e-3f;
+            r->be->ops->upload(r->be->ctx, dt_model_params(r->model), &p0, sizeof p0);
+        }
+        DT_TRY(check_replicas(r, step));
+    }
+    const int last = step == t->total;
+    if (r->val && (!stop || last) && (last || (c->eval.every_steps > 0 && step % c->eval.every_steps == 0)))
+        DT_TRY(eval_now(t));
+    if (last || stop || (c->checkpoint.every_steps > 0 && step % c->checkpoint.every_steps == 0)) {
+        DT_TRY(save_checkpoint(r, &t->fault, t->attempt, step, t->epoch, t->cursor, t->ckpt_dir, sizeof t->ckpt_dir));
+        t->checkpoints++;
+    }
+    return DT_OK;
+}
+
+/* The end: the summary of a stop (a checkpoint was written), or of a finished run (a final
+ * evaluation if none ran, then the weights). */
+static dt_status finish(trainer *t, int stopped) {
+    run *r = &t->r;
+    const long steps_run = t->step - t->step_start;
     dt_run_summary sum = {
-        .verb = stopped ? "stopped" : "done", .steps = steps_run, .first_step = step_start, .last_step = step,
-        .samples = steps_run * G, .checkpoints = checkpoints, .tokens = tokens_per_step * (double)steps_run,
-        .train_s = train_ms / 1e3, .eval_s = eval_ms / 1e3, .comm_s = total_comm_ms / 1e3, .workers = world,
+        .verb = stopped ? "stopped" : "done", .steps = steps_run, .first_step = t->step_start, .last_step = t->step,
+        .samples = steps_run * t->G, .checkpoints = t->checkpoints, .tokens = (double)t->G * t->T * (double)steps_run,
+        .train_s = t->train_ms / 1e3, .eval_s = t->eval_ms / 1e3, .comm_s = t->comm_ms / 1e3, .workers = r->world,
         .val_loss = NAN, .val_accuracy = NAN,
     };
     double peaks[DT_MAX_WORLD];
     if (stopped) {
-        if ((st = gather_peak_memory(&r, peaks)) != DT_OK) goto done;
+        DT_TRY(gather_peak_memory(r, peaks));
         sum.peak_rss_mb = peaks;
-        dt_metrics_final(r.metrics, &sum);
-        dt_metrics_summary(r.metrics, "stopped at step %ld of %ld (asked to stop); checkpoint %s", step, total, ckpt_dir);
-        if (rank == 0 && opts && opts->note)
-            snprintf(opts->note, opts->note_size, "stopped at step %ld of %ld with a checkpoint in %s", step, total,
-                     ckpt_dir);
-        goto done;
+        dt_metrics_final(r->metrics, &sum);
+        dt_metrics_summary(r->metrics, "stopped at step %ld of %ld (asked to stop); checkpoint %s", t->step, t->total,
+                           t->ckpt_dir);
+        if (r->rank == 0 && t->opts && t->opts->note)
+            snprintf(t->opts->note, t->opts->note_size, "stopped at step %ld of %ld with a checkpoint in %s", t->step,
+                     t->total, t->ckpt_dir);
+        return DT_OK;
     }
-    if (r.val && !have_eval) { /* nothing was trained in this run: still report where the model stands */
-        if ((st = evaluate(&r, step, &last_eval)) != DT_OK) goto done;
-        eval_ms += last_eval.eval_ms;
-        have_eval = 1;
-        dt_metrics_eval(r.metrics, &last_eval);
-    }
+    if (r->val && !t->have_eval) DT_TRY(eval_now(t)); /* nothing was trained: still report where the model stands */
     /* the last collective comes before rank 0's save: nobody waits on its disk */
-    if ((st = gather_peak_memory(&r, peaks)) != DT_OK) goto done;
+    DT_TRY(gather_peak_memory(r, peaks));
     char weights[DT_PATH_MAX + 32];
-    snprintf(weights, sizeof weights, "%s/model.safetensors", c->run.dir);
-    if (rank == 0 && (st = dt_model_save(r.model, weights)) != DT_OK) goto done;
+    snprintf(weights, sizeof weights, "%s/model.safetensors", r->cfg->run.dir);
+    if (r->rank == 0) DT_TRY(dt_model_save(r->model, weights));
     sum.peak_rss_mb = peaks;
-    if (have_eval) {
-        sum.val_loss = last_eval.loss;
-        sum.val_accuracy = last_eval.accuracy;
+    if (t->have_eval) {
+        sum.val_loss = t->last_eval.loss;
+        sum.val_accuracy = t->last_eval.accuracy;
     }
-    dt_metrics_final(r.metrics, &sum);
-    if (rank == 0) dt_metrics_summary(r.metrics, "weights: %s", weights);
-done:
-    if (sample_log) fclose(sample_log);
-    run_free(&r, st);
+    dt_metrics_final(r->metrics, &sum);
+    if (r->rank == 0) dt_metrics_summary(r->metrics, "weights: %s", weights);
+    return DT_OK;
+}
+
+dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_comm *comm) {
+    trainer *t = dt_malloc(sizeof *t, "trainer");
+    if (!t) return DT_ERR_NOMEM;
+    dt_status st = train_open(t, c, opts, comm);
+    if (st == DT_OK) st = resume_point(t);
+    if (st == DT_OK) st = make_optimizer(t);
+    if (st == DT_OK) st = initial_weights(t);
+    if (st == DT_OK) report_start(t);
+    int stop = 0;
+    while (st == DT_OK && t->step < t->total && !stop) {
+        dt_train_point p;
+        st = train_step(t, &p, &stop);
+        if (st == DT_OK) st = after_step(t, &p, stop);
+    }
+    if (st == DT_OK) st = finish(t, stop && t->step < t->total);
+    trainer_free(t, st);
+    free(t);
     return st;
 }
 
