@@ -204,164 +204,247 @@ static void sample_workers(const dt_launch_cfg *cfg, double interval, shared_blo
     }
 }
 
-typedef struct attempt_out {
-    int final;      /* do not restart: bad config/data (exit 2) or the user stopped the run */
-    char msg[MSG_LEN + 256];
-} attempt_out;
+/* One start of all workers, supervised until every one has exited: its state, and a handler
+ * for each thing that can happen (a signal to the launcher, a worker's exit, a deadline). */
+typedef struct attempt {
+    const dt_launch_cfg *cfg;
+    shared_block *shared;
+    dt_shm_world *world;
+    child kids[DT_MAX_WORLD];
+    int alive;               /* workers not reaped yet */
+    dt_status st;            /* how the attempt ends */
+    int final;               /* do not restart: bad config/data (exit 2) or the user stopped the run */
+    char msg[MSG_LEN + 256]; /* its cause, for the user */
+    int failed_rank;         /* the first worker that failed, -1 */
+    int seen_signals;        /* SIGINT/SIGTERM to the launcher handled so far */
+    int unclean;             /* a worker did not exit cleanly after a signal */
+    double stop_deadline;    /* > 0: stopping after a failure; SIGKILL after it */
+    double preempt_deadline; /* > 0: a clean stop was requested; SIGKILL after it */
+    /* monitoring: each worker's CPU time at the last sample, and idle rounds */
+    double interval, next_sample;
+    uint32_t round_no;
+    double cpu_prev[DT_MAX_WORLD], t_prev[DT_MAX_WORLD];
+    int idle_rounds[DT_MAX_WORLD], idle_said[DT_MAX_WORLD];
+} attempt;
 
-/* One start of all workers, supervised until every one has exited. */
-static dt_status run_attempt(const dt_launch_cfg *cfg, int attempt, shared_block *shared, dt_launch_fn fn, void *arg,
-                             attempt_out *out) {
-    const int n = cfg->world;
-    out->final = 0;
-    out->msg[0] = '\0';
-    dt_shm_world *world = NULL;
-    DT_TRY(dt_shm_world_create(&world, n, 0));
+/* Stops every worker: the collective fails at once with `why`, then `sig` (and SIGCONT, for
+ * stopped ones); SIGKILL after `grace` seconds. */
+static void stop_all(attempt *a, const char *why, int sig, double grace) {
+    dt_shm_world_abort(a->world, why);
+    signal_all(a->kids, a->cfg->world, sig);
+    signal_all(a->kids, a->cfg->world, SIGCONT);
+    a->stop_deadline = dt_clock_now() + grace;
+}
+
+/* Forks every worker; a fork that fails stops the ones already started. */
+static void fork_all(attempt *a, int attempt_no, dt_launch_fn fn, void *arg) {
+    fflush(NULL); /* nothing buffered may be written twice */
+    const pid_t parent = getpid();
+    for (int r = 0; r < a->cfg->world; r++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            a->st = dt_error_set(DT_ERR_INTERNAL, "cannot start worker %d: fork: %s", r, strerror(errno));
+            snprintf(a->msg, sizeof a->msg, "%s", dt_error_msg());
+            a->failed_rank = r;
+            stop_all(a, "the launcher could not start every worker", SIGTERM, GRACE_S);
+            return;
+        }
+        if (pid == 0) child_main(a->cfg, r, attempt_no, parent, a->world, a->shared, fn, arg);
+        a->kids[r].pid = pid;
+        a->kids[r].alive = 1;
+        a->t_prev[r] = dt_clock_now();
+        a->alive++;
+    }
+}
+
+/* New SIGINT/SIGTERM to the launcher: the first asks for a clean stop (preemption: every
+ * worker finishes its step, checkpoints and exits 0); a second, or one during a failure
+ * without clean stops, stops every worker at once. */
+static void on_signals(attempt *a) {
+    const dt_launch_cfg *cfg = a->cfg;
+    a->seen_signals = g_signals;
+    a->final = 1;
+    if (a->seen_signals == 1 && a->failed_rank < 0 && cfg->clean_stop) {
+        a->shared->stop = g_signal;
+        a->preempt_deadline = dt_clock_now() + cfg->timeout_s + 30.0;
+        fprintf(stderr, "dtrain: SIG%s: stopping after the current step with a checkpoint (send it again to stop at once)\n",
+                sigabbrev_np(g_signal));
+    } else if (a->failed_rank < 0 || a->seen_signals > 1) {
+        snprintf(a->msg, sizeof a->msg, "interrupted by SIG%s%s: stopped %d worker(s) at once", sigabbrev_np(g_signal),
+                 a->seen_signals > 1 ? " twice" : "", cfg->world);
+        a->st = DT_ERR_INTERRUPTED;
+        a->unclean = 1;
+        a->preempt_deadline = 0;
+        stop_all(a, "the launcher was interrupted", cfg->clean_stop ? SIGKILL : g_signal, cfg->clean_stop ? 3600 : GRACE_S);
+    }
+}
+
+/* Worker r exited with `status`. Its failure (also one while stopping cleanly) stops everyone
+ * and becomes the attempt's cause: its own message when it left one, else how it died. */
+static void on_exit_status(attempt *a, int r, int status) {
+    const dt_launch_cfg *cfg = a->cfg;
+    a->kids[r].alive = 0;
+    a->alive--;
+    const int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!ok && a->seen_signals) a->unclean = 1;
+    if (ok || a->failed_rank >= 0 || (a->seen_signals && a->preempt_deadline <= 0)) return;
+    a->failed_rank = r;
+    char how[128], log[1200], see[1300] = "";
+    describe_exit(status, how, sizeof how);
+    log_path(cfg, r, log, sizeof log);
+    if (log[0]) snprintf(see, sizeof see, " (log: %s)", log);
+    const rank_slot *slot = &a->shared->slots[r];
+    if (atomic_load(&slot->has_msg) && WIFEXITED(status)) {
+        if (cfg->world > 1) snprintf(a->msg, sizeof a->msg, "rank %d: %s%s", r, slot->msg, see);
+        else snprintf(a->msg, sizeof a->msg, "%s", slot->msg);
+        a->st = WEXITSTATUS(status) == 2 ? DT_ERR_CONFIG : DT_ERR_INTERNAL;
+        if (WEXITSTATUS(status) == 2) a->final = 1;
+    } else {
+        snprintf(a->msg, sizeof a->msg, "worker rank %d %s during %s%s", r, how, cfg->what, see);
+        a->st = DT_ERR_INTERNAL;
+    }
+    if (a->preempt_deadline > 0) { /* no restart when asked to stop */
+        a->final = 1;
+        a->preempt_deadline = 0;
+    }
+    char why[160];
+    snprintf(why, sizeof why, "rank %d %s", r, how);
+    stop_all(a, why, SIGTERM, GRACE_S);
+}
+
+/* Between exits: the monitoring round when due, and the deadlines of a clean stop (the
+ * workers get timeout_s + 30 s) and of a stop after a failure (then SIGKILL). */
+static void on_tick(attempt *a) {
+    const dt_launch_cfg *cfg = a->cfg;
+    if (dt_clock_now() >= a->next_sample) {
+        sample_workers(cfg, a->interval, a->shared, a->kids, ++a->round_no, a->cpu_prev, a->t_prev, a->idle_rounds,
+                       a->idle_said);
+        a->next_sample = dt_clock_now() + a->interval;
+    }
+    if (a->preempt_deadline > 0 && dt_clock_now() > a->preempt_deadline) {
+        snprintf(a->msg, sizeof a->msg, "workers did not stop within %.0f s of SIG%s: killed them", cfg->timeout_s + 30.0,
+                 sigabbrev_np(g_signal));
+        a->st = DT_ERR_INTERRUPTED;
+        a->unclean = 1;
+        a->preempt_deadline = 0;
+        stop_all(a, "the workers did not stop in time", SIGKILL, 3600);
+    }
+    if (a->stop_deadline > 0 && dt_clock_now() > a->stop_deadline) {
+        signal_all(a->kids, cfg->world, SIGKILL);
+        a->stop_deadline = dt_clock_now() + 3600; /* SIGKILL cannot be ignored: just reap */
+    }
+}
+
+/* One attempt, from the fork of every worker to the last one reaped. */
+static dt_status run_attempt(attempt *a, int attempt_no, dt_launch_fn fn, void *arg) {
+    const int n = a->cfg->world;
+    shared_block *shared = a->shared;
+    DT_TRY(dt_shm_world_create(&a->world, n, 0));
     shared->stop = 0;
     shared->note[0] = '\0';
     memset(shared->stats, 0, sizeof shared->stats);
     memset((void *)shared->waiting, 0, sizeof shared->waiting);
-    const double interval = cfg->monitor_every_s > 0 ? cfg->monitor_every_s : 2.0;
-    /* a new process has used no CPU: the first sample measures from its fork */
-    double cpu_prev[DT_MAX_WORLD] = {0}, t_prev[DT_MAX_WORLD] = {0}, next_sample = dt_clock_now() + interval;
-    uint32_t round_no = 0;
-    int idle_rounds[DT_MAX_WORLD] = {0}, idle_said[DT_MAX_WORLD] = {0};
     for (int r = 0; r < n; r++) {
         atomic_store(&shared->slots[r].has_msg, 0);
         shared->slots[r].msg[0] = '\0';
     }
-    child kids[DT_MAX_WORLD];
-    memset(kids, 0, sizeof kids);
-
-    dt_status st = DT_OK;
-    char *msg = out->msg;
-    const size_t msg_n = sizeof out->msg;
-    int failed_rank = -1;
-    double stop_deadline = 0;    /* > 0: stopping after a failure; SIGKILL after it */
-    double preempt_deadline = 0; /* > 0: a clean stop was requested; SIGKILL after it */
-    int alive = 0, seen_signals = 0, unclean = 0;
-
-    fflush(NULL); /* nothing buffered may be written twice */
-    const pid_t parent = getpid();
-    for (int r = 0; r < n; r++) {
-        pid_t pid = fork();
-        if (pid < 0) {
-            st = dt_error_set(DT_ERR_INTERNAL, "cannot start worker %d: fork: %s", r, strerror(errno));
-            snprintf(msg, msg_n, "%s", dt_error_msg());
-            failed_rank = r;
-            stop_deadline = dt_clock_now() + GRACE_S;
-            dt_shm_world_abort(world, "the launcher could not start every worker");
-            signal_all(kids, r, SIGTERM);
-            break;
-        }
-        if (pid == 0) child_main(cfg, r, attempt, parent, world, shared, fn, arg);
-        kids[r].pid = pid;
-        kids[r].alive = 1;
-        t_prev[r] = dt_clock_now();
-        alive++;
-    }
-
-    while (alive > 0) {
-        /* signals first: an exit they caused must not count as a failure */
-        if (g_signals > seen_signals) {
-            seen_signals = g_signals;
-            out->final = 1;
-            if (seen_signals == 1 && failed_rank < 0 && cfg->clean_stop) {
-                /* preemption: every worker finishes its step, checkpoints and exits 0 */
-                shared->stop = g_signal;
-                preempt_deadline = dt_clock_now() + cfg->timeout_s + 30.0;
-                fprintf(stderr,
-                        "dtrain: SIG%s: stopping after the current step with a checkpoint (send it again to stop at once)\n",
-                        sigabbrev_np(g_signal));
-            } else if (failed_rank < 0 || seen_signals > 1) {
-                snprintf(msg, msg_n, "interrupted by SIG%s%s: stopped %d worker(s) at once", sigabbrev_np(g_signal),
-                         seen_signals > 1 ? " twice" : "", n);
-                st = DT_ERR_INTERRUPTED;
-                unclean = 1;
-                preempt_deadline = 0;
-                dt_shm_world_abort(world, "the launcher was interrupted");
-                signal_all(kids, n, cfg->clean_stop ? SIGKILL : g_signal);
-                signal_all(kids, n, SIGCONT);
-                stop_deadline = dt_clock_now() + (cfg->clean_stop ? 3600 : GRACE_S);
-            }
-        }
-        int status;
+    /* a new process has used no CPU: the first sample measures from its fork */
+    a->interval = a->cfg->monitor_every_s > 0 ? a->cfg->monitor_every_s : 2.0;
+    a->next_sample = dt_clock_now() + a->interval;
+    fork_all(a, attempt_no, fn, arg);
+    while (a->alive > 0) {
+        if (g_signals > a->seen_signals) on_signals(a); /* first: an exit they caused is no failure */
+        int status, r = 0;
         pid_t pid = waitpid(-1, &status, WNOHANG);
         if (pid > 0) {
-            int r = 0;
-            while (r < n && kids[r].pid != pid) r++;
-            if (r == n) continue;
-            kids[r].alive = 0;
-            alive--;
-            int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-            if (!ok && seen_signals) unclean = 1;
-            if (!ok && failed_rank < 0 && (!seen_signals || preempt_deadline > 0)) {
-                /* a failure (also one while stopping cleanly): stop everyone, keep its cause */
-                failed_rank = r;
-                char how[128], log[1200];
-                describe_exit(status, how, sizeof how);
-                log_path(cfg, r, log, sizeof log);
-                char see[1300] = "";
-                if (log[0]) snprintf(see, sizeof see, " (log: %s)", log);
-                if (atomic_load(&shared->slots[r].has_msg) && WIFEXITED(status)) {
-                    if (n > 1) snprintf(msg, msg_n, "rank %d: %s%s", r, shared->slots[r].msg, see);
-                    else snprintf(msg, msg_n, "%s", shared->slots[r].msg);
-                    st = WEXITSTATUS(status) == 2 ? DT_ERR_CONFIG : DT_ERR_INTERNAL;
-                    if (WEXITSTATUS(status) == 2) out->final = 1;
-                } else {
-                    snprintf(msg, msg_n, "worker rank %d %s during %s%s", r, how, cfg->what, see);
-                    st = DT_ERR_INTERNAL;
-                }
-                if (preempt_deadline > 0) { /* no restart when asked to stop */
-                    out->final = 1;
-                    preempt_deadline = 0;
-                }
-                char why[160];
-                snprintf(why, sizeof why, "rank %d %s", r, how);
-                dt_shm_world_abort(world, why);
-                signal_all(kids, n, SIGTERM);
-                signal_all(kids, n, SIGCONT);
-                stop_deadline = dt_clock_now() + GRACE_S;
-            }
+            while (r < n && a->kids[r].pid != pid) r++;
+            if (r < n) on_exit_status(a, r, status);
             continue;
         }
         if (pid < 0 && errno != EINTR) {
-            st = dt_error_set(DT_ERR_INTERNAL, "waitpid: %s", strerror(errno));
-            snprintf(msg, msg_n, "%s", dt_error_msg());
+            a->st = dt_error_set(DT_ERR_INTERNAL, "waitpid: %s", strerror(errno));
+            snprintf(a->msg, sizeof a->msg, "%s", dt_error_msg());
             break;
         }
-        if (dt_clock_now() >= next_sample) {
-            sample_workers(cfg, interval, shared, kids, ++round_no, cpu_prev, t_prev, idle_rounds, idle_said);
-            next_sample = dt_clock_now() + interval;
-        }
-        if (preempt_deadline > 0 && dt_clock_now() > preempt_deadline) {
-            snprintf(msg, msg_n, "workers did not stop within %.0f s of SIG%s: killed them", cfg->timeout_s + 30.0,
-                     sigabbrev_np(g_signal));
-            st = DT_ERR_INTERRUPTED;
-            unclean = 1;
-            dt_shm_world_abort(world, "the workers did not stop in time");
-            signal_all(kids, n, SIGKILL);
-            preempt_deadline = 0;
-            stop_deadline = dt_clock_now() + 3600;
-        }
-        if (stop_deadline > 0 && dt_clock_now() > stop_deadline) {
-            signal_all(kids, n, SIGKILL);
-            stop_deadline = dt_clock_now() + 3600; /* SIGKILL cannot be ignored: just reap */
-        }
+        on_tick(a);
         struct timespec ts = {0, POLL_NS};
         nanosleep(&ts, NULL);
     }
-    /* reap anything left (only after a waitpid error) */
-    for (int r = 0; r < n; r++)
-        if (kids[r].alive) {
-            kill(kids[r].pid, SIGKILL);
-            waitpid(kids[r].pid, NULL, 0);
+    for (int r = 0; r < n; r++) /* reap anything left (only after a waitpid error) */
+        if (a->kids[r].alive) {
+            kill(a->kids[r].pid, SIGKILL);
+            waitpid(a->kids[r].pid, NULL, 0);
         }
-    dt_shm_world_destroy(world);
-    if (seen_signals && st == DT_OK && unclean) {
-        snprintf(msg, msg_n, "interrupted by SIG%s: a worker did not stop cleanly (see the rank logs)",
+    dt_shm_world_destroy(a->world);
+    a->world = NULL;
+    if (a->seen_signals && a->st == DT_OK && a->unclean) {
+        snprintf(a->msg, sizeof a->msg, "interrupted by SIG%s: a worker did not stop cleanly (see the rank logs)",
                  sigabbrev_np(g_signal));
-        st = DT_ERR_INTERRUPTED;
+        a->st = DT_ERR_INTERRUPTED;
+    }
+    return a->st;
+}
+
+/* After failed attempt k: says why and waits backoff_s * 2^k (at most DT_LAUNCH_BACKOFF_MAX_S)
+ * before the restart. Returns 0 when a signal came meanwhile (then nothing restarts). */
+static int pause_before_restart(const dt_launch_cfg *cfg, int k, const char *cause) {
+    double delay = cfg->backoff_s;
+    for (int i = 0; i < k && delay < DT_LAUNCH_BACKOFF_MAX_S; i++) delay *= 2;
+    if (delay > DT_LAUNCH_BACKOFF_MAX_S) delay = DT_LAUNCH_BACKOFF_MAX_S;
+    char line[MSG_LEN + 512];
+    snprintf(line, sizeof line, "%s failed (attempt %d): %s", cfg->what, k + 1, cause);
+    supervisor_say(cfg, line);
+    snprintf(line, sizeof line, "restart %d of %d in %.1f s: all %d worker(s) resume from the last checkpoint", k + 1,
+             cfg->max_restarts, delay, cfg->world);
+    supervisor_say(cfg, line);
+    const double until = dt_clock_now() + delay;
+    while (dt_clock_now() < until && !g_signals) {
+        struct timespec ts = {0, POLL_NS};
+        nanosleep(&ts, NULL);
+    }
+    return !g_signals;
+}
+
+/* The last attempt's cause after restarts: printed like the earlier ones, and the message says
+ * why it was the last. */
+static void conclude_restarts(const dt_launch_cfg *cfg, const dt_launch_result *res, attempt *a) {
+    char line[MSG_LEN + 512], last[MSG_LEN + 256];
+    snprintf(line, sizeof line, "%s failed (attempt %d): %s", cfg->what, res->restarts + 1, a->msg);
+    supervisor_say(cfg, line);
+    snprintf(last, sizeof last, "%s", a->msg);
+    if (a->final)
+        snprintf(a->msg, sizeof a->msg, "%s (after %d restart%s; not retried: a config or data error)", last,
+                 res->restarts, res->restarts > 1 ? "s" : "");
+    else
+        snprintf(a->msg, sizeof a->msg,
+                 "%s failed %d times, giving up (fault_tolerance.max_restarts: %d; each cause is above); the last: %s",
+                 cfg->what, res->restarts + 1, cfg->max_restarts, last);
+}
+
+/* Attempts until one succeeds, is final (a config error, a stop) or the restarts run out. */
+static dt_status supervise(const dt_launch_cfg *cfg, shared_block *shared, dt_launch_fn fn, void *arg,
+                           dt_launch_result *res, attempt *a) {
+    dt_status st;
+    for (int k = 0;; k++) {
+        *a = (attempt){.cfg = cfg, .shared = shared, .failed_rank = -1};
+        st = run_attempt(a, k, fn, arg);
+        if (st == DT_OK || a->final || st == DT_ERR_INTERRUPTED || k >= cfg->max_restarts) break;
+        res->restarts++;
+        if (!pause_before_restart(cfg, k, a->msg[0] ? a->msg : dt_error_msg())) {
+            /* a signal while waiting: nothing runs, the last checkpoint is where a rerun continues */
+            res->stopped_by = g_signal;
+            snprintf(res->note, sizeof res->note,
+                     "stopped while waiting to restart after a failure (a rerun continues from the last checkpoint)");
+            if (cfg->clean_stop) return DT_OK;
+            snprintf(a->msg, sizeof a->msg, "interrupted by SIG%s while waiting to restart", sigabbrev_np(g_signal));
+            return DT_ERR_INTERRUPTED;
+        }
+    }
+    if (st == DT_OK && (g_signals || shared->stop)) { /* signalled: the launcher, or workers only */
+        res->stopped_by = g_signals ? g_signal : shared->stop;
+        snprintf(res->note, sizeof res->note, "%s", shared->note);
+    } else if (st != DT_OK && res->restarts > 0 && st != DT_ERR_INTERRUPTED) {
+        conclude_restarts(cfg, res, a);
     }
     return st;
 }
@@ -376,12 +459,15 @@ dt_status dt_launch_run(const dt_launch_cfg *cfg, dt_launch_fn fn, void *arg, dt
     dt_launch_result local;
     if (!res) res = &local;
     memset(res, 0, sizeof *res);
-    const int n = cfg->world;
-    size_t shared_bytes = sizeof(shared_block) + sizeof(rank_slot) * (size_t)n;
+    const size_t shared_bytes = sizeof(shared_block) + sizeof(rank_slot) * (size_t)cfg->world;
     shared_block *shared = mmap(NULL, shared_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (shared == MAP_FAILED) return dt_error_set(DT_ERR_NOMEM, "cannot map the worker status block: %s", strerror(errno));
     memset(shared, 0, shared_bytes);
-
+    attempt *a = dt_calloc(1, sizeof *a, "launch state");
+    if (!a) {
+        munmap(shared, shared_bytes);
+        return DT_ERR_NOMEM;
+    }
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -390,64 +476,12 @@ dt_status dt_launch_run(const dt_launch_cfg *cfg, dt_launch_fn fn, void *arg, dt
     g_signals = 0;
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
-
-    attempt_out out;
-    dt_status st;
-    int waiting_stopped = 0; /* a signal came while waiting to restart */
-    for (int attempt = 0;; attempt++) {
-        st = run_attempt(cfg, attempt, shared, fn, arg, &out);
-        if (st == DT_OK || out.final || st == DT_ERR_INTERRUPTED || attempt >= cfg->max_restarts) break;
-        double delay = cfg->backoff_s;
-        for (int k = 0; k < attempt && delay < DT_LAUNCH_BACKOFF_MAX_S; k++) delay *= 2;
-        if (delay > DT_LAUNCH_BACKOFF_MAX_S) delay = DT_LAUNCH_BACKOFF_MAX_S;
-        char line[MSG_LEN + 512];
-        snprintf(line, sizeof line, "%s failed (attempt %d): %s", cfg->what, attempt + 1,
-                 out.msg[0] ? out.msg : dt_error_msg());
-        supervisor_say(cfg, line);
-        snprintf(line, sizeof line, "restart %d of %d in %.1f s: all %d worker(s) resume from the last checkpoint",
-                 attempt + 1, cfg->max_restarts, delay, n);
-        supervisor_say(cfg, line);
-        res->restarts++;
-        double until = dt_clock_now() + delay;
-        while (dt_clock_now() < until && !g_signals) {
-            struct timespec ts = {0, POLL_NS};
-            nanosleep(&ts, NULL);
-        }
-        if (g_signals) { /* nothing runs: the last checkpoint is where a rerun continues */
-            waiting_stopped = 1;
-            break;
-        }
-    }
-    if (waiting_stopped) {
-        st = cfg->clean_stop ? DT_OK : DT_ERR_INTERRUPTED;
-        res->stopped_by = g_signal;
-        snprintf(res->note, sizeof res->note,
-                 "stopped while waiting to restart after a failure (a rerun continues from the last checkpoint)");
-        if (st != DT_OK)
-            snprintf(out.msg, sizeof out.msg, "interrupted by SIG%s while waiting to restart", sigabbrev_np(g_signal));
-    } else if (st == DT_OK && (g_signals || shared->stop)) { /* signalled: the launcher, or workers only */
-        res->stopped_by = g_signals ? g_signal : shared->stop;
-        snprintf(res->note, sizeof res->note, "%s", shared->note);
-    } else if (st != DT_OK && res->restarts > 0 && st != DT_ERR_INTERRUPTED) {
-        /* the earlier causes were printed before each restart; the last one ends the message */
-        char line[MSG_LEN + 512];
-        snprintf(line, sizeof line, "%s failed (attempt %d): %s", cfg->what, res->restarts + 1, out.msg);
-        supervisor_say(cfg, line);
-        char last[MSG_LEN + 256];
-        snprintf(last, sizeof last, "%s", out.msg);
-        if (out.final)
-            snprintf(out.msg, sizeof out.msg, "%s (after %d restart%s; not retried: a config or data error)", last,
-                     res->restarts, res->restarts > 1 ? "s" : "");
-        else
-            snprintf(out.msg, sizeof out.msg,
-                     "%s failed %d times, giving up (fault_tolerance.max_restarts: %d; each cause is above); the last: %s",
-                     cfg->what, res->restarts + 1, cfg->max_restarts, last);
-    }
-
+    dt_status st = supervise(cfg, shared, fn, arg, res, a);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     munmap(shared, shared_bytes);
-    if (st != DT_OK && out.msg[0]) dt_error_set(st, "%s", out.msg);
+    if (st != DT_OK && a->msg[0]) dt_error_set(st, "%s", a->msg);
+    free(a);
     return st;
 }
 
