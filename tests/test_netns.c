@@ -38,6 +38,23 @@ static void cleanup(void) {
     if (system(cmd) != 0) printf("cleanup: %s failed\n", cmd);
 }
 
+/* Ranks 1 and 0 as a Kubernetes Indexed Job or torchrun starts them, each in its own network
+ * and UTS namespace (its own host name "dtrain-host-R"), rank 1 told where rank 0 is (master,
+ * port); logs TAG-rR.out/.err. */
+static void start_hosts(const char *tag, const char *master, const char *port, const char *run_dir, const char *sets,
+                        pid_t pids[2]) {
+    for (int r = 1; r >= 0; r--) {
+        char script[2048], name[32];
+        snprintf(name, sizeof name, "%s-r%d", tag, r);
+        snprintf(script, sizeof script,
+                 "hostname dtrain-host-%d && exec env RANK=%d WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 %s %s '%s' "
+                 "--config configs/ci-smoke.yaml --set '%s' %s --set training.collective_timeout_s=60 --progress never",
+                 r, r, master, port, DTRAIN_BIN, run_dir, sets);
+        const char *args[] = {"netns", "exec", r ? ns_b : ns_a, "unshare", "--uts", "sh", "-c", script, NULL};
+        pids[r] = spawn_prog(name, "/usr/sbin/ip", args);
+    }
+}
+
 int main(void) {
     test_dir_init("netns");
     if (getuid() != 0) {
@@ -131,18 +148,8 @@ int main(void) {
     snprintf(master, sizeof master, "MASTER_ADDR=%s", ip_a);
     snprintf(rd3, sizeof rd3, "run.dir=%s/tcp", test_dir());
     pid_t pids[2];
-    for (int r = 1; r >= 0; r--) {
-        char script[2048], tag[16];
-        snprintf(tag, sizeof tag, "tcp-r%d", r);
-        snprintf(script, sizeof script,
-                 "hostname dtrain-host-%d && exec env RANK=%d WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 %s %s '%s' "
-                 "--config configs/ci-smoke.yaml "
-                 "--set '%s' --set training.num_workers=2 --set data.batch_size_per_worker=4 --set "
-                 "training.cpu_threads_per_worker=1 --set training.collective_timeout_s=60 --progress never",
-                 r, r, master, port, DTRAIN_BIN, rd3);
-        const char *args[] = {"netns", "exec", r ? ns_b : ns_a, "unshare", "--uts", "sh", "-c", script, NULL};
-        pids[r] = spawn_prog(tag, "/usr/sbin/ip", args);
-    }
+    start_hosts("tcp", master, port, rd3, "--set training.num_workers=2 --set data.batch_size_per_worker=4 --set "
+                "training.cpu_threads_per_worker=1", pids);
     CHECK_INT_EQ(wait_exit(pids[0], "tcp-r0"), 0);
     CHECK_INT_EQ(wait_exit(pids[1], "tcp-r1"), 0);
     snprintf(path, sizeof path, "%s/tcp-r0.out", test_dir());
@@ -157,17 +164,7 @@ int main(void) {
      * rank 0 refuses it at the rendezvous, naming the file and the key, and every rank exits 2
      * (it used to become the tcp ring without a word) */
     snprintf(rd3, sizeof rd3, "run.dir=%s/shm", test_dir());
-    for (int r = 1; r >= 0; r--) {
-        char script[2048], tag[16];
-        snprintf(tag, sizeof tag, "shm-r%d", r);
-        snprintf(script, sizeof script,
-                 "hostname dtrain-host-%d && exec env RANK=%d WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 %s %s '%s' "
-                 "--config configs/ci-smoke.yaml --set '%s' --set training.communication_backend=shm "
-                 "--set training.collective_timeout_s=60 --progress never",
-                 r, r, master, port, DTRAIN_BIN, rd3);
-        const char *args[] = {"netns", "exec", r ? ns_b : ns_a, "unshare", "--uts", "sh", "-c", script, NULL};
-        pids[r] = spawn_prog(tag, "/usr/sbin/ip", args);
-    }
+    start_hosts("shm", master, port, rd3, "--set training.communication_backend=shm", pids);
     CHECK_INT_EQ(wait_exit(pids[0], "shm-r0"), 2);
     CHECK_STR_CONTAINS(err_text, "configs/ci-smoke.yaml: training.communication_backend: shm needs every rank on one "
                                  "host, but the ranks are on several");
