@@ -1,4 +1,4 @@
-// adamw.cu — the AdamW step (torch.optim.AdamW, as src/ops_cpu.c computes it), with an
+// adamw.cu — the AdamW step (torch.optim.AdamW, as src/ops/ops_cpu.c computes it), with an
 // optional bf16 copy of the updated parameters written in the same pass.
 #include <math.h>
 

@@ -1,7 +1,7 @@
 // attention.cu — the non-matmul parts of causal self-attention: the permutes between the
 // (B,T,3C) / (B,T,C) activations and per-head (B,NH,T,hs) tensors, and the in-place causal
 // softmax forward/backward over the (BH,T,T) score matrices (the matmuls are cuBLAS calls
-// in src/ops_cuda.c).
+// in src/ops/ops_cuda.c).
 #include "dtk.h"
 #include "dtk_common.cuh"
 

@@ -1,9 +1,9 @@
-/* dtk.h — launchers for dtrain's own CUDA kernels (the .cu files in kernels/), called by src/ops_cuda.c.
+/* dtk.h — launchers for dtrain's own CUDA kernels (the .cu files in kernels/), called by src/ops/ops_cuda.c.
  *
  * Every launcher enqueues its kernel(s) on stream `s`, never synchronises, and returns the
  * launch status (cudaGetLastError() right after the launch; cudaSuccess for n == 0).
  * Semantics are those of the op of the same name in include/dtrain/ops.h (the CPU backend,
- * src/ops_cpu.c, is the reference the GPU tests compare against). All tensors are row-major
+ * src/ops/ops_cpu.c, is the reference the GPU tests compare against). All tensors are row-major
  * float32 unless marked bf16. Every reduction is deterministic: the same inputs give the same
  * bits on every run (fixed reduction trees, no floating-point atomics), because replicas must
  * stay bit-identical and a resumed run must match an uninterrupted one.

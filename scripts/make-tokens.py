@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """make-tokens.py — writes a synthetic llm.c token shard (version 1) of random tokens.
 
-Format (what dtrain's data loader reads, src/data.c): a header of 256 little-endian int32
+Format (what dtrain's data loader reads, src/io/data.c): a header of 256 little-endian int32
 ([0] = 20240520 magic, [1] = 1 version, [2] = number of tokens, the rest 0), then the tokens as
 little-endian uint16. Tokens are uniform in [0, vocab) from a fixed seed, so the same command
 always writes the same bytes.

@@ -7,11 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "dtrain/backend.h"
 #include "dtrain/bench.h"
-#include "dtrain/clock.h"
 #include "dtrain/config.h"
 #include "dtrain/data.h"
 #include "dtrain/device.h"

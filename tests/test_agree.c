@@ -1,4 +1,4 @@
-/* test_agree.c — the per-step agreement (src/agree.c) between real worker processes (the
+/* test_agree.c — the per-step agreement (src/comm/agree.c) between real worker processes (the
  * fork launcher and the shm collective): sums, a stop asked of one rank reaching all, a device
  * failure on one rank stopping every rank before the update (the failed one with its own
  * message, the others naming how many failed), and one process alone. */

@@ -1,4 +1,4 @@
-/* test_comm_plan.c — the collective plan (src/comm_plan.c) for every combination of
+/* test_comm_plan.c — the collective plan (src/comm/comm_plan.c) for every combination of
  * training.communication_backend, launcher, host layout, device collective and mpi build,
  * against a decision table written here: each combination must match a row, and the plan
  * must be the row's. The rows are the documented rules (README "Config reference",

@@ -1,4 +1,4 @@
-/* test_ops_cpu.c — the CPU op table (src/ops_cpu.c) against independent references.
+/* test_ops_cpu.c — the CPU op table (src/ops/ops_cpu.c) against independent references.
  *
  * Forward be are compared with naive double-precision loops written here. Every backward
  * is compared with central finite differences of its forward: L = sum(out .* R) for a

@@ -1,5 +1,5 @@
 /* ops.h — the backend interface: one static const table of functions per backend (the CPU
- * backend in src/ops_cpu.c, the CUDA backend in src/ops_cuda.c), opened through the registry
+ * backend in src/ops/ops_cpu.c, the CUDA backend in src/ops/ops_cuda.c), opened through the registry
  * (backend.h), which is the only code that knows which backends exist. A backend is
  * everything the model and the trainer need of a device: its lifecycle (open, close), what it
  * is (describe, precision, the element type of its activations), the memory it adds for a

@@ -1,5 +1,5 @@
 /* fake_gpus.c — linked into the mock dtrain and test_ops_backends: the registry counts GPUs by
- * listing /proc/driver/nvidia/gpus (src/backend.c, without initialising CUDA); this opendir() lists
+ * listing /proc/driver/nvidia/gpus (src/ops/backend.c, without initialising CUDA); this opendir() lists
  * $MOCK_GPUS_DIR instead (run-test.sh makes it with one entry, for the one mock device).
  * Every other path, and that one when MOCK_GPUS_DIR is unset, goes to the C library. */
 #define _GNU_SOURCE

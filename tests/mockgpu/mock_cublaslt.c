@@ -1,4 +1,4 @@
-/* mock_cublaslt.c — libcublasLt.so.13 on the CPU, for the functions src/ops_cuda.c loads with
+/* mock_cublaslt.c — libcublasLt.so.13 on the CPU, for the functions src/ops/ops_cuda.c loads with
  * dlopen, with cuBLASLt's column-major semantics and strict argument checks:
  *
  *   D = alpha op(A) op(B) + beta C [+ bias on every column], per batch with strides.

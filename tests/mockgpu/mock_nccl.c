@@ -1,4 +1,4 @@
-/* mock_nccl.c — libnccl.so.2 (src/comm_nccl.c finds it with dlopen): a one-rank NCCL on the
+/* mock_nccl.c — libnccl.so.2 (src/comm/comm_nccl.c finds it with dlopen): a one-rank NCCL on the
  * stream model of mock_cuda.c, for tests/test_comm_nccl.c.
  *
  * Modelled, and checked:

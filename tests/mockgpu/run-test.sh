@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run-test.sh SRC BUILD — ctest's test_cuda_mock: dtrain's CUDA backend (src/ops_cuda.c,
+# run-test.sh SRC BUILD — ctest's test_cuda_mock: dtrain's CUDA backend (src/ops/ops_cuda.c,
 # kernels/*.cu) run on the CPU mocks of tests/mockgpu (README.md there), no GPU needed.
 # Builds from the current sources of the repository SRC (make, incremental) into BUILD/opt and
 # BUILD/asan, then runs, stopping at the first failure with its log:
@@ -7,7 +7,7 @@
 #   2. --quick again with AddressSanitizer + UBSan: out-of-bounds accesses in the kernels
 #   3. --quick again with the blocks and threads of every kernel in reverse order, and without
 #      cuBLASLt's bias epilogue (ops_cuda.c's fallback kernel)
-#   4. tests/test_comm_nccl.c, the nccl collective backend (src/comm_nccl.c) with one rank,
+#   4. tests/test_comm_nccl.c, the nccl collective backend (src/comm/comm_nccl.c) with one rank,
 #      against the one-rank NCCL stand-in (mock_nccl.c, as libnccl.so.2), then with ASan + UBSan
 #   5. dtrain itself, the CUDA op table against the CPU one: configs/ci-smoke.yaml for 20 steps
 #      with bf16 products (every loss within 1e-2 relative), and configs/pretrain.yaml shrunk to
@@ -45,6 +45,12 @@ step() {
 # the mocks' libcublasLt.so.13 before any real one on LD_LIBRARY_PATH
 with_libs() { local d=$1; shift; LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"; }
 
+# an object whose source has moved (its .d names a file that is gone) is built afresh
+for d in "$OPT"/obj/*.d "$ASAN"/obj/*.d; do
+    [ -e "$d" ] || continue
+    src=$(sed -n '1s/^[^:]*: *\([^ \\]*\).*/\1/p' "$d")
+    [ -e "$src" ] || rm -f "$d" "${d%.d}.o"
+done
 step "build $OPT" build-opt.log make -f "$M/Makefile" -j2 OUT="$OPT"
 step "build $ASAN (ASan + UBSan)" build-asan.log make -f "$M/Makefile" -j2 OUT="$ASAN" SAN=1 test_ops_backends \
     test_comm_nccl

@@ -9,8 +9,8 @@
 
 #include "dtrain/device.h"
 
-extern const dt_ops dt_ops_cpu;  /* src/ops_cpu.c */
-extern const dt_ops dt_ops_cuda; /* src/ops_cuda.c, in CUDA builds */
+extern const dt_ops dt_ops_cpu;  /* src/ops/ops_cpu.c */
+extern const dt_ops dt_ops_cuda; /* src/ops/ops_cuda.c, in CUDA builds */
 
 /* The registry: one entry per backend, by training.device kind; none where not built. */
 static const dt_ops *const registry[DT_DEVICE_CUDA + 1] = {
