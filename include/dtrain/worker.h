@@ -14,16 +14,10 @@
 typedef struct dt_worker_opts {
     int quiet;     /* --quiet */
     int progress;  /* -1 auto, 0 never, 1 always */
-    int attempt;   /* 0, or k after the k-th restart: resume from this run's last checkpoint */
-    const volatile int *stop; /* may be NULL; non-zero: stop cleanly after the current step */
-    char *note;    /* may be NULL; rank 0 leaves the line "stopped at step ..." here */
-    size_t note_size;
-    const dt_worker_slot *stats; /* may be NULL; (world) the launcher's samples of each worker */
-    volatile int *waiting;         /* may be NULL; set while waiting for rank 0's disk */
-    const char *launched_by;       /* may be NULL; who started this worker (external launchers), for the log */
-    int local_rank;                /* this worker's index among the workers on its host: on GPU runs it
-                                    * uses the local_rank-th visible GPU (fork mode: the rank) */
-    const dt_comm_plan *plan;      /* may be NULL (one process): the collectives; logged at start */
+    /* may be NULL (one process, no launcher): how this worker was started (launch.h): its
+     * attempt (resume from this run's last checkpoint after a restart), the stop flag, the
+     * note of a clean stop, the launcher's samples, its local rank (its GPU), the plan */
+    const dt_launch_ctx *launch;
 } dt_worker_opts;
 
 /* Creates cfg->run.dir and writes the resolved config.yaml into it (once, before the

@@ -315,9 +315,6 @@ static dt_status check_replicas(run *r, long step) {
                         step, list, best_count, all[best]);
 }
 
-/* a clean stop was asked for (the launcher's shared flag, set on SIGINT/SIGTERM) */
-static int stop_requested(const dt_worker_opts *o) { return o && o->stop && *o->stop; }
-
 /* ---- resume ---- */
 
 static void report_skipped(void *user, const char *msg) {
@@ -439,11 +436,11 @@ static dt_status gather_peak_memory(run *r, double *peaks) {
 }
 
 /* Rank 0: a "workers" record whenever the launcher has published a new round of samples. */
-static void log_worker_samples(run *r, const dt_worker_opts *opts, long step, uint32_t *seen) {
-    if (!opts || !opts->stats) return;
+static void log_worker_samples(run *r, const dt_launch_ctx *l, long step, uint32_t *seen) {
+    if (!l || !l->stats) return;
     dt_worker_sample w[DT_MAX_WORLD];
     uint32_t newest;
-    for (int i = 0; i < r->world; i++) w[i] = dt_worker_slot_read(&opts->stats[i]);
+    for (int i = 0; i < r->world; i++) w[i] = dt_worker_slot_read(&l->stats[i]);
     newest = w[r->world - 1].samples; /* written last: when it has round k, every rank has */
     if (newest < 1 || newest == *seen) return;
     *seen = newest;
@@ -467,6 +464,7 @@ static dt_status start_device_collective(run *r) {
 typedef struct trainer {
     run r;
     const dt_worker_opts *opts;  /* may be NULL */
+    const dt_launch_ctx *launch; /* how this worker was started; NULL: one process */
     int attempt;                 /* 0, or k after the k-th restart */
     dt_fault fault;              /* DTRAIN_FAULT (fault.h) */
     FILE *sample_log;            /* DTRAIN_TEST_SAMPLE_LOG, or NULL */
@@ -499,12 +497,13 @@ static void trainer_free(trainer *t, dt_status st) {
 static dt_status train_open(trainer *t, const dt_config *c, const dt_worker_opts *opts, dt_comm *comm) {
     memset(t, 0, sizeof *t);
     t->opts = opts;
-    t->attempt = opts ? opts->attempt : 0;
+    t->launch = opts ? opts->launch : NULL;
+    t->attempt = t->launch ? t->launch->attempt : 0;
     DT_TRY(dt_fault_from_env(&t->fault));
     run *r = &t->r;
-    DT_TRY(run_setup(r, c, comm, 1, opts ? opts->local_rank : 0));
-    r->waiting = opts ? opts->waiting : NULL;
-    r->plan = opts ? opts->plan : NULL;
+    DT_TRY(run_setup(r, c, comm, 1, t->launch ? t->launch->local_rank : 0));
+    r->waiting = t->launch ? t->launch->waiting : NULL;
+    r->plan = t->launch ? t->launch->plan : NULL;
     t->b = c->data.batch_size_per_worker;
     t->T = c->data.seq_len;
     t->accum = c->training.grad_accum_steps;
@@ -625,7 +624,7 @@ static void report_setup(trainer *t) {
                         (double)device_memory_bytes(ops, mc, bf16) / (1u << 30), ops->memory, t->b);
     dt_metrics_info(r->metrics, "model: %d layers, %d heads, n_embd %d, seq_len %d, vocab %d | %s params, %s FLOPs/token",
                     mc->n_layer, mc->n_head, mc->n_embd, mc->seq_len, mc->vocab_size, params, flops);
-    if (t->opts && t->opts->launched_by) dt_metrics_info(r->metrics, "%s", t->opts->launched_by);
+    if (t->launch && t->launch->launched_by) dt_metrics_info(r->metrics, "%s", t->launch->launched_by);
     if (r->world > 1 && r->plan) {
         char plan[512];
         dt_comm_plan_describe(r->plan, plan, sizeof plan);
@@ -703,7 +702,7 @@ static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     double comm_ms = 0;
     dt_agree_vote v = {0};
     DT_TRY(micro_batches(t, &v.loss, &v.rows, &comm_ms));
-    v.stop = stop_requested(t->opts); /* the launcher's flag: SIGINT/SIGTERM */
+    v.stop = t->launch && t->launch->stop && *t->launch->stop; /* the launcher's flag: SIGINT/SIGTERM */
     v.device = r->be->ops->check(r->be->ctx);
     const double w0 = now_ms();
     DT_TRY(dt_agree_step(r->world > 1 ? r->comm : NULL, t->step + 1, &v));
@@ -743,7 +742,7 @@ static dt_status after_step(trainer *t, const dt_train_point *p, int stop) {
     const dt_config *c = r->cfg;
     const long step = t->step;
     dt_metrics_train(r->metrics, p);
-    if (r->rank == 0) log_worker_samples(r, t->opts, step, &t->samples_seen);
+    if (r->rank == 0) log_worker_samples(r, t->launch, step, &t->samples_seen);
     if (!isfinite(p->loss))
         return dt_error_set(DT_ERR_INTERNAL, "step %ld: loss is %g (hint: lower optimizer.lr)", step, p->loss);
     if (t->check_every > 0 && step % t->check_every == 0) {
@@ -783,8 +782,8 @@ static dt_status finish(trainer *t, int stopped) {
         dt_metrics_final(r->metrics, &sum);
         dt_metrics_summary(r->metrics, "stopped at step %ld of %ld (asked to stop); checkpoint %s", t->step, t->total,
                            t->ckpt_dir);
-        if (r->rank == 0 && t->opts && t->opts->note)
-            snprintf(t->opts->note, t->opts->note_size, "stopped at step %ld of %ld with a checkpoint in %s", t->step,
+        if (r->rank == 0 && t->launch && t->launch->note)
+            snprintf(t->launch->note, t->launch->note_size, "stopped at step %ld of %ld with a checkpoint in %s", t->step,
                      t->total, t->ckpt_dir);
         return DT_OK;
     }
@@ -833,15 +832,7 @@ typedef struct launch_arg {
 static dt_status launched_worker(void *arg, dt_comm *comm, const dt_launch_ctx *ctx) {
     launch_arg *a = arg;
     dt_worker_opts o = a->opts;
-    o.attempt = ctx->attempt;
-    o.stop = ctx->stop;
-    o.note = ctx->note;
-    o.note_size = ctx->note_size;
-    o.stats = ctx->stats;
-    o.waiting = ctx->waiting;
-    o.local_rank = ctx->local_rank;
-    o.launched_by = ctx->launched_by;
-    o.plan = ctx->plan;
+    o.launch = ctx;
     return dt_worker_train(a->cfg, &o, comm);
 }
 
