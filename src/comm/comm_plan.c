@@ -31,8 +31,7 @@ static dt_hostcomm automatic(const dt_comm_plan_in *in, char *why, size_t n) {
         return many ? DT_HOSTCOMM_TCP : DT_HOSTCOMM_SHM;
     }
     if (in->hosts == 1) snprintf(why, n, "all %d ranks are on this host", in->world);
-    else snprintf(why, n, "the %d ranks are on %d hosts%s", in->world, in->hosts,
-                  in->have_mpi ? "" : " and this dtrain has no mpi collective");
+    else snprintf(why, n, "the %d ranks are on %d hosts", in->world, in->hosts);
     return many ? DT_HOSTCOMM_TCP : DT_HOSTCOMM_SHM;
 }
 
