@@ -97,9 +97,9 @@ struct dt_ops {
     dt_status (*reserve)(void *ctx, const dt_op_sizes *sizes);
     /* may be NULL: runs one trivial kernel and checks its result (doctor) */
     dt_status (*probe)(void *ctx);
-    /* NULL when `collective` is (host collectives read this backend's buffers): the collective for them,
-     * bootstrapped over the host communicator `boot` (every rank calls it; comm.h) and ordered
-     * after the backend's queued work */
+    /* NULL when `collective` is (host collectives read this backend's buffers): the collective
+     * for them, bootstrapped over the host communicator `boot` (every rank calls it; comm.h)
+     * and ordered after the backend's queued work */
     dt_status (*device_comm)(void *ctx, dt_comm *boot, double timeout_s, dt_comm **out);
 
     /* ---- memory: alloc returns zeroed memory; free accepts NULL ---- */
