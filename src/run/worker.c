@@ -463,7 +463,6 @@ static dt_status start_device_collective(run *r) {
 
 typedef struct trainer {
     run r;
-    const dt_worker_opts *opts;  /* may be NULL */
     const dt_launch_ctx *launch; /* how this worker was started; NULL: one process */
     int attempt;                 /* 0, or k after the k-th restart */
     dt_fault fault;              /* DTRAIN_FAULT (fault.h) */
@@ -496,7 +495,6 @@ static void trainer_free(trainer *t, dt_status st) {
 /* The backend, model, data, sampler and metrics; the test hooks. */
 static dt_status train_open(trainer *t, const dt_config *c, const dt_worker_opts *opts, dt_comm *comm) {
     memset(t, 0, sizeof *t);
-    t->opts = opts;
     t->launch = opts ? opts->launch : NULL;
     t->attempt = t->launch ? t->launch->attempt : 0;
     DT_TRY(dt_fault_from_env(&t->fault));
@@ -705,7 +703,7 @@ static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     v.stop = t->launch && t->launch->stop && *t->launch->stop; /* the launcher's flag: SIGINT/SIGTERM */
     v.device = r->be->ops->check(r->be->ctx);
     const double w0 = now_ms();
-    DT_TRY(dt_agree_step(r->world > 1 ? r->comm : NULL, t->step + 1, &v));
+    DT_TRY(dt_agree_step(r->comm, t->step + 1, &v));
     if (r->world > 1) comm_ms += now_ms() - w0;
     *stop = v.stop;
     double gnorm, lr;
