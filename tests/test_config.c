@@ -451,8 +451,9 @@ static void test_env(void) {
     /* a lone $ or $NAME is literal */
     LOAD_OK(MIN "run:\n  dir: a$b$\n");
     CHECK_STR_EQ(cfg.run.dir, "a$b$");
-    /* the substituted value is typed like any other */
-    LOAD_ERR("finetune.yaml:4: training.num_workers: expected an integer in [1, 64], got \"four\"",
+    /* the substituted value is typed like any other; the message shows what the file says */
+    LOAD_ERR("finetune.yaml:4: training.num_workers: expected an integer in [1, 64], got \"${DT_TEST_BAD}\" (after "
+             "substituting the environment)",
              MIN "training:\n  num_workers: ${DT_TEST_BAD}\n");
     unsetenv("DT_TEST_UNSET");
     LOAD_ERR("finetune.yaml:4: run.dir: environment variable DT_TEST_UNSET is not set",
@@ -466,6 +467,99 @@ static void test_env(void) {
     CHECK_STR_EQ(cfg.data.val_path, "alice.tsv");
     LOAD_ERR("--set data.val_path=${DT_TEST_UNSET}: data.val_path: environment variable DT_TEST_UNSET is not set",
              MIN, "data.val_path=${DT_TEST_UNSET}");
+}
+
+/* Printing the config text of `c` into a malloc'd string. */
+static char *printed(const dt_config *c) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    dt_config_print(c, mem);
+    fclose(mem);
+    return text;
+}
+
+/* A ${NAME} value never shows up expanded: not in the printed (saved) config, not in a
+ * message, not in a diff; a saved config is read back without substituting anything. */
+static void test_env_secrets(void) {
+    setenv("DT_TEST_SECRET", "hunter2", 1);
+    setenv("DT_TEST_LR", "0.5", 1);
+    LOAD_OK(MIN "run:\n  dir: runs/${DT_TEST_SECRET}\noptimizer:\n  lr: ${DT_TEST_LR}\n  betas: [0.9, \"${DT_TEST_LR}\"]\n",
+            "data.val_path=${DT_TEST_SECRET}.tsv");
+    CHECK_STR_EQ(cfg.run.dir, "runs/hunter2");
+    CHECK_STR_EQ(cfg.data.val_path, "hunter2.tsv");
+    CHECK(cfg.optimizer.lr == 0.5 && cfg.optimizer.beta2 == 0.5);
+    char *text = printed(&cfg);
+    CHECK(strstr(text, "hunter2") == NULL);
+    CHECK_STR_CONTAINS(text, "\n  dir: \"runs/${DT_TEST_SECRET}\"\n");
+    CHECK_STR_CONTAINS(text, "\n  val_path: \"${DT_TEST_SECRET}.tsv\"\n");
+    CHECK_STR_CONTAINS(text, "\n  lr: \"${DT_TEST_LR}\"\n");
+    CHECK_STR_CONTAINS(text, "\n  betas: [0.9, \"${DT_TEST_LR}\"]\n");
+    /* the printed text loads back to the same values (and digest) */
+    dt_config a = cfg, b, saved;
+    CHECK_INT_EQ(dt_config_load_string(&b, NAME, text, NULL, 0), DT_OK);
+    CHECK_STR_EQ(b.run.dir, "runs/hunter2");
+    CHECK(b.optimizer.lr == 0.5 && b.optimizer.beta2 == 0.5);
+    CHECK(dt_config_digest(&a) == dt_config_digest(&b));
+    /* a key set again without ${} forgets the written form */
+    LOAD_OK(MIN "run:\n  dir: runs/${DT_TEST_SECRET}\n", "run.dir=plain");
+    free(text);
+    text = printed(&cfg);
+    CHECK_STR_CONTAINS(text, "\n  dir: \"plain\"\n");
+    free(text);
+    /* messages: the value as written */
+    dt_error_clear();
+    CHECK_INT_EQ(dt_config_load_string(&b, NAME, MIN "model:\n  n_layer: ${DT_TEST_SECRET}\n", NULL, 0),
+                 DT_ERR_CONFIG);
+    CHECK(strstr(dt_error_msg(), "hunter2") == NULL);
+    CHECK_STR_CONTAINS(dt_error_msg(), "got \"${DT_TEST_SECRET}\"");
+
+    /* a saved config is not expanded: a crafted one cannot print the environment */
+    mkdir(DTRAIN_TEST_TMP, 0755);
+    const char *path = DTRAIN_TEST_TMP "/config_saved.yaml";
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fputs("data:\n  train_path: ${DT_TEST_SECRET}\nrun:\n  dir: runs/${DT_TEST_SECRET}\n"
+          "optimizer:\n  lr: ${DT_TEST_LR}\n", f);
+    CHECK(fclose(f) == 0);
+    CHECK_INT_EQ(dt_config_load_saved(&saved, path), DT_OK);
+    CHECK_STR_EQ(saved.data.train_path, "${DT_TEST_SECRET}");
+    CHECK_STR_EQ(saved.run.dir, "runs/${DT_TEST_SECRET}");
+    CHECK(saved.optimizer.lr == 3e-4); /* not a string: the default, the text kept for printing */
+    text = printed(&saved);
+    CHECK(strstr(text, "hunter2") == NULL && strstr(text, "0.5") == NULL);
+    CHECK_STR_CONTAINS(text, "\n  lr: \"${DT_TEST_LR}\"\n");
+    free(text);
+    /* the diff compares written forms, so it neither reports these keys nor shows values */
+    CHECK_INT_EQ(dt_config_load(&b, path, NULL, 0), DT_OK);
+    char diff[1024];
+    CHECK_INT_EQ(dt_config_diff(&saved, &b, diff, sizeof diff), 0);
+    const char *const ovr[] = {"data.train_path=/data/x", "run.dir=plain/${DT_TEST_SECRET}"};
+    CHECK_INT_EQ(dt_config_load(&b, path, ovr, 2), DT_OK);
+    CHECK_INT_EQ(dt_config_diff(&saved, &b, diff, sizeof diff), 2);
+    CHECK(strstr(diff, "hunter2") == NULL);
+    CHECK_STR_CONTAINS(diff, "data.train_path \"${DT_TEST_SECRET}\" -> \"/data/x\"");
+    remove(path);
+    unsetenv("DT_TEST_SECRET");
+}
+
+/* Encoding errors name their line, a NUL in a value is an error, a quoted value is one line. */
+static void test_encoding(void) {
+    LOAD_ERR("finetune.yaml:4: YAML encoding error at byte offset 49: invalid leading UTF-8 octet (byte 0xff)",
+             MIN "run:\n  dir: ab\xff\n");
+    LOAD_ERR("finetune.yaml:2: data.train_path: expected text without NUL characters, got a NUL at byte 7 of the "
+             "value",
+             "data:\n  train_path: \"data/tr\\0ain.tsv\"\n");
+    LOAD_ERR("finetune.yaml:4: training.num_workers: expected an integer in [1, 64], got \"12 first line...\"",
+             MIN "training:\n  num_workers: |\n    12 first line\n    second\n");
+    LOAD_ERR("finetune.yaml:6: YAML encoding error at byte offset 84: control characters are not allowed (byte 0x1b)",
+             MIN "training:\n  num_workers: |\n    12 first line\n    \x1b[31m second\n");
+    LOAD_ERR("finetune.yaml:4: training.num_workers: expected an integer in [1, 64], got "
+             "\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...\"",
+             MIN "training:\n  num_workers: "
+                 "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n");
+    LOAD_ERR("finetune.yaml:4: training.num_workers: expected an integer in [1, 64], got \"\\x1b[2Jx\"",
+             MIN "training:\n  num_workers: \"\\e[2Jx\"\n");
 }
 
 static void test_overrides(void) {
@@ -649,6 +743,8 @@ int main(void) {
     test_seed_example();
     test_errors();
     test_env();
+    test_env_secrets();
+    test_encoding();
     test_overrides();
     test_round_trip();
     test_files();

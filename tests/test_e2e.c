@@ -219,6 +219,37 @@ static void test_finetune(void) {
     CHECK_STR_CONTAINS(err_text, "but the config needs");
 }
 
+/* No file of the run and no output holds the value of a ${NAME}: configs are saved as written,
+ * the config a checkpoint saved is read without expanding anything. */
+static void test_secrets(void) {
+    char run_dir[600];
+    snprintf(run_dir, sizeof run_dir, "%s/secret", tmp);
+    const char *env = "DT_TEST_WD=0.0123457 DT_TEST_SECRET=hunter2";
+    const char *set = "--set 'optimizer.weight_decay=${DT_TEST_WD}' --set 'model.type=${DT_TEST_SECRET}'";
+    CHECK_INT_EQ(run("%s %s --config configs/finetune.yaml --set run.dir=%s %s --dry-run", env, DTRAIN_BIN, run_dir,
+                     set), 2);
+    CHECK(strstr(err_text, "hunter2") == NULL);
+    CHECK_STR_CONTAINS(err_text, "model.type: expected");
+    set = "--set 'optimizer.weight_decay=${DT_TEST_WD}' --set 'data.val_path=${DT_TEST_VAL}'";
+    env = "DT_TEST_WD=0.0123457 DT_TEST_VAL=data/sentiment/val.tsv";
+    CHECK_INT_EQ(run("%s %s --config configs/finetune.yaml --set run.dir=%s %s --dry-run", env, DTRAIN_BIN, run_dir,
+                     set), 0);
+    CHECK(strstr(out_text, "0.0123457") == NULL && strstr(out_text, "sentiment/val.tsv") == NULL);
+    CHECK_STR_CONTAINS(out_text, "weight_decay: \"${DT_TEST_WD}\"");
+    CHECK_INT_EQ(run("%s %s --config configs/finetune.yaml --set run.dir=%s %s --set training.max_steps=10 "
+                     "--set checkpoint.every_steps=5",
+                     env, DTRAIN_BIN, run_dir, set), 0);
+    /* resumed with a change: the launcher compares with the checkpoint's config */
+    CHECK_INT_EQ(run("%s %s --config configs/finetune.yaml --set run.dir=%s %s --set training.max_steps=20 "
+                     "--set checkpoint.every_steps=5 --set optimizer.lr=1e-4",
+                     env, DTRAIN_BIN, run_dir, set), 0);
+    CHECK(strstr(out_text, "0.0123457") == NULL && strstr(err_text, "0.0123457") == NULL);
+    CHECK_STR_CONTAINS(out_text, "config changed since the checkpoint: training.max_steps 10 -> 20, optimizer.lr 0.0005 -> 0.0001\n");
+    CHECK_INT_EQ(run("! grep -rlF -e 0.0123457 -e sentiment/val.tsv %s", run_dir), 0);
+    CHECK_INT_EQ(run("grep -qF '${DT_TEST_WD}' %s/config.yaml %s/checkpoints/step_00000020/config.yaml", run_dir,
+                     run_dir), 0);
+}
+
 static void test_language_model(void) {
     char shard[600], val[600], run_dir[600];
     snprintf(shard, sizeof shard, "%s/lm-train.bin", tmp);
@@ -247,6 +278,7 @@ int main(void) {
     test_cli();
     test_dry_run();
     test_bad_data();
+    test_secrets();
     test_language_model();
     test_finetune();
     test_dir_remove();

@@ -23,8 +23,21 @@ typedef enum { DT_SCHED_CONSTANT = 0, DT_SCHED_COSINE, DT_SCHED_LINEAR } dt_sche
 typedef enum { DT_FORMAT_AUTO = 0, DT_FORMAT_TOKENS, DT_FORMAT_TSV } dt_data_format;
 typedef enum { DT_RESUME_AUTO = 0, DT_RESUME_NEVER, DT_RESUME_PATH } dt_resume_kind;
 
+/* A key whose value was written with ${NAME}: the text as written. */
+#define DT_CONFIG_MAX_ENV 16
+typedef struct {
+    char key[64];            /* "data.train_path", "optimizer.betas[0]" */
+    char text[DT_PATH_MAX];  /* "${DATA}/train.tsv" */
+} dt_config_env_ref;
+
 typedef struct dt_config {
     char source[DT_PATH_MAX]; /* the config file as given ("" when loaded from a string) */
+    /* The keys set with ${NAME}. Printing, saving and dt_config_diff show this text, never
+     * the substituted value (which may be a secret); dt_config_digest uses the value. */
+    struct {
+        int n;
+        dt_config_env_ref ref[DT_CONFIG_MAX_ENV];
+    } env;
     struct {
         char dir[DT_PATH_MAX]; /* default: runs/<config file stem> */
     } run;
@@ -102,14 +115,21 @@ dt_status dt_config_load(dt_config *cfg, const char *path, const char *const *ov
 dt_status dt_config_load_string(dt_config *cfg, const char *name, const char *yaml,
                                 const char *const *overrides, int n_overrides);
 
-/* Writes the resolved config as YAML that dt_config_load accepts. */
+/* Loads a config that dtrain saved (a run directory's or a checkpoint's config.yaml)
+ * without substituting the environment: a ${NAME} value stays as written (kept in `env`; a
+ * string key holds the text, any other key its default), so a crafted file cannot print an
+ * environment variable. For comparing with dt_config_diff, not for training. */
+dt_status dt_config_load_saved(dt_config *cfg, const char *path);
+
+/* Writes the resolved config as YAML that dt_config_load accepts; keys set with ${NAME}
+ * are written as they were given. */
 void dt_config_print(const dt_config *cfg, FILE *out);
 
 /* CRC32 over every key and its resolved value (not the source file name): two configs with
  * the same digest train the same way. Stored in checkpoints. */
 uint32_t dt_config_digest(const dt_config *cfg);
 /* Lists the keys whose values differ as "key a -> b, ..." in buf (truncated to n); returns
- * how many differ. */
+ * how many differ. A key set with ${NAME} on either side is compared (and shown) as written. */
 int dt_config_diff(const dt_config *a, const dt_config *b, char *buf, size_t n);
 
 /* Names used in the printed config and messages. */

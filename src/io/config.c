@@ -353,15 +353,37 @@ typedef struct {
     const char *name;              /* file name (or string name) used in messages */
     const char *const *overrides;
     int cur_ovr;                   /* the override being applied, -1 while reading the file */
+    const char *text;              /* the file's bytes (for locating encoding errors) */
+    size_t len;
+    int no_env;                    /* a saved config: ${NAME} is kept as written, not substituted */
     key_seen seen[N_KEYS];
 } load_ctx;
+
+/* A value as messages quote it: its first line, at most QUOTE_MAX bytes, control bytes as
+ * \xNN, "..." when cut. Returns buf. */
+#define QUOTE_MAX 80
+typedef struct {
+    char s[4 * QUOTE_MAX + 8];
+} quoted;
+static const char *quote_line(const char *v, quoted *q) {
+    size_t k = 0, i = 0;
+    for (; v[i] && v[i] != '\n' && i < QUOTE_MAX; i++) {
+        unsigned char ch = (unsigned char)v[i];
+        if (ch < 0x20 || ch == 0x7f) k += (size_t)snprintf(q->s + k, sizeof q->s - k, "\\x%02x", ch);
+        else q->s[k++] = (char)ch;
+    }
+    q->s[k] = '\0';
+    if (v[i]) snprintf(q->s + k, sizeof q->s - k, "...");
+    return q->s;
+}
 
 /* Formats "LOCATION: [PATH: ]MESSAGE" with LOCATION = --set TEXT | NAME:LINE | NAME. */
 static dt_status fail_at(const load_ctx *c, int line, int ovr, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 static dt_status fail_at(const load_ctx *c, int line, int ovr, const char *path, const char *fmt, ...) {
     char loc[DT_PATH_MAX + 64], msg[1536];
-    if (ovr >= 0) snprintf(loc, sizeof loc, "--set %s", c->overrides[ovr]);
+    quoted q;
+    if (ovr >= 0) snprintf(loc, sizeof loc, "--set %s", quote_line(c->overrides[ovr], &q));
     else if (line > 0) snprintf(loc, sizeof loc, "%s:%d", c->name, line);
     else snprintf(loc, sizeof loc, "%s", c->name);
     va_list ap;
@@ -399,6 +421,7 @@ static void hint_suffix(const key_def *k, char *buf, size_t n) {
     if (k && k->hint) snprintf(buf, n, " (hint: %s)", k->hint);
     else buf[0] = '\0';
 }
+
 
 /* ---- did you mean ----------------------------------------------------------------------- */
 
@@ -507,8 +530,9 @@ static dt_status expand_env(const load_ctx *c, const yaml_node_t *node, const ch
                 if (!isalnum((unsigned char)*q) && *q != '_') ok = 0;
             if (!ok) {
                 free(buf);
+                quoted q;
                 return fail_node(c, node, path, "expected ${NAME} with a NAME of letters, digits and _, got \"%s\"",
-                                 in);
+                                 quote_line(in, &q));
             }
             char var[256];
             snprintf(var, sizeof var, "%.*s", (int)(end - name), name);
@@ -541,32 +565,79 @@ static dt_status expand_env(const load_ctx *c, const yaml_node_t *node, const ch
 
 /* ---- the walk --------------------------------------------------------------------------- */
 
-/* "expected WHAT, got "TEXT"" (or "got a list" when text is NULL); `at` locates the error. */
+/* "expected WHAT, got "TEXT"" (or "got a list" when text is NULL); `at` locates the error.
+ * `written` is the value as the file wrote it when ${NAME} substitution made `text` out of
+ * it (NULL otherwise): messages then quote that, never the substituted value. */
 static dt_status fail_value(const load_ctx *c, const key_def *k, const yaml_node_t *at, const yaml_node_t *node,
-                            const char *path, const char *text, parse_result r) {
-    char what[512], hint[256];
+                            const char *path, const char *text, const char *written, parse_result r) {
+    char what[512], hint[256], shown[sizeof(quoted) + 64];
     describe(k, what, sizeof what);
     hint_suffix(k, hint, sizeof hint);
     if (r == PV_TOO_LONG)
         return fail_node(c, at, path, "expected a string of at most %zu bytes, got %zu bytes%s",
                          (k->kind == K_RESUME ? sizeof(((dt_config *)0)->checkpoint.resume_path) : k->size) - 1,
                          strlen(text), hint);
+    if (!text) return fail_node(c, at, path, "expected %s, got %s%s", what, node_kind_name(node), hint);
+    quoted q;
+    snprintf(shown, sizeof shown, "\"%s\"%s", quote_line(written ? written : text, &q),
+             written ? " (after substituting the environment)" : "");
     if (k->kind == K_BETAS && path[strlen(path) - 1] == ']')
-        return fail_node(c, at, path, "expected a number in [0, 1), got \"%s\"", text);
-    if (text) return fail_node(c, at, path, "expected %s, got \"%s\"%s", what, text, hint);
-    return fail_node(c, at, path, "expected %s, got %s%s", what, node_kind_name(node), hint);
+        return fail_node(c, at, path, "expected a number in [0, 1), got %s", shown);
+    return fail_node(c, at, path, "expected %s, got %s%s", what, shown, hint);
+}
+
+/* The ${NAME} text of key `path` in cfg, NULL when it was not written with one. */
+static const char *env_ref(const dt_config *cfg, const char *path) {
+    for (int i = 0; i < cfg->env.n; i++)
+        if (strcmp(cfg->env.ref[i].key, path) == 0) return cfg->env.ref[i].text;
+    return NULL;
+}
+
+/* Records (text != NULL) or forgets (NULL) that `path` was written as `text`. */
+static dt_status set_env_ref(const load_ctx *c, const yaml_node_t *node, const char *path, const char *text) {
+    dt_config *cfg = c->cfg;
+    int i = 0;
+    while (i < cfg->env.n && strcmp(cfg->env.ref[i].key, path) != 0) i++;
+    if (!text) {
+        if (i < cfg->env.n) {
+            cfg->env.ref[i] = cfg->env.ref[--cfg->env.n];
+            memset(&cfg->env.ref[cfg->env.n], 0, sizeof cfg->env.ref[0]);
+        }
+        return DT_OK;
+    }
+    if (i == cfg->env.n) {
+        if (cfg->env.n == DT_CONFIG_MAX_ENV)
+            return fail_node(c, node, path, "expected at most %d keys set with ${NAME}, got more", DT_CONFIG_MAX_ENV);
+        cfg->env.n++;
+    }
+    snprintf(cfg->env.ref[i].key, sizeof cfg->env.ref[i].key, "%s", path);
+    if (strlen(text) >= sizeof cfg->env.ref[i].text)
+        return fail_node(c, node, path, "expected a value of at most %zu bytes, got %zu bytes",
+                         sizeof cfg->env.ref[i].text - 1, strlen(text));
+    snprintf(cfg->env.ref[i].text, sizeof cfg->env.ref[i].text, "%s", text);
+    return DT_OK;
 }
 
 /* Parses scalar `node` (after ${ENV} substitution) as the value of `k`; `path` names it and
  * `at` (its key, where there is one) locates errors about a value that is not a scalar. */
 static dt_status apply_scalar(load_ctx *c, const key_def *k, const yaml_node_t *node, const yaml_node_t *at,
                               const char *path, int elem) {
-    if (node->type != YAML_SCALAR_NODE) return fail_value(c, k, at, node, path, NULL, PV_BAD);
+    if (node->type != YAML_SCALAR_NODE) return fail_value(c, k, at, node, path, NULL, NULL, PV_BAD);
+    const char *raw = node_text(node);
+    if (strlen(raw) != node->data.scalar.length)
+        return fail_node(c, node, path, "expected text without NUL characters, got a NUL at byte %zu of the value",
+                         strlen(raw));
+    int has_env = strstr(raw, "${") != NULL;
+    DT_TRY(set_env_ref(c, node, path, has_env ? raw : NULL));
+    if (has_env && c->no_env) { /* a saved config: keep the text; only a string can hold it */
+        if (k->kind == K_STR && parse_value(k, c->cfg, raw, elem) != PV_OK) put_str(c->cfg, k->off, k->size, "");
+        return DT_OK;
+    }
     char *text;
-    DT_TRY(expand_env(c, node, path, node_text(node), &text));
+    DT_TRY(expand_env(c, node, path, raw, &text));
     const char *s = (k->kind == K_STR && is_null_scalar(node)) ? "" : text;
     parse_result r = parse_value(k, c->cfg, s, elem);
-    dt_status st = r == PV_OK ? DT_OK : fail_value(c, k, node, node, path, s, r);
+    dt_status st = r == PV_OK ? DT_OK : fail_value(c, k, node, node, path, s, has_env ? raw : NULL, r);
     free(text);
     return st;
 }
@@ -584,14 +655,18 @@ static dt_status apply_node(load_ctx *c, yaml_document_t *doc, const char *path,
         if (node->type != YAML_MAPPING_NODE) {
             char hint[256];
             hint_suffix(k, hint, sizeof hint);
+            quoted q;
             if (node->type == YAML_SCALAR_NODE)
-                return fail_node(c, node, path, "expected a mapping, got \"%s\"%s", node_text(node), hint);
+                return fail_node(c, node, path, "expected a mapping, got \"%s\"%s", quote_line(node_text(node), &q),
+                                 hint);
             return fail_node(c, at, path, "expected a mapping, got %s%s", node_kind_name(node), hint);
         }
         for (yaml_node_pair_t *pr = node->data.mapping.pairs.start; pr < node->data.mapping.pairs.top; pr++) {
             yaml_node_t *kn = yaml_document_get_node(doc, pr->key), *vn = yaml_document_get_node(doc, pr->value);
             if (kn->type != YAML_SCALAR_NODE)
                 return fail_node(c, kn, path[0] ? path : NULL, "expected a key name, got %s", node_kind_name(kn));
+            if (strlen(node_text(kn)) != kn->data.scalar.length)
+                return fail_node(c, kn, path[0] ? path : NULL, "expected a key name, got one with a NUL character");
             char child[512];
             snprintf(child, sizeof child, "%s%s%s", path, path[0] ? "." : "", node_text(kn));
             for (yaml_node_pair_t *q = node->data.mapping.pairs.start; q < pr; q++) {
@@ -608,8 +683,8 @@ static dt_status apply_node(load_ctx *c, yaml_document_t *doc, const char *path,
 
     if (k->kind == K_BETAS) {
         if (node->type != YAML_SEQUENCE_NODE) {
-            if (node->type != YAML_SCALAR_NODE) return fail_value(c, k, at, node, path, NULL, PV_BAD);
-            return fail_value(c, k, node, node, path, node_text(node), PV_BAD);
+            if (node->type != YAML_SCALAR_NODE) return fail_value(c, k, at, node, path, NULL, NULL, PV_BAD);
+            return fail_value(c, k, node, node, path, node_text(node), NULL, PV_BAD);
         }
         int n = (int)(node->data.sequence.items.top - node->data.sequence.items.start);
         if (n != 2) {
@@ -638,6 +713,17 @@ static dt_status apply_node(load_ctx *c, yaml_document_t *doc, const char *path,
 static dt_status yaml_fail(const load_ctx *c, const yaml_parser_t *parser, const char *path) {
     if (parser->error == YAML_MEMORY_ERROR) return dt_error_set(DT_ERR_NOMEM, "out of memory parsing YAML");
     int line = c->cur_ovr >= 0 ? 0 : (int)parser->problem_mark.line + 1;
+    if (parser->error == YAML_READER_ERROR) { /* bad encoding: libyaml gives only the byte offset */
+        size_t at = parser->problem_offset;
+        if (c->cur_ovr < 0 && c->text) {
+            line = 1;
+            for (size_t i = 0; i < at && i < c->len; i++) line += c->text[i] == '\n';
+        }
+        char what[64] = "";
+        if (parser->problem_value >= 0) snprintf(what, sizeof what, " (byte 0x%02x)", parser->problem_value & 0xff);
+        return fail_at(c, line, c->cur_ovr, path, "YAML encoding error at byte offset %zu: %s%s", at,
+                       parser->problem ? parser->problem : "invalid input", what);
+    }
     return fail_at(c, line, c->cur_ovr, path, "YAML syntax error: %s",
                    parser->problem ? parser->problem : "invalid input");
 }
@@ -648,7 +734,8 @@ static dt_status apply_override(load_ctx *c, int i) {
     const char *s = c->overrides[i];
     const char *eq = s ? strchr(s, '=') : NULL;
     c->cur_ovr = i;
-    if (!eq || eq == s) return fail_at(c, 0, i, NULL, "expected key.path=value, got \"%s\"", s ? s : "");
+    quoted q;
+    if (!eq || eq == s) return fail_at(c, 0, i, NULL, "expected key.path=value, got \"%s\"", quote_line(s ? s : "", &q));
     char path[512];
     snprintf(path, sizeof path, "%.*s", (int)(eq - s), s);
     if (key_index(path) < 0) return fail_unknown(c, NULL, path);
@@ -784,10 +871,13 @@ void dt_config_defaults(dt_config *cfg) {
 }
 
 static dt_status load_text(dt_config *cfg, const char *name, const char *yaml, size_t len,
-                           const char *const *overrides, int n_overrides) {
+                           const char *const *overrides, int n_overrides, int no_env) {
     load_ctx c;
     memset(&c, 0, sizeof c);
     c.cfg = cfg;
+    c.text = yaml;
+    c.len = yaml ? len : 0;
+    c.no_env = no_env;
     c.name = name ? name : "<config>";
     c.overrides = overrides;
     c.cur_ovr = -1;
@@ -834,12 +924,13 @@ static dt_status load_text(dt_config *cfg, const char *name, const char *yaml, s
 
 dt_status dt_config_load_string(dt_config *cfg, const char *name, const char *yaml,
                                 const char *const *overrides, int n_overrides) {
-    dt_status st = load_text(cfg, name, yaml, yaml ? strlen(yaml) : 0, overrides, n_overrides);
+    dt_status st = load_text(cfg, name, yaml, yaml ? strlen(yaml) : 0, overrides, n_overrides, 0);
     if (st == DT_OK) cfg->source[0] = '\0';
     return st;
 }
 
-dt_status dt_config_load(dt_config *cfg, const char *path, const char *const *overrides, int n_overrides) {
+static dt_status load_file(dt_config *cfg, const char *path, const char *const *overrides, int n_overrides,
+                           int no_env) {
     FILE *f = fopen(path, "rb");
     if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot open config file: %s", path, strerror(errno));
     size_t cap = 4096, len = 0;
@@ -869,11 +960,17 @@ dt_status dt_config_load(dt_config *cfg, const char *path, const char *const *ov
         return dt_error_set(DT_ERR_IO, "%s: cannot read config file: %s", path, strerror(err));
     }
     fclose(f);
-    dt_status st = load_text(cfg, path, buf, len, overrides, n_overrides);
+    dt_status st = load_text(cfg, path, buf, len, overrides, n_overrides, no_env);
     free(buf);
     if (st == DT_OK) snprintf(cfg->source, sizeof cfg->source, "%s", path);
     return st;
 }
+
+dt_status dt_config_load(dt_config *cfg, const char *path, const char *const *overrides, int n_overrides) {
+    return load_file(cfg, path, overrides, n_overrides, 0);
+}
+
+dt_status dt_config_load_saved(dt_config *cfg, const char *path) { return load_file(cfg, path, NULL, 0, 1); }
 
 /* ---- printing ----------------------------------------------------------------------------- */
 
@@ -899,9 +996,14 @@ static void print_double(FILE *out, double v) {
     fputs(buf, out);
 }
 
-/* One key's value as dt_config_print writes it. */
-static void print_value(FILE *out, const dt_config *cfg, const key_def *k) {
+/* One key's value as dt_config_print writes it; `written`: a key set with ${NAME} as given. */
+static void print_value(FILE *out, const dt_config *cfg, const key_def *k, int written) {
     const char *field = (const char *)cfg + k->off;
+    const char *ref = written ? env_ref(cfg, k->path) : NULL;
+    if (ref) {
+        print_quoted(out, ref);
+        return;
+    }
     int iv;
     switch (k->kind) {
     case K_MAP: break;
@@ -936,10 +1038,14 @@ static void print_value(FILE *out, const dt_config *cfg, const key_def *k) {
         double b1, b2;
         memcpy(&b1, field, sizeof b1);
         memcpy(&b2, (const char *)cfg + k->off2, sizeof b2);
+        char elem[80];
         fputc('[', out);
-        print_double(out, b1);
-        fputs(", ", out);
-        print_double(out, b2);
+        for (int i = 0; i < 2; i++) {
+            snprintf(elem, sizeof elem, "%s[%d]", k->path, i);
+            if (i) fputs(", ", out);
+            if (written && (ref = env_ref(cfg, elem)) != NULL) print_quoted(out, ref);
+            else print_double(out, i ? b2 : b1);
+        }
         fputc(']', out);
         break;
     }
@@ -980,13 +1086,14 @@ void dt_config_print(const dt_config *cfg, FILE *out) {
         }
         fprintf(out, "%*s%s: ", 2 * depth, "", p);
         prev = k->path;
-        print_value(out, cfg, k);
+        print_value(out, cfg, k, 1);
         fputc('\n', out);
     }
 }
 
-/* A key's printed value in buf ("" for mappings and an unset use_gpu). */
-static void value_string(const dt_config *cfg, const key_def *k, char *buf, size_t n) {
+/* A key's printed value in buf ("" for mappings and an unset use_gpu); `written` as for
+ * print_value. */
+static void value_string(const dt_config *cfg, const key_def *k, int written, char *buf, size_t n) {
     buf[0] = '\0';
     int iv;
     if (k->kind == K_MAP) return;
@@ -994,7 +1101,7 @@ static void value_string(const dt_config *cfg, const key_def *k, char *buf, size
     if (k->kind == K_TRIBOOL && iv < 0) return;
     FILE *f = fmemopen(buf, n, "w");
     if (!f) return;
-    print_value(f, cfg, k);
+    print_value(f, cfg, k, written);
     fclose(f);
     buf[n - 1] = '\0';
 }
@@ -1003,7 +1110,7 @@ uint32_t dt_config_digest(const dt_config *cfg) {
     uLong crc = crc32(0L, Z_NULL, 0);
     char v[DT_PATH_MAX + 64];
     for (int i = 0; i < N_KEYS; i++) {
-        value_string(cfg, &keys[i], v, sizeof v);
+        value_string(cfg, &keys[i], 0, v, sizeof v);
         crc = crc32(crc, (const Bytef *)keys[i].path, (uInt)strlen(keys[i].path) + 1);
         crc = crc32(crc, (const Bytef *)v, (uInt)strlen(v) + 1);
     }
@@ -1016,8 +1123,8 @@ int dt_config_diff(const dt_config *a, const dt_config *b, char *buf, size_t n) 
     size_t k = 0;
     if (n) buf[0] = '\0';
     for (int i = 0; i < N_KEYS; i++) {
-        value_string(a, &keys[i], va, sizeof va);
-        value_string(b, &keys[i], vb, sizeof vb);
+        value_string(a, &keys[i], 1, va, sizeof va);
+        value_string(b, &keys[i], 1, vb, sizeof vb);
         if (strcmp(va, vb) == 0) continue;
         count++;
         if (k < n) {

@@ -384,7 +384,7 @@ static void report_config_change(run *r, const char *dir, const dt_ckpt_state *s
     char path[DT_PATH_MAX + 64], diff[1024];
     snprintf(path, sizeof path, "%s/config.yaml", dir);
     dt_config *saved = malloc(sizeof *saved);
-    if (saved && dt_config_load(saved, path, NULL, 0) == DT_OK && dt_config_diff(saved, c, diff, sizeof diff) > 0)
+    if (saved && dt_config_load_saved(saved, path) == DT_OK && dt_config_diff(saved, c, diff, sizeof diff) > 0)
         dt_metrics_info(r->metrics, "config changed since the checkpoint: %s", diff);
     else
         dt_metrics_info(r->metrics, "config changed since the checkpoint (digest %08x, now %08x)", s->config_digest,
