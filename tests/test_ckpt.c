@@ -8,6 +8,8 @@
  *   - a shape change is refused naming the key; set_aside moves checkpoints, deletes nothing;
  *   - config digest and diff. */
 #include <dirent.h>
+#include <jansson.h>
+#include <zlib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -294,12 +296,77 @@ static void test_fault_parse(void) {
     dt_fault_before_step(&f, 1, 0, 6);
 }
 
+/* Sets trainer.json's `key` (in "model" when in_model) to the JSON `value` in checkpoint `dir`
+ * and fixes the manifest's size and CRC, as a crafted checkpoint would. */
+static void set_trainer_field(const char *dir, int in_model, const char *key, const char *value) {
+    char p[2200], m[2200];
+    snprintf(p, sizeof p, "%s/trainer.json", dir);
+    snprintf(m, sizeof m, "%s/manifest.json", dir);
+    json_t *root = json_load_file(p, 0, NULL), *man = json_load_file(m, 0, NULL);
+    CHECK(root && man);
+    json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
+    CHECK(v != NULL);
+    json_object_set_new(in_model ? json_object_get(root, "model") : root, key, v);
+    char *text = json_dumps(root, JSON_INDENT(2));
+    FILE *f = fopen(p, "w");
+    CHECK(f && fputs(text, f) >= 0 && fclose(f) == 0);
+    json_t *entry = json_object_get(json_object_get(man, "files"), "trainer.json");
+    char crc[16];
+    snprintf(crc, sizeof crc, "%08lx", (unsigned long)crc32(0L, (const Bytef *)text, (uInt)strlen(text)));
+    json_object_set_new(entry, "bytes", json_integer((json_int_t)strlen(text)));
+    json_object_set_new(entry, "crc32", json_string(crc));
+    CHECK(json_dump_file(man, m, JSON_INDENT(2)) == 0);
+    free(text);
+    json_decref(root);
+    json_decref(man);
+}
+
+/* Every trainer.json field is range-checked: what would overflow the resume arithmetic, wrap
+ * around or pass the shape check by truncation is refused naming the file and the field. */
+static void test_trainer_fields(dt_config *cfg) {
+    const char *run = test_path("fields");
+    test_mkdir_p(run);
+    fixture a;
+    fixture_init(&a, 5);
+    static const struct {
+        int in_model;
+        const char *key, *value, *msg;
+    } cases[] = {
+        {0, "epoch", "9223372036854775807", "epoch: expected an integer in [0, 2147483646], got 9223372036854775807"},
+        {0, "step", "-3", "step: expected an integer in [0, 100000000000], got -3"},
+        {0, "cursor", "1001", "cursor: expected at most train_samples (1000), got 1001"},
+        {0, "world_size", "65", "world_size: expected an integer in [1, 64], got 65"},
+        {0, "global_batch", "1.5", "global_batch: expected an integer"},
+        {0, "seed", "\"-1\"", "seed: expected at most 20 characters of 0123456789, got \"-1\""},
+        {0, "seed", "\"18446744073709551616\"", "seed: expected at most 18446744073709551615, got 18446744073709551616"},
+        {0, "seed", "7", "seed: expected a string"},
+        {0, "config_digest", "\"deadbeefff\"", "config_digest: expected at most 8 characters of"},
+        {1, "n_embd", "4294967304", "n_embd: expected an integer in [1, 2147483647], got 4294967304"},
+        {1, "num_labels", "-1", "num_labels: expected an integer in [0, 2147483647], got -1"},
+        {1, "n_layer", "null", "n_layer: expected an integer"},
+        {0, "train_samples", "\"12\"", "train_samples: expected an integer"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dt_ckpt_state s = state_for((long)i + 1, &a), got;
+        char dir[2048];
+        CHECK(dt_ckpt_save(run, a.m, a.o, &s, cfg, dir, sizeof dir) == DT_OK);
+        CHECK(dt_ckpt_verify(dir, &got) == DT_OK);
+        set_trainer_field(dir, cases[i].in_model, cases[i].key, cases[i].value);
+        dt_error_clear();
+        CHECK_INT_EQ(dt_ckpt_verify(dir, &got), DT_ERR_DATA);
+        CHECK_STR_CONTAINS(dt_error_msg(), "/trainer.json: ");
+        CHECK_STR_CONTAINS(dt_error_msg(), cases[i].msg);
+    }
+    fixture_free(&a);
+}
+
 int main(void) {
     test_dir_init("ckpt");
     dt_config cfg;
     CHECK(dt_config_load_string(&cfg, "t.yaml", "data: {train_path: x.tsv}\nmodel: {num_labels: 3}\n", NULL, 0) == DT_OK);
     test_roundtrip(&cfg);
     test_damage(&cfg);
+    test_trainer_fields(&cfg);
     test_config_digest();
     test_fault_parse();
     test_dir_remove();

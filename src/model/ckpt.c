@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -332,11 +333,87 @@ dt_status dt_ckpt_prune(const char *run_dir, int keep_last) {
 
 /* ------------------------------------------------------------------ verify and load */
 
-static int get_long(json_t *obj, const char *key, long *out) {
-    json_t *v = json_object_get(obj, key);
-    if (!json_is_integer(v)) return 0;
-    *out = (long)json_integer_value(v);
-    return 1;
+/* One integer field of trainer.json: present, an integer, and within [lo, hi]. */
+typedef struct {
+    json_t *obj;
+    const char *key;
+    long lo, hi;
+    long *out;
+} int_field;
+
+static dt_status get_field(const char *path, const int_field *f) {
+    json_t *v = json_object_get(f->obj, f->key);
+    if (!v) return dt_error_set(DT_ERR_DATA, "%s: %s: missing", path, f->key);
+    if (!json_is_integer(v)) return dt_error_set(DT_ERR_DATA, "%s: %s: expected an integer", path, f->key);
+    json_int_t x = json_integer_value(v);
+    if (x < f->lo || x > f->hi)
+        return dt_error_set(DT_ERR_DATA, "%s: %s: expected an integer in [%ld, %ld], got %lld", path, f->key, f->lo,
+                            f->hi, (long long)x);
+    *f->out = (long)x;
+    return DT_OK;
+}
+
+/* A string field that must be `maxlen` or fewer characters of `digits` (decimal or hex). */
+static dt_status get_digits(const char *path, json_t *obj, const char *key, const char *digits, size_t maxlen,
+                            const char **out) {
+    const char *v = json_string_value(json_object_get(obj, key));
+    if (!v) return dt_error_set(DT_ERR_DATA, "%s: %s: expected a string", path, key);
+    size_t n = strlen(v);
+    if (n == 0 || n > maxlen || strspn(v, digits) != n)
+        return dt_error_set(DT_ERR_DATA, "%s: %s: expected at most %zu characters of %s, got \"%.40s\"", path, key,
+                            maxlen, digits, v);
+    *out = v;
+    return DT_OK;
+}
+
+#define STEP_MAX 100000000000L      /* as many as a step_N name holds (step_of) */
+#define SAMPLES_MAX (1L << 48)
+
+/* Every field of trainer.json, range-checked (a crafted or damaged file must not overflow
+ * the arithmetic of the resume, nor pass the shape check by truncation). */
+static dt_status trainer_fields(const char *path, json_t *root, dt_ckpt_state *s) {
+    long version, step, epoch, cursor, world, gb, samples, mv[6];
+    json_t *model = json_object_get(root, "model");
+    if (!json_is_object(model)) return dt_error_set(DT_ERR_DATA, "%s: model: expected an object", path);
+    const int_field f[] = {
+        {root, "version", 0, LONG_MAX, &version},      {root, "step", 0, STEP_MAX, &step},
+        {root, "epoch", 0, INT_MAX - 1, &epoch},       {root, "train_samples", 0, SAMPLES_MAX, &samples},
+        {root, "cursor", 0, SAMPLES_MAX, &cursor},     {root, "world_size", 1, DT_MAX_WORLD, &world},
+        {root, "global_batch", 1, INT_MAX, &gb},       {model, "vocab_size", 1, INT_MAX, &mv[0]},
+        {model, "n_positions", 1, INT_MAX, &mv[1]},    {model, "n_layer", 1, INT_MAX, &mv[2]},
+        {model, "n_head", 1, INT_MAX, &mv[3]},         {model, "n_embd", 1, INT_MAX, &mv[4]},
+        {model, "num_labels", 0, INT_MAX, &mv[5]},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        DT_TRY(get_field(path, &f[i]));
+        if (i == 0 && version != CKPT_VERSION)
+            return dt_error_set(DT_ERR_DATA, "%s: trainer state version %ld, this dtrain reads version %d", path,
+                                version, CKPT_VERSION);
+    }
+    if (cursor > samples)
+        return dt_error_set(DT_ERR_DATA, "%s: cursor: expected at most train_samples (%ld), got %ld", path, samples,
+                            cursor);
+    const char *seed, *digest;
+    DT_TRY(get_digits(path, root, "seed", "0123456789", 20, &seed));
+    DT_TRY(get_digits(path, root, "config_digest", "0123456789abcdefABCDEF", 8, &digest));
+    errno = 0;
+    unsigned long long sv = strtoull(seed, NULL, 10);
+    if (errno == ERANGE) return dt_error_set(DT_ERR_DATA, "%s: seed: expected at most %llu, got %s", path, ULLONG_MAX, seed);
+    s->step = step;
+    s->epoch = epoch;
+    s->cursor = (size_t)cursor;
+    s->world = (int)world;
+    s->global_batch = gb;
+    s->train_samples = (size_t)samples;
+    s->seed = (uint64_t)sv;
+    s->config_digest = (uint32_t)strtoul(digest, NULL, 16);
+    s->model.vocab_size = (int)mv[0];
+    s->model.n_positions = (int)mv[1];
+    s->model.n_layer = (int)mv[2];
+    s->model.n_head = (int)mv[3];
+    s->model.n_embd = (int)mv[4];
+    s->model.num_labels = (int)mv[5];
+    return DT_OK;
 }
 
 static dt_status parse_trainer(const char *path, dt_ckpt_state *s) {
@@ -344,44 +421,10 @@ static dt_status parse_trainer(const char *path, dt_ckpt_state *s) {
     json_t *root = json_load_file(path, 0, &jerr);
     if (!root) return dt_error_set(DT_ERR_DATA, "%s:%d: not valid JSON: %s", path, jerr.line, jerr.text);
     memset(s, 0, sizeof *s);
-    long step, epoch, cursor, world, gb, samples, version;
-    const char *seed = json_string_value(json_object_get(root, "seed"));
-    const char *digest = json_string_value(json_object_get(root, "config_digest"));
-    json_t *model = json_object_get(root, "model");
-    long mv[6];
-    static const char *const mk[6] = {"vocab_size", "n_positions", "n_layer", "n_head", "n_embd", "num_labels"};
-    int ok = get_long(root, "version", &version) && get_long(root, "step", &step) && get_long(root, "epoch", &epoch) &&
-             get_long(root, "cursor", &cursor) && get_long(root, "world_size", &world) &&
-             get_long(root, "global_batch", &gb) && get_long(root, "train_samples", &samples) && seed && digest &&
-             json_is_object(model);
-    for (int i = 0; ok && i < 6; i++) ok = get_long(model, mk[i], &mv[i]);
-    if (ok && version != CKPT_VERSION) {
-        json_decref(root);
-        return dt_error_set(DT_ERR_DATA, "%s: trainer state version %ld, this dtrain reads version %d", path, version,
-                            CKPT_VERSION);
-    }
-    if (ok) ok = step >= 0 && epoch >= 0 && cursor >= 0 && world >= 1 && gb >= 1 && samples >= 0;
-    if (ok) {
-        s->step = step;
-        s->epoch = epoch;
-        s->cursor = (size_t)cursor;
-        s->world = (int)world;
-        s->global_batch = gb;
-        s->train_samples = (size_t)samples;
-        s->seed = strtoull(seed, NULL, 10);
-        s->config_digest = (uint32_t)strtoul(digest, NULL, 16);
-        s->model.vocab_size = (int)mv[0];
-        s->model.n_positions = (int)mv[1];
-        s->model.n_layer = (int)mv[2];
-        s->model.n_head = (int)mv[3];
-        s->model.n_embd = (int)mv[4];
-        s->model.num_labels = (int)mv[5];
-    }
+    dt_status st = json_is_object(root) ? trainer_fields(path, root, s)
+                                        : dt_error_set(DT_ERR_DATA, "%s: expected a JSON object", path);
     json_decref(root);
-    if (!ok)
-        return dt_error_set(DT_ERR_DATA, "%s: missing or invalid fields (expected step, epoch, cursor, seed, "
-                                         "config_digest, world_size, global_batch, train_samples, model)", path);
-    return DT_OK;
+    return st;
 }
 
 dt_status dt_ckpt_verify(const char *dir, dt_ckpt_state *s) {
