@@ -9,6 +9,7 @@
  *   - config digest and diff. */
 #include <dirent.h>
 #include <jansson.h>
+#include <math.h>
 #include <zlib.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -296,29 +297,98 @@ static void test_fault_parse(void) {
     dt_fault_before_step(&f, 1, 0, 6);
 }
 
+/* Makes the manifest's size and CRC of `file` in checkpoint `dir` match the file again, as a
+ * crafted checkpoint would. */
+static void fix_manifest(const char *dir, const char *file) {
+    char p[2200], m[2200];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    snprintf(m, sizeof m, "%s/manifest.json", dir);
+    FILE *f = fopen(p, "rb");
+    CHECK(f != NULL);
+    unsigned char buf[65536];
+    size_t got, bytes = 0;
+    uLong crc = crc32(0L, Z_NULL, 0);
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+        crc = crc32(crc, buf, (uInt)got);
+        bytes += got;
+    }
+    fclose(f);
+    json_t *man = json_load_file(m, 0, NULL);
+    CHECK(man != NULL);
+    json_t *entry = json_object_get(json_object_get(man, "files"), file);
+    char hex[16];
+    snprintf(hex, sizeof hex, "%08lx", (unsigned long)crc);
+    json_object_set_new(entry, "bytes", json_integer((json_int_t)bytes));
+    json_object_set_new(entry, "crc32", json_string(hex));
+    CHECK(json_dump_file(man, m, JSON_INDENT(2)) == 0);
+    json_decref(man);
+}
+
 /* Sets trainer.json's `key` (in "model" when in_model) to the JSON `value` in checkpoint `dir`
  * and fixes the manifest's size and CRC, as a crafted checkpoint would. */
 static void set_trainer_field(const char *dir, int in_model, const char *key, const char *value) {
-    char p[2200], m[2200];
+    char p[2200];
     snprintf(p, sizeof p, "%s/trainer.json", dir);
-    snprintf(m, sizeof m, "%s/manifest.json", dir);
-    json_t *root = json_load_file(p, 0, NULL), *man = json_load_file(m, 0, NULL);
-    CHECK(root && man);
+    json_t *root = json_load_file(p, 0, NULL);
+    CHECK(root != NULL);
     json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
     CHECK(v != NULL);
     json_object_set_new(in_model ? json_object_get(root, "model") : root, key, v);
     char *text = json_dumps(root, JSON_INDENT(2));
     FILE *f = fopen(p, "w");
     CHECK(f && fputs(text, f) >= 0 && fclose(f) == 0);
-    json_t *entry = json_object_get(json_object_get(man, "files"), "trainer.json");
-    char crc[16];
-    snprintf(crc, sizeof crc, "%08lx", (unsigned long)crc32(0L, (const Bytef *)text, (uInt)strlen(text)));
-    json_object_set_new(entry, "bytes", json_integer((json_int_t)strlen(text)));
-    json_object_set_new(entry, "crc32", json_string(crc));
-    CHECK(json_dump_file(man, m, JSON_INDENT(2)) == 0);
     free(text);
     json_decref(root);
-    json_decref(man);
+    fix_manifest(dir, "trainer.json");
+}
+
+/* Sets element `at` of tensor `name` in checkpoint file `file` to v (fixing the manifest). */
+static void set_tensor_value(const char *dir, const char *file, const char *name, size_t at, float v) {
+    char p[2200];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    dt_st_file *f;
+    CHECK(dt_st_open(&f, p) == DT_OK);
+    int n = dt_st_count(f);
+    dt_st_entry *e = calloc((size_t)n, sizeof *e);
+    float **bufs = calloc((size_t)n, sizeof *bufs);
+    for (int i = 0; i < n; i++) {
+        const dt_st_tensor *t = dt_st_tensor_at(f, i);
+        bufs[i] = malloc(t->numel * sizeof(float));
+        CHECK(dt_st_read_f32(f, t, bufs[i]) == DT_OK);
+        if (strcmp(t->name, name) == 0) bufs[i][at] = v;
+        e[i] = (dt_st_entry){.name = t->name, .ndim = t->ndim, .data = bufs[i]};
+        memcpy(e[i].shape, t->shape, sizeof e[i].shape);
+    }
+    char tmp[2300];
+    snprintf(tmp, sizeof tmp, "%s.new", p);
+    CHECK(dt_st_write(tmp, e, n, NULL, NULL, 0) == DT_OK);
+    dt_st_close(f);
+    CHECK(rename(tmp, p) == 0);
+    for (int i = 0; i < n; i++) free(bufs[i]);
+    free(bufs);
+    free(e);
+    fix_manifest(dir, file);
+}
+
+/* A NaN or Inf in a checkpoint's weights or moments is refused naming the file and tensor. */
+static void test_non_finite(dt_config *cfg) {
+    const char *run = test_path("nan");
+    test_mkdir_p(run);
+    fixture a;
+    fixture_init(&a, 5);
+    dt_ckpt_state s = state_for(1, &a), got;
+    char dir[2048];
+    CHECK(dt_ckpt_save(run, a.m, a.o, &s, cfg, dir, sizeof dir) == DT_OK);
+    CHECK(dt_ckpt_load(dir, a.m, a.o) == DT_OK);
+    set_tensor_value(dir, "optimizer.safetensors", "exp_avg_sq.h.1.attn.c_proj.weight", 3, INFINITY);
+    CHECK(dt_ckpt_verify(dir, &got) == DT_OK); /* the checksums are right */
+    CHECK_INT_EQ(dt_ckpt_load(dir, a.m, a.o), DT_ERR_DATA);
+    CHECK_STR_CONTAINS(dt_error_msg(), "/optimizer.safetensors: tensor exp_avg_sq.h.1.attn.c_proj.weight holds +Inf at "
+                                       "element 3 (1 value is NaN or Inf)");
+    set_tensor_value(dir, "model.safetensors", "wpe.weight", 0, NAN);
+    CHECK_INT_EQ(dt_ckpt_load(dir, a.m, a.o), DT_ERR_DATA);
+    CHECK_STR_CONTAINS(dt_error_msg(), "/model.safetensors: tensor wpe.weight holds NaN at element 0");
+    fixture_free(&a);
 }
 
 /* Every trainer.json field is range-checked: what would overflow the resume arithmetic, wrap
@@ -367,6 +437,7 @@ int main(void) {
     test_roundtrip(&cfg);
     test_damage(&cfg);
     test_trainer_fields(&cfg);
+    test_non_finite(&cfg);
     test_config_digest();
     test_fault_parse();
     test_dir_remove();

@@ -212,6 +212,19 @@ static void test_finetune(void) {
     CHECK_INT_EQ(run("%s eval --config configs/finetune.yaml --checkpoint %s", DTRAIN_BIN, run_dir), 0);
     p = strstr(out_text, "val loss ");
     CHECK(p != NULL && strtod(p + 9, NULL) == val_loss);
+    /* NaN weights: exit 2 naming file and tensor, for eval and for training (no restarts) */
+    char nan_file[700];
+    snprintf(nan_file, sizeof nan_file, "%s/nan.safetensors", tmp);
+    CHECK_INT_EQ(run("python3 -c \"import json,struct,sys; b=bytearray(open(sys.argv[1],'rb').read()); "
+                     "n=struct.unpack('<Q',b[:8])[0]; t=json.loads(b[8:8+n])['wpe.weight']; o=8+n+t['data_offsets'][0]+8; "
+                     "b[o:o+4]=struct.pack('<f',float('nan')); open(sys.argv[2],'wb').write(b)\" %s %s",
+                     exported, nan_file), 0);
+    CHECK_INT_EQ(run("%s eval --config configs/finetune.yaml --set model.init_from=%s", DTRAIN_BIN, nan_file), 2);
+    CHECK_STR_CONTAINS(err_text, "nan.safetensors: tensor wpe.weight holds NaN at element 2");
+    CHECK_INT_EQ(run("%s --config configs/finetune.yaml --set run.dir=%s/nanrun --set model.init_from=%s", DTRAIN_BIN,
+                     tmp, nan_file), 2);
+    CHECK_STR_CONTAINS(err_text, "tensor wpe.weight holds NaN");
+    CHECK(strstr(out_text, "restart") == NULL && strstr(err_text, "restart") == NULL);
     /* a shape mismatch through init_from is a clear exit 2 */
     CHECK_INT_EQ(run("%s eval --config configs/finetune.yaml --set model.n_embd=32 --set model.init_from=%s", DTRAIN_BIN,
                      exported), 2);

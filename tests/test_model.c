@@ -224,7 +224,10 @@ static void test_weights_io(void) {
     }
     static const float mask[25] = {1};
     e[k++] = (dt_st_entry){.name = "transformer.h.0.attn.bias", .ndim = 2, .shape = {5, 5}, .data = mask};
-    e[k++] = (dt_st_entry){.name = "lm_head.weight", .ndim = 2, .shape = {5, 5}, .data = mask};
+    int iw = 0; /* GPT-2 files may store the tied head: the same values as wte */
+    while (strcmp(e[iw].name, "transformer.wte.weight") != 0) iw++;
+    e[k] = e[iw];
+    e[k++].name = "lm_head.weight";
     CHECK(dt_st_write(hf, e, k, NULL, NULL, 0) == DT_OK);
     dt_model *c;
     CHECK(dt_model_init(&c, &cfg_b, be) == DT_OK);
@@ -233,6 +236,40 @@ static void test_weights_io(void) {
     const dt_tensor_info *wte = dt_model_tensor(c, 0);
     CHECK(memcmp(dt_model_params(a), dt_model_params(c), (n - 16) * sizeof(float)) == 0);
     CHECK_STR_EQ(wte->name, "wte.weight");
+
+    /* an untied head (different values or shape) is refused, not silently dropped */
+    char bad[1200];
+    snprintf(bad, sizeof bad, "%s", test_path("bad.safetensors"));
+    float *head = malloc(13 * 8 * sizeof(float));
+    memcpy(head, e[iw].data, 13 * 8 * sizeof(float));
+    head[37] += 1.0f;
+    e[k - 1].data = head;
+    CHECK(dt_st_write(bad, e, k, NULL, NULL, 0) == DT_OK);
+    CHECK(dt_model_load(c, bad, &score) == DT_ERR_DATA);
+    snprintf(msg, sizeof msg, "%s: tensor lm_head.weight differs from wte.weight (first at element 37): an untied "
+                              "output head, which dtrain cannot represent (its head is the token embedding)", bad);
+    CHECK_STR_EQ(dt_error_msg(), msg);
+    e[k - 1] = (dt_st_entry){.name = "lm_head.weight", .ndim = 2, .shape = {5, 5}, .data = mask};
+    CHECK(dt_st_write(bad, e, k, NULL, NULL, 0) == DT_OK);
+    CHECK(dt_model_load(c, bad, &score) == DT_ERR_DATA);
+    CHECK_STR_CONTAINS(dt_error_msg(), "tensor lm_head.weight does not have wte.weight's shape");
+    /* NaN or Inf anywhere: refused naming the tensor and the element */
+    e[k - 1] = e[iw];
+    e[k - 1].name = "lm_head.weight";
+    int ib = 0;
+    while (strcmp(e[ib].name, "transformer.h.1.mlp.c_fc.bias") != 0) ib++;
+    memcpy(head, e[ib].data, 32 * sizeof(float));
+    head[5] = NAN;
+    head[9] = -INFINITY;
+    const float *keep = e[ib].data;
+    e[ib].data = head;
+    CHECK(dt_st_write(bad, e, k, NULL, NULL, 0) == DT_OK);
+    CHECK(dt_model_load(c, bad, &score) == DT_ERR_DATA);
+    snprintf(msg, sizeof msg, "%s: tensor transformer.h.1.mlp.c_fc.bias holds NaN at element 5 (2 values are NaN or "
+                              "Inf): not usable weights", bad);
+    CHECK_STR_EQ(dt_error_msg(), msg);
+    e[ib].data = keep;
+    free(head);
 
     /* a different shape is refused with the shapes and a hint */
     dt_model_cfg wide = cfg;

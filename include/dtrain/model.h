@@ -96,11 +96,16 @@ void dt_model_zero_grad(dt_model *m);
 
 /* Weights I/O (host round trip through the backend). Save writes every tensor as F32 with
  * the names above, atomically. Load accepts our files and Hugging Face GPT-2 files
- * (optional "transformer." prefix; attn.bias/attn.masked_bias buffers and lm_head.weight
- * ignored); names and shapes are checked against the config (DT_ERR_DATA with a hint).
+ * (optional "transformer." prefix; attn.bias/attn.masked_bias buffers ignored; an
+ * lm_head.weight must equal wte.weight: dtrain's head is tied); names and shapes are checked
+ * against the config, every value must be finite (DT_ERR_DATA naming file and tensor).
  * A classification model loading a file without score.weight keeps its random score
  * head and *score_initialised (may be NULL) is set to 0; else 1. */
 dt_status dt_model_save(dt_model *m, const char *path);
 dt_status dt_model_load(dt_model *m, const char *path, int *score_loaded);
+
+/* DT_ERR_DATA "PATH: tensor NAME holds NaN at element I (K values are NaN or Inf)" when one of
+ * the n values is not finite; DT_OK otherwise. */
+dt_status dt_check_finite(const float *v, size_t n, const char *path, const char *name);
 
 #endif

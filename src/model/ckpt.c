@@ -540,7 +540,8 @@ static dt_status load_optimizer(const char *path, dt_model *m, dt_optim *o) {
         else if (ft->numel != t->numel)
             st = dt_error_set(DT_ERR_DATA, "%s: tensor %s has %zu elements, the model needs %zu", path, name, ft->numel,
                               t->numel);
-        else st = dt_st_read_f32(f, ft, (i < nt ? mh : vh) + t->offset);
+        else if ((st = dt_st_read_f32(f, ft, (i < nt ? mh : vh) + t->offset)) == DT_OK)
+            st = dt_check_finite((i < nt ? mh : vh) + t->offset, t->numel, path, name);
     }
     if (st == DT_OK) dt_optim_set_moments(o, mh, vh);
     free(mh);

@@ -608,6 +608,40 @@ static const char *canonical_name(const char *name) {
     return name;
 }
 
+dt_status dt_check_finite(const float *v, size_t n, const char *path, const char *name) {
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i]) && bad++ == 0) first = i;
+    if (!bad) return DT_OK;
+    return dt_error_set(DT_ERR_DATA, "%s: tensor %s holds %s at element %zu (%zu value%s NaN or Inf): not usable weights",
+                        path, name, isnan(v[first]) ? "NaN" : v[first] > 0 ? "+Inf" : "-Inf", first, bad,
+                        bad == 1 ? " is" : "s are");
+}
+
+/* A file's lm_head.weight: dtrain ties the output head to wte, so it must hold the same values
+ * (GPT-2 files that store it do); an untied head is refused rather than silently dropped. */
+static dt_status check_tied_head(dt_st_file *f, const dt_st_tensor *lm, const dt_model *m, const float *host,
+                                 const char *path) {
+    int j = 0;
+    while (j < m->n_tensors && strcmp(m->tensors[j].name, "wte.weight") != 0) j++;
+    const dt_tensor_info *wte = &m->tensors[j];
+    if (lm->ndim != 2 || lm->shape[0] != wte->shape[0] || lm->shape[1] != wte->shape[1])
+        return dt_error_set(DT_ERR_DATA, "%s: tensor %s does not have wte.weight's shape: an untied output head, which "
+                                         "dtrain cannot represent (its head is the token embedding)", path, lm->name);
+    float *v = dt_malloc(wte->numel * sizeof(float), "lm_head staging");
+    if (!v) return DT_ERR_NOMEM;
+    dt_status st = dt_st_read_f32(f, lm, v);
+    size_t i = 0;
+    if (st == DT_OK)
+        while (i < wte->numel && v[i] == host[wte->offset + i]) i++;
+    if (st == DT_OK && i < wte->numel)
+        st = dt_error_set(DT_ERR_DATA, "%s: tensor %s differs from wte.weight (first at element %zu): an untied output "
+                                       "head, which dtrain cannot represent (its head is the token embedding)",
+                          path, lm->name, i);
+    free(v);
+    return st;
+}
+
 /* A hint with the config values the file implies. */
 static void file_shape_hint(const dt_st_file *f, char *buf, size_t n) {
     int64_t V = -1, P = -1, C = -1, L = 0, NL = -1;
@@ -639,9 +673,11 @@ dt_status dt_model_load(dt_model *m, const char *path, int *score_loaded) {
     m->be->ops->download(m->be->ctx, host, m->params, m->n_params * sizeof(float));
     file_shape_hint(f, hint, sizeof hint);
 
+    const dt_st_tensor *lm_head = NULL;
     for (int i = 0; i < dt_st_count(f); i++) {
         const dt_st_tensor *t = dt_st_tensor_at(f, i);
         const char *nm = canonical_name(t->name);
+        if (!nm && strcmp(t->name, "lm_head.weight") == 0) lm_head = t;
         if (!nm) continue;
         int j = 0;
         while (j < m->n_tensors && strcmp(m->tensors[j].name, nm) != 0) j++;
@@ -664,7 +700,9 @@ dt_status dt_model_load(dt_model *m, const char *path, int *score_loaded) {
             st = dt_error_set(DT_ERR_DATA, "%s: tensor %s appears twice (with and without the transformer. prefix)", path, nm);
             goto done;
         }
-        if ((st = dt_st_read_f32(f, t, host + mt->offset)) != DT_OK) goto done;
+        if ((st = dt_st_read_f32(f, t, host + mt->offset)) != DT_OK ||
+            (st = dt_check_finite(host + mt->offset, mt->numel, path, t->name)) != DT_OK)
+            goto done;
         seen[j] = 1;
     }
     int score_ok = 1;
@@ -674,6 +712,7 @@ dt_status dt_model_load(dt_model *m, const char *path, int *score_loaded) {
         st = dt_error_set(DT_ERR_DATA, "%s: tensor %s is missing (hint: %s)", path, m->tensors[j].name, hint);
         goto done;
     }
+    if (lm_head && (st = check_tied_head(f, lm_head, m, host, path)) != DT_OK) goto done;
     if (score_loaded) *score_loaded = score_ok;
     m->be->ops->upload(m->be->ctx, m->params, host, m->n_params * sizeof(float));
 done:
