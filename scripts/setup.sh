@@ -21,6 +21,7 @@ declare -A need=(
   [zlib1g-dev]=/usr/include/zlib.h
   [libjansson-dev]=/usr/include/jansson.h
   [libopenblas-openmp-dev]=/usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h
+  [libssl-dev]=/usr/include/openssl/hmac.h  # HMAC-SHA256 for the rendezvous secret (libcrypto)
 )
 if [ "${DTRAIN_TEST_TOOLS:-0}" = 1 ]; then
   need[python3]=/usr/bin/python3

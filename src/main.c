@@ -65,7 +65,9 @@ static const char *const usage_text =
     "\n"
     "exit status: 0 success (also a clean stop on SIGTERM/SIGINT), 2 bad usage/config/data (the message\n"
     "names file, key or line), 1 other failure.\n"
-    "environment: DTRAIN_FAULT=rank=R,step=S,kind=kill|exit|hang|corrupt-checkpoint injects a fault (testing aid).\n";
+    "environment: DTRAIN_RDZV_SECRET=S or DTRAIN_RDZV_SECRET_FILE=PATH (mode 0600): the same secret on every rank\n"
+    "  started by a launcher authenticates the rendezvous (docs/multinode.md);\n"
+    "  DTRAIN_FAULT=rank=R,step=S,kind=kill|exit|hang|corrupt-checkpoint injects a fault (testing aid).\n";
 
 static int fail(dt_status st) {
     fprintf(stderr, "dtrain: error: %s\n", dt_error_msg());

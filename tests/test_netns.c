@@ -3,13 +3,15 @@
  *   - started by mpirun (the remote one through a small agent that enters the other
  *     namespace instead of ssh): the mpi collective;
  *   - started by hand with RANK/WORLD_SIZE/MASTER_ADDR, each in its own UTS namespace too
- *     (another host name), as a Kubernetes Indexed Job would: the tcp ring; and the same with
- *     communication_backend: shm, which is refused (exit 2) instead.
+ *     (another host name), as a Kubernetes Indexed Job would, with a shared secret: the tcp
+ *     ring; every listener of the ranks is bound to its namespace's address, none to 0.0.0.0;
+ *     and the same with communication_backend: shm, which is refused (exit 2) instead.
  * Each result must match the fork-mode run with the same global batch (relative L2
  * distance of the weights <= 1e-5).
  *
  * Needs root (ip netns), iproute2 and Open MPI; exits 77 (skipped) naming what is missing
  * when the machine cannot make namespaces, and fails when dtrain has no mpi collective. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,21 +40,50 @@ static void cleanup(void) {
     if (system(cmd) != 0) printf("cleanup: %s failed\n", cmd);
 }
 
-/* Ranks 1 and 0 as a Kubernetes Indexed Job or torchrun starts them, each in its own network
- * and UTS namespace (its own host name "dtrain-host-R"), rank 1 told where rank 0 is (master,
- * port); logs TAG-rR.out/.err. */
+/* Rank r of `world` as a Kubernetes Indexed Job or torchrun starts it, in its own network and
+ * UTS namespace (its own host name "dtrain-host-R"; rank 0 in A, the others in B), told where
+ * rank 0 is (master, port) and the shared secret; logs TAG-rR.out/.err. */
+static pid_t start_host(const char *tag, int r, int world, const char *master, const char *port, const char *run_dir,
+                        const char *sets) {
+    char script[2048], name[32];
+    snprintf(name, sizeof name, "%s-r%d", tag, r);
+    snprintf(script, sizeof script,
+             "hostname dtrain-host-%d && exec env RANK=%d WORLD_SIZE=%d LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 "
+             "DTRAIN_RDZV_SECRET=netns-test-secret-0123456789 %s %s '%s' --config configs/ci-smoke.yaml --set '%s' %s "
+             "--set training.collective_timeout_s=60 --progress never",
+             r, r, world, master, port, DTRAIN_BIN, run_dir, sets);
+    const char *args[] = {"netns", "exec", r ? ns_b : ns_a, "unshare", "--uts", "sh", "-c", script, NULL};
+    return spawn_prog(name, "/usr/sbin/ip", args);
+}
+
+/* ranks 1 and 0 of 2 */
 static void start_hosts(const char *tag, const char *master, const char *port, const char *run_dir, const char *sets,
                         pid_t pids[2]) {
-    for (int r = 1; r >= 0; r--) {
-        char script[2048], name[32];
-        snprintf(name, sizeof name, "%s-r%d", tag, r);
-        snprintf(script, sizeof script,
-                 "hostname dtrain-host-%d && exec env RANK=%d WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 %s %s '%s' "
-                 "--config configs/ci-smoke.yaml --set '%s' %s --set training.collective_timeout_s=60 --progress never",
-                 r, r, master, port, DTRAIN_BIN, run_dir, sets);
-        const char *args[] = {"netns", "exec", r ? ns_b : ns_a, "unshare", "--uts", "sh", "-c", script, NULL};
-        pids[r] = spawn_prog(name, "/usr/sbin/ip", args);
+    for (int r = 1; r >= 0; r--) pids[r] = start_host(tag, r, 2, master, port, run_dir, sets);
+}
+
+/* The TCP listeners in the network namespace of process `pid` (/proc/PID/net/tcp, tcp6): how
+ * many, and how many of them on the wildcard address; `port` (> 0): whether one listens there. */
+static int listeners(pid_t pid, int port, int *wildcard, int *on_port) {
+    int n = 0;
+    *wildcard = *on_port = 0;
+    const char *files[] = {"tcp", "tcp6"};
+    for (int f = 0; f < 2; f++) {
+        char path[64], line[512], addr[64];
+        snprintf(path, sizeof path, "/proc/%ld/net/%s", (long)pid, files[f]);
+        FILE *fp = fopen(path, "r");
+        if (!fp) continue;
+        while (fgets(line, sizeof line, fp)) {
+            unsigned lport, st;
+            if (sscanf(line, " %*d: %63[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%*x %x", addr, &lport, &st) != 3 || st != 0x0A)
+                continue;
+            n++;
+            *wildcard += strspn(addr, "0") == strlen(addr);
+            *on_port |= (int)lport == port;
+        }
+        fclose(fp);
     }
+    return n;
 }
 
 int main(void) {
@@ -159,6 +190,30 @@ int main(void) {
     CHECK_STR_CONTAINS(out, want);
     CHECK_STR_CONTAINS(out, "tcp all-reduce");
     CHECK(run_distance("tcp", "fork") <= 1e-5);
+
+    /* the ranks listen at the addresses they use, not on every address of their host: while
+     * rank 0 (in A) and rank 1 (in B) wait for a rank 2 that never comes, every listener in
+     * either namespace (rank 0's rendezvous port and ring listener, rank 1's ring listener) is
+     * bound to that namespace's veth address */
+    snprintf(rd3, sizeof rd3, "run.dir=%s/bind", test_dir());
+    pids[0] = start_host("bind", 0, 3, master, port, rd3, "--set training.num_workers=3");
+    pids[1] = start_host("bind", 1, 3, master, port, rd3, "--set training.num_workers=3");
+    int wild0 = 0, wild1 = 0, on_port = 0, n0 = 0, n1 = 0, rport = 29000 + (int)id;
+    for (int i = 0; i < 300 && !(on_port && n0 >= 2 && n1 >= 1); i++) {
+        sleep_ms(50);
+        n0 = listeners(pids[0], rport, &wild0, &on_port);
+        int dummy;
+        n1 = listeners(pids[1], 0, &wild1, &dummy);
+    }
+    printf("bind: namespace A: %d listeners (%d on the wildcard address, rendezvous port %s), B: %d (%d)\n", n0, wild0,
+           on_port ? "up" : "down", n1, wild1);
+    kill(pids[0], SIGTERM);
+    kill(pids[1], SIGTERM);
+    wait_exit(pids[0], "bind-r0");
+    wait_exit(pids[1], "bind-r1");
+    CHECK(on_port && n0 >= 2 && n1 >= 1);
+    CHECK_INT_EQ(wild0, 0);
+    CHECK_INT_EQ(wild1, 0);
 
     /* the same two hosts with training.communication_backend: shm, which cannot span hosts:
      * rank 0 refuses it at the rendezvous, naming the file and the key, and every rank exits 2

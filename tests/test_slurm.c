@@ -119,7 +119,11 @@ int main(void) {
     const char *sargs[] = {"-n", "2", DTRAIN_BIN, "--config", "configs/ci-smoke.yaml", "--set", rd, "--set",
                            "training.num_workers=2", "--set", "data.batch_size_per_worker=4", "--set",
                            "training.cpu_threads_per_worker=1", "--progress", "never", NULL};
+    /* the rendezvous secret from the environment srun was started in: srun passes it to every task */
+    setenv("DTRAIN_RDZV_SECRET", "slurm-test-secret-0123456789", 1);
     CHECK_INT_EQ(wait_exit(spawn_prog("srun", "/usr/bin/srun", sargs), "srun"), 0);
+    unsetenv("DTRAIN_RDZV_SECRET");
+    CHECK(strstr(err_text, "no shared secret") == NULL);
     char path[1300], out[1 << 16];
     snprintf(path, sizeof path, "%s/srun.out", d);
     test_slurp(path, out, sizeof out);
@@ -137,6 +141,7 @@ int main(void) {
     snprintf(path, sizeof path, "%s/sbatch.out", d);
     test_slurp(path, out, sizeof out);
     CHECK_STR_CONTAINS(out, "launched by Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID): rank 0 of 2");
+    CHECK(strstr(out, "no shared secret") == NULL); /* the script made one for the job, and every task has it */
     test_same_weights("fork", "sbatch");
 
     stop_daemons();

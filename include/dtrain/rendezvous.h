@@ -49,4 +49,29 @@ dt_status dt_rendezvous(const dt_ext_env *env, uint32_t config_digest, double ti
                         dt_comm_plan *plan, dt_status (*before_ok)(void *), void *user, dt_shm_world **world_out,
                         dt_comm **comm_out);
 
+/* ---- the wire, exposed for tests and fuzzing (src/comm/rendezvous.c describes the protocol) ---- */
+
+/* A connecting rank's first line:
+ *   "DTRAIN-RDZV 2 rank=R world=W digest=XXXXXXXX host=HOST data=PORT[ nonce=NC mac=M]"  to rank 0
+ *   "DTRAIN-RING 2 rank=R[ nonce=NC mac=M]"                                      to a ring neighbour
+ * with decimal numbers, 8 hex digits of digest, a host name of [A-Za-z0-9._-], and with a shared
+ * secret 32 hex digits of nonce and 64 of HMAC-SHA256. */
+typedef struct dt_rdzv_hello {
+    int ring;                 /* 1: "DTRAIN-RING" (world, digest, host, data_port unset) */
+    int rank, world, data_port;
+    uint32_t digest;
+    char host[256];
+    char nonce[33], mac[65];  /* "" when the line has none */
+    size_t signed_len;        /* the bytes of the line the mac covers: all before " mac=" */
+} dt_rdzv_hello;
+
+/* Parses `line` (NUL-terminated, any bytes) into *h. DT_ERR_DATA with a fixed message (never
+ * quoting the line) when it is anything else. Pure: no I/O, no global state but the message. */
+dt_status dt_rdzv_parse_hello(const char *line, dt_rdzv_hello *h);
+
+/* Text from the network made safe to print: at most n - 1 bytes of `in` into out, every byte
+ * outside printable ASCII (control characters, ESC, DEL, bytes >= 0x80) replaced by '?', and
+ * "..." at the end when it was cut. */
+void dt_rdzv_sanitize(const char *in, char *out, size_t n);
+
 #endif

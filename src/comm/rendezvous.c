@@ -1,15 +1,24 @@
 /* rendezvous.c — launcher environments and the TCP rendezvous (include/dtrain/rendezvous.h).
  *
- * Wire protocol, one text line per message:
- *   rank r -> 0:  "DTRAIN-RDZV 1 rank=R world=W digest=XXXXXXXX host=HOST data=PORT"
- *   0 -> rank r:  "OK shm=/NAME" (one host) or "OK tcp IP:PORT" (the ring listener of rank r+1;
+ * Wire protocol, one text line per message. Every connection (to rank 0, and between ring
+ * neighbours) starts with the challenge-response of src/comm/rdzv_auth.h:
+ *   accepting side:  "DTRAIN-AUTH 2 hmac-sha256 nonce=NS" (a shared secret) or "DTRAIN-AUTH 2 open"
+ *   rank r -> 0:  "DTRAIN-RDZV 2 rank=R world=W digest=XXXXXXXX host=HOST data=PORT[ nonce=NC mac=M]"
+ *   0 -> rank r:  "AUTH mac=M2" (with a secret: rank 0 knows it too), then
+ *                 "OK shm=/NAME" (one host) or "OK tcp IP:PORT" (the ring listener of rank r+1;
  *                 "@master:PORT" for rank 0's, at MASTER_ADDR)
  *                 or "ERR message"
- *   ring:         rank r connects to rank r+1's listener and says "DTRAIN-RING rank=R"
+ *   ring:         rank r connects to rank r+1's listener, which greets it as above; r says
+ *                 "DTRAIN-RING 2 rank=R[ nonce=NC mac=M]", r+1 proves itself with "AUTH mac=M2"
  *   rank r -> 0:  "MAPPED"        (rank 0 then unlinks /NAME)
- *   0 -> rank r:  "GO"            or  "ERR message" */
+ *   0 -> rank r:  "GO"            or  "ERR message"
+ * Rank 0 and the ring listeners serve every connection that has not said who it is at once,
+ * each for RDZV_HELLO_S: idle or unauthenticated peers are dropped (with one log line, for the
+ * first few) and never end the job; only a rank that proved the secret (or, without one, any
+ * rank) with another config does. Text from the network is sanitised before it is printed. */
 #include "dtrain/rendezvous.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -26,6 +35,7 @@
 #include <unistd.h>
 
 #include "dtrain/clock.h"
+#include "rdzv_auth.h"
 
 #define DEFAULT_PORT 29500
 
@@ -224,9 +234,13 @@ static void close_all(int *fds, int n) {
         }
 }
 
+/* this host's name as a hello carries it: [A-Za-z0-9._-], anything else becomes '_' */
 static void my_host(char *buf, size_t n) {
-    if (gethostname(buf, n - 1) != 0) snprintf(buf, n, "?");
+    if (gethostname(buf, n - 1) != 0) buf[0] = '\0';
     buf[n - 1] = '\0';
+    if (!buf[0]) snprintf(buf, n, "unknown");
+    for (char *p = buf; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '.' && *p != '-' && *p != '_') *p = '_';
 }
 
 /* The ranks meet at a loopback address (all on this host): listen on loopback only. */
@@ -234,17 +248,73 @@ static int loopback_only(const dt_ext_env *e) {
     return strncmp(e->addr, "127.", 4) == 0 || strcmp(e->addr, "localhost") == 0;
 }
 
-/* A listening socket on an ephemeral port for the ring (loopback when every rank is here). */
-static int data_listener(const dt_ext_env *e) {
+static int is_loopback(struct in_addr a) { return (ntohl(a.s_addr) >> 24) == 127; }
+
+/* the launcher says that some ranks run on other hosts */
+static int spans_hosts(const dt_ext_env *e) { return e->local_world < e->world; }
+
+/* A listening socket at a:port (port 0: an ephemeral one), or -1 with errno. */
+static int listen_at(struct in_addr a, int port) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0,
-                             .sin_addr.s_addr = htonl(loopback_only(e) ? INADDR_LOOPBACK : INADDR_ANY)};
-    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 4) != 0) {
+    int one = 1;
+    if (port) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = a};
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, DT_MAX_WORLD) != 0) {
+        int err = errno;
         close(fd);
+        errno = err;
         return -1;
     }
     return fd;
+}
+
+/* Where rank 0 listens (the rendezvous port, then its ring listener): at MASTER_ADDR, the
+ * address the others use (loopback when it is one). Every address of this host only when
+ * MASTER_ADDR is unset, does not resolve here, is no address of this host (a Service or NAT
+ * address) or resolves here to loopback while ranks run elsewhere (a host name /etc/hosts maps
+ * to 127.0.1.1), with a note saying so. Returns the fd, or -1 with errno. */
+static int rank0_listen(const dt_ext_env *e, struct in_addr *at) {
+    at->s_addr = htonl(INADDR_ANY);
+    const char *why = NULL;
+    char ip[INET_ADDRSTRLEN + 3] = "";
+    if (loopback_only(e)) at->s_addr = htonl(INADDR_LOOPBACK);
+    else if (!e->addr[0]) why = "MASTER_ADDR is not set";
+    else {
+        struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+        if (getaddrinfo(e->addr, NULL, &hints, &res) != 0 || !res) why = "it does not resolve here";
+        else {
+            struct in_addr a = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
+            char buf[INET_ADDRSTRLEN];
+            inet_ntop(AF_INET, &a, buf, sizeof buf);
+            if (strcmp(buf, e->addr) != 0) snprintf(ip, sizeof ip, " (%s)", buf);
+            if (is_loopback(a) && spans_hosts(e)) why = "it is a loopback address here, and ranks run on other hosts";
+            else *at = a;
+        }
+        if (res) freeaddrinfo(res);
+    }
+    int fd = listen_at(*at, e->port);
+    if (fd < 0 && errno == EADDRNOTAVAIL && at->s_addr != htonl(INADDR_ANY)) {
+        why = "it is no address of this host (a Service or NAT address?)";
+        at->s_addr = htonl(INADDR_ANY);
+        fd = listen_at(*at, e->port);
+    }
+    if (fd >= 0 && why)
+        fprintf(stderr, "dtrain: rendezvous: listening on every address of this host%s%s%s: %s\n",
+                e->addr[0] ? ", not at MASTER_ADDR=" : "", e->addr, ip, why);
+    return fd;
+}
+
+/* A rank's ring listener: at the address it reached rank 0 from (a loopback one only when
+ * every rank is on this host), or -1 with errno. */
+static int ring_listener(const dt_ext_env *e, int fd0) {
+    struct sockaddr_in la;
+    socklen_t l = sizeof la;
+    struct in_addr at = {htonl(INADDR_ANY)};
+    if (getsockname(fd0, (struct sockaddr *)&la, &l) == 0 && la.sin_family == AF_INET &&
+        !(is_loopback(la.sin_addr) && spans_hosts(e)))
+        at = la.sin_addr;
+    return listen_at(at, 0);
 }
 
 static int listener_port(int fd) {
@@ -253,49 +323,140 @@ static int listener_port(int fd) {
     return getsockname(fd, (struct sockaddr *)&sa, &l) == 0 ? ntohs(sa.sin_port) : 0;
 }
 
+/* The hello in the hub's pending connection i, parsed, checked (with a secret: its MAC) and
+ * answered with our proof: 1. Anything else is dropped, learning nothing: 0. `ring`: a ring
+ * hello is expected, else a rank's hello to rank 0; role/proof: the MACs' roles. */
+static int hub_hello(rdzv_hub *h, int i, int ring, const char *role, const char *proof, dt_rdzv_hello *out) {
+    rdzv_pend *p = &h->p[i];
+    char why[400], clean[120], mac[RDZV_MAC_HEX + 1], line[128];
+    int parsed = dt_rdzv_parse_hello(p->line, out) == DT_OK;
+    if (!parsed || out->ring != ring) {
+        dt_rdzv_sanitize(p->line, clean, sizeof clean);
+        snprintf(why, sizeof why, "%s: \"%s\"", parsed ? "a hello for another port" : dt_error_msg(), clean);
+        rdzv_hub_drop(h, i, NULL, why);
+        return 0;
+    }
+    if (!h->secret->len) {
+        if (!out->mac[0]) return 1;
+        rdzv_hub_drop(h, i, "authentication failed", "a MAC, but this rank has no shared secret");
+        return 0;
+    }
+    if (!out->mac[0] || !rdzv_mac_ok(h->secret, role, p->nonce, out->nonce, p->line, out->signed_len, out->mac)) {
+        rdzv_hub_drop(h, i, "authentication failed",
+                      out->mac[0] ? "a wrong MAC (another DTRAIN_RDZV_SECRET there?)" : "no MAC (no shared secret there?)");
+        return 0;
+    }
+    if (rdzv_mac(h->secret, proof, p->nonce, out->nonce, p->line, out->signed_len, mac) != DT_OK) {
+        rdzv_hub_drop(h, i, NULL, dt_error_msg());
+        return 0;
+    }
+    snprintf(line, sizeof line, "AUTH mac=%s", mac);
+    if (send_line(p->fd, line) != DT_OK) {
+        rdzv_hub_drop(h, i, NULL, "closed before our proof");
+        return 0;
+    }
+    return 1;
+}
+
 static int connect_by(const struct addrinfo *a, double deadline, char *why, size_t n);
+
+/* our connection to the ring successor while it is authenticated */
+typedef struct ring_out {
+    int fd, state; /* 0: waiting for its greeting, 1: for its proof, 2: done */
+    size_t k;
+    char ns[RDZV_NONCE_HEX + 1], nc[RDZV_NONCE_HEX + 1];
+    char hello[160], line[RDZV_LINE];
+} ring_out;
+
+/* What has arrived from the successor: its greeting (answered with our hello), its proof. */
+static dt_status ring_out_step(const rdzv_secret *sec, const dt_ext_env *e, int next, ring_out *o) {
+    char who[32], line[300], mac[RDZV_MAC_HEX + 1];
+    snprintf(who, sizeof who, "rank %d", next);
+    int got = rdzv_read_line(o->fd, o->line, sizeof o->line, &o->k);
+    if (got < 0)
+        return dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: rank %d closed the ring connection", e->rank, next);
+    if (got == 0) return DT_OK;
+    o->k = 0;
+    if (o->state == 1) {
+        DT_TRY(rdzv_check_proof(sec, "ring-next", o->ns, o->nc, o->hello, o->line, who, e->rank));
+        o->state = 2;
+        return DT_OK;
+    }
+    DT_TRY(rdzv_read_greeting(sec, o->line, who, e->rank, o->ns));
+    snprintf(o->hello, sizeof o->hello, "DTRAIN-RING 2 rank=%d", e->rank);
+    snprintf(line, sizeof line, "%s", o->hello);
+    if (sec->len) {
+        DT_TRY(rdzv_nonce(o->nc));
+        snprintf(o->hello + strlen(o->hello), sizeof o->hello - strlen(o->hello), " nonce=%s", o->nc);
+        DT_TRY(rdzv_mac(sec, "ring", o->ns, o->nc, o->hello, strlen(o->hello), mac));
+        snprintf(line, sizeof line, "%s mac=%s", o->hello, mac);
+    }
+    DT_TRY(send_line(o->fd, line));
+    o->state = sec->len ? 1 : 2;
+    return DT_OK;
+}
+
+/* Until our successor is authenticated and our predecessor has connected and proved itself:
+ * both ends of the ring, every other connection to our listener dropped. */
+static dt_status ring_handshake(const dt_ext_env *e, const rdzv_secret *sec, int data_fd, int next_fd, double deadline,
+                                int *prev_fd) {
+    const int next = (e->rank + 1) % e->world, prev = (e->rank + e->world - 1) % e->world;
+    rdzv_hub *hub = dt_calloc(1, sizeof *hub, "the ring's handshakes");
+    if (!hub) return DT_ERR_NOMEM;
+    char what[48];
+    snprintf(what, sizeof what, "rank %d: ring", e->rank);
+    rdzv_hub_init(hub, data_fd, sec, what);
+    ring_out out = {.fd = next_fd};
+    dt_status st = DT_OK;
+    while (st == DT_OK && (*prev_fd < 0 || out.state < 2)) {
+        if (dt_clock_now() >= deadline) {
+            st = *prev_fd < 0 ? dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: rank %d did not connect for the ring "
+                                             "in time", e->rank, prev)
+                              : dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: rank %d did not answer on the ring "
+                                             "in time", e->rank, next);
+            break;
+        }
+        int i = rdzv_hub_wait(hub, deadline, out.state < 2 ? next_fd : -1);
+        dt_rdzv_hello h;
+        if (i == -2) st = ring_out_step(sec, e, next, &out);
+        else if (i >= 0 && hub_hello(hub, i, 1, "ring", "ring-next", &h)) {
+            if (h.rank == prev && *prev_fd < 0) *prev_fd = rdzv_hub_take(hub, i);
+            else rdzv_hub_drop(hub, i, NULL, "not this rank's ring neighbour");
+        }
+    }
+    rdzv_hub_close(hub);
+    free(hub);
+    if (st != DT_OK && *prev_fd >= 0) {
+        close(*prev_fd);
+        *prev_fd = -1;
+    }
+    return st;
+}
 
 /* The ring from "IP:PORT" of our successor ("@master:PORT": rank 0, at MASTER_ADDR): connect
  * to rank+1, accept rank-1 on our listener, and make the tcp communicator of them. */
-static dt_status make_ring(const dt_ext_env *e, const char *next_addr, int data_fd, double deadline, dt_comm **comm_out,
-                           double timeout_s) {
-    const int next = (e->rank + 1) % e->world, prev = (e->rank + e->world - 1) % e->world;
-    char ip[300] = "";
+static dt_status make_ring(const dt_ext_env *e, const rdzv_secret *sec, const char *next_addr, int data_fd,
+                           double deadline, dt_comm **comm_out, double timeout_s) {
+    const int next = (e->rank + 1) % e->world;
+    char ip[300] = "", clean[220];
     int port = 0;
-    if (sscanf(next_addr, "%255[^:]:%d", ip, &port) != 2 || port <= 0)
-        return dt_error_set(DT_ERR_DEVICE, "rendezvous: no ring address for rank %d in \"%.200s\"", next, next_addr);
+    if (sscanf(next_addr, "%255[^:]:%d", ip, &port) != 2 || port <= 0) {
+        dt_rdzv_sanitize(next_addr, clean, sizeof clean);
+        return dt_error_set(DT_ERR_DEVICE, "rendezvous: no ring address for rank %d in \"%s\"", next, clean);
+    }
     if (strcmp(ip, "@master") == 0) snprintf(ip, sizeof ip, "%s", e->addr);
     char ports[16], why[256] = "";
     snprintf(ports, sizeof ports, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res = NULL;
     int next_fd = -1, prev_fd = -1;
     if (getaddrinfo(ip, ports, &hints, &res) == 0 && res) next_fd = connect_by(res, deadline, why, sizeof why);
     if (res) freeaddrinfo(res);
-    if (next_fd < 0)
+    if (next_fd < 0) {
+        dt_rdzv_sanitize(ip, clean, sizeof clean);
         return dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d cannot connect to rank %d at %s:%d for the ring: %s",
-                            e->rank, next, ip, port, why);
-    char hello[64], line[128];
-    snprintf(hello, sizeof hello, "DTRAIN-RING rank=%d", e->rank);
-    dt_status st = send_line(next_fd, hello);
-    while (st == DT_OK && prev_fd < 0) {
-        struct pollfd pf = {.fd = data_fd, .events = POLLIN};
-        double left = deadline - dt_clock_now();
-        if (left <= 0) {
-            st = dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: rank %d did not connect for the ring in time", e->rank,
-                              prev);
-            break;
-        }
-        if (poll(&pf, 1, poll_ms(left)) <= 0) continue;
-        int c = accept4(data_fd, NULL, NULL, SOCK_CLOEXEC);
-        if (c < 0) continue;
-        int who = -1;
-        double hello_by = dt_clock_now() + 10.0 < deadline ? dt_clock_now() + 10.0 : deadline;
-        if (recv_line(c, line, sizeof line, hello_by, "a ring neighbour") == DT_OK &&
-            sscanf(line, "DTRAIN-RING rank=%d", &who) == 1 && who == prev)
-            prev_fd = c;
-        else
-            close(c); /* not our neighbour: keep listening */
+                            e->rank, next, clean, port, why);
     }
+    dt_status st = ring_handshake(e, sec, data_fd, next_fd, deadline, &prev_fd);
     if (st != DT_OK) {
         close(next_fd);
         return st;
@@ -307,6 +468,7 @@ static dt_status make_ring(const dt_ext_env *e, const char *next_addr, int data_
 
 typedef struct server {
     const dt_ext_env *e;
+    const rdzv_secret *sec;
     uint32_t digest;
     double timeout_s, deadline;
     int lfd, data_fd;                            /* the rendezvous port; our ring listener */
@@ -316,19 +478,20 @@ typedef struct server {
     char peer_ip[DT_MAX_WORLD][INET_ADDRSTRLEN]; /* each rank as this host sees it ([0]: us, as they see us) */
     char host[DT_MAX_WORLD][256];                /* each rank's host name */
     char err[1100];                              /* the ERR line every rank gets when the rendezvous fails */
+    rdzv_hub hub;                                /* the connections that have not said who they are */
 } server;
 
+/* The rendezvous port and rank 0's ring listener, at the address the ranks use. */
 static dt_status server_listen(server *s) {
-    s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s->lfd < 0) return dt_error_set(DT_ERR_DEVICE, "rendezvous: socket: %s", strerror(errno));
-    int one = 1;
-    setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    /* rank 0 named by a loopback address: nobody else on the network needs to reach the port */
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->e->port),
-                             .sin_addr.s_addr = htonl(loopback_only(s->e) ? INADDR_LOOPBACK : INADDR_ANY)};
-    if (bind(s->lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(s->lfd, DT_MAX_WORLD) != 0)
+    struct in_addr at;
+    s->lfd = rank0_listen(s->e, &at);
+    if (s->lfd < 0)
         return dt_error_set(DT_ERR_DEVICE, "rendezvous: rank 0 cannot listen on port %d: %s (hint: another job uses it? "
                             "set MASTER_PORT)", s->e->port, strerror(errno));
+    s->data_fd = listen_at(at, 0);
+    if (s->data_fd < 0)
+        return dt_error_set(DT_ERR_DEVICE, "rendezvous: cannot open a listening socket: %s", strerror(errno));
+    rdzv_hub_init(&s->hub, s->lfd, s->sec, "rendezvous");
     return DT_OK;
 }
 
@@ -354,45 +517,46 @@ static void server_admit(server *s, int c, int rank, int dport, const char *host
     s->arrived++;
 }
 
-/* One connection c: a rank's hello, or a stranger (another job on this port, a restarted
- * rank, a port scanner) turned away while we keep waiting. Fails only for a rank of this job
- * that runs another config. */
-static dt_status server_hello(server *s, int c) {
+/* The hub's connection i has sent its line: a rank's hello, or a stranger (another job on
+ * this port, a restarted rank, a port scanner, someone without the secret) dropped while we
+ * keep waiting. Fails only for a rank of this job (with the secret, when there is one) that
+ * runs another config; rank 0's digest is told only to a rank that proved the secret. */
+static dt_status server_hello(server *s, int i) {
     const dt_ext_env *e = s->e;
-    char line[1024], host[256] = "";
-    double hello_by = dt_clock_now() + 10.0 < s->deadline ? dt_clock_now() + 10.0 : s->deadline;
-    int rank = -1, world = -1, dport = 0;
-    unsigned dg = 0;
-    if (recv_line(c, line, sizeof line, hello_by, "a connecting rank") != DT_OK ||
-        sscanf(line, "DTRAIN-RDZV 1 rank=%d world=%d digest=%x host=%255s data=%d", &rank, &world, &dg, host, &dport) != 5) {
-        close(c);
-        return DT_OK;
-    }
-    if (world != e->world || rank < 1 || rank >= e->world || s->fds[rank] >= 0) {
+    dt_rdzv_hello h;
+    if (!hub_hello(&s->hub, i, 0, "rank", "rank0", &h)) return DT_OK;
+    int c = rdzv_hub_take(&s->hub, i);
+    char line[1024];
+    if (h.world != e->world || h.rank < 1 || h.rank >= e->world || s->fds[h.rank] >= 0) {
         snprintf(line, sizeof line, "ERR rank 0 expects ranks 1..%d of a world of %d, once each; got rank %d of %d%s",
-                 e->world - 1, e->world, rank, world, rank >= 1 && rank < e->world && s->fds[rank] >= 0 ? " twice" : "");
+                 e->world - 1, e->world, h.rank, h.world,
+                 h.rank >= 1 && h.rank < e->world && s->fds[h.rank] >= 0 ? " twice" : "");
         send_line(c, line);
         close(c);
         fprintf(stderr, "dtrain: rendezvous: turned away a connection: %s\n", line + 4);
         return DT_OK;
     }
-    if (dg != s->digest) {
+    if (h.digest != s->digest) {
+        char ours[40] = "";
+        if (s->sec->len) snprintf(ours, sizeof ours, ", rank 0 has %08x", s->digest);
         snprintf(s->err, sizeof s->err,
-                 "ERR rank %d runs another config than rank 0 (config digest %08x, rank 0 has %08x): every rank must "
-                 "run the same config", rank, dg, s->digest);
+                 "ERR rank %d runs another config than rank 0 (config digest %08x%s): every rank must run the same "
+                 "config", h.rank, h.digest, ours);
         send_line(c, s->err);
         close(c);
-        return dt_error_set(DT_ERR_USAGE, "rendezvous: %s", s->err + 4);
+        return dt_error_set(DT_ERR_USAGE,
+                            "rendezvous: rank %d runs another config than rank 0 (config digest %08x, rank 0 has "
+                            "%08x): every rank must run the same config",
+                            h.rank, h.digest, s->digest);
     }
-    server_admit(s, c, rank, dport, host);
+    server_admit(s, c, h.rank, h.data_port, h.host);
     return DT_OK;
 }
 
 /* Every rank checks in before the deadline, or the late ones are named. */
 static dt_status server_gather(server *s) {
     while (s->arrived < s->e->world) {
-        double left = s->deadline - dt_clock_now();
-        if (left <= 0) {
+        if (dt_clock_now() >= s->deadline) {
             char missing[512];
             server_missing(s, missing, sizeof missing);
             snprintf(s->err, sizeof s->err, "ERR rank(s) %s did not arrive at the rendezvous in time", missing);
@@ -402,13 +566,12 @@ static dt_status server_gather(server *s) {
                                 "sets the deadline)",
                                 s->e->port, missing, s->timeout_s, s->arrived, s->e->world);
         }
-        struct pollfd p = {.fd = s->lfd, .events = POLLIN};
-        if (poll(&p, 1, poll_ms(left)) <= 0) continue;
-        int c = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC);
-        if (c >= 0) DT_TRY(server_hello(s, c));
+        int i = rdzv_hub_wait(&s->hub, s->deadline, -1);
+        if (i >= 0) DT_TRY(server_hello(s, i));
     }
     return DT_OK;
 }
+
 
 /* distinct host names among the ranks */
 static int server_hosts(const server *s) {
@@ -428,8 +591,11 @@ static dt_status server_mapped(server *s, double deadline, const char *err) {
     for (int r = 1; r < s->e->world && st == DT_OK; r++) {
         char who[32];
         snprintf(who, sizeof who, "rank %d", r);
-        if ((st = recv_line(s->fds[r], line, sizeof line, deadline, who)) == DT_OK && strcmp(line, "MAPPED") != 0)
-            st = dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: %s", r, line);
+        if ((st = recv_line(s->fds[r], line, sizeof line, deadline, who)) == DT_OK && strcmp(line, "MAPPED") != 0) {
+            char clean[300];
+            dt_rdzv_sanitize(line, clean, sizeof clean);
+            st = dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: %s", r, clean);
+        }
     }
     say_all(s->fds, s->e->world, st == DT_OK ? "GO" : err);
     return st;
@@ -458,7 +624,7 @@ static dt_status server_ring(server *s, dt_comm **comm_out) {
         if (r == 0) snprintf(mine, sizeof mine, "%s", line + 7);
         else send_line(s->fds[r], line);
     }
-    dt_status st = make_ring(s->e, mine, s->data_fd, s->deadline + 30, comm_out, s->timeout_s);
+    dt_status st = make_ring(s->e, s->sec, mine, s->data_fd, s->deadline + 30, comm_out, s->timeout_s);
     if (st == DT_OK) st = server_mapped(s, s->deadline + 60, "ERR the ring of TCP connections could not be completed");
     else say_all(s->fds, W, "ERR the ring of TCP connections could not be completed");
     if (st != DT_OK && *comm_out) {
@@ -512,25 +678,34 @@ static dt_status server_decide(server *s, const dt_comm_plan_in *pin, dt_comm_pl
     return st;
 }
 
-static dt_status serve(const dt_ext_env *e, uint32_t digest, double timeout_s, const dt_comm_plan_in *pin,
-                       dt_comm_plan *plan, dt_status (*before_ok)(void *), void *user, int data_fd,
+static dt_status serve(const dt_ext_env *e, const rdzv_secret *sec, uint32_t digest, double timeout_s,
+                       const dt_comm_plan_in *pin, dt_comm_plan *plan, dt_status (*before_ok)(void *), void *user,
                        dt_shm_world **world_out, dt_comm **comm_out) {
     server *s = dt_calloc(1, sizeof *s, "rendezvous state");
     if (!s) return DT_ERR_NOMEM;
-    *s = (server){.e = e, .digest = digest, .timeout_s = timeout_s, .deadline = dt_clock_now() + timeout_s,
-                  .lfd = -1, .data_fd = data_fd, .arrived = 1};
+    s->e = e;
+    s->sec = sec;
+    s->digest = digest;
+    s->timeout_s = timeout_s;
+    s->deadline = dt_clock_now() + timeout_s;
+    s->lfd = s->data_fd = -1;
+    s->arrived = 1;
     for (int i = 0; i < DT_MAX_WORLD; i++) s->fds[i] = -1;
     my_host(s->host[0], sizeof s->host[0]);
+    rdzv_hub_init(&s->hub, -1, sec, "rendezvous");
     dt_status st = server_listen(s);
     if (st == DT_OK) st = server_gather(s);
+    rdzv_hub_close(&s->hub);
     if (s->lfd >= 0) close(s->lfd);
     if (st == DT_OK) st = server_decide(s, pin, plan, before_ok, user);
     if (st == DT_OK) st = plan->host == DT_HOSTCOMM_TCP ? server_ring(s, comm_out) : server_shm(s, world_out);
     else if (s->err[0]) say_all(s->fds, e->world, s->err);
     close_all(s->fds, e->world);
+    if (s->data_fd >= 0) close(s->data_fd);
     free(s);
     return st;
 }
+
 
 /* connect() that gives up at the deadline (a blocking one may wait minutes for a host
  * that drops packets); returns a blocking socket or -1 with the reason in why */
@@ -564,13 +739,13 @@ static int connect_by(const struct addrinfo *a, double deadline, char *why, size
 }
 
 /* every other rank */
-static dt_status join(const dt_ext_env *e, uint32_t digest, double timeout_s, const dt_comm_plan_in *pin,
-                      dt_comm_plan *plan, int data_fd, dt_shm_world **world_out, dt_comm **comm_out) {
-    const double deadline = dt_clock_now() + timeout_s;
+
+/* A connection to rank 0, retried with backoff while it is not listening yet. */
+static dt_status join_connect(const dt_ext_env *e, double deadline, double timeout_s, int *fd_out) {
     char port[16], last[256] = "";
     snprintf(port, sizeof port, "%d", e->port);
     int fd = -1;
-    for (double wait = 0.05; fd < 0;) { /* rank 0 may not be listening yet: retry with backoff */
+    for (double wait = 0.05; fd < 0;) {
         struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
         int gai = getaddrinfo(e->addr, port, &hints, &res);
         if (gai != 0) snprintf(last, sizeof last, "cannot resolve %s: %s", e->addr, gai_strerror(gai));
@@ -589,16 +764,50 @@ static dt_status join(const dt_ext_env *e, uint32_t digest, double timeout_s, co
         nanosleep(&ts, NULL);
         wait = wait * 2 > 1.0 ? 1.0 : wait * 2;
     }
-    char host[256], line[1200];
+    *fd_out = fd;
+    return DT_OK;
+}
+
+/* Rank 0's greeting, our hello (with a secret: our MAC), rank 0's proof. */
+static dt_status join_hello(const dt_ext_env *e, const rdzv_secret *sec, uint32_t digest, int fd, int data_fd,
+                            double deadline) {
+    char line[1200], hello[600], host[256], ns[RDZV_NONCE_HEX + 1], nc[RDZV_NONCE_HEX + 1] = "",
+                                                                      mac[RDZV_MAC_HEX + 1];
+    DT_TRY(recv_line(fd, line, sizeof line, deadline, "rank 0"));
+    DT_TRY(rdzv_read_greeting(sec, line, "rank 0", e->rank, ns));
     my_host(host, sizeof host);
-    snprintf(line, sizeof line, "DTRAIN-RDZV 1 rank=%d world=%d digest=%08x host=%s data=%d", e->rank, e->world, digest,
-             host, listener_port(data_fd));
-    dt_status st = send_line(fd, line);
+    snprintf(hello, sizeof hello, "DTRAIN-RDZV 2 rank=%d world=%d digest=%08x host=%s data=%d", e->rank, e->world,
+             digest, host, listener_port(data_fd));
+    snprintf(line, sizeof line, "%s", hello);
+    if (sec->len) {
+        DT_TRY(rdzv_nonce(nc));
+        snprintf(hello + strlen(hello), sizeof hello - strlen(hello), " nonce=%s", nc);
+        DT_TRY(rdzv_mac(sec, "rank", ns, nc, hello, strlen(hello), mac));
+        snprintf(line, sizeof line, "%s mac=%s", hello, mac);
+    }
+    DT_TRY(send_line(fd, line));
+    if (!sec->len) return DT_OK;
+    DT_TRY(recv_line(fd, line, sizeof line, deadline, "rank 0"));
+    return rdzv_check_proof(sec, "rank0", ns, nc, hello, line, "rank 0", e->rank);
+}
+
+/* every other rank */
+static dt_status join(const dt_ext_env *e, const rdzv_secret *sec, uint32_t digest, double timeout_s,
+                      const dt_comm_plan_in *pin, dt_comm_plan *plan, dt_shm_world **world_out, dt_comm **comm_out) {
+    const double deadline = dt_clock_now() + timeout_s;
+    int fd = -1;
+    DT_TRY(join_connect(e, deadline, timeout_s, &fd));
+    char line[1200], clean[600];
+    dt_status st = DT_OK;
+    int data_fd = ring_listener(e, fd); /* for the ring, in case rank 0 asks for one */
+    if (data_fd < 0) st = dt_error_set(DT_ERR_DEVICE, "rendezvous: cannot open a listening socket: %s", strerror(errno));
+    if (st == DT_OK) st = join_hello(e, sec, digest, fd, data_fd, deadline);
     /* rank 0 answers when everyone is in: up to its own deadline, which may be later than ours */
     if (st == DT_OK) st = recv_line(fd, line, sizeof line, deadline + timeout_s + 5, "rank 0");
-    if (st == DT_OK && strncmp(line, "OK shm=", 7) != 0 && strncmp(line, "OK tcp ", 7) != 0)
-        st = dt_error_set(DT_ERR_USAGE, "rendezvous: rank 0 refused rank %d: %s", e->rank,
-                          strncmp(line, "ERR ", 4) == 0 ? line + 4 : line);
+    if (st == DT_OK && strncmp(line, "OK shm=", 7) != 0 && strncmp(line, "OK tcp ", 7) != 0) {
+        dt_rdzv_sanitize(strncmp(line, "ERR ", 4) == 0 ? line + 4 : line, clean, sizeof clean);
+        st = dt_error_set(DT_ERR_USAGE, "rendezvous: rank 0 refused rank %d: %s", e->rank, clean);
+    }
     if (st == DT_OK) { /* rank 0 decided for the hosts it saw: the same plan here */
         dt_comm_plan_in in = *pin;
         in.hosts = strncmp(line, "OK shm=", 7) == 0 ? 1 : 2;
@@ -606,11 +815,12 @@ static dt_status join(const dt_ext_env *e, uint32_t digest, double timeout_s, co
         st = dt_comm_plan_decide(&in, plan);
     }
     if (st == DT_OK && strncmp(line, "OK tcp ", 7) == 0) {
-        st = make_ring(e, line + 7, data_fd, deadline + timeout_s + 30, comm_out, timeout_s);
+        st = make_ring(e, sec, line + 7, data_fd, deadline + timeout_s + 30, comm_out, timeout_s);
         send_line(fd, st == DT_OK ? "MAPPED" : "ERR no ring");
     } else if (st == DT_OK) {
         int shm = shm_open(line + 7, O_RDWR, 0);
-        if (shm < 0) st = dt_error_set(DT_ERR_DEVICE, "rendezvous: shm_open %s: %s", line + 7, strerror(errno));
+        dt_rdzv_sanitize(line + 7, clean, 200);
+        if (shm < 0) st = dt_error_set(DT_ERR_DEVICE, "rendezvous: shm_open %s: %s", clean, strerror(errno));
         else {
             st = dt_shm_world_attach_fd(world_out, e->world, shm);
             close(shm);
@@ -618,9 +828,12 @@ static dt_status join(const dt_ext_env *e, uint32_t digest, double timeout_s, co
         send_line(fd, st == DT_OK ? "MAPPED" : "ERR cannot map");
     }
     if (st == DT_OK && (st = recv_line(fd, line, sizeof line, deadline + timeout_s + 40, "rank 0")) == DT_OK &&
-        strcmp(line, "GO") != 0)
-        st = dt_error_set(DT_ERR_DEVICE, "rendezvous: %s", strncmp(line, "ERR ", 4) == 0 ? line + 4 : line);
+        strcmp(line, "GO") != 0) {
+        dt_rdzv_sanitize(strncmp(line, "ERR ", 4) == 0 ? line + 4 : line, clean, sizeof clean);
+        st = dt_error_set(DT_ERR_DEVICE, "rendezvous: %s", clean);
+    }
     close(fd);
+    if (data_fd >= 0) close(data_fd);
     if (st != DT_OK && *world_out) {
         dt_shm_world_destroy(*world_out);
         *world_out = NULL;
@@ -643,10 +856,19 @@ dt_status dt_rendezvous(const dt_ext_env *e, uint32_t digest, double timeout_s, 
                             "(hint: MASTER_ADDR=host MASTER_PORT=29500; with mpirun: -x MASTER_ADDR -x MASTER_PORT, or "
                             "training.communication_backend: mpi)",
                             e->rank, e->world, e->source);
-    int data_fd = data_listener(e); /* for the ring, in case rank 0 asks for one */
-    if (data_fd < 0) return dt_error_set(DT_ERR_DEVICE, "rendezvous: cannot open a listening socket: %s", strerror(errno));
-    dt_status st = e->rank == 0 ? serve(e, digest, timeout_s, plan_in, plan, before_ok, user, data_fd, world_out, comm_out)
-                                : join(e, digest, timeout_s, plan_in, plan, data_fd, world_out, comm_out);
-    close(data_fd);
+    rdzv_secret *sec = dt_malloc(sizeof *sec, "the rendezvous secret");
+    if (!sec) return DT_ERR_NOMEM;
+    dt_status st = rdzv_secret_load(sec);
+    if (st == DT_OK && !sec->len && e->rank == 0)
+        fprintf(stderr,
+                "dtrain: warning: the rendezvous at %s:%d has no shared secret: whoever reaches it can join the job or "
+                "stall it (hint: set DTRAIN_RDZV_SECRET (or DTRAIN_RDZV_SECRET_FILE) to the same secret on every rank; "
+                "docs/multinode.md)\n",
+                e->addr[0] ? e->addr : "*", e->port);
+    if (st == DT_OK)
+        st = e->rank == 0 ? serve(e, sec, digest, timeout_s, plan_in, plan, before_ok, user, world_out, comm_out)
+                          : join(e, sec, digest, timeout_s, plan_in, plan, world_out, comm_out);
+    rdzv_secret_wipe(sec);
+    free(sec);
     return st;
 }
