@@ -263,6 +263,28 @@ static void test_secrets(void) {
                      run_dir), 0);
 }
 
+/* eval.max_batches picks the same examples for any number of workers: the end-of-training
+ * evaluation of 2 workers and `dtrain eval` (one process) agree on count and loss. */
+static void test_eval_limit(void) {
+    char run_dir[600];
+    snprintf(run_dir, sizeof run_dir, "%s/evallimit", tmp);
+    CHECK_INT_EQ(run("%s --config configs/finetune.yaml --set run.dir=%s --set training.num_workers=2 "
+                     "--set training.max_steps=4 --set eval.max_batches=3 --set data.batch_size_per_worker=8",
+                     DTRAIN_BIN, run_dir), 0);
+    const char *p = strstr(out_text, "final: val loss ");
+    CHECK(p != NULL);
+    double train_eval = strtod(p + 16, NULL);
+    CHECK_STR_CONTAINS(out_text, "| 24 examples |");
+    CHECK_INT_EQ(run("%s eval --config configs/finetune.yaml --set data.batch_size_per_worker=8 "
+                     "--set eval.max_batches=3 --checkpoint %s", DTRAIN_BIN, run_dir), 0);
+    CHECK_STR_CONTAINS(out_text, "24 examples");
+    p = strstr(out_text, "val loss ");
+    CHECK(p != NULL);
+    double eval_loss = strtod(p + 9, NULL);
+    printf("eval.max_batches 3: training (2 workers) %.9g, dtrain eval %.9g\n", train_eval, eval_loss);
+    CHECK(fabs(eval_loss - train_eval) <= 1e-6 * fabs(train_eval));
+}
+
 static void test_language_model(void) {
     char shard[600], val[600], run_dir[600];
     snprintf(shard, sizeof shard, "%s/lm-train.bin", tmp);
@@ -292,6 +314,7 @@ int main(void) {
     test_dry_run();
     test_bad_data();
     test_secrets();
+    test_eval_limit();
     test_language_model();
     test_finetune();
     test_dir_remove();

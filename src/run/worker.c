@@ -156,15 +156,16 @@ static void fill_batch(const dt_dataset *ds, const size_t *idx, int n, int T, in
         dt_dataset_get(ds, idx[i], tokens + (size_t)i * T, targets + (cls ? (size_t)i : (size_t)i * T));
 }
 
-/* Every validation example once across the ranks (eval.max_batches limits the batches);
- * the sums are all-reduced, so every rank returns the global result. */
+/* Every validation example once across the ranks; eval.max_batches limits them to the first
+ * max_batches x batch_size_per_worker, the same examples for any number of workers. The sums
+ * are all-reduced, so every rank returns the global result. */
 static dt_status evaluate(run *r, long step, dt_eval_point *out) {
     const dt_config *c = r->cfg;
     double t0 = now_ms();
     size_t n = dt_dataset_size(r->val);
     int b = c->data.batch_size_per_worker;
+    if (c->eval.max_batches > 0 && (size_t)c->eval.max_batches <= n / (size_t)b) n = (size_t)c->eval.max_batches * (size_t)b;
     size_t nb = dt_eval_num_batches(n, r->world, b);
-    if (c->eval.max_batches > 0 && (size_t)c->eval.max_batches < nb) nb = (size_t)c->eval.max_batches;
     double loss = 0;
     long rows = 0, correct = 0, examples = 0;
     for (size_t j = 0; j < nb; j++) {
