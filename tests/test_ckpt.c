@@ -6,6 +6,9 @@
  *     reports each;
  *   - keep_last pruning, leftover temp dirs removed, saving the same step again replaces it;
  *   - a shape change is refused naming the key; set_aside moves checkpoints, deletes nothing;
+ *   - links planted in checkpoints/ (old step_N, .tmp-/.old- leftovers, this pid's temp dir,
+ *     the step being replaced) are removed as links: the files they point to survive;
+ *   - a FIFO as a checkpoint's manifest or weights is refused at once, naming it;
  *   - config digest and diff. */
 #include <dirent.h>
 #include <jansson.h>
@@ -248,6 +251,100 @@ static void test_damage(dt_config *cfg) {
     fixture_free(&a);
 }
 
+static void write_precious(const char *dir) {
+    test_mkdir_p(dir);
+    char p[1300];
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/precious%d", dir, i);
+        test_write_file(p, "keep me", 7);
+    }
+}
+
+static void check_precious(const char *dir) {
+    char p[1300], got[64];
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/precious%d", dir, i);
+        test_slurp(p, got, sizeof got);
+        CHECK_STR_EQ(got, "keep me");
+    }
+    CHECK_INT_EQ(count_entries(dir), 3);
+}
+
+static int is_link(const char *path) {
+    struct stat sb;
+    return lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode);
+}
+
+/* Links in checkpoints/ are never followed when deleting or setting aside: a run directory
+ * that was copied or downloaded cannot make prune empty a directory outside it. */
+static void test_planted_links(dt_config *cfg) {
+    const char *run = test_path("links"), *outside = test_path("outside");
+    test_mkdir_p(run);
+    write_precious(outside);
+    fixture a;
+    fixture_init(&a, 5);
+    char root[1300], p[1400];
+    snprintf(root, sizeof root, "%s/checkpoints", run);
+    for (int i = 1; i <= 3; i++) {
+        dt_ckpt_state s = state_for(10 * i, &a);
+        CHECK_OK(dt_ckpt_save(run, a.m, a.o, &s, cfg, NULL, 0));
+    }
+    /* an old step, a dead writer's temp dir, a replaced step whose step_N exists: all links */
+    const char *planted[] = {"step_00000001", ".tmp-step_00000001.999", ".old-step_00000030.777"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", root, planted[i]);
+        CHECK(symlink(outside, p) == 0);
+    }
+    CHECK_OK(dt_ckpt_prune(run, 2));
+    check_precious(outside);
+    for (int i = 0; i < 3; i++) { /* the links themselves are gone */
+        snprintf(p, sizeof p, "%s/%s", root, planted[i]);
+        CHECK(!is_link(p));
+    }
+    CHECK_INT_EQ(count_entries(root), 2); /* step_20, step_30 */
+
+    /* this pid's own temp name, and the step being replaced, as links */
+    snprintf(p, sizeof p, "%s/.tmp-step_00000040.%ld", root, (long)getpid());
+    CHECK(symlink(outside, p) == 0);
+    dt_ckpt_state s = state_for(40, &a);
+    CHECK_OK(dt_ckpt_save(run, a.m, a.o, &s, cfg, NULL, 0));
+    check_precious(outside);
+    snprintf(p, sizeof p, "%s/step_00000050", root);
+    CHECK(symlink(outside, p) == 0);
+    s = state_for(50, &a);
+    CHECK_OK(dt_ckpt_save(run, a.m, a.o, &s, cfg, NULL, 0));
+    check_precious(outside);
+    CHECK(!is_link(p));
+    dt_ckpt_state got;
+    CHECK_OK(dt_ckpt_verify(p, &got));
+    CHECK_INT_EQ(got.step, 50);
+    CHECK_INT_EQ(count_entries(root), 4); /* 20, 30, 40, 50: no temp dir left */
+
+    /* set_aside moves a link as a link */
+    snprintf(p, sizeof p, "%s/step_00000060", root);
+    CHECK(symlink(outside, p) == 0);
+    char moved[2048];
+    CHECK_OK(dt_ckpt_set_aside(run, 55, moved, sizeof moved));
+    snprintf(p, sizeof p, "%s/step_00000060", moved);
+    CHECK(is_link(p));
+    check_precious(outside);
+
+    /* a FIFO as the manifest or as the weights: refused at once, naming it (used to block) */
+    char dir[1400];
+    snprintf(dir, sizeof dir, "%s/step_00000050", root);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    CHECK(unlink(p) == 0 && mkfifo(p, 0644) == 0);
+    alarm(20); /* a hang fails the test */
+    CHECK_INT_EQ(dt_ckpt_verify(dir, &got), DT_ERR_DATA);
+    CHECK_STR_CONTAINS(dt_error_msg(), "step_00000050/model.safetensors: not a regular file (a FIFO)");
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    CHECK(unlink(p) == 0 && mkfifo(p, 0644) == 0);
+    CHECK_INT_EQ(dt_ckpt_verify(dir, &got), DT_ERR_DATA);
+    CHECK_STR_CONTAINS(dt_error_msg(), "step_00000050/manifest.json: not a regular file (a FIFO)");
+    alarm(0);
+    fixture_free(&a);
+}
+
 static void test_config_digest(void) {
     dt_config a, b;
     const char *yaml = "training: {num_workers: 2}\ndata: {train_path: x.tsv}\nmodel: {num_labels: 2}\n";
@@ -438,6 +535,7 @@ int main(void) {
     test_damage(&cfg);
     test_trainer_fields(&cfg);
     test_non_finite(&cfg);
+    test_planted_links(&cfg);
     test_config_digest();
     test_fault_parse();
     test_dir_remove();

@@ -722,7 +722,7 @@ static void test_files(void) {
     const char *dir = DTRAIN_SOURCE_DIR "/tests/configs";
     dt_error_clear();
     CHECK_INT_EQ(dt_config_load(&cfg, dir, NULL, 0), DT_ERR_IO);
-    snprintf(want, sizeof want, "%s: cannot read config file: %s", dir, strerror(EISDIR));
+    snprintf(want, sizeof want, "%s: not a regular file (a directory)", dir);
     CHECK_STR_EQ(dt_error_msg(), want);
 
     /* a file plus overrides; errors in overrides name the override, not the file */

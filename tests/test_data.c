@@ -1,11 +1,14 @@
 /* test_data.c — datasets (token shards, tsv, .gz, globs, directories), every bad-data
- * message, the world-size-independent sampler, eval slicing and shard writing. */
+ * message, the world-size-independent sampler, eval slicing and shard writing; hostile
+ * files: a header claiming more than the file holds, FIFOs and devices, planted links. */
 #include "dtrain/data.h"
 
 #include <errno.h>
 #include <ftw.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -686,6 +689,91 @@ static void test_eval_slices(void) {
     CHECK_INT_EQ(dt_eval_num_batches(0, 2, 4), 0);
 }
 
+/* ---------------------------------------------------------------- hostile files */
+
+/* A header that claims far more tokens than the file holds is refused, naming the file and
+ * both counts, before the claimed size is allocated: run under a 256 MiB address-space limit
+ * (the claim is 4 or 8 GiB), in a child so the limit stays there. */
+static void test_huge_header(void) {
+    uint32_t tok[16];
+    for (int i = 0; i < 16; i++) tok[i] = (uint32_t)i;
+    const char *plain = test_path("huge.bin"), *wide = test_path("huge7.bin"), *gz = test_path("huge.bin.gz");
+    write_shard(plain, DT_SHARD_MAGIC_V1, 1, INT32_MAX, tok, 16, 2, 0, 0);
+    write_shard(wide, DT_SHARD_MAGIC_V2, 7, INT32_MAX, tok, 16, 4, 0, 0);
+    write_shard(gz, DT_SHARD_MAGIC_V1, 1, INT32_MAX, tok, 16, 2, 0, 1);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        struct rlimit rl = {256u << 20, 256u << 20};
+        CHECK(setrlimit(RLIMIT_AS, &rl) == 0);
+        expect_err(plain, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
+                   MSG("%s: offset 1056: truncated: header says 2147483647 tokens (4294967294 bytes), file "
+                       "has only 32 bytes of tokens", plain));
+        expect_err(wide, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
+                   MSG("%s: offset 1088: truncated: header says 2147483647 tokens (8589934588 bytes), file "
+                       "has only 64 bytes of tokens", wide));
+        expect_err(gz, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA, /* the size shows only as it is read */
+                   MSG("%s: offset 1056: truncated: header says 2147483647 tokens (4294967294 bytes), file "
+                       "has only 32 bytes of tokens", gz));
+        fflush(NULL);
+        _exit(0);
+    }
+    int wst;
+    CHECK(waitpid(pid, &wst, 0) == pid);
+    CHECK(WIFEXITED(wst));
+    CHECK_INT_EQ(WEXITSTATUS(wst), 0);
+    /* a .gz shard that really holds its tokens still reads, grown as it is decompressed */
+    size_t n = 400000; /* 1.6 MB of tokens: more than one read chunk */
+    uint32_t *many = malloc(n * sizeof *many);
+    CHECK(many != NULL);
+    for (size_t i = 0; i < n; i++) many[i] = (uint32_t)(i * 7 % 70000);
+    write_shard(gz, DT_SHARD_MAGIC_V2, 7, (int32_t)n, many, n, 4, 0, 1);
+    dt_dataset *ds = NULL;
+    CHECK_OK(open_ds(&ds, gz, DT_FORMAT_AUTO, 9, 0, 70001));
+    check_lm(ds, many, n, 9);
+    dt_dataset_free(ds);
+    free(many);
+}
+
+/* A FIFO or a device named as data is refused at once (it used to block in open()). */
+static void test_not_regular(void) {
+    const char *p = test_path("fifo.bin");
+    CHECK(mkfifo(p, 0644) == 0);
+    alarm(20); /* a hang fails the test */
+    expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA, MSG("%s: not a regular file (a FIFO)", p));
+    p = test_path("fifo.tsv");
+    CHECK(mkfifo(p, 0644) == 0);
+    expect_err(p, DT_FORMAT_AUTO, 8, 2, 257, DT_ERR_DATA, MSG("%s: not a regular file (a FIFO)", p));
+    p = test_path("fifo*.bin"); /* matched by a glob */
+    expect_err(p, DT_FORMAT_AUTO, 8, 0, 50257, DT_ERR_DATA,
+               MSG("%s: not a regular file (a FIFO)", test_path("fifo.bin")));
+    expect_err("/dev/zero", DT_FORMAT_TOKENS, 8, 0, 50257, DT_ERR_DATA, "/dev/zero: not a regular file (a character device)");
+    alarm(0);
+    /* dtrain data tokenize reads its input the same way */
+    CHECK_INT_EQ(dt_data_tokenize_bytes("/dev/zero", test_path("zero-tok.bin"), NULL), DT_ERR_DATA);
+    CHECK_STR_EQ(dt_error_msg(), "/dev/zero: not a regular file (a character device)");
+}
+
+/* The shard writer's temporary name (PATH.tmp.PID) holding a planted link: the link is
+ * neither followed (its target keeps its bytes) nor removed; the shard is still written. */
+static void test_planted_temp(void) {
+    test_mkdir_p(test_path("planted"));
+    const char *victim = test_path("victim.txt"), *out = test_path("planted/s.bin");
+    test_write_file(victim, "keep me", 7);
+    char tmp[1300], got[64];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
+    CHECK(symlink(victim, tmp) == 0);
+    uint32_t tok[16];
+    for (int i = 0; i < 16; i++) tok[i] = (uint32_t)i;
+    CHECK_OK(dt_shard_write(out, tok, 16));
+    test_slurp(victim, got, sizeof got);
+    CHECK_STR_EQ(got, "keep me");
+    struct stat sb;
+    CHECK(lstat(tmp, &sb) == 0 && S_ISLNK(sb.st_mode));
+    CHECK(lstat(out, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 1024 + 32);
+}
+
 int main(void) {
     test_dir_init("data");
     test_tsv(); /* writes good.tsv, used by the path tests */
@@ -696,6 +784,9 @@ int main(void) {
     test_bad_tsv();
     test_bad_paths();
     test_round_trip();
+    test_huge_header();
+    test_not_regular();
+    test_planted_temp();
     test_sampler();
     test_eval_slices();
     dt_dataset_free(NULL);

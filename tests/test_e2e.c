@@ -1,7 +1,9 @@
 /* test_e2e.c — the real binary on real files, as a user runs it:
  *   - --help, --version, usage and config errors (exit 2, message on stderr);
  *   - --dry-run of the shipped configs and of the DESIGN.md §3 seed example;
- *   - bad data through the binary: exit 2 naming file and line;
+ *   - bad data through the binary: exit 2 naming file and line; a FIFO as config, data or
+ *     weights: exit 2 at once, naming it; a link planted in the run directory is not
+ *     written through;
  *   - configs/finetune.yaml: loss falls, validation accuracy reaches 0.9, plain output
  *     without control characters, metrics.jsonl parses;
  *   - export, then eval with model.init_from and with --checkpoint: the same validation
@@ -308,6 +310,49 @@ static void test_language_model(void) {
     CHECK(isfinite(val_loss));
 }
 
+/* A FIFO named as the config, the data or the weights: exit 2 at once, naming it (each used to
+ * block in open() for good, past the first SIGTERM: `timeout -s KILL` makes that a failure) */
+static void test_not_regular(void) {
+    char fifo[600];
+    snprintf(fifo, sizeof fifo, "%s/input.fifo", tmp);
+    CHECK(mkfifo(fifo, 0644) == 0);
+    char want[700];
+    snprintf(want, sizeof want, "%s: not a regular file (a FIFO)", fifo);
+    CHECK_INT_EQ(run("timeout -s KILL 30 %s --config %s", DTRAIN_BIN, fifo), 2);
+    CHECK_STR_CONTAINS(err_text, want);
+    CHECK_INT_EQ(run("timeout -s KILL 30 %s --config configs/ci-smoke.yaml --set data.train_path=%s --set run.dir=%s/fifo",
+                     DTRAIN_BIN, fifo, tmp), 2);
+    CHECK_STR_CONTAINS(err_text, want);
+    CHECK_INT_EQ(run("timeout -s KILL 30 %s --config configs/ci-smoke.yaml --set model.init_from=%s --set run.dir=%s/fifo",
+                     DTRAIN_BIN, fifo, tmp), 2);
+    CHECK_STR_CONTAINS(err_text, want);
+    CHECK_INT_EQ(run("timeout -s KILL 30 %s eval --config configs/ci-smoke.yaml --set model.init_from=%s", DTRAIN_BIN,
+                     fifo), 2);
+    CHECK_STR_CONTAINS(err_text, want);
+}
+
+/* A run directory that was copied or downloaded may hold links: config.yaml, metrics.jsonl or
+ * train.log as a link to a file outside is never written through (it used to be truncated or
+ * appended to): exit 2 naming it, the file untouched */
+static void test_planted_links(void) {
+    const char *names[] = {"config.yaml", "metrics.jsonl", "train.log"};
+    for (int i = 0; i < 3; i++) {
+        char run_dir[600], victim[600], link[700], want[800], got[64];
+        snprintf(run_dir, sizeof run_dir, "%s/planted-%d", tmp, i);
+        snprintf(victim, sizeof victim, "%s/victim-%d.txt", tmp, i);
+        snprintf(link, sizeof link, "%s/%s", run_dir, names[i]);
+        test_mkdir_p(run_dir);
+        write_file(victim, "keep me");
+        CHECK(symlink(victim, link) == 0);
+        CHECK_INT_EQ(run("timeout -s KILL 120 %s --config configs/ci-smoke.yaml --set run.dir=%s --set training.max_steps=2",
+                         DTRAIN_BIN, run_dir), 2);
+        snprintf(want, sizeof want, "%s: is a symbolic link: refusing to write through it", link);
+        CHECK_STR_CONTAINS(err_text, want);
+        test_slurp(victim, got, sizeof got);
+        CHECK_STR_EQ(got, "keep me");
+    }
+}
+
 int main(void) {
     test_dir_init("e2e");
     test_cli();
@@ -315,6 +360,8 @@ int main(void) {
     test_bad_data();
     test_secrets();
     test_eval_limit();
+    test_not_regular();
+    test_planted_links();
     test_language_model();
     test_finetune();
     test_dir_remove();

@@ -1,6 +1,6 @@
 /* test_safetensors.c — safetensors read/write: round trip, files laid out byte by byte as the
  * reference Python library writes them (F16/BF16 conversion), every malformed-header message,
- * short reads, and atomic writes. When python3 with safetensors and numpy is installed the
+ * short reads, and atomic writes (that never follow a link planted at the temporary name). When python3 with safetensors and numpy is installed the
  * files are also cross-checked against the reference implementation; otherwise that part is
  * skipped (the rest never needs Python). */
 #include <dirent.h>
@@ -452,10 +452,17 @@ static void test_malformed(void) {
     CHECK_INT_EQ(dt_st_find(f, "e")->numel, 0);
     dt_st_close(f);
 
-    /* not there / not a file: DT_ERR_IO */
+    /* not there: DT_ERR_IO; not a file (bad input, exit 2): DT_ERR_DATA, and a FIFO is refused
+     * at once instead of blocking in open() */
     p = test_path("missing.safetensors");
     expect_open_error(p, DT_ERR_IO, "cannot open: No such file or directory");
-    expect_open_error(test_dir(), DT_ERR_IO, "not a regular file");
+    expect_open_error(test_dir(), DT_ERR_DATA, "not a regular file (a directory)");
+    p = test_path("fifo.safetensors");
+    CHECK(mkfifo(p, 0644) == 0);
+    alarm(20); /* a hang fails the test */
+    expect_open_error(p, DT_ERR_DATA, "not a regular file (a FIFO)");
+    alarm(0);
+    expect_open_error("/dev/null", DT_ERR_DATA, "not a regular file (a character device)");
 }
 
 /* ---- reads of a file that shrank after open ---- */
@@ -552,6 +559,30 @@ static void test_write_errors(void) {
     CHECK_INT_EQ(count_temp_files(test_dir()), 0);
 }
 
+/* A link planted at the writer's temporary name (PATH.tmp.PID) is neither followed nor
+ * removed: its target keeps its bytes, and the file is written under another name. */
+static void test_planted_temp(void) {
+    test_mkdir_p(test_path("planted"));
+    const char *victim = test_path("victim.txt"), *out = test_path("planted/m.safetensors");
+    test_write_file(victim, "keep me", 7);
+    char tmp[1300], got[64];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
+    CHECK(symlink(victim, tmp) == 0);
+    float a[2] = {1, 2};
+    dt_st_entry ea = {.name = "a", .ndim = 1, .shape = {2}, .data = a};
+    CHECK_OK(dt_st_write(out, &ea, 1, NULL, NULL, 0));
+    test_slurp(victim, got, sizeof got);
+    CHECK_STR_EQ(got, "keep me");
+    struct stat sb;
+    CHECK(lstat(tmp, &sb) == 0 && S_ISLNK(sb.st_mode)); /* not ours: left where it was */
+    CHECK(lstat(out, &sb) == 0 && S_ISREG(sb.st_mode));
+    dt_st_file *f = NULL;
+    CHECK_OK(dt_st_open(&f, out));
+    CHECK_INT_EQ(dt_st_count(f), 1);
+    dt_st_close(f);
+    CHECK_INT_EQ(count_temp_files(test_path("planted")), 1); /* only the planted link */
+}
+
 /* ---- optional: the reference implementation, when installed ---- */
 
 static void test_python_reference(void) {
@@ -629,6 +660,7 @@ int main(void) {
     test_malformed();
     test_short_read();
     test_write_errors();
+    test_planted_temp();
     test_python_reference();
     test_dir_remove();
     TEST_PASS("test_safetensors");

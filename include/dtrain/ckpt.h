@@ -10,7 +10,10 @@
  *   manifest.json          size and CRC32 (zlib) of each file above; written last
  * A checkpoint appears whole or not at all: everything is written into
  * checkpoints/.tmp-step_N.PID, each file fsynced, the directory fsynced, renamed to step_N
- * and checkpoints/ fsynced. State is global (identical on every rank), so a checkpoint
+ * and checkpoints/ fsynced. Deleting (prune, a replaced step, leftovers) never follows a
+ * link: a symbolic link found where a checkpoint directory is expected (step_N, .tmp-*,
+ * .old-*) is itself removed, its target left as it is; files are created O_EXCL|O_NOFOLLOW.
+ * State is global (identical on every rank), so a checkpoint
  * resumes on any number of workers. */
 #ifndef DTRAIN_CKPT_H
 #define DTRAIN_CKPT_H
@@ -42,7 +45,8 @@ dt_status dt_ckpt_save(const char *run_dir, dt_model *m, dt_optim *o, const dt_c
                        char *dir_out, size_t n);
 
 /* Deletes all but the newest keep_last complete checkpoints, and leftover .tmp-* dirs of
- * writers that died. Only call while no checkpoint is being written. */
+ * writers that died; links among them are unlinked, never followed (see above). Only call
+ * while no checkpoint is being written. */
 dt_status dt_ckpt_prune(const char *run_dir, int keep_last);
 
 /* Checks the manifest, each file's size and CRC32, and parses trainer.json into *s.

@@ -107,7 +107,8 @@ typedef struct dt_config {
 void dt_config_defaults(dt_config *cfg);
 
 /* Loads `path`, then applies `overrides` ("a.b=value", in order), then validates.
- * On error returns DT_ERR_CONFIG (or DT_ERR_IO if the file cannot be read) with the message set;
+ * On error returns DT_ERR_CONFIG (or DT_ERR_IO if the file cannot be read, or is a FIFO, a
+ * device or a directory: refused at once, "PATH: not a regular file (a FIFO)") with the message set;
  * `cfg` is then unspecified. */
 dt_status dt_config_load(dt_config *cfg, const char *path, const char *const *overrides, int n_overrides);
 

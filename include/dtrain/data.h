@@ -7,8 +7,10 @@
  *   tsv:    UTF-8 lines "label<TAB>text"; byte tokenizer: text bytes truncated to T-1, then
  *           DT_CLS_TOKEN, right-padded with 0 to T; target = the label.
  * Paths may be a file, a directory (all regular, non-hidden files, sorted) or a glob;
- * `.gz` files are decompressed transparently. Errors in the data are DT_ERR_DATA with the
- * file and line (tsv) or byte offset (tokens) named. */
+ * `.gz` files are decompressed transparently. A FIFO or a device named as data (directly or
+ * by a glob) is refused at once; a directory's non-regular entries are skipped. Errors in the
+ * data are DT_ERR_DATA with the file and line (tsv) or byte offset (tokens) named; a shard
+ * whose header claims more tokens than the file holds is refused before they are allocated. */
 #ifndef DTRAIN_DATA_H
 #define DTRAIN_DATA_H
 
@@ -87,7 +89,8 @@ void dt_eval_slice(size_t n, size_t j, int rank, int world, int b, size_t *start
 
 /* ---- shards ---- */
 /* Writes an llm.c shard (version 1, uint16 tokens; tokens must be < 65536). Atomic: written
- * to a temporary file and renamed. */
+ * to a fresh temporary file (PATH.tmp.PID, or PATH.tmp.PID.K when that name is taken;
+ * created O_EXCL|O_NOFOLLOW, so a link planted there is never followed) and renamed. */
 dt_status dt_shard_write(const char *path, const uint32_t *tokens, size_t n);
 /* `dtrain data tokenize --tokenizer bytes IN OUT`: every byte of IN (.gz read transparently)
  * becomes one token. *n_tokens receives the count. */

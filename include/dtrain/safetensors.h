@@ -30,7 +30,8 @@ typedef struct dt_st_tensor {
 
 typedef struct dt_st_file dt_st_file;
 
-/* Opens and validates the header; data is read on demand. dt_st_close accepts NULL. */
+/* Opens and validates the header; data is read on demand. dt_st_close accepts NULL. A FIFO,
+ * device or directory is refused at once (DT_ERR_DATA "PATH: not a regular file (a FIFO)"). */
 dt_status dt_st_open(dt_st_file **out, const char *path);
 void dt_st_close(dt_st_file *f);
 int dt_st_count(const dt_st_file *f);
@@ -50,8 +51,9 @@ typedef struct dt_st_entry {
 } dt_st_entry;
 
 /* Writes F32 tensors in the given order plus optional metadata (n_meta key/value pairs,
- * may be 0). Atomic: writes `path`.tmp.<pid>, fsyncs, renames over `path`, fsyncs the
- * directory. */
+ * may be 0). Atomic: writes a fresh `path`.tmp.<pid> (created O_EXCL|O_NOFOLLOW; when the
+ * name is taken, by a stale file or a planted link, `path`.tmp.<pid>.<k>: what is there is
+ * never followed, truncated or removed), fsyncs, renames over `path`, fsyncs the directory. */
 dt_status dt_st_write(const char *path, const dt_st_entry *entries, int n,
                       const char *const *meta_keys, const char *const *meta_values, int n_meta);
 

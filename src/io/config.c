@@ -22,6 +22,8 @@
 #include <yaml.h>
 #include <zlib.h>
 
+#include "dtrain/file.h"
+
 /* ---- schema ------------------------------------------------------------------------- */
 
 typedef enum {
@@ -931,8 +933,12 @@ dt_status dt_config_load_string(dt_config *cfg, const char *name, const char *ya
 
 static dt_status load_file(dt_config *cfg, const char *path, const char *const *overrides, int n_overrides,
                            int no_env) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot open config file: %s", path, strerror(errno));
+    int fd; /* a FIFO, a device or a directory is refused at once (a FIFO would block in open()) */
+    dt_status ost = dt_file_open_regular(path, DT_ERR_CONFIG, &fd);
+    if (ost == DT_ERR_CONFIG) return DT_ERR_IO; /* "PATH: not a regular file (a FIFO)": unreadable, like a missing one */
+    if (ost != DT_OK) return dt_error_set(DT_ERR_IO, "%s: cannot open config file: %s", path, strerror(errno));
+    FILE *f = dt_file_stream(fd, "rb", path);
+    if (!f) return DT_ERR_NOMEM;
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
     if (!buf) {

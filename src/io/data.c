@@ -2,9 +2,11 @@
  * writing (DESIGN.md §5, include/dtrain/data.h).
  *
  * Every input file is read through zlib (gzopen/gzread), so `.gz` and plain files take the
- * same path. Token shards are streamed in 1 MiB chunks straight into one token array
- * (uint16 while every shard is version 1; uint32 otherwise, narrowed to uint16 at the end
- * when every token fits). TSV files are read whole and tokenized in one linear pass into
+ * same path; a FIFO or a device is refused before it is opened for good. Token shards are
+ * streamed in 1 MiB chunks straight into one token array (uint16 while every shard is
+ * version 1; uint32 otherwise, narrowed to uint16 at the end when every token fits),
+ * allocated for the header's count only once the size on disk vouches for it (a .gz
+ * shard's array grows as it decompresses). TSV files are read whole and tokenized in one linear pass into
  * an (N, T) uint16 matrix. Byte offsets in messages about `.gz` shards are offsets in the
  * decompressed stream. */
 #include "dtrain/data.h"
@@ -21,6 +23,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "dtrain/file.h"
+
 #define SHARD_HEADER_INTS 256
 #define SHARD_HEADER_BYTES (SHARD_HEADER_INTS * 4)
 #define READ_CHUNK ((size_t)1 << 20)
@@ -34,6 +38,7 @@ struct dt_dataset {
     size_t num_truncated; /* tsv examples cut to T-1 text bytes */
     /* language modelling: the concatenated shards, exactly one of tok16/tok32 is set */
     size_t num_tokens;
+    size_t tok_cap;       /* tokens allocated in tok16/tok32 */
     uint16_t *tok16;      /* (num_tokens) */
     uint32_t *tok32;      /* (num_tokens) */
     /* classification */
@@ -169,12 +174,17 @@ static dt_status list_files(const char *path, file_list *fl) {
 
 /* ---------------------------------------------------------------- reading through zlib */
 
-static dt_status gz_open(const char *file, gzFile *out) {
-    errno = 0;
-    gzFile f = gzopen(file, "rb");
+/* Opens a data file (a regular file: a FIFO or a device is refused before it can block);
+ * *size is its size on disk (the compressed size of a .gz). */
+static dt_status gz_open(const char *file, gzFile *out, off_t *size) {
+    int fd;
+    DT_TRY(dt_file_open_regular(file, DT_ERR_DATA, &fd));
+    struct stat st;
+    *size = fstat(fd, &st) == 0 ? st.st_size : 0;
+    gzFile f = gzdopen(fd, "rb");
     if (!f) {
-        if (errno == 0) return dt_error_set(DT_ERR_NOMEM, "%s: cannot open: out of memory", file);
-        return dt_error_set(DT_ERR_IO, "%s: cannot open: %s", file, strerror(errno));
+        close(fd);
+        return dt_error_set(DT_ERR_NOMEM, "%s: cannot open: out of memory", file);
     }
     gzbuffer(f, 1 << 17);
     *out = f;
@@ -217,10 +227,10 @@ static dt_status gz_read_full(gzFile f, const char *file, void *buf, size_t len,
 /* Reads the whole (decompressed) file; the caller frees *out. */
 static dt_status read_all(const char *file, unsigned char **out, size_t *out_len) {
     gzFile f;
-    DT_TRY(gz_open(file, &f));
+    off_t size;
+    DT_TRY(gz_open(file, &f, &size));
     size_t cap = (size_t)1 << 16, len = 0;
-    struct stat st;
-    if (stat(file, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) cap = (size_t)st.st_size + 1;
+    if (size > 0) cap = (size_t)size + 1;
     unsigned char *buf = malloc(cap);
     if (!buf) {
         gzclose(f);
@@ -266,88 +276,104 @@ static void put_le32(unsigned char *p, uint32_t v) {
     p[3] = (unsigned char)(v >> 24);
 }
 
-/* Makes room for `need` tokens of at least `width` bytes; widens uint16 storage to uint32
- * the first time a version-7 shard arrives. */
-static dt_status tokens_reserve(dt_dataset *ds, size_t need, int width) {
+/* Makes room for `need` tokens of at least `width` bytes (of `file`, for the message);
+ * widens uint16 storage to uint32 the first time a version-7 shard arrives (call it before
+ * the shard's first token is stored: the tokens of the shards before are copied). */
+static dt_status tokens_reserve(dt_dataset *ds, size_t need, int width, const char *file) {
+    if (need <= ds->tok_cap && (width == 2 || ds->tok32)) return DT_OK;
+    if (need < ds->tok_cap) need = ds->tok_cap;
     if (width == 4 && !ds->tok32) {
         uint32_t *t = malloc((need ? need : 1) * sizeof *t);
-        if (!t) return dt_error_set(DT_ERR_NOMEM, "out of memory for %zu tokens", need);
+        if (!t) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory for %zu tokens", file, need);
         for (size_t i = 0; i < ds->num_tokens; i++) t[i] = ds->tok16[i];
         free(ds->tok16);
         ds->tok16 = NULL;
         ds->tok32 = t;
-        return DT_OK;
-    }
-    if (ds->tok32) {
+    } else if (ds->tok32) {
         uint32_t *t = realloc(ds->tok32, need * sizeof *t);
-        if (!t) return dt_error_set(DT_ERR_NOMEM, "out of memory for %zu tokens", need);
+        if (!t) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory for %zu tokens", file, need);
         ds->tok32 = t;
     } else {
         uint16_t *t = realloc(ds->tok16, need * sizeof *t);
-        if (!t) return dt_error_set(DT_ERR_NOMEM, "out of memory for %zu tokens", need);
+        if (!t) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory for %zu tokens", file, need);
         ds->tok16 = t;
     }
+    ds->tok_cap = need;
     return DT_OK;
 }
 
-/* Appends one shard's tokens to ds; `chunk` is a READ_CHUNK scratch buffer. */
-static dt_status read_shard(dt_dataset *ds, const char *file, int vocab, unsigned char *chunk,
-                            uint32_t *max_tok) {
-    gzFile f;
-    DT_TRY(gz_open(file, &f));
+/* Reads and checks a shard's header: *count tokens of *width bytes follow. `size` is the
+ * file's size on disk: a file read as it is (not compressed) whose header claims more
+ * tokens than it holds is refused here, before anything is allocated for them. */
+static dt_status shard_header(gzFile f, const char *file, off_t size, int32_t *count_out, int *width_out) {
     unsigned char hdr[SHARD_HEADER_BYTES];
     size_t got = 0;
-    dt_status st = gz_read_full(f, file, hdr, sizeof hdr, &got);
-    if (st != DT_OK) goto done;
+    DT_TRY(gz_read_full(f, file, hdr, sizeof hdr, &got));
     int32_t magic = got >= 4 ? (int32_t)le32(hdr) : 0;
-    if (got >= 4 && magic != DT_SHARD_MAGIC_V1 && magic != DT_SHARD_MAGIC_V2) {
-        st = dt_error_set(DT_ERR_DATA,
-                          "%s: offset 0: bad magic %d (expected %d or %d: not an llm.c token shard)",
-                          file, (int)magic, DT_SHARD_MAGIC_V1, DT_SHARD_MAGIC_V2);
-        goto done;
-    }
-    if (got < SHARD_HEADER_BYTES) {
-        st = dt_error_set(DT_ERR_DATA,
-                          "%s: offset %zu: file has only %zu bytes, shorter than the %d-byte shard "
-                          "header",
-                          file, got, got, SHARD_HEADER_BYTES);
-        goto done;
-    }
+    if (got >= 4 && magic != DT_SHARD_MAGIC_V1 && magic != DT_SHARD_MAGIC_V2)
+        return dt_error_set(DT_ERR_DATA,
+                            "%s: offset 0: bad magic %d (expected %d or %d: not an llm.c token shard)",
+                            file, (int)magic, DT_SHARD_MAGIC_V1, DT_SHARD_MAGIC_V2);
+    if (got < SHARD_HEADER_BYTES)
+        return dt_error_set(DT_ERR_DATA,
+                            "%s: offset %zu: file has only %zu bytes, shorter than the %d-byte shard "
+                            "header",
+                            file, got, got, SHARD_HEADER_BYTES);
     int32_t version = (int32_t)le32(hdr + 4);
     int32_t count = (int32_t)le32(hdr + 8);
     int expect_version = magic == DT_SHARD_MAGIC_V1 ? 1 : 7;
-    if (version != expect_version) {
-        st = dt_error_set(DT_ERR_DATA,
-                          "%s: offset 4: unsupported version %d (magic %d needs version %d)", file,
-                          (int)version, (int)magic, expect_version);
-        goto done;
-    }
-    if (count <= 0) {
-        st = dt_error_set(DT_ERR_DATA, "%s: offset 8: header says %d tokens (expected at least 1)",
-                          file, (int)count);
-        goto done;
-    }
+    if (version != expect_version)
+        return dt_error_set(DT_ERR_DATA,
+                            "%s: offset 4: unsupported version %d (magic %d needs version %d)", file,
+                            (int)version, (int)magic, expect_version);
+    if (count <= 0)
+        return dt_error_set(DT_ERR_DATA, "%s: offset 8: header says %d tokens (expected at least 1)",
+                            file, (int)count);
     int width = magic == DT_SHARD_MAGIC_V1 ? 2 : 4;
-    st = tokens_reserve(ds, ds->num_tokens + (size_t)count, width);
-    if (st != DT_OK) goto done;
+    size_t expect = (size_t)count * (size_t)width;
+    if (gzdirect(f) && size >= SHARD_HEADER_BYTES && (size_t)size - SHARD_HEADER_BYTES < expect) {
+        size_t have = (size_t)size - SHARD_HEADER_BYTES;
+        return dt_error_set(DT_ERR_DATA,
+                            "%s: offset %zu: truncated: header says %d tokens (%zu bytes), file has "
+                            "only %zu bytes of tokens",
+                            file, (size_t)SHARD_HEADER_BYTES + have, (int)count, expect, have);
+    }
+    *count_out = count;
+    *width_out = width;
+    return DT_OK;
+}
 
-    size_t expect = (size_t)count * (size_t)width, have = 0;
-    size_t base = ds->num_tokens;
+/* Room for `need` tokens while reading a shard that ends at token `limit` (what its header
+ * claims): all of it at once when the size on disk vouched for it (`direct`), else grown
+ * as the decompressed tokens arrive, so a lying .gz header allocates no more than it holds. */
+static dt_status tokens_grow(dt_dataset *ds, size_t need, size_t limit, int direct, int width, const char *file) {
+    if (need <= ds->tok_cap) return DT_OK;
+    size_t want = limit;
+    if (!direct && 2 * ds->tok_cap < want) want = 2 * ds->tok_cap > need ? 2 * ds->tok_cap : need;
+    return tokens_reserve(ds, want, width, file);
+}
+
+/* Reads the `count` tokens that follow the header, then checks that nothing follows them. */
+static dt_status shard_tokens(dt_dataset *ds, gzFile f, const char *file, int32_t count, int width, int vocab,
+                              unsigned char *chunk, uint32_t *max_tok) {
+    size_t expect = (size_t)count * (size_t)width, have = 0, got = 0;
+    size_t base = ds->num_tokens, limit = base + (size_t)count;
+    int direct = gzdirect(f);
+    size_t first_need = base + (direct ? (size_t)count : READ_CHUNK / (size_t)width);
+    DT_TRY(tokens_reserve(ds, first_need < limit ? first_need : limit, width, file));
     uint32_t mx = *max_tok;
     while (have < expect) {
         size_t want = expect - have < READ_CHUNK ? expect - have : READ_CHUNK;
-        st = gz_read_full(f, file, chunk, want, &got);
-        if (st != DT_OK) goto done;
+        DT_TRY(gz_read_full(f, file, chunk, want, &got));
         size_t ntok = got / (size_t)width, first = have / (size_t)width;
+        DT_TRY(tokens_grow(ds, base + first + ntok, limit, direct, width, file));
         for (size_t k = 0; k < ntok; k++) {
             const unsigned char *p = chunk + k * (size_t)width;
             uint32_t v = width == 2 ? (uint32_t)p[0] | (uint32_t)p[1] << 8 : le32(p);
-            if ((uint64_t)v >= (uint64_t)vocab) {
-                st = dt_error_set(DT_ERR_DATA, "%s: offset %zu: token %u >= model.vocab_size %d",
-                                  file, (size_t)SHARD_HEADER_BYTES + have + k * (size_t)width, v,
-                                  vocab);
-                goto done;
-            }
+            if ((uint64_t)v >= (uint64_t)vocab)
+                return dt_error_set(DT_ERR_DATA, "%s: offset %zu: token %u >= model.vocab_size %d",
+                                    file, (size_t)SHARD_HEADER_BYTES + have + k * (size_t)width, v,
+                                    vocab);
             if (v > mx) mx = v;
             if (ds->tok32) ds->tok32[base + first + k] = v;
             else ds->tok16[base + first + k] = (uint16_t)v;
@@ -355,29 +381,36 @@ static dt_status read_shard(dt_dataset *ds, const char *file, int vocab, unsigne
         have += got;
         if (got < want) break;
     }
-    if (have < expect) {
-        st = dt_error_set(DT_ERR_DATA,
-                          "%s: offset %zu: truncated: header says %d tokens (%zu bytes), file has "
-                          "only %zu bytes of tokens",
-                          file, (size_t)SHARD_HEADER_BYTES + have, (int)count, expect, have);
-        goto done;
-    }
+    if (have < expect)
+        return dt_error_set(DT_ERR_DATA,
+                            "%s: offset %zu: truncated: header says %d tokens (%zu bytes), file has "
+                            "only %zu bytes of tokens",
+                            file, (size_t)SHARD_HEADER_BYTES + have, (int)count, expect, have);
     size_t extra = 0;
     for (;;) {
-        st = gz_read_full(f, file, chunk, READ_CHUNK, &got);
-        if (st != DT_OK) goto done;
+        DT_TRY(gz_read_full(f, file, chunk, READ_CHUNK, &got));
         extra += got;
         if (got < READ_CHUNK) break;
     }
-    if (extra) {
-        st = dt_error_set(DT_ERR_DATA,
-                          "%s: offset %zu: %zu extra bytes after the %d tokens the header declares",
-                          file, (size_t)SHARD_HEADER_BYTES + expect, extra, (int)count);
-        goto done;
-    }
+    if (extra)
+        return dt_error_set(DT_ERR_DATA,
+                            "%s: offset %zu: %zu extra bytes after the %d tokens the header declares",
+                            file, (size_t)SHARD_HEADER_BYTES + expect, extra, (int)count);
     ds->num_tokens += (size_t)count;
     *max_tok = mx;
-done:
+    return DT_OK;
+}
+
+/* Appends one shard's tokens to ds; `chunk` is a READ_CHUNK scratch buffer. */
+static dt_status read_shard(dt_dataset *ds, const char *file, int vocab, unsigned char *chunk,
+                            uint32_t *max_tok) {
+    gzFile f;
+    off_t size;
+    DT_TRY(gz_open(file, &f, &size));
+    int32_t count = 0;
+    int width = 0;
+    dt_status st = shard_header(f, file, size, &count, &width);
+    if (st == DT_OK) st = shard_tokens(ds, f, file, count, width, vocab, chunk, max_tok);
     gzclose(f);
     return st;
 }
@@ -412,7 +445,11 @@ static dt_status open_tokens(dt_dataset *ds, const file_list *fl, const dt_datas
     } else if (ds->tok16) {
         uint16_t *t = realloc(ds->tok16, ds->num_tokens * sizeof *t);
         if (t) ds->tok16 = t;
+    } else if (ds->tok32) { /* a .gz shard's storage grew in doublings */
+        uint32_t *t = realloc(ds->tok32, ds->num_tokens * sizeof *t);
+        if (t) ds->tok32 = t;
     }
+    ds->tok_cap = ds->num_tokens;
     return DT_OK;
 }
 
@@ -815,14 +852,14 @@ static dt_status write_shard_v1(const char *path, const uint32_t *t32, const uns
                                     path, t32[i], i);
     }
     size_t plen = strlen(path);
-    char *tmp = malloc(plen + 32);
+    char *tmp = malloc(plen + 48);
     if (!tmp) return dt_error_set(DT_ERR_NOMEM, "out of memory writing %s", path);
-    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-    FILE *fp = fopen(tmp, "wb");
+    int fd; /* a fresh PATH.tmp.PID[.K]: a file or link already there is never followed or truncated */
+    dt_status cst = dt_file_create_temp(path, tmp, plen + 48, &fd);
+    FILE *fp = cst == DT_OK ? dt_file_stream(fd, "wb", tmp) : NULL;
     if (!fp) {
-        dt_status st = dt_error_set(DT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
         free(tmp);
-        return st;
+        return cst != DT_OK ? cst : DT_ERR_NOMEM;
     }
     unsigned char buf[1 << 15];
     memset(buf, 0, SHARD_HEADER_BYTES);

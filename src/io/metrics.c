@@ -2,6 +2,7 @@
 #include "dtrain/metrics.h"
 
 #include "dtrain/clock.h"
+#include "dtrain/file.h"
 #include "dtrain/monitor.h"
 #include "dtrain/tboard.h"
 
@@ -40,12 +41,14 @@ void dt_metrics_close(dt_metrics *m) {
 
 void dt_metrics_set_total(dt_metrics *m, long total_steps) { m->cfg.total_steps = total_steps; }
 
-static FILE *open_append(const char *dir, const char *name) {
+/* dir/name opened to append to; never through a link planted in the run directory */
+static dt_status open_append(const char *dir, const char *name, FILE **out) {
     char path[2048];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "a");
-    if (!f) dt_error_set(DT_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
-    return f;
+    int fd;
+    DT_TRY(dt_file_open_write(path, 1, &fd));
+    *out = dt_file_stream(fd, "a", path);
+    return *out ? DT_OK : DT_ERR_NOMEM;
 }
 
 dt_status dt_metrics_open(dt_metrics **out, const dt_metrics_cfg *cfg) {
@@ -60,13 +63,13 @@ dt_status dt_metrics_open(dt_metrics **out, const dt_metrics_cfg *cfg) {
     if (cfg->run_dir) {
         char name[32];
         snprintf(name, sizeof name, "rank-%d.log", cfg->rank);
-        int ok = (m->rank_log = open_append(cfg->run_dir, name)) != NULL;
-        if (ok && m->console)
-            ok = (m->jsonl = open_append(cfg->run_dir, "metrics.jsonl")) && (m->log = open_append(cfg->run_dir, "train.log"));
-        if (ok && m->console && cfg->tensorboard) ok = dt_tb_open(&m->tb, cfg->run_dir) == DT_OK;
-        if (!ok) {
+        dt_status st = open_append(cfg->run_dir, name, &m->rank_log);
+        if (st == DT_OK && m->console) st = open_append(cfg->run_dir, "metrics.jsonl", &m->jsonl);
+        if (st == DT_OK && m->console) st = open_append(cfg->run_dir, "train.log", &m->log);
+        if (st == DT_OK && m->console && cfg->tensorboard) st = dt_tb_open(&m->tb, cfg->run_dir);
+        if (st != DT_OK) {
             dt_metrics_close(m);
-            return DT_ERR_IO;
+            return st;
         }
     }
     *out = m;

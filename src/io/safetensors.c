@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dtrain/file.h"
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c assumes a little-endian host (F32 data is written and read as is)"
 #endif
@@ -302,18 +304,11 @@ dt_status dt_st_open(dt_st_file **out, const char *path) {
         st = dt_error_set(DT_ERR_NOMEM, "out of memory copying path %s", path);
         goto fail;
     }
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0) {
-        st = dt_error_set(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-        goto fail;
-    }
+    /* a FIFO or a device is refused before it can block (DT_ERR_DATA: bad input, exit 2) */
+    if ((st = dt_file_open_regular(path, DT_ERR_DATA, &f->fd)) != DT_OK) goto fail;
     struct stat sb;
     if (fstat(f->fd, &sb) != 0) {
         st = dt_error_set(DT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-        goto fail;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        st = dt_error_set(DT_ERR_IO, "%s: not a regular file", path);
         goto fail;
     }
     uint64_t fsize = (uint64_t)sb.st_size;
@@ -582,18 +577,14 @@ dt_status dt_st_write(const char *path, const dt_st_entry *entries, int n,
 
     size_t jlen = strlen(json);
     size_t hlen = (jlen + 7) / 8 * 8;
-    size_t tlen = strlen(path) + 32;
+    size_t tlen = strlen(path) + 48;
     tmp = dt_malloc(tlen, "safetensors temp path");
     if (!tmp) {
         st = DT_ERR_NOMEM;
         goto out;
     }
-    snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        st = dt_error_set(DT_ERR_IO, "%s: cannot create %s: %s", path, tmp, strerror(errno));
-        goto out;
-    }
+    /* a fresh PATH.tmp.PID[.K]: a file or link already there is never followed or truncated */
+    if ((st = dt_file_create_temp(path, tmp, tlen, &fd)) != DT_OK) goto out;
     unsigned char lenb[8];
     for (int i = 0; i < 8; i++) lenb[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
     static const char spaces[8] = "        ";

@@ -2,6 +2,8 @@
  * tensorflow.Event / Summary that scalars need, encoded by hand (include/dtrain/tboard.h). */
 #include "dtrain/tboard.h"
 
+#include "dtrain/file.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,9 +125,10 @@ dt_status dt_tb_open(dt_tb **out, const char *run_dir) {
     host[sizeof host - 1] = '\0';
     snprintf(tb->path, sizeof tb->path, "%s/events.out.tfevents.%ld.%s.%ld.dtrain", run_dir, (long)time(NULL), host,
              (long)getpid());
-    tb->f = fopen(tb->path, "wb");
-    if (!tb->f) {
-        dt_status st = dt_error_set(DT_ERR_IO, "%s: cannot create: %s", tb->path, strerror(errno));
+    int fd; /* a new file: a file or link already of that name is never followed or truncated */
+    dt_status st = dt_file_create_new(tb->path, &fd);
+    if (st == DT_OK && !(tb->f = dt_file_stream(fd, "wb", tb->path))) st = DT_ERR_NOMEM;
+    if (st != DT_OK) {
         free(tb);
         return st;
     }
@@ -133,7 +136,7 @@ dt_status dt_tb_open(dt_tb **out, const char *run_dir) {
     event_head(&ev, 0);
     static const char version[] = "brain.Event:2";
     put_bytes(&ev, 3, version, sizeof version - 1);
-    dt_status st = write_record(tb, &ev);
+    st = write_record(tb, &ev);
     if (st != DT_OK) {
         dt_tb_close(tb);
         return st;

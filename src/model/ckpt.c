@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "dtrain/file.h"
 #include "dtrain/safetensors.h"
 
 #define CKPT_FORMAT "dtrain-checkpoint"
@@ -37,30 +38,34 @@ static dt_status fsync_path(const char *path, int dir) {
     return DT_OK;
 }
 
-/* CRC32 (zlib) and size of a whole file. */
+/* CRC32 (zlib) and size of a whole file (a regular file: a FIFO or a device is refused). */
 static dt_status crc_file(const char *path, uint32_t *crc_out, uint64_t *bytes_out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return dt_error_set(DT_ERR_DATA, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    if (dt_file_open_regular(path, DT_ERR_DATA, &fd) != DT_OK) return DT_ERR_DATA; /* a checkpoint's file: bad data */
     static unsigned char buf[1 << 20];
     uLong crc = crc32(0L, Z_NULL, 0);
     uint64_t total = 0;
-    size_t got;
-    while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
-        crc = crc32_z(crc, buf, got);
-        total += got;
+    ssize_t got;
+    while ((got = read(fd, buf, sizeof buf)) != 0) {
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) break;
+        crc = crc32_z(crc, buf, (size_t)got);
+        total += (uint64_t)got;
     }
-    int err = ferror(f);
-    fclose(f);
-    if (err) return dt_error_set(DT_ERR_IO, "%s: read error", path);
+    int e = errno;
+    close(fd);
+    if (got < 0) return dt_error_set(DT_ERR_IO, "%s: read error: %s", path, strerror(e));
     *crc_out = (uint32_t)crc;
     *bytes_out = total;
     return DT_OK;
 }
 
-/* Writes `text` to path and fsyncs it. */
+/* Writes `text` to path, a new file (never through a link planted there), and fsyncs it. */
 static dt_status write_file_synced(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    int fd;
+    DT_TRY(dt_file_create_new(path, &fd));
+    FILE *f = dt_file_stream(fd, "w", path);
+    if (!f) return DT_ERR_NOMEM;
     size_t n = strlen(text);
     int ok = fwrite(text, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
     int e = errno;
@@ -87,20 +92,46 @@ static dt_status write_json_synced(const char *path, json_t *obj) {
     return st;
 }
 
-/* Removes a directory and the regular files in it (checkpoints have no subdirectories). */
-static dt_status remove_dir(const char *path) {
-    DIR *d = opendir(path);
-    if (!d) return errno == ENOENT ? DT_OK : dt_error_set(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+/* Removes the entry `name` of the directory rfd (path `root`, for messages): a checkpoint
+ * directory and the files in it. Nothing is followed: a symbolic link (or any other
+ * non-directory) where a checkpoint directory is expected is removed itself, its target
+ * untouched; the files are unlinked through the directory's own descriptor (a link among
+ * them goes, not what it points to); a subdirectory (checkpoints have none) is left, and
+ * so the directory, with an error. A missing entry is DT_OK. */
+static dt_status remove_at(int rfd, const char *root, const char *name) {
+    struct stat sb;
+    if (fstatat(rfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+        return errno == ENOENT ? DT_OK : dt_error_set(DT_ERR_IO, "%s/%s: cannot stat: %s", root, name, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) {
+        if (unlinkat(rfd, name, 0) != 0 && errno != ENOENT)
+            return dt_error_set(DT_ERR_IO, "%s/%s: cannot remove: %s", root, name, strerror(errno));
+        return DT_OK;
+    }
+    int fd = openat(rfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        int e = errno;
+        if (fd >= 0) close(fd);
+        return dt_error_set(DT_ERR_IO, "%s/%s: cannot open: %s", root, name, strerror(e));
+    }
     struct dirent *e;
-    char p[PATH_LEN + 300];
     while ((e = readdir(d)) != NULL) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(p, sizeof p, "%s/%s", path, e->d_name);
-        unlink(p);
+        unlinkat(fd, e->d_name, 0);
     }
     closedir(d);
-    if (rmdir(path) != 0) return dt_error_set(DT_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
+    if (unlinkat(rfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT)
+        return dt_error_set(DT_ERR_IO, "%s/%s: cannot remove: %s", root, name, strerror(errno));
     return DT_OK;
+}
+
+/* remove_at() on the entry `name` of the directory `root` */
+static dt_status remove_dir(const char *root, const char *name) {
+    int rfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (rfd < 0) return errno == ENOENT ? DT_OK : dt_error_set(DT_ERR_IO, "%s: cannot open: %s", root, strerror(errno));
+    dt_status st = remove_at(rfd, root, name);
+    close(rfd);
+    return st;
 }
 
 static void root_dir(const char *run_dir, char *buf, size_t n) { snprintf(buf, n, "%s/checkpoints", run_dir); }
@@ -238,13 +269,14 @@ static dt_status write_manifest(const char *tmp, const dt_ckpt_state *s) {
 
 dt_status dt_ckpt_save(const char *run_dir, dt_model *m, dt_optim *o, const dt_ckpt_state *s, const dt_config *cfg,
                        char *dir_out, size_t n) {
-    char root[PATH_LEN], tmp[PATH_LEN + 64], final[PATH_LEN + 64], p[PATH_LEN + 128];
+    char root[PATH_LEN], tmp[PATH_LEN + 64], final[PATH_LEN + 64], p[PATH_LEN + 128], tmp_name[64];
     root_dir(run_dir, root, sizeof root);
     if (mkdir(root, 0755) == 0) DT_TRY(fsync_path(run_dir, 1)); /* checkpoints/ itself must survive a crash */
     else if (errno != EEXIST) return dt_error_set(DT_ERR_IO, "%s: cannot create directory: %s", root, strerror(errno));
-    snprintf(tmp, sizeof tmp, "%s/.tmp-step_%08ld.%ld", root, s->step, (long)getpid());
+    snprintf(tmp_name, sizeof tmp_name, ".tmp-step_%08ld.%ld", s->step, (long)getpid());
+    snprintf(tmp, sizeof tmp, "%s/%s", root, tmp_name);
     step_dir(root, s->step, final, sizeof final);
-    remove_dir(tmp); /* a leftover of this pid (after a failed save) */
+    remove_dir(root, tmp_name); /* a leftover of this pid (after a failed save); a link there is unlinked, not followed */
     if (mkdir(tmp, 0755) != 0) return dt_error_set(DT_ERR_IO, "%s: cannot create directory: %s", tmp, strerror(errno));
 
     dt_status st;
@@ -262,15 +294,18 @@ dt_status dt_ckpt_save(const char *run_dir, dt_model *m, dt_optim *o, const dt_c
     /* an older checkpoint of the same step (a run restarted before it) is replaced only once
      * the new one is complete: swapped in one atomic step where the file system can, else
      * moved aside first (a crash in between leaves it as .old-step_N, which prune keeps
-     * while step_N is missing) */
+     * while step_N is missing). Whatever was at step_N — a link included — is renamed as
+     * the entry it is and removed without following it. */
     struct stat sb;
-    char old[PATH_LEN + 96] = "";
-    if (stat(final, &sb) == 0) {
+    char old_name[64] = "";
+    if (lstat(final, &sb) == 0) {
         if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
-            snprintf(old, sizeof old, "%s", tmp); /* now holds the previous checkpoint */
+            snprintf(old_name, sizeof old_name, "%s", tmp_name); /* now holds the previous checkpoint */
         } else {
-            snprintf(old, sizeof old, "%s/.old-step_%08ld.%ld", root, s->step, (long)getpid());
-            remove_dir(old);
+            char old[PATH_LEN + 96];
+            snprintf(old_name, sizeof old_name, ".old-step_%08ld.%ld", s->step, (long)getpid());
+            snprintf(old, sizeof old, "%s/%s", root, old_name);
+            remove_dir(root, old_name);
             if (rename(final, old) != 0) {
                 st = dt_error_set(DT_ERR_IO, "%s: cannot move the previous checkpoint aside: %s", final, strerror(errno));
                 goto fail;
@@ -278,7 +313,6 @@ dt_status dt_ckpt_save(const char *run_dir, dt_model *m, dt_optim *o, const dt_c
             if (rename(tmp, final) != 0) {
                 st = dt_error_set(DT_ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
                 rename(old, final); /* put the previous one back */
-                old[0] = '\0';
                 goto fail;
             }
         }
@@ -287,29 +321,30 @@ dt_status dt_ckpt_save(const char *run_dir, dt_model *m, dt_optim *o, const dt_c
         goto fail;
     }
     if ((st = fsync_path(root, 1)) != DT_OK) return st;
-    if (old[0]) remove_dir(old);
+    if (old_name[0]) remove_dir(root, old_name);
     if (dir_out && n) snprintf(dir_out, n, "%s", final);
     return DT_OK;
 fail:
-    remove_dir(tmp);
+    remove_dir(root, tmp_name);
     dt_error_prefix("checkpoint of step %ld", s->step);
     return st;
 }
 
 dt_status dt_ckpt_prune(const char *run_dir, int keep_last) {
-    char root[PATH_LEN], p[PATH_LEN + 300];
+    char root[PATH_LEN], name[64];
     root_dir(run_dir, root, sizeof root);
     int n;
     long *steps = list_steps(root, &n);
     dt_status st = DT_OK;
     for (int i = keep_last < 1 ? 1 : keep_last; i < n; i++) {
-        step_dir(root, steps[i], p, sizeof p);
-        dt_status r = remove_dir(p);
+        snprintf(name, sizeof name, "step_%08ld", steps[i]);
+        dt_status r = remove_dir(root, name);
         if (st == DT_OK) st = r;
     }
     free(steps);
     /* leftovers of writers that died mid-save: .tmp-* never became a checkpoint; .old-* is
-     * a replaced one, kept only while its step_N is missing (a crash between the renames) */
+     * a replaced one, kept only while its step_N is missing (a crash between the renames).
+     * Links among them are removed as links (remove_at) */
     DIR *d = opendir(root);
     if (d) {
         struct dirent *e;
@@ -323,8 +358,7 @@ dt_status dt_ckpt_prune(const char *run_dir, int keep_last) {
                 if (dot) *dot = '\0';
                 if (access(sd, F_OK) != 0) continue;
             }
-            snprintf(p, sizeof p, "%s/%s", root, e->d_name);
-            remove_dir(p);
+            remove_at(dirfd(d), root, e->d_name);
         }
         closedir(d);
     }
@@ -431,12 +465,15 @@ dt_status dt_ckpt_verify(const char *dir, dt_ckpt_state *s) {
     char p[PATH_LEN + 300];
     snprintf(p, sizeof p, "%s/manifest.json", dir);
     json_error_t jerr;
-    json_t *man = json_load_file(p, 0, &jerr);
-    if (!man) {
+    int fd;
+    if (dt_file_open_regular(p, DT_ERR_DATA, &fd) != DT_OK) { /* a FIFO there must not block the search */
         if (access(p, F_OK) != 0)
             return dt_error_set(DT_ERR_DATA, "%s: missing: the checkpoint is incomplete", p);
-        return dt_error_set(DT_ERR_DATA, "%s:%d: not valid JSON: %s", p, jerr.line, jerr.text);
+        return DT_ERR_DATA;
     }
+    json_t *man = json_loadfd(fd, 0, &jerr);
+    close(fd);
+    if (!man) return dt_error_set(DT_ERR_DATA, "%s:%d: not valid JSON: %s", p, jerr.line, jerr.text);
     dt_status st = DT_OK;
     const char *fmt = json_string_value(json_object_get(man, "format"));
     json_t *files = json_object_get(man, "files");
@@ -579,7 +616,8 @@ dt_status dt_ckpt_set_aside(const char *run_dir, long after_step, char *moved_to
     localtime_r(&now, &tm);
     strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
     snprintf(dst, sizeof dst, "%s.prev-%s", root, stamp);
-    for (int k = 1; access(dst, F_OK) == 0 && k < 100; k++) snprintf(dst, sizeof dst, "%s.prev-%s.%d", root, stamp, k);
+    struct stat sb; /* lstat: a dangling link there is taken too */
+    for (int k = 1; lstat(dst, &sb) == 0 && k < 100; k++) snprintf(dst, sizeof dst, "%s.prev-%s.%d", root, stamp, k);
     dt_status st = DT_OK;
     if (after_step < 0) { /* all of it */
         if (rename(root, dst) != 0)

@@ -11,6 +11,7 @@
 #include "dtrain/launch.h"
 
 #include "dtrain/clock.h"
+#include "dtrain/file.h"
 #ifdef DTRAIN_HAVE_MPI
 #include "dtrain/comm_mpi.h"
 #endif
@@ -71,7 +72,9 @@ static void log_path(const dt_launch_cfg *cfg, int rank, char *buf, size_t n) {
 
 static void append_log(const char *path, const char *line) {
     if (!path[0]) return;
-    FILE *f = fopen(path, "a");
+    int fd; /* never through a link planted in the run directory */
+    if (dt_file_open_write(path, 1, &fd) != DT_OK) return;
+    FILE *f = dt_file_stream(fd, "a", path);
     if (!f) return;
     fprintf(f, "%s\n", line);
     fclose(f);
@@ -104,7 +107,7 @@ static void child_main(const dt_launch_cfg *cfg, int rank, int attempt, pid_t pa
     char log[1200];
     log_path(cfg, rank, log, sizeof log);
     if (rank != 0) { /* only rank 0 speaks on the console */
-        int fd = open(log[0] ? log : "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0644);
+        int fd = open(log[0] ? log : "/dev/null", O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0644);
         if (fd >= 0) {
             dup2(fd, STDOUT_FILENO);
             dup2(fd, STDERR_FILENO);

@@ -29,6 +29,7 @@
 #include "dtrain/comm.h"
 #include "dtrain/data.h"
 #include "dtrain/fault.h"
+#include "dtrain/file.h"
 #include "dtrain/device.h"
 #include "dtrain/model.h"
 #include "dtrain/ops.h"
@@ -202,8 +203,10 @@ static dt_status evaluate(run *r, long step, dt_eval_point *out) {
 static dt_status write_resolved_config(const dt_config *c) {
     char path[DT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/config.yaml", c->run.dir);
-    FILE *f = fopen(path, "w");
-    if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    int fd; /* never through a link planted in the run directory */
+    DT_TRY(dt_file_open_write(path, 0, &fd));
+    FILE *f = dt_file_stream(fd, "w", path);
+    if (!f) return DT_ERR_NOMEM;
     fprintf(f, "# resolved configuration of this run (dtrain --config %s)\n", c->source[0] ? c->source : "-");
     dt_config_print(c, f);
     if (fclose(f) != 0) return dt_error_set(DT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));

@@ -1,0 +1,47 @@
+/* file.h — opening the files a user names, and creating the files dtrain writes, without
+ * being redirected by what is already on disk.
+ *
+ * Inputs (config, data, weights, checkpoint files) are opened with dt_file_open_regular: a
+ * FIFO, a device, a socket or a directory is refused at once, naming the file and what it
+ * is, instead of blocking forever in open() or read(). Outputs never follow a symbolic link
+ * in the last component of their path: a new file is created O_EXCL|O_NOFOLLOW (a name that
+ * is taken — by a stale file or a planted link — is left alone and another one is used), a
+ * log that is appended to is opened O_NOFOLLOW. Every function records a message naming the
+ * path on error (dt_error_set) and leaves no descriptor open. */
+#ifndef DTRAIN_FILE_H
+#define DTRAIN_FILE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "dtrain/status.h"
+
+/* Opens `path` for reading (following links: a user may link their inputs). It is opened
+ * O_NONBLOCK|O_NOCTTY, checked with fstat and made blocking again, so a FIFO or a device
+ * never blocks the open. On success *fd (O_CLOEXEC) is the caller's to close. Errors:
+ * `not_regular` (the caller's status for bad input, e.g. DT_ERR_DATA: exit 2) with
+ * "PATH: not a regular file (a FIFO)"; DT_ERR_IO with "PATH: cannot open: REASON" (errno
+ * kept from open()). */
+dt_status dt_file_open_regular(const char *path, dt_status not_regular, int *fd);
+
+/* Creates a fresh temporary file for an atomic replace of `path`: "PATH.tmp.PID", or
+ * "PATH.tmp.PID.K" (K = 1, 2, ...) when that name is taken by anything, a link included;
+ * an existing entry is never opened, truncated or removed. O_WRONLY|O_CREAT|O_EXCL|
+ * O_NOFOLLOW|O_CLOEXEC, mode 0644. `tmp` (n bytes) receives the name, *fd the descriptor.
+ * DT_ERR_IO "PATH: cannot create TMP: REASON" on error. */
+dt_status dt_file_create_temp(const char *path, char *tmp, size_t n, int *fd);
+
+/* Creates `path`, which must not exist (O_EXCL|O_NOFOLLOW, 0644): for files written into a
+ * directory dtrain has just made, and names that carry the pid. DT_ERR_IO on error. */
+dt_status dt_file_create_new(const char *path, int *fd);
+
+/* Opens `path` for writing — appending (append = 1) or truncated — creating it (0644) when
+ * missing. A symbolic link as the last component is refused ("PATH: is a symbolic link:
+ * refusing to write through it"), and so is anything but a regular file: DT_ERR_DATA (what
+ * is on disk is wrong: exit 2, not worth a retry); DT_ERR_IO when the open fails. */
+dt_status dt_file_open_write(const char *path, int append, int *fd);
+
+/* fdopen(fd, mode) that closes fd when it fails; NULL then, with a message naming `path`. */
+FILE *dt_file_stream(int fd, const char *mode, const char *path);
+
+#endif
