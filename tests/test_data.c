@@ -277,17 +277,18 @@ static void test_bad_paths(void) {
                    "and anything else as tsv)",
                    p, p, p));
 
-    /* unreadable files: a dangling symlink matched by a glob; a mode-000 file (not as root) */
+    /* unreadable files (bad input: exit 2, never retried): a dangling symlink matched by a
+     * glob; a mode-000 file (not as root) */
     test_mkdir_p(test_path("io"));
     CHECK(symlink(test_path("io/nowhere"), test_path("io/dangling.bin")) == 0);
     p = test_path("io/*.bin");
-    expect_err(p, DT_FORMAT_AUTO, 4, 0, 50257, DT_ERR_IO,
+    expect_err(p, DT_FORMAT_AUTO, 4, 0, 50257, DT_ERR_DATA,
                MSG("%s: cannot open: No such file or directory", test_path("io/dangling.bin")));
     if (geteuid() != 0) {
         p = test_path("noperm.bin");
         write_shard(p, DT_SHARD_MAGIC_V1, 1, 16, tok, 16, 2, 0, 0);
         CHECK(chmod(p, 0) == 0);
-        expect_err(p, DT_FORMAT_AUTO, 4, 0, 50257, DT_ERR_IO,
+        expect_err(p, DT_FORMAT_AUTO, 4, 0, 50257, DT_ERR_DATA,
                    MSG("%s: cannot open: Permission denied", p));
     }
 

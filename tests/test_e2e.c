@@ -331,6 +331,21 @@ static void test_not_regular(void) {
     CHECK_STR_CONTAINS(err_text, want);
 }
 
+/* What a restart cannot fix is not retried: a missing init_from or data file is exit 2 at once,
+ * with no "restart" (it used to be retried three times with backoff, then exit 1). */
+static void test_not_retried(void) {
+    CHECK_INT_EQ(run("%s --config configs/ci-smoke.yaml --set run.dir=%s/noretry --set model.init_from=%s/missing.st "
+                     "--set fault_tolerance.backoff_s=5",
+                     DTRAIN_BIN, tmp, tmp), 2);
+    CHECK_STR_CONTAINS(err_text, "missing.st: cannot open: No such file or directory");
+    CHECK(strstr(out_text, "restart") == NULL && strstr(err_text, "restart") == NULL);
+    CHECK_INT_EQ(run("%s --config configs/ci-smoke.yaml --set run.dir=%s/noretry --set data.val_path=%s/none.bin "
+                     "--set fault_tolerance.backoff_s=5",
+                     DTRAIN_BIN, tmp, tmp), 2);
+    CHECK_STR_CONTAINS(err_text, "none.bin: no files match");
+    CHECK(strstr(out_text, "restart") == NULL && strstr(err_text, "restart") == NULL);
+}
+
 /* A run directory that was copied or downloaded may hold links: config.yaml, metrics.jsonl or
  * train.log as a link to a file outside is never written through (it used to be truncated or
  * appended to): exit 2 naming it, the file untouched */
@@ -362,6 +377,7 @@ int main(void) {
     test_eval_limit();
     test_not_regular();
     test_planted_links();
+    test_not_retried();
     test_language_model();
     test_finetune();
     test_dir_remove();

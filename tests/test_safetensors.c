@@ -452,10 +452,10 @@ static void test_malformed(void) {
     CHECK_INT_EQ(dt_st_find(f, "e")->numel, 0);
     dt_st_close(f);
 
-    /* not there: DT_ERR_IO; not a file (bad input, exit 2): DT_ERR_DATA, and a FIFO is refused
-     * at once instead of blocking in open() */
+    /* not there, or not a file: bad input (exit 2, never retried), DT_ERR_DATA; a FIFO is
+     * refused at once instead of blocking in open() */
     p = test_path("missing.safetensors");
-    expect_open_error(p, DT_ERR_IO, "cannot open: No such file or directory");
+    expect_open_error(p, DT_ERR_DATA, "cannot open: No such file or directory");
     expect_open_error(test_dir(), DT_ERR_DATA, "not a regular file (a directory)");
     p = test_path("fifo.safetensors");
     CHECK(mkfifo(p, 0644) == 0);

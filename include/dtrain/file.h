@@ -16,12 +16,18 @@
 
 #include "dtrain/status.h"
 
+/* The status for an input that failed with errno `e`: `bad_input` (the caller's status for bad
+ * input, e.g. DT_ERR_DATA: exit 2, never retried) when a restart cannot fix it — the file is
+ * missing (ENOENT, ENOTDIR), unreadable (EACCES, EPERM) or not reachable by its name (ELOOP,
+ * ENAMETOOLONG, EISDIR) —, DT_ERR_IO (exit 1, retried) for anything else (EIO, EMFILE, ...). */
+dt_status dt_file_errno_status(int e, dt_status bad_input);
+
 /* Opens `path` for reading (following links: a user may link their inputs). It is opened
  * O_NONBLOCK|O_NOCTTY, checked with fstat and made blocking again, so a FIFO or a device
  * never blocks the open. On success *fd (O_CLOEXEC) is the caller's to close. Errors:
  * `not_regular` (the caller's status for bad input, e.g. DT_ERR_DATA: exit 2) with
- * "PATH: not a regular file (a FIFO)"; DT_ERR_IO with "PATH: cannot open: REASON" (errno
- * kept from open()). */
+ * "PATH: not a regular file (a FIFO)"; "PATH: cannot open: REASON" (errno kept from open())
+ * with dt_file_errno_status(errno, not_regular). */
 dt_status dt_file_open_regular(const char *path, dt_status not_regular, int *fd);
 
 /* Creates a fresh temporary file for an atomic replace of `path`: "PATH.tmp.PID", or

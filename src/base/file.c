@@ -25,6 +25,19 @@ static dt_status not_regular_error(dt_status st, const char *path, mode_t m) {
     return dt_error_set(st, "%s: not a regular file (%s)", path, kind_of(m));
 }
 
+dt_status dt_file_errno_status(int e, dt_status bad_input) {
+    switch (e) {
+    case ENOENT:
+    case ENOTDIR:
+    case EACCES:
+    case EPERM:
+    case ELOOP:
+    case ENAMETOOLONG:
+    case EISDIR: return bad_input;
+    default: return DT_ERR_IO;
+    }
+}
+
 dt_status dt_file_open_regular(const char *path, dt_status not_regular, int *fd) {
     *fd = -1;
     int f = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
@@ -32,7 +45,7 @@ dt_status dt_file_open_regular(const char *path, dt_status not_regular, int *fd)
         int e = errno;
         struct stat sb; /* a socket cannot be opened at all (ENXIO): say what it is */
         if (stat(path, &sb) == 0 && kind_of(sb.st_mode)) return not_regular_error(not_regular, path, sb.st_mode);
-        dt_status st = dt_error_set(DT_ERR_IO, "%s: cannot open: %s", path, strerror(e));
+        dt_status st = dt_error_set(dt_file_errno_status(e, not_regular), "%s: cannot open: %s", path, strerror(e));
         errno = e; /* for a caller that words its own message */
         return st;
     }

@@ -108,7 +108,9 @@ static dt_status list_files(const char *path, file_list *fl) {
     if (!stat_err) {
         if (!S_ISDIR(st.st_mode)) return file_list_push(fl, NULL, path);
         DIR *d = opendir(path);
-        if (!d) return dt_error_set(DT_ERR_IO, "%s: cannot open directory: %s", path, strerror(errno));
+        if (!d)
+            return dt_error_set(dt_file_errno_status(errno, DT_ERR_DATA), "%s: cannot open directory: %s", path,
+                                strerror(errno));
         for (;;) {
             errno = 0;
             struct dirent *e = readdir(d);
@@ -140,7 +142,8 @@ static dt_status list_files(const char *path, file_list *fl) {
     }
     if (!strpbrk(path, "*?[")) {
         if (stat_err == ENOENT || stat_err == ENOTDIR) return no_match(path);
-        return dt_error_set(DT_ERR_IO, "%s: cannot access: %s", path, strerror(stat_err));
+        return dt_error_set(dt_file_errno_status(stat_err, DT_ERR_DATA), "%s: cannot access: %s", path,
+                            strerror(stat_err));
     }
     glob_t g;
     memset(&g, 0, sizeof g);
