@@ -8,7 +8,8 @@
  *   1. dt_ckpt_find_latest(RUN) with the manifest as given (the manifest parser, the sizes
  *      and CRCs, the step directory listing);
  *   2. the manifest replaced by a correct one for the files given, then dt_ckpt_verify (so the
- *      mutations reach trainer.json), dt_ckpt_check_shape and dt_ckpt_load into a tiny model.
+ *      mutations reach trainer.json), dt_ckpt_check_shape, dt_ckpt_load into a tiny model, and
+ *      dt_config_load of config.yaml (as a resume does to report what changed).
  * Checked besides the sanitizers: every refusal has a message; a checkpoint that verifies
  * has a sane trainer state (world >= 1, global batch >= 1, step >= 0). */
 #include <inttypes.h>
@@ -111,5 +112,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     st = dt_ckpt_load(dir, fixture.m, fixture.o);
     fuzz_debug("dt_ckpt_load", st);
     FUZZ_ASSERT(st == DT_OK || dt_error_msg()[0], "load: %s without a message", dt_status_str(st));
+    snprintf(p, sizeof p, "%s/config.yaml", dir); /* read back on resume to say what changed */
+    dt_config *saved = malloc(sizeof *saved);
+    dt_error_clear();
+    st = dt_config_load(saved, p, NULL, 0);
+    fuzz_debug("dt_config_load(config.yaml)", st);
+    FUZZ_ASSERT(st == DT_OK || dt_error_msg()[0], "config.yaml: %s without a message", dt_status_str(st));
+    free(saved);
     return 0;
 }
