@@ -10,7 +10,8 @@
  *   opt[3]: model.vocab_size from a table (low 3 bits); batch per worker - 1 = high bits % 4
  * Checked besides the sanitizers: a refusal has a message; every sample of an accepted set
  * has tokens in [0, vocab_size) and targets in range (LM: < vocab_size, classification: a
- * label < num_labels); every sampler index is < the set size. */
+ * label < num_labels); the sampler's indices are < the set size and one step's global batch
+ * holds no sample twice. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,8 +42,8 @@ static void write_gz(const char *path, const uint8_t *p, size_t n) {
  * is "out of memory" (exit 1) or an 8 GB allocation rather than the data error naming the
  * offset; libFuzzer reports the allocation as out-of-memory. Inputs with a part whose header
  * claims more tokens than the part holds, over 64 MB of them, are skipped until read_shard
- * checks first (the input
- * is seeds/data/known-count-beyond-file); DTRAIN_FUZZ_STRICT=1 runs them too. */
+ * checks first (the input is seeds/data/known-count-beyond-file); DTRAIN_FUZZ_STRICT=1 runs
+ * them too. */
 static int known_oversized(const uint8_t *p, size_t n) {
     if (strict || n < 12) return 0;
     int32_t magic, count;
@@ -91,22 +92,36 @@ static void check_samples(const dt_dataset *ds, const dt_dataset_cfg *cfg, int *
     }
 }
 
+static int cmp_size(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Every rank's micro-batches of the first steps: indices < n, and one step's global batch
+ * (all ranks, all micro-batches) never holds a sample twice. */
 static void check_sampler(size_t n, const uint8_t *opt) {
     dt_sampler_cfg sc = {.num_samples = n, .seed = opt[1], .shuffle = opt[0] >> 7, .world = 1 + (opt[2] >> 3) % 4,
                          .batch_per_worker = 1 + (opt[3] >> 3) % 4, .accum = 1 + ((opt[0] >> 5) & 3)};
-    sc.rank = sc.world - 1;
-    dt_sampler *s = NULL;
-    dt_status st = dt_sampler_init(&s, &sc);
-    FUZZ_ASSERT(st == DT_OK, "sampler over %zu samples: %s", n, dt_error_msg());
-    size_t steps = dt_sampler_steps_per_epoch(s);
-    FUZZ_ASSERT(steps == n / dt_sampler_global_batch(s), "%zu steps for %zu samples", steps, n);
-    size_t idx[4];
-    for (size_t j = 0; j < steps && j < 4; j++)
-        for (int a = 0; a < sc.accum; a++) {
-            dt_sampler_batch(s, 1, j, a, idx);
-            for (int k = 0; k < sc.batch_per_worker; k++) FUZZ_ASSERT(idx[k] < n, "index %zu of %zu", idx[k], n);
+    size_t G = (size_t)sc.world * (size_t)sc.batch_per_worker * (size_t)sc.accum, seen[64];
+    for (size_t j = 0; j < 2 && j < n / G; j++) {
+        size_t m = 0;
+        for (sc.rank = 0; sc.rank < sc.world; sc.rank++) {
+            dt_sampler *s = NULL;
+            dt_status st = dt_sampler_init(&s, &sc);
+            FUZZ_ASSERT(st == DT_OK, "sampler over %zu samples: %s", n, dt_error_msg());
+            FUZZ_ASSERT(dt_sampler_global_batch(s) == G && dt_sampler_steps_per_epoch(s) == n / G,
+                        "global batch %zu, %zu steps for %zu samples", dt_sampler_global_batch(s),
+                        dt_sampler_steps_per_epoch(s), n);
+            for (int a = 0; a < sc.accum; a++, m += (size_t)sc.batch_per_worker) {
+                dt_sampler_batch(s, 1, j, a, seen + m);
+                for (int k = 0; k < sc.batch_per_worker; k++)
+                    FUZZ_ASSERT(seen[m + k] < n, "index %zu of %zu", seen[m + k], n);
+            }
+            dt_sampler_free(s);
         }
-    dt_sampler_free(s);
+        qsort(seen, m, sizeof seen[0], cmp_size);
+        for (size_t k = 1; k < m; k++) FUZZ_ASSERT(seen[k] != seen[k - 1], "step %zu: sample %zu twice", j, seen[k]);
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
