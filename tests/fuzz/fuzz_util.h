@@ -60,11 +60,14 @@ static inline void fuzz_dir_remove(void) {
     if (fuzz_dir[0]) fuzz_rm_tree(fuzz_dir);
 }
 
-/* Creates this process's scratch directory (in /dev/shm when it is there: no disk writes
- * per input), removed at exit. */
+/* Creates this process's scratch directory, removed at exit (not after a crash: run.sh gives
+ * every run a DTRAIN_FUZZ_TMP that it removes itself); else in /dev/shm when it is there (no
+ * disk writes per input). */
 static inline const char *fuzz_scratch(void) {
     if (fuzz_dir[0]) return fuzz_dir;
-    const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    const char *base = getenv("DTRAIN_FUZZ_TMP");
+    if (!base || !base[0])
+        base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     snprintf(fuzz_dir, sizeof fuzz_dir, "%s/dtrain-fuzz.XXXXXX", base);
     if (!mkdtemp(fuzz_dir)) {
         perror("fuzz: mkdtemp");

@@ -44,6 +44,13 @@ rm -rf "$gen"
 mkdir -p "$gen/config"
 for f in "$SRC"/configs/*.yaml "$SRC"/tests/configs/*.yaml; do n=${f#"$SRC"/}; cp "$f" "$gen/config/${n//\//-}"; done
 
+# the targets' scratch files (fuzz_util.h): in memory when /dev/shm is there, removed at the end
+# even after a crash
+tmp_base=/dev/shm
+[ -w "$tmp_base" ] || tmp_base="$BUILD"
+DTRAIN_FUZZ_TMP=$(mktemp -d "$tmp_base/dtrain-fuzz-run.XXXXXX")
+export DTRAIN_FUZZ_TMP
+trap 'rm -rf "$DTRAIN_FUZZ_TMP"' EXIT
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 failed=()
