@@ -5,7 +5,8 @@
 # default AUTO: the CUDA backend is built when nvcc, cuBLAS, cuDNN and NCCL are installed),
 # DTRAIN_TEST_TOOLS=1 (what the tests need besides: python3 with venv, the tensorboard
 # package in BUILD_DIR/venv for reading event files back; Open MPI's mpirun and development
-# files, so that the mpi collective is built and tested; Slurm and munge; iproute2).
+# files, so that the mpi collective is built and tested; Slurm and munge; iproute2; clang with
+# its libFuzzer and sanitizer runtimes and libomp, for the fuzz targets of tests/fuzz).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -30,6 +31,9 @@ if [ "${DTRAIN_TEST_TOOLS:-0}" = 1 ]; then
   need[slurm-wlm]=/usr/sbin/slurmctld  # tests/test_slurm.c starts a single-host Slurm
   need[munge]=/usr/sbin/munged
   need[iproute2]=/usr/sbin/ip          # tests/test_netns.c: two hosts as network namespaces
+  need[clang]=/usr/bin/clang           # tests/fuzz: the fuzz targets (run.sh; test_fuzz)
+  need[libclang-rt-dev]=/usr/share/doc/libclang-rt-dev  # clang's libFuzzer, ASan and UBSan runtimes
+  need[libomp-dev]=/usr/share/doc/libomp-dev            # OpenMP for clang (the fuzz build's CPU ops)
   # venv needs ensurepip, which Debian ships separately
   python3 -c "import ensurepip" >/dev/null 2>&1 || need[python3-venv]=/nonexistent
 fi
