@@ -560,6 +560,24 @@ static void test_encoding(void) {
                  "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n");
     LOAD_ERR("finetune.yaml:4: training.num_workers: expected an integer in [1, 64], got \"\\x1b[2Jx\"",
              MIN "training:\n  num_workers: \"\\e[2Jx\"\n");
+    /* --set values are UTF-8 like the file (a saved config.yaml must load back) */
+    LOAD_ERR("--set data.val_path=\\xffv: data.val_path: expected UTF-8 text, got the byte 0xff at offset 0 of the "
+             "value",
+             MIN, "data.val_path=\xffv");
+    LOAD_ERR("--set run.dir=a\\xc0\\xaf: run.dir: expected UTF-8 text, got the byte 0xc0 at offset 1 of the value",
+             MIN, "run.dir=a\xc0\xaf");
+    /* YAML's own line breaks beyond ASCII, C1 controls and the BOM print escaped and load back */
+    const char *odd = "a\xc2\x85" "b\xe2\x80\xa8" "c\xe2\x80\xa9" "d\xc2\x80" "e\xef\xbb\xbf" "f\xef\xbf\xbf" "g\xc3\xa9";
+    char ovr[128];
+    snprintf(ovr, sizeof ovr, "data.val_path=%s", odd);
+    LOAD_OK(MIN, ovr);
+    CHECK_STR_EQ(cfg.data.val_path, odd);
+    char *text = printed(&cfg);
+    CHECK_STR_CONTAINS(text, "val_path: \"a\\Nb\\Lc\\Pd\\x80e\\uFEFFf\\uFFFFg\xc3\xa9\"\n");
+    dt_config back;
+    CHECK_INT_EQ(dt_config_load_string(&back, NAME, text, NULL, 0), DT_OK);
+    CHECK_STR_EQ(back.data.val_path, odd);
+    free(text);
 }
 
 static void test_overrides(void) {
@@ -716,7 +734,7 @@ static void test_files(void) {
     char want[2048];
     dt_error_clear();
     CHECK_INT_EQ(dt_config_load(&cfg, missing, NULL, 0), DT_ERR_IO);
-    snprintf(want, sizeof want, "%s: cannot open config file: %s", missing, strerror(ENOENT));
+    snprintf(want, sizeof want, "%s: cannot open: %s", missing, strerror(ENOENT));
     CHECK_STR_EQ(dt_error_msg(), want);
 
     const char *dir = DTRAIN_SOURCE_DIR "/tests/configs";

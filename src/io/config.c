@@ -361,18 +361,54 @@ typedef struct {
     key_seen seen[N_KEYS];
 } load_ctx;
 
-/* A value as messages quote it: its first line, at most QUOTE_MAX bytes, control bytes as
- * \xNN, "..." when cut. Returns buf. */
+/* The length of the well-formed UTF-8 character at p (1-4), 0 when it is not one (a stray
+ * byte, an overlong form, a surrogate, beyond U+10FFFF) or p is at the end. */
+static int utf8_len(const unsigned char *p) {
+    unsigned c = p[0];
+    int n = c == 0 ? -1 : c < 0x80 ? 0 : (c & 0xe0) == 0xc0 ? 1 : (c & 0xf0) == 0xe0 ? 2 : (c & 0xf8) == 0xf0 ? 3 : -1;
+    if (n < 0) return 0;
+    unsigned cp = n == 0 ? c : n == 1 ? c & 0x1f : n == 2 ? c & 0x0f : c & 0x07;
+    for (int k = 1; k <= n; k++) {
+        if ((p[k] & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (p[k] & 0x3f);
+    }
+    static const unsigned min[4] = {0, 0x80, 0x800, 0x10000};
+    if (cp < min[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return n + 1;
+}
+
+/* Offset of the first byte of `s` that is not well-formed UTF-8, or -1. YAML text is UTF-8,
+ * and so are the values a saved config.yaml must hold. */
+static long utf8_bad_at(const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; p[i];) {
+        int n = utf8_len(p + i);
+        if (!n) return (long)i;
+        i += (size_t)n;
+    }
+    return -1;
+}
+
+/* A value as messages quote it: its first line, at most QUOTE_MAX bytes, control characters
+ * (C0, DEL, C1) and bytes that are not UTF-8 as \xNN, "..." when cut: nothing in it can drive
+ * a terminal. Returns buf. */
 #define QUOTE_MAX 80
 typedef struct {
     char s[4 * QUOTE_MAX + 8];
 } quoted;
 static const char *quote_line(const char *v, quoted *q) {
     size_t k = 0, i = 0;
-    for (; v[i] && v[i] != '\n' && i < QUOTE_MAX; i++) {
-        unsigned char ch = (unsigned char)v[i];
-        if (ch < 0x20 || ch == 0x7f) k += (size_t)snprintf(q->s + k, sizeof q->s - k, "\\x%02x", ch);
-        else q->s[k++] = (char)ch;
+    while (v[i] && v[i] != '\n' && i < QUOTE_MAX) {
+        const unsigned char *u = (const unsigned char *)v + i;
+        int n = utf8_len(u);
+        if (n == 0 || u[0] < 0x20 || u[0] == 0x7f || (u[0] == 0xc2 && u[1] <= 0x9f)) {
+            k += (size_t)snprintf(q->s + k, sizeof q->s - k, "\\x%02x", n == 2 ? u[1] : u[0]);
+            i += n == 2 ? 2 : 1;
+        } else {
+            memcpy(q->s + k, u, (size_t)n);
+            k += (size_t)n;
+            i += (size_t)n;
+        }
     }
     q->s[k] = '\0';
     if (v[i]) snprintf(q->s + k, sizeof q->s - k, "...");
@@ -743,6 +779,10 @@ static dt_status apply_override(load_ctx *c, int i) {
     if (key_index(path) < 0) return fail_unknown(c, NULL, path);
 
     const char *value = eq + 1;
+    long bad = utf8_bad_at(value);
+    if (bad >= 0)
+        return fail_at(c, 0, i, path, "expected UTF-8 text, got the byte 0x%02x at offset %ld of the value",
+                       (unsigned char)value[bad], bad);
     yaml_document_t doc;
     dt_status st = DT_OK;
     if (strchr("[{\"'", value[0]) && value[0]) {
@@ -935,8 +975,7 @@ static dt_status load_file(dt_config *cfg, const char *path, const char *const *
                            int no_env) {
     int fd; /* a FIFO, a device or a directory is refused at once (a FIFO would block in open()) */
     dt_status ost = dt_file_open_regular(path, DT_ERR_CONFIG, &fd);
-    if (ost == DT_ERR_CONFIG) return DT_ERR_IO; /* "PATH: not a regular file (a FIFO)": unreadable, like a missing one */
-    if (ost != DT_OK) return dt_error_set(DT_ERR_IO, "%s: cannot open config file: %s", path, strerror(errno));
+    if (ost != DT_OK) return DT_ERR_IO; /* "PATH: cannot open: REASON", "PATH: not a regular file (a FIFO)" */
     FILE *f = dt_file_stream(fd, "rb", path);
     if (!f) return DT_ERR_NOMEM;
     size_t cap = 4096, len = 0;
@@ -980,6 +1019,10 @@ dt_status dt_config_load_saved(dt_config *cfg, const char *path) { return load_f
 
 /* ---- printing ----------------------------------------------------------------------------- */
 
+/* A YAML double-quoted string that reads back as `s`: besides ASCII controls, the characters
+ * YAML would not take as they are — its line breaks beyond ASCII (U+0085, U+2028, U+2029,
+ * read as a space) and the other C1 controls, the BOM and U+FFFE/U+FFFF (not printable) — are
+ * escaped. */
 static void print_quoted(FILE *out, const char *s) {
     fputc('"', out);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
@@ -987,7 +1030,17 @@ static void print_quoted(FILE *out, const char *s) {
         else if (*p == '\n') fputs("\\n", out);
         else if (*p == '\t') fputs("\\t", out);
         else if (*p < 0x20 || *p == 0x7f) fprintf(out, "\\x%02x", *p);
-        else fputc(*p, out);
+        else if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+            if (p[1] == 0x85) fputs("\\N", out);
+            else fprintf(out, "\\x%02x", p[1]);
+            p++;
+        } else if (p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9)) {
+            fputs(p[2] == 0xa8 ? "\\L" : "\\P", out);
+            p += 2;
+        } else if (p[0] == 0xef && ((p[1] == 0xbb && p[2] == 0xbf) || (p[1] == 0xbf && p[2] >= 0xbe))) {
+            fprintf(out, "\\u%s", p[1] == 0xbb ? "FEFF" : p[2] == 0xbe ? "FFFE" : "FFFF");
+            p += 2;
+        } else fputc(*p, out);
     }
     fputc('"', out);
 }
