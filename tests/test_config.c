@@ -513,6 +513,15 @@ static void test_env_secrets(void) {
                  DT_ERR_CONFIG);
     CHECK(strstr(dt_error_msg(), "hunter2") == NULL);
     CHECK_STR_CONTAINS(dt_error_msg(), "got \"${DT_TEST_SECRET}\"");
+    /* in the cross-field rules too */
+    setenv("DT_TEST_EMBD", "33", 1);
+    setenv("DT_TEST_HEAD", "5", 1);
+    LOAD_ERR("finetune.yaml:4: model.n_embd: expected a multiple of model.n_head (${DT_TEST_HEAD}), got "
+             "\"${DT_TEST_EMBD}\" (after substituting the environment)",
+             MIN "model:\n  n_embd: ${DT_TEST_EMBD}\n  n_head: ${DT_TEST_HEAD}\n");
+    LOAD_ERR("finetune.yaml:5: model.n_positions: expected an integer >= data.seq_len (64), got \"${DT_TEST_HEAD}\" "
+             "(after substituting the environment)",
+             MIN "model:\n  n_embd: 32\n  n_positions: ${DT_TEST_HEAD}\n");
 
     /* a saved config is not expanded: a crafted one cannot print the environment */
     mkdir(DTRAIN_TEST_TMP, 0755);

@@ -812,6 +812,21 @@ static dt_status apply_override(load_ctx *c, int i) {
 
 static const char *bool_name(int b) { return b ? "true" : "false"; }
 
+/* An int key's value for a cross-field message: 4, or ${N} when it was set that way (the
+ * substituted value is never shown); `got` quotes it as the value found. */
+typedef struct {
+    char s[sizeof(quoted) + 64];
+} shown;
+static const char *show_int(const dt_config *cfg, int idx, int got, shown *b) {
+    const char *ref = env_ref(cfg, keys[idx].path);
+    int v;
+    memcpy(&v, (const char *)cfg + keys[idx].off, sizeof v);
+    quoted q;
+    if (ref) snprintf(b->s, sizeof b->s, got ? "\"%s\" (after substituting the environment)" : "%s", quote_line(ref, &q));
+    else snprintf(b->s, sizeof b->s, got ? "\"%d\"" : "%d", v);
+    return b->s;
+}
+
 static dt_status validate(load_ctx *c) {
     dt_config *cfg = c->cfg;
     int i_train = key_index("data.train_path"),
@@ -820,6 +835,7 @@ static dt_status validate(load_ctx *c) {
         i_labels = key_index("model.num_labels"), i_vocab = key_index("model.vocab_size"),
         i_embd = key_index("model.n_embd"), i_head = key_index("model.n_head"),
         i_pos = key_index("model.n_positions"), i_dir = key_index("run.dir");
+    shown g, o;
 
     if (!cfg->data.train_path[0])
         return fail_at(c, 0, -1, keys[i_train].path,
@@ -837,8 +853,8 @@ static dt_status validate(load_ctx *c) {
         cfg->training.device = want;
     }
     if (cfg->training.device == DT_DEVICE_CUDA && cfg->training.gpus_per_worker != 1)
-        return fail_key(c, i_res, "expected 1 when training.device is cuda, got \"%d\" (hint: one GPU per worker)",
-                        cfg->training.gpus_per_worker);
+        return fail_key(c, i_res, "expected 1 when training.device is cuda, got %s (hint: one GPU per worker)",
+                        show_int(cfg, i_res, 1, &g));
     if (cfg->training.device == DT_DEVICE_CPU && cfg->training.precision == DT_PREC_BF16)
         return fail_key(c, i_prec, "expected fp32 or auto when training.device is cpu, got \"bf16\" (hint: "
                                    "use precision: fp32 on CPU)");
@@ -851,20 +867,20 @@ static dt_status validate(load_ctx *c) {
                                      "\"1\"");
     if (cfg->model.num_labels >= 2 && cfg->model.vocab_size < 257)
         return fail_key(c, i_vocab,
-                        "expected an integer >= 257 when model.num_labels >= 2, got \"%d\" (hint: classification "
+                        "expected an integer >= 257 when model.num_labels >= 2, got %s (hint: classification "
                         "uses the byte tokenizer: 256 byte ids + <cls>)",
-                        cfg->model.vocab_size);
+                        show_int(cfg, i_vocab, 1, &g));
     if (cfg->model.n_embd % cfg->model.n_head != 0) {
         if (c->seen[i_embd].given)
-            return fail_key(c, i_embd, "expected a multiple of model.n_head (%d), got \"%d\"", cfg->model.n_head,
-                            cfg->model.n_embd);
-        return fail_key(c, i_head, "expected a divisor of model.n_embd (%d), got \"%d\"", cfg->model.n_embd,
-                        cfg->model.n_head);
+            return fail_key(c, i_embd, "expected a multiple of model.n_head (%s), got %s", show_int(cfg, i_head, 0, &o),
+                            show_int(cfg, i_embd, 1, &g));
+        return fail_key(c, i_head, "expected a divisor of model.n_embd (%s), got %s", show_int(cfg, i_embd, 0, &o),
+                        show_int(cfg, i_head, 1, &g));
     }
     if (!c->seen[i_pos].given) cfg->model.n_positions = cfg->data.seq_len;
     else if (cfg->model.n_positions < cfg->data.seq_len)
-        return fail_key(c, i_pos, "expected an integer >= data.seq_len (%d), got \"%d\"", cfg->data.seq_len,
-                        cfg->model.n_positions);
+        return fail_key(c, i_pos, "expected an integer >= data.seq_len (%s), got %s",
+                        show_int(cfg, key_index("data.seq_len"), 0, &o), show_int(cfg, i_pos, 1, &g));
 
     if (!c->seen[i_dir].given) {
         const char *base = strrchr(c->name, '/');
