@@ -1,14 +1,18 @@
 /* proc.h — running the real dtrain binary from tests: spawn with stdout/stderr captured
- * in the test dir, wait and read stderr, find a worker by name, poll for a process. */
+ * in the test dir, wait and read stderr, find a worker by name, poll for a process, pick a
+ * free port for a rendezvous. */
 #ifndef DTRAIN_TEST_PROC_H
 #define DTRAIN_TEST_PROC_H
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <stdio.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -17,6 +21,18 @@
 #include "testutil.h"
 
 extern char **environ;
+
+/* A loopback port that was free a moment ago (for MASTER_PORT). */
+static inline int proc_free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK(bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    socklen_t len = sizeof sa;
+    CHECK(getsockname(fd, (struct sockaddr *)&sa, &len) == 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
 
 static char err_text[1 << 16];
 

@@ -24,17 +24,6 @@
 
 static char out_text[1 << 18];
 
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    CHECK(fd >= 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    CHECK(bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
-    socklen_t len = sizeof sa;
-    CHECK(getsockname(fd, (struct sockaddr *)&sa, &len) == 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 static const char *const launcher_vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                                             "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                                             "JOB_COMPLETION_INDEX", NULL};
@@ -97,7 +86,7 @@ static void test_torchrun_style(void) {
     /* as torchrun under srun starts them: torchrun's variables, torchrun's agent listening on
      * MASTER_PORT (dtrain meets on the next port), and the outer Slurm step's variables
      * (one task) that must not get in the way */
-    int agent_port = free_port();
+    int agent_port = proc_free_port();
     int agent = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)agent_port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -131,7 +120,7 @@ static void test_torchrun_style(void) {
 
 static void test_indexed_job(void) {
     char port[32];
-    snprintf(port, sizeof port, "MASTER_PORT=%d", free_port());
+    snprintf(port, sizeof port, "MASTER_PORT=%d", proc_free_port());
     const char *j0[] = {"JOB_COMPLETION_INDEX=0", "MASTER_ADDR=localhost", port, NULL};
     const char *j1[] = {"JOB_COMPLETION_INDEX=1", "MASTER_ADDR=localhost", port, NULL};
     pid_t p0 = start_env(j0, "k8s-0", "k8s", NULL);
@@ -148,7 +137,7 @@ static void test_indexed_job(void) {
 
 static void test_missing_rank(void) {
     char port[32];
-    snprintf(port, sizeof port, "MASTER_PORT=%d", free_port());
+    snprintf(port, sizeof port, "MASTER_PORT=%d", proc_free_port());
     const char *r0[] = {"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port, NULL};
     pid_t p0 = start_env(r0, "alone", "alone", "training.collective_timeout_s=2");
     CHECK_INT_EQ(wait_exit(p0, "alone"), 1);
@@ -162,7 +151,7 @@ static void test_missing_rank(void) {
 
 static void test_other_config(void) {
     char port[32];
-    snprintf(port, sizeof port, "MASTER_PORT=%d", free_port());
+    snprintf(port, sizeof port, "MASTER_PORT=%d", proc_free_port());
     const char *r0[] = {"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port, NULL};
     const char *r1[] = {"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port, NULL};
     pid_t p0 = start_env(r0, "cfg-r0", "cfg", NULL);
@@ -274,7 +263,7 @@ static void test_tcp_ring(void) {
                                "training.cpu_threads_per_worker=1", "--progress", "never", NULL};
         clear_env();
         CHECK_INT_EQ(wait_exit(spawn(fork_run, fargs), fork_run), 0);
-        snprintf(port, sizeof port, "MASTER_PORT=%d", free_port());
+        snprintf(port, sizeof port, "MASTER_PORT=%d", proc_free_port());
         snprintf(ws, sizeof ws, "WORLD_SIZE=%d", w);
         snprintf(rd, sizeof rd, "run.dir=%s/%s", test_dir(), tcp_run);
         pid_t pids[3];

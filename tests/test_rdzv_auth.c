@@ -33,17 +33,6 @@
 
 static char out_text[1 << 18];
 
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    CHECK(fd >= 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    CHECK(bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
-    socklen_t len = sizeof sa;
-    CHECK(getsockname(fd, (struct sockaddr *)&sa, &len) == 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 /* no launcher's variables nor a secret from the environment the test runs in */
 static void clear_env(void) {
     static const char *const vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
@@ -162,7 +151,7 @@ static const char *secret_file(const char *name, mode_t mode, const char *conten
 
 /* strangers at rank 0 while it waits for rank 1 */
 static void test_impostors(void) {
-    int port = free_port();
+    int port = proc_free_port();
     char file_var[1400];
     snprintf(file_var, sizeof file_var, "DTRAIN_RDZV_SECRET_FILE=%s", secret_file("secret", 0600, SECRET "\n"));
     const char *v0[] = {file_var, NULL}, *v1[] = {"DTRAIN_RDZV_SECRET=" SECRET, NULL};
@@ -211,7 +200,7 @@ static void test_impostors(void) {
 
 /* five connections that never say a word, opened before the real rank 1 */
 static void test_idle(void) {
-    int port = free_port();
+    int port = proc_free_port();
     const char *v[] = {"DTRAIN_RDZV_SECRET=" SECRET, NULL};
     pid_t p0 = start_rank("idle-r0", 0, 2, port, "idle", v, NULL, "15");
     int idle[5];
@@ -225,7 +214,7 @@ static void test_idle(void) {
 
 /* a genuine rank (it has the secret) with another config: the mistake is still named */
 static void test_other_config(void) {
-    int port = free_port();
+    int port = proc_free_port();
     const char *v[] = {"DTRAIN_RDZV_SECRET=" SECRET, NULL};
     pid_t p0 = start_rank("cfg-r0", 0, 2, port, "cfg", v, NULL, "20");
     pid_t p1 = start_rank("cfg-r1", 1, 2, port, "cfg", v, "optimizer.lr=0.002", "20");
@@ -272,7 +261,7 @@ static int listening_ports(pid_t pid, int *ports, int max) {
 /* the tcp collective's ring: rank 1's ring listener gets idle connections and a forged ring
  * hello claiming to be rank 0 before the ring is made */
 static void test_ring(void) {
-    int port = free_port();
+    int port = proc_free_port();
     const char *v[] = {"DTRAIN_RDZV_SECRET=" SECRET, NULL};
     const char *tcp = "training.communication_backend=tcp";
     pid_t p0 = start_rank("ring-r0", 0, 3, port, "ring", v, tcp, "30");
@@ -309,7 +298,7 @@ static void test_ring(void) {
 
 /* a secret on one side only: the rank that cannot meet the other says so and exits 2 */
 static void test_one_sided(void) {
-    int port = free_port();
+    int port = proc_free_port();
     const char *v[] = {"DTRAIN_RDZV_SECRET=" SECRET, NULL};
     pid_t p0 = start_rank("one0-r0", 0, 2, port, "one0", v, NULL, "4");
     pid_t p1 = start_rank("one0-r1", 1, 2, port, "one0", NULL, NULL, "4");
@@ -318,7 +307,7 @@ static void test_one_sided(void) {
     CHECK_STR_CONTAINS(err_text, "DTRAIN_RDZV_SECRET");
     CHECK_INT_EQ(wait_exit(p0, "one0-r0"), 1);
     CHECK_STR_CONTAINS(err_text, "rank(s) 1 did not arrive");
-    port = free_port();
+    port = proc_free_port();
     p0 = start_rank("one1-r0", 0, 2, port, "one1", NULL, NULL, "4");
     p1 = start_rank("one1-r1", 1, 2, port, "one1", v, NULL, "4");
     CHECK_INT_EQ(wait_exit(p1, "one1-r1"), 2);
@@ -332,18 +321,18 @@ static void test_bad_secrets(void) {
     const char *path = secret_file("secret-0644", 0644, SECRET "\n");
     snprintf(file_var, sizeof file_var, "DTRAIN_RDZV_SECRET_FILE=%s", path);
     const char *v[] = {file_var, NULL};
-    CHECK_INT_EQ(wait_exit(start_rank("bad-mode", 0, 2, free_port(), "bad", v, NULL, "2"), "bad-mode"), 2);
+    CHECK_INT_EQ(wait_exit(start_rank("bad-mode", 0, 2, proc_free_port(), "bad", v, NULL, "2"), "bad-mode"), 2);
     CHECK_STR_CONTAINS(err_text, path);
     CHECK_STR_CONTAINS(err_text, "chmod 600");
     snprintf(file_var, sizeof file_var, "DTRAIN_RDZV_SECRET_FILE=%s", test_path("no-such-file"));
-    CHECK_INT_EQ(wait_exit(start_rank("bad-missing", 0, 2, free_port(), "bad", v, NULL, "2"), "bad-missing"), 2);
+    CHECK_INT_EQ(wait_exit(start_rank("bad-missing", 0, 2, proc_free_port(), "bad", v, NULL, "2"), "bad-missing"), 2);
     CHECK_STR_CONTAINS(err_text, "no-such-file");
     const char *shortv[] = {"DTRAIN_RDZV_SECRET=short", NULL};
-    CHECK_INT_EQ(wait_exit(start_rank("bad-short", 0, 2, free_port(), "bad", shortv, NULL, "2"), "bad-short"), 2);
+    CHECK_INT_EQ(wait_exit(start_rank("bad-short", 0, 2, proc_free_port(), "bad", shortv, NULL, "2"), "bad-short"), 2);
     CHECK_STR_CONTAINS(err_text, "DTRAIN_RDZV_SECRET is shorter than 16 characters");
     snprintf(both, sizeof both, "DTRAIN_RDZV_SECRET_FILE=%s", secret_file("secret-ok", 0600, SECRET));
     const char *twov[] = {"DTRAIN_RDZV_SECRET=" SECRET, both, NULL};
-    CHECK_INT_EQ(wait_exit(start_rank("bad-both", 0, 2, free_port(), "bad", twov, NULL, "2"), "bad-both"), 2);
+    CHECK_INT_EQ(wait_exit(start_rank("bad-both", 0, 2, proc_free_port(), "bad", twov, NULL, "2"), "bad-both"), 2);
     CHECK_STR_CONTAINS(err_text, "set only one of DTRAIN_RDZV_SECRET and DTRAIN_RDZV_SECRET_FILE");
     check_no_escape_and_no_secret("bad-mode");
     check_no_escape_and_no_secret("bad-both");
@@ -370,7 +359,7 @@ static void test_err_sanitised(void) {
 
 /* no secret: the job works as before, with one warning naming the variables */
 static void test_no_secret(void) {
-    int port = free_port();
+    int port = proc_free_port();
     pid_t p0 = start_rank("open-r0", 0, 2, port, "open", NULL, NULL, "20");
     pid_t p1 = start_rank("open-r1", 1, 2, port, "open", NULL, NULL, "20");
     CHECK_INT_EQ(wait_exit(p1, "open-r1"), 0);
