@@ -501,6 +501,18 @@ static void test_env_secrets(void) {
     CHECK_STR_EQ(b.run.dir, "runs/hunter2");
     CHECK(b.optimizer.lr == 0.5 && b.optimizer.beta2 == 0.5);
     CHECK(dt_config_digest(&a) == dt_config_digest(&b));
+    /* a field changed after loading (bench, an external launcher's world size) prints as it is */
+    setenv("DT_TEST_NW", "3", 1);
+    LOAD_OK(MIN "training:\n  num_workers: ${DT_TEST_NW}\n  seed: ${DT_TEST_NW}\n");
+    cfg.training.num_workers = 5;
+    free(text);
+    text = printed(&cfg);
+    CHECK_STR_CONTAINS(text, "\n  num_workers: 5\n");
+    CHECK_STR_CONTAINS(text, "\n  seed: \"${DT_TEST_NW}\"\n");
+    char shown_buf[64];
+    CHECK_STR_EQ(dt_config_shown(&cfg, "training.seed", shown_buf, sizeof shown_buf), "${DT_TEST_NW}");
+    CHECK_STR_EQ(dt_config_shown(&cfg, "training.num_workers", shown_buf, sizeof shown_buf), "5");
+    CHECK_STR_EQ(dt_config_shown(&cfg, "optimizer.betas[1]", shown_buf, sizeof shown_buf), "0.999");
     /* a key set again without ${} forgets the written form */
     LOAD_OK(MIN "run:\n  dir: runs/${DT_TEST_SECRET}\n", "run.dir=plain");
     free(text);
@@ -569,6 +581,29 @@ static void test_encoding(void) {
                  "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n");
     LOAD_ERR("finetune.yaml:4: training.num_workers: expected an integer in [1, 64], got \"\\x1b[2Jx\"",
              MIN "training:\n  num_workers: \"\\e[2Jx\"\n");
+    /* key names and the file's name are quoted like values (escapes, line breaks, stray bytes) */
+    LOAD_ERR("finetune.yaml:3: tr\\x1b[31mX\\x0aline2: unknown section (known sections: run, training, optimizer, data, "
+             "model, eval, checkpoint, logging, fault_tolerance)",
+             MIN "\"tr\\e[31mX\\nline2\": 1\n");
+    dt_error_clear();
+    CHECK_INT_EQ(dt_config_load_string(&cfg, "odd\nname\xff.yaml", "training: {num_workers: 0}\n", NULL, 0),
+                 DT_ERR_CONFIG);
+    CHECK_STR_CONTAINS(dt_error_msg(), "odd\\x0aname\\xff.yaml:1: training.num_workers: expected");
+    mkdir(DTRAIN_TEST_TMP, 0755);
+    const char *odd_path = DTRAIN_TEST_TMP "/odd\nname\xff.yaml";
+    FILE *of = fopen(odd_path, "w");
+    CHECK(of && fputs(MIN, of) >= 0 && fclose(of) == 0);
+    CHECK_INT_EQ(dt_config_load(&cfg, odd_path, NULL, 0), DT_ERR_CONFIG);
+    CHECK_STR_CONTAINS(dt_error_msg(), "/odd\\x0aname\\xff.yaml: run.dir: expected to default to runs/<config name>, "
+                                       "but the config's file name is not UTF-8 text (hint: set run.dir)");
+    const char *const set_dir[] = {"run.dir=runs/x"};
+    CHECK_INT_EQ(dt_config_load(&cfg, odd_path, set_dir, 1), DT_OK);
+    char *odd_text = printed(&cfg);
+    CHECK_STR_CONTAINS(odd_text, "/odd\\x0aname\\xff.yaml\nrun:\n  dir: \"runs/x\"\n");
+    dt_config back_odd;
+    CHECK_INT_EQ(dt_config_load_string(&back_odd, NAME, odd_text, NULL, 0), DT_OK);
+    free(odd_text);
+    remove(odd_path);
     /* --set values are UTF-8 like the file (a saved config.yaml must load back) */
     LOAD_ERR("--set data.val_path=\\xffv: data.val_path: expected UTF-8 text, got the byte 0xff at offset 0 of the "
              "value",

@@ -28,6 +28,8 @@ typedef enum { DT_RESUME_AUTO = 0, DT_RESUME_NEVER, DT_RESUME_PATH } dt_resume_k
 typedef struct {
     char key[64];            /* "data.train_path", "optimizer.betas[0]" */
     char text[DT_PATH_MAX];  /* "${DATA}/train.tsv" */
+    char value[DT_PATH_MAX + 64]; /* the key's value as printed when loaded: a field changed since
+                                     (bench, an external launcher's world size) prints as it is */
 } dt_config_env_ref;
 
 typedef struct dt_config {
@@ -132,6 +134,10 @@ uint32_t dt_config_digest(const dt_config *cfg);
 /* Lists the keys whose values differ as "key a -> b, ..." in buf (truncated to n); returns
  * how many differ. A key set with ${NAME} on either side is compared (and shown) as written. */
 int dt_config_diff(const dt_config *a, const dt_config *b, char *buf, size_t n);
+
+/* Key `path`'s value for a message or a log line, in buf (n bytes): as written ("${N}") when
+ * it was set with ${NAME} and still holds that value, else the value as printed. */
+const char *dt_config_shown(const dt_config *cfg, const char *path, char *buf, size_t n);
 
 /* Names used in the printed config and messages. */
 const char *dt_device_name(dt_device_kind d);

@@ -396,39 +396,50 @@ static long utf8_bad_at(const char *s) {
 typedef struct {
     char s[4 * QUOTE_MAX + 8];
 } quoted;
-static const char *quote_line(const char *v, quoted *q) {
+/* The escaping of quote_line into out (4 * max + 4 bytes at least), up to `max` bytes of v;
+ * with one_line it stops at a newline, else a newline is \x0a too. */
+static const char *quote_text(const char *v, size_t max, int one_line, char *out, size_t outsize) {
     size_t k = 0, i = 0;
-    while (v[i] && v[i] != '\n' && i < QUOTE_MAX) {
+    while (v[i] && !(one_line && v[i] == '\n') && i < max) {
         const unsigned char *u = (const unsigned char *)v + i;
         int n = utf8_len(u);
         if (n == 0 || u[0] < 0x20 || u[0] == 0x7f || (u[0] == 0xc2 && u[1] <= 0x9f)) {
-            k += (size_t)snprintf(q->s + k, sizeof q->s - k, "\\x%02x", n == 2 ? u[1] : u[0]);
+            k += (size_t)snprintf(out + k, outsize - k, "\\x%02x", n == 2 ? u[1] : u[0]);
             i += n == 2 ? 2 : 1;
         } else {
-            memcpy(q->s + k, u, (size_t)n);
+            memcpy(out + k, u, (size_t)n);
             k += (size_t)n;
             i += (size_t)n;
         }
     }
-    q->s[k] = '\0';
-    if (v[i]) snprintf(q->s + k, sizeof q->s - k, "...");
-    return q->s;
+    out[k] = '\0';
+    if (v[i]) snprintf(out + k, outsize - k, "...");
+    return out;
 }
+
+static const char *quote_line(const char *v, quoted *q) { return quote_text(v, QUOTE_MAX, 1, q->s, sizeof q->s); }
+
+/* A file name or key path in a message: whole (up to DT_PATH_MAX bytes), escaped alike. */
+typedef struct {
+    char s[4 * DT_PATH_MAX + 8];
+} quoted_name;
+static const char *quote_name(const char *v, quoted_name *q) { return quote_text(v, DT_PATH_MAX, 0, q->s, sizeof q->s); }
 
 /* Formats "LOCATION: [PATH: ]MESSAGE" with LOCATION = --set TEXT | NAME:LINE | NAME. */
 static dt_status fail_at(const load_ctx *c, int line, int ovr, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 static dt_status fail_at(const load_ctx *c, int line, int ovr, const char *path, const char *fmt, ...) {
-    char loc[DT_PATH_MAX + 64], msg[1536];
+    char loc[sizeof(quoted_name) + 64], msg[1536];
     quoted q;
+    quoted_name qn, qp;
     if (ovr >= 0) snprintf(loc, sizeof loc, "--set %s", quote_line(c->overrides[ovr], &q));
-    else if (line > 0) snprintf(loc, sizeof loc, "%s:%d", c->name, line);
-    else snprintf(loc, sizeof loc, "%s", c->name);
+    else if (line > 0) snprintf(loc, sizeof loc, "%s:%d", quote_name(c->name, &qn), line);
+    else snprintf(loc, sizeof loc, "%s", quote_name(c->name, &qn));
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (path) return dt_error_set(DT_ERR_CONFIG, "%s: %s: %s", loc, path, msg);
+    if (path) return dt_error_set(DT_ERR_CONFIG, "%s: %s: %s", loc, quote_name(path, &qp), msg);
     return dt_error_set(DT_ERR_CONFIG, "%s: %s", loc, msg);
 }
 
@@ -611,10 +622,13 @@ static dt_status fail_value(const load_ctx *c, const key_def *k, const yaml_node
     char what[512], hint[256], shown[sizeof(quoted) + 64];
     describe(k, what, sizeof what);
     hint_suffix(k, hint, sizeof hint);
+    size_t max = (k->kind == K_RESUME ? sizeof(((dt_config *)0)->checkpoint.resume_path) : k->size) - 1;
+    if (r == PV_TOO_LONG && written) /* not even the substituted value's length */
+        return fail_node(c, at, path, "expected a string of at most %zu bytes after substituting the environment%s",
+                         max, hint);
     if (r == PV_TOO_LONG)
-        return fail_node(c, at, path, "expected a string of at most %zu bytes, got %zu bytes%s",
-                         (k->kind == K_RESUME ? sizeof(((dt_config *)0)->checkpoint.resume_path) : k->size) - 1,
-                         strlen(text), hint);
+        return fail_node(c, at, path, "expected a string of at most %zu bytes, got %zu bytes%s", max, strlen(text),
+                         hint);
     if (!text) return fail_node(c, at, path, "expected %s, got %s%s", what, node_kind_name(node), hint);
     quoted q;
     snprintf(shown, sizeof shown, "\"%s\"%s", quote_line(written ? written : text, &q),
@@ -624,11 +638,29 @@ static dt_status fail_value(const load_ctx *c, const key_def *k, const yaml_node
     return fail_node(c, at, path, "expected %s, got %s%s", what, shown, hint);
 }
 
-/* The ${NAME} text of key `path` in cfg, NULL when it was not written with one. */
-static const char *env_ref(const dt_config *cfg, const char *path) {
+/* The ${NAME} entry of key `path` in cfg, NULL when it was not written with one. */
+static const dt_config_env_ref *env_entry(const dt_config *cfg, const char *path) {
     for (int i = 0; i < cfg->env.n; i++)
-        if (strcmp(cfg->env.ref[i].key, path) == 0) return cfg->env.ref[i].text;
+        if (strcmp(cfg->env.ref[i].key, path) == 0) return &cfg->env.ref[i];
     return NULL;
+}
+
+/* Its text as written (while loading: messages about the value just read). */
+static const char *env_ref(const dt_config *cfg, const char *path) {
+    const dt_config_env_ref *r = env_entry(cfg, path);
+    return r ? r->text : NULL;
+}
+
+static void current_value(const dt_config *cfg, const char *path, char *buf, size_t n);
+static void record_env_values(dt_config *cfg);
+
+/* Its text as written, while the key still holds the value it was loaded with (printing). */
+static const char *env_ref_live(const dt_config *cfg, const char *path) {
+    const dt_config_env_ref *r = env_entry(cfg, path);
+    if (!r) return NULL;
+    char now[sizeof r->value];
+    current_value(cfg, path, now, sizeof now);
+    return strcmp(now, r->value) == 0 ? r->text : NULL;
 }
 
 /* Records (text != NULL) or forgets (NULL) that `path` was written as `text`. */
@@ -889,6 +921,9 @@ static dt_status validate(load_ctx *c) {
         int stem = dot && dot != base ? (int)(dot - base) : (int)strlen(base);
         char dir[DT_PATH_MAX];
         snprintf(dir, sizeof dir, "runs/%.*s", stem, base);
+        if (utf8_bad_at(dir) >= 0) /* a saved config.yaml could not hold it */
+            return fail_at(c, 0, -1, keys[i_dir].path, "expected to default to runs/<config name>, but the config's "
+                                                        "file name is not UTF-8 text (hint: set run.dir)");
         put_str(cfg, keys[i_dir].off, keys[i_dir].size, dir);
     }
     return DT_OK;
@@ -977,7 +1012,9 @@ static dt_status load_text(dt_config *cfg, const char *name, const char *yaml, s
 
     for (int i = 0; i < n_overrides; i++) DT_TRY(apply_override(&c, i));
     c.cur_ovr = -1;
-    return validate(&c);
+    DT_TRY(validate(&c));
+    record_env_values(cfg);
+    return DT_OK;
 }
 
 dt_status dt_config_load_string(dt_config *cfg, const char *name, const char *yaml,
@@ -1074,7 +1111,7 @@ static void print_double(FILE *out, double v) {
 /* One key's value as dt_config_print writes it; `written`: a key set with ${NAME} as given. */
 static void print_value(FILE *out, const dt_config *cfg, const key_def *k, int written) {
     const char *field = (const char *)cfg + k->off;
-    const char *ref = written ? env_ref(cfg, k->path) : NULL;
+    const char *ref = written ? env_ref_live(cfg, k->path) : NULL;
     if (ref) {
         print_quoted(out, ref);
         return;
@@ -1118,7 +1155,7 @@ static void print_value(FILE *out, const dt_config *cfg, const key_def *k, int w
         for (int i = 0; i < 2; i++) {
             snprintf(elem, sizeof elem, "%s[%d]", k->path, i);
             if (i) fputs(", ", out);
-            if (written && (ref = env_ref(cfg, elem)) != NULL) print_quoted(out, ref);
+            if (written && (ref = env_ref_live(cfg, elem)) != NULL) print_quoted(out, ref);
             else print_double(out, i ? b2 : b1);
         }
         fputc(']', out);
@@ -1136,7 +1173,8 @@ static void print_value(FILE *out, const dt_config *cfg, const key_def *k, int w
 
 void dt_config_print(const dt_config *cfg, FILE *out) {
     const char *prev = "";
-    if (cfg->source[0]) fprintf(out, "# resolved from %s\n", cfg->source);
+    quoted_name qn; /* a comment line: nothing in the name may end it or break the encoding */
+    if (cfg->source[0]) fprintf(out, "# resolved from %s\n", quote_name(cfg->source, &qn));
     for (int i = 0; i < N_KEYS; i++) {
         const key_def *k = &keys[i];
         const char *field = (const char *)cfg + k->off;
@@ -1179,6 +1217,46 @@ static void value_string(const dt_config *cfg, const key_def *k, int written, ch
     print_value(f, cfg, k, written);
     fclose(f);
     buf[n - 1] = '\0';
+}
+
+/* Key `path`'s value as printed ("optimizer.betas[1]": that element). */
+static void current_value(const dt_config *cfg, const char *path, char *buf, size_t n) {
+    char key[80];
+    snprintf(key, sizeof key, "%s", path);
+    char *br = strchr(key, '[');
+    int elem = br ? br[1] - '0' : -1;
+    if (br) *br = '\0';
+    int idx = key_index(key);
+    buf[0] = '\0';
+    if (idx < 0) return;
+    if (elem < 0) {
+        value_string(cfg, &keys[idx], 0, buf, n);
+        return;
+    }
+    double v;
+    memcpy(&v, (const char *)cfg + (elem ? keys[idx].off2 : keys[idx].off), sizeof v);
+    FILE *f = fmemopen(buf, n, "w");
+    if (!f) return;
+    print_double(f, v);
+    fclose(f);
+    buf[n - 1] = '\0';
+}
+
+/* Every ${NAME} key's value now: printing shows the text as written only while it is unchanged. */
+static void record_env_values(dt_config *cfg) {
+    for (int i = 0; i < cfg->env.n; i++)
+        current_value(cfg, cfg->env.ref[i].key, cfg->env.ref[i].value, sizeof cfg->env.ref[i].value);
+}
+
+const char *dt_config_shown(const dt_config *cfg, const char *path, char *buf, size_t n) {
+    const char *ref = env_ref_live(cfg, path);
+    if (ref) {
+        quoted q;
+        snprintf(buf, n, "%s", quote_line(ref, &q));
+    } else {
+        current_value(cfg, path, buf, n);
+    }
+    return buf;
 }
 
 uint32_t dt_config_digest(const dt_config *cfg) {

@@ -207,7 +207,7 @@ static dt_status write_resolved_config(const dt_config *c) {
     DT_TRY(dt_file_open_write(path, 0, &fd));
     FILE *f = dt_file_stream(fd, "w", path);
     if (!f) return DT_ERR_NOMEM;
-    fprintf(f, "# resolved configuration of this run (dtrain --config %s)\n", c->source[0] ? c->source : "-");
+    fputs("# resolved configuration of this run\n", f); /* dt_config_print names the file it came from */
     dt_config_print(c, f);
     if (fclose(f) != 0) return dt_error_set(DT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     return DT_OK;
