@@ -350,19 +350,23 @@ static void test_not_retried(void) {
  * train.log as a link to a file outside is never written through (it used to be truncated or
  * appended to): exit 2 naming it, the file untouched */
 static void test_planted_links(void) {
-    const char *names[] = {"config.yaml", "metrics.jsonl", "train.log"};
-    for (int i = 0; i < 3; i++) {
-        char run_dir[600], victim[600], link[700], want[800], got[64];
+    const char *names[] = {"config.yaml", "metrics.jsonl", "train.log", "rank-1.log"};
+    for (int i = 0; i < 8; i++) { /* each name as a symbolic link, then as a hard link */
+        char run_dir[600], victim[600], planted[700], want[800], got[64];
+        int hard = i >= 4;
         snprintf(run_dir, sizeof run_dir, "%s/planted-%d", tmp, i);
         snprintf(victim, sizeof victim, "%s/victim-%d.txt", tmp, i);
-        snprintf(link, sizeof link, "%s/%s", run_dir, names[i]);
+        snprintf(planted, sizeof planted, "%s/%s", run_dir, names[i % 4]);
         test_mkdir_p(run_dir);
         write_file(victim, "keep me");
-        CHECK(symlink(victim, link) == 0);
-        CHECK_INT_EQ(run("timeout -s KILL 120 %s --config configs/ci-smoke.yaml --set run.dir=%s --set training.max_steps=2",
+        CHECK((hard ? link(victim, planted) : symlink(victim, planted)) == 0);
+        CHECK_INT_EQ(run("timeout -s KILL 120 %s --config configs/ci-smoke.yaml --set run.dir=%s --set training.max_steps=2 "
+                         "--set training.num_workers=2",
                          DTRAIN_BIN, run_dir), 2);
-        snprintf(want, sizeof want, "%s: is a symbolic link: refusing to write through it", link);
+        snprintf(want, sizeof want, hard ? "%s: has 2 hard links: refusing to write through it"
+                                         : "%s: is a symbolic link: refusing to write through it", planted);
         CHECK_STR_CONTAINS(err_text, want);
+        CHECK(strstr(err_text, "restart") == NULL);
         test_slurp(victim, got, sizeof got);
         CHECK_STR_EQ(got, "keep me");
     }

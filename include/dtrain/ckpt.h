@@ -57,8 +57,9 @@ dt_status dt_ckpt_verify(const char *ckpt_dir, dt_ckpt_state *s);
 typedef void (*dt_ckpt_report_fn)(void *user, const char *msg);
 
 /* The newest checkpoint under `dir` that verifies: `dir` is a run directory (its
- * checkpoints/ is searched) or a checkpoint directory itself. Newer broken ones are
- * reported and skipped. *found = 0 (and DT_OK) when there is none. */
+ * checkpoints/ is searched) or a checkpoint directory itself. Newer broken ones (DT_ERR_DATA)
+ * are reported and skipped; an I/O error while reading one is returned (a retry may find it
+ * whole). *found = 0 (and DT_OK) when there is none. */
 dt_status dt_ckpt_find_latest(const char *dir, dt_ckpt_report_fn report, void *user, char *dir_out, size_t n,
                               dt_ckpt_state *s, int *found);
 

@@ -43,8 +43,9 @@ dt_status dt_file_create_new(const char *path, int *fd);
 
 /* Opens `path` for writing — appending (append = 1) or truncated — creating it (0644) when
  * missing. A symbolic link as the last component is refused ("PATH: is a symbolic link:
- * refusing to write through it"), and so is anything but a regular file: DT_ERR_DATA (what
- * is on disk is wrong: exit 2, not worth a retry); DT_ERR_IO when the open fails. */
+ * refusing to write through it"), and so are a file with more than one hard link ("PATH:
+ * has 2 hard links: ...") and anything but a regular file: DT_ERR_DATA (what is on disk is
+ * wrong: exit 2, not worth a retry); DT_ERR_IO when the open fails. */
 dt_status dt_file_open_write(const char *path, int append, int *fd);
 
 /* fdopen(fd, mode) that closes fd when it fails; NULL then, with a message naming `path`. */

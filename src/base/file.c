@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -40,6 +41,8 @@ dt_status dt_file_errno_status(int e, dt_status bad_input) {
 
 dt_status dt_file_open_regular(const char *path, dt_status not_regular, int *fd) {
     *fd = -1;
+    struct stat pre; /* a device is refused before its driver's open() runs; fstat below closes the race */
+    if (stat(path, &pre) == 0 && kind_of(pre.st_mode)) return not_regular_error(not_regular, path, pre.st_mode);
     int f = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (f < 0) {
         int e = errno;
@@ -106,6 +109,12 @@ dt_status dt_file_open_write(const char *path, int append, int *fd) {
         close(f);
         *fd = -1;
         return not_regular_error(DT_ERR_DATA, path, sb.st_mode);
+    }
+    if (ok && sb.st_nlink > 1) { /* a hard link planted there: writing would change the other name's file */
+        close(f);
+        *fd = -1;
+        return dt_error_set(DT_ERR_DATA, "%s: has %ju hard links: refusing to write through it (hint: remove it)", path,
+                            (uintmax_t)sb.st_nlink);
     }
     int fl = ok ? fcntl(f, F_GETFL) : -1;
     ok = fl >= 0 && fcntl(f, F_SETFL, fl & ~O_NONBLOCK) == 0 && (append || ftruncate(f, 0) == 0);

@@ -41,7 +41,7 @@ static dt_status fsync_path(const char *path, int dir) {
 /* CRC32 (zlib) and size of a whole file (a regular file: a FIFO or a device is refused). */
 static dt_status crc_file(const char *path, uint32_t *crc_out, uint64_t *bytes_out) {
     int fd;
-    if (dt_file_open_regular(path, DT_ERR_DATA, &fd) != DT_OK) return DT_ERR_DATA; /* a checkpoint's file: bad data */
+    DT_TRY(dt_file_open_regular(path, DT_ERR_DATA, &fd)); /* missing or not a file: bad data; EIO, EMFILE: I/O */
     static unsigned char buf[1 << 20];
     uLong crc = crc32(0L, Z_NULL, 0);
     uint64_t total = 0;
@@ -525,9 +525,13 @@ dt_status dt_ckpt_find_latest(const char *dir, dt_ckpt_report_fn report, void *u
     long *steps = list_steps(root, &count);
     for (int i = 0; i < count && !*found; i++) {
         step_dir(root, steps[i], p, sizeof p);
-        if (dt_ckpt_verify(p, s) == DT_OK) {
+        dt_status st = dt_ckpt_verify(p, s);
+        if (st == DT_OK) {
             snprintf(dir_out, n, "%s", p);
             *found = 1;
+        } else if (st != DT_ERR_DATA) { /* the disk failed us, not the checkpoint: do not pass it over */
+            free(steps);
+            return st;
         } else if (report) {
             char msg[2048];
             snprintf(msg, sizeof msg, "%s", dt_error_msg());
@@ -620,8 +624,9 @@ dt_status dt_ckpt_set_aside(const char *run_dir, long after_step, char *moved_to
     for (int k = 1; lstat(dst, &sb) == 0 && k < 100; k++) snprintf(dst, sizeof dst, "%s.prev-%s.%d", root, stamp, k);
     dt_status st = DT_OK;
     if (after_step < 0) { /* all of it */
-        if (rename(root, dst) != 0)
-            st = dt_error_set(DT_ERR_IO, "cannot move %s aside to %s: %s", root, dst, strerror(errno));
+        int r = renameat2(AT_FDCWD, root, AT_FDCWD, dst, RENAME_NOREPLACE); /* never onto a name made meanwhile */
+        if (r != 0 && errno == EINVAL && lstat(dst, &sb) != 0) r = rename(root, dst); /* no NOREPLACE here */
+        if (r != 0) st = dt_error_set(DT_ERR_IO, "cannot move %s aside to %s: %s", root, dst, strerror(errno));
     } else if (mkdir(dst, 0755) != 0) {
         st = dt_error_set(DT_ERR_IO, "%s: cannot create directory: %s", dst, strerror(errno));
     } else {

@@ -107,7 +107,14 @@ static void child_main(const dt_launch_cfg *cfg, int rank, int attempt, pid_t pa
     char log[1200];
     log_path(cfg, rank, log, sizeof log);
     if (rank != 0) { /* only rank 0 speaks on the console */
-        int fd = open(log[0] ? log : "/dev/null", O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0644);
+        int fd = -1; /* a link, a hard link or a FIFO planted as its log is refused (exit 2), not written through */
+        dt_status lst = log[0] ? dt_file_open_write(log, 1, &fd) : DT_OK;
+        if (lst != DT_OK) {
+            snprintf(slot->msg, sizeof slot->msg, "%s", dt_error_msg());
+            atomic_store(&slot->has_msg, 1);
+            _exit(dt_status_exit_code(lst));
+        }
+        if (fd < 0) fd = open("/dev/null", O_WRONLY);
         if (fd >= 0) {
             dup2(fd, STDOUT_FILENO);
             dup2(fd, STDERR_FILENO);
