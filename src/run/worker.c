@@ -873,9 +873,10 @@ dt_status dt_worker_launch_external(const dt_config *cfg, const dt_ext_env *e, c
     *c = *cfg;
     /* every rank computes the digest of the config as given, before the world size is set */
     const uint32_t digest = dt_config_digest(c);
+    char shown[64];
     if (e->world != c->training.num_workers && e->rank == 0)
-        printf("note: %s started %d workers; training.num_workers (%d) is ignored\n", e->source, e->world,
-               c->training.num_workers);
+        printf("note: %s started %d workers; training.num_workers (%s) is ignored\n", e->source, e->world,
+               dt_config_shown(c, "training.num_workers", shown, sizeof shown));
     c->training.num_workers = e->world;
     if (c->training.cpu_threads_per_worker == 0) {
         /* the host's cores shared by its workers, unless the launcher pinned this process to
