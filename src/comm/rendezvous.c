@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -243,15 +244,28 @@ static void my_host(char *buf, size_t n) {
         if (!isalnum((unsigned char)*p) && *p != '.' && *p != '-' && *p != '_') *p = '_';
 }
 
-/* The ranks meet at a loopback address (all on this host): listen on loopback only. */
-static int loopback_only(const dt_ext_env *e) {
-    return strncmp(e->addr, "127.", 4) == 0 || strcmp(e->addr, "localhost") == 0;
+/* MASTER_ADDR is a loopback address itself (all ranks on this host): its value in host order, else 0 */
+static uint32_t loopback_literal(const char *addr) {
+    struct in_addr a;
+    if (strcasecmp(addr, "localhost") == 0) return INADDR_LOOPBACK;
+    if (inet_pton(AF_INET, addr, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127) return ntohl(a.s_addr);
+    return 0;
 }
 
-static int is_loopback(struct in_addr a) { return (ntohl(a.s_addr) >> 24) == 127; }
+uint32_t dt_rdzv_listen_addr(const char *addr, int resolved, uint32_t ip, const char **why) {
+    *why = NULL;
+    uint32_t lo = loopback_literal(addr);
+    if (lo) return lo;
+    if (!addr[0]) *why = "MASTER_ADDR is not set";
+    else if (!resolved) *why = "it does not resolve here";
+    else if ((ip >> 24) == 127) *why = "it is a loopback address here, and ranks elsewhere could not reach that";
+    else return ip;
+    return INADDR_ANY;
+}
 
-/* the launcher says that some ranks run on other hosts */
-static int spans_hosts(const dt_ext_env *e) { return e->local_world < e->world; }
+uint32_t dt_rdzv_ring_listen_addr(const char *addr, uint32_t local) {
+    return (local >> 24) == 127 && !loopback_literal(addr) ? INADDR_ANY : local;
+}
 
 /* A listening socket at a:port (port 0: an ephemeral one), or -1 with errno. */
 static int listen_at(struct in_addr a, int port) {
@@ -270,29 +284,26 @@ static int listen_at(struct in_addr a, int port) {
 }
 
 /* Where rank 0 listens (the rendezvous port, then its ring listener): at MASTER_ADDR, the
- * address the others use (loopback when it is one). Every address of this host only when
- * MASTER_ADDR is unset, does not resolve here, is no address of this host (a Service or NAT
- * address) or resolves here to loopback while ranks run elsewhere (a host name /etc/hosts maps
- * to 127.0.1.1), with a note saying so. Returns the fd, or -1 with errno. */
+ * address the others use, as dt_rdzv_listen_addr decides, with a note when that is every
+ * address of this host; also when it is no address of this host (a Service or NAT address).
+ * Returns the fd, or -1 with errno. */
 static int rank0_listen(const dt_ext_env *e, struct in_addr *at) {
-    at->s_addr = htonl(INADDR_ANY);
     const char *why = NULL;
     char ip[INET_ADDRSTRLEN + 3] = "";
-    if (loopback_only(e)) at->s_addr = htonl(INADDR_LOOPBACK);
-    else if (!e->addr[0]) why = "MASTER_ADDR is not set";
-    else {
+    struct in_addr got = {0};
+    int resolved = 0;
+    if (e->addr[0] && !loopback_literal(e->addr)) {
         struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
-        if (getaddrinfo(e->addr, NULL, &hints, &res) != 0 || !res) why = "it does not resolve here";
-        else {
-            struct in_addr a = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
+        if (getaddrinfo(e->addr, NULL, &hints, &res) == 0 && res) {
+            resolved = 1;
+            got = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
             char buf[INET_ADDRSTRLEN];
-            inet_ntop(AF_INET, &a, buf, sizeof buf);
+            inet_ntop(AF_INET, &got, buf, sizeof buf);
             if (strcmp(buf, e->addr) != 0) snprintf(ip, sizeof ip, " (%s)", buf);
-            if (is_loopback(a) && spans_hosts(e)) why = "it is a loopback address here, and ranks run on other hosts";
-            else *at = a;
         }
         if (res) freeaddrinfo(res);
     }
+    at->s_addr = htonl(dt_rdzv_listen_addr(e->addr, resolved, ntohl(got.s_addr), &why));
     int fd = listen_at(*at, e->port);
     if (fd < 0 && errno == EADDRNOTAVAIL && at->s_addr != htonl(INADDR_ANY)) {
         why = "it is no address of this host (a Service or NAT address?)";
@@ -305,15 +316,14 @@ static int rank0_listen(const dt_ext_env *e, struct in_addr *at) {
     return fd;
 }
 
-/* A rank's ring listener: at the address it reached rank 0 from (a loopback one only when
- * every rank is on this host), or -1 with errno. */
+/* A rank's ring listener: at the address it reached rank 0 from (dt_rdzv_ring_listen_addr),
+ * or -1 with errno. */
 static int ring_listener(const dt_ext_env *e, int fd0) {
     struct sockaddr_in la;
     socklen_t l = sizeof la;
     struct in_addr at = {htonl(INADDR_ANY)};
-    if (getsockname(fd0, (struct sockaddr *)&la, &l) == 0 && la.sin_family == AF_INET &&
-        !(is_loopback(la.sin_addr) && spans_hosts(e)))
-        at = la.sin_addr;
+    if (getsockname(fd0, (struct sockaddr *)&la, &l) == 0 && la.sin_family == AF_INET)
+        at.s_addr = htonl(dt_rdzv_ring_listen_addr(e->addr, ntohl(la.sin_addr.s_addr)));
     return listen_at(at, 0);
 }
 
