@@ -13,8 +13,9 @@
  *   rank r -> 0:  "MAPPED"        (rank 0 then unlinks /NAME)
  *   0 -> rank r:  "GO"            or  "ERR message"
  * Rank 0 and the ring listeners serve every connection that has not said who it is at once,
- * each for RDZV_HELLO_S: idle or unauthenticated peers are dropped (with one log line, for the
- * first few) and never end the job; only a rank that proved the secret (or, without one, any
+ * each for RDZV_HELLO_S, at most RDZV_HUB_PER_IP from one address (rdzv_hub_wait): idle or
+ * unauthenticated peers are dropped (with one log line, for the first few) and never end the job;
+ * a rank dropped before the peer's proof connects again until the deadline; only a rank that proved the secret (or, without one, any
  * rank) with another config does. Text from the network is sanitised before it is printed. */
 #include "dtrain/rendezvous.h"
 
