@@ -883,7 +883,7 @@ static dt_status join_meet(const dt_ext_env *e, const rdzv_secret *sec, uint32_t
         *fd = -1;
         if (!again || dt_clock_now() + 0.05 >= deadline) return st;
         if (tries == 0)
-            fprintf(stderr, "dtrain: rendezvous: rank %d: %s before the handshake was done; connecting again\n", e->rank,
+            fprintf(stderr, "dtrain: rank %d: %s before the handshake was done; connecting again\n", e->rank,
                     dt_error_msg());
         dt_error_clear();
         struct timespec ts = {0, 50 * 1000 * 1000};
