@@ -13,16 +13,26 @@
  *   - a secret file readable by others, or a short secret, is refused (exit 2, naming it);
  *   - an ERR line full of escapes from a fake rank 0 is printed with them replaced;
  *   - without a secret: one warning naming the variables, and the job works;
- *   - the secret appears in no output. */
+ *   - the secret appears in no output, nor in the environment of a running rank;
+ *   - a flood of idle connections from twelve other loopback addresses at rank 0's rendezvous
+ *     port and at the ring listeners does not push out the real ranks (from 127.0.0.1): the
+ *     job starts and trains;
+ *   - MASTER_ADDR naming this host, which resolves to a loopback address here, with no local
+ *     world size (hand-set RANK/WORLD_SIZE): rank 0 listens on every address, with a note. */
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -313,6 +323,134 @@ static void test_one_sided(void) {
     CHECK_INT_EQ(wait_exit(p1, "one1-r1"), 2);
     CHECK_STR_CONTAINS(err_text, "runs without a shared secret");
     CHECK_INT_EQ(wait_exit(p0, "one1-r0"), 1);
+    CHECK_STR_CONTAINS(err_text, "a rank with a shared secret?"); /* rank 0 hints at the secret */
+}
+
+/* 1 when the environment block of `pid` holds `text` */
+static int environ_holds(pid_t pid, const char *text) {
+    char path[64], buf[1 << 16];
+    snprintf(path, sizeof path, "/proc/%ld/environ", (long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    for (size_t i = 0; i < n; i++)
+        if (buf[i] == '\0') buf[i] = '\n';
+    buf[n] = '\0';
+    return strstr(buf, text) != NULL;
+}
+
+/* A child that opens connections to the ports, round robin from 127.0.0.2..127.0.0.13, as fast
+ * as it can, holding the newest 400 (silent), until killed. */
+static pid_t flood(const int *ports, int nports) {
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid > 0) return pid;
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives the test */
+    static int held[400];
+    int k = 0, n = 0;
+    for (unsigned long i = 0;; i++) {
+        if (n == 400) {
+            struct linger lg = {1, 0}; /* a reset: no TIME_WAIT for the flood */
+            setsockopt(held[k], SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+            close(held[k]);
+            n--;
+        }
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        if (fd < 0) _exit(1);
+        int one = 1;
+        setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+        struct sockaddr_in src = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000002u + (uint32_t)(i % 12))};
+        struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons((uint16_t)ports[i / 12 % (unsigned)nports]),
+                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (bind(fd, (struct sockaddr *)&src, sizeof src) != 0 ||
+            (connect(fd, (struct sockaddr *)&dst, sizeof dst) != 0 && errno != EINPROGRESS)) {
+            close(fd);
+            sleep_ms(1);
+            continue;
+        }
+        held[(k + n) % 400] = fd;
+        if (n == 399) k = (k + 1) % 400;
+        n++;
+    }
+}
+
+static void stop(pid_t pid) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+/* a flood of silent connections at rank 0's port and at the ring listeners while the ranks meet */
+static void test_flood(void) {
+    int port = proc_free_port();
+    const char *v[] = {"DTRAIN_RDZV_SECRET=" SECRET, NULL};
+    const char *tcp = "training.communication_backend=tcp";
+    pid_t f0 = flood(&port, 1);
+    pid_t p0 = start_rank("flood-r0", 0, 3, port, "flood", v, tcp, "40");
+    pid_t p1 = start_rank("flood-r1", 1, 3, port, "flood", v, tcp, "40");
+    int ports[16], n = 0;
+    for (int i = 0; i < 400 && n < 3; i++) { /* rank 0's two listeners, rank 1's ring listener */
+        sleep_ms(50);
+        n = listening_ports(p0, ports, 8);
+        n += listening_ports(p1, ports + n, 8);
+    }
+    CHECK(n >= 3);
+    int leaked = environ_holds(p0, SECRET) + environ_holds(p1, SECRET);
+    pid_t f1 = flood(ports, n);
+    sleep_ms(300);
+    pid_t p2 = start_rank("flood-r2", 2, 3, port, "flood", v, tcp, "40");
+    int r2 = wait_exit(p2, "flood-r2"), r1 = wait_exit(p1, "flood-r1"), r0 = wait_exit(p0, "flood-r0");
+    stop(f0);
+    stop(f1);
+    CHECK_INT_EQ(r2, 0);
+    CHECK_INT_EQ(r1, 0);
+    CHECK_INT_EQ(r0, 0);
+    CHECK_INT_EQ(leaked, 0); /* the secret is gone from the ranks' environment */
+    char path[1300];
+    snprintf(path, sizeof path, "%s/flood-r0.out", test_dir());
+    test_slurp(path, out_text, sizeof out_text);
+    CHECK_STR_CONTAINS(out_text, "done: 20 steps");
+}
+
+/* MASTER_ADDR: this host's name, which resolves to loopback here (/etc/hosts), and no local
+ * world size: rank 0 cannot tell that every rank is here, so it listens on every address */
+static void test_name_is_loopback(void) {
+    char host[256], addr[64];
+    CHECK(gethostname(host, sizeof host) == 0);
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) {
+        printf("skipped: %s does not resolve here\n", host);
+        return;
+    }
+    inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, addr, sizeof addr);
+    freeaddrinfo(res);
+    if (strncmp(addr, "127.", 4) != 0) {
+        printf("skipped: %s is %s here, not a loopback address\n", host, addr);
+        return;
+    }
+    int port = proc_free_port();
+    char ma[300];
+    snprintf(ma, sizeof ma, "MASTER_ADDR=%s", host);
+    const char *v[] = {"DTRAIN_RDZV_SECRET=" SECRET, ma, NULL};
+    pid_t p0 = start_rank("lo-r0", 0, 2, port, "lo", v, NULL, "20");
+    int any = 0;
+    for (int i = 0; i < 200 && !any; i++) {
+        sleep_ms(50);
+        FILE *f = fopen("/proc/net/tcp", "r");
+        CHECK(f != NULL);
+        char line[512];
+        while (fgets(line, sizeof line, f)) {
+            unsigned a, lp, st;
+            if (sscanf(line, " %*d: %x:%x %*x:%*x %x", &a, &lp, &st) == 3 && st == 0x0A && (int)lp == port) any = a == 0;
+        }
+        fclose(f);
+    }
+    pid_t p1 = start_rank("lo-r1", 1, 2, port, "lo", v, NULL, "20");
+    CHECK_INT_EQ(wait_exit(p1, "lo-r1"), 0);
+    CHECK_INT_EQ(wait_exit(p0, "lo-r0"), 0);
+    CHECK(any); /* 0.0.0.0:port, not 127.x:port */
+    CHECK_STR_CONTAINS(err_text, "listening on every address of this host, not at MASTER_ADDR=");
+    CHECK_STR_CONTAINS(err_text, "loopback address here");
 }
 
 /* secrets that are refused before anything listens */
@@ -377,7 +515,8 @@ int main(int argc, char **argv) {
         void (*fn)(void);
     } cases[] = {{"bad_secrets", test_bad_secrets}, {"err_sanitised", test_err_sanitised}, {"no_secret", test_no_secret},
                  {"one_sided", test_one_sided},     {"impostors", test_impostors},         {"idle", test_idle},
-                 {"other_config", test_other_config}, {"ring", test_ring}};
+                 {"other_config", test_other_config}, {"ring", test_ring}, {"flood", test_flood},
+                 {"name_is_loopback", test_name_is_loopback}};
     test_dir_init("rdzv-auth");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (argc < 2 || strcmp(argv[1], cases[i].name) == 0) {

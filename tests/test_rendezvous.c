@@ -5,7 +5,10 @@
  *     nonces and MACs, host names with spaces or escapes, a nonce without a MAC, anything after
  *     the MAC, and a line cut anywhere;
  *   - dt_rdzv_sanitize replaces control characters, ESC, DEL and bytes >= 0x80, and cuts long
- *     text with "...". */
+ *     text with "...";
+ *   - dt_rdzv_listen_addr binds loopback only for a loopback MASTER_ADDR literal or "localhost",
+ *     every address (with a note) for a name that resolves to loopback here (127.0.1.1), an
+ *     unset or unresolvable one, else the address; dt_rdzv_ring_listen_addr likewise. */
 #include <stdio.h>
 #include <string.h>
 
@@ -106,7 +109,41 @@ static void test_sanitize(void) {
     CHECK_STR_EQ(out, "");
 }
 
+static void test_listen_addr(void) {
+    static const struct {
+        const char *addr;
+        int resolved;
+        uint32_t ip, want;
+        const char *why; /* a word of the note, or NULL: none */
+    } rows[] = {
+        {"127.0.0.1", 0, 0, 0x7f000001u, NULL},
+        {"127.0.0.2", 0, 0, 0x7f000002u, NULL},
+        {"localhost", 1, 0x7f000001u, 0x7f000001u, NULL},
+        {"LOCALHOST", 0, 0, 0x7f000001u, NULL},
+        {"node1", 1, 0x7f000101u, 0, "loopback"}, /* Debian: the host name is 127.0.1.1 */
+        {"node1", 1, 0x7f000001u, 0, "loopback"},
+        {"127.1", 1, 0x7f000001u, 0, "loopback"}, /* not a dotted quad: a name */
+        {"node1", 1, 0x0a000005u, 0x0a000005u, NULL},
+        {"10.0.0.5", 1, 0x0a000005u, 0x0a000005u, NULL},
+        {"node1", 0, 0, 0, "resolve"},
+        {"", 0, 0, 0, "not set"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const char *why = "unset";
+        uint32_t got = dt_rdzv_listen_addr(rows[i].addr, rows[i].resolved, rows[i].ip, &why);
+        printf("listen: \"%s\" -> %08x (%s)\n", rows[i].addr, got, why ? why : "no note");
+        CHECK_INT_EQ(got, rows[i].want);
+        if (rows[i].why) CHECK(why && strstr(why, rows[i].why));
+        else CHECK(why == NULL);
+    }
+    CHECK_INT_EQ(dt_rdzv_ring_listen_addr("127.0.0.1", 0x7f000001u), 0x7f000001u);
+    CHECK_INT_EQ(dt_rdzv_ring_listen_addr("localhost", 0x7f000001u), 0x7f000001u);
+    CHECK_INT_EQ(dt_rdzv_ring_listen_addr("node1", 0x7f000101u), 0u);
+    CHECK_INT_EQ(dt_rdzv_ring_listen_addr("node1", 0x0a000007u), 0x0a000007u);
+}
+
 int main(void) {
+    test_listen_addr();
     test_accepts();
     test_refuses();
     test_sanitize();

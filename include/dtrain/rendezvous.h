@@ -74,4 +74,15 @@ dt_status dt_rdzv_parse_hello(const char *line, dt_rdzv_hello *h);
  * "..." at the end when it was cut. */
 void dt_rdzv_sanitize(const char *in, char *out, size_t n);
 
+/* Where rank 0 listens, from MASTER_ADDR `addr` ("" when unset) and, for a name, what it
+ * resolves to here (resolved 1 and ip in host order, or resolved 0): the address to bind in
+ * host order, 0 (INADDR_ANY) for every address of this host, with *why the note saying why
+ * (NULL otherwise). Loopback only when MASTER_ADDR is itself a loopback address (127.x.y.z) or
+ * "localhost"; a name that resolves to a loopback address here (Debian maps the host name to
+ * 127.0.1.1), an unset MASTER_ADDR and one that does not resolve get every address. Pure. */
+uint32_t dt_rdzv_listen_addr(const char *addr, int resolved, uint32_t ip, const char **why);
+/* A rank's ring listener, from the local address (host order) of its connection to rank 0:
+ * that address, or every address (0) when it is a loopback one and MASTER_ADDR is not. Pure. */
+uint32_t dt_rdzv_ring_listen_addr(const char *addr, uint32_t local);
+
 #endif

@@ -78,6 +78,10 @@ dt_status rdzv_secret_load(rdzv_secret *s) {
             return dt_error_set(DT_ERR_USAGE, "environment: DTRAIN_RDZV_SECRET is longer than %d bytes", RDZV_SECRET_MAX);
         memcpy(s->key, v, n);
         s->len = n;
+        /* out of the environment (and of /proc/PID/environ), so that no child inherits it:
+         * it is read once per process, here */
+        OPENSSL_cleanse((char *)v, n);
+        unsetenv("DTRAIN_RDZV_SECRET");
     } else if (file) {
         DT_TRY(secret_file(file, s));
     } else {
@@ -310,6 +314,8 @@ void rdzv_hub_init(rdzv_hub *h, int lfd, const rdzv_secret *s, const char *what)
     h->lfd = lfd;
     h->secret = s;
     h->what = what;
+    int fl = lfd >= 0 ? fcntl(lfd, F_GETFL) : -1;
+    if (fl >= 0) fcntl(lfd, F_SETFL, fl | O_NONBLOCK); /* accept until the backlog is empty */
 }
 
 static void remove_at(rdzv_hub *h, int i) {
@@ -323,6 +329,17 @@ int rdzv_hub_take(rdzv_hub *h, int i) {
     return fd;
 }
 
+void rdzv_hub_log(rdzv_hub *h, const char *verb, const char *peer, const char *why) {
+    if (h->logged < 5) {
+        char clean[300];
+        dt_rdzv_sanitize(why, clean, sizeof clean);
+        fprintf(stderr, "dtrain: %s: %s a connection from %s: %s\n", h->what, verb, peer, clean);
+    } else if (h->logged == 5) {
+        fprintf(stderr, "dtrain: %s: turning away or dropping more connections (not logged)\n", h->what);
+    }
+    h->logged++;
+}
+
 void rdzv_hub_drop(rdzv_hub *h, int i, const char *tell, const char *why) {
     rdzv_pend *p = &h->p[i];
     if (tell) {
@@ -331,47 +348,70 @@ void rdzv_hub_drop(rdzv_hub *h, int i, const char *tell, const char *why) {
         ssize_t sent = send(p->fd, line, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT); /* it is going anyway */
         (void)sent;
     }
-    if (h->logged < 5) {
-        char clean[200];
-        dt_rdzv_sanitize(why, clean, sizeof clean);
-        fprintf(stderr, "dtrain: %s: dropped a connection from %s: %s\n", h->what, p->peer, clean);
-    } else if (h->logged == 5) {
-        fprintf(stderr, "dtrain: %s: dropping more connections (not logged)\n", h->what);
-    }
-    h->logged++;
+    rdzv_hub_log(h, "dropped", p->peer, why);
     close(p->fd);
     remove_at(h, i);
 }
 
-/* one new connection: its greeting, its deadline; the oldest goes when the hub is full */
-static void hub_accept(rdzv_hub *h) {
+int rdzv_hub_victim(const rdzv_hub *h, uint32_t ip) {
+    int mine = 0, best = -1, best_n = 0;
+    for (int i = 0; i < h->n; i++) mine += h->p[i].ip == ip;
+    if (mine < RDZV_HUB_PER_IP && h->n < RDZV_HUB_MAX) return -1;
+    for (int i = 0; i < h->n; i++) {
+        int n = h->p[i].ip == ip; /* the newcomer counts for its own address */
+        for (int j = 0; j < h->n; j++) n += h->p[j].ip == h->p[i].ip;
+        if (mine >= RDZV_HUB_PER_IP && h->p[i].ip != ip) continue; /* over the cap: one of its own */
+        int own = h->p[i].ip == ip, best_own = best >= 0 && h->p[best].ip == ip;
+        int better = best < 0 || n > best_n || (n == best_n && own > best_own) ||
+                     (n == best_n && own == best_own && h->p[i].by < h->p[best].by);
+        if (better) {
+            best = i;
+            best_n = n;
+        }
+    }
+    return best;
+}
+
+/* one new connection: its greeting, its deadline; someone goes when its address or the hub is
+ * full (rdzv_hub_victim). 1 when one was accepted. */
+static int hub_accept(rdzv_hub *h) {
     struct sockaddr_in pa;
     socklen_t pl = sizeof pa;
     int c = accept4(h->lfd, (struct sockaddr *)&pa, &pl, SOCK_CLOEXEC);
-    if (c < 0) return;
-    if (h->n == RDZV_HUB_MAX) {
-        int oldest = 0;
-        for (int i = 1; i < h->n; i++)
-            if (h->p[i].by < h->p[oldest].by) oldest = i;
-        rdzv_hub_drop(h, oldest, NULL, "too many connections waiting to say who they are");
-    }
+    if (c < 0) return 0;
+    uint32_t ip = pa.sin_family == AF_INET ? pa.sin_addr.s_addr : 0;
+    int victim = rdzv_hub_victim(h, ip);
+    if (victim >= 0)
+        rdzv_hub_drop(h, victim, NULL,
+                      h->p[victim].ip == ip ? "too many connections from there waiting to say who they are"
+                                            : "too many connections waiting to say who they are");
     rdzv_pend *p = &h->p[h->n];
     memset(p, 0, sizeof *p);
     p->fd = c;
+    p->ip = ip;
     p->by = dt_clock_now() + RDZV_HELLO_S;
-    char ip[INET_ADDRSTRLEN] = "?";
-    if (pa.sin_family == AF_INET) inet_ntop(AF_INET, &pa.sin_addr, ip, sizeof ip);
-    snprintf(p->peer, sizeof p->peer, "%s:%d", ip, ntohs(pa.sin_port));
+    char ipt[INET_ADDRSTRLEN] = "?";
+    if (pa.sin_family == AF_INET) inet_ntop(AF_INET, &pa.sin_addr, ipt, sizeof ipt);
+    snprintf(p->peer, sizeof p->peer, "%s:%d", ipt, ntohs(pa.sin_port));
     char greet[128];
     if (h->secret->len && rdzv_nonce(p->nonce) != DT_OK) {
         close(c);
-        return;
+        return 1;
     }
     rdzv_greeting(h->secret, p->nonce, greet, sizeof greet - 1);
     strcat(greet, "\n");
     h->n++;
     if (send(c, greet, strlen(greet), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)strlen(greet))
         rdzv_hub_drop(h, h->n - 1, NULL, "closed before its greeting was sent");
+    return 1;
+}
+
+/* why pending connection i goes: it closed, or sent a line too long */
+static const char *closed_why(const rdzv_hub *h, int i) {
+    if (h->p[i].k + 1 >= sizeof h->p[i].line) return "a line too long";
+    if (h->secret->len) return "closed without a hello";
+    return "closed without a hello (hint: a rank with a shared secret? set DTRAIN_RDZV_SECRET or "
+           "DTRAIN_RDZV_SECRET_FILE on every rank, rank 0 included, or on none)";
 }
 
 int rdzv_hub_wait(rdzv_hub *h, double until, int extra) {
@@ -388,17 +428,24 @@ int rdzv_hub_wait(rdzv_hub *h, double until, int extra) {
         if (li >= 0) pf[np++] = (struct pollfd){.fd = h->lfd, .events = POLLIN};
         if (xi >= 0) pf[np++] = (struct pollfd){.fd = extra, .events = POLLIN};
         double left = wake - now;
-        int r = poll(pf, (nfds_t)np, left > 0 ? (int)(left * 1000) + 1 : 0);
-        if (r <= 0) continue;
+        int r = poll(pf, (nfds_t)np, !(left > 0) ? 0 : left > 3600 ? 3600 * 1000 : (int)(left * 1000) + 1);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            dt_error_set(DT_ERR_DEVICE, "%s: poll failed: %s", h->what, strerror(errno));
+            return -3;
+        }
+        if (r == 0) continue;
         if (xi >= 0 && pf[xi].revents) return -2;
         for (int i = h->n - 1; i >= 0; i--) {
             if (!pf[i].revents) continue;
             int got = rdzv_read_line(h->p[i].fd, h->p[i].line, sizeof h->p[i].line, &h->p[i].k);
             if (got == 1) return i;
-            if (got < 0) rdzv_hub_drop(h, i, NULL, h->p[i].k + 1 >= sizeof h->p[i].line ? "a line too long"
-                                                                                           : "closed without a hello");
+            if (got < 0) rdzv_hub_drop(h, i, NULL, closed_why(h, i));
         }
-        if (li >= 0 && pf[li].revents) hub_accept(h);
+        /* the whole backlog at once: a flood gets no head start on the connections queued behind it */
+        if (li >= 0 && pf[li].revents)
+            for (int k = 0; k < 4 * RDZV_HUB_MAX && hub_accept(h); k++) {
+            }
     }
 }
 

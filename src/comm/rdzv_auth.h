@@ -14,6 +14,7 @@
 #define DTRAIN_RDZV_AUTH_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "dtrain/rendezvous.h"
 #include "dtrain/status.h"
@@ -24,6 +25,7 @@
 #define RDZV_MAC_HEX 64
 #define RDZV_LINE 1024
 #define RDZV_HUB_MAX 32      /* connections waiting to say who they are */
+#define RDZV_HUB_PER_IP 4    /* of them from one source address */
 #define RDZV_HELLO_S 10.0    /* each gets this long */
 
 typedef struct rdzv_secret {
@@ -31,8 +33,9 @@ typedef struct rdzv_secret {
     unsigned char key[RDZV_SECRET_MAX];
 } rdzv_secret;
 
-/* From DTRAIN_RDZV_SECRET or the file DTRAIN_RDZV_SECRET_FILE names (a regular file of this
- * user that group and others cannot read); len 0 when neither is set. DT_ERR_USAGE naming the
+/* From DTRAIN_RDZV_SECRET (then wiped and removed from the environment) or the file
+ * DTRAIN_RDZV_SECRET_FILE names (a regular file of this user that group and others cannot
+ * read); len 0 when neither is set. DT_ERR_USAGE naming the
  * variable or the file otherwise. The secret itself is never in a message. */
 dt_status rdzv_secret_load(rdzv_secret *s);
 void rdzv_secret_wipe(rdzv_secret *s);
@@ -66,6 +69,7 @@ typedef struct rdzv_pend {
     int fd;
     double by;                    /* it says who it is by then, or is dropped */
     size_t k;
+    uint32_t ip;                  /* its source address (network order) */
     char nonce[RDZV_NONCE_HEX + 1]; /* the challenge it got ("" without a secret) */
     char peer[64];                /* "IP:PORT", for the log */
     char line[RDZV_LINE];
@@ -79,11 +83,15 @@ typedef struct rdzv_hub {
     rdzv_pend p[RDZV_HUB_MAX];
 } rdzv_hub;
 
+/* lfd (may be -1) is made non-blocking */
 void rdzv_hub_init(rdzv_hub *h, int lfd, const rdzv_secret *s, const char *what);
 /* Accepts connections on the listener (each gets its greeting) and reads the pending ones,
  * dropping those that close, send too much or say nothing in time, until one has sent a whole
- * line (returns its index: the line is in p[i].line), `extra` (>= 0) is readable (-2), or
- * `until` (-1). */
+ * line (returns its index: the line is in p[i].line), `extra` (>= 0) is readable (-2),
+ * `until` (-1), or poll() failed (-3, with the error set). At most RDZV_HUB_PER_IP wait from
+ * one source address (a newcomer pushes out the oldest of its own); when the hub is full a
+ * newcomer pushes out the oldest connection of the address holding the most, so that a flood
+ * from a few addresses never pushes out the one connection of another. */
 int rdzv_hub_wait(rdzv_hub *h, double until, int extra);
 /* Takes connection i out of the hub (now the caller's); returns its fd. */
 int rdzv_hub_take(rdzv_hub *h, int i);
@@ -91,5 +99,10 @@ int rdzv_hub_take(rdzv_hub *h, int i);
  * for the first few. */
 void rdzv_hub_drop(rdzv_hub *h, int i, const char *tell, const char *why);
 void rdzv_hub_close(rdzv_hub *h);
+/* One log line "dtrain: WHAT: VERB a connection from PEER: WHY" (why sanitised), counted with
+ * the drops: the first few, then one saying that the rest are not logged. */
+void rdzv_hub_log(rdzv_hub *h, const char *verb, const char *peer, const char *why);
+/* The index of the pending connection a newcomer from `ip` pushes out, or -1 (room for it). */
+int rdzv_hub_victim(const rdzv_hub *h, uint32_t ip);
 
 #endif

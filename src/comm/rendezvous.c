@@ -13,8 +13,9 @@
  *   rank r -> 0:  "MAPPED"        (rank 0 then unlinks /NAME)
  *   0 -> rank r:  "GO"            or  "ERR message"
  * Rank 0 and the ring listeners serve every connection that has not said who it is at once,
- * each for RDZV_HELLO_S: idle or unauthenticated peers are dropped (with one log line, for the
- * first few) and never end the job; only a rank that proved the secret (or, without one, any
+ * each for RDZV_HELLO_S, at most RDZV_HUB_PER_IP from one address (rdzv_hub_wait): idle or
+ * unauthenticated peers are dropped (with one log line, for the first few) and never end the job;
+ * a rank dropped before the peer's proof connects again until the deadline; only a rank that proved the secret (or, without one, any
  * rank) with another config does. Text from the network is sanitised before it is printed. */
 #include "dtrain/rendezvous.h"
 
@@ -28,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -243,15 +245,28 @@ static void my_host(char *buf, size_t n) {
         if (!isalnum((unsigned char)*p) && *p != '.' && *p != '-' && *p != '_') *p = '_';
 }
 
-/* The ranks meet at a loopback address (all on this host): listen on loopback only. */
-static int loopback_only(const dt_ext_env *e) {
-    return strncmp(e->addr, "127.", 4) == 0 || strcmp(e->addr, "localhost") == 0;
+/* MASTER_ADDR is a loopback address itself (all ranks on this host): its value in host order, else 0 */
+static uint32_t loopback_literal(const char *addr) {
+    struct in_addr a;
+    if (strcasecmp(addr, "localhost") == 0) return INADDR_LOOPBACK;
+    if (inet_pton(AF_INET, addr, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127) return ntohl(a.s_addr);
+    return 0;
 }
 
-static int is_loopback(struct in_addr a) { return (ntohl(a.s_addr) >> 24) == 127; }
+uint32_t dt_rdzv_listen_addr(const char *addr, int resolved, uint32_t ip, const char **why) {
+    *why = NULL;
+    uint32_t lo = loopback_literal(addr);
+    if (lo) return lo;
+    if (!addr[0]) *why = "MASTER_ADDR is not set";
+    else if (!resolved) *why = "it does not resolve here";
+    else if ((ip >> 24) == 127) *why = "it is a loopback address here, and ranks elsewhere could not reach that";
+    else return ip;
+    return INADDR_ANY;
+}
 
-/* the launcher says that some ranks run on other hosts */
-static int spans_hosts(const dt_ext_env *e) { return e->local_world < e->world; }
+uint32_t dt_rdzv_ring_listen_addr(const char *addr, uint32_t local) {
+    return (local >> 24) == 127 && !loopback_literal(addr) ? INADDR_ANY : local;
+}
 
 /* A listening socket at a:port (port 0: an ephemeral one), or -1 with errno. */
 static int listen_at(struct in_addr a, int port) {
@@ -270,29 +285,26 @@ static int listen_at(struct in_addr a, int port) {
 }
 
 /* Where rank 0 listens (the rendezvous port, then its ring listener): at MASTER_ADDR, the
- * address the others use (loopback when it is one). Every address of this host only when
- * MASTER_ADDR is unset, does not resolve here, is no address of this host (a Service or NAT
- * address) or resolves here to loopback while ranks run elsewhere (a host name /etc/hosts maps
- * to 127.0.1.1), with a note saying so. Returns the fd, or -1 with errno. */
+ * address the others use, as dt_rdzv_listen_addr decides, with a note when that is every
+ * address of this host; also when it is no address of this host (a Service or NAT address).
+ * Returns the fd, or -1 with errno. */
 static int rank0_listen(const dt_ext_env *e, struct in_addr *at) {
-    at->s_addr = htonl(INADDR_ANY);
     const char *why = NULL;
     char ip[INET_ADDRSTRLEN + 3] = "";
-    if (loopback_only(e)) at->s_addr = htonl(INADDR_LOOPBACK);
-    else if (!e->addr[0]) why = "MASTER_ADDR is not set";
-    else {
+    struct in_addr got = {0};
+    int resolved = 0;
+    if (e->addr[0] && !loopback_literal(e->addr)) {
         struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
-        if (getaddrinfo(e->addr, NULL, &hints, &res) != 0 || !res) why = "it does not resolve here";
-        else {
-            struct in_addr a = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
+        if (getaddrinfo(e->addr, NULL, &hints, &res) == 0 && res) {
+            resolved = 1;
+            got = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
             char buf[INET_ADDRSTRLEN];
-            inet_ntop(AF_INET, &a, buf, sizeof buf);
+            inet_ntop(AF_INET, &got, buf, sizeof buf);
             if (strcmp(buf, e->addr) != 0) snprintf(ip, sizeof ip, " (%s)", buf);
-            if (is_loopback(a) && spans_hosts(e)) why = "it is a loopback address here, and ranks run on other hosts";
-            else *at = a;
         }
         if (res) freeaddrinfo(res);
     }
+    at->s_addr = htonl(dt_rdzv_listen_addr(e->addr, resolved, ntohl(got.s_addr), &why));
     int fd = listen_at(*at, e->port);
     if (fd < 0 && errno == EADDRNOTAVAIL && at->s_addr != htonl(INADDR_ANY)) {
         why = "it is no address of this host (a Service or NAT address?)";
@@ -305,15 +317,14 @@ static int rank0_listen(const dt_ext_env *e, struct in_addr *at) {
     return fd;
 }
 
-/* A rank's ring listener: at the address it reached rank 0 from (a loopback one only when
- * every rank is on this host), or -1 with errno. */
+/* A rank's ring listener: at the address it reached rank 0 from (dt_rdzv_ring_listen_addr),
+ * or -1 with errno. */
 static int ring_listener(const dt_ext_env *e, int fd0) {
     struct sockaddr_in la;
     socklen_t l = sizeof la;
     struct in_addr at = {htonl(INADDR_ANY)};
-    if (getsockname(fd0, (struct sockaddr *)&la, &l) == 0 && la.sin_family == AF_INET &&
-        !(is_loopback(la.sin_addr) && spans_hosts(e)))
-        at = la.sin_addr;
+    if (getsockname(fd0, (struct sockaddr *)&la, &l) == 0 && la.sin_family == AF_INET)
+        at.s_addr = htonl(dt_rdzv_ring_listen_addr(e->addr, ntohl(la.sin_addr.s_addr)));
     return listen_at(at, 0);
 }
 
@@ -363,6 +374,7 @@ static int connect_by(const struct addrinfo *a, double deadline, char *why, size
 /* our connection to the ring successor while it is authenticated */
 typedef struct ring_out {
     int fd, state; /* 0: waiting for its greeting, 1: for its proof, 2: done */
+    int dropped;   /* it closed before its proof: connect again */
     size_t k;
     char ns[RDZV_NONCE_HEX + 1], nc[RDZV_NONCE_HEX + 1];
     char hello[160], line[RDZV_LINE];
@@ -373,8 +385,10 @@ static dt_status ring_out_step(const rdzv_secret *sec, const dt_ext_env *e, int 
     char who[32], line[300], mac[RDZV_MAC_HEX + 1];
     snprintf(who, sizeof who, "rank %d", next);
     int got = rdzv_read_line(o->fd, o->line, sizeof o->line, &o->k);
-    if (got < 0)
-        return dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: rank %d closed the ring connection", e->rank, next);
+    if (got < 0) { /* its listener pushed us out (a flood?) before it proved itself */
+        o->dropped = 1;
+        return DT_OK;
+    }
     if (got == 0) return DT_OK;
     o->k = 0;
     if (o->state == 1) {
@@ -391,22 +405,49 @@ static dt_status ring_out_step(const rdzv_secret *sec, const dt_ext_env *e, int 
         DT_TRY(rdzv_mac(sec, "ring", o->ns, o->nc, o->hello, strlen(o->hello), mac));
         snprintf(line, sizeof line, "%s mac=%s", o->hello, mac);
     }
-    DT_TRY(send_line(o->fd, line));
+    if (send_line(o->fd, line) != DT_OK) {
+        dt_error_clear();
+        o->dropped = 1;
+        return DT_OK;
+    }
     o->state = sec->len ? 1 : 2;
     return DT_OK;
 }
 
+/* where our ring successor listens */
+typedef struct ring_peer {
+    struct sockaddr_storage sa;
+    socklen_t len;
+    char name[300]; /* for messages */
+} ring_peer;
+
+/* A new connection to the successor, for a new handshake (fresh nonces). */
+static dt_status ring_out_connect(const dt_ext_env *e, const ring_peer *np, double deadline, ring_out *o) {
+    char why[256] = "";
+    if (o->fd >= 0) close(o->fd);
+    *o = (ring_out){.fd = -1};
+    struct addrinfo a = {.ai_family = np->sa.ss_family, .ai_socktype = SOCK_STREAM, .ai_addr = (struct sockaddr *)&np->sa,
+                         .ai_addrlen = np->len};
+    o->fd = connect_by(&a, deadline, why, sizeof why);
+    if (o->fd < 0)
+        return dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d cannot connect to rank %d at %s for the ring: %s",
+                            e->rank, (e->rank + 1) % e->world, np->name, why);
+    return DT_OK;
+}
+
 /* Until our successor is authenticated and our predecessor has connected and proved itself:
- * both ends of the ring, every other connection to our listener dropped. */
-static dt_status ring_handshake(const dt_ext_env *e, const rdzv_secret *sec, int data_fd, int next_fd, double deadline,
-                                int *prev_fd) {
+ * both ends of the ring, every other connection to our listener dropped. A connection the
+ * successor's listener dropped before it proved itself is made again, until the deadline. */
+static dt_status ring_handshake(const dt_ext_env *e, const rdzv_secret *sec, int data_fd, const ring_peer *np,
+                                double deadline, int *next_fd, int *prev_fd) {
     const int next = (e->rank + 1) % e->world, prev = (e->rank + e->world - 1) % e->world;
     rdzv_hub *hub = dt_calloc(1, sizeof *hub, "the ring's handshakes");
     if (!hub) return DT_ERR_NOMEM;
     char what[48];
     snprintf(what, sizeof what, "rank %d: ring", e->rank);
     rdzv_hub_init(hub, data_fd, sec, what);
-    ring_out out = {.fd = next_fd};
+    ring_out out = {.fd = *next_fd};
+    *next_fd = -1;
     dt_status st = DT_OK;
     while (st == DT_OK && (*prev_fd < 0 || out.state < 2)) {
         if (dt_clock_now() >= deadline) {
@@ -416,9 +457,11 @@ static dt_status ring_handshake(const dt_ext_env *e, const rdzv_secret *sec, int
                                              "in time", e->rank, next);
             break;
         }
-        int i = rdzv_hub_wait(hub, deadline, out.state < 2 ? next_fd : -1);
+        int i = rdzv_hub_wait(hub, deadline, out.state < 2 ? out.fd : -1);
         dt_rdzv_hello h;
-        if (i == -2) st = ring_out_step(sec, e, next, &out);
+        if (i == -3) st = DT_ERR_DEVICE;
+        else if (i == -2 && (st = ring_out_step(sec, e, next, &out)) == DT_OK && out.dropped)
+            st = ring_out_connect(e, np, deadline, &out);
         else if (i >= 0 && hub_hello(hub, i, 1, "ring", "ring-next", &h)) {
             if (h.rank == prev && *prev_fd < 0) *prev_fd = rdzv_hub_take(hub, i);
             else rdzv_hub_drop(hub, i, NULL, "not this rank's ring neighbour");
@@ -430,37 +473,59 @@ static dt_status ring_handshake(const dt_ext_env *e, const rdzv_secret *sec, int
         close(*prev_fd);
         *prev_fd = -1;
     }
+    if (st != DT_OK && out.fd >= 0) close(out.fd);
+    else *next_fd = out.fd;
     return st;
 }
 
-/* The ring from "IP:PORT" of our successor ("@master:PORT": rank 0, at MASTER_ADDR): connect
- * to rank+1, accept rank-1 on our listener, and make the tcp communicator of them. */
-static dt_status make_ring(const dt_ext_env *e, const rdzv_secret *sec, const char *next_addr, int data_fd,
-                           double deadline, dt_comm **comm_out, double timeout_s) {
+/* The first connection to our successor at "IP:PORT" ("@master:PORT": rank 0, at the address
+ * our rendezvous connection reached it, `master`, else at every address MASTER_ADDR has). */
+static dt_status ring_first(const dt_ext_env *e, const char *next_addr, const struct sockaddr_storage *master,
+                            double deadline, ring_peer *np, int *fd) {
     const int next = (e->rank + 1) % e->world;
-    char ip[300] = "", clean[220];
+    char ip[300] = "", clean[220], ports[16], why[256] = "no address";
     int port = 0;
-    if (sscanf(next_addr, "%255[^:]:%d", ip, &port) != 2 || port <= 0) {
+    if (sscanf(next_addr, "%255[^:]:%d", ip, &port) != 2 || port <= 0 || port > 65535) {
         dt_rdzv_sanitize(next_addr, clean, sizeof clean);
         return dt_error_set(DT_ERR_DEVICE, "rendezvous: no ring address for rank %d in \"%s\"", next, clean);
     }
-    if (strcmp(ip, "@master") == 0) snprintf(ip, sizeof ip, "%s", e->addr);
-    char ports[16], why[256] = "";
+    int at_master = strcmp(ip, "@master") == 0;
+    if (at_master) snprintf(ip, sizeof ip, "%s", e->addr);
+    dt_rdzv_sanitize(ip, clean, sizeof clean);
+    snprintf(np->name, sizeof np->name, "%s:%d", clean, port);
+    *fd = -1;
+    if (at_master && master && master->ss_family == AF_INET) {
+        memcpy(&np->sa, master, sizeof *master);
+        ((struct sockaddr_in *)&np->sa)->sin_port = htons((uint16_t)port);
+        np->len = sizeof(struct sockaddr_in);
+        struct addrinfo a = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM, .ai_addr = (struct sockaddr *)&np->sa,
+                             .ai_addrlen = np->len};
+        *fd = connect_by(&a, deadline, why, sizeof why);
+    }
     snprintf(ports, sizeof ports, "%d", port);
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res = NULL;
-    int next_fd = -1, prev_fd = -1;
-    if (getaddrinfo(ip, ports, &hints, &res) == 0 && res) next_fd = connect_by(res, deadline, why, sizeof why);
+    if (*fd < 0 && getaddrinfo(ip, ports, &hints, &res) == 0)
+        for (struct addrinfo *a = res; a && *fd < 0; a = a->ai_next) {
+            *fd = connect_by(a, deadline, why, sizeof why);
+            memcpy(&np->sa, a->ai_addr, a->ai_addrlen);
+            np->len = a->ai_addrlen;
+        }
     if (res) freeaddrinfo(res);
-    if (next_fd < 0) {
-        dt_rdzv_sanitize(ip, clean, sizeof clean);
-        return dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d cannot connect to rank %d at %s:%d for the ring: %s",
-                            e->rank, next, clean, port, why);
-    }
-    dt_status st = ring_handshake(e, sec, data_fd, next_fd, deadline, &prev_fd);
-    if (st != DT_OK) {
-        close(next_fd);
-        return st;
-    }
+    if (*fd < 0)
+        return dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d cannot connect to rank %d at %s for the ring: %s",
+                            e->rank, next, np->name, why);
+    return DT_OK;
+}
+
+/* The ring from "IP:PORT" of our successor (see ring_first): connect to rank+1, accept rank-1
+ * on our listener, and make the tcp communicator of them. */
+static dt_status make_ring(const dt_ext_env *e, const rdzv_secret *sec, const char *next_addr,
+                           const struct sockaddr_storage *master, int data_fd, double deadline, dt_comm **comm_out,
+                           double timeout_s) {
+    ring_peer np;
+    int next_fd = -1, prev_fd = -1;
+    DT_TRY(ring_first(e, next_addr, master, deadline, &np, &next_fd));
+    DT_TRY(ring_handshake(e, sec, data_fd, &np, deadline, &next_fd, &prev_fd));
     return dt_comm_init_tcp(comm_out, e->rank, e->world, next_fd, prev_fd, timeout_s);
 }
 
@@ -525,6 +590,8 @@ static dt_status server_hello(server *s, int i) {
     const dt_ext_env *e = s->e;
     dt_rdzv_hello h;
     if (!hub_hello(&s->hub, i, 0, "rank", "rank0", &h)) return DT_OK;
+    char peer[sizeof s->hub.p[i].peer];
+    snprintf(peer, sizeof peer, "%s", s->hub.p[i].peer);
     int c = rdzv_hub_take(&s->hub, i);
     char line[1024];
     if (h.world != e->world || h.rank < 1 || h.rank >= e->world || s->fds[h.rank] >= 0) {
@@ -533,7 +600,7 @@ static dt_status server_hello(server *s, int i) {
                  h.rank >= 1 && h.rank < e->world && s->fds[h.rank] >= 0 ? " twice" : "");
         send_line(c, line);
         close(c);
-        fprintf(stderr, "dtrain: rendezvous: turned away a connection: %s\n", line + 4);
+        rdzv_hub_log(&s->hub, "turned away", peer, line + 4);
         return DT_OK;
     }
     if (h.digest != s->digest) {
@@ -567,6 +634,7 @@ static dt_status server_gather(server *s) {
                                 s->e->port, missing, s->timeout_s, s->arrived, s->e->world);
         }
         int i = rdzv_hub_wait(&s->hub, s->deadline, -1);
+        if (i == -3) return DT_ERR_DEVICE;
         if (i >= 0) DT_TRY(server_hello(s, i));
     }
     return DT_OK;
@@ -624,7 +692,7 @@ static dt_status server_ring(server *s, dt_comm **comm_out) {
         if (r == 0) snprintf(mine, sizeof mine, "%s", line + 7);
         else send_line(s->fds[r], line);
     }
-    dt_status st = make_ring(s->e, s->sec, mine, s->data_fd, s->deadline + 30, comm_out, s->timeout_s);
+    dt_status st = make_ring(s->e, s->sec, mine, NULL, s->data_fd, s->deadline + 30, comm_out, s->timeout_s);
     if (st == DT_OK) st = server_mapped(s, s->deadline + 60, "ERR the ring of TCP connections could not be completed");
     else say_all(s->fds, W, "ERR the ring of TCP connections could not be completed");
     if (st != DT_OK && *comm_out) {
@@ -768,12 +836,16 @@ static dt_status join_connect(const dt_ext_env *e, double deadline, double timeo
     return DT_OK;
 }
 
-/* Rank 0's greeting, our hello (with a secret: our MAC), rank 0's proof. */
+/* Rank 0's greeting, our hello (with a secret: our MAC), rank 0's proof. *again = 1 when the
+ * connection broke before that proof (with a secret) or before our hello went (without one):
+ * rank 0 may have pushed it out for a flood of strangers, and a new one may do. */
 static dt_status join_hello(const dt_ext_env *e, const rdzv_secret *sec, uint32_t digest, int fd, int data_fd,
-                            double deadline) {
+                            double deadline, int *again) {
     char line[1200], hello[600], host[256], ns[RDZV_NONCE_HEX + 1], nc[RDZV_NONCE_HEX + 1] = "",
                                                                       mac[RDZV_MAC_HEX + 1];
+    *again = 1;
     DT_TRY(recv_line(fd, line, sizeof line, deadline, "rank 0"));
+    *again = 0;
     DT_TRY(rdzv_read_greeting(sec, line, "rank 0", e->rank, ns));
     my_host(host, sizeof host);
     snprintf(hello, sizeof hello, "DTRAIN-RDZV 2 rank=%d world=%d digest=%08x host=%s data=%d", e->rank, e->world,
@@ -785,23 +857,48 @@ static dt_status join_hello(const dt_ext_env *e, const rdzv_secret *sec, uint32_
         DT_TRY(rdzv_mac(sec, "rank", ns, nc, hello, strlen(hello), mac));
         snprintf(line, sizeof line, "%s mac=%s", hello, mac);
     }
+    *again = 1;
     DT_TRY(send_line(fd, line));
-    if (!sec->len) return DT_OK;
+    if (!sec->len) return *again = 0, DT_OK;
     DT_TRY(recv_line(fd, line, sizeof line, deadline, "rank 0"));
+    *again = 0;
     return rdzv_check_proof(sec, "rank0", ns, nc, hello, line, "rank 0", e->rank);
+}
+
+/* A connection to rank 0 that has passed the handshake, and our ring listener; made again
+ * (after a short pause) when rank 0 dropped it before the end of the handshake, until the
+ * deadline. *master: where that connection reached rank 0. */
+static dt_status join_meet(const dt_ext_env *e, const rdzv_secret *sec, uint32_t digest, double deadline,
+                           double timeout_s, int *fd, int *data_fd, struct sockaddr_storage *master) {
+    for (int tries = 0;; tries++) {
+        DT_TRY(join_connect(e, deadline, timeout_s, fd));
+        if (*data_fd < 0 && (*data_fd = ring_listener(e, *fd)) < 0)
+            return dt_error_set(DT_ERR_DEVICE, "rendezvous: cannot open a listening socket: %s", strerror(errno));
+        int again = 0;
+        dt_status st = join_hello(e, sec, digest, *fd, *data_fd, deadline, &again);
+        socklen_t ml = sizeof *master;
+        if (st == DT_OK && getpeername(*fd, (struct sockaddr *)master, &ml) != 0) master->ss_family = AF_UNSPEC;
+        if (st == DT_OK) return DT_OK;
+        close(*fd);
+        *fd = -1;
+        if (!again || dt_clock_now() + 0.05 >= deadline) return st;
+        if (tries == 0)
+            fprintf(stderr, "dtrain: rank %d: %s before the handshake was done; connecting again\n", e->rank,
+                    dt_error_msg());
+        dt_error_clear();
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 /* every other rank */
 static dt_status join(const dt_ext_env *e, const rdzv_secret *sec, uint32_t digest, double timeout_s,
                       const dt_comm_plan_in *pin, dt_comm_plan *plan, dt_shm_world **world_out, dt_comm **comm_out) {
     const double deadline = dt_clock_now() + timeout_s;
-    int fd = -1;
-    DT_TRY(join_connect(e, deadline, timeout_s, &fd));
+    int fd = -1, data_fd = -1; /* data_fd: for the ring, in case rank 0 asks for one */
+    struct sockaddr_storage master = {.ss_family = AF_UNSPEC};
     char line[1200], clean[600];
-    dt_status st = DT_OK;
-    int data_fd = ring_listener(e, fd); /* for the ring, in case rank 0 asks for one */
-    if (data_fd < 0) st = dt_error_set(DT_ERR_DEVICE, "rendezvous: cannot open a listening socket: %s", strerror(errno));
-    if (st == DT_OK) st = join_hello(e, sec, digest, fd, data_fd, deadline);
+    dt_status st = join_meet(e, sec, digest, deadline, timeout_s, &fd, &data_fd, &master);
     /* rank 0 answers when everyone is in: up to its own deadline, which may be later than ours */
     if (st == DT_OK) st = recv_line(fd, line, sizeof line, deadline + timeout_s + 5, "rank 0");
     if (st == DT_OK && strncmp(line, "OK shm=", 7) != 0 && strncmp(line, "OK tcp ", 7) != 0) {
@@ -815,7 +912,7 @@ static dt_status join(const dt_ext_env *e, const rdzv_secret *sec, uint32_t dige
         st = dt_comm_plan_decide(&in, plan);
     }
     if (st == DT_OK && strncmp(line, "OK tcp ", 7) == 0) {
-        st = make_ring(e, sec, line + 7, data_fd, deadline + timeout_s + 30, comm_out, timeout_s);
+        st = make_ring(e, sec, line + 7, &master, data_fd, deadline + timeout_s + 30, comm_out, timeout_s);
         send_line(fd, st == DT_OK ? "MAPPED" : "ERR no ring");
     } else if (st == DT_OK) {
         int shm = shm_open(line + 7, O_RDWR, 0);
@@ -832,7 +929,7 @@ static dt_status join(const dt_ext_env *e, const rdzv_secret *sec, uint32_t dige
         dt_rdzv_sanitize(strncmp(line, "ERR ", 4) == 0 ? line + 4 : line, clean, sizeof clean);
         st = dt_error_set(DT_ERR_DEVICE, "rendezvous: %s", clean);
     }
-    close(fd);
+    if (fd >= 0) close(fd);
     if (data_fd >= 0) close(data_fd);
     if (st != DT_OK && *world_out) {
         dt_shm_world_destroy(*world_out);
