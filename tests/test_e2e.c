@@ -346,6 +346,31 @@ static void test_not_retried(void) {
     CHECK(strstr(out_text, "restart") == NULL && strstr(err_text, "restart") == NULL);
 }
 
+/* Sweeps don't trap: re-running a finished run with a changed config exits 2 naming the key and
+ * the ways out (it used to print "nothing to train" and exit 0); unchanged, or only moved to
+ * another run.dir, it evaluates again; checkpoint.resume=never trains it again. */
+static void test_finished_changed(void) {
+    char dir[600], moved[600];
+    snprintf(dir, sizeof dir, "%s/sweep", tmp);
+    snprintf(moved, sizeof moved, "%s/sweep-moved", tmp);
+    const char *c = "--config configs/ci-smoke.yaml --set training.max_steps=4";
+    CHECK_INT_EQ(run("%s %s --set run.dir=%s", DTRAIN_BIN, c, dir), 0);
+    CHECK_INT_EQ(run("%s %s --set run.dir=%s", DTRAIN_BIN, c, dir), 0);
+    CHECK_STR_CONTAINS(out_text, "nothing to train: step 4 of 4 is already done");
+    CHECK_STR_CONTAINS(out_text, "final: val loss");
+    CHECK_INT_EQ(run("%s %s --set run.dir=%s --set optimizer.weight_decay=0.123", DTRAIN_BIN, c, dir), 2);
+    CHECK_STR_CONTAINS(err_text, ": this run is finished (step 4 of 4, checkpoint ");
+    CHECK_STR_CONTAINS(err_text, "and the config changed since: optimizer.weight_decay 0.01 -> 0.123 (hint: a new run "
+                                 "needs a new run.dir");
+    CHECK_STR_CONTAINS(err_text, "--set checkpoint.resume=never");
+    CHECK(strstr(out_text, "restart") == NULL && strstr(err_text, "restart") == NULL);
+    CHECK_INT_EQ(run("mv %s %s && %s %s --set run.dir=%s", dir, moved, DTRAIN_BIN, c, moved), 0);
+    CHECK_STR_CONTAINS(out_text, "nothing to train");
+    CHECK_INT_EQ(run("%s %s --set run.dir=%s --set optimizer.weight_decay=0.123 --set checkpoint.resume=never",
+                     DTRAIN_BIN, c, moved), 0);
+    CHECK_STR_CONTAINS(out_text, "step 4/4");
+}
+
 /* A run directory that was copied or downloaded may hold links: config.yaml, metrics.jsonl or
  * train.log as a link to a file outside is never written through (it used to be truncated or
  * appended to): exit 2 naming it, the file untouched */
@@ -382,6 +407,7 @@ int main(void) {
     test_not_regular();
     test_planted_links();
     test_not_retried();
+    test_finished_changed();
     test_language_model();
     test_finetune();
     test_dir_remove();

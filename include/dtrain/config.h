@@ -134,6 +134,8 @@ uint32_t dt_config_digest(const dt_config *cfg);
 /* Lists the keys whose values differ as "key a -> b, ..." in buf (truncated to n); returns
  * how many differ. A key set with ${NAME} on either side is compared (and shown) as written. */
 int dt_config_diff(const dt_config *a, const dt_config *b, char *buf, size_t n);
+/* The same, leaving out key `skip` (e.g. "run.dir"; NULL: none). */
+int dt_config_diff_except(const dt_config *a, const dt_config *b, const char *skip, char *buf, size_t n);
 
 /* Key `path`'s value for a message or a log line, in buf (n bytes): as written ("${N}") when
  * it was set with ${NAME} and still holds that value, else the value as printed. */

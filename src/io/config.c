@@ -1271,11 +1271,16 @@ uint32_t dt_config_digest(const dt_config *cfg) {
 }
 
 int dt_config_diff(const dt_config *a, const dt_config *b, char *buf, size_t n) {
+    return dt_config_diff_except(a, b, NULL, buf, n);
+}
+
+int dt_config_diff_except(const dt_config *a, const dt_config *b, const char *skip, char *buf, size_t n) {
     char va[DT_PATH_MAX + 64], vb[DT_PATH_MAX + 64];
     int count = 0;
     size_t k = 0;
     if (n) buf[0] = '\0';
     for (int i = 0; i < N_KEYS; i++) {
+        if (skip && strcmp(keys[i].path, skip) == 0) continue;
         value_string(a, &keys[i], 1, va, sizeof va);
         value_string(b, &keys[i], 1, vb, sizeof vb);
         if (strcmp(va, vb) == 0) continue;

@@ -532,6 +532,30 @@ static dt_status train_open(trainer *t, const dt_config *c, const dt_worker_opts
     return dt_metrics_open(&r->metrics, &mcfg);
 }
 
+/* A finished run given a changed config would only evaluate again and exit 0: a sweep that
+ * forgot to change run.dir would silently do nothing. That is refused (exit 2), naming the
+ * changed keys (run.dir aside: a moved directory is the same run) and the ways out; the
+ * same command unchanged still evaluates again. */
+static dt_status refuse_changed_finished(const trainer *t) {
+    const run *r = &t->r;
+    const dt_config *c = r->cfg;
+    if (!t->resumed || t->step < t->total || dt_config_digest(c) == t->cs.config_digest) return DT_OK;
+    char path[DT_PATH_MAX + 64], diff[1024] = "";
+    snprintf(path, sizeof path, "%s/config.yaml", t->ckpt_dir);
+    dt_config *saved = dt_malloc(sizeof *saved, "saved config");
+    if (!saved) return DT_ERR_NOMEM;
+    int n = dt_config_load_saved(saved, path) == DT_OK ? dt_config_diff_except(saved, c, "run.dir", diff, sizeof diff)
+                                                        : -1;
+    free(saved);
+    if (n == 0) return DT_OK; /* only run.dir differs (or the environment behind a ${NAME}) */
+    if (n < 0) snprintf(diff, sizeof diff, "config digest %08x, now %08x", t->cs.config_digest, dt_config_digest(c));
+    return dt_error_set(DT_ERR_CONFIG,
+                        "%s: this run is finished (step %ld of %ld, checkpoint %s) and the config changed since: %s "
+                        "(hint: a new run needs a new run.dir, e.g. --set run.dir=runs/NAME; to train this one again "
+                        "from the start: --set checkpoint.resume=never; the unchanged config only evaluates again)",
+                        c->run.dir, t->step, t->total, t->ckpt_dir, diff);
+}
+
 /* Where training stands: the newest valid checkpoint (the same on every rank), or the start;
  * and the step it ends at. */
 static dt_status resume_point(trainer *t) {
@@ -539,7 +563,6 @@ static dt_status resume_point(trainer *t) {
     const dt_config *c = r->cfg;
     DT_TRY(find_resume(r, t->attempt, t->ckpt_dir, sizeof t->ckpt_dir, &t->cs, &t->resumed));
     if (t->resumed) DT_TRY(dt_ckpt_check_shape(&t->cs, dt_model_config(r->model), t->ckpt_dir));
-    if (r->rank == 0) DT_TRY(set_aside_other_history(r, t->resumed ? &t->cs : NULL, t->ckpt_dir));
     t->step = t->resumed ? t->cs.step : 0;
     t->epoch = t->resumed ? t->cs.epoch : 0;
     t->cursor = t->resumed ? t->cs.cursor : 0;
@@ -554,6 +577,8 @@ static dt_status resume_point(trainer *t) {
                          (c->training.epochs - t->epoch - 1) * (long)t->spe
                    : t->step;
     if (t->total < t->step) t->total = t->step;
+    DT_TRY(refuse_changed_finished(t));
+    if (r->rank == 0) DT_TRY(set_aside_other_history(r, t->resumed ? &t->cs : NULL, t->ckpt_dir));
     dt_metrics_set_total(r->metrics, t->total);
     return DT_OK;
 }
