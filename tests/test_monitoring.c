@@ -23,6 +23,14 @@
 #include "proc.h"
 #include "testutil.h"
 
+/* "2026-12-01T18:20:01.123Z" at the start of s: the stamp of log lines and records */
+static int is_stamp(const char *s) {
+    const char *pat = "dddd-dd-ddTdd:dd:dd.dddZ";
+    for (int i = 0; pat[i]; i++)
+        if (pat[i] == 'd' ? !(s[i] >= '0' && s[i] <= '9') : s[i] != pat[i]) return 0;
+    return 1;
+}
+
 static char out_text[1 << 20];
 
 static void slurp_out(const char *tag) {
@@ -77,6 +85,7 @@ static void test_run_outputs(void) {
     FILE *f = fopen(path, "r");
     CHECK(f != NULL);
     int n_train = 0, n_eval = 0, n_workers = 0, n_summary = 0;
+    char last_time[32] = "";
     while (fgets(line, sizeof line, f)) {
         json_error_t err;
         json_t *o = json_loads(line, 0, &err);
@@ -85,6 +94,11 @@ static void test_run_outputs(void) {
         const char *type = json_string_value(json_object_get(o, "type"));
         CHECK(type != NULL);
         CHECK(n_summary == 0); /* the summary is the last line */
+        /* every record says when it was written, in order */
+        const char *when = json_string_value(json_object_get(o, "time"));
+        CHECK(when != NULL && is_stamp(when) && strlen(when) == 24);
+        CHECK(strcmp(when, last_time) >= 0);
+        snprintf(last_time, sizeof last_time, "%s", when);
         if (strcmp(type, "train") == 0) {
             check_fields(o, train_f);
             CHECK_INT_EQ(json_integer_value(json_object_get(o, "step")), ++n_train);
@@ -126,6 +140,21 @@ static void test_run_outputs(void) {
     CHECK(n_eval >= 100);
     CHECK(n_workers >= 1);
     CHECK_INT_EQ(n_summary, 1);
+    /* every line of train.log and of a worker's log starts with the time it was written */
+    const char *logs[] = {"train.log", "rank-0.log", "rank-1.log"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/run/%s", test_dir(), logs[i]);
+        f = fopen(path, "r");
+        CHECK(f != NULL);
+        int lines = 0;
+        while (fgets(line, sizeof line, f)) {
+            if (!is_stamp(line) || line[24] != ' ') printf("%s: a line without a time: %s", logs[i], line);
+            CHECK(is_stamp(line) && line[24] == ' ');
+            lines++;
+        }
+        fclose(f);
+        CHECK(lines > 2);
+    }
 
     /* TensorBoard's own reader */
     if (access(DTRAIN_TEST_PYTHON, X_OK) != 0) {

@@ -139,7 +139,7 @@ static void test_kill_restart(void) {
     static char jsonl[1 << 16];
     snprintf(path, sizeof path, "%s/killed/metrics.jsonl", test_dir());
     test_slurp(path, jsonl, sizeof jsonl);
-    CHECK_STR_CONTAINS(jsonl, "{\"type\":\"resume\",\"step\":5,\"checkpoint\":\"");
+    CHECK_STR_CONTAINS(jsonl, ",\"type\":\"resume\",\"step\":5,\"checkpoint\":\"");
     CHECK_STR_CONTAINS(jsonl, "/killed/checkpoints/step_00000005\",\"attempt\":1}");
 }
 

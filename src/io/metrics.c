@@ -92,9 +92,11 @@ static void vline(dt_metrics *m, int force, const char *fmt, va_list ap) {
         fflush(stdout);
     }
     FILE *files[2] = {m->log, m->rank_log};
+    char stamp[DT_CLOCK_STAMP_LEN];
+    dt_clock_stamp(stamp);
     for (int i = 0; i < 2; i++)
         if (files[i]) {
-            fprintf(files[i], "%s\n", buf);
+            fprintf(files[i], "%s %s\n", stamp, buf);
             fflush(files[i]);
         }
 }
@@ -115,6 +117,14 @@ void dt_metrics_summary(dt_metrics *m, const char *fmt, ...) {
 
 static void write_json(dt_metrics *m, json_t *obj) {
     if (!obj) return;
+    char stamp[DT_CLOCK_STAMP_LEN]; /* every record starts with when it was written */
+    json_t *rec = json_pack("{s:s}", "time", dt_clock_stamp(stamp));
+    if (rec && json_object_update(rec, obj) == 0) {
+        json_decref(obj);
+        obj = rec;
+    } else {
+        json_decref(rec);
+    }
     if (m->jsonl) {
         char *s = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
         if (s) {

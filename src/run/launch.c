@@ -76,7 +76,8 @@ static void append_log(const char *path, const char *line) {
     if (dt_file_open_write(path, 1, &fd) != DT_OK) return;
     FILE *f = dt_file_stream(fd, "a", path);
     if (!f) return;
-    fprintf(f, "%s\n", line);
+    char stamp[DT_CLOCK_STAMP_LEN];
+    fprintf(f, "%s %s\n", dt_clock_stamp(stamp), line);
     fclose(f);
 }
 
