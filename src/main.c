@@ -7,9 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "dtrain/backend.h"
 #include "dtrain/bench.h"
+#include "dtrain/ckpt.h"
 #include "dtrain/config.h"
 #include "dtrain/data.h"
 #include "dtrain/device.h"
@@ -28,46 +30,75 @@
 
 #define MAX_OVERRIDES 256
 
-static const char *const usage_text =
-    "dtrain " DTRAIN_VERSION " — data-parallel GPT training and fine-tuning\n"
-    "\n"
-    "usage:\n"
-    "  dtrain [train] --config FILE [--set key.path=value]... [--dry-run] [--quiet] [--progress auto|always|never]\n"
-    "  dtrain eval    --config FILE [--checkpoint DIR|FILE] [--set key.path=value]...\n"
-    "  dtrain export  --checkpoint DIR|FILE --out model.safetensors\n"
-    "  dtrain doctor  [--num-workers N] [--device cpu|cuda]\n"
-    "  dtrain bench   --config FILE --workers 1,2,4 [--steps K] [--set key.path=value]...\n"
-    "  dtrain data tokenize --tokenizer bytes IN.txt OUT.bin\n"
-    "  dtrain --help | --version\n"
-    "\n"
-    "train      trains as the YAML config says; writes config.yaml, train.log, metrics.jsonl,\n"
-    "           checkpoints/ and model.safetensors into run.dir (default runs/<config name>).\n"
-    "           Started again, it resumes from the newest valid checkpoint (checkpoint.resume: auto);\n"
-    "           a crashed or hung worker restarts all workers from it (fault_tolerance.max_restarts);\n"
-    "           SIGTERM or Ctrl-C stops after the current step with a checkpoint (twice: at once).\n"
-    "  --config FILE        the YAML config (keys: README.md, \"Config reference\")\n"
-    "  --set key.path=value override one key after the file is read, e.g. --set training.max_steps=20\n"
-    "  --dry-run            print the resolved config and the model size, then exit 0\n"
-    "  --quiet              print only errors and the final summary\n"
-    "  --progress MODE      progress bar: auto (when stdout is a terminal), always, never\n"
-    "eval       evaluates weights (DIR/model.safetensors of a run or checkpoint directory, or a .safetensors\n"
-    "           file; default model.init_from)\n"
-    "           on data.val_path and prints the validation loss and accuracy.\n"
-    "export     writes the weights of DIR (a run directory) as a standalone F32 safetensors file\n"
-    "           with Hugging Face GPT-2 tensor names.\n"
-    "doctor     lists CPUs and GPUs, runs the collective self-test with N worker processes (default 2)\n"
-    "           and prints an all-reduce bandwidth table (algbw, busbw) next to memcpy bandwidth.\n"
-    "bench      runs the config once per worker count (same batch per worker; --steps K overrides\n"
-    "           training.max_steps) and prints train/eval time, throughput, speedup, scaling efficiency\n"
-    "           and the share of step time spent waiting for all-reduce; writes RUN_DIR/bench/bench.csv\n"
-    "           and bench.svg (throughput and efficiency against workers).\n"
-    "data tokenize  turns a text file into an llm.c token shard, one token per byte.\n"
+/* One command's help: its usage line and what it does, with its options. `dtrain --help`
+ * prints them all; `dtrain CMD --help` its own. */
+typedef struct {
+    const char *cmd, *usage, *text;
+} help_entry;
+
+static const help_entry help[] = {
+    {"train", "dtrain [train] --config FILE [--set key.path=value]... [--dry-run] [--quiet] [--progress auto|always|never]",
+     "train      trains as the YAML config says; writes config.yaml, train.log, metrics.jsonl,\n"
+     "           checkpoints/ and model.safetensors into run.dir (default runs/<config name>).\n"
+     "           Started again, it resumes from the newest valid checkpoint (checkpoint.resume: auto);\n"
+     "           a finished run only evaluates again, and refuses (exit 2) a changed config;\n"
+     "           a crashed or hung worker restarts all workers from it (fault_tolerance.max_restarts);\n"
+     "           SIGTERM or Ctrl-C stops after the current step with a checkpoint (twice: at once).\n"
+     "  --config FILE        the YAML config (keys: README.md, \"Config reference\")\n"
+     "  --set key.path=value override one key after the file is read, e.g. --set training.max_steps=20\n"
+     "  --dry-run            print the resolved config and the model size, then exit 0\n"
+     "  --quiet              print only errors and the final summary\n"
+     "  --progress MODE      progress bar: auto (when stdout is a terminal), always, never\n"},
+    {"eval", "dtrain eval    --config FILE [--checkpoint DIR|FILE] [--set key.path=value]...",
+     "eval       evaluates weights on data.val_path and prints the validation loss and accuracy.\n"
+     "  --config FILE        the YAML config (the model shape and the validation data)\n"
+     "  --checkpoint PATH    a .safetensors file, a checkpoint directory, or a run directory: its\n"
+     "                       model.safetensors, or while the run has none (unfinished, stopped, failed)\n"
+     "                       its newest valid checkpoint; default: model.init_from\n"
+     "  --set key.path=value override one key, e.g. --set eval.max_batches=10\n"},
+    {"export", "dtrain export  --checkpoint DIR|FILE --out model.safetensors",
+     "export     writes the weights as a standalone F32 safetensors file with Hugging Face GPT-2\n"
+     "           tensor names.\n"
+     "  --checkpoint PATH    as for eval: a file, a checkpoint directory, or a run directory (its final\n"
+     "                       weights, else its newest valid checkpoint)\n"
+     "  --out FILE           the file to write (replaced atomically)\n"},
+    {"doctor", "dtrain doctor  [--num-workers N] [--device cpu|cuda]",
+     "doctor     lists CPUs and GPUs, runs the collective self-test with N worker processes (default 2)\n"
+     "           and prints an all-reduce bandwidth table (algbw, busbw) next to memcpy bandwidth.\n"
+     "  --num-workers N      worker processes for the self-test (default 2)\n"
+     "  --device cpu|cuda    test the CPU collective (default) or the GPUs with NCCL\n"},
+    {"bench", "dtrain bench   --config FILE --workers 1,2,4 [--steps K] [--set key.path=value]...",
+     "bench      runs the config once per worker count (same batch per worker; --steps K overrides\n"
+     "           training.max_steps) and prints train/eval time, throughput, speedup, scaling efficiency\n"
+     "           and the share of step time spent waiting for all-reduce; writes RUN_DIR/bench/bench.csv\n"
+     "           and bench.svg (throughput and efficiency against workers).\n"
+     "  --workers LIST       worker counts to run, e.g. 1,2,4\n"
+     "  --steps K            training steps per run\n"},
+    {"data", "dtrain data tokenize --tokenizer bytes IN.txt OUT.bin",
+     "data tokenize  turns a text file into an llm.c token shard, one token per byte.\n"
+     "  --tokenizer bytes    the tokenizer (bytes: token = byte value)\n"},
+};
+
+static const char *const help_tail =
     "\n"
     "exit status: 0 success (also a clean stop on SIGTERM/SIGINT), 2 bad usage/config/data (the message\n"
     "names file, key or line), 1 other failure.\n"
     "environment: DTRAIN_RDZV_SECRET=S or DTRAIN_RDZV_SECRET_FILE=PATH (mode 0600): the same secret on every rank\n"
     "  started by a launcher authenticates the rendezvous (docs/multinode.md);\n"
     "  DTRAIN_FAULT=rank=R,step=S,kind=kill|exit|hang|corrupt-checkpoint injects a fault (testing aid).\n";
+
+/* Every command's help (cmd NULL), or one command's. */
+static void print_help(const char *cmd) {
+    const int n = (int)(sizeof help / sizeof help[0]);
+    printf("dtrain " DTRAIN_VERSION " — data-parallel GPT training and fine-tuning\n\nusage:\n");
+    for (int i = 0; i < n; i++)
+        if (!cmd || strcmp(cmd, help[i].cmd) == 0) printf("  %s\n", help[i].usage);
+    if (!cmd) printf("  dtrain --help | --version | CMD --help\n");
+    printf("\n");
+    for (int i = 0; i < n; i++)
+        if (!cmd || strcmp(cmd, help[i].cmd) == 0) fputs(help[i].text, stdout);
+    fputs(help_tail, stdout);
+}
 
 static int fail(dt_status st) {
     fprintf(stderr, "dtrain: error: %s\n", dt_error_msg());
@@ -161,11 +192,30 @@ static int load_config(const cli *c, dt_config *cfg) {
     return st == DT_OK ? 0 : fail(st);
 }
 
-/* DIR/model.safetensors, or the path itself when it is a file. */
-static void weights_path(const char *checkpoint, char *buf, size_t n) {
+static void say_skipped(void *user, const char *msg) {
+    (void)user;
+    printf("checkpoint skipped: %s\n", msg);
+}
+
+/* The weights --checkpoint names: the path itself when it is a file; DIR/model.safetensors
+ * of a finished run or a checkpoint directory; for a run that has no final weights yet
+ * (unfinished, stopped, failed), its newest valid checkpoint's. */
+static dt_status weights_path(const char *checkpoint, char *buf, size_t n) {
     struct stat sb;
-    if (stat(checkpoint, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(buf, n, "%s/model.safetensors", checkpoint);
-    else snprintf(buf, n, "%s", checkpoint);
+    snprintf(buf, n, "%s", checkpoint);
+    if (stat(checkpoint, &sb) != 0 || !S_ISDIR(sb.st_mode)) return DT_OK;
+    snprintf(buf, n, "%s/model.safetensors", checkpoint);
+    if (access(buf, F_OK) == 0) return DT_OK;
+    char dir[DT_PATH_MAX + 64];
+    dt_ckpt_state s;
+    int found = 0;
+    DT_TRY(dt_ckpt_find_latest(checkpoint, say_skipped, NULL, dir, sizeof dir, &s, &found));
+    if (!found)
+        return dt_error_set(DT_ERR_DATA, "%s: no model.safetensors and no valid checkpoint in it (expected a run "
+                                         "directory, a checkpoint directory or a .safetensors file)", checkpoint);
+    snprintf(buf, n, "%s/model.safetensors", dir);
+    printf("%s has no final weights yet: using its newest valid checkpoint, %s (step %ld)\n", checkpoint, dir, s.step);
+    return DT_OK;
 }
 
 /* After a clean stop (SIGTERM/SIGINT): where the checkpoint is and how to go on. */
@@ -243,19 +293,21 @@ static int cmd_eval(const cli *c) {
     if (rc) return rc;
     if (!c->checkpoint && !cfg.model.init_from[0])
         return usage_error("%s", "eval: needs --checkpoint DIR|FILE (or model.init_from in the config)");
-    char path[DT_PATH_MAX + 32];
-    weights_path(c->checkpoint ? c->checkpoint : cfg.model.init_from, path, sizeof path);
+    char path[DT_PATH_MAX + 96];
+    dt_status st = weights_path(c->checkpoint ? c->checkpoint : cfg.model.init_from, path, sizeof path);
+    if (st != DT_OK) return fail(st);
     dt_eval_point ep;
-    dt_status st = dt_worker_eval(&cfg, path, &ep);
+    st = dt_worker_eval(&cfg, path, &ep);
     return st == DT_OK ? 0 : fail(st);
 }
 
 static int cmd_export(const cli *c) {
     if (!c->checkpoint || !c->out) return usage_error("%s", "export: needs --checkpoint DIR|FILE and --out FILE");
-    char path[DT_PATH_MAX + 32];
-    weights_path(c->checkpoint, path, sizeof path);
+    char path[DT_PATH_MAX + 96];
+    dt_status st = weights_path(c->checkpoint, path, sizeof path);
+    if (st != DT_OK) return fail(st);
     dt_st_file *f = NULL;
-    dt_status st = dt_st_open(&f, path);
+    st = dt_st_open(&f, path);
     if (st != DT_OK) return fail(st);
     int n = dt_st_count(f);
     dt_st_entry *e = calloc((size_t)(n ? n : 1), sizeof *e);
@@ -311,7 +363,9 @@ int main(int argc, char **argv) {
     int rc = parse_options(sub_argc, sub_argv, &c);
     if (rc) return rc;
     if (c.help) {
-        fputs(usage_text, stdout);
+        int known = 0; /* `dtrain CMD --help`: that command's own; `dtrain --help`: all of them */
+        for (size_t i = 0; i < sizeof help / sizeof help[0]; i++) known |= strcmp(cmd, help[i].cmd) == 0;
+        print_help(first == 2 && known ? cmd : NULL);
         return 0;
     }
     if (c.version) {
@@ -344,7 +398,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "doctor") == 0) return cmd_doctor(&c);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(&c);
     if (strcmp(cmd, "help") == 0) {
-        fputs(usage_text, stdout);
+        print_help(NULL);
         return 0;
     }
     return usage_error("unknown command \"%s\"", cmd);

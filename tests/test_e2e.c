@@ -371,6 +371,37 @@ static void test_finished_changed(void) {
     CHECK_STR_CONTAINS(out_text, "step 4/4");
 }
 
+/* `dtrain eval` and `export` on a run that has no final weights (it failed at step 15) use its
+ * newest valid checkpoint (they used to fail on the missing model.safetensors); a directory
+ * with neither is a clear exit 2. And each command's --help shows its own options. */
+static void test_unfinished_run(void) {
+    char dir[600], out[700];
+    snprintf(dir, sizeof dir, "%s/unfinished", tmp);
+    snprintf(out, sizeof out, "%s/unfinished.safetensors", tmp);
+    CHECK_INT_EQ(run("DTRAIN_FAULT=rank=0,step=15,kind=exit %s --config configs/ci-smoke.yaml --set run.dir=%s "
+                     "--set training.max_steps=30 --set checkpoint.every_steps=10 --set fault_tolerance.max_restarts=0",
+                     DTRAIN_BIN, dir), 1);
+    CHECK_INT_EQ(run("%s eval --config configs/ci-smoke.yaml --checkpoint %s", DTRAIN_BIN, dir), 0);
+    CHECK_STR_CONTAINS(out_text, "has no final weights yet: using its newest valid checkpoint, ");
+    CHECK_STR_CONTAINS(out_text, "/checkpoints/step_00000010 (step 10)");
+    CHECK_STR_CONTAINS(out_text, "val loss ");
+    CHECK_INT_EQ(run("%s export --checkpoint %s --out %s", DTRAIN_BIN, dir, out), 0);
+    CHECK_STR_CONTAINS(out_text, "/checkpoints/step_00000010/model.safetensors to ");
+    CHECK_INT_EQ(run("mkdir -p %s/none && %s eval --config configs/ci-smoke.yaml --checkpoint %s/none", tmp, DTRAIN_BIN,
+                     tmp), 2);
+    CHECK_STR_CONTAINS(err_text, "/none: no model.safetensors and no valid checkpoint in it");
+
+    CHECK_INT_EQ(run("%s eval --help", DTRAIN_BIN), 0);
+    CHECK_STR_CONTAINS(out_text, "  --checkpoint PATH ");
+    CHECK(strstr(out_text, "--dry-run") == NULL && strstr(out_text, "dtrain bench") == NULL);
+    CHECK_INT_EQ(run("%s bench --help", DTRAIN_BIN), 0);
+    CHECK_STR_CONTAINS(out_text, "  --workers LIST ");
+    CHECK(strstr(out_text, "--checkpoint") == NULL);
+    CHECK_INT_EQ(run("%s --help", DTRAIN_BIN), 0); /* all of them */
+    CHECK_STR_CONTAINS(out_text, "  --workers LIST ");
+    CHECK_STR_CONTAINS(out_text, "  --dry-run ");
+}
+
 /* A run directory that was copied or downloaded may hold links: config.yaml, metrics.jsonl or
  * train.log as a link to a file outside is never written through (it used to be truncated or
  * appended to): exit 2 naming it, the file untouched */
@@ -408,6 +439,7 @@ int main(void) {
     test_planted_links();
     test_not_retried();
     test_finished_changed();
+    test_unfinished_run();
     test_language_model();
     test_finetune();
     test_dir_remove();
