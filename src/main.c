@@ -18,9 +18,6 @@
 #include "dtrain/doctor.h"
 #include "dtrain/launch.h"
 #include "dtrain/rendezvous.h"
-#ifdef DTRAIN_HAVE_MPI
-#include "dtrain/comm_mpi.h"
-#endif
 #include "dtrain/safetensors.h"
 #include "dtrain/worker.h"
 
@@ -370,16 +367,7 @@ int main(int argc, char **argv) {
     }
     if (c.version) {
         printf("dtrain %s\n", DTRAIN_VERSION);
-        int bad = dt_device_print_versions(stdout);
-        bad += dt_backend_print_versions(stdout);
-#ifdef DTRAIN_HAVE_MPI
-        char mpi[512];
-        bad += dt_mpi_version(mpi, sizeof mpi);
-        fputs(mpi, stdout);
-#else
-        printf("  MPI       mpi collective not built (no Open MPI development files at build time)\n");
-#endif
-        dt_device_print_version_verdict(stdout, bad);
+        dt_doctor_print_versions(stdout);
         return 0;
     }
     /* options that only one command reads are refused elsewhere, not silently ignored */

@@ -6,7 +6,8 @@
  *     process left behind, nothing new in /dev/shm;
  *   - SIGSTOP of worker 1: the others time out at the collective deadline naming rank 1;
  *   - a replica perturbed on rank 1 (test-only switch) is caught at the next check;
- *   - `dtrain doctor` passes, and fails when the all-reduce is broken (test-only switch). */
+ *   - `dtrain doctor` passes (library versions listed; no bandwidth table for one worker), and
+ *     fails when the all-reduce is broken (test-only switch). */
 #include <dirent.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -157,6 +158,16 @@ static void test_doctor(void) {
     CHECK_STR_CONTAINS(text, "self-test: all-reduce");
     CHECK_STR_CONTAINS(text, "busbw (GB/s)");
     CHECK_STR_CONTAINS(text, "256 MiB");
+    /* the library versions the README promises, and no bandwidth table for one worker */
+    CHECK_STR_CONTAINS(text, "  libraries:\n");
+    CHECK_STR_CONTAINS(text, "  OpenBLAS  ");
+    CHECK_STR_CONTAINS(text, "  libyaml   ");
+    const char *one[] = {"doctor", "--num-workers", "1", NULL};
+    CHECK_INT_EQ(run_sync("doctor-one", one), 0);
+    snprintf(out, sizeof out, "%s/doctor-one.out", test_dir());
+    test_slurp(out, text, sizeof text);
+    CHECK_STR_CONTAINS(text, "all-reduce bandwidth: not measured with 1 worker");
+    CHECK(strstr(text, "busbw") == NULL);
     CHECK(setenv("DTRAIN_TEST_BREAK_ALLREDUCE", "1", 1) == 0);
     int rc = run_sync("doctor-broken", args);
     unsetenv("DTRAIN_TEST_BREAK_ALLREDUCE");

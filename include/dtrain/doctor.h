@@ -8,6 +8,8 @@
 #ifndef DTRAIN_DOCTOR_H
 #define DTRAIN_DOCTOR_H
 
+#include <stdio.h>
+
 #include "dtrain/config.h"
 #include "dtrain/status.h"
 
@@ -17,6 +19,10 @@ typedef struct dt_doctor_opts {
     double timeout_s;         /* collective deadline */
     long max_bytes;           /* largest all-reduce in the table (default 256 MiB) */
 } dt_doctor_opts;
+
+/* The libraries this binary uses and their versions, then a verdict line (what `dtrain
+ * --version` prints after its first line, and `dtrain doctor` in its report). */
+void dt_doctor_print_versions(FILE *out);
 
 /* Prints the report on stdout. DT_OK when the self-test passed; DT_ERR_INTERNAL (exit 1)
  * with the failing check named when it did not; DT_ERR_CONFIG for a device that is absent. */

@@ -11,6 +11,9 @@
 #include "dtrain/backend.h"
 #include "dtrain/comm.h"
 #include "dtrain/device.h"
+#ifdef DTRAIN_HAVE_MPI
+#include "dtrain/comm_mpi.h"
+#endif
 #include "dtrain/launch.h"
 
 /* rank r's test value at index i: exact in float, different per rank and index */
@@ -55,6 +58,11 @@ static dt_status check_broadcast_gather(dt_comm *c) {
 static dt_status bandwidth_table(dt_comm *c, float *x, long max_bytes) {
     const int world = dt_comm_world(c), rank = dt_comm_rank(c);
     dt_status st = DT_OK;
+    if (world == 1) { /* one worker sends nothing: a bandwidth would be memcpy's, not the collective's */
+        printf("\nall-reduce bandwidth: not measured with 1 worker (nothing crosses between workers; "
+               "--num-workers 2 or more)\n");
+        return DT_OK;
+    }
     if (rank == 0) {
         printf("\nall-reduce (sum, float32), %d workers, %s:\n", world, dt_comm_backend(c));
         printf("%12s %10s %12s %12s %12s\n", "size", "iters", "time (us)", "algbw (GB/s)", "busbw (GB/s)");
@@ -145,10 +153,25 @@ static double memcpy_bandwidth(void) {
     return best;
 }
 
+void dt_doctor_print_versions(FILE *out) {
+    int bad = dt_device_print_versions(out);
+    bad += dt_backend_print_versions(out);
+#ifdef DTRAIN_HAVE_MPI
+    char mpi[512];
+    bad += dt_mpi_version(mpi, sizeof mpi);
+    fputs(mpi, out);
+#else
+    fprintf(out, "  MPI       mpi collective not built (no Open MPI development files at build time)\n");
+#endif
+    dt_device_print_version_verdict(out, bad);
+}
+
 dt_status dt_doctor_run(const dt_doctor_opts *o) {
     printf("dtrain doctor\n");
     printf("  CPUs usable: %d\n", dt_device_cpu_cores());
     dt_backend_print_devices(stdout);
+    printf("  libraries:\n");
+    dt_doctor_print_versions(stdout);
     char advice[512];
     if (dt_device_blas_advice(advice, sizeof advice)) printf("  %s\n", advice);
     const dt_device_kind kind = o->device;
