@@ -402,6 +402,19 @@ static void test_unfinished_run(void) {
     CHECK_STR_CONTAINS(out_text, "  --dry-run ");
 }
 
+/* Texts cut to seq_len are counted and reported at start (they used to be cut silently). */
+static void test_truncated(void) {
+    CHECK_INT_EQ(run("%s --config configs/ci-smoke.yaml --set run.dir=%s/trunc --set training.max_steps=1 "
+                     "--set data.seq_len=16",
+                     DTRAIN_BIN, tmp), 0);
+    CHECK_STR_CONTAINS(out_text, "data: 15990 of 16000 train examples (99.9%) are longer than data.seq_len - 1 = 15 "
+                                 "bytes and were cut to it");
+    CHECK_STR_CONTAINS(out_text, "data: 1997 of 2000 val examples");
+    CHECK_INT_EQ(run("%s --config configs/ci-smoke.yaml --set run.dir=%s/trunc64 --set training.max_steps=1", DTRAIN_BIN,
+                     tmp), 0);
+    CHECK(strstr(out_text, "were cut") == NULL);
+}
+
 /* A run directory that was copied or downloaded may hold links: config.yaml, metrics.jsonl or
  * train.log as a link to a file outside is never written through (it used to be truncated or
  * appended to): exit 2 naming it, the file untouched */
@@ -440,6 +453,7 @@ int main(void) {
     test_not_retried();
     test_finished_changed();
     test_unfinished_run();
+    test_truncated();
     test_language_model();
     test_finetune();
     test_dir_remove();

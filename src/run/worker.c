@@ -661,6 +661,17 @@ static void report_setup(trainer *t) {
     if (dt_device_blas_advice(advice, sizeof advice)) dt_metrics_info(r->metrics, "%s", advice);
 }
 
+/* Classification texts longer than the model sees are cut: say how many, so that a seq_len
+ * too small for the data is not a silent loss of accuracy. */
+static void report_truncated(run *r, const char *which, const dt_dataset *ds) {
+    size_t cut = ds ? dt_dataset_num_truncated(ds) : 0;
+    if (!cut) return;
+    size_t n = dt_dataset_size(ds);
+    dt_metrics_info(r->metrics, "data: %zu of %zu %s examples (%.1f%%) are longer than data.seq_len - 1 = %d bytes and "
+                    "were cut to it (hint: a larger data.seq_len keeps more of each text)",
+                    cut, n, which, 100.0 * (double)cut / (double)(n ? n : 1), r->cfg->data.seq_len - 1);
+}
+
 /* The data and where training starts from, for the log. */
 static void report_start(trainer *t) {
     run *r = &t->r;
@@ -671,6 +682,8 @@ static void report_start(trainer *t) {
                     "%zu val examples | %ld steps",
                     n_train, t->spe, t->G, r->world, t->b, t->accum, r->val ? dt_dataset_size(r->val) : (size_t)0,
                     t->total);
+    report_truncated(r, "train", r->train);
+    report_truncated(r, "val", r->val);
     if (t->resumed) {
         dt_metrics_resume(r->metrics, cs->step, t->ckpt_dir, t->attempt);
         dt_metrics_info(r->metrics, "resumed from %s: step %ld, epoch %ld, sample %zu of the epoch%s", t->ckpt_dir,
