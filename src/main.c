@@ -43,7 +43,8 @@ static const help_entry help[] = {
      "           SIGTERM or Ctrl-C stops after the current step with a checkpoint (twice: at once).\n"
      "  --config FILE        the YAML config (keys: README.md, \"Config reference\")\n"
      "  --set key.path=value override one key after the file is read, e.g. --set training.max_steps=20\n"
-     "  --dry-run            print the resolved config and the model size, then exit 0\n"
+     "  --dry-run            print the resolved config and the model size, open and check the data as\n"
+     "                       the run would, then exit 0 (2 when the run would refuse the data)\n"
      "  --quiet              print only errors and the final summary\n"
      "  --progress MODE      progress bar: auto (when stdout is a terminal), always, never\n"},
     {"eval", "dtrain eval    --config FILE [--checkpoint DIR|FILE] [--set key.path=value]...",
@@ -235,8 +236,8 @@ static int cmd_train(const cli *c) {
     int rc = load_config(c, &cfg);
     if (rc) return rc;
     if (c->dry_run) {
-        dt_worker_describe(&cfg, stdout);
-        return 0;
+        dt_status dst = dt_worker_describe(&cfg, stdout);
+        return dst == DT_OK ? 0 : fail(dst);
     }
     dt_ext_env env;
     int external = 0;

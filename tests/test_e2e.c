@@ -84,6 +84,15 @@ static void test_dry_run(void) {
         CHECK_STR_CONTAINS(out_text, "# model: ");
         CHECK_STR_CONTAINS(out_text, "training FLOPs per token");
     }
+    /* the dry run opens and checks the data as the run would: what the run refuses, it refuses */
+    CHECK_INT_EQ(run("%s --config configs/finetune.yaml --dry-run", DTRAIN_BIN), 0);
+    CHECK_STR_CONTAINS(out_text, "# data: train: 16000 examples in 1 file(s)\n# data: val: 2000 examples in 1 file(s)\n");
+    char bad[600];
+    snprintf(bad, sizeof bad, "%s/badlabel.tsv", tmp);
+    write_file(bad, "1\tgood\n5\tbad label\n");
+    CHECK_INT_EQ(run("%s --config configs/finetune.yaml --set data.train_path=%s --dry-run", DTRAIN_BIN, bad), 2);
+    CHECK_STR_CONTAINS(err_text, "badlabel.tsv:2: label 5 out of range [0, 2)");
+    CHECK_STR_CONTAINS(out_text, "# model: "); /* the estimate is still there */
     /* the seed example of DESIGN.md §3, with real paths */
     char path[600];
     snprintf(path, sizeof path, "%s/seed.yaml", tmp);

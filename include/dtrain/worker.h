@@ -53,7 +53,9 @@ dt_status dt_worker_launch_external(const dt_config *cfg, const dt_ext_env *env,
  * *out receives it (step 0). */
 dt_status dt_worker_eval(const dt_config *cfg, const char *weights, dt_eval_point *out);
 
-/* Prints the resolved config followed by the model size, for --dry-run. */
-void dt_worker_describe(const dt_config *cfg, FILE *out);
+/* Prints the resolved config followed by the model size, for --dry-run; then opens and checks
+ * the data as the run would (labels, token range, sizes) and prints its size: a data error
+ * the run would refuse is returned (after the config and the model size are printed). */
+dt_status dt_worker_describe(const dt_config *cfg, FILE *out);
 
 #endif

@@ -229,7 +229,24 @@ static size_t device_memory_bytes(const dt_ops *ops, const dt_model_cfg *mc, int
            ops->scratch_bytes(&sizes, bf16);
 }
 
-void dt_worker_describe(const dt_config *c, FILE *out) {
+/* The data as the run would open it: refused here as it would be there. */
+static dt_status describe_data(const dt_config *c, FILE *out) {
+    const char *paths[2] = {c->data.train_path, c->data.val_path}, *names[2] = {"train", "val"};
+    for (int i = 0; i < 2; i++) {
+        if (!paths[i][0]) continue;
+        dt_dataset *ds = NULL;
+        DT_TRY(open_dataset(c, paths[i], &ds));
+        size_t n = dt_dataset_size(ds), cut = dt_dataset_num_truncated(ds);
+        fprintf(out, "# data: %s: %zu %s in %zu file(s)", names[i], n,
+                dt_dataset_is_classification(ds) ? "examples" : "samples", dt_dataset_num_files(ds));
+        if (cut) fprintf(out, ", %zu cut to data.seq_len - 1 = %d bytes", cut, c->data.seq_len - 1);
+        fputc('\n', out);
+        dt_dataset_free(ds);
+    }
+    return DT_OK;
+}
+
+dt_status dt_worker_describe(const dt_config *c, FILE *out) {
     dt_config_print(c, out);
     dt_model_cfg mc = model_cfg_from(c);
     char params[32], flops[32], mem[32];
@@ -246,6 +263,8 @@ void dt_worker_describe(const dt_config *c, FILE *out) {
                 "scratch)\n", ops->name, bf16 ? "bf16 products" : "fp32",
                 (double)device_memory_bytes(ops, &mc, bf16) / (1u << 30), ops->memory);
     }
+    fflush(out);
+    return describe_data(c, out);
 }
 
 static long total_steps(const dt_config *c, size_t steps_per_epoch) {
