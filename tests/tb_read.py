@@ -1,6 +1,7 @@
 """tb_read.py RUN_DIR — reads a run's TensorBoard event file with TensorBoard's own reader
 (EventAccumulator, which also checks the TFRecord CRC32Cs) and compares it with the run's
-metrics.jsonl: every train/val scalar at every step, tags of the per-worker samples.
+metrics.jsonl: every train/val scalar at every step, tags of the per-worker samples; and the
+resolved config in the Text tab with config.yaml.
 Exit 0 when everything matches; prints what does not."""
 import glob
 import json
@@ -13,7 +14,8 @@ from tensorboard.backend.event_processing import event_accumulator
 def main(run_dir):
     files = glob.glob(run_dir + "/events.out.tfevents.*")
     assert len(files) == 1, "expected one event file, found %r" % files
-    acc = event_accumulator.EventAccumulator(files[0], size_guidance={event_accumulator.SCALARS: 0})
+    acc = event_accumulator.EventAccumulator(files[0], size_guidance={event_accumulator.SCALARS: 0,
+                                                                      event_accumulator.TENSORS: 0})
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
     want = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "train/step_ms", "train/comm_ms",
@@ -54,6 +56,16 @@ def main(run_dir):
                 assert math.isclose(got[rec["step"]], w[key], rel_tol=1e-6), tag
                 n += 1
     assert workers, "no workers records in metrics.jsonl"
+
+    # the resolved config in the Text tab, as the run's config.yaml has it
+    assert "config" in acc.Tags()["tensors"], "no config text (tensors: %s)" % acc.Tags()["tensors"]
+    assert acc.SummaryMetadata("config").plugin_data.plugin_name == "text", "config is not a text summary"
+    from tensorboard.util import tensor_util
+    text = tensor_util.make_ndarray(acc.Tensors("config")[0].tensor_proto).item().decode()
+    with open(run_dir + "/config.yaml") as f:
+        saved = f.read()
+    body = saved[saved.index("\n") + 1:]  # config.yaml starts with its own comment line
+    assert text.startswith("```\n") and body in text, "the config text differs from config.yaml"
     print("tb_read: %d scalars under %d tags match metrics.jsonl (%d train steps, %d evaluations, %d worker rounds)"
           % (n, len(tags), len(train), len(evals), len(workers)))
 

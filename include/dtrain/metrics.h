@@ -77,6 +77,10 @@ void dt_metrics_eval(dt_metrics *m, const dt_eval_point *p);
  * console line at most every 30 s. */
 struct dt_worker_sample;
 void dt_metrics_workers(dt_metrics *m, long step, const struct dt_worker_sample *w, int n);
+
+/* The run's resolved config (dt_config_print's text) into TensorBoard's Text tab, tag
+ * "config" (rank 0, when TensorBoard is on), so that a run's settings are seen next to its plots. */
+void dt_metrics_config_text(dt_metrics *m, const char *config_text);
 /* The final summary: console lines (also when quiet) and the "summary" line. */
 void dt_metrics_final(dt_metrics *m, const dt_run_summary *s);
 /* A resume from a checkpoint (attempt: 0, or k after the k-th restart). */

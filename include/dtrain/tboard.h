@@ -6,7 +6,8 @@
  * masked CRC32C of the bytes (mask: ((c >> 15) | (c << 17)) + 0xa282ead8). Each record is
  * one serialized tensorflow.Event: wall_time (1, double), step (2, int64), file_version
  * (3, "brain.Event:2" in the first record) or summary (5) holding Summary.Value entries with
- * tag (1, string) and simple_value (2, float). */
+ * tag (1, string) and simple_value (2, float), or for text a tensor (8: dtype DT_STRING, a
+ * scalar shape, string_val) with metadata (9) naming the "text" plugin. */
 #ifndef DTRAIN_TBOARD_H
 #define DTRAIN_TBOARD_H
 
@@ -25,6 +26,10 @@ const char *dt_tb_path(const dt_tb *tb);
 
 /* Appends one scalar event (flushed, so a crash loses nothing already written). */
 dt_status dt_tb_scalar(dt_tb *tb, const char *tag, long step, double value);
+
+/* Appends one text summary (TensorBoard's Text tab: a scalar DT_STRING tensor with the "text"
+ * plugin's metadata), e.g. the resolved config, shown as markdown. */
+dt_status dt_tb_text(dt_tb *tb, const char *tag, long step, const char *text);
 
 /* CRC32C (Castagnoli), as TFRecord uses it. */
 uint32_t dt_crc32c(const void *data, size_t n);

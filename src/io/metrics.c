@@ -171,6 +171,19 @@ static void tb(dt_metrics *m, const char *tag, long step, double v) {
     }
 }
 
+void dt_metrics_config_text(dt_metrics *m, const char *config_text) {
+    if (!m->tb || m->tb_failed) return;
+    size_t n = strlen(config_text) + 16;
+    char *md = dt_malloc(n, "config text");
+    if (!md) return;
+    snprintf(md, n, "```\n%s```\n", config_text); /* markdown: shown as it is, one key a line */
+    if (dt_tb_text(m->tb, "config", 0, md) != DT_OK) {
+        m->tb_failed = 1;
+        dt_metrics_info(m, "warning: TensorBoard events are off from here: %s", dt_error_msg());
+    }
+    free(md);
+}
+
 void dt_metrics_train(dt_metrics *m, const dt_train_point *p) {
     write_json(m, json_pack("{s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "type", "train", "step",
                             (json_int_t)p->step, "epoch", (json_int_t)p->epoch, "loss", num(p->loss), "lr", num(p->lr),

@@ -42,13 +42,15 @@ static uint32_t masked(uint32_t c) { return ((c >> 15) | (c << 17)) + 0xa282ead8
 
 /* ---- protobuf wire format: the three encodings we need */
 typedef struct buf {
-    unsigned char b[1024];
-    size_t n;
+    unsigned char *b; /* cap bytes: a local array, or for a text summary the heap */
+    size_t n, cap;
     int overflow;
 } buf;
 
+#define BUF(name, storage) buf name = {.b = (storage), .n = 0, .cap = sizeof(storage), .overflow = 0}
+
 static void put(buf *o, const void *p, size_t n) {
-    if (o->n + n > sizeof o->b) {
+    if (o->n + n > o->cap) {
         o->overflow = 1;
         return;
     }
@@ -132,7 +134,8 @@ dt_status dt_tb_open(dt_tb **out, const char *run_dir) {
         free(tb);
         return st;
     }
-    buf ev = {.n = 0};
+    unsigned char evb[256];
+    BUF(ev, evb);
     event_head(&ev, 0);
     static const char version[] = "brain.Event:2";
     put_bytes(&ev, 3, version, sizeof version - 1);
@@ -156,7 +159,10 @@ const char *dt_tb_path(const dt_tb *tb) { return tb->path; }
 dt_status dt_tb_scalar(dt_tb *tb, const char *tag, long step, double value) {
     size_t tl = strlen(tag);
     if (tl > 256) return dt_error_set(DT_ERR_INTERNAL, "TensorBoard tag too long: %.40s...", tag);
-    buf val = {.n = 0}, sum = {.n = 0}, ev = {.n = 0};
+    unsigned char vb[512], sb[512], eb[600];
+    BUF(val, vb);
+    BUF(sum, sb);
+    BUF(ev, eb);
     put_bytes(&val, 1, tag, tl); /* Summary.Value.tag */
     float f = (float)value;
     uint32_t fb;
@@ -167,4 +173,28 @@ dt_status dt_tb_scalar(dt_tb *tb, const char *tag, long step, double value) {
     event_head(&ev, step);
     put_bytes(&ev, 5, sum.b, sum.n); /* Event.summary */
     return write_record(tb, &ev);
+}
+
+dt_status dt_tb_text(dt_tb *tb, const char *tag, long step, const char *text) {
+    size_t tl = strlen(tag), xl = strlen(text);
+    if (tl > 256) return dt_error_set(DT_ERR_INTERNAL, "TensorBoard tag too long: %.40s...", tag);
+    size_t cap = xl + tl + 256; /* the text, the tag and the few headers around them */
+    unsigned char *mem = dt_malloc(4 * cap, "TensorBoard text event");
+    if (!mem) return DT_ERR_NOMEM;
+    buf tensor = {mem, 0, cap, 0}, val = {mem + cap, 0, cap, 0}, sum = {mem + 2 * cap, 0, cap, 0},
+        ev = {mem + 3 * cap, 0, cap, 0};
+    put_key(&tensor, 1, 0); /* TensorProto.dtype = DT_STRING */
+    put_varint(&tensor, 7);
+    put_bytes(&tensor, 2, "", 0);        /* tensor_shape: a scalar */
+    put_bytes(&tensor, 8, text, xl);     /* string_val */
+    static const unsigned char plugin[] = {0x0a, 0x06, 0x0a, 0x04, 't', 'e', 'x', 't'}; /* plugin_data{plugin_name} */
+    put_bytes(&val, 1, tag, tl);                      /* Summary.Value.tag */
+    put_bytes(&val, 9, plugin, sizeof plugin);        /* Summary.Value.metadata */
+    put_bytes(&val, 8, tensor.b, tensor.n);           /* Summary.Value.tensor */
+    put_bytes(&sum, 1, val.b, val.n);                 /* Summary.value */
+    event_head(&ev, step);
+    put_bytes(&ev, 5, sum.b, sum.n);                  /* Event.summary */
+    dt_status st = write_record(tb, &ev);
+    free(mem);
+    return st;
 }

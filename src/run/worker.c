@@ -703,6 +703,16 @@ static void report_start(trainer *t) {
                     t->total);
     report_truncated(r, "train", r->train);
     report_truncated(r, "val", r->val);
+    if (r->rank == 0) { /* the settings next to the plots */
+        char *text = NULL;
+        size_t len = 0;
+        FILE *mem = open_memstream(&text, &len);
+        if (mem) {
+            dt_config_print(r->cfg, mem);
+            if (fclose(mem) == 0) dt_metrics_config_text(r->metrics, text);
+        }
+        free(text);
+    }
     if (t->resumed) {
         dt_metrics_resume(r->metrics, cs->step, t->ckpt_dir, t->attempt);
         dt_metrics_info(r->metrics, "resumed from %s: step %ld, epoch %ld, sample %zu of the epoch%s", t->ckpt_dir,
