@@ -78,6 +78,10 @@ void dt_metrics_eval(dt_metrics *m, const dt_eval_point *p);
 struct dt_worker_sample;
 void dt_metrics_workers(dt_metrics *m, long step, const struct dt_worker_sample *w, int n);
 
+/* Evaluation's progress on the bar (a terminal only; at most 10 redraws a second): `done` of
+ * `total` batches after `elapsed_s` seconds. The eval line that follows replaces it. */
+void dt_metrics_eval_progress(dt_metrics *m, long done, long total, double elapsed_s);
+
 /* The run's resolved config (dt_config_print's text) into TensorBoard's Text tab, tag
  * "config" (rank 0, when TensorBoard is on), so that a run's settings are seen next to its plots. */
 void dt_metrics_config_text(dt_metrics *m, const char *config_text);

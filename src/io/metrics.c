@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,6 +25,10 @@ struct dt_metrics {
     int bar_visible;      /* the bar is on the current console line */
     double t0;            /* monotonic seconds at open */
     double last_draw;     /* monotonic seconds of the last bar redraw */
+    long bar_step0;       /* the step before this process's first one (after a resume: the checkpoint's) */
+    double bar_t0;        /* when this process's first step ended */
+    long rate_step;       /* the step and time the smoothed rate was last updated at */
+    double rate_t, rate;  /* steps per second, smoothed (tqdm's smoothing: 0.3 of the newest) */
     double last_workers;  /* monotonic seconds of the last console workers line */
     dt_tb *tb;            /* TensorBoard events (rank 0, when on) */
     int tb_failed;        /* a write failed: said once, then off */
@@ -146,19 +151,90 @@ static void fmt_duration(char *buf, size_t n, double s) {
     else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
 }
 
-static void draw_bar(dt_metrics *m, const dt_train_point *p) {
-    const int width = 24;
-    double frac = m->cfg.total_steps > 0 ? (double)p->step / (double)m->cfg.total_steps : 0.0;
-    int filled = (int)(frac * width);
-    char bar[64], eta[32];
-    for (int i = 0; i < width; i++) bar[i] = i < filled ? '=' : (i == filled ? '>' : ' ');
-    bar[width] = '\0';
-    double elapsed = dt_clock_now() - m->t0;
-    fmt_duration(eta, sizeof eta, p->step > 0 ? elapsed / (double)p->step * (double)(m->cfg.total_steps - p->step) : 0);
-    fprintf(stdout, "\r\033[K[%s] %3d%% %ld/%ld | loss %.4f | %.1f ms/step | %.0f tok/s | ETA %s", bar,
-            (int)(frac * 100.0), p->step, m->cfg.total_steps, p->loss, p->step_ms, p->tokens_per_s, eta);
+/* The terminal's width now (it may change while we run), else $COLUMNS, else 80. */
+static int term_width(void) {
+    struct winsize ws;
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+    const char *c = getenv("COLUMNS");
+    int w = c ? atoi(c) : 0;
+    return w > 0 ? w : 80;
+}
+
+/* This process's own rate: steps since its first one over the time since, smoothed like
+ * tqdm's (an exponential average, 0.3 of each new interval), so a resume does not count the
+ * steps done before it. */
+static void update_rate(dt_metrics *m, long step, double t, double step_ms) {
+    if (m->bar_t0 == 0) { /* the first step: its own time is all there is to go by */
+        m->bar_step0 = step - 1;
+        m->bar_t0 = m->rate_t = t;
+        m->rate_step = step;
+        m->rate = step_ms > 0 ? 1000.0 / step_ms : 0;
+        return;
+    }
+    if (step > m->rate_step && t > m->rate_t) {
+        double inst = (double)(step - m->rate_step) / (t - m->rate_t);
+        m->rate = m->rate > 0 ? 0.3 * inst + 0.7 * m->rate : inst;
+        m->rate_step = step;
+        m->rate_t = t;
+    }
+}
+
+/* One progress line that fits in `cols` - 1 columns: "LABEL  37%|=====>    | 925/2500
+ * [00:12<00:21, 75.3 step/s] EXTRA". What does not fit goes first: EXTRA, then the bar
+ * shrinks to 10 columns, then it goes too. */
+static void draw_line(dt_metrics *m, const char *label, long done, long total, double elapsed, double rate,
+                      const char *extra) {
+    int cols = term_width() - 1;
+    char el[32], eta[32], right[160];
+    fmt_duration(el, sizeof el, elapsed);
+    if (rate > 0 && total >= done) fmt_duration(eta, sizeof eta, (double)(total - done) / rate);
+    else snprintf(eta, sizeof eta, "?");
+    int pct = total > 0 ? (int)(100.0 * (double)done / (double)total) : 0;
+    snprintf(right, sizeof right, " %ld/%ld [%s<%s, %.1f %s/s]", done, total, el, eta, rate,
+             label[0] == 'e' ? "batch" : "step");
+    char left[32];
+    snprintf(left, sizeof left, "%s%3d%%", label, pct);
+    int fixed = (int)strlen(left) + (int)strlen(right);
+    char more[96] = "";
+    if (extra) snprintf(more, sizeof more, "%s", extra);
+    if (fixed + (int)strlen(more) + 12 > cols) { /* keep what comes before " |" (the loss) if that fits */
+        char *cut = strstr(more, " |");
+        if (cut) *cut = '\0';
+    }
+    extra = more;
+    int with_extra = more[0] && fixed + (int)strlen(more) + 12 <= cols;
+    int barw = cols - fixed - (with_extra ? (int)strlen(extra) : 0) - 2;
+    if (barw > 40) barw = 40;
+    char bar[48] = "";
+    if (barw >= 10) {
+        int filled = total > 0 ? (int)((double)done / (double)total * barw) : 0;
+        bar[0] = '|';
+        for (int i = 0; i < barw; i++) bar[1 + i] = i < filled ? '=' : (i == filled ? '>' : ' ');
+        bar[1 + barw] = '|';
+        bar[2 + barw] = '\0';
+    }
+    char line[512];
+    snprintf(line, sizeof line, "%s%s%s%s", left, bar, right, with_extra ? extra : "");
+    if ((int)strlen(line) > cols && cols > 0) line[cols] = '\0'; /* a very narrow terminal */
+    fprintf(stdout, "\r\033[K%s", line);
     fflush(stdout);
     m->bar_visible = 1;
+}
+
+static void draw_bar(dt_metrics *m, const dt_train_point *p) {
+    double t = dt_clock_now();
+    update_rate(m, p->step, t, p->step_ms);
+    char extra[96];
+    snprintf(extra, sizeof extra, " loss %.4f | %.0f tok/s", p->loss, p->tokens_per_s);
+    draw_line(m, "", p->step, m->cfg.total_steps, t - m->t0, m->rate, extra);
+}
+
+void dt_metrics_eval_progress(dt_metrics *m, long done, long total, double elapsed_s) {
+    if (!m->bar) return;
+    double t = dt_clock_now();
+    if (t - m->last_draw < 0.1 && done < total) return;
+    m->last_draw = t;
+    draw_line(m, "eval ", done, total, elapsed_s, elapsed_s > 0 ? (double)done / elapsed_s : 0, NULL);
 }
 
 /* One TensorBoard scalar; a failing event file is reported once, then left alone (the run

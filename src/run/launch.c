@@ -172,8 +172,12 @@ static void describe_exit(int status, char *buf, size_t n) {
 }
 
 /* A line on stderr and in log_dir/train.log. */
+/* On a terminal a line of ours starts on a line of its own: the worker's progress bar may be on
+ * the current one (it is drawn again below). */
+static const char *fresh_line(void) { return isatty(STDERR_FILENO) ? "\r\033[K" : ""; }
+
 static void supervisor_say(const dt_launch_cfg *cfg, const char *line) {
-    fprintf(stderr, "dtrain: %s\n", line);
+    fprintf(stderr, "%sdtrain: %s\n", fresh_line(), line);
     if (!cfg->log_dir) return;
     char path[1200];
     snprintf(path, sizeof path, "%s/train.log", cfg->log_dir);
@@ -278,7 +282,8 @@ static void on_signals(attempt *a) {
     if (a->seen_signals == 1 && a->failed_rank < 0 && cfg->clean_stop) {
         a->shared->stop = g_signal;
         a->preempt_deadline = dt_clock_now() + cfg->timeout_s + 30.0;
-        fprintf(stderr, "dtrain: SIG%s: stopping after the current step with a checkpoint (send it again to stop at once)\n",
+        fprintf(stderr, "%sdtrain: SIG%s: stopping after the current step with a checkpoint (send it again to stop at once)\n",
+                fresh_line(),
                 sigabbrev_np(g_signal));
     } else if (a->failed_rank < 0 || a->seen_signals > 1) {
         snprintf(a->msg, sizeof a->msg, "interrupted by SIG%s%s: stopped %d worker(s) at once", sigabbrev_np(g_signal),

@@ -182,6 +182,7 @@ static dt_status evaluate(run *r, long step, dt_eval_point *out) {
         rows += res.rows;
         correct += res.correct;
         examples += count;
+        if (r->metrics) dt_metrics_eval_progress(r->metrics, (long)j + 1, (long)nb, (now_ms() - t0) / 1000.0);
     }
     if (r->world > 1) {
         /* counts stay exact in float up to 2^24 rows; the loss sum is rounded to float */
