@@ -4,7 +4,7 @@
     python3 scripts/compare-loss.py REF_RUN_DIR TEST_RUN_DIR [--rtol 0.05] [--atol 0.02] [--rows 12]
 
 Reads the "train" records of RUN_DIR/metrics.jsonl (one JSON object a line, written by
-src/io/metrics.c: {"type":"train","step":S,"loss":L,...}; a run dir may also be given as the
+src/io/metrics.c: {"time":T,"type":"train","step":S,"loss":L,...}; a run dir may also be given as the
 metrics.jsonl file itself). When a step appears more than once (a run resumed after a
 restart), its last record counts. Every step that both runs trained is compared; the test
 passes when each one has

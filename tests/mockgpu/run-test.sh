@@ -79,8 +79,8 @@ train() { # NAME CONFIG [--set ...]: a fresh run in $B/runs/NAME, from SRC (the 
     return $rc
 }
 losses() { # "step loss" per train step, "val@step loss" per evaluation
-    sed -n -e 's/^{"type":"train","step":\([0-9]*\),.*"loss":\([^,}]*\).*/\1 \2/p' \
-        -e 's/^{"type":"eval","step":\([0-9]*\),"val_loss":\([^,}]*\).*/val@\1 \2/p' "$B/runs/$1/metrics.jsonl"
+    sed -n -e 's/^{"time":"[^"]*","type":"train","step":\([0-9]*\),.*"loss":\([^,}]*\).*/\1 \2/p' \
+        -e 's/^{"time":"[^"]*","type":"eval","step":\([0-9]*\),"val_loss":\([^,}]*\).*/val@\1 \2/p' "$B/runs/$1/metrics.jsonl"
 }
 same_losses() { # CPU_RUN CUDA_RUN TOL: the same steps, every loss within TOL relative
     paste <(losses "$1") <(losses "$2") | awk -v tol="$3" '
