@@ -25,9 +25,7 @@ struct dt_metrics {
     int bar_visible;      /* the bar is on the current console line */
     double t0;            /* monotonic seconds at open */
     double last_draw;     /* monotonic seconds of the last bar redraw */
-    long bar_step0;       /* the step before this process's first one (after a resume: the checkpoint's) */
-    double bar_t0;        /* when this process's first step ended */
-    long rate_step;       /* the step and time the smoothed rate was last updated at */
+    long rate_step;       /* the step and time the smoothed rate was last updated at (0: no step yet) */
     double rate_t, rate;  /* steps per second, smoothed (tqdm's smoothing: 0.3 of the newest) */
     double last_workers;  /* monotonic seconds of the last console workers line */
     dt_tb *tb;            /* TensorBoard events (rank 0, when on) */
@@ -164,9 +162,8 @@ static int term_width(void) {
  * tqdm's (an exponential average, 0.3 of each new interval), so a resume does not count the
  * steps done before it. */
 static void update_rate(dt_metrics *m, long step, double t, double step_ms) {
-    if (m->bar_t0 == 0) { /* the first step: its own time is all there is to go by */
-        m->bar_step0 = step - 1;
-        m->bar_t0 = m->rate_t = t;
+    if (m->rate_t == 0) { /* this process's first step: its own time is all there is to go by */
+        m->rate_t = t;
         m->rate_step = step;
         m->rate = step_ms > 0 ? 1000.0 / step_ms : 0;
         return;
@@ -182,16 +179,15 @@ static void update_rate(dt_metrics *m, long step, double t, double step_ms) {
 /* One progress line that fits in `cols` - 1 columns: "LABEL  37%|=====>    | 925/2500
  * [00:12<00:21, 75.3 step/s] EXTRA". What does not fit goes first: EXTRA, then the bar
  * shrinks to 10 columns, then it goes too. */
-static void draw_line(dt_metrics *m, const char *label, long done, long total, double elapsed, double rate,
-                      const char *extra) {
+static void draw_line(dt_metrics *m, const char *label, const char *unit, long done, long total, double elapsed,
+                      double rate, const char *extra) {
     int cols = term_width() - 1;
     char el[32], eta[32], right[160];
     fmt_duration(el, sizeof el, elapsed);
     if (rate > 0 && total >= done) fmt_duration(eta, sizeof eta, (double)(total - done) / rate);
     else snprintf(eta, sizeof eta, "?");
     int pct = total > 0 ? (int)(100.0 * (double)done / (double)total) : 0;
-    snprintf(right, sizeof right, " %ld/%ld [%s<%s, %.1f %s/s]", done, total, el, eta, rate,
-             label[0] == 'e' ? "batch" : "step");
+    snprintf(right, sizeof right, " %ld/%ld [%s<%s, %.1f %s/s]", done, total, el, eta, rate, unit);
     char left[32];
     snprintf(left, sizeof left, "%s%3d%%", label, pct);
     int fixed = (int)strlen(left) + (int)strlen(right);
@@ -226,7 +222,7 @@ static void draw_bar(dt_metrics *m, const dt_train_point *p) {
     update_rate(m, p->step, t, p->step_ms);
     char extra[96];
     snprintf(extra, sizeof extra, " loss %.4f | %.0f tok/s", p->loss, p->tokens_per_s);
-    draw_line(m, "", p->step, m->cfg.total_steps, t - m->t0, m->rate, extra);
+    draw_line(m, "", "step", p->step, m->cfg.total_steps, t - m->t0, m->rate, extra);
 }
 
 void dt_metrics_eval_progress(dt_metrics *m, long done, long total, double elapsed_s) {
@@ -234,7 +230,7 @@ void dt_metrics_eval_progress(dt_metrics *m, long done, long total, double elaps
     double t = dt_clock_now();
     if (t - m->last_draw < 0.1 && done < total) return;
     m->last_draw = t;
-    draw_line(m, "eval ", done, total, elapsed_s, elapsed_s > 0 ? (double)done / elapsed_s : 0, NULL);
+    draw_line(m, "eval ", "batch", done, total, elapsed_s, elapsed_s > 0 ? (double)done / elapsed_s : 0, NULL);
 }
 
 /* One TensorBoard scalar; a failing event file is reported once, then left alone (the run
