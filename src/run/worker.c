@@ -401,19 +401,31 @@ static dt_status set_aside_other_history(run *r, const dt_ckpt_state *resumed_fr
     return DT_OK;
 }
 
-/* Says what changed since the checkpoint (the config it saved vs now). */
-static void report_config_change(run *r, const char *dir, const dt_ckpt_state *s) {
-    const dt_config *c = r->cfg;
-    if (dt_config_digest(c) == s->config_digest) return;
-    char path[DT_PATH_MAX + 64], diff[1024];
+/* What changed between the config checkpoint `dir` saved (read without expanding anything)
+ * and `c`, `skip` left out: the keys and values in diff ("config digest X, now Y" when the
+ * saved one cannot be read). Returns how many keys differ (0 also when the digests agree). */
+static int saved_config_diff(const char *dir, const dt_ckpt_state *s, const dt_config *c, const char *skip,
+                             char *diff, size_t n) {
+    diff[0] = '\0';
+    if (dt_config_digest(c) == s->config_digest) return 0;
+    char path[DT_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/config.yaml", dir);
     dt_config *saved = malloc(sizeof *saved);
-    if (saved && dt_config_load_saved(saved, path) == DT_OK && dt_config_diff(saved, c, diff, sizeof diff) > 0)
-        dt_metrics_info(r->metrics, "config changed since the checkpoint: %s", diff);
-    else
-        dt_metrics_info(r->metrics, "config changed since the checkpoint (digest %08x, now %08x)", s->config_digest,
-                        dt_config_digest(c));
+    int k = saved && dt_config_load_saved(saved, path) == DT_OK ? dt_config_diff_except(saved, c, skip, diff, n) : -1;
     free(saved);
+    if (k >= 0) return k; /* 0: only `skip`, or the environment behind a ${NAME}, differs */
+    snprintf(diff, n, "config digest %08x, now %08x", s->config_digest, dt_config_digest(c));
+    return 1;
+}
+
+/* Says what changed since the checkpoint (the config it saved vs now). */
+static void report_config_change(run *r, const char *dir, const dt_ckpt_state *s) {
+    char diff[1024];
+    if (saved_config_diff(dir, s, r->cfg, NULL, diff, sizeof diff) > 0)
+        dt_metrics_info(r->metrics, "config changed since the checkpoint: %s", diff);
+    else if (dt_config_digest(r->cfg) != s->config_digest)
+        dt_metrics_info(r->metrics, "config changed since the checkpoint (digest %08x, now %08x)", s->config_digest,
+                        dt_config_digest(r->cfg));
 }
 
 /* Rank 0 writes the checkpoint of `step` and prunes old ones; the others wait for it, so
@@ -559,16 +571,10 @@ static dt_status train_open(trainer *t, const dt_config *c, const dt_worker_opts
 static dt_status refuse_changed_finished(const trainer *t) {
     const run *r = &t->r;
     const dt_config *c = r->cfg;
-    if (!t->resumed || t->step < t->total || dt_config_digest(c) == t->cs.config_digest) return DT_OK;
-    char path[DT_PATH_MAX + 64], diff[1024] = "";
-    snprintf(path, sizeof path, "%s/config.yaml", t->ckpt_dir);
-    dt_config *saved = dt_malloc(sizeof *saved, "saved config");
-    if (!saved) return DT_ERR_NOMEM;
-    int n = dt_config_load_saved(saved, path) == DT_OK ? dt_config_diff_except(saved, c, "run.dir", diff, sizeof diff)
-                                                        : -1;
-    free(saved);
-    if (n == 0) return DT_OK; /* only run.dir differs (or the environment behind a ${NAME}) */
-    if (n < 0) snprintf(diff, sizeof diff, "config digest %08x, now %08x", t->cs.config_digest, dt_config_digest(c));
+    char diff[1024];
+    if (!t->resumed || t->step < t->total ||
+        saved_config_diff(t->ckpt_dir, &t->cs, c, "run.dir", diff, sizeof diff) == 0)
+        return DT_OK; /* a moved run directory is the same run */
     return dt_error_set(DT_ERR_CONFIG,
                         "%s: this run is finished (step %ld of %ld, checkpoint %s) and the config changed since: %s "
                         "(hint: a new run needs a new run.dir, e.g. --set run.dir=runs/NAME; to train this one again "
