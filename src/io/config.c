@@ -654,10 +654,12 @@ static const char *env_ref(const dt_config *cfg, const char *path) {
 static void current_value(const dt_config *cfg, const char *path, char *buf, size_t n);
 static void record_env_values(dt_config *cfg);
 
-/* Its text as written, while the key still holds the value it was loaded with (printing). */
+/* Its text as written, while the key still holds the value it was loaded with (while loading,
+ * before that value is recorded: always). */
 static const char *env_ref_live(const dt_config *cfg, const char *path) {
     const dt_config_env_ref *r = env_entry(cfg, path);
     if (!r) return NULL;
+    if (!r->value[0]) return r->text;
     char now[sizeof r->value];
     current_value(cfg, path, now, sizeof now);
     return strcmp(now, r->value) == 0 ? r->text : NULL;
@@ -844,18 +846,16 @@ static dt_status apply_override(load_ctx *c, int i) {
 
 static const char *bool_name(int b) { return b ? "true" : "false"; }
 
-/* An int key's value for a cross-field message: 4, or ${N} when it was set that way (the
+/* A key's value for a cross-field message: 4, or ${N} when it was set that way (the
  * substituted value is never shown); `got` quotes it as the value found. */
 typedef struct {
     char s[sizeof(quoted) + 64];
 } shown;
-static const char *show_int(const dt_config *cfg, int idx, int got, shown *b) {
-    const char *ref = env_ref(cfg, keys[idx].path);
-    int v;
-    memcpy(&v, (const char *)cfg + keys[idx].off, sizeof v);
-    quoted q;
-    if (ref) snprintf(b->s, sizeof b->s, got ? "\"%s\" (after substituting the environment)" : "%s", quote_line(ref, &q));
-    else snprintf(b->s, sizeof b->s, got ? "\"%d\"" : "%d", v);
+static const char *show_key(const dt_config *cfg, int idx, int got, shown *b) {
+    char v[sizeof(quoted)];
+    dt_config_shown(cfg, keys[idx].path, v, sizeof v);
+    if (!got) snprintf(b->s, sizeof b->s, "%s", v);
+    else snprintf(b->s, sizeof b->s, "\"%s\"%s", v, env_ref(cfg, keys[idx].path) ? " (after substituting the environment)" : "");
     return b->s;
 }
 
@@ -886,7 +886,7 @@ static dt_status validate(load_ctx *c) {
     }
     if (cfg->training.device == DT_DEVICE_CUDA && cfg->training.gpus_per_worker != 1)
         return fail_key(c, i_res, "expected 1 when training.device is cuda, got %s (hint: one GPU per worker)",
-                        show_int(cfg, i_res, 1, &g));
+                        show_key(cfg, i_res, 1, &g));
     if (cfg->training.device == DT_DEVICE_CPU && cfg->training.precision == DT_PREC_BF16)
         return fail_key(c, i_prec, "expected fp32 or auto when training.device is cpu, got \"bf16\" (hint: "
                                    "use precision: fp32 on CPU)");
@@ -901,18 +901,18 @@ static dt_status validate(load_ctx *c) {
         return fail_key(c, i_vocab,
                         "expected an integer >= 257 when model.num_labels >= 2, got %s (hint: classification "
                         "uses the byte tokenizer: 256 byte ids + <cls>)",
-                        show_int(cfg, i_vocab, 1, &g));
+                        show_key(cfg, i_vocab, 1, &g));
     if (cfg->model.n_embd % cfg->model.n_head != 0) {
         if (c->seen[i_embd].given)
-            return fail_key(c, i_embd, "expected a multiple of model.n_head (%s), got %s", show_int(cfg, i_head, 0, &o),
-                            show_int(cfg, i_embd, 1, &g));
-        return fail_key(c, i_head, "expected a divisor of model.n_embd (%s), got %s", show_int(cfg, i_embd, 0, &o),
-                        show_int(cfg, i_head, 1, &g));
+            return fail_key(c, i_embd, "expected a multiple of model.n_head (%s), got %s", show_key(cfg, i_head, 0, &o),
+                            show_key(cfg, i_embd, 1, &g));
+        return fail_key(c, i_head, "expected a divisor of model.n_embd (%s), got %s", show_key(cfg, i_embd, 0, &o),
+                        show_key(cfg, i_head, 1, &g));
     }
     if (!c->seen[i_pos].given) cfg->model.n_positions = cfg->data.seq_len;
     else if (cfg->model.n_positions < cfg->data.seq_len)
         return fail_key(c, i_pos, "expected an integer >= data.seq_len (%s), got %s",
-                        show_int(cfg, key_index("data.seq_len"), 0, &o), show_int(cfg, i_pos, 1, &g));
+                        show_key(cfg, key_index("data.seq_len"), 0, &o), show_key(cfg, i_pos, 1, &g));
 
     if (!c->seen[i_dir].given) {
         const char *base = strrchr(c->name, '/');
