@@ -1,6 +1,6 @@
 /* proc.h — running the real dtrain binary from tests: spawn with stdout/stderr captured
- * in the test dir, wait and read stderr, find a worker by name, poll for a process, pick a
- * free port for a rendezvous. */
+ * in the test dir, wait and read stderr, find a worker by name, poll for a process; clear the
+ * launchers' variables and pick a free port for a rendezvous. */
 #ifndef DTRAIN_TEST_PROC_H
 #define DTRAIN_TEST_PROC_H
 
@@ -21,6 +21,27 @@
 #include "testutil.h"
 
 extern char **environ;
+
+/* No launcher's variables (torchrun, Open MPI, Slurm, PMIx, an Indexed Job) nor a rendezvous
+ * secret from the environment the tests run in (e.g. inside srun). */
+static inline void proc_clear_launcher_env(void) {
+    static const char *const vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                                       "MASTER_PORT", "JOB_COMPLETION_INDEX", "DTRAIN_RDZV_SECRET",
+                                       "DTRAIN_RDZV_SECRET_FILE", NULL};
+    for (int i = 0; vars[i]; i++) unsetenv(vars[i]);
+    for (int again = 1; again;) {
+        again = 0;
+        for (char **e = environ; *e; e++)
+            if (strncmp(*e, "SLURM_", 6) == 0 || strncmp(*e, "OMPI_", 5) == 0 || strncmp(*e, "PMIX_", 5) == 0 ||
+                strncmp(*e, "TORCHELASTIC_", 13) == 0) {
+                char name[128];
+                snprintf(name, sizeof name, "%.*s", (int)strcspn(*e, "="), *e);
+                unsetenv(name);
+                again = 1;
+                break;
+            }
+    }
+}
 
 /* A loopback port that was free a moment ago (for MASTER_PORT). */
 static inline int proc_free_port(void) {

@@ -24,30 +24,9 @@
 
 static char out_text[1 << 18];
 
-static const char *const launcher_vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                                            "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                                            "JOB_COMPLETION_INDEX", NULL};
-
-/* no launcher's variables from the environment the tests run in (e.g. inside srun) */
-static void clear_env(void) {
-    for (int i = 0; launcher_vars[i]; i++) unsetenv(launcher_vars[i]);
-    for (int again = 1; again;) {
-        again = 0;
-        for (char **e = environ; *e; e++)
-            if (strncmp(*e, "SLURM_", 6) == 0 || strncmp(*e, "OMPI_", 5) == 0 || strncmp(*e, "PMIX_", 5) == 0 ||
-                strncmp(*e, "TORCHELASTIC_", 13) == 0) {
-                char name[128];
-                snprintf(name, sizeof name, "%.*s", (int)strcspn(*e, "="), *e);
-                unsetenv(name);
-                again = 1;
-                break;
-            }
-    }
-}
-
 /* "NAME=value" pairs, NULL-terminated */
 static void set_env(const char *const *pairs) {
-    clear_env();
+    proc_clear_launcher_env();
     for (int i = 0; pairs && pairs[i]; i++) {
         char buf[256];
         snprintf(buf, sizeof buf, "%s", pairs[i]);
@@ -75,13 +54,13 @@ static pid_t start(const char *tag, const char *run, const char *extra_set) {
 static pid_t start_env(const char *const *env, const char *tag, const char *run, const char *extra_set) {
     set_env(env);
     pid_t p = start(tag, run, extra_set);
-    clear_env();
+    proc_clear_launcher_env();
     return p;
 }
 
 
 static void test_torchrun_style(void) {
-    clear_env();
+    proc_clear_launcher_env();
     CHECK_INT_EQ(wait_exit(start("fork", "fork", NULL), "fork"), 0);
     /* as torchrun under srun starts them: torchrun's variables, torchrun's agent listening on
      * MASTER_PORT (dtrain meets on the next port), and the outer Slurm step's variables
@@ -199,7 +178,7 @@ static void test_mpirun(void) {
         printf("%s is missing: scripts/test.sh installs openmpi-bin (DTRAIN_TEST_TOOLS=1 scripts/setup.sh)\n", mpirun);
         CHECK(0);
     }
-    clear_env();
+    proc_clear_launcher_env();
     if (getuid() == 0) { /* Open MPI refuses root unless told twice */
         setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
         setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
@@ -261,7 +240,7 @@ static void test_tcp_ring(void) {
         snprintf(rd, sizeof rd, "run.dir=%s/%s", test_dir(), fork_run);
         const char *fargs[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", nw, "--set", bs, "--set",
                                "training.cpu_threads_per_worker=1", "--progress", "never", NULL};
-        clear_env();
+        proc_clear_launcher_env();
         CHECK_INT_EQ(wait_exit(spawn(fork_run, fargs), fork_run), 0);
         snprintf(port, sizeof port, "MASTER_PORT=%d", proc_free_port());
         snprintf(ws, sizeof ws, "WORLD_SIZE=%d", w);
@@ -278,7 +257,7 @@ static void test_tcp_ring(void) {
                                   "training.collective_timeout_s=20", "--progress", "never", NULL};
             set_env(env);
             pids[r] = spawn(tag, args);
-            clear_env();
+            proc_clear_launcher_env();
         }
         for (int r = 0; r < w; r++) {
             char tag[32];

@@ -43,26 +43,6 @@
 
 static char out_text[1 << 18];
 
-/* no launcher's variables nor a secret from the environment the test runs in */
-static void clear_env(void) {
-    static const char *const vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                                       "MASTER_PORT", "JOB_COMPLETION_INDEX", "DTRAIN_RDZV_SECRET",
-                                       "DTRAIN_RDZV_SECRET_FILE", NULL};
-    for (int i = 0; vars[i]; i++) unsetenv(vars[i]);
-    for (int again = 1; again;) {
-        again = 0;
-        for (char **e = environ; *e; e++)
-            if (strncmp(*e, "SLURM_", 6) == 0 || strncmp(*e, "OMPI_", 5) == 0 || strncmp(*e, "PMIX_", 5) == 0 ||
-                strncmp(*e, "TORCHELASTIC_", 13) == 0) {
-                char name[128];
-                snprintf(name, sizeof name, "%.*s", (int)strcspn(*e, "="), *e);
-                unsetenv(name);
-                again = 1;
-                break;
-            }
-    }
-}
-
 /* rank `rank` of `world` at 127.0.0.1:port, run dir RUN, extra "NAME=value" variables (NULL-ended)
  * and one more --set (or NULL) */
 static pid_t start_rank(const char *tag, int rank, int world, int port, const char *run, const char *const *vars,
@@ -73,7 +53,7 @@ static pid_t start_rank(const char *tag, int rank, int world, int port, const ch
     snprintf(rd, 1400, "run.dir=%s/%s", test_dir(), run);
     snprintf(nw, 1400, "training.num_workers=%d", world);
     snprintf(to, 1400, "training.collective_timeout_s=%s", timeout);
-    clear_env();
+    proc_clear_launcher_env();
     char v[64];
     snprintf(v, sizeof v, "%d", rank);
     setenv("RANK", v, 1);
@@ -94,7 +74,7 @@ static pid_t start_rank(const char *tag, int rank, int world, int port, const ch
                           "data.batch_size_per_worker=4", "--set", to, "--set", "training.cpu_threads_per_worker=1",
                           "--progress", "never", extra_set ? "--set" : NULL, extra_set, NULL};
     pid_t p = spawn(tag, args);
-    clear_env();
+    proc_clear_launcher_env();
     return p;
 }
 
