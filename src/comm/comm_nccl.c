@@ -38,6 +38,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,6 +299,21 @@ static dt_status failed(nccl_ctx *x, dt_status st) {
 
 /* ---- the collectives ---- */
 
+/* The start of every collective: its deadline, its own mark of the compute stream (in order),
+ * its number and its name for messages ("all-reduce #12 (...)": FMT's first argument is the
+ * number, x->seq + 1), and this thread's device. */
+static dt_status begin(nccl_ctx *x, const dt_comm_deadline *dl, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static dt_status begin(nccl_ctx *x, const dt_comm_deadline *dl, const char *fmt, ...) {
+    x->dl = dl;
+    x->have_mark = take_mark(x, &x->mark); /* every collective takes its own, in order */
+    x->seq++;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(x->op, sizeof x->op, fmt, ap);
+    va_end(ap);
+    return thread_setup(x);
+}
+
 static dt_status allreduce_(nccl_ctx *x, float *buf, size_t n, dt_reduce_op op) {
     if (n > SIZE_MAX / sizeof(float)) return dt_error_set(DT_ERR_INTERNAL, "nccl %s: too large", x->op);
     const size_t bytes = n * sizeof(float);
@@ -319,11 +335,7 @@ static dt_status allreduce_(nccl_ctx *x, float *buf, size_t n, dt_reduce_op op) 
 
 static dt_status nccl_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op, const dt_comm_deadline *dl) {
     nccl_ctx *x = vctx;
-    x->dl = dl;
-    x->have_mark = take_mark(x, &x->mark); /* every collective takes its own, in order */
-    x->seq++;
-    snprintf(x->op, sizeof x->op, "all-reduce #%lu (%zu floats, %s)", x->seq, n, op == DT_REDUCE_AVG ? "avg" : "sum");
-    dt_status st = thread_setup(x);
+    dt_status st = begin(x, dl, "all-reduce #%lu (%zu floats, %s)", x->seq + 1, n, op == DT_REDUCE_AVG ? "avg" : "sum");
     if (st == DT_OK && n > 0) st = allreduce_(x, buf, n, op);
     return st == DT_OK ? DT_OK : failed(x, st);
 }
@@ -347,11 +359,7 @@ static dt_status broadcast_(nccl_ctx *x, void *buf, size_t bytes, int root) {
 
 static dt_status nccl_broadcast(void *vctx, void *buf, size_t bytes, int root, const dt_comm_deadline *dl) {
     nccl_ctx *x = vctx;
-    x->dl = dl;
-    x->have_mark = take_mark(x, &x->mark); /* every collective takes its own, in order */
-    x->seq++;
-    snprintf(x->op, sizeof x->op, "broadcast #%lu (%zu bytes from rank %d)", x->seq, bytes, root);
-    dt_status st = thread_setup(x);
+    dt_status st = begin(x, dl, "broadcast #%lu (%zu bytes from rank %d)", x->seq + 1, bytes, root);
     if (st == DT_OK && bytes > 0) st = broadcast_(x, buf, bytes, root);
     return st == DT_OK ? DT_OK : failed(x, st);
 }
@@ -389,11 +397,7 @@ static dt_status allgather_(nccl_ctx *x, const void *in, size_t bytes, void *out
 
 static dt_status nccl_allgather(void *vctx, const void *in, size_t bytes, void *out, const dt_comm_deadline *dl) {
     nccl_ctx *x = vctx;
-    x->dl = dl;
-    x->have_mark = take_mark(x, &x->mark); /* every collective takes its own, in order */
-    x->seq++;
-    snprintf(x->op, sizeof x->op, "all-gather #%lu (%zu bytes per rank)", x->seq, bytes);
-    dt_status st = thread_setup(x);
+    dt_status st = begin(x, dl, "all-gather #%lu (%zu bytes per rank)", x->seq + 1, bytes);
     if (st == DT_OK && bytes > 0) st = allgather_(x, in, bytes, out);
     return st == DT_OK ? DT_OK : failed(x, st);
 }
@@ -402,11 +406,7 @@ static dt_status nccl_allgather(void *vctx, const void *in, size_t bytes, void *
  * it does not wait for the compute stream. */
 static dt_status nccl_barrier(void *vctx, const dt_comm_deadline *dl) {
     nccl_ctx *x = vctx;
-    x->dl = dl;
-    x->have_mark = take_mark(x, &x->mark); /* every collective takes its own, in order */
-    x->seq++;
-    snprintf(x->op, sizeof x->op, "barrier #%lu", x->seq);
-    dt_status st = thread_setup(x);
+    dt_status st = begin(x, dl, "barrier #%lu", x->seq + 1);
     if (st == DT_OK) {
         const double t0 = dt_clock_now();
         st = NC(ncclAllReduce, x->scratch, x->scratch, 1, ncclFloat32, ncclSum, x->comm, x->stream);
