@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# setup.sh — installs what dtrain needs (Debian/Ubuntu: apt-get), builds it into build/,
-# and tokenizes the shipped language-modelling corpus. Safe to run again: it only does
-# what is missing. Environment: BUILD_DIR (default build), DTRAIN_CUDA (AUTO|ON|OFF,
+# setup.sh — installs what dtrain needs (Debian/Ubuntu: apt-get) and builds it into build/
+# (the build also tokenizes the shipped language-modelling corpus into data/tinytext/*.bin).
+# Safe to run again: it only does what is missing. Environment: BUILD_DIR (default build), DTRAIN_CUDA (AUTO|ON|OFF,
 # default AUTO: the CUDA backend is built when nvcc, cuBLAS, cuDNN and NCCL are installed),
 # DTRAIN_TEST_TOOLS=1 (what the tests need besides: python3 with venv, the tensorboard
 # package in BUILD_DIR/venv for reading event files back; Open MPI's mpirun and development
 # files, so that the mpi collective is built and tested; Slurm and munge; iproute2; clang with
-# its libFuzzer and sanitizer runtimes and libomp, for the fuzz targets of tests/fuzz).
+# its libFuzzer and sanitizer runtimes and libomp, for the fuzz targets of tests/fuzz;
+# dpkg-dev and file, with which CPack makes the .deb that test_package installs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -34,6 +35,8 @@ if [ "${DTRAIN_TEST_TOOLS:-0}" = 1 ]; then
   need[clang]=/usr/bin/clang           # tests/fuzz: the fuzz targets (run.sh; test_fuzz)
   need[libclang-rt-dev]=/usr/share/doc/libclang-rt-dev  # clang's libFuzzer, ASan and UBSan runtimes
   need[libomp-dev]=/usr/share/doc/libomp-dev            # OpenMP for clang (the fuzz build's CPU ops)
+  need[dpkg-dev]=/usr/bin/dpkg-shlibdeps  # test_package: CPack's .deb takes its Depends from dpkg-shlibdeps
+  need[file]=/usr/bin/file                # ... which CPack runs on the files to find the ELF ones
   # venv needs ensurepip, which Debian ships separately
   python3 -c "import ensurepip" >/dev/null 2>&1 || need[python3-venv]=/nonexistent
 fi
@@ -55,12 +58,6 @@ cmake -S . -B "$BUILD_DIR" -DDTRAIN_CUDA="$DTRAIN_CUDA" -DCMAKE_BUILD_TYPE=Relea
 rm -f "$BUILD_DIR.cmake.log"
 cmake --build "$BUILD_DIR" -j "$(nproc)" >/dev/null || cmake --build "$BUILD_DIR" -j 1
 
-# language-modelling shards from the shipped corpus (configs/pretrain.yaml)
-for name in corpus val; do
-  if [ ! -s "data/tinytext/$name.bin" ] || [ "data/tinytext/$name.txt" -nt "data/tinytext/$name.bin" ]; then
-    "$BUILD_DIR/dtrain" data tokenize --tokenizer bytes "data/tinytext/$name.txt" "data/tinytext/$name.bin" >/dev/null
-  fi
-done
 echo "setup: built $BUILD_DIR/dtrain"
 
 if [ "${DTRAIN_TEST_TOOLS:-0}" = 1 ]; then

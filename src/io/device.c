@@ -93,5 +93,5 @@ void dt_device_print_version_verdict(FILE *out, int bad) {
                      "rebuild dtrain on this machine, or install the matching version\n",
                 bad, bad > 1 ? "ies" : "y", bad > 1 ? "" : "s");
     else
-        fprintf(out, "  every library matches the version dtrain was built with\n");
+        fprintf(out, "  every library found matches the version dtrain was built with\n");
 }

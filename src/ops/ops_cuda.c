@@ -833,15 +833,19 @@ static long lib_version(const char *soname, const char *sym, int nccl_style) {
     return v;
 }
 
-static int missing(char *buf, size_t n, size_t *k, const char *name, const char *soname) {
-    if (*k < n)
-        *k += (size_t)snprintf(buf + *k, n - *k, "  %-9s %s not found  MISMATCH: install it, or rebuild dtrain\n", name,
-                               soname);
-    return 1;
+/* A library GPU workers open and this machine lacks: a mismatch where a driver is there to use
+ * it; without a driver (a CPU machine running a CUDA build, e.g. the .deb) only a note. */
+static int missing(char *buf, size_t n, size_t *k, const char *name, const char *soname, int drv) {
+    if (*k < n && drv > 0)
+        *k += (size_t)snprintf(buf + *k, n - *k, "  %-9s %s not found  MISMATCH: install it (GPU workers open it), or add "
+                               "its directory to LD_LIBRARY_PATH\n", name, soname);
+    else if (*k < n)
+        *k += (size_t)snprintf(buf + *k, n - *k, "  %-9s %s not found (only GPU workers need it)\n", name, soname);
+    return drv > 0;
 }
 
 static int cu_versions(char *buf, size_t n) {
-    int rt = 0, drv = 0, nccl = 0, bad = 0;
+    int rt = 0, drv = 0, bad = 0;
     size_t k = 0;
     char now[64], built[64];
     if (n) buf[0] = '\0';
@@ -864,37 +868,41 @@ static int cu_versions(char *buf, size_t n) {
                                               "within a major version, but newer PTX cannot be JIT-compiled\n",
                               drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
 
-    int ma, mi, pa, bma, bmi, bpa;
-    char soname[64];
-    snprintf(soname, sizeof soname, "libcublasLt.so.%d", CUBLAS_VER_MAJOR);
-    long lt = lib_version(soname, "cublasLtGetVersion", 0);
-    if (lt < 0) return bad + missing(buf, n, &k, "cuBLASLt", soname);
-    mmp(lt, 0, &ma, &mi, &pa);
-    mmp(CUBLAS_VERSION, 0, &bma, &bmi, &bpa);
-    snprintf(now, sizeof now, "%d.%d.%d", ma, mi, pa);
-    snprintf(built, sizeof built, "%d.%d.%d", bma, bmi, bpa);
-    bad += line(buf, n, &k, "cuBLASLt", now, built, ma != bma ? "another major version of cuBLAS" : NULL);
-
-    snprintf(soname, sizeof soname, "libcudnn.so.%d", CUDNN_MAJOR);
-    long dnn = lib_version(soname, "cudnnGetVersion", 0);
-    if (dnn < 0) return bad + missing(buf, n, &k, "cuDNN", soname);
-    mmp(dnn, dnn < 90000, &ma, &mi, &pa);
-    mmp(CUDNN_VERSION, CUDNN_VERSION < 90000, &bma, &bmi, &bpa);
-    snprintf(now, sizeof now, "%d.%d.%d", ma, mi, pa);
-    snprintf(built, sizeof built, "%d.%d.%d", bma, bmi, bpa);
-    bad += line(buf, n, &k, "cuDNN", now, built,
-                ma != bma ? "another major version of cuDNN" : mi < bmi ? "an older cuDNN than dtrain was built with" : NULL);
-
-    snprintf(soname, sizeof soname, "libnccl.so.%d", NCCL_MAJOR);
-    long nv = lib_version(soname, "ncclGetVersion", 1);
-    if (nv < 0) return bad + missing(buf, n, &k, "NCCL", soname);
-    nccl = (int)nv;
-    mmp(nccl, 0, &ma, &mi, &pa);
-    mmp(NCCL_VERSION_CODE, 0, &bma, &bmi, &bpa);
-    snprintf(now, sizeof now, "%d.%d.%d", ma, mi, pa);
-    snprintf(built, sizeof built, "%d.%d.%d", bma, bmi, bpa);
-    bad += line(buf, n, &k, "NCCL", now, built,
-                ma != bma || mi < bmi ? "an older or other NCCL than dtrain was built with" : NULL);
+    /* the libraries GPU workers open: each found one against the version built with */
+    const struct {
+        const char *name, *fmt, *sym;
+        int major, nccl_style;
+    } libs[] = {{"cuBLASLt", "libcublasLt.so.%d", "cublasLtGetVersion", CUBLAS_VER_MAJOR, 0},
+                {"cuDNN", "libcudnn.so.%d", "cudnnGetVersion", CUDNN_MAJOR, 0},
+                {"NCCL", "libnccl.so.%d", "ncclGetVersion", NCCL_MAJOR, 1}};
+    for (size_t i = 0; i < sizeof libs / sizeof libs[0]; i++) {
+        char soname[64];
+        snprintf(soname, sizeof soname, libs[i].fmt, libs[i].major);
+        long v = lib_version(soname, libs[i].sym, libs[i].nccl_style);
+        if (v < 0) {
+            bad += missing(buf, n, &k, libs[i].name, soname, drv);
+            continue;
+        }
+        int ma, mi, pa, bma, bmi, bpa;
+        const char *why = NULL;
+        if (i == 0) {
+            mmp(v, 0, &ma, &mi, &pa);
+            mmp(CUBLAS_VERSION, 0, &bma, &bmi, &bpa);
+            if (ma != bma) why = "another major version of cuBLAS";
+        } else if (i == 1) {
+            mmp(v, v < 90000, &ma, &mi, &pa);
+            mmp(CUDNN_VERSION, CUDNN_VERSION < 90000, &bma, &bmi, &bpa);
+            if (ma != bma) why = "another major version of cuDNN";
+            else if (mi < bmi) why = "an older cuDNN than dtrain was built with";
+        } else {
+            mmp(v, 0, &ma, &mi, &pa);
+            mmp(NCCL_VERSION_CODE, 0, &bma, &bmi, &bpa);
+            if (ma != bma || mi < bmi) why = "an older or other NCCL than dtrain was built with";
+        }
+        snprintf(now, sizeof now, "%d.%d.%d", ma, mi, pa);
+        snprintf(built, sizeof built, "%d.%d.%d", bma, bmi, bpa);
+        bad += line(buf, n, &k, libs[i].name, now, built, why);
+    }
     return bad;
 }
 
