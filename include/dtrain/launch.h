@@ -36,7 +36,8 @@ typedef struct dt_launch_ctx {
     const volatile int *stop; /* becomes non-zero when the launcher is asked to stop (preemption) */
     char *note;               /* a line for the launcher to print after a clean stop (rank 0) */
     size_t note_size;
-    const dt_worker_slot *stats; /* (world) each worker's CPU and memory, sampled by the launcher; NULL externally */
+    const dt_worker_slot *stats; /* (world) each worker's CPU, memory and GPU, sampled by the launcher; NULL externally */
+    dt_worker_slot *own_stats; /* this worker's slot (where it names its GPU); NULL externally */
     volatile int *waiting;    /* set while this worker waits on another's disk (not idle); may be NULL */
     int local_rank;           /* this worker's index among the workers on its host (its device there) */
     const char *launched_by;  /* external launch: who started it and how the ranks met, for the log; else NULL */

@@ -9,10 +9,12 @@
  *   {"type":"resume","step":S,"checkpoint":DIR,"attempt":K}  (training continues after step S;
  *   train lines after it supersede earlier ones with the same step, e.g. after a restart)
  *   {"type":"workers","step":S,"workers":[{"rank":R,"pid":P,"cpu_pct":C,"rss_mb":M,"peak_rss_mb":PM},...]}
+ *   (a GPU worker's record adds "gpu" (NVML index), "gpu_util_pct", "gpu_mem_mb", "gpu_mem_total_mb",
+ *   "gpu_temp_c", "gpu_power_w" (null when the GPU does not report them) and "gpu_peak_mem_mb")
  *   {"type":"summary","status":"done"|"stopped","steps":N,"first_step":F,"last_step":L,"train_s":T,
  *    "eval_s":E,"samples":S,"tokens":K,"samples_per_s":..,
  *    "tokens_per_s":..,"workers":W,"comm_s":C,"comm_share":F,"val_loss":L,"val_accuracy":A,
- *    "peak_rss_mb":[per rank],"checkpoints":N}
+ *    "peak_rss_mb":[per rank],"checkpoints":N} (GPU workers: also "peak_gpu_mem_mb":[per rank])
  * train lines also carry "comm_ms": time this step waited for all-reduces (0 with one worker).
  * With tensorboard on, the same numbers go to an events.out.tfevents.* file in the run dir
  * (tags train/..., val/..., worker/rankN/...).
@@ -51,6 +53,8 @@ typedef struct dt_run_summary {
     int workers;
     double val_loss, val_accuracy;  /* NaN: no evaluation */
     const double *peak_rss_mb;      /* (workers) */
+    const double *peak_gpu_mb;      /* (workers) the most device memory in use at the launcher's NVML
+                                       samples of each worker's GPU, NaN: none; NULL: no GPU workers */
 } dt_run_summary;
 
 typedef struct dt_eval_point {

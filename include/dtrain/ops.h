@@ -67,6 +67,8 @@ typedef struct dt_op_sizes {
 typedef struct dt_backend_desc {
     char per_worker[64]; /* what one worker uses: "2 threads", "1 GPU" */
     char device[320];    /* "GPU 0 (NVIDIA H200, 139.81 GiB) on host"; "" for host backends */
+    char bus_id[32];     /* the device's PCI bus id, "00000000:3B:00.0" (NVML's form, for the
+                            launcher's GPU samples); "" for host backends */
 } dt_backend_desc;
 
 struct dt_ops {

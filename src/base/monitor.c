@@ -60,27 +60,73 @@ dt_status dt_proc_read(pid_t pid, double *cpu_s, double *rss_mb, double *peak_rs
     return DT_OK;
 }
 
-int dt_monitor_idle_rank(const dt_worker_sample *s, int n, double interval_s, char *msg, size_t msg_size) {
+void dt_worker_slot_set_gpu(dt_worker_slot *slot, const char *bus_id) {
+    snprintf(slot->gpu_bus_id, sizeof slot->gpu_bus_id, "%s", bus_id);
+    atomic_store_explicit(&slot->gpu_set, 1, memory_order_release);
+}
+
+int dt_worker_slot_gpu(const dt_worker_slot *slot, char *buf, size_t n) {
+    if (!atomic_load_explicit(&slot->gpu_set, memory_order_acquire)) return 0;
+    snprintf(buf, n, "%s", slot->gpu_bus_id);
+    return 1;
+}
+
+/* The idle rule for one measure (v[r], has[r]: rank r has a sample): the first rank below 10
+ * while every other is above 50; lo..hi of the others into range. -1 when none. */
+static int idle_among(const double *v, const int *has, int n, char *range, size_t range_size) {
     if (n < 2) return -1;
     for (int r = 0; r < n; r++) {
-        if (s[r].samples < 1 || s[r].cpu_pct >= 10.0) continue;
+        if (!has[r] || v[r] >= 10.0) continue;
         double lo = 1e30, hi = 0;
         int busy = 1;
         for (int q = 0; q < n && busy; q++) {
             if (q == r) continue;
-            if (s[q].samples < 1 || s[q].cpu_pct <= 50.0) busy = 0;
-            if (s[q].cpu_pct < lo) lo = s[q].cpu_pct;
-            if (s[q].cpu_pct > hi) hi = s[q].cpu_pct;
+            if (!has[q] || v[q] <= 50.0) busy = 0;
+            if (v[q] < lo) lo = v[q];
+            if (v[q] > hi) hi = v[q];
         }
         if (!busy) continue;
-        char range[64];
-        if (hi - lo >= 1.0) snprintf(range, sizeof range, "%.0f-%.0f%%", lo, hi);
-        else snprintf(range, sizeof range, "%.0f%%", hi);
+        if (hi - lo >= 1.0) snprintf(range, range_size, "%.0f-%.0f%%", lo, hi);
+        else snprintf(range, range_size, "%.0f%%", hi);
+        return r;
+    }
+    return -1;
+}
+
+int dt_monitor_idle_rank(const dt_worker_sample *s, int n, double interval_s, char *msg, size_t msg_size) {
+    double v[DT_MAX_WORLD];
+    int has[DT_MAX_WORLD];
+    if (n > DT_MAX_WORLD) n = DT_MAX_WORLD;
+    for (int r = 0; r < n; r++) {
+        v[r] = s[r].cpu_pct;
+        has[r] = s[r].samples >= 1;
+    }
+    char range[64];
+    int r = idle_among(v, has, n, range, sizeof range);
+    if (r >= 0)
         snprintf(msg, msg_size,
                  "rank %d (pid %ld) is idle: %.0f%% CPU over the last %.0f s while the other worker%s used %s "
                  "(stuck in I/O, or starved of data?)",
                  r, s[r].pid, s[r].cpu_pct, interval_s, n > 2 ? "s" : "", range);
-        return r;
+    return r;
+}
+
+int dt_monitor_idle_gpu(const dt_worker_sample *s, const char (*bus_id)[32], int n, double interval_s, char *msg,
+                        size_t msg_size) {
+    double v[DT_MAX_WORLD];
+    int has[DT_MAX_WORLD];
+    if (n > DT_MAX_WORLD) n = DT_MAX_WORLD;
+    for (int r = 0; r < n; r++) {
+        v[r] = s[r].gpu.util_pct;
+        has[r] = s[r].samples >= 1 && s[r].has_gpu;
     }
-    return -1;
+    char range[64];
+    int r = idle_among(v, has, n, range, sizeof range);
+    if (r >= 0)
+        snprintf(msg, msg_size,
+                 "rank %d's GPU %d (%s) is idle: busy %.0f%% of the last %.0f s while the other %s busy %s (is "
+                 "rank %d on the GPU it should be, or waiting for its data or the CPU?)",
+                 r, s[r].gpu.index, bus_id[r], s[r].gpu.util_pct, interval_s,
+                 n > 2 ? "workers' GPUs were" : "worker's GPU was", range, r);
+    return r;
 }

@@ -291,16 +291,41 @@ void dt_metrics_eval(dt_metrics *m, const dt_eval_point *p) {
                     p->accuracy, p->examples, p->eval_ms / 1000.0);
 }
 
+/* A GPU worker's GPU: its fields in the record, its TensorBoard scalars, its part of the line. */
+static void worker_gpu(dt_metrics *m, long step, int r, const dt_worker_sample *w, json_t *rec, char *line, size_t n) {
+    const dt_gpu_sample *g = &w->gpu;
+    json_object_set_new(rec, "gpu", json_integer(g->index));
+    json_object_set_new(rec, "gpu_util_pct", num(g->util_pct));
+    json_object_set_new(rec, "gpu_mem_mb", num(g->mem_used_mb));
+    json_object_set_new(rec, "gpu_mem_total_mb", num(g->mem_total_mb));
+    json_object_set_new(rec, "gpu_temp_c", num(g->temp_c));
+    json_object_set_new(rec, "gpu_power_w", num(g->power_w));
+    json_object_set_new(rec, "gpu_peak_mem_mb", num(w->gpu_peak_mem_mb));
+    static const char *const names[] = {"gpu_util", "gpu_mem_mb", "gpu_temp_c", "gpu_power_w"};
+    const double vals[] = {g->util_pct, g->mem_used_mb, g->temp_c, g->power_w};
+    for (int i = 0; i < 4; i++) {
+        char tag[64];
+        snprintf(tag, sizeof tag, "worker/rank%d/%s", r, names[i]);
+        if (isfinite(vals[i])) tb(m, tag, step, vals[i]);
+    }
+    size_t k = strlen(line);
+    if (k < n)
+        k += (size_t)snprintf(line + k, n - k, ", gpu %d: %.0f%% busy, %.1f/%.1f GiB", g->index, g->util_pct,
+                              g->mem_used_mb / 1024.0, g->mem_total_mb / 1024.0);
+    if (k < n && isfinite(g->temp_c)) k += (size_t)snprintf(line + k, n - k, ", %.0f C", g->temp_c);
+    if (k < n && isfinite(g->power_w)) snprintf(line + k, n - k, ", %.0f W", g->power_w);
+}
+
 void dt_metrics_workers(dt_metrics *m, long step, const dt_worker_sample *w, int n) {
     if (!m->console) return;
     json_t *arr = json_array();
-    char line[1024];
+    char line[2048];
     size_t k = 0;
+    line[0] = '\0';
     for (int r = 0; r < n; r++) {
         if (w[r].samples < 1) continue; /* no sample (yet) */
-        json_array_append_new(arr, json_pack("{s:i, s:I, s:o, s:o, s:o}", "rank", r, "pid", (json_int_t)w[r].pid,
-                                             "cpu_pct", num(w[r].cpu_pct), "rss_mb", num(w[r].rss_mb), "peak_rss_mb",
-                                             num(w[r].peak_rss_mb)));
+        json_t *rec = json_pack("{s:i, s:I, s:o, s:o, s:o}", "rank", r, "pid", (json_int_t)w[r].pid, "cpu_pct",
+                                num(w[r].cpu_pct), "rss_mb", num(w[r].rss_mb), "peak_rss_mb", num(w[r].peak_rss_mb));
         char tag[64];
         snprintf(tag, sizeof tag, "worker/rank%d/cpu_pct", r);
         tb(m, tag, step, w[r].cpu_pct);
@@ -309,6 +334,11 @@ void dt_metrics_workers(dt_metrics *m, long step, const dt_worker_sample *w, int
         if (k < sizeof line)
             k += (size_t)snprintf(line + k, sizeof line - k, "%s rank %d: cpu %.0f%%, rss %.0f MB", k ? " |" : "", r,
                                   w[r].cpu_pct, w[r].rss_mb);
+        if (w[r].has_gpu) {
+            worker_gpu(m, step, r, &w[r], rec, line, sizeof line);
+            k = strlen(line);
+        }
+        json_array_append_new(arr, rec);
     }
     write_json(m, json_pack("{s:s, s:I, s:o}", "type", "workers", "step", (json_int_t)step, "workers", arr));
     double t = dt_clock_now();
@@ -316,6 +346,25 @@ void dt_metrics_workers(dt_metrics *m, long step, const dt_worker_sample *w, int
         m->last_workers = t;
         dt_metrics_info(m, "workers:%s", line);
     }
+}
+
+/* The summary's GPU memory: the JSON array (NULL when no rank has a GPU sample) and the
+ * line's part (" | GPU: rank 0 31.2 GiB, ..."). */
+static json_t *peak_gpu(const dt_run_summary *s, char *line, size_t n) {
+    int any = 0;
+    for (int r = 0; s->peak_gpu_mb && r < s->workers; r++) any |= isfinite(s->peak_gpu_mb[r]);
+    if (!any) return NULL;
+    json_t *arr = json_array();
+    size_t k = (size_t)snprintf(line, n, " | GPU (NVML samples): ");
+    for (int r = 0; r < s->workers; r++) {
+        const double v = s->peak_gpu_mb[r];
+        json_array_append_new(arr, num(v));
+        if (k >= n) continue;
+        if (s->workers > 1) k += (size_t)snprintf(line + k, n - k, "%srank %d ", r ? ", " : "", r);
+        if (k < n) k += (size_t)(isfinite(v) ? snprintf(line + k, n - k, "%.1f GiB", v / 1024.0)
+                                             : snprintf(line + k, n - k, "no sample"));
+    }
+    return arr;
 }
 
 void dt_metrics_final(dt_metrics *m, const dt_run_summary *s) {
@@ -334,14 +383,18 @@ void dt_metrics_final(dt_metrics *m, const dt_run_summary *s) {
             k += (size_t)snprintf(mem + k, sizeof mem - k, "%.0f MB", s->peak_rss_mb[r]);
     }
     const char *verb = s->verb ? s->verb : "done";
-    write_json(m, json_pack("{s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:I, s:o, s:o, s:o, s:i, s:o, s:o, s:o, s:o, s:o, s:I}",
+    char gpu[1024] = "";
+    json_t *gpu_peaks = peak_gpu(s, gpu, sizeof gpu);
+    json_t *rec = json_pack("{s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:I, s:o, s:o, s:o, s:i, s:o, s:o, s:o, s:o, s:o, s:I}",
                             "type", "summary", "status", verb, "steps", (json_int_t)s->steps, "first_step",
                             (json_int_t)s->first_step, "last_step", (json_int_t)s->last_step, "train_s",
                             num(s->train_s), "eval_s", num(s->eval_s),
                             "samples", (json_int_t)s->samples, "tokens", num(s->tokens), "samples_per_s", num(sps),
                             "tokens_per_s", num(tps), "workers", s->workers, "comm_s", num(s->comm_s), "comm_share",
                             num(share), "val_loss", num(s->val_loss), "val_accuracy", num(s->val_accuracy),
-                            "peak_rss_mb", peaks, "checkpoints", (json_int_t)s->checkpoints));
+                            "peak_rss_mb", peaks, "checkpoints", (json_int_t)s->checkpoints);
+    if (gpu_peaks) json_object_set_new(rec, "peak_gpu_mem_mb", gpu_peaks);
+    write_json(m, rec);
     char range[64] = "";
     if (s->first_step > 0 && s->steps > 0) /* resumed: say which steps this run trained */
         snprintf(range, sizeof range, " (steps %ld-%ld)", s->first_step + 1, s->last_step);
@@ -352,7 +405,7 @@ void dt_metrics_final(dt_metrics *m, const dt_run_summary *s) {
                            sps / s->workers, tps / s->workers, 100.0 * share);
     if (isfinite(s->val_loss))
         dt_metrics_summary(m, "final: val loss %.6f | val accuracy %.4f", s->val_loss, s->val_accuracy);
-    dt_metrics_summary(m, "peak memory: %s | checkpoints written: %ld", mem, s->checkpoints);
+    dt_metrics_summary(m, "peak memory: %s%s | checkpoints written: %ld", mem, gpu, s->checkpoints);
 }
 
 void dt_metrics_resume(dt_metrics *m, long step, const char *checkpoint, int attempt) {

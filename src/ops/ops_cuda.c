@@ -98,6 +98,7 @@ typedef struct cuda_ctx {
     int device, rank, bf16;
     char host[64];
     char gpu_name[256];
+    char bus_id[32];   /* PCI bus id, NVML's form (dt_backend_desc.bus_id) */
     cudaStream_t s;
     cublasLtHandle_t lt;
     void *lt_ws;
@@ -676,6 +677,7 @@ static void cu_describe(void *ctx, dt_backend_desc *d) {
     memset(d, 0, sizeof *d);
     snprintf(d->per_worker, sizeof d->per_worker, "1 GPU");
     snprintf(d->device, sizeof d->device, "GPU %d (%s, %s) on %s", c->device, c->gpu_name, tot, c->host);
+    snprintf(d->bus_id, sizeof d->bus_id, "%s", c->bus_id);
 }
 
 /* A one-block kernel writes 42 into a device int, which is copied back and checked. */
@@ -722,8 +724,11 @@ static dt_status cu_open(const dt_backend_cfg *cfg, void **out) {
     }
     struct cudaDeviceProp prop;
     memset(&prop, 0, sizeof prop);
-    if (!CK(cudaSetDevice(device)) && !CK(cudaGetDeviceProperties(&prop, device)))
+    if (!CK(cudaSetDevice(device)) && !CK(cudaGetDeviceProperties(&prop, device))) {
         snprintf(c->gpu_name, sizeof c->gpu_name, "%s", prop.name);
+        snprintf(c->bus_id, sizeof c->bus_id, "%08X:%02X:%02X.0", (unsigned)prop.pciDomainID, (unsigned)prop.pciBusID,
+                 (unsigned)prop.pciDeviceID);
+    }
     /* bf16 products need compute capability 8.0 (A100) or newer: auto falls back to fp32 */
     c->bf16 = precision > 0 || (precision < 0 && prop.major >= 8);
     if (c->err == DT_OK && c->bf16 && prop.major < 8)

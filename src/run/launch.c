@@ -16,6 +16,7 @@
 #include "dtrain/comm_mpi.h"
 #endif
 #include "dtrain/monitor.h"
+#include "dtrain/nvml.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -133,7 +134,7 @@ static void child_main(const dt_launch_cfg *cfg, int rank, int attempt, pid_t pa
     append_log(log, line);
 
     dt_launch_ctx ctx = {.attempt = attempt, .stop = &shared->stop, .note = shared->note,
-                         .note_size = sizeof shared->note, .stats = shared->stats,
+                         .note_size = sizeof shared->note, .stats = shared->stats, .own_stats = &shared->stats[rank],
                          .waiting = &shared->waiting[rank], .local_rank = rank, .plan = cfg->plan};
     dt_comm *comm = NULL;
     dt_status st = dt_comm_init_shm(&comm, world, rank, cfg->timeout_s);
@@ -184,11 +185,58 @@ static void supervisor_say(const dt_launch_cfg *cfg, const char *line) {
     append_log(path, line);
 }
 
-/* Every `interval` seconds: each live worker's CPU share and memory into its shared slot; a
- * worker idle for two rounds in a row while the others work is called out once. */
-static void sample_workers(const dt_launch_cfg *cfg, double interval, shared_block *shared, const child *kids,
-                           uint32_t round_no, double *cpu_prev, double *t_prev, int *idle_rounds, int *idle_said) {
+/* NVML, for the GPU workers' GPUs: opened the first time a worker names its GPU, at most once
+ * per process (a machine without the driver's library says so once and has CPU samples only). */
+static dt_nvml *g_nvml;
+static int g_nvml_tried;
+
+/* The launcher's watch over its workers, one attempt long: CPU time at the last sample, and
+ * the idle rounds of each measure. */
+typedef struct watch {
+    double interval, next_sample;
+    uint32_t round_no;
+    double cpu_prev[DT_MAX_WORLD], t_prev[DT_MAX_WORLD];
+    int idle_rounds[DT_MAX_WORLD], idle_said[DT_MAX_WORLD];         /* CPU */
+    int gpu_idle_rounds[DT_MAX_WORLD], gpu_idle_said[DT_MAX_WORLD]; /* GPU */
+    char bus_id[DT_MAX_WORLD][32]; /* each worker's GPU, once it has named it */
+} watch;
+
+/* w's GPU fields from NVML when the worker has named its GPU; the peak carried over. */
+static void sample_gpu(const dt_launch_cfg *cfg, const dt_worker_slot *slot, dt_worker_sample *w, char *bus_id) {
+    if (!dt_worker_slot_gpu(slot, bus_id, 32)) return;
+    if (!g_nvml && !g_nvml_tried) {
+        g_nvml_tried = 1;
+        if (dt_nvml_open(NULL, &g_nvml) != DT_OK) {
+            char line[700];
+            snprintf(line, sizeof line, "note: no GPU samples (utilisation, memory, temperature, power): %s",
+                     dt_error_msg());
+            supervisor_say(cfg, line);
+        }
+    }
+    dt_gpu_sample g;
+    if (!g_nvml || dt_nvml_sample(g_nvml, bus_id, &g) != DT_OK) return; /* the last sample stays */
+    w->has_gpu = 1;
+    w->gpu = g;
+    if (g.mem_used_mb > w->gpu_peak_mem_mb) w->gpu_peak_mem_mb = g.mem_used_mb;
+}
+
+/* A worker idle for two rounds in a row while the others work is called out once per measure. */
+static void call_out_idle(const dt_launch_cfg *cfg, int idle, int *rounds, int *said, const char *msg,
+                          double interval) {
+    for (int r = 0; r < cfg->world; r++) rounds[r] = r == idle ? rounds[r] + 1 : 0;
+    if (idle >= 0 && rounds[idle] >= 2 && !said[idle]) {
+        said[idle] = 1;
+        char line[700];
+        snprintf(line, sizeof line, "warning: %s (for %.1f s now)", msg, 2 * interval);
+        supervisor_say(cfg, line);
+    }
+}
+
+/* Every `interval` seconds: each live worker's CPU share, memory and GPU into its shared slot,
+ * and the idle check over the round. */
+static void sample_workers(const dt_launch_cfg *cfg, shared_block *shared, const child *kids, watch *wt) {
     const int n = cfg->world;
+    const uint32_t round_no = ++wt->round_no;
     dt_worker_sample round[DT_MAX_WORLD];
     for (int r = 0; r < n; r++) { /* in rank order: rank n-1 carrying round k means all have it */
         dt_worker_sample w = dt_worker_slot_read(&shared->stats[r]);
@@ -196,27 +244,25 @@ static void sample_workers(const dt_launch_cfg *cfg, double interval, shared_blo
         double t = dt_clock_now();
         if (kids[r].alive && dt_proc_read(kids[r].pid, &cpu_s, &rss, &peak) == DT_OK) {
             w.pid = (long)kids[r].pid;
-            w.cpu_pct = t > t_prev[r] ? 100.0 * (cpu_s - cpu_prev[r]) / (t - t_prev[r]) : 0.0;
-            t_prev[r] = t;
-            cpu_prev[r] = cpu_s;
+            w.cpu_pct = t > wt->t_prev[r] ? 100.0 * (cpu_s - wt->cpu_prev[r]) / (t - wt->t_prev[r]) : 0.0;
+            wt->t_prev[r] = t;
+            wt->cpu_prev[r] = cpu_s;
             w.rss_mb = rss;
             w.peak_rss_mb = peak > w.peak_rss_mb ? peak : w.peak_rss_mb;
             w.samples = round_no;
+            sample_gpu(cfg, &shared->stats[r], &w, wt->bus_id[r]);
             dt_worker_slot_publish(&shared->stats[r], &w);
         }
         round[r] = w;
     }
-    char msg[512];
-    int idle = dt_monitor_idle_rank(round, n, interval, msg, sizeof msg);
+    char msg[600];
+    int idle = dt_monitor_idle_rank(round, n, wt->interval, msg, sizeof msg);
     /* a worker waiting for rank 0's disk (checkpoint) is not idle */
     if (idle >= 0 && shared->waiting[idle]) idle = -1;
-    for (int r = 0; r < n; r++) idle_rounds[r] = r == idle ? idle_rounds[r] + 1 : 0;
-    if (idle >= 0 && idle_rounds[idle] >= 2 && !idle_said[idle]) {
-        idle_said[idle] = 1;
-        char line[600];
-        snprintf(line, sizeof line, "warning: %s (for %.1f s now)", msg, 2 * interval);
-        supervisor_say(cfg, line);
-    }
+    call_out_idle(cfg, idle, wt->idle_rounds, wt->idle_said, msg, wt->interval);
+    idle = dt_monitor_idle_gpu(round, (const char(*)[32])wt->bus_id, n, wt->interval, msg, sizeof msg);
+    if (idle >= 0 && shared->waiting[idle]) idle = -1;
+    call_out_idle(cfg, idle, wt->gpu_idle_rounds, wt->gpu_idle_said, msg, wt->interval);
 }
 
 /* One start of all workers, supervised until every one has exited: its state, and a handler
@@ -235,11 +281,7 @@ typedef struct attempt {
     int unclean;             /* a worker did not exit cleanly after a signal */
     double stop_deadline;    /* > 0: stopping after a failure; SIGKILL after it */
     double preempt_deadline; /* > 0: a clean stop was requested; SIGKILL after it */
-    /* monitoring: each worker's CPU time at the last sample, and idle rounds */
-    double interval, next_sample;
-    uint32_t round_no;
-    double cpu_prev[DT_MAX_WORLD], t_prev[DT_MAX_WORLD];
-    int idle_rounds[DT_MAX_WORLD], idle_said[DT_MAX_WORLD];
+    watch watch;             /* monitoring */
 } attempt;
 
 /* Stops every worker: the collective fails at once with `why`, then `sig` (and SIGCONT, for
@@ -267,7 +309,7 @@ static void fork_all(attempt *a, int attempt_no, dt_launch_fn fn, void *arg) {
         if (pid == 0) child_main(a->cfg, r, attempt_no, parent, a->world, a->shared, fn, arg);
         a->kids[r].pid = pid;
         a->kids[r].alive = 1;
-        a->t_prev[r] = dt_clock_now();
+        a->watch.t_prev[r] = dt_clock_now();
         a->alive++;
     }
 }
@@ -332,10 +374,9 @@ static void on_exit_status(attempt *a, int r, int status) {
  * workers get timeout_s + 30 s) and of a stop after a failure (then SIGKILL). */
 static void on_tick(attempt *a) {
     const dt_launch_cfg *cfg = a->cfg;
-    if (dt_clock_now() >= a->next_sample) {
-        sample_workers(cfg, a->interval, a->shared, a->kids, ++a->round_no, a->cpu_prev, a->t_prev, a->idle_rounds,
-                       a->idle_said);
-        a->next_sample = dt_clock_now() + a->interval;
+    if (dt_clock_now() >= a->watch.next_sample) {
+        sample_workers(cfg, a->shared, a->kids, &a->watch);
+        a->watch.next_sample = dt_clock_now() + a->watch.interval;
     }
     if (a->preempt_deadline > 0 && dt_clock_now() > a->preempt_deadline) {
         snprintf(a->msg, sizeof a->msg, "workers did not stop within %.0f s of SIG%s: killed them", cfg->timeout_s + 30.0,
@@ -365,8 +406,8 @@ static dt_status run_attempt(attempt *a, int attempt_no, dt_launch_fn fn, void *
         shared->slots[r].msg[0] = '\0';
     }
     /* a new process has used no CPU: the first sample measures from its fork */
-    a->interval = a->cfg->monitor_every_s > 0 ? a->cfg->monitor_every_s : 2.0;
-    a->next_sample = dt_clock_now() + a->interval;
+    a->watch.interval = a->cfg->monitor_every_s > 0 ? a->cfg->monitor_every_s : 2.0;
+    a->watch.next_sample = dt_clock_now() + a->watch.interval;
     fork_all(a, attempt_no, fn, arg);
     while (a->alive > 0) {
         if (g_signals > a->seen_signals) on_signals(a); /* first: an exit they caused is no failure */

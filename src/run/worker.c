@@ -461,13 +461,21 @@ static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, lon
     return DT_OK;
 }
 
-/* Every rank's peak memory (exact, from the kernel) into peaks[world], for the summary. */
-static dt_status gather_peak_memory(run *r, double *peaks) {
+/* Every rank's peak memory (exact, from the kernel) into peaks[world], for the summary; and on
+ * rank 0 of forked GPU workers their GPUs' peaks as the launcher sampled them (else gpu NULL). */
+static dt_status gather_peak_memory(run *r, const dt_launch_ctx *l, double *peaks, double *gpu_peaks,
+                                    const double **gpu) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double mine = (double)ru.ru_maxrss / 1024.0;
     peaks[0] = mine;
     if (r->world > 1) DT_TRY(dt_comm_allgather(r->comm, &mine, sizeof mine, peaks));
+    *gpu = NULL;
+    for (int i = 0; l && l->stats && i < r->world; i++) {
+        dt_worker_sample w = dt_worker_slot_read(&l->stats[i]);
+        gpu_peaks[i] = w.has_gpu ? w.gpu_peak_mem_mb : NAN;
+        if (w.has_gpu) *gpu = gpu_peaks;
+    }
     return DT_OK;
 }
 
@@ -536,6 +544,11 @@ static dt_status train_open(trainer *t, const dt_config *c, const dt_worker_opts
     DT_TRY(dt_fault_from_env(&t->fault));
     run *r = &t->r;
     DT_TRY(run_setup(r, c, comm, 1, t->launch ? t->launch->local_rank : 0));
+    if (t->launch && t->launch->own_stats) { /* the launcher samples this worker's GPU from now on */
+        dt_backend_desc desc;
+        r->be->ops->describe(r->be->ctx, &desc);
+        if (desc.bus_id[0]) dt_worker_slot_set_gpu(t->launch->own_stats, desc.bus_id);
+    }
     r->waiting = t->launch ? t->launch->waiting : NULL;
     r->plan = t->launch ? t->launch->plan : NULL;
     t->b = c->data.batch_size_per_worker;
@@ -851,9 +864,9 @@ static dt_status finish(trainer *t, int stopped) {
         .train_s = t->train_ms / 1e3, .eval_s = t->eval_ms / 1e3, .comm_s = t->comm_ms / 1e3, .workers = r->world,
         .val_loss = NAN, .val_accuracy = NAN,
     };
-    double peaks[DT_MAX_WORLD];
+    double peaks[DT_MAX_WORLD], gpu_peaks[DT_MAX_WORLD];
     if (stopped) {
-        DT_TRY(gather_peak_memory(r, peaks));
+        DT_TRY(gather_peak_memory(r, t->launch, peaks, gpu_peaks, &sum.peak_gpu_mb));
         sum.peak_rss_mb = peaks;
         dt_metrics_final(r->metrics, &sum);
         dt_metrics_summary(r->metrics, "stopped at step %ld of %ld (asked to stop); checkpoint %s", t->step, t->total,
@@ -865,7 +878,7 @@ static dt_status finish(trainer *t, int stopped) {
     }
     if (r->val && !t->have_eval) DT_TRY(eval_now(t)); /* nothing was trained: still report where the model stands */
     /* the last collective comes before rank 0's save: nobody waits on its disk */
-    DT_TRY(gather_peak_memory(r, peaks));
+    DT_TRY(gather_peak_memory(r, t->launch, peaks, gpu_peaks, &sum.peak_gpu_mb));
     char weights[DT_PATH_MAX + 32];
     snprintf(weights, sizeof weights, "%s/model.safetensors", r->cfg->run.dir);
     if (r->rank == 0) DT_TRY(dt_model_save(r->model, weights));

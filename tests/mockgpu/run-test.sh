@@ -12,6 +12,8 @@
 #   5. dtrain itself, the CUDA op table against the CPU one: configs/ci-smoke.yaml for 20 steps
 #      with bf16 products (every loss within 1e-2 relative), and configs/pretrain.yaml shrunk to
 #      4 steps in fp32 (within 1e-5)
+#   6. the launcher's GPU samples through a fake NVML (fake_nvml.c as libnvidia-ml.so.1): the
+#      workers records, the workers: line, TensorBoard and the summary; and the note without it
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 SRC BUILD" >&2; exit 2; }
 SRC=$(cd "$1" && pwd)
@@ -97,6 +99,27 @@ step "dtrain ci-smoke on cuda (bf16 products)" smoke-cuda.log train smoke-cuda c
     --set training.device=cuda --set training.precision=bf16
 echo "ci-smoke losses, cuda (bf16 products) against cpu, at most 1e-2 relative:"
 same_losses smoke-cpu smoke-cuda 1e-2 || { echo "FAIL  ci-smoke losses differ"; exit 1; }
+
+# ---- GPU monitoring: the launcher samples the worker's GPU through NVML (the fake one) ----
+monitor_run() {
+    FAKE_NVML_GPUS="00000000:3B:00.0=87/30720/143771/61/412" with_libs "$OPT/nvml" \
+        train monitor configs/ci-smoke.yaml "${SMOKE[@]}" --set training.device=cuda --set logging.monitor_every_s=0.1 \
+        || return
+    local d=$B/runs/monitor
+    grep -q '"type":"workers".*"gpu":0,"gpu_util_pct":87.0,"gpu_mem_mb":30720.0,"gpu_mem_total_mb":143771.0,"gpu_temp_c":61.0,"gpu_power_w":412.0,"gpu_peak_mem_mb":30720.0' "$d/metrics.jsonl" \
+        || { echo "FAIL: no workers record with the GPU's sample in metrics.jsonl"; return 1; }
+    grep -q '"type":"summary".*"peak_gpu_mem_mb":\[30720.0\]' "$d/metrics.jsonl" \
+        || { echo "FAIL: the summary record lacks peak_gpu_mem_mb"; return 1; }
+    grep -q 'workers: rank 0: cpu [0-9]*%, rss [0-9]* MB, gpu 0: 87% busy, 30.0/140.4 GiB, 61 C, 412 W' "$d/train.log" \
+        || { echo "FAIL: the workers: line lacks the GPU"; return 1; }
+    grep -q 'peak memory: [0-9]* MB | GPU (NVML samples): 30.0 GiB' "$d/train.log" \
+        || { echo "FAIL: the summary line lacks the peak GPU memory"; return 1; }
+    grep -a -q 'worker/rank0/gpu_util' "$d"/events.out.tfevents.* || { echo "FAIL: no worker/rank0/gpu_util in TensorBoard"; return 1; }
+    # without the driver's library (this machine has none): one note, and CPU samples as before
+    grep -q 'note: no GPU samples (utilisation, memory, temperature, power): cannot load libnvidia-ml.so.1' \
+        "$B/runs/smoke-cuda/train.log" || { echo "FAIL: the run without NVML did not say so"; return 1; }
+}
+step "dtrain ci-smoke on cuda, GPU samples from a fake NVML" monitor.log monitor_run
 
 tokenize() { # the shards of configs/pretrain.yaml, into $B/data (scripts/setup.sh may not have run)
     local f
