@@ -65,13 +65,16 @@ static const help_entry help[] = {
      "           and prints an all-reduce bandwidth table (algbw, busbw) next to memcpy bandwidth.\n"
      "  --num-workers N      worker processes for the self-test (default 2)\n"
      "  --device cpu|cuda    test the CPU collective (default) or the GPUs with NCCL\n"},
-    {"bench", "dtrain bench   --config FILE --workers 1,2,4 [--steps K] [--set key.path=value]...",
+    {"bench", "dtrain bench   --config FILE --workers 1,2,4 [--steps K] [--repeat K] [--set key.path=value]...",
      "bench      runs the config once per worker count (same batch per worker; --steps K overrides\n"
      "           training.max_steps) and prints train/eval time, throughput, speedup, scaling efficiency\n"
-     "           and the share of step time spent waiting for all-reduce; writes RUN_DIR/bench/bench.csv\n"
-     "           and bench.svg (throughput and efficiency against workers).\n"
+     "           and the share of step time spent waiting for all-reduce, then a verdict: runs too noisy\n"
+     "           to compare and efficiencies above 100% are flagged (?), efficiencies under 50% explained;\n"
+     "           writes RUN_DIR/bench/bench.csv and bench.svg (throughput and efficiency against workers).\n"
      "  --workers LIST       worker counts to run, e.g. 1,2,4\n"
-     "  --steps K            training steps per run\n"},
+     "  --steps K            training steps per run\n"
+     "  --repeat K           runs per worker count (1..20, default 1), interleaved; the table shows the\n"
+     "                       medians and the slowest and fastest run\n"},
     {"data", "dtrain data tokenize --tokenizer bytes IN.txt OUT.bin",
      "data tokenize  turns a text file into an llm.c token shard, one token per byte.\n"
      "  --tokenizer bytes    the tokenizer (bytes: token = byte value)\n"},
@@ -113,7 +116,7 @@ static int usage_error(const char *fmt, const char *arg) {
 typedef struct cli {
     const char *config, *checkpoint, *out, *tokenizer, *device, *workers;
     long steps;
-    int num_workers;
+    int num_workers, repeat;
     const char *overrides[MAX_OVERRIDES];
     int n_overrides;
     int dry_run, quiet, progress;
@@ -130,7 +133,7 @@ static int parse_options(int argc, char **argv, cli *c) {
         {"help", no_argument, NULL, 'h'},           {"version", no_argument, NULL, 'V'},
         {"num-workers", required_argument, NULL, 'w'}, {"device", required_argument, NULL, 'd'},
         {"workers", required_argument, NULL, 'W'},     {"steps", required_argument, NULL, 'S'},
-        {NULL, 0, NULL, 0},
+        {"repeat", required_argument, NULL, 'R'},      {NULL, 0, NULL, 0},
     };
     opterr = 0;
     int ch;
@@ -172,6 +175,14 @@ static int parse_options(int argc, char **argv, cli *c) {
             if (*end || end == optarg || errno || v < 1)
                 return usage_error("--steps: expected an integer >= 1, got \"%s\"", optarg);
             c->steps = v;
+            break;
+        }
+        case 'R': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || end == optarg || v < 1 || v > DT_BENCH_MAX_REPEAT)
+                return usage_error("--repeat: expected an integer 1..20, got \"%s\"", optarg);
+            c->repeat = (int)v;
             break;
         }
         case 'h': c->help = 1; break;
@@ -271,7 +282,8 @@ static int cmd_bench(const cli *c) {
         st = dt_backend_resolve(&cfg, &dev);
         if (st == DT_OK) st = dt_backend_check_workers(&cfg, dev, most);
     }
-    if (st == DT_OK) st = dt_bench_run(&cfg, workers, n, c->steps, stdout, NULL);
+    dt_bench_opts bo = {.workers = workers, .n = n, .steps = c->steps, .repeat = c->repeat ? c->repeat : 1};
+    if (st == DT_OK) st = dt_bench_run(&cfg, &bo, stdout, NULL);
     return st == DT_OK ? 0 : fail(st);
 }
 
@@ -372,8 +384,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     /* options that only one command reads are refused elsewhere, not silently ignored */
-    if ((c.workers || c.steps) && strcmp(cmd, "bench") != 0)
-        return usage_error("--workers and --steps belong to `dtrain bench` (for training: --set "
+    if ((c.workers || c.steps || c.repeat) && strcmp(cmd, "bench") != 0)
+        return usage_error("--workers, --steps and --repeat belong to `dtrain bench` (for training: --set "
                            "training.num_workers=N, --set training.max_steps=K)%s", "");
     if ((c.num_workers || c.device) && strcmp(cmd, "doctor") != 0)
         return usage_error("--num-workers and --device belong to `dtrain doctor` (for training: --set "

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "dtrain/bench.h"
 #include "dtrain/monitor.h"
 #include "dtrain/tboard.h"
 #include "proc.h"
@@ -198,9 +199,80 @@ static void test_tty_bar(void) {
     printf("tty: %zu bytes with the progress bar\n", n);
 }
 
+/* the verdict under the bench table, from rows as a loaded 2-core machine gave them */
+static void test_bench_verdict(void) {
+    const dt_bench_env quiet = {.cpu = 1, .cores = 2, .busy_before = 0.05, .tokens_per_worker_step = 2048};
+    char text[4096];
+    /* "16.66x speedup, 833% efficiency": the one-worker run was slowed; flagged, not a result */
+    dt_bench_row rows[3] = {{.workers = 1, .runs = 1, .steps = 500, .train_s = 90, .tokens_per_s = 3600,
+                             .tokens_min = 3600, .tokens_max = 3600, .speedup = 1, .efficiency = 1},
+                            {.workers = 2, .runs = 1, .steps = 500, .train_s = 11, .tokens_per_s = 59976,
+                             .tokens_min = 59976, .tokens_max = 59976, .speedup = 16.66, .efficiency = 8.33}};
+    dt_bench_verdict(rows, 2, &quiet, text, sizeof text);
+    CHECK_STR_CONTAINS(text, "warning: 2 workers: 833% efficiency (16.66x the throughput with 2x the workers) is above "
+                             "100%: with the same batch per worker that is not a real result; the 1-worker run was "
+                             "probably slowed");
+    CHECK(rows[1].flags == DT_BENCH_SUPERLINEAR && rows[0].flags == 0);
+    /* repeats that disagree: too noisy */
+    rows[1] = (dt_bench_row){.workers = 2, .runs = 3, .steps = 500, .tokens_per_s = 4000, .tokens_min = 2000,
+                             .tokens_max = 5000, .speedup = 1.11, .efficiency = 0.555};
+    dt_bench_verdict(rows, 2, &quiet, text, sizeof text);
+    CHECK_STR_CONTAINS(text, "warning: 2 workers: its 3 runs differ by 75% in tokens/s (slowest 2000, fastest 5000): too "
+                           "noisy to compare");
+    CHECK(rows[1].flags == DT_BENCH_NOISY);
+    /* under 50%: communication share first */
+    rows[1] = (dt_bench_row){.workers = 2, .runs = 3, .steps = 500, .train_s = 60, .tokens_per_s = 2520,
+                             .tokens_min = 2500, .tokens_max = 2600, .comm_share = 0.45, .speedup = 0.7,
+                             .efficiency = 0.35};
+    dt_bench_verdict(rows, 2, &quiet, text, sizeof text);
+    CHECK_STR_CONTAINS(text, "note: 2 workers: 35% efficiency: 45% of each step is spent waiting for the gradient "
+                             "all-reduce, so communication, not compute, limits scaling: every step sums the whole "
+                             "gradient while a worker computes only 2048 tokens");
+    CHECK(rows[1].flags == DT_BENCH_LOW);
+    /* ... then CPU workers sharing the cores */
+    rows[1].comm_share = 0.05;
+    dt_bench_verdict(rows, 2, &quiet, text, sizeof text);
+    CHECK_STR_CONTAINS(text, "note: 2 workers: 35% efficiency: CPU workers share this machine's 2 cores (cores / "
+                             "workers threads each), so more workers add no compute here");
+    /* ... then steps too small (GPU workers) */
+    dt_bench_env gpu = quiet;
+    gpu.cpu = 0;
+    dt_bench_verdict(rows, 2, &gpu, text, sizeof text);
+    CHECK_STR_CONTAINS(text, "only 5% of step time is all-reduce, but each worker's step (120.0 ms for 2048 tokens) is too "
+                             "small");
+    /* a busy machine before the first run: said, and single runs flagged */
+    dt_bench_env busy = quiet;
+    busy.busy_before = 1.0;
+    rows[0].runs = rows[1].runs = 1;
+    dt_bench_verdict(rows, 2, &busy, text, sizeof text);
+    CHECK_STR_CONTAINS(text, "warning: 1.0 of the 2 cores were busy with other processes when the bench started");
+    CHECK(rows[0].flags & DT_BENCH_NOISY);
+    /* a clean sweep: nothing to say */
+    rows[1] = (dt_bench_row){.workers = 2, .runs = 1, .steps = 500, .tokens_per_s = 7000, .tokens_min = 7000,
+                             .tokens_max = 7000, .speedup = 1.94, .efficiency = 0.97};
+    dt_bench_verdict(rows, 2, &quiet, text, sizeof text);
+    CHECK_STR_EQ(text, "");
+}
+
 static void test_bench(void) {
+    test_bench_verdict();
     char rd[1400];
     snprintf(rd, sizeof rd, "run.dir=%s/bench", test_dir());
+    /* --repeat 2: both runs of each count, medians and the range */
+    const char *rep[] = {"bench", "--config", "configs/ci-smoke.yaml", "--workers", "1,2", "--steps", "10", "--repeat",
+                         "2", "--set", rd, NULL};
+    CHECK_INT_EQ(run_sync("bench-repeat", rep), 0);
+    slurp_out("bench-repeat");
+    CHECK_STR_CONTAINS(out_text, "bench: 1 worker x batch 8 (run 1 of 2)");
+    CHECK_STR_CONTAINS(out_text, "bench: 2 workers x batch 8 (run 2 of 2)");
+    CHECK_STR_CONTAINS(out_text, "all-reduce wait  tokens/s min-max\n      1      10 ");
+    CHECK_STR_CONTAINS(out_text, "from the medians of the runs");
+    char p2[1300];
+    snprintf(p2, sizeof p2, "%s/bench/bench/w2-r2/metrics.jsonl", test_dir());
+    CHECK(access(p2, F_OK) == 0);
+    const char *badrep[] = {"bench", "--config", "configs/ci-smoke.yaml", "--workers", "1", "--repeat", "0", NULL};
+    CHECK_INT_EQ(run_sync("bench-badrep", badrep), 2);
+    CHECK_STR_CONTAINS(err_text, "--repeat: expected an integer 1..20, got \"0\"");
     const char *args[] = {"bench", "--config", "configs/ci-smoke.yaml", "--workers", "2,1", "--steps", "60", "--set",
                           rd, NULL};
     CHECK_INT_EQ(run_sync("bench", args), 0);
@@ -208,11 +280,12 @@ static void test_bench(void) {
     CHECK_STR_CONTAINS(out_text, "workers   steps    train s    eval s   samples/s    tokens/s  speedup  efficiency  "
                                  "all-reduce wait\n      1      60 ");
     CHECK_STR_CONTAINS(out_text, "\n      2      60 ");
-    CHECK_STR_CONTAINS(out_text, "1.00x        100%             0.0%");
+    CHECK_STR_CONTAINS(out_text, "1.00x        100%");
     char path[1300], text[1 << 14];
     snprintf(path, sizeof path, "%s/bench/bench/bench.csv", test_dir());
     test_slurp(path, text, sizeof text);
-    CHECK_STR_CONTAINS(text, "workers,steps,train_s,eval_s,samples_per_s,tokens_per_s,speedup,efficiency,comm_share\n1,60,");
+    CHECK_STR_CONTAINS(text, "workers,steps,train_s,eval_s,samples_per_s,tokens_per_s,speedup,efficiency,comm_share,runs,"
+                             "tokens_per_s_min,tokens_per_s_max,flags\n1,60,");
     CHECK_STR_CONTAINS(text, "\n2,60,");
     int lines = 0;
     for (const char *p = text; *p; p++) lines += *p == '\n';

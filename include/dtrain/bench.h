@@ -3,9 +3,11 @@
  *
  * Each run goes into RUN_DIR/bench/wN (emptied first; checkpoint only at the end) and
  * is measured from its own metrics.jsonl "summary" line: train time, eval time, samples/s,
- * tokens/s and the share of step time spent waiting for all-reduces. Speedup and scaling
- * efficiency are against the smallest worker count (normally 1): speedup = tokens/s over
- * that run's tokens/s, efficiency = speedup * (smallest count / N). Writes
+ * tokens/s and the share of step time spent waiting for all-reduces. With --repeat K each
+ * count runs K times (RUN_DIR/bench/wN-rK), interleaved, and the table shows medians and the
+ * slowest and fastest run. Speedup and scaling efficiency are against the smallest worker
+ * count (normally 1): speedup = median tokens/s over that count's, efficiency = speedup *
+ * (smallest count / N). A verdict follows the table (dt_bench_verdict). Writes
  * RUN_DIR/bench/bench.csv and RUN_DIR/bench/bench.svg (throughput and efficiency against
  * workers) and prints the table. */
 #ifndef DTRAIN_BENCH_H
@@ -17,19 +19,52 @@
 #include "dtrain/status.h"
 
 #define DT_BENCH_MAX_RUNS 16
+#define DT_BENCH_MAX_REPEAT 20
+
+/* what a row's numbers are worth (dt_bench_verdict) */
+enum {
+    DT_BENCH_NOISY = 1,       /* its repeats differ by more than 15% (or the machine was busy) */
+    DT_BENCH_SUPERLINEAR = 2, /* efficiency above 110%: not a real result with the same batch per worker */
+    DT_BENCH_LOW = 4,         /* efficiency under 50%: explained */
+};
 
 typedef struct dt_bench_row {
-    int workers;
+    int workers, runs;
     long steps;
+    /* medians over the runs */
     double train_s, eval_s, samples_per_s, tokens_per_s, comm_share;
-    double speedup, efficiency;
+    double tokens_min, tokens_max; /* tokens/s of the slowest and the fastest run */
+    double speedup, efficiency;    /* from the medians */
+    int flags;                     /* DT_BENCH_* */
 } dt_bench_row;
+
+typedef struct dt_bench_opts {
+    const int *workers; /* worker counts */
+    int n;
+    long steps;         /* > 0: overrides training.max_steps */
+    int repeat;         /* runs per count (1..DT_BENCH_MAX_REPEAT), interleaved: 1,2,4,1,2,4,... */
+} dt_bench_opts;
+
+/* What the verdict knows of the machine and the runs besides the rows. */
+typedef struct dt_bench_env {
+    int cpu;             /* CPU workers (they share the machine's cores) */
+    int cores;           /* usable cores */
+    int threads_fixed;   /* training.cpu_threads_per_worker (0: cores / workers) */
+    double busy_before;  /* cores busy (other processes) in the half second before the first run; < 0: unknown */
+    long tokens_per_worker_step; /* batch_size_per_worker x seq_len x grad_accum_steps */
+} dt_bench_env;
 
 /* Parses "1,2,4" (1..64 each, no repeats) into workers[], *n of them. DT_ERR_USAGE. */
 dt_status dt_bench_parse_workers(const char *list, int *workers, int *n);
 
-/* Runs the sweep; steps > 0 overrides training.max_steps. Prints progress and the table on
- * `out`. rows (may be NULL) receives the DT_BENCH_MAX_RUNS results. */
-dt_status dt_bench_run(const dt_config *cfg, const int *workers, int n, long steps, FILE *out, dt_bench_row *rows);
+/* Runs the sweep. Prints progress, the table and the verdict on `out`. rows (may be NULL)
+ * receives the DT_BENCH_MAX_RUNS results. */
+dt_status dt_bench_run(const dt_config *cfg, const dt_bench_opts *opts, FILE *out, dt_bench_row *rows);
+
+/* Flags the rows (speedup and efficiency already computed) and writes what they mean into
+ * buf, one line each (empty when there is nothing to say): too noisy to compare, efficiency
+ * above 100% flagged as not a result, efficiency under 50% explained (communication share,
+ * CPU workers sharing the cores, steps too small for the worker count). */
+void dt_bench_verdict(dt_bench_row *rows, int n, const dt_bench_env *env, char *buf, size_t size);
 
 #endif

@@ -1,10 +1,12 @@
 /* device.c — the host: CPU cores, the thread budget, OpenBLAS advice, host library versions. */
 #include "dtrain/device.h"
 
+#include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 #include <yaml.h>
 #include <zlib.h>
@@ -28,6 +30,44 @@ int dt_device_threads_per_worker(const dt_config *cfg) {
     if (cfg->training.cpu_threads_per_worker > 0) return cfg->training.cpu_threads_per_worker;
     int n = dt_device_cpu_cores() / (cfg->training.num_workers > 0 ? cfg->training.num_workers : 1);
     return n > 0 ? n : 1;
+}
+
+dt_status dt_device_cpu_time(double *busy_s, double *total_s) {
+    cpu_set_t set;
+    int have_set = sched_getaffinity(0, sizeof set, &set) == 0;
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f) return dt_error_set(DT_ERR_IO, "/proc/stat: %s", strerror(errno));
+    char line[512];
+    unsigned long long busy = 0, total = 0;
+    int seen = 0;
+    while (fgets(line, sizeof line, f)) {
+        int cpu;
+        unsigned long long v[8] = {0}; /* user nice system idle iowait irq softirq steal */
+        if (strncmp(line, "cpu", 3) != 0 || line[3] < '0' || line[3] > '9' || sscanf(line + 3, "%d %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &v[0],
+                                                   &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) < 5)
+            continue; /* the aggregate "cpu " line, and the rest of the file */
+        if (have_set && (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &set))) continue;
+        const unsigned long long b = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+        busy += b;
+        total += b + v[3] + v[4];
+        seen++;
+    }
+    fclose(f);
+    if (!seen) return dt_error_set(DT_ERR_IO, "/proc/stat: no per-CPU lines");
+    long hz = sysconf(_SC_CLK_TCK);
+    *busy_s = (double)busy / (double)(hz > 0 ? hz : 100);
+    *total_s = (double)total / (double)(hz > 0 ? hz : 100);
+    return DT_OK;
+}
+
+double dt_device_busy_cores(double window_s) {
+    double b0, t0, b1, t1;
+    if (dt_device_cpu_time(&b0, &t0) != DT_OK) return -1;
+    struct timespec ts = {(time_t)window_s, (long)((window_s - (double)(time_t)window_s) * 1e9)};
+    nanosleep(&ts, NULL);
+    if (dt_device_cpu_time(&b1, &t1) != DT_OK || t1 <= t0) return -1;
+    /* the share of the cores' time that was busy, times the cores */
+    return (b1 - b0) / (t1 - t0) * dt_device_cpu_cores();
 }
 
 int dt_device_blas_advice(char *buf, size_t n) {

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dtrain/backend.h"
+#include "dtrain/device.h"
 #include "dtrain/worker.h"
 
 dt_status dt_bench_parse_workers(const char *list, int *workers, int *n) {
@@ -80,11 +82,16 @@ static dt_status read_summary(const char *run_dir, dt_bench_row *row) {
 static dt_status write_csv(const char *path, const dt_bench_row *rows, int n) {
     FILE *f = fopen(path, "w");
     if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-    fprintf(f, "workers,steps,train_s,eval_s,samples_per_s,tokens_per_s,speedup,efficiency,comm_share\n");
-    for (int i = 0; i < n; i++)
-        fprintf(f, "%d,%ld,%.4f,%.4f,%.2f,%.2f,%.4f,%.4f,%.4f\n", rows[i].workers, rows[i].steps, rows[i].train_s,
-                rows[i].eval_s, rows[i].samples_per_s, rows[i].tokens_per_s, rows[i].speedup, rows[i].efficiency,
-                rows[i].comm_share);
+    /* the first nine columns as before --repeat; then the runs, the spread and the flags */
+    fprintf(f, "workers,steps,train_s,eval_s,samples_per_s,tokens_per_s,speedup,efficiency,comm_share,runs,"
+               "tokens_per_s_min,tokens_per_s_max,flags\n");
+    for (int i = 0; i < n; i++) {
+        const dt_bench_row *r = &rows[i];
+        fprintf(f, "%d,%ld,%.4f,%.4f,%.2f,%.2f,%.4f,%.4f,%.4f,%d,%.2f,%.2f,%s%s%s\n", r->workers, r->steps, r->train_s,
+                r->eval_s, r->samples_per_s, r->tokens_per_s, r->speedup, r->efficiency, r->comm_share, r->runs,
+                r->tokens_min, r->tokens_max, r->flags & DT_BENCH_NOISY ? "noisy;" : "",
+                r->flags & DT_BENCH_SUPERLINEAR ? "above-100%;" : "", r->flags & DT_BENCH_LOW ? "under-50%;" : "");
+    }
     if (fclose(f) != 0) return dt_error_set(DT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     return DT_OK;
 }
@@ -98,6 +105,8 @@ static void svg_text(FILE *f, const char *s) {
         else fputc(*s, f);
     }
 }
+
+#define BAD_FLAGS (DT_BENCH_NOISY | DT_BENCH_SUPERLINEAR)
 
 /* Two panels side by side: tokens/s against workers (with the ideal line) and scaling
  * efficiency against workers. */
@@ -150,77 +159,214 @@ static dt_status write_svg(const char *path, const dt_bench_row *rows, int n, co
         else
             fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"gray\" stroke-dasharray=\"4 3\"/>\n",
                     x0, PY(1.0), x1, PY(1.0));
-        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", panel == 0 ? "#1f77b4" : "#d62728");
+        /* the line joins the results only; a flagged point (noisy, above 100%) is drawn hollow with a "?" */
+        const char *color = panel == 0 ? "#1f77b4" : "#d62728";
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", color);
         for (int i = 0; i < n; i++)
-            fprintf(f, "%.1f,%.1f ", PX(rows[i].workers), PY(panel == 0 ? rows[i].tokens_per_s : rows[i].efficiency));
+            if (!(rows[i].flags & BAD_FLAGS))
+                fprintf(f, "%.1f,%.1f ", PX(rows[i].workers), PY(panel == 0 ? rows[i].tokens_per_s : rows[i].efficiency));
         fprintf(f, "\"/>\n");
-        for (int i = 0; i < n; i++)
-            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(rows[i].workers),
-                    PY(panel == 0 ? rows[i].tokens_per_s : rows[i].efficiency), panel == 0 ? "#1f77b4" : "#d62728");
+        for (int i = 0; i < n; i++) {
+            const double x = PX(rows[i].workers), y = PY(panel == 0 ? rows[i].tokens_per_s : rows[i].efficiency);
+            if (rows[i].flags & BAD_FLAGS)
+                fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"white\" stroke=\"%s\"/>"
+                           "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\">?</text>\n", x, y, color, x + 6, y - 6, color);
+            else fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", x, y, color);
+        }
 #undef PX
 #undef PY
     }
+    int flagged = 0;
+    for (int i = 0; i < n; i++) flagged |= rows[i].flags & BAD_FLAGS;
+    if (flagged)
+        fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\" fill=\"#a00\">hollow points (?): too noisy or "
+                   "above 100%% efficiency, not results (see the verdict under the table)</text>\n", W, H - 6);
     fprintf(f, "</svg>\n");
     if (fclose(f) != 0) return dt_error_set(DT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     return DT_OK;
 }
 
 static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
 
-dt_status dt_bench_run(const dt_config *cfg, const int *workers_in, int n, long steps, FILE *out, dt_bench_row *rows_out) {
+/* The median of v[0..n) (sorted in place). */
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* One row from the K runs of one count: the median of each measure, the slowest and fastest. */
+static void combine_runs(const dt_bench_row *runs, int k, dt_bench_row *row) {
+    double v[5][DT_BENCH_MAX_REPEAT];
+    row->workers = runs[0].workers;
+    row->steps = runs[0].steps;
+    row->runs = k;
+    row->tokens_min = row->tokens_max = runs[0].tokens_per_s;
+    for (int j = 0; j < k; j++) {
+        v[0][j] = runs[j].train_s;
+        v[1][j] = runs[j].eval_s;
+        v[2][j] = runs[j].samples_per_s;
+        v[3][j] = runs[j].tokens_per_s;
+        v[4][j] = runs[j].comm_share;
+        row->tokens_min = fmin(row->tokens_min, runs[j].tokens_per_s);
+        row->tokens_max = fmax(row->tokens_max, runs[j].tokens_per_s);
+    }
+    row->train_s = median(v[0], k);
+    row->eval_s = median(v[1], k);
+    row->samples_per_s = median(v[2], k);
+    row->tokens_per_s = median(v[3], k);
+    row->comm_share = median(v[4], k);
+}
+
+/* One training run of the sweep into dir/wN (or wN-rK with repeats), measured from its summary. */
+static dt_status bench_one(const dt_config *cfg, dt_config *c, const dt_bench_opts *o, int workers, int k,
+                           const char *dir, FILE *out, dt_bench_row *row) {
+    *c = *cfg;
+    c->training.num_workers = workers;
+    if (o->steps > 0) c->training.max_steps = o->steps;
+    c->checkpoint.every_steps = 0;        /* measure training, not the disk */
+    c->checkpoint.resume = DT_RESUME_NEVER;
+    c->fault_tolerance.max_restarts = 0;  /* a failure is a result, not something to retry */
+    if (o->repeat > 1) snprintf(c->run.dir, sizeof c->run.dir, "%s/w%d-r%d", dir, workers, k + 1);
+    else snprintf(c->run.dir, sizeof c->run.dir, "%s/w%d", dir, workers);
+    char rep[32] = "";
+    if (o->repeat > 1) snprintf(rep, sizeof rep, " (run %d of %d)", k + 1, o->repeat);
+    fprintf(out, "bench: %d worker%s x batch %d%s, run dir %s ...\n", workers, workers > 1 ? "s" : "",
+            c->data.batch_size_per_worker, rep, c->run.dir);
+    fflush(out);
+    /* bench owns bench/wN: start each run from an empty directory (no old checkpoints,
+     * logs or event files to pile up or mix in) */
+    DT_TRY(remove_tree(c->run.dir));
+    dt_worker_opts wo = {.quiet = 1, .progress = 0};
+    dt_launch_result res;
+    dt_status st = dt_worker_launch(c, &wo, &res);
+    if (st != DT_OK) {
+        dt_error_prefix("bench with %d workers", workers);
+        return st;
+    }
+    if (res.stopped_by)
+        return dt_error_set(DT_ERR_INTERRUPTED, "bench interrupted by SIG%s during the run with %d workers",
+                            sigabbrev_np(res.stopped_by), workers);
+    row->workers = workers;
+    return read_summary(c->run.dir, row);
+}
+
+#define SAY(...) (k < size ? (void)(k += (size_t)snprintf(buf + k, size - k, __VA_ARGS__)) : (void)0)
+
+/* Why row r (efficiency under 50%) scales badly: the first cause that fits. */
+static size_t explain_low(const dt_bench_row *r, const dt_bench_env *env, char *buf, size_t size) {
+    size_t k = 0;
+    SAY("note: %d workers: %.0f%% efficiency: ", r->workers, 100 * r->efficiency);
+    if (r->comm_share >= 0.25)
+        SAY("%.0f%% of each step is spent waiting for the gradient all-reduce, so communication, not compute, limits "
+            "scaling: every step sums the whole gradient while a worker computes only %ld tokens (batch_size_per_worker x "
+            "seq_len x grad_accum_steps); raise data.batch_size_per_worker or training.grad_accum_steps so that compute "
+            "hides the all-reduce, or use fewer workers\n", 100 * r->comm_share, env->tokens_per_worker_step);
+    else if (env->cpu && (env->threads_fixed == 0 || (long)r->workers * env->threads_fixed > env->cores))
+        SAY("CPU workers share this machine's %d cores (%s), so more workers add no compute here: a speedup can only "
+            "come from costs one worker pays alone; on CPU use the fewest workers that fit, and add hosts or GPUs for "
+            "more compute\n", env->cores,
+            env->threads_fixed ? "more threads than cores in all" : "cores / workers threads each");
+    else
+        SAY("only %.0f%% of step time is all-reduce, but each worker's step (%.1f ms for %ld tokens) is too small for "
+            "the costs every step adds with more workers (synchronisation, the slowest worker setting the pace); raise "
+            "data.batch_size_per_worker so that each step does more work\n", 100 * r->comm_share,
+            r->steps > 0 ? 1e3 * r->train_s / (double)r->steps : 0.0, env->tokens_per_worker_step);
+    return k;
+}
+
+void dt_bench_verdict(dt_bench_row *rows, int n, const dt_bench_env *env, char *buf, size_t size) {
+    size_t k = 0;
+    if (size) buf[0] = '\0';
+    const int busy = env->busy_before >= 0.5; /* half a core or more in use by others before the first run */
+    for (int i = 0; i < n; i++) {
+        dt_bench_row *r = &rows[i];
+        r->flags = 0;
+        const double spread = r->tokens_per_s > 0 ? (r->tokens_max - r->tokens_min) / r->tokens_per_s : 0;
+        if (r->runs > 1 && spread > 0.15) {
+            r->flags |= DT_BENCH_NOISY;
+            SAY("warning: %d workers: its %d runs differ by %.0f%% in tokens/s (slowest %.0f, fastest %.0f): too noisy "
+                "to compare (other processes, or CPU frequency changes); rerun on an idle machine\n", r->workers, r->runs,
+                100 * spread, r->tokens_min, r->tokens_max);
+        } else if (busy && r->runs == 1) {
+            r->flags |= DT_BENCH_NOISY;
+        }
+        if (i > 0 && r->efficiency > 1.10) {
+            r->flags |= DT_BENCH_SUPERLINEAR;
+            SAY("warning: %d workers: %.0f%% efficiency (%.2fx the throughput with %.0fx the workers) is above 100%%: with "
+                "the same batch per worker that is not a real result; the %d-worker run was probably slowed (a busy "
+                "machine, a cold cache): flagged ? in the table and hollow in bench.svg; rerun with --repeat 3 (medians) "
+                "on an idle machine\n", r->workers, 100 * r->efficiency, r->speedup,
+                (double)r->workers / rows[0].workers, rows[0].workers);
+        } else if (i > 0 && r->efficiency < 0.5 && !(r->flags & DT_BENCH_NOISY)) {
+            r->flags |= DT_BENCH_LOW;
+            if (k < size) k += explain_low(r, env, buf + k, size - k);
+        }
+    }
+    if (busy)
+        SAY("warning: %.1f of the %d cores were busy with other processes when the bench started: they share the "
+            "machine with the runs, so these times may not compare%s\n", env->busy_before, env->cores,
+            rows[0].runs == 1 ? " (flagged ?); --repeat 3 shows how much they vary" : "");
+}
+
+static void print_table(FILE *out, const dt_bench_row *rows, int n, int repeat) {
+    fprintf(out, "\n%7s  %6s  %9s  %8s  %10s  %10s  %7s  %10s  %15s%s\n", "workers", "steps", "train s", "eval s",
+            "samples/s", "tokens/s", "speedup", "efficiency", "all-reduce wait", repeat > 1 ? "  tokens/s min-max" : "");
+    for (int i = 0; i < n; i++) {
+        const dt_bench_row *r = &rows[i];
+        char range[64] = "";
+        if (repeat > 1) snprintf(range, sizeof range, "  %8.0f-%.0f", r->tokens_min, r->tokens_max);
+        fprintf(out, "%7d  %6ld  %9.2f  %8.2f  %10.1f  %10.0f  %6.2fx  %9.0f%%%s %14.1f%%%s\n", r->workers, r->steps,
+                r->train_s, r->eval_s, r->samples_per_s, r->tokens_per_s, r->speedup, 100 * r->efficiency,
+                r->flags & BAD_FLAGS ? "?" : " ", 100 * r->comm_share, range);
+    }
+    int flagged = 0;
+    for (int i = 0; i < n; i++) flagged |= rows[i].flags & BAD_FLAGS;
+    fprintf(out, "(speedup and efficiency against %d worker%s%s; all-reduce wait: share of step time spent waiting for "
+                 "gradient and loss all-reduces%s)\n",
+            rows[0].workers, rows[0].workers > 1 ? "s" : "", repeat > 1 ? ", from the medians of the runs" : "",
+            flagged ? "; ?: not a result, see below" : "");
+}
+
+dt_status dt_bench_run(const dt_config *cfg, const dt_bench_opts *o, FILE *out, dt_bench_row *rows_out) {
+    const int n = o->n, repeat = o->repeat > 0 ? o->repeat : 1;
     int workers[DT_BENCH_MAX_RUNS];
-    memcpy(workers, workers_in, (size_t)n * sizeof *workers);
+    memcpy(workers, o->workers, (size_t)n * sizeof *workers);
     qsort(workers, (size_t)n, sizeof *workers, cmp_int);
     char dir[DT_PATH_MAX + 16];
     snprintf(dir, sizeof dir, "%s/bench", cfg->run.dir);
+    dt_bench_env env = {.cpu = 1, .cores = dt_device_cpu_cores(), .threads_fixed = cfg->training.cpu_threads_per_worker,
+                        .busy_before = dt_device_busy_cores(0.5),
+                        .tokens_per_worker_step = (long)cfg->data.batch_size_per_worker * cfg->data.seq_len *
+                                                  cfg->training.grad_accum_steps};
+    dt_device_kind dev;
+    if (dt_backend_resolve(cfg, &dev) == DT_OK) env.cpu = dev == DT_DEVICE_CPU;
+    static dt_bench_row runs[DT_BENCH_MAX_RUNS][DT_BENCH_MAX_REPEAT];
     dt_bench_row rows[DT_BENCH_MAX_RUNS];
     memset(rows, 0, sizeof rows);
     dt_config *c = malloc(sizeof *c);
     if (!c) return dt_error_set(DT_ERR_NOMEM, "out of memory");
     dt_status st = DT_OK;
-    for (int i = 0; i < n && st == DT_OK; i++) {
-        *c = *cfg;
-        c->training.num_workers = workers[i];
-        if (steps > 0) c->training.max_steps = steps;
-        c->checkpoint.every_steps = 0;        /* measure training, not the disk */
-        c->checkpoint.resume = DT_RESUME_NEVER;
-        c->fault_tolerance.max_restarts = 0;  /* a failure is a result, not something to retry */
-        snprintf(c->run.dir, sizeof c->run.dir, "%s/w%d", dir, workers[i]);
-        fprintf(out, "bench: %d worker%s x batch %d, run dir %s ...\n", workers[i], workers[i] > 1 ? "s" : "",
-                c->data.batch_size_per_worker, c->run.dir);
-        fflush(out);
-        /* bench owns bench/wN: start each run from an empty directory (no old checkpoints,
-         * logs or event files to pile up or mix in) */
-        if ((st = remove_tree(c->run.dir)) != DT_OK) break;
-        dt_worker_opts opts = {.quiet = 1, .progress = 0};
-        dt_launch_result res;
-        if ((st = dt_worker_launch(c, &opts, &res)) != DT_OK) {
-            dt_error_prefix("bench with %d workers", workers[i]);
-            break;
+    /* interleaved (1,2,4,1,2,4, ...): a machine that gets busier or quieter meanwhile touches every count alike */
+    for (int k = 0; k < repeat && st == DT_OK; k++)
+        for (int i = 0; i < n && st == DT_OK; i++) {
+            memset(&runs[i][k], 0, sizeof runs[i][k]);
+            st = bench_one(cfg, c, o, workers[i], k, dir, out, &runs[i][k]);
         }
-        if (res.stopped_by) {
-            st = dt_error_set(DT_ERR_INTERRUPTED, "bench interrupted by SIG%s during the run with %d workers",
-                              sigabbrev_np(res.stopped_by), workers[i]);
-            break;
-        }
-        rows[i].workers = workers[i];
-        if ((st = read_summary(c->run.dir, &rows[i])) != DT_OK) break;
-    }
     free(c);
     if (st != DT_OK) return st;
+    for (int i = 0; i < n; i++) combine_runs(runs[i], repeat, &rows[i]);
     for (int i = 0; i < n; i++) {
         rows[i].speedup = rows[0].tokens_per_s > 0 ? rows[i].tokens_per_s / rows[0].tokens_per_s : 0;
         rows[i].efficiency = rows[i].speedup * (double)rows[0].workers / (double)rows[i].workers;
     }
-    fprintf(out, "\n%7s  %6s  %9s  %8s  %10s  %10s  %7s  %10s  %15s\n", "workers", "steps", "train s", "eval s",
-            "samples/s", "tokens/s", "speedup", "efficiency", "all-reduce wait");
-    for (int i = 0; i < n; i++)
-        fprintf(out, "%7d  %6ld  %9.2f  %8.2f  %10.1f  %10.0f  %6.2fx  %9.0f%%  %14.1f%%\n", rows[i].workers,
-                rows[i].steps, rows[i].train_s, rows[i].eval_s, rows[i].samples_per_s, rows[i].tokens_per_s,
-                rows[i].speedup, 100 * rows[i].efficiency, 100 * rows[i].comm_share);
-    fprintf(out, "(speedup and efficiency against %d worker%s; all-reduce wait: share of step time spent waiting for "
-                 "gradient and loss all-reduces)\n",
-            rows[0].workers, rows[0].workers > 1 ? "s" : "");
+    char verdict[4096];
+    dt_bench_verdict(rows, n, &env, verdict, sizeof verdict);
+    print_table(out, rows, n, repeat);
+    fputs(verdict, out);
     char csv[DT_PATH_MAX + 32], svg[DT_PATH_MAX + 32];
     snprintf(csv, sizeof csv, "%s/bench.csv", dir);
     snprintf(svg, sizeof svg, "%s/bench.svg", dir);
