@@ -83,6 +83,7 @@ static void test_dry_run(void) {
         CHECK_STR_CONTAINS(out_text, "training:");
         CHECK_STR_CONTAINS(out_text, "# model: ");
         CHECK_STR_CONTAINS(out_text, "training FLOPs per token");
+        CHECK_STR_CONTAINS(out_text, "of memory per worker"); /* docs/troubleshooting.md: before an OOM */
     }
     /* the dry run opens and checks the data as the run would: what the run refuses, it refuses */
     CHECK_INT_EQ(run("%s --config configs/finetune.yaml --dry-run", DTRAIN_BIN), 0);

@@ -239,7 +239,7 @@ static void test_bench_verdict(void) {
     gpu.cpu = 0;
     dt_bench_verdict(rows, 2, &gpu, text, sizeof text);
     CHECK_STR_CONTAINS(text, "only 5% of step time is all-reduce, but each worker's step (120.0 ms for 2048 tokens) is too "
-                             "small");
+                             "small for the costs every step adds with more workers");
     /* a busy machine before the first run: said, and single runs flagged */
     dt_bench_env busy = quiet;
     busy.busy_before = 1.0;

@@ -85,7 +85,8 @@ static void test_slot_and_idle(void) {
     CHECK_INT_EQ(dt_monitor_idle_gpu(round, ids, 1, 2.0, msg, sizeof msg), -1); /* one worker: no others */
     round[1].has_gpu = 1;
     CHECK_INT_EQ(dt_monitor_idle_gpu(round, ids, 2, 2.0, msg, sizeof msg), 1);
-    CHECK_STR_CONTAINS(msg, "while the other worker's GPU was busy 97%");
+    CHECK_STR_CONTAINS(msg, "rank 1's GPU 1 (00000000:5E:00.0) is idle: busy 2% of the last 2 s while the other worker's "
+                            "GPU was busy 97%");
 }
 
 /* metrics.jsonl, TensorBoard and the console from GPU samples */

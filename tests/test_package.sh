@@ -42,7 +42,7 @@ train() {
 if cmake --install "$BUILD" --prefix "$T/prefix" >"$T/install.log" 2>&1; then
   for f in bin/dtrain share/dtrain/configs/finetune.yaml share/dtrain/configs/pretrain.yaml \
            share/dtrain/data/sentiment/train.tsv share/dtrain/data/tinytext/corpus.bin \
-           share/doc/dtrain/README.md share/doc/dtrain/LICENSE; do
+           share/doc/dtrain/README.md share/doc/dtrain/LICENSE share/doc/dtrain/docs/troubleshooting.md; do
     [ -e "$T/prefix/$f" ] || fail "cmake --install: PREFIX/$f is missing"
   done
   [ -x "$T/prefix/bin/dtrain" ] && train "$T/prefix/bin/dtrain" install-run

@@ -32,6 +32,10 @@ dt_status dt_backend_resolve(const dt_config *cfg, dt_device_kind *out);
  * hint when there are fewer devices (naming training.num_workers). DT_OK for the CPU. */
 dt_status dt_backend_check_workers(const dt_config *cfg, dt_device_kind kind, int workers);
 
+/* For `workers` forked workers of `kind`: when devices would stay unused (8 GPUs visible,
+ * training.num_workers 1), a note saying so and how to use them into buf, returning 1; else 0. */
+int dt_backend_unused_note(dt_device_kind kind, int workers, char *buf, size_t n);
+
 /* Whether `kind` can run here at all, for commands without a config: DT_ERR_CONFIG
  * "WHO: no GPU is visible (hint: ..., or ALTERNATIVE)" or "WHO: this dtrain was built without
  * the CUDA backend (hint: ALTERNATIVE, ...)". */

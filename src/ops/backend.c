@@ -120,6 +120,16 @@ dt_status dt_backend_check_workers(const dt_config *cfg, dt_device_kind kind, in
                         vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "", gpus);
 }
 
+int dt_backend_unused_note(dt_device_kind kind, int workers, char *buf, size_t n) {
+    const int devices = kind == DT_DEVICE_CUDA ? dt_backend_count(kind) : 0;
+    if (devices <= workers) return 0;
+    const int idle = devices - workers;
+    snprintf(buf, n, "note: %d GPUs are visible but training.num_workers is %d: %d GPU%s stay%s unused (hint: "
+             "training.num_workers: %d uses them all, with the same batch per worker; CUDA_VISIBLE_DEVICES picks which)",
+             devices, workers, idle, idle > 1 ? "s" : "", idle > 1 ? "" : "s", devices);
+    return 1;
+}
+
 dt_status dt_backend_require(dt_device_kind kind, const char *who, const char *alternative) {
     if (kind != DT_DEVICE_CUDA) return DT_OK;
     if (nvidia_gpus() == 0)

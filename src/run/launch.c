@@ -337,6 +337,22 @@ static void on_signals(attempt *a) {
     }
 }
 
+/* A SIGKILL the launcher did not send: most often the kernel's out-of-memory killer. The hint,
+ * with the worker's memory at the last sample, or "". */
+static const char *oom_hint(const attempt *a, int r, int status) {
+    static char hint[320];
+    hint[0] = '\0';
+    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL || a->stop_deadline > 0 || a->preempt_deadline > 0)
+        return hint;
+    dt_worker_sample w = dt_worker_slot_read(&a->shared->stats[r]);
+    char mem[96] = "";
+    if (w.samples > 0) snprintf(mem, sizeof mem, " (it had %.0f MB resident at the last sample, %.0f MB at most)", w.rss_mb,
+                                w.peak_rss_mb);
+    snprintf(hint, sizeof hint, "; a SIGKILL from outside dtrain is often the kernel's out-of-memory killer%s: "
+             "`dmesg | grep -i oom` tells; `--dry-run` shows the memory a worker needs", mem);
+    return hint;
+}
+
 /* Worker r exited with `status`. Its failure (also one while stopping cleanly) stops everyone
  * and becomes the attempt's cause: its own message when it left one, else how it died. */
 static void on_exit_status(attempt *a, int r, int status) {
@@ -358,7 +374,8 @@ static void on_exit_status(attempt *a, int r, int status) {
         a->st = WEXITSTATUS(status) == 2 ? DT_ERR_CONFIG : DT_ERR_INTERNAL;
         if (WEXITSTATUS(status) == 2) a->final = 1;
     } else {
-        snprintf(a->msg, sizeof a->msg, "worker rank %d %s during %s%s", r, how, cfg->what, see);
+        snprintf(a->msg, sizeof a->msg, "worker rank %d %s during %s%s%s", r, how, cfg->what, see,
+                 oom_hint(a, r, status));
         a->st = DT_ERR_INTERNAL;
     }
     if (a->preempt_deadline > 0) { /* no restart when asked to stop */

@@ -41,6 +41,7 @@ typedef struct run {
     dt_comm *gcomm;         /* gradients and weights: comm, or the backend's device collective */
     dt_comm *dcomm;         /* owned: the backend's collective for device buffers (world > 1) */
     int rank, world;
+    dt_device_kind dev;     /* what training.device resolved to */
     dt_comm_req **reqs;     /* (n_buckets) in-flight gradient all-reduces */
     dt_status comm_st;      /* first failure to start one */
     dt_backend *be;
@@ -132,6 +133,7 @@ static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_t
     r->world = comm ? dt_comm_world(comm) : 1;
     dt_device_kind dev;
     DT_TRY(dt_backend_resolve(c, &dev));
+    r->dev = dev;
     dt_backend_cfg bc = {.device = local_rank, .precision = backend_precision(c), .rank = r->rank,
                          .threads = dt_device_threads_per_worker(c)};
     DT_TRY(dt_backend_open(dev, &bc, &r->be));
@@ -691,6 +693,9 @@ static void report_setup(trainer *t) {
     dt_metrics_info(r->metrics, "model: %d layers, %d heads, n_embd %d, seq_len %d, vocab %d | %s params, %s FLOPs/token",
                     mc->n_layer, mc->n_head, mc->n_embd, mc->seq_len, mc->vocab_size, params, flops);
     if (t->launch && t->launch->launched_by) dt_metrics_info(r->metrics, "%s", t->launch->launched_by);
+    char note[320];
+    if (r->rank == 0 && t->launch && !t->launch->launched_by && dt_backend_unused_note(r->dev, r->world, note, sizeof note))
+        dt_metrics_info(r->metrics, "%s", note);
     if (r->world > 1 && r->plan) {
         char plan[512];
         dt_comm_plan_describe(r->plan, plan, sizeof plan);

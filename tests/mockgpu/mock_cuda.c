@@ -140,9 +140,19 @@ int mock_check_dev_range(const void *p, size_t bytes, const char *what) {
     return 0;
 }
 
+/* the device's memory: 141 GiB, or MOCK_DEVICE_MEM_MB (to run out of it on purpose) */
+static size_t device_total(void) {
+    const char *mb = getenv("MOCK_DEVICE_MEM_MB");
+    return mb && atol(mb) > 0 ? (size_t)atol(mb) << 20 : (size_t)141 << 30;
+}
+
 static cudaError_t alloc(void **p, size_t n, int type) {
     *p = NULL;
     if (sticky_err) return ret(sticky_err);
+    pthread_mutex_lock(&reg_mu);
+    const int full = type == cudaMemoryTypeDevice && dev_in_use + n > device_total();
+    pthread_mutex_unlock(&reg_mu);
+    if (full) return ret(cudaErrorMemoryAllocation); /* not sticky, as in CUDA */
     if (posix_memalign(p, 256, n ? n : 1) != 0) return ret(cudaErrorMemoryAllocation);
     memset(*p, 0x5a, n); /* garbage, like fresh device memory: 0x5a5a5a5a is 1.5e16 as a float */
     reg *r = malloc(sizeof *r);
@@ -303,7 +313,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
     if (d != 0) return ret(cudaErrorInvalidDevice);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "Mock H200 (CPU emulation)");
-    p->totalGlobalMem = (size_t)141 << 30;
+    p->totalGlobalMem = device_total();
     p->sharedMemPerBlock = 48 << 10;
     p->warpSize = 32;
     p->maxThreadsPerBlock = 1024;
@@ -409,7 +419,7 @@ static cudaError_t release(void *p, int want_host) {
 cudaError_t cudaFree(void *p) { return release(p, 0); }
 cudaError_t cudaFreeHost(void *p) { return release(p, 1); }
 cudaError_t cudaMemGetInfo(size_t *f, size_t *t) {
-    *t = (size_t)141 << 30;
+    *t = device_total();
     pthread_mutex_lock(&reg_mu);
     *f = *t - dev_in_use;
     pthread_mutex_unlock(&reg_mu);

@@ -14,6 +14,8 @@
 #      4 steps in fp32 (within 1e-5)
 #   6. the launcher's GPU samples through a fake NVML (fake_nvml.c as libnvidia-ml.so.1): the
 #      workers records, the workers: line, TensorBoard and the summary; and the note without it
+#   7. the GPU messages of docs/troubleshooting.md: GPUs left unused, more workers than GPUs,
+#      out of GPU memory (MOCK_DEVICE_MEM_MB)
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 SRC BUILD" >&2; exit 2; }
 SRC=$(cd "$1" && pwd)
@@ -120,6 +122,31 @@ monitor_run() {
         "$B/runs/smoke-cuda/train.log" || { echo "FAIL: the run without NVML did not say so"; return 1; }
 }
 step "dtrain ci-smoke on cuda, GPU samples from a fake NVML" monitor.log monitor_run
+
+# ---- the GPU messages of docs/troubleshooting.md ----
+expect() { # NAME RC TEXT CMD...: CMD exits RC and its output (console and the run's logs) has TEXT
+    local name=$1 want=$2 text=$3 rc=0 out=$LOGS/expect-$1.out
+    shift 3
+    "$@" >"$out" 2>&1 || rc=$?
+    [ $rc -eq "$want" ] || { echo "FAIL: $name exited $rc, expected $want"; tail -5 "$out"; return 1; }
+    cat "$B/runs/$name"/*.log >>"$out" 2>/dev/null || true
+    grep -qF -- "$text" "$out" || { echo "FAIL: $name: no \"$text\" in:"; tail -8 "$out"; return 1; }
+    echo "ok: $name: $text"
+}
+gpu_messages() {
+    mkdir -p "$B/fake_gpus2/0000:00:00.0" "$B/fake_gpus2/0000:01:00.0"
+    local short=(--set training.max_steps=2 --set eval.max_batches=1 --set training.device=cuda)
+    MOCK_GPUS_DIR=$B/fake_gpus2 expect unused 0 "note: 2 GPUs are visible but training.num_workers is 1: 1 GPU stays unused" \
+        train unused configs/ci-smoke.yaml "${short[@]}" || return
+    expect toomany 2 "training.num_workers: 2 workers need 2 GPUs, but 1 is visible" \
+        train toomany configs/ci-smoke.yaml "${short[@]}" --set training.num_workers=2 || return
+    MOCK_DEVICE_MEM_MB=1 expect oom 2 "out of GPU memory allocating" \
+        train oom configs/ci-smoke.yaml "${short[@]}" || return
+    grep -qF "(hint: lower data.batch_size_per_worker and raise training.grad_accum_steps to keep the global batch, or use a shorter data.seq_len)" \
+        "$LOGS/expect-oom.out" || { echo "FAIL: oom: the hint is missing"; return 1; }
+}
+step "the GPU messages of docs/troubleshooting.md (unused GPUs, too many workers, out of memory)" gpu-messages.log \
+    gpu_messages
 
 tokenize() { # the shards of configs/pretrain.yaml, into $B/data (scripts/setup.sh may not have run)
     local f
