@@ -17,6 +17,12 @@ and exits 0; likewise {"skipped": "no CUDA device"} when --device cuda has none.
 to stderr.
 
     python3 bench/torch_gpt2.py --mode eager|compile [--batch 16] [--seq 1024] [--warmup 10] [--steps 30]
+
+--task cls makes it the shipped fine-tune's classifier instead (a score head on the last position,
+two labels, no LM head), for CPU comparisons: bench/contention.sh runs
+`--device cpu --task cls --batch 32 --seq 64 --layers 2 --embd 64 --heads 4 --vocab 257` next to
+dtrain's configs/finetune.yaml. On CPU the step runs in fp32 (no autocast), as dtrain's does.
+The JSON line also has "ms_p90", the 90th percentile of the timed steps.
 """
 import argparse
 import inspect
@@ -40,6 +46,8 @@ def parse_args(argv=None):
     ap.add_argument("--steps", type=int, default=30, help="timed steps (default 30)")
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke test of the script)")
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--task", choices=("lm", "cls"), default="lm",
+                    help="lm: next-token loss (default); cls: 2-label classification at the last position")
     return ap.parse_args(argv)
 
 
@@ -87,8 +95,11 @@ def build_model(torch, a):
             self.wpe = nn.Embedding(a.seq, a.embd)
             self.h = nn.ModuleList(Block() for _ in range(a.layers))
             self.ln_f = nn.LayerNorm(a.embd)
-            self.lm_head = nn.Linear(a.embd, a.vocab, bias=False)
-            self.lm_head.weight = self.wte.weight  # tied
+            if a.task == "cls":  # the fine-tune's head: score [2, C], no bias
+                self.score = nn.Linear(a.embd, 2, bias=False)
+            else:
+                self.lm_head = nn.Linear(a.embd, a.vocab, bias=False)
+                self.lm_head.weight = self.wte.weight  # tied
             for name, p in self.named_parameters():
                 if name.endswith("bias"):
                     nn.init.zeros_(p)
@@ -103,6 +114,8 @@ def build_model(torch, a):
             x = self.wte(idx) + self.wpe(pos)
             for block in self.h:
                 x = block(x)
+            if a.task == "cls":  # classify at the last position (dtrain's <cls> token)
+                return F.cross_entropy(self.score(self.ln_f(x)[:, -1, :]).float(), targets)
             logits = self.lm_head(self.ln_f(x))
             return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
 
@@ -142,7 +155,10 @@ def main(argv=None):
     pool = []
     for _ in range(4):  # a few batches of random tokens, reused in turn: (inputs, next-token targets)
         d = torch.randint(0, a.vocab, (a.batch, a.seq + 1), device=dev, generator=gen)
-        pool.append((d[:, :-1].contiguous(), d[:, 1:].contiguous()))
+        if a.task == "cls":
+            pool.append((d[:, :-1].contiguous(), d[:, -1] % 2))
+        else:
+            pool.append((d[:, :-1].contiguous(), d[:, 1:].contiguous()))
 
     def sync():
         if cuda:
@@ -150,7 +166,10 @@ def main(argv=None):
 
     def step(i):
         x, y = pool[i % len(pool)]
-        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
+        if cuda:
+            with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
+                loss = run(x, y)
+        else:  # fp32, as dtrain's CPU backend
             loss = run(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -177,7 +196,9 @@ def main(argv=None):
     ms = statistics.median(times)
     out = {
         "mode": a.mode, "ms_per_step": round(ms, 3), "tokens_per_s": round(a.batch * a.seq / (ms / 1e3), 1),
-        "ms_min": round(min(times), 3), "ms_max": round(max(times), 3), "steps": a.steps, "warmup": a.warmup,
+        "ms_min": round(min(times), 3), "ms_max": round(max(times), 3),
+        "ms_p90": round(sorted(times)[min(len(times) - 1, int(0.9 * len(times)))], 3), "steps": a.steps, "warmup": a.warmup,
+        "task": a.task, "threads": torch.get_num_threads(),
         "batch": a.batch, "seq": a.seq, "n_params": n_params, "loss": round(float(loss), 4) if loss is not None else None,
         "fused_adamw": fused, "torch": torch.__version__,
         "device": torch.cuda.get_device_name(dev) if cuda else "cpu",

@@ -402,7 +402,7 @@ step_finetune() {
   rc_cpu=$?
   echo "--- CUDA bf16 (limit $each s): dtrain ${common[*]} --set run.dir=$WORK/ft-cuda --set training.device=cuda --set training.precision=bf16"
   timeout -k 2 "$each" "$BUILD/dtrain" "${common[@]}" --set "run.dir=$WORK/ft-cuda" --set training.device=cuda \
-    --set training.precision=bf16 2>&1 | tee "$WORK/ft-cuda.out"
+    --set training.precision=bf16 --set logging.monitor_every_s=1 2>&1 | tee "$WORK/ft-cuda.out"
   rc_gpu=${PIPESTATUS[0]}
   echo "--- loss, step by step (pass: |cuda - cpu| <= 0.05 |cpu| + 0.02 at every step)"
   python3 "$ROOT/scripts/compare-loss.py" "$WORK/ft-cpu" "$WORK/ft-cuda" --ref-name cpu-fp32 --test-name cuda-bf16 \
@@ -413,7 +413,11 @@ step_finetune() {
     note "the CUDA run failed (exit $rc_gpu): $(first_error "$WORK/ft-cuda.out")"
     return 1
   fi
-  note "$(grep -m1 '^max deviation' "$WORK/compare.out"); $(grep -E '^(PASS|FAIL)' "$WORK/compare.out" | head -1)"
+  # and the launcher's NVML samples of the GPU (README "Seeing what a run does"): informational
+  local gpu
+  gpu=$(grep -o '"gpu":[0-9]*,"gpu_util_pct":[^,]*,"gpu_mem_mb":[^,]*' "$WORK/ft-cuda/metrics.jsonl" 2>/dev/null | tail -1)
+  note "$(grep -m1 '^max deviation' "$WORK/compare.out"); $(grep -E '^(PASS|FAIL)' "$WORK/compare.out" | head -1);" \
+    "NVML: ${gpu:-no GPU samples ($(grep -m1 -o 'no GPU samples.*' "$WORK/ft-cuda.out" || echo 'none taken'))}"
   return "$rc"
 }
 

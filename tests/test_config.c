@@ -310,7 +310,7 @@ static void test_errors(void) {
              MIN "eval:\n  frequency: 3\n");
     LOAD_ERR("finetune.yaml:4: training.dropout: unknown key (known keys in training: num_workers, use_gpu, "
              "device, resources_per_worker, communication_backend, epochs, max_steps, grad_accum_steps, "
-             "precision, seed, collective_timeout_s, cpu_threads_per_worker, check_replicas_every)",
+             "precision, seed, collective_timeout_s, cpu_threads_per_worker, adapt_cpu_threads, check_replicas_every)",
              MIN "training:\n  dropout: 0.1\n");
     /* unknown sections */
     LOAD_ERR("finetune.yaml:3: trainig: unknown section (did you mean training?)", MIN "trainig:\n  epochs: 1\n");

@@ -8,13 +8,15 @@
  *     without control characters, metrics.jsonl parses;
  *   - export, then eval with model.init_from and with --checkpoint: the same validation
  *     loss, bit for bit;
- *   - language modelling on a shard made by `dtrain data tokenize` (ci-smoke config). */
+ *   - language modelling on a shard made by `dtrain data tokenize` (ci-smoke config);
+ *   - CPU threads that follow another process's load, with the same weights as fixed threads. */
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -451,8 +453,44 @@ static void test_planted_links(void) {
     }
 }
 
+/* Another process keeps a core busy for the first 2 s: the worker takes fewer threads at once,
+ * says so, takes its threads back once the core is free again, and ends with weights
+ * byte-identical to a run with fixed threads (training.adapt_cpu_threads: false). */
+static void test_adapt_threads(void) {
+    const char *common = "--config configs/finetune.yaml --set training.max_steps=300 --set eval.every_steps=0 "
+                         "--set eval.max_batches=2 --set logging.monitor_every_s=0.2 --progress never";
+    pid_t busy = fork();
+    if (busy == 0) {
+        for (volatile unsigned long i = 0;; i++) {
+        }
+    }
+    pid_t killer = fork();
+    if (killer == 0) {
+        sleep(2);
+        kill(busy, SIGKILL);
+        _exit(0);
+    }
+    int rc = run("%s %s --set run.dir=%s/adapt-on", DTRAIN_BIN, common, tmp);
+    kill(busy, SIGKILL);
+    waitpid(busy, NULL, 0);
+    waitpid(killer, NULL, 0);
+    CHECK_INT_EQ(rc, 0);
+    if (sysconf(_SC_NPROCESSORS_ONLN) >= 2) {
+        CHECK_STR_CONTAINS(out_text, "note: other processes keep ");
+        CHECK_STR_CONTAINS(out_text, " cores busy: 1 thread per worker from step ");
+        CHECK_STR_CONTAINS(out_text, "(was 2; training.cpu_threads_per_worker fixes the count)");
+        CHECK_STR_CONTAINS(out_text, " cores busy: 2 threads per worker from step "); /* the core came back */
+    } else {
+        printf("one core: nothing to adapt\n");
+    }
+    CHECK_INT_EQ(run("%s %s --set run.dir=%s/adapt-off --set training.adapt_cpu_threads=false", DTRAIN_BIN, common, tmp), 0);
+    CHECK(!strstr(out_text, "thread per worker from step") && !strstr(out_text, "threads per worker from step"));
+    test_same_weights("adapt-on", "adapt-off");
+}
+
 int main(void) {
     test_dir_init("e2e");
+    test_adapt_threads();
     test_cli();
     test_dry_run();
     test_bad_data();

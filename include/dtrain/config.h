@@ -56,6 +56,8 @@ typedef struct dt_config {
         uint64_t seed;              /* default 1337 */
         double collective_timeout_s;/* > 0, default 300 */
         int cpu_threads_per_worker; /* 0 = cores / num_workers */
+        int adapt_cpu_threads;      /* 1 (default): with cpu_threads_per_worker 0, fewer threads while other
+                                       processes keep cores busy (the launcher measures it) */
         long check_replicas_every;  /* default 100, 0 = off */
     } training;
     struct {

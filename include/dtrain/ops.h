@@ -94,6 +94,9 @@ struct dt_ops {
     void (*close)(void *ctx);
     void (*describe)(void *ctx, dt_backend_desc *out);
     int (*bf16)(void *ctx); /* 1 when products take bf16 inputs (precision resolved) */
+    /* Host backends: the BLAS/OpenMP threads of the ops from now on (results do not depend on
+     * it); NULL where threads mean nothing (a GPU backend). */
+    void (*set_threads)(void *ctx, int threads);
     /* Grows the backend's scratch to `sizes` now, so that running out of memory happens at
      * start, naming the buffer, and nothing is reallocated mid-step. */
     dt_status (*reserve)(void *ctx, const dt_op_sizes *sizes);

@@ -108,6 +108,7 @@ static const key_def keys[] = {
     KEY("training.seed", K_U64, training.seed, "1337", GE(0)),
     KEY("training.collective_timeout_s", K_DOUBLE, training.collective_timeout_s, "300", GT(0)),
     KEY("training.cpu_threads_per_worker", K_INT, training.cpu_threads_per_worker, "0", GE(0)),
+    KEY("training.adapt_cpu_threads", K_BOOL, training.adapt_cpu_threads, "true", ANY),
     KEY("training.check_replicas_every", K_LONG, training.check_replicas_every, "100", GE(0)),
 
     SECTION("optimizer"),

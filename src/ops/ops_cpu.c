@@ -621,6 +621,14 @@ static void cpu_describe(void *ctx, dt_backend_desc *d) {
     snprintf(d->per_worker, sizeof d->per_worker, "%d threads", cx->threads > 0 ? cx->threads : omp_get_max_threads());
 }
 
+static void cpu_set_threads(void *ctx, int threads) {
+    cpu_ctx *cx = ctx;
+    if (threads < 1 || threads == cx->threads) return;
+    cx->threads = threads;
+    openblas_set_num_threads(threads);
+    omp_set_num_threads(threads);
+}
+
 static int cpu_bf16(void *ctx) {
     (void)ctx;
     return 0;
@@ -641,6 +649,7 @@ const dt_ops dt_ops_cpu = {
     .close = cpu_close,
     .describe = cpu_describe,
     .bf16 = cpu_bf16,
+    .set_threads = cpu_set_threads,
     .reserve = cpu_reserve,
     .alloc = cpu_alloc,
     .free = cpu_free,

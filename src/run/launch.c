@@ -11,6 +11,7 @@
 #include "dtrain/launch.h"
 
 #include "dtrain/clock.h"
+#include "dtrain/device.h"
 #include "dtrain/file.h"
 #ifdef DTRAIN_HAVE_MPI
 #include "dtrain/comm_mpi.h"
@@ -46,6 +47,8 @@ typedef struct shared_block {
     char note[1024];        /* rank 0's note of a clean stop */
     dt_worker_slot stats[DT_MAX_WORLD]; /* /proc samples of each worker, by the launcher */
     volatile int waiting[DT_MAX_WORLD];  /* set by a worker while it waits for rank 0's disk */
+    _Atomic double foreign_cores;    /* cores other processes kept busy over the last round */
+    _Atomic uint32_t foreign_round;  /* the round it is from (0: none yet) */
     rank_slot slots[];      /* (world) */
 } shared_block;
 
@@ -135,6 +138,7 @@ static void child_main(const dt_launch_cfg *cfg, int rank, int attempt, pid_t pa
 
     dt_launch_ctx ctx = {.attempt = attempt, .stop = &shared->stop, .note = shared->note,
                          .note_size = sizeof shared->note, .stats = shared->stats, .own_stats = &shared->stats[rank],
+                         .foreign_cores = &shared->foreign_cores, .foreign_round = &shared->foreign_round,
                          .waiting = &shared->waiting[rank], .local_rank = rank, .plan = cfg->plan};
     dt_comm *comm = NULL;
     dt_status st = dt_comm_init_shm(&comm, world, rank, cfg->timeout_s);
@@ -199,7 +203,26 @@ typedef struct watch {
     int idle_rounds[DT_MAX_WORLD], idle_said[DT_MAX_WORLD];         /* CPU */
     int gpu_idle_rounds[DT_MAX_WORLD], gpu_idle_said[DT_MAX_WORLD]; /* GPU */
     char bus_id[DT_MAX_WORLD][32]; /* each worker's GPU, once it has named it */
+    double machine_busy, machine_total; /* the CPUs' time at the last round (dt_device_cpu_time) */
+    int machine_ok;
 } watch;
+
+/* How many cores processes other than the workers kept busy since the last round: the
+ * machine's busy time less the workers' own (`workers_s`), over the round; published for the
+ * workers, which use fewer threads while others need cores (training.adapt_cpu_threads). */
+static void measure_foreign(shared_block *shared, watch *wt, double workers_s, uint32_t round_no) {
+    double busy, total;
+    if (dt_device_cpu_time(&busy, &total) != DT_OK) return;
+    if (wt->machine_ok && total > wt->machine_total) {
+        const double wall = (total - wt->machine_total) / dt_device_cpu_cores(); /* seconds per core */
+        double foreign = (busy - wt->machine_busy - workers_s) / wall;
+        atomic_store(&shared->foreign_cores, foreign > 0 ? foreign : 0.0);
+        atomic_store(&shared->foreign_round, round_no);
+    }
+    wt->machine_busy = busy;
+    wt->machine_total = total;
+    wt->machine_ok = 1;
+}
 
 /* w's GPU fields from NVML when the worker has named its GPU; the peak carried over. */
 static void sample_gpu(const dt_launch_cfg *cfg, const dt_worker_slot *slot, dt_worker_sample *w, char *bus_id) {
@@ -238,6 +261,7 @@ static void sample_workers(const dt_launch_cfg *cfg, shared_block *shared, const
     const int n = cfg->world;
     const uint32_t round_no = ++wt->round_no;
     dt_worker_sample round[DT_MAX_WORLD];
+    double workers_s = 0; /* CPU time the workers used since the last round */
     for (int r = 0; r < n; r++) { /* in rank order: rank n-1 carrying round k means all have it */
         dt_worker_sample w = dt_worker_slot_read(&shared->stats[r]);
         double cpu_s, rss, peak;
@@ -245,6 +269,7 @@ static void sample_workers(const dt_launch_cfg *cfg, shared_block *shared, const
         if (kids[r].alive && dt_proc_read(kids[r].pid, &cpu_s, &rss, &peak) == DT_OK) {
             w.pid = (long)kids[r].pid;
             w.cpu_pct = t > wt->t_prev[r] ? 100.0 * (cpu_s - wt->cpu_prev[r]) / (t - wt->t_prev[r]) : 0.0;
+            workers_s += cpu_s - wt->cpu_prev[r];
             wt->t_prev[r] = t;
             wt->cpu_prev[r] = cpu_s;
             w.rss_mb = rss;
@@ -255,6 +280,7 @@ static void sample_workers(const dt_launch_cfg *cfg, shared_block *shared, const
         }
         round[r] = w;
     }
+    measure_foreign(shared, wt, workers_s, round_no);
     char msg[600];
     int idle = dt_monitor_idle_rank(round, n, wt->interval, msg, sizeof msg);
     /* a worker waiting for rank 0's disk (checkpoint) is not idle */
@@ -425,6 +451,8 @@ static dt_status run_attempt(attempt *a, int attempt_no, dt_launch_fn fn, void *
     /* a new process has used no CPU: the first sample measures from its fork */
     a->watch.interval = a->cfg->monitor_every_s > 0 ? a->cfg->monitor_every_s : 2.0;
     a->watch.next_sample = dt_clock_now() + a->watch.interval;
+    atomic_store(&shared->foreign_round, 0);
+    measure_foreign(shared, &a->watch, 0, 0); /* the machine's time at the fork: round 1 measures from it */
     fork_all(a, attempt_no, fn, arg);
     while (a->alive > 0) {
         if (g_signals > a->seen_signals) on_signals(a); /* first: an exit they caused is no failure */

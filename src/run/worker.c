@@ -10,6 +10,7 @@
 #include "dtrain/worker.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <zlib.h>
 #include <limits.h>
@@ -531,6 +532,9 @@ typedef struct trainer {
     uint32_t samples_seen;       /* rounds of the launcher's worker samples logged */
     dt_eval_point last_eval;
     int have_eval;
+    /* CPU threads under contention (adapt_threads): 0 when off */
+    int threads_max, threads, threads_next;
+    uint32_t foreign_seen;       /* the launcher's last round looked at */
 } trainer;
 
 static void trainer_free(trainer *t, dt_status st) {
@@ -552,6 +556,9 @@ static dt_status train_open(trainer *t, const dt_config *c, const dt_worker_opts
         if (desc.bus_id[0]) dt_worker_slot_set_gpu(t->launch->own_stats, desc.bus_id);
     }
     r->waiting = t->launch ? t->launch->waiting : NULL;
+    if (c->training.adapt_cpu_threads && c->training.cpu_threads_per_worker == 0 && r->be->ops->set_threads &&
+        t->launch && t->launch->foreign_round)
+        t->threads = t->threads_max = dt_device_threads_per_worker(c);
     r->plan = t->launch ? t->launch->plan : NULL;
     t->b = c->data.batch_size_per_worker;
     t->T = c->data.seq_len;
@@ -820,6 +827,38 @@ static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     return DT_OK;
 }
 
+/* CPU workers with automatic threads (training.cpu_threads_per_worker 0, adapt_cpu_threads):
+ * when other processes keep cores busy, the threads that oversubscribe the cores wait for
+ * each other at every OpenMP barrier (a step on 2 cores with one busy process took 4.3x its
+ * time alone, 11x at p90); so each worker takes its share of the cores the others leave,
+ * round((cores - busy elsewhere) / workers), between 1 and what it had alone: fewer at the
+ * first of the launcher's rounds that asks for it, more again after two rounds in a row;
+ * results do not change with it (ops.h set_threads). */
+static void adapt_threads(trainer *t) {
+    if (!t->threads_max) return;
+    const uint32_t round = atomic_load(t->launch->foreign_round);
+    if (round == 0 || round == t->foreign_seen) return;
+    t->foreign_seen = round;
+    const double foreign = atomic_load(t->launch->foreign_cores);
+    run *r = &t->r;
+    long want = lround(((double)dt_device_cpu_cores() - foreign) / r->world);
+    want = want < 1 ? 1 : want > t->threads_max ? t->threads_max : want;
+    if (want == t->threads) {
+        t->threads_next = 0;
+        return;
+    }
+    if (want > t->threads && want != t->threads_next) { /* more threads: once is not yet a trend */
+        t->threads_next = (int)want;
+        return;
+    }
+    r->be->ops->set_threads(r->be->ctx, (int)want);
+    dt_metrics_info(r->metrics, "note: other processes keep %.1f of the %d cores busy: %ld thread%s per worker from step "
+                    "%ld (was %d; training.cpu_threads_per_worker fixes the count)", foreign, dt_device_cpu_cores(),
+                    want, want > 1 ? "s" : "", t->step, t->threads);
+    t->threads = (int)want;
+    t->threads_next = 0;
+}
+
 /* An evaluation at the current step, logged and kept for the summary. */
 static dt_status eval_now(trainer *t) {
     DT_TRY(evaluate(&t->r, t->step, &t->last_eval));
@@ -837,6 +876,7 @@ static dt_status after_step(trainer *t, const dt_train_point *p, int stop) {
     const long step = t->step;
     dt_metrics_train(r->metrics, p);
     if (r->rank == 0) log_worker_samples(r, t->launch, step, &t->samples_seen);
+    adapt_threads(t);
     if (!isfinite(p->loss))
         return dt_error_set(DT_ERR_INTERNAL, "step %ld: loss is %g (hint: lower optimizer.lr)", step, p->loss);
     if (t->check_every > 0 && step % t->check_every == 0) {
