@@ -288,8 +288,9 @@ void dt_bench_verdict(dt_bench_row *rows, int n, const dt_bench_env *env, char *
         const double spread = r->tokens_per_s > 0 ? (r->tokens_max - r->tokens_min) / r->tokens_per_s : 0;
         if (r->runs > 1 && spread > 0.15) {
             r->flags |= DT_BENCH_NOISY;
-            SAY("warning: %d workers: its %d runs differ by %.0f%% in tokens/s (slowest %.0f, fastest %.0f): too noisy "
-                "to compare (other processes, or CPU frequency changes); rerun on an idle machine\n", r->workers, r->runs,
+            SAY("warning: %d worker%s: its %d runs differ by %.0f%% in tokens/s (slowest %.0f, fastest %.0f): too noisy "
+                "to compare (other processes, or CPU frequency changes); rerun on an idle machine\n", r->workers,
+                r->workers > 1 ? "s" : "", r->runs,
                 100 * spread, r->tokens_min, r->tokens_max);
         } else if (busy && r->runs == 1) {
             r->flags |= DT_BENCH_NOISY;
