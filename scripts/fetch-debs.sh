@@ -17,6 +17,9 @@
 #   libopenblas-openmp-dev libopenblas0-openmp
 #                                        CPU matmuls (pkg-config openblas); the OpenMP variant, as
 #                                        setup.sh uses (libopenblas-dev would pick pthread/serial)
+#   libssl-dev libssl3                   HMAC-SHA256 of the rendezvous secret (pkg-config libcrypto)
+#   libpcre2-dev libpcre2-8-0 (+ -16, -32, -posix3, which libpcre2-dev's links name)
+#                                        the BPE tokenizer's pre-tokenization (pkg-config libpcre2-8)
 #   libgfortran5 libquadmath0            what libopenblas0-openmp loads (unpacked only where the
 #                                        server lacks them)
 #   pkgconf pkgconf-bin libpkgconf3      pkg-config, which CMake needs (used only where missing)
@@ -41,6 +44,8 @@ PACKAGES=(
   libjansson-dev libjansson4
   zlib1g-dev zlib1g
   libopenblas-openmp-dev libopenblas0-openmp
+  libssl-dev libssl3
+  libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3
   libgfortran5 libquadmath0
   pkgconf pkgconf-bin libpkgconf3
 )

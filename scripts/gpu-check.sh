@@ -93,11 +93,11 @@ export PATH ROOT OUT_DIR BUILD WORK DEBS JOBS FT_STEPS BENCH_STEPS SKIP_BUILD FO
 
 # ---- helpers for the steps (exported: each step runs in `timeout ... bash -c STEP`) ----------
 note() { printf '%s\n' "$*" >"$NOTE_FILE"; echo "note: $*"; }
-# check_lib NAME PKGCONFIG-MODULE HEADER CALL: compiles and links a program that includes
+# check_lib NAME PKGCONFIG-MODULE HEADER CALL [CFLAGS]: compiles and links a program that includes
 # HEADER and calls CALL against the library, with the flags pkg-config gives (zlib: plain -lz
 # when pkg-config has no zlib module; CMake finds zlib with FindZLIB, not pkg-config)
 check_lib() {
-  local name=$1 mod=$2 hdr=$3 call=$4 flags
+  local name=$1 mod=$2 hdr=$3 call=$4 extra=${5:-} flags
   if [ "$mod" = zlib ] && ! pkg-config --exists zlib 2>/dev/null; then flags="-lz"
   else
     command -v pkg-config >/dev/null || { echo "  $name: no pkg-config"; return 1; }
@@ -105,7 +105,7 @@ check_lib() {
   fi
   printf '#include <%s>\nint main(void) { return !(%s); }\n' "$hdr" "$call" >"$WORK/conftest.c"
   # shellcheck disable=SC2086  # flags are pkg-config words
-  if out=$(${CC:-cc} "$WORK/conftest.c" -o "$WORK/conftest" $flags 2>&1); then
+  if out=$(${CC:-cc} $extra "$WORK/conftest.c" -o "$WORK/conftest" $flags 2>&1); then
     echo "  $name: ok ($mod: ${flags})"
   else
     echo "  $name: missing: $(printf '%s\n' "$out" | grep -m1 -E 'error|cannot find' || printf '%s' "$out" | head -1)"
@@ -119,6 +119,9 @@ check_all_libs() {
   check_lib jansson jansson jansson.h 'json_object() != 0' || bad+=(jansson)
   check_lib zlib zlib zlib.h 'zlibVersion() != 0' || bad+=(zlib)
   check_lib openblas openblas cblas.h 'openblas_get_config() != 0' || bad+=(openblas)
+  check_lib libcrypto libcrypto openssl/crypto.h 'OpenSSL_version_num() != 0' || bad+=(libcrypto)
+  check_lib pcre2 libpcre2-8 pcre2.h 'pcre2_config_8(PCRE2_CONFIG_UNICODE, 0) >= 0' -DPCRE2_CODE_UNIT_WIDTH=8 \
+    || bad+=(pcre2)
   MISSING="${bad[*]}"
   [ ${#bad[@]} -eq 0 ]
 }

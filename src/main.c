@@ -75,9 +75,13 @@ static const help_entry help[] = {
      "  --steps K            training steps per run\n"
      "  --repeat K           runs per worker count (1..20, default 1), interleaved; the table shows the\n"
      "                       medians and the slowest and fastest run\n"},
-    {"data", "dtrain data tokenize --tokenizer bytes IN.txt OUT.bin",
-     "data tokenize  turns a text file into an llm.c token shard, one token per byte.\n"
-     "  --tokenizer bytes    the tokenizer (bytes: token = byte value)\n"},
+    {"data", "dtrain data tokenize|detokenize --tokenizer bytes|PATH/tokenizer.json IN OUT",
+     "data tokenize  turns a text file (or .gz) into an llm.c token shard, the file as one document.\n"
+     "  --tokenizer bytes    one token per byte (token = byte value)\n"
+     "  --tokenizer PATH     a byte-level BPE tokenizer.json (GPT-2's, or one made with the tokenizers\n"
+     "                       library): the text (UTF-8) after its end-of-text token; uint16 tokens when the\n"
+     "                       vocabulary fits, else a uint32 (version 7) shard\n"
+     "data detokenize  turns a shard back into text with the same tokenizer (IN.bin OUT.txt)\n"},
 };
 
 static const char *const help_tail =
@@ -347,15 +351,17 @@ static int cmd_export(const cli *c) {
 }
 
 static int cmd_data(const cli *c, int argc, char **argv) {
-    if (optind >= argc || strcmp(argv[optind], "tokenize") != 0)
-        return usage_error("data: expected the subcommand \"tokenize\"%s", "");
-    if (!c->tokenizer || strcmp(c->tokenizer, "bytes") != 0)
-        return usage_error("data tokenize: --tokenizer must be \"bytes\" (got \"%s\")", c->tokenizer ? c->tokenizer : "");
-    if (argc - optind != 3) return usage_error("%s", "data tokenize: expected IN.txt OUT.bin");
+    const int de = optind < argc && strcmp(argv[optind], "detokenize") == 0;
+    if (optind >= argc || (!de && strcmp(argv[optind], "tokenize") != 0))
+        return usage_error("data: expected the subcommand \"tokenize\" or \"detokenize\"%s", "");
+    if (!c->tokenizer || !c->tokenizer[0])
+        return usage_error("data %s: --tokenizer bytes or --tokenizer PATH/tokenizer.json is required", argv[optind]);
+    if (argc - optind != 3)
+        return usage_error("%s", de ? "data detokenize: expected IN.bin OUT.txt" : "data tokenize: expected IN.txt OUT.bin");
     size_t n = 0;
-    dt_status st = dt_data_tokenize_bytes(argv[optind + 1], argv[optind + 2], &n);
+    dt_status st = (de ? dt_data_detokenize : dt_data_tokenize)(c->tokenizer, argv[optind + 1], argv[optind + 2], &n);
     if (st != DT_OK) return fail(st);
-    printf("wrote %zu tokens to %s\n", n, argv[optind + 2]);
+    printf("wrote %zu %s to %s\n", n, de ? "bytes" : "tokens", argv[optind + 2]);
     return 0;
 }
 

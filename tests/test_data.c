@@ -330,7 +330,7 @@ static void test_round_trip(void) {
     }
     test_write_file(test_path("text.txt"), text, N);
     size_t n_tok = 0;
-    CHECK_INT_EQ(dt_data_tokenize_bytes(test_path("text.txt"), test_path("text.bin"), &n_tok), DT_OK);
+    CHECK_INT_EQ(dt_data_tokenize("bytes", test_path("text.txt"), test_path("text.bin"), &n_tok), DT_OK);
     CHECK_INT_EQ(n_tok, N);
 
     /* the file is exactly an llm.c v1 shard */
@@ -353,7 +353,7 @@ static void test_round_trip(void) {
 
     /* gz input to the tokenizer, and a .bin.gz shard */
     write_gz(test_path("text.txt.gz"), text, N);
-    CHECK_INT_EQ(dt_data_tokenize_bytes(test_path("text.txt.gz"), test_path("text2.bin"), &n_tok), DT_OK);
+    CHECK_INT_EQ(dt_data_tokenize("bytes", test_path("text.txt.gz"), test_path("text2.bin"), &n_tok), DT_OK);
     CHECK_INT_EQ(n_tok, N);
     write_shard(test_path("textgz.bin.gz"), DT_SHARD_MAGIC_V1, 1, N, want, N, 2, 0, 1);
     CHECK_INT_EQ(open_ds(&ds, test_path("textgz.bin.gz"), DT_FORMAT_AUTO, T, 0, 256), DT_OK);
@@ -417,7 +417,7 @@ static void test_round_trip(void) {
 
     test_write_file(test_path("nothing.txt"), "", 0);
     dt_error_clear();
-    CHECK_INT_EQ(dt_data_tokenize_bytes(test_path("nothing.txt"), test_path("nothing.bin"), &n_tok), DT_ERR_DATA);
+    CHECK_INT_EQ(dt_data_tokenize("bytes", test_path("nothing.txt"), test_path("nothing.bin"), &n_tok), DT_ERR_DATA);
     CHECK_STR_EQ(dt_error_msg(), MSG("%s: empty input (nothing to tokenize)", test_path("nothing.txt")));
     CHECK(access(test_path("nothing.bin"), F_OK) != 0);
 }
@@ -752,7 +752,7 @@ static void test_not_regular(void) {
     expect_err("/dev/zero", DT_FORMAT_TOKENS, 8, 0, 50257, DT_ERR_DATA, "/dev/zero: not a regular file (a character device)");
     alarm(0);
     /* dtrain data tokenize reads its input the same way */
-    CHECK_INT_EQ(dt_data_tokenize_bytes("/dev/zero", test_path("zero-tok.bin"), NULL), DT_ERR_DATA);
+    CHECK_INT_EQ(dt_data_tokenize("bytes", "/dev/zero", test_path("zero-tok.bin"), NULL), DT_ERR_DATA);
     CHECK_STR_EQ(dt_error_msg(), "/dev/zero: not a regular file (a character device)");
 }
 

@@ -92,8 +92,13 @@ void dt_eval_slice(size_t n, size_t j, int rank, int world, int b, size_t *start
  * to a fresh temporary file (PATH.tmp.PID, or PATH.tmp.PID.K when that name is taken;
  * created O_EXCL|O_NOFOLLOW, so a link planted there is never followed) and renamed. */
 dt_status dt_shard_write(const char *path, const uint32_t *tokens, size_t n);
-/* `dtrain data tokenize --tokenizer bytes IN OUT`: every byte of IN (.gz read transparently)
- * becomes one token. *n_tokens receives the count. */
-dt_status dt_data_tokenize_bytes(const char *in_path, const char *out_path, size_t *n_tokens);
+/* `dtrain data tokenize --tokenizer T IN OUT` (IN: .gz read transparently): with T "bytes"
+ * every byte becomes one token; with T a tokenizer.json (tokenizer.h) IN is one document,
+ * preceded by the end-of-text token when the tokenizer has one, in a version-1 shard when its
+ * ids fit uint16, else version 7 (uint32). *n_tokens receives the count. */
+dt_status dt_data_tokenize(const char *tokenizer, const char *in_path, const char *out_path, size_t *n_tokens);
+/* `dtrain data detokenize --tokenizer T IN.bin OUT.txt`: a shard's tokens back to text (every
+ * token, the end-of-text ones as their text), written atomically. *n_bytes receives the size. */
+dt_status dt_data_detokenize(const char *tokenizer, const char *in_path, const char *out_path, size_t *n_bytes);
 
 #endif

@@ -24,6 +24,7 @@
 #include <zlib.h>
 
 #include "dtrain/file.h"
+#include "dtrain/tokenizer.h"
 
 #define SHARD_HEADER_INTS 256
 #define SHARD_HEADER_BYTES (SHARD_HEADER_INTS * 4)
@@ -839,14 +840,15 @@ void dt_eval_slice(size_t n, size_t j, int rank, int world, int b, size_t *start
 
 /* ---------------------------------------------------------------- shard writing */
 
-/* Writes a version-1 shard from either 32-bit tokens or bytes (exactly one non-NULL). */
-static dt_status write_shard_v1(const char *path, const uint32_t *t32, const unsigned char *t8, size_t n) {
+/* Writes a shard from either 32-bit tokens or bytes (exactly one non-NULL): version 1 (uint16
+ * tokens), or with `wide` version 7 (uint32 tokens, for vocabularies past 65536). */
+static dt_status write_shard(const char *path, const uint32_t *t32, const unsigned char *t8, size_t n, int wide) {
     if (n == 0)
         return dt_error_set(DT_ERR_DATA, "%s: no tokens to write (a shard needs at least 1)", path);
     if (n > (size_t)INT32_MAX)
         return dt_error_set(DT_ERR_DATA, "%s: %zu tokens do not fit one shard (at most %d)", path, n,
                             INT32_MAX);
-    if (t32) {
+    if (t32 && !wide) {
         for (size_t i = 0; i < n; i++)
             if (t32[i] >= 65536)
                 return dt_error_set(DT_ERR_DATA,
@@ -866,16 +868,16 @@ static dt_status write_shard_v1(const char *path, const uint32_t *t32, const uns
     }
     unsigned char buf[1 << 15];
     memset(buf, 0, SHARD_HEADER_BYTES);
-    put_le32(buf, DT_SHARD_MAGIC_V1);
-    put_le32(buf + 4, 1);
+    put_le32(buf, wide ? DT_SHARD_MAGIC_V2 : DT_SHARD_MAGIC_V1);
+    put_le32(buf + 4, wide ? 7 : 1);
     put_le32(buf + 8, (uint32_t)n);
     int ok = fwrite(buf, 1, SHARD_HEADER_BYTES, fp) == SHARD_HEADER_BYTES;
+    const size_t width = wide ? 4 : 2;
     for (size_t i = 0; ok && i < n;) {
         size_t m = 0;
-        for (; i < n && m + 2 <= sizeof buf; i++, m += 2) {
+        for (; i < n && m + width <= sizeof buf; i++, m += width) {
             uint32_t v = t32 ? t32[i] : t8[i];
-            buf[m] = (unsigned char)v;
-            buf[m + 1] = (unsigned char)(v >> 8);
+            for (size_t b = 0; b < width; b++) buf[m + b] = (unsigned char)(v >> (8 * b));
         }
         ok = fwrite(buf, 1, m, fp) == m;
     }
@@ -915,10 +917,10 @@ static dt_status write_shard_v1(const char *path, const uint32_t *t32, const uns
 }
 
 dt_status dt_shard_write(const char *path, const uint32_t *tokens, size_t n) {
-    return write_shard_v1(path, tokens, NULL, n);
+    return write_shard(path, tokens, NULL, n, 0);
 }
 
-dt_status dt_data_tokenize_bytes(const char *in_path, const char *out_path, size_t *n_tokens) {
+dt_status dt_data_tokenize(const char *tokenizer, const char *in_path, const char *out_path, size_t *n_tokens) {
     unsigned char *buf;
     size_t len;
     if (n_tokens) *n_tokens = 0;
@@ -927,8 +929,84 @@ dt_status dt_data_tokenize_bytes(const char *in_path, const char *out_path, size
         free(buf);
         return dt_error_set(DT_ERR_DATA, "%s: empty input (nothing to tokenize)", in_path);
     }
-    dt_status st = write_shard_v1(out_path, NULL, buf, len);
+    if (strcmp(tokenizer, "bytes") == 0) { /* one token per byte, as always */
+        dt_status st = write_shard(out_path, NULL, buf, len, 0);
+        free(buf);
+        if (st == DT_OK && n_tokens) *n_tokens = len;
+        return st;
+    }
+    dt_tokenizer *tok;
+    dt_status st = dt_tokenizer_open(tokenizer, &tok);
+    uint32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    const int eot = st == DT_OK ? dt_tokenizer_eot(tok) : -1;
+    if (st == DT_OK && eot >= 0) { /* the document starts with the end-of-text token, as llm.c's shards do */
+        cap = 1024;
+        if ((ids = malloc(cap * sizeof *ids)) == NULL) st = dt_error_set(DT_ERR_NOMEM, "out of memory");
+        else ids[n++] = (uint32_t)eot;
+    }
+    if (st == DT_OK && (st = dt_tokenizer_encode(tok, (const char *)buf, len, &ids, &n, &cap)) != DT_OK)
+        dt_error_prefix("%s", in_path);
+    if (st == DT_OK) st = write_shard(out_path, ids, NULL, n, dt_tokenizer_vocab_size(tok) > 65536);
+    if (st == DT_OK && n_tokens) *n_tokens = n;
+    free(ids);
     free(buf);
-    if (st == DT_OK && n_tokens) *n_tokens = len;
+    dt_tokenizer_free(tok);
+    return st;
+}
+
+/* data[0..len) into path through a fresh temporary file and a rename. */
+static dt_status write_file_atomic(const char *path, const char *data, size_t len) {
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 48);
+    if (!tmp) return dt_error_set(DT_ERR_NOMEM, "out of memory writing %s", path);
+    int fd;
+    dt_status st = dt_file_create_temp(path, tmp, plen + 48, &fd);
+    if (st != DT_OK) {
+        free(tmp);
+        return st;
+    }
+    int ok = 1;
+    for (size_t at = 0; ok && at < len;) {
+        ssize_t w = write(fd, data + at, len - at);
+        if (w < 0 && errno == EINTR) continue;
+        ok = w > 0;
+        if (ok) at += (size_t)w;
+    }
+    int err = errno;
+    if (ok) ok = fsync(fd) == 0, err = errno;
+    if (close(fd) != 0 && ok) ok = 0, err = errno;
+    if (!ok || rename(tmp, path) != 0) {
+        if (ok) err = errno;
+        st = dt_error_set(DT_ERR_IO, "%s: %s failed: %s", path, ok ? "rename" : "write", strerror(err));
+        unlink(tmp);
+    }
+    free(tmp);
+    return st;
+}
+
+dt_status dt_data_detokenize(const char *tokenizer, const char *in_path, const char *out_path, size_t *n_bytes) {
+    dt_tokenizer *tok;
+    DT_TRY(dt_tokenizer_open(tokenizer, &tok));
+    dt_dataset ds;
+    memset(&ds, 0, sizeof ds);
+    unsigned char *chunk = malloc(READ_CHUNK);
+    uint32_t mx = 0, *ids = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    dt_status st = chunk ? read_shard(&ds, in_path, INT32_MAX, chunk, &mx) : dt_error_set(DT_ERR_NOMEM, "out of memory");
+    if (st == DT_OK && !ds.tok32 && !(ids = malloc(ds.num_tokens * sizeof *ids))) st = dt_error_set(DT_ERR_NOMEM, "out of memory");
+    if (st == DT_OK && !ds.tok32)
+        for (size_t i = 0; i < ds.num_tokens; i++) ids[i] = ds.tok16[i];
+    if (st == DT_OK && (st = dt_tokenizer_decode(tok, ds.tok32 ? ds.tok32 : ids, ds.num_tokens, &text, &len)) != DT_OK)
+        dt_error_prefix("%s", in_path);
+    if (st == DT_OK) st = write_file_atomic(out_path, text, len);
+    if (st == DT_OK && n_bytes) *n_bytes = len;
+    free(text);
+    free(ids);
+    free(chunk);
+    free(ds.tok16);
+    free(ds.tok32);
+    dt_tokenizer_free(tok);
     return st;
 }
