@@ -36,16 +36,17 @@ busy=()
 trap 'kill "${busy[@]}" 2>/dev/null || true; rm -rf "$OUT"' EXIT
 
 # median and p90 (ms) of the numbers on stdin after the first 20
-stats() { tail -n +21 | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "nan nan"; exit }
-  m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; p = v[int(0.9 * NR) > 0 ? int(0.9 * NR) : 1]
-  printf "%.2f %.2f\n", m, p }'; }
+# (p90: the value at 0-based rank int(0.9 n) of the sorted times, as bench/torch_gpt2.py takes it)
+stats() { tail -n +21 | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "- -"; exit }
+  m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; k = int(0.9 * NR) + 1; if (k > NR) k = NR
+  printf "%.2f %.2f\n", m, v[k] }'; }
 
 dtrain_run() { # NAME ADAPT: median p90
   local dir=$OUT/$1
   "$BIN" --config configs/finetune.yaml --quiet --progress never --set run.dir="$dir" --set training.max_steps="$STEPS" \
     --set eval.every_steps=0 --set eval.max_batches=1 --set checkpoint.every_steps=0 --set logging.every_steps=1 \
     --set logging.tensorboard=false --set training.adapt_cpu_threads="$2" >"$dir.log" 2>&1 \
-    || { echo "nan nan"; echo "contention: $1 failed: $(tail -1 "$dir.log")" >&2; return; }
+    || { echo "- -"; echo "contention: $1 failed: $(tail -1 "$dir.log")" >&2; return; }
   sed -n 's/.*"type":"train".*"step_ms":\([0-9.e+-]*\).*/\1/p' "$dir/metrics.jsonl" | stats
 }
 
@@ -55,7 +56,7 @@ torch_run() { # median p90
       --warmup 20 --steps "$STEPS" 2>/dev/null || true)
   case "$j" in
     *ms_per_step*) "$PY" -c 'import json,sys; d=json.loads(sys.argv[1]); print("%.2f %.2f" % (d["ms_per_step"], d["ms_p90"]))' "$j" ;;
-    *) echo "nan nan" ;;
+    *) echo "- -" ;;
   esac
 }
 
@@ -77,9 +78,12 @@ kill "${busy[@]}"
 busy=()
 
 printf "\n%-16s %11s %11s %12s %12s %10s %8s\n" program "alone med" "alone p90" "$BUSY busy med" "$BUSY busy p90" slowdown "p90/med"
-join "$OUT/alone" "$OUT/busy" | awk '{ s = ($4 > 0 && $2 > 0) ? $4 / $2 : 0
-  printf "%-16s %9.2f ms %9.2f ms %10.2f ms %10.2f ms %9.2fx %7.2fx\n", $1, $2, $3, $4, $5, s, ($4 > 0 ? $5 / $4 : 0) }'
-awk 'NR == FNR { a[$1] = $2; next } { b[$1] = $2 } END {
-  if (a["dtrain-fixed"] > 0) printf "\ndtrain alone, adaptive / fixed threads: %.3f (1.0 = no slower than without adaptation)\n", a["dtrain-adaptive"] / a["dtrain-fixed"]
-  if (b["pytorch-eager"] > 0 && b["dtrain-adaptive"] > 0) printf "next to %d busy process(es), PyTorch eager / dtrain median step: %.2fx\n", busy, b["pytorch-eager"] / b["dtrain-adaptive"] }' \
+# a row whose run failed (or without torch) shows "-" and no ratios
+join "$OUT/alone" "$OUT/busy" | awk 'function ok(x) { return x ~ /^[0-9.]+$/ && x + 0 > 0 }
+  { if (!ok($2) || !ok($4)) { printf "%-16s %11s %11s %12s %12s %10s %8s\n", $1, $2, $3, $4, $5, "-", "-"; next }
+    printf "%-16s %9.2f ms %9.2f ms %10.2f ms %10.2f ms %9.2fx %7.2fx\n", $1, $2, $3, $4, $5, $4 / $2, $5 / $4 }'
+awk 'function ok(x) { return x ~ /^[0-9.]+$/ && x + 0 > 0 }
+  NR == FNR { a[$1] = $2; next } { b[$1] = $2 } END {
+  if (ok(a["dtrain-fixed"]) && ok(a["dtrain-adaptive"])) printf "\ndtrain alone, adaptive / fixed threads: %.3f (1.0 = no slower than without adaptation)\n", a["dtrain-adaptive"] / a["dtrain-fixed"]
+  if (ok(b["pytorch-eager"]) && ok(b["dtrain-adaptive"])) printf "next to %d busy process(es), PyTorch eager / dtrain median step: %.2fx\n", busy, b["pytorch-eager"] / b["dtrain-adaptive"] }' \
   busy="$BUSY" "$OUT/alone" "$OUT/busy"

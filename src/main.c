@@ -69,7 +69,7 @@ static const help_entry help[] = {
      "bench      runs the config once per worker count (same batch per worker; --steps K overrides\n"
      "           training.max_steps) and prints train/eval time, throughput, speedup, scaling efficiency\n"
      "           and the share of step time spent waiting for all-reduce, then a verdict: runs too noisy\n"
-     "           to compare and efficiencies above 100% are flagged (?), efficiencies under 50% explained;\n"
+     "           to compare and efficiencies above 110% are flagged (?), efficiencies under 50% explained;\n"
      "           writes RUN_DIR/bench/bench.csv and bench.svg (throughput and efficiency against workers).\n"
      "  --workers LIST       worker counts to run, e.g. 1,2,4\n"
      "  --steps K            training steps per run\n"

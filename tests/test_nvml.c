@@ -47,8 +47,9 @@ static void test_samples(void) {
     /* a bus id NVML does not know, and a GPU whose utilisation cannot be read: errors naming it */
     CHECK_INT_EQ(dt_nvml_sample(nv, "00000000:99:00.0", &g), DT_ERR_DEVICE);
     CHECK_STR_CONTAINS(dt_error_msg(), "NVML has no GPU at PCI bus id 00000000:99:00.0: Not Found");
-    CHECK_INT_EQ(dt_nvml_sample(nv, "00000000:86:00.0", &g), DT_ERR_DEVICE);
-    CHECK_STR_CONTAINS(dt_error_msg(), "NVML cannot read GPU 2 (00000000:86:00.0): Unknown Error");
+    /* a GPU whose utilisation cannot be read (MIG): its memory still counts */
+    CHECK_OK(dt_nvml_sample(nv, "00000000:86:00.0", &g));
+    CHECK(isnan(g.util_pct) && g.mem_used_mb == 1 && g.index == 2);
     dt_nvml_close(nv);
     dt_nvml_close(NULL);
 }
@@ -76,6 +77,9 @@ static void test_slot_and_idle(void) {
                             "were busy 93-97%");
     round[2].gpu.util_pct = 30; /* not every other GPU is busy: nobody is singled out */
     CHECK_INT_EQ(dt_monitor_idle_gpu(round, ids, 3, 2.0, msg, sizeof msg), -1);
+    round[1].gpu.util_pct = NAN; /* utilisation not reported: never called idle */
+    CHECK_INT_EQ(dt_monitor_idle_gpu(round, ids, 3, 2.0, msg, sizeof msg), -1);
+    round[1].gpu.util_pct = 2;
     round[2].gpu.util_pct = 93;
     round[2].has_gpu = 0; /* a rank without a GPU sample: the others are not known to work */
     CHECK_INT_EQ(dt_monitor_idle_gpu(round, ids, 3, 2.0, msg, sizeof msg), -1);
@@ -118,6 +122,18 @@ static void test_metrics(void) {
     CHECK_STR_CONTAINS(text, "\"gpu\":1,\"gpu_util_pct\":85.0,\"gpu_mem_mb\":30000.0,\"gpu_mem_total_mb\":143771.0,"
                              "\"gpu_temp_c\":null,\"gpu_power_w\":null");
     CHECK_STR_CONTAINS(text, "\"peak_gpu_mem_mb\":[31744.0,null]");
+    /* a GPU that does not report its utilisation: the line leaves it out */
+    dt_worker_sample mig = w[1];
+    mig.gpu.util_pct = NAN;
+    const char *dir2 = test_path("run2");
+    test_mkdir_p(dir2);
+    dt_metrics_cfg mc2 = mc;
+    mc2.run_dir = dir2;
+    CHECK_OK(dt_metrics_open(&m, &mc2));
+    dt_metrics_workers(m, 1, &mig, 1);
+    dt_metrics_close(m);
+    test_slurp(test_path("run2/train.log"), text, sizeof text);
+    CHECK_STR_CONTAINS(text, "workers: rank 0: cpu 98%, rss 880 MB, gpu 1: 29.3/140.4 GiB\n");
     test_slurp(test_path("run/train.log"), text, sizeof text);
     CHECK_STR_CONTAINS(text, "workers: rank 0: cpu 99%, rss 900 MB, gpu 0: 87% busy, 30.0/140.4 GiB, 61 C, 412 W | "
                              "rank 1: cpu 98%, rss 880 MB, gpu 1: 85% busy, 29.3/140.4 GiB\n");

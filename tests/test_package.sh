@@ -6,9 +6,10 @@
 #     installed by dpkg into a temporary root (its own dpkg database), its dependencies resolvable
 #     by apt on this machine (a simulation), then run from there: --version and a short CPU training
 #     of the shipped fine-tune and the language model (the shards are in the package).
-#  3. A CUDA build starts where no CUDA library is installed (only a driver, or nothing): no NVIDIA
-#     library among the binary's NEEDED entries, and (as root: a private mount namespace that hides
-#     the CUDA toolkit's library directories) --version and a `device: auto` training still work.
+#  3. A CUDA build starts where no CUDA library is installed: no NVIDIA library among the binary's
+#     NEEDED entries, and (as root, on a machine without the NVIDIA driver: a private mount
+#     namespace in which every CUDA library file is hidden) --version and a `device: auto` training
+#     still work.
 # Exit 77 (skip) without dpkg-deb/dpkg-shlibdeps (not a Debian system).
 set -uo pipefail
 SRC=$1
@@ -73,8 +74,8 @@ if [ -n "$deb" ]; then
   if dpkg --force-not-root --force-depends --force-script-chrootless --root="$root" \
        --instdir="$root" --admindir="$root/var/lib/dpkg" -i "$deb" >"$T/dpkg.log" 2>&1; then
     status=$(dpkg --admindir="$root/var/lib/dpkg" -s dtrain 2>&1 | sed -n 's/^Status: //p')
-    [ "$status" = "install ok installed" ] || fail "dpkg says the package is '$status'"
-    ok "dpkg installed it into $root ($status)"
+    if [ "$status" = "install ok installed" ]; then ok "dpkg installed it into $root ($status)"
+    else fail "dpkg says the package is '$status'"; fi
   else
     fail "dpkg -i into a temporary root failed:"; tail -5 "$T/dpkg.log"
   fi
@@ -103,23 +104,28 @@ if "$bin" --version 2>/dev/null | grep -q cuBLASLt; then
     *cudart*|*cublas*|*nccl*|*cudnn*|*libcuda.so*) fail "the CUDA build links an NVIDIA library dynamically: $needed" ;;
     *) ok "CUDA build: NEEDED has no NVIDIA library ($needed)" ;;
   esac
-  if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null && unshare -m true 2>/dev/null; then
-    # hide every directory that holds a CUDA library, as on a machine with the driver only
-    hide=$(for l in libcudart.so libcublasLt.so libnccl.so libcudnn.so; do
-             ldconfig -p | sed -n "s/.*$l[.0-9]* .*=> \(.*\)/\1/p"; ls /usr/local/cuda*/lib*/$l* 2>/dev/null
-           done | xargs -r -n1 dirname | xargs -r -n1 readlink -f | sort -u | tr '\n' ' ')
-    mkdir -p "$T/empty"
+  if [ -e /proc/driver/nvidia ]; then
+    echo "note: this machine has the NVIDIA driver: the run without CUDA libraries is tried on machines without one"
+  elif [ "$(id -u)" = 0 ] && command -v unshare >/dev/null && unshare -m true 2>/dev/null; then
+    # hide every CUDA library file (not the folders, which may hold the C library too), as on a
+    # machine with nothing of NVIDIA installed; nothing is found through LD_LIBRARY_PATH either
+    hide=$(for l in libcudart.so libcublasLt.so libcublas.so libnccl.so libcudnn libcuda.so; do
+             ldconfig -p | sed -n "s/.*[[:space:]]$l[^ ]* .*=> \(.*\)/\1/p"
+             ls /usr/local/cuda*/lib*/$l* 2>/dev/null
+           done | xargs -r -n1 readlink -f | sort -u)
     unshare -m bash -c '
-      set -e; T=$1; bin=$2; shift 2
-      for d in "$@"; do mount --bind "$T/empty" "$d"; done
+      set -e; T=$1; bin=$2; src=$3; shift 3
+      for f in "$@"; do mount --bind /dev/null "$f"; done
+      unset LD_LIBRARY_PATH
       "$bin" --version > "$T/nolibs-version.log" 2>&1
-      cd '"$SRC"' && "$bin" --config configs/ci-smoke.yaml --quiet --set training.device=auto \
-        --set run.dir="$T/nolibs-run" > "$T/nolibs-run.log" 2>&1' _ "$T" "$bin" $hide
+      cd "$src" && "$bin" --config configs/ci-smoke.yaml --quiet --set training.device=auto \
+        --set run.dir="$T/nolibs-run" > "$T/nolibs-run.log" 2>&1' _ "$T" "$bin" "$SRC" $hide
     rc=$?
+    nhide=$(printf '%s\n' $hide | grep -c .)
     if [ $rc -eq 0 ] && grep -q "not found (only GPU workers need it)" "$T/nolibs-version.log" && [ -s "$T/nolibs-run/model.safetensors" ]; then
-      ok "with $hide hidden: --version exits 0 naming the missing libraries, and a device: auto run trains on CPU"
+      ok "with the $nhide CUDA library files hidden: --version exits 0 naming the missing libraries, and a device: auto run trains on CPU"
     else
-      fail "with the CUDA libraries hidden ($hide): rc $rc"; cat "$T/nolibs-version.log"; tail -5 "$T/nolibs-run.log"
+      fail "with the CUDA library files hidden ($hide): rc $rc"; cat "$T/nolibs-version.log"; tail -5 "$T/nolibs-run.log"
     fi
   else
     echo "note: not root (or no unshare): the run without CUDA libraries is not tried"

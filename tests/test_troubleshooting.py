@@ -81,8 +81,10 @@ def main():
                 except OSError as e:
                     bad.append(f"{t}: {e}")
                     continue
-                # a C test's messages are in its literals (split over lines); a script's anywhere
-                texts[t] = c_text(raw) if t.endswith(".c") else raw
+                # a C test's messages are in its literals (split over lines); a script's in its
+                # lines of code (not in comments)
+                texts[t] = c_text(raw) if t.endswith(".c") else "\n".join(
+                    line for line in raw.splitlines() if not line.lstrip().startswith("#"))
             for f in frags:
                 if t in texts and f not in texts[t]:
                     bad.append(f"{t} does not check the text `{f}`")

@@ -24,7 +24,8 @@
 /* what a row's numbers are worth (dt_bench_verdict) */
 enum {
     DT_BENCH_NOISY = 1,       /* its repeats differ by more than 15% (or the machine was busy) */
-    DT_BENCH_SUPERLINEAR = 2, /* efficiency above 110%: not a real result with the same batch per worker */
+    DT_BENCH_SUPERLINEAR = 2, /* efficiency above 110% (past what noise gives): not a real result with the
+                                 same batch per worker */
     DT_BENCH_LOW = 4,         /* efficiency under 50%: explained */
 };
 

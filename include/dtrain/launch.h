@@ -40,7 +40,7 @@ typedef struct dt_launch_ctx {
     dt_worker_slot *own_stats; /* this worker's slot (where it names its GPU); NULL externally */
     /* cores other processes kept busy, as the launcher last measured them, and its round (0:
      * not yet); NULL externally */
-    const _Atomic double *foreign_cores;
+    const _Atomic uint32_t *foreign_mcores; /* x 1000 */
     const _Atomic uint32_t *foreign_round;
     volatile int *waiting;    /* set while this worker waits on another's disk (not idle); may be NULL */
     int local_rank;           /* this worker's index among the workers on its host (its device there) */

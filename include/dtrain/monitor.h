@@ -14,7 +14,8 @@
 
 typedef struct dt_gpu_sample {
     int index;            /* NVML's index of the GPU (nvidia-smi's), -1 when unknown */
-    double util_pct;      /* share of the last sample period (1/6 to 1 s) a kernel was running */
+    double util_pct;      /* share of the last sample period (1/6 to 1 s) a kernel was running; NaN:
+                             not reported (MIG) */
     double mem_used_mb;   /* device memory in use (all processes), MiB */
     double mem_total_mb;  /* MiB */
     double temp_c;        /* GPU core temperature; NaN when the GPU does not report it */

@@ -17,8 +17,8 @@ typedef struct dt_nvml dt_nvml;
  * DT_ERR_DEVICE with a message naming the library and why when it cannot. */
 dt_status dt_nvml_open(const char *lib, dt_nvml **out);
 /* One sample of the GPU whose PCI bus id is `bus_id` ("00000000:3B:00.0", as nvidia-smi and
- * dt_backend_desc.bus_id write it). DT_ERR_DEVICE naming the GPU when NVML has no such GPU or
- * cannot read its utilisation or memory. */
+ * dt_backend_desc.bus_id write it); a measure the GPU does not report is NaN. DT_ERR_DEVICE
+ * naming the GPU when NVML has no such GPU or cannot read its memory. */
 dt_status dt_nvml_sample(dt_nvml *nv, const char *bus_id, dt_gpu_sample *out);
 /* Shuts NVML down (the library stays loaded). NULL is fine. */
 void dt_nvml_close(dt_nvml *nv);

@@ -2,6 +2,7 @@
 #include "dtrain/monitor.h"
 
 #include <errno.h>
+#include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -118,7 +119,7 @@ int dt_monitor_idle_gpu(const dt_worker_sample *s, const char (*bus_id)[32], int
     if (n > DT_MAX_WORLD) n = DT_MAX_WORLD;
     for (int r = 0; r < n; r++) {
         v[r] = s[r].gpu.util_pct;
-        has[r] = s[r].samples >= 1 && s[r].has_gpu;
+        has[r] = s[r].samples >= 1 && s[r].has_gpu && isfinite(s[r].gpu.util_pct); /* NaN: not reported */
     }
     char range[64];
     int r = idle_among(v, has, n, range, sizeof range);

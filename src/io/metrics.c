@@ -309,9 +309,10 @@ static void worker_gpu(dt_metrics *m, long step, int r, const dt_worker_sample *
         if (isfinite(vals[i])) tb(m, tag, step, vals[i]);
     }
     size_t k = strlen(line);
+    if (k < n) k += (size_t)snprintf(line + k, n - k, ", gpu %d:", g->index);
+    if (k < n && isfinite(g->util_pct)) k += (size_t)snprintf(line + k, n - k, " %.0f%% busy,", g->util_pct);
     if (k < n)
-        k += (size_t)snprintf(line + k, n - k, ", gpu %d: %.0f%% busy, %.1f/%.1f GiB", g->index, g->util_pct,
-                              g->mem_used_mb / 1024.0, g->mem_total_mb / 1024.0);
+        k += (size_t)snprintf(line + k, n - k, " %.1f/%.1f GiB", g->mem_used_mb / 1024.0, g->mem_total_mb / 1024.0);
     if (k < n && isfinite(g->temp_c)) k += (size_t)snprintf(line + k, n - k, ", %.0f C", g->temp_c);
     if (k < n && isfinite(g->power_w)) snprintf(line + k, n - k, ", %.0f W", g->power_w);
 }

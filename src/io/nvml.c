@@ -97,14 +97,14 @@ dt_status dt_nvml_sample(dt_nvml *nv, const char *bus_id, dt_gpu_sample *out) {
     DT_TRY(device_of(nv, bus_id, &i));
     nvml_utilization u;
     nvml_memory m;
-    nvml_ret rc = nv->nvmlDeviceGetUtilizationRates(nv->dev[i], &u);
-    if (rc == NVML_SUCCESS) rc = nv->nvmlDeviceGetMemoryInfo(nv->dev[i], &m);
+    nvml_ret rc = nv->nvmlDeviceGetMemoryInfo(nv->dev[i], &m);
     if (rc != NVML_SUCCESS)
         return dt_error_set(DT_ERR_DEVICE, "NVML cannot read GPU %d (%s): %s (error %d)", nv->index[i], bus_id,
                             nv->nvmlErrorString(rc), rc);
     unsigned int temp = 0, mw = 0;
     out->index = nv->index[i];
-    out->util_pct = (double)u.gpu;
+    /* utilisation too may be unsupported (a MIG-partitioned GPU): the memory still counts */
+    out->util_pct = nv->nvmlDeviceGetUtilizationRates(nv->dev[i], &u) == NVML_SUCCESS ? (double)u.gpu : NAN;
     out->mem_used_mb = (double)m.used / (1024.0 * 1024.0);
     out->mem_total_mb = (double)m.total / (1024.0 * 1024.0);
     /* not every GPU reports these (NVML_ERROR_NOT_SUPPORTED): no number rather than a wrong one */

@@ -90,7 +90,7 @@ static dt_status write_csv(const char *path, const dt_bench_row *rows, int n) {
         fprintf(f, "%d,%ld,%.4f,%.4f,%.2f,%.2f,%.4f,%.4f,%.4f,%d,%.2f,%.2f,%s%s%s\n", r->workers, r->steps, r->train_s,
                 r->eval_s, r->samples_per_s, r->tokens_per_s, r->speedup, r->efficiency, r->comm_share, r->runs,
                 r->tokens_min, r->tokens_max, r->flags & DT_BENCH_NOISY ? "noisy;" : "",
-                r->flags & DT_BENCH_SUPERLINEAR ? "above-100%;" : "", r->flags & DT_BENCH_LOW ? "under-50%;" : "");
+                r->flags & DT_BENCH_SUPERLINEAR ? "above-110%;" : "", r->flags & DT_BENCH_LOW ? "under-50%;" : "");
     }
     if (fclose(f) != 0) return dt_error_set(DT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     return DT_OK;
@@ -159,7 +159,7 @@ static dt_status write_svg(const char *path, const dt_bench_row *rows, int n, co
         else
             fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"gray\" stroke-dasharray=\"4 3\"/>\n",
                     x0, PY(1.0), x1, PY(1.0));
-        /* the line joins the results only; a flagged point (noisy, above 100%) is drawn hollow with a "?" */
+        /* the line joins the results only; a flagged point (noisy, above 110%) is drawn hollow with a "?" */
         const char *color = panel == 0 ? "#1f77b4" : "#d62728";
         fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", color);
         for (int i = 0; i < n; i++)
@@ -180,7 +180,7 @@ static dt_status write_svg(const char *path, const dt_bench_row *rows, int n, co
     for (int i = 0; i < n; i++) flagged |= rows[i].flags & BAD_FLAGS;
     if (flagged)
         fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\" fill=\"#a00\">hollow points (?): too noisy or "
-                   "above 100%% efficiency, not results (see the verdict under the table)</text>\n", W, H - 6);
+                   "above 110%% efficiency, not results (see the verdict under the table)</text>\n", W, H - 6);
     fprintf(f, "</svg>\n");
     if (fclose(f) != 0) return dt_error_set(DT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     return DT_OK;
@@ -334,6 +334,9 @@ static void print_table(FILE *out, const dt_bench_row *rows, int n, int repeat) 
 
 dt_status dt_bench_run(const dt_config *cfg, const dt_bench_opts *o, FILE *out, dt_bench_row *rows_out) {
     const int n = o->n, repeat = o->repeat > 0 ? o->repeat : 1;
+    if (n < 1 || n > DT_BENCH_MAX_RUNS || repeat > DT_BENCH_MAX_REPEAT)
+        return dt_error_set(DT_ERR_USAGE, "bench: 1..%d worker counts and 1..%d repeats, got %d and %d", DT_BENCH_MAX_RUNS,
+                            DT_BENCH_MAX_REPEAT, n, repeat);
     int workers[DT_BENCH_MAX_RUNS];
     memcpy(workers, o->workers, (size_t)n * sizeof *workers);
     qsort(workers, (size_t)n, sizeof *workers, cmp_int);

@@ -47,7 +47,7 @@ typedef struct shared_block {
     char note[1024];        /* rank 0's note of a clean stop */
     dt_worker_slot stats[DT_MAX_WORLD]; /* /proc samples of each worker, by the launcher */
     volatile int waiting[DT_MAX_WORLD];  /* set by a worker while it waits for rank 0's disk */
-    _Atomic double foreign_cores;    /* cores other processes kept busy over the last round */
+    _Atomic uint32_t foreign_mcores; /* cores other processes kept busy over the last round, x 1000 */
     _Atomic uint32_t foreign_round;  /* the round it is from (0: none yet) */
     rank_slot slots[];      /* (world) */
 } shared_block;
@@ -138,7 +138,7 @@ static void child_main(const dt_launch_cfg *cfg, int rank, int attempt, pid_t pa
 
     dt_launch_ctx ctx = {.attempt = attempt, .stop = &shared->stop, .note = shared->note,
                          .note_size = sizeof shared->note, .stats = shared->stats, .own_stats = &shared->stats[rank],
-                         .foreign_cores = &shared->foreign_cores, .foreign_round = &shared->foreign_round,
+                         .foreign_mcores = &shared->foreign_mcores, .foreign_round = &shared->foreign_round,
                          .waiting = &shared->waiting[rank], .local_rank = rank, .plan = cfg->plan};
     dt_comm *comm = NULL;
     dt_status st = dt_comm_init_shm(&comm, world, rank, cfg->timeout_s);
@@ -203,6 +203,7 @@ typedef struct watch {
     int idle_rounds[DT_MAX_WORLD], idle_said[DT_MAX_WORLD];         /* CPU */
     int gpu_idle_rounds[DT_MAX_WORLD], gpu_idle_said[DT_MAX_WORLD]; /* GPU */
     char bus_id[DT_MAX_WORLD][32]; /* each worker's GPU, once it has named it */
+    int gpu_said[DT_MAX_WORLD];        /* its GPU could not be sampled, and that was said */
     double machine_busy, machine_total; /* the CPUs' time at the last round (dt_device_cpu_time) */
     int machine_ok;
 } watch;
@@ -210,13 +211,15 @@ typedef struct watch {
 /* How many cores processes other than the workers kept busy since the last round: the
  * machine's busy time less the workers' own (`workers_s`), over the round; published for the
  * workers, which use fewer threads while others need cores (training.adapt_cpu_threads). */
-static void measure_foreign(shared_block *shared, watch *wt, double workers_s, uint32_t round_no) {
+static void measure_foreign(shared_block *shared, watch *wt, double workers_s, int complete, uint32_t round_no) {
     double busy, total;
     if (dt_device_cpu_time(&busy, &total) != DT_OK) return;
-    if (wt->machine_ok && total > wt->machine_total) {
+    /* a round in which a worker exited or could not be read is not published: its CPU time
+     * would count as someone else's */
+    if (wt->machine_ok && complete && total > wt->machine_total) {
         const double wall = (total - wt->machine_total) / dt_device_cpu_cores(); /* seconds per core */
         double foreign = (busy - wt->machine_busy - workers_s) / wall;
-        atomic_store(&shared->foreign_cores, foreign > 0 ? foreign : 0.0);
+        atomic_store(&shared->foreign_mcores, foreign > 0 ? (uint32_t)(1000.0 * foreign + 0.5) : 0u);
         atomic_store(&shared->foreign_round, round_no);
     }
     wt->machine_busy = busy;
@@ -224,23 +227,35 @@ static void measure_foreign(shared_block *shared, watch *wt, double workers_s, u
     wt->machine_ok = 1;
 }
 
-/* w's GPU fields from NVML when the worker has named its GPU; the peak carried over. */
-static void sample_gpu(const dt_launch_cfg *cfg, const dt_worker_slot *slot, dt_worker_sample *w, char *bus_id) {
+/* w's GPU fields from NVML when the worker (rank r) has named its GPU; the peak carried over.
+ * What NVML cannot do is said once (per process, or per rank for its GPU), and the message
+ * the launcher's thread held before is kept: it may be a failure's cause still to report. */
+static void sample_gpu(const dt_launch_cfg *cfg, const dt_worker_slot *slot, dt_worker_sample *w, int r,
+                       watch *wt) {
+    char *bus_id = wt->bus_id[r];
     if (!dt_worker_slot_gpu(slot, bus_id, 32)) return;
+    char kept[MSG_LEN], line[MSG_LEN + 128];
+    snprintf(kept, sizeof kept, "%s", dt_error_msg());
     if (!g_nvml && !g_nvml_tried) {
         g_nvml_tried = 1;
         if (dt_nvml_open(NULL, &g_nvml) != DT_OK) {
-            char line[700];
             snprintf(line, sizeof line, "note: no GPU samples (utilisation, memory, temperature, power): %s",
                      dt_error_msg());
             supervisor_say(cfg, line);
         }
     }
     dt_gpu_sample g;
-    if (!g_nvml || dt_nvml_sample(g_nvml, bus_id, &g) != DT_OK) return; /* the last sample stays */
-    w->has_gpu = 1;
-    w->gpu = g;
-    if (g.mem_used_mb > w->gpu_peak_mem_mb) w->gpu_peak_mem_mb = g.mem_used_mb;
+    dt_status st = g_nvml ? dt_nvml_sample(g_nvml, bus_id, &g) : DT_ERR_DEVICE;
+    if (st == DT_OK) {
+        w->has_gpu = 1;
+        w->gpu = g;
+        if (g.mem_used_mb > w->gpu_peak_mem_mb) w->gpu_peak_mem_mb = g.mem_used_mb;
+    } else if (g_nvml && !wt->gpu_said[r]) { /* the last sample stays */
+        wt->gpu_said[r] = 1;
+        snprintf(line, sizeof line, "note: no GPU samples for rank %d: %s", r, dt_error_msg());
+        supervisor_say(cfg, line);
+    }
+    dt_error_set(DT_OK, "%s", kept);
 }
 
 /* A worker idle for two rounds in a row while the others work is called out once per measure. */
@@ -262,6 +277,7 @@ static void sample_workers(const dt_launch_cfg *cfg, shared_block *shared, const
     const uint32_t round_no = ++wt->round_no;
     dt_worker_sample round[DT_MAX_WORLD];
     double workers_s = 0; /* CPU time the workers used since the last round */
+    int complete = 1;     /* every worker alive and read */
     for (int r = 0; r < n; r++) { /* in rank order: rank n-1 carrying round k means all have it */
         dt_worker_sample w = dt_worker_slot_read(&shared->stats[r]);
         double cpu_s, rss, peak;
@@ -275,12 +291,14 @@ static void sample_workers(const dt_launch_cfg *cfg, shared_block *shared, const
             w.rss_mb = rss;
             w.peak_rss_mb = peak > w.peak_rss_mb ? peak : w.peak_rss_mb;
             w.samples = round_no;
-            sample_gpu(cfg, &shared->stats[r], &w, wt->bus_id[r]);
+            sample_gpu(cfg, &shared->stats[r], &w, r, wt);
             dt_worker_slot_publish(&shared->stats[r], &w);
+        } else {
+            complete = 0;
         }
         round[r] = w;
     }
-    measure_foreign(shared, wt, workers_s, round_no);
+    measure_foreign(shared, wt, workers_s, complete, round_no);
     char msg[600];
     int idle = dt_monitor_idle_rank(round, n, wt->interval, msg, sizeof msg);
     /* a worker waiting for rank 0's disk (checkpoint) is not idle */
@@ -452,7 +470,7 @@ static dt_status run_attempt(attempt *a, int attempt_no, dt_launch_fn fn, void *
     a->watch.interval = a->cfg->monitor_every_s > 0 ? a->cfg->monitor_every_s : 2.0;
     a->watch.next_sample = dt_clock_now() + a->watch.interval;
     atomic_store(&shared->foreign_round, 0);
-    measure_foreign(shared, &a->watch, 0, 0); /* the machine's time at the fork: round 1 measures from it */
+    measure_foreign(shared, &a->watch, 0, 0, 0); /* the machine's time at the fork: round 1 measures from it */
     fork_all(a, attempt_no, fn, arg);
     while (a->alive > 0) {
         if (g_signals > a->seen_signals) on_signals(a); /* first: an exit they caused is no failure */

@@ -839,7 +839,7 @@ static void adapt_threads(trainer *t) {
     const uint32_t round = atomic_load(t->launch->foreign_round);
     if (round == 0 || round == t->foreign_seen) return;
     t->foreign_seen = round;
-    const double foreign = atomic_load(t->launch->foreign_cores);
+    const double foreign = atomic_load(t->launch->foreign_mcores) / 1000.0;
     run *r = &t->r;
     long want = lround(((double)dt_device_cpu_cores() - foreign) / r->world);
     want = want < 1 ? 1 : want > t->threads_max ? t->threads_max : want;
