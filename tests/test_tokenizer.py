@@ -11,7 +11,8 @@ set (mixed scripts, emoji and ZWJ sequences, combining marks, runs of spaces, ta
 contractions, digits of several scripts, Unicode spaces, special tokens inside the text) and
 3000 random lines drawn from those kinds of characters. `dtrain data detokenize` must give the
 text back byte for byte. A vocabulary past 65536 ids writes a uint32 (version 7) shard. Bad
-input exits 2 naming what is wrong. Exit 77 without the tokenizers package.
+input exits 2 naming what is wrong. With data.tokenizer, classification texts are cut where
+tokenizers' ids pass data.seq_len. Exit 77 without the tokenizers package.
 """
 import json
 import os
@@ -177,6 +178,43 @@ def check_wide(tok_path, tok):
         failures.append("wide: version %d, dtrain %s, tokenizers %s" % (version, got, want))
 
 
+def check_classification(tok_path, tok):
+    """data.tokenizer on the sentiment TSV: the examples cut to data.seq_len are those tokenizers
+    makes longer than it; a short training runs; model.vocab_size too small and a text holding
+    the end-of-text token are refused naming them."""
+    cfg = ["--config", "configs/ci-smoke.yaml", "--set", "data.tokenizer=" + tok_path, "--progress", "never",
+           "--set", "checkpoint.resume=never"]
+    r = subprocess.run([DTRAIN, *cfg, "--set", "model.vocab_size=%d" % tok.get_vocab_size(), "--set", "data.seq_len=8",
+                        "--set", "run.dir=" + os.path.join(TMP, "cls")], capture_output=True, text=True, cwd=SRC)
+    texts = [line.split("\t", 1)[1] for line in
+             open(os.path.join(SRC, "data/sentiment/train.tsv"), encoding="utf-8").read().splitlines()]
+    cut = sum(len(tok.encode(t, add_special_tokens=False).ids) > 8 for t in texts)
+    want = "data: %d of %d train examples (%.1f%%) are longer than data.seq_len = 8 tokens" % (
+        cut, len(texts), 100.0 * cut / len(texts))
+    if r.returncode != 0 or want not in r.stdout:
+        failures.append("classification: exit %d, expected %r in: %s %s" % (r.returncode, want, r.stdout[-400:],
+                                                                            r.stderr[-400:]))
+    else:
+        print("%-28s %s" % ("classification (seq_len 8)", want))
+    r = subprocess.run([DTRAIN, *cfg, "--set", "run.dir=" + os.path.join(TMP, "cls2")], capture_output=True, text=True,
+                       cwd=SRC)
+    want = "model.vocab_size: 257 is smaller than the %d ids of data.tokenizer %s" % (tok.get_vocab_size(), tok_path)
+    if r.returncode != 2 or want not in r.stderr:
+        failures.append("vocab_size: exit %d, expected %r in %s" % (r.returncode, want, r.stderr.strip()))
+    else:
+        print("%-28s exit 2: %s" % ("vocab_size too small", want[:90]))
+    tsv = os.path.join(TMP, "eot.tsv")
+    open(tsv, "w", encoding="utf-8").write("1\tfine text\n0\tsome <|endoftext|> inside\n")
+    r = subprocess.run([DTRAIN, *cfg, "--set", "model.vocab_size=%d" % tok.get_vocab_size(), "--set",
+                        "data.train_path=" + tsv, "--set", "data.val_path=", "--set", "data.batch_size_per_worker=1",
+                        "--set", "run.dir=" + os.path.join(TMP, "cls3")], capture_output=True, text=True, cwd=SRC)
+    want = tsv + ":2: the text holds the end-of-text token"
+    if r.returncode != 2 or want not in r.stderr:
+        failures.append("end-of-text in a text: exit %d, expected %r in %s" % (r.returncode, want, r.stderr.strip()))
+    else:
+        print("%-28s exit 2: %s" % ("end-of-text in a text", want))
+
+
 def main():
     texts = corpus_texts()
     for label, vocab, prefix, strings in (("bpe2048", 2048, False, False), ("bpe2048-prefix", 2048, True, False),
@@ -190,6 +228,7 @@ def main():
         if label == "bpe2048":
             check_errors(path)
             check_wide(path, tok)
+            check_classification(path, tok)
     for f in failures:
         print("FAIL:", f)
     if failures:

@@ -73,6 +73,7 @@ typedef struct dt_config {
     struct {
         char train_path[DT_PATH_MAX]; /* required: file, directory or glob */
         char val_path[DT_PATH_MAX];   /* optional ("" = no evaluation) */
+        char tokenizer[DT_PATH_MAX];  /* "bytes" (default) or a tokenizer.json (byte-level BPE) */
         dt_data_format format;        /* default auto */
         int batch_size_per_worker;    /* >= 1, default 8 */
         int seq_len;                  /* >= 2, default 64 */

@@ -5,7 +5,8 @@
  *           magic 20240801 version 7 uint32 tokens; [2] = token count). Sample i of the
  *           concatenated shards = tokens [i*T, i*T+T+1): inputs first T, targets shifted by 1.
  *   tsv:    UTF-8 lines "label<TAB>text"; byte tokenizer: text bytes truncated to T-1, then
- *           DT_CLS_TOKEN, right-padded with 0 to T; target = the label.
+ *           DT_CLS_TOKEN, right-padded with 0 to T; BPE (data.tokenizer): the text's ids cut to T,
+ *           right-padded with the end-of-text id; target = the label.
  * Paths may be a file, a directory (all regular, non-hidden files, sorted) or a glob;
  * `.gz` files are decompressed transparently. A FIFO or a device named as data (directly or
  * by a glob) is refused at once; a directory's non-regular entries are skipped. Errors in the
@@ -19,6 +20,7 @@
 
 #include "dtrain/config.h"
 #include "dtrain/status.h"
+#include "dtrain/tokenizer.h"
 
 #define DT_CLS_TOKEN 256
 #define DT_SHARD_MAGIC_V1 20240520
@@ -32,6 +34,8 @@ typedef struct dt_dataset_cfg {
     int seq_len;               /* T */
     int num_labels;            /* 0 = language modelling (requires tokens), >= 2 = tsv labels */
     int vocab_size;            /* tokens must be < vocab_size (tsv needs >= 257) */
+    dt_tokenizer *tokenizer;   /* tsv text: NULL = bytes + <cls>; else its BPE ids, padded with its
+                                  end-of-text id (vocab_size must hold its ids); not owned */
 } dt_dataset_cfg;
 
 /* Reads every file into memory. The dataset owns its memory; dt_dataset_free accepts NULL. */

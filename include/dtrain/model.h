@@ -28,6 +28,7 @@ typedef struct dt_model_cfg {
     int n_embd;       /* C, multiple of NH */
     int num_labels;   /* 0 = language modelling, >= 2 classification */
     int seq_len;      /* T */
+    int pad_id;       /* classification: the padding id; the head reads the last other token (0: bytes) */
     int max_batch;    /* B: the largest batch forward() will see */
     uint64_t seed;    /* init seed */
 } dt_model_cfg;

@@ -126,6 +126,7 @@ static const key_def keys[] = {
     KEY("data.train_path", K_STR, data.train_path, "", R_NONEMPTY, 0, 0),
     KEY("data.val_path", K_STR, data.val_path, "", ANY),
     ENUM("data.format", data.format, "auto", format_names),
+    KEY("data.tokenizer", K_STR, data.tokenizer, "bytes", R_NONEMPTY, 0, 0),
     KEY("data.batch_size_per_worker", K_INT, data.batch_size_per_worker, "8", GE(1)),
     KEY("data.seq_len", K_INT, data.seq_len, "64", GE(2)),
     KEY("data.shuffle", K_BOOL, data.shuffle, "true", ANY),

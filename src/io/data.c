@@ -43,7 +43,9 @@ struct dt_dataset {
     uint16_t *tok16;      /* (num_tokens) */
     uint32_t *tok32;      /* (num_tokens) */
     /* classification */
-    uint16_t *ids;        /* (num_samples, T) byte ids, DT_CLS_TOKEN, 0 padding */
+    uint16_t *ids;        /* (num_samples, T) byte ids, DT_CLS_TOKEN, 0 padding; or BPE ids, end-of-text padding */
+    uint32_t *bpe_ids;    /* one text's BPE ids while reading */
+    size_t bpe_n, bpe_cap;
     int32_t *labels;      /* (num_samples) */
     size_t cap;           /* rows allocated in ids/labels */
 };
@@ -507,7 +509,45 @@ static const char *show_bytes(const char *s, const char *e, char *buf, size_t ca
     return buf;
 }
 
-static dt_status read_tsv(dt_dataset *ds, const char *file, int num_labels) {
+/* Row `row` (T ids) from one text: the byte tokenizer's bytes (cut to T-1), <cls>, 0 padding;
+ * or the BPE ids (cut to T), padded with the end-of-text id, where the classifier reads the
+ * last text token (GPT2ForSequenceClassification's convention, pad = end of text). */
+static dt_status tsv_row(dt_dataset *ds, dt_tokenizer *tok, const char *file, size_t line, const char *text,
+                         size_t tlen, uint16_t *row) {
+    const size_t T = (size_t)ds->seq_len;
+    if (!tok) {
+        size_t n = tlen;
+        if (n > T - 1) {
+            n = T - 1;
+            ds->num_truncated++;
+        }
+        for (size_t k = 0; k < n; k++) row[k] = (unsigned char)text[k];
+        row[n] = DT_CLS_TOKEN;
+        for (size_t k = n + 1; k < T; k++) row[k] = 0;
+        return DT_OK;
+    }
+    ds->bpe_n = 0;
+    if (dt_tokenizer_encode(tok, text, tlen, &ds->bpe_ids, &ds->bpe_n, &ds->bpe_cap) != DT_OK) {
+        dt_error_prefix("%s:%zu", file, line);
+        return DT_ERR_DATA;
+    }
+    const uint32_t pad = (uint32_t)dt_tokenizer_eot(tok);
+    size_t n = ds->bpe_n;
+    if (n == 0) return dt_error_set(DT_ERR_DATA, "%s:%zu: the text has no tokens", file, line);
+    for (size_t k = 0; k < n; k++)
+        if (ds->bpe_ids[k] == pad)
+            return dt_error_set(DT_ERR_DATA, "%s:%zu: the text holds the end-of-text token (id %u), which pads the "
+                                "sequence: the classifier would read the wrong position", file, line, pad);
+    if (n > T) {
+        n = T;
+        ds->num_truncated++;
+    }
+    for (size_t k = 0; k < n; k++) row[k] = (uint16_t)ds->bpe_ids[k];
+    for (size_t k = n; k < T; k++) row[k] = (uint16_t)pad;
+    return DT_OK;
+}
+
+static dt_status read_tsv(dt_dataset *ds, const char *file, int num_labels, dt_tokenizer *tok) {
     unsigned char *buf;
     size_t len;
     DT_TRY(read_all(file, &buf, &len));
@@ -552,7 +592,7 @@ static dt_status read_tsv(dt_dataset *ds, const char *file, int num_labels) {
         }
         const char *text = tab + 1;
         size_t tlen = (size_t)(le - text);
-        const char *nul = memchr(text, '\0', tlen);
+        const char *nul = tok ? NULL : memchr(text, '\0', tlen);
         if (nul) {
             st = dt_error_set(DT_ERR_DATA,
                               "%s:%zu: NUL byte in the text at column %zu (the byte tokenizer uses 0 "
@@ -562,15 +602,8 @@ static dt_status read_tsv(dt_dataset *ds, const char *file, int num_labels) {
         }
         st = tsv_reserve(ds, ds->num_samples + 1);
         if (st != DT_OK) goto done;
-        uint16_t *row = ds->ids + ds->num_samples * T;
-        size_t n = tlen;
-        if (n > T - 1) {
-            n = T - 1;
-            ds->num_truncated++;
-        }
-        for (size_t k = 0; k < n; k++) row[k] = (unsigned char)text[k];
-        row[n] = DT_CLS_TOKEN;
-        for (size_t k = n + 1; k < T; k++) row[k] = 0;
+        st = tsv_row(ds, tok, file, line, text, tlen, ds->ids + ds->num_samples * T);
+        if (st != DT_OK) goto done;
         ds->labels[ds->num_samples++] = (int32_t)label;
         p = next;
     }
@@ -638,11 +671,21 @@ dt_status dt_dataset_open(dt_dataset **out, const dt_dataset_cfg *cfg) {
     if (cfg->vocab_size < 1)
         return dt_error_set(DT_ERR_CONFIG, "model.vocab_size: expected an integer >= 1, got %d",
                             cfg->vocab_size);
-    if (cfg->num_labels >= 2 && cfg->vocab_size < DT_CLS_TOKEN + 1)
+    if (cfg->num_labels >= 2 && !cfg->tokenizer && cfg->vocab_size < DT_CLS_TOKEN + 1)
         return dt_error_set(DT_ERR_CONFIG,
                             "model.vocab_size: %d is too small for tsv data: the byte tokenizer "
                             "needs >= %d (256 bytes + <cls>)",
                             cfg->vocab_size, DT_CLS_TOKEN + 1);
+    if (cfg->tokenizer && cfg->vocab_size < dt_tokenizer_vocab_size(cfg->tokenizer))
+        return dt_error_set(DT_ERR_CONFIG, "model.vocab_size: %d is smaller than the %d ids of data.tokenizer %s "
+                            "(hint: model.vocab_size: %d)", cfg->vocab_size, dt_tokenizer_vocab_size(cfg->tokenizer),
+                            dt_tokenizer_name(cfg->tokenizer), dt_tokenizer_vocab_size(cfg->tokenizer));
+    if (cfg->tokenizer && cfg->num_labels >= 2 && dt_tokenizer_eot(cfg->tokenizer) < 0)
+        return dt_error_set(DT_ERR_CONFIG, "data.tokenizer %s has no end-of-text token to pad classification texts "
+                            "with (<|endoftext|>, or one special added token)", dt_tokenizer_name(cfg->tokenizer));
+    if (cfg->tokenizer && cfg->num_labels >= 2 && dt_tokenizer_vocab_size(cfg->tokenizer) > 65536)
+        return dt_error_set(DT_ERR_CONFIG, "data.tokenizer %s: %d ids; classification texts hold ids below 65536",
+                            dt_tokenizer_name(cfg->tokenizer), dt_tokenizer_vocab_size(cfg->tokenizer));
 
     file_list fl = {0};
     dt_data_format fmt = DT_FORMAT_AUTO;
@@ -661,7 +704,7 @@ dt_status dt_dataset_open(dt_dataset **out, const dt_dataset_cfg *cfg) {
     ds->num_files = fl.n;
     ds->classification = fmt == DT_FORMAT_TSV;
     if (ds->classification) {
-        for (size_t i = 0; i < fl.n && st == DT_OK; i++) st = read_tsv(ds, fl.v[i], cfg->num_labels);
+        for (size_t i = 0; i < fl.n && st == DT_OK; i++) st = read_tsv(ds, fl.v[i], cfg->num_labels, cfg->tokenizer);
     } else {
         st = open_tokens(ds, &fl, cfg);
     }
@@ -680,6 +723,7 @@ void dt_dataset_free(dt_dataset *ds) {
     free(ds->tok32);
     free(ds->ids);
     free(ds->labels);
+    free(ds->bpe_ids);
     free(ds);
 }
 

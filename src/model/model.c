@@ -444,11 +444,12 @@ dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, i
      * device, so one between the layers and the head would stall a GPU's queue */
     o->upload(ctx, m->tokens_dev, tokens, (size_t)BT * sizeof(int));
     if (NL) {
-        /* pooled position: the last non-pad (non-zero) token of each sequence */
+        /* pooled position: the last non-pad token of each sequence (pad 0 for bytes, whose texts
+         * end in <cls>; the end-of-text id for BPE, as GPT2ForSequenceClassification does) */
         for (int b = 0; b < B; b++) {
             int pos = 0;
             for (int t = T - 1; t >= 0; t--)
-                if (tokens[b * T + t] != 0) { pos = t; break; }
+                if (tokens[b * T + t] != m->cfg.pad_id) { pos = t; break; }
             m->host_rows[b] = b * T + pos;
             if (targets[b] < 0 || targets[b] >= NL)
                 return dt_error_set(DT_ERR_DATA, "label %d outside [0, %d) (hint: model.num_labels)", targets[b], NL);

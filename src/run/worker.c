@@ -35,6 +35,7 @@
 #include "dtrain/model.h"
 #include "dtrain/ops.h"
 #include "dtrain/optim.h"
+#include "dtrain/tokenizer.h"
 
 typedef struct run {
     const dt_config *cfg;
@@ -43,6 +44,7 @@ typedef struct run {
     dt_comm *dcomm;         /* owned: the backend's collective for device buffers (world > 1) */
     int rank, world;
     dt_device_kind dev;     /* what training.device resolved to */
+    dt_tokenizer *tok;      /* data.tokenizer: NULL for bytes */
     dt_comm_req **reqs;     /* (n_buckets) in-flight gradient all-reduces */
     dt_status comm_st;      /* first failure to start one */
     dt_backend *be;
@@ -89,6 +91,7 @@ static void run_free(run *r, dt_status st) {
     dt_model_free(r->model);
     dt_dataset_free(r->val);
     dt_dataset_free(r->train);
+    dt_tokenizer_free(r->tok);
     if (st == DT_OK) dt_comm_free(r->dcomm);
     dt_backend_close(r->be);
     free(r->tokens);
@@ -113,13 +116,25 @@ static dt_status mkdir_p(const char *path) {
     return DT_OK;
 }
 
-static dt_status open_dataset(const dt_config *c, const char *path, dt_dataset **out) {
+/* data.tokenizer: NULL for bytes, else the BPE tokenizer (to be freed). */
+static dt_status open_tokenizer(const dt_config *c, dt_tokenizer **out) {
+    *out = NULL;
+    if (strcmp(c->data.tokenizer, "bytes") == 0) return DT_OK;
+    if (dt_tokenizer_open(c->data.tokenizer, out) != DT_OK) {
+        dt_error_prefix("data.tokenizer");
+        return DT_ERR_DATA;
+    }
+    return DT_OK;
+}
+
+static dt_status open_dataset(const dt_config *c, const char *path, dt_tokenizer *tok, dt_dataset **out) {
     dt_dataset_cfg dc = {
         .path = path,
         .format = c->data.format,
         .seq_len = c->data.seq_len,
         .num_labels = c->model.num_labels,
         .vocab_size = c->model.vocab_size,
+        .tokenizer = tok,
     };
     return dt_dataset_open(out, &dc);
 }
@@ -138,7 +153,9 @@ static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_t
     dt_backend_cfg bc = {.device = local_rank, .precision = backend_precision(c), .rank = r->rank,
                          .threads = dt_device_threads_per_worker(c)};
     DT_TRY(dt_backend_open(dev, &bc, &r->be));
+    DT_TRY(open_tokenizer(c, &r->tok));
     dt_model_cfg mc = model_cfg_from(c);
+    if (r->tok && mc.num_labels) mc.pad_id = dt_tokenizer_eot(r->tok); /* BPE texts are padded with it */
     dt_op_sizes sizes;
     dt_model_op_sizes(&mc, &sizes);
     DT_TRY(dt_model_init(&r->model, &mc, r->be));
@@ -149,8 +166,8 @@ static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_t
     r->idx = dt_malloc(b * sizeof(size_t), "batch indices");
     r->reqs = dt_calloc((size_t)dt_model_num_buckets(r->model), sizeof *r->reqs, "bucket requests");
     if (!r->tokens || !r->targets || !r->idx || !r->reqs) return DT_ERR_NOMEM;
-    if (need_train) DT_TRY(open_dataset(c, c->data.train_path, &r->train));
-    if (c->data.val_path[0]) DT_TRY(open_dataset(c, c->data.val_path, &r->val));
+    if (need_train) DT_TRY(open_dataset(c, c->data.train_path, r->tok, &r->train));
+    if (c->data.val_path[0]) DT_TRY(open_dataset(c, c->data.val_path, r->tok, &r->val));
     return DT_OK;
 }
 
@@ -236,18 +253,23 @@ static size_t device_memory_bytes(const dt_ops *ops, const dt_model_cfg *mc, int
 /* The data as the run would open it: refused here as it would be there. */
 static dt_status describe_data(const dt_config *c, FILE *out) {
     const char *paths[2] = {c->data.train_path, c->data.val_path}, *names[2] = {"train", "val"};
-    for (int i = 0; i < 2; i++) {
+    dt_tokenizer *tok;
+    DT_TRY(open_tokenizer(c, &tok));
+    dt_status st = DT_OK;
+    for (int i = 0; i < 2 && st == DT_OK; i++) {
         if (!paths[i][0]) continue;
         dt_dataset *ds = NULL;
-        DT_TRY(open_dataset(c, paths[i], &ds));
+        if ((st = open_dataset(c, paths[i], tok, &ds)) != DT_OK) break;
         size_t n = dt_dataset_size(ds), cut = dt_dataset_num_truncated(ds);
         fprintf(out, "# data: %s: %zu %s in %zu file(s)", names[i], n,
                 dt_dataset_is_classification(ds) ? "examples" : "samples", dt_dataset_num_files(ds));
-        if (cut) fprintf(out, ", %zu cut to data.seq_len - 1 = %d bytes", cut, c->data.seq_len - 1);
+        if (cut && tok) fprintf(out, ", %zu cut to data.seq_len = %d tokens", cut, c->data.seq_len);
+        else if (cut) fprintf(out, ", %zu cut to data.seq_len - 1 = %d bytes", cut, c->data.seq_len - 1);
         fputc('\n', out);
         dt_dataset_free(ds);
     }
-    return DT_OK;
+    dt_tokenizer_free(tok);
+    return st;
 }
 
 dt_status dt_worker_describe(const dt_config *c, FILE *out) {
@@ -718,9 +740,11 @@ static void report_truncated(run *r, const char *which, const dt_dataset *ds) {
     size_t cut = ds ? dt_dataset_num_truncated(ds) : 0;
     if (!cut) return;
     size_t n = dt_dataset_size(ds);
-    dt_metrics_info(r->metrics, "data: %zu of %zu %s examples (%.1f%%) are longer than data.seq_len - 1 = %d bytes and "
+    const int limit = r->tok ? r->cfg->data.seq_len : r->cfg->data.seq_len - 1;
+    dt_metrics_info(r->metrics, "data: %zu of %zu %s examples (%.1f%%) are longer than data.seq_len%s = %d %s and "
                     "were cut to it (hint: a larger data.seq_len keeps more of each text)",
-                    cut, n, which, 100.0 * (double)cut / (double)(n ? n : 1), r->cfg->data.seq_len - 1);
+                    cut, n, which, 100.0 * (double)cut / (double)(n ? n : 1), r->tok ? "" : " - 1", limit,
+                    r->tok ? "tokens" : "bytes");
 }
 
 /* The data and where training starts from, for the log. */
