@@ -160,6 +160,37 @@ static void test_bad_data(void) {
 
 /* Reads metrics.jsonl; returns the number of train lines, fills first/last train loss and the
  * last eval line's fields. */
+/* A classification eval record's precision, recall, F1, macro-F1 and accuracy, computed here
+ * from its confusion matrix (rows: label, columns: predicted), as scikit-learn does. */
+static void check_class_metrics(json_t *o) {
+    json_t *conf = json_object_get(o, "val_confusion"), *classes = json_object_get(o, "val_classes");
+    if (!conf) return; /* language modelling */
+    const size_t nl = json_array_size(conf);
+    CHECK(nl >= 2 && json_array_size(classes) == nl);
+    long total = 0, right = 0;
+    double macro = 0;
+    for (size_t k = 0; k < nl; k++) {
+        long support = 0, predicted = 0, tp = json_integer_value(json_array_get(json_array_get(conf, k), k));
+        for (size_t j = 0; j < nl; j++) {
+            support += json_integer_value(json_array_get(json_array_get(conf, k), j));
+            predicted += json_integer_value(json_array_get(json_array_get(conf, j), k));
+        }
+        double p = predicted ? (double)tp / predicted : 0, r = support ? (double)tp / support : 0;
+        double f1 = p + r > 0 ? 2 * p * r / (p + r) : 0;
+        json_t *c = json_array_get(classes, k);
+        CHECK_NEAR_REL(json_number_value(json_object_get(c, "precision")), p, 1e-12, 1e-12);
+        CHECK_NEAR_REL(json_number_value(json_object_get(c, "recall")), r, 1e-12, 1e-12);
+        CHECK_NEAR_REL(json_number_value(json_object_get(c, "f1")), f1, 1e-12, 1e-12);
+        CHECK_INT_EQ(json_integer_value(json_object_get(c, "support")), support);
+        total += support;
+        right += tp;
+        macro += f1 / (double)nl;
+    }
+    CHECK_INT_EQ(total, json_integer_value(json_object_get(o, "val_examples")));
+    CHECK_NEAR_REL((double)right / (double)total, json_number_value(json_object_get(o, "val_accuracy")), 1e-12, 0);
+    CHECK_NEAR_REL(json_number_value(json_object_get(o, "val_f1_macro")), macro, 1e-12, 1e-12);
+}
+
 static int read_metrics(const char *run_dir, double *first_loss, double *last_loss, double *val_loss, double *val_acc) {
     char path[700], line[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
@@ -187,6 +218,7 @@ static int read_metrics(const char *run_dir, double *first_loss, double *last_lo
         } else if (strcmp(type, "eval") == 0) {
             *val_loss = json_number_value(json_object_get(o, "val_loss"));
             *val_acc = json_number_value(json_object_get(o, "val_accuracy"));
+            check_class_metrics(o);
         } else { /* the other documented records (test_monitoring checks their fields) */
             CHECK(strcmp(type, "workers") == 0 || strcmp(type, "summary") == 0 || strcmp(type, "resume") == 0);
         }
@@ -210,6 +242,9 @@ static void test_finetune(void) {
     CHECK(n > 10);
     CHECK(last < 0.5 * first);
     CHECK(val_acc >= 0.9);
+    CHECK_STR_CONTAINS(out_text, "  per class: 0: precision ");
+    CHECK_STR_CONTAINS(out_text, "  confusion (row: label, columns: predicted 0..1): 0: ");
+    CHECK_STR_CONTAINS(out_text, " | macro-F1 0.9");
     char path[700];
     snprintf(path, sizeof path, "%s/config.yaml", run_dir);
     CHECK(access(path, F_OK) == 0);

@@ -19,6 +19,7 @@
 
 #include "check.h"
 #include "dtrain/bench.h"
+#include "dtrain/metrics.h"
 #include "dtrain/monitor.h"
 #include "dtrain/tboard.h"
 #include "proc.h"
@@ -254,7 +255,26 @@ static void test_bench_verdict(void) {
     CHECK_STR_EQ(text, "");
 }
 
+/* precision, recall and F1 from a confusion matrix, as scikit-learn computes them */
+static void test_class_scores(void) {
+    const long conf[9] = {5, 1, 0, /* label 0: 5 right, 1 taken for 1 */
+                          2, 3, 1, /* label 1 */
+                          0, 0, 0}; /* label 2: no examples, never predicted right */
+    dt_class_score sc[3];
+    double macro;
+    dt_class_scores(conf, 3, sc, &macro);
+    CHECK_NEAR_REL(sc[0].precision, 5.0 / 7, 1e-12, 0);
+    CHECK_NEAR_REL(sc[0].recall, 5.0 / 6, 1e-12, 0);
+    CHECK_NEAR_REL(sc[0].f1, 2 * (5.0 / 7) * (5.0 / 6) / (5.0 / 7 + 5.0 / 6), 1e-12, 0);
+    CHECK_NEAR_REL(sc[1].precision, 3.0 / 4, 1e-12, 0);
+    CHECK_NEAR_REL(sc[1].recall, 3.0 / 6, 1e-12, 0);
+    CHECK(sc[2].precision == 0 && sc[2].recall == 0 && sc[2].f1 == 0); /* predicted once, wrongly; no support */
+    CHECK(sc[0].support == 6 && sc[1].support == 6 && sc[2].support == 0);
+    CHECK_NEAR_REL(macro, (sc[0].f1 + sc[1].f1 + 0) / 3, 1e-12, 0);
+}
+
 static void test_bench(void) {
+    test_class_scores();
     test_bench_verdict();
     char rd[1400];
     snprintf(rd, sizeof rd, "run.dir=%s/bench", test_dir());

@@ -46,9 +46,32 @@ static int read_losses(const char *run, double *loss, int max) {
     return n;
 }
 
+/* the last evaluation's confusion matrix, as JSON text (the counts summed over the workers) */
+static void read_confusion(const char *run, char *out, size_t n) {
+    char path[1300], line[1 << 14];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    out[0] = '\0';
+    while (fgets(line, sizeof line, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        CHECK(o != NULL);
+        json_t *c = json_object_get(o, "val_confusion");
+        if (c) {
+            char *d = json_dumps(c, JSON_COMPACT);
+            snprintf(out, n, "%s", d);
+            free(d);
+        }
+        json_decref(o);
+    }
+    fclose(f);
+    CHECK(out[0] == '[');
+}
+
 static void test_equivalence(void) {
     const int setups[4][3] = {{1, 8, 1}, {2, 4, 1}, {4, 2, 1}, {2, 2, 2}}; /* workers, batch, accum */
     double base[32];
+    char conf_base[1024], conf[1024];
     float *wbase = NULL;
     size_t nbase = 0;
     for (int s = 0; s < 4; s++) {
@@ -61,12 +84,13 @@ static void test_equivalence(void) {
         snprintf(rd, sizeof rd, "run.dir=%s", run);
         const char *args[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", nw, "--set", bs,
                               "--set", ga, "--set", "training.max_steps=20", "--set", "training.check_replicas_every=5",
-                              "--quiet", NULL};
+                              "--set", "eval.max_batches=0", "--quiet", NULL}; /* all of val: the same examples */
         CHECK_INT_EQ(run_sync(tag, args), 0);
         double loss[32];
         CHECK_INT_EQ(read_losses(run, loss, 32), 20);
         size_t n;
         float *w = read_weights(run, &n);
+        read_confusion(run, s == 0 ? conf_base : conf, sizeof conf);
         if (s == 0) {
             memcpy(base, loss, sizeof loss);
             wbase = w;
@@ -82,6 +106,7 @@ static void test_equivalence(void) {
         double dist = rel_l2(w, wbase, n);
         printf("%s vs 1x8x1: worst loss rel diff %.2e, weights rel L2 distance %.2e\n", tag, worst, dist);
         CHECK(dist <= 1e-5);
+        CHECK_STR_EQ(conf, conf_base); /* every worker's predictions counted once: the same matrix */
         free(w);
     }
     free(wbase);

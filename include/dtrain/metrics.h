@@ -6,6 +6,8 @@
  * metrics.jsonl fields:
  *   {"type":"train","step":S,"epoch":E,"loss":L,"lr":LR,"grad_norm":G,"step_ms":MS,"tokens_per_s":TPS}
  *   {"type":"eval","step":S,"val_loss":L,"val_accuracy":A,"val_examples":N,"eval_ms":MS}
+ *   (classification also "val_f1_macro", "val_classes":[{"label","precision","recall","f1","support"}, ...]
+ *   and "val_confusion":[[row of label 0: counts by predicted label], ...])
  *   {"type":"resume","step":S,"checkpoint":DIR,"attempt":K}  (training continues after step S;
  *   train lines after it supersede earlier ones with the same step, e.g. after a restart)
  *   {"type":"workers","step":S,"workers":[{"rank":R,"pid":P,"cpu_pct":C,"rss_mb":M,"peak_rss_mb":PM},...]}
@@ -52,17 +54,32 @@ typedef struct dt_run_summary {
     double tokens, train_s, eval_s, comm_s;
     int workers;
     double val_loss, val_accuracy;  /* NaN: no evaluation */
+    double val_f1_macro;            /* NaN: no evaluation, or not classification */
     const double *peak_rss_mb;      /* (workers) */
     const double *peak_gpu_mb;      /* (workers) the most device memory in use at the launcher's NVML
                                        samples of each worker's GPU, NaN: none; NULL: no GPU workers */
 } dt_run_summary;
+
+/* Classification metrics are kept for at most this many labels (the confusion matrix). */
+#define DT_MAX_CLASS_METRICS 64
 
 typedef struct dt_eval_point {
     long step;
     double loss, accuracy;
     long examples;
     double eval_ms;
+    int num_labels;          /* > 0: classification with `confusion` */
+    const long *confusion;   /* (num_labels x num_labels): [label][predicted] counts; NULL: none */
 } dt_eval_point;
+
+typedef struct dt_class_score {
+    double precision, recall, f1; /* 0 where undefined (nothing predicted, or no examples), as scikit-learn */
+    long support;                 /* examples with this label */
+} dt_class_score;
+
+/* Per-class precision, recall and F1 from a confusion matrix ([label][predicted], nl x nl), and
+ * their unweighted mean (macro-F1) in *macro_f1. */
+void dt_class_scores(const long *confusion, int nl, dt_class_score *out, double *macro_f1);
 
 /* Opens run_dir/rank-N.log and, on rank 0, run_dir/metrics.jsonl and run_dir/train.log for
  * appending (the directory must exist). dt_metrics_close accepts NULL. */

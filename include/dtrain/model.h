@@ -52,6 +52,7 @@ typedef struct dt_fwd_result {
     double loss_sum;  /* sum of per-row losses */
     long rows;        /* rows in the loss: B*T (LM) or B (classification) */
     long correct;     /* classification: argmax == label; LM: argmax == target */
+    const int *pred;  /* classification: each row's argmax, valid until the next forward; else NULL */
 } dt_fwd_result;
 
 /* Validates the shape (messages name model.* keys), allocates everything through the open

@@ -281,14 +281,84 @@ void dt_metrics_train(dt_metrics *m, const dt_train_point *p) {
     }
 }
 
+void dt_class_scores(const long *conf, int nl, dt_class_score *out, double *macro_f1) {
+    double sum = 0;
+    for (int k = 0; k < nl; k++) {
+        long tp = conf[k * nl + k], support = 0, predicted = 0;
+        for (int j = 0; j < nl; j++) {
+            support += conf[k * nl + j];
+            predicted += conf[j * nl + k];
+        }
+        dt_class_score *c = &out[k];
+        c->support = support;
+        c->precision = predicted ? (double)tp / (double)predicted : 0.0;
+        c->recall = support ? (double)tp / (double)support : 0.0;
+        c->f1 = c->precision + c->recall > 0 ? 2 * c->precision * c->recall / (c->precision + c->recall) : 0.0;
+        sum += c->f1;
+    }
+    *macro_f1 = nl ? sum / nl : NAN;
+}
+
+/* The classification part of an eval: record fields, TensorBoard, and the console lines (only
+ * up to 16 labels). */
+static void eval_classes(dt_metrics *m, const dt_eval_point *p, json_t *rec) {
+    const int nl = p->num_labels;
+    dt_class_score sc[DT_MAX_CLASS_METRICS];
+    double macro;
+    dt_class_scores(p->confusion, nl, sc, &macro);
+    json_t *classes = json_array(), *conf = json_array();
+    char line[2048], mat[2048];
+    size_t k = 0, km = 0;
+    for (int c = 0; c < nl; c++) {
+        json_array_append_new(classes, json_pack("{s:i, s:o, s:o, s:o, s:I}", "label", c, "precision",
+                                                 num(sc[c].precision), "recall", num(sc[c].recall), "f1", num(sc[c].f1),
+                                                 "support", (json_int_t)sc[c].support));
+        json_t *row = json_array();
+        if (km < sizeof mat) km += (size_t)snprintf(mat + km, sizeof mat - km, "%s%d:", c ? " | " : "", c);
+        for (int j = 0; j < nl; j++) {
+            json_array_append_new(row, json_integer(p->confusion[c * nl + j]));
+            if (km < sizeof mat) km += (size_t)snprintf(mat + km, sizeof mat - km, " %ld", p->confusion[c * nl + j]);
+        }
+        json_array_append_new(conf, row);
+        if (k < sizeof line)
+            k += (size_t)snprintf(line + k, sizeof line - k, "%s%d: precision %.4f recall %.4f f1 %.4f (%ld)", c ? " | " : "",
+                                  c, sc[c].precision, sc[c].recall, sc[c].f1, sc[c].support);
+        static const char *const what[] = {"precision", "recall", "f1"};
+        const double v[] = {sc[c].precision, sc[c].recall, sc[c].f1};
+        for (int w = 0; w < 3; w++) {
+            char tag[64];
+            snprintf(tag, sizeof tag, "val/class%d/%s", c, what[w]);
+            tb(m, tag, p->step, v[w]);
+        }
+    }
+    json_object_set_new(rec, "val_f1_macro", num(macro));
+    json_object_set_new(rec, "val_classes", classes);
+    json_object_set_new(rec, "val_confusion", conf);
+    tb(m, "val/f1_macro", p->step, macro);
+    if (nl <= 16) {
+        dt_metrics_info(m, "  per class: %s", line);
+        dt_metrics_info(m, "  confusion (row: label, columns: predicted 0..%d): %s", nl - 1, mat);
+    }
+}
+
 void dt_metrics_eval(dt_metrics *m, const dt_eval_point *p) {
-    write_json(m, json_pack("{s:s, s:I, s:o, s:o, s:I, s:o}", "type", "eval", "step", (json_int_t)p->step, "val_loss",
+    json_t *rec = json_pack("{s:s, s:I, s:o, s:o, s:I, s:o}", "type", "eval", "step", (json_int_t)p->step, "val_loss",
                             num(p->loss), "val_accuracy", num(p->accuracy), "val_examples", (json_int_t)p->examples,
-                            "eval_ms", num(p->eval_ms)));
+                            "eval_ms", num(p->eval_ms));
     tb(m, "val/loss", p->step, p->loss);
     tb(m, "val/accuracy", p->step, p->accuracy);
-    dt_metrics_info(m, "eval at step %ld | val loss %.6f | val accuracy %.4f | %ld examples | %.1f s", p->step, p->loss,
-                    p->accuracy, p->examples, p->eval_ms / 1000.0);
+    const int cls = p->confusion && p->num_labels > 0 && p->num_labels <= DT_MAX_CLASS_METRICS;
+    char f1[48] = "";
+    if (cls) {
+        dt_class_score sc[DT_MAX_CLASS_METRICS];
+        double macro;
+        dt_class_scores(p->confusion, p->num_labels, sc, &macro);
+        snprintf(f1, sizeof f1, " | macro-F1 %.4f", macro);
+    }
+    dt_metrics_info(m, "eval at step %ld | val loss %.6f | val accuracy %.4f%s | %ld examples | %.1f s", p->step, p->loss,
+                    p->accuracy, f1, p->examples, p->eval_ms / 1000.0);
+    if (cls) eval_classes(m, p, rec); /* the per-class and confusion lines, under it */
+    write_json(m, rec);
 }
 
 /* A GPU worker's GPU: its fields in the record, its TensorBoard scalars, its part of the line. */
@@ -395,6 +465,7 @@ void dt_metrics_final(dt_metrics *m, const dt_run_summary *s) {
                             num(share), "val_loss", num(s->val_loss), "val_accuracy", num(s->val_accuracy),
                             "peak_rss_mb", peaks, "checkpoints", (json_int_t)s->checkpoints);
     if (gpu_peaks) json_object_set_new(rec, "peak_gpu_mem_mb", gpu_peaks);
+    if (isfinite(s->val_f1_macro)) json_object_set_new(rec, "val_f1_macro", num(s->val_f1_macro));
     write_json(m, rec);
     char range[64] = "";
     if (s->first_step > 0 && s->steps > 0) /* resumed: say which steps this run trained */
@@ -404,7 +475,10 @@ void dt_metrics_final(dt_metrics *m, const dt_run_summary *s) {
     if (s->workers > 1)
         dt_metrics_summary(m, "per worker: %.0f samples/s, %.0f tokens/s | waiting for all-reduce: %.1f%% of step time",
                            sps / s->workers, tps / s->workers, 100.0 * share);
-    if (isfinite(s->val_loss))
+    if (isfinite(s->val_loss) && isfinite(s->val_f1_macro))
+        dt_metrics_summary(m, "final: val loss %.6f | val accuracy %.4f | macro-F1 %.4f", s->val_loss, s->val_accuracy,
+                           s->val_f1_macro);
+    else if (isfinite(s->val_loss))
         dt_metrics_summary(m, "final: val loss %.6f | val accuracy %.4f", s->val_loss, s->val_accuracy);
     dt_metrics_summary(m, "peak memory: %s%s | checkpoints written: %ld", mem, gpu, s->checkpoints);
 }

@@ -493,6 +493,7 @@ dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, i
             res->loss_sum += m->host_losses[b];
         }
         res->rows = B;
+        res->pred = m->host_argmax;
     } else {
         o->layernorm_fwd(ctx, m->lnf, m->lnf_mean, m->lnf_rstd, x, hp(m, m->params, 0), hp(m, m->params, 1), BT, C);
         o->matmul_fwd(ctx, m->logits, m->lnf, m->params + m->tensors[0].offset, NULL, BT, C, V, 1);

@@ -45,6 +45,7 @@ typedef struct run {
     int rank, world;
     dt_device_kind dev;     /* what training.device resolved to */
     dt_tokenizer *tok;      /* data.tokenizer: NULL for bytes */
+    long confusion[DT_MAX_CLASS_METRICS * DT_MAX_CLASS_METRICS]; /* the last evaluation's [label][predicted] */
     dt_comm_req **reqs;     /* (n_buckets) in-flight gradient all-reduces */
     dt_status comm_st;      /* first failure to start one */
     dt_backend *be;
@@ -189,6 +190,8 @@ static dt_status evaluate(run *r, long step, dt_eval_point *out) {
     size_t nb = dt_eval_num_batches(n, r->world, b);
     double loss = 0;
     long rows = 0, correct = 0, examples = 0;
+    const int nl = c->model.num_labels <= DT_MAX_CLASS_METRICS ? c->model.num_labels : 0; /* 0: no matrix */
+    memset(r->confusion, 0, sizeof r->confusion);
     for (size_t j = 0; j < nb; j++) {
         size_t start;
         int count;
@@ -202,22 +205,28 @@ static dt_status evaluate(run *r, long step, dt_eval_point *out) {
         rows += res.rows;
         correct += res.correct;
         examples += count;
+        for (int i = 0; nl && res.pred && i < count; i++) r->confusion[r->targets[i] * nl + res.pred[i]]++;
         if (r->metrics) dt_metrics_eval_progress(r->metrics, (long)j + 1, (long)nb, (now_ms() - t0) / 1000.0);
     }
     if (r->world > 1) {
         /* counts stay exact in float up to 2^24 rows; the loss sum is rounded to float */
-        float sums[4] = {(float)loss, (float)rows, (float)correct, (float)examples};
-        DT_TRY(dt_comm_allreduce(r->comm, sums, 4, DT_REDUCE_SUM));
+        float sums[4 + DT_MAX_CLASS_METRICS * DT_MAX_CLASS_METRICS] = {(float)loss, (float)rows, (float)correct,
+                                                                       (float)examples};
+        for (int i = 0; i < nl * nl; i++) sums[4 + i] = (float)r->confusion[i];
+        DT_TRY(dt_comm_allreduce(r->comm, sums, (size_t)(4 + nl * nl), DT_REDUCE_SUM));
         loss = sums[0];
         rows = (long)sums[1];
         correct = (long)sums[2];
         examples = (long)sums[3];
+        for (int i = 0; i < nl * nl; i++) r->confusion[i] = (long)sums[4 + i];
     }
     out->step = step;
     out->loss = rows ? loss / (double)rows : NAN;
     out->accuracy = rows ? (double)correct / (double)rows : NAN;
     out->examples = examples;
     out->eval_ms = now_ms() - t0;
+    out->num_labels = nl;
+    out->confusion = nl ? r->confusion : NULL;
     return DT_OK;
 }
 
@@ -931,7 +940,7 @@ static dt_status finish(trainer *t, int stopped) {
         .verb = stopped ? "stopped" : "done", .steps = steps_run, .first_step = t->step_start, .last_step = t->step,
         .samples = steps_run * t->G, .checkpoints = t->checkpoints, .tokens = (double)t->G * t->T * (double)steps_run,
         .train_s = t->train_ms / 1e3, .eval_s = t->eval_ms / 1e3, .comm_s = t->comm_ms / 1e3, .workers = r->world,
-        .val_loss = NAN, .val_accuracy = NAN,
+        .val_loss = NAN, .val_accuracy = NAN, .val_f1_macro = NAN,
     };
     double peaks[DT_MAX_WORLD], gpu_peaks[DT_MAX_WORLD];
     if (stopped) {
@@ -955,6 +964,10 @@ static dt_status finish(trainer *t, int stopped) {
     if (t->have_eval) {
         sum.val_loss = t->last_eval.loss;
         sum.val_accuracy = t->last_eval.accuracy;
+        if (t->last_eval.confusion) {
+            dt_class_score sc[DT_MAX_CLASS_METRICS];
+            dt_class_scores(t->last_eval.confusion, t->last_eval.num_labels, sc, &sum.val_f1_macro);
+        }
     }
     dt_metrics_final(r->metrics, &sum);
     if (r->rank == 0) dt_metrics_summary(r->metrics, "weights: %s", weights);
@@ -1073,6 +1086,19 @@ dt_status dt_worker_eval(const dt_config *c, const char *weights, dt_eval_point 
     if ((st = evaluate(&r, 0, out)) != DT_OK) goto done;
     printf("eval %s | val loss %.17g | val accuracy %.6f | %ld examples | %.1f s\n", weights, out->loss, out->accuracy,
            out->examples, out->eval_ms / 1e3);
+    if (out->confusion) { /* classification: per class, and the matrix */
+        dt_class_score sc[DT_MAX_CLASS_METRICS];
+        double macro;
+        dt_class_scores(out->confusion, out->num_labels, sc, &macro);
+        printf("macro-F1 %.6f\n", macro);
+        for (int k = 0; k < out->num_labels; k++) {
+            printf("  class %d: precision %.6f recall %.6f f1 %.6f support %ld | predicted as 0..%d:", k, sc[k].precision,
+                   sc[k].recall, sc[k].f1, sc[k].support, out->num_labels - 1);
+            for (int j = 0; j < out->num_labels; j++) printf(" %ld", out->confusion[k * out->num_labels + j]);
+            putchar('\n');
+        }
+        out->confusion = NULL; /* it lives in the run, freed below */
+    }
 done:
     run_free(&r, st);
     return st;
