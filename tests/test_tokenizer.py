@@ -8,8 +8,8 @@ Tokenizers are trained here with `tokenizers` (ByteLevel pre-tokenizer, BPE mode
 must give the same ids, token for token, as Tokenizer.encode(text, add_special_tokens=False)
 after its leading end-of-text token: on the shipped corpus, the sentiment texts, an adversarial
 set (mixed scripts, emoji and ZWJ sequences, combining marks, runs of spaces, tabs and newlines,
-contractions, digits of several scripts, Unicode spaces, special tokens inside the text) and
-3000 random lines drawn from those kinds of characters. `dtrain data detokenize` must give the
+contractions, digits of several scripts, Unicode spaces, special tokens inside the text),
+3000 random lines drawn from those kinds of characters and two words of 100 000+ letters. `dtrain data detokenize` must give the
 text back byte for byte. A vocabulary past 65536 ids writes a uint32 (version 7) shard. Bad
 input exits 2 naming what is wrong. With data.tokenizer, classification texts are cut where
 tokenizers' ids pass data.seq_len. Exit 77 without the tokenizers package.
@@ -116,6 +116,10 @@ def corpus_texts():
     rnd = random.Random(1337)
     texts["random-3000-lines"] = "".join(
         "".join(rnd.choice(POOL) for _ in range(rnd.randint(1, 60))) + "\n" for _ in range(3000))
+    # words of 200 000 and 100 000 letters (base64 blobs, minified data): merging must not take
+    # O(n^2) in a word's length (it would run for hours)
+    texts["long-words"] = "".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(200000)) + " " + \
+        "ab" * 50000 + "\n"
     return texts
 
 

@@ -140,7 +140,9 @@ struct dt_tokenizer {
     strmap cache;            /* raw word bytes -> offset into cache_ids << 8 | count (count < 256) */
     uint32_t *cache_ids;
     size_t cache_ids_len, cache_ids_cap;
-    uint32_t *sym;           /* a word's symbols while merging */
+    uint32_t *sym;           /* a word's symbols while merging (merge_word) */
+    int32_t *prev, *next;    /* their links; prev -2: merged away */
+    struct merge_cand *heap; /* the queue of candidate merges */
     size_t sym_cap;
     char *scratch;           /* a segment with its prefix space */
     size_t scratch_cap;
@@ -446,6 +448,9 @@ void dt_tokenizer_free(dt_tokenizer *t) {
     if (t->re) pcre2_code_free(t->re);
     free(t->cache_ids);
     free(t->sym);
+    free(t->prev);
+    free(t->next);
+    free(t->heap);
     free(t->scratch);
     free(t);
 }
@@ -497,28 +502,76 @@ static size_t utf8_invalid_at(const unsigned char *s, size_t len) {
     return len;
 }
 
-/* Merges a word's symbols (t->sym[0..n)) by rank: the lowest-ranked adjacent pair first, the
- * leftmost of equals, until no pair has a merge. Returns the count left. */
-static size_t merge_word(dt_tokenizer *t, size_t n) {
-    uint32_t *sym = t->sym;
-    while (n > 1) {
-        int best = -1;
-        size_t at = 0;
-        int id = 0;
-        for (size_t i = 0; i + 1 < n; i++) {
-            const pair_entry *p = pair_find(t, sym[i], sym[i + 1]);
-            if (p && (best < 0 || p->rank < best)) {
-                best = p->rank;
-                at = i;
-                id = p->id;
-            }
-        }
-        if (best < 0) break;
-        sym[at] = (uint32_t)id;
-        memmove(sym + at + 1, sym + at + 2, (n - at - 2) * sizeof *sym);
-        n--;
+/* A candidate merge: the pair that starts at symbol `pos`, as it was when queued. */
+typedef struct merge_cand {
+    int32_t rank, pos;
+    uint32_t left, right;
+} merge_cand;
+
+static int cand_less(const merge_cand *a, const merge_cand *b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
+}
+
+static void heap_push(merge_cand *h, size_t *n, merge_cand c) {
+    size_t i = (*n)++;
+    while (i > 0 && cand_less(&c, &h[(i - 1) / 2])) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
     }
-    return n;
+    h[i] = c;
+}
+
+static merge_cand heap_pop(merge_cand *h, size_t *n) {
+    merge_cand top = h[0], last = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && cand_less(&h[c + 1], &h[c])) c++;
+        if (!cand_less(&h[c], &last)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n) h[i] = last;
+    return top;
+}
+
+/* Queues the pair (a, next[a]) when it has a merge. */
+static void queue_pair(dt_tokenizer *t, size_t *nh, int32_t a) {
+    if (a < 0) return;
+    const int32_t b = t->next[a];
+    if (b < 0) return;
+    const pair_entry *p = pair_find(t, t->sym[a], t->sym[b]);
+    if (p) heap_push(t->heap, nh, (merge_cand){p->rank, a, t->sym[a], t->sym[b]});
+}
+
+/* Merges a word's symbols (t->sym[0..n)) by rank: the lowest-ranked adjacent pair first, the
+ * leftmost of equals, until no pair has a merge (as tokenizers does: a queue of candidate
+ * pairs, O(n log n), so a word of megabytes does not take O(n^2)). Symbols are a linked list
+ * over sym[]; a candidate whose symbols have changed since it was queued is skipped. Returns
+ * the count left, compacted into sym[0..). */
+static size_t merge_word(dt_tokenizer *t, size_t n) {
+    if (n < 2) return n;
+    size_t nh = 0;
+    for (size_t i = 0; i < n; i++) {
+        t->prev[i] = (int32_t)i - 1;
+        t->next[i] = i + 1 < n ? (int32_t)(i + 1) : -1;
+    }
+    for (size_t i = 0; i + 1 < n; i++) queue_pair(t, &nh, (int32_t)i);
+    while (nh) {
+        const merge_cand c = heap_pop(t->heap, &nh);
+        const int32_t a = c.pos, b = t->next[a];
+        if (t->prev[a] == -2 || b < 0 || t->sym[a] != c.left || t->sym[b] != c.right) continue; /* stale */
+        t->sym[a] = pair_find(t, c.left, c.right)->id;
+        t->next[a] = t->next[b];
+        if (t->next[b] >= 0) t->prev[t->next[b]] = a;
+        t->prev[b] = -2; /* merged away */
+        queue_pair(t, &nh, t->prev[a]);
+        queue_pair(t, &nh, a);
+    }
+    size_t k = 0;
+    for (int32_t i = 0; i >= 0; i = t->next[i]) t->sym[k++] = t->sym[i];
+    return k;
 }
 
 /* One pre-tokenized word (raw bytes): its ids from the cache, or merged and cached. */
@@ -528,10 +581,16 @@ static dt_status encode_word(dt_tokenizer *t, const char *w, size_t len, uint32_
         const int64_t v = t->cache.val[e];
         return push(ids, n, cap, t->cache_ids + (v >> 8), (size_t)(v & 0xFF));
     }
-    if (len > t->sym_cap) {
+    if (len > t->sym_cap) { /* a word's symbols, their links and its queue (2 candidates per merge at most) */
         uint32_t *p = realloc(t->sym, len * sizeof *p);
-        if (!p) return dt_error_set(DT_ERR_NOMEM, "out of memory");
-        t->sym = p;
+        int32_t *pv = p ? realloc(t->prev, len * sizeof *pv) : NULL;
+        if (p) t->sym = p;
+        if (pv) t->prev = pv;
+        int32_t *nx = pv ? realloc(t->next, len * sizeof *nx) : NULL;
+        if (nx) t->next = nx;
+        merge_cand *h = nx ? realloc(t->heap, 3 * len * sizeof *h) : NULL;
+        if (!h) return dt_error_set(DT_ERR_NOMEM, "out of memory (a word of %zu bytes)", len);
+        t->heap = h;
         t->sym_cap = len;
     }
     size_t k = 0;
