@@ -37,6 +37,14 @@ dt_status dt_file_open_regular(const char *path, dt_status not_regular, int *fd)
  * DT_ERR_IO "PATH: cannot create TMP: REASON" on error. */
 dt_status dt_file_create_temp(const char *path, char *tmp, size_t n, int *fd);
 
+/* Writes all of buf (retrying short writes and EINTR); -1 with errno set on failure. */
+int dt_file_write_all(int fd, const void *buf, size_t n);
+
+/* Ends an atomic replace: renames the temporary file `tmp` (written, fsynced and closed) onto
+ * `path` and fsyncs the directory holding it, so that the new file survives a crash. On a
+ * failed rename `tmp` is removed. DT_ERR_IO naming both on error. */
+dt_status dt_file_commit(const char *tmp, const char *path);
+
 /* Creates `path`, which must not exist (O_EXCL|O_NOFOLLOW, 0644): for files written into a
  * directory dtrain has just made, and names that carry the pid. DT_ERR_IO on error. */
 dt_status dt_file_create_new(const char *path, int *fd);

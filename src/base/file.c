@@ -136,3 +136,42 @@ FILE *dt_file_stream(int fd, const char *mode, const char *path) {
     }
     return f;
 }
+
+int dt_file_write_all(int fd, const void *buf, size_t n) {
+    for (size_t done = 0; done < n;) {
+        ssize_t w = write(fd, (const char *)buf + done, n - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (w == 0) errno = EIO;
+            return -1;
+        }
+        done += (size_t)w;
+    }
+    return 0;
+}
+
+/* fsync of the directory that holds `path`; -1 with errno set on failure. */
+static int fsync_parent(const char *path) {
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd), e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}
+
+dt_status dt_file_commit(const char *tmp, const char *path) {
+    if (rename(tmp, path) != 0) {
+        dt_status st = dt_error_set(DT_ERR_IO, "%s: cannot rename %s onto it: %s", path, tmp, strerror(errno));
+        unlink(tmp);
+        return st;
+    }
+    if (fsync_parent(path) != 0)
+        return dt_error_set(DT_ERR_IO, "%s: cannot fsync its directory: %s", path, strerror(errno));
+    return DT_OK;
+}

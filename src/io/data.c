@@ -931,33 +931,10 @@ static dt_status write_shard(const char *path, const uint32_t *t32, const unsign
         ok = 0;
         err = errno;
     }
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok) err = errno;
-        dt_status st = dt_error_set(DT_ERR_IO, "%s: %s failed: %s", path, ok ? "rename" : "write",
-                                    strerror(err));
-        unlink(tmp);
-        free(tmp);
-        return st;
-    }
+    dt_status st = ok ? dt_file_commit(tmp, path) : dt_error_set(DT_ERR_IO, "%s: write failed: %s", path, strerror(err));
+    if (!ok) unlink(tmp);
     free(tmp);
-    /* make the rename durable (best effort) */
-    char *dir = strdup(path);
-    if (dir) {
-        char *slash = strrchr(dir, '/');
-        const char *d = ".";
-        if (slash == dir) d = "/";
-        else if (slash) {
-            *slash = '\0';
-            d = dir;
-        }
-        int fd = open(d, O_RDONLY | O_DIRECTORY);
-        if (fd >= 0) {
-            (void)fsync(fd);
-            close(fd);
-        }
-        free(dir);
-    }
-    return DT_OK;
+    return st;
 }
 
 dt_status dt_shard_write(const char *path, const uint32_t *tokens, size_t n) {
@@ -999,34 +976,17 @@ dt_status dt_data_tokenize(const char *tokenizer, const char *in_path, const cha
     return st;
 }
 
-/* data[0..len) into path through a fresh temporary file and a rename. */
+/* data[0..len) into path through a fresh temporary file, fsynced, renamed onto it. */
 static dt_status write_file_atomic(const char *path, const char *data, size_t len) {
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 48);
-    if (!tmp) return dt_error_set(DT_ERR_NOMEM, "out of memory writing %s", path);
+    char tmp[DT_PATH_MAX + 48];
     int fd;
-    dt_status st = dt_file_create_temp(path, tmp, plen + 48, &fd);
-    if (st != DT_OK) {
-        free(tmp);
-        return st;
-    }
-    int ok = 1;
-    for (size_t at = 0; ok && at < len;) {
-        ssize_t w = write(fd, data + at, len - at);
-        if (w < 0 && errno == EINTR) continue;
-        ok = w > 0;
-        if (ok) at += (size_t)w;
-    }
+    DT_TRY(dt_file_create_temp(path, tmp, sizeof tmp, &fd));
+    int ok = dt_file_write_all(fd, data, len) == 0 && fsync(fd) == 0;
     int err = errno;
-    if (ok) ok = fsync(fd) == 0, err = errno;
     if (close(fd) != 0 && ok) ok = 0, err = errno;
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok) err = errno;
-        st = dt_error_set(DT_ERR_IO, "%s: %s failed: %s", path, ok ? "rename" : "write", strerror(err));
-        unlink(tmp);
-    }
-    free(tmp);
-    return st;
+    if (ok) return dt_file_commit(tmp, path);
+    unlink(tmp);
+    return dt_error_set(DT_ERR_IO, "%s: cannot write %s: %s", path, tmp, strerror(err));
 }
 
 dt_status dt_data_detokenize(const char *tokenizer, const char *in_path, const char *out_path, size_t *n_bytes) {

@@ -433,19 +433,6 @@ dt_status dt_st_read_f32(dt_st_file *f, const dt_st_tensor *t, float *dst) {
 
 /* ---- writing ---- */
 
-static int st_write_full(int fd, const void *buf, size_t len) {
-    size_t done = 0;
-    while (done < len) {
-        ssize_t w = write(fd, (const char *)buf + done, len - done);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        done += (size_t)w;
-    }
-    return 0;
-}
-
 /* Builds the compact header JSON; *numel_out gets each entry's element count. */
 static dt_status st_build_header(const char *path, const dt_st_entry *entries, int n,
                                  const char *const *meta_keys, const char *const *meta_values,
@@ -538,33 +525,6 @@ fail:
     return st;
 }
 
-/* fsync the directory holding `path` so that the rename is durable. */
-static int st_fsync_dir(const char *path) {
-    char *dir = strdup(path);
-    if (!dir) return -1;
-    char *slash = strrchr(dir, '/');
-    const char *d = ".";
-    if (slash == dir) {
-        dir[1] = '\0';
-        d = dir;
-    } else if (slash) {
-        *slash = '\0';
-        d = dir;
-    }
-    int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int rc = -1;
-    if (fd >= 0) {
-        rc = fsync(fd);
-        int e = errno;
-        close(fd);
-        errno = e;
-    }
-    int e = errno;
-    free(dir);
-    errno = e;
-    return rc;
-}
-
 dt_status dt_st_write(const char *path, const dt_st_entry *entries, int n,
                       const char *const *meta_keys, const char *const *meta_values, int n_meta) {
     dt_status st = DT_OK;
@@ -588,26 +548,17 @@ dt_status dt_st_write(const char *path, const dt_st_entry *entries, int n,
     unsigned char lenb[8];
     for (int i = 0; i < 8; i++) lenb[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
     static const char spaces[8] = "        ";
-    if (st_write_full(fd, lenb, 8) != 0 || st_write_full(fd, json, jlen) != 0 ||
-        st_write_full(fd, spaces, hlen - jlen) != 0)
+    if (dt_file_write_all(fd, lenb, 8) != 0 || dt_file_write_all(fd, json, jlen) != 0 ||
+        dt_file_write_all(fd, spaces, hlen - jlen) != 0)
         goto io_write;
     for (int i = 0; i < n; i++)
-        if (numel[i] && st_write_full(fd, entries[i].data, numel[i] * sizeof(float)) != 0)
+        if (numel[i] && dt_file_write_all(fd, entries[i].data, numel[i] * sizeof(float)) != 0)
             goto io_write;
     if (fsync(fd) != 0) goto io_write;
     int rc = close(fd);
     fd = -1;
     if (rc != 0) goto io_write;
-    if (rename(tmp, path) != 0) {
-        st = dt_error_set(DT_ERR_IO, "%s: cannot rename %s onto it: %s", path, tmp,
-                          strerror(errno));
-        unlink(tmp);
-        goto out;
-    }
-    if (st_fsync_dir(path) != 0) {
-        st = dt_error_set(DT_ERR_IO, "%s: cannot fsync its directory: %s", path, strerror(errno));
-        goto out;
-    }
+    st = dt_file_commit(tmp, path);
     goto out;
 io_write:
     st = dt_error_set(DT_ERR_IO, "%s: cannot write %s: %s", path, tmp, strerror(errno));
