@@ -76,6 +76,22 @@ static inline void test_dir_remove(void) {
 }
 
 /* The model.safetensors of two runs in test_dir() are byte-identical. */
+/* A link planted at a writer's temporary name for `out` (OUT.tmp.PID) pointing at a file
+ * holding "keep me"; tmp receives that name. test_planted_kept() then checks that the target
+ * kept its bytes and the link is still there, untouched. */
+static inline void test_plant_temp_link(const char *out, const char *victim, char *tmp, size_t n) {
+    test_write_file(victim, "keep me", 7);
+    snprintf(tmp, n, "%s.tmp.%ld", out, (long)getpid());
+    CHECK(symlink(victim, tmp) == 0);
+}
+static inline void test_planted_kept(const char *victim, const char *tmp) {
+    char got[64];
+    test_slurp(victim, got, sizeof got);
+    CHECK_STR_EQ(got, "keep me");
+    struct stat sb;
+    CHECK(lstat(tmp, &sb) == 0 && S_ISLNK(sb.st_mode)); /* not ours: left where it was */
+}
+
 static inline void test_same_weights(const char *run_a, const char *run_b) {
     char pa[1300], pb[1300];
     snprintf(pa, sizeof pa, "%s/%s/model.safetensors", test_dir(), run_a);

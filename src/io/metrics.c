@@ -301,11 +301,8 @@ void dt_class_scores(const long *conf, int nl, dt_class_score *out, double *macr
 
 /* The classification part of an eval: record fields, TensorBoard, and the console lines (only
  * up to 16 labels). */
-static void eval_classes(dt_metrics *m, const dt_eval_point *p, json_t *rec) {
+static void eval_classes(dt_metrics *m, const dt_eval_point *p, const dt_class_score *sc, double macro, json_t *rec) {
     const int nl = p->num_labels;
-    dt_class_score sc[DT_MAX_CLASS_METRICS];
-    double macro;
-    dt_class_scores(p->confusion, nl, sc, &macro);
     json_t *classes = json_array(), *conf = json_array();
     char line[2048], mat[2048];
     size_t k = 0, km = 0;
@@ -349,15 +346,15 @@ void dt_metrics_eval(dt_metrics *m, const dt_eval_point *p) {
     tb(m, "val/accuracy", p->step, p->accuracy);
     const int cls = p->confusion && p->num_labels > 0 && p->num_labels <= DT_MAX_CLASS_METRICS;
     char f1[48] = "";
+    dt_class_score sc[DT_MAX_CLASS_METRICS];
+    double macro = NAN;
     if (cls) {
-        dt_class_score sc[DT_MAX_CLASS_METRICS];
-        double macro;
         dt_class_scores(p->confusion, p->num_labels, sc, &macro);
         snprintf(f1, sizeof f1, " | macro-F1 %.4f", macro);
     }
     dt_metrics_info(m, "eval at step %ld | val loss %.6f | val accuracy %.4f%s | %ld examples | %.1f s", p->step, p->loss,
                     p->accuracy, f1, p->examples, p->eval_ms / 1000.0);
-    if (cls) eval_classes(m, p, rec); /* the per-class and confusion lines, under it */
+    if (cls) eval_classes(m, p, sc, macro, rec); /* the per-class and confusion lines, under it */
     write_json(m, rec);
 }
 
