@@ -128,3 +128,59 @@ extern "C" cudaError_t dtk_causal_softmax_bwd(cudaStream_t s, float *datt, const
     causal_softmax_bwd_kernel<<<softmax_blocks(rows), DTK_THREADS, 0, s>>>(datt, att, rows, T, scale);
     return cudaGetLastError();
 }
+
+// ---- generation: attention of new rows over a key/value cache ----
+
+// Block i copies new row i's key and value into cache row pos0 + i.
+static __global__ void kv_append_kernel(float *kc, float *vc, const float *qkv, int pos0, int C) {
+    const float *row = qkv + (size_t)blockIdx.x * 3 * C;
+    const size_t dst = (size_t)(pos0 + blockIdx.x) * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        kc[dst + c] = row[C + c];
+        vc[dst + c] = row[2 * C + c];
+    }
+}
+
+// One block per (new row i, head h), at position t = pos0 + i: threads over the keys 0..t
+// write the scores into p (the row's scratch), block reductions give the max and the sum of
+// exp, then threads over the head's columns sum p[j] v[j] in increasing j (deterministic).
+// The reductions end in barriers, so every p[j] is written before any thread reads it.
+static __global__ void attention_cached_kernel(float *out, float *scratch, const float *kc, const float *vc,
+                                               const float *qkv, int pos0, int L, int C, int NH, float scale) {
+    const int i = blockIdx.x / NH, h = blockIdx.x - i * NH, hs = C / NH, t = pos0 + i;
+    const float *q = qkv + (size_t)i * 3 * C + (size_t)h * hs;
+    float *p = scratch + (size_t)blockIdx.x * L;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j <= t; j += blockDim.x) {
+        const float *k = kc + (size_t)j * C + (size_t)h * hs;
+        float d = 0.0f;
+        for (int e = 0; e < hs; e++) d += q[e] * k[e];
+        p[j] = d * scale;
+        mx = fmaxf(mx, p[j]);
+    }
+    mx = dtk_block_reduce(mx, DtkMax(), -INFINITY);
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j <= t; j += blockDim.x) {
+        p[j] = expf(p[j] - mx);
+        sum += p[j];
+    }
+    sum = dtk_block_reduce(sum, DtkSum(), 0.0f);
+    const float inv = 1.0f / sum;
+    for (int e = threadIdx.x; e < hs; e += blockDim.x) {
+        const float *v = vc + (size_t)h * hs + e;
+        float acc = 0.0f;
+        for (int j = 0; j <= t; j++) acc += p[j] * v[(size_t)j * C];
+        out[(size_t)i * C + (size_t)h * hs + e] = acc * inv;
+    }
+}
+
+extern "C" cudaError_t dtk_attention_cached(cudaStream_t s, float *out, float *kcache, float *vcache, float *scratch,
+                                            const float *qkv, int pos0, int n, int C, int NH) {
+    if (n <= 0 || C <= 0 || NH <= 0 || pos0 < 0) return cudaSuccess;
+    kv_append_kernel<<<n, DTK_THREADS, 0, s>>>(kcache, vcache, qkv, pos0, C);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    attention_cached_kernel<<<n * NH, DTK_THREADS, 0, s>>>(out, scratch, kcache, vcache, qkv, pos0, pos0 + n, C, NH,
+                                                           1.0f / sqrtf((float)(C / NH)));
+    return cudaGetLastError();
+}

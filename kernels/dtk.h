@@ -84,6 +84,13 @@ cudaError_t dtk_causal_softmax_fwd(cudaStream_t s, float *att, int BH, int T, fl
  * exact 0 above the diagonal. */
 cudaError_t dtk_causal_softmax_bwd(cudaStream_t s, float *datt, const float *att, int BH, int T, float scale);
 
+/* Attention of n new rows (positions pos0..pos0+n-1 of one sequence) over a key/value cache
+ * (ops.h attention_cached): the rows' keys and values are copied from qkv(n,3C) into rows
+ * pos0.. of kcache and vcache (C wide), then out(n,C) = softmax(scale q k^T) v over cache rows
+ * 0..pos0+i for new row i. scratch: n*NH*(pos0+n) floats (the probabilities). */
+cudaError_t dtk_attention_cached(cudaStream_t s, float *out, float *kcache, float *vcache, float *scratch,
+                                 const float *qkv, int pos0, int n, int C, int NH);
+
 /* AdamW as torch.optim.AdamW (ops.h adamw), t >= 1. p16 (may be NULL) receives the bf16
  * rounding of the updated p in the same pass. */
 cudaError_t dtk_adamw(cudaStream_t s, float *p, dtk_bf16 *p16, const float *g, float *m, float *v, size_t n,

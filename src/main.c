@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,7 +16,10 @@
 #include "dtrain/config.h"
 #include "dtrain/data.h"
 #include "dtrain/device.h"
+#include "dtrain/clock.h"
 #include "dtrain/doctor.h"
+#include "dtrain/generate.h"
+#include "dtrain/infer.h"
 #include "dtrain/launch.h"
 #include "dtrain/rendezvous.h"
 #include "dtrain/safetensors.h"
@@ -60,6 +64,23 @@ static const help_entry help[] = {
      "  --checkpoint PATH    as for eval: a file, a checkpoint directory, or a run directory (its final\n"
      "                       weights, else its newest valid checkpoint)\n"
      "  --out FILE           the file to write (replaced atomically)\n"},
+    {"generate", "dtrain generate --checkpoint DIR|FILE [--config FILE] --prompt TEXT [--max-new-tokens N] "
+     "[--temperature T] [--top-k K] [--top-p P] [--seed S]",
+     "generate   continues TEXT with a language model, printing each token as it is chosen (stdout: the\n"
+     "           continuation; stderr: tokens and speed). A key/value cache keeps the cost of a new token\n"
+     "           independent of the text before it, but for attention itself. With a BPE tokenizer the\n"
+     "           text follows the end-of-text token, as every document in training did, and generation\n"
+     "           stops at the next one.\n"
+     "  --checkpoint PATH    as for eval; its config is the config.yaml next to the weights (a run or\n"
+     "                       checkpoint directory has one) unless --config is given\n"
+     "  --prompt TEXT        the text to continue (UTF-8; may be \"\" with a BPE tokenizer)\n"
+     "  --max-new-tokens N   at most N new tokens (default 64); fewer where model.n_positions ends\n"
+     "  --temperature T      0: always the most likely token (greedy); default 1.0\n"
+     "  --top-k K            draw from the K most likely tokens only (default 0: all)\n"
+     "  --top-p P            ... and from the most likely whose probabilities sum to P (default 1: all)\n"
+     "  --seed S             the same seed, model and options give the same text (default: from the\n"
+     "                       clock, printed on stderr)\n"
+     "  --no-cache           recompute the whole text for every token (the same tokens, slower; a check)\n"},
     {"doctor", "dtrain doctor  [--num-workers N] [--device cpu|cuda]",
      "doctor     lists CPUs and GPUs, runs the collective self-test with N worker processes (default 2)\n"
      "           and prints an all-reduce bandwidth table (algbw, busbw) next to memcpy bandwidth.\n"
@@ -125,7 +146,39 @@ typedef struct cli {
     int n_overrides;
     int dry_run, quiet, progress;
     int help, version;
+    /* generate */
+    const char *prompt;
+    long max_new_tokens, top_k;
+    double temperature, top_p;
+    unsigned long long seed;
+    int have_seed, no_cache;
+    int gen_opts; /* how many of the above were given */
 } cli;
+
+static int parse_long(const char *opt, const char *arg, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(arg, &end, 10);
+    if (*end || end == arg || errno || v < lo || v > hi) {
+        fprintf(stderr, "dtrain: %s: expected an integer %ld..%ld, got \"%s\"\n(see dtrain --help)\n", opt, lo, hi, arg);
+        return 2;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *opt, const char *arg, double lo, double hi, int lo_open, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(arg, &end);
+    if (*end || end == arg || errno || !(v >= lo) || v > hi || (lo_open && v == lo)) {
+        fprintf(stderr, "dtrain: %s: expected a number %s%g..%g, got \"%s\"\n(see dtrain --help)\n", opt,
+                lo_open ? "above " : "", lo, hi, arg);
+        return 2;
+    }
+    *out = v;
+    return 0;
+}
 
 /* Parses options for every subcommand; positional arguments stay at argv[optind..]. */
 static int parse_options(int argc, char **argv, cli *c) {
@@ -137,7 +190,11 @@ static int parse_options(int argc, char **argv, cli *c) {
         {"help", no_argument, NULL, 'h'},           {"version", no_argument, NULL, 'V'},
         {"num-workers", required_argument, NULL, 'w'}, {"device", required_argument, NULL, 'd'},
         {"workers", required_argument, NULL, 'W'},     {"steps", required_argument, NULL, 'S'},
-        {"repeat", required_argument, NULL, 'R'},      {NULL, 0, NULL, 0},
+        {"repeat", required_argument, NULL, 'R'},      {"prompt", required_argument, NULL, 'P'},
+        {"max-new-tokens", required_argument, NULL, 'M'}, {"temperature", required_argument, NULL, 'T'},
+        {"top-k", required_argument, NULL, 'K'},       {"top-p", required_argument, NULL, 'O'},
+        {"seed", required_argument, NULL, 'E'},        {"no-cache", no_argument, NULL, 'N'},
+        {NULL, 0, NULL, 0},
     };
     opterr = 0;
     int ch;
@@ -189,6 +246,34 @@ static int parse_options(int argc, char **argv, cli *c) {
             c->repeat = (int)v;
             break;
         }
+        case 'P': c->prompt = optarg; c->gen_opts++; break;
+        case 'M':
+            c->gen_opts++;
+            if (parse_long("--max-new-tokens", optarg, 1, 1000000, &c->max_new_tokens)) return 2;
+            break;
+        case 'T':
+            c->gen_opts++;
+            if (parse_double("--temperature", optarg, 0, 100, 0, &c->temperature)) return 2;
+            break;
+        case 'K':
+            c->gen_opts++;
+            if (parse_long("--top-k", optarg, 0, 1L << 30, &c->top_k)) return 2;
+            break;
+        case 'O':
+            c->gen_opts++;
+            if (parse_double("--top-p", optarg, 0, 1, 1, &c->top_p)) return 2;
+            break;
+        case 'E': {
+            char *end;
+            errno = 0;
+            c->seed = strtoull(optarg, &end, 10);
+            if (*end || end == optarg || errno || optarg[0] == '-')
+                return usage_error("--seed: expected an integer 0..18446744073709551615, got \"%s\"", optarg);
+            c->have_seed = 1;
+            c->gen_opts++;
+            break;
+        }
+        case 'N': c->no_cache = 1; c->gen_opts++; break;
         case 'h': c->help = 1; break;
         case 'V': c->version = 1; break;
         case ':': return usage_error("option %s needs a value", argv[optind - 1]);
@@ -203,32 +288,6 @@ static int load_config(const cli *c, dt_config *cfg) {
     dt_status st = dt_config_load(cfg, c->config, c->overrides, c->n_overrides);
     if (st == DT_ERR_IO) st = DT_ERR_USAGE; /* a config file that cannot be read is bad input: exit 2 */
     return st == DT_OK ? 0 : fail(st);
-}
-
-static void say_skipped(void *user, const char *msg) {
-    (void)user;
-    printf("checkpoint skipped: %s\n", msg);
-}
-
-/* The weights --checkpoint names: the path itself when it is a file; DIR/model.safetensors
- * of a finished run or a checkpoint directory; for a run that has no final weights yet
- * (unfinished, stopped, failed), its newest valid checkpoint's. */
-static dt_status weights_path(const char *checkpoint, char *buf, size_t n) {
-    struct stat sb;
-    snprintf(buf, n, "%s", checkpoint);
-    if (stat(checkpoint, &sb) != 0 || !S_ISDIR(sb.st_mode)) return DT_OK;
-    snprintf(buf, n, "%s/model.safetensors", checkpoint);
-    if (access(buf, F_OK) == 0) return DT_OK;
-    char dir[DT_PATH_MAX + 64];
-    dt_ckpt_state s;
-    int found = 0;
-    DT_TRY(dt_ckpt_find_latest(checkpoint, say_skipped, NULL, dir, sizeof dir, &s, &found));
-    if (!found)
-        return dt_error_set(DT_ERR_DATA, "%s: no model.safetensors and no valid checkpoint in it (expected a run "
-                                         "directory, a checkpoint directory or a .safetensors file)", checkpoint);
-    snprintf(buf, n, "%s/model.safetensors", dir);
-    printf("%s has no final weights yet: using its newest valid checkpoint, %s (step %ld)\n", checkpoint, dir, s.step);
-    return DT_OK;
 }
 
 /* After a clean stop (SIGTERM/SIGINT): where the checkpoint is and how to go on. */
@@ -308,7 +367,7 @@ static int cmd_eval(const cli *c) {
     if (!c->checkpoint && !cfg.model.init_from[0])
         return usage_error("%s", "eval: needs --checkpoint DIR|FILE (or model.init_from in the config)");
     char path[DT_PATH_MAX + 96];
-    dt_status st = weights_path(c->checkpoint ? c->checkpoint : cfg.model.init_from, path, sizeof path);
+    dt_status st = dt_infer_weights_path(c->checkpoint ? c->checkpoint : cfg.model.init_from, path, sizeof path);
     if (st != DT_OK) return fail(st);
     dt_eval_point ep;
     st = dt_worker_eval(&cfg, path, &ep);
@@ -318,7 +377,7 @@ static int cmd_eval(const cli *c) {
 static int cmd_export(const cli *c) {
     if (!c->checkpoint || !c->out) return usage_error("%s", "export: needs --checkpoint DIR|FILE and --out FILE");
     char path[DT_PATH_MAX + 96];
-    dt_status st = weights_path(c->checkpoint, path, sizeof path);
+    dt_status st = dt_infer_weights_path(c->checkpoint, path, sizeof path);
     if (st != DT_OK) return fail(st);
     dt_st_file *f = NULL;
     st = dt_st_open(&f, path);
@@ -350,6 +409,38 @@ static int cmd_export(const cli *c) {
     return 0;
 }
 
+static void emit_stdout(void *user, const char *bytes, size_t n) {
+    (void)user;
+    fwrite(bytes, 1, n, stdout);
+    fflush(stdout);
+}
+
+static int cmd_generate(const cli *c) {
+    if (!c->prompt) return usage_error("%s", "generate: needs --prompt TEXT (\"\" starts a new document with a BPE tokenizer)");
+    dt_infer s;
+    dt_infer_opts io = {.cmd = "generate", .checkpoint = c->checkpoint, .config = c->config, .overrides = c->overrides,
+                        .n_overrides = c->n_overrides, .batch = 1, .seq_len = 1};
+    dt_status st = dt_infer_open(&s, &io);
+    if (st != DT_OK) return fail(st);
+    const uint64_t seed = c->have_seed ? (uint64_t)c->seed : ((uint64_t)time(NULL) * 1000003u) ^ (uint64_t)(dt_clock_now() * 1e9) ^ ((uint64_t)getpid() << 40);
+    dt_gen_opts go = {.prompt = c->prompt, .prompt_len = strlen(c->prompt), .max_new_tokens = (int)c->max_new_tokens,
+                      .temperature = c->temperature, .top_k = (int)c->top_k, .top_p = c->top_p, .seed = seed,
+                      .no_cache = c->no_cache};
+    dt_gen_result r;
+    st = dt_generate(s.model, s.tok, &go, emit_stdout, NULL, &r);
+    if (r.new_tokens) putchar('\n');
+    fflush(stdout);
+    dt_infer_close(&s);
+    if (st != DT_OK) return fail(st);
+    static const char *const why[] = {"--max-new-tokens", "the end-of-text token", "model.n_positions"};
+    fprintf(stderr, "generated %d tokens in %.2f s (%.1f tokens/s%s) after a prompt of %d tokens (%.2f s); stopped at %s; ",
+            r.new_tokens, r.decode_s, r.decode_s > 0 ? r.new_tokens / r.decode_s : 0.0, c->no_cache ? ", no cache" : "",
+            r.prompt_tokens, r.prompt_s, why[r.stop]);
+    if (c->temperature > 0) fprintf(stderr, "seed %llu\n", (unsigned long long)seed);
+    else fprintf(stderr, "greedy\n");
+    return 0;
+}
+
 static int cmd_data(const cli *c, int argc, char **argv) {
     const int de = optind < argc && strcmp(argv[optind], "detokenize") == 0;
     if (optind >= argc || (!de && strcmp(argv[optind], "tokenize") != 0))
@@ -372,7 +463,7 @@ int main(int argc, char **argv) {
         cmd = argv[1];
         first = 2;
     }
-    cli c = {.progress = -1};
+    cli c = {.progress = -1, .max_new_tokens = 64, .temperature = 1.0, .top_p = 1.0};
     /* getopt sees argv[first-1..] so that argv[0] of the sub-parse is the command */
     int sub_argc = argc - first + 1;
     char **sub_argv = argv + first - 1;
@@ -393,14 +484,18 @@ int main(int argc, char **argv) {
     if ((c.workers || c.steps || c.repeat) && strcmp(cmd, "bench") != 0)
         return usage_error("--workers, --steps and --repeat belong to `dtrain bench` (for training: --set "
                            "training.num_workers=N, --set training.max_steps=K)%s", "");
+    if (c.gen_opts && strcmp(cmd, "generate") != 0)
+        return usage_error("--prompt, --max-new-tokens, --temperature, --top-k, --top-p, --seed and --no-cache belong "
+                           "to `dtrain generate`%s", "");
     if ((c.num_workers || c.device) && strcmp(cmd, "doctor") != 0)
         return usage_error("--num-workers and --device belong to `dtrain doctor` (for training: --set "
                            "training.num_workers=N, --set training.device=cpu|cuda)%s", "");
-    if ((strcmp(cmd, "train") == 0 || strcmp(cmd, "bench") == 0) && optind < sub_argc)
+    if ((strcmp(cmd, "train") == 0 || strcmp(cmd, "bench") == 0 || strcmp(cmd, "generate") == 0) && optind < sub_argc)
         return usage_error("unexpected argument \"%s\"", sub_argv[optind]);
     if (strcmp(cmd, "train") == 0) return cmd_train(&c);
     if (strcmp(cmd, "eval") == 0) return cmd_eval(&c);
     if (strcmp(cmd, "export") == 0) return cmd_export(&c);
+    if (strcmp(cmd, "generate") == 0) return cmd_generate(&c);
     if (strcmp(cmd, "data") == 0) return cmd_data(&c, sub_argc, sub_argv);
     if (strcmp(cmd, "doctor") == 0) return cmd_doctor(&c);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(&c);

@@ -8,7 +8,9 @@
  *     without control characters, metrics.jsonl parses;
  *   - export, then eval with model.init_from and with --checkpoint: the same validation
  *     loss, bit for bit;
- *   - language modelling on a shard made by `dtrain data tokenize` (ci-smoke config);
+ *   - language modelling on a shard made by `dtrain data tokenize` (ci-smoke config), then
+ *     dtrain generate on it: greedy with and without the key/value cache, seeded sampling,
+ *     the end of the positions, refusals;
  *   - CPU threads that follow another process's load, with the same weights as fixed threads. */
 #include <jansson.h>
 #include <math.h>
@@ -282,6 +284,57 @@ static void test_finetune(void) {
     CHECK_STR_CONTAINS(err_text, "but the config needs");
 }
 
+/* dtrain generate on the language model of test_language_model: greedy decoding with the
+ * key/value cache equals decoding without it (a fresh forward over the whole text for every
+ * token), a seed repeats its sample, and bad requests exit 2 naming the option. (That greedy
+ * decoding is the argmax of the model's logits is test_decode's.) */
+static void test_generate(void) {
+    static char greedy[1 << 12], sampled[1 << 12];
+    const char *lm = "--checkpoint %s/lm --prompt 'The old ' --max-new-tokens 40";
+    char args[800];
+    snprintf(args, sizeof args, lm, tmp);
+    CHECK_INT_EQ(run("%s generate %s --temperature 0", DTRAIN_BIN, args), 0);
+    snprintf(greedy, sizeof greedy, "%s", out_text);
+    CHECK_STR_CONTAINS(err_text, "generated 40 tokens in ");
+    CHECK_STR_CONTAINS(err_text, "after a prompt of 8 tokens");
+    CHECK_INT_EQ((int)strlen(greedy), 41); /* 40 bytes and the newline */
+    CHECK_INT_EQ(run("%s generate %s --temperature 0 --no-cache", DTRAIN_BIN, args), 0);
+    CHECK(strcmp(out_text, greedy) == 0);
+    CHECK_INT_EQ(run("%s generate %s --seed 7 --top-k 20 --top-p 0.95", DTRAIN_BIN, args), 0);
+    snprintf(sampled, sizeof sampled, "%s", out_text);
+    CHECK_STR_CONTAINS(err_text, "seed 7");
+    CHECK_INT_EQ(run("%s generate %s --seed 7 --top-k 20 --top-p 0.95 --no-cache", DTRAIN_BIN, args), 0);
+    CHECK(strcmp(out_text, sampled) == 0);
+    int differ = 0; /* other seeds give other text (one of three may repeat by chance, not all) */
+    for (int seed = 8; seed < 11; seed++) {
+        CHECK_INT_EQ(run("%s generate %s --seed %d --top-k 20 --top-p 0.95", DTRAIN_BIN, args, seed), 0);
+        differ += strcmp(out_text, sampled) != 0;
+    }
+    CHECK(differ > 0);
+    printf("greedy: %s", greedy);
+    printf("sampled (seed 7): %s", sampled);
+    /* the end of the model's positions (128): a 120-byte prompt leaves room for 9 new tokens */
+    CHECK_INT_EQ(run("%s generate --checkpoint %s/lm --prompt \"$(printf 'a%%.0s' $(seq 120))\" --seed 1", DTRAIN_BIN, tmp), 0);
+    CHECK_STR_CONTAINS(err_text, "generated 9 tokens");
+    CHECK_STR_CONTAINS(err_text, "stopped at model.n_positions");
+    /* refusals */
+    CHECK_INT_EQ(run("%s generate --checkpoint %s/lm --prompt \"$(printf 'a%%.0s' $(seq 129))\"", DTRAIN_BIN, tmp), 2);
+    CHECK_STR_CONTAINS(err_text, "--prompt: 129 tokens, more than the model's 128 positions (model.n_positions)");
+    CHECK_INT_EQ(run("%s generate --checkpoint %s/lm --prompt ''", DTRAIN_BIN, tmp), 2);
+    CHECK_STR_CONTAINS(err_text, "--prompt: empty");
+    CHECK_INT_EQ(run("%s generate --checkpoint %s/lm", DTRAIN_BIN, tmp), 2);
+    CHECK_STR_CONTAINS(err_text, "generate: needs --prompt TEXT");
+    CHECK_INT_EQ(run("%s generate --checkpoint %s/finetune --prompt 'good'", DTRAIN_BIN, tmp), 2);
+    CHECK_STR_CONTAINS(err_text, "the model is a classifier (model.num_labels: 2)");
+    CHECK_INT_EQ(run("%s generate --checkpoint %s/exported.safetensors --prompt 'x'", DTRAIN_BIN, tmp), 2);
+    CHECK_STR_CONTAINS(err_text, "no config.yaml next to");
+    CHECK_STR_CONTAINS(err_text, "pass --config FILE");
+    CHECK_INT_EQ(run("%s generate %s --top-p 0", DTRAIN_BIN, args), 2);
+    CHECK_STR_CONTAINS(err_text, "--top-p: expected a number above 0..1");
+    CHECK_INT_EQ(run("%s eval --config configs/finetune.yaml --prompt x", DTRAIN_BIN), 2);
+    CHECK_STR_CONTAINS(err_text, "belong to `dtrain generate`");
+}
+
 /* No file of the run and no output holds the value of a ${NAME}: configs are saved as written,
  * the config a checkpoint saved is read without expanding anything. */
 static void test_secrets(void) {
@@ -549,6 +602,7 @@ int main(void) {
     test_truncated();
     test_language_model();
     test_finetune();
+    test_generate();
     test_dir_remove();
     TEST_PASS("test_e2e");
 }

@@ -357,6 +357,42 @@ static void case_attention(const int *s, double tol) {
     pair_free(&qkv); pair_free(&out); pair_free(&att); pair_free(&dout); pair_free(&dqkv); pair_free(&datt);
 }
 
+/* s: T C NH split. One sequence of T rows through the key/value cache in three calls (rows
+ * 0..split-1, row split, the rest), each against the reference; on the reference, the rows
+ * together equal attention_fwd's output over the whole sequence. */
+static void case_attention_cached(const int *s, double tol) {
+    const int T = s[0], C = s[1], NH = s[2], split = s[3];
+    pair qkv = pair_rand(K_ACT, (size_t)T * 3 * C, -1, 1), out = pair_new(K_ACT, NULL, (size_t)T * C);
+    pair kc = pair_new(K_ACT, NULL, (size_t)T * C), vc = pair_new(K_ACT, NULL, (size_t)T * C);
+    pair scr = pair_new(K_F32, NULL, (size_t)T * NH * T);
+    printf("  attention_cached T %d C %d NH %d split at %d:\n", T, C, NH, split);
+    const int from[3] = {0, split, split + 1}, to[3] = {split, split + 1, T};
+    const size_t ab = dt_dtype_size(g_act); /* the device's activation bytes */
+    for (int c = 0; c < 3; c++) {
+        const int n = to[c] - from[c];
+        if (n <= 0) continue;
+        const size_t q3 = (size_t)from[c] * 3 * C, o = (size_t)from[c] * C;
+        REF(attention_cached, (dt_act *)(CF(out) + o), CA(kc), CA(vc), CF(scr), (dt_act *)(CF(qkv) + q3), from[c], n, C, NH);
+        DEV(attention_cached, (dt_act *)((char *)out.g + o * ab), GA(kc), GA(vc), GF(scr),
+            (dt_act *)((char *)qkv.g + q3 * ab), from[c], n, C, NH);
+    }
+    compare("attention_cached out (3 calls)", &out, out.n, tol);
+    compare("attention_cached key cache", &kc, kc.n, tol);
+    compare("attention_cached value cache", &vc, vc.n, tol);
+    pair full = pair_new(K_ACT, NULL, (size_t)T * C), att = pair_new(K_ACT, NULL, (size_t)NH * T * T);
+    REF(attention_fwd, CA(full), CA(att), CA(qkv), 1, T, C, NH);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < full.n; i++) {
+        double d = (double)CF(out)[i] - CF(full)[i];
+        num += d * d;
+        den += (double)CF(full)[i] * CF(full)[i];
+    }
+    const double rel = sqrt(num) / fmax(sqrt(den), 1e-30);
+    printf("  %-44s rel L2 %.3e (tol 1e-6)%s\n", "cpu attention_cached = attention_fwd", rel, rel <= 1e-6 ? "" : "  FAIL");
+    count_failure(rel <= 1e-6);
+    pair_free(&qkv); pair_free(&out); pair_free(&kc); pair_free(&vc); pair_free(&scr); pair_free(&full); pair_free(&att);
+}
+
 /* s: n */
 static void case_gelu(const int *s, double tol) {
     const size_t n = (size_t)s[0];
@@ -674,6 +710,9 @@ static const op_case cases[] = {
     {"attention", case_attention, {2, 33, 6, 3}, {0}, 1e-5, 1e-2},
     {"attention", case_attention, {1, 40, 5, 5}, {0}, 1e-5, 1e-2}, /* head size 1 */
     {"attention", case_attention, {3, 70, 12, 1}, {0}, 1e-5, 1e-2},
+    {"attention_cached", case_attention_cached, {90, 128, 4, 57}, {13, 32, 4, 6}, 1e-5, 1e-2},
+    {"attention_cached", case_attention_cached, {1, 4, 2, 0}, {0}, 1e-5, 1e-2},
+    {"attention_cached", case_attention_cached, {40, 5, 5, 39}, {0}, 1e-5, 1e-2}, /* head size 1 */
     {"model", case_model, {67, 2, 4, 32, 16, 3, 0}, {0}, 1e-4, 5e-2},
     {"model", case_model, {260, 2, 4, 32, 16, 3, 2}, {0}, 1e-4, 5e-2},
     {"model", case_model, {7, 1, 2, 6, 5, 2, 0}, {0}, 1e-4, 5e-2},

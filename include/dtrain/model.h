@@ -52,7 +52,7 @@ typedef struct dt_fwd_result {
     double loss_sum;  /* sum of per-row losses */
     long rows;        /* rows in the loss: B*T (LM) or B (classification) */
     long correct;     /* classification: argmax == label; LM: argmax == target */
-    const int *pred;  /* classification: each row's argmax, valid until the next forward; else NULL */
+    const int *pred;  /* each row's argmax (B labels, or B*T next tokens), valid until the next forward */
 } dt_fwd_result;
 
 /* Validates the shape (messages name model.* keys), allocates everything through the open
@@ -62,6 +62,7 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_backen
 void dt_model_free(dt_model *m);
 
 const dt_model_cfg *dt_model_config(const dt_model *m);
+const dt_backend *dt_model_backend(const dt_model *m); /* the backend it was built on */
 size_t dt_model_num_params(const dt_model *m);
 int dt_model_num_tensors(const dt_model *m);
 const dt_tensor_info *dt_model_tensor(const dt_model *m, int i);

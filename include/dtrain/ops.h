@@ -148,6 +148,14 @@ struct dt_ops {
     void (*attention_bwd)(void *ctx, dt_act *dqkv, dt_act *datt, const dt_act *dout, const dt_act *qkv,
                           const dt_act *att, int B, int T, int C, int NH);
 
+    /* Attention of new rows over a key/value cache (generation, one sequence). qkv(n,3C) holds
+     * the rows at positions pos0..pos0+n-1; their keys and values are first copied into rows
+     * pos0.. of kcache and vcache (each (>= pos0+n, C), head h at columns h*hs..), then out(n,C)
+     * = the causal attention of each new row over cache rows 0..its position: what
+     * attention_fwd gives at those positions. scratch: n*NH*(pos0+n) floats. */
+    void (*attention_cached)(void *ctx, dt_act *out, dt_act *kcache, dt_act *vcache, float *scratch,
+                             const dt_act *qkv, int pos0, int n, int C, int NH);
+
     /* GELU, tanh form */
     void (*gelu_fwd)(void *ctx, dt_act *out, const dt_act *inp, size_t n);
     /* dinp = gelu'(inp) * dout (overwritten) */

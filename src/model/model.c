@@ -406,6 +406,7 @@ fail:
 }
 
 const dt_model_cfg *dt_model_config(const dt_model *m) { return &m->cfg; }
+const dt_backend *dt_model_backend(const dt_model *m) { return m->be; }
 size_t dt_model_num_params(const dt_model *m) { return m->n_params; }
 int dt_model_num_tensors(const dt_model *m) { return m->n_tensors; }
 const dt_tensor_info *dt_model_tensor(const dt_model *m, int i) { return &m->tensors[i]; }
@@ -507,6 +508,7 @@ dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, i
             res->loss_sum += m->host_losses[i];
             res->rows++;
         }
+        res->pred = m->host_argmax;
     }
     m->last_B = B;
     return o->check(ctx);

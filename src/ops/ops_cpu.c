@@ -342,6 +342,30 @@ static void cpu_attention_fwd(void *ctx, dt_act *out_, dt_act *att_, const dt_ac
     }
 }
 
+/* Per head: P (n,L) = scale q k^T over the cache's first L = pos0+n rows, row i causal at
+ * pos0+i, then y = P v: the rows attention_fwd computes at those positions, by the same steps. */
+static void cpu_attention_cached(void *ctx, dt_act *out_, dt_act *kc_, dt_act *vc_, float *scratch,
+                                 const dt_act *qkv_, int pos0, int n, int C, int NH) {
+    (void)ctx;
+    float *out = (float *)out_, *kc = (float *)kc_, *vc = (float *)vc_;
+    const float *qkv = (const float *)qkv_;
+    const int hs = C / NH, C3 = 3 * C, L = pos0 + n;
+    const float scale = 1.0f / sqrtf((float)hs);
+    for (int i = 0; i < n; i++) {
+        memcpy(kc + (size_t)(pos0 + i) * C, qkv + (size_t)i * C3 + C, (size_t)C * sizeof(float));
+        memcpy(vc + (size_t)(pos0 + i) * C, qkv + (size_t)i * C3 + 2 * C, (size_t)C * sizeof(float));
+    }
+#pragma omp parallel for schedule(static) if (NH > 1 && (size_t)n * L * hs > 65536)
+    for (int h = 0; h < NH; h++) {
+        float *P = scratch + (size_t)h * n * L;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, L, hs, scale, qkv + (size_t)h * hs, C3,
+                    kc + (size_t)h * hs, C, 0.0f, P, L);
+        for (int i = 0; i < n; i++) softmax_causal_row(P + (size_t)i * L, pos0 + i, L);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, L, 1.0f, P, L, vc + (size_t)h * hs, C, 0.0f,
+                    out + (size_t)h * hs, C);
+    }
+}
+
 static void cpu_attention_bwd(void *ctx, dt_act *dqkv_, dt_act *datt_, const dt_act *dout_,
                               const dt_act *qkv_, const dt_act *att_, int B, int T, int C, int NH) {
     float *dqkv = (float *)dqkv_;
@@ -664,6 +688,7 @@ const dt_ops dt_ops_cpu = {
     .matmul_bwd = cpu_matmul_bwd,
     .attention_fwd = cpu_attention_fwd,
     .attention_bwd = cpu_attention_bwd,
+    .attention_cached = cpu_attention_cached,
     .gelu_fwd = cpu_gelu_fwd,
     .gelu_bwd = cpu_gelu_bwd,
     .add = cpu_add,

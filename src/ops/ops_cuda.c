@@ -512,6 +512,14 @@ static void cu_attention_bwd(void *ctx, dt_act *dqkv_, dt_act *datt_, const dt_a
     if (c->err == DT_OK) CK(dtk_qkv_merge(c->s, dqkv, dq, dk, dv, B, T, C, NH));
 }
 
+static void cu_attention_cached(void *ctx, dt_act *out, dt_act *kcache, dt_act *vcache, float *scratch,
+                                const dt_act *qkv, int pos0, int n, int C, int NH) {
+    cuda_ctx *c = ctx; /* fp32 activations */
+    if (c->err == DT_OK)
+        CK(dtk_attention_cached(c->s, (float *)out, (float *)kcache, (float *)vcache, scratch, (const float *)qkv, pos0,
+                                n, C, NH));
+}
+
 /* ---- everything else: our kernels ---- */
 
 #define LAUNCH(call)                                       \
@@ -938,6 +946,7 @@ const dt_ops dt_ops_cuda = {
     .matmul_bwd = cu_matmul_bwd,
     .attention_fwd = cu_attention_fwd,
     .attention_bwd = cu_attention_bwd,
+    .attention_cached = cu_attention_cached,
     .gelu_fwd = cu_gelu_fwd,
     .gelu_bwd = cu_gelu_bwd,
     .add = cu_add,

@@ -31,6 +31,7 @@
 #include "dtrain/data.h"
 #include "dtrain/fault.h"
 #include "dtrain/file.h"
+#include "dtrain/infer.h"
 #include "dtrain/device.h"
 #include "dtrain/model.h"
 #include "dtrain/ops.h"
@@ -62,26 +63,6 @@ typedef struct run {
 } run;
 
 static double now_ms(void) { return 1e3 * dt_clock_now(); }
-
-/* training.precision as dt_backend_cfg has it: 1 bf16, 0 fp32, -1 auto */
-static int backend_precision(const dt_config *c) {
-    return c->training.precision == DT_PREC_FP32 ? 0 : c->training.precision == DT_PREC_BF16 ? 1 : -1;
-}
-
-static dt_model_cfg model_cfg_from(const dt_config *c) {
-    dt_model_cfg m = {
-        .vocab_size = c->model.vocab_size,
-        .n_positions = c->model.n_positions,
-        .n_layer = c->model.n_layer,
-        .n_head = c->model.n_head,
-        .n_embd = c->model.n_embd,
-        .num_labels = c->model.num_labels,
-        .seq_len = c->data.seq_len,
-        .max_batch = c->data.batch_size_per_worker,
-        .seed = c->training.seed,
-    };
-    return m;
-}
 
 /* `st`: how the run ended. After a failure the device collective is left to the process exit:
  * destroying NCCL's waits for the peers on this host, which may be gone or stuck. */
@@ -117,17 +98,6 @@ static dt_status mkdir_p(const char *path) {
     return DT_OK;
 }
 
-/* data.tokenizer: NULL for bytes, else the BPE tokenizer (to be freed). */
-static dt_status open_tokenizer(const dt_config *c, dt_tokenizer **out) {
-    *out = NULL;
-    if (strcmp(c->data.tokenizer, "bytes") == 0) return DT_OK;
-    if (dt_tokenizer_open(c->data.tokenizer, out) != DT_OK) {
-        dt_error_prefix("data.tokenizer");
-        return DT_ERR_DATA;
-    }
-    return DT_OK;
-}
-
 static dt_status open_dataset(const dt_config *c, const char *path, dt_tokenizer *tok, dt_dataset **out) {
     dt_dataset_cfg dc = {
         .path = path,
@@ -148,19 +118,9 @@ static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_t
     r->comm = r->gcomm = comm;
     r->rank = comm ? dt_comm_rank(comm) : 0;
     r->world = comm ? dt_comm_world(comm) : 1;
-    dt_device_kind dev;
-    DT_TRY(dt_backend_resolve(c, &dev));
-    r->dev = dev;
-    dt_backend_cfg bc = {.device = local_rank, .precision = backend_precision(c), .rank = r->rank,
-                         .threads = dt_device_threads_per_worker(c)};
-    DT_TRY(dt_backend_open(dev, &bc, &r->be));
-    DT_TRY(open_tokenizer(c, &r->tok));
-    dt_model_cfg mc = model_cfg_from(c);
-    if (r->tok && mc.num_labels) mc.pad_id = dt_tokenizer_eot(r->tok); /* BPE texts are padded with it */
-    dt_op_sizes sizes;
-    dt_model_op_sizes(&mc, &sizes);
-    DT_TRY(dt_model_init(&r->model, &mc, r->be));
-    DT_TRY(r->be->ops->reserve(r->be->ctx, &sizes));
+    DT_TRY(dt_backend_resolve(c, &r->dev));
+    DT_TRY(dt_infer_build(c, local_rank, r->rank, c->data.batch_size_per_worker, c->data.seq_len, &r->be, &r->tok,
+                          &r->model));
     size_t b = (size_t)c->data.batch_size_per_worker, T = (size_t)c->data.seq_len;
     r->tokens = dt_malloc(b * T * sizeof(int), "token batch");
     r->targets = dt_malloc(b * T * sizeof(int), "target batch");
@@ -263,7 +223,7 @@ static size_t device_memory_bytes(const dt_ops *ops, const dt_model_cfg *mc, int
 static dt_status describe_data(const dt_config *c, FILE *out) {
     const char *paths[2] = {c->data.train_path, c->data.val_path}, *names[2] = {"train", "val"};
     dt_tokenizer *tok;
-    DT_TRY(open_tokenizer(c, &tok));
+    DT_TRY(dt_infer_tokenizer(c, &tok));
     dt_status st = DT_OK;
     for (int i = 0; i < 2 && st == DT_OK; i++) {
         if (!paths[i][0]) continue;
@@ -283,7 +243,7 @@ static dt_status describe_data(const dt_config *c, FILE *out) {
 
 dt_status dt_worker_describe(const dt_config *c, FILE *out) {
     dt_config_print(c, out);
-    dt_model_cfg mc = model_cfg_from(c);
+    dt_model_cfg mc = dt_infer_model_cfg(c, c->data.batch_size_per_worker, c->data.seq_len);
     char params[32], flops[32], mem[32];
     human_count(params, sizeof params, (double)dt_model_count_params(&mc));
     human_count(flops, sizeof flops, dt_model_flops_per_token(&mc));

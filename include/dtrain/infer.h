@@ -1,0 +1,59 @@
+/* infer.h — what every command that runs a trained model shares (eval, generate, predict, the
+ * trainer): the weights file and the config a --checkpoint names, and the backend, tokenizer
+ * and model built from a config. */
+#ifndef DTRAIN_INFER_H
+#define DTRAIN_INFER_H
+
+#include <stddef.h>
+
+#include "dtrain/backend.h"
+#include "dtrain/config.h"
+#include "dtrain/model.h"
+#include "dtrain/status.h"
+#include "dtrain/tokenizer.h"
+
+/* The weights `checkpoint` names: the path itself when it is a file; DIR/model.safetensors of a
+ * finished run or a checkpoint directory; for a run that has no final weights yet (unfinished,
+ * stopped, failed), its newest valid checkpoint's (said on stdout). DT_ERR_DATA when a
+ * directory has neither. */
+dt_status dt_infer_weights_path(const char *checkpoint, char *buf, size_t n);
+
+/* The model shape of config c for batches of `batch` sequences of seq_len tokens (pad_id 0). */
+dt_model_cfg dt_infer_model_cfg(const dt_config *c, int batch, int seq_len);
+/* data.tokenizer opened: NULL for "bytes" (as dt_dataset_cfg takes it); DT_ERR_DATA naming the
+ * key and the file. */
+dt_status dt_infer_tokenizer(const dt_config *c, dt_tokenizer **out);
+
+/* The backend (device local_rank, as rank `rank` in messages), the tokenizer (data.tokenizer's
+ * tokenizer.json; NULL for "bytes", as dt_dataset_cfg takes it) and the model of config c for batches of `batch` sequences of
+ * seq_len tokens (its scratch reserved). Each out is NULL on failure; the caller frees them
+ * (dt_model_free, dt_tokenizer_free, dt_backend_close, in that order). */
+dt_status dt_infer_build(const dt_config *c, int local_rank, int rank, int batch, int seq_len, dt_backend **be,
+                         dt_tokenizer **tok, dt_model **model);
+
+/* A trained model opened for inference. */
+typedef struct dt_infer {
+    dt_config cfg;
+    char weights[DT_PATH_MAX + 96];
+    char config_path[DT_PATH_MAX + 32];
+    dt_backend *be;
+    dt_tokenizer *tok; /* NULL: the byte tokenizer */
+    dt_model *model;
+} dt_infer;
+
+typedef struct dt_infer_opts {
+    const char *cmd;        /* "generate", in messages */
+    const char *checkpoint; /* --checkpoint (NULL: the config's model.init_from) */
+    const char *config;     /* --config (NULL: the config.yaml saved next to the weights) */
+    const char *const *overrides;
+    int n_overrides;
+    int batch, seq_len;     /* the model's batch shape (seq_len 0: data.seq_len) */
+} dt_infer_opts;
+
+/* Resolves the weights and the config (a checkpoint directory and a run directory hold the
+ * config.yaml they were trained with), builds the model and loads the weights. DT_ERR_USAGE
+ * naming the option when neither names what is needed; s is closed on failure. */
+dt_status dt_infer_open(dt_infer *s, const dt_infer_opts *o);
+void dt_infer_close(dt_infer *s);
+
+#endif

@@ -1,0 +1,137 @@
+/* infer.c — weights and config from --checkpoint; backend, tokenizer and model from a config. */
+#include "dtrain/infer.h"
+
+#include <libgen.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dtrain/ckpt.h"
+#include "dtrain/device.h"
+
+static void say_skipped(void *user, const char *msg) {
+    (void)user;
+    printf("checkpoint skipped: %s\n", msg);
+}
+
+dt_status dt_infer_weights_path(const char *checkpoint, char *buf, size_t n) {
+    struct stat sb;
+    snprintf(buf, n, "%s", checkpoint);
+    if (stat(checkpoint, &sb) != 0 || !S_ISDIR(sb.st_mode)) return DT_OK;
+    snprintf(buf, n, "%s/model.safetensors", checkpoint);
+    if (access(buf, F_OK) == 0) return DT_OK;
+    char dir[DT_PATH_MAX + 64];
+    dt_ckpt_state s;
+    int found = 0;
+    DT_TRY(dt_ckpt_find_latest(checkpoint, say_skipped, NULL, dir, sizeof dir, &s, &found));
+    if (!found)
+        return dt_error_set(DT_ERR_DATA, "%s: no model.safetensors and no valid checkpoint in it (expected a run "
+                                         "directory, a checkpoint directory or a .safetensors file)", checkpoint);
+    snprintf(buf, n, "%s/model.safetensors", dir);
+    printf("%s has no final weights yet: using its newest valid checkpoint, %s (step %ld)\n", checkpoint, dir, s.step);
+    return DT_OK;
+}
+
+/* training.precision as dt_backend_cfg has it: 1 bf16, 0 fp32, -1 auto */
+static int backend_precision(const dt_config *c) {
+    return c->training.precision == DT_PREC_FP32 ? 0 : c->training.precision == DT_PREC_BF16 ? 1 : -1;
+}
+
+dt_model_cfg dt_infer_model_cfg(const dt_config *c, int batch, int seq_len) {
+    dt_model_cfg mc = {
+        .vocab_size = c->model.vocab_size,
+        .n_positions = c->model.n_positions,
+        .n_layer = c->model.n_layer,
+        .n_head = c->model.n_head,
+        .n_embd = c->model.n_embd,
+        .num_labels = c->model.num_labels,
+        .seq_len = seq_len,
+        .max_batch = batch,
+        .seed = c->training.seed,
+    };
+    return mc;
+}
+
+dt_status dt_infer_tokenizer(const dt_config *c, dt_tokenizer **out) {
+    *out = NULL;
+    if (strcmp(c->data.tokenizer, "bytes") == 0) return DT_OK;
+    if (dt_tokenizer_open(c->data.tokenizer, out) != DT_OK) {
+        dt_error_prefix("data.tokenizer");
+        return DT_ERR_DATA;
+    }
+    return DT_OK;
+}
+
+dt_status dt_infer_build(const dt_config *c, int local_rank, int rank, int batch, int seq_len, dt_backend **be,
+                         dt_tokenizer **tok, dt_model **model) {
+    *be = NULL;
+    *tok = NULL;
+    *model = NULL;
+    dt_device_kind dev;
+    DT_TRY(dt_backend_resolve(c, &dev));
+    dt_backend_cfg bc = {.device = local_rank, .precision = backend_precision(c), .rank = rank,
+                         .threads = dt_device_threads_per_worker(c)};
+    DT_TRY(dt_backend_open(dev, &bc, be));
+    DT_TRY(dt_infer_tokenizer(c, tok));
+    dt_model_cfg mc = dt_infer_model_cfg(c, batch, seq_len);
+    if (*tok && mc.num_labels) mc.pad_id = dt_tokenizer_eot(*tok); /* BPE texts are padded with it; bytes with 0 */
+    dt_op_sizes sizes;
+    dt_model_op_sizes(&mc, &sizes);
+    DT_TRY(dt_model_init(model, &mc, *be));
+    return (*be)->ops->reserve((*be)->ctx, &sizes);
+}
+
+/* --config, else the config.yaml in the weights' directory */
+static dt_status find_config(dt_infer *s, const dt_infer_opts *o) {
+    if (o->config) {
+        snprintf(s->config_path, sizeof s->config_path, "%s", o->config);
+        return DT_OK;
+    }
+    char dir[sizeof s->weights];
+    snprintf(dir, sizeof dir, "%s", s->weights);
+    snprintf(s->config_path, sizeof s->config_path, "%s/config.yaml", dirname(dir));
+    if (access(s->config_path, R_OK) == 0) return DT_OK;
+    return dt_error_set(DT_ERR_USAGE, "%s: no config.yaml next to %s: pass --config FILE (the config the model was "
+                        "trained with)", o->cmd, s->weights);
+}
+
+dt_status dt_infer_open(dt_infer *s, const dt_infer_opts *o) {
+    memset(s, 0, sizeof *s);
+    dt_status st = DT_OK;
+    if (o->checkpoint) {
+        DT_TRY(dt_infer_weights_path(o->checkpoint, s->weights, sizeof s->weights));
+    } else if (!o->config) {
+        return dt_error_set(DT_ERR_USAGE, "%s: needs --checkpoint DIR|FILE (or --config FILE with model.init_from)",
+                            o->cmd);
+    }
+    if (o->checkpoint) DT_TRY(find_config(s, o));
+    else snprintf(s->config_path, sizeof s->config_path, "%s", o->config);
+    st = dt_config_load(&s->cfg, s->config_path, o->overrides, o->n_overrides);
+    if (st == DT_ERR_IO) st = DT_ERR_USAGE; /* a config that cannot be read is bad input */
+    if (st != DT_OK) return st;
+    if (!o->checkpoint) {
+        if (!s->cfg.model.init_from[0])
+            return dt_error_set(DT_ERR_USAGE, "%s: needs --checkpoint DIR|FILE (%s has no model.init_from)", o->cmd,
+                                s->config_path);
+        DT_TRY(dt_infer_weights_path(s->cfg.model.init_from, s->weights, sizeof s->weights));
+    }
+    st = dt_infer_build(&s->cfg, 0, 0, o->batch, o->seq_len ? o->seq_len : s->cfg.data.seq_len, &s->be, &s->tok,
+                        &s->model);
+    int score_loaded = 1;
+    if (st == DT_OK) st = dt_model_load(s->model, s->weights, &score_loaded);
+    if (st == DT_OK && !score_loaded && s->cfg.model.num_labels > 0)
+        st = dt_error_set(DT_ERR_DATA, "%s: tensor score.weight is missing: the file has no classification head",
+                          s->weights);
+    if (st != DT_OK) dt_infer_close(s);
+    return st;
+}
+
+void dt_infer_close(dt_infer *s) {
+    dt_model_free(s->model);
+    dt_tokenizer_free(s->tok);
+    dt_backend_close(s->be);
+    s->model = NULL;
+    s->tok = NULL;
+    s->be = NULL;
+}
