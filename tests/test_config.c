@@ -306,11 +306,28 @@ static void test_errors(void) {
     LOAD_ERR("finetune.yaml:5: training.resources_per_worker.cpu: unknown key (did you mean "
              "training.resources_per_worker.gpu?)",
              MIN "training:\n  resources_per_worker:\n    cpu: 1\n");
+    /* the keys that act on evaluations and samples need what they act on */
+    LOAD_ERR("finetune.yaml:4: checkpoint.best_metric: needs validation data to compare checkpoints by (hint: set "
+             "data.val_path)", MIN "checkpoint:\n  best_metric: val_loss\n");
+    LOAD_ERR("finetune.yaml:5: checkpoint.best_metric: expected none, val_loss or val_accuracy for a language model, "
+             "got \"val_f1\" (macro-F1 is a classification score)",
+             MIN "  val_path: v\ncheckpoint:\n  best_metric: val_f1\n");
+    LOAD_ERR("finetune.yaml:4: checkpoint.best_metric: expected one of none, val_loss, val_accuracy, val_f1, got "
+             "\"f1\"", MIN "checkpoint:\n  best_metric: f1\n");
+    LOAD_ERR("finetune.yaml:5: training.early_stopping_patience: needs evaluations during training to count (hint: "
+             "set data.val_path and eval.every_steps > 0)",
+             MIN "  val_path: v\ntraining:\n  early_stopping_patience: 2\neval:\n  every_steps: 0\n");
+    LOAD_ERR("finetune.yaml:4: logging.sample_every_steps: needs logging.sample_prompt with the byte tokenizer (it "
+             "has no end-of-text token to start from)", MIN "logging:\n  sample_every_steps: 5\n");
+    LOAD_ERR("finetune.yaml:4: logging.sample_every_steps: expected 0 for a classifier (model.num_labels: 2): samples "
+             "are generated text (hint: dtrain predict shows a classifier's labels)",
+             MIN "logging:\n  sample_every_steps: 5\n  sample_prompt: x\nmodel:\n  num_labels: 2\n");
     LOAD_ERR("finetune.yaml:4: eval.frequency: unknown key (known keys in eval: every_steps, max_batches)",
              MIN "eval:\n  frequency: 3\n");
     LOAD_ERR("finetune.yaml:4: training.dropout: unknown key (known keys in training: num_workers, use_gpu, "
              "device, resources_per_worker, communication_backend, epochs, max_steps, grad_accum_steps, "
-             "precision, seed, collective_timeout_s, cpu_threads_per_worker, adapt_cpu_threads, check_replicas_every)",
+             "precision, seed, collective_timeout_s, cpu_threads_per_worker, adapt_cpu_threads, check_replicas_every, "
+             "early_stopping_patience)",
              MIN "training:\n  dropout: 0.1\n");
     /* unknown sections */
     LOAD_ERR("finetune.yaml:3: trainig: unknown section (did you mean training?)", MIN "trainig:\n  epochs: 1\n");

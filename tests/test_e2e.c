@@ -11,6 +11,7 @@
  *   - language modelling on a shard made by `dtrain data tokenize` (ci-smoke config), then
  *     dtrain generate on it: greedy with and without the key/value cache, seeded sampling,
  *     the end of the positions, refusals;
+ *   - the best checkpoint and early stopping on a run whose validation loss rises;
  *   - CPU threads that follow another process's load, with the same weights as fixed threads. */
 #include <jansson.h>
 #include <math.h>
@@ -335,6 +336,63 @@ static void test_generate(void) {
     CHECK_STR_CONTAINS(err_text, "belong to `dtrain generate`");
 }
 
+/* checkpoint.best_metric and training.early_stopping_patience on a run whose validation loss
+ * rises (the validation labels flipped: the better the model learns, the worse it scores):
+ * the first evaluation stays the best, run.dir/best holds its weights (eval gives its loss
+ * again), training stops after `patience` evaluations without a new best (exit 0, said in the
+ * summary), the same command again only evaluates; a run killed in between and restarted ends
+ * the same, byte for byte. */
+static void test_early_stopping(void) {
+    char flipped[600], a[600], b[600], fa[700], fb[700];
+    snprintf(flipped, sizeof flipped, "%s/flipped.tsv", tmp);
+    FILE *in = fopen(DTRAIN_SOURCE_DIR "/data/sentiment/val.tsv", "r"), *fo = fopen(flipped, "w");
+    CHECK(in && fo);
+    char line[4096];
+    while (fgets(line, sizeof line, in)) fprintf(fo, "%c%s", line[0] == '0' ? '1' : '0', line + 1);
+    fclose(in);
+    fclose(fo);
+    snprintf(a, sizeof a, "%s/early", tmp);
+    snprintf(b, sizeof b, "%s/early-killed", tmp);
+    const char *opts = "--set data.val_path=%s --set eval.every_steps=50 --set eval.max_batches=10 "
+                       "--set training.early_stopping_patience=2 --set checkpoint.best_metric=val_loss "
+                       "--set checkpoint.every_steps=50";
+    char o[1200];
+    snprintf(o, sizeof o, opts, flipped);
+    CHECK_INT_EQ(run("%s --config configs/finetune.yaml --set run.dir=%s %s", DTRAIN_BIN, a, o), 0);
+    const char *best = strstr(out_text, "new best val_loss ");
+    CHECK(best != NULL);
+    const double best_loss = strtod(best + 18, NULL);
+    CHECK_STR_CONTAINS(out_text, "new best val_loss");
+    CHECK_STR_CONTAINS(out_text, "early stopping at step ");
+    CHECK_STR_CONTAINS(out_text, "stopped early at step ");
+    CHECK_STR_CONTAINS(out_text, "did not improve for 2 evaluations in a row (training.early_stopping_patience)");
+    CHECK_STR_CONTAINS(out_text, "weights in ");
+    CHECK(strstr(out_text, "step 2500") == NULL);
+    const char *at = strstr(out_text, "stopped early at step ");
+    const long stopped = strtol(at + 22, NULL, 10);
+    printf("early stopping: stopped at step %ld, best val loss %.6f\n", stopped, best_loss);
+    CHECK(stopped >= 150 && stopped < 2500);
+    /* run.dir/best is a checkpoint: eval gives its loss again */
+    CHECK_INT_EQ(run("%s eval --config configs/finetune.yaml --checkpoint %s/best --set data.val_path=%s "
+                     "--set eval.max_batches=10", DTRAIN_BIN, a, flipped), 0);
+    const char *p = strstr(out_text, "val loss ");
+    CHECK(p != NULL && fabs(strtod(p + 9, NULL) - best_loss) <= 1e-6 * best_loss);
+    /* the same command again: finished, only evaluates */
+    CHECK_INT_EQ(run("%s --config configs/finetune.yaml --set run.dir=%s %s", DTRAIN_BIN, a, o), 0);
+    CHECK(strstr(out_text, "new best") == NULL);
+    CHECK(strstr(out_text, "step 2500") == NULL);
+    /* killed after the first checkpoint, restarted from it: the same end, byte for byte */
+    CHECK_INT_EQ(run("DTRAIN_FAULT=rank=0,step=75,kind=exit %s --config configs/finetune.yaml --set run.dir=%s %s "
+                     "--set fault_tolerance.backoff_s=0", DTRAIN_BIN, b, o), 0);
+    CHECK_STR_CONTAINS(out_text, "restart");
+    CHECK_STR_CONTAINS(out_text, "stopped early at step ");
+    for (int k = 0; k < 2; k++) {
+        snprintf(fa, sizeof fa, "%s/%s", a, k ? "best/model.safetensors" : "model.safetensors");
+        snprintf(fb, sizeof fb, "%s/%s", b, k ? "best/model.safetensors" : "model.safetensors");
+        CHECK_INT_EQ(run("cmp %s %s", fa, fb), 0);
+    }
+}
+
 /* No file of the run and no output holds the value of a ${NAME}: configs are saved as written,
  * the config a checkpoint saved is read without expanding anything. */
 static void test_secrets(void) {
@@ -603,6 +661,7 @@ int main(void) {
     test_language_model();
     test_finetune();
     test_generate();
+    test_early_stopping();
     test_dir_remove();
     TEST_PASS("test_e2e");
 }

@@ -5,7 +5,9 @@
  *   optimizer.safetensors  AdamW moments, F32: exp_avg.<name> and exp_avg_sq.<name> for every
  *                          weight tensor, same shapes
  *   trainer.json           where training stands: step, epoch, sample cursor, seed, config
- *                          digest, world size and global batch at save, model shape
+ *                          digest, world size and global batch at save, model shape, and (when
+ *                          checkpoint.best_metric or early stopping counts) the best evaluation
+ * RUN/best/ is a checkpoint of the same layout: the best evaluation's (dt_ckpt_save_best).
  *   config.yaml            the resolved config at save
  *   manifest.json          size and CRC32 (zlib) of each file above; written last
  * A checkpoint appears whole or not at all: everything is written into
@@ -26,6 +28,15 @@
 #include "dtrain/optim.h"
 #include "dtrain/status.h"
 
+/* checkpoint.best_metric and training.early_stopping_patience: where they stand. */
+typedef struct dt_ckpt_best {
+    int has;                /* an evaluation has been counted */
+    double value;           /* the best value of the metric so far */
+    long step;              /* ... at this step */
+    int evals_since;        /* evaluations since, none of them better */
+    int stopped_early;      /* training ended there: a resume of this run only evaluates again */
+} dt_ckpt_best;
+
 typedef struct dt_ckpt_state {
     long step;              /* optimizer steps done */
     long epoch;             /* 0-based epoch the next step is in */
@@ -36,6 +47,7 @@ typedef struct dt_ckpt_state {
     long global_batch;      /* samples per step at save */
     size_t train_samples;   /* training set size at save */
     dt_model_cfg model;     /* shape at save (vocab_size, n_positions, n_layer, n_head, n_embd, num_labels) */
+    dt_ckpt_best best;      /* optional in trainer.json ("best"): all 0 when absent */
 } dt_ckpt_state;
 
 /* Writes checkpoints/step_<s->step> under run_dir as described above (replacing an existing
@@ -43,6 +55,12 @@ typedef struct dt_ckpt_state {
  * NULL) receives its path. */
 dt_status dt_ckpt_save(const char *run_dir, dt_model *m, dt_optim *o, const dt_ckpt_state *s, const dt_config *cfg,
                        char *dir_out, size_t n);
+
+/* The same checkpoint, written as run_dir/best (replaced whole, atomically): the weights of the
+ * best evaluation so far (checkpoint.best_metric). dt_ckpt_verify and dt_ckpt_load read it like
+ * any checkpoint; dt_ckpt_find_latest of the run directory never picks it. */
+dt_status dt_ckpt_save_best(const char *run_dir, dt_model *m, dt_optim *o, const dt_ckpt_state *s,
+                            const dt_config *cfg, char *dir_out, size_t n);
 
 /* Deletes all but the newest keep_last complete checkpoints, and leftover .tmp-* dirs of
  * writers that died; links among them are unlinked, never followed (see above). Only call

@@ -22,6 +22,7 @@ typedef enum { DT_PREC_AUTO = 0, DT_PREC_FP32, DT_PREC_BF16 } dt_precision;
 typedef enum { DT_SCHED_CONSTANT = 0, DT_SCHED_COSINE, DT_SCHED_LINEAR } dt_schedule;
 typedef enum { DT_FORMAT_AUTO = 0, DT_FORMAT_TOKENS, DT_FORMAT_TSV } dt_data_format;
 typedef enum { DT_RESUME_AUTO = 0, DT_RESUME_NEVER, DT_RESUME_PATH } dt_resume_kind;
+typedef enum { DT_BEST_NONE = 0, DT_BEST_LOSS, DT_BEST_ACCURACY, DT_BEST_F1 } dt_best_metric;
 
 /* A key whose value was written with ${NAME}: the text as written. */
 #define DT_CONFIG_MAX_ENV 16
@@ -59,6 +60,8 @@ typedef struct dt_config {
         int adapt_cpu_threads;      /* 1 (default): with cpu_threads_per_worker 0, fewer threads while other
                                        processes keep cores busy (the launcher measures it) */
         long check_replicas_every;  /* default 100, 0 = off */
+        int early_stopping_patience;/* 0 = off (default); N: stop after N evaluations in a row without a new
+                                       best of checkpoint.best_metric (val_loss when that is none) */
     } training;
     struct {
         double lr;           /* > 0, default 3e-4 */
@@ -96,11 +99,16 @@ typedef struct dt_config {
         int keep_last;             /* >= 1, default 3 */
         dt_resume_kind resume;     /* default auto */
         char resume_path[DT_PATH_MAX];
+        dt_best_metric best_metric; /* none (default), val_loss (lower is better), val_accuracy, val_f1
+                                       (macro-F1; higher is better): the best weights kept in run.dir/best/ */
     } checkpoint;
     struct {
         long every_steps;   /* >= 1, default 10 */
         int tensorboard;    /* default 1 */
         double monitor_every_s; /* > 0, default 2: how often the launcher samples each worker */
+        long sample_every_steps;  /* 0 = off (default): language models print generated text every N steps */
+        char sample_prompt[256];  /* the text samples continue ("": from the end-of-text token, BPE only) */
+        int sample_tokens;        /* new tokens per sample, default 64 */
     } logging;
     struct {
         int max_restarts;   /* >= 0, default 3 */

@@ -78,6 +78,11 @@ static const enum_name schedule_names[] = {{"constant", DT_SCHED_CONSTANT},
 static const enum_name format_names[] = {
     {"auto", DT_FORMAT_AUTO}, {"tokens", DT_FORMAT_TOKENS}, {"tsv", DT_FORMAT_TSV}, {NULL, 0}};
 static const enum_name model_type_names[] = {{"transformer_like", 0}, {"gpt2", 1}, {NULL, 0}};
+static const enum_name best_metric_names[] = {{"none", DT_BEST_NONE},
+                                              {"val_loss", DT_BEST_LOSS},
+                                              {"val_accuracy", DT_BEST_ACCURACY},
+                                              {"val_f1", DT_BEST_F1},
+                                              {NULL, 0}};
 
 #define FLD(m) offsetof(dt_config, m), sizeof(((dt_config *)0)->m)
 #define SECTION(p) {p, K_MAP, 0, 0, 0, NULL, 0, 0, 0, NULL, NULL}
@@ -110,6 +115,7 @@ static const key_def keys[] = {
     KEY("training.cpu_threads_per_worker", K_INT, training.cpu_threads_per_worker, "0", GE(0)),
     KEY("training.adapt_cpu_threads", K_BOOL, training.adapt_cpu_threads, "true", ANY),
     KEY("training.check_replicas_every", K_LONG, training.check_replicas_every, "100", GE(0)),
+    KEY("training.early_stopping_patience", K_INT, training.early_stopping_patience, "0", GE(0)),
 
     SECTION("optimizer"),
     KEY("optimizer.lr", K_DOUBLE, optimizer.lr, "3e-4", GT(0)),
@@ -150,11 +156,15 @@ static const key_def keys[] = {
     KEY("checkpoint.keep_last", K_INT, checkpoint.keep_last, "3", GE(1)),
     {"checkpoint.resume", K_RESUME, FLD(checkpoint.resume), offsetof(dt_config, checkpoint.resume_path),
      "auto", 0, 0, 0, NULL, NULL},
+    ENUM("checkpoint.best_metric", checkpoint.best_metric, "none", best_metric_names),
 
     SECTION("logging"),
     KEY("logging.every_steps", K_LONG, logging.every_steps, "10", GE(1)),
     KEY("logging.tensorboard", K_BOOL, logging.tensorboard, "true", ANY),
     KEY("logging.monitor_every_s", K_DOUBLE, logging.monitor_every_s, "2.0", GT(0)),
+    KEY("logging.sample_every_steps", K_LONG, logging.sample_every_steps, "0", GE(0)),
+    KEY("logging.sample_prompt", K_STR, logging.sample_prompt, "", ANY),
+    KEY("logging.sample_tokens", K_INT, logging.sample_tokens, "64", IN(1, 100000)),
 
     SECTION("fault_tolerance"),
     KEY("fault_tolerance.max_restarts", K_INT, fault_tolerance.max_restarts, "3", GE(0)),
@@ -165,7 +175,8 @@ static const key_def keys[] = {
 
 _Static_assert(sizeof(dt_device_kind) == sizeof(int) && sizeof(dt_comm_kind) == sizeof(int) &&
                    sizeof(dt_precision) == sizeof(int) && sizeof(dt_schedule) == sizeof(int) &&
-                   sizeof(dt_data_format) == sizeof(int) && sizeof(dt_resume_kind) == sizeof(int),
+                   sizeof(dt_data_format) == sizeof(int) && sizeof(dt_resume_kind) == sizeof(int) &&
+                   sizeof(dt_best_metric) == sizeof(int),
                "enum fields are written as int");
 
 static int key_index(const char *path) {
@@ -861,6 +872,30 @@ static const char *show_key(const dt_config *cfg, int idx, int got, shown *b) {
     return b->s;
 }
 
+/* The keys that act on evaluations and samples need what they act on. */
+static dt_status validate_eval_keys(load_ctx *c) {
+    const dt_config *cfg = c->cfg;
+    const int i_best = key_index("checkpoint.best_metric"), i_pat = key_index("training.early_stopping_patience"),
+              i_samp = key_index("logging.sample_every_steps");
+    const int cls = cfg->model.num_labels >= 2;
+    if (cfg->checkpoint.best_metric != DT_BEST_NONE && !cfg->data.val_path[0])
+        return fail_key(c, i_best, "needs validation data to compare checkpoints by (hint: set data.val_path)");
+    if (cfg->checkpoint.best_metric == DT_BEST_F1 && !cls)
+        return fail_key(c, i_best, "expected none, val_loss or val_accuracy for a language model, got \"val_f1\" "
+                                   "(macro-F1 is a classification score)");
+    if (cfg->training.early_stopping_patience > 0 && (!cfg->data.val_path[0] || cfg->eval.every_steps == 0))
+        return fail_key(c, i_pat, "needs evaluations during training to count (hint: set data.val_path and "
+                                  "eval.every_steps > 0)");
+    if (cfg->logging.sample_every_steps > 0 && cls)
+        return fail_key(c, i_samp, "expected 0 for a classifier (model.num_labels: %d): samples are generated text "
+                                   "(hint: dtrain predict shows a classifier's labels)", cfg->model.num_labels);
+    if (cfg->logging.sample_every_steps > 0 && !cfg->logging.sample_prompt[0] &&
+        strcmp(cfg->data.tokenizer, "bytes") == 0)
+        return fail_key(c, i_samp, "needs logging.sample_prompt with the byte tokenizer (it has no end-of-text token "
+                                   "to start from)");
+    return DT_OK;
+}
+
 static dt_status validate(load_ctx *c) {
     dt_config *cfg = c->cfg;
     int i_train = key_index("data.train_path"),
@@ -915,6 +950,8 @@ static dt_status validate(load_ctx *c) {
     else if (cfg->model.n_positions < cfg->data.seq_len)
         return fail_key(c, i_pos, "expected an integer >= data.seq_len (%s), got %s",
                         show_key(cfg, key_index("data.seq_len"), 0, &o), show_key(cfg, i_pos, 1, &g));
+
+    DT_TRY(validate_eval_keys(c));
 
     if (!c->seen[i_dir].given) {
         const char *base = strrchr(c->name, '/');

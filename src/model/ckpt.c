@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,6 +188,11 @@ static json_t *model_json(const dt_model_cfg *m) {
                      "n_layer", m->n_layer, "n_head", m->n_head, "n_embd", m->n_embd, "num_labels", m->num_labels);
 }
 
+static json_t *best_json(const dt_ckpt_best *b) {
+    return json_pack("{s:b, s:f, s:I, s:i, s:b}", "has", b->has, "value", isfinite(b->value) ? b->value : 0.0, "step",
+                     (json_int_t)b->step, "evals_since", b->evals_since, "stopped_early", b->stopped_early);
+}
+
 static json_t *trainer_json(const dt_ckpt_state *s) {
     char digest[16], seed[32], when[64];
     snprintf(digest, sizeof digest, "%08" PRIx32, s->config_digest);
@@ -195,13 +201,15 @@ static json_t *trainer_json(const dt_ckpt_state *s) {
     struct tm tm;
     gmtime_r(&now, &tm);
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return json_pack("{s:s, s:i, s:I, s:I, s:I, s:s, s:s, s:i, s:I, s:I, s:o, s:s, s:s}", "format", "dtrain-trainer-state",
+    json_t *root = json_pack("{s:s, s:i, s:I, s:I, s:I, s:s, s:s, s:i, s:I, s:I, s:o, s:s, s:s}", "format", "dtrain-trainer-state",
                      "version", CKPT_VERSION, "step", (json_int_t)s->step, "epoch", (json_int_t)s->epoch, "cursor",
                      (json_int_t)s->cursor, "seed", seed, "config_digest", digest, "world_size", s->world,
                      "global_batch", (json_int_t)s->global_batch, "train_samples", (json_int_t)s->train_samples,
                      "model", model_json(&s->model), "rng",
                      "the only randomness after init is the sample order, a permutation seeded by (seed, epoch)",
                      "saved_at", when);
+    if (root && (s->best.has || s->best.stopped_early)) json_object_set_new(root, "best", best_json(&s->best));
+    return root;
 }
 
 static dt_status save_optimizer(const char *path, dt_model *m, dt_optim *o) {
@@ -267,15 +275,13 @@ static dt_status write_manifest(const char *tmp, const dt_ckpt_state *s) {
                                           (json_int_t)s->step, "files", files));
 }
 
-dt_status dt_ckpt_save(const char *run_dir, dt_model *m, dt_optim *o, const dt_ckpt_state *s, const dt_config *cfg,
-                       char *dir_out, size_t n) {
-    char root[PATH_LEN], tmp[PATH_LEN + 64], final[PATH_LEN + 64], p[PATH_LEN + 128], tmp_name[64];
-    root_dir(run_dir, root, sizeof root);
-    if (mkdir(root, 0755) == 0) DT_TRY(fsync_path(run_dir, 1)); /* checkpoints/ itself must survive a crash */
-    else if (errno != EEXIST) return dt_error_set(DT_ERR_IO, "%s: cannot create directory: %s", root, strerror(errno));
-    snprintf(tmp_name, sizeof tmp_name, ".tmp-step_%08ld.%ld", s->step, (long)getpid());
+/* Writes the checkpoint as root/name (root exists). */
+static dt_status save_as(const char *root, const char *name, dt_model *m, dt_optim *o, const dt_ckpt_state *s,
+                         const dt_config *cfg, char *dir_out, size_t n) {
+    char tmp[PATH_LEN + 64], final[PATH_LEN + 64], p[PATH_LEN + 128], tmp_name[64];
+    snprintf(tmp_name, sizeof tmp_name, ".tmp-%s.%ld", name, (long)getpid());
     snprintf(tmp, sizeof tmp, "%s/%s", root, tmp_name);
-    step_dir(root, s->step, final, sizeof final);
+    snprintf(final, sizeof final, "%s/%s", root, name);
     remove_dir(root, tmp_name); /* a leftover of this pid (after a failed save); a link there is unlinked, not followed */
     if (mkdir(tmp, 0755) != 0) return dt_error_set(DT_ERR_IO, "%s: cannot create directory: %s", tmp, strerror(errno));
 
@@ -303,7 +309,7 @@ dt_status dt_ckpt_save(const char *run_dir, dt_model *m, dt_optim *o, const dt_c
             snprintf(old_name, sizeof old_name, "%s", tmp_name); /* now holds the previous checkpoint */
         } else {
             char old[PATH_LEN + 96];
-            snprintf(old_name, sizeof old_name, ".old-step_%08ld.%ld", s->step, (long)getpid());
+            snprintf(old_name, sizeof old_name, ".old-%s.%ld", name, (long)getpid());
             snprintf(old, sizeof old, "%s/%s", root, old_name);
             remove_dir(root, old_name);
             if (rename(final, old) != 0) {
@@ -328,6 +334,21 @@ fail:
     remove_dir(root, tmp_name);
     dt_error_prefix("checkpoint of step %ld", s->step);
     return st;
+}
+
+dt_status dt_ckpt_save(const char *run_dir, dt_model *m, dt_optim *o, const dt_ckpt_state *s, const dt_config *cfg,
+                       char *dir_out, size_t n) {
+    char root[PATH_LEN], name[64];
+    root_dir(run_dir, root, sizeof root);
+    if (mkdir(root, 0755) == 0) DT_TRY(fsync_path(run_dir, 1)); /* checkpoints/ itself must survive a crash */
+    else if (errno != EEXIST) return dt_error_set(DT_ERR_IO, "%s: cannot create directory: %s", root, strerror(errno));
+    snprintf(name, sizeof name, "step_%08ld", s->step);
+    return save_as(root, name, m, o, s, cfg, dir_out, n);
+}
+
+dt_status dt_ckpt_save_best(const char *run_dir, dt_model *m, dt_optim *o, const dt_ckpt_state *s,
+                            const dt_config *cfg, char *dir_out, size_t n) {
+    return save_as(run_dir, "best", m, o, s, cfg, dir_out, n);
 }
 
 dt_status dt_ckpt_prune(const char *run_dir, int keep_last) {
@@ -403,6 +424,25 @@ static dt_status get_digits(const char *path, json_t *obj, const char *key, cons
 #define STEP_MAX 100000000000L      /* as many as a step_N name holds (step_of) */
 #define SAMPLES_MAX (1L << 48)
 
+/* trainer.json's optional "best" (absent: nothing counted yet). */
+static dt_status best_fields(const char *path, json_t *b, dt_ckpt_best *out) {
+    memset(out, 0, sizeof *out);
+    if (!b) return DT_OK;
+    long step, since;
+    json_t *has = json_object_get(b, "has"), *early = json_object_get(b, "stopped_early"), *v = json_object_get(b, "value");
+    const int_field f[] = {{b, "step", 0, STEP_MAX, &step}, {b, "evals_since", 0, INT_MAX, &since}};
+    if (!json_is_object(b) || !json_is_boolean(has) || !json_is_boolean(early) || !json_is_number(v))
+        return dt_error_set(DT_ERR_DATA, "%s: best: expected an object with has, value, step, evals_since and "
+                            "stopped_early", path);
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) DT_TRY(get_field(path, &f[i]));
+    out->has = json_is_true(has);
+    out->value = json_number_value(v);
+    out->step = step;
+    out->evals_since = (int)since;
+    out->stopped_early = json_is_true(early);
+    return DT_OK;
+}
+
 /* Every field of trainer.json, range-checked (a crafted or damaged file must not overflow
  * the arithmetic of the resume, nor pass the shape check by truncation). */
 static dt_status trainer_fields(const char *path, json_t *root, dt_ckpt_state *s) {
@@ -447,7 +487,7 @@ static dt_status trainer_fields(const char *path, json_t *root, dt_ckpt_state *s
     s->model.n_head = (int)mv[3];
     s->model.n_embd = (int)mv[4];
     s->model.num_labels = (int)mv[5];
-    return DT_OK;
+    return best_fields(path, json_object_get(root, "best"), &s->best);
 }
 
 static dt_status parse_trainer(const char *path, dt_ckpt_state *s) {

@@ -422,28 +422,41 @@ static void report_config_change(run *r, const char *dir, const dt_ckpt_state *s
                         dt_config_digest(r->cfg));
 }
 
+/* Where a checkpoint stands and goes: the trainer's position and best evaluation; as_best
+ * writes run.dir/best instead of checkpoints/step_N (no pruning, no fault hook). */
+typedef struct ckpt_point {
+    long step, epoch;
+    size_t cursor;
+    const dt_ckpt_best *best;
+    int as_best;
+} ckpt_point;
+
 /* Rank 0 writes the checkpoint of `step` and prunes old ones; the others wait for it, so
  * that every rank agrees the checkpoint exists before anyone moves on. */
 #define CKPT_WAIT_S 1800.0
-static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, long step, long epoch, size_t cursor,
-                                 char *dir, size_t n) {
+static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, const ckpt_point *cp, char *dir, size_t n) {
     const dt_config *c = r->cfg;
     if (r->rank == 0) {
         double t0 = now_ms();
         dt_ckpt_state s = {
-            .step = step, .epoch = epoch, .cursor = cursor, .seed = c->training.seed,
+            .step = cp->step, .epoch = cp->epoch, .cursor = cp->cursor, .seed = c->training.seed,
             .config_digest = dt_config_digest(c), .world = r->world,
             .global_batch = (long)dt_sampler_global_batch(r->sampler), .train_samples = dt_dataset_size(r->train),
-            .model = *dt_model_config(r->model),
+            .model = *dt_model_config(r->model), .best = *cp->best,
         };
-        DT_TRY(dt_ckpt_save(c->run.dir, r->model, r->optim, &s, c, dir, n));
-        dt_metrics_info(r->metrics, "checkpoint: %s (%.2f s)", dir, (now_ms() - t0) / 1e3);
+        DT_TRY((cp->as_best ? dt_ckpt_save_best : dt_ckpt_save)(c->run.dir, r->model, r->optim, &s, c, dir, n));
+        dt_metrics_info(r->metrics, "%s: %s (%.2f s)", cp->as_best ? "best checkpoint" : "checkpoint", dir,
+                        (now_ms() - t0) / 1e3);
+        if (cp->as_best) goto wait;
         if (dt_ckpt_prune(c->run.dir, c->checkpoint.keep_last) != DT_OK) /* the new one is safe: go on */
             dt_metrics_info(r->metrics, "warning: could not delete an old checkpoint: %s", dt_error_msg());
-        DT_TRY(dt_fault_after_checkpoint(fault, attempt, step, dir));
+        DT_TRY(dt_fault_after_checkpoint(fault, attempt, cp->step, dir));
+    } else if (cp->as_best) {
+        snprintf(dir, n, "%s/best (written by rank 0)", c->run.dir);
     } else {
-        snprintf(dir, n, "%s/checkpoints/step_%08ld (written by rank 0)", c->run.dir, step);
+        snprintf(dir, n, "%s/checkpoints/step_%08ld (written by rank 0)", c->run.dir, cp->step);
     }
+wait:
     /* the others wait for rank 0's disk, not for a collective: a deadline of its own, and
      * the launcher's idle check is told */
     if (r->world > 1) {
@@ -523,6 +536,8 @@ typedef struct trainer {
     uint32_t samples_seen;       /* rounds of the launcher's worker samples logged */
     dt_eval_point last_eval;
     int have_eval;
+    dt_ckpt_best best;           /* checkpoint.best_metric / early stopping (saved in checkpoints) */
+    int early_stop;              /* set by the evaluation that ran out of patience */
     /* CPU threads under contention (adapt_threads): 0 when off */
     int threads_max, threads, threads_next;
     uint32_t foreign_seen;       /* the launcher's last round looked at */
@@ -610,12 +625,13 @@ static dt_status resume_point(trainer *t) {
         t->cursor = 0;
     }
     t->step_start = t->step;
+    if (t->resumed) t->best = t->cs.best;
     t->total = c->training.max_steps > 0 ? c->training.max_steps
                : t->epoch < c->training.epochs
                    ? t->step + (long)dt_sampler_steps_from(r->sampler, t->cursor) +
                          (c->training.epochs - t->epoch - 1) * (long)t->spe
                    : t->step;
-    if (t->total < t->step) t->total = t->step;
+    if (t->total < t->step || t->best.stopped_early) t->total = t->step; /* an early stop finished the run */
     DT_TRY(refuse_changed_finished(t));
     if (r->rank == 0) DT_TRY(set_aside_other_history(r, t->resumed ? &t->cs : NULL, t->ckpt_dir));
     dt_metrics_set_total(r->metrics, t->total);
@@ -852,13 +868,59 @@ static void adapt_threads(trainer *t) {
     t->threads_next = 0;
 }
 
+/* The value checkpoint.best_metric names (val_loss when none) in evaluation e, and whether
+ * lower is better. */
+static double best_value(const dt_config *c, const dt_eval_point *e, int *lower) {
+    *lower = c->checkpoint.best_metric == DT_BEST_NONE || c->checkpoint.best_metric == DT_BEST_LOSS;
+    if (c->checkpoint.best_metric == DT_BEST_ACCURACY) return e->accuracy;
+    if (c->checkpoint.best_metric != DT_BEST_F1) return e->loss;
+    if (!e->confusion) return NAN;
+    dt_class_score sc[DT_MAX_CLASS_METRICS];
+    double macro;
+    dt_class_scores(e->confusion, e->num_labels, sc, &macro);
+    return macro;
+}
+
+static const char *best_name(const dt_config *c) {
+    static const char *const names[] = {"val_loss", "val_loss", "val_accuracy", "val_f1"};
+    return names[c->checkpoint.best_metric];
+}
+
+/* After an evaluation: a new best is kept in run.dir/best (checkpoint.best_metric), and
+ * training.early_stopping_patience evaluations in a row without one end training. Every rank
+ * sees the same (all-reduced) evaluation, so every rank decides the same. */
+static dt_status track_best(trainer *t) {
+    const dt_config *c = t->r.cfg;
+    if (c->checkpoint.best_metric == DT_BEST_NONE && c->training.early_stopping_patience == 0) return DT_OK;
+    int lower;
+    const double v = best_value(c, &t->last_eval, &lower);
+    const int better = isfinite(v) && (!t->best.has || (lower ? v < t->best.value : v > t->best.value));
+    if (!better) {
+        t->best.evals_since++;
+        if (c->training.early_stopping_patience > 0 && t->best.evals_since >= c->training.early_stopping_patience &&
+            t->step < t->total) {
+            t->early_stop = t->best.stopped_early = 1;
+            dt_metrics_info(t->r.metrics, "early stopping at step %ld: %s has not improved for %d evaluations (best "
+                            "%.6g at step %ld; training.early_stopping_patience: %d)", t->step, best_name(c),
+                            t->best.evals_since, t->best.value, t->best.step, c->training.early_stopping_patience);
+        }
+        return DT_OK;
+    }
+    t->best = (dt_ckpt_best){.has = 1, .value = v, .step = t->step};
+    if (c->checkpoint.best_metric == DT_BEST_NONE) return DT_OK;
+    char dir[DT_PATH_MAX + 64];
+    const ckpt_point cp = {t->step, t->epoch, t->cursor, &t->best, 1};
+    dt_metrics_info(t->r.metrics, "new best %s %.6g at step %ld", best_name(c), v, t->step);
+    return save_checkpoint(&t->r, &t->fault, t->attempt, &cp, dir, sizeof dir);
+}
+
 /* An evaluation at the current step, logged and kept for the summary. */
 static dt_status eval_now(trainer *t) {
     DT_TRY(evaluate(&t->r, t->step, &t->last_eval));
     t->eval_ms += t->last_eval.eval_ms;
     t->have_eval = 1;
     dt_metrics_eval(t->r.metrics, &t->last_eval);
-    return DT_OK;
+    return track_best(t);
 }
 
 /* After a step: metrics, the loss check, the replica check, evaluation and checkpoint when
@@ -884,8 +946,9 @@ static dt_status after_step(trainer *t, const dt_train_point *p, int stop) {
     const int last = step == t->total;
     if (r->val && (!stop || last) && (last || (c->eval.every_steps > 0 && step % c->eval.every_steps == 0)))
         DT_TRY(eval_now(t));
-    if (last || stop || (c->checkpoint.every_steps > 0 && step % c->checkpoint.every_steps == 0)) {
-        DT_TRY(save_checkpoint(r, &t->fault, t->attempt, step, t->epoch, t->cursor, t->ckpt_dir, sizeof t->ckpt_dir));
+    if (last || stop || t->early_stop || (c->checkpoint.every_steps > 0 && step % c->checkpoint.every_steps == 0)) {
+        const ckpt_point cp = {step, t->epoch, t->cursor, &t->best, 0};
+        DT_TRY(save_checkpoint(r, &t->fault, t->attempt, &cp, t->ckpt_dir, sizeof t->ckpt_dir));
         t->checkpoints++;
     }
     return DT_OK;
@@ -930,6 +993,14 @@ static dt_status finish(trainer *t, int stopped) {
         }
     }
     dt_metrics_final(r->metrics, &sum);
+    const dt_config *c = r->cfg;
+    if (t->best.stopped_early)
+        dt_metrics_summary(r->metrics, "stopped early at step %ld of %ld: %s did not improve for %d evaluations in a "
+                           "row (training.early_stopping_patience)", t->step, total_steps(c, t->spe), best_name(c),
+                           c->training.early_stopping_patience);
+    if (c->checkpoint.best_metric != DT_BEST_NONE && t->best.has)
+        dt_metrics_summary(r->metrics, "best: %s %.6g at step %ld, weights in %s/best", best_name(c), t->best.value,
+                           t->best.step, c->run.dir);
     if (r->rank == 0) dt_metrics_summary(r->metrics, "weights: %s", weights);
     return DT_OK;
 }
@@ -943,7 +1014,7 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
     if (st == DT_OK) st = initial_weights(t);
     if (st == DT_OK) report_start(t);
     int stop = 0;
-    while (st == DT_OK && t->step < t->total && !stop) {
+    while (st == DT_OK && t->step < t->total && !stop && !t->early_stop) {
         dt_train_point p;
         st = train_step(t, &p, &stop);
         if (st == DT_OK) st = after_step(t, &p, stop);

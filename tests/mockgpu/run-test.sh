@@ -16,6 +16,8 @@
 #      workers records, the workers: line, TensorBoard and the summary; and the note without it
 #   7. the GPU messages of docs/troubleshooting.md: GPUs left unused, more workers than GPUs,
 #      out of GPU memory (MOCK_DEVICE_MEM_MB)
+#   8. dtrain generate (the key/value cache, attention_cached) on the mock GPU: the same greedy
+#      and seeded-sampled text as on the CPU from the same weights
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 SRC BUILD" >&2; exit 2; }
 SRC=$(cd "$1" && pwd)
@@ -166,5 +168,24 @@ step "dtrain pretrain (shrunk) on cuda (fp32)" pre-cuda.log train pre-cuda confi
     --set training.device=cuda --set training.precision=fp32
 echo "pretrain losses, cuda (fp32) against cpu, at most 1e-5 relative:"
 same_losses pre-cpu pre-cuda 1e-5 || { echo "FAIL  pretrain losses differ"; exit 1; }
+
+gen() { # DEVICE OUT OPTIONS...: text from the cpu-trained weights, on DEVICE (fp32)
+    local dev=$1 out=$2
+    shift 2
+    (cd "$SRC" && with_libs "$OPT" "$OPT/dtrain" generate --checkpoint "$B/runs/pre-cpu" --prompt "The " \
+        --max-new-tokens 60 --set training.device="$dev" --set training.precision=fp32 "$@") >"$out"
+}
+same_text() { # greedy, and sampled with a seed (every logit counts: a near-uniform 4-step model)
+    local k
+    for k in greedy sampled; do
+        local o=(--temperature 0)
+        [ $k = sampled ] && o=(--seed 5)
+        gen cpu "$LOGS/gen-$k-cpu.txt" "${o[@]}" && gen cuda "$LOGS/gen-$k-cuda.txt" "${o[@]}" || return
+        echo "$k, cpu:  $(tr -c '[:print:]\n' '?' <"$LOGS/gen-$k-cpu.txt")"
+        echo "$k, cuda: $(tr -c '[:print:]\n' '?' <"$LOGS/gen-$k-cuda.txt")"
+        cmp "$LOGS/gen-$k-cpu.txt" "$LOGS/gen-$k-cuda.txt" || { echo "FAIL: the $k texts differ"; return 1; }
+    done
+}
+step "dtrain generate (key/value cache): the same greedy and seeded text on cuda as on cpu" generate.log same_text
 
 echo "test_cuda_mock: all passed in $(elapsed "$T0")"
