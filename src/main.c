@@ -1,6 +1,7 @@
 /* main.c — the dtrain command line (DESIGN.md §2): train, eval, export, data tokenize.
  * Exit status: 0 success; 2 bad usage, config or input data; 1 any other failure. */
 #include <errno.h>
+#include <math.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include "dtrain/clock.h"
 #include "dtrain/doctor.h"
 #include "dtrain/generate.h"
+#include "dtrain/predict.h"
 #include "dtrain/infer.h"
 #include "dtrain/launch.h"
 #include "dtrain/rendezvous.h"
@@ -81,6 +83,16 @@ static const help_entry help[] = {
      "  --seed S             the same seed, model and options give the same text (default: from the\n"
      "                       clock, printed on stderr)\n"
      "  --no-cache           recompute the whole text for every token (the same tokens, slower; a check)\n"},
+    {"predict", "dtrain predict --checkpoint DIR|FILE [--config FILE] --input FILE --out FILE.jsonl",
+     "predict    runs the model over every line of FILE and writes one JSON object per line to OUT:\n"
+     "           a classifier's {\"line\", \"label\", \"probs\"} (plus \"true_label\" for LABEL<TAB>TEXT lines,\n"
+     "           with their accuracy and loss on stderr); a language model's {\"line\", \"tokens\", \"loss\",\n"
+     "           \"perplexity\"}. The input streams; OUT appears whole at the end (a temporary file until\n"
+     "           then); a progress line on a terminal.\n"
+     "  --checkpoint PATH    as for generate (its config.yaml, unless --config is given)\n"
+     "  --input FILE         LABEL<TAB>TEXT lines (the training TSV) or plain TEXT lines\n"
+     "  --out FILE           the JSON lines file to write\n"
+     "  --progress MODE      auto (when stderr is a terminal), always, never\n"},
     {"doctor", "dtrain doctor  [--num-workers N] [--device cpu|cuda]",
      "doctor     lists CPUs and GPUs, runs the collective self-test with N worker processes (default 2)\n"
      "           and prints an all-reduce bandwidth table (algbw, busbw) next to memcpy bandwidth.\n"
@@ -139,7 +151,7 @@ static int usage_error(const char *fmt, const char *arg) {
 }
 
 typedef struct cli {
-    const char *config, *checkpoint, *out, *tokenizer, *device, *workers;
+    const char *config, *checkpoint, *out, *tokenizer, *device, *workers, *input;
     long steps;
     int num_workers, repeat;
     const char *overrides[MAX_OVERRIDES];
@@ -194,6 +206,7 @@ static int parse_options(int argc, char **argv, cli *c) {
         {"max-new-tokens", required_argument, NULL, 'M'}, {"temperature", required_argument, NULL, 'T'},
         {"top-k", required_argument, NULL, 'K'},       {"top-p", required_argument, NULL, 'O'},
         {"seed", required_argument, NULL, 'E'},        {"no-cache", no_argument, NULL, 'N'},
+        {"input", required_argument, NULL, 'I'},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -274,6 +287,7 @@ static int parse_options(int argc, char **argv, cli *c) {
             break;
         }
         case 'N': c->no_cache = 1; c->gen_opts++; break;
+        case 'I': c->input = optarg; break;
         case 'h': c->help = 1; break;
         case 'V': c->version = 1; break;
         case ':': return usage_error("option %s needs a value", argv[optind - 1]);
@@ -441,6 +455,29 @@ static int cmd_generate(const cli *c) {
     return 0;
 }
 
+static int cmd_predict(const cli *c) {
+    if (!c->input || !c->out) return usage_error("%s", "predict: needs --input FILE and --out FILE.jsonl");
+    dt_infer s;
+    dt_infer_opts io = {.cmd = "predict", .checkpoint = c->checkpoint, .config = c->config, .overrides = c->overrides,
+                        .n_overrides = c->n_overrides, .batch = 0, .seq_len = 0};
+    dt_status st = dt_infer_open(&s, &io);
+    if (st != DT_OK) return fail(st);
+    dt_predict_opts po = {.input = c->input, .out = c->out, .progress = c->progress};
+    dt_predict_result r;
+    st = dt_predict(&s, &po, &r);
+    dt_infer_close(&s);
+    if (st != DT_OK) return fail(st);
+    fprintf(stderr, "predicted %ld lines in %.1f s: %s", r.lines, r.seconds, c->out);
+    if (r.labelled)
+        fprintf(stderr, " | %ld labelled: accuracy %.6f, loss %.9g", r.labelled, (double)r.correct / (double)r.labelled,
+                r.loss_sum / (double)r.labelled);
+    if (r.tokens)
+        fprintf(stderr, " | %ld tokens: loss %.9g, perplexity %.6g", r.tokens, r.loss_sum / (double)r.tokens,
+                exp(r.loss_sum / (double)r.tokens));
+    fputc('\n', stderr);
+    return 0;
+}
+
 static int cmd_data(const cli *c, int argc, char **argv) {
     const int de = optind < argc && strcmp(argv[optind], "detokenize") == 0;
     if (optind >= argc || (!de && strcmp(argv[optind], "tokenize") != 0))
@@ -484,18 +521,22 @@ int main(int argc, char **argv) {
     if ((c.workers || c.steps || c.repeat) && strcmp(cmd, "bench") != 0)
         return usage_error("--workers, --steps and --repeat belong to `dtrain bench` (for training: --set "
                            "training.num_workers=N, --set training.max_steps=K)%s", "");
+    if (c.input && strcmp(cmd, "predict") != 0)
+        return usage_error("--input belongs to `dtrain predict`%s", "");
     if (c.gen_opts && strcmp(cmd, "generate") != 0)
         return usage_error("--prompt, --max-new-tokens, --temperature, --top-k, --top-p, --seed and --no-cache belong "
                            "to `dtrain generate`%s", "");
     if ((c.num_workers || c.device) && strcmp(cmd, "doctor") != 0)
         return usage_error("--num-workers and --device belong to `dtrain doctor` (for training: --set "
                            "training.num_workers=N, --set training.device=cpu|cuda)%s", "");
-    if ((strcmp(cmd, "train") == 0 || strcmp(cmd, "bench") == 0 || strcmp(cmd, "generate") == 0) && optind < sub_argc)
+    if ((strcmp(cmd, "train") == 0 || strcmp(cmd, "bench") == 0 || strcmp(cmd, "generate") == 0 ||
+         strcmp(cmd, "predict") == 0) && optind < sub_argc)
         return usage_error("unexpected argument \"%s\"", sub_argv[optind]);
     if (strcmp(cmd, "train") == 0) return cmd_train(&c);
     if (strcmp(cmd, "eval") == 0) return cmd_eval(&c);
     if (strcmp(cmd, "export") == 0) return cmd_export(&c);
     if (strcmp(cmd, "generate") == 0) return cmd_generate(&c);
+    if (strcmp(cmd, "predict") == 0) return cmd_predict(&c);
     if (strcmp(cmd, "data") == 0) return cmd_data(&c, sub_argc, sub_argv);
     if (strcmp(cmd, "doctor") == 0) return cmd_doctor(&c);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(&c);

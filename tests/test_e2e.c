@@ -11,6 +11,8 @@
  *   - language modelling on a shard made by `dtrain data tokenize` (ci-smoke config), then
  *     dtrain generate on it: greedy with and without the key/value cache, seeded sampling,
  *     the end of the positions, refusals;
+ *   - dtrain predict: a classifier's predictions against eval, plain text, a language
+ *     model's per-line loss, bad lines;
  *   - the best checkpoint and early stopping on a run whose validation loss rises;
  *   - CPU threads that follow another process's load, with the same weights as fixed threads. */
 #include <jansson.h>
@@ -336,6 +338,85 @@ static void test_generate(void) {
     CHECK_STR_CONTAINS(err_text, "belong to `dtrain generate`");
 }
 
+/* dtrain predict on the classifier of test_finetune and the language model of
+ * test_language_model: one JSON object per input line; a classifier's predictions on the
+ * validation TSV give eval's accuracy and loss; plain text lines get the same probabilities as
+ * the same texts with labels; bad lines exit 2 naming file and line and leave no output. */
+static void test_predict(void) {
+    char out[700], plain[700], bad[700];
+    snprintf(out, sizeof out, "%s/pred.jsonl", tmp);
+    snprintf(plain, sizeof plain, "%s/plain.txt", tmp);
+    snprintf(bad, sizeof bad, "%s/bad.tsv", tmp);
+    CHECK_INT_EQ(run("%s eval --config configs/finetune.yaml --checkpoint %s/finetune", DTRAIN_BIN, tmp), 0);
+    const char *p = strstr(out_text, "val loss ");
+    CHECK(p != NULL);
+    const double eval_loss = strtod(p + 9, NULL), eval_acc = strtod(strstr(out_text, "val accuracy ") + 13, NULL);
+    CHECK_INT_EQ(run("%s predict --checkpoint %s/finetune --input data/sentiment/val.tsv --out %s", DTRAIN_BIN, tmp, out), 0);
+    CHECK_STR_CONTAINS(err_text, "predicted 2000 lines in ");
+    FILE *f = fopen(out, "r");
+    CHECK(f != NULL);
+    char line[1024];
+    long n = 0, correct = 0;
+    double loss = 0, first[2] = {0, 0};
+    while (fgets(line, sizeof line, f)) {
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        CHECK(o != NULL);
+        CHECK_INT_EQ(json_integer_value(json_object_get(o, "line")), n + 1);
+        json_t *pr = json_object_get(o, "probs");
+        CHECK_INT_EQ(json_array_size(pr), 2);
+        const double p0 = json_real_value(json_array_get(pr, 0)), p1 = json_real_value(json_array_get(pr, 1));
+        CHECK(fabs(p0 + p1 - 1) < 1e-6);
+        const int label = (int)json_integer_value(json_object_get(o, "label"));
+        const int truth = (int)json_integer_value(json_object_get(o, "true_label"));
+        CHECK_INT_EQ(label, p1 > p0 ? 1 : 0);
+        correct += label == truth;
+        loss -= log(truth ? p1 : p0);
+        if (n == 0) first[0] = p0, first[1] = p1;
+        json_decref(o);
+        n++;
+    }
+    fclose(f);
+    printf("predict: %ld lines, accuracy %.6f (eval %.6f), loss %.9f (eval %.9f)\n", n, (double)correct / n, eval_acc,
+           loss / n, eval_loss);
+    CHECK_INT_EQ(n, 2000);
+    CHECK(fabs((double)correct / n - eval_acc) < 1e-9);
+    CHECK(fabs(loss / n - eval_loss) < 1e-6 * eval_loss); /* probabilities printed with 9 digits */
+    /* plain text: the same probabilities */
+    FILE *vin = fopen(DTRAIN_SOURCE_DIR "/data/sentiment/val.tsv", "r"), *pout = fopen(plain, "w");
+    CHECK(vin && pout);
+    for (int i = 0; i < 5 && fgets(line, sizeof line, vin); i++) fputs(strchr(line, '\t') + 1, pout);
+    fclose(vin);
+    fclose(pout);
+    CHECK_INT_EQ(run("%s predict --checkpoint %s/finetune --input %s --out %s", DTRAIN_BIN, tmp, plain, out), 0);
+    test_slurp(out, line, sizeof line);
+    char want[128];
+    snprintf(want, sizeof want, "{\"line\":1,\"label\":%d,\"probs\":[%.9g,%.9g]}\n", first[1] > first[0], first[0], first[1]);
+    CHECK(strncmp(line, want, strlen(want)) == 0);
+    CHECK(strstr(line, "true_label") == NULL);
+    /* a language model: loss and perplexity per line (null for an empty one) */
+    CHECK_INT_EQ(run("%s predict --checkpoint %s/lm --input data/tinytext/val.txt --out %s", DTRAIN_BIN, tmp, out), 0);
+    CHECK_STR_CONTAINS(err_text, " tokens: loss ");
+    CHECK_INT_EQ(run("head -1 %s", out), 0);
+    CHECK_STR_CONTAINS(out_text, "{\"line\":1,\"tokens\":");
+    CHECK_STR_CONTAINS(out_text, ",\"perplexity\":");
+    CHECK_INT_EQ(run("grep -c . %s", out), 0);
+    CHECK_INT_EQ(atol(out_text), 423);
+    /* bad lines: exit 2 naming file and line; no output file */
+    write_file(bad, "1\tgood\n7\tfine\n");
+    unlink(out);
+    CHECK_INT_EQ(run("%s predict --checkpoint %s/finetune --input %s --out %s", DTRAIN_BIN, tmp, bad, out), 2);
+    CHECK_STR_CONTAINS(err_text, "bad.tsv:2: label 7 out of range [0, 2)");
+    CHECK(access(out, F_OK) != 0);
+    write_file(bad, "1\tgood\n\nfine\n");
+    CHECK_INT_EQ(run("%s predict --checkpoint %s/finetune --input %s --out %s", DTRAIN_BIN, tmp, bad, out), 2);
+    CHECK_STR_CONTAINS(err_text, "bad.tsv:2: empty line");
+    CHECK_INT_EQ(run("%s predict --checkpoint %s/finetune --out %s", DTRAIN_BIN, tmp, out), 2);
+    CHECK_STR_CONTAINS(err_text, "predict: needs --input FILE and --out FILE.jsonl");
+    CHECK_INT_EQ(run("%s predict --checkpoint %s/finetune --input %s/nope.tsv --out %s", DTRAIN_BIN, tmp, tmp, out), 2);
+    CHECK_STR_CONTAINS(err_text, "nope.tsv: cannot open");
+}
+
 /* checkpoint.best_metric and training.early_stopping_patience on a run whose validation loss
  * rises (the validation labels flipped: the better the model learns, the worse it scores):
  * the first evaluation stays the best, run.dir/best holds its weights (eval gives its loss
@@ -467,6 +548,18 @@ static void test_language_model(void) {
     CHECK_INT_EQ(n, 40);
     CHECK(first > 4.0 && last < 3.5); /* ln(257) = 5.55 at init; bytes of English fall fast */
     CHECK(isfinite(val_loss));
+    /* logging.sample_every_steps: a sample every 20 steps, and weights byte-identical to the run
+     * without samples (generation only reads them) */
+    CHECK_INT_EQ(run("%s --config configs/pretrain.yaml --set run.dir=%s-samples --set data.train_path=%s "
+                     "--set data.val_path=%s --set training.max_steps=40 --set eval.max_batches=4 "
+                     "--set eval.every_steps=20 --set optimizer.warmup_steps=10 --set logging.sample_every_steps=20 "
+                     "--set 'logging.sample_prompt=The ' --set logging.sample_tokens=24",
+                     DTRAIN_BIN, run_dir, shard, val), 0);
+    CHECK_STR_CONTAINS(out_text, "sample at step 20 (after \"The \"): ");
+    CHECK_STR_CONTAINS(out_text, "sample at step 40 (after \"The \"): ");
+    const char *smp = strstr(out_text, "sample at step 40");
+    printf("%.*s\n", (int)strcspn(smp, "\n"), smp);
+    CHECK_INT_EQ(run("cmp %s/model.safetensors %s-samples/model.safetensors", run_dir, run_dir), 0);
 }
 
 /* A FIFO named as the config, the data or the weights: exit 2 at once, naming it (each used to
@@ -661,6 +754,7 @@ int main(void) {
     test_language_model();
     test_finetune();
     test_generate();
+    test_predict();
     test_early_stopping();
     test_dir_remove();
     TEST_PASS("test_e2e");

@@ -52,6 +52,16 @@ size_t dt_dataset_num_truncated(const dt_dataset *ds);
  * classification. i < dt_dataset_size(). */
 void dt_dataset_get(const dt_dataset *ds, size_t i, int *tokens, int *targets);
 
+/* One classification text as the model reads it, into row (seq_len ids): with the byte
+ * tokenizer (tok NULL) its bytes cut to seq_len - 1, <cls>, then 0 padding; with a BPE
+ * tokenizer its ids cut to seq_len, padded with the end-of-text id (the classifier reads the
+ * last text token: GPT2ForSequenceClassification's convention). *truncated = 1 when cut.
+ * *ids / *cap: the caller's BPE id buffer (grown with realloc; free it). DT_ERR_DATA (without
+ * file or line: the caller's prefix) for a NUL byte (bytes), invalid UTF-8, no tokens, or the
+ * end-of-text token inside the text (BPE). */
+dt_status dt_data_text_row(dt_tokenizer *tok, const char *text, size_t len, int seq_len, uint16_t *row,
+                           int *truncated, uint32_t **ids, size_t *cap);
+
 /* ---- sampler ----
  * Epoch order: identity when !shuffle, else a permutation seeded by (seed, epoch) only.
  * Global batch j of an epoch = order[j*G, (j+1)*G), G = world * batch_per_worker * accum;

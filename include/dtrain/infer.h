@@ -47,7 +47,8 @@ typedef struct dt_infer_opts {
     const char *config;     /* --config (NULL: the config.yaml saved next to the weights) */
     const char *const *overrides;
     int n_overrides;
-    int batch, seq_len;     /* the model's batch shape (seq_len 0: data.seq_len) */
+    int batch, seq_len;     /* the model's batch shape (batch 0: data.batch_size_per_worker for a
+                               classifier, 1 for a language model; seq_len 0: data.seq_len) */
 } dt_infer_opts;
 
 /* Resolves the weights and the config (a checkpoint directory and a run directory hold the

@@ -53,6 +53,8 @@ typedef struct dt_fwd_result {
     long rows;        /* rows in the loss: B*T (LM) or B (classification) */
     long correct;     /* classification: argmax == label; LM: argmax == target */
     const int *pred;  /* each row's argmax (B labels, or B*T next tokens), valid until the next forward */
+    const float *probs;  /* classification: (B, num_labels) softmax probabilities; else NULL (same lifetime) */
+    const float *losses; /* classification: (B) each row's loss, -log probs[label]; else NULL (same lifetime) */
 } dt_fwd_result;
 
 /* Validates the shape (messages name model.* keys), allocates everything through the open

@@ -25,6 +25,7 @@
 #define DTRAIN_OPS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "dtrain/status.h"
 
@@ -42,6 +43,11 @@ typedef struct dt_act dt_act;
 
 typedef enum { DT_DTYPE_F32 = 0, DT_DTYPE_BF16 } dt_dtype;
 static inline size_t dt_dtype_size(dt_dtype t) { return t == DT_DTYPE_BF16 ? 2 : 4; }
+/* A bf16 activation's 16 bits as a float (host side, e.g. downloaded logits). */
+static inline float dt_bf16_to_float(uint16_t b) {
+    union { uint32_t u; float f; } v = {(uint32_t)b << 16};
+    return v.f;
+}
 
 /* What a backend is opened with. */
 typedef struct dt_backend_cfg {

@@ -45,7 +45,7 @@ struct dt_dataset {
     /* classification */
     uint16_t *ids;        /* (num_samples, T) byte ids, DT_CLS_TOKEN, 0 padding; or BPE ids, end-of-text padding */
     uint32_t *bpe_ids;    /* one text's BPE ids while reading */
-    size_t bpe_n, bpe_cap;
+    size_t bpe_cap;
     int32_t *labels;      /* (num_samples) */
     size_t cap;           /* rows allocated in ids/labels */
 };
@@ -509,40 +509,38 @@ static const char *show_bytes(const char *s, const char *e, char *buf, size_t ca
     return buf;
 }
 
-/* Row `row` (T ids) from one text: the byte tokenizer's bytes (cut to T-1), <cls>, 0 padding;
- * or the BPE ids (cut to T), padded with the end-of-text id, where the classifier reads the
- * last text token (GPT2ForSequenceClassification's convention, pad = end of text). */
-static dt_status tsv_row(dt_dataset *ds, dt_tokenizer *tok, const char *file, size_t line, const char *text,
-                         size_t tlen, uint16_t *row) {
-    const size_t T = (size_t)ds->seq_len;
+dt_status dt_data_text_row(dt_tokenizer *tok, const char *text, size_t tlen, int seq_len, uint16_t *row,
+                           int *truncated, uint32_t **ids, size_t *cap) {
+    const size_t T = (size_t)seq_len;
+    *truncated = 0;
     if (!tok) {
+        const char *nul = memchr(text, '\0', tlen);
+        if (nul)
+            return dt_error_set(DT_ERR_DATA, "NUL byte in the text at byte %zu (the byte tokenizer uses 0 as padding)",
+                                (size_t)(nul - text) + 1);
         size_t n = tlen;
         if (n > T - 1) {
             n = T - 1;
-            ds->num_truncated++;
+            *truncated = 1;
         }
         for (size_t k = 0; k < n; k++) row[k] = (unsigned char)text[k];
         row[n] = DT_CLS_TOKEN;
         for (size_t k = n + 1; k < T; k++) row[k] = 0;
         return DT_OK;
     }
-    ds->bpe_n = 0;
-    if (dt_tokenizer_encode(tok, text, tlen, &ds->bpe_ids, &ds->bpe_n, &ds->bpe_cap) != DT_OK) {
-        dt_error_prefix("%s:%zu", file, line);
-        return DT_ERR_DATA;
-    }
+    size_t n = 0;
+    DT_TRY(dt_tokenizer_encode(tok, text, tlen, ids, &n, cap));
     const uint32_t pad = (uint32_t)dt_tokenizer_eot(tok);
-    size_t n = ds->bpe_n;
-    if (n == 0) return dt_error_set(DT_ERR_DATA, "%s:%zu: the text has no tokens", file, line);
+    if (n == 0) return dt_error_set(DT_ERR_DATA, "the text has no tokens");
     for (size_t k = 0; k < n; k++)
-        if (ds->bpe_ids[k] == pad)
-            return dt_error_set(DT_ERR_DATA, "%s:%zu: the text holds the end-of-text token (id %u), which pads the "
-                                "sequence: the classifier would read the wrong position", file, line, pad);
+        if ((*ids)[k] == pad)
+            return dt_error_set(DT_ERR_DATA, "the text holds the end-of-text token (id %u), which pads the sequence: "
+                                "the classifier would read the wrong position", pad);
     if (n > T) {
         n = T;
-        ds->num_truncated++;
+        *truncated = 1;
     }
-    for (size_t k = 0; k < n; k++) row[k] = (uint16_t)ds->bpe_ids[k];
+    for (size_t k = 0; k < n; k++) row[k] = (uint16_t)(*ids)[k];
     for (size_t k = n; k < T; k++) row[k] = (uint16_t)pad;
     return DT_OK;
 }
@@ -602,8 +600,14 @@ static dt_status read_tsv(dt_dataset *ds, const char *file, int num_labels, dt_t
         }
         st = tsv_reserve(ds, ds->num_samples + 1);
         if (st != DT_OK) goto done;
-        st = tsv_row(ds, tok, file, line, text, tlen, ds->ids + ds->num_samples * T);
-        if (st != DT_OK) goto done;
+        int cut;
+        st = dt_data_text_row(tok, text, tlen, ds->seq_len, ds->ids + ds->num_samples * T, &cut, &ds->bpe_ids,
+                              &ds->bpe_cap);
+        if (st != DT_OK) {
+            dt_error_prefix("%s:%zu", file, line);
+            goto done;
+        }
+        ds->num_truncated += (size_t)cut;
         ds->labels[ds->num_samples++] = (int32_t)label;
         p = next;
     }

@@ -132,13 +132,6 @@ void dt_decoder_free(dt_decoder *d) {
 int dt_decoder_len(const dt_decoder *d) { return d->len; }
 void dt_decoder_reset(dt_decoder *d) { d->len = 0; }
 
-/* bf16 bits to float (the host side of a bf16 activation) */
-static float bf16_to_float(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 /* The layers over n <= PREFILL_ROWS new rows at positions len..len+n-1; x holds their input. */
 static void forward_rows(dt_decoder *d, int n) {
@@ -191,6 +184,6 @@ dt_status dt_decoder_feed(dt_decoder *d, const int *tokens, int n, float *logits
     DT_TRY(o->check(ctx));
     if (d->act == DT_DTYPE_F32) memcpy(logits, d->host_logits, (size_t)V * sizeof(float));
     else
-        for (int v = 0; v < V; v++) logits[v] = bf16_to_float(((const uint16_t *)d->host_logits)[v]);
+        for (int v = 0; v < V; v++) logits[v] = dt_bf16_to_float(((const uint16_t *)d->host_logits)[v]);
     return DT_OK;
 }

@@ -81,6 +81,8 @@ struct dt_model {
     float *host_losses;        /* (B*T) */
     int *host_argmax;          /* (B*T) */
     int *host_rows;            /* (B) */
+    void *host_probs;          /* cls: (B,num_labels) the activation element, as downloaded */
+    float *host_probs_f;       /* cls: (B,num_labels) as floats */
 
     int last_B;                /* batch of the last forward, 0 = none */
 };
@@ -348,6 +350,8 @@ void dt_model_free(dt_model *m) {
     free(m->host_losses);
     free(m->host_argmax);
     free(m->host_rows);
+    free(m->host_probs);
+    free(m->host_probs_f);
     free(m);
 }
 
@@ -387,8 +391,11 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_backen
     m->host_losses = dt_malloc(BT * sizeof(float), "loss staging");
     m->host_argmax = dt_malloc(BT * sizeof(int), "prediction staging");
     m->host_rows = dt_malloc(B * sizeof(int), "row staging");
+    const size_t NLB = B * (size_t)(cfg->num_labels ? cfg->num_labels : 1);
+    m->host_probs = dt_malloc(NLB * sizeof(float), "probability staging");
+    m->host_probs_f = dt_malloc(NLB * sizeof(float), "probabilities");
     if (!m->tensors || !m->buckets || !m->bucket_names || !m->layers || !m->host_losses ||
-        !m->host_argmax || !m->host_rows)
+        !m->host_argmax || !m->host_rows || !m->host_probs || !m->host_probs_f)
         goto fail;
     build_layout(m);
 
@@ -428,6 +435,7 @@ static float *hp(const dt_model *m, float *base, int k) { /* 0 ln_f.w, 1 ln_f.b,
 }
 
 /* ---- forward ---- */
+
 
 dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, int B, dt_fwd_result *res) {
     const dt_ops *o = m->be->ops;
@@ -489,12 +497,18 @@ dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, i
         o->argmax(ctx, m->argmax_dev, m->logits, B, NL);
         o->download(ctx, m->host_losses, m->losses, (size_t)B * sizeof(float));
         o->download(ctx, m->host_argmax, m->argmax_dev, (size_t)B * sizeof(int));
+        o->download(ctx, m->host_probs, m->logits, (size_t)B * NL * dt_dtype_size(m->act_dtype));
         for (int b = 0; b < B; b++) {
             res->correct += m->host_argmax[b] == targets[b];
             res->loss_sum += m->host_losses[b];
         }
+        for (size_t i = 0; i < (size_t)B * NL; i++)
+            m->host_probs_f[i] = m->act_dtype == DT_DTYPE_F32 ? ((const float *)m->host_probs)[i]
+                                                              : dt_bf16_to_float(((const uint16_t *)m->host_probs)[i]);
         res->rows = B;
         res->pred = m->host_argmax;
+        res->probs = m->host_probs_f;
+        res->losses = m->host_losses;
     } else {
         o->layernorm_fwd(ctx, m->lnf, m->lnf_mean, m->lnf_rstd, x, hp(m, m->params, 0), hp(m, m->params, 1), BT, C);
         o->matmul_fwd(ctx, m->logits, m->lnf, m->params + m->tensors[0].offset, NULL, BT, C, V, 1);

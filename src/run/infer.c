@@ -116,7 +116,9 @@ dt_status dt_infer_open(dt_infer *s, const dt_infer_opts *o) {
                                 s->config_path);
         DT_TRY(dt_infer_weights_path(s->cfg.model.init_from, s->weights, sizeof s->weights));
     }
-    st = dt_infer_build(&s->cfg, 0, 0, o->batch, o->seq_len ? o->seq_len : s->cfg.data.seq_len, &s->be, &s->tok,
+    /* batch 0: data.batch_size_per_worker (one sequence for a language model, scored line by line) */
+    const int batch = o->batch ? o->batch : s->cfg.model.num_labels ? s->cfg.data.batch_size_per_worker : 1;
+    st = dt_infer_build(&s->cfg, 0, 0, batch, o->seq_len ? o->seq_len : s->cfg.data.seq_len, &s->be, &s->tok,
                         &s->model);
     int score_loaded = 1;
     if (st == DT_OK) st = dt_model_load(s->model, s->weights, &score_loaded);

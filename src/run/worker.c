@@ -31,6 +31,7 @@
 #include "dtrain/data.h"
 #include "dtrain/fault.h"
 #include "dtrain/file.h"
+#include "dtrain/generate.h"
 #include "dtrain/infer.h"
 #include "dtrain/device.h"
 #include "dtrain/model.h"
@@ -914,6 +915,50 @@ static dt_status track_best(trainer *t) {
     return save_checkpoint(&t->r, &t->fault, t->attempt, &cp, dir, sizeof dir);
 }
 
+typedef struct sample_text {
+    char buf[4096];
+    size_t n;
+} sample_text;
+
+/* The bytes of a generated token, made printable on one line: \n, \t and other control bytes
+ * escaped (text up to the buffer's end). */
+static void sample_emit(void *user, const char *bytes, size_t n) {
+    sample_text *s = user;
+    for (size_t i = 0; i < n && s->n + 5 < sizeof s->buf; i++) {
+        const unsigned char c = (unsigned char)bytes[i];
+        if (c == '\n') s->n += (size_t)snprintf(s->buf + s->n, sizeof s->buf - s->n, "\\n");
+        else if (c == '\t') s->n += (size_t)snprintf(s->buf + s->n, sizeof s->buf - s->n, "\\t");
+        else if (c < 0x20 || c == 0x7f) s->n += (size_t)snprintf(s->buf + s->n, sizeof s->buf - s->n, "\\x%02x", c);
+        else s->buf[s->n++] = (char)c;
+    }
+    s->buf[s->n] = '\0';
+}
+
+/* logging.sample_every_steps: rank 0 prints what the language model writes after
+ * logging.sample_prompt (sampled at temperature 1 with the seed training.seed + step, so a
+ * run's samples repeat; the weights are only read). */
+static dt_status print_sample(trainer *t) {
+    const dt_config *c = t->r.cfg;
+    if (c->logging.sample_every_steps <= 0 || t->step % c->logging.sample_every_steps != 0 || t->r.rank != 0)
+        return DT_OK;
+    sample_text out = {.n = 0};
+    out.buf[0] = '\0';
+    dt_gen_opts o = {.prompt = c->logging.sample_prompt, .prompt_len = strlen(c->logging.sample_prompt),
+                     .max_new_tokens = c->logging.sample_tokens, .temperature = 1.0, .top_p = 1.0,
+                     .seed = c->training.seed + (uint64_t)t->step};
+    dt_gen_result res;
+    dt_status st = dt_generate(t->r.model, t->r.tok, &o, sample_emit, &out, &res);
+    if (st != DT_OK) {
+        dt_error_prefix("logging.sample_every_steps");
+        return st;
+    }
+    sample_text prompt = {.n = 0};
+    sample_emit(&prompt, o.prompt, o.prompt_len);
+    if (o.prompt_len) dt_metrics_info(t->r.metrics, "sample at step %ld (after \"%s\"): %s", t->step, prompt.buf, out.buf);
+    else dt_metrics_info(t->r.metrics, "sample at step %ld (a new document): %s", t->step, out.buf);
+    return DT_OK;
+}
+
 /* An evaluation at the current step, logged and kept for the summary. */
 static dt_status eval_now(trainer *t) {
     DT_TRY(evaluate(&t->r, t->step, &t->last_eval));
@@ -943,6 +988,7 @@ static dt_status after_step(trainer *t, const dt_train_point *p, int stop) {
         }
         DT_TRY(check_replicas(r, step));
     }
+    DT_TRY(print_sample(t));
     const int last = step == t->total;
     if (r->val && (!stop || last) && (last || (c->eval.every_steps > 0 && step % c->eval.every_steps == 0)))
         DT_TRY(eval_now(t));
