@@ -67,7 +67,7 @@ static const help_entry help[] = {
      "                       weights, else its newest valid checkpoint)\n"
      "  --out FILE           the file to write (replaced atomically)\n"},
     {"generate", "dtrain generate --checkpoint DIR|FILE [--config FILE] --prompt TEXT [--max-new-tokens N] "
-     "[--temperature T] [--top-k K] [--top-p P] [--seed S]",
+     "[--temperature T] [--top-k K] [--top-p P] [--seed S] [--set key.path=value]...",
      "generate   continues TEXT with a language model, printing each token as it is chosen (stdout: the\n"
      "           continuation; stderr: tokens and speed). A key/value cache keeps the cost of a new token\n"
      "           independent of the text before it, but for attention itself. With a BPE tokenizer the\n"
@@ -82,8 +82,9 @@ static const help_entry help[] = {
      "  --top-p P            ... and from the most likely whose probabilities sum to P (default 1: all)\n"
      "  --seed S             the same seed, model and options give the same text (default: from the\n"
      "                       clock, printed on stderr)\n"
-     "  --no-cache           recompute the whole text for every token (the same tokens, slower; a check)\n"},
-    {"predict", "dtrain predict --checkpoint DIR|FILE [--config FILE] --input FILE --out FILE.jsonl",
+     "  --no-cache           recompute the whole text for every token (the same tokens, slower; a check)\n"
+     "  --set key.path=value override a key of the config, e.g. --set training.device=cpu\n"},
+    {"predict", "dtrain predict --checkpoint DIR|FILE [--config FILE] --input FILE --out FILE.jsonl [--set key.path=value]...",
      "predict    runs the model over every line of FILE and writes one JSON object per line to OUT:\n"
      "           a classifier's {\"line\", \"label\", \"probs\"} (plus \"true_label\" for LABEL<TAB>TEXT lines,\n"
      "           with their accuracy and loss on stderr); a language model's {\"line\", \"tokens\", \"loss\",\n"
@@ -92,7 +93,8 @@ static const help_entry help[] = {
      "  --checkpoint PATH    as for generate (its config.yaml, unless --config is given)\n"
      "  --input FILE         LABEL<TAB>TEXT lines (the training TSV) or plain TEXT lines\n"
      "  --out FILE           the JSON lines file to write\n"
-     "  --progress MODE      auto (when stderr is a terminal), always, never\n"},
+     "  --progress MODE      auto (when stderr is a terminal), always, never\n"
+     "  --set key.path=value override a key of the config, e.g. --set data.batch_size_per_worker=64\n"},
     {"doctor", "dtrain doctor  [--num-workers N] [--device cpu|cuda]",
      "doctor     lists CPUs and GPUs, runs the collective self-test with N worker processes (default 2)\n"
      "           and prints an all-reduce bandwidth table (algbw, busbw) next to memcpy bandwidth.\n"
@@ -381,7 +383,8 @@ static int cmd_eval(const cli *c) {
     if (!c->checkpoint && !cfg.model.init_from[0])
         return usage_error("%s", "eval: needs --checkpoint DIR|FILE (or model.init_from in the config)");
     char path[DT_PATH_MAX + 96];
-    dt_status st = dt_infer_weights_path(c->checkpoint ? c->checkpoint : cfg.model.init_from, path, sizeof path);
+    const char *which = c->checkpoint ? c->checkpoint : cfg.model.init_from;
+    dt_status st = dt_infer_weights_path(which, stdout, path, sizeof path);
     if (st != DT_OK) return fail(st);
     dt_eval_point ep;
     st = dt_worker_eval(&cfg, path, &ep);
@@ -391,7 +394,7 @@ static int cmd_eval(const cli *c) {
 static int cmd_export(const cli *c) {
     if (!c->checkpoint || !c->out) return usage_error("%s", "export: needs --checkpoint DIR|FILE and --out FILE");
     char path[DT_PATH_MAX + 96];
-    dt_status st = dt_infer_weights_path(c->checkpoint, path, sizeof path);
+    dt_status st = dt_infer_weights_path(c->checkpoint, stdout, path, sizeof path);
     if (st != DT_OK) return fail(st);
     dt_st_file *f = NULL;
     st = dt_st_open(&f, path);

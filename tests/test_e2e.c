@@ -314,6 +314,13 @@ static void test_generate(void) {
         differ += strcmp(out_text, sampled) != 0;
     }
     CHECK(differ > 0);
+    /* a run without final weights: its last checkpoint (the same weights here), and what is said
+     * about that goes to stderr: stdout is the continuation alone */
+    CHECK_INT_EQ(run("cp -r %s/lm %s/lm-unfinished && rm %s/lm-unfinished/model.safetensors", tmp, tmp, tmp), 0);
+    CHECK_INT_EQ(run("%s generate --checkpoint %s/lm-unfinished --prompt 'The old ' --max-new-tokens 40 "
+                     "--temperature 0", DTRAIN_BIN, tmp), 0);
+    CHECK(strcmp(out_text, greedy) == 0);
+    CHECK_STR_CONTAINS(err_text, "has no final weights yet: using its newest valid checkpoint");
     printf("greedy: %s", greedy);
     printf("sampled (seed 7): %s", sampled);
     /* the end of the model's positions (128): a 120-byte prompt leaves room for 9 new tokens */
@@ -472,6 +479,12 @@ static void test_early_stopping(void) {
         snprintf(fb, sizeof fb, "%s/%s", b, k ? "best/model.safetensors" : "model.safetensors");
         CHECK_INT_EQ(run("cmp %s %s", fa, fb), 0);
     }
+    /* a fresh start (checkpoint.resume: never) moves the old run's best/ aside with its history,
+     * before the new run's own evaluations write a best/ of their own */
+    CHECK_INT_EQ(run("%s --config configs/finetune.yaml --set run.dir=%s %s --set checkpoint.resume=never "
+                     "--set training.max_steps=20", DTRAIN_BIN, a, o), 0);
+    CHECK_STR_CONTAINS(out_text, "/best aside to ");
+    CHECK_INT_EQ(run("ls %s/best.prev-*/model.safetensors", a), 0);
 }
 
 /* No file of the run and no output holds the value of a ${NAME}: configs are saved as written,
@@ -560,6 +573,11 @@ static void test_language_model(void) {
     const char *smp = strstr(out_text, "sample at step 40");
     printf("%.*s\n", (int)strcspn(smp, "\n"), smp);
     CHECK_INT_EQ(run("cmp %s/model.safetensors %s-samples/model.safetensors", run_dir, run_dir), 0);
+    /* a prompt the model cannot hold is refused at start, not at the first sample */
+    CHECK_INT_EQ(run("%s --config configs/pretrain.yaml --set run.dir=%s-badprompt --set data.train_path=%s "
+                     "--set logging.sample_every_steps=20 --set \"logging.sample_prompt=$(printf 'a%%.0s' $(seq 129))\"",
+                     DTRAIN_BIN, run_dir, shard), 2);
+    CHECK_STR_CONTAINS(err_text, "logging.sample_prompt: longer than model.n_positions");
 }
 
 /* A FIFO named as the config, the data or the weights: exit 2 at once, naming it (each used to

@@ -5,6 +5,7 @@
 #define DTRAIN_INFER_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "dtrain/backend.h"
 #include "dtrain/config.h"
@@ -14,9 +15,9 @@
 
 /* The weights `checkpoint` names: the path itself when it is a file; DIR/model.safetensors of a
  * finished run or a checkpoint directory; for a run that has no final weights yet (unfinished,
- * stopped, failed), its newest valid checkpoint's (said on stdout). DT_ERR_DATA when a
- * directory has neither. */
-dt_status dt_infer_weights_path(const char *checkpoint, char *buf, size_t n);
+ * stopped, failed), its newest valid checkpoint's (said on `say`, with any checkpoint skipped
+ * as broken). DT_ERR_DATA when a directory has neither. */
+dt_status dt_infer_weights_path(const char *checkpoint, FILE *say, char *buf, size_t n);
 
 /* The model shape of config c for batches of `batch` sequences of seq_len tokens (pad_id 0). */
 dt_model_cfg dt_infer_model_cfg(const dt_config *c, int batch, int seq_len);
@@ -52,7 +53,8 @@ typedef struct dt_infer_opts {
 } dt_infer_opts;
 
 /* Resolves the weights and the config (a checkpoint directory and a run directory hold the
- * config.yaml they were trained with), builds the model and loads the weights. DT_ERR_USAGE
+ * config.yaml they were trained with; what is said about the choice goes to stderr, so that
+ * stdout holds only a command's output), builds the model and loads the weights. DT_ERR_USAGE
  * naming the option when neither names what is needed; s is closed on failure. */
 dt_status dt_infer_open(dt_infer *s, const dt_infer_opts *o);
 void dt_infer_close(dt_infer *s);

@@ -50,10 +50,9 @@ static uint64_t splitmix64(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-static const float *g_sort_logits; /* qsort's comparator reads it (one sort at a time) */
-static int by_logit_desc(const void *a, const void *b) {
+static int by_logit_desc(const void *a, const void *b, void *logits) {
     const int i = *(const int *)a, j = *(const int *)b;
-    const float x = g_sort_logits[i], y = g_sort_logits[j];
+    const float x = ((const float *)logits)[i], y = ((const float *)logits)[j];
     return x > y ? -1 : x < y ? 1 : (i > j) - (i < j); /* ties: the smaller id first */
 }
 
@@ -65,8 +64,7 @@ int dt_gen_sampler_next(dt_gen_sampler *s, const float *logits) {
     int k = s->n;
     for (int v = 0; v < s->n; v++) s->idx[v] = v;
     if (s->top_k < s->n || s->top_p < 1.0) { /* candidates in order, largest first */
-        g_sort_logits = logits;
-        qsort(s->idx, (size_t)s->n, sizeof *s->idx, by_logit_desc);
+        qsort_r(s->idx, (size_t)s->n, sizeof *s->idx, by_logit_desc, (void *)logits);
         k = s->top_k;
     }
     double sum = 0;

@@ -10,12 +10,9 @@
 #include "dtrain/ckpt.h"
 #include "dtrain/device.h"
 
-static void say_skipped(void *user, const char *msg) {
-    (void)user;
-    printf("checkpoint skipped: %s\n", msg);
-}
+static void say_skipped(void *user, const char *msg) { fprintf(user, "checkpoint skipped: %s\n", msg); }
 
-dt_status dt_infer_weights_path(const char *checkpoint, char *buf, size_t n) {
+dt_status dt_infer_weights_path(const char *checkpoint, FILE *say, char *buf, size_t n) {
     struct stat sb;
     snprintf(buf, n, "%s", checkpoint);
     if (stat(checkpoint, &sb) != 0 || !S_ISDIR(sb.st_mode)) return DT_OK;
@@ -24,12 +21,13 @@ dt_status dt_infer_weights_path(const char *checkpoint, char *buf, size_t n) {
     char dir[DT_PATH_MAX + 64];
     dt_ckpt_state s;
     int found = 0;
-    DT_TRY(dt_ckpt_find_latest(checkpoint, say_skipped, NULL, dir, sizeof dir, &s, &found));
+    DT_TRY(dt_ckpt_find_latest(checkpoint, say_skipped, say, dir, sizeof dir, &s, &found));
     if (!found)
         return dt_error_set(DT_ERR_DATA, "%s: no model.safetensors and no valid checkpoint in it (expected a run "
                                          "directory, a checkpoint directory or a .safetensors file)", checkpoint);
     snprintf(buf, n, "%s/model.safetensors", dir);
-    printf("%s has no final weights yet: using its newest valid checkpoint, %s (step %ld)\n", checkpoint, dir, s.step);
+    fprintf(say, "%s has no final weights yet: using its newest valid checkpoint, %s (step %ld)\n", checkpoint, dir,
+            s.step);
     return DT_OK;
 }
 
@@ -100,7 +98,7 @@ dt_status dt_infer_open(dt_infer *s, const dt_infer_opts *o) {
     memset(s, 0, sizeof *s);
     dt_status st = DT_OK;
     if (o->checkpoint) {
-        DT_TRY(dt_infer_weights_path(o->checkpoint, s->weights, sizeof s->weights));
+        DT_TRY(dt_infer_weights_path(o->checkpoint, stderr, s->weights, sizeof s->weights));
     } else if (!o->config) {
         return dt_error_set(DT_ERR_USAGE, "%s: needs --checkpoint DIR|FILE (or --config FILE with model.init_from)",
                             o->cmd);
@@ -114,7 +112,7 @@ dt_status dt_infer_open(dt_infer *s, const dt_infer_opts *o) {
         if (!s->cfg.model.init_from[0])
             return dt_error_set(DT_ERR_USAGE, "%s: needs --checkpoint DIR|FILE (%s has no model.init_from)", o->cmd,
                                 s->config_path);
-        DT_TRY(dt_infer_weights_path(s->cfg.model.init_from, s->weights, sizeof s->weights));
+        DT_TRY(dt_infer_weights_path(s->cfg.model.init_from, stderr, s->weights, sizeof s->weights));
     }
     /* batch 0: data.batch_size_per_worker (one sequence for a language model, scored line by line) */
     const int batch = o->batch ? o->batch : s->cfg.model.num_labels ? s->cfg.data.batch_size_per_worker : 1;

@@ -396,6 +396,28 @@ static dt_status set_aside_other_history(run *r, const dt_ckpt_state *resumed_fr
     return DT_OK;
 }
 
+/* run.dir/best belongs to the history training continues: one written by abandoned steps (a
+ * fresh start, a resume from before it, another run's) is moved aside as best.prev-TIME,
+ * nothing deleted, so that best/ never holds weights the summary does not name. */
+static dt_status set_aside_stale_best(run *r, const dt_ckpt_best *best) {
+    char dir[DT_PATH_MAX + 16], to[DT_PATH_MAX + 64], stamp[32];
+    snprintf(dir, sizeof dir, "%s/best", r->cfg->run.dir);
+    struct stat sb;
+    if (lstat(dir, &sb) != 0) return DT_OK;
+    dt_ckpt_state s;
+    if (S_ISDIR(sb.st_mode) && best->has && dt_ckpt_verify(dir, &s) == DT_OK && s.step == best->step) return DT_OK;
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    snprintf(to, sizeof to, "%s/best.prev-%s", r->cfg->run.dir, stamp);
+    if (rename(dir, to) != 0)
+        return dt_error_set(DT_ERR_IO, "%s: cannot move it aside to %s: %s", dir, to, strerror(errno));
+    dt_metrics_info(r->metrics, "moved %s aside to %s: it is not the best of the steps this run continues from", dir,
+                    to);
+    return DT_OK;
+}
+
 /* What changed between the config checkpoint `dir` saved (read without expanding anything)
  * and `c`, `skip` left out: the keys and values in diff ("config digest X, now Y" when the
  * saved one cannot be read). Returns how many keys differ (0 also when the digests agree). */
@@ -539,6 +561,7 @@ typedef struct trainer {
     int have_eval;
     dt_ckpt_best best;           /* checkpoint.best_metric / early stopping (saved in checkpoints) */
     int early_stop;              /* set by the evaluation that ran out of patience */
+    int no_samples;              /* logging.sample_every_steps failed once: no more samples */
     /* CPU threads under contention (adapt_threads): 0 when off */
     int threads_max, threads, threads_next;
     uint32_t foreign_seen;       /* the launcher's last round looked at */
@@ -547,6 +570,31 @@ typedef struct trainer {
 static void trainer_free(trainer *t, dt_status st) {
     if (t->sample_log) fclose(t->sample_log);
     run_free(&t->r, st);
+}
+
+/* logging.sample_prompt must fit the model's positions and be text the tokenizer reads:
+ * refused at start (exit 2) rather than at the first sample. */
+static dt_status check_sample_prompt(const run *r) {
+    const dt_config *c = r->cfg;
+    if (c->logging.sample_every_steps <= 0) return DT_OK;
+    const char *p = c->logging.sample_prompt;
+    size_t n = strlen(p), cap = 0;
+    uint32_t *ids = NULL;
+    dt_status st = DT_OK;
+    if (r->tok) {
+        n = 0;
+        st = dt_tokenizer_encode(r->tok, p, strlen(p), &ids, &n, &cap);
+        n += dt_tokenizer_eot(r->tok) >= 0; /* the end-of-text token before it */
+    }
+    free(ids);
+    char why[512];
+    snprintf(why, sizeof why, "%s", st != DT_OK ? dt_error_msg() : n < 1 ? "empty, and the tokenizer has no "
+                                                                          "end-of-text token to start from"
+                                                                        : "longer than model.n_positions");
+    if (st != DT_OK || n < 1 || n > (size_t)c->model.n_positions)
+        return dt_error_set(DT_ERR_CONFIG, "%s: logging.sample_prompt: %s (hint: a shorter prompt, or "
+                            "logging.sample_every_steps: 0)", c->source[0] ? c->source : "config", why);
+    return DT_OK;
 }
 
 /* The backend, model, data, sampler and metrics; the test hooks. */
@@ -587,6 +635,7 @@ static dt_status train_open(trainer *t, const dt_config *c, const dt_worker_opts
                             "%s: %zu training examples, fewer than one global batch of %ld (hint: lower "
                             "data.batch_size_per_worker, training.grad_accum_steps or training.num_workers)",
                             c->data.train_path, dt_dataset_size(r->train), t->G);
+    DT_TRY(check_sample_prompt(r));
     dt_metrics_cfg mcfg = {.run_dir = c->run.dir, .rank = r->rank, .total_steps = total_steps(c, t->spe),
                            .log_every = c->logging.every_steps, .progress = opts ? opts->progress : -1,
                            .quiet = opts ? opts->quiet : 0, .tensorboard = c->logging.tensorboard};
@@ -635,6 +684,7 @@ static dt_status resume_point(trainer *t) {
     if (t->total < t->step || t->best.stopped_early) t->total = t->step; /* an early stop finished the run */
     DT_TRY(refuse_changed_finished(t));
     if (r->rank == 0) DT_TRY(set_aside_other_history(r, t->resumed ? &t->cs : NULL, t->ckpt_dir));
+    if (r->rank == 0) DT_TRY(set_aside_stale_best(r, &t->best));
     dt_metrics_set_total(r->metrics, t->total);
     return DT_OK;
 }
@@ -947,10 +997,12 @@ static dt_status print_sample(trainer *t) {
                      .max_new_tokens = c->logging.sample_tokens, .temperature = 1.0, .top_p = 1.0,
                      .seed = c->training.seed + (uint64_t)t->step};
     dt_gen_result res;
+    if (t->no_samples) return DT_OK;
     dt_status st = dt_generate(t->r.model, t->r.tok, &o, sample_emit, &out, &res);
-    if (st != DT_OK) {
-        dt_error_prefix("logging.sample_every_steps");
-        return st;
+    if (st != DT_OK) { /* a sample is worth no training run: say why, and train on without */
+        dt_metrics_info(t->r.metrics, "warning: no sample at step %ld, nor later ones: %s", t->step, dt_error_msg());
+        t->no_samples = 1;
+        return DT_OK;
     }
     sample_text prompt = {.n = 0};
     sample_emit(&prompt, o.prompt, o.prompt_len);
