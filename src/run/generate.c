@@ -95,6 +95,7 @@ typedef struct gen {
     uint32_t *ids;      /* the text so far: prompt then new tokens */
     size_t n, cap;
     float *logits;
+    int *feed_ids;      /* (positions the decoder holds) the ids fed, as the decoder takes them */
 } gen;
 
 static void gen_free(gen *g) {
@@ -103,6 +104,7 @@ static void gen_free(gen *g) {
     if (g->own_tok) dt_tokenizer_free(g->tok);
     free(g->ids);
     free(g->logits);
+    free(g->feed_ids);
 }
 
 /* The prompt's ids into g->ids, checked against the model's positions. */
@@ -144,7 +146,8 @@ static dt_status gen_open(gen *g, dt_model *m, dt_tokenizer *tok, const dt_gen_o
     long need = (long)g->n + o->max_new_tokens - 1;
     const int max_len = need > mc->n_positions ? mc->n_positions : (int)need;
     g->logits = dt_malloc((size_t)V * sizeof(float), "logits");
-    if (!g->logits) return DT_ERR_NOMEM;
+    g->feed_ids = dt_malloc((size_t)(max_len > (int)g->n ? max_len : (int)g->n) * sizeof(int), "token ids");
+    if (!g->logits || !g->feed_ids) return DT_ERR_NOMEM;
     DT_TRY(dt_gen_sampler_new(&g->smp, nt < V ? nt : V, o->temperature, o->top_k, o->top_p, o->seed));
     return dt_decoder_open(&g->dec, m, max_len > (int)g->n ? max_len : (int)g->n);
 }
@@ -155,12 +158,8 @@ static dt_status feed(gen *g, size_t from, int no_cache) {
         dt_decoder_reset(g->dec);
         from = 0;
     }
-    int *t = malloc((g->n - from) * sizeof *t);
-    if (!t) return dt_error_set(DT_ERR_NOMEM, "out of memory");
-    for (size_t i = from; i < g->n; i++) t[i - from] = (int)g->ids[i];
-    dt_status st = dt_decoder_feed(g->dec, t, (int)(g->n - from), g->logits);
-    free(t);
-    return st;
+    for (size_t i = from; i < g->n; i++) g->feed_ids[i - from] = (int)g->ids[i];
+    return dt_decoder_feed(g->dec, g->feed_ids, (int)(g->n - from), g->logits);
 }
 
 static dt_status emit_token(gen *g, uint32_t id, dt_gen_emit_fn emit, void *user) {
