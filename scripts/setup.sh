@@ -4,8 +4,8 @@
 # Safe to run again: it only does what is missing. Environment: BUILD_DIR (default build), DTRAIN_CUDA (AUTO|ON|OFF,
 # default AUTO: the CUDA backend is built when nvcc, cuBLAS, cuDNN and NCCL are installed),
 # DTRAIN_TEST_TOOLS=1 (what the tests need besides: python3 with venv, the tensorboard
-# package in BUILD_DIR/venv for reading event files back and tokenizers, the BPE tokenizer's
-# oracle; Open MPI's mpirun and development
+# package in BUILD_DIR/venv for reading event files back, tokenizers, the BPE tokenizer's
+# oracle, and transformers (without PyTorch), which loads what export --format hf writes; Open MPI's mpirun and development
 # files, so that the mpi collective is built and tested; Slurm and munge; iproute2; clang with
 # its libFuzzer and sanitizer runtimes and libomp, for the fuzz targets of tests/fuzz;
 # dpkg-dev and file, with which CPack makes the .deb that test_package installs).
@@ -64,10 +64,13 @@ echo "setup: built $BUILD_DIR/dtrain"
 
 if [ "${DTRAIN_TEST_TOOLS:-0}" = 1 ]; then
   VENV="$BUILD_DIR/venv"
-  if ! "$VENV/bin/python" -c "import tensorboard, tokenizers" >/dev/null 2>&1; then
-    echo "setup: installing tensorboard and tokenizers into $VENV (pip; the TensorBoard read-back and tokenizer tests' oracles)"
+  if ! "$VENV/bin/python" -c "import tensorboard, tokenizers, transformers" >/dev/null 2>&1; then
+    echo "setup: installing tensorboard, tokenizers and transformers into $VENV (pip; the TensorBoard read-back," \
+         "tokenizer and Hugging Face export tests' oracles)"
     [ -x "$VENV/bin/pip" ] || python3 -m venv "$VENV"
     "$VENV/bin/pip" install -q --disable-pip-version-check tensorboard==2.21.0 tokenizers==0.23.3 \
-      || { echo "setup: error: pip could not install tensorboard and tokenizers (PyPI unreachable?); the tests need them" >&2; exit 1; }
+      transformers==5.23.0 \
+      || { echo "setup: error: pip could not install tensorboard, tokenizers and transformers (PyPI unreachable?); the" \
+                "tests need them" >&2; exit 1; }
   fi
 fi

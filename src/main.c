@@ -19,6 +19,7 @@
 #include "dtrain/device.h"
 #include "dtrain/clock.h"
 #include "dtrain/doctor.h"
+#include "dtrain/export.h"
 #include "dtrain/generate.h"
 #include "dtrain/predict.h"
 #include "dtrain/infer.h"
@@ -60,12 +61,21 @@ static const help_entry help[] = {
      "                       model.safetensors, or while the run has none (unfinished, stopped, failed)\n"
      "                       its newest valid checkpoint; default: model.init_from\n"
      "  --set key.path=value override one key, e.g. --set eval.max_batches=10\n"},
-    {"export", "dtrain export  --checkpoint DIR|FILE --out model.safetensors",
+    {"export", "dtrain export  --checkpoint DIR|FILE --out PATH [--format safetensors|hf] [--config FILE] "
+     "[--set key.path=value]...",
      "export     writes the weights as a standalone F32 safetensors file with Hugging Face GPT-2\n"
-     "           tensor names.\n"
+     "           tensor names (--format safetensors, the default), or a Hugging Face directory that\n"
+     "           transformers' AutoModelForCausalLM / AutoModelForSequenceClassification and\n"
+     "           AutoTokenizer.from_pretrained(PATH) load (--format hf: config.json, model.safetensors,\n"
+     "           tokenizer.json, tokenizer_config.json; for the byte tokenizer a tokenizer.json that\n"
+     "           gives dtrain's ids, <cls> included).\n"
      "  --checkpoint PATH    as for eval: a file, a checkpoint directory, or a run directory (its final\n"
      "                       weights, else its newest valid checkpoint)\n"
-     "  --out FILE           the file to write (replaced atomically)\n"},
+     "  --out PATH           the file (replaced atomically) or, for hf, the directory (built next to it\n"
+     "                       and renamed into place; it may hold an earlier export, nothing else)\n"
+     "  --format F           safetensors (default) or hf\n"
+     "  --config FILE        hf: the config the model was trained with (default: the config.yaml next\n"
+     "                       to the weights)\n"},
     {"generate", "dtrain generate --checkpoint DIR|FILE [--config FILE] --prompt TEXT [--max-new-tokens N] "
      "[--temperature T] [--top-k K] [--top-p P] [--seed S] [--set key.path=value]...",
      "generate   continues TEXT with a language model, printing each token as it is chosen (stdout: the\n"
@@ -153,7 +163,7 @@ static int usage_error(const char *fmt, const char *arg) {
 }
 
 typedef struct cli {
-    const char *config, *checkpoint, *out, *tokenizer, *device, *workers, *input;
+    const char *config, *checkpoint, *out, *tokenizer, *device, *workers, *input, *format;
     long steps;
     int num_workers, repeat;
     const char *overrides[MAX_OVERRIDES];
@@ -208,7 +218,7 @@ static int parse_options(int argc, char **argv, cli *c) {
         {"max-new-tokens", required_argument, NULL, 'M'}, {"temperature", required_argument, NULL, 'T'},
         {"top-k", required_argument, NULL, 'K'},       {"top-p", required_argument, NULL, 'O'},
         {"seed", required_argument, NULL, 'E'},        {"no-cache", no_argument, NULL, 'N'},
-        {"input", required_argument, NULL, 'I'},
+        {"input", required_argument, NULL, 'I'},       {"format", required_argument, NULL, 'F'},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -290,6 +300,11 @@ static int parse_options(int argc, char **argv, cli *c) {
         }
         case 'N': c->no_cache = 1; c->gen_opts++; break;
         case 'I': c->input = optarg; break;
+        case 'F':
+            if (strcmp(optarg, "safetensors") != 0 && strcmp(optarg, "hf") != 0)
+                return usage_error("--format: expected safetensors or hf, got \"%s\"", optarg);
+            c->format = optarg;
+            break;
         case 'h': c->help = 1; break;
         case 'V': c->version = 1; break;
         case ':': return usage_error("option %s needs a value", argv[optind - 1]);
@@ -392,37 +407,19 @@ static int cmd_eval(const cli *c) {
 }
 
 static int cmd_export(const cli *c) {
-    if (!c->checkpoint || !c->out) return usage_error("%s", "export: needs --checkpoint DIR|FILE and --out FILE");
-    char path[DT_PATH_MAX + 96];
-    dt_status st = dt_infer_weights_path(c->checkpoint, stdout, path, sizeof path);
+    const int hf = c->format && strcmp(c->format, "hf") == 0;
+    if (!c->checkpoint || !c->out)
+        return usage_error("export: needs --checkpoint DIR|FILE and --out %s", hf ? "DIR" : "FILE");
+    if (!hf && (c->config || c->n_overrides))
+        return usage_error("%s", "export: --config and --set go with --format hf (a safetensors export copies the "
+                                 "weights as they are)");
+    dt_export_opts o = {.checkpoint = c->checkpoint, .config = c->config, .out = c->out, .hf = hf,
+                        .overrides = c->overrides, .n_overrides = c->n_overrides};
+    dt_export_result r;
+    dt_status st = dt_export(&o, &r);
     if (st != DT_OK) return fail(st);
-    dt_st_file *f = NULL;
-    st = dt_st_open(&f, path);
-    if (st != DT_OK) return fail(st);
-    int n = dt_st_count(f);
-    dt_st_entry *e = calloc((size_t)(n ? n : 1), sizeof *e);
-    float **bufs = calloc((size_t)(n ? n : 1), sizeof *bufs);
-    if (!e || !bufs) st = dt_error_set(DT_ERR_NOMEM, "out of memory exporting %s", path);
-    for (int i = 0; st == DT_OK && i < n; i++) {
-        const dt_st_tensor *t = dt_st_tensor_at(f, i);
-        bufs[i] = dt_malloc(t->numel * sizeof(float), t->name);
-        if (!bufs[i]) { st = DT_ERR_NOMEM; break; }
-        if ((st = dt_st_read_f32(f, t, bufs[i])) != DT_OK) break;
-        e[i].name = t->name;
-        e[i].ndim = t->ndim;
-        memcpy(e[i].shape, t->shape, sizeof e[i].shape);
-        e[i].data = bufs[i];
-    }
-    if (st == DT_OK) {
-        const char *keys[] = {"format", "producer"}, *vals[] = {"pt", "dtrain"};
-        st = dt_st_write(c->out, e, n, keys, vals, 2);
-    }
-    for (int i = 0; bufs && i < n; i++) free(bufs[i]);
-    free(bufs);
-    free(e);
-    dt_st_close(f);
-    if (st != DT_OK) return fail(st);
-    printf("exported %d tensors from %s to %s\n", n, path, c->out);
+    printf("exported %d tensors from %s to %s%s\n", r.n_tensors, r.weights, c->out,
+           hf ? " (config.json, model.safetensors, tokenizer.json, tokenizer_config.json)" : "");
     return 0;
 }
 
@@ -526,6 +523,8 @@ int main(int argc, char **argv) {
                            "training.num_workers=N, --set training.max_steps=K)%s", "");
     if (c.input && strcmp(cmd, "predict") != 0)
         return usage_error("--input belongs to `dtrain predict`%s", "");
+    if (c.format && strcmp(cmd, "export") != 0)
+        return usage_error("--format belongs to `dtrain export`%s", "");
     if (c.gen_opts && strcmp(cmd, "generate") != 0)
         return usage_error("--prompt, --max-new-tokens, --temperature, --top-k, --top-p, --seed and --no-cache belong "
                            "to `dtrain generate`%s", "");
@@ -533,7 +532,7 @@ int main(int argc, char **argv) {
         return usage_error("--num-workers and --device belong to `dtrain doctor` (for training: --set "
                            "training.num_workers=N, --set training.device=cpu|cuda)%s", "");
     if ((strcmp(cmd, "train") == 0 || strcmp(cmd, "bench") == 0 || strcmp(cmd, "generate") == 0 ||
-         strcmp(cmd, "predict") == 0) && optind < sub_argc)
+         strcmp(cmd, "predict") == 0 || strcmp(cmd, "export") == 0) && optind < sub_argc)
         return usage_error("unexpected argument \"%s\"", sub_argv[optind]);
     if (strcmp(cmd, "train") == 0) return cmd_train(&c);
     if (strcmp(cmd, "eval") == 0) return cmd_eval(&c);

@@ -49,6 +49,10 @@ dt_status dt_file_commit(const char *tmp, const char *path);
  * directory dtrain has just made, and names that carry the pid. DT_ERR_IO on error. */
 dt_status dt_file_create_new(const char *path, int *fd);
 
+/* Creates `path` (as dt_file_create_new), writes buf[0..n) and fsyncs it. DT_ERR_IO naming the
+ * path on error (the file may then be left partly written, as for a directory being built). */
+dt_status dt_file_write_new(const char *path, const void *buf, size_t n);
+
 /* Opens `path` for writing — appending (append = 1) or truncated — creating it (0644) when
  * missing. A symbolic link as the last component is refused ("PATH: is a symbolic link:
  * refusing to write through it"), and so are a file with more than one hard link ("PATH:

@@ -15,8 +15,8 @@
 
 /* The weights `checkpoint` names: the path itself when it is a file; DIR/model.safetensors of a
  * finished run or a checkpoint directory; for a run that has no final weights yet (unfinished,
- * stopped, failed), its newest valid checkpoint's (said on `say`, with any checkpoint skipped
- * as broken). DT_ERR_DATA when a directory has neither. */
+ * stopped, failed), its newest valid checkpoint's (said on `say`, unless NULL, with any
+ * checkpoint skipped as broken); a Hugging Face directory's model.safetensors. DT_ERR_DATA when a directory has neither. */
 dt_status dt_infer_weights_path(const char *checkpoint, FILE *say, char *buf, size_t n);
 
 /* The model shape of config c for batches of `batch` sequences of seq_len tokens (pad_id 0). */
@@ -57,6 +57,8 @@ typedef struct dt_infer_opts {
  * stdout holds only a command's output), builds the model and loads the weights. DT_ERR_USAGE
  * naming the option when neither names what is needed; s is closed on failure. */
 dt_status dt_infer_open(dt_infer *s, const dt_infer_opts *o);
+/* The first half of dt_infer_open: s->weights, s->config_path and s->cfg only (nothing built). */
+dt_status dt_infer_resolve(dt_infer *s, const dt_infer_opts *o);
 void dt_infer_close(dt_infer *s);
 
 #endif

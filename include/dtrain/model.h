@@ -107,6 +107,9 @@ void dt_model_zero_grad(dt_model *m);
  * A classification model loading a file without score.weight keeps its random score
  * head and *score_initialised (may be NULL) is set to 0; else 1. */
 dt_status dt_model_save(dt_model *m, const char *path);
+/* The same, with `prefix` before every name but score.weight's: "transformer." gives the
+ * names transformers' GPT2LMHeadModel and GPT2ForSequenceClassification save. */
+dt_status dt_model_save_prefixed(dt_model *m, const char *path, const char *prefix);
 dt_status dt_model_load(dt_model *m, const char *path, int *score_loaded);
 
 /* DT_ERR_DATA "PATH: tensor NAME holds NaN at element I (K values are NaN or Inf)" when one of

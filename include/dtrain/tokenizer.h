@@ -31,6 +31,10 @@ int dt_tokenizer_eot(const dt_tokenizer *t);
 /* "bytes" or the file it was read from. */
 const char *dt_tokenizer_name(const dt_tokenizer *t);
 
+/* GPT-2's character for byte b (0..255) as UTF-8 into out (NUL-terminated); its length (1 or 2).
+ * A byte-level vocabulary's token strings are made of these. */
+size_t dt_tokenizer_byte_string(unsigned b, char out[3]);
+
 /* Appends the ids of text[0..len) to *ids (grown with realloc; *n ids, *cap allocated).
  * DT_ERR_DATA "invalid UTF-8 at byte offset N" for such text (BPE only). */
 dt_status dt_tokenizer_encode(dt_tokenizer *t, const char *text, size_t len, uint32_t **ids, size_t *n, size_t *cap);

@@ -78,6 +78,16 @@ dt_status dt_file_create_new(const char *path, int *fd) {
     return DT_OK;
 }
 
+dt_status dt_file_write_new(const char *path, const void *buf, size_t n) {
+    int fd;
+    DT_TRY(dt_file_create_new(path, &fd));
+    int ok = dt_file_write_all(fd, buf, n) == 0 && fsync(fd) == 0;
+    int e = errno;
+    if (close(fd) != 0 && ok) ok = 0, e = errno;
+    if (!ok) return dt_error_set(DT_ERR_IO, "%s: cannot write: %s (hint: is the disk full?)", path, strerror(e));
+    return DT_OK;
+}
+
 dt_status dt_file_create_temp(const char *path, char *tmp, size_t n, int *fd) {
     *fd = -1;
     for (int k = 0; k < 1000; k++) {

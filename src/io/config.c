@@ -19,10 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 #include <yaml.h>
 #include <zlib.h>
 
 #include "dtrain/file.h"
+#include "dtrain/hfdir.h"
 
 /* ---- schema ------------------------------------------------------------------------- */
 
@@ -872,6 +874,55 @@ static const char *show_key(const dt_config *cfg, int idx, int got, shown *b) {
     return b->s;
 }
 
+/* model.init_from naming a Hugging Face directory (config.json + model.safetensors): the model
+ * keys not given take config.json's values, a key given must agree with it, and data.tokenizer
+ * not given is its tokenizer.json when it has one. *n_pos_set: model.n_positions was taken
+ * from it. A saved config.yaml holds all of these already (and the directory may be gone). */
+static dt_status apply_init_dir(load_ctx *c, int *n_pos_set) {
+    dt_config *cfg = c->cfg;
+    *n_pos_set = 0;
+    const int i_init = key_index("model.init_from");
+    if (c->no_env || !cfg->model.init_from[0] || !dt_hf_is_dir(cfg->model.init_from)) return DT_OK;
+    dt_hf_config hf;
+    if (dt_hf_read_config(cfg->model.init_from, &hf) != DT_OK)
+        return fail_key(c, i_init, "%s", dt_error_msg());
+    char path[DT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/model.safetensors", cfg->model.init_from);
+    if (access(path, F_OK) != 0)
+        return fail_key(c, i_init, "%s has a config.json but no model.safetensors (dtrain reads safetensors weights; "
+                        "a model.safetensors.index.json of shards or a pytorch_model.bin is not read)",
+                        cfg->model.init_from);
+    struct {
+        const char *key, *hf_key;
+        int *mine, theirs;
+    } shape[] = {
+        {"model.n_layer", "n_layer", &cfg->model.n_layer, hf.n_layer},
+        {"model.n_head", "n_head", &cfg->model.n_head, hf.n_head},
+        {"model.n_embd", "n_embd", &cfg->model.n_embd, hf.n_embd},
+        {"model.vocab_size", "vocab_size", &cfg->model.vocab_size, hf.vocab_size},
+        {"model.n_positions", "n_positions", &cfg->model.n_positions, hf.n_positions},
+    };
+    for (size_t k = 0; k < sizeof shape / sizeof *shape; k++) {
+        const int i = key_index(shape[k].key);
+        if (!c->seen[i].given) {
+            *shape[k].mine = shape[k].theirs;
+            if (k == 4) *n_pos_set = 1;
+        } else if (*shape[k].mine != shape[k].theirs) {
+            return fail_key(c, i, "is %d but %s/config.json (model.init_from) has %s: %d (hint: leave %s out to take "
+                            "the shape of model.init_from)", *shape[k].mine, cfg->model.init_from, shape[k].hf_key,
+                            shape[k].theirs, shape[k].key);
+        }
+    }
+    if (*n_pos_set && cfg->model.n_positions < cfg->data.seq_len)
+        return fail_key(c, key_index("data.seq_len"), "expected at most %d, the positions of %s/config.json "
+                        "(model.init_from: n_positions %d)", cfg->model.n_positions, cfg->model.init_from,
+                        cfg->model.n_positions);
+    snprintf(path, sizeof path, "%s/tokenizer.json", cfg->model.init_from);
+    if (!c->seen[key_index("data.tokenizer")].given && access(path, F_OK) == 0)
+        snprintf(cfg->data.tokenizer, sizeof cfg->data.tokenizer, "%s", path);
+    return DT_OK;
+}
+
 /* The keys that act on evaluations and samples need what they act on. */
 static dt_status validate_eval_keys(load_ctx *c) {
     const dt_config *cfg = c->cfg;
@@ -906,6 +957,8 @@ static dt_status validate(load_ctx *c) {
         i_pos = key_index("model.n_positions"), i_dir = key_index("run.dir");
     shown g, o;
 
+    int n_pos_from_init = 0;
+    DT_TRY(apply_init_dir(c, &n_pos_from_init));
     if (!cfg->data.train_path[0])
         return fail_at(c, 0, -1, keys[i_train].path,
                        "required key is missing (hint: add train_path under data:, or pass "
@@ -946,7 +999,7 @@ static dt_status validate(load_ctx *c) {
         return fail_key(c, i_head, "expected a divisor of model.n_embd (%s), got %s", show_key(cfg, i_embd, 0, &o),
                         show_key(cfg, i_head, 1, &g));
     }
-    if (!c->seen[i_pos].given) cfg->model.n_positions = cfg->data.seq_len;
+    if (!c->seen[i_pos].given && !n_pos_from_init) cfg->model.n_positions = cfg->data.seq_len;
     else if (cfg->model.n_positions < cfg->data.seq_len)
         return fail_key(c, i_pos, "expected an integer >= data.seq_len (%s), got %s",
                         show_key(cfg, key_index("data.seq_len"), 0, &o), show_key(cfg, i_pos, 1, &g));

@@ -186,6 +186,12 @@ static size_t put_utf8(char *out, unsigned cp) {
     return 2;
 }
 
+size_t dt_tokenizer_byte_string(unsigned b, char out[3]) {
+    size_t n = put_utf8(out, byte_char(b & 0xFF));
+    out[n] = '\0';
+    return n;
+}
+
 /* The bytes a byte-level token string stands for (each character back to its byte); -1 when
  * a character is not one of the 256. */
 static long token_bytes(const char *s, size_t n, const int *char_byte, char *out) {

@@ -63,16 +63,7 @@ static dt_status crc_file(const char *path, uint32_t *crc_out, uint64_t *bytes_o
 
 /* Writes `text` to path, a new file (never through a link planted there), and fsyncs it. */
 static dt_status write_file_synced(const char *path, const char *text) {
-    int fd;
-    DT_TRY(dt_file_create_new(path, &fd));
-    FILE *f = dt_file_stream(fd, "w", path);
-    if (!f) return DT_ERR_NOMEM;
-    size_t n = strlen(text);
-    int ok = fwrite(text, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int e = errno;
-    if (fclose(f) != 0) ok = 0;
-    if (!ok) return dt_error_set(DT_ERR_IO, "%s: cannot write: %s (hint: is the disk full?)", path, strerror(e));
-    return DT_OK;
+    return dt_file_write_new(path, text, strlen(text));
 }
 
 static dt_status write_json_synced(const char *path, json_t *obj) {

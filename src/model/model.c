@@ -592,15 +592,22 @@ static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
     if (k < n) snprintf(buf + k, n - k, "]");
 }
 
-dt_status dt_model_save(dt_model *m, const char *path) {
+dt_status dt_model_save(dt_model *m, const char *path) { return dt_model_save_prefixed(m, path, ""); }
+
+dt_status dt_model_save_prefixed(dt_model *m, const char *path, const char *prefix) {
     float *host = dt_malloc(m->n_params * sizeof(float), "weights staging");
     dt_st_entry *e = dt_calloc((size_t)m->n_tensors, sizeof *e, "tensor list");
+    char(*names)[64] = prefix[0] ? dt_calloc((size_t)m->n_tensors, sizeof *names, "tensor names") : NULL;
     dt_status st = DT_ERR_NOMEM;
-    if (host && e) {
+    if (host && e && (names || !prefix[0])) {
         m->be->ops->download(m->be->ctx, host, m->params, m->n_params * sizeof(float));
         for (int i = 0; i < m->n_tensors; i++) {
             const dt_tensor_info *t = &m->tensors[i];
             e[i].name = t->name;
+            if (names && strcmp(t->name, "score.weight") != 0) {
+                snprintf(names[i], sizeof names[i], "%s%s", prefix, t->name);
+                e[i].name = names[i];
+            }
             e[i].ndim = t->ndim;
             e[i].shape[0] = t->shape[0];
             e[i].shape[1] = t->shape[1];
@@ -613,6 +620,7 @@ dt_status dt_model_save(dt_model *m, const char *path) {
     }
     free(host);
     free(e);
+    free(names);
     return st;
 }
 

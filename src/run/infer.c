@@ -10,7 +10,9 @@
 #include "dtrain/ckpt.h"
 #include "dtrain/device.h"
 
-static void say_skipped(void *user, const char *msg) { fprintf(user, "checkpoint skipped: %s\n", msg); }
+static void say_skipped(void *user, const char *msg) {
+    if (user) fprintf(user, "checkpoint skipped: %s\n", msg);
+}
 
 dt_status dt_infer_weights_path(const char *checkpoint, FILE *say, char *buf, size_t n) {
     struct stat sb;
@@ -26,7 +28,7 @@ dt_status dt_infer_weights_path(const char *checkpoint, FILE *say, char *buf, si
         return dt_error_set(DT_ERR_DATA, "%s: no model.safetensors and no valid checkpoint in it (expected a run "
                                          "directory, a checkpoint directory or a .safetensors file)", checkpoint);
     snprintf(buf, n, "%s/model.safetensors", dir);
-    fprintf(say, "%s has no final weights yet: using its newest valid checkpoint, %s (step %ld)\n", checkpoint, dir,
+    if (say) fprintf(say, "%s has no final weights yet: using its newest valid checkpoint, %s (step %ld)\n", checkpoint, dir,
             s.step);
     return DT_OK;
 }
@@ -94,7 +96,7 @@ static dt_status find_config(dt_infer *s, const dt_infer_opts *o) {
                         "trained with)", o->cmd, s->weights);
 }
 
-dt_status dt_infer_open(dt_infer *s, const dt_infer_opts *o) {
+dt_status dt_infer_resolve(dt_infer *s, const dt_infer_opts *o) {
     memset(s, 0, sizeof *s);
     dt_status st = DT_OK;
     if (o->checkpoint) {
@@ -114,6 +116,12 @@ dt_status dt_infer_open(dt_infer *s, const dt_infer_opts *o) {
                                 s->config_path);
         DT_TRY(dt_infer_weights_path(s->cfg.model.init_from, stderr, s->weights, sizeof s->weights));
     }
+    return DT_OK;
+}
+
+dt_status dt_infer_open(dt_infer *s, const dt_infer_opts *o) {
+    DT_TRY(dt_infer_resolve(s, o));
+    dt_status st = DT_OK;
     /* batch 0: data.batch_size_per_worker (one sequence for a language model, scored line by line) */
     const int batch = o->batch ? o->batch : s->cfg.model.num_labels ? s->cfg.data.batch_size_per_worker : 1;
     st = dt_infer_build(&s->cfg, 0, 0, batch, o->seq_len ? o->seq_len : s->cfg.data.seq_len, &s->be, &s->tok,

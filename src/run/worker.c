@@ -720,12 +720,14 @@ static dt_status initial_weights(trainer *t) {
         DT_TRY(dt_ckpt_load(t->ckpt_dir, r->model, r->optim));
     } else if (c->model.init_from[0]) {
         int score_loaded = 1;
-        dt_status st = dt_model_load(r->model, c->model.init_from, &score_loaded);
+        char path[DT_PATH_MAX + 96];
+        dt_status st = dt_infer_weights_path(c->model.init_from, r->rank == 0 ? stderr : NULL, path, sizeof path);
+        if (st == DT_OK) st = dt_model_load(r->model, path, &score_loaded);
         if (st != DT_OK) {
             dt_error_prefix("model.init_from");
             return st;
         }
-        dt_metrics_info(r->metrics, "init_from %s%s", c->model.init_from,
+        dt_metrics_info(r->metrics, "init_from %s%s", path,
                         score_loaded ? "" : " (no score.weight in the file: classification head initialised from the seed)");
     }
     DT_TRY(start_device_collective(r));

@@ -1,0 +1,43 @@
+/* hfdir.h — Hugging Face model directories (config.json, model.safetensors, tokenizer.json):
+ * the GPT-2 shape read from a config.json that model.init_from names, and the config and
+ * tokenizer files `dtrain export --format hf` writes, so that transformers' from_pretrained
+ * loads them with no extra code. */
+#ifndef DTRAIN_HFDIR_H
+#define DTRAIN_HFDIR_H
+
+#include "dtrain/status.h"
+
+/* A GPT-2 model's shape as config.json has it. */
+typedef struct dt_hf_config {
+    int n_layer, n_head, n_embd, vocab_size, n_positions;
+    int num_labels;   /* 0: a language model; >= 2: GPT2ForSequenceClassification's id2label count */
+    int pad_token_id; /* -1: none */
+    int eos_token_id; /* -1: none */
+} dt_hf_config;
+
+/* 1 when `path` is a directory holding a config.json. */
+int dt_hf_is_dir(const char *path);
+
+/* DIR/config.json read and checked to be a GPT-2 dtrain can run: model_type "gpt2", the tanh
+ * GELU (gelu_new), layer_norm_epsilon 1e-5, n_inner 4 * n_embd, no cross attention, no
+ * per-layer attention scaling. DT_ERR_DATA naming the file and the key otherwise. */
+dt_status dt_hf_read_config(const char *dir, dt_hf_config *out);
+
+/* Writes DIR/config.json for c: GPT2LMHeadModel (num_labels 0, tied embeddings) or
+ * GPT2ForSequenceClassification (num_labels labels LABEL_0.., pad_token_id the id the
+ * classifier's padding uses, so that it reads the last non-pad position as dtrain does);
+ * dropout 0, as dtrain trains. The file is new (DIR is being built); fsynced. */
+dt_status dt_hf_write_config(const char *dir, const dt_hf_config *c);
+
+/* Writes DIR/tokenizer.json for dtrain's byte tokenizer (id = byte value): a byte-level BPE
+ * without merges whose vocabulary is GPT-2's 256 byte characters. For a classifier
+ * (with_cls) it adds <cls> = 256 after the text (TemplateProcessing) and cuts the text to
+ * max_length - 1 tokens, as dtrain's classification input does, padding with id 0. */
+dt_status dt_hf_write_byte_tokenizer(const char *dir, int with_cls, int max_length);
+
+/* Writes DIR/tokenizer_config.json: the generic fast tokenizer (tokenizer.json as it is),
+ * model_max_length, and the special tokens given (NULL: none). */
+dt_status dt_hf_write_tokenizer_config(const char *dir, int max_length, const char *eos, const char *pad,
+                                       const char *cls);
+
+#endif

@@ -1,0 +1,213 @@
+/* export.c — dtrain export: one safetensors file, or a Hugging Face directory (export.h). */
+#include "dtrain/export.h"
+
+#include <errno.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dtrain/file.h"
+#include "dtrain/hfdir.h"
+#include "dtrain/infer.h"
+#include "dtrain/safetensors.h"
+
+/* ---- --format safetensors: the file's tensors as they are, in F32 ---- */
+
+static dt_status export_file(const char *weights, const char *out, int *n_out) {
+    dt_st_file *f = NULL;
+    DT_TRY(dt_st_open(&f, weights));
+    int n = dt_st_count(f);
+    dt_st_entry *e = calloc((size_t)(n ? n : 1), sizeof *e);
+    float **bufs = calloc((size_t)(n ? n : 1), sizeof *bufs);
+    dt_status st = DT_OK;
+    if (!e || !bufs) st = dt_error_set(DT_ERR_NOMEM, "out of memory exporting %s", weights);
+    for (int i = 0; st == DT_OK && i < n; i++) {
+        const dt_st_tensor *t = dt_st_tensor_at(f, i);
+        bufs[i] = dt_malloc(t->numel * sizeof(float), t->name);
+        if (!bufs[i]) { st = DT_ERR_NOMEM; break; }
+        if ((st = dt_st_read_f32(f, t, bufs[i])) != DT_OK) break;
+        e[i].name = t->name;
+        e[i].ndim = t->ndim;
+        memcpy(e[i].shape, t->shape, sizeof e[i].shape);
+        e[i].data = bufs[i];
+    }
+    if (st == DT_OK) {
+        const char *keys[] = {"format", "producer"}, *vals[] = {"pt", "dtrain"};
+        st = dt_st_write(out, e, n, keys, vals, 2);
+    }
+    for (int i = 0; bufs && i < n; i++) free(bufs[i]);
+    free(bufs);
+    free(e);
+    dt_st_close(f);
+    *n_out = n;
+    return st;
+}
+
+/* ---- --format hf: a directory ---- */
+
+static const char *const hf_files[] = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"};
+#define N_HF_FILES (int)(sizeof hf_files / sizeof *hf_files)
+
+static int is_hf_file(const char *name) {
+    for (int i = 0; i < N_HF_FILES; i++)
+        if (strcmp(name, hf_files[i]) == 0) return 1;
+    return 0;
+}
+
+/* An existing --out must be a directory holding only what export writes (an earlier export):
+ * nothing else of the user's is ever removed. *exists: it is there. */
+static dt_status check_out(const char *out, int *exists) {
+    struct stat sb;
+    *exists = lstat(out, &sb) == 0;
+    if (!*exists) return errno == ENOENT ? DT_OK : dt_error_set(DT_ERR_USAGE, "--out %s: %s", out, strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return dt_error_set(DT_ERR_USAGE, "--out %s: exists and is not a directory (--format hf writes a directory)",
+                            out);
+    DIR *d = opendir(out);
+    if (!d) return dt_error_set(DT_ERR_USAGE, "--out %s: cannot open: %s", out, strerror(errno));
+    struct dirent *e;
+    dt_status st = DT_OK;
+    while (st == DT_OK && (e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 && !is_hf_file(e->d_name))
+            st = dt_error_set(DT_ERR_USAGE, "--out %s: holds %s, which export does not write: it replaces only an "
+                              "earlier export (hint: a new or empty directory)", out, e->d_name);
+    closedir(d);
+    return st;
+}
+
+/* Removes the files export writes from dir, then dir (nothing else is there: check_out). */
+static void remove_export(const char *dir) {
+    char p[DT_PATH_MAX + 64];
+    for (int i = 0; i < N_HF_FILES; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, hf_files[i]);
+        unlink(p);
+    }
+    rmdir(dir);
+}
+
+static dt_status fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) {
+        int e = errno;
+        if (fd >= 0) close(fd);
+        return dt_error_set(DT_ERR_IO, "%s: cannot sync: %s", dir, strerror(e));
+    }
+    close(fd);
+    return DT_OK;
+}
+
+/* A copy of the tokenizer.json the model was trained with, byte for byte. */
+static dt_status copy_file(const char *from, const char *to) {
+    int fd;
+    DT_TRY(dt_file_open_regular(from, DT_ERR_DATA, &fd));
+    struct stat sb;
+    char *buf = NULL;
+    ssize_t got = -1;
+    if (fstat(fd, &sb) == 0 && (buf = malloc((size_t)sb.st_size + 1)) != NULL) {
+        size_t done = 0;
+        while (done < (size_t)sb.st_size && (got = read(fd, buf + done, (size_t)sb.st_size - done)) > 0) done += (size_t)got;
+        got = done == (size_t)sb.st_size ? (ssize_t)done : -1;
+    }
+    close(fd);
+    dt_status st = got < 0 ? dt_error_set(DT_ERR_IO, "%s: cannot read", from) : dt_file_write_new(to, buf, (size_t)got);
+    free(buf);
+    return st;
+}
+
+/* The tokenizer files: the BPE's tokenizer.json as it is, or the byte tokenizer's made for it. */
+static dt_status write_tokenizer(const char *dir, const dt_infer *s) {
+    const int T = s->cfg.data.seq_len, cls = s->cfg.model.num_labels > 0;
+    if (!s->tok) {
+        char pad[3];
+        dt_tokenizer_byte_string(0, pad); /* the classifier's padding, id 0 */
+        DT_TRY(dt_hf_write_byte_tokenizer(dir, cls, T));
+        return dt_hf_write_tokenizer_config(dir, T, NULL, cls ? pad : NULL, cls ? "<cls>" : NULL);
+    }
+    char path[DT_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    DT_TRY(copy_file(dt_tokenizer_name(s->tok), path));
+    const int eot = dt_tokenizer_eot(s->tok);
+    char *eos = NULL;
+    size_t len = 0;
+    uint32_t id = (uint32_t)eot;
+    if (eot >= 0) DT_TRY(dt_tokenizer_decode(s->tok, &id, 1, &eos, &len));
+    dt_status st = dt_hf_write_tokenizer_config(dir, T, eos, cls ? eos : NULL, NULL);
+    free(eos);
+    return st;
+}
+
+static dt_status write_hf(const char *dir, dt_infer *s) {
+    const dt_config *c = &s->cfg;
+    const int eot = s->tok ? dt_tokenizer_eot(s->tok) : -1;
+    dt_hf_config hc = {
+        .n_layer = c->model.n_layer, .n_head = c->model.n_head, .n_embd = c->model.n_embd,
+        .vocab_size = c->model.vocab_size, .n_positions = c->model.n_positions, .num_labels = c->model.num_labels,
+        .eos_token_id = eot,
+        /* the id the classifier's padding uses: GPT2ForSequenceClassification then reads the
+         * last other token, as dtrain does (bytes: 0 after <cls>; BPE: the end-of-text id) */
+        .pad_token_id = c->model.num_labels ? (s->tok ? eot : 0) : -1,
+    };
+    char path[DT_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    DT_TRY(dt_model_save_prefixed(s->model, path, "transformer."));
+    DT_TRY(dt_hf_write_config(dir, &hc));
+    DT_TRY(write_tokenizer(dir, s));
+    return fsync_dir(dir);
+}
+
+/* OUT.tmp.PID built whole, then renamed onto OUT (an earlier export moved aside, then removed). */
+static dt_status export_dir(dt_infer *s, const char *out) {
+    int exists;
+    DT_TRY(check_out(out, &exists));
+    char tmp[DT_PATH_MAX + 32], old[DT_PATH_MAX + 32];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
+    snprintf(old, sizeof old, "%s.old.%ld", out, (long)getpid());
+    if (mkdir(tmp, 0755) != 0) return dt_error_set(DT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    dt_status st = write_hf(tmp, s);
+    if (st == DT_OK && exists && rename(out, old) != 0)
+        st = dt_error_set(DT_ERR_IO, "%s: cannot move aside: %s", out, strerror(errno));
+    if (st == DT_OK && rename(tmp, out) != 0) {
+        st = dt_error_set(DT_ERR_IO, "%s: cannot rename onto %s: %s", tmp, out, strerror(errno));
+        if (exists) rename(old, out);
+    }
+    if (st != DT_OK) {
+        remove_export(tmp);
+        return st;
+    }
+    if (exists) remove_export(old);
+    char parent[DT_PATH_MAX + 32];
+    snprintf(parent, sizeof parent, "%s", out);
+    return fsync_dir(dirname(parent));
+}
+
+static dt_status export_hf(const dt_export_opts *o, dt_export_result *r) {
+    dt_infer s;
+    dt_infer_opts io = {.cmd = "export", .checkpoint = o->checkpoint, .config = o->config, .overrides = o->overrides,
+                        .n_overrides = o->n_overrides};
+    DT_TRY(dt_infer_resolve(&s, &io));
+    s.cfg.training.device = DT_DEVICE_CPU; /* the weights pass through host memory only */
+    s.cfg.training.precision = DT_PREC_FP32;
+    dt_status st = dt_infer_build(&s.cfg, 0, 0, 1, s.cfg.data.seq_len, &s.be, &s.tok, &s.model);
+    int score_loaded = 1;
+    if (st == DT_OK) st = dt_model_load(s.model, s.weights, &score_loaded);
+    if (st == DT_OK && !score_loaded)
+        st = dt_error_set(DT_ERR_DATA, "%s: tensor score.weight is missing: the file has no classification head for "
+                          "model.num_labels %d", s.weights, s.cfg.model.num_labels);
+    if (st == DT_OK) st = export_dir(&s, o->out);
+    if (st == DT_OK) r->n_tensors = dt_model_num_tensors(s.model);
+    snprintf(r->weights, sizeof r->weights, "%s", s.weights);
+    dt_infer_close(&s);
+    return st;
+}
+
+dt_status dt_export(const dt_export_opts *o, dt_export_result *r) {
+    memset(r, 0, sizeof *r);
+    if (o->hf) return export_hf(o, r);
+    DT_TRY(dt_infer_weights_path(o->checkpoint, stderr, r->weights, sizeof r->weights));
+    return export_file(r->weights, o->out, &r->n_tensors);
+}
