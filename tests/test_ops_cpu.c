@@ -848,6 +848,38 @@ static void test_large_sizes(void) {
     }
 }
 
+/* The thread count changes no value: the matmuls (forward, input and weight gradients, with
+ * and without the transposed weight, a bias) with 1 thread and with 2 agree bit
+ * for bit (OpenBLAS's own threading does not: on an AMD EPYC the products changed with it, and
+ * so did training under training.adapt_cpu_threads). Shapes from a GPT block and its head. */
+static void test_thread_invariance(void) {
+    if (!be->ops->set_threads || getenv("OMP_NUM_THREADS")) return; /* valgrind runs: one thread */
+    const int M = 2048, shapes[][2] = {{64, 192}, {256, 64}, {64, 257}, {768, 50}};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
+        const int K = shapes[sh][0], N = shapes[sh][1];
+        for (int wt = 0; wt < 2; wt++) {
+            float *inp = frandom((size_t)M * K, 1.0f), *w = frandom((size_t)K * N, 0.1f), *bias = frandom((size_t)N, 0.1f);
+            float *dout = frandom((size_t)M * N, 1.0f), *out[2], *dinp[2], *dw[2], *db[2];
+            for (int r = 0; r < 2; r++) {
+                be->ops->set_threads(be->ctx, r ? 2 : 1);
+                out[r] = falloc((size_t)M * N), dinp[r] = falloc((size_t)M * K);
+                dw[r] = falloc((size_t)K * N), db[r] = falloc((size_t)N);
+                memset(dw[r], 0, (size_t)K * N * sizeof(float));
+                memset(db[r], 0, (size_t)N * sizeof(float));
+                be->ops->matmul_fwd(be->ctx, A(out[r]), A(inp), w, bias, M, K, N, wt);
+                be->ops->matmul_bwd(be->ctx, A(dinp[r]), dw[r], db[r], A(dout), A(inp), w, M, K, N, wt);
+            }
+            CHECK(memcmp(out[0], out[1], (size_t)M * N * sizeof(float)) == 0);
+            CHECK(memcmp(dinp[0], dinp[1], (size_t)M * K * sizeof(float)) == 0);
+            CHECK(memcmp(dw[0], dw[1], (size_t)K * N * sizeof(float)) == 0);
+            CHECK(memcmp(db[0], db[1], (size_t)N * sizeof(float)) == 0);
+            for (int r = 0; r < 2; r++) bfree(out[r]), bfree(dinp[r]), bfree(dw[r]), bfree(db[r]);
+            bfree(inp), bfree(w), bfree(bias), bfree(dout);
+        }
+    }
+    be->ops->set_threads(be->ctx, 2);
+}
+
 int main(void) {
     /* two threads, unless OMP_NUM_THREADS says otherwise (valgrind runs use 1) */
     dt_backend_cfg bc = {.threads = getenv("OMP_NUM_THREADS") ? 0 : 2};
@@ -860,6 +892,7 @@ int main(void) {
     test_matmul();
     test_attention();
     test_attention_determinism();
+    test_thread_invariance();
     test_gelu_add();
     test_xent();
     test_gather_scatter();

@@ -7,7 +7,10 @@
  *
  * Numerics follow DESIGN.md §4. Reductions whose order could depend on the thread count
  * (encoder_bwd, bias and LayerNorm weight gradients, scatter_add_rows, sumsq) are written
- * so that it does not: their results are bit-identical for any number of threads.
+ * so that it does not: their results are bit-identical for any number of threads. So are the
+ * matmuls: OpenBLAS's own threading is not (on AMD EPYC, 0.3.21, a product's values change with
+ * the thread count), so each is split into blocks of result rows sized by the shape alone, one
+ * single-threaded sgemm each, run in parallel by OpenMP (sgemm_rows).
  * exp (softmax, cross-entropy, GELU) is an inlined polynomial (fast_expf, ~2e-7 relative)
  * so that those loops vectorize; GELU uses the exact identity 0.5(1 + tanh u) = 1/(1 + e^-2u).
  *
@@ -35,6 +38,8 @@ typedef struct cpu_ctx {
 #define LN_EPS 1e-5f
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define EW_CHUNK 8192     /* elements per task in elementwise loops */
+#define GEMM_BLOCKS 16    /* the matmuls' partition: about this many blocks of result rows, */
+#define GEMM_ROWS 32      /* of at least this many rows (a function of the shape only) */
 
 /* The compute-bound row/range kernels below are compiled three times (AVX-512, AVX2,
  * baseline) and the loader picks one for the CPU (GCC/Clang function multiversioning):
@@ -122,6 +127,22 @@ static void colsum_add(float *dst, const float *src, int M, int N) {
             for (int j = 0; j < nc; j++) acc[j] += row[j];
         }
         for (int j = 0; j < nc; j++) dst[c0 + j] += (float)acc[j];
+    }
+}
+
+/* C(M,N) = alpha op(A)(M,K) op(B)(K,N) + beta C (row-major), as blocks of rows of C sized by M:
+ * one sgemm each, single-threaded inside the parallel region (OpenBLAS's OpenMP build), so
+ * every value is computed the same way for any number of threads. */
+static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda,
+                       const float *B, int ldb, float beta, float *C, int ldc) {
+    int rows = (M + GEMM_BLOCKS - 1) / GEMM_BLOCKS;
+    rows = rows < GEMM_ROWS ? GEMM_ROWS : (rows + 15) / 16 * 16;
+    const int nb = (M + rows - 1) / rows;
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < nb; b++) {
+        const int r0 = b * rows, m = imin(rows, M - r0);
+        const float *a = ta == CblasNoTrans ? A + (size_t)r0 * lda : A + r0;
+        cblas_sgemm(CblasRowMajor, ta, tb, m, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)r0 * ldc, ldc);
     }
 }
 
@@ -261,8 +282,7 @@ static void cpu_matmul_fwd(void *ctx, dt_act *out_, const dt_act *inp_, const fl
         for (int i = 0; i < M; i++) memcpy(out + (size_t)i * N, bias, (size_t)N * sizeof(float));
         beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, w_trans ? CblasTrans : CblasNoTrans, M, N, K, 1.0f,
-                inp, K, w, w_trans ? K : N, beta, out, N);
+    sgemm_rows(CblasNoTrans, w_trans ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, inp, K, w, w_trans ? K : N, beta, out, N);
 }
 
 static void cpu_matmul_bwd(void *ctx, dt_act *dinp_, float *dw, float *dbias, const dt_act *dout_,
@@ -271,15 +291,13 @@ static void cpu_matmul_bwd(void *ctx, dt_act *dinp_, float *dw, float *dbias, co
     const float *dout = (const float *)dout_;
     const float *inp = (const float *)inp_;
     if (dinp) /* dinp(M,K) = dout(M,N) @ W^T */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N,
-                    1.0f, dout, N, w, w_trans ? K : N, 0.0f, dinp, K);
+        sgemm_rows(CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N, 1.0f, dout, N, w, w_trans ? K : N, 0.0f,
+                   dinp, K);
     if (dw) {
         if (w_trans) /* dW(N,K) += dout^T @ inp */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dout, N, inp, K,
-                        1.0f, dw, K);
+            sgemm_rows(CblasTrans, CblasNoTrans, N, K, M, 1.0f, dout, N, inp, K, 1.0f, dw, K);
         else /* dW(K,N) += inp^T @ dout */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, N, M, 1.0f, inp, K, dout, N,
-                        1.0f, dw, N);
+            sgemm_rows(CblasTrans, CblasNoTrans, K, N, M, 1.0f, inp, K, dout, N, 1.0f, dw, N);
     }
     if (dbias) colsum_add(dbias, dout, M, N);
 }
