@@ -26,6 +26,7 @@ typedef enum { DT_BEST_NONE = 0, DT_BEST_LOSS, DT_BEST_ACCURACY, DT_BEST_F1 } dt
 
 /* A key whose value was written with ${NAME}: the text as written. */
 #define DT_CONFIG_MAX_ENV 16
+#define DT_MAX_VAL_SETS 8  /* data.val_path as a list or a map: at most this many sets */
 typedef struct {
     char key[64];            /* "data.train_path", "optimizer.betas[0]" */
     char text[DT_PATH_MAX];  /* "${DATA}/train.tsv" */
@@ -75,7 +76,16 @@ typedef struct dt_config {
     } optimizer;
     struct {
         char train_path[DT_PATH_MAX]; /* required: file, directory or glob */
-        char val_path[DT_PATH_MAX];   /* optional ("" = no evaluation) */
+        char val_path[DT_PATH_MAX];   /* optional ("" = no evaluation); the first set's path */
+        /* data.val_path given as a list of paths (each named by its file name without the
+         * extension) or as a map name -> path: the validation sets, each evaluated and logged
+         * under its name; the first is the one checkpoint.best_metric and early stopping read.
+         * n_val_sets 0: a single path (val_path), named "val", logged as before. */
+        int n_val_sets;
+        struct {
+            char name[32];
+            char path[DT_PATH_MAX];
+        } val_sets[DT_MAX_VAL_SETS];
         char tokenizer[DT_PATH_MAX];  /* "bytes" (default) or a tokenizer.json (byte-level BPE) */
         dt_data_format format;        /* default auto */
         int batch_size_per_worker;    /* >= 1, default 8 */
@@ -157,5 +167,17 @@ const char *dt_device_name(dt_device_kind d);
 /* The kind a training.device value names ("cpu", "cuda", "auto"); DT_ERR_USAGE (no message)
  * for anything else. */
 dt_status dt_device_parse(const char *name, dt_device_kind *out);
+
+/* The validation sets: data.val_path's list or map, else its one path (named "val"); 0 sets
+ * without data.val_path. */
+static inline int dt_config_val_count(const dt_config *c) {
+    return c->data.n_val_sets ? c->data.n_val_sets : c->data.val_path[0] ? 1 : 0;
+}
+static inline const char *dt_config_val_name(const dt_config *c, int i) {
+    return c->data.n_val_sets ? c->data.val_sets[i].name : "val";
+}
+static inline const char *dt_config_val_path(const dt_config *c, int i) {
+    return c->data.n_val_sets ? c->data.val_sets[i].path : c->data.val_path;
+}
 
 #endif

@@ -70,6 +70,9 @@ typedef struct dt_eval_point {
     double eval_ms;
     int num_labels;          /* > 0: classification with `confusion` */
     const long *confusion;   /* (num_labels x num_labels): [label][predicted] counts; NULL: none */
+    const char *set;         /* the validation set's name when data.val_path names several (its
+                                record gets "set", its TensorBoard tags val/NAME/..., its console
+                                line [NAME]); NULL: the one set, logged as val/... */
 } dt_eval_point;
 
 typedef struct dt_class_score {

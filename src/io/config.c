@@ -729,6 +729,65 @@ static dt_status apply_scalar(load_ctx *c, const key_def *k, const yaml_node_t *
     return st;
 }
 
+/* "data/hard.tsv.gz" -> "hard": a listed validation set's name */
+static void file_stem(const char *path, char *out, size_t n) {
+    const char *base = strrchr(path, '/');
+    base = base && base[1] ? base + 1 : path;
+    snprintf(out, n, "%s", base);
+    char *dot = strchr(out, '.');
+    if (dot && dot != out) *dot = '\0';
+}
+
+static int valid_set_name(const char *s) {
+    if (!s[0] || strlen(s) >= 32) return 0;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '_' && *s != '-' && *s != '.') return 0;
+    return 1;
+}
+
+/* data.val_path as a YAML list of paths or a map name -> path (validation sets). */
+static dt_status apply_val_sets(load_ctx *c, yaml_document_t *doc, const char *path, yaml_node_t *node,
+                                const yaml_node_t *at) {
+    dt_config *cfg = c->cfg;
+    const int map = node->type == YAML_MAPPING_NODE;
+    const int n = map ? (int)(node->data.mapping.pairs.top - node->data.mapping.pairs.start)
+                      : (int)(node->data.sequence.items.top - node->data.sequence.items.start);
+    if (n < 1 || n > DT_MAX_VAL_SETS)
+        return fail_node(c, at, path, "expected 1 to %d validation sets, got %d", DT_MAX_VAL_SETS, n);
+    for (int i = 0; i < n; i++) {
+        yaml_node_t *kn = map ? yaml_document_get_node(doc, node->data.mapping.pairs.start[i].key) : NULL;
+        yaml_node_t *vn = map ? yaml_document_get_node(doc, node->data.mapping.pairs.start[i].value)
+                              : yaml_document_get_node(doc, node->data.sequence.items.start[i]);
+        if (vn->type != YAML_SCALAR_NODE || strlen(node_text(vn)) != vn->data.scalar.length || !node_text(vn)[0])
+            return fail_node(c, vn, path, "expected a non-empty path for each validation set, got %s",
+                             vn->type == YAML_SCALAR_NODE ? "an empty one or one with a NUL" : node_kind_name(vn));
+        const char *p = node_text(vn);
+        if (strstr(p, "${"))
+            return fail_node(c, vn, path, "${NAME} is read for a single data.val_path only, not in a list or map");
+        if (strlen(p) >= DT_PATH_MAX)
+            return fail_node(c, vn, path, "expected a path of at most %d bytes, got %zu", DT_PATH_MAX - 1, strlen(p));
+        char name[DT_PATH_MAX];
+        if (map && kn->type != YAML_SCALAR_NODE)
+            return fail_node(c, kn, path, "expected a set name, got %s", node_kind_name(kn));
+        if (map) snprintf(name, sizeof name, "%s", node_text(kn));
+        else file_stem(p, name, sizeof name);
+        quoted q;
+        if (!valid_set_name(name))
+            return fail_node(c, map ? kn : vn, path, "expected a set name of 1-31 letters, digits, '_', '-' or '.', "
+                             "got \"%s\"%s", quote_line(name, &q), map ? "" : " (the file name; hint: name the sets: "
+                             "val_path: {NAME: PATH, ...})");
+        for (int j = 0; j < i; j++)
+            if (strcmp(cfg->data.val_sets[j].name, name) == 0)
+                return fail_node(c, map ? kn : vn, path, "two validation sets are named \"%s\" (hint: name them: "
+                                 "val_path: {NAME: PATH, ...})", name);
+        snprintf(cfg->data.val_sets[i].name, sizeof cfg->data.val_sets[i].name, "%s", name);
+        snprintf(cfg->data.val_sets[i].path, sizeof cfg->data.val_sets[i].path, "%s", p);
+    }
+    cfg->data.n_val_sets = n;
+    snprintf(cfg->data.val_path, sizeof cfg->data.val_path, "%s", cfg->data.val_sets[0].path);
+    return set_env_ref(c, node, path, NULL);
+}
+
 /* Applies `node` as the value of `path` ("" = the root). `key` is the node of its key in the
  * file (NULL for the root and for overrides); messages about the value's shape point at it. */
 static dt_status apply_node(load_ctx *c, yaml_document_t *doc, const char *path, yaml_node_t *node,
@@ -768,7 +827,10 @@ static dt_status apply_node(load_ctx *c, yaml_document_t *doc, const char *path,
         return DT_OK;
     }
 
-    if (k->kind == K_BETAS) {
+    const int val_sets = strcmp(k->path, "data.val_path") == 0;
+    if (val_sets && (node->type == YAML_SEQUENCE_NODE || node->type == YAML_MAPPING_NODE)) {
+        DT_TRY(apply_val_sets(c, doc, path, node, at));
+    } else if (k->kind == K_BETAS) {
         if (node->type != YAML_SEQUENCE_NODE) {
             if (node->type != YAML_SCALAR_NODE) return fail_value(c, k, at, node, path, NULL, NULL, PV_BAD);
             return fail_value(c, k, node, node, path, node_text(node), NULL, PV_BAD);
@@ -790,6 +852,7 @@ static dt_status apply_node(load_ctx *c, yaml_document_t *doc, const char *path,
         }
     } else {
         DT_TRY(apply_scalar(c, k, node, at, path, 0));
+        if (val_sets) c->cfg->data.n_val_sets = 0; /* one path: the set "val" */
     }
     c->seen[idx].given = 1;
     c->seen[idx].line = node_line(c, at);
@@ -1254,6 +1317,17 @@ static void print_value(FILE *out, const dt_config *cfg, const key_def *k, int w
         break;
     }
     case K_STR:
+        if (strcmp(k->path, "data.val_path") == 0 && cfg->data.n_val_sets > 0) { /* a flow map, read back as such */
+            fputc('{', out);
+            for (int i = 0; i < cfg->data.n_val_sets; i++) {
+                fprintf(out, "%s%s: ", i ? ", " : "", cfg->data.val_sets[i].name);
+                print_quoted(out, cfg->data.val_sets[i].path);
+            }
+            fputc('}', out);
+            break;
+        }
+        print_quoted(out, field);
+        break;
     case K_NAME: print_quoted(out, field); break;
     case K_RESUME:
         memcpy(&iv, field, sizeof iv);

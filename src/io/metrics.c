@@ -301,7 +301,8 @@ void dt_class_scores(const long *conf, int nl, dt_class_score *out, double *macr
 
 /* The classification part of an eval: record fields, TensorBoard, and the console lines (only
  * up to 16 labels). */
-static void eval_classes(dt_metrics *m, const dt_eval_point *p, const dt_class_score *sc, double macro, json_t *rec) {
+static void eval_classes(dt_metrics *m, const dt_eval_point *p, const dt_class_score *sc, double macro, json_t *rec,
+                         const char *prefix) {
     const int nl = p->num_labels;
     json_t *classes = json_array(), *conf = json_array();
     char line[2048], mat[2048];
@@ -323,15 +324,17 @@ static void eval_classes(dt_metrics *m, const dt_eval_point *p, const dt_class_s
         static const char *const what[] = {"precision", "recall", "f1"};
         const double v[] = {sc[c].precision, sc[c].recall, sc[c].f1};
         for (int w = 0; w < 3; w++) {
-            char tag[64];
-            snprintf(tag, sizeof tag, "val/class%d/%s", c, what[w]);
+            char tag[96];
+            snprintf(tag, sizeof tag, "%sclass%d/%s", prefix, c, what[w]);
             tb(m, tag, p->step, v[w]);
         }
     }
     json_object_set_new(rec, "val_f1_macro", num(macro));
     json_object_set_new(rec, "val_classes", classes);
     json_object_set_new(rec, "val_confusion", conf);
-    tb(m, "val/f1_macro", p->step, macro);
+    char tag[96];
+    snprintf(tag, sizeof tag, "%sf1_macro", prefix);
+    tb(m, tag, p->step, macro);
     if (nl <= 16) {
         dt_metrics_info(m, "  per class: %s", line);
         dt_metrics_info(m, "  confusion (row: label, columns: predicted 0..%d): %s", nl - 1, mat);
@@ -342,8 +345,16 @@ void dt_metrics_eval(dt_metrics *m, const dt_eval_point *p) {
     json_t *rec = json_pack("{s:s, s:I, s:o, s:o, s:I, s:o}", "type", "eval", "step", (json_int_t)p->step, "val_loss",
                             num(p->loss), "val_accuracy", num(p->accuracy), "val_examples", (json_int_t)p->examples,
                             "eval_ms", num(p->eval_ms));
-    tb(m, "val/loss", p->step, p->loss);
-    tb(m, "val/accuracy", p->step, p->accuracy);
+    char prefix[48] = "val/", label[48] = "", tag[96];
+    if (p->set) {
+        json_object_set_new(rec, "set", json_string(p->set));
+        snprintf(prefix, sizeof prefix, "val/%s/", p->set);
+        snprintf(label, sizeof label, " [%s]", p->set);
+    }
+    snprintf(tag, sizeof tag, "%sloss", prefix);
+    tb(m, tag, p->step, p->loss);
+    snprintf(tag, sizeof tag, "%saccuracy", prefix);
+    tb(m, tag, p->step, p->accuracy);
     const int cls = p->confusion && p->num_labels > 0 && p->num_labels <= DT_MAX_CLASS_METRICS;
     char f1[48] = "";
     dt_class_score sc[DT_MAX_CLASS_METRICS];
@@ -352,9 +363,9 @@ void dt_metrics_eval(dt_metrics *m, const dt_eval_point *p) {
         dt_class_scores(p->confusion, p->num_labels, sc, &macro);
         snprintf(f1, sizeof f1, " | macro-F1 %.4f", macro);
     }
-    dt_metrics_info(m, "eval at step %ld | val loss %.6f | val accuracy %.4f%s | %ld examples | %.1f s", p->step, p->loss,
-                    p->accuracy, f1, p->examples, p->eval_ms / 1000.0);
-    if (cls) eval_classes(m, p, sc, macro, rec); /* the per-class and confusion lines, under it */
+    dt_metrics_info(m, "eval at step %ld%s | val loss %.6f | val accuracy %.4f%s | %ld examples | %.1f s", p->step, label,
+                    p->loss, p->accuracy, f1, p->examples, p->eval_ms / 1000.0);
+    if (cls) eval_classes(m, p, sc, macro, rec, prefix); /* the per-class and confusion lines, under it */
     write_json(m, rec);
 }
 

@@ -47,12 +47,14 @@ typedef struct run {
     int rank, world;
     dt_device_kind dev;     /* what training.device resolved to */
     dt_tokenizer *tok;      /* data.tokenizer: NULL for bytes */
-    long confusion[DT_MAX_CLASS_METRICS * DT_MAX_CLASS_METRICS]; /* the last evaluation's [label][predicted] */
+    long confusion[DT_MAX_VAL_SETS][DT_MAX_CLASS_METRICS * DT_MAX_CLASS_METRICS]; /* each set's last evaluation's
+                                                                                    [label][predicted] */
     dt_comm_req **reqs;     /* (n_buckets) in-flight gradient all-reduces */
     dt_status comm_st;      /* first failure to start one */
     dt_backend *be;
     const dt_comm_plan *plan; /* the collectives (NULL: one process) */
-    dt_dataset *train, *val;
+    dt_dataset *train, *val[DT_MAX_VAL_SETS]; /* val[0]: the first validation set (NULL: none) */
+    int n_val;
     dt_model *model;
     dt_optim *optim;
     dt_sampler *sampler;
@@ -72,7 +74,7 @@ static void run_free(run *r, dt_status st) {
     dt_sampler_free(r->sampler);
     dt_optim_free(r->optim);
     dt_model_free(r->model);
-    dt_dataset_free(r->val);
+    for (int i = 0; i < r->n_val; i++) dt_dataset_free(r->val[i]);
     dt_dataset_free(r->train);
     dt_tokenizer_free(r->tok);
     if (st == DT_OK) dt_comm_free(r->dcomm);
@@ -129,7 +131,8 @@ static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_t
     r->reqs = dt_calloc((size_t)dt_model_num_buckets(r->model), sizeof *r->reqs, "bucket requests");
     if (!r->tokens || !r->targets || !r->idx || !r->reqs) return DT_ERR_NOMEM;
     if (need_train) DT_TRY(open_dataset(c, c->data.train_path, r->tok, &r->train));
-    if (c->data.val_path[0]) DT_TRY(open_dataset(c, c->data.val_path, r->tok, &r->val));
+    for (; r->n_val < dt_config_val_count(c); r->n_val++)
+        DT_TRY(open_dataset(c, dt_config_val_path(c, r->n_val), r->tok, &r->val[r->n_val]));
     return DT_OK;
 }
 
@@ -139,47 +142,49 @@ static void fill_batch(const dt_dataset *ds, const size_t *idx, int n, int T, in
         dt_dataset_get(ds, idx[i], tokens + (size_t)i * T, targets + (cls ? (size_t)i : (size_t)i * T));
 }
 
-/* Every validation example once across the ranks; eval.max_batches limits them to the first
- * max_batches x batch_size_per_worker, the same examples for any number of workers. The sums
- * are all-reduced, so every rank returns the global result. */
-static dt_status evaluate(run *r, long step, dt_eval_point *out) {
+/* Every example of validation set `set` once across the ranks; eval.max_batches limits them to
+ * the first max_batches x batch_size_per_worker, the same examples for any number of workers.
+ * The sums are all-reduced, so every rank returns the global result. */
+static dt_status evaluate(run *r, long step, int set, dt_eval_point *out) {
     const dt_config *c = r->cfg;
     double t0 = now_ms();
-    size_t n = dt_dataset_size(r->val);
+    const dt_dataset *val = r->val[set];
+    long *confusion = r->confusion[set];
+    size_t n = dt_dataset_size(val);
     int b = c->data.batch_size_per_worker;
     if (c->eval.max_batches > 0 && (size_t)c->eval.max_batches <= n / (size_t)b) n = (size_t)c->eval.max_batches * (size_t)b;
     size_t nb = dt_eval_num_batches(n, r->world, b);
     double loss = 0;
     long rows = 0, correct = 0, examples = 0;
     const int nl = c->model.num_labels <= DT_MAX_CLASS_METRICS ? c->model.num_labels : 0; /* 0: no matrix */
-    memset(r->confusion, 0, sizeof r->confusion);
+    memset(confusion, 0, sizeof r->confusion[set]);
     for (size_t j = 0; j < nb; j++) {
         size_t start;
         int count;
         dt_eval_slice(n, j, r->rank, r->world, b, &start, &count);
         if (count == 0) continue;
         for (int i = 0; i < count; i++) r->idx[i] = start + (size_t)i;
-        fill_batch(r->val, r->idx, count, c->data.seq_len, r->tokens, r->targets);
+        fill_batch(val, r->idx, count, c->data.seq_len, r->tokens, r->targets);
         dt_fwd_result res;
         DT_TRY(dt_model_forward(r->model, r->tokens, r->targets, count, &res));
         loss += res.loss_sum;
         rows += res.rows;
         correct += res.correct;
         examples += count;
-        for (int i = 0; nl && res.pred && i < count; i++) r->confusion[r->targets[i] * nl + res.pred[i]]++;
+        for (int i = 0; nl && res.pred && i < count; i++) confusion[r->targets[i] * nl + res.pred[i]]++;
         if (r->metrics) dt_metrics_eval_progress(r->metrics, (long)j + 1, (long)nb, (now_ms() - t0) / 1000.0);
     }
     if (r->world > 1) {
         /* counts stay exact in float up to 2^24 rows; the loss sum is rounded to float */
         float sums[4 + DT_MAX_CLASS_METRICS * DT_MAX_CLASS_METRICS] = {(float)loss, (float)rows, (float)correct,
                                                                        (float)examples};
-        for (int i = 0; i < nl * nl; i++) sums[4 + i] = (float)r->confusion[i];
+        for (int i = 0; i < nl * nl; i++) sums[4 + i] = (float)confusion[i];
         DT_TRY(dt_comm_allreduce(r->comm, sums, (size_t)(4 + nl * nl), DT_REDUCE_SUM));
         loss = sums[0];
         rows = (long)sums[1];
         correct = (long)sums[2];
         examples = (long)sums[3];
-        for (int i = 0; i < nl * nl; i++) r->confusion[i] = (long)sums[4 + i];
+        for (int i = 0; i < nl * nl; i++) confusion[i] = (long)sums[4 + i];
     }
     out->step = step;
     out->loss = rows ? loss / (double)rows : NAN;
@@ -187,7 +192,8 @@ static dt_status evaluate(run *r, long step, dt_eval_point *out) {
     out->examples = examples;
     out->eval_ms = now_ms() - t0;
     out->num_labels = nl;
-    out->confusion = nl ? r->confusion : NULL;
+    out->confusion = nl ? confusion : NULL;
+    out->set = c->data.n_val_sets ? dt_config_val_name(c, set) : NULL;
     return DT_OK;
 }
 
@@ -222,16 +228,18 @@ static size_t device_memory_bytes(const dt_ops *ops, const dt_model_cfg *mc, int
 
 /* The data as the run would open it: refused here as it would be there. */
 static dt_status describe_data(const dt_config *c, FILE *out) {
-    const char *paths[2] = {c->data.train_path, c->data.val_path}, *names[2] = {"train", "val"};
     dt_tokenizer *tok;
     DT_TRY(dt_infer_tokenizer(c, &tok));
     dt_status st = DT_OK;
-    for (int i = 0; i < 2 && st == DT_OK; i++) {
-        if (!paths[i][0]) continue;
+    for (int i = -1; i < dt_config_val_count(c) && st == DT_OK; i++) { /* -1: the training data */
+        const char *path = i < 0 ? c->data.train_path : dt_config_val_path(c, i);
+        char name[64];
+        if (i < 0 || !c->data.n_val_sets) snprintf(name, sizeof name, "%s", i < 0 ? "train" : "val");
+        else snprintf(name, sizeof name, "val [%s]", dt_config_val_name(c, i));
         dt_dataset *ds = NULL;
-        if ((st = open_dataset(c, paths[i], tok, &ds)) != DT_OK) break;
+        if ((st = open_dataset(c, path, tok, &ds)) != DT_OK) break;
         size_t n = dt_dataset_size(ds), cut = dt_dataset_num_truncated(ds);
-        fprintf(out, "# data: %s: %zu %s in %zu file(s)", names[i], n,
+        fprintf(out, "# data: %s: %zu %s in %zu file(s)", name, n,
                 dt_dataset_is_classification(ds) ? "examples" : "samples", dt_dataset_num_files(ds));
         if (cut && tok) fprintf(out, ", %zu cut to data.seq_len = %d tokens", cut, c->data.seq_len);
         else if (cut) fprintf(out, ", %zu cut to data.seq_len - 1 = %d bytes", cut, c->data.seq_len - 1);
@@ -791,12 +799,19 @@ static void report_start(trainer *t) {
     const dt_ckpt_state *cs = &t->cs;
     const size_t n_train = dt_dataset_size(r->train);
     report_setup(t);
+    char sets[64 * DT_MAX_VAL_SETS] = "";
+    size_t n_val = r->n_val ? dt_dataset_size(r->val[0]) : 0;
+    for (int i = 1; i < r->n_val; i++) n_val += dt_dataset_size(r->val[i]);
+    for (int i = 0, k = 0; r->cfg->data.n_val_sets && i < r->n_val && k < (int)sizeof sets; i++)
+        k += snprintf(sets + k, sizeof sets - (size_t)k, "%s%s %zu", i ? ", " : " (", dt_config_val_name(r->cfg, i),
+                      dt_dataset_size(r->val[i]));
+    if (sets[0]) snprintf(sets + strlen(sets), sizeof sets - strlen(sets), ")");
     dt_metrics_info(r->metrics, "data: %zu train examples (%zu steps/epoch at global batch %ld = %d x %d x %d), "
-                    "%zu val examples | %ld steps",
-                    n_train, t->spe, t->G, r->world, t->b, t->accum, r->val ? dt_dataset_size(r->val) : (size_t)0,
-                    t->total);
+                    "%zu val examples%s | %ld steps",
+                    n_train, t->spe, t->G, r->world, t->b, t->accum, n_val, sets, t->total);
     report_truncated(r, "train", r->train);
-    report_truncated(r, "val", r->val);
+    for (int i = 0; i < r->n_val; i++)
+        report_truncated(r, r->cfg->data.n_val_sets ? dt_config_val_name(r->cfg, i) : "val", r->val[i]);
     if (r->rank == 0) { /* the settings next to the plots */
         char *text = NULL;
         size_t len = 0;
@@ -1015,10 +1030,16 @@ static dt_status print_sample(trainer *t) {
 
 /* An evaluation at the current step, logged and kept for the summary. */
 static dt_status eval_now(trainer *t) {
-    DT_TRY(evaluate(&t->r, t->step, &t->last_eval));
+    DT_TRY(evaluate(&t->r, t->step, 0, &t->last_eval));
     t->eval_ms += t->last_eval.eval_ms;
     t->have_eval = 1;
     dt_metrics_eval(t->r.metrics, &t->last_eval);
+    for (int i = 1; i < t->r.n_val; i++) { /* the other sets: logged under their names, compared by nothing */
+        dt_eval_point e;
+        DT_TRY(evaluate(&t->r, t->step, i, &e));
+        t->eval_ms += e.eval_ms;
+        dt_metrics_eval(t->r.metrics, &e);
+    }
     return track_best(t);
 }
 
@@ -1044,7 +1065,7 @@ static dt_status after_step(trainer *t, const dt_train_point *p, int stop) {
     }
     DT_TRY(print_sample(t));
     const int last = step == t->total;
-    if (r->val && (!stop || last) && (last || (c->eval.every_steps > 0 && step % c->eval.every_steps == 0)))
+    if (r->n_val && (!stop || last) && (last || (c->eval.every_steps > 0 && step % c->eval.every_steps == 0)))
         DT_TRY(eval_now(t));
     if (last || stop || t->early_stop || (c->checkpoint.every_steps > 0 && step % c->checkpoint.every_steps == 0)) {
         const ckpt_point cp = {step, t->epoch, t->cursor, &t->best, 0};
@@ -1077,7 +1098,7 @@ static dt_status finish(trainer *t, int stopped) {
                      t->total, t->ckpt_dir);
         return DT_OK;
     }
-    if (r->val && !t->have_eval) DT_TRY(eval_now(t)); /* nothing was trained: still report where the model stands */
+    if (r->n_val && !t->have_eval) DT_TRY(eval_now(t)); /* nothing was trained: still report where the model stands */
     /* the last collective comes before rank 0's save: nobody waits on its disk */
     DT_TRY(gather_peak_memory(r, t->launch, peaks, gpu_peaks, &sum.peak_gpu_mb));
     char weights[DT_PATH_MAX + 32];
@@ -1198,11 +1219,30 @@ dt_status dt_worker_launch_external(const dt_config *cfg, const dt_ext_env *e, c
     return st;
 }
 
+/* dtrain eval's lines for one set: the loss and accuracy, and a classifier's per-class scores. */
+static void print_eval(const char *weights, const dt_eval_point *e) {
+    char label[48] = "";
+    if (e->set) snprintf(label, sizeof label, " [%s]", e->set);
+    printf("eval %s%s | val loss %.17g | val accuracy %.6f | %ld examples | %.1f s\n", weights, label, e->loss,
+           e->accuracy, e->examples, e->eval_ms / 1e3);
+    if (!e->confusion) return;
+    dt_class_score sc[DT_MAX_CLASS_METRICS];
+    double macro;
+    dt_class_scores(e->confusion, e->num_labels, sc, &macro);
+    printf("macro-F1 %.6f\n", macro);
+    for (int k = 0; k < e->num_labels; k++) {
+        printf("  class %d: precision %.6f recall %.6f f1 %.6f support %ld | predicted as 0..%d:", k, sc[k].precision,
+               sc[k].recall, sc[k].f1, sc[k].support, e->num_labels - 1);
+        for (int j = 0; j < e->num_labels; j++) printf(" %ld", e->confusion[k * e->num_labels + j]);
+        putchar('\n');
+    }
+}
+
 dt_status dt_worker_eval(const dt_config *c, const char *weights, dt_eval_point *out) {
     run r;
     dt_status st = run_setup(&r, c, NULL, 0, 0);
     if (st != DT_OK) goto done;
-    if (!r.val) {
+    if (!r.n_val) {
         st = dt_error_set(DT_ERR_CONFIG, "%s: data.val_path: required for evaluation (hint: --set data.val_path=FILE)",
                           c->source[0] ? c->source : "config");
         goto done;
@@ -1214,22 +1254,14 @@ dt_status dt_worker_eval(const dt_config *c, const char *weights, dt_eval_point 
                           weights);
         goto done;
     }
-    if ((st = evaluate(&r, 0, out)) != DT_OK) goto done;
-    printf("eval %s | val loss %.17g | val accuracy %.6f | %ld examples | %.1f s\n", weights, out->loss, out->accuracy,
-           out->examples, out->eval_ms / 1e3);
-    if (out->confusion) { /* classification: per class, and the matrix */
-        dt_class_score sc[DT_MAX_CLASS_METRICS];
-        double macro;
-        dt_class_scores(out->confusion, out->num_labels, sc, &macro);
-        printf("macro-F1 %.6f\n", macro);
-        for (int k = 0; k < out->num_labels; k++) {
-            printf("  class %d: precision %.6f recall %.6f f1 %.6f support %ld | predicted as 0..%d:", k, sc[k].precision,
-                   sc[k].recall, sc[k].f1, sc[k].support, out->num_labels - 1);
-            for (int j = 0; j < out->num_labels; j++) printf(" %ld", out->confusion[k * out->num_labels + j]);
-            putchar('\n');
-        }
-        out->confusion = NULL; /* it lives in the run, freed below */
+    for (int i = 0; i < r.n_val; i++) { /* each set; *out: the first's */
+        dt_eval_point e;
+        if ((st = evaluate(&r, 0, i, &e)) != DT_OK) goto done;
+        print_eval(weights, &e);
+        if (i == 0) *out = e;
     }
+    out->confusion = NULL; /* it lives in the run, freed below */
+    out->set = NULL;
 done:
     run_free(&r, st);
     return st;
