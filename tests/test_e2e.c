@@ -4,7 +4,8 @@
  *   - bad data through the binary: exit 2 naming file and line; a FIFO as config, data or
  *     weights: exit 2 at once, naming it; a link planted in the run directory is not
  *     written through;
- *   - configs/finetune.yaml: loss falls, validation accuracy reaches 0.9, plain output
+ *   - configs/finetune.yaml: from the shipped pretrained weights, loss falls, validation accuracy
+ *     reaches 0.9, plain output
  *     without control characters, metrics.jsonl parses;
  *   - export, then eval with model.init_from and with --checkpoint: the same validation
  *     loss, bit for bit;
@@ -85,8 +86,9 @@ static void test_cli(void) {
 }
 
 static void test_dry_run(void) {
-    const char *configs[] = {"configs/finetune.yaml", "configs/pretrain.yaml", "configs/ci-smoke.yaml"};
-    for (int i = 0; i < 3; i++) {
+    const char *configs[] = {"configs/finetune.yaml", "configs/pretrain.yaml", "configs/ci-smoke.yaml",
+                             "configs/finetune-bytes.yaml", "configs/pretrain-bpe.yaml"};
+    for (int i = 0; i < 5; i++) {
         CHECK_INT_EQ(run("%s --config %s --dry-run", DTRAIN_BIN, configs[i]), 0);
         CHECK_STR_CONTAINS(out_text, "training:");
         CHECK_STR_CONTAINS(out_text, "# model: ");
@@ -241,6 +243,8 @@ static void test_finetune(void) {
     /* plain output: parseable lines, no control characters */
     for (const char *p = out_text; *p; p++) CHECK(*p == '\n' || (unsigned char)*p >= 0x20);
     CHECK_STR_CONTAINS(out_text, "final: val loss");
+    /* from the shipped pretrained weights, whose directory gives no head: the head is fresh */
+    CHECK_STR_CONTAINS(out_text, "init_from data/pretrained/model.safetensors (no score.weight in the file");
     double first, last, val_loss, val_acc;
     int n = read_metrics(run_dir, &first, &last, &val_loss, &val_acc);
     printf("finetune: %d steps, loss %.4f -> %.4f, val loss %.6f, val accuracy %.4f\n", n, first, last, val_loss, val_acc);
@@ -424,6 +428,16 @@ static void test_predict(void) {
     CHECK_STR_CONTAINS(err_text, "nope.tsv: cannot open");
 }
 
+/* The shipped validation set with every label flipped: the better the model, the worse it scores. */
+static void write_flipped_val(const char *path) {
+    FILE *in = fopen(DTRAIN_SOURCE_DIR "/data/sentiment/val.tsv", "r"), *fo = fopen(path, "w");
+    CHECK(in && fo);
+    char line[4096];
+    while (fgets(line, sizeof line, in)) fprintf(fo, "%c%s", line[0] == '0' ? '1' : '0', line + 1);
+    fclose(in);
+    fclose(fo);
+}
+
 /* checkpoint.best_metric and training.early_stopping_patience on a run whose validation loss
  * rises (the validation labels flipped: the better the model learns, the worse it scores):
  * the first evaluation stays the best, run.dir/best holds its weights (eval gives its loss
@@ -433,12 +447,7 @@ static void test_predict(void) {
 static void test_early_stopping(void) {
     char flipped[600], a[600], b[600], fa[700], fb[700];
     snprintf(flipped, sizeof flipped, "%s/flipped.tsv", tmp);
-    FILE *in = fopen(DTRAIN_SOURCE_DIR "/data/sentiment/val.tsv", "r"), *fo = fopen(flipped, "w");
-    CHECK(in && fo);
-    char line[4096];
-    while (fgets(line, sizeof line, in)) fprintf(fo, "%c%s", line[0] == '0' ? '1' : '0', line + 1);
-    fclose(in);
-    fclose(fo);
+    write_flipped_val(flipped);
     snprintf(a, sizeof a, "%s/early", tmp);
     snprintf(b, sizeof b, "%s/early-killed", tmp);
     const char *opts = "--set data.val_path=%s --set eval.every_steps=50 --set eval.max_batches=10 "
@@ -715,7 +724,7 @@ static void test_planted_links(void) {
  * says so, takes its threads back once the core is free again, and ends with weights
  * byte-identical to a run with fixed threads (training.adapt_cpu_threads: false). */
 static void test_adapt_threads(void) {
-    const char *common = "--config configs/finetune.yaml --set training.max_steps=300 --set eval.every_steps=0 "
+    const char *common = "--config configs/finetune-bytes.yaml --set training.max_steps=300 --set eval.every_steps=0 "
                          "--set eval.max_batches=2 --set logging.monitor_every_s=0.2 --progress never";
     /* on two CPUs (the first two this process may use), whatever the machine has: the counts
      * below are those of 2 cores, 1 of them busy */
@@ -755,6 +764,63 @@ static void test_adapt_threads(void) {
     test_same_weights("adapt-on", "adapt-off");
 }
 
+/* data.val_path naming several sets (a map; a list is named by file names): each is evaluated
+ * and logged under its name (console, metrics.jsonl "set", TensorBoard val/NAME/...), the
+ * first decides checkpoint.best_metric; the flipped copy scores exactly 1 - accuracy; the saved
+ * config holds the map and a second run only evaluates; dtrain eval reports each set; two sets
+ * of one name and ${NAME} in a list are refused naming the key. */
+static void test_val_sets(void) {
+    char flipped[600], run_dir[600], sets[1400];
+    snprintf(flipped, sizeof flipped, "%s/sets-flipped.tsv", tmp);
+    write_flipped_val(flipped);
+    snprintf(run_dir, sizeof run_dir, "%s/valsets", tmp);
+    snprintf(sets, sizeof sets, "--set 'data.val_path={main: data/sentiment/val.tsv, flipped: %s}' "
+             "--set training.max_steps=200 --set checkpoint.best_metric=val_accuracy",
+             flipped);
+    CHECK_INT_EQ(run("%s --config configs/finetune.yaml --set run.dir=%s %s", DTRAIN_BIN, run_dir, sets), 0);
+    CHECK_STR_CONTAINS(out_text, "4000 val examples (main 2000, flipped 2000)");
+    CHECK_STR_CONTAINS(out_text, "eval at step 100 [main] | val loss ");
+    CHECK_STR_CONTAINS(out_text, "eval at step 200 [flipped] | val loss ");
+    char path[700];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    char line[1 << 14];
+    double acc[2][3] = {{0}};
+    int n[2] = {0, 0};
+    while (f && fgets(line, sizeof line, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        CHECK(o != NULL);
+        const char *type = json_string_value(json_object_get(o, "type")), *set = json_string_value(json_object_get(o, "set"));
+        if (type && strcmp(type, "eval") == 0) {
+            CHECK(set != NULL);
+            const int k = set && strcmp(set, "flipped") == 0;
+            if (n[k] < 3) acc[k][n[k]] = json_number_value(json_object_get(o, "val_accuracy"));
+            n[k]++;
+        }
+        json_decref(o);
+    }
+    if (f) fclose(f);
+    CHECK_INT_EQ(n[0], 2); /* steps 100 and 200 */
+    CHECK_INT_EQ(n[1], 2);
+    for (int i = 0; i < 2; i++) CHECK(fabs(acc[0][i] + acc[1][i] - 1.0) < 1e-12);
+    CHECK(acc[0][1] > 0.8 && acc[0][1] > acc[0][0]);
+    CHECK_STR_CONTAINS(out_text, "new best val_accuracy "); /* by main: it rises */
+    CHECK_INT_EQ(run("grep -qa 'val/flipped/accuracy' %s/events.out.tfevents.*", run_dir), 0);
+    CHECK_INT_EQ(run("grep -q 'val_path: {main: \"data/sentiment/val.tsv\", flipped: ' %s/config.yaml", run_dir), 0);
+    CHECK_INT_EQ(run("%s --config configs/finetune.yaml --set run.dir=%s %s", DTRAIN_BIN, run_dir, sets), 0);
+    CHECK(strstr(out_text, "config changed") == NULL);
+    CHECK_INT_EQ(run("%s eval --checkpoint %s --config %s/config.yaml", DTRAIN_BIN, run_dir, run_dir), 0);
+    CHECK_STR_CONTAINS(out_text, "/model.safetensors [main] | val loss ");
+    CHECK_STR_CONTAINS(out_text, "/model.safetensors [flipped] | val loss ");
+    CHECK_INT_EQ(run("%s --config configs/finetune.yaml --dry-run --set 'data.val_path=[data/sentiment/val.tsv, %s/val.tsv]'",
+                     DTRAIN_BIN, tmp), 2);
+    CHECK_STR_CONTAINS(err_text, "data.val_path: two validation sets are named \"val\"");
+    CHECK_INT_EQ(run("%s --config configs/finetune.yaml --dry-run --set 'data.val_path=[data/sentiment/val.tsv, \"${X}\"]'",
+                     DTRAIN_BIN), 2);
+    CHECK_STR_CONTAINS(err_text, "data.val_path: ${NAME} is read for a single data.val_path only");
+}
+
 int main(void) {
     test_dir_init("e2e");
     test_adapt_threads();
@@ -774,6 +840,7 @@ int main(void) {
     test_generate();
     test_predict();
     test_early_stopping();
+    test_val_sets();
     test_dir_remove();
     TEST_PASS("test_e2e");
 }

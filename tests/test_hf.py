@@ -10,7 +10,7 @@ classifier fine-tuned from that language model's exported directory — the expo
 AutoConfig and AutoTokenizer (architectures, shape, labels, pad token), AutoTokenizer must give
 dtrain's ids, the tensors must carry the names transformers saves, and the numpy forward over
 AutoTokenizer's ids must give `dtrain predict`'s probabilities (classifiers) and per-line losses
-(language models) within 1e-5. init_from DIR takes the shape and tokenizer.json from the
+(language models) within 1e-5; so must the shipped data/pretrained. init_from DIR takes the shape and tokenizer.json from the
 directory; a key given that disagrees with config.json, a config.json of another model type,
 and a directory without model.safetensors exit 2 naming both values or the file. An export
 replaces an earlier one, never a directory holding other files. Exit 77 without transformers.
@@ -153,12 +153,14 @@ def check_classifier(out, run, name, val, pad_id):
     return cfg
 
 
-def check_lm(out, run, name, texts, eot):
+def check_lm(out, weights, name, texts, eot):
+    """weights: the --checkpoint of dtrain predict, or a list of its arguments"""
     cfg, tok, W = load_export(out, False, name)
     src = os.path.join(TMP, name + ".txt")
     open(src, "w", encoding="utf-8").write("\n".join(texts) + "\n")
     pred = os.path.join(TMP, name + ".jsonl")
-    dtrain("predict", "--checkpoint", run, "--input", src, "--out", pred)
+    dtrain("predict", *(weights if isinstance(weights, list) else ["--checkpoint", weights]), "--input", src,
+           "--out", pred)
     worst = 0.0
     for text, row in zip(texts, read_jsonl(pred)):
         ids = ([eot] if eot is not None else []) + tok(text)["input_ids"]
@@ -178,8 +180,9 @@ def check_lm(out, run, name, texts, eot):
     return cfg, tok
 
 
-FT = os.path.join(SRC, "configs/finetune.yaml")
+FT = os.path.join(SRC, "configs/finetune-bytes.yaml")
 PT = os.path.join(SRC, "configs/pretrain.yaml")
+PT_BPE = os.path.join(SRC, "configs/pretrain-bpe.yaml")
 VAL = "data/sentiment/val.tsv"
 LM_TEXTS = ["The cat sat on the mat.", "It was the best of times, it was the worst of times.", "numbers 12 and 345",
             "x", "Ünïcödé and émoji 😀 too"]
@@ -245,7 +248,16 @@ run = train("cls-bpe", ft_cfg, *ft)
 out = export(run, "cls-bpe-hf")
 check_classifier(out, run, "cls-bpe-hf", VAL, eot)
 
-# 5. bad directories and outputs
+# 5. the shipped data/pretrained (configs/finetune.yaml starts from it) is such a directory too
+shipped = os.path.join(SRC, "data/pretrained")
+cfg, tok = check_lm(shipped, ["--config", PT_BPE, "--set", "model.init_from=" + shipped], "pretrained",
+                    LM_TEXTS + [l for l in open(os.path.join(SRC, VAL), encoding="utf-8").read().splitlines()[:20]],
+                    1024)
+check(tok.eos_token_id == 1024 and open(os.path.join(shipped, "tokenizer.json"), "rb").read() ==
+      open(os.path.join(SRC, "data/bpe/tokenizer.json"), "rb").read(),
+      "data/pretrained: its tokenizer.json is data/bpe/tokenizer.json, <|endoftext|> = 1024")
+
+# 6. bad directories and outputs
 bad = os.path.join(TMP, "llama")
 shutil.copytree(out_lm, bad)
 c = json.load(open(os.path.join(bad, "config.json")))

@@ -5,7 +5,8 @@
 #  2. CPack's .deb: its control fields (Depends taken from the linked libraries, none of NVIDIA's),
 #     installed by dpkg into a temporary root (its own dpkg database), its dependencies resolvable
 #     by apt on this machine (a simulation), then run from there: --version and a short CPU training
-#     of the shipped fine-tune and the language model (the shards are in the package).
+#     of the smoke config, the language model (the shards are in the package) and the shipped
+#     fine-tune (from the packaged pretrained weights and BPE tokenizer).
 #  3. A CUDA build starts where no CUDA library is installed: no NVIDIA library among the binary's
 #     NEEDED entries, and (as root, on a machine without the NVIDIA driver: a private mount
 #     namespace in which every CUDA library file is hidden) --version and a `device: auto` training
@@ -43,6 +44,8 @@ train() {
 if cmake --install "$BUILD" --prefix "$T/prefix" >"$T/install.log" 2>&1; then
   for f in bin/dtrain share/dtrain/configs/finetune.yaml share/dtrain/configs/pretrain.yaml \
            share/dtrain/data/sentiment/train.tsv share/dtrain/data/tinytext/corpus.bin \
+           share/dtrain/data/bpe/tokenizer.json share/dtrain/data/bpe/train-reviews.bin \
+           share/dtrain/data/pretrained/config.json share/dtrain/data/pretrained/model.safetensors \
            share/doc/dtrain/README.md share/doc/dtrain/LICENSE share/doc/dtrain/docs/troubleshooting.md; do
     [ -e "$T/prefix/$f" ] || fail "cmake --install: PREFIX/$f is missing"
   done
@@ -93,6 +96,11 @@ if [ -n "$deb" ]; then
        --set training.max_steps=3 --set eval.max_batches=2 --set model.n_layer=1) >"$T/deb-lm.log" 2>&1 \
       && [ -s "$T/deb-lm/model.safetensors" ] && ok "deb-lm: the packaged shards train a language model" \
       || { fail "deb-lm: the packaged pretrain config did not train ($T/deb-lm.log):"; tail -5 "$T/deb-lm.log"; }
+    (cd "$root/usr/share/dtrain" && "$bin" --config configs/finetune.yaml --quiet --set run.dir="$T/deb-ft" \
+       --set training.max_steps=3 --set eval.max_batches=2) >"$T/deb-ft.log" 2>&1 \
+      && grep -q "init_from data/pretrained/model.safetensors" "$T/deb-ft/train.log" \
+      && ok "deb-ft: the packaged fine-tune starts from the packaged pretrained weights and BPE tokenizer" \
+      || { fail "deb-ft: the packaged finetune config did not train ($T/deb-ft.log):"; tail -5 "$T/deb-ft.log"; }
   fi
 fi
 
