@@ -43,7 +43,7 @@ stats() { tail -n +21 | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print
 
 dtrain_run() { # NAME ADAPT: median p90
   local dir=$OUT/$1
-  "$BIN" --config configs/finetune.yaml --quiet --progress never --set run.dir="$dir" --set training.max_steps="$STEPS" \
+  "$BIN" --config configs/finetune-bytes.yaml --quiet --progress never --set run.dir="$dir" --set training.max_steps="$STEPS" \
     --set eval.every_steps=0 --set eval.max_batches=1 --set checkpoint.every_steps=0 --set logging.every_steps=1 \
     --set logging.tensorboard=false --set training.adapt_cpu_threads="$2" >"$dir.log" 2>&1 \
     || { echo "- -"; echo "contention: $1 failed: $(tail -1 "$dir.log")" >&2; return; }
@@ -66,7 +66,7 @@ run_all() { # TAG: one line per program
   echo "pytorch-eager $(torch_run)"
 }
 
-echo "contention: $STEPS steps of configs/finetune.yaml per run, $(nproc) cores; alone first ..." >&2
+echo "contention: $STEPS steps of configs/finetune-bytes.yaml per run, $(nproc) cores; alone first ..." >&2
 run_all alone >"$OUT/alone"
 for _ in $(seq "$BUSY"); do
   sh -c 'while :; do :; done' &

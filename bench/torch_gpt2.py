@@ -21,7 +21,7 @@ to stderr.
 --task cls makes it the shipped fine-tune's classifier instead (a score head on the last position,
 two labels, no LM head), for CPU comparisons: bench/contention.sh runs
 `--device cpu --task cls --batch 32 --seq 64 --layers 2 --embd 64 --heads 4 --vocab 257` next to
-dtrain's configs/finetune.yaml. On CPU the step runs in fp32 (no autocast), as dtrain's does.
+dtrain's configs/finetune-bytes.yaml. On CPU the step runs in fp32 (no autocast), as dtrain's does.
 The JSON line also has "ms_p90", the 90th percentile of the timed steps.
 """
 import argparse
