@@ -10,7 +10,9 @@ classifier fine-tuned from that language model's exported directory — the expo
 AutoConfig and AutoTokenizer (architectures, shape, labels, pad token), AutoTokenizer must give
 dtrain's ids, the tensors must carry the names transformers saves, and the numpy forward over
 AutoTokenizer's ids must give `dtrain predict`'s probabilities (classifiers) and per-line losses
-(language models) within 1e-5; so must the shipped data/pretrained. init_from DIR takes the shape and tokenizer.json from the
+(language models) within 1e-5; so must the shipped data/pretrained. The byte classifier's
+directory read back through init_from DIR is the byte tokenizer again (eval gives the run's
+loss), and predict --checkpoint DIR needs no config.yaml (config.json gives it). init_from DIR takes the shape and tokenizer.json from the
 directory; a key given that disagrees with config.json, a config.json of another model type,
 and a directory without model.safetensors exit 2 naming both values or the file. An export
 replaces an earlier one, never a directory holding other files. Exit 77 without transformers.
@@ -197,6 +199,34 @@ long_ids = tok("y" * 200, truncation=True)["input_ids"]
 check(ids == list(b"not good") + [256] and len(long_ids) == cfg.n_positions and long_ids[-1] == 256,
       "cls-bytes-hf: AutoTokenizer gives dtrain's ids: the bytes, cut to n_positions - 1, then <cls> = 256")
 
+# the directory back in: its tokenizer.json is the byte tokenizer, read as bytes again (<cls>
+# appended, 0 padding), so evaluating it from init_from DIR gives the run's own loss; and
+# predict reads a Hugging Face directory with no config.yaml from its config.json
+# finetune-bytes.yaml gives the byte classifier's shape: drop those keys, so that the directory's count
+ft_cfg = os.path.join(TMP, "finetune-from-dir.yaml")
+text = open(FT, encoding="utf-8").read()
+text = "\n".join(l for l in text.splitlines()
+                 if not l.strip().startswith(("n_layer:", "n_head:", "n_embd:", "vocab_size:", "init_from:")))
+open(ft_cfg, "w", encoding="utf-8").write(text.replace("train_path: data/", "train_path: %s/data/" % SRC)
+                                          .replace("val_path: data/", "val_path: %s/data/" % SRC))
+r = dtrain("--config", ft_cfg, "--dry-run", "--set", "model.init_from=" + out)
+check('tokenizer: "bytes"' in r.stdout and "vocab_size: 257" in r.stdout,
+      "init_from DIR of a byte classifier: data.tokenizer stays bytes, the shape comes from config.json")
+loss = lambda r: float(r.stdout.split("val loss ")[1].split()[0])
+a = dtrain("eval", "--checkpoint", run, "--config", os.path.join(run, "config.yaml"))
+b = dtrain("eval", "--config", ft_cfg, "--set", "model.init_from=" + out)
+check(loss(a) == loss(b), "eval of the byte classifier's directory through init_from DIR gives the run's loss (%s)"
+      % loss(b))
+pa, pb = os.path.join(TMP, "pa.jsonl"), os.path.join(TMP, "pb.jsonl")
+dtrain("predict", "--checkpoint", run, "--input", os.path.join(SRC, VAL), "--out", pa)
+r = dtrain("predict", "--checkpoint", out, "--input", os.path.join(SRC, VAL), "--out", pb)
+ra, rb = read_jsonl(pa), read_jsonl(pb)
+check(len(ra) == len(rb) == 2000 and all(x["label"] == y["label"] and abs(x["probs"][0] - y["probs"][0]) < 1e-6
+                                          for x, y in zip(ra, rb)) and
+      "config.json (no config.yaml: a Hugging Face directory)" in r.stderr,
+      "predict --checkpoint DIR (no config.yaml) reads its config.json and gives the run's predictions (the batch "
+      "differs: within 1e-6)")
+
 # 2. byte language model
 run = train("lm-bytes", PT, "--set", "training.max_steps=10", "--set", "model.n_layer=2", "--set", "model.n_embd=32",
             "--set", "data.seq_len=64", "--set", "model.n_head=2", "--set", "eval.every_steps=0")
@@ -229,13 +259,6 @@ check(cfg.eos_token_id == eot and tok.eos_token == "<|endoftext|>" and
 
 # 4. a classifier fine-tuned from that directory: its shape and tokenizer.json come from it
 ft = ["--set", "model.init_from=" + out_lm, "--set", "data.seq_len=32", "--set", "training.max_steps=20"]
-# finetune.yaml gives the byte classifier's shape: drop those keys, so that the directory's count
-ft_cfg = os.path.join(TMP, "finetune-from-dir.yaml")
-text = open(FT, encoding="utf-8").read()
-text = "\n".join(l for l in text.splitlines()
-                 if not l.strip().startswith(("n_layer:", "n_head:", "n_embd:", "vocab_size:", "init_from:")))
-open(ft_cfg, "w", encoding="utf-8").write(text.replace("train_path: data/", "train_path: %s/data/" % SRC)
-                                          .replace("val_path: data/", "val_path: %s/data/" % SRC))
 r = dtrain("--config", ft_cfg, "--dry-run", "--set", "model.init_from=" + out_lm, "--set", "model.vocab_size=257",
            "--set", "run.dir=" + os.path.join(TMP, "x"), want=2)
 check("model.vocab_size" in r.stderr and "257" in r.stderr and str(bpe.get_vocab_size()) in r.stderr and

@@ -23,6 +23,11 @@ int dt_hf_is_dir(const char *path);
  * per-layer attention scaling. DT_ERR_DATA naming the file and the key otherwise. */
 dt_status dt_hf_read_config(const char *dir, dt_hf_config *out);
 
+/* 1 when the tokenizer.json at `path` is dtrain's byte tokenizer as export writes it (a
+ * byte-level BPE without merges whose 256 ids are the bytes): such a directory's texts are read
+ * with data.tokenizer: bytes, <cls> and all. */
+int dt_hf_is_byte_tokenizer(const char *path);
+
 /* Writes DIR/config.json for c: GPT2LMHeadModel (num_labels 0, tied embeddings) or
  * GPT2ForSequenceClassification (num_labels labels LABEL_0.., pad_token_id the id the
  * classifier's padding uses, so that it reads the last non-pad position as dtrain does);

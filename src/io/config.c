@@ -939,7 +939,7 @@ static const char *show_key(const dt_config *cfg, int idx, int got, shown *b) {
 
 /* model.init_from naming a Hugging Face directory (config.json + model.safetensors): the model
  * keys not given take config.json's values, a key given must agree with it, and data.tokenizer
- * not given is its tokenizer.json when it has one. *n_pos_set: model.n_positions was taken
+ * not given is its tokenizer.json when it has one (but the byte tokenizer an export wrote). *n_pos_set: model.n_positions was taken
  * from it. A saved config.yaml holds all of these already (and the directory may be gone). */
 static dt_status apply_init_dir(load_ctx *c, int *n_pos_set) {
     dt_config *cfg = c->cfg;
@@ -981,8 +981,8 @@ static dt_status apply_init_dir(load_ctx *c, int *n_pos_set) {
                         "(model.init_from: n_positions %d)", cfg->model.n_positions, cfg->model.init_from,
                         cfg->model.n_positions);
     snprintf(path, sizeof path, "%s/tokenizer.json", cfg->model.init_from);
-    if (!c->seen[key_index("data.tokenizer")].given && access(path, F_OK) == 0)
-        snprintf(cfg->data.tokenizer, sizeof cfg->data.tokenizer, "%s", path);
+    if (!c->seen[key_index("data.tokenizer")].given && access(path, F_OK) == 0 && !dt_hf_is_byte_tokenizer(path))
+        snprintf(cfg->data.tokenizer, sizeof cfg->data.tokenizer, "%s", path); /* dtrain's bytes stay bytes */
     return DT_OK;
 }
 

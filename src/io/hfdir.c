@@ -117,6 +117,22 @@ dt_status dt_hf_read_config(const char *dir, dt_hf_config *out) {
     return st;
 }
 
+int dt_hf_is_byte_tokenizer(const char *path) {
+    json_t *root = json_load_file(path, 0, NULL);
+    json_t *model = json_object_get(root, "model"), *vocab = json_object_get(model, "vocab");
+    int yes = json_is_string(json_object_get(model, "type")) &&
+              strcmp(json_string_value(json_object_get(model, "type")), "BPE") == 0 &&
+              json_array_size(json_object_get(model, "merges")) == 0 && json_object_size(vocab) == 256;
+    char ch[3];
+    for (unsigned b = 0; yes && b < 256; b++) {
+        dt_tokenizer_byte_string(b, ch);
+        json_t *id = json_object_get(vocab, ch);
+        yes = json_is_integer(id) && json_integer_value(id) == (json_int_t)b;
+    }
+    json_decref(root);
+    return yes;
+}
+
 /* ---- writing ---- */
 
 /* obj (consumed) as indented JSON with a final newline, into the new file DIR/name */

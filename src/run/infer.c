@@ -9,6 +9,7 @@
 
 #include "dtrain/ckpt.h"
 #include "dtrain/device.h"
+#include "dtrain/hfdir.h"
 
 static void say_skipped(void *user, const char *msg) {
     if (user) fprintf(user, "checkpoint skipped: %s\n", msg);
@@ -82,16 +83,49 @@ dt_status dt_infer_build(const dt_config *c, int local_rank, int rank, int batch
     return (*be)->ops->reserve((*be)->ctx, &sizes);
 }
 
-/* --config, else the config.yaml in the weights' directory */
-static dt_status find_config(dt_infer *s, const dt_infer_opts *o) {
+/* `s` into a YAML double-quoted scalar (dst of n bytes) */
+static void yaml_quote(char *dst, size_t n, const char *s) {
+    size_t k = 0;
+    if (k + 1 < n) dst[k++] = '"';
+    for (; *s && k + 3 < n; s++) {
+        if (*s == '"' || *s == '\\') dst[k++] = '\\';
+        dst[k++] = *s;
+    }
+    if (k + 1 < n) dst[k++] = '"';
+    dst[k] = '\0';
+}
+
+/* A Hugging Face directory has no config.yaml: its config.json gives the model (init_from
+ * takes the shape and the tokenizer from it), its n_positions the sequence length. */
+static dt_status hf_config(dt_infer *s, const dt_infer_opts *o, const char *dir) {
+    dt_hf_config hc;
+    DT_TRY(dt_hf_read_config(dir, &hc));
+    char q[2 * DT_PATH_MAX + 8], yaml[4 * DT_PATH_MAX + 256];
+    yaml_quote(q, sizeof q, dir);
+    snprintf(yaml, sizeof yaml, "data:\n  train_path: %s\n  seq_len: %d\nmodel:\n  init_from: %s\n  num_labels: %d\n", q,
+             hc.n_positions, q, hc.num_labels);
+    snprintf(s->config_path, sizeof s->config_path, "%s/config.json", dir);
+    fprintf(stderr, "%s: the model of %s (no config.yaml: a Hugging Face directory)\n", o->cmd, s->config_path);
+    return dt_config_load_string(&s->cfg, s->config_path, yaml, o->overrides, o->n_overrides);
+}
+
+/* --config, else the config.yaml in the weights' directory, else its config.json (*loaded: the
+ * config is in s->cfg already) */
+static dt_status find_config(dt_infer *s, const dt_infer_opts *o, int *loaded) {
+    *loaded = 0;
     if (o->config) {
         snprintf(s->config_path, sizeof s->config_path, "%s", o->config);
         return DT_OK;
     }
     char dir[sizeof s->weights];
     snprintf(dir, sizeof dir, "%s", s->weights);
-    snprintf(s->config_path, sizeof s->config_path, "%s/config.yaml", dirname(dir));
+    const char *d = dirname(dir);
+    snprintf(s->config_path, sizeof s->config_path, "%s/config.yaml", d);
     if (access(s->config_path, R_OK) == 0) return DT_OK;
+    if (dt_hf_is_dir(d)) {
+        *loaded = 1;
+        return hf_config(s, o, d);
+    }
     return dt_error_set(DT_ERR_USAGE, "%s: no config.yaml next to %s: pass --config FILE (the config the model was "
                         "trained with)", o->cmd, s->weights);
 }
@@ -105,9 +139,10 @@ dt_status dt_infer_resolve(dt_infer *s, const dt_infer_opts *o) {
         return dt_error_set(DT_ERR_USAGE, "%s: needs --checkpoint DIR|FILE (or --config FILE with model.init_from)",
                             o->cmd);
     }
-    if (o->checkpoint) DT_TRY(find_config(s, o));
+    int loaded = 0;
+    if (o->checkpoint) DT_TRY(find_config(s, o, &loaded));
     else snprintf(s->config_path, sizeof s->config_path, "%s", o->config);
-    st = dt_config_load(&s->cfg, s->config_path, o->overrides, o->n_overrides);
+    if (!loaded) st = dt_config_load(&s->cfg, s->config_path, o->overrides, o->n_overrides);
     if (st == DT_ERR_IO) st = DT_ERR_USAGE; /* a config that cannot be read is bad input */
     if (st != DT_OK) return st;
     if (!o->checkpoint) {
