@@ -807,7 +807,8 @@ static void test_val_sets(void) {
     CHECK(acc[0][1] > 0.8 && acc[0][1] > acc[0][0]);
     CHECK_STR_CONTAINS(out_text, "new best val_accuracy "); /* by main: it rises */
     CHECK_INT_EQ(run("grep -qa 'val/flipped/accuracy' %s/events.out.tfevents.*", run_dir), 0);
-    CHECK_INT_EQ(run("grep -q 'val_path: {main: \"data/sentiment/val.tsv\", flipped: ' %s/config.yaml", run_dir), 0);
+    CHECK_INT_EQ(run("grep -q 'val_path: {\"main\": \"data/sentiment/val.tsv\", \"flipped\": ' %s/config.yaml", run_dir),
+                 0);
     CHECK_INT_EQ(run("%s --config configs/finetune.yaml --set run.dir=%s %s", DTRAIN_BIN, run_dir, sets), 0);
     CHECK(strstr(out_text, "config changed") == NULL);
     CHECK_INT_EQ(run("%s eval --checkpoint %s --config %s/config.yaml", DTRAIN_BIN, run_dir, run_dir), 0);

@@ -294,9 +294,9 @@ c["model_type"] = "gpt2"
 json.dump(c, open(os.path.join(bad, "config.json"), "w"))
 r = dtrain("--config", ft_cfg, "--dry-run", "--set", "model.init_from=" + bad, want=2)
 check("no model.safetensors" in r.stderr, "init_from DIR without model.safetensors exits 2 (%s)" % r.stderr.strip())
-again = dtrain("export", "--checkpoint", run, "--format", "hf", "--out", out)
+again = dtrain("export", "--checkpoint", run, "--format", "hf", "--out", out + "/")  # a trailing slash, as shells complete
 check(sorted(os.listdir(out))[0] == "config.json" and not [n for n in os.listdir(TMP) if ".tmp." in n or ".old." in n],
-      "export over an earlier export replaces it, leaving nothing behind")
+      "export over an earlier export (--out DIR/) replaces it, leaving nothing behind")
 open(os.path.join(bad, "notes.txt"), "w").write("mine\n")
 r = dtrain("export", "--checkpoint", run, "--format", "hf", "--out", bad, want=2)
 check("holds notes.txt" in r.stderr and os.path.exists(os.path.join(bad, "tokenizer.json")),

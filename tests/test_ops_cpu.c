@@ -851,12 +851,15 @@ static void test_large_sizes(void) {
 /* The thread count changes no value: the matmuls (forward, input and weight gradients, with
  * and without the transposed weight, a bias) with 1 thread and with 2 agree bit
  * for bit (OpenBLAS's own threading does not: on an AMD EPYC the products changed with it, and
- * so did training under training.adapt_cpu_threads). Shapes from a GPT block and its head. */
+ * so did training under training.adapt_cpu_threads). Shapes from a GPT block, its head, and
+ * generation (one row). */
 static void test_thread_invariance(void) {
     if (!be->ops->set_threads || getenv("OMP_NUM_THREADS")) return; /* valgrind runs: one thread */
-    const int M = 2048, shapes[][2] = {{64, 192}, {256, 64}, {64, 257}, {768, 50}};
+    /* (M, K, N): a block's products, the head, and generation's few rows (tiles of columns) */
+    const int shapes[][3] = {{2048, 64, 192}, {2048, 256, 64}, {2048, 64, 257}, {2048, 768, 50}, {1, 768, 5000},
+                             {3, 64, 1025}};
     for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
-        const int K = shapes[sh][0], N = shapes[sh][1];
+        const int M = shapes[sh][0], K = shapes[sh][1], N = shapes[sh][2];
         for (int wt = 0; wt < 2; wt++) {
             float *inp = frandom((size_t)M * K, 1.0f), *w = frandom((size_t)K * N, 0.1f), *bias = frandom((size_t)N, 0.1f);
             float *dout = frandom((size_t)M * N, 1.0f), *out[2], *dinp[2], *dw[2], *db[2];

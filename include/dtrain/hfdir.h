@@ -13,12 +13,13 @@ typedef struct dt_hf_config {
     int num_labels;   /* 0: a language model; >= 2: GPT2ForSequenceClassification's id2label count */
     int pad_token_id; /* -1: none */
     int eos_token_id; /* -1: none */
+    int max_length;   /* tokenizer_config.json's model_max_length (an export's: data.seq_len); 0: none */
 } dt_hf_config;
 
 /* 1 when `path` is a directory holding a config.json. */
 int dt_hf_is_dir(const char *path);
 
-/* DIR/config.json read and checked to be a GPT-2 dtrain can run: model_type "gpt2", the tanh
+/* DIR/config.json (and the model_max_length of DIR/tokenizer_config.json, when there) read and checked to be a GPT-2 dtrain can run: model_type "gpt2", the tanh
  * GELU (gelu_new), layer_norm_epsilon 1e-5, n_inner 4 * n_embd, no cross attention, no
  * per-layer attention scaling. DT_ERR_DATA naming the file and the key otherwise. */
 dt_status dt_hf_read_config(const char *dir, dt_hf_config *out);

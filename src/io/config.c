@@ -981,8 +981,15 @@ static dt_status apply_init_dir(load_ctx *c, int *n_pos_set) {
                         "(model.init_from: n_positions %d)", cfg->model.n_positions, cfg->model.init_from,
                         cfg->model.n_positions);
     snprintf(path, sizeof path, "%s/tokenizer.json", cfg->model.init_from);
-    if (!c->seen[key_index("data.tokenizer")].given && access(path, F_OK) == 0 && !dt_hf_is_byte_tokenizer(path))
-        snprintf(cfg->data.tokenizer, sizeof cfg->data.tokenizer, "%s", path); /* dtrain's bytes stay bytes */
+    if (c->seen[key_index("data.tokenizer")].given) return DT_OK;
+    if (access(path, F_OK) != 0) {
+        if (cfg->model.vocab_size > 257) /* not the byte tokenizer's model: bytes would index the wrong rows */
+            return fail_key(c, i_init, "%s has no tokenizer.json, and its %d ids are not bytes (hint: set data.tokenizer "
+                            "to the model's tokenizer.json)", cfg->model.init_from, cfg->model.vocab_size);
+        return DT_OK;
+    }
+    if (!dt_hf_is_byte_tokenizer(path)) /* dtrain's bytes stay bytes */
+        snprintf(cfg->data.tokenizer, sizeof cfg->data.tokenizer, "%s", path);
     return DT_OK;
 }
 
@@ -1320,7 +1327,9 @@ static void print_value(FILE *out, const dt_config *cfg, const key_def *k, int w
         if (strcmp(k->path, "data.val_path") == 0 && cfg->data.n_val_sets > 0) { /* a flow map, read back as such */
             fputc('{', out);
             for (int i = 0; i < cfg->data.n_val_sets; i++) {
-                fprintf(out, "%s%s: ", i ? ", " : "", cfg->data.val_sets[i].name);
+                fputs(i ? ", " : "", out);
+                print_quoted(out, cfg->data.val_sets[i].name); /* "null", "1.5": strings to any YAML reader */
+                fputs(": ", out);
                 print_quoted(out, cfg->data.val_sets[i].path);
             }
             fputc('}', out);
@@ -1425,9 +1434,12 @@ const char *dt_config_shown(const dt_config *cfg, const char *path, char *buf, s
     return buf;
 }
 
+/* room for any key's printed value: a data.val_path map of DT_MAX_VAL_SETS quoted paths */
+#define VALUE_MAX (DT_MAX_VAL_SETS * (2 * DT_PATH_MAX + 48))
+
 uint32_t dt_config_digest(const dt_config *cfg) {
     uLong crc = crc32(0L, Z_NULL, 0);
-    char v[DT_PATH_MAX + 64];
+    char v[VALUE_MAX];
     for (int i = 0; i < N_KEYS; i++) {
         value_string(cfg, &keys[i], 0, v, sizeof v);
         crc = crc32(crc, (const Bytef *)keys[i].path, (uInt)strlen(keys[i].path) + 1);
@@ -1441,7 +1453,7 @@ int dt_config_diff(const dt_config *a, const dt_config *b, char *buf, size_t n) 
 }
 
 int dt_config_diff_except(const dt_config *a, const dt_config *b, const char *skip, char *buf, size_t n) {
-    char va[DT_PATH_MAX + 64], vb[DT_PATH_MAX + 64];
+    char va[VALUE_MAX], vb[VALUE_MAX];
     int count = 0;
     size_t k = 0;
     if (n) buf[0] = '\0';

@@ -114,6 +114,12 @@ dt_status dt_hf_read_config(const char *dir, dt_hf_config *out) {
     if (st == DT_OK) st = get_int(path, root, "pad_token_id", &out->pad_token_id, NULL);
     if (st == DT_OK) st = get_int(path, root, "eos_token_id", &out->eos_token_id, NULL);
     json_decref(root);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    json_t *tc = st == DT_OK ? json_load_file(path, 0, NULL) : NULL; /* optional: hub files hold huge sentinels */
+    json_t *ml = json_object_get(tc, "model_max_length");
+    if (json_is_integer(ml) && json_integer_value(ml) > 1 && json_integer_value(ml) <= out->n_positions)
+        out->max_length = (int)json_integer_value(ml);
+    json_decref(tc);
     return st;
 }
 
@@ -230,7 +236,7 @@ dt_status dt_hf_write_byte_tokenizer(const char *dir, int with_cls, int max_leng
     json_t *o = json_pack("{s:s, s:n, s:n, s:[], s:n, s:O, s:n, s:o, s:o}", "version", "1.0", "truncation", "padding",
                           "added_tokens", "normalizer", "pre_tokenizer", bytelevel, "post_processor", "decoder",
                           bytelevel, "model", model);
-    json_decref(bytelevel); /* s:O took a reference of its own; s:o the last one */
+    /* bytelevel: s:O took a reference of its own, s:o the caller's: o holds both */
     if (o && with_cls) {
         json_array_append_new(json_object_get(o, "added_tokens"), added_token(256, "<cls>"));
         json_object_set_new(o, "post_processor", cls_template());

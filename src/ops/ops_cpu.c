@@ -130,19 +130,24 @@ static void colsum_add(float *dst, const float *src, int M, int N) {
     }
 }
 
-/* C(M,N) = alpha op(A)(M,K) op(B)(K,N) + beta C (row-major), as blocks of rows of C sized by M:
- * one sgemm each, single-threaded inside the parallel region (OpenBLAS's OpenMP build), so
- * every value is computed the same way for any number of threads. */
+/* C(M,N) = alpha op(A)(M,K) op(B)(K,N) + beta C (row-major), as about GEMM_BLOCKS tiles of C
+ * sized by the shape alone: blocks of rows, and when there are few rows (generation's single
+ * token) blocks of columns too. One sgemm a tile, single-threaded inside the parallel region
+ * (OpenBLAS's OpenMP build), so every value is computed the same way for any number of threads. */
 static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda,
                        const float *B, int ldb, float beta, float *C, int ldc) {
     int rows = (M + GEMM_BLOCKS - 1) / GEMM_BLOCKS;
     rows = rows < GEMM_ROWS ? GEMM_ROWS : (rows + 15) / 16 * 16;
-    const int nb = (M + rows - 1) / rows;
+    const int nr = (M + rows - 1) / rows;
+    int ncb = nr >= GEMM_BLOCKS ? 1 : imin(GEMM_BLOCKS / nr, N / 256);
+    if (ncb < 1) ncb = 1;
+    const int cols = ((N + ncb - 1) / ncb + 15) / 16 * 16, nc = (N + cols - 1) / cols;
 #pragma omp parallel for schedule(static)
-    for (int b = 0; b < nb; b++) {
-        const int r0 = b * rows, m = imin(rows, M - r0);
+    for (int t = 0; t < nr * nc; t++) {
+        const int r0 = (t / nc) * rows, m = imin(rows, M - r0), c0 = (t % nc) * cols, n = imin(cols, N - c0);
         const float *a = ta == CblasNoTrans ? A + (size_t)r0 * lda : A + r0;
-        cblas_sgemm(CblasRowMajor, ta, tb, m, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)r0 * ldc, ldc);
+        const float *bp = tb == CblasNoTrans ? B + c0 : B + (size_t)c0 * ldb;
+        cblas_sgemm(CblasRowMajor, ta, tb, m, n, K, alpha, a, lda, bp, ldb, beta, C + (size_t)r0 * ldc + c0, ldc);
     }
 }
 
@@ -343,7 +348,7 @@ static void cpu_attention_fwd(void *ctx, dt_act *out_, dt_act *att_, const dt_ac
     const float *qkv = (const float *)qkv_;
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for schedule(static) if (B * NH > 1)
+#pragma omp parallel for schedule(static) /* even one (b, h): OpenBLAS then runs single-threaded, as always here */
     for (int bh = 0; bh < B * NH; bh++) {
         const int b = bh / NH, h = bh % NH;
         const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
@@ -373,7 +378,7 @@ static void cpu_attention_cached(void *ctx, dt_act *out_, dt_act *kc_, dt_act *v
         memcpy(kc + (size_t)(pos0 + i) * C, qkv + (size_t)i * C3 + C, (size_t)C * sizeof(float));
         memcpy(vc + (size_t)(pos0 + i) * C, qkv + (size_t)i * C3 + 2 * C, (size_t)C * sizeof(float));
     }
-#pragma omp parallel for schedule(static) if (NH > 1 && (size_t)n * L * hs > 65536)
+#pragma omp parallel for schedule(static) /* single-threaded sgemms for any thread count */
     for (int h = 0; h < NH; h++) {
         float *P = scratch + (size_t)h * n * L;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, L, hs, scale, qkv + (size_t)h * hs, C3,
@@ -393,7 +398,7 @@ static void cpu_attention_bwd(void *ctx, dt_act *dqkv_, dt_act *datt_, const dt_
     const float *att = (const float *)att_;
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for schedule(static) if (B * NH > 1)
+#pragma omp parallel for schedule(static) /* even one (b, h): OpenBLAS then runs single-threaded, as always here */
     for (int bh = 0; bh < B * NH; bh++) {
         const int b = bh / NH, h = bh % NH;
         const size_t off = (size_t)b * T * C3 + (size_t)h * hs;

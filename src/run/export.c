@@ -160,27 +160,44 @@ static dt_status write_hf(const char *dir, dt_infer *s) {
     return fsync_dir(dir);
 }
 
-/* OUT.tmp.PID built whole, then renamed onto OUT (an earlier export moved aside, then removed). */
-static dt_status export_dir(dt_infer *s, const char *out) {
+/* OUT.tmp.PID built whole, then exchanged with OUT (an earlier export, then removed) or renamed
+ * onto it: OUT is never missing. */
+static dt_status export_dir(dt_infer *s, const char *out_arg) {
+    char out[DT_PATH_MAX];
+    size_t len = strlen(out_arg);
+    while (len > 1 && out_arg[len - 1] == '/') len--; /* "hf/": the directory hf */
+    if (len >= sizeof out) return dt_error_set(DT_ERR_USAGE, "--out: a path of at most %d bytes", DT_PATH_MAX - 1);
+    memcpy(out, out_arg, len);
+    out[len] = '\0';
     int exists;
     DT_TRY(check_out(out, &exists));
-    char tmp[DT_PATH_MAX + 32], old[DT_PATH_MAX + 32];
+    char tmp[DT_PATH_MAX + 32];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
-    snprintf(old, sizeof old, "%s.old.%ld", out, (long)getpid());
     if (mkdir(tmp, 0755) != 0) return dt_error_set(DT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     dt_status st = write_hf(tmp, s);
-    if (st == DT_OK && exists && rename(out, old) != 0)
-        st = dt_error_set(DT_ERR_IO, "%s: cannot move aside: %s", out, strerror(errno));
-    if (st == DT_OK && rename(tmp, out) != 0) {
+    if (st == DT_OK && exists) {
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_EXCHANGE) == 0) {
+            remove_export(tmp); /* it holds the earlier export now */
+        } else { /* a file system without the exchange: the earlier export moves aside first */
+            char old[DT_PATH_MAX + 32];
+            snprintf(old, sizeof old, "%s.old.%ld", out, (long)getpid());
+            if (rename(out, old) != 0)
+                st = dt_error_set(DT_ERR_IO, "%s: cannot move aside: %s", out, strerror(errno));
+            else if (rename(tmp, out) != 0) {
+                st = dt_error_set(DT_ERR_IO, "%s: cannot rename onto %s: %s", tmp, out, strerror(errno));
+                rename(old, out);
+            } else {
+                remove_export(old);
+            }
+        }
+    } else if (st == DT_OK && rename(tmp, out) != 0) {
         st = dt_error_set(DT_ERR_IO, "%s: cannot rename onto %s: %s", tmp, out, strerror(errno));
-        if (exists) rename(old, out);
     }
     if (st != DT_OK) {
         remove_export(tmp);
         return st;
     }
-    if (exists) remove_export(old);
-    char parent[DT_PATH_MAX + 32];
+    char parent[DT_PATH_MAX];
     snprintf(parent, sizeof parent, "%s", out);
     return fsync_dir(dirname(parent));
 }

@@ -3,6 +3,7 @@
 
 #include <libgen.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -96,14 +97,19 @@ static void yaml_quote(char *dst, size_t n, const char *s) {
 }
 
 /* A Hugging Face directory has no config.yaml: its config.json gives the model (init_from
- * takes the shape and the tokenizer from it), its n_positions the sequence length. */
+ * takes the shape and the tokenizer from it), tokenizer_config.json's model_max_length (what an
+ * export wrote: the training data.seq_len), else n_positions, the sequence length. */
 static dt_status hf_config(dt_infer *s, const dt_infer_opts *o, const char *dir) {
+    for (const char *p = dir; *p; p++) /* kept out of the YAML: ${ would read the environment */
+        if ((unsigned char)*p < 0x20 || *p == 0x7f || (p[0] == '$' && p[1] == '{'))
+            return dt_error_set(DT_ERR_USAGE, "%s: %s has no config.yaml, and its name cannot go into one: pass "
+                                "--config FILE", o->cmd, dir);
     dt_hf_config hc;
     DT_TRY(dt_hf_read_config(dir, &hc));
     char q[2 * DT_PATH_MAX + 8], yaml[4 * DT_PATH_MAX + 256];
     yaml_quote(q, sizeof q, dir);
     snprintf(yaml, sizeof yaml, "data:\n  train_path: %s\n  seq_len: %d\nmodel:\n  init_from: %s\n  num_labels: %d\n", q,
-             hc.n_positions, q, hc.num_labels);
+             hc.max_length ? hc.max_length : hc.n_positions, q, hc.num_labels);
     snprintf(s->config_path, sizeof s->config_path, "%s/config.json", dir);
     fprintf(stderr, "%s: the model of %s (no config.yaml: a Hugging Face directory)\n", o->cmd, s->config_path);
     return dt_config_load_string(&s->cfg, s->config_path, yaml, o->overrides, o->n_overrides);
@@ -142,7 +148,19 @@ dt_status dt_infer_resolve(dt_infer *s, const dt_infer_opts *o) {
     int loaded = 0;
     if (o->checkpoint) DT_TRY(find_config(s, o, &loaded));
     else snprintf(s->config_path, sizeof s->config_path, "%s", o->config);
-    if (!loaded) st = dt_config_load(&s->cfg, s->config_path, o->overrides, o->n_overrides);
+    if (!loaded && o->checkpoint && !o->config) {
+        /* the config.yaml a run saved: every key resolved; its model.init_from is history (the
+         * weights are the checkpoint's), not checked again against a directory that may have
+         * changed or gone since */
+        const char **ov = malloc(((size_t)o->n_overrides + 1) * sizeof *ov);
+        if (!ov) return dt_error_set(DT_ERR_NOMEM, "out of memory");
+        ov[0] = "model.init_from=";
+        for (int i = 0; i < o->n_overrides; i++) ov[i + 1] = o->overrides[i];
+        st = dt_config_load(&s->cfg, s->config_path, ov, o->n_overrides + 1);
+        free(ov);
+    } else if (!loaded) {
+        st = dt_config_load(&s->cfg, s->config_path, o->overrides, o->n_overrides);
+    }
     if (st == DT_ERR_IO) st = DT_ERR_USAGE; /* a config that cannot be read is bad input */
     if (st != DT_OK) return st;
     if (!o->checkpoint) {
