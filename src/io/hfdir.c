@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "dtrain/file.h"
+#include "dtrain/jsonfile.h"
 #include "dtrain/tokenizer.h"
 
 #define HF_PATH_MAX 4200
@@ -141,24 +142,11 @@ int dt_hf_is_byte_tokenizer(const char *path) {
 
 /* ---- writing ---- */
 
-/* obj (consumed) as indented JSON with a final newline, into the new file DIR/name */
+/* obj (consumed) into the new file DIR/name */
 static dt_status write_json(const char *dir, const char *name, json_t *obj) {
     char path[HF_PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (!obj) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory building JSON", path);
-    char *s = json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
-    json_decref(obj);
-    if (!s) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory building JSON", path);
-    size_t n = strlen(s);
-    char *t = realloc(s, n + 2);
-    if (!t) {
-        free(s);
-        return dt_error_set(DT_ERR_NOMEM, "%s: out of memory building JSON", path);
-    }
-    t[n++] = '\n';
-    dt_status st = dt_file_write_new(path, t, n);
-    free(t);
-    return st;
+    return dt_json_write_new(path, obj, 10); /* 1e-05, 0.02: as transformers writes them */
 }
 
 static json_t *labels_map(int n, int by_id) {

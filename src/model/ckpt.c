@@ -17,6 +17,7 @@
 #include <zlib.h>
 
 #include "dtrain/file.h"
+#include "dtrain/jsonfile.h"
 #include "dtrain/safetensors.h"
 
 #define CKPT_FORMAT "dtrain-checkpoint"
@@ -66,23 +67,6 @@ static dt_status write_file_synced(const char *path, const char *text) {
     return dt_file_write_new(path, text, strlen(text));
 }
 
-static dt_status write_json_synced(const char *path, json_t *obj) {
-    if (!obj) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory building JSON", path);
-    char *s = json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    json_decref(obj);
-    if (!s) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory building JSON", path);
-    size_t n = strlen(s);
-    char *t = realloc(s, n + 2);
-    if (!t) {
-        free(s);
-        return dt_error_set(DT_ERR_NOMEM, "%s: out of memory building JSON", path);
-    }
-    t[n] = '\n';
-    t[n + 1] = '\0';
-    dt_status st = write_file_synced(path, t);
-    free(t);
-    return st;
-}
 
 /* Removes the entry `name` of the directory rfd (path `root`, for messages): a checkpoint
  * directory and the files in it. Nothing is followed: a symbolic link (or any other
@@ -262,8 +246,8 @@ static dt_status write_manifest(const char *tmp, const dt_ckpt_state *s) {
         json_object_set_new(files, ckpt_files[i], json_pack("{s:I, s:s}", "bytes", (json_int_t)bytes, "crc32", hex));
     }
     snprintf(p, sizeof p, "%s/manifest.json", tmp);
-    return write_json_synced(p, json_pack("{s:s, s:i, s:I, s:o}", "format", CKPT_FORMAT, "version", CKPT_VERSION, "step",
-                                          (json_int_t)s->step, "files", files));
+    return dt_json_write_new(p, json_pack("{s:s, s:i, s:I, s:o}", "format", CKPT_FORMAT, "version", CKPT_VERSION, "step",
+                                          (json_int_t)s->step, "files", files), 0);
 }
 
 /* Writes the checkpoint as root/name (root exists). */
@@ -282,7 +266,7 @@ static dt_status save_as(const char *root, const char *name, dt_model *m, dt_opt
     snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);
     if ((st = save_optimizer(p, m, o)) != DT_OK) goto fail;
     snprintf(p, sizeof p, "%s/trainer.json", tmp);
-    if ((st = write_json_synced(p, trainer_json(s))) != DT_OK) goto fail;
+    if ((st = dt_json_write_new(p, trainer_json(s), 0)) != DT_OK) goto fail;
     snprintf(p, sizeof p, "%s/config.yaml", tmp);
     if ((st = write_config(p, cfg)) != DT_OK) goto fail;
     if ((st = write_manifest(tmp, s)) != DT_OK) goto fail;
