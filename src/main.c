@@ -54,9 +54,12 @@ static const help_entry help[] = {
      "                       the run would, then exit 0 (2 when the run would refuse the data)\n"
      "  --quiet              print only errors and the final summary\n"
      "  --progress MODE      progress bar: auto (when stdout is a terminal), always, never\n"},
-    {"eval", "dtrain eval    --config FILE [--checkpoint DIR|FILE] [--set key.path=value]...",
+    {"eval", "dtrain eval    [--config FILE] [--checkpoint DIR|FILE] [--set key.path=value]...",
      "eval       evaluates weights on data.val_path and prints the validation loss and accuracy.\n"
-     "  --config FILE        the YAML config (the model shape and the validation data)\n"
+     "  --config FILE        the YAML config (the model shape and the validation data); with\n"
+     "                       --checkpoint it may be left out: then the config.yaml next to the\n"
+     "                       weights (a run or checkpoint directory's), or a Hugging Face\n"
+     "                       directory's config.json (give it --set data.val_path=FILE)\n"
      "  --checkpoint PATH    a .safetensors file, a checkpoint directory, or a run directory: its\n"
      "                       model.safetensors, or while the run has none (unfinished, stopped, failed)\n"
      "                       its newest valid checkpoint; default: model.init_from\n"
@@ -393,6 +396,15 @@ static int cmd_doctor(const cli *c) {
 }
 
 static int cmd_eval(const cli *c) {
+    if (!c->config && c->checkpoint) { /* the config saved next to the weights, as generate and predict take it */
+        dt_infer s;
+        dt_infer_opts io = {.cmd = "eval", .checkpoint = c->checkpoint, .overrides = c->overrides,
+                            .n_overrides = c->n_overrides};
+        dt_status st = dt_infer_resolve(&s, &io);
+        dt_eval_point ep;
+        if (st == DT_OK) st = dt_worker_eval(&s.cfg, s.weights, &ep);
+        return st == DT_OK ? 0 : fail(st);
+    }
     dt_config cfg;
     int rc = load_config(c, &cfg);
     if (rc) return rc;

@@ -271,6 +271,10 @@ static void test_finetune(void) {
     CHECK_INT_EQ(run("%s eval --config configs/finetune.yaml --checkpoint %s", DTRAIN_BIN, run_dir), 0);
     p = strstr(out_text, "val loss ");
     CHECK(p != NULL && strtod(p + 9, NULL) == val_loss);
+    /* without --config: the run's own config.yaml */
+    CHECK_INT_EQ(run("%s eval --checkpoint %s", DTRAIN_BIN, run_dir), 0);
+    p = strstr(out_text, "val loss ");
+    CHECK(p != NULL && strtod(p + 9, NULL) == val_loss);
     /* NaN weights: exit 2 naming file and tensor, for eval and for training (no restarts) */
     char nan_file[700];
     snprintf(nan_file, sizeof nan_file, "%s/nan.safetensors", tmp);
