@@ -285,7 +285,7 @@ static void test_bench(void) {
     slurp_out("bench-repeat");
     CHECK_STR_CONTAINS(out_text, "bench: 1 worker x batch 8 (run 1 of 2)");
     CHECK_STR_CONTAINS(out_text, "bench: 2 workers x batch 8 (run 2 of 2)");
-    CHECK_STR_CONTAINS(out_text, "all-reduce wait  tokens/s min-max\n      1      10 ");
+    CHECK_STR_CONTAINS(out_text, "all-reduce wait  MB sent/step  tokens/s min-max\n      1      10 ");
     CHECK_STR_CONTAINS(out_text, "from the medians of the runs");
     char p2[1300];
     snprintf(p2, sizeof p2, "%s/bench/bench/w2-r2/metrics.jsonl", test_dir());
@@ -298,15 +298,39 @@ static void test_bench(void) {
     CHECK_INT_EQ(run_sync("bench", args), 0);
     slurp_out("bench");
     CHECK_STR_CONTAINS(out_text, "workers   steps    train s    eval s   samples/s    tokens/s  speedup  efficiency  "
-                                 "all-reduce wait\n      1      60 ");
+                                 "all-reduce wait  MB sent/step\n      1      60 ");
     CHECK_STR_CONTAINS(out_text, "\n      2      60 ");
     CHECK_STR_CONTAINS(out_text, "1.00x        100%");
     char path[1300], text[1 << 14];
     snprintf(path, sizeof path, "%s/bench/bench/bench.csv", test_dir());
     test_slurp(path, text, sizeof text);
     CHECK_STR_CONTAINS(text, "workers,steps,train_s,eval_s,samples_per_s,tokens_per_s,speedup,efficiency,comm_share,runs,"
-                             "tokens_per_s_min,tokens_per_s_max,flags\n1,60,");
+                             "tokens_per_s_min,tokens_per_s_max,flags,sent_bytes_per_step\n1,60,");
     CHECK_STR_CONTAINS(text, "\n2,60,");
+    /* bytes sent per step: none alone; with 2 workers the gradients once (2(N-1)/N = 1 x 4 bytes
+     * a parameter) and a few bytes of agreement */
+    const char *w1 = strstr(text, "\n1,60,"), *w2 = strstr(text, "\n2,60,");
+    CHECK(w1 && w2);
+    const char *e1 = w1 ? strchr(w1 + 1, '\n') : NULL, *e2 = w2 ? strchr(w2 + 1, '\n') : NULL;
+    CHECK(e1 && e2);
+    double s1 = -1, s2 = -1;
+    if (e1 && e2) {
+        const char *c1 = e1, *c2 = e2;
+        while (c1 > w1 && c1[-1] != ',') c1--;
+        while (c2 > w2 && c2[-1] != ',') c2--;
+        s1 = strtod(c1, NULL), s2 = strtod(c2, NULL);
+    }
+    char dry[1300];
+    snprintf(dry, sizeof dry, "%s/bench/bench/w2/config.yaml", test_dir());
+    const char *dargs[] = {"--config", dry, "--dry-run", NULL};
+    CHECK_INT_EQ(run_sync("bench-dry", dargs), 0);
+    slurp_out("bench-dry");
+    const char *pp = strstr(out_text, "parameters (");
+    const double params = pp ? strtod(pp + 12, NULL) : 0;
+    printf("bench: sent per step %.0f (1 worker), %.0f (2 workers); 4 x %.0f parameters = %.0f\n", s1, s2, params,
+           4 * params);
+    CHECK(s1 == 0);
+    CHECK(params > 0 && s2 >= 4 * params && s2 < 4 * params + 4096);
     int lines = 0;
     for (const char *p = text; *p; p++) lines += *p == '\n';
     CHECK_INT_EQ(lines, 3);

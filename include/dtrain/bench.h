@@ -35,6 +35,8 @@ typedef struct dt_bench_row {
     /* medians over the runs */
     double train_s, eval_s, samples_per_s, tokens_per_s, comm_share;
     double tokens_min, tokens_max; /* tokens/s of the slowest and the fastest run */
+    double sent_bytes;             /* what each worker sent per step (rank 0's, dt_comm_bytes_sent; the
+                                      same for every run of a count) */
     double speedup, efficiency;    /* from the medians */
     int flags;                     /* DT_BENCH_* */
 } dt_bench_row;

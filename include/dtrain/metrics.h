@@ -44,6 +44,7 @@ typedef struct dt_train_point {
     long epoch;           /* 1-based */
     double loss, lr, grad_norm, step_ms, tokens_per_s;
     double comm_ms;       /* waiting for all-reduces in this step */
+    double sent_bytes;    /* what this worker sent in this step's collectives (dt_comm_bytes_sent) */
 } dt_train_point;
 
 /* The end of a run, for the console summary and the "summary" line. */
@@ -52,6 +53,7 @@ typedef struct dt_run_summary {
     long steps, samples, checkpoints; /* in this run (after a resume: since the checkpoint) */
     long first_step, last_step;     /* steps first_step+1 .. last_step were trained here */
     double tokens, train_s, eval_s, comm_s;
+    double sent_bytes;              /* rank 0's collectives in the steps trained (dt_comm_bytes_sent) */
     int workers;
     double val_loss, val_accuracy;  /* NaN: no evaluation */
     double val_f1_macro;            /* NaN: no evaluation, or not classification */

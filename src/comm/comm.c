@@ -46,6 +46,7 @@ struct dt_comm {
     dt_comm_req *free_list;     /* recycled requests */
     int stop;
     dt_status broken;           /* first failure (DT_OK while healthy) */
+    uint64_t sent;              /* bytes this rank sent, as a ring moves them (dt_comm_bytes_sent) */
     char broken_msg[1024];
 };
 
@@ -169,6 +170,12 @@ void dt_comm_free(dt_comm *c) {
 }
 
 int dt_comm_rank(const dt_comm *c) { return c->rank; }
+uint64_t dt_comm_bytes_sent(dt_comm *c) {
+    pthread_mutex_lock(&c->mu);
+    const uint64_t v = c->sent;
+    pthread_mutex_unlock(&c->mu);
+    return v;
+}
 int dt_comm_world(const dt_comm *c) { return c->world; }
 const char *dt_comm_backend(const dt_comm *c) { return c->be->name; }
 
@@ -183,6 +190,20 @@ static dt_status break_locked(dt_comm *c, dt_status st) {
 
 /* Checks the arguments, then queues a copy of `tmpl`. A bad argument breaks the
  * communicator too: this rank would otherwise fall out of step with the others. */
+/* What one rank sends for `r` in a ring of `world` (nccl-tests' busbw count): all-reduce
+ * 2(N-1)/N of the buffer (reduce-scatter, then all-gather), broadcast (N-1)/N of it (a chain,
+ * averaged over the ranks), all-gather N-1 pieces; a barrier nothing. */
+static uint64_t ring_bytes(int world, const dt_comm_req *r) {
+    if (world < 2) return 0;
+    const uint64_t N = (uint64_t)world;
+    switch (r->kind) {
+    case REQ_ALLREDUCE: return 2 * (N - 1) * (uint64_t)r->n * sizeof(float) / N;
+    case REQ_BROADCAST: return (N - 1) * (uint64_t)r->n / N;
+    case REQ_ALLGATHER: return (N - 1) * (uint64_t)r->n;
+    default: return 0;
+    }
+}
+
 static dt_status start(dt_comm *c, const dt_comm_req *tmpl, dt_comm_req **out) {
     *out = NULL;
     dt_status st = DT_OK;
@@ -214,6 +235,7 @@ static dt_status start(dt_comm *c, const dt_comm_req *tmpl, dt_comm_req **out) {
         return st;
     }
     *r = *tmpl;
+    c->sent += ring_bytes(c->world, tmpl);
     r->done = 0;
     r->st = DT_OK;
     r->msg[0] = '\0';

@@ -257,10 +257,10 @@ void dt_metrics_config_text(dt_metrics *m, const char *config_text) {
 }
 
 void dt_metrics_train(dt_metrics *m, const dt_train_point *p) {
-    write_json(m, json_pack("{s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "type", "train", "step",
+    write_json(m, json_pack("{s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "type", "train", "step",
                             (json_int_t)p->step, "epoch", (json_int_t)p->epoch, "loss", num(p->loss), "lr", num(p->lr),
                             "grad_norm", num(p->grad_norm), "step_ms", num(p->step_ms), "tokens_per_s",
-                            num(p->tokens_per_s), "comm_ms", num(p->comm_ms)));
+                            num(p->tokens_per_s), "comm_ms", num(p->comm_ms), "sent_bytes", num(p->sent_bytes)));
     tb(m, "train/loss", p->step, p->loss);
     tb(m, "train/lr", p->step, p->lr);
     tb(m, "train/grad_norm", p->step, p->grad_norm);
@@ -473,6 +473,8 @@ void dt_metrics_final(dt_metrics *m, const dt_run_summary *s) {
                             num(share), "val_loss", num(s->val_loss), "val_accuracy", num(s->val_accuracy),
                             "peak_rss_mb", peaks, "checkpoints", (json_int_t)s->checkpoints);
     if (gpu_peaks) json_object_set_new(rec, "peak_gpu_mem_mb", gpu_peaks);
+    const double sent_step = s->steps > 0 ? s->sent_bytes / (double)s->steps : 0;
+    if (rec) json_object_set_new(rec, "sent_bytes_per_step", num(sent_step));
     if (isfinite(s->val_f1_macro)) json_object_set_new(rec, "val_f1_macro", num(s->val_f1_macro));
     write_json(m, rec);
     char range[64] = "";
@@ -481,8 +483,8 @@ void dt_metrics_final(dt_metrics *m, const dt_run_summary *s) {
     dt_metrics_summary(m, "%s: %ld steps%s | train %.1f s, eval %.1f s | %.0f samples/s, %.0f tokens/s", verb, s->steps,
                        range, s->train_s, s->eval_s, sps, tps);
     if (s->workers > 1)
-        dt_metrics_summary(m, "per worker: %.0f samples/s, %.0f tokens/s | waiting for all-reduce: %.1f%% of step time",
-                           sps / s->workers, tps / s->workers, 100.0 * share);
+        dt_metrics_summary(m, "per worker: %.0f samples/s, %.0f tokens/s | waiting for all-reduce: %.1f%% of step time "
+                           "| sent %.3f MB per step", sps / s->workers, tps / s->workers, 100.0 * share, sent_step / 1e6);
     if (isfinite(s->val_loss) && isfinite(s->val_f1_macro))
         dt_metrics_summary(m, "final: val loss %.6f | val accuracy %.4f | macro-F1 %.4f", s->val_loss, s->val_accuracy,
                            s->val_f1_macro);

@@ -70,6 +70,7 @@ static dt_status read_summary(const char *run_dir, dt_bench_row *row) {
             row->samples_per_s = json_number_value(json_object_get(o, "samples_per_s"));
             row->tokens_per_s = json_number_value(json_object_get(o, "tokens_per_s"));
             row->comm_share = json_number_value(json_object_get(o, "comm_share"));
+            row->sent_bytes = json_number_value(json_object_get(o, "sent_bytes_per_step"));
             found = 1;
         }
         json_decref(o);
@@ -84,13 +85,14 @@ static dt_status write_csv(const char *path, const dt_bench_row *rows, int n) {
     if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     /* the first nine columns as before --repeat; then the runs, the spread and the flags */
     fprintf(f, "workers,steps,train_s,eval_s,samples_per_s,tokens_per_s,speedup,efficiency,comm_share,runs,"
-               "tokens_per_s_min,tokens_per_s_max,flags\n");
+               "tokens_per_s_min,tokens_per_s_max,flags,sent_bytes_per_step\n");
     for (int i = 0; i < n; i++) {
         const dt_bench_row *r = &rows[i];
-        fprintf(f, "%d,%ld,%.4f,%.4f,%.2f,%.2f,%.4f,%.4f,%.4f,%d,%.2f,%.2f,%s%s%s\n", r->workers, r->steps, r->train_s,
+        fprintf(f, "%d,%ld,%.4f,%.4f,%.2f,%.2f,%.4f,%.4f,%.4f,%d,%.2f,%.2f,%s%s%s,%.0f\n", r->workers, r->steps, r->train_s,
                 r->eval_s, r->samples_per_s, r->tokens_per_s, r->speedup, r->efficiency, r->comm_share, r->runs,
                 r->tokens_min, r->tokens_max, r->flags & DT_BENCH_NOISY ? "noisy;" : "",
-                r->flags & DT_BENCH_SUPERLINEAR ? "above-110%;" : "", r->flags & DT_BENCH_LOW ? "under-50%;" : "");
+                r->flags & DT_BENCH_SUPERLINEAR ? "above-110%;" : "", r->flags & DT_BENCH_LOW ? "under-50%;" : "",
+                r->sent_bytes);
     }
     if (fclose(f) != 0) return dt_error_set(DT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     return DT_OK;
@@ -219,6 +221,7 @@ static void combine_runs(const dt_bench_row *runs, int k, dt_bench_row *row) {
     row->samples_per_s = median(v[2], k);
     row->tokens_per_s = median(v[3], k);
     row->comm_share = median(v[4], k);
+    row->sent_bytes = runs[0].sent_bytes;
 }
 
 /* One training run of the sweep into dir/wN (or wN-rK with repeats), measured from its summary. */
@@ -314,20 +317,21 @@ void dt_bench_verdict(dt_bench_row *rows, int n, const dt_bench_env *env, char *
 }
 
 static void print_table(FILE *out, const dt_bench_row *rows, int n, int repeat) {
-    fprintf(out, "\n%7s  %6s  %9s  %8s  %10s  %10s  %7s  %10s  %15s%s\n", "workers", "steps", "train s", "eval s",
-            "samples/s", "tokens/s", "speedup", "efficiency", "all-reduce wait", repeat > 1 ? "  tokens/s min-max" : "");
+    fprintf(out, "\n%7s  %6s  %9s  %8s  %10s  %10s  %7s  %10s  %15s  %12s%s\n", "workers", "steps", "train s", "eval s",
+            "samples/s", "tokens/s", "speedup", "efficiency", "all-reduce wait", "MB sent/step",
+            repeat > 1 ? "  tokens/s min-max" : "");
     for (int i = 0; i < n; i++) {
         const dt_bench_row *r = &rows[i];
         char range[64] = "";
         if (repeat > 1) snprintf(range, sizeof range, "  %8.0f-%.0f", r->tokens_min, r->tokens_max);
-        fprintf(out, "%7d  %6ld  %9.2f  %8.2f  %10.1f  %10.0f  %6.2fx  %9.0f%%%s %14.1f%%%s\n", r->workers, r->steps,
-                r->train_s, r->eval_s, r->samples_per_s, r->tokens_per_s, r->speedup, 100 * r->efficiency,
-                r->flags & BAD_FLAGS ? "?" : " ", 100 * r->comm_share, range);
+        fprintf(out, "%7d  %6ld  %9.2f  %8.2f  %10.1f  %10.0f  %6.2fx  %9.0f%%%s %14.1f%%  %12.3f%s\n", r->workers,
+                r->steps, r->train_s, r->eval_s, r->samples_per_s, r->tokens_per_s, r->speedup, 100 * r->efficiency,
+                r->flags & BAD_FLAGS ? "?" : " ", 100 * r->comm_share, r->sent_bytes / 1e6, range);
     }
     int flagged = 0;
     for (int i = 0; i < n; i++) flagged |= rows[i].flags & BAD_FLAGS;
     fprintf(out, "(speedup and efficiency against %d worker%s%s; all-reduce wait: share of step time spent waiting for "
-                 "gradient and loss all-reduces%s)\n",
+                 "gradient and loss all-reduces; MB sent/step: by each worker, counted as a ring moves it%s)\n",
             rows[0].workers, rows[0].workers > 1 ? "s" : "", repeat > 1 ? ", from the medians of the runs" : "",
             flagged ? "; ?: not a result, see below" : "");
 }

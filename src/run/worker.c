@@ -563,6 +563,7 @@ typedef struct trainer {
     char ckpt_dir[DT_PATH_MAX + 64]; /* the checkpoint resumed from, then the newest written */
     /* what this run has done */
     double train_ms, eval_ms, comm_ms;
+    double sent_bytes; /* in the collectives of the steps trained */
     long checkpoints;
     uint32_t samples_seen;       /* rounds of the launcher's worker samples logged */
     dt_eval_point last_eval;
@@ -873,8 +874,16 @@ static dt_status micro_batches(trainer *t, double *loss, long *rows, double *com
 
 /* One optimizer step: the micro-batches, the agreement of every rank (agree.h: loss, stop,
  * device failure), the update, and the sample cursor moved on. *p describes it. */
+/* What this worker has sent in collectives: the gradients' and the host's, when they differ. */
+static uint64_t bytes_sent(run *r) {
+    uint64_t b = r->gcomm ? dt_comm_bytes_sent(r->gcomm) : 0;
+    if (r->comm && r->comm != r->gcomm) b += dt_comm_bytes_sent(r->comm);
+    return b;
+}
+
 static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     run *r = &t->r;
+    const uint64_t sent0 = bytes_sent(r);
     dt_fault_before_step(&t->fault, r->rank, t->attempt, t->step + 1);
     const double t0 = now_ms();
     double comm_ms = 0;
@@ -898,9 +907,11 @@ static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     const double ms = now_ms() - t0;
     t->train_ms += ms;
     t->comm_ms += comm_ms;
+    const double sent = (double)(bytes_sent(r) - sent0);
+    t->sent_bytes += sent;
     *p = (dt_train_point){.step = t->step, .epoch = batch_epoch + 1, .loss = v.loss / (double)v.rows, .lr = lr,
                           .grad_norm = gnorm, .step_ms = ms,
-                          .tokens_per_s = (double)t->G * t->T / (ms / 1e3), .comm_ms = comm_ms};
+                          .tokens_per_s = (double)t->G * t->T / (ms / 1e3), .comm_ms = comm_ms, .sent_bytes = sent};
     return DT_OK;
 }
 
@@ -1083,7 +1094,8 @@ static dt_status finish(trainer *t, int stopped) {
     dt_run_summary sum = {
         .verb = stopped ? "stopped" : "done", .steps = steps_run, .first_step = t->step_start, .last_step = t->step,
         .samples = steps_run * t->G, .checkpoints = t->checkpoints, .tokens = (double)t->G * t->T * (double)steps_run,
-        .train_s = t->train_ms / 1e3, .eval_s = t->eval_ms / 1e3, .comm_s = t->comm_ms / 1e3, .workers = r->world,
+        .train_s = t->train_ms / 1e3, .eval_s = t->eval_ms / 1e3, .comm_s = t->comm_ms / 1e3,
+        .sent_bytes = t->sent_bytes, .workers = r->world,
         .val_loss = NAN, .val_accuracy = NAN, .val_f1_macro = NAN,
     };
     double peaks[DT_MAX_WORLD], gpu_peaks[DT_MAX_WORLD];
