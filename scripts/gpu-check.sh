@@ -350,9 +350,12 @@ step_build() {
 step_gpu_tests() {
   [ -f "$BUILD/CTestTestfile.cmake" ] || { note "no configured build in $BUILD"; return 1; }
   export NCCL_DEBUG=${NCCL_DEBUG:-WARN}  # a failing NCCL init says why, in this one run
-  echo "--- NCCL_DEBUG=$NCCL_DEBUG ctest -L gpu --output-on-failure --no-tests=error --timeout $((STEP_LIMIT - 10))"
-  (cd "$BUILD" && ctest -L gpu --output-on-failure --no-tests=error --timeout $((STEP_LIMIT - 10))) 2>&1 | tee "$WORK/ctest.out"
-  local rc=${PIPESTATUS[0]} total passed skipped
+  # the label exactly: -L is a regular expression, and "gpu" alone also matches "mockgpu"
+  # (test_cuda_mock: two full rebuilds, which ran into the step's limit); -V keeps the output of
+  # skipped tests too, which say why they skipped
+  echo "--- NCCL_DEBUG=$NCCL_DEBUG ctest -L '^gpu\$' -V --no-tests=error --timeout $((STEP_LIMIT - 10))"
+  (cd "$BUILD" && ctest -L '^gpu$' -V --no-tests=error --timeout $((STEP_LIMIT - 10))) 2>&1 | tee "$WORK/ctest.out"
+  local rc=${PIPESTATUS[0]} total passed skipped gpus why
   total=$(grep -cE 'Test +#[0-9]+: ' "$WORK/ctest.out")
   passed=$(grep -E 'Test +#[0-9]+: ' "$WORK/ctest.out" | grep -c ' Passed ')
   skipped=$(grep -E 'Test +#[0-9]+: ' "$WORK/ctest.out" | grep -c 'Skipped')
@@ -360,7 +363,19 @@ step_gpu_tests() {
     note "$((total - passed - skipped)) of $total failed: $(sed -n '/The following tests FAILED/,$p' "$WORK/ctest.out" | grep -oE 'test_[a-z0-9_]+ \([^)]*\)' | tr '\n' ' ')"
     return 1
   fi
-  if [ "$passed" -eq 0 ] && [ "$skipped" -gt 0 ]; then note "all $skipped skipped (exit 77: no GPU?)"; return 77; fi
+  if [ "$passed" -eq 0 ] && [ "$skipped" -gt 0 ]; then
+    gpus=0
+    [ -n "$NVSMI" ] && gpus=$(timeout 15 "$NVSMI" -L 2>/dev/null | grep -c '^GPU ')
+    # each test's own reason: the lines of its output that say skipped, with ctest's "N: " prefix cut
+    why=$(grep -iE 'skipped|no usable GPU|no GPU' "$WORK/ctest.out" | grep -vE 'Test +#[0-9]+: |did not run|^[[:space:]]*[0-9]+ - ' |
+      sed -E 's/^[0-9]+: //' | sort -u | head -4 | tr '\n' ';')
+    if [ "$gpus" -gt 0 ]; then
+      note "FAIL: all $skipped GPU tests skipped while nvidia-smi lists $gpus GPU(s): ${why:-no reason printed}"
+      return 1
+    fi
+    note "all $skipped skipped, and nvidia-smi lists no GPU: ${why:-no reason printed}"
+    return 77
+  fi
   note "$passed passed, $skipped skipped: $(grep -E 'Test +#[0-9]+: ' "$WORK/ctest.out" | awk '{print $4}' | tr '\n' ' ')"
 }
 

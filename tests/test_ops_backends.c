@@ -787,7 +787,11 @@ int main(int argc, char **argv) {
     for (int kind = DT_DEVICE_CPU + 1; kind <= DT_DEVICE_CUDA; kind++) {
         const dt_ops *ops = dt_backend_ops((dt_device_kind)kind);
         if (!ops || dt_backend_count((dt_device_kind)kind) == 0) {
-            printf("%s: %s: skipped\n", dt_device_name((dt_device_kind)kind), ops ? "no device visible" : "not built");
+            const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+            printf("%s: %s%s%s%s: skipped\n", dt_device_name((dt_device_kind)kind),
+                   ops ? "no device visible to dtrain (it counts /proc/driver/nvidia/gpus, else /dev/nvidia0, ...)"
+                       : "backend not built",
+                   ops && vis ? " with CUDA_VISIBLE_DEVICES=\"" : "", ops && vis ? vis : "", ops && vis ? "\"" : "");
             continue;
         }
         for (int bf16 = 0; bf16 < 2; bf16++) {
