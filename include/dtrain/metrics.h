@@ -16,8 +16,10 @@
  *   {"type":"summary","status":"done"|"stopped","steps":N,"first_step":F,"last_step":L,"train_s":T,
  *    "eval_s":E,"samples":S,"tokens":K,"samples_per_s":..,
  *    "tokens_per_s":..,"workers":W,"comm_s":C,"comm_share":F,"val_loss":L,"val_accuracy":A,
- *    "peak_rss_mb":[per rank],"checkpoints":N} (GPU workers: also "peak_gpu_mem_mb":[per rank])
- * train lines also carry "comm_ms": time this step waited for all-reduces (0 with one worker).
+ *    "peak_rss_mb":[per rank],"checkpoints":N,"sent_bytes_per_step":B} (GPU workers: also
+ *    "peak_gpu_mem_mb":[per rank])
+ * train lines also carry "comm_ms": time this step waited for all-reduces (0 with one worker),
+ * and "sent_bytes": what the worker sent in the step's collectives (dt_comm_bytes_sent).
  * With tensorboard on, the same numbers go to an events.out.tfevents.* file in the run dir
  * (tags train/..., val/..., worker/rankN/...).
  * (val_accuracy: classification accuracy, or next-token accuracy for language modelling).

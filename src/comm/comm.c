@@ -170,14 +170,15 @@ void dt_comm_free(dt_comm *c) {
 }
 
 int dt_comm_rank(const dt_comm *c) { return c->rank; }
+int dt_comm_world(const dt_comm *c) { return c->world; }
+const char *dt_comm_backend(const dt_comm *c) { return c->be->name; }
+
 uint64_t dt_comm_bytes_sent(dt_comm *c) {
     pthread_mutex_lock(&c->mu);
     const uint64_t v = c->sent;
     pthread_mutex_unlock(&c->mu);
     return v;
 }
-int dt_comm_world(const dt_comm *c) { return c->world; }
-const char *dt_comm_backend(const dt_comm *c) { return c->be->name; }
 
 /* Marks the communicator broken with the message already recorded on this thread. */
 static dt_status break_locked(dt_comm *c, dt_status st) {
@@ -188,8 +189,6 @@ static dt_status break_locked(dt_comm *c, dt_status st) {
     return st;
 }
 
-/* Checks the arguments, then queues a copy of `tmpl`. A bad argument breaks the
- * communicator too: this rank would otherwise fall out of step with the others. */
 /* What one rank sends for `r` in a ring of `world` (nccl-tests' busbw count): all-reduce
  * 2(N-1)/N of the buffer (reduce-scatter, then all-gather), broadcast (N-1)/N of it (a chain,
  * averaged over the ranks), all-gather N-1 pieces; a barrier nothing. */
@@ -204,6 +203,8 @@ static uint64_t ring_bytes(int world, const dt_comm_req *r) {
     }
 }
 
+/* Checks the arguments, then queues a copy of `tmpl`. A bad argument breaks the
+ * communicator too: this rank would otherwise fall out of step with the others. */
 static dt_status start(dt_comm *c, const dt_comm_req *tmpl, dt_comm_req **out) {
     *out = NULL;
     dt_status st = DT_OK;

@@ -872,8 +872,6 @@ static dt_status micro_batches(trainer *t, double *loss, long *rows, double *com
     return DT_OK;
 }
 
-/* One optimizer step: the micro-batches, the agreement of every rank (agree.h: loss, stop,
- * device failure), the update, and the sample cursor moved on. *p describes it. */
 /* What this worker has sent in collectives: the gradients' and the host's, when they differ. */
 static uint64_t bytes_sent(run *r) {
     uint64_t b = r->gcomm ? dt_comm_bytes_sent(r->gcomm) : 0;
@@ -881,6 +879,8 @@ static uint64_t bytes_sent(run *r) {
     return b;
 }
 
+/* One optimizer step: the micro-batches, the agreement of every rank (agree.h: loss, stop,
+ * device failure), the update, and the sample cursor moved on. *p describes it. */
 static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     run *r = &t->r;
     const uint64_t sent0 = bytes_sent(r);
