@@ -290,9 +290,15 @@ EOF
     fi
   done
   if ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt\.so\.'; then
+    local found_lt=""
     for d in ${CUDA_HOME:+"$CUDA_HOME/lib64" "$CUDA_HOME/lib"}; do
-      ls "$d"/libcublasLt.so.* >/dev/null 2>&1 && { ldp+=("$d"); echo "  cublasLt: $d (not in the ld cache: added to LD_LIBRARY_PATH)"; break; }
+      ls "$d"/libcublasLt.so.* >/dev/null 2>&1 && { ldp+=("$d"); found_lt=$d; echo "  cublasLt: $d (not in the ld cache: added to LD_LIBRARY_PATH)"; break; }
     done
+    if [ -z "$found_lt" ]; then # as cuDNN and NCCL: pip's nvidia-cublas-cu13 wheel (lib/libcublasLt.so.N)
+      found_lt=$(python3 -c 'import glob, os, nvidia.cublas as m; print(next((os.path.join(b, "lib") for b in m.__path__ if glob.glob(os.path.join(b, "lib", "libcublasLt.so.[0-9]*"))), ""))' 2>/dev/null || true)
+      if [ -n "$found_lt" ]; then ldp+=("$found_lt"); echo "  cublasLt: from pip: $found_lt (added to LD_LIBRARY_PATH)"
+      else echo "  cublasLt: not in the ld cache, CUDA_HOME or a pip wheel (GPU workers will say so)"; fi
+    fi
   fi
 
   local IFS=:
@@ -464,6 +470,19 @@ step_bench_dtrain() {
     note "exit $rc: $(first_error "$WORK/bench-dtrain.out")"
     return 1
   fi
+  # at init, on uniform random tokens, the loss must be ln(V): anything else is a wrong forward or loss
+  local lncheck
+  lncheck=$(python3 - "$WORK/bench-dtrain" <<'EOF'
+import json, math, re, sys
+run = sys.argv[1]
+v = int(re.search(r"^\s*vocab_size:\s*(\d+)", open(run + "/config.yaml").read(), re.M).group(1))
+first = next(json.loads(l) for l in open(run + "/metrics.jsonl") if '"type":"train"' in l)
+ok = abs(first["loss"] - math.log(v)) < 0.3
+print(("ok" if ok else "BAD") + " loss at step 1 %.4f, ln(vocab_size %d) = %.4f" % (first["loss"], v, math.log(v)))
+EOF
+) || lncheck="BAD: could not read the loss at step 1"
+  echo "--- $lncheck"
+  case "$lncheck" in ok*) ;; *) note "$lncheck (at init on uniform tokens they must agree within 0.3)"; return 1 ;; esac
   note "$(awk -F'|' 'NR == 3 {gsub(/ /, "", $3); gsub(/ /, "", $4); gsub(/ /, "", $5); print $3 " ms/step, " $4 " tokens/s, MFU " $5}' "$WORK/bench-dtrain.md")"
 }
 
