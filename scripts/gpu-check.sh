@@ -294,8 +294,22 @@ EOF
     for d in ${CUDA_HOME:+"$CUDA_HOME/lib64" "$CUDA_HOME/lib"}; do
       ls "$d"/libcublasLt.so.* >/dev/null 2>&1 && { ldp+=("$d"); found_lt=$d; echo "  cublasLt: $d (not in the ld cache: added to LD_LIBRARY_PATH)"; break; }
     done
-    if [ -z "$found_lt" ]; then # as cuDNN and NCCL: pip's nvidia-cublas-cu13 wheel (lib/libcublasLt.so.N)
-      found_lt=$(python3 -c 'import glob, os, nvidia.cublas as m; print(next((os.path.join(b, "lib") for b in m.__path__ if glob.glob(os.path.join(b, "lib", "libcublasLt.so.[0-9]*"))), ""))' 2>/dev/null || true)
+    if [ -z "$found_lt" ]; then
+      # as cuDNN and NCCL, from pip: CUDA 13's nvidia-cublas wheel puts it in nvidia/cu13/lib, CUDA 12's
+      # nvidia-cublas-cu12 in nvidia/cublas/lib; the major dtrain is built with (nvcc's) is the one it opens
+      local major
+      major=$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9]*\)\..*/\1/p' | head -1)
+      found_lt=$(python3 - "${major:-13}" 2>/dev/null <<'EOF' || true
+import glob, os, sys
+import nvidia
+for base in nvidia.__path__:
+    for sub in ("cu" + sys.argv[1], "cublas"):
+        lib = os.path.join(base, sub, "lib")
+        if glob.glob(os.path.join(lib, "libcublasLt.so." + sys.argv[1])):
+            print(lib)
+            sys.exit(0)
+EOF
+)
       if [ -n "$found_lt" ]; then ldp+=("$found_lt"); echo "  cublasLt: from pip: $found_lt (added to LD_LIBRARY_PATH)"
       else echo "  cublasLt: not in the ld cache, CUDA_HOME or a pip wheel (GPU workers will say so)"; fi
     fi
@@ -477,12 +491,12 @@ import json, math, re, sys
 run = sys.argv[1]
 v = int(re.search(r"^\s*vocab_size:\s*(\d+)", open(run + "/config.yaml").read(), re.M).group(1))
 first = next(json.loads(l) for l in open(run + "/metrics.jsonl") if '"type":"train"' in l)
-ok = abs(first["loss"] - math.log(v)) < 0.3
+ok = abs(first["loss"] - math.log(v)) < 0.5  # at init about ln(V) + 0.15 (logits of std ~0.02 sqrt(C))
 print(("ok" if ok else "BAD") + " loss at step 1 %.4f, ln(vocab_size %d) = %.4f" % (first["loss"], v, math.log(v)))
 EOF
 ) || lncheck="BAD: could not read the loss at step 1"
   echo "--- $lncheck"
-  case "$lncheck" in ok*) ;; *) note "$lncheck (at init on uniform tokens they must agree within 0.3)"; return 1 ;; esac
+  case "$lncheck" in ok*) ;; *) note "$lncheck (at init on uniform tokens they must agree within 0.5)"; return 1 ;; esac
   note "$(awk -F'|' 'NR == 3 {gsub(/ /, "", $3); gsub(/ /, "", $4); gsub(/ /, "", $5); print $3 " ms/step, " $4 " tokens/s, MFU " $5}' "$WORK/bench-dtrain.md")"
 }
 

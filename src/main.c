@@ -396,6 +396,7 @@ static int cmd_doctor(const cli *c) {
 }
 
 static int cmd_eval(const cli *c) {
+    if (!c->config && !c->checkpoint) return usage_error("%s", "eval: needs --checkpoint DIR|FILE or --config FILE");
     if (!c->config && c->checkpoint) { /* the config saved next to the weights, as generate and predict take it */
         dt_infer s;
         dt_infer_opts io = {.cmd = "eval", .checkpoint = c->checkpoint, .overrides = c->overrides,

@@ -50,8 +50,9 @@ int dt_comm_world(const dt_comm *c);
 const char *dt_comm_backend(const dt_comm *c); /* "shm" */
 /* The bytes this rank has sent in the collectives issued so far, counted as a ring moves them
  * (nccl-tests' busbw convention): an all-reduce of B bytes 2(N-1)/N x B, a broadcast (N-1)/N x B
- * (a chain's average), an all-gather of B bytes per rank (N-1) x B. The tcp ring's all-reduce
- * and all-gather send exactly that; shm, mpi and nccl move the same data by routes of their own. */
+ * (a chain's average), an all-gather of B bytes per rank (N-1) x B. That is the data the tcp
+ * ring's all-reduce and all-gather send (its small per-collective headers, and barriers, are not
+ * counted); shm, mpi and nccl move the same data by routes of their own. */
 uint64_t dt_comm_bytes_sent(dt_comm *c);
 
 /* In place: buf(n) = reduction over ranks of buf(n). n may be 0. */
