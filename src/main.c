@@ -458,6 +458,7 @@ static int cmd_generate(const cli *c) {
     st = dt_generate(s.model, s.tok, &go, emit_stdout, NULL, &r);
     if (r.new_tokens) putchar('\n');
     fflush(stdout);
+    const int trained = s.cfg.data.seq_len; /* the positions training windows covered */
     dt_infer_close(&s);
     if (st != DT_OK) return fail(st);
     static const char *const why[] = {"--max-new-tokens", "the end-of-text token", "model.n_positions"};
@@ -466,6 +467,12 @@ static int cmd_generate(const cli *c) {
             r.prompt_tokens, r.prompt_s, why[r.stop]);
     if (c->temperature > 0) fprintf(stderr, "seed %llu\n", (unsigned long long)seed);
     else fprintf(stderr, "greedy\n");
+    /* the last new token was predicted at position prompt + new - 2 (0-based) */
+    const int last = r.prompt_tokens + r.new_tokens - 2;
+    if (r.new_tokens && last >= trained)
+        fprintf(stderr, "note: the text went on to position %d, past the %d positions the model was trained on "
+                "(data.seq_len): what follows position %d was never trained (hint: fewer --max-new-tokens, or a "
+                "model trained with a longer data.seq_len)\n", last + 1, trained, trained);
     return 0;
 }
 

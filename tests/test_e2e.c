@@ -309,6 +309,11 @@ static void test_generate(void) {
     CHECK_STR_CONTAINS(err_text, "generated 40 tokens in ");
     CHECK_STR_CONTAINS(err_text, "after a prompt of 8 tokens");
     CHECK_INT_EQ((int)strlen(greedy), 41); /* 40 bytes and the newline */
+    CHECK(strstr(err_text, "note: the text went on") == NULL); /* 47 positions of the 128 trained */
+    /* past the positions training covered (data.seq_len, here made 16): said, not refused */
+    CHECK_INT_EQ(run("%s generate %s --temperature 0 --set data.seq_len=16", DTRAIN_BIN, args), 0);
+    CHECK(strcmp(out_text, greedy) == 0);
+    CHECK_STR_CONTAINS(err_text, "note: the text went on to position 47, past the 16 positions the model was trained on");
     CHECK_INT_EQ(run("%s generate %s --temperature 0 --no-cache", DTRAIN_BIN, args), 0);
     CHECK(strcmp(out_text, greedy) == 0);
     CHECK_INT_EQ(run("%s generate %s --seed 7 --top-k 20 --top-p 0.95", DTRAIN_BIN, args), 0);
