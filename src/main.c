@@ -397,26 +397,14 @@ static int cmd_doctor(const cli *c) {
 
 static int cmd_eval(const cli *c) {
     if (!c->config && !c->checkpoint) return usage_error("%s", "eval: needs --checkpoint DIR|FILE or --config FILE");
-    if (!c->config && c->checkpoint) { /* the config saved next to the weights, as generate and predict take it */
-        dt_infer s;
-        dt_infer_opts io = {.cmd = "eval", .checkpoint = c->checkpoint, .overrides = c->overrides,
-                            .n_overrides = c->n_overrides};
-        dt_status st = dt_infer_resolve(&s, &io);
-        dt_eval_point ep;
-        if (st == DT_OK) st = dt_worker_eval(&s.cfg, s.weights, &ep);
-        return st == DT_OK ? 0 : fail(st);
-    }
-    dt_config cfg;
-    int rc = load_config(c, &cfg);
-    if (rc) return rc;
-    if (!c->checkpoint && !cfg.model.init_from[0])
-        return usage_error("%s", "eval: needs --checkpoint DIR|FILE (or model.init_from in the config)");
-    char path[DT_PATH_MAX + 96];
-    const char *which = c->checkpoint ? c->checkpoint : cfg.model.init_from;
-    dt_status st = dt_infer_weights_path(which, stdout, path, sizeof path);
-    if (st != DT_OK) return fail(st);
+    /* --config, else the config saved next to the weights (as generate and predict take it); the
+     * weights of --checkpoint, else the config's model.init_from; what is chosen is said on stdout */
+    dt_infer s;
+    dt_infer_opts io = {.cmd = "eval", .checkpoint = c->checkpoint, .config = c->config, .overrides = c->overrides,
+                        .n_overrides = c->n_overrides, .say = stdout};
+    dt_status st = dt_infer_resolve(&s, &io);
     dt_eval_point ep;
-    st = dt_worker_eval(&cfg, path, &ep);
+    if (st == DT_OK) st = dt_worker_eval(&s.cfg, s.weights, &ep);
     return st == DT_OK ? 0 : fail(st);
 }
 

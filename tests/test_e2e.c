@@ -53,6 +53,13 @@ static int run(const char *fmt, ...) {
     return rc;
 }
 
+/* The number after the first `label` in text (a CHECK failure and NaN when it is not there). */
+static double number_after(const char *text, const char *label) {
+    const char *p = strstr(text, label);
+    CHECK(p != NULL);
+    return p ? strtod(p + strlen(label), NULL) : NAN;
+}
+
 static void write_file(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
     CHECK(f != NULL);
@@ -263,18 +270,14 @@ static void test_finetune(void) {
     /* export -> eval through model.init_from and through --checkpoint: the same loss exactly */
     CHECK_INT_EQ(run("%s export --checkpoint %s --out %s", DTRAIN_BIN, run_dir, exported), 0);
     CHECK_INT_EQ(run("%s eval --config configs/finetune.yaml --set model.init_from=%s", DTRAIN_BIN, exported), 0);
-    const char *p = strstr(out_text, "val loss ");
-    CHECK(p != NULL);
-    double eval_loss = strtod(p + 9, NULL);
+    double eval_loss = number_after(out_text, "val loss ");
     printf("eval via init_from: %.17g, training's final eval: %.17g\n", eval_loss, val_loss);
     CHECK(eval_loss == val_loss);
     CHECK_INT_EQ(run("%s eval --config configs/finetune.yaml --checkpoint %s", DTRAIN_BIN, run_dir), 0);
-    p = strstr(out_text, "val loss ");
-    CHECK(p != NULL && strtod(p + 9, NULL) == val_loss);
+    CHECK(number_after(out_text, "val loss ") == val_loss);
     /* without --config: the run's own config.yaml */
     CHECK_INT_EQ(run("%s eval --checkpoint %s", DTRAIN_BIN, run_dir), 0);
-    p = strstr(out_text, "val loss ");
-    CHECK(p != NULL && strtod(p + 9, NULL) == val_loss);
+    CHECK(number_after(out_text, "val loss ") == val_loss);
     /* NaN weights: exit 2 naming file and tensor, for eval and for training (no restarts) */
     char nan_file[700];
     snprintf(nan_file, sizeof nan_file, "%s/nan.safetensors", tmp);
@@ -368,9 +371,7 @@ static void test_predict(void) {
     snprintf(plain, sizeof plain, "%s/plain.txt", tmp);
     snprintf(bad, sizeof bad, "%s/bad.tsv", tmp);
     CHECK_INT_EQ(run("%s eval --config configs/finetune.yaml --checkpoint %s/finetune", DTRAIN_BIN, tmp), 0);
-    const char *p = strstr(out_text, "val loss ");
-    CHECK(p != NULL);
-    const double eval_loss = strtod(p + 9, NULL), eval_acc = strtod(strstr(out_text, "val accuracy ") + 13, NULL);
+    const double eval_loss = number_after(out_text, "val loss "), eval_acc = number_after(out_text, "val accuracy ");
     CHECK_INT_EQ(run("%s predict --checkpoint %s/finetune --input data/sentiment/val.tsv --out %s", DTRAIN_BIN, tmp, out), 0);
     CHECK_STR_CONTAINS(err_text, "predicted 2000 lines in ");
     FILE *f = fopen(out, "r");
@@ -481,8 +482,7 @@ static void test_early_stopping(void) {
     /* run.dir/best is a checkpoint: eval gives its loss again */
     CHECK_INT_EQ(run("%s eval --config configs/finetune.yaml --checkpoint %s/best --set data.val_path=%s "
                      "--set eval.max_batches=10", DTRAIN_BIN, a, flipped), 0);
-    const char *p = strstr(out_text, "val loss ");
-    CHECK(p != NULL && fabs(strtod(p + 9, NULL) - best_loss) <= 1e-6 * best_loss);
+    CHECK(fabs(number_after(out_text, "val loss ") - best_loss) <= 1e-6 * best_loss);
     /* the same command again: finished, only evaluates */
     CHECK_INT_EQ(run("%s --config configs/finetune.yaml --set run.dir=%s %s", DTRAIN_BIN, a, o), 0);
     CHECK(strstr(out_text, "new best") == NULL);
@@ -544,16 +544,12 @@ static void test_eval_limit(void) {
     CHECK_INT_EQ(run("%s --config configs/finetune.yaml --set run.dir=%s --set training.num_workers=2 "
                      "--set training.max_steps=4 --set eval.max_batches=3 --set data.batch_size_per_worker=8",
                      DTRAIN_BIN, run_dir), 0);
-    const char *p = strstr(out_text, "final: val loss ");
-    CHECK(p != NULL);
-    double train_eval = strtod(p + 16, NULL);
+    double train_eval = number_after(out_text, "final: val loss ");
     CHECK_STR_CONTAINS(out_text, "| 24 examples |");
     CHECK_INT_EQ(run("%s eval --config configs/finetune.yaml --set data.batch_size_per_worker=8 "
                      "--set eval.max_batches=3 --checkpoint %s", DTRAIN_BIN, run_dir), 0);
     CHECK_STR_CONTAINS(out_text, "24 examples");
-    p = strstr(out_text, "val loss ");
-    CHECK(p != NULL);
-    double eval_loss = strtod(p + 9, NULL);
+    double eval_loss = number_after(out_text, "val loss ");
     printf("eval.max_batches 3: training (2 workers) %.9g, dtrain eval %.9g\n", train_eval, eval_loss);
     CHECK(fabs(eval_loss - train_eval) <= 1e-6 * fabs(train_eval));
 }

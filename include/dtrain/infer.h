@@ -48,6 +48,7 @@ typedef struct dt_infer_opts {
     const char *config;     /* --config (NULL: the config.yaml saved next to the weights) */
     const char *const *overrides;
     int n_overrides;
+    FILE *say;              /* where the choice of weights and config is said (NULL: stderr) */
     int batch, seq_len;     /* the model's batch shape (batch 0: data.batch_size_per_worker for a
                                classifier, 1 for a language model; seq_len 0: data.seq_len) */
 } dt_infer_opts;

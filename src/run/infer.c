@@ -111,7 +111,8 @@ static dt_status hf_config(dt_infer *s, const dt_infer_opts *o, const char *dir)
     snprintf(yaml, sizeof yaml, "data:\n  train_path: %s\n  seq_len: %d\nmodel:\n  init_from: %s\n  num_labels: %d\n", q,
              hc.max_length ? hc.max_length : hc.n_positions, q, hc.num_labels);
     snprintf(s->config_path, sizeof s->config_path, "%s/config.json", dir);
-    fprintf(stderr, "%s: the model of %s (no config.yaml: a Hugging Face directory)\n", o->cmd, s->config_path);
+    fprintf(o->say ? o->say : stderr, "%s: the model of %s (no config.yaml: a Hugging Face directory)\n", o->cmd,
+            s->config_path);
     return dt_config_load_string(&s->cfg, s->config_path, yaml, o->overrides, o->n_overrides);
 }
 
@@ -140,7 +141,7 @@ dt_status dt_infer_resolve(dt_infer *s, const dt_infer_opts *o) {
     memset(s, 0, sizeof *s);
     dt_status st = DT_OK;
     if (o->checkpoint) {
-        DT_TRY(dt_infer_weights_path(o->checkpoint, stderr, s->weights, sizeof s->weights));
+        DT_TRY(dt_infer_weights_path(o->checkpoint, o->say ? o->say : stderr, s->weights, sizeof s->weights));
     } else if (!o->config) {
         return dt_error_set(DT_ERR_USAGE, "%s: needs --checkpoint DIR|FILE (or --config FILE with model.init_from)",
                             o->cmd);
@@ -167,7 +168,7 @@ dt_status dt_infer_resolve(dt_infer *s, const dt_infer_opts *o) {
         if (!s->cfg.model.init_from[0])
             return dt_error_set(DT_ERR_USAGE, "%s: needs --checkpoint DIR|FILE (%s has no model.init_from)", o->cmd,
                                 s->config_path);
-        DT_TRY(dt_infer_weights_path(s->cfg.model.init_from, stderr, s->weights, sizeof s->weights));
+        DT_TRY(dt_infer_weights_path(s->cfg.model.init_from, o->say ? o->say : stderr, s->weights, sizeof s->weights));
     }
     return DT_OK;
 }
