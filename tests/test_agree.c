@@ -17,14 +17,16 @@ enum { SUMS, STOP, DEVICE };
 static dt_status voter(void *arg, dt_comm *comm, const dt_launch_ctx *ctx) {
     (void)ctx;
     const int scenario = *(const int *)arg, rank = dt_comm_rank(comm), world = dt_comm_world(comm);
-    dt_agree_vote v = {.loss = rank + 0.5, .rows = 10 * rank + 1, .stop = scenario == STOP && rank == 1};
+    dt_agree_vote v = {.loss = rank + 0.5, .rows = 10 * rank + 1, .stop = scenario == STOP && rank == 1,
+                       .sumsq = 1.0 + rank * 1e-12};
     if (scenario == DEVICE && rank == 2) v.device = dt_error_set(DT_ERR_DEVICE, "rank 2: out of GPU memory in backward");
     dt_status st = dt_agree_step(comm, 7, &v);
-    double loss = 0;
+    double loss = 0, sumsq = 0;
     long rows = 0;
     for (int r = 0; r < world; r++) {
         loss += r + 0.5;
         rows += 10 * r + 1;
+        sumsq += 1.0 + r * 1e-12; /* in rank order, in double: a float exchange would lose the 1e-12s */
     }
     if (scenario == DEVICE) {
         const char *want = rank == 2 ? "rank 2: out of GPU memory in backward"
@@ -36,9 +38,9 @@ static dt_status voter(void *arg, dt_comm *comm, const dt_launch_ctx *ctx) {
         return DT_OK;
     }
     if (st != DT_OK) return st;
-    if (v.loss != loss || v.rows != rows || v.stop != (scenario == STOP))
-        return dt_error_set(DT_ERR_INTERNAL, "rank %d: agreed loss %g rows %ld stop %d; want %g %ld %d", rank, v.loss,
-                            v.rows, v.stop, loss, rows, scenario == STOP);
+    if (v.loss != loss || v.rows != rows || v.stop != (scenario == STOP) || v.sumsq != sumsq)
+        return dt_error_set(DT_ERR_INTERNAL, "rank %d: agreed loss %g rows %ld stop %d sumsq %.17g; want %g %ld %d %.17g",
+                            rank, v.loss, v.rows, v.stop, v.sumsq, loss, rows, scenario == STOP, sumsq);
     return DT_OK;
 }
 

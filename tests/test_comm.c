@@ -239,6 +239,94 @@ static int sc_async(dt_shm_world *w, int rank, int world, void *arg) {
     return 0;
 }
 
+/* What rank q leaves in its part before an all-gather of parts (distinct from val). */
+static float part_val(int q, size_t i) { return (float)q * 1000.0f + (float)(i % 997) * 0.25f; }
+
+/* Reduce-scatter then all-gather of parts (ZeRO-1's pair) over every length, blocking and
+ * started together: after the reduce-scatter this rank's part (dt_comm_part) holds the serial
+ * sum (shm: its exact bits, the all-reduce's order); the all-gather gives every rank every
+ * owner's part, whatever the other parts held before; the bytes counted are (N-1)/N of the
+ * buffer each. */
+static int sc_parts(dt_shm_world *w, int rank, int world, void *arg) {
+    const ar_args *a = arg;
+    dt_comm *c = join(w, rank, 30);
+    for (int li = 0; li < a->nlens; li++) {
+        const size_t n = a->lens[li];
+        float *buf = malloc((n ? n : 1) * sizeof(float)), *two = malloc((n ? n : 1) * sizeof(float));
+        CHECK(buf && two);
+        for (size_t i = 0; i < n; i++) buf[i] = two[i] = val(rank, i);
+        const uint64_t sent0 = dt_comm_bytes_sent(c);
+        CHECK_OK(dt_comm_reduce_scatter(c, n ? buf : NULL, n));
+        CHECK(dt_comm_bytes_sent(c) - sent0 == (uint64_t)(world - 1) * n * sizeof(float) / (uint64_t)world);
+        size_t lo, hi;
+        dt_comm_part(n, world, rank, &lo, &hi);
+        CHECK(hi - lo <= n / (size_t)world + 1);
+        for (size_t i = lo; i < hi; i++) {
+            float e = expect_val(world, i, DT_REDUCE_SUM);
+            int bad = g_tcp ? !(fabsf(buf[i] - e) <= 1e-6f * (fabsf(e) + 1.0f)) : memcmp(&buf[i], &e, sizeof e) != 0;
+            if (bad) fprintf(stderr, "rank %d: reduce-scatter of %zu: element %zu got %.9g, expected %.9g\n", rank, n, i,
+                             buf[i], e);
+            CHECK(!bad);
+        }
+        for (size_t i = 0; i < n; i++) buf[i] = i >= lo && i < hi ? part_val(rank, i) : NAN;
+        CHECK_OK(dt_comm_allgather_parts(c, n ? buf : NULL, n));
+        for (int q = 0; q < world; q++) {
+            size_t qlo, qhi;
+            dt_comm_part(n, world, q, &qlo, &qhi);
+            for (size_t i = qlo; i < qhi; i++) {
+                if (buf[i] != part_val(q, i))
+                    fprintf(stderr, "rank %d: all-gather of parts of %zu: element %zu (rank %d's) got %.9g\n", rank, n,
+                            i, q, buf[i]);
+                CHECK(buf[i] == part_val(q, i));
+            }
+        }
+        /* started together, as buckets are: two reduce-scatters, then both all-gathers */
+        dt_comm_req *r1, *r2;
+        for (size_t i = 0; i < n; i++) buf[i] = val(rank, i);
+        CHECK_OK(dt_comm_reduce_scatter_start(c, n ? buf : NULL, n, &r1));
+        CHECK_OK(dt_comm_reduce_scatter_start(c, n ? two : NULL, n, &r2));
+        CHECK_OK(dt_comm_wait(c, r1));
+        CHECK_OK(dt_comm_wait(c, r2));
+        CHECK(memcmp(buf + lo, two + lo, (hi - lo) * sizeof(float)) == 0);
+        CHECK_OK(dt_comm_allgather_parts_start(c, n ? buf : NULL, n, &r1));
+        CHECK_OK(dt_comm_allgather_parts_start(c, n ? two : NULL, n, &r2));
+        CHECK_OK(dt_comm_wait(c, r1));
+        CHECK_OK(dt_comm_wait(c, r2));
+        uint64_t mine = fnv1a(buf, n * sizeof(float)), all[64];
+        CHECK(mine == fnv1a(two, n * sizeof(float)));
+        CHECK_OK(dt_comm_allgather(c, &mine, sizeof mine, all));
+        for (int r = 0; r < world; r++) CHECK(all[r] == mine); /* every rank the same bits */
+        free(buf);
+        free(two);
+    }
+    dt_comm_free(c);
+    return 0;
+}
+
+/* A reduce-scatter that rank `world - 1` never joins fails at the deadline, naming it (shm: the
+ * rank; tcp: the neighbour the ring waited for). */
+static int sc_parts_timeout(dt_shm_world *w, int rank, int world, void *arg) {
+    (void)arg;
+    dt_comm *c = join(w, rank, 0.5);
+    if (rank == world - 1) {
+        sleep_s(g_small ? 6 : 1.5);
+        dt_comm_free(c);
+        return 0;
+    }
+    float buf[1000] = {0};
+    dt_status st = dt_comm_reduce_scatter(c, buf, 1000);
+    CHECK_INT_EQ(st, DT_ERR_DEVICE);
+    if (!g_small) printf("  rank %d: %s\n", rank, dt_error_msg());
+    if (g_tcp) {
+        if (rank == 0) CHECK_STR_CONTAINS(dt_error_msg(), "reduce-scatter #1 on rank 0 waited 0.5 s for rank ");
+    } else {
+        CHECK_STR_CONTAINS(dt_error_msg(), "reduce-scatter #1 (1000 floats)");
+        if (strstr(dt_error_msg(), "collective timeout")) CHECK_STR_CONTAINS(dt_error_msg(), "for rank(s) 2 ");
+    }
+    dt_comm_free(c);
+    return 0;
+}
+
 /* Broadcast from a non-zero root (chunked through small slots), all-gather, barrier. */
 static int sc_bcast_gather_barrier(dt_shm_world *w, int rank, int world, void *arg) {
     _Atomic int *counter = arg; /* a MAP_SHARED page of the parent */
@@ -540,6 +628,15 @@ int main(int argc, char **argv) {
     }
     run_world("async buckets + broadcast in between", 3, 4096, sc_async, NULL, NULL);
     run_world("async buckets + broadcast in between", 2, 0, sc_async, NULL, NULL);
+    for (int wi = 0; wi < 5; wi++) {
+        const int n = worlds[wi];
+        ar_args a = {.lens = {0, 1, (size_t)(n - 1), (size_t)n * 7 + 3, g_small ? 4099 : ((size_t)1 << 20) + 3},
+                     .nlens = 5};
+        run_world("reduce-scatter + all-gather of parts", n, 0, sc_parts, NULL, &a);
+        a = (ar_args){.lens = {a.lens[4], 1000}, .nlens = 2}; /* many rounds through small slots */
+        run_world("reduce-scatter + all-gather of parts through 4 KiB slots", n, 4096, sc_parts, NULL, &a);
+    }
+    run_world("timeout: rank 2 never comes to a reduce-scatter", 3, 0, sc_parts_timeout, NULL, NULL);
 
     _Atomic int *counter = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     CHECK(counter != MAP_FAILED);
@@ -566,6 +663,13 @@ int main(int argc, char **argv) {
         run_world("all-reduce sum/avg over the ring", n, 0, sc_allreduce, NULL, &a);
     }
     run_world("async buckets + broadcast in between", 3, 0, sc_async, NULL, NULL);
+    for (int wi = 0; wi < 5; wi++) {
+        const int n = worlds[wi];
+        ar_args a = {.lens = {0, 1, (size_t)(n - 1), (size_t)n * 7 + 3, g_small ? 4099 : ((size_t)1 << 20) + 3},
+                     .nlens = 5};
+        run_world("reduce-scatter + all-gather of parts over the ring", n, 0, sc_parts, NULL, &a);
+    }
+    run_world("timeout: rank 2 never comes to a reduce-scatter", 3, 0, sc_parts_timeout, NULL, NULL);
     counter = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     CHECK(counter != MAP_FAILED);
     for (int n = 2; n <= 4; n++) {

@@ -7,6 +7,10 @@
  *   - a checkpoint with a flipped byte and one with a truncated file: both reported, the one
  *     before them used, and the result still identical;
  *   - 2 workers -> 4 workers: the epoch's samples are each seen exactly once;
+ *   - training.zero_stage 1 (sharded AdamW): a worker killed at step 7, while the other waits
+ *     in a reduce-scatter, restarts to weights identical to an unkilled sharded run; its
+ *     checkpoint (global) resumed by one worker without sharding, and a plain checkpoint by 4
+ *     sharded workers, end where the straight runs end (1e-5);
  *   - a different model shape is refused; a second SIGINT stops at once;
  *   - kill -9 of the launcher: the workers die with it. */
 #include <jansson.h>
@@ -18,6 +22,7 @@
 #include "check.h"
 #include "proc.h"
 #include "testutil.h"
+#include "weights.h"
 
 #define MAX_ARGS 48
 
@@ -141,6 +146,48 @@ static void test_kill_restart(void) {
     test_slurp(path, jsonl, sizeof jsonl);
     CHECK_STR_CONTAINS(jsonl, ",\"type\":\"resume\",\"step\":5,\"checkpoint\":\"");
     CHECK_STR_CONTAINS(jsonl, "/killed/checkpoints/step_00000005\",\"attempt\":1}");
+}
+
+static const char *const two_zero[] = {"checkpoint.every_steps=5", "fault_tolerance.backoff_s=0.1",
+                                       "training.num_workers=2", "data.batch_size_per_worker=4",
+                                       "training.collective_timeout_s=2", "training.zero_stage=1", NULL};
+
+static void test_zero_restart(void) {
+    CHECK_INT_EQ(run("straight-z", "straight-z", two_zero), 0);
+    CHECK_STR_CONTAINS(out_text, "shm reduce-scatter + all-gather");
+    printf("sharded vs plain, 2 workers: weights rel L2 distance %.2e\n", run_distance("straight-z", "straight2"));
+    CHECK(run_distance("straight-z", "straight2") <= 1e-5);
+    setenv("DTRAIN_FAULT", "rank=1,step=7,kind=kill", 1);
+    CHECK_INT_EQ(run("killed-z", "killed-z", two_zero), 0);
+    unsetenv("DTRAIN_FAULT");
+    CHECK_STR_CONTAINS(err_text, "worker rank 1 was killed by signal 9 (SIGKILL)");
+    CHECK_STR_CONTAINS(out_text, "/killed-z/checkpoints/step_00000005: step 5, epoch 1, sample 40 of the epoch (after a restart)");
+    test_same_weights("straight-z", "killed-z");
+    /* the sharded run's checkpoint of step 10, resumed by one worker without sharding */
+    setenv("DTRAIN_FAULT", "rank=0,step=11,kind=exit", 1);
+    const char *const zero_stop[] = {"checkpoint.every_steps=10", "fault_tolerance.max_restarts=0",
+                                     "training.num_workers=2", "data.batch_size_per_worker=4",
+                                     "training.zero_stage=1", NULL};
+    CHECK_INT_EQ(run("z2one-a", "z2one", zero_stop), 1);
+    unsetenv("DTRAIN_FAULT");
+    const char *const one_plain[] = {"checkpoint.every_steps=10", NULL};
+    CHECK_INT_EQ(run("z2one-b", "z2one", one_plain), 0);
+    CHECK_STR_CONTAINS(out_text, "/z2one/checkpoints/step_00000010: step 10, epoch 1, sample 80 of the epoch");
+    CHECK_STR_CONTAINS(out_text, "done: 10 steps");
+    printf("2 sharded -> 1 plain vs 1 straight: weights rel L2 distance %.2e\n", run_distance("z2one", "straight1"));
+    CHECK(run_distance("z2one", "straight1") <= 1e-5);
+    /* a plain one-worker checkpoint of step 10, resumed by 4 sharded workers */
+    setenv("DTRAIN_FAULT", "rank=0,step=11,kind=exit", 1);
+    const char *const one_stop[] = {"checkpoint.every_steps=10", "fault_tolerance.max_restarts=0", NULL};
+    CHECK_INT_EQ(run("one2z-a", "one2z", one_stop), 1);
+    unsetenv("DTRAIN_FAULT");
+    const char *const four_zero[] = {"checkpoint.every_steps=10", "training.num_workers=4", "data.batch_size_per_worker=2",
+                                     "training.zero_stage=1", NULL};
+    CHECK_INT_EQ(run("one2z-b", "one2z", four_zero), 0);
+    CHECK_STR_CONTAINS(out_text, "training.zero_stage 1: rank 0 updates ");
+    CHECK_STR_CONTAINS(out_text, "done: 10 steps");
+    printf("1 plain -> 4 sharded vs 1 straight: weights rel L2 distance %.2e\n", run_distance("one2z", "straight1"));
+    CHECK(run_distance("one2z", "straight1") <= 1e-5);
 }
 
 static void test_hang_restart(void) {
@@ -370,6 +417,7 @@ int main(void) {
     unsetenv("DTRAIN_FAULT");
     test_continuation();
     test_kill_restart();
+    test_zero_restart();
     test_hang_restart();
     test_restarts_exhausted();
     test_sigterm();

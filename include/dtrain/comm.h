@@ -1,6 +1,8 @@
 /* comm.h — collectives between the workers of one job: all-reduce (sum/avg, float32),
  * broadcast, all-gather, barrier, and a non-blocking all-reduce of one contiguous range
- * (one gradient bucket) so that a layer's gradients are reduced while backward goes on.
+ * (one gradient bucket) so that a layer's gradients are reduced while backward goes on;
+ * for optimizer sharding (training.zero_stage 1) a reduce-scatter and an all-gather of the
+ * parts of one float buffer (dt_comm_part), started the same way.
  *
  * Backends behind one interface: `shm` (CPU workers on one host: a shared mapping made by
  * the launcher before fork), later `nccl` (GPUs) and `mpi`. Every collective is queued on
@@ -50,10 +52,19 @@ int dt_comm_world(const dt_comm *c);
 const char *dt_comm_backend(const dt_comm *c); /* "shm" */
 /* The bytes this rank has sent in the collectives issued so far, counted as a ring moves them
  * (nccl-tests' busbw convention): an all-reduce of B bytes 2(N-1)/N x B, a broadcast (N-1)/N x B
- * (a chain's average), an all-gather of B bytes per rank (N-1) x B. That is the data the tcp
+ * (a chain's average), an all-gather of B bytes per rank (N-1) x B, a reduce-scatter or an
+ * all-gather of parts of a B-byte buffer (N-1)/N x B. That is the data the tcp
  * ring's all-reduce and all-gather send (its small per-collective headers, and barriers, are not
  * counted); shm, mpi and nccl move the same data by routes of their own. */
 uint64_t dt_comm_bytes_sent(dt_comm *c);
+
+/* The part of a buffer of n floats that `rank` of `world` owns in a reduce-scatter or an
+ * all-gather of parts: [n*rank/world, n*(rank+1)/world). Parts differ by at most one float;
+ * every backend and the optimizer's shard use this one split. */
+static inline void dt_comm_part(size_t n, int world, int rank, size_t *lo, size_t *hi) {
+    *lo = (size_t)((uint64_t)n * (uint64_t)rank / (uint64_t)world);
+    *hi = (size_t)((uint64_t)n * (uint64_t)(rank + 1) / (uint64_t)world);
+}
 
 /* In place: buf(n) = reduction over ranks of buf(n). n may be 0. */
 dt_status dt_comm_allreduce(dt_comm *c, float *buf, size_t n, dt_reduce_op op);
@@ -63,6 +74,14 @@ dt_status dt_comm_allreduce_start(dt_comm *c, float *buf, size_t n, dt_reduce_op
 /* (When start fails, *req is NULL and there is nothing to wait for; dt_comm_wait(c, NULL)
  * returns the communicator's first error, or DT_ERR_INTERNAL when there is none.) */
 dt_status dt_comm_wait(dt_comm *c, dt_comm_req *req);
+/* Reduce-scatter, in place: afterwards this rank's part of buf(n) (dt_comm_part) holds the
+ * sum over ranks of that part; the rest of buf is unspecified. Start + wait as all-reduce. */
+dt_status dt_comm_reduce_scatter_start(dt_comm *c, float *buf, size_t n, dt_comm_req **req);
+dt_status dt_comm_reduce_scatter(dt_comm *c, float *buf, size_t n);
+/* All-gather of parts, in place: afterwards every rank's buf(n) holds, in each rank's part,
+ * what that rank had there. */
+dt_status dt_comm_allgather_parts_start(dt_comm *c, float *buf, size_t n, dt_comm_req **req);
+dt_status dt_comm_allgather_parts(dt_comm *c, float *buf, size_t n);
 /* buf(bytes) of rank `root` copied to every rank. */
 dt_status dt_comm_broadcast(dt_comm *c, void *buf, size_t bytes, int root);
 /* out(world * bytes): rank r's `in` at out + r * bytes, on every rank. */
@@ -112,6 +131,9 @@ typedef struct dt_comm_backend_ops {
     dt_status (*allreduce)(void *ctx, float *buf, size_t n, dt_reduce_op op, const dt_comm_deadline *dl);
     dt_status (*broadcast)(void *ctx, void *buf, size_t bytes, int root, const dt_comm_deadline *dl);
     dt_status (*allgather)(void *ctx, const void *in, size_t bytes, void *out, const dt_comm_deadline *dl);
+    /* sum into this rank's part of buf(n) / every part of buf(n) from its owner (dt_comm_part) */
+    dt_status (*reduce_scatter)(void *ctx, float *buf, size_t n, const dt_comm_deadline *dl);
+    dt_status (*allgather_parts)(void *ctx, float *buf, size_t n, const dt_comm_deadline *dl);
     dt_status (*barrier)(void *ctx, const dt_comm_deadline *dl);
     void (*free)(void *ctx);
     /* May be NULL. Runs on the CALLER's thread as each collective is queued, in issue order,

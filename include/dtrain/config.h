@@ -61,6 +61,9 @@ typedef struct dt_config {
         int adapt_cpu_threads;      /* 1 (default): with cpu_threads_per_worker 0, fewer threads while other
                                        processes keep cores busy (the launcher measures it) */
         long check_replicas_every;  /* default 100, 0 = off */
+        int zero_stage;             /* 0 (default): every worker holds the whole AdamW state; 1: each worker
+                                       updates its part of every bucket (ZeRO-1: gradients reduce-scattered,
+                                       weights all-gathered, moments 1/num_workers) */
         int early_stopping_patience;/* 0 = off (default); N: stop after N evaluations in a row without a new
                                        best of checkpoint.best_metric (val_loss when that is none) */
     } training;

@@ -119,6 +119,8 @@ struct dt_ops {
     void (*upload)(void *ctx, void *dst, const void *host_src, size_t bytes);
     void (*download)(void *ctx, void *host_dst, const void *src, size_t bytes);
     void (*zero)(void *ctx, void *p, size_t bytes);
+    /* dst = src, both backend memory, not overlapping (queued like an op) */
+    void (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
 
     /* ---- the model's operations ---- */
     /* out(B,T,C) = wte[tokens] + wpe[t] */

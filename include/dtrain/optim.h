@@ -34,6 +34,17 @@ dt_status dt_optim_init(dt_optim **out, const dt_optim_cfg *cfg, const dt_backen
                         const dt_param_seg *segs, int n_segs);
 void dt_optim_free(dt_optim *o);
 
+/* A range of the flat parameter buffer, in floats. */
+typedef struct dt_range {
+    size_t offset, numel;
+} dt_range;
+
+/* The optimizer of one shard (ZeRO-1): moments only for `own` (n_own ranges in increasing
+ * order, disjoint, within n_params; copied), and every call below touches only those ranges
+ * of params and grads. dt_optim_init is this with one range over everything. */
+dt_status dt_optim_init_shard(dt_optim **out, const dt_optim_cfg *cfg, const dt_backend *be, size_t n_params,
+                              const dt_param_seg *segs, int n_segs, const dt_range *own, int n_own);
+
 /* Learning rate for 0-based optimizer step `step`: linear warmup lr*(step+1)/warmup over
  * warmup_steps, then constant, or cosine/linear decay from lr to lr*min_lr_ratio at
  * total_steps. */
@@ -44,14 +55,25 @@ double dt_optim_lr(const dt_optim_cfg *cfg, long step);
  * norm > clip), then AdamW with t = step + 1. *lr receives the rate used. A non-finite grad
  * norm skips the update and returns DT_ERR_INTERNAL with a message. */
 dt_status dt_optim_step(dt_optim *o, float *params, float *grads, long step, double *grad_norm, double *lr);
+/* dt_optim_step in two halves, for a shard: the sum of squares of its own gradients (*out),
+ * with the device's failure, if any; then, given the sum over all shards, the update. */
+dt_status dt_optim_sumsq(dt_optim *o, const float *grads, double *out);
+dt_status dt_optim_update(dt_optim *o, float *params, float *grads, long step, double sumsq, double *grad_norm,
+                          double *lr);
 
-/* Moment buffers (backend memory, n_params floats each), for checkpoints. */
+/* Moment buffers (backend memory, dt_optim_moment_floats each: a shard's ranges one after
+ * the other), for checkpoints. */
 float *dt_optim_m(dt_optim *o);
 float *dt_optim_v(dt_optim *o);
-/* Host copies of the moments, for checkpoints: get copies n_params floats of each into
- * m_host/v_host; set copies them back. */
+size_t dt_optim_moment_floats(const dt_optim *o);
+/* Host copies of the moments, for checkpoints, in the parameters' layout (n_params floats
+ * each): get copies the optimizer's ranges into m_host/v_host (a shard leaves the rest
+ * alone); set copies them from there. */
 size_t dt_optim_num_params(const dt_optim *o);
 dt_status dt_optim_get_moments(const dt_optim *o, float *m_host, float *v_host); /* the device's failure, if any */
 void dt_optim_set_moments(dt_optim *o, const float *m_host, const float *v_host);
+/* A shard's moments (which 0: first, 1: second) copied into its ranges of full(n_params),
+ * backend memory, the rest untouched: what an all-gather of parts then makes whole. */
+void dt_optim_place_moments(const dt_optim *o, int which, float *full);
 
 #endif

@@ -6,15 +6,23 @@
 dt_status dt_agree_step(dt_comm *comm, long step, dt_agree_vote *v) {
     char dev_msg[1024] = ""; /* this rank's device failure: kept across the exchange */
     if (v->device != DT_OK) snprintf(dev_msg, sizeof dev_msg, "%s", dt_error_msg());
-    if (comm && dt_comm_world(comm) > 1) {
-        float sums[4] = {(float)v->loss, (float)v->rows, (float)v->stop, (float)(v->device != DT_OK)};
-        DT_TRY(dt_comm_allreduce(comm, sums, 4, DT_REDUCE_SUM));
-        v->loss = sums[0];
-        v->rows = (long)sums[1];
-        v->stop = sums[2] > 0;
-        if (v->device == DT_OK && sums[3] > 0)
+    const int world = comm ? dt_comm_world(comm) : 1;
+    if (world > 1) {
+        /* every rank's vote to every rank, summed in rank order in double: exact for the counts,
+         * and the same bits on every rank */
+        enum { LOSS, ROWS, STOP, FAILED, SUMSQ, N_FIELDS };
+        double mine[N_FIELDS] = {v->loss, (double)v->rows, v->stop, v->device != DT_OK, v->sumsq};
+        double all[DT_MAX_WORLD][N_FIELDS], sum[N_FIELDS] = {0};
+        DT_TRY(dt_comm_allgather(comm, mine, sizeof mine, all));
+        for (int r = 0; r < world; r++)
+            for (int f = 0; f < N_FIELDS; f++) sum[f] += all[r][f];
+        v->loss = sum[LOSS];
+        v->rows = (long)sum[ROWS];
+        v->stop = sum[STOP] > 0;
+        v->sumsq = sum[SUMSQ];
+        if (v->device == DT_OK && sum[FAILED] > 0)
             return dt_error_set(DT_ERR_DEVICE, "step %ld: %.0f other rank(s) failed on their GPU in this step; stopping "
-                                "without the update (their messages say why)", step, sums[3]);
+                                "without the update (their messages say why)", step, sum[FAILED]);
     }
     return v->device == DT_OK ? DT_OK : dt_error_set(v->device, "%s", dev_msg);
 }

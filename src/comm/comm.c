@@ -15,13 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { REQ_ALLREDUCE, REQ_BROADCAST, REQ_ALLGATHER, REQ_BARRIER };
+enum { REQ_ALLREDUCE, REQ_BROADCAST, REQ_ALLGATHER, REQ_BARRIER, REQ_REDUCE_SCATTER, REQ_GATHER_PARTS };
 
 struct dt_comm_req {
     int kind;
-    void *buf;          /* all-reduce: float (n); broadcast: bytes; all-gather: out (world * bytes) */
+    void *buf;          /* all-reduce, reduce-scatter, parts: float (n); broadcast: bytes; all-gather: out (world * bytes) */
     const void *in;     /* all-gather: this rank's bytes */
-    size_t n;           /* all-reduce: floats; broadcast / all-gather: bytes */
+    size_t n;           /* all-reduce, reduce-scatter, parts: floats; broadcast / all-gather: bytes */
     dt_reduce_op op;
     int root;
     double timeout_s;   /* barrier: its own deadline (0: the backend's) */
@@ -71,6 +71,8 @@ static dt_status run_request(dt_comm *c, dt_comm_req *r) {
     case REQ_BROADCAST: return c->be->broadcast(c->ctx, r->buf, r->n, r->root, &dl);
     case REQ_ALLGATHER: return c->be->allgather(c->ctx, r->in, r->n, r->buf, &dl);
     case REQ_BARRIER: return c->be->barrier(c->ctx, &dl);
+    case REQ_REDUCE_SCATTER: return c->be->reduce_scatter(c->ctx, (float *)r->buf, r->n, &dl);
+    case REQ_GATHER_PARTS: return c->be->allgather_parts(c->ctx, (float *)r->buf, r->n, &dl);
     }
     return dt_error_set(DT_ERR_INTERNAL, "comm: unknown request kind %d", r->kind);
 }
@@ -191,7 +193,8 @@ static dt_status break_locked(dt_comm *c, dt_status st) {
 
 /* What one rank sends for `r` in a ring of `world` (nccl-tests' busbw count): all-reduce
  * 2(N-1)/N of the buffer (reduce-scatter, then all-gather), broadcast (N-1)/N of it (a chain,
- * averaged over the ranks), all-gather N-1 pieces; a barrier nothing. */
+ * averaged over the ranks), all-gather N-1 pieces, reduce-scatter and all-gather of parts
+ * (N-1)/N of the buffer; a barrier nothing. */
 static uint64_t ring_bytes(int world, const dt_comm_req *r) {
     if (world < 2) return 0;
     const uint64_t N = (uint64_t)world;
@@ -199,6 +202,7 @@ static uint64_t ring_bytes(int world, const dt_comm_req *r) {
     case REQ_ALLREDUCE: return 2 * (N - 1) * (uint64_t)r->n * sizeof(float) / N;
     case REQ_BROADCAST: return (N - 1) * (uint64_t)r->n / N;
     case REQ_ALLGATHER: return (N - 1) * (uint64_t)r->n;
+    case REQ_REDUCE_SCATTER: case REQ_GATHER_PARTS: return (N - 1) * (uint64_t)r->n * sizeof(float) / N;
     default: return 0;
     }
 }
@@ -210,7 +214,7 @@ static dt_status start(dt_comm *c, const dt_comm_req *tmpl, dt_comm_req **out) {
     dt_status st = DT_OK;
     if (tmpl->n > 0 && (!tmpl->buf || (tmpl->kind == REQ_ALLGATHER && !tmpl->in)))
         st = dt_error_set(DT_ERR_INTERNAL, "comm rank %d: NULL buffer for %zu %s", c->rank, tmpl->n,
-                          tmpl->kind == REQ_ALLREDUCE ? "floats" : "bytes");
+                          tmpl->kind == REQ_BROADCAST || tmpl->kind == REQ_ALLGATHER ? "bytes" : "floats");
     else if (tmpl->kind == REQ_BROADCAST && (tmpl->root < 0 || tmpl->root >= c->world))
         st = dt_error_set(DT_ERR_INTERNAL, "comm rank %d: broadcast root %d is not in [0, %d)", c->rank,
                           tmpl->root, c->world);
@@ -284,6 +288,26 @@ dt_status dt_comm_allreduce_start(dt_comm *c, float *buf, size_t n, dt_reduce_op
 
 dt_status dt_comm_allreduce(dt_comm *c, float *buf, size_t n, dt_reduce_op op) {
     dt_comm_req t = {.kind = REQ_ALLREDUCE, .buf = buf, .n = n, .op = op};
+    return start_wait(c, &t);
+}
+
+dt_status dt_comm_reduce_scatter_start(dt_comm *c, float *buf, size_t n, dt_comm_req **req) {
+    dt_comm_req t = {.kind = REQ_REDUCE_SCATTER, .buf = buf, .n = n};
+    return start(c, &t, req);
+}
+
+dt_status dt_comm_reduce_scatter(dt_comm *c, float *buf, size_t n) {
+    dt_comm_req t = {.kind = REQ_REDUCE_SCATTER, .buf = buf, .n = n};
+    return start_wait(c, &t);
+}
+
+dt_status dt_comm_allgather_parts_start(dt_comm *c, float *buf, size_t n, dt_comm_req **req) {
+    dt_comm_req t = {.kind = REQ_GATHER_PARTS, .buf = buf, .n = n};
+    return start(c, &t, req);
+}
+
+dt_status dt_comm_allgather_parts(dt_comm *c, float *buf, size_t n) {
+    dt_comm_req t = {.kind = REQ_GATHER_PARTS, .buf = buf, .n = n};
     return start_wait(c, &t);
 }
 

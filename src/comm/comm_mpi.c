@@ -2,7 +2,7 @@
  * workers started by mpirun or srun, on one machine or several.
  *
  * Every collective is MPI's non-blocking form (MPI_Iallreduce, MPI_Ibcast, MPI_Iallgather,
- * MPI_Ibarrier) followed by MPI_Test polling until it completes or the deadline passes, so
+ * MPI_Ireduce_scatter, MPI_Iallgatherv, MPI_Ibarrier) followed by MPI_Test polling until it completes or the deadline passes, so
  * a dead or stopped peer makes the call fail with a message instead of hanging (MPI itself
  * has no timeouts). All MPI calls run on the communicator's thread, one at a time
  * (MPI_THREAD_SERIALIZED); MPI_Init and MPI_Finalize happen on the main thread while no
@@ -21,6 +21,7 @@
 typedef struct mpi_ctx {
     int rank, world;
     unsigned long seq;
+    int *counts, *displs; /* (world) the parts of a reduce-scatter or all-gather of parts */
 } mpi_ctx;
 
 static dt_status mpi_fail(int rc, const char *what) {
@@ -82,6 +83,42 @@ static dt_status mpi_allgather(void *vctx, const void *in, size_t bytes, void *o
     return wait_req(x, &req, "all-gather", dl);
 }
 
+/* counts and displacements of the parts of n floats (dt_comm_part) */
+static dt_status set_parts(mpi_ctx *x, size_t n, const char *what) {
+    if (n > (size_t)INT32_MAX) return dt_error_set(DT_ERR_INTERNAL, "mpi: %s of %zu floats is too large", what, n);
+    for (int q = 0; q < x->world; q++) {
+        size_t lo, hi;
+        dt_comm_part(n, x->world, q, &lo, &hi);
+        x->displs[q] = (int)lo;
+        x->counts[q] = (int)(hi - lo);
+    }
+    return DT_OK;
+}
+
+/* In place, MPI puts this rank's result at the start of the buffer: moved to its part. */
+static dt_status mpi_reduce_scatter(void *vctx, float *buf, size_t n, const dt_comm_deadline *dl) {
+    mpi_ctx *x = vctx;
+    if (n == 0 || x->world == 1) return DT_OK;
+    DT_TRY(set_parts(x, n, "reduce-scatter"));
+    MPI_Request req;
+    int rc = MPI_Ireduce_scatter(MPI_IN_PLACE, buf, x->counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Ireduce_scatter");
+    DT_TRY(wait_req(x, &req, "reduce-scatter", dl));
+    memmove(buf + x->displs[x->rank], buf, (size_t)x->counts[x->rank] * sizeof(float));
+    return DT_OK;
+}
+
+static dt_status mpi_allgather_parts(void *vctx, float *buf, size_t n, const dt_comm_deadline *dl) {
+    mpi_ctx *x = vctx;
+    if (n == 0 || x->world == 1) return DT_OK;
+    DT_TRY(set_parts(x, n, "all-gather of parts"));
+    MPI_Request req;
+    int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, x->counts, x->displs, MPI_FLOAT, MPI_COMM_WORLD,
+                             &req);
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallgatherv");
+    return wait_req(x, &req, "all-gather of parts", dl);
+}
+
 static dt_status mpi_barrier(void *vctx, const dt_comm_deadline *dl) {
     MPI_Request req;
     int rc = MPI_Ibarrier(MPI_COMM_WORLD, &req);
@@ -89,13 +126,21 @@ static dt_status mpi_barrier(void *vctx, const dt_comm_deadline *dl) {
     return wait_req(vctx, &req, "barrier", dl);
 }
 
-static void mpi_free_ctx(void *vctx) { free(vctx); }
+static void mpi_free_ctx(void *vctx) {
+    mpi_ctx *x = vctx;
+    if (!x) return;
+    free(x->counts);
+    free(x->displs);
+    free(x);
+}
 
 static const dt_comm_backend_ops mpi_backend = {
     .name = "mpi",
     .allreduce = mpi_allreduce,
     .broadcast = mpi_broadcast,
     .allgather = mpi_allgather,
+    .reduce_scatter = mpi_reduce_scatter,
+    .allgather_parts = mpi_allgather_parts,
     .barrier = mpi_barrier,
     .free = mpi_free_ctx,
 };
@@ -148,5 +193,11 @@ dt_status dt_comm_init_mpi(dt_comm **out, double timeout_s) {
     if (!x) return DT_ERR_NOMEM;
     MPI_Comm_rank(MPI_COMM_WORLD, &x->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &x->world);
+    x->counts = dt_calloc((size_t)x->world, sizeof *x->counts, "mpi part counts");
+    x->displs = dt_calloc((size_t)x->world, sizeof *x->displs, "mpi part offsets");
+    if (!x->counts || !x->displs) {
+        mpi_free_ctx(x);
+        return DT_ERR_NOMEM;
+    }
     return dt_comm_create(out, &mpi_backend, x, x->rank, x->world, timeout_s);
 }

@@ -54,7 +54,7 @@
 #define NCCL_FUNCS(X)                                                                                  \
     X(ncclGetVersion) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommDestroy) X(ncclCommAbort)    \
     X(ncclCommGetAsyncError) X(ncclGetErrorString) X(ncclGetLastError) X(ncclAllReduce)             \
-    X(ncclBroadcast) X(ncclAllGather)
+    X(ncclBroadcast) X(ncclAllGather) X(ncclReduceScatter) X(ncclReduce) X(ncclGroupStart) X(ncclGroupEnd)
 
 static struct {
 #define X(f) __typeof__(f) *f;
@@ -402,6 +402,60 @@ static dt_status nccl_allgather(void *vctx, const void *in, size_t bytes, void *
     return st == DT_OK ? DT_OK : failed(x, st);
 }
 
+/* Reduce-scatter (gather 0) or all-gather of parts (gather 1) of buf(n), in place. Parts of one
+ * size (n divisible by the world) are NCCL's ncclReduceScatter / ncclAllGather in place; other
+ * splits (dt_comm_part's parts differ by one float) a group of one ncclReduce / ncclBroadcast
+ * per part, rooted at its owner. Host buffers are staged through the scratch buffer. */
+static dt_status parts_(nccl_ctx *x, float *buf, size_t n, int gather) {
+    if (n > SIZE_MAX / sizeof(float)) return dt_error_set(DT_ERR_INTERNAL, "nccl %s: too large", x->op);
+    const size_t bytes = n * sizeof(float);
+    int dev;
+    DT_TRY(classify(x, buf, gather ? "all-gather of parts" : "reduce-scatter", &dev));
+    float *d = buf;
+    if (!dev) {
+        DT_TRY(grow_scratch(x, bytes));
+        d = x->scratch;
+    }
+    const double t0 = dt_clock_now();
+    DT_TRY(after_compute(x));
+    if (!dev) DT_TRY(CK(cudaMemcpyAsync, d, buf, bytes, cudaMemcpyHostToDevice, x->stream));
+    const size_t W = (size_t)x->world;
+    if (n % W == 0) {
+        float *mine = d + (size_t)x->rank * (n / W);
+        if (gather) DT_TRY(NC(ncclAllGather, mine, d, n / W, ncclFloat32, x->comm, x->stream));
+        else DT_TRY(NC(ncclReduceScatter, d, mine, n / W, ncclFloat32, ncclSum, x->comm, x->stream));
+    } else {
+        DT_TRY(ck_nccl(x, nc.ncclGroupStart(), "ncclGroupStart", __FILE__, __LINE__));
+        dt_status st = DT_OK;
+        for (int q = 0; st == DT_OK && q < x->world; q++) {
+            size_t lo, hi;
+            dt_comm_part(n, x->world, q, &lo, &hi);
+            st = gather ? NC(ncclBroadcast, d + lo, d + lo, hi - lo, ncclFloat32, q, x->comm, x->stream)
+                        : NC(ncclReduce, d + lo, d + lo, hi - lo, ncclFloat32, ncclSum, q, x->comm, x->stream);
+        }
+        dt_status end = ck_nccl(x, nc.ncclGroupEnd(), "ncclGroupEnd", __FILE__, __LINE__); /* closes the group */
+        DT_TRY(st);
+        DT_TRY(end);
+    }
+    DT_TRY(wait_done(x, t0, 1));
+    if (!dev) DT_TRY(download(x, buf, d, bytes));
+    return DT_OK;
+}
+
+static dt_status nccl_reduce_scatter(void *vctx, float *buf, size_t n, const dt_comm_deadline *dl) {
+    nccl_ctx *x = vctx;
+    dt_status st = begin(x, dl, "reduce-scatter #%lu (%zu floats)", x->seq + 1, n);
+    if (st == DT_OK && n > 0) st = parts_(x, buf, n, 0);
+    return st == DT_OK ? DT_OK : failed(x, st);
+}
+
+static dt_status nccl_allgather_parts(void *vctx, float *buf, size_t n, const dt_comm_deadline *dl) {
+    nccl_ctx *x = vctx;
+    dt_status st = begin(x, dl, "all-gather of parts #%lu (%zu floats)", x->seq + 1, n);
+    if (st == DT_OK && n > 0) st = parts_(x, buf, n, 1);
+    return st == DT_OK ? DT_OK : failed(x, st);
+}
+
 /* An all-reduce of one float in the scratch buffer. It orders host threads, not GPU work:
  * it does not wait for the compute stream. */
 static dt_status nccl_barrier(void *vctx, const dt_comm_deadline *dl) {
@@ -452,6 +506,8 @@ static const dt_comm_backend_ops nccl_backend = {
     .allreduce = nccl_allreduce,
     .broadcast = nccl_broadcast,
     .allgather = nccl_allgather,
+    .reduce_scatter = nccl_reduce_scatter,
+    .allgather_parts = nccl_allgather_parts,
     .barrier = nccl_barrier,
     .free = nccl_free,
     .prepare = nccl_prepare,

@@ -26,6 +26,14 @@
  * names exactly the ranks that did not arrive. A timeout or a collective mismatch aborts
  * the whole world (every rank fails promptly); the world is then unusable.
  *
+ * Reduce-scatter and all-gather of parts (dt_comm_part) move only what they must, in rounds
+ * of one barrier each: in round k a reduce-scatter's rank copies the k-th piece of every
+ * OTHER rank's part into its slot (one place per destination rank), and after the barrier
+ * each rank sums the k-th piece of its own part over ranks 0..N-1 in that order (the
+ * all-reduce's order: the same bits) straight into the caller's buffer; an all-gather's rank
+ * copies the k-th piece of its own part into its slot, and after the barrier every rank
+ * copies the others' pieces out. The slot halves alternate as above.
+ *
  * Test-only switch: dt_fault_break_allreduce (fault.h) makes one rank's all-reduce results
  * wrong, so that the doctor's self-test can prove it catches a bad collective. */
 #include "dtrain/comm.h"
@@ -52,8 +60,9 @@
 #define SHM_SPIN_S 20e-6   /* busy-wait this long before sleeping (only when ranks <= cpus) */
 #define SHM_SLICE_S 0.01   /* futex sleep slice: bounds how late a missed abort is noticed */
 
-enum { OP_ALLREDUCE, OP_BROADCAST, OP_ALLGATHER, OP_BARRIER, OP_KINDS };
-static const char *const op_names[OP_KINDS] = {"all-reduce", "broadcast", "all-gather", "barrier"};
+enum { OP_ALLREDUCE, OP_BROADCAST, OP_ALLGATHER, OP_BARRIER, OP_REDUCE_SCATTER, OP_GATHER_PARTS, OP_KINDS };
+static const char *const op_names[OP_KINDS] = {"all-reduce", "broadcast",      "all-gather",
+                                               "barrier",    "reduce-scatter", "all-gather of parts"};
 
 /* What a rank is doing, published before the first barrier of each collective (two
  * copies, by barrier parity), so that mismatched collectives are reported, not run. */
@@ -116,8 +125,9 @@ static dt_status world_create(dt_shm_world **out, int world, size_t slot_bytes, 
         if (slot_bytes > ((size_t)32 << 20)) slot_bytes = (size_t)32 << 20;
         slot_bytes &= ~(size_t)(SHM_LINE - 1);
     } else {
-        /* two halves of whole cache lines */
-        slot_bytes = slot_bytes < 2 * SHM_LINE ? 2 * SHM_LINE : round_up(slot_bytes, 2 * SHM_LINE);
+        /* two halves of whole cache lines, each with a line per rank (a reduce-scatter round) */
+        const size_t min = 2 * SHM_LINE * (size_t)world;
+        slot_bytes = slot_bytes < min ? min : round_up(slot_bytes, 2 * SHM_LINE);
     }
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t data_offset = round_up(sizeof(dt_shm_world), page);
@@ -220,7 +230,7 @@ typedef struct {
 static void describe(const op_desc *d, char *buf, size_t cap) {
     const char *name = d->kind < OP_KINDS ? op_names[d->kind] : "?";
     switch (d->kind) {
-    case OP_ALLREDUCE:
+    case OP_ALLREDUCE: case OP_REDUCE_SCATTER: case OP_GATHER_PARTS:
         snprintf(buf, cap, "%s #%llu (%llu floats)", name, (unsigned long long)d->seq, (unsigned long long)d->count);
         break;
     case OP_BROADCAST:
@@ -451,6 +461,84 @@ static dt_status shm_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op
     return DT_OK;
 }
 
+/* Floats of the pieces a round of reduce-scatter (per destination rank) or of all-gather of
+ * parts moves: whole cache lines, within half a slot and the all-reduce's chunk size. */
+static size_t piece_floats(const shm_ctx *x, int per_rank) {
+    size_t c = chunk_floats(x->w);
+    if (per_rank) c /= (size_t)x->world;
+    return c & ~(size_t)15; /* >= 16: half a slot holds a line per rank (world_create) */
+}
+
+/* The k-th piece [off, off + len) of rank q's part of n floats, pieces of `pc`. */
+static size_t piece(size_t n, int world, int q, size_t k, size_t pc, size_t *off) {
+    size_t lo, hi;
+    dt_comm_part(n, world, q, &lo, &hi);
+    size_t a = lo + k * pc;
+    *off = a;
+    if (a >= hi) return 0;
+    return hi - a < pc ? hi - a : pc;
+}
+
+static size_t rounds_of(size_t n, int world, size_t pc) {
+    size_t longest = (n + (size_t)world - 1) / (size_t)world; /* dt_comm_part's largest part */
+    return (longest + pc - 1) / pc;
+}
+
+static dt_status shm_reduce_scatter(void *vctx, float *buf, size_t n, const dt_comm_deadline *dl) {
+    shm_ctx *x = vctx;
+    DT_TRY(begin(x, OP_REDUCE_SCATTER, n, -1, dl));
+    if (n == 0 || x->world == 1) return DT_OK;
+    dt_shm_world *w = x->w;
+    const size_t pc = piece_floats(x, 1), rounds = rounds_of(n, x->world, pc);
+    if ((size_t)x->world * pc * sizeof(float) > w->slot_bytes / 2)
+        return fail_world(x, dt_error_set(DT_ERR_INTERNAL, "shm reduce-scatter: a slot of %zu bytes is too small for %d "
+                                                           "ranks", w->slot_bytes, x->world));
+    enum { BLOCK = 1024 };
+    float acc[BLOCK];
+    for (size_t k = 0; k < rounds; k++) {
+        uint32_t g = atomic_load_explicit(&w->bar_gen, memory_order_relaxed);
+        float *mine = (float *)slot(w, x->rank, g);
+        for (int q = 0; q < x->world; q++) {
+            size_t off, len = piece(n, x->world, q, k, pc, &off);
+            if (q != x->rank && len) memcpy(mine + (size_t)q * pc, buf + off, len * sizeof(float));
+        }
+        DT_TRY(k == 0 ? barrier_first(x) : barrier(x));
+        size_t off, len = piece(n, x->world, x->rank, k, pc, &off);
+        for (size_t b = 0; b < len; b += BLOCK) {
+            size_t m = len - b < BLOCK ? len - b : BLOCK;
+#define SRC(r) ((r) == x->rank ? buf + off + b : (const float *)slot(w, (r), g) + (size_t)x->rank * pc + b)
+            add2(acc, SRC(0), SRC(1), m);
+            for (int r = 2; r < x->world; r++) add1(acc, SRC(r), m);
+#undef SRC
+            memcpy(buf + off + b, acc, m * sizeof(float));
+        }
+    }
+    if (x->break_allreduce) {
+        size_t lo, hi;
+        dt_comm_part(n, x->world, x->rank, &lo, &hi);
+        if (hi > lo) buf[lo] += 1.0f;
+    }
+    return DT_OK;
+}
+
+static dt_status shm_allgather_parts(void *vctx, float *buf, size_t n, const dt_comm_deadline *dl) {
+    shm_ctx *x = vctx;
+    DT_TRY(begin(x, OP_GATHER_PARTS, n, -1, dl));
+    if (n == 0 || x->world == 1) return DT_OK;
+    dt_shm_world *w = x->w;
+    const size_t pc = piece_floats(x, 0), rounds = rounds_of(n, x->world, pc);
+    for (size_t k = 0; k < rounds; k++) {
+        uint32_t g = atomic_load_explicit(&w->bar_gen, memory_order_relaxed);
+        size_t off, len = piece(n, x->world, x->rank, k, pc, &off);
+        if (len) memcpy(slot(w, x->rank, g), buf + off, len * sizeof(float));
+        DT_TRY(k == 0 ? barrier_first(x) : barrier(x));
+        for (int q = 0; q < x->world; q++)
+            if (q != x->rank && (len = piece(n, x->world, q, k, pc, &off)))
+                memcpy(buf + off, slot(w, q, g), len * sizeof(float));
+    }
+    return DT_OK;
+}
+
 static dt_status shm_broadcast(void *vctx, void *buf, size_t bytes, int root, const dt_comm_deadline *dl) {
     shm_ctx *x = vctx;
     DT_TRY(begin(x, OP_BROADCAST, bytes, root, dl));
@@ -500,6 +588,8 @@ static const dt_comm_backend_ops shm_backend = {
     .allreduce = shm_allreduce,
     .broadcast = shm_broadcast,
     .allgather = shm_allgather,
+    .reduce_scatter = shm_reduce_scatter,
+    .allgather_parts = shm_allgather_parts,
     .barrier = shm_barrier,
     .free = shm_free,
 };

@@ -7,6 +7,8 @@
  *                others, so every rank gets the same bits
  *   broadcast    store-and-forward along the ring from the root
  *   all-gather   ring, one block per step
+ *   reduce-scatter, all-gather of parts: the all-reduce's two halves, shifted by one chunk so
+ *                that each rank ends with (or starts from) its own part (dt_comm_part)
  *   barrier      an all-reduce of one float
  *
  * Every transfer sends and receives at the same time (non-blocking sockets, poll), so the
@@ -114,8 +116,13 @@ typedef struct op_header {
     uint64_t seq, count;
 } op_header;
 
+static const char *const op_names[] = {"all-reduce", "broadcast", "all-gather", "barrier", "reduce-scatter",
+                                       "all-gather of parts"};
+enum { OP_ALLREDUCE, OP_BROADCAST, OP_ALLGATHER, OP_BARRIER, OP_REDUCE_SCATTER, OP_GATHER_PARTS, OP_KINDS };
+
+static const char *op_name(uint32_t kind) { return kind < OP_KINDS ? op_names[kind] : "?"; }
+
 static dt_status check_op(tcp_ctx *x, uint32_t kind, uint64_t count, int root, double deadline, const char *what) {
-    static const char *const names[] = {"all-reduce", "broadcast", "all-gather", "barrier"};
     op_header mine = {kind, (uint32_t)root, x->seq, count}, theirs;
     DT_TRY(exchange(x, &mine, sizeof mine, &theirs, sizeof theirs, deadline, what));
     if (memcmp(&mine, &theirs, sizeof mine) != 0) {
@@ -124,24 +131,33 @@ static dt_status check_op(tcp_ctx *x, uint32_t kind, uint64_t count, int root, d
         return dt_error_set(DT_ERR_INTERNAL,
                             "collective mismatch: rank %d issued %s #%lu of %lu items, rank %d issued %s #%lu of %lu "
                             "(the ranks took different paths)",
-                            x->rank, names[kind & 3], (unsigned long)mine.seq, (unsigned long)mine.count, prev_of(x),
-                            names[theirs.kind & 3], (unsigned long)theirs.seq, (unsigned long)theirs.count);
+                            x->rank, op_name(mine.kind), (unsigned long)mine.seq, (unsigned long)mine.count, prev_of(x),
+                            op_name(theirs.kind), (unsigned long)theirs.seq, (unsigned long)theirs.count);
     }
     return DT_OK;
 }
 
-/* chunk i of n floats split in `world` parts */
-static size_t chunk_off(size_t n, int world, int i) { return n * (size_t)i / (size_t)world; }
-
-static dt_status tcp_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op, const dt_comm_deadline *dl) {
-    tcp_ctx *x = vctx;
-    const int W = x->world, r = x->rank;
+/* Counts collective `kind` and checks that the whole ring issued it (world > 1). */
+static dt_status begin(tcp_ctx *x, uint32_t kind, uint64_t count, int root, const dt_comm_deadline *dl, double *deadline) {
     x->seq++;
     x->dl = dl;
-    if (W == 1) return DT_OK;
-    const double deadline = dt_clock_now() + dl->timeout_s;
-    DT_TRY(check_op(x, 0, n, -1, deadline, "all-reduce"));
-    if (n == 0) return DT_OK;
+    *deadline = dt_clock_now() + dl->timeout_s;
+    return check_op(x, kind, count, root, *deadline, op_name(kind));
+}
+
+/* chunk i (mod world) of n floats split in `world` parts: dt_comm_part's */
+static size_t chunk(size_t n, int world, int i, size_t *len) {
+    size_t lo, hi;
+    dt_comm_part(n, world, ((i % world) + world) % world, &lo, &hi);
+    *len = hi - lo;
+    return lo;
+}
+
+/* Ring reduce-scatter: at step s rank r sends chunk r+shift-s and adds what it receives into
+ * chunk r+shift-s-1; afterwards it holds the sum of chunk r+shift+1 (shift 0: the all-reduce's
+ * first half, -1: every rank its own part). */
+static dt_status ring_reduce(tcp_ctx *x, float *buf, size_t n, int shift, double deadline, const char *what) {
+    const int W = x->world, r = x->rank;
     size_t max_chunk = n / (size_t)W + 1;
     if (x->tmp_n < max_chunk) {
         float *t = realloc(x->tmp, max_chunk * sizeof(float));
@@ -149,31 +165,59 @@ static dt_status tcp_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op
         x->tmp = t;
         x->tmp_n = max_chunk;
     }
-    for (int s = 0; s < W - 1; s++) { /* reduce-scatter: rank r ends owning chunk r+1 */
-        int si = (r - s + W) % W, ri = (r - s - 1 + W) % W;
-        size_t so = chunk_off(n, W, si), sn = chunk_off(n, W, si + 1) - so;
-        size_t ro = chunk_off(n, W, ri), rn = chunk_off(n, W, ri + 1) - ro;
-        DT_TRY(exchange(x, buf + so, sn * sizeof(float), x->tmp, rn * sizeof(float), deadline, "all-reduce"));
+    for (int s = 0; s < W - 1; s++) {
+        size_t sn, rn, so = chunk(n, W, r + shift - s, &sn), ro = chunk(n, W, r + shift - s - 1, &rn);
+        DT_TRY(exchange(x, buf + so, sn * sizeof(float), x->tmp, rn * sizeof(float), deadline, what));
         for (size_t i = 0; i < rn; i++) buf[ro + i] += x->tmp[i];
     }
-    for (int s = 0; s < W - 1; s++) { /* all-gather of the reduced chunks */
-        int si = (r + 1 - s + W) % W, ri = (r - s + W) % W;
-        size_t so = chunk_off(n, W, si), sn = chunk_off(n, W, si + 1) - so;
-        size_t ro = chunk_off(n, W, ri), rn = chunk_off(n, W, ri + 1) - ro;
-        DT_TRY(exchange(x, buf + so, sn * sizeof(float), buf + ro, rn * sizeof(float), deadline, "all-reduce"));
-    }
-    if (op == DT_REDUCE_AVG)
-        for (size_t i = 0; i < n; i++) buf[i] /= (float)W;
     return DT_OK;
+}
+
+/* Ring all-gather of chunks, rank r starting with chunk `own`: at step s it sends chunk
+ * own-s and receives chunk own-s-1. */
+static dt_status ring_gather(tcp_ctx *x, float *buf, size_t n, int own, double deadline, const char *what) {
+    const int W = x->world;
+    for (int s = 0; s < W - 1; s++) {
+        size_t sn, rn, so = chunk(n, W, own - s, &sn), ro = chunk(n, W, own - s - 1, &rn);
+        DT_TRY(exchange(x, buf + so, sn * sizeof(float), buf + ro, rn * sizeof(float), deadline, what));
+    }
+    return DT_OK;
+}
+
+static dt_status tcp_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op, const dt_comm_deadline *dl) {
+    tcp_ctx *x = vctx;
+    if (x->world == 1) return x->seq++, DT_OK;
+    double deadline;
+    DT_TRY(begin(x, OP_ALLREDUCE, n, -1, dl, &deadline));
+    if (n == 0) return DT_OK;
+    DT_TRY(ring_reduce(x, buf, n, 0, deadline, "all-reduce"));
+    DT_TRY(ring_gather(x, buf, n, x->rank + 1, deadline, "all-reduce"));
+    if (op == DT_REDUCE_AVG)
+        for (size_t i = 0; i < n; i++) buf[i] /= (float)x->world;
+    return DT_OK;
+}
+
+static dt_status tcp_reduce_scatter(void *vctx, float *buf, size_t n, const dt_comm_deadline *dl) {
+    tcp_ctx *x = vctx;
+    if (x->world == 1) return x->seq++, DT_OK;
+    double deadline;
+    DT_TRY(begin(x, OP_REDUCE_SCATTER, n, -1, dl, &deadline));
+    return n ? ring_reduce(x, buf, n, -1, deadline, "reduce-scatter") : DT_OK;
+}
+
+static dt_status tcp_allgather_parts(void *vctx, float *buf, size_t n, const dt_comm_deadline *dl) {
+    tcp_ctx *x = vctx;
+    if (x->world == 1) return x->seq++, DT_OK;
+    double deadline;
+    DT_TRY(begin(x, OP_GATHER_PARTS, n, -1, dl, &deadline));
+    return n ? ring_gather(x, buf, n, x->rank, deadline, "all-gather of parts") : DT_OK;
 }
 
 static dt_status tcp_broadcast(void *vctx, void *buf, size_t bytes, int root, const dt_comm_deadline *dl) {
     tcp_ctx *x = vctx;
-    x->seq++;
-    x->dl = dl;
-    if (x->world == 1) return DT_OK;
-    const double deadline = dt_clock_now() + dl->timeout_s;
-    DT_TRY(check_op(x, 1, bytes, root, deadline, "broadcast"));
+    if (x->world == 1) return x->seq++, DT_OK;
+    double deadline;
+    DT_TRY(begin(x, OP_BROADCAST, bytes, root, dl, &deadline));
     if (bytes == 0) return DT_OK;
     if (x->rank != root) DT_TRY(exchange(x, NULL, 0, buf, bytes, deadline, "broadcast"));
     if (next_of(x) != root) DT_TRY(exchange(x, buf, bytes, NULL, 0, deadline, "broadcast"));
@@ -183,13 +227,11 @@ static dt_status tcp_broadcast(void *vctx, void *buf, size_t bytes, int root, co
 static dt_status tcp_allgather(void *vctx, const void *in, size_t bytes, void *out, const dt_comm_deadline *dl) {
     tcp_ctx *x = vctx;
     const int W = x->world, r = x->rank;
-    x->seq++;
-    x->dl = dl;
     char *o = out;
     memmove(o + (size_t)r * bytes, in, bytes);
-    if (W == 1) return DT_OK;
-    const double deadline = dt_clock_now() + dl->timeout_s;
-    DT_TRY(check_op(x, 2, bytes, -1, deadline, "all-gather"));
+    if (W == 1) return x->seq++, DT_OK;
+    double deadline;
+    DT_TRY(begin(x, OP_ALLGATHER, bytes, -1, dl, &deadline));
     for (int s = 0; s < W - 1; s++) {
         int si = (r - s + W) % W, ri = (r - s - 1 + W) % W;
         DT_TRY(exchange(x, o + (size_t)si * bytes, bytes, o + (size_t)ri * bytes, bytes, deadline, "all-gather"));
@@ -216,6 +258,8 @@ static const dt_comm_backend_ops tcp_backend = {
     .allreduce = tcp_allreduce,
     .broadcast = tcp_broadcast,
     .allgather = tcp_allgather,
+    .reduce_scatter = tcp_reduce_scatter,
+    .allgather_parts = tcp_allgather_parts,
     .barrier = tcp_barrier,
     .free = tcp_free,
 };

@@ -117,6 +117,7 @@ static const key_def keys[] = {
     KEY("training.cpu_threads_per_worker", K_INT, training.cpu_threads_per_worker, "0", GE(0)),
     KEY("training.adapt_cpu_threads", K_BOOL, training.adapt_cpu_threads, "true", ANY),
     KEY("training.check_replicas_every", K_LONG, training.check_replicas_every, "100", GE(0)),
+    KEY("training.zero_stage", K_INT, training.zero_stage, "0", IN(0, 1)),
     KEY("training.early_stopping_patience", K_INT, training.early_stopping_patience, "0", GE(0)),
 
     SECTION("optimizer"),

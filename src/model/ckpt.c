@@ -187,15 +187,17 @@ static json_t *trainer_json(const dt_ckpt_state *s) {
     return root;
 }
 
-static dt_status save_optimizer(const char *path, dt_model *m, dt_optim *o) {
+static dt_status save_optimizer(const char *path, dt_model *m, dt_optim *o, const dt_ckpt_state *s) {
     size_t n = dt_optim_num_params(o);
     int nt = dt_model_num_tensors(m);
-    float *mh = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg)");
-    float *vh = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg_sq)");
+    const int given = s->exp_avg && s->exp_avg_sq;
+    float *mh = given ? NULL : dt_malloc(n * sizeof(float), "optimizer staging (exp_avg)");
+    float *vh = given ? NULL : dt_malloc(n * sizeof(float), "optimizer staging (exp_avg_sq)");
+    const float *mv[2] = {given ? s->exp_avg : mh, given ? s->exp_avg_sq : vh};
     dt_st_entry *e = dt_calloc(2 * (size_t)nt, sizeof *e, "optimizer tensor list");
     char(*names)[64] = dt_calloc(2 * (size_t)nt, sizeof *names, "optimizer tensor names");
     dt_status st = DT_ERR_NOMEM;
-    if (mh && vh && e && names && (st = dt_optim_get_moments(o, mh, vh)) == DT_OK) {
+    if (mv[0] && mv[1] && e && names && (given || (st = dt_optim_get_moments(o, mh, vh)) == DT_OK)) {
         for (int i = 0; i < 2 * nt; i++) {
             const dt_tensor_info *t = dt_model_tensor(m, i % nt);
             snprintf(names[i], sizeof names[i], "%s.%s", i < nt ? "exp_avg" : "exp_avg_sq", t->name);
@@ -203,7 +205,7 @@ static dt_status save_optimizer(const char *path, dt_model *m, dt_optim *o) {
             e[i].ndim = t->ndim;
             e[i].shape[0] = t->shape[0];
             e[i].shape[1] = t->shape[1];
-            e[i].data = (i < nt ? mh : vh) + t->offset;
+            e[i].data = mv[i < nt ? 0 : 1] + t->offset;
         }
         const char *keys[] = {"format", "producer", "content"};
         const char *vals[] = {"pt", "dtrain", "AdamW moments (exp_avg, exp_avg_sq) per weight tensor"};
@@ -264,7 +266,7 @@ static dt_status save_as(const char *root, const char *name, dt_model *m, dt_opt
     snprintf(p, sizeof p, "%s/model.safetensors", tmp);
     if ((st = dt_model_save(m, p)) != DT_OK) goto fail;
     snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);
-    if ((st = save_optimizer(p, m, o)) != DT_OK) goto fail;
+    if ((st = save_optimizer(p, m, o, s)) != DT_OK) goto fail;
     snprintf(p, sizeof p, "%s/trainer.json", tmp);
     if ((st = dt_json_write_new(p, trainer_json(s), 0)) != DT_OK) goto fail;
     snprintf(p, sizeof p, "%s/config.yaml", tmp);

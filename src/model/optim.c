@@ -5,43 +5,87 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One piece the update runs over: a segment's part inside one owned range. */
+typedef struct piece {
+    size_t offset, numel; /* in the parameters (floats) */
+    size_t moff;          /* in m and v */
+    int decay;
+} piece;
+
 struct dt_optim {
     dt_optim_cfg cfg;
     const dt_backend *be;
     size_t n_params;
-    dt_param_seg *segs;
-    int n_segs;
-    float *m, *v; /* backend (n_params) */
+    dt_range *own;     /* the ranges this optimizer updates (all: one) */
+    size_t *own_moff;  /* (n_own) where each starts in m and v */
+    int n_own;
+    piece *pieces;     /* the segments cut by the ranges, in order */
+    int n_pieces;
+    size_t n_moments;  /* floats of m and of v: the ranges' total */
+    float *m, *v;      /* backend (n_moments) */
 };
 
 void dt_optim_free(dt_optim *o) {
     if (!o) return;
     o->be->ops->free(o->be->ctx, o->m);
     o->be->ops->free(o->be->ctx, o->v);
-    free(o->segs);
+    free(o->own);
+    free(o->own_moff);
+    free(o->pieces);
     free(o);
 }
 
-dt_status dt_optim_init(dt_optim **out, const dt_optim_cfg *cfg, const dt_backend *be, size_t n_params,
-                        const dt_param_seg *segs, int n_segs) {
+dt_status dt_optim_init_shard(dt_optim **out, const dt_optim_cfg *cfg, const dt_backend *be, size_t n_params,
+                              const dt_param_seg *segs, int n_segs, const dt_range *own, int n_own) {
     *out = NULL;
+    for (int i = 0; i < n_own; i++)
+        if (own[i].offset + own[i].numel > n_params || (i > 0 && own[i].offset < own[i - 1].offset + own[i - 1].numel))
+            return dt_error_set(DT_ERR_INTERNAL, "optimizer: shard range %d [%zu, +%zu) is out of order or outside "
+                                "the %zu parameters", i, own[i].offset, own[i].numel, n_params);
     dt_optim *o = dt_calloc(1, sizeof *o, "optimizer");
     if (!o) return DT_ERR_NOMEM;
     o->cfg = *cfg;
     o->be = be;
     o->n_params = n_params;
-    o->n_segs = n_segs;
+    o->n_own = n_own;
     dt_status st = DT_ERR_NOMEM;
-    o->segs = dt_malloc((size_t)n_segs * sizeof *segs, "optimizer segments");
-    if (!o->segs) goto fail;
-    memcpy(o->segs, segs, (size_t)n_segs * sizeof *segs);
-    if ((st = be->ops->alloc(be->ctx, n_params * sizeof(float), "AdamW first moments", (void **)&o->m)) != DT_OK) goto fail;
-    if ((st = be->ops->alloc(be->ctx, n_params * sizeof(float), "AdamW second moments", (void **)&o->v)) != DT_OK) goto fail;
+    o->own = dt_malloc((size_t)(n_own ? n_own : 1) * sizeof *o->own, "optimizer ranges");
+    o->own_moff = dt_malloc((size_t)(n_own ? n_own : 1) * sizeof *o->own_moff, "optimizer ranges");
+    o->pieces = dt_malloc((size_t)(n_segs + n_own + 1) * sizeof *o->pieces, "optimizer segments");
+    if (!o->own || !o->own_moff || !o->pieces) goto fail;
+    memcpy(o->own, own, (size_t)n_own * sizeof *own);
+    /* cut the segments by the ranges: both are in increasing order */
+    for (int i = 0, s = 0; i < n_own; i++) {
+        const size_t lo = own[i].offset, hi = lo + own[i].numel;
+        o->own_moff[i] = o->n_moments;
+        while (s < n_segs && segs[s].offset + segs[s].numel <= lo) s++;
+        for (int k = s; k < n_segs && segs[k].offset < hi; k++) {
+            size_t a = segs[k].offset > lo ? segs[k].offset : lo;
+            size_t b = segs[k].offset + segs[k].numel < hi ? segs[k].offset + segs[k].numel : hi;
+            if (b <= a) continue;
+            if (o->n_pieces == n_segs + n_own + 1) { /* more pieces than a cut can make: overlapping segments */
+                st = dt_error_set(DT_ERR_INTERNAL, "optimizer: the parameter segments overlap");
+                goto fail;
+            }
+            o->pieces[o->n_pieces++] = (piece){a, b - a, o->n_moments + (a - lo), segs[k].decay};
+        }
+        o->n_moments += own[i].numel;
+    }
+    if ((st = be->ops->alloc(be->ctx, o->n_moments * sizeof(float), "AdamW first moments", (void **)&o->m)) != DT_OK)
+        goto fail;
+    if ((st = be->ops->alloc(be->ctx, o->n_moments * sizeof(float), "AdamW second moments", (void **)&o->v)) != DT_OK)
+        goto fail;
     *out = o;
     return DT_OK;
 fail:
     dt_optim_free(o);
     return st;
+}
+
+dt_status dt_optim_init(dt_optim **out, const dt_optim_cfg *cfg, const dt_backend *be, size_t n_params,
+                        const dt_param_seg *segs, int n_segs) {
+    const dt_range all = {0, n_params};
+    return dt_optim_init_shard(out, cfg, be, n_params, segs, n_segs, &all, 1);
 }
 
 double dt_optim_lr(const dt_optim_cfg *c, long step) {
@@ -56,11 +100,18 @@ double dt_optim_lr(const dt_optim_cfg *c, long step) {
     return min_lr + coeff * (c->lr - min_lr);
 }
 
-dt_status dt_optim_step(dt_optim *o, float *params, float *grads, long step, double *grad_norm, double *lr_out) {
+dt_status dt_optim_sumsq(dt_optim *o, const float *grads, double *out) {
+    double sum = 0;
+    for (int i = 0; i < o->n_own; i++) sum += o->be->ops->sumsq(o->be->ctx, grads + o->own[i].offset, o->own[i].numel);
+    *out = sum;
+    return o->be->ops->check(o->be->ctx); /* a device fault anywhere in forward/backward surfaces here */
+}
+
+dt_status dt_optim_update(dt_optim *o, float *params, float *grads, long step, double sumsq, double *grad_norm,
+                          double *lr_out) {
     const dt_ops *ops = o->be->ops;
     void *ctx = o->be->ctx;
-    double norm = sqrt(ops->sumsq(ctx, grads, o->n_params));
-    DT_TRY(ops->check(ctx)); /* a device fault anywhere in forward/backward surfaces here */
+    double norm = sqrt(sumsq);
     *grad_norm = norm;
     double lr = dt_optim_lr(&o->cfg, step);
     *lr_out = lr;
@@ -69,29 +120,49 @@ dt_status dt_optim_step(dt_optim *o, float *params, float *grads, long step, dou
                             "step %ld: gradient norm is %g; the update was skipped (hint: lower optimizer.lr or set "
                             "optimizer.grad_clip)", step + 1, norm);
     if (o->cfg.grad_clip > 0 && norm > o->cfg.grad_clip)
-        ops->scale(ctx, grads, o->n_params, (float)(o->cfg.grad_clip / (norm + 1e-6)));
+        for (int i = 0; i < o->n_own; i++)
+            ops->scale(ctx, grads + o->own[i].offset, o->own[i].numel, (float)(o->cfg.grad_clip / (norm + 1e-6)));
     int t = (int)(step + 1);
-    for (int i = 0; i < o->n_segs; i++) {
-        const dt_param_seg *s = &o->segs[i];
-        ops->adamw(ctx, params + s->offset, grads + s->offset, o->m + s->offset, o->v + s->offset, s->numel,
-                   (float)lr, (float)o->cfg.beta1, (float)o->cfg.beta2, (float)o->cfg.eps,
+    for (int i = 0; i < o->n_pieces; i++) {
+        const piece *s = &o->pieces[i];
+        ops->adamw(ctx, params + s->offset, grads + s->offset, o->m + s->moff, o->v + s->moff, s->numel, (float)lr,
+                   (float)o->cfg.beta1, (float)o->cfg.beta2, (float)o->cfg.eps,
                    s->decay ? (float)o->cfg.weight_decay : 0.0f, t);
     }
     return DT_OK;
+}
+
+dt_status dt_optim_step(dt_optim *o, float *params, float *grads, long step, double *grad_norm, double *lr) {
+    double sumsq;
+    DT_TRY(dt_optim_sumsq(o, grads, &sumsq));
+    return dt_optim_update(o, params, grads, step, sumsq, grad_norm, lr);
 }
 
 float *dt_optim_m(dt_optim *o) { return o->m; }
 float *dt_optim_v(dt_optim *o) { return o->v; }
 
 size_t dt_optim_num_params(const dt_optim *o) { return o->n_params; }
+size_t dt_optim_moment_floats(const dt_optim *o) { return o->n_moments; }
 
 dt_status dt_optim_get_moments(const dt_optim *o, float *m_host, float *v_host) {
-    o->be->ops->download(o->be->ctx, m_host, o->m, o->n_params * sizeof(float));
-    o->be->ops->download(o->be->ctx, v_host, o->v, o->n_params * sizeof(float));
+    for (int i = 0; i < o->n_own; i++) {
+        const size_t bytes = o->own[i].numel * sizeof(float);
+        o->be->ops->download(o->be->ctx, m_host + o->own[i].offset, o->m + o->own_moff[i], bytes);
+        o->be->ops->download(o->be->ctx, v_host + o->own[i].offset, o->v + o->own_moff[i], bytes);
+    }
     return o->be->ops->check(o->be->ctx);
 }
 
 void dt_optim_set_moments(dt_optim *o, const float *m_host, const float *v_host) {
-    o->be->ops->upload(o->be->ctx, o->m, m_host, o->n_params * sizeof(float));
-    o->be->ops->upload(o->be->ctx, o->v, v_host, o->n_params * sizeof(float));
+    for (int i = 0; i < o->n_own; i++) {
+        const size_t bytes = o->own[i].numel * sizeof(float);
+        o->be->ops->upload(o->be->ctx, o->m + o->own_moff[i], m_host + o->own[i].offset, bytes);
+        o->be->ops->upload(o->be->ctx, o->v + o->own_moff[i], v_host + o->own[i].offset, bytes);
+    }
+}
+
+void dt_optim_place_moments(const dt_optim *o, int which, float *full) {
+    const float *src = which ? o->v : o->m;
+    for (int i = 0; i < o->n_own; i++)
+        o->be->ops->copy(o->be->ctx, full + o->own[i].offset, src + o->own_moff[i], o->own[i].numel * sizeof(float));
 }

@@ -703,6 +703,7 @@ const dt_ops dt_ops_cpu = {
     .upload = cpu_memcpy,
     .download = cpu_memcpy,
     .zero = cpu_zero,
+    .copy = cpu_memcpy,
     .encoder_fwd = cpu_encoder_fwd,
     .encoder_bwd = cpu_encoder_bwd,
     .layernorm_fwd = cpu_layernorm_fwd,

@@ -232,6 +232,12 @@ static void cu_download(void *ctx, void *dst, const void *src, size_t bytes) {
         memset(dst, 0, bytes);
 }
 
+static void cu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = ctx;
+    if (touches_master(c, dst, bytes)) c->shadow_stale = 1;
+    if (c->err == DT_OK && bytes) CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->s));
+}
+
 static void cu_zero(void *ctx, void *p, size_t bytes) {
     cuda_ctx *c = ctx;
     if (touches_master(c, p, bytes)) c->shadow_stale = 1;
@@ -938,6 +944,7 @@ const dt_ops dt_ops_cuda = {
     .upload = cu_upload,
     .download = cu_download,
     .zero = cu_zero,
+    .copy = cu_copy,
     .encoder_fwd = cu_encoder_fwd,
     .encoder_bwd = cu_encoder_bwd,
     .layernorm_fwd = cu_layernorm_fwd,

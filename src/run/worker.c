@@ -49,7 +49,9 @@ typedef struct run {
     dt_tokenizer *tok;      /* data.tokenizer: NULL for bytes */
     long confusion[DT_MAX_VAL_SETS][DT_MAX_CLASS_METRICS * DT_MAX_CLASS_METRICS]; /* each set's last evaluation's
                                                                                     [label][predicted] */
-    dt_comm_req **reqs;     /* (n_buckets) in-flight gradient all-reduces */
+    dt_comm_req **reqs;     /* (n_buckets) in-flight gradient all-reduces (reduce-scatters, all-gathers) */
+    int zero;               /* training.zero_stage 1 with more than one worker: the optimizer holds this
+                               rank's part of every bucket (dt_comm_part) */
     dt_status comm_st;      /* first failure to start one */
     dt_backend *be;
     const dt_comm_plan *plan; /* the collectives (NULL: one process) */
@@ -121,6 +123,7 @@ static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_t
     r->comm = r->gcomm = comm;
     r->rank = comm ? dt_comm_rank(comm) : 0;
     r->world = comm ? dt_comm_world(comm) : 1;
+    r->zero = c->training.zero_stage == 1 && r->world > 1; /* one worker: its shard is everything */
     DT_TRY(dt_backend_resolve(c, &r->dev));
     DT_TRY(dt_infer_build(c, local_rank, r->rank, c->data.batch_size_per_worker, c->data.seq_len, &r->be, &r->tok,
                           &r->model));
@@ -217,12 +220,20 @@ static void human_count(char *buf, size_t n, double v) {
     else snprintf(buf, n, "%.0f", v);
 }
 
+/* Floats of each AdamW moment on one of `world` workers: all parameters, or with ZeRO-1 at
+ * most the largest part of every bucket (n_layer + 2 of them, dt_comm_part's split). */
+static size_t moment_floats(const dt_model_cfg *mc, int world, int zero_stage) {
+    const size_t n = dt_model_count_params(mc);
+    if (zero_stage != 1 || world < 2) return n;
+    return n / (size_t)world + (size_t)mc->n_layer + 2;
+}
+
 /* What training `mc` needs of a device backend's memory: the model (parameters, gradients,
  * activations), the AdamW moments and the backend's own scratch. */
-static size_t device_memory_bytes(const dt_ops *ops, const dt_model_cfg *mc, int bf16) {
+static size_t device_memory_bytes(const dt_ops *ops, const dt_model_cfg *mc, int bf16, int world, int zero_stage) {
     dt_op_sizes sizes;
     dt_model_op_sizes(mc, &sizes);
-    return dt_model_memory_bytes(mc, ops->act_dtype(bf16)) + 2 * dt_model_count_params(mc) * sizeof(float) +
+    return dt_model_memory_bytes(mc, ops->act_dtype(bf16)) + 2 * moment_floats(mc, world, zero_stage) * sizeof(float) +
            ops->scratch_bytes(&sizes, bf16);
 }
 
@@ -265,7 +276,8 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
         const int bf16 = c->training.precision != DT_PREC_FP32;
         fprintf(out, "# on %s (%s): ~%.2f GiB of %s per worker (weights, gradients, AdamW state, activations, "
                 "scratch)\n", ops->name, bf16 ? "bf16 products" : "fp32",
-                (double)device_memory_bytes(ops, &mc, bf16) / (1u << 30), ops->memory);
+                (double)device_memory_bytes(ops, &mc, bf16, c->training.num_workers, c->training.zero_stage) / (1u << 30),
+                ops->memory);
     }
     fflush(out);
     return describe_data(c, out);
@@ -285,13 +297,15 @@ dt_status dt_worker_prepare_run_dir(const dt_config *c) {
     return write_resolved_config(c);
 }
 
-/* Bucket callback of the last micro-batch's backward: start that bucket's all-reduce. */
+/* Bucket callback of the last micro-batch's backward: start that bucket's all-reduce (with
+ * ZeRO-1 its reduce-scatter: only this rank's part of the sum is needed here). */
 static void on_bucket_ready(void *user, int bucket) {
     run *r = user;
     if (r->comm_st != DT_OK) return;
     const dt_bucket *bk = dt_model_bucket(r->model, bucket);
-    r->comm_st = dt_comm_allreduce_start(r->gcomm, dt_model_grads(r->model) + bk->offset, bk->numel, DT_REDUCE_SUM,
-                                         &r->reqs[bucket]);
+    float *g = dt_model_grads(r->model) + bk->offset;
+    r->comm_st = r->zero ? dt_comm_reduce_scatter_start(r->gcomm, g, bk->numel, &r->reqs[bucket])
+                         : dt_comm_allreduce_start(r->gcomm, g, bk->numel, DT_REDUCE_SUM, &r->reqs[bucket]);
 }
 
 /* Waits for every started bucket; returns the first failure. */
@@ -305,6 +319,16 @@ static dt_status wait_buckets(run *r) {
     }
     r->comm_st = DT_OK;
     return st;
+}
+
+/* ZeRO-1: every bucket of buf (the parameters, or a moment placed in the gradients' buffer)
+ * all-gathered from its parts' owners, all started at once, then waited for. */
+static dt_status gather_buckets(run *r, float *buf) {
+    for (int i = 0; i < dt_model_num_buckets(r->model) && r->comm_st == DT_OK; i++) {
+        const dt_bucket *bk = dt_model_bucket(r->model, i);
+        r->comm_st = dt_comm_allgather_parts_start(r->gcomm, buf + bk->offset, bk->numel, &r->reqs[i]);
+    }
+    return wait_buckets(r);
 }
 
 /* Every rank must hold bit-identical parameters: compare CRC32s; name the ranks that differ
@@ -462,10 +486,42 @@ typedef struct ckpt_point {
     int as_best;
 } ckpt_point;
 
+/* ZeRO-1: the AdamW moments made whole for rank 0's checkpoint (every rank calls it): each
+ * moment in turn placed by its owners in the gradients' buffer (free between steps) and
+ * all-gathered there; rank 0 copies it out into *m, *v (host, n_params floats each, freed by
+ * the caller; NULL on the other ranks). */
+static dt_status gather_moments(run *r, float **m, float **v) {
+    *m = *v = NULL;
+    const size_t n = dt_model_num_params(r->model);
+    float *grads = dt_model_grads(r->model), *host[2] = {NULL, NULL};
+    dt_status st = DT_OK;
+    if (r->rank == 0) {
+        host[0] = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg)");
+        host[1] = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg_sq)");
+        if (!host[0] || !host[1]) st = DT_ERR_NOMEM; /* still joins the collectives below */
+    }
+    for (int which = 0; which < 2; which++) {
+        dt_optim_place_moments(r->optim, which, grads);
+        dt_status g = gather_buckets(r, grads);
+        if (st == DT_OK) st = g;
+        if (st == DT_OK && host[which]) r->be->ops->download(r->be->ctx, host[which], grads, n * sizeof(float));
+    }
+    if (st == DT_OK) st = r->be->ops->check(r->be->ctx);
+    if (st != DT_OK) {
+        free(host[0]);
+        free(host[1]);
+        return st;
+    }
+    *m = host[0];
+    *v = host[1];
+    return DT_OK;
+}
+
 /* Rank 0 writes the checkpoint of `step` and prunes old ones; the others wait for it, so
  * that every rank agrees the checkpoint exists before anyone moves on. */
 #define CKPT_WAIT_S 1800.0
-static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, const ckpt_point *cp, char *dir, size_t n) {
+static dt_status write_checkpoint(run *r, const dt_fault *fault, int attempt, const ckpt_point *cp, char *dir, size_t n,
+                                  const float *exp_avg, const float *exp_avg_sq) {
     const dt_config *c = r->cfg;
     if (r->rank == 0) {
         double t0 = now_ms();
@@ -473,7 +529,7 @@ static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, con
             .step = cp->step, .epoch = cp->epoch, .cursor = cp->cursor, .seed = c->training.seed,
             .config_digest = dt_config_digest(c), .world = r->world,
             .global_batch = (long)dt_sampler_global_batch(r->sampler), .train_samples = dt_dataset_size(r->train),
-            .model = *dt_model_config(r->model), .best = *cp->best,
+            .model = *dt_model_config(r->model), .best = *cp->best, .exp_avg = exp_avg, .exp_avg_sq = exp_avg_sq,
         };
         DT_TRY((cp->as_best ? dt_ckpt_save_best : dt_ckpt_save)(c->run.dir, r->model, r->optim, &s, c, dir, n));
         dt_metrics_info(r->metrics, "%s: %s (%.2f s)", cp->as_best ? "best checkpoint" : "checkpoint", dir,
@@ -497,6 +553,17 @@ wait:
         DT_TRY(st);
     }
     return DT_OK;
+}
+
+/* Rank 0 writes the checkpoint (see write_checkpoint); with ZeRO-1 every rank first helps it
+ * gather the moments. */
+static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, const ckpt_point *cp, char *dir, size_t n) {
+    float *mh = NULL, *vh = NULL;
+    if (r->zero) DT_TRY(gather_moments(r, &mh, &vh));
+    dt_status st = write_checkpoint(r, fault, attempt, cp, dir, n, mh, vh);
+    free(mh);
+    free(vh);
+    return st;
 }
 
 /* Every rank's peak memory (exact, from the kernel) into peaks[world], for the summary; and on
@@ -715,7 +782,25 @@ static dt_status make_optimizer(trainer *t) {
         .schedule = c->optimizer.schedule, .warmup_steps = c->optimizer.warmup_steps, .total_steps = t->total,
         .min_lr_ratio = c->optimizer.min_lr_ratio,
     };
-    dt_status st = dt_optim_init(&r->optim, &oc, r->be, dt_model_num_params(r->model), segs, nt);
+    if (!r->zero) {
+        dt_status st = dt_optim_init(&r->optim, &oc, r->be, dt_model_num_params(r->model), segs, nt);
+        free(segs);
+        return st;
+    }
+    /* ZeRO-1: this rank's part of every bucket, in the buckets' (the layout's) order */
+    const int nb = dt_model_num_buckets(r->model);
+    dt_range *own = dt_malloc((size_t)nb * sizeof *own, "optimizer shard");
+    int n_own = 0;
+    dt_status st = own ? DT_OK : DT_ERR_NOMEM;
+    for (int i = 0; st == DT_OK && i < nb; i++) {
+        const dt_bucket *bk = dt_model_bucket(r->model, i);
+        size_t lo, hi;
+        dt_comm_part(bk->numel, r->world, r->rank, &lo, &hi);
+        if (hi > lo) own[n_own++] = (dt_range){bk->offset + lo, hi - lo};
+    }
+    if (st == DT_OK)
+        st = dt_optim_init_shard(&r->optim, &oc, r->be, dt_model_num_params(r->model), segs, nt, own, n_own);
+    free(own);
     free(segs);
     return st;
 }
@@ -751,10 +836,11 @@ static void report_setup(trainer *t) {
     run *r = &t->r;
     const dt_model_cfg *mc = dt_model_config(r->model);
     const dt_ops *ops = r->be->ops;
-    char params[32], flops[32], how[48] = "", prec[32] = "";
+    char params[32], flops[32], how[96] = "", prec[32] = "";
     human_count(params, sizeof params, (double)dt_model_num_params(r->model));
     human_count(flops, sizeof flops, dt_model_flops_per_token(mc));
-    if (r->world > 1) snprintf(how, sizeof how, ", %s all-reduce", dt_comm_backend(r->gcomm));
+    if (r->zero) snprintf(how, sizeof how, ", %s reduce-scatter + all-gather", dt_comm_backend(r->gcomm));
+    else if (r->world > 1) snprintf(how, sizeof how, ", %s all-reduce", dt_comm_backend(r->gcomm));
     dt_backend_desc desc;
     ops->describe(r->be->ctx, &desc);
     const int bf16 = ops->bf16(r->be->ctx);
@@ -765,9 +851,16 @@ static void report_setup(trainer *t) {
     if (ops->memory)
         dt_metrics_info(r->metrics, "rank %d: %s; estimated %.2f GiB of %s per worker (weights, gradients, AdamW state, "
                         "activations for batch %d)", r->rank, desc.device,
-                        (double)device_memory_bytes(ops, mc, bf16) / (1u << 30), ops->memory, t->b);
+                        (double)device_memory_bytes(ops, mc, bf16, r->world, r->zero) / (1u << 30), ops->memory, t->b);
     dt_metrics_info(r->metrics, "model: %d layers, %d heads, n_embd %d, seq_len %d, vocab %d | %s params, %s FLOPs/token",
                     mc->n_layer, mc->n_head, mc->n_embd, mc->seq_len, mc->vocab_size, params, flops);
+    if (r->zero)
+        dt_metrics_info(r->metrics, "training.zero_stage 1: rank %d updates %zu of %zu parameters; its AdamW state is "
+                        "%.1f MB, not %.1f MB", r->rank, dt_optim_moment_floats(r->optim), dt_model_num_params(r->model),
+                        2.0 * (double)dt_optim_moment_floats(r->optim) * sizeof(float) / 1e6,
+                        2.0 * (double)dt_model_num_params(r->model) * sizeof(float) / 1e6);
+    else if (r->cfg->training.zero_stage == 1 && r->rank == 0)
+        dt_metrics_info(r->metrics, "training.zero_stage 1 with one worker: nothing to shard, its AdamW state is whole");
     if (t->launch && t->launch->launched_by) dt_metrics_info(r->metrics, "%s", t->launch->launched_by);
     char note[320];
     if (r->rank == 0 && t->launch && !t->launch->launched_by && dt_backend_unused_note(r->dev, r->world, note, sizeof note))
@@ -890,13 +983,23 @@ static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     dt_agree_vote v = {0};
     DT_TRY(micro_batches(t, &v.loss, &v.rows, &comm_ms));
     v.stop = t->launch && t->launch->stop && *t->launch->stop; /* the launcher's flag: SIGINT/SIGTERM */
-    v.device = r->be->ops->check(r->be->ctx);
-    const double w0 = now_ms();
+    float *params = dt_model_params(r->model), *grads = dt_model_grads(r->model);
+    /* sharded, the norm is the sum of the ranks' parts: it travels with the agreement */
+    v.device = r->zero ? dt_optim_sumsq(r->optim, grads, &v.sumsq) : r->be->ops->check(r->be->ctx);
+    double w0 = now_ms();
     DT_TRY(dt_agree_step(r->comm, t->step + 1, &v));
     if (r->world > 1) comm_ms += now_ms() - w0;
     *stop = v.stop;
     double gnorm, lr;
-    DT_TRY(dt_optim_step(r->optim, dt_model_params(r->model), dt_model_grads(r->model), t->step, &gnorm, &lr));
+    if (r->zero) {
+        DT_TRY(dt_optim_update(r->optim, params, grads, t->step, v.sumsq, &gnorm, &lr));
+        w0 = now_ms();
+        DT_TRY(gather_buckets(r, params)); /* every rank's updated part to every rank */
+        comm_ms += now_ms() - w0;
+        dt_model_params_changed(r->model);
+    } else {
+        DT_TRY(dt_optim_step(r->optim, params, grads, t->step, &gnorm, &lr));
+    }
     const long batch_epoch = t->epoch;
     t->step++;
     t->cursor += (size_t)t->G;

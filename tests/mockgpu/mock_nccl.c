@@ -7,7 +7,8 @@
  *     id it did not make (not passed on from rank 0, zeros) is an error.
  *   - ncclCommInitRank: one rank only (nranks 1, rank 0); more is reported, since no other
  *     rank could ever join (the mock has no transport between processes).
- *   - ncclAllReduce (sum, prod, max, min, avg), ncclBroadcast, ncclAllGather: over one rank
+ *   - ncclAllReduce (sum, prod, max, min, avg), ncclBroadcast, ncclAllGather, ncclReduceScatter,
+ *     ncclReduce: over one rank
  *     each is a copy of the input to the output (avg divides by 1: bit for bit the input),
  *     queued as stream work on the given stream, so it runs after what was queued there before
  *     and before what comes after (cudaEventRecord, cudaStreamWaitEvent, synchronisation see
@@ -27,7 +28,8 @@
  *
  * Not modelled: more than one rank (no data exchange, no reduction arithmetic, no peer that
  * dies or hangs: the asynchronous error path and NCCL's own timeouts), real NCCL timing (a
- * collective costs a host memmove here, not a kernel and a network), groups, non-blocking
+ * collective costs a host memmove here, not a kernel and a network), groups (beyond checking
+ * that ncclGroupStart and ncclGroupEnd pair up), non-blocking
  * communicators (ncclInProgress), user buffer registration, ncclMemAlloc. */
 #define _GNU_SOURCE
 #include <cuda_runtime.h>
@@ -298,4 +300,39 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
     if (!c) return ncclInvalidArgument;
     return collective("ncclAllGather", sendbuff, recvbuff, sendcount, datatype, sendcount * (size_t)c->nranks,
                       sendcount * (size_t)c->rank, comm, stream);
+}
+
+ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+    if (op != ncclSum && op != ncclProd && op != ncclMax && op != ncclMin && op != ncclAvg)
+        return MISUSE(ncclInvalidArgument, "ncclReduceScatter: unknown reduction op %d", (int)op);
+    struct ncclComm *c = live(comm, "ncclReduceScatter");
+    if (!c) return ncclInvalidArgument;
+    /* one rank: its part is the whole input (in place: recvbuff == sendbuff + rank * recvcount) */
+    return collective("ncclReduceScatter", sendbuff, recvbuff, recvcount, datatype, recvcount, 0, comm, stream);
+}
+
+ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                        int root, ncclComm_t comm, cudaStream_t stream) {
+    if (op != ncclSum && op != ncclProd && op != ncclMax && op != ncclMin && op != ncclAvg)
+        return MISUSE(ncclInvalidArgument, "ncclReduce: unknown reduction op %d", (int)op);
+    struct ncclComm *c = live(comm, "ncclReduce");
+    if (!c) return ncclInvalidArgument;
+    if (root < 0 || root >= c->nranks)
+        return MISUSE(ncclInvalidArgument, "ncclReduce: root %d of %d rank(s)", root, c->nranks);
+    return collective("ncclReduce", sendbuff, recvbuff, count, datatype, count, 0, comm, stream);
+}
+
+/* Groups: with one rank, the calls inside run as they are issued; the nesting is checked. */
+static __thread int group_depth;
+
+ncclResult_t ncclGroupStart(void) {
+    group_depth++;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd(void) {
+    if (group_depth == 0) return MISUSE(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+    group_depth--;
+    return ncclSuccess;
 }
