@@ -220,6 +220,18 @@ static void test_mpirun(void) {
         CHECK_STR_CONTAINS(out_text, "; the mpi collective\n");
         CHECK_STR_CONTAINS(out_text, "workers x 1 threads, mpi all-reduce");
         CHECK(run_distance(tag, fork_tag) <= 1e-5);
+        /* and with the AdamW state sharded: MPI's reduce-scatter and all-gather of parts */
+        snprintf(tag, sizeof tag, "mpizero%d", np[i]);
+        snprintf(rd, sizeof rd, "run.dir=%s/%s", test_dir(), tag);
+        const char *zargs[] = {"-np", n, "--oversubscribe", DTRAIN_BIN, "--config", "configs/ci-smoke.yaml", "--set", rd,
+                               "--set", nw, "--set", bs, "--set", "training.communication_backend=mpi", "--set",
+                               "training.zero_stage=1", "--progress", "never", NULL};
+        CHECK_INT_EQ(wait_exit(spawn_prog(tag, mpirun, zargs), tag), 0);
+        snprintf(path, sizeof path, "%s/%s.out", test_dir(), tag);
+        test_slurp(path, out_text, sizeof out_text);
+        CHECK_STR_CONTAINS(out_text, "workers x 1 threads, mpi reduce-scatter + all-gather");
+        printf("%s vs %s: weights rel L2 distance %.2e\n", tag, fork_tag, run_distance(tag, fork_tag));
+        CHECK(run_distance(tag, fork_tag) <= 1e-5);
 #endif
     }
     unsetenv("OMPI_ALLOW_RUN_AS_ROOT");
@@ -228,48 +240,55 @@ static void test_mpirun(void) {
 
 /* the tcp collective on this host (training.communication_backend: tcp): a ring over
  * loopback; 2 ranks byte-identical to fork mode, 3 ranks (uneven chunks) within 1e-5, and the
- * replica check (every 5 steps) proves every rank holds the same bits */
+ * replica check (every 5 steps) proves every rank holds the same bits; the same with the AdamW
+ * state sharded (training.zero_stage 1: the ring's reduce-scatter and all-gather of parts) */
 static void test_tcp_ring(void) {
     for (int w = 2; w <= 3; w++) {
-        char nw[64], bs[64], fork_run[32], tcp_run[32], port[32], ws[32];
+        char nw[64], bs[64], fork_run[32], port[32], ws[32];
         snprintf(nw, sizeof nw, "training.num_workers=%d", w);
         snprintf(bs, sizeof bs, "data.batch_size_per_worker=%d", w == 2 ? 4 : 2);
         snprintf(fork_run, sizeof fork_run, "tcpref%d", w);
-        snprintf(tcp_run, sizeof tcp_run, "tcp%d", w);
         char rd[1400];
         snprintf(rd, sizeof rd, "run.dir=%s/%s", test_dir(), fork_run);
         const char *fargs[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", nw, "--set", bs, "--set",
                                "training.cpu_threads_per_worker=1", "--progress", "never", NULL};
         proc_clear_launcher_env();
         CHECK_INT_EQ(wait_exit(spawn(fork_run, fargs), fork_run), 0);
-        snprintf(port, sizeof port, "MASTER_PORT=%d", proc_free_port());
-        snprintf(ws, sizeof ws, "WORLD_SIZE=%d", w);
-        snprintf(rd, sizeof rd, "run.dir=%s/%s", test_dir(), tcp_run);
-        pid_t pids[3];
-        for (int r = w - 1; r >= 0; r--) {
-            char rank[32], tag[32];
-            snprintf(rank, sizeof rank, "RANK=%d", r);
-            snprintf(tag, sizeof tag, "%s-r%d", tcp_run, r);
-            const char *env[] = {rank, ws, "MASTER_ADDR=127.0.0.1", port, NULL};
-            const char *args[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", nw, "--set", bs, "--set",
-                                  "training.cpu_threads_per_worker=1", "--set", "training.communication_backend=tcp",
-                                  "--set", "training.check_replicas_every=5", "--set",
-                                  "training.collective_timeout_s=20", "--progress", "never", NULL};
-            set_env(env);
-            pids[r] = spawn(tag, args);
-            proc_clear_launcher_env();
+        for (int z = 0; z < 2; z++) {
+            char tcp_run[32], zs[32];
+            snprintf(tcp_run, sizeof tcp_run, "tcp%d%s", w, z ? "-zero" : "");
+            snprintf(zs, sizeof zs, "training.zero_stage=%d", z);
+            snprintf(port, sizeof port, "MASTER_PORT=%d", proc_free_port());
+            snprintf(ws, sizeof ws, "WORLD_SIZE=%d", w);
+            snprintf(rd, sizeof rd, "run.dir=%s/%s", test_dir(), tcp_run);
+            pid_t pids[3];
+            for (int r = w - 1; r >= 0; r--) {
+                char rank[32], tag[40];
+                snprintf(rank, sizeof rank, "RANK=%d", r);
+                snprintf(tag, sizeof tag, "%s-r%d", tcp_run, r);
+                const char *env[] = {rank, ws, "MASTER_ADDR=127.0.0.1", port, NULL};
+                const char *args[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", nw, "--set", bs,
+                                      "--set", "training.cpu_threads_per_worker=1", "--set",
+                                      "training.communication_backend=tcp", "--set", "training.check_replicas_every=5",
+                                      "--set", "training.collective_timeout_s=20", "--set", zs, "--progress", "never",
+                                      NULL};
+                set_env(env);
+                pids[r] = spawn(tag, args);
+                proc_clear_launcher_env();
+            }
+            for (int r = 0; r < w; r++) {
+                char tag[40];
+                snprintf(tag, sizeof tag, "%s-r%d", tcp_run, r);
+                CHECK_INT_EQ(wait_exit(pids[r], tag), 0);
+            }
+            char path[1300];
+            snprintf(path, sizeof path, "%s/%s-r0.out", test_dir(), tcp_run);
+            test_slurp(path, out_text, sizeof out_text);
+            CHECK_STR_CONTAINS(out_text, z ? "x 1 threads, tcp reduce-scatter + all-gather" : "x 1 threads, tcp all-reduce");
+            double dist = run_distance(tcp_run, fork_run);
+            printf("%s vs %s: weights rel L2 distance %.2e\n", tcp_run, fork_run, dist);
+            CHECK(w == 2 ? dist == 0.0 : dist <= 1e-5);
         }
-        for (int r = 0; r < w; r++) {
-            char tag[32];
-            snprintf(tag, sizeof tag, "%s-r%d", tcp_run, r);
-            CHECK_INT_EQ(wait_exit(pids[r], tag), 0);
-        }
-        char path[1300];
-        snprintf(path, sizeof path, "%s/%s-r0.out", test_dir(), tcp_run);
-        test_slurp(path, out_text, sizeof out_text);
-        CHECK_STR_CONTAINS(out_text, "x 1 threads, tcp all-reduce");
-        double dist = run_distance(tcp_run, fork_run);
-        CHECK(w == 2 ? dist == 0.0 : dist <= 1e-5);
     }
 }
 

@@ -1,7 +1,9 @@
 /* test_multiworker.c — N workers through the real binary, as a user runs them:
  *   - equivalence: 1 worker x batch 8, 2 x 4, 4 x 2 and 2 x 2 with grad_accum_steps 2 give
  *     the same per-step losses (1e-5 relative) for 20 steps and the same final weights
- *     (relative L2 distance <= 1e-5);
+ *     (relative L2 distance <= 1e-5); so do 2 x 4, 4 x 2 and 2 x 2 x 2 with the AdamW state
+ *     sharded (training.zero_stage 1), whose weights are moreover the same bytes as without
+ *     sharding (shm sums a reduce-scatter in the all-reduce's order), run after run;
  *   - kill -9 of worker 1 mid-run: exit 1, one message naming rank 1 and SIGKILL, no
  *     process left behind, nothing new in /dev/shm;
  *   - SIGSTOP of worker 1: the others time out at the collective deadline naming rank 1;
@@ -69,21 +71,25 @@ static void read_confusion(const char *run, char *out, size_t n) {
 }
 
 static void test_equivalence(void) {
-    const int setups[4][3] = {{1, 8, 1}, {2, 4, 1}, {4, 2, 1}, {2, 2, 2}}; /* workers, batch, accum */
+    enum { N_SETUPS = 8 };
+    const int setups[N_SETUPS][4] = {{1, 8, 1, 0}, {2, 4, 1, 0}, {4, 2, 1, 0}, {2, 2, 2, 0}, /* workers, batch, */
+                                     {2, 4, 1, 1}, {4, 2, 1, 1}, {2, 2, 2, 1}, {2, 4, 1, 1}}; /* accum, zero */
     double base[32];
     char conf_base[1024], conf[1024];
     float *wbase = NULL;
     size_t nbase = 0;
-    for (int s = 0; s < 4; s++) {
-        char tag[64], run[1300], nw[64], bs[64], ga[64], rd[1400];
-        snprintf(tag, sizeof tag, "eq-%dx%dx%d", setups[s][0], setups[s][1], setups[s][2]);
+    for (int s = 0; s < N_SETUPS; s++) {
+        char tag[64], run[1300], nw[64], bs[64], ga[64], rd[1400], zs[64];
+        snprintf(tag, sizeof tag, "eq-%dx%dx%d%s%s", setups[s][0], setups[s][1], setups[s][2],
+                 setups[s][3] ? "-zero" : "", s == N_SETUPS - 1 ? "-again" : "");
+        snprintf(zs, sizeof zs, "training.zero_stage=%d", setups[s][3]);
         snprintf(run, sizeof run, "%s/%s", test_dir(), tag);
         snprintf(nw, sizeof nw, "training.num_workers=%d", setups[s][0]);
         snprintf(bs, sizeof bs, "data.batch_size_per_worker=%d", setups[s][1]);
         snprintf(ga, sizeof ga, "training.grad_accum_steps=%d", setups[s][2]);
         snprintf(rd, sizeof rd, "run.dir=%s", run);
         const char *args[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", nw, "--set", bs,
-                              "--set", ga, "--set", "training.max_steps=20", "--set", "training.check_replicas_every=5",
+                              "--set", ga, "--set", zs, "--set", "training.max_steps=20", "--set", "training.check_replicas_every=5",
                               "--set", "eval.max_batches=0", "--quiet", NULL}; /* all of val: the same examples */
         CHECK_INT_EQ(run_sync(tag, args), 0);
         double loss[32];
@@ -108,6 +114,11 @@ static void test_equivalence(void) {
         CHECK(dist <= 1e-5);
         CHECK_STR_EQ(conf, conf_base); /* every worker's predictions counted once: the same matrix */
         free(w);
+        if (setups[s][3]) { /* sharded: the bytes of the same setup without sharding */
+            char plain[64];
+            snprintf(plain, sizeof plain, "eq-%dx%dx%d", setups[s][0], setups[s][1], setups[s][2]);
+            test_same_weights(tag, plain);
+        }
     }
     free(wbase);
 }
