@@ -8,7 +8,8 @@
  *     process left behind, nothing new in /dev/shm;
  *   - SIGSTOP of worker 1: the others time out at the collective deadline naming rank 1;
  *   - a replica perturbed on rank 1 (test-only switch) is caught at the next check;
- *   - `dtrain doctor` passes (library versions listed; no bandwidth table for one worker), and
+ *   - `dtrain doctor` passes (library versions listed; tables for all-reduce, reduce-scatter and
+ *     all-gather of parts; no bandwidth table for one worker), and
  *     fails when the all-reduce is broken (test-only switch). */
 #include <dirent.h>
 #include <fcntl.h>
@@ -193,8 +194,10 @@ static void test_doctor(void) {
     char out[1300], text[1 << 14];
     snprintf(out, sizeof out, "%s/doctor.out", test_dir());
     test_slurp(out, text, sizeof text);
-    CHECK_STR_CONTAINS(text, "self-test: all-reduce");
+    CHECK_STR_CONTAINS(text, "self-test: all-reduce, reduce-scatter and all-gather of parts");
     CHECK_STR_CONTAINS(text, "busbw (GB/s)");
+    CHECK_STR_CONTAINS(text, "\nreduce-scatter (sum, float32), 3 workers, shm:\n");
+    CHECK_STR_CONTAINS(text, "\nall-gather of parts (float32), 3 workers, shm:\n");
     CHECK_STR_CONTAINS(text, "256 MiB");
     /* the library versions the README promises, and no bandwidth table for one worker */
     CHECK_STR_CONTAINS(text, "  libraries:\n");

@@ -48,10 +48,12 @@ typedef struct dt_ckpt_state {
     size_t train_samples;   /* training set size at save */
     dt_model_cfg model;     /* shape at save (vocab_size, n_positions, n_layer, n_head, n_embd, num_labels) */
     dt_ckpt_best best;      /* optional in trainer.json ("best"): all 0 when absent */
-    /* saving only: the AdamW moments as host arrays (n_params floats each, the parameters'
-     * layout) when the optimizer holds only its shard (training.zero_stage 1: the workers
-     * gathered them); NULL: dt_optim_get_moments */
-    const float *exp_avg, *exp_avg_sq;
+    /* saving only: when set, what fills the host arrays of the AdamW moments (n_params floats
+     * each, the parameters' layout) in place of dt_optim_get_moments: an optimizer that holds
+     * only its shard (training.zero_stage 1) gathers them there from the other workers. Called
+     * once, after the weights are written (their staging is freed by then). */
+    dt_status (*get_moments)(void *user, float *m_host, float *v_host);
+    void *user;
 } dt_ckpt_state;
 
 /* Writes checkpoints/step_<s->step> under run_dir as described above (replacing an existing

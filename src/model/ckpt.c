@@ -190,14 +190,19 @@ static json_t *trainer_json(const dt_ckpt_state *s) {
 static dt_status save_optimizer(const char *path, dt_model *m, dt_optim *o, const dt_ckpt_state *s) {
     size_t n = dt_optim_num_params(o);
     int nt = dt_model_num_tensors(m);
-    const int given = s->exp_avg && s->exp_avg_sq;
-    float *mh = given ? NULL : dt_malloc(n * sizeof(float), "optimizer staging (exp_avg)");
-    float *vh = given ? NULL : dt_malloc(n * sizeof(float), "optimizer staging (exp_avg_sq)");
-    const float *mv[2] = {given ? s->exp_avg : mh, given ? s->exp_avg_sq : vh};
+    float *mh = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg)");
+    float *vh = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg_sq)");
     dt_st_entry *e = dt_calloc(2 * (size_t)nt, sizeof *e, "optimizer tensor list");
     char(*names)[64] = dt_calloc(2 * (size_t)nt, sizeof *names, "optimizer tensor names");
     dt_status st = DT_ERR_NOMEM;
-    if (mv[0] && mv[1] && e && names && (given || (st = dt_optim_get_moments(o, mh, vh)) == DT_OK)) {
+    if (s->get_moments) { /* the others are waiting in its collectives: join them whatever happened */
+        st = s->get_moments(s->user, mh && vh ? mh : NULL, mh && vh ? vh : NULL);
+        if (st == DT_OK && !(mh && vh)) st = DT_ERR_NOMEM;
+    } else if (mh && vh) {
+        st = dt_optim_get_moments(o, mh, vh);
+    }
+    if (st == DT_OK && (!e || !names)) st = DT_ERR_NOMEM;
+    if (st == DT_OK) {
         for (int i = 0; i < 2 * nt; i++) {
             const dt_tensor_info *t = dt_model_tensor(m, i % nt);
             snprintf(names[i], sizeof names[i], "%s.%s", i < nt ? "exp_avg" : "exp_avg_sq", t->name);
@@ -205,7 +210,7 @@ static dt_status save_optimizer(const char *path, dt_model *m, dt_optim *o, cons
             e[i].ndim = t->ndim;
             e[i].shape[0] = t->shape[0];
             e[i].shape[1] = t->shape[1];
-            e[i].data = mv[i < nt ? 0 : 1] + t->offset;
+            e[i].data = (i < nt ? mh : vh) + t->offset;
         }
         const char *keys[] = {"format", "producer", "content"};
         const char *vals[] = {"pt", "dtrain", "AdamW moments (exp_avg, exp_avg_sq) per weight tensor"};

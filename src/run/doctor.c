@@ -1,4 +1,5 @@
-/* doctor.c — `dtrain doctor`: devices, collective self-test and bandwidth table. */
+/* doctor.c — `dtrain doctor`: devices, collective self-test and bandwidth tables (all-reduce,
+ * reduce-scatter, all-gather of parts). */
 #include "dtrain/doctor.h"
 
 #include <math.h>
@@ -36,6 +37,40 @@ static dt_status check_allreduce(dt_comm *c, size_t n) {
     return st;
 }
 
+/* ZeRO-1's pair: a reduce-scatter leaves this rank's part (dt_comm_part) holding the serial
+ * sum; an all-gather of parts then gives every rank every owner's part. */
+static dt_status check_parts(dt_comm *c, size_t n) {
+    const int world = dt_comm_world(c), rank = dt_comm_rank(c);
+    float *x = dt_malloc((n ? n : 1) * sizeof(float), "self-test buffer");
+    if (!x) return DT_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) x[i] = test_value(rank, i);
+    size_t lo, hi;
+    dt_comm_part(n, world, rank, &lo, &hi);
+    dt_status st = dt_comm_reduce_scatter(c, x, n);
+    for (size_t i = lo; st == DT_OK && i < hi; i++) {
+        float want = 0.0f;
+        for (int r = 0; r < world; r++) want += test_value(r, i);
+        if (x[i] != want)
+            st = dt_error_set(DT_ERR_INTERNAL, "self-test failed: reduce-scatter of %zu floats over %d workers: element "
+                              "%zu (rank %d's part) is %.9g, the serial sum is %.9g", n, world, i, rank, x[i], want);
+    }
+    /* even after a failure: the others are in the all-gather */
+    for (size_t i = 0; i < n; i++) x[i] = i >= lo && i < hi ? test_value(rank + world, i) : -1.0f;
+    dt_status g = dt_comm_allgather_parts(c, x, n);
+    if (st == DT_OK) st = g;
+    for (int q = 0; st == DT_OK && q < world; q++) {
+        size_t qlo, qhi;
+        dt_comm_part(n, world, q, &qlo, &qhi);
+        for (size_t i = qlo; st == DT_OK && i < qhi; i++)
+            if (x[i] != test_value(q + world, i))
+                st = dt_error_set(DT_ERR_INTERNAL, "self-test failed: all-gather of parts of %zu floats over %d workers: "
+                                  "element %zu (rank %d's part) is %.9g on rank %d, not %.9g", n, world, i, q, x[i],
+                                  rank, test_value(q + world, i));
+    }
+    free(x);
+    return st;
+}
+
 static dt_status check_broadcast_gather(dt_comm *c) {
     const int world = dt_comm_world(c), rank = dt_comm_rank(c), root = world - 1;
     unsigned char buf[12345];
@@ -54,30 +89,41 @@ static dt_status check_broadcast_gather(dt_comm *c) {
     return dt_comm_barrier(c);
 }
 
-/* x: max_bytes of host memory (shm) or device memory (nccl) */
-static dt_status bandwidth_table(dt_comm *c, float *x, long max_bytes) {
+enum { T_ALLREDUCE, T_REDUCE_SCATTER, T_GATHER_PARTS, T_KINDS };
+
+static dt_status timed(dt_comm *c, int kind, float *x, size_t n) {
+    switch (kind) {
+    case T_ALLREDUCE: return dt_comm_allreduce(c, x, n, DT_REDUCE_SUM);
+    case T_REDUCE_SCATTER: return dt_comm_reduce_scatter(c, x, n);
+    default: return dt_comm_allgather_parts(c, x, n);
+    }
+}
+
+/* One collective's table, sizes 1 KiB .. max_bytes of the whole buffer. busbw as nccl-tests
+ * defines it: algbw x 2(n-1)/n for an all-reduce, x (n-1)/n for a reduce-scatter or an
+ * all-gather (the data each rank's link carries). x: max_bytes of host memory (shm) or device
+ * memory (nccl). */
+static dt_status bandwidth_table(dt_comm *c, int kind, float *x, long max_bytes) {
+    static const char *const titles[T_KINDS] = {"all-reduce (sum, float32)", "reduce-scatter (sum, float32)",
+                                                "all-gather of parts (float32)"};
     const int world = dt_comm_world(c), rank = dt_comm_rank(c);
     dt_status st = DT_OK;
-    if (world == 1) { /* one worker sends nothing: a bandwidth would be memcpy's, not the collective's */
-        printf("\nall-reduce bandwidth: not measured with 1 worker (nothing crosses between workers; "
-               "--num-workers 2 or more)\n");
-        return DT_OK;
-    }
     if (rank == 0) {
-        printf("\nall-reduce (sum, float32), %d workers, %s:\n", world, dt_comm_backend(c));
+        printf("\n%s, %d workers, %s:\n", titles[kind], world, dt_comm_backend(c));
         printf("%12s %10s %12s %12s %12s\n", "size", "iters", "time (us)", "algbw (GB/s)", "busbw (GB/s)");
     }
+    const double factor = (kind == T_ALLREDUCE ? 2.0 : 1.0) * (world - 1) / world;
     for (size_t bytes = 1024; bytes <= (size_t)max_bytes && st == DT_OK; bytes *= 4) {
         size_t n = bytes / sizeof(float);
         int iters = bytes <= (1 << 20) ? 50 : bytes <= (16 << 20) ? 10 : 3;
-        if ((st = dt_comm_allreduce(c, x, n, DT_REDUCE_SUM)) != DT_OK) break; /* warm-up */
+        if ((st = timed(c, kind, x, n)) != DT_OK) break; /* warm-up */
         if ((st = dt_comm_barrier(c)) != DT_OK) break;
         double t0 = dt_clock_now();
-        for (int k = 0; k < iters && st == DT_OK; k++) st = dt_comm_allreduce(c, x, n, DT_REDUCE_SUM);
-        /* an all-reduce ends for nobody before every rank joined it: rank 0's time is the job's */
+        for (int k = 0; k < iters && st == DT_OK; k++) st = timed(c, kind, x, n);
+        /* a collective ends for nobody before every rank joined it: rank 0's time is the job's */
         double t = (dt_clock_now() - t0) / iters;
         if (rank == 0 && st == DT_OK) {
-            double algbw = (double)bytes / t / 1e9, busbw = algbw * 2.0 * (world - 1) / world;
+            double algbw = (double)bytes / t / 1e9, busbw = algbw * factor;
             char size[32];
             if (bytes >= (1 << 20)) snprintf(size, sizeof size, "%zu MiB", bytes >> 20);
             else snprintf(size, sizeof size, "%zu KiB", bytes >> 10);
@@ -88,16 +134,24 @@ static dt_status bandwidth_table(dt_comm *c, float *x, long max_bytes) {
     return st;
 }
 
-/* The self-test and the table over `c`, with `buf` (max_bytes) for the table. */
+/* The self-test and the tables over `c`, with `buf` (max_bytes) for the tables. */
 static dt_status self_test(dt_comm *c, void *buf, long max_bytes) {
     const size_t lengths[] = {0, 1, (size_t)(dt_comm_world(c) > 1 ? dt_comm_world(c) - 1 : 2), 1000003};
     for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) DT_TRY(check_allreduce(c, lengths[i]));
+    for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) DT_TRY(check_parts(c, lengths[i]));
     DT_TRY(check_broadcast_gather(c));
     if (dt_comm_rank(c) == 0) {
-        printf("self-test: all-reduce (0, 1, n-1, 1000003 floats), broadcast, all-gather, barrier: ok\n");
+        printf("self-test: all-reduce, reduce-scatter and all-gather of parts (0, 1, n-1, 1000003 floats), broadcast, "
+               "all-gather, barrier: ok\n");
         fflush(stdout);
     }
-    return bandwidth_table(c, buf, max_bytes);
+    if (dt_comm_world(c) == 1) { /* one worker sends nothing: a bandwidth would be memcpy's, not the collective's */
+        printf("\nall-reduce bandwidth: not measured with 1 worker (nothing crosses between workers; "
+               "--num-workers 2 or more)\n");
+        return DT_OK;
+    }
+    for (int k = 0; k < T_KINDS; k++) DT_TRY(bandwidth_table(c, k, buf, max_bytes));
+    return DT_OK;
 }
 
 typedef struct doctor_arg {

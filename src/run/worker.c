@@ -486,42 +486,50 @@ typedef struct ckpt_point {
     int as_best;
 } ckpt_point;
 
-/* ZeRO-1: the AdamW moments made whole for rank 0's checkpoint (every rank calls it): each
- * moment in turn placed by its owners in the gradients' buffer (free between steps) and
- * all-gathered there; rank 0 copies it out into *m, *v (host, n_params floats each, freed by
- * the caller; NULL on the other ranks). */
-static dt_status gather_moments(run *r, float **m, float **v) {
-    *m = *v = NULL;
+/* The others wait for rank 0's disk, not for a collective: a barrier with a deadline of its
+ * own, and the launcher's idle check is told. */
+#define CKPT_WAIT_S 1800.0
+static dt_status wait_for_rank0(run *r) {
+    if (r->world == 1) return DT_OK;
+    if (r->waiting && r->rank != 0) *r->waiting = 1;
+    dt_status st = dt_comm_barrier_timeout(r->comm, fmax(r->cfg->training.collective_timeout_s, CKPT_WAIT_S));
+    if (r->waiting) *r->waiting = 0;
+    return st;
+}
+
+/* ZeRO-1: the AdamW moments made whole for rank 0's checkpoint (every rank calls it, rank 0
+ * from inside dt_ckpt_save once it has written the weights, hence the wait first): each moment
+ * in turn placed by its owners in the gradients' buffer (free between steps) and all-gathered
+ * there; rank 0 copies it out into m, v (host, n_params floats each; NULL on the other ranks,
+ * and on rank 0 when its staging failed). */
+static dt_status gather_moments(run *r, float *m, float *v) {
     const size_t n = dt_model_num_params(r->model);
-    float *grads = dt_model_grads(r->model), *host[2] = {NULL, NULL};
-    dt_status st = DT_OK;
-    if (r->rank == 0) {
-        host[0] = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg)");
-        host[1] = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg_sq)");
-        if (!host[0] || !host[1]) st = DT_ERR_NOMEM; /* still joins the collectives below */
-    }
+    float *grads = dt_model_grads(r->model), *host[2] = {m, v};
+    dt_status st = wait_for_rank0(r);
+    if (st != DT_OK) return st;
     for (int which = 0; which < 2; which++) {
         dt_optim_place_moments(r->optim, which, grads);
         dt_status g = gather_buckets(r, grads);
         if (st == DT_OK) st = g;
         if (st == DT_OK && host[which]) r->be->ops->download(r->be->ctx, host[which], grads, n * sizeof(float));
     }
-    if (st == DT_OK) st = r->be->ops->check(r->be->ctx);
-    if (st != DT_OK) {
-        free(host[0]);
-        free(host[1]);
-        return st;
-    }
-    *m = host[0];
-    *v = host[1];
-    return DT_OK;
+    return st == DT_OK ? r->be->ops->check(r->be->ctx) : st;
+}
+
+typedef struct moments_call {
+    run *r;
+    int called;
+} moments_call;
+
+static dt_status gather_moments_cb(void *user, float *m, float *v) {
+    moments_call *mc = user;
+    mc->called = 1;
+    return gather_moments(mc->r, m, v);
 }
 
 /* Rank 0 writes the checkpoint of `step` and prunes old ones; the others wait for it, so
  * that every rank agrees the checkpoint exists before anyone moves on. */
-#define CKPT_WAIT_S 1800.0
-static dt_status write_checkpoint(run *r, const dt_fault *fault, int attempt, const ckpt_point *cp, char *dir, size_t n,
-                                  const float *exp_avg, const float *exp_avg_sq) {
+static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, const ckpt_point *cp, char *dir, size_t n) {
     const dt_config *c = r->cfg;
     if (r->rank == 0) {
         double t0 = now_ms();
@@ -529,41 +537,29 @@ static dt_status write_checkpoint(run *r, const dt_fault *fault, int attempt, co
             .step = cp->step, .epoch = cp->epoch, .cursor = cp->cursor, .seed = c->training.seed,
             .config_digest = dt_config_digest(c), .world = r->world,
             .global_batch = (long)dt_sampler_global_batch(r->sampler), .train_samples = dt_dataset_size(r->train),
-            .model = *dt_model_config(r->model), .best = *cp->best, .exp_avg = exp_avg, .exp_avg_sq = exp_avg_sq,
+            .model = *dt_model_config(r->model), .best = *cp->best,
         };
-        DT_TRY((cp->as_best ? dt_ckpt_save_best : dt_ckpt_save)(c->run.dir, r->model, r->optim, &s, c, dir, n));
+        moments_call mc = {r, 0};
+        if (r->zero) { /* the others gather the moments with it */
+            s.get_moments = gather_moments_cb;
+            s.user = &mc;
+        }
+        dt_status st = (cp->as_best ? dt_ckpt_save_best : dt_ckpt_save)(c->run.dir, r->model, r->optim, &s, c, dir, n);
+        if (r->zero && !mc.called) (void)gather_moments(r, NULL, NULL); /* failed before: still join the others */
+        DT_TRY(st);
         dt_metrics_info(r->metrics, "%s: %s (%.2f s)", cp->as_best ? "best checkpoint" : "checkpoint", dir,
                         (now_ms() - t0) / 1e3);
         if (cp->as_best) goto wait;
         if (dt_ckpt_prune(c->run.dir, c->checkpoint.keep_last) != DT_OK) /* the new one is safe: go on */
             dt_metrics_info(r->metrics, "warning: could not delete an old checkpoint: %s", dt_error_msg());
         DT_TRY(dt_fault_after_checkpoint(fault, attempt, cp->step, dir));
-    } else if (cp->as_best) {
-        snprintf(dir, n, "%s/best (written by rank 0)", c->run.dir);
     } else {
-        snprintf(dir, n, "%s/checkpoints/step_%08ld (written by rank 0)", c->run.dir, cp->step);
+        if (r->zero) DT_TRY(gather_moments(r, NULL, NULL));
+        if (cp->as_best) snprintf(dir, n, "%s/best (written by rank 0)", c->run.dir);
+        else snprintf(dir, n, "%s/checkpoints/step_%08ld (written by rank 0)", c->run.dir, cp->step);
     }
 wait:
-    /* the others wait for rank 0's disk, not for a collective: a deadline of its own, and
-     * the launcher's idle check is told */
-    if (r->world > 1) {
-        if (r->waiting && r->rank != 0) *r->waiting = 1;
-        dt_status st = dt_comm_barrier_timeout(r->comm, fmax(c->training.collective_timeout_s, CKPT_WAIT_S));
-        if (r->waiting) *r->waiting = 0;
-        DT_TRY(st);
-    }
-    return DT_OK;
-}
-
-/* Rank 0 writes the checkpoint (see write_checkpoint); with ZeRO-1 every rank first helps it
- * gather the moments. */
-static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, const ckpt_point *cp, char *dir, size_t n) {
-    float *mh = NULL, *vh = NULL;
-    if (r->zero) DT_TRY(gather_moments(r, &mh, &vh));
-    dt_status st = write_checkpoint(r, fault, attempt, cp, dir, n, mh, vh);
-    free(mh);
-    free(vh);
-    return st;
+    return wait_for_rank0(r);
 }
 
 /* Every rank's peak memory (exact, from the kernel) into peaks[world], for the summary; and on
