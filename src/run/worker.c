@@ -271,13 +271,16 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
     fprintf(out, "# model: %s parameters (%zu), %s training FLOPs per token, ~%sB of memory per worker\n", params,
             dt_model_count_params(&mc), flops, mem);
     dt_device_kind dev;
-    const dt_ops *ops = dt_backend_resolve(c, &dev) == DT_OK ? dt_backend_ops(dev) : NULL;
+    const int resolved = dt_backend_resolve(c, &dev) == DT_OK;
+    /* training.device: cuda on a machine without a GPU still gets the estimate, for planning */
+    if (!resolved && c->training.device == DT_DEVICE_CUDA) dev = DT_DEVICE_CUDA;
+    const dt_ops *ops = resolved || c->training.device == DT_DEVICE_CUDA ? dt_backend_ops(dev) : NULL;
     if (ops && ops->memory) { /* a device with memory of its own */
         const int bf16 = c->training.precision != DT_PREC_FP32;
         fprintf(out, "# on %s (%s): ~%.2f GiB of %s per worker (weights, gradients, AdamW state, activations, "
-                "scratch)\n", ops->name, bf16 ? "bf16 products" : "fp32",
+                "scratch)%s\n", ops->name, bf16 ? "bf16 products" : "fp32",
                 (double)device_memory_bytes(ops, &mc, bf16, c->training.num_workers, c->training.zero_stage) / (1u << 30),
-                ops->memory);
+                ops->memory, resolved ? "" : " (estimated here; this machine has none)");
     }
     fflush(out);
     return describe_data(c, out);
