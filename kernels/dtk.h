@@ -109,6 +109,8 @@ cudaError_t dtk_add_bias(cudaStream_t s, float *out, const float *bias, int M, i
 
 /* out(n) = bf16 round-to-nearest-even of in(n) */
 cudaError_t dtk_cast_bf16(cudaStream_t s, dtk_bf16 *out, const float *in, size_t n);
+/* out(n) = in(n) as float32 (exact); the nccl collective's DT_WIRE_BF16 */
+cudaError_t dtk_widen_bf16(cudaStream_t s, float *out, const dtk_bf16 *in, size_t n);
 
 /* *out (one device int) = 42: the smallest kernel, for the backend's probe (kernels/probe.cu) */
 cudaError_t dtk_probe(cudaStream_t s, int *out);

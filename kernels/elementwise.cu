@@ -44,6 +44,10 @@ static __global__ void cast_bf16_kernel(__nv_bfloat16 *out, const float *in, siz
     GRID_STRIDE(i, n) out[i] = __float2bfloat16_rn(in[i]);
 }
 
+static __global__ void widen_bf16_kernel(float *out, const __nv_bfloat16 *in, size_t n) {
+    GRID_STRIDE(i, n) out[i] = __bfloat162float(in[i]);
+}
+
 extern "C" cudaError_t dtk_gelu_fwd(cudaStream_t s, float *out, const float *inp, size_t n) {
     if (n == 0) return cudaSuccess;
     gelu_fwd_kernel<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, inp, n);
@@ -71,6 +75,12 @@ extern "C" cudaError_t dtk_scale(cudaStream_t s, float *x, size_t n, float scale
 extern "C" cudaError_t dtk_cast_bf16(cudaStream_t s, dtk_bf16 *out, const float *in, size_t n) {
     if (n == 0) return cudaSuccess;
     cast_bf16_kernel<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, in, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dtk_widen_bf16(cudaStream_t s, float *out, const dtk_bf16 *in, size_t n) {
+    if (n == 0) return cudaSuccess;
+    widen_bf16_kernel<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, in, n);
     return cudaGetLastError();
 }
 

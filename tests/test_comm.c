@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "dtrain/bf16.h"
 #include "dtrain/comm.h"
 
 static int g_small;            /* --small */
@@ -222,10 +223,10 @@ static int sc_async(dt_shm_world *w, int rank, int world, void *arg) {
     }
     unsigned char bc[10000];
     for (size_t i = 0; i < sizeof bc; i++) bc[i] = (unsigned char)(rank == world - 1 ? i * 7 + 3 : 0);
-    CHECK_OK(dt_comm_allreduce_start(c, b[0], lens[0], ops[0], &req[0]));
-    CHECK_OK(dt_comm_allreduce_start(c, b[1], lens[1], ops[1], &req[1]));
+    CHECK_OK(dt_comm_allreduce_start(c, b[0], lens[0], ops[0], DT_WIRE_F32, &req[0]));
+    CHECK_OK(dt_comm_allreduce_start(c, b[1], lens[1], ops[1], DT_WIRE_F32, &req[1]));
     CHECK_OK(dt_comm_broadcast(c, bc, sizeof bc, world - 1)); /* queued behind buckets 0 and 1 */
-    for (int k = 2; k < NB; k++) CHECK_OK(dt_comm_allreduce_start(c, b[k], lens[k], ops[k], &req[k]));
+    for (int k = 2; k < NB; k++) CHECK_OK(dt_comm_allreduce_start(c, b[k], lens[k], ops[k], DT_WIRE_F32, &req[k]));
     for (int k = 0; k < NB; k++) {
         CHECK_OK(dt_comm_wait(c, req[k]));
         check_result(b[k], lens[k], world, ops[k], rank, "bucket");
@@ -234,7 +235,7 @@ static int sc_async(dt_shm_world *w, int rank, int world, void *arg) {
     for (size_t i = 0; i < sizeof bc; i++) CHECK_INT_EQ(bc[i], (unsigned char)(i * 7 + 3));
     float last[300];
     dt_comm_req *never_waited;
-    CHECK_OK(dt_comm_allreduce_start(c, last, 300, DT_REDUCE_SUM, &never_waited));
+    CHECK_OK(dt_comm_allreduce_start(c, last, 300, DT_REDUCE_SUM, DT_WIRE_F32, &never_waited));
     dt_comm_free(c);
     return 0;
 }
@@ -283,8 +284,8 @@ static int sc_parts(dt_shm_world *w, int rank, int world, void *arg) {
         /* started together, as buckets are: two reduce-scatters, then both all-gathers */
         dt_comm_req *r1, *r2;
         for (size_t i = 0; i < n; i++) buf[i] = val(rank, i);
-        CHECK_OK(dt_comm_reduce_scatter_start(c, n ? buf : NULL, n, &r1));
-        CHECK_OK(dt_comm_reduce_scatter_start(c, n ? two : NULL, n, &r2));
+        CHECK_OK(dt_comm_reduce_scatter_start(c, n ? buf : NULL, n, DT_WIRE_F32, &r1));
+        CHECK_OK(dt_comm_reduce_scatter_start(c, n ? two : NULL, n, DT_WIRE_F32, &r2));
         CHECK_OK(dt_comm_wait(c, r1));
         CHECK_OK(dt_comm_wait(c, r2));
         CHECK(memcmp(buf + lo, two + lo, (hi - lo) * sizeof(float)) == 0);
@@ -298,6 +299,56 @@ static int sc_parts(dt_shm_world *w, int rank, int world, void *arg) {
         for (int r = 0; r < world; r++) CHECK(all[r] == mine); /* every rank the same bits */
         free(buf);
         free(two);
+    }
+    dt_comm_free(c);
+    return 0;
+}
+
+/* DT_WIRE_BF16: an all-reduce (sum and avg) and a reduce-scatter with the values travelling
+ * as bf16. shm: exactly the sum in rank order of each rank's values rounded to bf16 (the
+ * all-reduce's result rounded again); the ring rounds its partial sums too: within bf16's
+ * precision of that. Every rank the same bits after the all-reduce; half the bytes counted. */
+static int sc_bf16(dt_shm_world *w, int rank, int world, void *arg) {
+    const ar_args *a = arg;
+    dt_comm *c = join(w, rank, 30);
+    for (int li = 0; li < a->nlens; li++) {
+        const size_t n = a->lens[li];
+        float *buf = malloc((n ? n : 1) * sizeof(float));
+        CHECK(buf);
+        for (int kind = 0; kind < 3; kind++) { /* all-reduce sum, all-reduce avg, reduce-scatter */
+            for (size_t i = 0; i < n; i++) buf[i] = val(rank, i);
+            const uint64_t sent0 = dt_comm_bytes_sent(c);
+            dt_comm_req *req;
+            if (kind < 2)
+                CHECK_OK(dt_comm_allreduce_start(c, n ? buf : NULL, n, kind ? DT_REDUCE_AVG : DT_REDUCE_SUM,
+                                                 DT_WIRE_BF16, &req));
+            else
+                CHECK_OK(dt_comm_reduce_scatter_start(c, n ? buf : NULL, n, DT_WIRE_BF16, &req));
+            CHECK_OK(dt_comm_wait(c, req));
+            const uint64_t f32 = (kind < 2 ? 2 : 1) * (uint64_t)(world - 1) * n * sizeof(float) / (uint64_t)world;
+            CHECK(dt_comm_bytes_sent(c) - sent0 == (kind < 2 ? 2 : 1) * (uint64_t)(world - 1) * n * 2 / (uint64_t)world);
+            CHECK(world == 1 || n < (size_t)world || dt_comm_bytes_sent(c) - sent0 < f32);
+            size_t lo = 0, hi = n;
+            if (kind == 2) dt_comm_part(n, world, rank, &lo, &hi);
+            for (size_t i = lo; i < hi; i++) {
+                float e = 0.0f;
+                for (int r = 0; r < world; r++) e += dt_bf16_round(val(r, i));
+                if (kind == 1) e *= 1.0f / (float)world;
+                if (kind < 2) e = dt_bf16_round(e);
+                /* the ring: each of its N-1 hops rounds a partial sum (2^-9 relative each) */
+                const float tol = 4e-3f * (float)world * (fabsf(e) + 1.0f);
+                int bad = g_tcp ? !(fabsf(buf[i] - e) <= tol) : memcmp(&buf[i], &e, sizeof e) != 0;
+                if (bad) fprintf(stderr, "rank %d: bf16 %s of %zu, element %zu: got %.9g, expected %.9g\n", rank,
+                                 kind == 0 ? "sum" : kind == 1 ? "avg" : "reduce-scatter", n, i, buf[i], e);
+                CHECK(!bad);
+            }
+            if (kind < 2) {
+                uint64_t mine = fnv1a(buf, n * sizeof(float)), all[64];
+                CHECK_OK(dt_comm_allgather(c, &mine, sizeof mine, all));
+                for (int r = 0; r < world; r++) CHECK(all[r] == mine);
+            }
+        }
+        free(buf);
     }
     dt_comm_free(c);
     return 0;
@@ -395,7 +446,7 @@ static int sc_timeout(dt_shm_world *w, int rank, int world, void *arg) {
     CHECK(now_s() - t0 < 0.1);
     CHECK_STR_EQ(dt_error_msg(), msg);
     dt_comm_req *r = (dt_comm_req *)1;
-    CHECK_INT_EQ(dt_comm_allreduce_start(c, buf, 10, DT_REDUCE_SUM, &r), DT_ERR_DEVICE);
+    CHECK_INT_EQ(dt_comm_allreduce_start(c, buf, 10, DT_REDUCE_SUM, DT_WIRE_F32, &r), DT_ERR_DEVICE);
     CHECK(r == NULL);
     CHECK_INT_EQ(dt_comm_wait(c, r), DT_ERR_DEVICE);
     CHECK_STR_EQ(dt_error_msg(), msg);
@@ -637,6 +688,13 @@ int main(int argc, char **argv) {
         run_world("reduce-scatter + all-gather of parts through 4 KiB slots", n, 4096, sc_parts, NULL, &a);
     }
     run_world("timeout: rank 2 never comes to a reduce-scatter", 3, 0, sc_parts_timeout, NULL, NULL);
+    for (int wi = 0; wi < 5; wi++) {
+        const int n = worlds[wi];
+        ar_args a = {.lens = {0, 1, (size_t)n * 7 + 3, g_small ? 4099 : ((size_t)1 << 20) + 3}, .nlens = 4};
+        run_world("bf16 on the wire: all-reduce sum/avg, reduce-scatter", n, 0, sc_bf16, NULL, &a);
+        a = (ar_args){.lens = {a.lens[3], 1000}, .nlens = 2};
+        run_world("bf16 on the wire through 4 KiB slots", n, 4096, sc_bf16, NULL, &a);
+    }
 
     _Atomic int *counter = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     CHECK(counter != MAP_FAILED);
@@ -670,6 +728,11 @@ int main(int argc, char **argv) {
         run_world("reduce-scatter + all-gather of parts over the ring", n, 0, sc_parts, NULL, &a);
     }
     run_world("timeout: rank 2 never comes to a reduce-scatter", 3, 0, sc_parts_timeout, NULL, NULL);
+    for (int wi = 0; wi < 5; wi++) {
+        const int n = worlds[wi];
+        ar_args a = {.lens = {0, 1, (size_t)n * 7 + 3, g_small ? 4099 : ((size_t)1 << 20) + 3}, .nlens = 4};
+        run_world("bf16 on the wire over the ring", n, 0, sc_bf16, NULL, &a);
+    }
     counter = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     CHECK(counter != MAP_FAILED);
     for (int n = 2; n <= 4; n++) {

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "dtrain/bf16.h"
 #include "dtrain/comm.h"
 
 #define CUDA_OK(call)                                                                                         \
@@ -123,6 +124,50 @@ static void test_allreduce_device(dt_comm *c) {
     printf("all-reduce sum/avg of device memory, lengths 0, 1, 1000003: ok\n");
 }
 
+/* One rank's reduce-scatter and all-gather of parts (ZeRO-1's pair: its part is everything,
+ * so the input), and DT_WIRE_BF16 (training.grad_comm_dtype: bf16): the gradients go through
+ * the cast kernel, NCCL's bf16 all-reduce / reduce-scatter and back, so one rank's result is
+ * its input rounded to bf16, for device and host buffers. */
+static void test_parts_bf16(dt_comm *c) {
+    const size_t lens[] = {0, 1, 1000003};
+    for (int li = 0; li < 3; li++) {
+        const size_t n = lens[li];
+        float *want = malloc((n + GUARD) * sizeof(float)), *got = malloc((n + GUARD) * sizeof(float));
+        float *rounded = malloc((n + GUARD) * sizeof(float));
+        CHECK(want && got && rounded);
+        fill(want, n, g_seed++);
+        for (size_t i = 0; i < n; i++) rounded[i] = dt_bf16_round(want[i]);
+        float *d = dev_floats(n);
+        upload(d, want, n);
+        CHECK_OK(dt_comm_reduce_scatter(c, n ? d : NULL, n));
+        CHECK_OK(dt_comm_allgather_parts(c, n ? d : NULL, n));
+        download(got, d, n);
+        check_bits(got, want, n, "device reduce-scatter + all-gather of parts");
+        for (int kind = 0; kind < 2; kind++) {
+            dt_comm_req *req;
+            upload(d, want, n);
+            if (kind == 0) CHECK_OK(dt_comm_allreduce_start(c, n ? d : NULL, n, DT_REDUCE_SUM, DT_WIRE_BF16, &req));
+            else CHECK_OK(dt_comm_reduce_scatter_start(c, n ? d : NULL, n, DT_WIRE_BF16, &req));
+            CHECK_OK(dt_comm_wait(c, req));
+            download(got, d, n);
+            check_bits(got, rounded, n, kind ? "device bf16 reduce-scatter" : "device bf16 all-reduce");
+        }
+        float *h = malloc((n + GUARD) * sizeof(float)); /* pageable host memory: staged */
+        CHECK(h);
+        memcpy(h, want, (n + GUARD) * sizeof(float));
+        dt_comm_req *req;
+        CHECK_OK(dt_comm_allreduce_start(c, n ? h : NULL, n, DT_REDUCE_AVG, DT_WIRE_BF16, &req));
+        CHECK_OK(dt_comm_wait(c, req));
+        check_bits(h, rounded, n, "host bf16 all-reduce avg");
+        free(h);
+        CUDA_OK(cudaFree(d));
+        free(want);
+        free(got);
+        free(rounded);
+    }
+    printf("reduce-scatter + all-gather of parts, bf16 all-reduce and reduce-scatter, lengths 0, 1, 1000003: ok\n");
+}
+
 enum { MEM_PAGEABLE, MEM_PINNED, MEM_MANAGED };
 
 static float *host_floats(int kind, size_t n) {
@@ -204,10 +249,10 @@ static void test_async(dt_comm *c) {
     }
     unsigned char bc[10000];
     for (size_t i = 0; i < sizeof bc; i++) bc[i] = (unsigned char)(i * 7 + 3);
-    CHECK_OK(dt_comm_allreduce_start(c, d[0], lens[0], ops[0], &req[0]));
-    CHECK_OK(dt_comm_allreduce_start(c, d[1], lens[1], ops[1], &req[1]));
+    CHECK_OK(dt_comm_allreduce_start(c, d[0], lens[0], ops[0], DT_WIRE_F32, &req[0]));
+    CHECK_OK(dt_comm_allreduce_start(c, d[1], lens[1], ops[1], DT_WIRE_F32, &req[1]));
     CHECK_OK(dt_comm_broadcast(c, bc, sizeof bc, 0)); /* queued behind buckets 0 and 1 */
-    for (int k = 2; k < NB; k++) CHECK_OK(dt_comm_allreduce_start(c, lens[k] ? d[k] : NULL, lens[k], ops[k], &req[k]));
+    for (int k = 2; k < NB; k++) CHECK_OK(dt_comm_allreduce_start(c, lens[k] ? d[k] : NULL, lens[k], ops[k], DT_WIRE_F32, &req[k]));
     for (int k = 0; k < NB; k++) {
         CHECK_OK(dt_comm_wait(c, req[k]));
         float *got = malloc((lens[k] + GUARD) * sizeof(float));
@@ -325,7 +370,7 @@ static void test_ordering(dt_comm *c, cudaStream_t cs) {
     CUDA_OK(cudaMemcpyAsync(h, d_b, bytes, cudaMemcpyDeviceToHost, cs));
     dt_comm_req *req;
     t0 = now_s();
-    CHECK_OK(dt_comm_allreduce_start(c, h, N, DT_REDUCE_SUM, &req));
+    CHECK_OK(dt_comm_allreduce_start(c, h, N, DT_REDUCE_SUM, DT_WIRE_F32, &req));
     CHECK_OK(dt_comm_wait(c, req));
     dt = now_s() - t0;
     check_bits(h, b, N, "host all-reduce after the compute stream wrote its input");
@@ -336,7 +381,7 @@ static void test_ordering(dt_comm *c, cudaStream_t cs) {
     CUDA_OK(cudaLaunchHostFunc(cs, sleep_300ms, NULL));
     CUDA_OK(cudaMemsetAsync(d_in, 0, bytes, cs)); /* +0.0f everywhere */
     t0 = now_s();
-    CHECK_OK(dt_comm_allreduce_start(c, d_in, N, DT_REDUCE_AVG, &req));
+    CHECK_OK(dt_comm_allreduce_start(c, d_in, N, DT_REDUCE_AVG, DT_WIRE_F32, &req));
     CHECK_OK(dt_comm_wait(c, req));
     dt = now_s() - t0;
     CHECK(dt >= 0.25); /* in place over one rank, the values alone cannot tell */
@@ -366,13 +411,13 @@ static void test_overlap(dt_comm *c, cudaStream_t cs) {
     double t0 = now_s();
     CUDA_OK(cudaLaunchHostFunc(cs, sleep_300ms, NULL));
     CUDA_OK(cudaMemsetAsync(d0, 0, N * sizeof(float), cs));
-    CHECK_OK(dt_comm_allreduce_start(c, d0, N, DT_REDUCE_SUM, &r0));
+    CHECK_OK(dt_comm_allreduce_start(c, d0, N, DT_REDUCE_SUM, DT_WIRE_F32, &r0));
     CUDA_OK(cudaMemsetAsync(d1, 0, N * sizeof(float), cs));
-    CHECK_OK(dt_comm_allreduce_start(c, d1, N, DT_REDUCE_SUM, &r1));
+    CHECK_OK(dt_comm_allreduce_start(c, d1, N, DT_REDUCE_SUM, DT_WIRE_F32, &r1));
     CUDA_OK(cudaLaunchHostFunc(cs, sleep_300ms, NULL));
     CUDA_OK(cudaLaunchHostFunc(cs, sleep_300ms, NULL));
     CUDA_OK(cudaMemsetAsync(d2, 0, N * sizeof(float), cs));
-    CHECK_OK(dt_comm_allreduce_start(c, d2, N, DT_REDUCE_SUM, &r2));
+    CHECK_OK(dt_comm_allreduce_start(c, d2, N, DT_REDUCE_SUM, DT_WIRE_F32, &r2));
     CHECK_OK(dt_comm_wait(c, r0));
     CHECK_OK(dt_comm_wait(c, r1));
     double t1 = now_s() - t0;
@@ -478,6 +523,7 @@ int main(void) {
     test_allreduce_device(c);
     test_allreduce_host(c);
     test_avg_exact(c);
+    test_parts_bf16(c);
     test_async(c);
     test_bcast_gather_barrier(c);
     test_ordering(c, cs);
@@ -489,7 +535,7 @@ int main(void) {
     /* one more start that is never waited for: dt_comm_free finishes it first */
     float *last = dev_floats(300);
     dt_comm_req *never_waited;
-    CHECK_OK(dt_comm_allreduce_start(c, last, 300, DT_REDUCE_SUM, &never_waited));
+    CHECK_OK(dt_comm_allreduce_start(c, last, 300, DT_REDUCE_SUM, DT_WIRE_F32, &never_waited));
     dt_comm_free(c);
     CUDA_OK(cudaFree(last));
 

@@ -297,6 +297,8 @@ static void test_errors(void) {
     LOAD_OK(MIN "training:\n  num_workers: 64\n");
     LOAD_ERR("finetune.yaml:4: training.zero_stage: expected an integer in [0, 1], got \"2\"",
              MIN "training:\n  zero_stage: 2\n");
+    LOAD_ERR("finetune.yaml:4: training.grad_comm_dtype: expected one of fp32, bf16, got \"fp16\"",
+             MIN "training:\n  grad_comm_dtype: fp16\n");
     /* unknown keys: did-you-mean by edit distance, by the same name in another section, by a
      * longer key containing it, or the list of known keys */
     LOAD_ERR("finetune.yaml:3: training.num_worker: unknown key (did you mean training.num_workers?)",
@@ -329,7 +331,7 @@ static void test_errors(void) {
     LOAD_ERR("finetune.yaml:4: training.dropout: unknown key (known keys in training: num_workers, use_gpu, "
              "device, resources_per_worker, communication_backend, epochs, max_steps, grad_accum_steps, "
              "precision, seed, collective_timeout_s, cpu_threads_per_worker, adapt_cpu_threads, check_replicas_every, "
-             "zero_stage, early_stopping_patience)",
+             "zero_stage, grad_comm_dtype, early_stopping_patience)",
              MIN "training:\n  dropout: 0.1\n");
     /* unknown sections */
     LOAD_ERR("finetune.yaml:3: trainig: unknown section (did you mean training?)", MIN "trainig:\n  epochs: 1\n");

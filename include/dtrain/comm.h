@@ -18,9 +18,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/config.h"
 #include "dtrain/status.h"
 
 typedef enum { DT_REDUCE_SUM = 0, DT_REDUCE_AVG } dt_reduce_op;
+
+/* dt_wire (config.h, training.grad_comm_dtype): how a gradient all-reduce or reduce-scatter
+ * travels:
+ *   DT_WIRE_F32   as the float32 it is;
+ *   DT_WIRE_BF16  as bfloat16, half the bytes, summed in float32: each rank's values are
+ *                 rounded to bf16 before they leave it, and so is every partial sum that
+ *                 travels on (a ring's); an all-reduce's result is rounded to bf16 as well, so
+ *                 that every rank holds the same bits; a reduce-scatter's part is its float32
+ *                 sum on shm and tcp (mpi and nccl reduce in bf16 storage: rounded).
+ * No error feedback: the rounding's residual is dropped, not carried to the next step. */
 
 /* ---- the shared world (shm backend) ----
  * Made by the launcher BEFORE fork with an anonymous shared mapping, so it is inherited by
@@ -53,7 +64,8 @@ const char *dt_comm_backend(const dt_comm *c); /* "shm" */
 /* The bytes this rank has sent in the collectives issued so far, counted as a ring moves them
  * (nccl-tests' busbw convention): an all-reduce of B bytes 2(N-1)/N x B, a broadcast (N-1)/N x B
  * (a chain's average), an all-gather of B bytes per rank (N-1) x B, a reduce-scatter or an
- * all-gather of parts of a B-byte buffer (N-1)/N x B. That is the data the tcp
+ * all-gather of parts of a B-byte buffer (N-1)/N x B, where B counts 2 bytes a float for
+ * DT_WIRE_BF16. That is the data the tcp
  * ring's all-reduce and all-gather send (its small per-collective headers, and barriers, are not
  * counted); shm, mpi and nccl move the same data by routes of their own. */
 uint64_t dt_comm_bytes_sent(dt_comm *c);
@@ -70,13 +82,13 @@ static inline void dt_comm_part(size_t n, int world, int rank, size_t *lo, size_
 dt_status dt_comm_allreduce(dt_comm *c, float *buf, size_t n, dt_reduce_op op);
 /* Starts an all-reduce; `buf` must not be touched until dt_comm_wait returns. *req is
  * released by dt_comm_wait, which returns the operation's status. */
-dt_status dt_comm_allreduce_start(dt_comm *c, float *buf, size_t n, dt_reduce_op op, dt_comm_req **req);
+dt_status dt_comm_allreduce_start(dt_comm *c, float *buf, size_t n, dt_reduce_op op, dt_wire wire, dt_comm_req **req);
 /* (When start fails, *req is NULL and there is nothing to wait for; dt_comm_wait(c, NULL)
  * returns the communicator's first error, or DT_ERR_INTERNAL when there is none.) */
 dt_status dt_comm_wait(dt_comm *c, dt_comm_req *req);
 /* Reduce-scatter, in place: afterwards this rank's part of buf(n) (dt_comm_part) holds the
  * sum over ranks of that part; the rest of buf is unspecified. Start + wait as all-reduce. */
-dt_status dt_comm_reduce_scatter_start(dt_comm *c, float *buf, size_t n, dt_comm_req **req);
+dt_status dt_comm_reduce_scatter_start(dt_comm *c, float *buf, size_t n, dt_wire wire, dt_comm_req **req);
 dt_status dt_comm_reduce_scatter(dt_comm *c, float *buf, size_t n);
 /* All-gather of parts, in place: afterwards every rank's buf(n) holds, in each rank's part,
  * what that rank had there. */
@@ -128,11 +140,11 @@ typedef struct dt_comm_deadline {
 
 typedef struct dt_comm_backend_ops {
     const char *name;
-    dt_status (*allreduce)(void *ctx, float *buf, size_t n, dt_reduce_op op, const dt_comm_deadline *dl);
+    dt_status (*allreduce)(void *ctx, float *buf, size_t n, dt_reduce_op op, dt_wire wire, const dt_comm_deadline *dl);
     dt_status (*broadcast)(void *ctx, void *buf, size_t bytes, int root, const dt_comm_deadline *dl);
     dt_status (*allgather)(void *ctx, const void *in, size_t bytes, void *out, const dt_comm_deadline *dl);
     /* sum into this rank's part of buf(n) / every part of buf(n) from its owner (dt_comm_part) */
-    dt_status (*reduce_scatter)(void *ctx, float *buf, size_t n, const dt_comm_deadline *dl);
+    dt_status (*reduce_scatter)(void *ctx, float *buf, size_t n, dt_wire wire, const dt_comm_deadline *dl);
     dt_status (*allgather_parts)(void *ctx, float *buf, size_t n, const dt_comm_deadline *dl);
     dt_status (*barrier)(void *ctx, const dt_comm_deadline *dl);
     void (*free)(void *ctx);

@@ -14,6 +14,9 @@
 
 #include "dtrain/status.h"
 
+/* training.grad_comm_dtype: how gradients travel between workers (comm.h says what bf16 means) */
+typedef enum { DT_WIRE_F32 = 0, DT_WIRE_BF16 } dt_wire;
+
 #define DT_PATH_MAX 1024
 
 typedef enum { DT_DEVICE_AUTO = 0, DT_DEVICE_CPU, DT_DEVICE_CUDA } dt_device_kind;
@@ -64,6 +67,7 @@ typedef struct dt_config {
         int zero_stage;             /* 0 (default): every worker holds the whole AdamW state; 1: each worker
                                        updates its part of every bucket (ZeRO-1: gradients reduce-scattered,
                                        weights all-gathered, moments 1/num_workers) */
+        dt_wire grad_comm_dtype;    /* fp32 (default) or bf16: how gradients travel between workers (comm.h) */
         int early_stopping_patience;/* 0 = off (default); N: stop after N evaluations in a row without a new
                                        best of checkpoint.best_metric (val_loss when that is none) */
     } training;

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/bf16.h" /* dt_bf16_to_float: a bf16 activation's 16 bits as a float (downloaded logits) */
 #include "dtrain/status.h"
 
 typedef struct dt_ops dt_ops;
@@ -43,12 +44,6 @@ typedef struct dt_act dt_act;
 
 typedef enum { DT_DTYPE_F32 = 0, DT_DTYPE_BF16 } dt_dtype;
 static inline size_t dt_dtype_size(dt_dtype t) { return t == DT_DTYPE_BF16 ? 2 : 4; }
-/* A bf16 activation's 16 bits as a float (host side, e.g. downloaded logits). */
-static inline float dt_bf16_to_float(uint16_t b) {
-    union { uint32_t u; float f; } v = {(uint32_t)b << 16};
-    return v.f;
-}
-
 /* What a backend is opened with. */
 typedef struct dt_backend_cfg {
     int device;    /* index among the visible devices (device backends) */

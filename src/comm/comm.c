@@ -23,6 +23,7 @@ struct dt_comm_req {
     const void *in;     /* all-gather: this rank's bytes */
     size_t n;           /* all-reduce, reduce-scatter, parts: floats; broadcast / all-gather: bytes */
     dt_reduce_op op;
+    dt_wire wire;       /* all-reduce, reduce-scatter */
     int root;
     double timeout_s;   /* barrier: its own deadline (0: the backend's) */
     int done;           /* under c->mu */
@@ -67,11 +68,11 @@ static dt_comm_deadline deadline_of(const dt_comm *c, const dt_comm_req *r) {
 static dt_status run_request(dt_comm *c, dt_comm_req *r) {
     const dt_comm_deadline dl = deadline_of(c, r);
     switch (r->kind) {
-    case REQ_ALLREDUCE: return c->be->allreduce(c->ctx, (float *)r->buf, r->n, r->op, &dl);
+    case REQ_ALLREDUCE: return c->be->allreduce(c->ctx, (float *)r->buf, r->n, r->op, r->wire, &dl);
     case REQ_BROADCAST: return c->be->broadcast(c->ctx, r->buf, r->n, r->root, &dl);
     case REQ_ALLGATHER: return c->be->allgather(c->ctx, r->in, r->n, r->buf, &dl);
     case REQ_BARRIER: return c->be->barrier(c->ctx, &dl);
-    case REQ_REDUCE_SCATTER: return c->be->reduce_scatter(c->ctx, (float *)r->buf, r->n, &dl);
+    case REQ_REDUCE_SCATTER: return c->be->reduce_scatter(c->ctx, (float *)r->buf, r->n, r->wire, &dl);
     case REQ_GATHER_PARTS: return c->be->allgather_parts(c->ctx, (float *)r->buf, r->n, &dl);
     }
     return dt_error_set(DT_ERR_INTERNAL, "comm: unknown request kind %d", r->kind);
@@ -197,12 +198,13 @@ static dt_status break_locked(dt_comm *c, dt_status st) {
  * (N-1)/N of the buffer; a barrier nothing. */
 static uint64_t ring_bytes(int world, const dt_comm_req *r) {
     if (world < 2) return 0;
-    const uint64_t N = (uint64_t)world;
+    const uint64_t N = (uint64_t)world, elem = r->wire == DT_WIRE_BF16 ? 2 : sizeof(float);
     switch (r->kind) {
-    case REQ_ALLREDUCE: return 2 * (N - 1) * (uint64_t)r->n * sizeof(float) / N;
+    case REQ_ALLREDUCE: return 2 * (N - 1) * (uint64_t)r->n * elem / N;
     case REQ_BROADCAST: return (N - 1) * (uint64_t)r->n / N;
     case REQ_ALLGATHER: return (N - 1) * (uint64_t)r->n;
-    case REQ_REDUCE_SCATTER: case REQ_GATHER_PARTS: return (N - 1) * (uint64_t)r->n * sizeof(float) / N;
+    case REQ_REDUCE_SCATTER: return (N - 1) * (uint64_t)r->n * elem / N;
+    case REQ_GATHER_PARTS: return (N - 1) * (uint64_t)r->n * sizeof(float) / N;
     default: return 0;
     }
 }
@@ -220,6 +222,8 @@ static dt_status start(dt_comm *c, const dt_comm_req *tmpl, dt_comm_req **out) {
                           tmpl->root, c->world);
     else if (tmpl->kind == REQ_ALLREDUCE && tmpl->op != DT_REDUCE_SUM && tmpl->op != DT_REDUCE_AVG)
         st = dt_error_set(DT_ERR_INTERNAL, "comm rank %d: unknown reduction %d", c->rank, (int)tmpl->op);
+    else if (tmpl->wire != DT_WIRE_F32 && tmpl->wire != DT_WIRE_BF16)
+        st = dt_error_set(DT_ERR_INTERNAL, "comm rank %d: unknown wire type %d", c->rank, (int)tmpl->wire);
     pthread_mutex_lock(&c->mu);
     if (c->broken != DT_OK) {
         st = dt_error_set(c->broken, "%s", c->broken_msg);
@@ -281,8 +285,8 @@ static dt_status start_wait(dt_comm *c, const dt_comm_req *tmpl) {
     return dt_comm_wait(c, r);
 }
 
-dt_status dt_comm_allreduce_start(dt_comm *c, float *buf, size_t n, dt_reduce_op op, dt_comm_req **req) {
-    dt_comm_req t = {.kind = REQ_ALLREDUCE, .buf = buf, .n = n, .op = op};
+dt_status dt_comm_allreduce_start(dt_comm *c, float *buf, size_t n, dt_reduce_op op, dt_wire wire, dt_comm_req **req) {
+    dt_comm_req t = {.kind = REQ_ALLREDUCE, .buf = buf, .n = n, .op = op, .wire = wire};
     return start(c, &t, req);
 }
 
@@ -291,8 +295,8 @@ dt_status dt_comm_allreduce(dt_comm *c, float *buf, size_t n, dt_reduce_op op) {
     return start_wait(c, &t);
 }
 
-dt_status dt_comm_reduce_scatter_start(dt_comm *c, float *buf, size_t n, dt_comm_req **req) {
-    dt_comm_req t = {.kind = REQ_REDUCE_SCATTER, .buf = buf, .n = n};
+dt_status dt_comm_reduce_scatter_start(dt_comm *c, float *buf, size_t n, dt_wire wire, dt_comm_req **req) {
+    dt_comm_req t = {.kind = REQ_REDUCE_SCATTER, .buf = buf, .n = n, .wire = wire};
     return start(c, &t, req);
 }
 

@@ -16,13 +16,38 @@
 #include <string.h>
 #include <time.h>
 
+#include "dtrain/bf16.h"
 #include "dtrain/clock.h"
 
 typedef struct mpi_ctx {
     int rank, world;
     unsigned long seq;
     int *counts, *displs; /* (world) the parts of a reduce-scatter or all-gather of parts */
+    uint16_t *w16;        /* DT_WIRE_BF16: the buffer as it travels */
+    size_t n16;
+    MPI_Op bf16_sum;      /* sums bf16 pairs in float32 */
 } mpi_ctx;
+
+/* The reduction of DT_WIRE_BF16: MPI has no bf16 type, so 16-bit words summed in float32 and
+ * rounded back. */
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = dt_float_to_bf16(dt_bf16_to_float(a[i]) + dt_bf16_to_float(b[i]));
+}
+
+/* buf(n) as bf16 in x->w16 */
+static dt_status to_wire(mpi_ctx *x, const float *buf, size_t n) {
+    if (x->n16 < n) {
+        uint16_t *p = realloc(x->w16, n * sizeof *p);
+        if (!p) return dt_error_set(DT_ERR_NOMEM, "mpi: out of memory for %zu bf16 values", n);
+        x->w16 = p;
+        x->n16 = n;
+    }
+    for (size_t i = 0; i < n; i++) x->w16[i] = dt_float_to_bf16(buf[i]);
+    return DT_OK;
+}
 
 static dt_status mpi_fail(int rc, const char *what) {
     char msg[MPI_MAX_ERROR_STRING];
@@ -52,16 +77,21 @@ static dt_status wait_req(mpi_ctx *x, MPI_Request *req, const char *what, const 
     }
 }
 
-static dt_status mpi_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op, const dt_comm_deadline *dl) {
+static dt_status mpi_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op, dt_wire wire,
+                               const dt_comm_deadline *dl) {
     mpi_ctx *x = vctx;
     if (n == 0) return DT_OK;
     if (n > (size_t)INT32_MAX) return dt_error_set(DT_ERR_INTERNAL, "mpi: all-reduce of %zu floats is too large", n);
+    const int bf = wire == DT_WIRE_BF16;
+    if (bf) DT_TRY(to_wire(x, buf, n));
     MPI_Request req;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+    int rc = bf ? MPI_Iallreduce(MPI_IN_PLACE, x->w16, (int)n, MPI_UINT16_T, x->bf16_sum, MPI_COMM_WORLD, &req)
+                : MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallreduce");
     DT_TRY(wait_req(x, &req, "all-reduce", dl));
+    for (size_t i = 0; bf && i < n; i++) buf[i] = dt_bf16_to_float(x->w16[i]);
     if (op == DT_REDUCE_AVG)
-        for (size_t i = 0; i < n; i++) buf[i] /= (float)x->world;
+        for (size_t i = 0; i < n; i++) buf[i] = bf ? dt_bf16_round(buf[i] / (float)x->world) : buf[i] / (float)x->world;
     return DT_OK;
 }
 
@@ -96,15 +126,27 @@ static dt_status set_parts(mpi_ctx *x, size_t n, const char *what) {
 }
 
 /* In place, MPI puts this rank's result at the start of the buffer: moved to its part. */
-static dt_status mpi_reduce_scatter(void *vctx, float *buf, size_t n, const dt_comm_deadline *dl) {
+static dt_status mpi_reduce_scatter(void *vctx, float *buf, size_t n, dt_wire wire, const dt_comm_deadline *dl) {
     mpi_ctx *x = vctx;
-    if (n == 0 || x->world == 1) return DT_OK;
+    const int bf = wire == DT_WIRE_BF16;
+    if (n == 0) return DT_OK;
+    if (x->world == 1) {
+        for (size_t i = 0; bf && i < n; i++) buf[i] = dt_bf16_round(buf[i]); /* as it would travel */
+        return DT_OK;
+    }
     DT_TRY(set_parts(x, n, "reduce-scatter"));
+    if (bf) DT_TRY(to_wire(x, buf, n));
     MPI_Request req;
-    int rc = MPI_Ireduce_scatter(MPI_IN_PLACE, buf, x->counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+    int rc = bf ? MPI_Ireduce_scatter(MPI_IN_PLACE, x->w16, x->counts, MPI_UINT16_T, x->bf16_sum, MPI_COMM_WORLD, &req)
+                : MPI_Ireduce_scatter(MPI_IN_PLACE, buf, x->counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Ireduce_scatter");
     DT_TRY(wait_req(x, &req, "reduce-scatter", dl));
-    memmove(buf + x->displs[x->rank], buf, (size_t)x->counts[x->rank] * sizeof(float));
+    float *mine = buf + x->displs[x->rank];
+    const size_t len = (size_t)x->counts[x->rank];
+    if (bf)
+        for (size_t i = 0; i < len; i++) mine[i] = dt_bf16_to_float(x->w16[i]);
+    else
+        memmove(mine, buf, len * sizeof(float));
     return DT_OK;
 }
 
@@ -131,7 +173,8 @@ static void mpi_free_ctx(void *vctx) {
     if (!x) return;
     free(x->counts);
     free(x->displs);
-    free(x);
+    free(x->w16);
+    free(x); /* bf16_sum lives until MPI_Finalize: the communicator may be freed after it */
 }
 
 static const dt_comm_backend_ops mpi_backend = {
@@ -198,6 +241,11 @@ dt_status dt_comm_init_mpi(dt_comm **out, double timeout_s) {
     if (!x->counts || !x->displs) {
         mpi_free_ctx(x);
         return DT_ERR_NOMEM;
+    }
+    int rc = MPI_Op_create(bf16_sum, 1, &x->bf16_sum);
+    if (rc != MPI_SUCCESS) {
+        mpi_free_ctx(x);
+        return mpi_fail(rc, "MPI_Op_create");
     }
     return dt_comm_create(out, &mpi_backend, x, x->rank, x->world, timeout_s);
 }

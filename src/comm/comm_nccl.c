@@ -48,6 +48,7 @@
 #include <nccl.h>
 
 #include "dtrain/clock.h"
+#include "dtk.h"
 
 /* ---- NCCL, loaded at run time ---- */
 
@@ -121,6 +122,8 @@ typedef struct nccl_ctx {
     cudaEvent_t done;       /* on `stream`: the NCCL call (and staging) finished */
     void *scratch;          /* device memory: host buffers are staged here */
     size_t scratch_bytes;
+    void *wire;             /* device memory: DT_WIRE_BF16 gradients as they travel */
+    size_t wire_bytes;
     unsigned long seq;      /* collectives run so far, for messages */
     char op[128];           /* the running collective, for messages: "all-reduce #3 (1000 floats)" */
 } nccl_ctx;
@@ -151,25 +154,30 @@ static dt_status ck_nccl(nccl_ctx *x, ncclResult_t r, const char *call, const ch
     return r == ncclSuccess ? DT_OK : nccl_fail(x, r, call, file, line);
 }
 
-/* The scratch buffer with at least `bytes` (grown in whole MiB, never shrunk). Growing frees
- * the old one (cudaFree waits for the device); nothing of ours is in flight at that point. */
-static dt_status grow_scratch(nccl_ctx *x, size_t bytes) {
-    if (x->scratch && x->scratch_bytes >= bytes) return DT_OK;
-    if (x->scratch) DT_TRY(CK(cudaFree, x->scratch));
-    x->scratch = NULL;
-    x->scratch_bytes = 0;
+/* A staging buffer (*p, *have bytes) with at least `bytes` (grown in whole MiB, never shrunk).
+ * Growing frees the old one (cudaFree waits for the device); nothing of ours is in flight at
+ * that point. */
+static dt_status grow_buf(nccl_ctx *x, void **p, size_t *have, size_t bytes, const char *what) {
+    if (*p && *have >= bytes) return DT_OK;
+    if (*p) DT_TRY(CK(cudaFree, *p));
+    *p = NULL;
+    *have = 0;
     size_t want = bytes < SCRATCH_MIN ? SCRATCH_MIN : (bytes + 0xFFFFF) & ~(size_t)0xFFFFF;
-    if (want < bytes) return dt_error_set(DT_ERR_INTERNAL, "nccl: a staging buffer of %zu bytes is too large", bytes);
-    cudaError_t e = cudaMalloc(&x->scratch, want);
+    if (want < bytes) return dt_error_set(DT_ERR_INTERNAL, "nccl: a %s of %zu bytes is too large", what, bytes);
+    cudaError_t e = cudaMalloc(p, want);
     if (e != cudaSuccess) {
-        x->scratch = NULL;
+        *p = NULL;
         (void)cudaGetLastError(); /* an allocation failure is not sticky */
-        return dt_error_set(DT_ERR_DEVICE, "cudaMalloc of %zu bytes for the nccl staging buffer failed on rank %d (host "
-                            "%s, GPU %d): %s%s%s (hint: pass device buffers to the collectives)", want, x->rank,
+        return dt_error_set(DT_ERR_DEVICE, "cudaMalloc of %zu bytes for the nccl %s failed on rank %d (host "
+                            "%s, GPU %d): %s%s%s (hint: pass device buffers to the collectives)", want, what, x->rank,
                             x->host, x->device, cudaGetErrorString(e), x->op[0] ? ", in nccl " : "", x->op);
     }
-    x->scratch_bytes = want;
+    *have = want;
     return DT_OK;
+}
+
+static dt_status grow_scratch(nccl_ctx *x, size_t bytes) {
+    return grow_buf(x, &x->scratch, &x->scratch_bytes, bytes, "staging buffer");
 }
 
 /* *on_device: 1 for device (or managed) memory, used as it is; 0 for host memory, staged.
@@ -314,7 +322,13 @@ static dt_status begin(nccl_ctx *x, const dt_comm_deadline *dl, const char *fmt,
     return thread_setup(x);
 }
 
-static dt_status allreduce_(nccl_ctx *x, float *buf, size_t n, dt_reduce_op op) {
+/* DT_WIRE_BF16: d(n) rounded into the wire buffer (on our stream, after the staging) */
+static dt_status to_wire(nccl_ctx *x, const float *d, size_t n) {
+    DT_TRY(grow_buf(x, &x->wire, &x->wire_bytes, n * 2, "bf16 buffer"));
+    return CK(dtk_cast_bf16, x->stream, x->wire, d, n);
+}
+
+static dt_status allreduce_(nccl_ctx *x, float *buf, size_t n, dt_reduce_op op, int bf) {
     if (n > SIZE_MAX / sizeof(float)) return dt_error_set(DT_ERR_INTERNAL, "nccl %s: too large", x->op);
     const size_t bytes = n * sizeof(float);
     int dev;
@@ -324,19 +338,30 @@ static dt_status allreduce_(nccl_ctx *x, float *buf, size_t n, dt_reduce_op op) 
         DT_TRY(grow_scratch(x, bytes));
         d = x->scratch;
     }
+    if (bf) DT_TRY(grow_buf(x, &x->wire, &x->wire_bytes, n * 2, "bf16 buffer")); /* before the wait starts */
     const double t0 = dt_clock_now();
     DT_TRY(after_compute(x));
     if (!dev) DT_TRY(CK(cudaMemcpyAsync, d, buf, bytes, cudaMemcpyHostToDevice, x->stream));
-    DT_TRY(NC(ncclAllReduce, d, d, n, ncclFloat32, op == DT_REDUCE_AVG ? ncclAvg : ncclSum, x->comm, x->stream));
+    const ncclRedOp_t rop = op == DT_REDUCE_AVG ? ncclAvg : ncclSum;
+    if (bf) {
+        DT_TRY(to_wire(x, d, n));
+        DT_TRY(NC(ncclAllReduce, x->wire, x->wire, n, ncclBfloat16, rop, x->comm, x->stream));
+        DT_TRY(CK(dtk_widen_bf16, x->stream, d, x->wire, n));
+    } else {
+        DT_TRY(NC(ncclAllReduce, d, d, n, ncclFloat32, rop, x->comm, x->stream));
+    }
     DT_TRY(wait_done(x, t0, 1));
     if (!dev) DT_TRY(download(x, buf, d, bytes));
     return DT_OK;
 }
 
-static dt_status nccl_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op, const dt_comm_deadline *dl) {
+static dt_status nccl_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op, dt_wire wire,
+                                const dt_comm_deadline *dl) {
     nccl_ctx *x = vctx;
-    dt_status st = begin(x, dl, "all-reduce #%lu (%zu floats, %s)", x->seq + 1, n, op == DT_REDUCE_AVG ? "avg" : "sum");
-    if (st == DT_OK && n > 0) st = allreduce_(x, buf, n, op);
+    const int bf = wire == DT_WIRE_BF16;
+    dt_status st = begin(x, dl, "all-reduce #%lu (%zu floats, %s%s)", x->seq + 1, n, op == DT_REDUCE_AVG ? "avg" : "sum",
+                         bf ? ", as bf16" : "");
+    if (st == DT_OK && n > 0) st = allreduce_(x, buf, n, op, bf);
     return st == DT_OK ? DT_OK : failed(x, st);
 }
 
@@ -406,7 +431,7 @@ static dt_status nccl_allgather(void *vctx, const void *in, size_t bytes, void *
  * size (n divisible by the world) are NCCL's ncclReduceScatter / ncclAllGather in place; other
  * splits (dt_comm_part's parts differ by one float) a group of one ncclReduce / ncclBroadcast
  * per part, rooted at its owner. Host buffers are staged through the scratch buffer. */
-static dt_status parts_(nccl_ctx *x, float *buf, size_t n, int gather) {
+static dt_status parts_(nccl_ctx *x, float *buf, size_t n, int gather, int bf) {
     if (n > SIZE_MAX / sizeof(float)) return dt_error_set(DT_ERR_INTERNAL, "nccl %s: too large", x->op);
     const size_t bytes = n * sizeof(float);
     int dev;
@@ -419,40 +444,50 @@ static dt_status parts_(nccl_ctx *x, float *buf, size_t n, int gather) {
     const double t0 = dt_clock_now();
     DT_TRY(after_compute(x));
     if (!dev) DT_TRY(CK(cudaMemcpyAsync, d, buf, bytes, cudaMemcpyHostToDevice, x->stream));
+    /* a bf16 reduce-scatter travels in the wire buffer; only this rank's part comes back */
+    const ncclDataType_t type = bf ? ncclBfloat16 : ncclFloat32;
+    const size_t es = bf ? 2 : sizeof(float);
+    char *v = bf ? (char *)x->wire : (char *)d;
+    if (bf) DT_TRY(to_wire(x, d, n));
     const size_t W = (size_t)x->world;
+    size_t lo, hi;
+    dt_comm_part(n, x->world, x->rank, &lo, &hi);
     if (n % W == 0) {
-        float *mine = d + (size_t)x->rank * (n / W);
-        if (gather) DT_TRY(NC(ncclAllGather, mine, d, n / W, ncclFloat32, x->comm, x->stream));
-        else DT_TRY(NC(ncclReduceScatter, d, mine, n / W, ncclFloat32, ncclSum, x->comm, x->stream));
+        char *mine = v + lo * es;
+        if (gather) DT_TRY(NC(ncclAllGather, mine, v, n / W, type, x->comm, x->stream));
+        else DT_TRY(NC(ncclReduceScatter, v, mine, n / W, type, ncclSum, x->comm, x->stream));
     } else {
         DT_TRY(ck_nccl(x, nc.ncclGroupStart(), "ncclGroupStart", __FILE__, __LINE__));
         dt_status st = DT_OK;
         for (int q = 0; st == DT_OK && q < x->world; q++) {
-            size_t lo, hi;
-            dt_comm_part(n, x->world, q, &lo, &hi);
-            st = gather ? NC(ncclBroadcast, d + lo, d + lo, hi - lo, ncclFloat32, q, x->comm, x->stream)
-                        : NC(ncclReduce, d + lo, d + lo, hi - lo, ncclFloat32, ncclSum, q, x->comm, x->stream);
+            size_t qlo, qhi;
+            dt_comm_part(n, x->world, q, &qlo, &qhi);
+            char *p = v + qlo * es;
+            st = gather ? NC(ncclBroadcast, p, p, qhi - qlo, type, q, x->comm, x->stream)
+                        : NC(ncclReduce, p, p, qhi - qlo, type, ncclSum, q, x->comm, x->stream);
         }
         dt_status end = ck_nccl(x, nc.ncclGroupEnd(), "ncclGroupEnd", __FILE__, __LINE__); /* closes the group */
         DT_TRY(st);
         DT_TRY(end);
     }
+    if (bf) DT_TRY(CK(dtk_widen_bf16, x->stream, d + lo, (const dtk_bf16 *)(v + lo * es), hi - lo));
     DT_TRY(wait_done(x, t0, 1));
     if (!dev) DT_TRY(download(x, buf, d, bytes));
     return DT_OK;
 }
 
-static dt_status nccl_reduce_scatter(void *vctx, float *buf, size_t n, const dt_comm_deadline *dl) {
+static dt_status nccl_reduce_scatter(void *vctx, float *buf, size_t n, dt_wire wire, const dt_comm_deadline *dl) {
     nccl_ctx *x = vctx;
-    dt_status st = begin(x, dl, "reduce-scatter #%lu (%zu floats)", x->seq + 1, n);
-    if (st == DT_OK && n > 0) st = parts_(x, buf, n, 0);
+    const int bf = wire == DT_WIRE_BF16;
+    dt_status st = begin(x, dl, "reduce-scatter #%lu (%zu floats%s)", x->seq + 1, n, bf ? ", as bf16" : "");
+    if (st == DT_OK && n > 0) st = parts_(x, buf, n, 0, bf);
     return st == DT_OK ? DT_OK : failed(x, st);
 }
 
 static dt_status nccl_allgather_parts(void *vctx, float *buf, size_t n, const dt_comm_deadline *dl) {
     nccl_ctx *x = vctx;
     dt_status st = begin(x, dl, "all-gather of parts #%lu (%zu floats)", x->seq + 1, n);
-    if (st == DT_OK && n > 0) st = parts_(x, buf, n, 1);
+    if (st == DT_OK && n > 0) st = parts_(x, buf, n, 1, 0);
     return st == DT_OK ? DT_OK : failed(x, st);
 }
 
@@ -496,6 +531,7 @@ static void nccl_free(void *vctx) {
     for (int i = 0; i < N_MARKS; i++)
         if (x->marks[i]) cudaEventDestroy(x->marks[i]);
     if (x->scratch) cudaFree(x->scratch);
+    if (x->wire) cudaFree(x->wire);
     (void)cudaGetLastError();
     if (prev >= 0 && prev != x->device) (void)cudaSetDevice(prev);
     free(x);

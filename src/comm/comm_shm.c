@@ -34,6 +34,10 @@
  * copies the k-th piece of its own part into its slot, and after the barrier every rank
  * copies the others' pieces out. The slot halves alternate as above.
  *
+ * With DT_WIRE_BF16 the slots hold bf16 (half the bytes copied in and out): each rank rounds
+ * what it copies in; the share's owner rounds its own floats the same way before it sums, in
+ * float32, and rounds the all-reduce's result, which it keeps as well as publishes.
+ *
  * Test-only switch: dt_fault_break_allreduce (fault.h) makes one rank's all-reduce results
  * wrong, so that the doctor's self-test can prove it catches a bad collective. */
 #include "dtrain/comm.h"
@@ -53,6 +57,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dtrain/bf16.h"
 #include "dtrain/clock.h"
 #include "dtrain/fault.h"
 
@@ -396,22 +401,61 @@ static void scale1(float *restrict dst, float s, size_t n) {
     for (; i < n; i++) dst[i] *= s;
 }
 
+/* Slot contents: float32, or bf16 for a DT_WIRE_BF16 collective (half the bytes). */
+static void put(void *slot_dst, const float *src, size_t n, int bf) {
+    if (!bf) {
+        memcpy(slot_dst, src, n * sizeof(float));
+        return;
+    }
+    uint16_t *d = slot_dst;
+    for (size_t i = 0; i < n; i++) d[i] = dt_float_to_bf16(src[i]);
+}
+static void get(float *dst, const void *slot_src, size_t n, int bf) {
+    if (!bf) {
+        memcpy(dst, slot_src, n * sizeof(float));
+        return;
+    }
+    const uint16_t *s = slot_src;
+    for (size_t i = 0; i < n; i++) dst[i] = dt_bf16_to_float(s[i]);
+}
+
+/* acc(len) = sum over ranks 0..N-1, in that order, of rank r's floats: `mine` for this rank
+ * (rounded to bf16 first when bf, as the others' were on their way in), else slot r at
+ * element `at` (+ b). Blocked by the caller so that acc stays in L1. */
+static void sum_ranks(shm_ctx *x, uint32_t g, float *acc, const float *mine, size_t at, size_t len, int bf) {
+    if (!bf) {
+#define SRC(r) ((r) == x->rank ? mine : (const float *)slot(x->w, (r), g) + at)
+        add2(acc, SRC(0), SRC(1), len);
+        for (int r = 2; r < x->world; r++) add1(acc, SRC(r), len);
+#undef SRC
+        return;
+    }
+    for (size_t i = 0; i < len; i++) acc[i] = 0.0f;
+    for (int r = 0; r < x->world; r++) {
+        if (r == x->rank) {
+            for (size_t i = 0; i < len; i++) acc[i] += dt_bf16_round(mine[i]);
+        } else {
+            const uint16_t *s = (const uint16_t *)slot(x->w, r, g) + at;
+            for (size_t i = 0; i < len; i++) acc[i] += dt_bf16_to_float(s[i]);
+        }
+    }
+}
+
 /* My share [lo, hi) of the chunk at `mine` (this rank's own floats, which never went
- * through its slot): sum over ranks 0..N-1 in that order, times 1/N for AVG, into both
- * `mine` and the result slot `res`. Blocked so that the partial sums stay in L1. */
-static void reduce_share(shm_ctx *x, uint32_t g, size_t lo, size_t hi, float *mine, float *res, int avg) {
+ * through its slot): sum over ranks 0..N-1 in that order, times 1/N for AVG (then rounded
+ * to bf16 when bf: what the others receive), into both `mine` and the result slot `res`. */
+static void reduce_share(shm_ctx *x, uint32_t g, size_t lo, size_t hi, float *mine, void *res, int avg, int bf) {
     enum { BLOCK = 1024 };
     float acc[BLOCK];
     const float inv = 1.0f / (float)x->world;
     for (size_t b = lo; b < hi; b += BLOCK) {
         size_t len = hi - b < BLOCK ? hi - b : BLOCK;
-#define SRC(r) ((r) == x->rank ? mine + b : (const float *)slot(x->w, (r), g) + b)
-        add2(acc, SRC(0), SRC(1), len);
-        for (int r = 2; r < x->world; r++) add1(acc, SRC(r), len);
-#undef SRC
+        sum_ranks(x, g, acc, mine + b, b, len, bf);
         if (avg) scale1(acc, inv, len);
+        if (bf)
+            for (size_t i = 0; i < len; i++) acc[i] = dt_bf16_round(acc[i]);
         memcpy(mine + b, acc, len * sizeof(float));
-        memcpy(res + b, acc, len * sizeof(float));
+        put((char *)res + b * (bf ? 2 : sizeof(float)), acc, len, bf);
     }
 }
 
@@ -426,9 +470,12 @@ static size_t chunk_floats(const dt_shm_world *w) {
     return (c < SHM_ALLREDUCE_CHUNK_MAX ? c : SHM_ALLREDUCE_CHUNK_MAX) / sizeof(float);
 }
 
-static dt_status shm_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op, const dt_comm_deadline *dl) {
+static dt_status shm_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op, dt_wire wire,
+                               const dt_comm_deadline *dl) {
     shm_ctx *x = vctx;
     DT_TRY(begin(x, OP_ALLREDUCE, n, -1, dl));
+    const int bf = wire == DT_WIRE_BF16;
+    const size_t es = bf ? 2 : sizeof(float);
     if (n > 0 && x->world > 1) {
         dt_shm_world *w = x->w;
         const size_t chunk = chunk_floats(w);
@@ -441,21 +488,23 @@ static dt_status shm_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op
             size_t off = k * chunk, m = k < nchunks ? (n - off < chunk ? n - off : chunk) : 0;
             size_t lo = share_edge(m, x->rank, x->world), hi = share_edge(m, x->rank + 1, x->world);
             if (m) {
-                float *mine = (float *)slot(w, x->rank, g);
-                memcpy(mine, buf + off, lo * sizeof(float));
-                memcpy(mine + hi, buf + off + hi, (m - hi) * sizeof(float));
+                char *mine = slot(w, x->rank, g);
+                put(mine, buf + off, lo, bf);
+                put(mine + hi * es, buf + off + hi, m - hi, bf);
             }
             DT_TRY(k == 0 ? barrier_first(x) : barrier(x));
             if (k > 0) { /* chunk k-1: everything but my own share, which is in buf already */
                 size_t poff = off - chunk, pm = n - poff < chunk ? n - poff : chunk;
                 size_t plo = share_edge(pm, x->rank, x->world), phi = share_edge(pm, x->rank + 1, x->world);
-                const float *res = (const float *)slot(w, x->world, prev_g);
-                memcpy(buf + poff, res, plo * sizeof(float));
-                memcpy(buf + poff + phi, res + phi, (pm - phi) * sizeof(float));
+                const char *res = slot(w, x->world, prev_g);
+                get(buf + poff, res, plo, bf);
+                get(buf + poff + phi, res + phi * es, pm - phi, bf);
             }
-            if (m) reduce_share(x, g, lo, hi, buf + off, (float *)slot(w, x->world, g), op == DT_REDUCE_AVG);
+            if (m) reduce_share(x, g, lo, hi, buf + off, slot(w, x->world, g), op == DT_REDUCE_AVG, bf);
             prev_g = g;
         }
+    } else if (bf) { /* one rank: its own values, rounded as they would travel */
+        for (size_t i = 0; i < n; i++) buf[i] = dt_bf16_round(buf[i]);
     }
     if (x->break_allreduce && n > 0) buf[0] += 1.0f;
     return DT_OK;
@@ -484,32 +533,32 @@ static size_t rounds_of(size_t n, int world, size_t pc) {
     return (longest + pc - 1) / pc;
 }
 
-static dt_status shm_reduce_scatter(void *vctx, float *buf, size_t n, const dt_comm_deadline *dl) {
+static dt_status shm_reduce_scatter(void *vctx, float *buf, size_t n, dt_wire wire, const dt_comm_deadline *dl) {
     shm_ctx *x = vctx;
     DT_TRY(begin(x, OP_REDUCE_SCATTER, n, -1, dl));
-    if (n == 0 || x->world == 1) return DT_OK;
+    const int bf = wire == DT_WIRE_BF16;
+    if (n == 0) return DT_OK;
+    if (x->world == 1) {
+        if (bf)
+            for (size_t i = 0; i < n; i++) buf[i] = dt_bf16_round(buf[i]);
+        return DT_OK;
+    }
     dt_shm_world *w = x->w;
     const size_t pc = piece_floats(x, 1), rounds = rounds_of(n, x->world, pc);
-    if ((size_t)x->world * pc * sizeof(float) > w->slot_bytes / 2)
-        return fail_world(x, dt_error_set(DT_ERR_INTERNAL, "shm reduce-scatter: a slot of %zu bytes is too small for %d "
-                                                           "ranks", w->slot_bytes, x->world));
     enum { BLOCK = 1024 };
     float acc[BLOCK];
     for (size_t k = 0; k < rounds; k++) {
         uint32_t g = atomic_load_explicit(&w->bar_gen, memory_order_relaxed);
-        float *mine = (float *)slot(w, x->rank, g);
+        char *mine = slot(w, x->rank, g);
         for (int q = 0; q < x->world; q++) {
             size_t off, len = piece(n, x->world, q, k, pc, &off);
-            if (q != x->rank && len) memcpy(mine + (size_t)q * pc, buf + off, len * sizeof(float));
+            if (q != x->rank && len) put(mine + (size_t)q * pc * (bf ? 2 : sizeof(float)), buf + off, len, bf);
         }
         DT_TRY(k == 0 ? barrier_first(x) : barrier(x));
         size_t off, len = piece(n, x->world, x->rank, k, pc, &off);
         for (size_t b = 0; b < len; b += BLOCK) {
             size_t m = len - b < BLOCK ? len - b : BLOCK;
-#define SRC(r) ((r) == x->rank ? buf + off + b : (const float *)slot(w, (r), g) + (size_t)x->rank * pc + b)
-            add2(acc, SRC(0), SRC(1), m);
-            for (int r = 2; r < x->world; r++) add1(acc, SRC(r), m);
-#undef SRC
+            sum_ranks(x, g, acc, buf + off + b, (size_t)x->rank * pc + b, m, bf);
             memcpy(buf + off + b, acc, m * sizeof(float));
         }
     }

@@ -9,6 +9,8 @@
  *   all-gather   ring, one block per step
  *   reduce-scatter, all-gather of parts: the all-reduce's two halves, shifted by one chunk so
  *                that each rank ends with (or starts from) its own part (dt_comm_part)
+ *   DT_WIRE_BF16 the all-reduce's and reduce-scatter's chunks travel as bf16 (each partial sum
+ *                rounded as it leaves), added in float32 on arrival
  *   barrier      an all-reduce of one float
  *
  * Every transfer sends and receives at the same time (non-blocking sockets, poll), so the
@@ -29,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dtrain/bf16.h"
 #include "dtrain/clock.h"
 
 typedef struct tcp_ctx {
@@ -38,6 +41,8 @@ typedef struct tcp_ctx {
     unsigned long seq;
     float *tmp;             /* a received chunk before it is added */
     size_t tmp_n;
+    uint16_t *out16, *in16; /* DT_WIRE_BF16: a chunk as sent and as received */
+    size_t n16;
 } tcp_ctx;
 
 static int prev_of(const tcp_ctx *x) { return (x->rank + x->world - 1) % x->world; }
@@ -117,8 +122,11 @@ typedef struct op_header {
 } op_header;
 
 static const char *const op_names[] = {"all-reduce", "broadcast", "all-gather", "barrier", "reduce-scatter",
-                                       "all-gather of parts"};
-enum { OP_ALLREDUCE, OP_BROADCAST, OP_ALLGATHER, OP_BARRIER, OP_REDUCE_SCATTER, OP_GATHER_PARTS, OP_KINDS };
+                                       "all-gather of parts", "all-reduce (bf16)", "reduce-scatter (bf16)"};
+enum {
+    OP_ALLREDUCE, OP_BROADCAST, OP_ALLGATHER, OP_BARRIER, OP_REDUCE_SCATTER, OP_GATHER_PARTS, OP_ALLREDUCE_BF16,
+    OP_REDUCE_SCATTER_BF16, OP_KINDS
+};
 
 static const char *op_name(uint32_t kind) { return kind < OP_KINDS ? op_names[kind] : "?"; }
 
@@ -153,56 +161,103 @@ static size_t chunk(size_t n, int world, int i, size_t *len) {
     return lo;
 }
 
+static dt_status grow(tcp_ctx *x, size_t n, int bf) {
+    if (x->tmp_n < n) {
+        float *t = realloc(x->tmp, n * sizeof(float));
+        if (!t) return dt_error_set(DT_ERR_NOMEM, "tcp collective: out of memory for a %zu-float chunk", n);
+        x->tmp = t;
+        x->tmp_n = n;
+    }
+    if (bf && x->n16 < n) {
+        uint16_t *a = realloc(x->out16, n * sizeof *a);
+        if (a) x->out16 = a;
+        uint16_t *b = a ? realloc(x->in16, n * sizeof *b) : NULL;
+        if (b) x->in16 = b;
+        if (!a || !b) return dt_error_set(DT_ERR_NOMEM, "tcp collective: out of memory for a %zu-value chunk", n);
+        x->n16 = n;
+    }
+    return DT_OK;
+}
+
+/* Sends buf(sn) and receives rn values into x->tmp (floats) or, bf16 on the wire, x->in16. */
+static dt_status send_recv(tcp_ctx *x, const float *sbuf, size_t sn, size_t rn, int bf, double deadline,
+                           const char *what) {
+    if (!bf) return exchange(x, sbuf, sn * sizeof(float), x->tmp, rn * sizeof(float), deadline, what);
+    for (size_t i = 0; i < sn; i++) x->out16[i] = dt_float_to_bf16(sbuf[i]);
+    return exchange(x, x->out16, sn * 2, x->in16, rn * 2, deadline, what);
+}
+
 /* Ring reduce-scatter: at step s rank r sends chunk r+shift-s and adds what it receives into
  * chunk r+shift-s-1; afterwards it holds the sum of chunk r+shift+1 (shift 0: the all-reduce's
- * first half, -1: every rank its own part). */
-static dt_status ring_reduce(tcp_ctx *x, float *buf, size_t n, int shift, double deadline, const char *what) {
+ * first half, -1: every rank its own part). bf: the values travel as bf16, the chunk a rank
+ * adds into holds its own values rounded the same way. */
+static dt_status ring_reduce(tcp_ctx *x, float *buf, size_t n, int shift, int bf, double deadline, const char *what) {
     const int W = x->world, r = x->rank;
-    size_t max_chunk = n / (size_t)W + 1;
-    if (x->tmp_n < max_chunk) {
-        float *t = realloc(x->tmp, max_chunk * sizeof(float));
-        if (!t) return dt_error_set(DT_ERR_NOMEM, "tcp collective: out of memory for a %zu-float chunk", max_chunk);
-        x->tmp = t;
-        x->tmp_n = max_chunk;
-    }
+    DT_TRY(grow(x, n / (size_t)W + 1, bf));
     for (int s = 0; s < W - 1; s++) {
         size_t sn, rn, so = chunk(n, W, r + shift - s, &sn), ro = chunk(n, W, r + shift - s - 1, &rn);
-        DT_TRY(exchange(x, buf + so, sn * sizeof(float), x->tmp, rn * sizeof(float), deadline, what));
-        for (size_t i = 0; i < rn; i++) buf[ro + i] += x->tmp[i];
+        DT_TRY(send_recv(x, buf + so, sn, rn, bf, deadline, what));
+        if (bf)
+            for (size_t i = 0; i < rn; i++) /* each chunk is added into once: its own values still raw */
+                buf[ro + i] = dt_bf16_round(buf[ro + i]) + dt_bf16_to_float(x->in16[i]);
+        else
+            for (size_t i = 0; i < rn; i++) buf[ro + i] += x->tmp[i];
     }
     return DT_OK;
 }
 
 /* Ring all-gather of chunks, rank r starting with chunk `own`: at step s it sends chunk
- * own-s and receives chunk own-s-1. */
-static dt_status ring_gather(tcp_ctx *x, float *buf, size_t n, int own, double deadline, const char *what) {
+ * own-s and receives chunk own-s-1 (bf: as bf16, the owner's chunk rounded first). */
+static dt_status ring_gather(tcp_ctx *x, float *buf, size_t n, int own, int bf, double deadline, const char *what) {
     const int W = x->world;
+    DT_TRY(grow(x, n / (size_t)W + 1, bf));
+    if (bf) {
+        size_t len, off = chunk(n, W, own, &len);
+        for (size_t i = 0; i < len; i++) buf[off + i] = dt_bf16_round(buf[off + i]);
+    }
     for (int s = 0; s < W - 1; s++) {
         size_t sn, rn, so = chunk(n, W, own - s, &sn), ro = chunk(n, W, own - s - 1, &rn);
-        DT_TRY(exchange(x, buf + so, sn * sizeof(float), buf + ro, rn * sizeof(float), deadline, what));
+        if (!bf) {
+            DT_TRY(exchange(x, buf + so, sn * sizeof(float), buf + ro, rn * sizeof(float), deadline, what));
+            continue;
+        }
+        DT_TRY(send_recv(x, buf + so, sn, rn, 1, deadline, what)); /* exact: what it sends is bf16 already */
+        for (size_t i = 0; i < rn; i++) buf[ro + i] = dt_bf16_to_float(x->in16[i]);
     }
     return DT_OK;
 }
 
-static dt_status tcp_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op, const dt_comm_deadline *dl) {
+static dt_status tcp_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op, dt_wire wire,
+                               const dt_comm_deadline *dl) {
     tcp_ctx *x = vctx;
-    if (x->world == 1) return x->seq++, DT_OK;
+    const int bf = wire == DT_WIRE_BF16;
+    if (x->world == 1) {
+        x->seq++;
+        for (size_t i = 0; bf && i < n; i++) buf[i] = dt_bf16_round(buf[i]); /* as it would travel */
+        return DT_OK;
+    }
     double deadline;
-    DT_TRY(begin(x, OP_ALLREDUCE, n, -1, dl, &deadline));
+    DT_TRY(begin(x, bf ? OP_ALLREDUCE_BF16 : OP_ALLREDUCE, n, -1, dl, &deadline));
     if (n == 0) return DT_OK;
-    DT_TRY(ring_reduce(x, buf, n, 0, deadline, "all-reduce"));
-    DT_TRY(ring_gather(x, buf, n, x->rank + 1, deadline, "all-reduce"));
-    if (op == DT_REDUCE_AVG)
-        for (size_t i = 0; i < n; i++) buf[i] /= (float)x->world;
-    return DT_OK;
+    DT_TRY(ring_reduce(x, buf, n, 0, bf, deadline, "all-reduce"));
+    if (op == DT_REDUCE_AVG) { /* each rank scales the chunk it owns, before it travels on */
+        size_t len, off = chunk(n, x->world, x->rank + 1, &len);
+        for (size_t i = 0; i < len; i++) buf[off + i] /= (float)x->world;
+    }
+    return ring_gather(x, buf, n, x->rank + 1, bf, deadline, "all-reduce");
 }
 
-static dt_status tcp_reduce_scatter(void *vctx, float *buf, size_t n, const dt_comm_deadline *dl) {
+static dt_status tcp_reduce_scatter(void *vctx, float *buf, size_t n, dt_wire wire, const dt_comm_deadline *dl) {
     tcp_ctx *x = vctx;
-    if (x->world == 1) return x->seq++, DT_OK;
+    const int bf = wire == DT_WIRE_BF16;
+    if (x->world == 1) {
+        x->seq++;
+        for (size_t i = 0; bf && i < n; i++) buf[i] = dt_bf16_round(buf[i]);
+        return DT_OK;
+    }
     double deadline;
-    DT_TRY(begin(x, OP_REDUCE_SCATTER, n, -1, dl, &deadline));
-    return n ? ring_reduce(x, buf, n, -1, deadline, "reduce-scatter") : DT_OK;
+    DT_TRY(begin(x, bf ? OP_REDUCE_SCATTER_BF16 : OP_REDUCE_SCATTER, n, -1, dl, &deadline));
+    return n ? ring_reduce(x, buf, n, -1, bf, deadline, "reduce-scatter") : DT_OK;
 }
 
 static dt_status tcp_allgather_parts(void *vctx, float *buf, size_t n, const dt_comm_deadline *dl) {
@@ -210,7 +265,7 @@ static dt_status tcp_allgather_parts(void *vctx, float *buf, size_t n, const dt_
     if (x->world == 1) return x->seq++, DT_OK;
     double deadline;
     DT_TRY(begin(x, OP_GATHER_PARTS, n, -1, dl, &deadline));
-    return n ? ring_gather(x, buf, n, x->rank, deadline, "all-gather of parts") : DT_OK;
+    return n ? ring_gather(x, buf, n, x->rank, 0, deadline, "all-gather of parts") : DT_OK;
 }
 
 static dt_status tcp_broadcast(void *vctx, void *buf, size_t bytes, int root, const dt_comm_deadline *dl) {
@@ -241,7 +296,7 @@ static dt_status tcp_allgather(void *vctx, const void *in, size_t bytes, void *o
 
 static dt_status tcp_barrier(void *vctx, const dt_comm_deadline *dl) {
     float one = 1.0f;
-    return tcp_allreduce(vctx, &one, 1, DT_REDUCE_SUM, dl);
+    return tcp_allreduce(vctx, &one, 1, DT_REDUCE_SUM, DT_WIRE_F32, dl);
 }
 
 static void tcp_free(void *vctx) {
@@ -250,6 +305,8 @@ static void tcp_free(void *vctx) {
     if (x->next_fd >= 0) close(x->next_fd);
     if (x->prev_fd >= 0) close(x->prev_fd);
     free(x->tmp);
+    free(x->out16);
+    free(x->in16);
     free(x);
 }
 

@@ -307,8 +307,9 @@ static void on_bucket_ready(void *user, int bucket) {
     if (r->comm_st != DT_OK) return;
     const dt_bucket *bk = dt_model_bucket(r->model, bucket);
     float *g = dt_model_grads(r->model) + bk->offset;
-    r->comm_st = r->zero ? dt_comm_reduce_scatter_start(r->gcomm, g, bk->numel, &r->reqs[bucket])
-                         : dt_comm_allreduce_start(r->gcomm, g, bk->numel, DT_REDUCE_SUM, &r->reqs[bucket]);
+    const dt_wire wire = r->cfg->training.grad_comm_dtype;
+    r->comm_st = r->zero ? dt_comm_reduce_scatter_start(r->gcomm, g, bk->numel, wire, &r->reqs[bucket])
+                         : dt_comm_allreduce_start(r->gcomm, g, bk->numel, DT_REDUCE_SUM, wire, &r->reqs[bucket]);
 }
 
 /* Waits for every started bucket; returns the first failure. */
@@ -838,8 +839,9 @@ static void report_setup(trainer *t) {
     char params[32], flops[32], how[96] = "", prec[32] = "";
     human_count(params, sizeof params, (double)dt_model_num_params(r->model));
     human_count(flops, sizeof flops, dt_model_flops_per_token(mc));
-    if (r->zero) snprintf(how, sizeof how, ", %s reduce-scatter + all-gather", dt_comm_backend(r->gcomm));
-    else if (r->world > 1) snprintf(how, sizeof how, ", %s all-reduce", dt_comm_backend(r->gcomm));
+    const char *bf = r->cfg->training.grad_comm_dtype == DT_WIRE_BF16 ? " (bf16 gradients)" : "";
+    if (r->zero) snprintf(how, sizeof how, ", %s reduce-scatter + all-gather%s", dt_comm_backend(r->gcomm), bf);
+    else if (r->world > 1) snprintf(how, sizeof how, ", %s all-reduce%s", dt_comm_backend(r->gcomm), bf);
     dt_backend_desc desc;
     ops->describe(r->be->ctx, &desc);
     const int bf16 = ops->bf16(r->be->ctx);
