@@ -45,7 +45,7 @@ static dt_status to_wire(mpi_ctx *x, const float *buf, size_t n) {
         x->w16 = p;
         x->n16 = n;
     }
-    for (size_t i = 0; i < n; i++) x->w16[i] = dt_float_to_bf16(buf[i]);
+    dt_bf16_pack(x->w16, buf, n);
     return DT_OK;
 }
 
@@ -89,7 +89,7 @@ static dt_status mpi_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op
                 : MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallreduce");
     DT_TRY(wait_req(x, &req, "all-reduce", dl));
-    for (size_t i = 0; bf && i < n; i++) buf[i] = dt_bf16_to_float(x->w16[i]);
+    if (bf) dt_bf16_unpack(buf, x->w16, n);
     if (op == DT_REDUCE_AVG)
         for (size_t i = 0; i < n; i++) buf[i] = bf ? dt_bf16_round(buf[i] / (float)x->world) : buf[i] / (float)x->world;
     return DT_OK;
@@ -131,7 +131,7 @@ static dt_status mpi_reduce_scatter(void *vctx, float *buf, size_t n, dt_wire wi
     const int bf = wire == DT_WIRE_BF16;
     if (n == 0) return DT_OK;
     if (x->world == 1) {
-        for (size_t i = 0; bf && i < n; i++) buf[i] = dt_bf16_round(buf[i]); /* as it would travel */
+        if (bf) dt_bf16_round_all(buf, n); /* as it would travel */
         return DT_OK;
     }
     DT_TRY(set_parts(x, n, "reduce-scatter"));
@@ -143,8 +143,7 @@ static dt_status mpi_reduce_scatter(void *vctx, float *buf, size_t n, dt_wire wi
     DT_TRY(wait_req(x, &req, "reduce-scatter", dl));
     float *mine = buf + x->displs[x->rank];
     const size_t len = (size_t)x->counts[x->rank];
-    if (bf)
-        for (size_t i = 0; i < len; i++) mine[i] = dt_bf16_to_float(x->w16[i]);
+    if (bf) dt_bf16_unpack(mine, x->w16, len);
     else
         memmove(mine, buf, len * sizeof(float));
     return DT_OK;

@@ -403,25 +403,17 @@ static void scale1(float *restrict dst, float s, size_t n) {
 
 /* Slot contents: float32, or bf16 for a DT_WIRE_BF16 collective (half the bytes). */
 static void put(void *slot_dst, const float *src, size_t n, int bf) {
-    if (!bf) {
-        memcpy(slot_dst, src, n * sizeof(float));
-        return;
-    }
-    uint16_t *d = slot_dst;
-    for (size_t i = 0; i < n; i++) d[i] = dt_float_to_bf16(src[i]);
+    if (bf) dt_bf16_pack(slot_dst, src, n);
+    else memcpy(slot_dst, src, n * sizeof(float));
 }
 static void get(float *dst, const void *slot_src, size_t n, int bf) {
-    if (!bf) {
-        memcpy(dst, slot_src, n * sizeof(float));
-        return;
-    }
-    const uint16_t *s = slot_src;
-    for (size_t i = 0; i < n; i++) dst[i] = dt_bf16_to_float(s[i]);
+    if (bf) dt_bf16_unpack(dst, slot_src, n);
+    else memcpy(dst, slot_src, n * sizeof(float));
 }
 
-/* acc(len) = sum over ranks 0..N-1, in that order, of rank r's floats: `mine` for this rank
- * (rounded to bf16 first when bf, as the others' were on their way in), else slot r at
- * element `at` (+ b). Blocked by the caller so that acc stays in L1. */
+/* acc(len <= 1024) = sum over ranks 0..N-1, in that order, of rank r's floats: `mine` for this
+ * rank (rounded to bf16 first when bf, as the others' were on their way in), else slot r at
+ * element `at`. The caller blocks so that acc stays in L1. */
 static void sum_ranks(shm_ctx *x, uint32_t g, float *acc, const float *mine, size_t at, size_t len, int bf) {
     if (!bf) {
 #define SRC(r) ((r) == x->rank ? mine : (const float *)slot(x->w, (r), g) + at)
@@ -430,15 +422,11 @@ static void sum_ranks(shm_ctx *x, uint32_t g, float *acc, const float *mine, siz
 #undef SRC
         return;
     }
-    for (size_t i = 0; i < len; i++) acc[i] = 0.0f;
-    for (int r = 0; r < x->world; r++) {
-        if (r == x->rank) {
-            for (size_t i = 0; i < len; i++) acc[i] += dt_bf16_round(mine[i]);
-        } else {
-            const uint16_t *s = (const uint16_t *)slot(x->w, r, g) + at;
-            for (size_t i = 0; i < len; i++) acc[i] += dt_bf16_to_float(s[i]);
-        }
-    }
+    uint16_t own[1024];
+    dt_bf16_pack(own, mine, len);
+    memset(acc, 0, len * sizeof(float)); /* 0 + v is v: the sum starts with rank 0's values */
+    for (int r = 0; r < x->world; r++)
+        dt_bf16_add(acc, r == x->rank ? own : (const uint16_t *)slot(x->w, r, g) + at, len);
 }
 
 /* My share [lo, hi) of the chunk at `mine` (this rank's own floats, which never went
@@ -452,8 +440,7 @@ static void reduce_share(shm_ctx *x, uint32_t g, size_t lo, size_t hi, float *mi
         size_t len = hi - b < BLOCK ? hi - b : BLOCK;
         sum_ranks(x, g, acc, mine + b, b, len, bf);
         if (avg) scale1(acc, inv, len);
-        if (bf)
-            for (size_t i = 0; i < len; i++) acc[i] = dt_bf16_round(acc[i]);
+        if (bf) dt_bf16_round_all(acc, len);
         memcpy(mine + b, acc, len * sizeof(float));
         put((char *)res + b * (bf ? 2 : sizeof(float)), acc, len, bf);
     }
@@ -504,7 +491,7 @@ static dt_status shm_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op
             prev_g = g;
         }
     } else if (bf) { /* one rank: its own values, rounded as they would travel */
-        for (size_t i = 0; i < n; i++) buf[i] = dt_bf16_round(buf[i]);
+        dt_bf16_round_all(buf, n);
     }
     if (x->break_allreduce && n > 0) buf[0] += 1.0f;
     return DT_OK;
@@ -539,8 +526,7 @@ static dt_status shm_reduce_scatter(void *vctx, float *buf, size_t n, dt_wire wi
     const int bf = wire == DT_WIRE_BF16;
     if (n == 0) return DT_OK;
     if (x->world == 1) {
-        if (bf)
-            for (size_t i = 0; i < n; i++) buf[i] = dt_bf16_round(buf[i]);
+        if (bf) dt_bf16_round_all(buf, n);
         return DT_OK;
     }
     dt_shm_world *w = x->w;

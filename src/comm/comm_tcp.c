@@ -183,7 +183,7 @@ static dt_status grow(tcp_ctx *x, size_t n, int bf) {
 static dt_status send_recv(tcp_ctx *x, const float *sbuf, size_t sn, size_t rn, int bf, double deadline,
                            const char *what) {
     if (!bf) return exchange(x, sbuf, sn * sizeof(float), x->tmp, rn * sizeof(float), deadline, what);
-    for (size_t i = 0; i < sn; i++) x->out16[i] = dt_float_to_bf16(sbuf[i]);
+    dt_bf16_pack(x->out16, sbuf, sn);
     return exchange(x, x->out16, sn * 2, x->in16, rn * 2, deadline, what);
 }
 
@@ -197,10 +197,10 @@ static dt_status ring_reduce(tcp_ctx *x, float *buf, size_t n, int shift, int bf
     for (int s = 0; s < W - 1; s++) {
         size_t sn, rn, so = chunk(n, W, r + shift - s, &sn), ro = chunk(n, W, r + shift - s - 1, &rn);
         DT_TRY(send_recv(x, buf + so, sn, rn, bf, deadline, what));
-        if (bf)
-            for (size_t i = 0; i < rn; i++) /* each chunk is added into once: its own values still raw */
-                buf[ro + i] = dt_bf16_round(buf[ro + i]) + dt_bf16_to_float(x->in16[i]);
-        else
+        if (bf) { /* each chunk is added into once: its own values are still raw */
+            dt_bf16_round_all(buf + ro, rn);
+            dt_bf16_add(buf + ro, x->in16, rn);
+        } else
             for (size_t i = 0; i < rn; i++) buf[ro + i] += x->tmp[i];
     }
     return DT_OK;
@@ -213,7 +213,7 @@ static dt_status ring_gather(tcp_ctx *x, float *buf, size_t n, int own, int bf, 
     DT_TRY(grow(x, n / (size_t)W + 1, bf));
     if (bf) {
         size_t len, off = chunk(n, W, own, &len);
-        for (size_t i = 0; i < len; i++) buf[off + i] = dt_bf16_round(buf[off + i]);
+        dt_bf16_round_all(buf + off, len);
     }
     for (int s = 0; s < W - 1; s++) {
         size_t sn, rn, so = chunk(n, W, own - s, &sn), ro = chunk(n, W, own - s - 1, &rn);
@@ -222,7 +222,7 @@ static dt_status ring_gather(tcp_ctx *x, float *buf, size_t n, int own, int bf, 
             continue;
         }
         DT_TRY(send_recv(x, buf + so, sn, rn, 1, deadline, what)); /* exact: what it sends is bf16 already */
-        for (size_t i = 0; i < rn; i++) buf[ro + i] = dt_bf16_to_float(x->in16[i]);
+        dt_bf16_unpack(buf + ro, x->in16, rn);
     }
     return DT_OK;
 }
@@ -233,7 +233,7 @@ static dt_status tcp_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op
     const int bf = wire == DT_WIRE_BF16;
     if (x->world == 1) {
         x->seq++;
-        for (size_t i = 0; bf && i < n; i++) buf[i] = dt_bf16_round(buf[i]); /* as it would travel */
+        if (bf) dt_bf16_round_all(buf, n); /* as it would travel */
         return DT_OK;
     }
     double deadline;
@@ -252,7 +252,7 @@ static dt_status tcp_reduce_scatter(void *vctx, float *buf, size_t n, dt_wire wi
     const int bf = wire == DT_WIRE_BF16;
     if (x->world == 1) {
         x->seq++;
-        for (size_t i = 0; bf && i < n; i++) buf[i] = dt_bf16_round(buf[i]);
+        if (bf) dt_bf16_round_all(buf, n);
         return DT_OK;
     }
     double deadline;

@@ -1,0 +1,27 @@
+/* bf16.c — bfloat16 arrays (include/dtrain/bf16.h): the loops of the inline conversions, built
+ * with -O3 (CMakeLists.txt) so that they vectorise, and on x86-64 with GCC a second, AVX2 copy
+ * that the loader picks on CPUs that have it (SSE2 alone has no cheap 32 -> 16-bit narrowing:
+ * there the rounding loop is scalar). The same bits either way: integer arithmetic only. */
+#include "dtrain/bf16.h"
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define CLONES
+#endif
+
+CLONES void dt_bf16_pack(uint16_t *restrict dst, const float *restrict src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = dt_float_to_bf16(src[i]);
+}
+
+CLONES void dt_bf16_unpack(float *restrict dst, const uint16_t *restrict src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = dt_bf16_to_float(src[i]);
+}
+
+CLONES void dt_bf16_add(float *restrict acc, const uint16_t *restrict src, size_t n) {
+    for (size_t i = 0; i < n; i++) acc[i] += dt_bf16_to_float(src[i]);
+}
+
+CLONES void dt_bf16_round_all(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = dt_bf16_round(x[i]);
+}
