@@ -57,6 +57,13 @@ typedef void (*parent_fn)(dt_shm_world *w, void *arg);
 /* The tcp backend's runs: the ranks joined in a ring of socket pairs made before fork
  * (ring[r] connects rank r's "next" end with rank r+1's "prev" end). */
 static int g_tcp, g_world, g_next_fd = -1, g_prev_fd = -1;
+/* The hierarchical collective's runs: ranks 0-1 on "host" 0 and 2-3 on "host" 1, each host with
+ * a shared world of its own, the two leaders (ranks 0 and 2) joined by socket pairs. */
+static int g_hier;
+static dt_shm_world *g_host_world[2];
+static int g_leader_ring[2][2];
+/* sums in another order than the serial one: within float rounding, not bit for bit */
+static int approx(void) { return g_tcp || g_hier; }
 
 static void run_world(const char *name, int world, size_t slot_bytes, scenario_fn fn, parent_fn pfn, void *arg) {
     dt_shm_world *w;
@@ -124,17 +131,33 @@ static void run_world(const char *name, int world, size_t slot_bytes, scenario_f
     kill_kids();
     dt_shm_world_destroy(w);
     CHECK(failed < 0);
-    printf("%s%s, %d worker(s): ok\n", g_tcp ? "tcp: " : "", name, world);
+    printf("%s%s, %d worker(s): ok\n", g_tcp ? "tcp: " : g_hier ? "hierarchical (2 hosts x 2): " : "", name, world);
+}
+
+static dt_status join_hier(int rank, double timeout_s, dt_comm **c) {
+    dt_comm *local = NULL, *leaders = NULL;
+    DT_TRY(dt_comm_init_shm(&local, g_host_world[rank / 2], rank % 2, timeout_s));
+    if (rank % 2 == 0) {
+        const int h = rank / 2;
+        dt_status st = dt_comm_init_tcp(&leaders, h, 2, g_leader_ring[h][0], g_leader_ring[1 - h][1], timeout_s);
+        if (st != DT_OK) {
+            dt_comm_free(local);
+            return st;
+        }
+        dt_comm_mark_remote(leaders);
+    }
+    return dt_comm_init_hier(c, local, leaders, rank, 4, timeout_s);
 }
 
 static dt_comm *join(dt_shm_world *w, int rank, double timeout_s) {
     dt_comm *c;
-    dt_status st = g_tcp ? dt_comm_init_tcp(&c, rank, g_world, g_next_fd, g_prev_fd, timeout_s)
-                         : dt_comm_init_shm(&c, w, rank, timeout_s);
+    dt_status st = g_hier  ? join_hier(rank, timeout_s, &c)
+                   : g_tcp ? dt_comm_init_tcp(&c, rank, g_world, g_next_fd, g_prev_fd, timeout_s)
+                           : dt_comm_init_shm(&c, w, rank, timeout_s);
     if (st != DT_OK) fprintf(stderr, "rank %d: %s\n", rank, dt_error_msg());
     CHECK(st == DT_OK);
     CHECK_INT_EQ(dt_comm_rank(c), rank);
-    CHECK_STR_EQ(dt_comm_backend(c), g_tcp ? "tcp" : "shm");
+    CHECK_STR_EQ(dt_comm_backend(c), g_hier ? "tcp+shm" : g_tcp ? "tcp" : "shm");
     return c;
 }
 
@@ -165,7 +188,7 @@ static void check_result(const float *buf, size_t n, int world, dt_reduce_op op,
     for (size_t i = 0; i < n; i++) {
         float e = expect_val(world, i, op);
         /* shm sums in rank order (bit-exact); the ring in its own order (float rounding) */
-        int bad = g_tcp ? !(fabsf(buf[i] - e) <= 1e-6f * (fabsf(e) + 1.0f)) : memcmp(&buf[i], &e, sizeof e) != 0;
+        int bad = approx() ? !(fabsf(buf[i] - e) <= 1e-6f * (fabsf(e) + 1.0f)) : memcmp(&buf[i], &e, sizeof e) != 0;
         if (bad) {
             fprintf(stderr, "rank %d: %s: %s of %zu floats, element %zu: got %.9g, expected %.9g\n", rank, what,
                     op == DT_REDUCE_SUM ? "sum" : "avg", n, i, buf[i], e);
@@ -258,13 +281,13 @@ static int sc_parts(dt_shm_world *w, int rank, int world, void *arg) {
         for (size_t i = 0; i < n; i++) buf[i] = two[i] = val(rank, i);
         const uint64_t sent0 = dt_comm_bytes_sent(c);
         CHECK_OK(dt_comm_reduce_scatter(c, n ? buf : NULL, n));
-        CHECK(dt_comm_bytes_sent(c) - sent0 == (uint64_t)(world - 1) * n * sizeof(float) / (uint64_t)world);
+        if (!g_hier) CHECK(dt_comm_bytes_sent(c) - sent0 == (uint64_t)(world - 1) * n * sizeof(float) / (uint64_t)world);
         size_t lo, hi;
         dt_comm_part(n, world, rank, &lo, &hi);
         CHECK(hi - lo <= n / (size_t)world + 1);
         for (size_t i = lo; i < hi; i++) {
             float e = expect_val(world, i, DT_REDUCE_SUM);
-            int bad = g_tcp ? !(fabsf(buf[i] - e) <= 1e-6f * (fabsf(e) + 1.0f)) : memcmp(&buf[i], &e, sizeof e) != 0;
+            int bad = approx() ? !(fabsf(buf[i] - e) <= 1e-6f * (fabsf(e) + 1.0f)) : memcmp(&buf[i], &e, sizeof e) != 0;
             if (bad) fprintf(stderr, "rank %d: reduce-scatter of %zu: element %zu got %.9g, expected %.9g\n", rank, n, i,
                              buf[i], e);
             CHECK(!bad);
@@ -326,8 +349,10 @@ static int sc_bf16(dt_shm_world *w, int rank, int world, void *arg) {
                 CHECK_OK(dt_comm_reduce_scatter_start(c, n ? buf : NULL, n, DT_WIRE_BF16, &req));
             CHECK_OK(dt_comm_wait(c, req));
             const uint64_t f32 = (kind < 2 ? 2 : 1) * (uint64_t)(world - 1) * n * sizeof(float) / (uint64_t)world;
-            CHECK(dt_comm_bytes_sent(c) - sent0 == (kind < 2 ? 2 : 1) * (uint64_t)(world - 1) * n * 2 / (uint64_t)world);
-            CHECK(world == 1 || n < (size_t)world || dt_comm_bytes_sent(c) - sent0 < f32);
+            if (!g_hier) {
+                CHECK(dt_comm_bytes_sent(c) - sent0 == (kind < 2 ? 2 : 1) * (uint64_t)(world - 1) * n * 2 / (uint64_t)world);
+                CHECK(world == 1 || n < (size_t)world || dt_comm_bytes_sent(c) - sent0 < f32);
+            }
             size_t lo = 0, hi = n;
             if (kind == 2) dt_comm_part(n, world, rank, &lo, &hi);
             for (size_t i = lo; i < hi; i++) {
@@ -337,7 +362,7 @@ static int sc_bf16(dt_shm_world *w, int rank, int world, void *arg) {
                 if (kind < 2) e = dt_bf16_round(e);
                 /* the ring: each of its N-1 hops rounds a partial sum (2^-9 relative each) */
                 const float tol = 4e-3f * (float)world * (fabsf(e) + 1.0f);
-                int bad = g_tcp ? !(fabsf(buf[i] - e) <= tol) : memcmp(&buf[i], &e, sizeof e) != 0;
+                int bad = approx() ? !(fabsf(buf[i] - e) <= tol) : memcmp(&buf[i], &e, sizeof e) != 0;
                 if (bad) fprintf(stderr, "rank %d: bf16 %s of %zu, element %zu: got %.9g, expected %.9g\n", rank,
                                  kind == 0 ? "sum" : kind == 1 ? "avg" : "reduce-scatter", n, i, buf[i], e);
                 CHECK(!bad);
@@ -534,6 +559,39 @@ static int sc_timeout_tcp(dt_shm_world *w, int rank, int world, void *arg) {
     }
     dt_comm_free(c);
     return 0;
+}
+
+/* Hierarchical: only the leaders send between hosts, an all-reduce of B bytes over 2 leaders
+ * 2(2-1)/2 x B each; the other ranks nothing (their bytes stay in their host's memory). */
+static int sc_hier_bytes(dt_shm_world *w, int rank, int world, void *arg) {
+    (void)arg;
+    (void)world;
+    dt_comm *c = join(w, rank, 30);
+    enum { N = 100000 };
+    static float buf[N];
+    const uint64_t r0 = dt_comm_bytes_remote(c);
+    CHECK_OK(dt_comm_allreduce(c, buf, N, DT_REDUCE_SUM));
+    const uint64_t remote = dt_comm_bytes_remote(c) - r0;
+    CHECK(remote == (rank % 2 == 0 ? (uint64_t)N * sizeof(float) : 0));
+    dt_comm_free(c);
+    return 0;
+}
+
+/* A scenario over the hierarchical collective: 4 ranks on two "hosts" of 2 (fresh shared
+ * worlds and leader socket pairs for each run). */
+static void run_hier(const char *name, scenario_fn fn, void *arg) {
+    for (int h = 0; h < 2; h++) {
+        CHECK(dt_shm_world_create(&g_host_world[h], 2, 0) == DT_OK);
+        CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, g_leader_ring[h]) == 0);
+    }
+    g_hier = 1;
+    run_world(name, 4, 0, fn, NULL, arg);
+    g_hier = 0;
+    for (int h = 0; h < 2; h++) {
+        dt_shm_world_destroy(g_host_world[h]);
+        close(g_leader_ring[h][0]);
+        close(g_leader_ring[h][1]);
+    }
 }
 
 /* ---- single process: argument checks ---- */
@@ -743,6 +801,22 @@ int main(int argc, char **argv) {
     run_world("mismatched collectives", 2, 0, sc_mismatch, NULL, NULL);
     run_world("timeout: rank 1 never comes", 2, 0, sc_timeout_tcp, NULL, NULL);
     g_tcp = 0;
+
+    /* the hierarchical collective through the same scenarios */
+    {
+        ar_args a = {.lens = {0, 1, 3, 31, g_small ? 4099 : ((size_t)1 << 20) + 3}, .nlens = 5};
+        run_hier("all-reduce sum/avg", sc_allreduce, &a);
+        run_hier("async buckets + broadcast in between", sc_async, NULL);
+        run_hier("reduce-scatter + all-gather of parts", sc_parts, &a);
+        ar_args b = {.lens = {0, 1, 31, g_small ? 4099 : ((size_t)1 << 20) + 3}, .nlens = 4};
+        run_hier("bf16 between the hosts: all-reduce sum/avg, reduce-scatter", sc_bf16, &b);
+        counter = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        CHECK(counter != MAP_FAILED);
+        atomic_store(counter, 0);
+        run_hier("broadcast (root 3), all-gather, barrier", sc_bcast_gather_barrier, counter);
+        munmap(counter, 4096);
+        run_hier("bytes between the hosts: the leaders' ring only", sc_hier_bytes, NULL);
+    }
 
     int nafter = list_dev_shm(after, 512);
     for (int i = 0; i < nafter; i++) {

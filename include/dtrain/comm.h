@@ -69,6 +69,11 @@ const char *dt_comm_backend(const dt_comm *c); /* "shm" */
  * ring's all-reduce and all-gather send (its small per-collective headers, and barriers, are not
  * counted); shm, mpi and nccl move the same data by routes of their own. */
 uint64_t dt_comm_bytes_sent(dt_comm *c);
+/* Of those, the bytes that went to another host: all of them once dt_comm_mark_remote said this
+ * rank's ring successor is on another host, none otherwise; a composite communicator (the
+ * hierarchical one) counts its parts'. */
+uint64_t dt_comm_bytes_remote(dt_comm *c);
+void dt_comm_mark_remote(dt_comm *c);
 
 /* The part of a buffer of n floats that `rank` of `world` owns in a reduce-scatter or an
  * all-gather of parts: [n*rank/world, n*(rank+1)/world). Parts differ by at most one float;
@@ -106,6 +111,15 @@ dt_status dt_comm_barrier_timeout(dt_comm *c, double timeout_s);
 /* ---- the tcp backend: a ring over TCP connections the rendezvous made (rendezvous.h);
  * next_fd goes to rank+1, prev_fd comes from rank-1; takes ownership of both. */
 dt_status dt_comm_init_tcp(dt_comm **out, int rank, int world, int next_fd, int prev_fd, double timeout_s);
+
+/* ---- the hierarchical collective (training.hierarchical_allreduce): ranks on H hosts, L on
+ * each, host by host in rank order. `local` is this host's communicator (L ranks, this rank's
+ * index rank % L), `leaders` the ring of the hosts' first ranks (H ranks, index rank / L; NULL on
+ * the other ranks); both are taken over (freed with it, also when this fails). Gradients reduce
+ * inside each host first, only the leaders exchange between hosts, and the result is shared
+ * inside the host again (src/comm/comm_hier.c says how each collective runs).
+ * dt_comm_backend: "tcp+shm". */
+dt_status dt_comm_init_hier(dt_comm **out, dt_comm *local, dt_comm *leaders, int rank, int world, double timeout_s);
 
 /* ---- the nccl backend (GPU buffers; CUDA builds only): NCCL, opened with dlopen on the
  * first call (CPU runs never load it). Collective over `boot`: every rank calls it.
@@ -153,6 +167,9 @@ typedef struct dt_comm_backend_ops {
      * has got, so that the collective waits for exactly the work queued before it (a gradient
      * bucket) and not for what the caller queued since (the rest of backward). */
     void (*prepare)(void *ctx);
+    /* May be NULL. A composite backend's own count of what it sent (remote_only: to other
+     * hosts), in place of comm.c's ring count (dt_comm_bytes_sent, dt_comm_bytes_remote). */
+    uint64_t (*sent)(void *ctx, int remote_only);
 } dt_comm_backend_ops;
 /* Makes the communicator and starts its thread. Takes ownership of `ctx` (freed with
  * be->free, also when this fails). timeout_s (> 0, else DT_ERR_CONFIG): every collective's

@@ -48,6 +48,7 @@ struct dt_comm {
     int stop;
     dt_status broken;           /* first failure (DT_OK while healthy) */
     uint64_t sent;              /* bytes this rank sent, as a ring moves them (dt_comm_bytes_sent) */
+    int remote;                 /* dt_comm_mark_remote: they all went to another host */
     char broken_msg[1024];
 };
 
@@ -177,10 +178,25 @@ int dt_comm_world(const dt_comm *c) { return c->world; }
 const char *dt_comm_backend(const dt_comm *c) { return c->be->name; }
 
 uint64_t dt_comm_bytes_sent(dt_comm *c) {
+    if (c->be->sent) return c->be->sent(c->ctx, 0);
     pthread_mutex_lock(&c->mu);
     const uint64_t v = c->sent;
     pthread_mutex_unlock(&c->mu);
     return v;
+}
+
+uint64_t dt_comm_bytes_remote(dt_comm *c) {
+    if (c->be->sent) return c->be->sent(c->ctx, 1);
+    pthread_mutex_lock(&c->mu);
+    const uint64_t v = c->remote ? c->sent : 0;
+    pthread_mutex_unlock(&c->mu);
+    return v;
+}
+
+void dt_comm_mark_remote(dt_comm *c) {
+    pthread_mutex_lock(&c->mu);
+    c->remote = 1;
+    pthread_mutex_unlock(&c->mu);
 }
 
 /* Marks the communicator broken with the message already recorded on this thread. */
