@@ -331,7 +331,7 @@ static void test_errors(void) {
     LOAD_ERR("finetune.yaml:4: training.dropout: unknown key (known keys in training: num_workers, use_gpu, "
              "device, resources_per_worker, communication_backend, epochs, max_steps, grad_accum_steps, "
              "precision, seed, collective_timeout_s, cpu_threads_per_worker, adapt_cpu_threads, check_replicas_every, "
-             "zero_stage, grad_comm_dtype, early_stopping_patience)",
+             "zero_stage, grad_comm_dtype, hierarchical_allreduce, early_stopping_patience)",
              MIN "training:\n  dropout: 0.1\n");
     /* unknown sections */
     LOAD_ERR("finetune.yaml:3: trainig: unknown section (did you mean training?)", MIN "trainig:\n  epochs: 1\n");

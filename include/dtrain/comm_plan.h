@@ -9,7 +9,12 @@
  *                     mpi  Open MPI (asked for, or automatic under mpirun/srun across hosts)
  *   device collective the backend's own for device buffers (NCCL on GPUs): gradients and
  *                     weights always travel over it when there is one and more than one rank;
- *                     the host collective then carries its start-up and small exchanges. */
+ *                     the host collective then carries its start-up and small exchanges.
+ *   hierarchical      (training.hierarchical_allreduce) gradients and weights of CPU ranks on
+ *                     several hosts with more than one each, host by host in rank order: through
+ *                     shared memory inside each host and a tcp ring of the hosts' first ranks
+ *                     (comm.h dt_comm_init_hier); the flat tcp ring still carries the rest.
+ *                     auto: whenever that holds; on: refused where it cannot; off: never. */
 #ifndef DTRAIN_COMM_PLAN_H
 #define DTRAIN_COMM_PLAN_H
 
@@ -39,11 +44,14 @@ typedef struct dt_comm_plan_in {
     const char *device;      /* the device backend's name: "cpu", "cuda" */
     const char *device_comm; /* its collective for device buffers ("nccl"); NULL: none */
     int have_mpi;            /* this binary has the mpi collective */
+    dt_hier_mode hier;       /* training.hierarchical_allreduce */
+    int ranks_per_host;      /* L when the ranks are host by host in rank order, L on each; 0: not so, or not met */
 } dt_comm_plan_in;
 
 typedef struct dt_comm_plan {
     dt_hostcomm host;        /* every rank's host collective */
     const char *device_comm; /* gradients and weights over this (world > 1 and the backend has one), else NULL */
+    int hier;                /* ranks per host when gradients and weights go hierarchically, else 0 */
     char reason[256];        /* why, for the start-up log */
 } dt_comm_plan;
 

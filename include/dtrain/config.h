@@ -16,6 +16,8 @@
 
 /* training.grad_comm_dtype: how gradients travel between workers (comm.h says what bf16 means) */
 typedef enum { DT_WIRE_F32 = 0, DT_WIRE_BF16 } dt_wire;
+/* training.hierarchical_allreduce (comm_plan.h) */
+typedef enum { DT_HIER_AUTO = 0, DT_HIER_ON, DT_HIER_OFF } dt_hier_mode;
 
 #define DT_PATH_MAX 1024
 
@@ -68,6 +70,8 @@ typedef struct dt_config {
                                        updates its part of every bucket (ZeRO-1: gradients reduce-scattered,
                                        weights all-gathered, moments 1/num_workers) */
         dt_wire grad_comm_dtype;    /* fp32 (default) or bf16: how gradients travel between workers (comm.h) */
+        dt_hier_mode hierarchical_allreduce; /* auto (default), on, off: gradients reduced inside each host first
+                                                (comm_plan.h) */
         int early_stopping_patience;/* 0 = off (default); N: stop after N evaluations in a row without a new
                                        best of checkpoint.best_metric (val_loss when that is none) */
     } training;

@@ -46,6 +46,8 @@ typedef struct dt_launch_ctx {
     int local_rank;           /* this worker's index among the workers on its host (its device there) */
     const char *launched_by;  /* external launch: who started it and how the ranks met, for the log; else NULL */
     const dt_comm_plan *plan; /* the collectives: `comm` is plan->host's; plan->device_comm for device buffers */
+    dt_comm *grad_comm;       /* a hierarchical plan's collective for gradients and weights (comm.h
+                                 dt_comm_init_hier); NULL: `comm` (or the device collective) carries them */
 } dt_launch_ctx;
 
 /* The worker body: runs in the child process for `rank`. Its status (and dt_error_msg) is

@@ -16,7 +16,8 @@
  *   {"type":"summary","status":"done"|"stopped","steps":N,"first_step":F,"last_step":L,"train_s":T,
  *    "eval_s":E,"samples":S,"tokens":K,"samples_per_s":..,
  *    "tokens_per_s":..,"workers":W,"comm_s":C,"comm_share":F,"val_loss":L,"val_accuracy":A,
- *    "peak_rss_mb":[per rank],"checkpoints":N,"sent_bytes_per_step":B} (GPU workers: also
+ *    "peak_rss_mb":[per rank],"checkpoints":N,"sent_bytes_per_step":B[,"remote_bytes_per_step":R]}
+ *   (R: what all ranks together sent to other hosts, when any did) (GPU workers: also
  *    "peak_gpu_mem_mb":[per rank])
  * train lines also carry "comm_ms": time this step waited for all-reduces (0 with one worker),
  * and "sent_bytes": what the worker sent in the step's collectives (dt_comm_bytes_sent).
@@ -56,6 +57,7 @@ typedef struct dt_run_summary {
     long first_step, last_step;     /* steps first_step+1 .. last_step were trained here */
     double tokens, train_s, eval_s, comm_s;
     double sent_bytes;              /* rank 0's collectives in the steps trained (dt_comm_bytes_sent) */
+    double remote_bytes;            /* every rank's to other hosts, together (dt_comm_bytes_remote) */
     int workers;
     double val_loss, val_accuracy;  /* NaN: no evaluation */
     double val_f1_macro;            /* NaN: no evaluation, or not classification */

@@ -44,10 +44,16 @@ dt_status dt_ext_env_detect(int config_world, dt_ext_env *env, int *found);
  * dt_comm_init_shm); for tcp the ranks connect in a ring and *comm_out is the `tcp`
  * communicator (comm.h). A plan refused there (shm across hosts) fails every rank with its
  * message (DT_ERR_CONFIG on rank 0). `before_ok` (may be NULL) runs on rank 0 once every rank
- * has checked in and before any is let go (e.g. to create the run directory). */
+ * has checked in and before any is let go (e.g. to create the run directory).
+ * When the plan is hierarchical (plan->hier = L ranks per host), once every rank's flat ring is
+ * up each host's first rank (the leader) makes the host's shared memory, which its other ranks
+ * map (*world_out: a world of L for dt_comm_init_shm with index rank % L; its name is unlinked
+ * before this returns), and the leaders connect in a ring of their own through the same
+ * listeners (*leaders_out: the `tcp` communicator of rank / L among world / L; NULL on the other
+ * ranks). */
 dt_status dt_rendezvous(const dt_ext_env *env, uint32_t config_digest, double timeout_s, const dt_comm_plan_in *plan_in,
                         dt_comm_plan *plan, dt_status (*before_ok)(void *), void *user, dt_shm_world **world_out,
-                        dt_comm **comm_out);
+                        dt_comm **comm_out, dt_comm **leaders_out);
 
 /* ---- the wire, exposed for tests and fuzzing (src/comm/rendezvous.c describes the protocol) ---- */
 

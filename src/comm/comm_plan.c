@@ -3,6 +3,7 @@
 #include "dtrain/comm_plan.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static const char *const launcher_names[] = {"dtrain", "torchrun", "mpirun", "srun", "a Kubernetes Indexed Job"};
 
@@ -33,6 +34,33 @@ static dt_hostcomm automatic(const dt_comm_plan_in *in, char *why, size_t n) {
     if (in->hosts == 1) snprintf(why, n, "all %d ranks are on this host", in->world);
     else snprintf(why, n, "the %d ranks are on %d hosts", in->world, in->hosts);
     return many ? DT_HOSTCOMM_TCP : DT_HOSTCOMM_SHM;
+}
+
+/* training.hierarchical_allreduce, once the host collective is chosen (see comm_plan.h) */
+static dt_status decide_hier(const dt_comm_plan_in *in, dt_comm_plan *out) {
+    out->hier = 0;
+    if (in->hier == DT_HIER_OFF) return DT_OK;
+    const int L = in->ranks_per_host, H = L > 0 ? in->world / L : 0;
+    const char *why = NULL;
+    if (out->device_comm) why = "the GPUs' collective (NCCL) arranges hosts itself";
+    else if (out->host != DT_HOSTCOMM_TCP) why = out->host == DT_HOSTCOMM_MPI ? "it is built on the tcp collective, and "
+                                                 "this job uses mpi" : "every rank is on one host";
+    else if (in->hosts == 0) return DT_OK; /* decided at the rendezvous, once the hosts are known */
+    else if (in->hosts < 2) why = "every rank is on one host";
+    else if (L == 0) why = "the ranks are not host by host in rank order with as many on each host";
+    else if (L < 2) why = "there is one rank per host";
+    if (!why) {
+        out->hier = L;
+        size_t k = strlen(out->reason);
+        snprintf(out->reason + k, sizeof out->reason - k, "; gradients hierarchical: %d hosts x %d ranks, shared memory "
+                 "inside each host, a tcp ring of the %d hosts' first ranks between them "
+                 "(training.hierarchical_allreduce: %s)", H, L, H, in->hier == DT_HIER_ON ? "on" : "auto");
+        return DT_OK;
+    }
+    if (in->hier == DT_HIER_AUTO) return DT_OK;
+    return dt_error_set(DT_ERR_CONFIG, "%s: training.hierarchical_allreduce: on needs CPU ranks on several hosts, more "
+                        "than one on each, host by host in rank order, over the tcp collective, but %s (hint: auto, or "
+                        "off)", in->source && in->source[0] ? in->source : "config", why);
 }
 
 dt_status dt_comm_plan_decide(const dt_comm_plan_in *in, dt_comm_plan *out) {
@@ -77,7 +105,7 @@ dt_status dt_comm_plan_decide(const dt_comm_plan_in *in, dt_comm_plan *out) {
     }
     out->device_comm = in->device_comm && in->world > 1 ? in->device_comm : NULL;
     snprintf(out->reason, sizeof out->reason, "%s", why);
-    return DT_OK;
+    return decide_hier(in, out);
 }
 
 void dt_comm_plan_describe(const dt_comm_plan *p, char *buf, size_t n) {

@@ -653,7 +653,7 @@ static int server_hosts(const server *s) {
 }
 
 /* Waits for every rank's "MAPPED" (it has its end of the collective), then lets all go. */
-static dt_status server_mapped(server *s, double deadline, const char *err) {
+static dt_status server_mapped_go(server *s, double deadline, const char *err, const char *go) {
     dt_status st = DT_OK;
     char line[1024];
     for (int r = 1; r < s->e->world && st == DT_OK; r++) {
@@ -665,39 +665,148 @@ static dt_status server_mapped(server *s, double deadline, const char *err) {
             st = dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: %s", r, clean);
         }
     }
-    say_all(s->fds, s->e->world, st == DT_OK ? "GO" : err);
+    say_all(s->fds, s->e->world, st == DT_OK ? go : err);
     return st;
+}
+
+static dt_status server_mapped(server *s, double deadline, const char *err) {
+    return server_mapped_go(s, deadline, err, "GO");
+}
+
+/* L when the ranks are host by host in rank order with L on each host (the hierarchical
+ * collective's layout), else 0. */
+static int server_ranks_per_host(const server *s) {
+    const int W = s->e->world;
+    int L = 1;
+    while (L < W && strcmp(s->host[L], s->host[0]) == 0) L++;
+    if (W % L) return 0;
+    for (int r = 0; r < W; r++) {
+        if (strcmp(s->host[r], s->host[r / L * L]) != 0) return 0;
+        for (int q = 0; r % L == 0 && q < r; q += L)
+            if (strcmp(s->host[q], s->host[r]) == 0) return 0; /* a host comes back later */
+    }
+    return L;
+}
+
+/* The hierarchical collective's parts of this rank, after the flat ring: its host's shared
+ * memory (made by the host's first rank, the leader, under a name all of the host's ranks
+ * derive from the job's nonce; the others open it until the deadline) and, on leaders, the ring
+ * of the leaders over TCP through the same listener (leader ring ranks: rank / L). */
+typedef struct hier_in {
+    int L;                /* ranks per host */
+    unsigned long nonce;  /* rank 0's, the same for every rank of the job */
+    char leader_next[300]; /* leaders: the next leader's "IP:PORT" (or "@master:PORT") */
+} hier_in;
+
+static void hier_shm_name(const dt_ext_env *e, const hier_in *h, char *name, size_t n) {
+    snprintf(name, n, "/dtrain-%d-%08lx-h%d", e->port, h->nonce & 0xfffffffful, e->rank / h->L * h->L);
+}
+
+static dt_status hier_setup(const dt_ext_env *e, const rdzv_secret *sec, const hier_in *h,
+                            const struct sockaddr_storage *master, int data_fd, double deadline, double timeout_s,
+                            dt_shm_world **world_out, dt_comm **leaders_out, int *unlink_name) {
+    char name[96];
+    hier_shm_name(e, h, name, sizeof name);
+    const int leader = e->rank % h->L == 0;
+    dt_status st = DT_OK;
+    if (leader) {
+        int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd < 0) return dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: shm_open %s: %s", e->rank, name, strerror(errno));
+        *unlink_name = 1;
+        st = dt_shm_world_create_fd(world_out, h->L, 0, fd);
+        close(fd);
+        if (st != DT_OK) return st;
+        dt_ext_env le = *e; /* the leaders' ring: its own ranks, the same listener */
+        le.rank = e->rank / h->L;
+        le.world = e->world / h->L;
+        DT_TRY(make_ring(&le, sec, h->leader_next, master, data_fd, deadline, leaders_out, timeout_s));
+        dt_comm_mark_remote(*leaders_out);
+        return DT_OK;
+    }
+    for (;;) { /* the leader makes it at about this time */
+        int fd = shm_open(name, O_RDWR, 0);
+        if (fd >= 0) {
+            st = dt_shm_world_attach_fd(world_out, h->L, fd);
+            close(fd);
+            if (st == DT_OK) return DT_OK;
+        }
+        if (dt_clock_now() >= deadline)
+            return fd < 0 ? dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: the shared memory of its host (%s, made by "
+                                         "rank %d) did not appear in time", e->rank, name, e->rank / h->L * h->L)
+                          : st;
+        dt_error_clear();
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Where rank r reaches rank nx's ring listener: "@master" for rank 0 (where r met it), a rank on
+ * rank 0's host that rank 0 saw over loopback at the address r used to reach rank 0. */
+static void succ_addr(const server *s, int r, int nx, char *buf, size_t n) {
+    char ip[INET_ADDRSTRLEN + 8];
+    if (nx == 0) snprintf(ip, sizeof ip, "@master");
+    else if (strncmp(s->peer_ip[nx], "127.", 4) == 0 && r != 0) {
+        struct sockaddr_in la;
+        socklen_t ll = sizeof la;
+        if (getsockname(s->fds[r], (struct sockaddr *)&la, &ll) == 0) inet_ntop(AF_INET, &la.sin_addr, ip, sizeof ip);
+        else snprintf(ip, sizeof ip, "%s", s->peer_ip[nx]);
+    } else snprintf(ip, sizeof ip, "%s", s->peer_ip[nx]);
+    snprintf(buf, n, "%s:%d", ip, s->data_port[nx]);
 }
 
 /* The ranks form a ring over TCP: each gets the address of its successor as IT can reach it
  * (rank W-1 meets rank 0 where it met it: MASTER_ADDR, "@master"; a successor on rank 0's host
  * that rank 0 saw over loopback is reached at the address the rank used to reach rank 0). */
-static dt_status server_ring(server *s, dt_comm **comm_out) {
-    const int W = s->e->world;
+static dt_status server_ring(server *s, const dt_comm_plan *plan, dt_comm **comm_out, dt_shm_world **world_out,
+                             dt_comm **leaders_out) {
+    const int W = s->e->world, L = plan->hier;
     struct sockaddr_in sa0;
     socklen_t l0 = sizeof sa0;
     s->data_port[0] = getsockname(s->data_fd, (struct sockaddr *)&sa0, &l0) == 0 ? ntohs(sa0.sin_port) : 0;
-    char mine[128] = "", line[1024];
+    hier_in h = {.L = L};
+    if (L && getrandom(&h.nonce, sizeof h.nonce, 0) != (ssize_t)sizeof h.nonce)
+        h.nonce = (unsigned long)(dt_clock_now() * 1e6) * 2654435761ul;
+    char mine[512] = "", line[1024];
     for (int r = 0; r < W; r++) {
-        int nx = (r + 1) % W;
-        char ip[INET_ADDRSTRLEN + 8];
-        if (nx == 0) snprintf(ip, sizeof ip, "@master");
-        else if (strncmp(s->peer_ip[nx], "127.", 4) == 0 && r != 0) {
-            struct sockaddr_in la;
-            socklen_t ll = sizeof la;
-            if (getsockname(s->fds[r], (struct sockaddr *)&la, &ll) == 0) inet_ntop(AF_INET, &la.sin_addr, ip, sizeof ip);
-            else snprintf(ip, sizeof ip, "%s", s->peer_ip[nx]);
-        } else snprintf(ip, sizeof ip, "%s", s->peer_ip[nx]);
-        snprintf(line, sizeof line, "OK tcp %s:%d", ip, s->data_port[nx]);
+        /* "OK tcp ADDR[ remote][ hier=L nonce=N[ leader=ADDR]]": the successor, whether it is on
+         * another host (for the bytes between hosts), and the hierarchical collective's parts */
+        char addr[320];
+        succ_addr(s, r, (r + 1) % W, addr, sizeof addr);
+        int k = snprintf(line, sizeof line, "OK tcp %s%s", addr, strcmp(s->host[r], s->host[(r + 1) % W]) ? " remote" : "");
+        if (L) k += snprintf(line + k, sizeof line - (size_t)k, " hier=%d nonce=%08lx", L, h.nonce & 0xfffffffful);
+        if (L && r % L == 0) {
+            succ_addr(s, r, (r + L) % W, addr, sizeof addr);
+            snprintf(line + k, sizeof line - (size_t)k, " leader=%s", addr);
+        }
         if (r == 0) snprintf(mine, sizeof mine, "%s", line + 7);
         else send_line(s->fds[r], line);
     }
+    if (L) {
+        const char *la = strstr(mine, " leader=");
+        snprintf(h.leader_next, sizeof h.leader_next, "%s", la ? la + 8 : "");
+    }
     dt_status st = make_ring(s->e, s->sec, mine, NULL, s->data_fd, s->deadline + 30, comm_out, s->timeout_s);
-    if (st == DT_OK) st = server_mapped(s, s->deadline + 60, "ERR the ring of TCP connections could not be completed");
+    if (st == DT_OK && strstr(mine, " remote")) dt_comm_mark_remote(*comm_out);
+    if (st == DT_OK)
+        st = server_mapped_go(s, s->deadline + 60, "ERR the ring of TCP connections could not be completed",
+                              L ? "HIER" : "GO");
     else say_all(s->fds, W, "ERR the ring of TCP connections could not be completed");
-    if (st != DT_OK && *comm_out) {
+    int made = 0;
+    char name[96] = "";
+    if (st == DT_OK && L) { /* every flat ring is up: the listeners now see the leaders' ring only */
+        hier_shm_name(s->e, &h, name, sizeof name);
+        st = hier_setup(s->e, s->sec, &h, NULL, s->data_fd, s->deadline + 90, s->timeout_s, world_out, leaders_out, &made);
+        if (st == DT_OK) st = server_mapped(s, s->deadline + 120, "ERR the hierarchical collective could not be completed");
+        else say_all(s->fds, W, "ERR the hierarchical collective could not be completed");
+    }
+    if (made) shm_unlink(name); /* every rank of this host has it mapped (or failed) */
+    if (st != DT_OK) {
         dt_comm_free(*comm_out);
         *comm_out = NULL;
+        dt_comm_free(*leaders_out);
+        *leaders_out = NULL;
+        dt_shm_world_destroy(*world_out);
+        *world_out = NULL;
     }
     return st;
 }
@@ -741,6 +850,7 @@ static dt_status server_decide(server *s, const dt_comm_plan_in *pin, dt_comm_pl
     dt_comm_plan_in in = *pin;
     in.hosts = server_hosts(s);
     in.have_mpi = 0; /* the ranks meet over TCP already: mpi is no longer an option */
+    in.ranks_per_host = server_ranks_per_host(s);
     st = dt_comm_plan_decide(&in, plan);
     if (st != DT_OK) snprintf(s->err, sizeof s->err, "ERR %.1000s", dt_error_msg());
     return st;
@@ -748,7 +858,7 @@ static dt_status server_decide(server *s, const dt_comm_plan_in *pin, dt_comm_pl
 
 static dt_status serve(const dt_ext_env *e, const rdzv_secret *sec, uint32_t digest, double timeout_s,
                        const dt_comm_plan_in *pin, dt_comm_plan *plan, dt_status (*before_ok)(void *), void *user,
-                       dt_shm_world **world_out, dt_comm **comm_out) {
+                       dt_shm_world **world_out, dt_comm **comm_out, dt_comm **leaders_out) {
     server *s = dt_calloc(1, sizeof *s, "rendezvous state");
     if (!s) return DT_ERR_NOMEM;
     s->e = e;
@@ -766,7 +876,8 @@ static dt_status serve(const dt_ext_env *e, const rdzv_secret *sec, uint32_t dig
     rdzv_hub_close(&s->hub);
     if (s->lfd >= 0) close(s->lfd);
     if (st == DT_OK) st = server_decide(s, pin, plan, before_ok, user);
-    if (st == DT_OK) st = plan->host == DT_HOSTCOMM_TCP ? server_ring(s, comm_out) : server_shm(s, world_out);
+    if (st == DT_OK)
+        st = plan->host == DT_HOSTCOMM_TCP ? server_ring(s, plan, comm_out, world_out, leaders_out) : server_shm(s, world_out);
     else if (s->err[0]) say_all(s->fds, e->world, s->err);
     close_all(s->fds, e->world);
     if (s->data_fd >= 0) close(s->data_fd);
@@ -893,7 +1004,8 @@ static dt_status join_meet(const dt_ext_env *e, const rdzv_secret *sec, uint32_t
 
 /* every other rank */
 static dt_status join(const dt_ext_env *e, const rdzv_secret *sec, uint32_t digest, double timeout_s,
-                      const dt_comm_plan_in *pin, dt_comm_plan *plan, dt_shm_world **world_out, dt_comm **comm_out) {
+                      const dt_comm_plan_in *pin, dt_comm_plan *plan, dt_shm_world **world_out, dt_comm **comm_out,
+                      dt_comm **leaders_out) {
     const double deadline = dt_clock_now() + timeout_s;
     int fd = -1, data_fd = -1; /* data_fd: for the ring, in case rank 0 asks for one */
     struct sockaddr_storage master = {.ss_family = AF_UNSPEC};
@@ -905,15 +1017,42 @@ static dt_status join(const dt_ext_env *e, const rdzv_secret *sec, uint32_t dige
         dt_rdzv_sanitize(strncmp(line, "ERR ", 4) == 0 ? line + 4 : line, clean, sizeof clean);
         st = dt_error_set(DT_ERR_USAGE, "rendezvous: rank 0 refused rank %d: %s", e->rank, clean);
     }
+    hier_in h = {0};
+    if (st == DT_OK && strncmp(line, "OK tcp ", 7) == 0) { /* " hier=L nonce=N[ leader=ADDR]" */
+        const char *hp = strstr(line, " hier="), *lp = strstr(line, " leader=");
+        if (hp && (sscanf(hp, " hier=%d nonce=%lx", &h.L, &h.nonce) != 2 || h.L < 2 || e->world % h.L))
+            st = dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: rank 0 sent a hierarchical layout it cannot use",
+                              e->rank);
+        if (lp) sscanf(lp, " leader=%299s", h.leader_next);
+    }
     if (st == DT_OK) { /* rank 0 decided for the hosts it saw: the same plan here */
         dt_comm_plan_in in = *pin;
         in.hosts = strncmp(line, "OK shm=", 7) == 0 ? 1 : 2;
         in.have_mpi = 0;
+        in.ranks_per_host = h.L;
+        in.hier = h.L ? pin->hier : DT_HIER_OFF; /* as rank 0 decided */
         st = dt_comm_plan_decide(&in, plan);
     }
+    int made = 0;
+    char name[96] = "";
     if (st == DT_OK && strncmp(line, "OK tcp ", 7) == 0) {
+        const int remote = strstr(line, " remote") != NULL;
         st = make_ring(e, sec, line + 7, &master, data_fd, deadline + timeout_s + 30, comm_out, timeout_s);
+        if (st == DT_OK && remote) dt_comm_mark_remote(*comm_out);
         send_line(fd, st == DT_OK ? "MAPPED" : "ERR no ring");
+        if (st == DT_OK && h.L) { /* then, once every flat ring is up, the hierarchical parts */
+            if ((st = recv_line(fd, line, sizeof line, deadline + timeout_s + 60, "rank 0")) == DT_OK &&
+                strcmp(line, "HIER") != 0) {
+                dt_rdzv_sanitize(strncmp(line, "ERR ", 4) == 0 ? line + 4 : line, clean, sizeof clean);
+                st = dt_error_set(DT_ERR_DEVICE, "rendezvous: %s", clean);
+            }
+            if (st == DT_OK) {
+                hier_shm_name(e, &h, name, sizeof name);
+                st = hier_setup(e, sec, &h, &master, data_fd, deadline + timeout_s + 90, timeout_s, world_out,
+                                leaders_out, &made);
+                send_line(fd, st == DT_OK ? "MAPPED" : "ERR no hierarchical collective");
+            }
+        }
     } else if (st == DT_OK) {
         int shm = shm_open(line + 7, O_RDWR, 0);
         dt_rdzv_sanitize(line + 7, clean, 200);
@@ -929,24 +1068,28 @@ static dt_status join(const dt_ext_env *e, const rdzv_secret *sec, uint32_t dige
         dt_rdzv_sanitize(strncmp(line, "ERR ", 4) == 0 ? line + 4 : line, clean, sizeof clean);
         st = dt_error_set(DT_ERR_DEVICE, "rendezvous: %s", clean);
     }
+    if (made) shm_unlink(name); /* after GO every rank of this host has it mapped; after a failure: gone too */
     if (fd >= 0) close(fd);
     if (data_fd >= 0) close(data_fd);
     if (st != DT_OK && *world_out) {
         dt_shm_world_destroy(*world_out);
         *world_out = NULL;
     }
-    if (st != DT_OK && *comm_out) {
+    if (st != DT_OK) {
         dt_comm_free(*comm_out);
         *comm_out = NULL;
+        dt_comm_free(*leaders_out);
+        *leaders_out = NULL;
     }
     return st;
 }
 
 dt_status dt_rendezvous(const dt_ext_env *e, uint32_t digest, double timeout_s, const dt_comm_plan_in *plan_in,
                         dt_comm_plan *plan, dt_status (*before_ok)(void *), void *user, dt_shm_world **world_out,
-                        dt_comm **comm_out) {
+                        dt_comm **comm_out, dt_comm **leaders_out) {
     *world_out = NULL;
     *comm_out = NULL;
+    *leaders_out = NULL;
     if (e->rank != 0 && !e->addr[0])
         return dt_error_set(DT_ERR_USAGE,
                             "environment: MASTER_ADDR is not set: rank %d of %d (%s) needs the address of rank 0 "
@@ -963,8 +1106,8 @@ dt_status dt_rendezvous(const dt_ext_env *e, uint32_t digest, double timeout_s, 
                 "docs/multinode.md)\n",
                 e->addr[0] ? e->addr : "*", e->port);
     if (st == DT_OK)
-        st = e->rank == 0 ? serve(e, sec, digest, timeout_s, plan_in, plan, before_ok, user, world_out, comm_out)
-                          : join(e, sec, digest, timeout_s, plan_in, plan, world_out, comm_out);
+        st = e->rank == 0 ? serve(e, sec, digest, timeout_s, plan_in, plan, before_ok, user, world_out, comm_out, leaders_out)
+                          : join(e, sec, digest, timeout_s, plan_in, plan, world_out, comm_out, leaders_out);
     rdzv_secret_wipe(sec);
     free(sec);
     return st;

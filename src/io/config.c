@@ -74,6 +74,7 @@ static const enum_name comm_names[] = {{"collective", DT_COMM_AUTO},
 static const enum_name precision_names[] = {
     {"auto", DT_PREC_AUTO}, {"fp32", DT_PREC_FP32}, {"bf16", DT_PREC_BF16}, {NULL, 0}};
 static const enum_name grad_comm_names[] = {{"fp32", DT_WIRE_F32}, {"bf16", DT_WIRE_BF16}, {NULL, 0}};
+static const enum_name hier_names[] = {{"auto", DT_HIER_AUTO}, {"on", DT_HIER_ON}, {"off", DT_HIER_OFF}, {NULL, 0}};
 static const enum_name schedule_names[] = {{"constant", DT_SCHED_CONSTANT},
                                            {"cosine", DT_SCHED_COSINE},
                                            {"linear", DT_SCHED_LINEAR},
@@ -120,6 +121,7 @@ static const key_def keys[] = {
     KEY("training.check_replicas_every", K_LONG, training.check_replicas_every, "100", GE(0)),
     KEY("training.zero_stage", K_INT, training.zero_stage, "0", IN(0, 1)),
     ENUM("training.grad_comm_dtype", training.grad_comm_dtype, "fp32", grad_comm_names),
+    ENUM("training.hierarchical_allreduce", training.hierarchical_allreduce, "auto", hier_names),
     KEY("training.early_stopping_patience", K_INT, training.early_stopping_patience, "0", GE(0)),
 
     SECTION("optimizer"),

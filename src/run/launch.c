@@ -676,19 +676,28 @@ static dt_status join_mpi(const dt_launch_ext_cfg *cfg, dt_comm **comm, dt_launc
 }
 
 /* Meets the other ranks as the plan says: mpi, or the TCP rendezvous (which completes the
- * plan), with the job's shared memory when every rank is on this host. */
+ * plan), with the job's shared memory when every rank is on this host; a hierarchical plan
+ * adds the host's shared memory and (on leaders) the leaders' ring, made into *grad (the
+ * gradients' and weights' collective; NULL: *comm carries them). */
 static dt_status meet(const dt_launch_ext_cfg *cfg, dt_comm_plan *plan, dt_shm_world **world, dt_comm **comm,
-                      dt_launch_result *res) {
+                      dt_comm **grad, dt_launch_result *res) {
     const dt_ext_env *e = cfg->env;
+    *grad = NULL;
     if (plan->host == DT_HOSTCOMM_MPI) return join_mpi(cfg, comm, res);
+    dt_comm *leaders = NULL;
     DT_TRY(dt_rendezvous(e, cfg->digest, cfg->timeout_s, &cfg->plan, plan, e->rank == 0 ? cfg->before_ok : NULL,
-                         cfg->user, world, comm));
-    if (*world) {
-        dt_status st = dt_comm_init_shm(comm, *world, e->rank, cfg->timeout_s);
-        if (st != DT_OK && e->world > 1) dt_error_prefix("rank %d", e->rank);
-        return st;
+                         cfg->user, world, comm, &leaders));
+    dt_status st = DT_OK;
+    if (*world && plan->hier) {
+        dt_comm *local = NULL;
+        st = dt_comm_init_shm(&local, *world, e->rank % plan->hier, cfg->timeout_s);
+        if (st == DT_OK) st = dt_comm_init_hier(grad, local, leaders, e->rank, e->world, cfg->timeout_s);
+        else dt_comm_free(leaders);
+    } else if (*world) {
+        st = dt_comm_init_shm(comm, *world, e->rank, cfg->timeout_s);
     }
-    return DT_OK;
+    if (st != DT_OK && e->world > 1) dt_error_prefix("rank %d", e->rank);
+    return st;
 }
 
 /* fn as this rank, with SIGINT/SIGTERM asking it to stop cleanly */
@@ -725,19 +734,20 @@ dt_status dt_launch_external(const dt_launch_ext_cfg *cfg, dt_launch_fn fn, void
     fflush(stdout);
     const double t0 = dt_clock_now();
     dt_shm_world *world = NULL;
-    dt_comm *comm = NULL;
-    dt_status st = meet(cfg, &plan, &world, &comm, res);
+    dt_comm *comm = NULL, *grad = NULL;
+    dt_status st = meet(cfg, &plan, &world, &comm, &grad, res);
     if (st == DT_OK) {
         snprintf(info, sizeof info, "%s; %s took %.3f s", launched,
                  plan.host == DT_HOSTCOMM_MPI ? "MPI start-up" : "rendezvous", dt_clock_now() - t0);
         g_ext_stop = 0;
         dt_launch_ctx ctx = {.attempt = launcher_restart_count(), .stop = (const volatile int *)&g_ext_stop,
                              .note = note, .note_size = sizeof note, .local_rank = e->local_rank,
-                             .launched_by = info, .plan = &plan};
+                             .launched_by = info, .plan = &plan, .grad_comm = grad};
         st = run_rank(cfg, &ctx, world, comm, fn, arg);
         res->stopped_by = g_ext_stop;
         snprintf(res->note, sizeof res->note, "%s", note);
     }
+    dt_comm_free(grad);
     dt_comm_free(comm);
     dt_shm_world_destroy(world);
     return st;

@@ -566,15 +566,24 @@ wait:
     return wait_for_rank0(r);
 }
 
-/* Every rank's peak memory (exact, from the kernel) into peaks[world], for the summary; and on
+/* Every rank's peak memory (exact, from the kernel) into peaks[world], for the summary, and
+ * the bytes all ranks sent to other hosts (`remote`: this rank's; *remote_all: the sum); and on
  * rank 0 of forked GPU workers their GPUs' peaks as the launcher sampled them (else gpu NULL). */
 static dt_status gather_peak_memory(run *r, const dt_launch_ctx *l, double *peaks, double *gpu_peaks,
-                                    const double **gpu) {
+                                    const double **gpu, double remote, double *remote_all) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    double mine = (double)ru.ru_maxrss / 1024.0;
-    peaks[0] = mine;
-    if (r->world > 1) DT_TRY(dt_comm_allgather(r->comm, &mine, sizeof mine, peaks));
+    double mine[2] = {(double)ru.ru_maxrss / 1024.0, remote}, all[DT_MAX_WORLD][2];
+    peaks[0] = mine[0];
+    *remote_all = remote;
+    if (r->world > 1) {
+        DT_TRY(dt_comm_allgather(r->comm, mine, sizeof mine, all));
+        *remote_all = 0;
+        for (int i = 0; i < r->world; i++) {
+            peaks[i] = all[i][0];
+            *remote_all += all[i][1];
+        }
+    }
     *gpu = NULL;
     for (int i = 0; l && l->stats && i < r->world; i++) {
         dt_worker_sample w = dt_worker_slot_read(&l->stats[i]);
@@ -631,6 +640,7 @@ typedef struct trainer {
     /* what this run has done */
     double train_ms, eval_ms, comm_ms;
     double sent_bytes; /* in the collectives of the steps trained */
+    double remote_bytes; /* ... of them to other hosts */
     long checkpoints;
     uint32_t samples_seen;       /* rounds of the launcher's worker samples logged */
     dt_eval_point last_eval;
@@ -681,6 +691,7 @@ static dt_status train_open(trainer *t, const dt_config *c, const dt_worker_opts
     DT_TRY(dt_fault_from_env(&t->fault));
     run *r = &t->r;
     DT_TRY(run_setup(r, c, comm, 1, t->launch ? t->launch->local_rank : 0));
+    if (t->launch && t->launch->grad_comm) r->gcomm = t->launch->grad_comm; /* hierarchical */
     if (t->launch && t->launch->own_stats) { /* the launcher samples this worker's GPU from now on */
         dt_backend_desc desc;
         r->be->ops->describe(r->be->ctx, &desc);
@@ -966,10 +977,12 @@ static dt_status micro_batches(trainer *t, double *loss, long *rows, double *com
     return DT_OK;
 }
 
-/* What this worker has sent in collectives: the gradients' and the host's, when they differ. */
-static uint64_t bytes_sent(run *r) {
-    uint64_t b = r->gcomm ? dt_comm_bytes_sent(r->gcomm) : 0;
-    if (r->comm && r->comm != r->gcomm) b += dt_comm_bytes_sent(r->comm);
+/* What this worker has sent in collectives (remote: to other hosts only): the gradients' and
+ * the host's, when they differ. */
+static uint64_t bytes_sent(run *r, int remote) {
+    uint64_t (*count)(dt_comm *) = remote ? dt_comm_bytes_remote : dt_comm_bytes_sent;
+    uint64_t b = r->gcomm ? count(r->gcomm) : 0;
+    if (r->comm && r->comm != r->gcomm) b += count(r->comm);
     return b;
 }
 
@@ -977,7 +990,7 @@ static uint64_t bytes_sent(run *r) {
  * device failure), the update, and the sample cursor moved on. *p describes it. */
 static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     run *r = &t->r;
-    const uint64_t sent0 = bytes_sent(r);
+    const uint64_t sent0 = bytes_sent(r, 0), remote0 = bytes_sent(r, 1);
     dt_fault_before_step(&t->fault, r->rank, t->attempt, t->step + 1);
     const double t0 = now_ms();
     double comm_ms = 0;
@@ -1011,8 +1024,9 @@ static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     const double ms = now_ms() - t0;
     t->train_ms += ms;
     t->comm_ms += comm_ms;
-    const double sent = (double)(bytes_sent(r) - sent0);
+    const double sent = (double)(bytes_sent(r, 0) - sent0);
     t->sent_bytes += sent;
+    t->remote_bytes += (double)(bytes_sent(r, 1) - remote0);
     *p = (dt_train_point){.step = t->step, .epoch = batch_epoch + 1, .loss = v.loss / (double)v.rows, .lr = lr,
                           .grad_norm = gnorm, .step_ms = ms,
                           .tokens_per_s = (double)t->G * t->T / (ms / 1e3), .comm_ms = comm_ms, .sent_bytes = sent};
@@ -1204,7 +1218,7 @@ static dt_status finish(trainer *t, int stopped) {
     };
     double peaks[DT_MAX_WORLD], gpu_peaks[DT_MAX_WORLD];
     if (stopped) {
-        DT_TRY(gather_peak_memory(r, t->launch, peaks, gpu_peaks, &sum.peak_gpu_mb));
+        DT_TRY(gather_peak_memory(r, t->launch, peaks, gpu_peaks, &sum.peak_gpu_mb, t->remote_bytes, &sum.remote_bytes));
         sum.peak_rss_mb = peaks;
         dt_metrics_final(r->metrics, &sum);
         dt_metrics_summary(r->metrics, "stopped at step %ld of %ld (asked to stop); checkpoint %s", t->step, t->total,
@@ -1216,7 +1230,7 @@ static dt_status finish(trainer *t, int stopped) {
     }
     if (r->n_val && !t->have_eval) DT_TRY(eval_now(t)); /* nothing was trained: still report where the model stands */
     /* the last collective comes before rank 0's save: nobody waits on its disk */
-    DT_TRY(gather_peak_memory(r, t->launch, peaks, gpu_peaks, &sum.peak_gpu_mb));
+    DT_TRY(gather_peak_memory(r, t->launch, peaks, gpu_peaks, &sum.peak_gpu_mb, t->remote_bytes, &sum.remote_bytes));
     char weights[DT_PATH_MAX + 32];
     snprintf(weights, sizeof weights, "%s/model.safetensors", r->cfg->run.dir);
     if (r->rank == 0) DT_TRY(dt_model_save(r->model, weights));
@@ -1281,6 +1295,7 @@ static dt_status plan_in(const dt_config *c, const dt_ext_env *env, dt_device_ki
     DT_TRY(dt_backend_resolve(c, dev));
     const dt_ops *ops = dt_backend_ops(*dev);
     dt_launch_plan_in(c->training.comm, c->source, env, c->training.num_workers, ops->name, ops->collective, in);
+    in->hier = c->training.hierarchical_allreduce;
     return DT_OK;
 }
 
