@@ -51,7 +51,54 @@ static int covers(const row *r, int req, int launcher, int layout, int dc, int m
            (r->mpi & B(mpi));
 }
 
+/* training.hierarchical_allreduce: chosen only for CPU ranks over the tcp collective on several
+ * hosts, host by host with more than one each; `on` refused elsewhere (naming why), `off` never. */
+static void test_hier(void) {
+    const struct {
+        dt_hier_mode mode;
+        dt_comm_kind req;
+        dt_launcher launcher;
+        int hosts, per_host, gpu;
+        int want;          /* ranks per host chosen, or REFUSE */
+        const char *why;   /* in the refusal */
+    } cases[] = {
+        {DT_HIER_AUTO, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 2, 0, 2, NULL},
+        {DT_HIER_ON, DT_COMM_TCP, DT_LAUNCHER_K8S, 2, 2, 0, 2, NULL},
+        {DT_HIER_OFF, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 2, 0, 0, NULL},
+        {DT_HIER_AUTO, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 1, 0, 0, NULL},
+        {DT_HIER_ON, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 1, 0, REFUSE, "there is one rank per host"},
+        {DT_HIER_AUTO, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 0, 0, 0, NULL},
+        {DT_HIER_ON, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 0, 0, REFUSE, "not host by host in rank order"},
+        {DT_HIER_AUTO, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 2, 1, 0, NULL},
+        {DT_HIER_ON, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 2, 1, REFUSE, "NCCL"},
+        {DT_HIER_ON, DT_COMM_AUTO, DT_LAUNCHER_FORK, 1, 0, 0, REFUSE, "every rank is on one host"},
+        {DT_HIER_ON, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 1, 4, 0, REFUSE, "every rank is on one host"},
+        {DT_HIER_ON, DT_COMM_MPI, DT_LAUNCHER_MPIRUN, 2, 2, 0, REFUSE, "this job uses mpi"},
+        {DT_HIER_ON, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 0, 0, 0, 0, NULL}, /* not met yet: the rendezvous decides */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dt_comm_plan_in in = {.requested = cases[i].req, .source = "job.yaml", .launcher = cases[i].launcher, .world = 4,
+                              .local_world = cases[i].hosts == 1 ? 4 : 2, .hosts = cases[i].hosts,
+                              .device = cases[i].gpu ? "cuda" : "cpu", .device_comm = cases[i].gpu ? "nccl" : NULL,
+                              .have_mpi = 1, .hier = cases[i].mode, .ranks_per_host = cases[i].per_host};
+        dt_comm_plan plan;
+        dt_error_clear();
+        dt_status st = dt_comm_plan_decide(&in, &plan);
+        printf("hierarchical case %zu: %s\n", i, st == DT_OK ? plan.reason : dt_error_msg());
+        if (cases[i].want == REFUSE) {
+            CHECK_INT_EQ(st, DT_ERR_CONFIG);
+            CHECK_STR_CONTAINS(dt_error_msg(), "job.yaml: training.hierarchical_allreduce: on needs CPU ranks on several hosts");
+            CHECK_STR_CONTAINS(dt_error_msg(), cases[i].why);
+        } else {
+            CHECK_INT_EQ(st, DT_OK);
+            CHECK_INT_EQ(plan.hier, cases[i].want);
+            if (plan.hier) CHECK_STR_CONTAINS(plan.reason, "gradients hierarchical: 2 hosts x 2 ranks");
+        }
+    }
+}
+
 int main(void) {
+    test_hier();
     int combos = 0;
     for (int req = DT_COMM_AUTO; req <= DT_COMM_TCP; req++)
         for (int launcher = DT_LAUNCHER_FORK; launcher <= DT_LAUNCHER_K8S; launcher++)

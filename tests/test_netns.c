@@ -5,12 +5,16 @@
  *   - started by hand with RANK/WORLD_SIZE/MASTER_ADDR, each in its own UTS namespace too
  *     (another host name), as a Kubernetes Indexed Job would, with a shared secret: the tcp
  *     ring; every listener of the ranks is bound to its namespace's address, none to 0.0.0.0;
- *     and the same with communication_backend: shm, which is refused (exit 2) instead.
+ *     and the same with communication_backend: shm, which is refused (exit 2) instead;
+ *   - two ranks in each namespace (host names dtrain-host-A and -B): the hierarchical collective
+ *     (training.hierarchical_allreduce: auto) against the flat ring (off): both match the fork
+ *     run, and fewer bytes cross between the hosts (the summary's remote_bytes_per_step).
  * Each result must match the fork-mode run with the same global batch (relative L2
  * distance of the weights <= 1e-5).
  *
  * Needs root (ip netns), iproute2 and Open MPI; exits 77 (skipped) naming what is missing
  * when the machine cannot make namespaces, and fails when dtrain has no mpi collective. */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +58,33 @@ static pid_t start_host(const char *tag, int r, int world, const char *master, c
              r, r, world, master, port, DTRAIN_BIN, run_dir, sets);
     const char *args[] = {"netns", "exec", r ? ns_b : ns_a, "unshare", "--uts", "sh", "-c", script, NULL};
     return spawn_prog(name, "/usr/sbin/ip", args);
+}
+
+/* Rank r of 4, two on each "host": ranks 0-1 in namespace A (host name dtrain-host-A), 2-3 in B,
+ * LOCAL_RANK r % 2 of 2. */
+static pid_t start_pair_rank(const char *tag, int r, const char *master, const char *port, const char *run_dir,
+                             const char *sets) {
+    char script[2048], name[32];
+    snprintf(name, sizeof name, "%s-r%d", tag, r);
+    snprintf(script, sizeof script,
+             "hostname dtrain-host-%c && exec env RANK=%d WORLD_SIZE=4 LOCAL_RANK=%d LOCAL_WORLD_SIZE=2 "
+             "DTRAIN_RDZV_SECRET=netns-test-secret-0123456789 %s %s '%s' --config configs/ci-smoke.yaml --set '%s' %s "
+             "--set training.collective_timeout_s=60 --progress never",
+             r < 2 ? 'A' : 'B', r, r % 2, master, port, DTRAIN_BIN, run_dir, sets);
+    const char *args[] = {"netns", "exec", r < 2 ? ns_a : ns_b, "unshare", "--uts", "sh", "-c", script, NULL};
+    return spawn_prog(name, "/usr/sbin/ip", args);
+}
+
+/* the summary's number `key` in RUN/metrics.jsonl (NaN: none) */
+static double summary_value(const char *run, const char *key) {
+    char path[1300], text[1 << 16];
+    snprintf(path, sizeof path, "%s/%s/metrics.jsonl", test_dir(), run);
+    test_slurp(path, text, sizeof text);
+    const char *sum = strstr(text, "\"type\":\"summary\"");
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = sum ? strstr(sum, k) : NULL;
+    return p ? strtod(p + strlen(k), NULL) : NAN;
 }
 
 /* ranks 1 and 0 of 2 */
@@ -225,6 +256,47 @@ int main(void) {
                                  "host, but the ranks are on several");
     CHECK_INT_EQ(wait_exit(pids[1], "shm-r1"), 2);
     CHECK_STR_CONTAINS(err_text, "rank 0 refused rank 1: configs/ci-smoke.yaml: training.communication_backend: shm");
+
+    /* two ranks on each host: the hierarchical collective (auto) and the flat ring (off), both
+     * against dtrain forking 4 workers with the same global batch */
+    snprintf(rd, sizeof rd, "run.dir=%s/fork4", test_dir());
+    const char *f4[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", "training.num_workers=4", "--set",
+                        "data.batch_size_per_worker=2", "--set", "training.cpu_threads_per_worker=1", "--progress",
+                        "never", NULL};
+    CHECK_INT_EQ(wait_exit(spawn("fork4", f4), "fork4"), 0);
+    const char *modes[2] = {"off", "auto"};
+    double between[2];
+    for (int m = 0; m < 2; m++) {
+        char tag[32], sets[256];
+        snprintf(tag, sizeof tag, "pairs-%s", modes[m]);
+        snprintf(rd3, sizeof rd3, "run.dir=%s/%s", test_dir(), tag);
+        snprintf(sets, sizeof sets, "--set training.num_workers=4 --set data.batch_size_per_worker=2 --set "
+                 "training.cpu_threads_per_worker=1 --set training.hierarchical_allreduce=%s", modes[m]);
+        snprintf(port, sizeof port, "MASTER_PORT=%d", 29300 + (int)id + m);
+        pid_t p4[4];
+        for (int r = 3; r >= 0; r--) p4[r] = start_pair_rank(tag, r, master, port, rd3, sets);
+        for (int r = 0; r < 4; r++) {
+            char who[40];
+            snprintf(who, sizeof who, "%s-r%d", tag, r);
+            CHECK_INT_EQ(wait_exit(p4[r], who), 0);
+        }
+        snprintf(path, sizeof path, "%s/%s-r0.out", test_dir(), tag);
+        test_slurp(path, out, sizeof out);
+        if (m == 1) {
+            CHECK_STR_CONTAINS(out, "gradients hierarchical: 2 hosts x 2 ranks, shared memory inside each host, a tcp "
+                                    "ring of the 2 hosts' first ranks between them (training.hierarchical_allreduce: auto)");
+            CHECK_STR_CONTAINS(out, "4 workers x 1 threads, tcp+shm all-reduce");
+        } else {
+            CHECK_STR_CONTAINS(out, "4 workers x 1 threads, tcp all-reduce");
+        }
+        between[m] = summary_value(tag, "remote_bytes_per_step");
+        printf("%s vs fork4: weights rel L2 distance %.2e; %.0f bytes per step between the hosts\n", tag,
+               run_distance(tag, "fork4"), between[m]);
+        CHECK(run_distance(tag, "fork4") <= 1e-5);
+    }
+    /* flat: 2 of the 4 ring links cross, each carrying 2(4-1)/4 = 1.5 x the gradients; hierarchical:
+     * the 2 leaders' ring, 2(2-1)/2 = 1 x each: 2/3 of the bytes (the agreement aside) */
+    CHECK(between[1] > 0 && between[1] < 0.7 * between[0]);
     test_dir_remove();
     TEST_PASS("test_netns");
 }
