@@ -44,35 +44,35 @@ static void cleanup(void) {
     if (system(cmd) != 0) printf("cleanup: %s failed\n", cmd);
 }
 
-/* Rank r of `world` as a Kubernetes Indexed Job or torchrun starts it, in its own network and
- * UTS namespace (its own host name "dtrain-host-R"; rank 0 in A, the others in B), told where
+/* Rank r of `world` as a Kubernetes Indexed Job or torchrun starts it, in namespace `ns` with a
+ * UTS namespace of its own (host name "dtrain-host-HOST"), local rank `lr` of `lw`, told where
  * rank 0 is (master, port) and the shared secret; logs TAG-rR.out/.err. */
-static pid_t start_host(const char *tag, int r, int world, const char *master, const char *port, const char *run_dir,
-                        const char *sets) {
+static pid_t start_rank(const char *tag, int r, int world, const char *ns, const char *host, int lr, int lw,
+                        const char *master, const char *port, const char *run_dir, const char *sets) {
     char script[2048], name[32];
     snprintf(name, sizeof name, "%s-r%d", tag, r);
     snprintf(script, sizeof script,
-             "hostname dtrain-host-%d && exec env RANK=%d WORLD_SIZE=%d LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 "
+             "hostname dtrain-host-%s && exec env RANK=%d WORLD_SIZE=%d LOCAL_RANK=%d LOCAL_WORLD_SIZE=%d "
              "DTRAIN_RDZV_SECRET=netns-test-secret-0123456789 %s %s '%s' --config configs/ci-smoke.yaml --set '%s' %s "
              "--set training.collective_timeout_s=60 --progress never",
-             r, r, world, master, port, DTRAIN_BIN, run_dir, sets);
-    const char *args[] = {"netns", "exec", r ? ns_b : ns_a, "unshare", "--uts", "sh", "-c", script, NULL};
+             host, r, world, lr, lw, master, port, DTRAIN_BIN, run_dir, sets);
+    const char *args[] = {"netns", "exec", ns, "unshare", "--uts", "sh", "-c", script, NULL};
     return spawn_prog(name, "/usr/sbin/ip", args);
+}
+
+/* One rank per host: rank 0 in A, the others in B, each its own host name "dtrain-host-R". */
+static pid_t start_host(const char *tag, int r, int world, const char *master, const char *port, const char *run_dir,
+                        const char *sets) {
+    char host[16];
+    snprintf(host, sizeof host, "%d", r);
+    return start_rank(tag, r, world, r ? ns_b : ns_a, host, 0, 1, master, port, run_dir, sets);
 }
 
 /* Rank r of 4, two on each "host": ranks 0-1 in namespace A (host name dtrain-host-A), 2-3 in B,
  * LOCAL_RANK r % 2 of 2. */
 static pid_t start_pair_rank(const char *tag, int r, const char *master, const char *port, const char *run_dir,
                              const char *sets) {
-    char script[2048], name[32];
-    snprintf(name, sizeof name, "%s-r%d", tag, r);
-    snprintf(script, sizeof script,
-             "hostname dtrain-host-%c && exec env RANK=%d WORLD_SIZE=4 LOCAL_RANK=%d LOCAL_WORLD_SIZE=2 "
-             "DTRAIN_RDZV_SECRET=netns-test-secret-0123456789 %s %s '%s' --config configs/ci-smoke.yaml --set '%s' %s "
-             "--set training.collective_timeout_s=60 --progress never",
-             r < 2 ? 'A' : 'B', r, r % 2, master, port, DTRAIN_BIN, run_dir, sets);
-    const char *args[] = {"netns", "exec", r < 2 ? ns_a : ns_b, "unshare", "--uts", "sh", "-c", script, NULL};
-    return spawn_prog(name, "/usr/sbin/ip", args);
+    return start_rank(tag, r, 4, r < 2 ? ns_a : ns_b, r < 2 ? "A" : "B", r % 2, 2, master, port, run_dir, sets);
 }
 
 /* the summary's number `key` in RUN/metrics.jsonl (NaN: none) */
