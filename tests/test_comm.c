@@ -197,6 +197,13 @@ static void check_result(const float *buf, size_t n, int world, dt_reduce_op op,
     }
 }
 
+/* Every rank holds the same bits of buf(n): the checksums all-gathered and compared. */
+static void check_same_everywhere(dt_comm *c, const float *buf, size_t n, int world) {
+    uint64_t mine = fnv1a(buf, n * sizeof(float)), all[64];
+    CHECK_OK(dt_comm_allgather(c, &mine, sizeof mine, all));
+    for (int r = 0; r < world; r++) CHECK(all[r] == mine);
+}
+
 /* ---- scenarios ---- */
 
 typedef struct {
@@ -219,9 +226,7 @@ static int sc_allreduce(dt_shm_world *w, int rank, int world, void *arg) {
             for (size_t i = 0; i < n; i++) buf[i] = val(rank, i);
             CHECK_OK(dt_comm_allreduce(c, n ? buf : NULL, n, op));
             check_result(buf, n, world, op, rank, "all-reduce");
-            uint64_t mine = fnv1a(buf, n * sizeof(float)), all[64];
-            CHECK_OK(dt_comm_allgather(c, &mine, sizeof mine, all));
-            for (int r = 0; r < world; r++) CHECK(all[r] == mine);
+            check_same_everywhere(c, buf, n, world);
             free(buf);
         }
     }
@@ -316,10 +321,8 @@ static int sc_parts(dt_shm_world *w, int rank, int world, void *arg) {
         CHECK_OK(dt_comm_allgather_parts_start(c, n ? two : NULL, n, &r2));
         CHECK_OK(dt_comm_wait(c, r1));
         CHECK_OK(dt_comm_wait(c, r2));
-        uint64_t mine = fnv1a(buf, n * sizeof(float)), all[64];
-        CHECK(mine == fnv1a(two, n * sizeof(float)));
-        CHECK_OK(dt_comm_allgather(c, &mine, sizeof mine, all));
-        for (int r = 0; r < world; r++) CHECK(all[r] == mine); /* every rank the same bits */
+        CHECK(fnv1a(buf, n * sizeof(float)) == fnv1a(two, n * sizeof(float)));
+        check_same_everywhere(c, buf, n, world);
         free(buf);
         free(two);
     }
@@ -367,11 +370,7 @@ static int sc_bf16(dt_shm_world *w, int rank, int world, void *arg) {
                                  kind == 0 ? "sum" : kind == 1 ? "avg" : "reduce-scatter", n, i, buf[i], e);
                 CHECK(!bad);
             }
-            if (kind < 2) {
-                uint64_t mine = fnv1a(buf, n * sizeof(float)), all[64];
-                CHECK_OK(dt_comm_allgather(c, &mine, sizeof mine, all));
-                for (int r = 0; r < world; r++) CHECK(all[r] == mine);
-            }
+            if (kind < 2) check_same_everywhere(c, buf, n, world);
         }
         free(buf);
     }
@@ -540,6 +539,23 @@ static int sc_mismatch(dt_shm_world *w, int rank, int world, void *arg) {
         CHECK_STR_CONTAINS(dt_error_msg(), "all-reduce #1 (10 floats)");
         CHECK_STR_CONTAINS(dt_error_msg(), "broadcast #1 (40 bytes from rank 0)");
     }
+    dt_comm_free(c);
+    return 0;
+}
+
+/* One rank sends its gradients as bf16, the other as float32 (configs that differ in
+ * training.grad_comm_dtype): caught as a mismatch, not summed as garbage. */
+static int sc_wire_mismatch(dt_shm_world *w, int rank, int world, void *arg) {
+    (void)arg;
+    (void)world;
+    dt_comm *c = join(w, rank, 30);
+    float buf[10] = {0};
+    dt_comm_req *req;
+    CHECK_OK(dt_comm_allreduce_start(c, buf, 10, DT_REDUCE_SUM, rank ? DT_WIRE_BF16 : DT_WIRE_F32, &req));
+    CHECK(dt_comm_wait(c, req) != DT_OK);
+    CHECK_STR_CONTAINS(dt_error_msg(), "collective mismatch: ");
+    if (g_tcp) CHECK_STR_CONTAINS(dt_error_msg(), rank == 0 ? "rank 1 issued all-reduce (bf16) #1" : "issued all-reduce (bf16) #1");
+    else CHECK_STR_CONTAINS(dt_error_msg(), "all-reduce #1 (10 floats, as bf16)");
     dt_comm_free(c);
     return 0;
 }
@@ -766,6 +782,7 @@ int main(int argc, char **argv) {
     run_world("timeout: rank 2 never comes", 3, 0, sc_timeout, NULL, NULL);
     run_world("abort by the supervisor", 4, 0, sc_abort, parent_abort, NULL);
     run_world("mismatched collectives", 2, 0, sc_mismatch, NULL, NULL);
+    run_world("mismatched wire types (bf16 against fp32)", 2, 0, sc_wire_mismatch, NULL, NULL);
 
     CHECK(setenv("DTRAIN_TEST_BREAK_ALLREDUCE", "1", 1) == 0);
     run_world("DTRAIN_TEST_BREAK_ALLREDUCE=1", 3, 0, sc_break, NULL, NULL);
@@ -799,6 +816,7 @@ int main(int argc, char **argv) {
     }
     munmap(counter, 4096);
     run_world("mismatched collectives", 2, 0, sc_mismatch, NULL, NULL);
+    run_world("mismatched wire types (bf16 against fp32)", 2, 0, sc_wire_mismatch, NULL, NULL);
     run_world("timeout: rank 1 never comes", 2, 0, sc_timeout_tcp, NULL, NULL);
     g_tcp = 0;
 

@@ -58,29 +58,32 @@ static void test_hier(void) {
         dt_hier_mode mode;
         dt_comm_kind req;
         dt_launcher launcher;
-        int hosts, per_host, gpu;
+        int hosts, per_host, gpu, zero;
         int want;          /* ranks per host chosen, or REFUSE */
         const char *why;   /* in the refusal */
     } cases[] = {
-        {DT_HIER_AUTO, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 2, 0, 2, NULL},
-        {DT_HIER_ON, DT_COMM_TCP, DT_LAUNCHER_K8S, 2, 2, 0, 2, NULL},
-        {DT_HIER_OFF, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 2, 0, 0, NULL},
-        {DT_HIER_AUTO, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 1, 0, 0, NULL},
-        {DT_HIER_ON, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 1, 0, REFUSE, "there is one rank per host"},
-        {DT_HIER_AUTO, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 0, 0, 0, NULL},
-        {DT_HIER_ON, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 0, 0, REFUSE, "not host by host in rank order"},
-        {DT_HIER_AUTO, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 2, 1, 0, NULL},
-        {DT_HIER_ON, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 2, 1, REFUSE, "NCCL"},
-        {DT_HIER_ON, DT_COMM_AUTO, DT_LAUNCHER_FORK, 1, 0, 0, REFUSE, "every rank is on one host"},
-        {DT_HIER_ON, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 1, 4, 0, REFUSE, "every rank is on one host"},
-        {DT_HIER_ON, DT_COMM_MPI, DT_LAUNCHER_MPIRUN, 2, 2, 0, REFUSE, "this job uses mpi"},
-        {DT_HIER_ON, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 0, 0, 0, 0, NULL}, /* not met yet: the rendezvous decides */
+        {DT_HIER_AUTO, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 2, 0, 0, 2, NULL},
+        {DT_HIER_ON, DT_COMM_TCP, DT_LAUNCHER_K8S, 2, 2, 0, 0, 2, NULL},
+        {DT_HIER_OFF, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 2, 0, 0, 0, NULL},
+        {DT_HIER_AUTO, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 1, 0, 0, 0, NULL},
+        {DT_HIER_ON, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 1, 0, 0, REFUSE, "there is one rank per host"},
+        {DT_HIER_AUTO, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 0, 0, 0, 0, NULL},
+        {DT_HIER_ON, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 0, 0, 0, REFUSE, "not host by host in rank order"},
+        {DT_HIER_AUTO, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 2, 1, 0, 0, NULL},
+        {DT_HIER_ON, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 2, 1, 0, REFUSE, "NCCL"},
+        {DT_HIER_ON, DT_COMM_AUTO, DT_LAUNCHER_FORK, 1, 0, 0, 0, REFUSE, "every rank is on one host"},
+        {DT_HIER_ON, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 1, 4, 0, 0, REFUSE, "every rank is on one host"},
+        {DT_HIER_ON, DT_COMM_MPI, DT_LAUNCHER_MPIRUN, 2, 2, 0, 0, REFUSE, "this job uses mpi"},
+        {DT_HIER_ON, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 0, 0, 0, 0, 0, NULL}, /* not met yet: the rendezvous decides */
+        {DT_HIER_AUTO, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 2, 0, 1, 0, NULL}, /* ZeRO-1: the flat ring sends less */
+        {DT_HIER_ON, DT_COMM_AUTO, DT_LAUNCHER_TORCHRUN, 2, 2, 0, 1, REFUSE, "training.zero_stage 1 would send more"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         dt_comm_plan_in in = {.requested = cases[i].req, .source = "job.yaml", .launcher = cases[i].launcher, .world = 4,
                               .local_world = cases[i].hosts == 1 ? 4 : 2, .hosts = cases[i].hosts,
                               .device = cases[i].gpu ? "cuda" : "cpu", .device_comm = cases[i].gpu ? "nccl" : NULL,
-                              .have_mpi = 1, .hier = cases[i].mode, .ranks_per_host = cases[i].per_host};
+                              .have_mpi = 1, .hier = cases[i].mode, .ranks_per_host = cases[i].per_host,
+                              .zero_stage = cases[i].zero};
         dt_comm_plan plan;
         dt_error_clear();
         dt_status st = dt_comm_plan_decide(&in, &plan);

@@ -31,7 +31,8 @@ typedef enum { DT_REDUCE_SUM = 0, DT_REDUCE_AVG } dt_reduce_op;
  *                 travels on (a ring's); an all-reduce's result is rounded to bf16 as well, so
  *                 that every rank holds the same bits; a reduce-scatter's part is its float32
  *                 sum on shm and tcp (mpi and nccl reduce in bf16 storage: rounded).
- * No error feedback: the rounding's residual is dropped, not carried to the next step. */
+ * No error feedback: the rounding's residual is dropped, not carried to the next step. The
+ * hierarchical collective sums inside a host in float32 and rounds only what its leaders send. */
 
 /* ---- the shared world (shm backend) ----
  * Made by the launcher BEFORE fork with an anonymous shared mapping, so it is inherited by

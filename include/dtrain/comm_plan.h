@@ -14,7 +14,8 @@
  *                     several hosts with more than one each, host by host in rank order: through
  *                     shared memory inside each host and a tcp ring of the hosts' first ranks
  *                     (comm.h dt_comm_init_hier); the flat tcp ring still carries the rest.
- *                     auto: whenever that holds; on: refused where it cannot; off: never. */
+ *                     auto: whenever that holds (and training.zero_stage is 0); on: refused
+ *                     where it cannot; off: never. */
 #ifndef DTRAIN_COMM_PLAN_H
 #define DTRAIN_COMM_PLAN_H
 
@@ -46,6 +47,7 @@ typedef struct dt_comm_plan_in {
     int have_mpi;            /* this binary has the mpi collective */
     dt_hier_mode hier;       /* training.hierarchical_allreduce */
     int ranks_per_host;      /* L when the ranks are host by host in rank order, L on each; 0: not so, or not met */
+    int zero_stage;          /* training.zero_stage: 1 keeps the flat ring (see decide_hier in comm_plan.c) */
 } dt_comm_plan_in;
 
 typedef struct dt_comm_plan {

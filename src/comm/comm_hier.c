@@ -52,6 +52,7 @@ static dt_status hier_reduce_scatter(void *vctx, float *buf, size_t n, dt_wire w
 
 static dt_status hier_allgather_parts(void *vctx, float *buf, size_t n, const dt_comm_deadline *dl) {
     hier_ctx *x = vctx;
+    if (n == 0) return DT_OK;
     size_t lo, hi;
     dt_comm_part(n, x->world, x->rank, &lo, &hi);
     memset(buf, 0, lo * sizeof(float));

@@ -322,9 +322,9 @@ static dt_status begin(nccl_ctx *x, const dt_comm_deadline *dl, const char *fmt,
     return thread_setup(x);
 }
 
-/* DT_WIRE_BF16: d(n) rounded into the wire buffer (on our stream, after the staging) */
+/* DT_WIRE_BF16: d(n) rounded into the wire buffer (on our stream, after the staging), grown
+ * by the caller before it waited for the compute stream (a cudaFree now would wait for all of it) */
 static dt_status to_wire(nccl_ctx *x, const float *d, size_t n) {
-    DT_TRY(grow_buf(x, &x->wire, &x->wire_bytes, n * 2, "bf16 buffer"));
     return CK(dtk_cast_bf16, x->stream, x->wire, d, n);
 }
 
@@ -441,6 +441,7 @@ static dt_status parts_(nccl_ctx *x, float *buf, size_t n, int gather, int bf) {
         DT_TRY(grow_scratch(x, bytes));
         d = x->scratch;
     }
+    if (bf) DT_TRY(grow_buf(x, &x->wire, &x->wire_bytes, n * 2, "bf16 buffer")); /* before the wait starts */
     const double t0 = dt_clock_now();
     DT_TRY(after_compute(x));
     if (!dev) DT_TRY(CK(cudaMemcpyAsync, d, buf, bytes, cudaMemcpyHostToDevice, x->stream));

@@ -45,6 +45,9 @@ static dt_status decide_hier(const dt_comm_plan_in *in, dt_comm_plan *out) {
     if (out->device_comm) why = "the GPUs' collective (NCCL) arranges hosts itself";
     else if (out->host != DT_HOSTCOMM_TCP) why = out->host == DT_HOSTCOMM_MPI ? "it is built on the tcp collective, and "
                                                  "this job uses mpi" : "every rank is on one host";
+    else if (in->zero_stage == 1)
+        why = "training.zero_stage 1 would send more between the hosts, not less (the hierarchical reduce-scatter and "
+              "all-gather run as all-reduces)";
     else if (in->hosts == 0) return DT_OK; /* decided at the rendezvous, once the hosts are known */
     else if (in->hosts < 2) why = "every rank is on one host";
     else if (L == 0) why = "the ranks are not host by host in rank order with as many on each host";

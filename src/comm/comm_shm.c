@@ -236,7 +236,8 @@ static void describe(const op_desc *d, char *buf, size_t cap) {
     const char *name = d->kind < OP_KINDS ? op_names[d->kind] : "?";
     switch (d->kind) {
     case OP_ALLREDUCE: case OP_REDUCE_SCATTER: case OP_GATHER_PARTS:
-        snprintf(buf, cap, "%s #%llu (%llu floats)", name, (unsigned long long)d->seq, (unsigned long long)d->count);
+        snprintf(buf, cap, "%s #%llu (%llu floats%s)", name, (unsigned long long)d->seq, (unsigned long long)d->count,
+                 d->root == (int32_t)DT_WIRE_BF16 && d->kind != OP_GATHER_PARTS ? ", as bf16" : "");
         break;
     case OP_BROADCAST:
         snprintf(buf, cap, "%s #%llu (%llu bytes from rank %d)", name, (unsigned long long)d->seq,
@@ -460,7 +461,7 @@ static size_t chunk_floats(const dt_shm_world *w) {
 static dt_status shm_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op, dt_wire wire,
                                const dt_comm_deadline *dl) {
     shm_ctx *x = vctx;
-    DT_TRY(begin(x, OP_ALLREDUCE, n, -1, dl));
+    DT_TRY(begin(x, OP_ALLREDUCE, n, (int)wire, dl)); /* "root": the wire type, which every rank must share */
     const int bf = wire == DT_WIRE_BF16;
     const size_t es = bf ? 2 : sizeof(float);
     if (n > 0 && x->world > 1) {
@@ -522,7 +523,7 @@ static size_t rounds_of(size_t n, int world, size_t pc) {
 
 static dt_status shm_reduce_scatter(void *vctx, float *buf, size_t n, dt_wire wire, const dt_comm_deadline *dl) {
     shm_ctx *x = vctx;
-    DT_TRY(begin(x, OP_REDUCE_SCATTER, n, -1, dl));
+    DT_TRY(begin(x, OP_REDUCE_SCATTER, n, (int)wire, dl));
     const int bf = wire == DT_WIRE_BF16;
     if (n == 0) return DT_OK;
     if (x->world == 1) {

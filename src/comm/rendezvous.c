@@ -702,9 +702,14 @@ static void hier_shm_name(const dt_ext_env *e, const hier_in *h, char *name, siz
     snprintf(name, n, "/dtrain-%d-%08lx-h%d", e->port, h->nonce & 0xfffffffful, e->rank / h->L * h->L);
 }
 
+/* Slots of the host's shared world: 2 MiB (the all-reduce's chunks are at most half a slot, 1
+ * MiB, so no slower than the default's larger slots), (L + 1) x 2 MiB of /dev/shm a host. */
+#define HIER_SLOT_BYTES ((size_t)2 << 20)
+
+/* watch_fd (>= 0): the connection to rank 0, whose line (an ERR) or close ends a wait at once */
 static dt_status hier_setup(const dt_ext_env *e, const rdzv_secret *sec, const hier_in *h,
-                            const struct sockaddr_storage *master, int data_fd, double deadline, double timeout_s,
-                            dt_shm_world **world_out, dt_comm **leaders_out, int *unlink_name) {
+                            const struct sockaddr_storage *master, int data_fd, int watch_fd, double deadline,
+                            double timeout_s, dt_shm_world **world_out, dt_comm **leaders_out, int *unlink_name) {
     char name[96];
     hier_shm_name(e, h, name, sizeof name);
     const int leader = e->rank % h->L == 0;
@@ -713,7 +718,7 @@ static dt_status hier_setup(const dt_ext_env *e, const rdzv_secret *sec, const h
         int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
         if (fd < 0) return dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: shm_open %s: %s", e->rank, name, strerror(errno));
         *unlink_name = 1;
-        st = dt_shm_world_create_fd(world_out, h->L, 0, fd);
+        st = dt_shm_world_create_fd(world_out, h->L, HIER_SLOT_BYTES, fd);
         close(fd);
         if (st != DT_OK) return st;
         dt_ext_env le = *e; /* the leaders' ring: its own ranks, the same listener */
@@ -735,8 +740,15 @@ static dt_status hier_setup(const dt_ext_env *e, const rdzv_secret *sec, const h
                                          "rank %d) did not appear in time", e->rank, name, e->rank / h->L * h->L)
                           : st;
         dt_error_clear();
-        struct timespec ts = {0, 5 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+        struct pollfd p = {.fd = watch_fd, .events = POLLIN}; /* waits 5 ms, or less when rank 0 gives up */
+        if (watch_fd >= 0 && poll(&p, 1, 5) > 0)
+            return dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: rank 0 ended the rendezvous while this rank waited "
+                                "for its host's shared memory (%s, made by rank %d; its log says why)", e->rank, name,
+                                e->rank / h->L * h->L);
+        if (watch_fd < 0) {
+            struct timespec ts = {0, 5 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
     }
 }
 
@@ -795,7 +807,8 @@ static dt_status server_ring(server *s, const dt_comm_plan *plan, dt_comm **comm
     char name[96] = "";
     if (st == DT_OK && L) { /* every flat ring is up: the listeners now see the leaders' ring only */
         hier_shm_name(s->e, &h, name, sizeof name);
-        st = hier_setup(s->e, s->sec, &h, NULL, s->data_fd, s->deadline + 90, s->timeout_s, world_out, leaders_out, &made);
+        st = hier_setup(s->e, s->sec, &h, NULL, s->data_fd, -1, s->deadline + 90, s->timeout_s, world_out, leaders_out,
+                        &made);
         if (st == DT_OK) st = server_mapped(s, s->deadline + 120, "ERR the hierarchical collective could not be completed");
         else say_all(s->fds, W, "ERR the hierarchical collective could not be completed");
     }
@@ -1048,7 +1061,7 @@ static dt_status join(const dt_ext_env *e, const rdzv_secret *sec, uint32_t dige
             }
             if (st == DT_OK) {
                 hier_shm_name(e, &h, name, sizeof name);
-                st = hier_setup(e, sec, &h, &master, data_fd, deadline + timeout_s + 90, timeout_s, world_out,
+                st = hier_setup(e, sec, &h, &master, data_fd, fd, deadline + timeout_s + 90, timeout_s, world_out,
                                 leaders_out, &made);
                 send_line(fd, st == DT_OK ? "MAPPED" : "ERR no hierarchical collective");
             }

@@ -1296,6 +1296,7 @@ static dt_status plan_in(const dt_config *c, const dt_ext_env *env, dt_device_ki
     const dt_ops *ops = dt_backend_ops(*dev);
     dt_launch_plan_in(c->training.comm, c->source, env, c->training.num_workers, ops->name, ops->collective, in);
     in->hier = c->training.hierarchical_allreduce;
+    in->zero_stage = c->training.zero_stage;
     return DT_OK;
 }
 
