@@ -286,6 +286,7 @@ int main(void) {
             CHECK_STR_CONTAINS(out, "gradients hierarchical: 2 hosts x 2 ranks, shared memory inside each host, a tcp "
                                     "ring of the 2 hosts' first ranks between them (training.hierarchical_allreduce: auto)");
             CHECK_STR_CONTAINS(out, "4 workers x 1 threads, tcp+shm all-reduce");
+            CHECK_STR_CONTAINS(out, " MB per step between hosts)");
         } else {
             CHECK_STR_CONTAINS(out, "4 workers x 1 threads, tcp all-reduce");
         }
