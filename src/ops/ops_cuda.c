@@ -88,6 +88,7 @@ typedef struct gemm_key {
 typedef struct gemm_plan {
     gemm_key key;
     int used;
+    int none;        /* cuBLASLt has no algorithm for this key (remembered: not asked again) */
     int bias_kernel; /* no bias epilogue for this shape: add the bias with dtk_add_bias */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, ld;
@@ -96,6 +97,7 @@ typedef struct gemm_plan {
 
 typedef struct cuda_ctx {
     int device, rank, bf16;
+    int noted_fp32;     /* products that found no bf16 algorithm ran in fp32 (said once) */
     char host[64];
     char gpu_name[256];
     char bus_id[32];   /* PCI bus id, NVML's form (dt_backend_desc.bus_id) */
@@ -331,9 +333,15 @@ static int plan_build(cuda_ctx *c, gemm_plan *p, const gemm_key *k, int with_bia
     return r;
 }
 
-static gemm_plan *plan_get(cuda_ctx *c, const gemm_key *k, const float *bias) {
+/* The plan for key `k`, made when new; NULL after a failed call (recorded), or with *none = 1
+ * when cuBLASLt has no algorithm for it (remembered, nothing recorded: the caller decides). */
+static gemm_plan *plan_get(cuda_ctx *c, const gemm_key *k, const float *bias, int *none) {
+    *none = 0;
     for (int i = 0; i < N_PLANS; i++)
-        if (c->plans[i].used && memcmp(&c->plans[i].key, k, sizeof *k) == 0) return &c->plans[i];
+        if (c->plans[i].used && memcmp(&c->plans[i].key, k, sizeof *k) == 0) {
+            *none = c->plans[i].none;
+            return *none ? NULL : &c->plans[i];
+        }
     gemm_plan *p = &c->plans[c->next_plan];
     c->next_plan = (c->next_plan + 1) % N_PLANS;
     plan_release(p);
@@ -344,15 +352,15 @@ static gemm_plan *plan_get(cuda_ctx *c, const gemm_key *k, const float *bias) {
         r = plan_build(c, p, k, 0, NULL);
         p->bias_kernel = 1;
     }
-    if (r == 1)
-        fail(c, DT_ERR_DEVICE, "cuBLASLt has no algorithm for a %s product %dx%dx%d (trans %d%d, batch %d) on rank %d "
-             "(host %s, GPU %d %s) (hint: training.precision: fp32)", k->bf16 ? "bf16" : "fp32", k->m, k->n, k->k,
-             k->ta, k->tb, k->batch, c->rank, c->host, c->device, c->gpu_name);
-    if (r != 0) {
-        plan_release(p);
-        return NULL;
+    if (r == 0) return p;
+    plan_release(p);
+    if (r == 1) { /* a negative entry: the next call of this shape does not ask again */
+        p->used = 1;
+        p->key = *k;
+        p->none = 1;
+        *none = 1;
     }
-    return p;
+    return NULL;
 }
 
 /* The bf16 working copy of the master weights, refreshed when stale; NULL when there is
@@ -425,8 +433,26 @@ static void gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const float *
     key.sa = batch > 1 ? sa : 0; key.sb = batch > 1 ? sb : 0; key.sd = batch > 1 ? sd : 0;
     key.align_a = ptr_align(a); key.align_b = ptr_align(b); key.align_d = ptr_align(D);
     key.align_bias = bias ? ptr_align(bias) : 0;
-    gemm_plan *p = plan_get(c, &key, bias);
-    if (!p) return;
+    int none;
+    gemm_plan *p = plan_get(c, &key, bias, &none);
+    if (!p && none && key.bf16) { /* no bf16 algorithm for this shape: this product in fp32 instead */
+        if (!c->noted_fp32++)
+            fprintf(stderr, "dtrain: note: rank %d: cuBLASLt has no bf16 algorithm for a %dx%dx%d product (trans %d%d, "
+                    "batch %d) on GPU %d (%s): products without one run in fp32 (slower for them, not less exact)\n",
+                    c->rank, m, n, k, ta, tb, batch, c->device, c->gpu_name);
+        key.bf16 = 0;
+        a = A;
+        b = B;
+        key.align_a = ptr_align(a);
+        key.align_b = ptr_align(b);
+        p = plan_get(c, &key, bias, &none);
+    }
+    if (!p) {
+        if (none)
+            fail(c, DT_ERR_DEVICE, "cuBLASLt has no algorithm for an fp32 product %dx%dx%d (trans %d%d, batch %d) on "
+                 "rank %d (host %s, GPU %d %s)", m, n, k, ta, tb, batch, c->rank, c->host, c->device, c->gpu_name);
+        return;
+    }
     if (bias && !p->bias_kernel &&
         CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)))
         return;

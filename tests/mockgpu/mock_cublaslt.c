@@ -17,8 +17,9 @@
  *   - pointers at least as aligned as the preference promised (MIN_ALIGNMENT_*_BYTES);
  *   - the algo came from the heuristic for the same shapes, transposes and epilogue.
  * MOCK_LT_NO_BIAS_EPILOGUE=1: the heuristic finds no algorithm with the bias epilogue (as for
- * some shapes on real GPUs), to exercise the caller's fallback. MOCK_LT_TRACE=1 prints every
- * matmul.
+ * some shapes on real GPUs), to exercise the caller's fallback. MOCK_LT_NO_BF16=1: it finds none
+ * for bf16 inputs (an old GPU, or a shape the library has no kernel for), to exercise the
+ * caller's fp32 fallback. MOCK_LT_TRACE=1 prints every matmul.
  *
  * Deliberately not modelled: which algorithms, epilogues and alignments a real GPU offers
  * (the heuristic always returns one algorithm, with no workspace; the only rule assumed is
@@ -313,6 +314,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
             FAIL(CUBLAS_STATUS_INVALID_VALUE, "min alignment %u is not a power of two", p->al[i]);
     *count = 0;
     if (d->epi == CUBLASLT_EPILOGUE_BIAS && getenv("MOCK_LT_NO_BIAS_EPILOGUE")) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (L_(A)->type == CUDA_R_16BF && getenv("MOCK_LT_NO_BF16")) return CUBLAS_STATUS_SUCCESS; /* found none */
     memset(&res[0], 0, sizeof res[0]);
     uint64_t *ad = res[0].algo.data;
     ad[0] = MAGIC_A;

@@ -10,8 +10,9 @@
 #   4. tests/test_comm_nccl.c, the nccl collective backend (src/comm/comm_nccl.c) with one rank,
 #      against the one-rank NCCL stand-in (mock_nccl.c, as libnccl.so.2), then with ASan + UBSan
 #   5. dtrain itself, the CUDA op table against the CPU one: configs/ci-smoke.yaml for 20 steps
-#      with bf16 products (every loss within 1e-2 relative), and configs/pretrain.yaml shrunk to
-#      4 steps in fp32 (within 1e-5)
+#      with bf16 products (every loss within 1e-2 relative); the same with bf16 asked for where
+#      cuBLASLt has no bf16 algorithm (MOCK_LT_NO_BF16): fp32 instead, with one note, the losses
+#      of the fp32 run exactly; and configs/pretrain.yaml shrunk to 4 steps in fp32 (within 1e-5)
 #   6. the launcher's GPU samples through a fake NVML (fake_nvml.c as libnvidia-ml.so.1): the
 #      workers records, the workers: line, TensorBoard and the summary; and the note without it
 #   7. the GPU messages of docs/troubleshooting.md: GPUs left unused, more workers than GPUs,
@@ -103,6 +104,24 @@ step "dtrain ci-smoke on cuda (bf16 products)" smoke-cuda.log train smoke-cuda c
     --set training.device=cuda --set training.precision=bf16
 echo "ci-smoke losses, cuda (bf16 products) against cpu, at most 1e-2 relative:"
 same_losses smoke-cpu smoke-cuda 1e-2 || { echo "FAIL  ci-smoke losses differ"; exit 1; }
+# bf16 asked for, but cuBLASLt has no bf16 algorithm (MOCK_LT_NO_BF16): every product falls back to
+# fp32 with one note, and the run is the fp32 run's, loss for loss
+nobf16_run() {
+    export MOCK_LT_NO_BF16=1
+    local rc=0
+    train smoke-nobf16 configs/ci-smoke.yaml "${SMOKE[@]}" --set training.device=cuda --set training.precision=bf16 \
+        2>"$B/smoke-nobf16.err" || rc=$?
+    unset MOCK_LT_NO_BF16
+    cat "$B/smoke-nobf16.err"
+    [ $rc -eq 0 ] || return $rc
+    [ "$(grep -c 'cuBLASLt has no bf16 algorithm for a .* products without one run in fp32' "$B/smoke-nobf16.err")" = 1 ] ||
+        { echo "expected one note about the fp32 fallback"; return 1; }
+}
+step "dtrain ci-smoke on cuda (fp32)" smoke-fp32.log train smoke-fp32 configs/ci-smoke.yaml "${SMOKE[@]}" \
+    --set training.device=cuda --set training.precision=fp32
+step "dtrain ci-smoke on cuda, bf16 without a bf16 algorithm: fp32 instead" smoke-nobf16.log nobf16_run
+echo "ci-smoke losses, bf16 products without a bf16 algorithm against fp32, the same:"
+same_losses smoke-fp32 smoke-nobf16 0 || { echo "FAIL  the fp32 fallback differs from fp32"; exit 1; }
 
 # ---- GPU monitoring: the launcher samples the worker's GPU through NVML (the fake one) ----
 monitor_run() {
