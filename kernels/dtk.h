@@ -91,10 +91,20 @@ cudaError_t dtk_causal_softmax_bwd(cudaStream_t s, float *datt, const float *att
 cudaError_t dtk_attention_cached(cudaStream_t s, float *out, float *kcache, float *vcache, float *scratch,
                                  const float *qkv, int pos0, int n, int C, int NH);
 
-/* AdamW as torch.optim.AdamW (ops.h adamw), t >= 1. p16 (may be NULL) receives the bf16
- * rounding of the updated p in the same pass. */
-cudaError_t dtk_adamw(cudaStream_t s, float *p, dtk_bf16 *p16, const float *g, float *m, float *v, size_t n,
-                      float lr, float beta1, float beta2, float eps, float weight_decay, int t);
+/* One stretch of the AdamW update in device memory: elements start.. of the flattened pieces
+ * (start: the sum of the earlier pieces' lengths, increasing) are p/g[offset..], m/v[moff..];
+ * decay 1: with the weight decay. */
+typedef struct dtk_adamw_piece {
+    size_t start, offset, moff;
+    int decay;
+} dtk_adamw_piece;
+
+/* AdamW as torch.optim.AdamW (ops.h adamw), t >= 1, over n_pieces pieces (a device table) of
+ * `total` elements in all, in one launch. p16 (may be NULL) receives the bf16 rounding of the
+ * updated p in the same pass, at the same offsets as p. */
+cudaError_t dtk_adamw(cudaStream_t s, float *p, dtk_bf16 *p16, const float *g, float *m, float *v,
+                      const dtk_adamw_piece *pieces, int n_pieces, size_t total, float lr, float beta1, float beta2,
+                      float eps, float weight_decay, int t);
 
 /* *out (device double) = sum of x[i]^2 in double, fixed reduction order */
 size_t dtk_sumsq_work_bytes(size_t n);

@@ -515,15 +515,17 @@ static void case_rows(const int *s, double tol) {
     pair_free(&r); pair_free(&x); pair_free(&out);
 }
 
-/* s: n */
+/* s: n; pieces: the first half of the parameters (with decay), then the rest in two stretches
+ * (without, with) whose moments are stored in the other order, as a shard's could be */
 static void case_adamw(const int *s, double tol) {
-    const size_t n = (size_t)s[0];
+    const size_t n = (size_t)s[0], h = n / 2, q = (n - h) / 2;
     pair p = pair_rand(K_F32, n, -1, 1), g = pair_rand(K_F32, n, -1, 1), m = pair_rand(K_F32, n, -0.1f, 0.1f);
     pair v = pair_rand(K_F32, n, 0, 0.01f);
-    printf("  adamw n %zu:\n", n);
+    const dt_adamw_piece pieces[3] = {{0, 0, h, 1}, {h, n - q, q, 0}, {h + q, h, n - h - q, 1}};
+    printf("  adamw n %zu (3 pieces):\n", n);
     for (int t = 1; t <= 3; t++) {
-        REF(adamw, CF(p), CF(g), CF(m), CF(v), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
-        DEV(adamw, GF(p), GF(g), GF(m), GF(v), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        REF(adamw, CF(p), CF(g), CF(m), CF(v), pieces, 3, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        DEV(adamw, GF(p), GF(g), GF(m), GF(v), pieces, 3, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
     }
     compare("adamw params (3 steps)", &p, n, tol);
     compare("adamw first moment", &m, n, tol);
@@ -658,6 +660,56 @@ static void case_training(const int *s, double tol) {
 
 /* ---- the table ---- */
 
+/* The mock GPU's count of queued work (tests/mockgpu/mock_api.h); NULL on a real GPU. */
+extern void mock_launch_counts(unsigned long *kernels, unsigned long *library) __attribute__((weak));
+
+/* How many kernels and library calls one training step queues, counted by the mock GPU: a
+ * GPT-2-shaped language model (s: L layers; small widths, the count depends on the layers, not
+ * on the sizes) after one step has made the plans; zero_grad, forward, backward, the optimizer
+ * step with clipping, as the trainer runs it with one worker. Printed, not checked: the table
+ * in docs/PERFORMANCE.md records it. */
+static void case_launches(const int *s, double tol) {
+    (void)tol;
+    if (!mock_launch_counts) {
+        printf("  %-44s only counted on the mock GPU\n", "kernel launches per training step");
+        return;
+    }
+    dt_model_cfg mc = {.vocab_size = 128, .n_positions = 32, .n_layer = s[0], .n_head = 2, .n_embd = 16,
+                       .num_labels = 0, .seq_len = 16, .max_batch = 2, .seed = 5};
+    dt_model *m = model_on(g_dev, &mc);
+    const int nt = dt_model_num_tensors(m);
+    dt_param_seg *segs = calloc((size_t)nt, sizeof *segs);
+    CHECK(segs);
+    for (int i = 0; i < nt; i++) {
+        const dt_tensor_info *t = dt_model_tensor(m, i);
+        segs[i] = (dt_param_seg){t->offset, t->numel, t->ndim >= 2};
+    }
+    dt_optim_cfg oc = {.lr = 1e-3, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .grad_clip = 1e-3,
+                       .schedule = DT_SCHED_CONSTANT, .total_steps = 10};
+    dt_optim *o;
+    CHECK_OK(dt_optim_init(&o, &oc, g_dev, dt_model_num_params(m), segs, nt));
+    free(segs);
+    const int B = 2, T = mc.seq_len;
+    int *tok = rand_ints((size_t)B * T, 0, mc.vocab_size), *tg = rand_ints((size_t)B * T, 0, mc.vocab_size);
+    unsigned long k0 = 0, l0 = 0, k1 = 0, l1 = 0;
+    for (int step = 0; step < 2; step++) {
+        if (step == 1) mock_launch_counts(&k0, &l0);
+        dt_fwd_result r;
+        double gn, lr;
+        dt_model_zero_grad(m);
+        CHECK_OK(dt_model_forward(m, tok, tg, B, &r));
+        CHECK_OK(dt_model_backward(m, 1.0f / (float)r.rows, NULL, NULL));
+        CHECK_OK(dt_optim_step(o, dt_model_params(m), dt_model_grads(m), step, &gn, &lr));
+    }
+    mock_launch_counts(&k1, &l1);
+    printf("  kernel launches per training step, %d layers (%s): %lu kernels + %lu library calls (cuBLASLt, CUB)\n",
+           mc.n_layer, g_dev->ops->bf16(g_dev->ctx) ? "bf16 products" : "fp32", k1 - k0, l1 - l0);
+    free(tok);
+    free(tg);
+    dt_optim_free(o);
+    dt_model_free(m);
+}
+
 #define NO_BF16 (-1.0) /* the op has no bf16 path: run at fp32 only */
 
 typedef struct op_case {
@@ -720,6 +772,7 @@ static const op_case cases[] = {
     {"model", case_model, {50, 2, 4, 36, 33, 2, 0}, {0}, 1e-4, 5e-2},
     {"model", case_model, {30, 1, 1, 8, 1, 1, 0}, {0}, 1e-4, 5e-2}, /* one token */
     {"training", case_training, {4}, {0}, 1e-5, 5e-3},
+    {"launches", case_launches, {12}, {0}, 0, 0}, /* GPT-2 124M's 12 layers */
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 

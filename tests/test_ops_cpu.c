@@ -675,7 +675,8 @@ static void test_adamw(void) {
     for (size_t i = 0; i < n; i++) rp[i] = p[i];
     for (int t = 1; t <= 3; t++) {
         for (size_t i = 0; i < n; i++) g[i] = frand() * (i == 0 ? 1e-3f : 1.0f);
-        be->ops->adamw(be->ctx, p, g, m, v, n, lr, b1, b2, eps, wd, t);
+        const dt_adamw_piece all = {0, 0, n, 1};
+        be->ops->adamw(be->ctx, p, g, m, v, &all, 1, lr, b1, b2, eps, wd, t);
         for (size_t i = 0; i < n; i++) {
             rp[i] -= (double)lr * wd * rp[i];
             rm[i] = (double)b1 * rm[i] + (1.0 - b1) * g[i];
@@ -690,7 +691,8 @@ static void test_adamw(void) {
     /* weight decay only: zero gradient, fresh state -> p *= 1 - lr*wd */
     float *q = frandom(n, 1.0f), *q0 = fcopy(q, n);
     float *z = falloc(n), *zm = falloc(n), *zv = falloc(n);
-    be->ops->adamw(be->ctx, q, z, zm, zv, n, lr, b1, b2, eps, wd, 1);
+    const dt_adamw_piece all = {0, 0, n, 1};
+    be->ops->adamw(be->ctx, q, z, zm, zv, &all, 1, lr, b1, b2, eps, wd, 1);
     for (size_t i = 0; i < n; i++)
         CHECK_NEAR_REL(q[i], q0[i] * (1.0 - (double)lr * wd), 1e-6, 1e-6);
     bfree(p), bfree(g), bfree(m), bfree(v), bfree(q), bfree(q0), bfree(z), bfree(zm), bfree(zv);
@@ -834,7 +836,8 @@ static void test_large_sizes(void) {
         float *p = frandom(n, 1.0f), *g = frandom(n, 1.0f), *m = frandom(n, 0.1f), *v = falloc(n);
         for (size_t i = 0; i < n; i++) v[i] = 0.01f * (1.0f + frand());
         float *p0 = fcopy(p, n), *m0 = fcopy(m, n), *v0 = fcopy(v, n);
-        be->ops->adamw(be->ctx, p, g, m, v, n, lr, b1, b2, eps, wd, t);
+        const dt_adamw_piece all = {0, 0, n, 1};
+        be->ops->adamw(be->ctx, p, g, m, v, &all, 1, lr, b1, b2, eps, wd, t);
         for (size_t i = 0; i < n; i++) {
             const double rm = (double)b1 * m0[i] + (1.0 - b1) * g[i];
             const double rv = (double)b2 * v0[i] + (1.0 - b2) * (double)g[i] * g[i];

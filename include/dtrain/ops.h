@@ -44,6 +44,13 @@ typedef struct dt_act dt_act;
 
 typedef enum { DT_DTYPE_F32 = 0, DT_DTYPE_BF16 } dt_dtype;
 static inline size_t dt_dtype_size(dt_dtype t) { return t == DT_DTYPE_BF16 ? 2 : 4; }
+/* One stretch of an AdamW update (ops.h adamw): params and grads at offset.., moments at moff..,
+ * numel floats; decay 1: with the weight decay, 0: without (biases, LayerNorm). */
+typedef struct dt_adamw_piece {
+    size_t offset, moff, numel;
+    int decay;
+} dt_adamw_piece;
+
 /* What a backend is opened with. */
 typedef struct dt_backend_cfg {
     int device;    /* index among the visible devices (device backends) */
@@ -182,10 +189,12 @@ struct dt_ops {
     void (*gather_rows)(void *ctx, dt_act *out, const dt_act *x, const int *rows, int n, int C);
     void (*scatter_add_rows)(void *ctx, dt_act *dx, const dt_act *dout, const int *rows, int n, int C);
 
-    /* AdamW as torch.optim.AdamW: m,v updated, bias correction with step t >= 1,
-     * decoupled decay p -= lr * wd * p. */
-    void (*adamw)(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int t);
+    /* AdamW as torch.optim.AdamW over n_pieces stretches (dt_adamw_piece) of p, g and m, v, in
+     * one call (one launch on a GPU): m,v updated, bias correction with step t >= 1, decoupled
+     * decay p -= lr * wd * p on the pieces marked decay. The same bits per element as one
+     * stretch at a time. */
+    void (*adamw)(void *ctx, float *p, const float *g, float *m, float *v, const dt_adamw_piece *pieces, int n_pieces,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int t);
     /* sum of squares in double (for the global grad norm) */
     double (*sumsq)(void *ctx, const float *x, size_t n);
     /* x *= s */

@@ -5,12 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One piece the update runs over: a segment's part inside one owned range. */
-typedef struct piece {
-    size_t offset, numel; /* in the parameters (floats) */
-    size_t moff;          /* in m and v */
-    int decay;
-} piece;
 
 struct dt_optim {
     dt_optim_cfg cfg;
@@ -19,7 +13,7 @@ struct dt_optim {
     dt_range *own;     /* the ranges this optimizer updates (all: one) */
     size_t *own_moff;  /* (n_own) where each starts in m and v */
     int n_own;
-    piece *pieces;     /* the segments cut by the ranges, in order */
+    dt_adamw_piece *pieces; /* the segments cut by the ranges, in order: one adamw call */
     int n_pieces;
     size_t n_moments;  /* floats of m and of v: the ranges' total */
     float *m, *v;      /* backend (n_moments) */
@@ -67,7 +61,7 @@ dt_status dt_optim_init_shard(dt_optim **out, const dt_optim_cfg *cfg, const dt_
                 st = dt_error_set(DT_ERR_INTERNAL, "optimizer: the parameter segments overlap");
                 goto fail;
             }
-            o->pieces[o->n_pieces++] = (piece){a, b - a, o->n_moments + (a - lo), segs[k].decay};
+            o->pieces[o->n_pieces++] = (dt_adamw_piece){a, o->n_moments + (a - lo), b - a, segs[k].decay};
         }
         o->n_moments += own[i].numel;
     }
@@ -122,13 +116,8 @@ dt_status dt_optim_update(dt_optim *o, float *params, float *grads, long step, d
     if (o->cfg.grad_clip > 0 && norm > o->cfg.grad_clip)
         for (int i = 0; i < o->n_own; i++)
             ops->scale(ctx, grads + o->own[i].offset, o->own[i].numel, (float)(o->cfg.grad_clip / (norm + 1e-6)));
-    int t = (int)(step + 1);
-    for (int i = 0; i < o->n_pieces; i++) {
-        const piece *s = &o->pieces[i];
-        ops->adamw(ctx, params + s->offset, grads + s->offset, o->m + s->moff, o->v + s->moff, s->numel, (float)lr,
-                   (float)o->cfg.beta1, (float)o->cfg.beta2, (float)o->cfg.eps,
-                   s->decay ? (float)o->cfg.weight_decay : 0.0f, t);
-    }
+    ops->adamw(ctx, params, grads, o->m, o->v, o->pieces, o->n_pieces, (float)lr, (float)o->cfg.beta1,
+               (float)o->cfg.beta2, (float)o->cfg.eps, (float)o->cfg.weight_decay, (int)(step + 1));
     return DT_OK;
 }
 

@@ -569,20 +569,27 @@ static void cpu_scatter_add_rows(void *ctx, dt_act *dx_, const dt_act *dout_, co
 /* ---- optimizer helpers ---- */
 
 /* torch.optim.AdamW (foreach=False) step: p *= 1 - lr*wd; m = b1 m + (1-b1) g;
- * v = b2 v + (1-b2) g^2; p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). */
-static void cpu_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr,
-                      float beta1, float beta2, float eps, float weight_decay, int t) {
+ * v = b2 v + (1-b2) g^2; p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps), piece by piece. */
+static void cpu_adamw(void *ctx, float *p_, const float *g_, float *m_, float *v_, const dt_adamw_piece *pieces,
+                      int n_pieces, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
+    (void)ctx;
     const double bc1 = 1.0 - pow((double)beta1, t), bc2 = 1.0 - pow((double)beta2, t);
     const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
-    const float decay = 1.0f - lr * weight_decay;
+    for (int k = 0; k < n_pieces; k++) {
+        const dt_adamw_piece *pc = &pieces[k];
+        const size_t n = pc->numel;
+        float *p = p_ + pc->offset, *m = m_ + pc->moff, *v = v_ + pc->moff;
+        const float *g = g_ + pc->offset;
+        const float decay = 1.0f - lr * (pc->decay ? weight_decay : 0.0f);
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        const float gi = g[i];
-        const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-        const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+        for (size_t i = 0; i < n; i++) {
+            const float gi = g[i];
+            const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+            const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+            m[i] = mi;
+            v[i] = vi;
+            p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+        }
     }
 }
 

@@ -111,6 +111,8 @@ typedef struct cuda_ctx {
     const float *master;/* the model's parameters (set_master), n_master floats */
     size_t n_master;
     dtk_bf16 *shadow;   /* bf16: their working copy, read by the products */
+    dtk_adamw_piece *pieces_dev, *pieces_host; /* adamw's table on the device, and what it holds */
+    int n_pieces, cap_pieces;
     int shadow_stale;   /* refresh before the next use */
     gemm_plan plans[N_PLANS];
     int next_plan;      /* round-robin eviction */
@@ -651,13 +653,64 @@ static void cu_scatter_add_rows(void *ctx, dt_act *dx_, const dt_act *dout_, con
     LAUNCH(dtk_scatter_add_rows(c->s, dx, dout, rows, n, C));
 }
 
-static void cu_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
-                     float beta2, float eps, float weight_decay, int t) {
+/* adamw's piece table on the device: uploaded when it differs from the last one (the optimizer
+ * passes the same table every step) */
+static const dtk_adamw_piece *piece_table(cuda_ctx *c, const dt_adamw_piece *pieces, int n, size_t *total) {
+    if (n > c->cap_pieces) {
+        dtk_adamw_piece *h = realloc(c->pieces_host, (size_t)n * sizeof *h);
+        if (!h) {
+            fail(c, DT_ERR_NOMEM, "out of host memory for the AdamW table (%d pieces)", n);
+            return NULL;
+        }
+        c->pieces_host = h;
+        if (c->pieces_dev && CK(cudaFree(c->pieces_dev))) return NULL;
+        c->pieces_dev = NULL;
+        dt_status st = dev_malloc(c, (void **)&c->pieces_dev, (size_t)n * sizeof *c->pieces_dev, "the AdamW table");
+        if (st != DT_OK) {
+            fail(c, st, "%s", dt_error_msg());
+            return NULL;
+        }
+        c->cap_pieces = n;
+        c->n_pieces = 0; /* nothing valid on the device */
+    }
+    int same = n == c->n_pieces;
+    size_t start = 0;
+    for (int k = 0; k < n; k++) {
+        const dtk_adamw_piece q = {start, pieces[k].offset, pieces[k].moff, pieces[k].decay};
+        same = same && memcmp(&c->pieces_host[k], &q, sizeof q) == 0;
+        c->pieces_host[k] = q;
+        start += pieces[k].numel;
+    }
+    *total = start;
+    if (!same) { /* synchronous: the host table may change before the next upload */
+        if (CK(cudaMemcpyAsync(c->pieces_dev, c->pieces_host, (size_t)n * sizeof *c->pieces_host,
+                               cudaMemcpyHostToDevice, c->s)) ||
+            CK(cudaStreamSynchronize(c->s))) {
+            c->n_pieces = 0;
+            return NULL;
+        }
+        c->n_pieces = n;
+    }
+    return c->pieces_dev;
+}
+
+static void cu_adamw(void *ctx, float *p, const float *g, float *m, float *v, const dt_adamw_piece *pieces,
+                     int n_pieces, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
     cuda_ctx *c = ctx;
-    dtk_bf16 *p16 = NULL; /* the update refreshes the weights' working copy in the same pass */
-    if (c->shadow && p >= c->master && p + n <= c->master + c->n_master && !(p16 = fresh_shadow(c))) return;
+    if (c->err != DT_OK || n_pieces <= 0) return;
+    /* the update refreshes the weights' working copy in the same pass, when every piece is in it */
+    size_t lo = SIZE_MAX, hi = 0;
+    for (int k = 0; k < n_pieces; k++) {
+        if (pieces[k].offset < lo) lo = pieces[k].offset;
+        if (pieces[k].offset + pieces[k].numel > hi) hi = pieces[k].offset + pieces[k].numel;
+    }
+    dtk_bf16 *p16 = NULL;
+    if (c->shadow && p + lo >= c->master && p + hi <= c->master + c->n_master && !(p16 = fresh_shadow(c))) return;
     if (p16) p16 += p - c->master;
-    LAUNCH(dtk_adamw(c->s, p, p16, g, m, v, n, lr, beta1, beta2, eps, weight_decay, t));
+    size_t total = 0;
+    const dtk_adamw_piece *table = piece_table(c, pieces, n_pieces, &total);
+    if (!table) return;
+    LAUNCH(dtk_adamw(c->s, p, p16, g, m, v, table, n_pieces, total, lr, beta1, beta2, eps, weight_decay, t));
 }
 
 static double cu_sumsq(void *ctx, const float *x, size_t n) {
@@ -694,6 +747,8 @@ static void ctx_free(cuda_ctx *c) {
     cudaFree(c->sum_dev);
     cudaFreeHost(c->sum_host);
     cudaFree(c->shadow);
+    cudaFree(c->pieces_dev);
+    free(c->pieces_host);
     if (c->lt) lt.cublasLtDestroy(c->lt);
     if (c->s) cudaStreamDestroy(c->s);
     free(c);

@@ -27,6 +27,8 @@ void mock_enqueue_fn(void *stream, void (*fn)(void *), void *arg);
  * every block on `stream`; destroy(closure) after the last. */
 void mock_kernel_launch(const char *name, const unsigned g[3], const unsigned b[3], size_t shmem, void *stream,
                         void (*body)(void *), void *closure, void (*destroy)(void *));
+/* Work queued so far: kernel launches, and library work (cuBLASLt products, CUB, NCCL). */
+void mock_launch_counts(unsigned long *kernels, unsigned long *library);
 /* Pointer argument `argi` of a launch: NULL or device memory, else reported. */
 void mock_check_kernel_ptr(const char *kname, int argi, const void *p);
 /* __syncthreads() and the barrier inside every warp shuffle */

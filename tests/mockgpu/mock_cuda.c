@@ -294,7 +294,15 @@ static void drain_all(void) {
     for (int i = 0; i < n; i++) drain(streams[i]);
 }
 
+static unsigned long n_kernels, n_library; /* queued so far (mock_launch_counts) */
+
+void mock_launch_counts(unsigned long *kernels, unsigned long *library) {
+    *kernels = __atomic_load_n(&n_kernels, __ATOMIC_SEQ_CST);
+    *library = __atomic_load_n(&n_library, __ATOMIC_SEQ_CST);
+}
+
 void mock_enqueue_fn(void *st, void (*fn)(void *), void *arg) {
+    __atomic_add_fetch(&n_library, 1, __ATOMIC_SEQ_CST);
     push(S(st), (op){.kind = OP_FN, .fn = fn, .arg = arg});
 }
 
@@ -863,6 +871,7 @@ void mock_kernel_launch(const char *name, const unsigned g[3], const unsigned b[
         destroy(closure);
         return;
     }
+    __atomic_add_fetch(&n_kernels, 1, __ATOMIC_SEQ_CST);
     launch *L = malloc(sizeof *L);
     *L = (launch){name, {g[0], g[1], g[2]}, {b[0], b[1], b[2]}, body, closure, destroy};
     push(S(s), (op){.kind = OP_FN, .fn = run_kernel, .arg = L});
