@@ -140,7 +140,15 @@ in_ld_cache() { ldconfig -p 2>/dev/null | grep -q "[[:space:]]$1 "; }
 first_error() {  # FILE: its first line that mentions an error, else its last line (for notes)
   { grep -m1 -i 'error' "$1" || grep -v '^[[:space:]]*$' "$1" | tail -1; } 2>/dev/null | cut -c1-160
 }
-export -f note check_lib check_all_libs deb_extract deb_package in_ld_cache first_error
+# no_gpu: true when neither nvidia-smi nor the driver's device files show a GPU; the steps that
+# need one then SKIP with that reason instead of failing (a machine without a GPU "stops cleanly")
+no_gpu() {
+  local n=0
+  [ -n "$NVSMI" ] && n=$(timeout 15 "$NVSMI" -L 2>/dev/null | grep -c '^GPU ')
+  [ "$n" -eq 0 ] && ! ls /proc/driver/nvidia/gpus/* >/dev/null 2>&1 && ! ls /dev/nvidia[0-9]* >/dev/null 2>&1
+}
+skip_without_gpu() { note "no GPU here (nvidia-smi lists none, no /dev/nvidia0): nothing to run it on"; return 77; }
+export -f note check_lib check_all_libs deb_extract deb_package in_ld_cache first_error no_gpu skip_without_gpu
 
 # ---- the steps -----------------------------------------------------------------------------
 step_env() {
@@ -431,6 +439,7 @@ step_sanitizer() {
 }
 
 step_finetune() {
+  no_gpu && { skip_without_gpu; return; }
   [ -x "$BUILD/dtrain" ] || { note "$BUILD/dtrain was not built"; return 1; }
   local common=(--config configs/finetune.yaml --set "training.max_steps=$FT_STEPS" --set checkpoint.resume=never
                 --set fault_tolerance.max_restarts=0 --set logging.tensorboard=false --progress never)
@@ -460,6 +469,7 @@ step_finetune() {
 }
 
 step_doctor() {
+  no_gpu && { skip_without_gpu; return; }
   [ -x "$BUILD/dtrain" ] || { note "$BUILD/dtrain was not built"; return 1; }
   export NCCL_DEBUG=${NCCL_DEBUG:-WARN}  # a failing NCCL init says why, in this one run
   echo "--- NCCL_DEBUG=$NCCL_DEBUG dtrain doctor --device cuda"
@@ -470,7 +480,49 @@ step_doctor() {
   return "$rc"
 }
 
+# One worker through the real NCCL (DTRAIN_TEST_DEVICE_COMM, fault.h): the gradient buckets, and
+# with zero_stage 1 the reduce-scatter and the weights' all-gather, plus bf16 gradients, run
+# through comm_nccl.c on this one GPU. The plain run and the NCCL run must give the same losses.
+step_nccl_alone() {
+  no_gpu && { skip_without_gpu; return; }
+  [ -x "$BUILD/dtrain" ] || { note "$BUILD/dtrain was not built"; return 1; }
+  local common=(--config configs/ci-smoke.yaml --set checkpoint.resume=never --set fault_tolerance.max_restarts=0
+                --set logging.tensorboard=false --progress never --set training.device=cuda --set training.precision=bf16)
+  local each=$(((STEP_LIMIT - 6) / 3)) name extra
+  for name in plain alone zero-bf16; do
+    extra=()
+    [ "$name" = zero-bf16 ] && extra=(--set training.zero_stage=1 --set training.grad_comm_dtype=bf16)
+    echo "--- $name (limit $each s): dtrain ${common[*]} ${extra[*]} --set run.dir=$WORK/nccl-$name"
+    if [ "$name" = plain ]; then
+      timeout -k 2 "$each" "$BUILD/dtrain" "${common[@]}" --set "run.dir=$WORK/nccl-$name" 2>&1 | tee "$WORK/nccl-$name.out"
+    else
+      NCCL_DEBUG=${NCCL_DEBUG:-WARN} DTRAIN_TEST_DEVICE_COMM=1 timeout -k 2 "$each" "$BUILD/dtrain" "${common[@]}" \
+        "${extra[@]}" --set "run.dir=$WORK/nccl-$name" 2>&1 | tee "$WORK/nccl-$name.out"
+    fi
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { note "the $name run failed: $(first_error "$WORK/nccl-$name.out")"; return 1; }
+  done
+  grep -q "1 worker x 1 GPU, nccl " "$WORK/nccl-alone.out" || { note "the test switch did not put the run on nccl"; return 1; }
+  local out rc
+  out=$(python3 - "$WORK" 2>&1 <<'PY'
+import json, sys
+w = sys.argv[1]
+def losses(name):
+    return [json.loads(l)["loss"] for l in open(f"{w}/nccl-{name}/metrics.jsonl") if '"type":"train"' in l]
+plain, alone, zb = losses("plain"), losses("alone"), losses("zero-bf16")
+worst = max(abs(a - b) / abs(a) for a, b in zip(plain, zb))
+print(f"plain vs nccl: {'identical' if plain == alone else 'DIFFERENT'} over {len(plain)} steps; "
+      f"nccl with zero_stage 1 and bf16 gradients: worst rel diff {worst:.2e}")
+sys.exit(0 if plain == alone and len(plain) == len(zb) and worst < 0.05 else 1)
+PY
+)
+  rc=$?
+  echo "$out"
+  note "$(echo "$out" | tail -1 | cut -c1-160)"
+  return "$rc"
+}
+
 step_bench_dtrain() {
+  no_gpu && { skip_without_gpu; return; }
   [ -x "$BUILD/dtrain" ] || { note "$BUILD/dtrain was not built"; return 1; }
   python3 "$ROOT/scripts/make-tokens.py" "$WORK/bench-data/train.bin" || { note "make-tokens.py failed"; return 1; }
   echo "--- dtrain --config configs/gpt2-124m-bench.yaml, $BENCH_STEPS steps"
@@ -519,7 +571,7 @@ step_torch() {  # MODE
 }
 step_torch_eager() { step_torch eager; }
 step_torch_compile() { step_torch compile; }
-export -f step_env step_deps step_build step_gpu_tests step_sanitizer step_finetune step_doctor step_bench_dtrain \
+export -f step_env step_deps step_build step_gpu_tests step_sanitizer step_finetune step_doctor step_nccl_alone step_bench_dtrain \
   step_torch step_torch_eager step_torch_compile
 
 # ---- the runner ------------------------------------------------------------------------------
@@ -586,6 +638,7 @@ run_step build 300 "$BUILD_MIN" step_build
 run_step gpu-tests 90 40 step_gpu_tests            # ctest --timeout limit-10 per test: >= 30 s
 run_step finetune 120 50 step_finetune             # two runs of >= 18 s each (CPU run: ~8 s on 2 cores)
 run_step doctor 45 15 step_doctor
+run_step nccl-alone 45 20 step_nccl_alone          # three ci-smoke runs of a few seconds
 run_step bench-dtrain 120 45 step_bench_dtrain     # dtrain limit-15: >= 30 s
 run_step torch-eager 150 60 step_torch_eager SKIP  # a reference, not a check
 run_step sanitizer 90 40 step_sanitizer SKIP       # slow under memcheck; a timeout is not an error

@@ -57,6 +57,10 @@ dt_status dt_fault_after_checkpoint(const dt_fault *f, int attempt, long step, c
  * check can prove they catch a bad collective). Returns 1 for that rank (and says so on
  * stderr), else 0. */
 int dt_fault_break_allreduce(int rank);
+/* DTRAIN_TEST_DEVICE_COMM=1: one worker on a device backend still sends its gradients and
+ * weights through the backend's collective (NCCL), as with several: the real bucket path
+ * runs on a one-GPU machine (gpu-check.sh) and on the mock GPU. Says so on stderr once. */
+int dt_fault_device_comm_alone(void);
 /* DTRAIN_TEST_PERTURB_REPLICA=<rank>: that rank nudges one parameter right before the first
  * replica check, which must catch it. Returns the rank, or -1. */
 int dt_fault_perturb_replica_rank(void);

@@ -124,6 +124,14 @@ int dt_fault_break_allreduce(int rank) {
 
 int dt_fault_perturb_replica_rank(void) { return env_rank("DTRAIN_TEST_PERTURB_REPLICA"); }
 
+int dt_fault_device_comm_alone(void) {
+    const char *v = getenv("DTRAIN_TEST_DEVICE_COMM");
+    if (!v || strcmp(v, "1") != 0) return 0;
+    fprintf(stderr, "dtrain: DTRAIN_TEST_DEVICE_COMM is set: one worker's gradients go through the device's collective "
+                    "(test switch)\n");
+    return 1;
+}
+
 FILE *dt_fault_sample_log(int rank) {
     const char *dir = getenv("DTRAIN_TEST_SAMPLE_LOG");
     if (!dir || !*dir) return NULL;

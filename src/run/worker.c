@@ -52,6 +52,9 @@ typedef struct run {
     dt_comm_req **reqs;     /* (n_buckets) in-flight gradient all-reduces (reduce-scatters, all-gathers) */
     int zero;               /* training.zero_stage 1 with more than one worker: the optimizer holds this
                                rank's part of every bucket (dt_comm_part) */
+    int device_alone;       /* DTRAIN_TEST_DEVICE_COMM (fault.h): one worker through the device collective */
+    dt_shm_world *alone_world; /* ... and its host collective of one, to bootstrap it (owned) */
+    dt_comm *alone_boot;
     dt_status comm_st;      /* first failure to start one */
     dt_backend *be;
     const dt_comm_plan *plan; /* the collectives (NULL: one process) */
@@ -80,6 +83,8 @@ static void run_free(run *r, dt_status st) {
     dt_dataset_free(r->train);
     dt_tokenizer_free(r->tok);
     if (st == DT_OK) dt_comm_free(r->dcomm);
+    dt_comm_free(r->alone_boot);
+    dt_shm_world_destroy(r->alone_world);
     dt_backend_close(r->be);
     free(r->tokens);
     free(r->targets);
@@ -123,8 +128,10 @@ static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_t
     r->comm = r->gcomm = comm;
     r->rank = comm ? dt_comm_rank(comm) : 0;
     r->world = comm ? dt_comm_world(comm) : 1;
-    r->zero = c->training.zero_stage == 1 && r->world > 1; /* one worker: its shard is everything */
     DT_TRY(dt_backend_resolve(c, &r->dev));
+    r->device_alone = r->world == 1 && need_train && dt_backend_ops(r->dev)->device_comm && dt_fault_device_comm_alone();
+    /* one worker: its shard is everything (unless the test switch sends it through the collective) */
+    r->zero = c->training.zero_stage == 1 && (r->world > 1 || r->device_alone);
     DT_TRY(dt_infer_build(c, local_rank, r->rank, c->data.batch_size_per_worker, c->data.seq_len, &r->be, &r->tok,
                           &r->model));
     size_t b = (size_t)c->data.batch_size_per_worker, T = (size_t)c->data.seq_len;
@@ -610,8 +617,13 @@ static void log_worker_samples(run *r, const dt_launch_ctx *l, long step, uint32
  * optimizer have their memory, so that a rank that runs out fails before the others wait in
  * the collective's init. */
 static dt_status start_device_collective(run *r) {
-    if (r->plan && r->plan->device_comm && r->comm && !r->dcomm) {
-        DT_TRY(r->be->ops->device_comm(r->be->ctx, r->comm, r->cfg->training.collective_timeout_s, &r->dcomm));
+    if (r->device_alone && !r->alone_boot) { /* the test switch: a host collective of one to bootstrap it */
+        DT_TRY(dt_shm_world_create(&r->alone_world, 1, 0));
+        DT_TRY(dt_comm_init_shm(&r->alone_boot, r->alone_world, 0, r->cfg->training.collective_timeout_s));
+    }
+    dt_comm *boot = r->device_alone ? r->alone_boot : r->comm;
+    if (((r->plan && r->plan->device_comm) || r->device_alone) && boot && !r->dcomm) {
+        DT_TRY(r->be->ops->device_comm(r->be->ctx, boot, r->cfg->training.collective_timeout_s, &r->dcomm));
         r->gcomm = r->dcomm;
     }
     return DT_OK;
@@ -852,7 +864,7 @@ static void report_setup(trainer *t) {
     human_count(flops, sizeof flops, dt_model_flops_per_token(mc));
     const char *bf = r->cfg->training.grad_comm_dtype == DT_WIRE_BF16 ? " (bf16 gradients)" : "";
     if (r->zero) snprintf(how, sizeof how, ", %s reduce-scatter + all-gather%s", dt_comm_backend(r->gcomm), bf);
-    else if (r->world > 1) snprintf(how, sizeof how, ", %s all-reduce%s", dt_comm_backend(r->gcomm), bf);
+    else if (r->world > 1 || r->device_alone) snprintf(how, sizeof how, ", %s all-reduce%s", dt_comm_backend(r->gcomm), bf);
     dt_backend_desc desc;
     ops->describe(r->be->ctx, &desc);
     const int bf16 = ops->bf16(r->be->ctx);
@@ -962,7 +974,7 @@ static dt_status micro_batches(trainer *t, double *loss, long *rows, double *com
         fill_batch(r->train, r->idx, t->b, t->T, r->tokens, r->targets);
         dt_fwd_result res;
         DT_TRY(dt_model_forward(r->model, r->tokens, r->targets, t->b, &res));
-        const int sync = r->world > 1 && a == t->accum - 1; /* reduce during the last backward only */
+        const int sync = (r->world > 1 || r->device_alone) && a == t->accum - 1; /* the last backward only */
         dt_status st = dt_model_backward(r->model, t->scale, sync ? on_bucket_ready : NULL, r);
         if (sync) {
             const double w0 = now_ms();

@@ -12,7 +12,9 @@
 #   5. dtrain itself, the CUDA op table against the CPU one: configs/ci-smoke.yaml for 20 steps
 #      with bf16 products (every loss within 1e-2 relative); the same with bf16 asked for where
 #      cuBLASLt has no bf16 algorithm (MOCK_LT_NO_BF16): fp32 instead, with one note, the losses
-#      of the fp32 run exactly; and configs/pretrain.yaml shrunk to 4 steps in fp32 (within 1e-5)
+#      of the fp32 run exactly; one worker through the nccl collective (DTRAIN_TEST_DEVICE_COMM),
+#      plain and with zero_stage 1: the plain run's losses; and configs/pretrain.yaml shrunk to 4
+#      steps in fp32 (within 1e-5)
 #   6. the launcher's GPU samples through a fake NVML (fake_nvml.c as libnvidia-ml.so.1): the
 #      workers records, the workers: line, TensorBoard and the summary; and the note without it
 #   7. the GPU messages of docs/troubleshooting.md: GPUs left unused, more workers than GPUs,
@@ -122,6 +124,27 @@ step "dtrain ci-smoke on cuda (fp32)" smoke-fp32.log train smoke-fp32 configs/ci
 step "dtrain ci-smoke on cuda, bf16 without a bf16 algorithm: fp32 instead" smoke-nobf16.log nobf16_run
 echo "ci-smoke losses, bf16 products without a bf16 algorithm against fp32, the same:"
 same_losses smoke-fp32 smoke-nobf16 0 || { echo "FAIL  the fp32 fallback differs from fp32"; exit 1; }
+# one worker through the nccl collective (DTRAIN_TEST_DEVICE_COMM: gpu-check's way to run the
+# bucket path on one GPU): the gradient buckets and, with zero_stage 1, the reduce-scatter and the
+# weights' all-gather go through comm_nccl.c and the mock NCCL; the losses stay those of the plain run
+device_comm_run() { # NAME [--set ...]
+    local name=$1 rc=0
+    shift
+    export DTRAIN_TEST_DEVICE_COMM=1
+    train "$name" configs/ci-smoke.yaml "${SMOKE[@]}" --set training.device=cuda --set training.precision=bf16 "$@" \
+        >"$B/$name.out" 2>&1 || rc=$?
+    unset DTRAIN_TEST_DEVICE_COMM
+    cat "$B/$name.out"
+    [ $rc -eq 0 ] || return $rc
+    grep -q "1 worker x 1 GPU, nccl " "$B/$name.out" || { echo "expected the nccl collective in the start-up line"; return 1; }
+}
+step "dtrain ci-smoke on cuda, one worker through nccl (DTRAIN_TEST_DEVICE_COMM)" smoke-nccl.log device_comm_run smoke-nccl
+echo "ci-smoke losses, one worker through nccl against the plain run, the same:"
+same_losses smoke-cuda smoke-nccl 0 || { echo "FAIL  the nccl bucket path changed the losses"; exit 1; }
+step "the same with training.zero_stage 1 (reduce-scatter, all-gather of parts)" smoke-nccl-zero.log \
+    device_comm_run smoke-nccl-zero --set training.zero_stage=1
+echo "ci-smoke losses, one sharded worker through nccl against the plain run (the norm summed per bucket: 1e-6):"
+same_losses smoke-cuda smoke-nccl-zero 1e-6 || { echo "FAIL  the nccl zero_stage 1 path changed the losses"; exit 1; }
 
 # ---- GPU monitoring: the launcher samples the worker's GPU through NVML (the fake one) ----
 monitor_run() {
