@@ -525,8 +525,8 @@ step_bench_dtrain() {
   no_gpu && { skip_without_gpu; return; }
   [ -x "$BUILD/dtrain" ] || { note "$BUILD/dtrain was not built"; return 1; }
   python3 "$ROOT/scripts/make-tokens.py" "$WORK/bench-data/train.bin" || { note "make-tokens.py failed"; return 1; }
-  echo "--- dtrain --config configs/gpt2-124m-bench.yaml, $BENCH_STEPS steps"
-  timeout -k 5 $((STEP_LIMIT - 15)) "$BUILD/dtrain" --config configs/gpt2-124m-bench.yaml --set "run.dir=$WORK/bench-dtrain" \
+  echo "--- DTRAIN_LOG_GEMM_PLANS=1 dtrain --config configs/gpt2-124m-bench.yaml, $BENCH_STEPS steps (each cuBLASLt plan logged once)"
+  DTRAIN_LOG_GEMM_PLANS=1 timeout -k 5 $((STEP_LIMIT - 15)) "$BUILD/dtrain" --config configs/gpt2-124m-bench.yaml --set "run.dir=$WORK/bench-dtrain" \
     --set "data.train_path=$WORK/bench-data/train.bin" --set "training.max_steps=$BENCH_STEPS" \
     --set checkpoint.resume=never --progress never 2>&1 | tee "$WORK/bench-dtrain.out"
   local rc=${PIPESTATUS[0]}

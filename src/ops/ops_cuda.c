@@ -52,6 +52,8 @@ static struct {
 } lt;
 static pthread_once_t lt_once = PTHREAD_ONCE_INIT;
 static char lt_error[512]; /* empty when the table is complete */
+/* optional, for the plan log only (DTRAIN_LOG_GEMM_PLANS): the algorithm's id, tile and stages */
+static __typeof__(cublasLtMatmulAlgoConfigGetAttribute) *lt_algo_attr;
 
 static void lt_load(void) {
     char soname[64];
@@ -70,6 +72,7 @@ static void lt_load(void) {
     }
     LT_FUNCS(X)
 #undef X
+    *(void **)&lt_algo_attr = dlsym(h, "cublasLtMatmulAlgoConfigGetAttribute");
 }
 
 /* ---- the backend's state ---- */
@@ -93,6 +96,8 @@ typedef struct gemm_plan {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatmulAlgo_t algo;
+    size_t ws;       /* the heuristic's workspace and waves, for the plan log */
+    float waves;
 } gemm_plan;
 
 typedef struct cuda_ctx {
@@ -324,6 +329,8 @@ static int plan_build(cuda_ctx *c, gemm_plan *p, const gemm_key *k, int with_bia
                                                               &found);
         if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
             p->algo = res.algo;
+            p->ws = res.workspaceSize;
+            p->waves = res.wavesCount;
             r = 0;
         } else if (hs == CUBLAS_STATUS_SUCCESS || hs == CUBLAS_STATUS_NOT_SUPPORTED) {
             r = 1;
@@ -333,6 +340,28 @@ static int plan_build(cuda_ctx *c, gemm_plan *p, const gemm_key *k, int with_bia
     }
     lt.cublasLtMatmulPreferenceDestroy(pref);
     return r;
+}
+
+/* DTRAIN_LOG_GEMM_PLANS=1: each plan, once, as it is made (gpu-check.sh's benchmark log): the
+ * shape, the types, the epilogue, the alignments and what cuBLASLt chose. */
+static void log_plan(const cuda_ctx *c, const gemm_plan *p) {
+    static int on = -1;
+    if (on < 0) on = getenv("DTRAIN_LOG_GEMM_PLANS") && strcmp(getenv("DTRAIN_LOG_GEMM_PLANS"), "1") == 0;
+    if (!on) return;
+    const gemm_key *k = &p->key;
+    char algo[96] = "";
+    int id = -1, tile = -1, stages = -1;
+    size_t w;
+    if (lt_algo_attr && lt_algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w) == CUBLAS_STATUS_SUCCESS) {
+        lt_algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
+        lt_algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &w);
+        snprintf(algo, sizeof algo, "algo %d tile %d stages %d, ", id, tile, stages);
+    }
+    fprintf(stderr, "dtrain: rank %d: cuBLASLt plan: m %d n %d k %d, trans %d%d, batch %d, %s in / fp32 out, %s, "
+            "alignment A %u B %u D %u%s%.0u: %sworkspace %zu, waves %.2f\n", c->rank, k->m, k->n, k->k, k->ta, k->tb,
+            k->batch, k->bf16 ? "bf16" : "fp32", !k->bias ? "no bias" : p->bias_kernel ? "bias kernel" : "bias epilogue",
+            k->align_a, k->align_b, k->align_d, k->bias ? " bias " : "", k->bias ? k->align_bias : 0u, algo, p->ws,
+            (double)p->waves);
 }
 
 /* The plan for key `k`, made when new; NULL after a failed call (recorded), or with *none = 1
@@ -354,7 +383,10 @@ static gemm_plan *plan_get(cuda_ctx *c, const gemm_key *k, const float *bias, in
         r = plan_build(c, p, k, 0, NULL);
         p->bias_kernel = 1;
     }
-    if (r == 0) return p;
+    if (r == 0) {
+        log_plan(c, p);
+        return p;
+    }
     plan_release(p);
     if (r == 1) { /* a negative entry: the next call of this shape does not ask again */
         p->used = 1;

@@ -119,8 +119,19 @@ nobf16_run() {
     [ "$(grep -c 'cuBLASLt has no bf16 algorithm for a .* products without one run in fp32' "$B/smoke-nobf16.err")" = 1 ] ||
         { echo "expected one note about the fp32 fallback"; return 1; }
 }
-step "dtrain ci-smoke on cuda (fp32)" smoke-fp32.log train smoke-fp32 configs/ci-smoke.yaml "${SMOKE[@]}" \
-    --set training.device=cuda --set training.precision=fp32
+fp32_run() { # with the plan log (DTRAIN_LOG_GEMM_PLANS): every plan once, as it is made
+    local rc=0
+    DTRAIN_LOG_GEMM_PLANS=1 train smoke-fp32 configs/ci-smoke.yaml "${SMOKE[@]}" --set training.device=cuda \
+        --set training.precision=fp32 2>"$B/smoke-fp32.err" || rc=$?
+    cat "$B/smoke-fp32.err"
+    [ $rc -eq 0 ] || return $rc
+    local n u
+    n=$(grep -c 'cuBLASLt plan: m ' "$B/smoke-fp32.err")
+    u=$(grep 'cuBLASLt plan: m ' "$B/smoke-fp32.err" | sort -u | wc -l)
+    echo "$n plans logged, $u different"
+    [ "$n" -gt 0 ] && [ "$n" -eq "$u" ] || { echo "expected each plan logged once"; return 1; }
+}
+step "dtrain ci-smoke on cuda (fp32), the cuBLASLt plans logged" smoke-fp32.log fp32_run
 step "dtrain ci-smoke on cuda, bf16 without a bf16 algorithm: fp32 instead" smoke-nobf16.log nobf16_run
 echo "ci-smoke losses, bf16 products without a bf16 algorithm against fp32, the same:"
 same_losses smoke-fp32 smoke-nobf16 0 || { echo "FAIL  the fp32 fallback differs from fp32"; exit 1; }
