@@ -437,7 +437,7 @@ static float *hp(const dt_model *m, float *base, int k) { /* 0 ln_f.w, 1 ln_f.b,
 /* ---- forward ---- */
 
 
-dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, int B, dt_fwd_result *res) {
+static dt_status forward(dt_model *m, const int *tokens, const int *targets, int B, dt_fwd_result *res, int predict) {
     const dt_ops *o = m->be->ops;
     void *ctx = m->be->ctx;
     const int T = m->cfg.seq_len, C = m->cfg.n_embd, NH = m->cfg.n_head, L = m->cfg.n_layer;
@@ -494,38 +494,46 @@ dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, i
         o->layernorm_fwd(ctx, m->lnf, m->lnf_mean, m->lnf_rstd, m->pooled_in, hp(m, m->params, 0), hp(m, m->params, 1), B, C);
         o->matmul_fwd(ctx, m->logits, m->lnf, hp(m, m->params, 2), NULL, B, C, NL, 1);
         o->xent_fwd(ctx, m->losses, m->logits, m->logits, m->targets_dev, B, NL);
-        o->argmax(ctx, m->argmax_dev, m->logits, B, NL);
+        if (predict) o->argmax(ctx, m->argmax_dev, m->logits, B, NL);
         o->download(ctx, m->host_losses, m->losses, (size_t)B * sizeof(float));
-        o->download(ctx, m->host_argmax, m->argmax_dev, (size_t)B * sizeof(int));
+        if (predict) o->download(ctx, m->host_argmax, m->argmax_dev, (size_t)B * sizeof(int));
         o->download(ctx, m->host_probs, m->logits, (size_t)B * NL * dt_dtype_size(m->act_dtype));
         for (int b = 0; b < B; b++) {
-            res->correct += m->host_argmax[b] == targets[b];
+            if (predict) res->correct += m->host_argmax[b] == targets[b];
             res->loss_sum += m->host_losses[b];
         }
         for (size_t i = 0; i < (size_t)B * NL; i++)
             m->host_probs_f[i] = m->act_dtype == DT_DTYPE_F32 ? ((const float *)m->host_probs)[i]
                                                               : dt_bf16_to_float(((const uint16_t *)m->host_probs)[i]);
         res->rows = B;
-        res->pred = m->host_argmax;
+        res->pred = predict ? m->host_argmax : NULL;
         res->probs = m->host_probs_f;
         res->losses = m->host_losses;
     } else {
         o->layernorm_fwd(ctx, m->lnf, m->lnf_mean, m->lnf_rstd, x, hp(m, m->params, 0), hp(m, m->params, 1), BT, C);
         o->matmul_fwd(ctx, m->logits, m->lnf, m->params + m->tensors[0].offset, NULL, BT, C, V, 1);
         o->xent_fwd(ctx, m->losses, m->logits, m->logits, m->targets_dev, BT, V);
-        o->argmax(ctx, m->argmax_dev, m->logits, BT, V);
+        if (predict) o->argmax(ctx, m->argmax_dev, m->logits, BT, V);
         o->download(ctx, m->host_losses, m->losses, (size_t)BT * sizeof(float));
-        o->download(ctx, m->host_argmax, m->argmax_dev, (size_t)BT * sizeof(int));
+        if (predict) o->download(ctx, m->host_argmax, m->argmax_dev, (size_t)BT * sizeof(int));
         for (int i = 0; i < BT; i++) {
             if (targets[i] < 0) continue;
-            res->correct += m->host_argmax[i] == targets[i];
+            if (predict) res->correct += m->host_argmax[i] == targets[i];
             res->loss_sum += m->host_losses[i];
             res->rows++;
         }
-        res->pred = m->host_argmax;
+        res->pred = predict ? m->host_argmax : NULL;
     }
     m->last_B = B;
     return o->check(ctx);
+}
+
+dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, int B, dt_fwd_result *res) {
+    return forward(m, tokens, targets, B, res, 1);
+}
+
+dt_status dt_model_forward_loss(dt_model *m, const int *tokens, const int *targets, int B, dt_fwd_result *res) {
+    return forward(m, tokens, targets, B, res, 0);
 }
 
 /* ---- backward ---- */

@@ -973,7 +973,7 @@ static dt_status micro_batches(trainer *t, double *loss, long *rows, double *com
         }
         fill_batch(r->train, r->idx, t->b, t->T, r->tokens, r->targets);
         dt_fwd_result res;
-        DT_TRY(dt_model_forward(r->model, r->tokens, r->targets, t->b, &res));
+        DT_TRY(dt_model_forward_loss(r->model, r->tokens, r->targets, t->b, &res));
         const int sync = (r->world > 1 || r->device_alone) && a == t->accum - 1; /* the last backward only */
         dt_status st = dt_model_backward(r->model, t->scale, sync ? on_bucket_ready : NULL, r);
         if (sync) {
