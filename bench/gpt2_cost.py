@@ -8,7 +8,8 @@ GEMM epilogues, one AdamW launch).
 
     python3 bench/gpt2_cost.py [--batch 16] [--seq 1024] [--markdown]
 
-The byte counts follow the code: src/ops/ops_cuda.c and kernels/*.cu (now) — fp32 activations,
+The byte counts follow the code as issue 15 found it (now; since then the argmax left the training
+step and AdamW runs in one launch): src/ops/ops_cuda.c and kernels/*.cu — fp32 activations,
 every product's inputs cast to bf16 into scratch first, attention through per-head products
 with the T x T probabilities in fp32, cross-entropy in three passes plus an argmax over fp32
 logits. It models traffic, not caches: an op whose working set fits in the 50 MB L2 is counted
