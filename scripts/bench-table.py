@@ -58,7 +58,11 @@ def dtrain_row(run_dir, skip):
     ms = statistics.median(r["step_ms"] for r in steady)
     r0 = steady[0]
     tokens_per_step = r0["tokens_per_s"] * r0["step_ms"] / 1e3
-    return (ms, tokens_per_step / (ms / 1e3)), "median of steps %d-%d" % (skip + 1, max(recs))
+    note = "median of steps %d-%d" % (skip + 1, max(recs))
+    if all("fwd_ms" in r for r in steady):  # logging.phase_times: the split of the step
+        f, b, o = (statistics.median(r[k] for r in steady) for k in ("fwd_ms", "bwd_ms", "opt_ms"))
+        note += "; forward %.1f, backward %.1f, optimizer %.1f ms" % (f, b, o)
+    return (ms, tokens_per_step / (ms / 1e3)), note
 
 
 def torch_row(path):

@@ -528,7 +528,7 @@ step_bench_dtrain() {
   echo "--- DTRAIN_LOG_GEMM_PLANS=1 dtrain --config configs/gpt2-124m-bench.yaml, $BENCH_STEPS steps (each cuBLASLt plan logged once)"
   DTRAIN_LOG_GEMM_PLANS=1 timeout -k 5 $((STEP_LIMIT - 15)) "$BUILD/dtrain" --config configs/gpt2-124m-bench.yaml --set "run.dir=$WORK/bench-dtrain" \
     --set "data.train_path=$WORK/bench-data/train.bin" --set "training.max_steps=$BENCH_STEPS" \
-    --set checkpoint.resume=never --progress never 2>&1 | tee "$WORK/bench-dtrain.out"
+    --set logging.phase_times=true --set checkpoint.resume=never --progress never 2>&1 | tee "$WORK/bench-dtrain.out"
   local rc=${PIPESTATUS[0]}
   rm -rf "$WORK/bench-dtrain/checkpoints" "$WORK/bench-dtrain/model.safetensors"  # ~2 GB, not needed
   python3 "$ROOT/scripts/bench-table.py" --dtrain "$WORK/bench-dtrain" --gpu "$GPU_NAME" | tee "$WORK/bench-dtrain.md"

@@ -105,6 +105,7 @@ static void test_run_outputs(void) {
             check_fields(o, train_f);
             CHECK_INT_EQ(json_integer_value(json_object_get(o, "step")), ++n_train);
             CHECK(json_number_value(json_object_get(o, "comm_ms")) >= 0);
+            CHECK(json_object_get(o, "fwd_ms") == NULL); /* logging.phase_times is off */
         } else if (strcmp(type, "eval") == 0) {
             check_fields(o, eval_f);
             n_eval++;
@@ -167,6 +168,36 @@ static void test_run_outputs(void) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s %s/tests/tb_read.py %s/run", DTRAIN_TEST_PYTHON, DTRAIN_SOURCE_DIR, test_dir());
     CHECK_INT_EQ(system(cmd), 0);
+}
+
+/* logging.phase_times: each train record says how long forward, backward and the optimizer
+ * took, within the step */
+static void test_phase_times(void) {
+    char rd[1400];
+    snprintf(rd, sizeof rd, "run.dir=%s/phases", test_dir());
+    const char *args[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", "logging.phase_times=true", "--quiet",
+                          NULL};
+    CHECK_INT_EQ(run_sync("phases", args), 0);
+    char path[1300], line[1 << 14];
+    snprintf(path, sizeof path, "%s/phases/metrics.jsonl", test_dir());
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    int n = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        CHECK(o != NULL);
+        if (strcmp(json_string_value(json_object_get(o, "type")), "train") == 0) {
+            const double fw = json_number_value(json_object_get(o, "fwd_ms")),
+                         bw = json_number_value(json_object_get(o, "bwd_ms")),
+                         op = json_number_value(json_object_get(o, "opt_ms")),
+                         st = json_number_value(json_object_get(o, "step_ms"));
+            CHECK(fw > 0 && bw > 0 && op > 0 && fw + bw + op <= st * 1.001 + 1e-3);
+            n++;
+        }
+        json_decref(o);
+    }
+    if (f) fclose(f);
+    CHECK_INT_EQ(n, 20);
 }
 
 static void test_tty_bar(void) {
@@ -395,6 +426,7 @@ int main(void) {
     test_units();
     test_version();
     test_run_outputs();
+    test_phase_times();
     test_tty_bar();
     test_bench();
     test_dir_remove();

@@ -20,7 +20,8 @@
  *   (R: what all ranks together sent to other hosts, when any did) (GPU workers: also
  *    "peak_gpu_mem_mb":[per rank])
  * train lines also carry "comm_ms": time this step waited for all-reduces (0 with one worker),
- * and "sent_bytes": what the worker sent in the step's collectives (dt_comm_bytes_sent).
+ * and "sent_bytes": what the worker sent in the step's collectives (dt_comm_bytes_sent); with
+ * logging.phase_times also "fwd_ms", "bwd_ms" and "opt_ms".
  * With tensorboard on, the same numbers go to an events.out.tfevents.* file in the run dir
  * (tags train/..., val/..., worker/rankN/...).
  * (val_accuracy: classification accuracy, or next-token accuracy for language modelling).
@@ -48,6 +49,8 @@ typedef struct dt_train_point {
     double loss, lr, grad_norm, step_ms, tokens_per_s;
     double comm_ms;       /* waiting for all-reduces in this step */
     double sent_bytes;    /* what this worker sent in this step's collectives (dt_comm_bytes_sent) */
+    double fwd_ms, bwd_ms, opt_ms; /* logging.phase_times: forward, backward (with the wait for the
+                                      gradients), optimizer; NaN otherwise (left out of the record) */
 } dt_train_point;
 
 /* The end of a run, for the console summary and the "summary" line. */

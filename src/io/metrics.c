@@ -257,10 +257,16 @@ void dt_metrics_config_text(dt_metrics *m, const char *config_text) {
 }
 
 void dt_metrics_train(dt_metrics *m, const dt_train_point *p) {
-    write_json(m, json_pack("{s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "type", "train", "step",
+    json_t *rec = json_pack("{s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "type", "train", "step",
                             (json_int_t)p->step, "epoch", (json_int_t)p->epoch, "loss", num(p->loss), "lr", num(p->lr),
                             "grad_norm", num(p->grad_norm), "step_ms", num(p->step_ms), "tokens_per_s",
-                            num(p->tokens_per_s), "comm_ms", num(p->comm_ms), "sent_bytes", num(p->sent_bytes)));
+                            num(p->tokens_per_s), "comm_ms", num(p->comm_ms), "sent_bytes", num(p->sent_bytes));
+    if (rec && isfinite(p->fwd_ms)) { /* logging.phase_times */
+        json_object_set_new(rec, "fwd_ms", num(p->fwd_ms));
+        json_object_set_new(rec, "bwd_ms", num(p->bwd_ms));
+        json_object_set_new(rec, "opt_ms", num(p->opt_ms));
+    }
+    write_json(m, rec);
     tb(m, "train/loss", p->step, p->loss);
     tb(m, "train/lr", p->step, p->lr);
     tb(m, "train/grad_norm", p->step, p->grad_norm);

@@ -960,7 +960,7 @@ static void report_start(trainer *t) {
 
 /* Forward and backward over the step's micro-batches (gradients accumulate); the buckets of
  * the last backward are all-reduced as they finish. */
-static dt_status micro_batches(trainer *t, double *loss, long *rows, double *comm_ms) {
+static dt_status micro_batches(trainer *t, double *loss, long *rows, double *comm_ms, double *fwd_ms, double *bwd_ms) {
     run *r = &t->r;
     dt_model_zero_grad(r->model);
     *loss = 0;
@@ -973,9 +973,14 @@ static dt_status micro_batches(trainer *t, double *loss, long *rows, double *com
         }
         fill_batch(r->train, r->idx, t->b, t->T, r->tokens, r->targets);
         dt_fwd_result res;
-        DT_TRY(dt_model_forward_loss(r->model, r->tokens, r->targets, t->b, &res));
+        double p0 = now_ms();
+        DT_TRY(dt_model_forward_loss(r->model, r->tokens, r->targets, t->b, &res)); /* ends with the loss on the host */
+        double p1 = now_ms();
+        *fwd_ms += p1 - p0;
         const int sync = (r->world > 1 || r->device_alone) && a == t->accum - 1; /* the last backward only */
         dt_status st = dt_model_backward(r->model, t->scale, sync ? on_bucket_ready : NULL, r);
+        if (st == DT_OK && r->cfg->logging.phase_times) st = r->be->ops->check(r->be->ctx); /* the device's time too */
+        *bwd_ms += now_ms() - p1;
         if (sync) {
             const double w0 = now_ms();
             dt_status w = wait_buckets(r);
@@ -1005,9 +1010,9 @@ static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     const uint64_t sent0 = bytes_sent(r, 0), remote0 = bytes_sent(r, 1);
     dt_fault_before_step(&t->fault, r->rank, t->attempt, t->step + 1);
     const double t0 = now_ms();
-    double comm_ms = 0;
+    double comm_ms = 0, fwd_ms = 0, bwd_ms = 0;
     dt_agree_vote v = {0};
-    DT_TRY(micro_batches(t, &v.loss, &v.rows, &comm_ms));
+    DT_TRY(micro_batches(t, &v.loss, &v.rows, &comm_ms, &fwd_ms, &bwd_ms));
     v.stop = t->launch && t->launch->stop && *t->launch->stop; /* the launcher's flag: SIGINT/SIGTERM */
     float *params = dt_model_params(r->model), *grads = dt_model_grads(r->model);
     /* sharded, the norm is the sum of the ranks' parts: it travels with the agreement */
@@ -1017,6 +1022,7 @@ static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     if (r->world > 1) comm_ms += now_ms() - w0;
     *stop = v.stop;
     double gnorm, lr;
+    const double o0 = now_ms();
     if (r->zero) {
         DT_TRY(dt_optim_update(r->optim, params, grads, t->step, v.sumsq, &gnorm, &lr));
         w0 = now_ms();
@@ -1026,6 +1032,9 @@ static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     } else {
         DT_TRY(dt_optim_step(r->optim, params, grads, t->step, &gnorm, &lr));
     }
+    const int phases = r->cfg->logging.phase_times;
+    if (phases) DT_TRY(r->be->ops->check(r->be->ctx)); /* the update done on the device */
+    const double opt_ms = now_ms() - o0;
     const long batch_epoch = t->epoch;
     t->step++;
     t->cursor += (size_t)t->G;
@@ -1041,7 +1050,9 @@ static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     t->remote_bytes += (double)(bytes_sent(r, 1) - remote0);
     *p = (dt_train_point){.step = t->step, .epoch = batch_epoch + 1, .loss = v.loss / (double)v.rows, .lr = lr,
                           .grad_norm = gnorm, .step_ms = ms,
-                          .tokens_per_s = (double)t->G * t->T / (ms / 1e3), .comm_ms = comm_ms, .sent_bytes = sent};
+                          .tokens_per_s = (double)t->G * t->T / (ms / 1e3), .comm_ms = comm_ms, .sent_bytes = sent,
+                          .fwd_ms = phases ? fwd_ms : NAN, .bwd_ms = phases ? bwd_ms : NAN,
+                          .opt_ms = phases ? opt_ms : NAN};
     return DT_OK;
 }
 
