@@ -62,6 +62,10 @@ cudaError_t dtk_xent_fwd(cudaStream_t s, float *losses, float *probs, const floa
                          int V);
 /* dlogits(N,V) = (probs - onehot(targets)) * scale; rows with targets < 0 are all 0;
  * dlogits may alias probs. */
+/* losses as dtk_xent_fwd and dlogits as dtk_xent_bwd would give them, in one launch (the
+ * probabilities never stored); dlogits may alias logits */
+cudaError_t dtk_xent_fused(cudaStream_t s, float *losses, float *dlogits, const float *logits, const int *targets,
+                           float scale, int N, int V);
 cudaError_t dtk_xent_bwd(cudaStream_t s, float *dlogits, const float *probs, const int *targets, float scale, int N,
                          int V);
 

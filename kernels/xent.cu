@@ -6,13 +6,16 @@
 #define XENT_THREADS 512
 
 // One block per row, three passes: max, sum of exp(x - max), then probs = exp(x - max) / sum
-// written element by element. The first two passes only read; the block reductions end in
+// (or, fused, the gradient) written element by element. The first two passes only read; the block reductions end in
 // barriers, so every read of the row (x[target] included) is done before any thread writes
 // probs, and in the last pass each thread reads x[j] just before overwriting the same j.
-static __global__ void xent_fwd_kernel(float *losses, float *probs, const float *logits, const int *targets, int V) {
+// fused: the last pass writes (p - onehot) * scale instead of p, computed as
+// xent_bwd_kernel would from the same p (the same bits), and 0 on an ignored row.
+static __global__ void xent_kernel(float *losses, float *out, const float *logits, const int *targets, float scale,
+                                   int fused, int V) {
     const size_t off = (size_t)blockIdx.x * V;
     const float *x = logits + off;
-    float *p = probs + off;
+    float *p = out + off;
     const int tg = targets[blockIdx.x];
 
     float mx = -INFINITY;
@@ -27,13 +30,27 @@ static __global__ void xent_fwd_kernel(float *losses, float *probs, const float 
     // loss = -log(exp(x_t - max) / sum) = log(sum) - (x_t - max), without rounding p_t first
     if (threadIdx.x == 0) losses[blockIdx.x] = tg >= 0 ? logf(sum) - xt : 0.0f;
     const float inv = 1.0f / sum;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) p[j] = expf(x[j] - mx) * inv;
+    if (fused && tg < 0) {
+        for (int j = threadIdx.x; j < V; j += blockDim.x) p[j] = 0.0f;
+        return;
+    }
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        const float pj = expf(x[j] - mx) * inv;
+        p[j] = fused ? (j == tg ? pj - 1.0f : pj) * scale : pj;
+    }
 }
 
 extern "C" cudaError_t dtk_xent_fwd(cudaStream_t s, float *losses, float *probs, const float *logits,
                                     const int *targets, int N, int V) {
     if (N <= 0 || V <= 0) return cudaSuccess;
-    xent_fwd_kernel<<<N, XENT_THREADS, 0, s>>>(losses, probs, logits, targets, V);
+    xent_kernel<<<N, XENT_THREADS, 0, s>>>(losses, probs, logits, targets, 1.0f, 0, V);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dtk_xent_fused(cudaStream_t s, float *losses, float *dlogits, const float *logits,
+                                      const int *targets, float scale, int N, int V) {
+    if (N <= 0 || V <= 0) return cudaSuccess;
+    xent_kernel<<<N, XENT_THREADS, 0, s>>>(losses, dlogits, logits, targets, scale, 1, V);
     return cudaGetLastError();
 }
 

@@ -44,7 +44,7 @@ static void grad_check(const char *name, dt_model_cfg cfg, const int *tok, const
     /* the training forward: the same loss and rows, no predictions; backward follows it */
     CHECK(dt_model_forward(m, tok, tgt, B, &r) == DT_OK);
     CHECK(r.pred != NULL);
-    CHECK(dt_model_forward_loss(m, tok, tgt, B, &rl) == DT_OK);
+    CHECK(dt_model_forward_loss(m, tok, tgt, B, 1.0f / (float)r.rows, &rl) == DT_OK);
     CHECK(rl.loss_sum == r.loss_sum && rl.rows == r.rows && rl.correct == 0 && rl.pred == NULL);
     CHECK(dt_model_backward(m, 1.0f / (float)r.rows, NULL, NULL) == DT_OK);
     float *ga = malloc(n * sizeof(float));

@@ -460,6 +460,17 @@ static void case_xent(const int *s, double tol) {
     DEV(xent_bwd, GA(logits), GA(logits), t.g, 0.25f, N, V);
     snprintf(what, sizeof what, "xent_bwd (in place, ignored row) %dx%d", N, V);
     compare(what, &logits, logits.n, tol);
+    if (g_dev->ops->xent_fused) { /* the device's one pass against the CPU's two */
+        pair lg = pair_rand(K_ACT, (size_t)N * V, -6, 6), ls = pair_new(K_F32, NULL, (size_t)N);
+        REF(xent_fwd, CF(ls), CA(lg), CA(lg), t.c, N, V);
+        REF(xent_bwd, CA(lg), CA(lg), t.c, 0.25f, N, V);
+        DEV(xent_fused, GF(ls), GA(lg), GA(lg), t.g, 0.25f, N, V);
+        snprintf(what, sizeof what, "xent_fused losses %dx%d", N, V);
+        compare(what, &ls, ls.n, tol);
+        snprintf(what, sizeof what, "xent_fused dlogits (in place, ignored row) %dx%d", N, V);
+        compare(what, &lg, lg.n, tol);
+        pair_free(&lg); pair_free(&ls);
+    }
     free(tg);
     pair_free(&t); pair_free(&logits); pair_free(&losses); pair_free(&idx);
 }
@@ -697,8 +708,8 @@ static void case_launches(const int *s, double tol) {
         dt_fwd_result r;
         double gn, lr;
         dt_model_zero_grad(m);
-        CHECK_OK(dt_model_forward_loss(m, tok, tg, B, &r)); /* as the trainer does: no predictions */
-        CHECK_OK(dt_model_backward(m, 1.0f / (float)r.rows, NULL, NULL));
+        CHECK_OK(dt_model_forward_loss(m, tok, tg, B, 1.0f / (float)(B * T), &r)); /* as the trainer does */
+        CHECK_OK(dt_model_backward(m, 1.0f / (float)(B * T), NULL, NULL));
         CHECK_OK(dt_optim_step(o, dt_model_params(m), dt_model_grads(m), step, &gn, &lr));
     }
     mock_launch_counts(&k1, &l1);

@@ -93,8 +93,11 @@ void dt_model_op_sizes(const dt_model_cfg *cfg, dt_op_sizes *out);
 dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, int B,
                            dt_fwd_result *res);
 /* The same without the predictions (res->correct 0, res->pred NULL): what a training step
- * needs, without the argmax pass over the logits. */
-dt_status dt_model_forward_loss(dt_model *m, const int *tokens, const int *targets, int B, dt_fwd_result *res);
+ * needs, without the argmax pass over the logits. `scale` is the one the backward that follows
+ * will be given: a backend that fuses the loss with its gradient (ops.h xent_fused) writes the
+ * language model's logits' gradient now (a backward with another scale is refused). */
+dt_status dt_model_forward_loss(dt_model *m, const int *tokens, const int *targets, int B, float scale,
+                                dt_fwd_result *res);
 
 typedef void (*dt_bucket_ready_fn)(void *user, int bucket);
 /* Backward of the last forward: grads += d(scale * loss_sum)/dparams. `ready` (may be NULL)

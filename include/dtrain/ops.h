@@ -181,6 +181,11 @@ struct dt_ops {
     /* dlogits(N,V) = (probs - onehot(target)) * scale, 0 for ignored rows; may alias probs. */
     void (*xent_bwd)(void *ctx, dt_act *dlogits, const dt_act *probs, const int *targets, float scale,
                      int N, int V);
+    /* May be NULL. Both at once, for training (no probabilities kept): losses(N) as xent_fwd and
+     * dlogits(N,V) as xent_bwd would give them, in one pass over the rows; dlogits may alias
+     * logits. The same bits as the two calls. */
+    void (*xent_fused)(void *ctx, float *losses, dt_act *dlogits, const dt_act *logits, const int *targets,
+                       float scale, int N, int V);
 
     /* idx(N) = index of the largest element of each row of x(N,V) (the first one on ties) */
     void (*argmax)(void *ctx, int *idx, const dt_act *x, int N, int V);

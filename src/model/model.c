@@ -85,6 +85,8 @@ struct dt_model {
     float *host_probs_f;       /* cls: (B,num_labels) as floats */
 
     int last_B;                /* batch of the last forward, 0 = none */
+    int logits_are_grads;      /* the last forward left the logits' gradient there (ops xent_fused) */
+    float fused_scale;         /* ... for this scale */
 };
 
 /* ---- layout ---- */
@@ -437,7 +439,8 @@ static float *hp(const dt_model *m, float *base, int k) { /* 0 ln_f.w, 1 ln_f.b,
 /* ---- forward ---- */
 
 
-static dt_status forward(dt_model *m, const int *tokens, const int *targets, int B, dt_fwd_result *res, int predict) {
+static dt_status forward(dt_model *m, const int *tokens, const int *targets, int B, dt_fwd_result *res, int predict,
+                         float scale) {
     const dt_ops *o = m->be->ops;
     void *ctx = m->be->ctx;
     const int T = m->cfg.seq_len, C = m->cfg.n_embd, NH = m->cfg.n_head, L = m->cfg.n_layer;
@@ -512,7 +515,11 @@ static dt_status forward(dt_model *m, const int *tokens, const int *targets, int
     } else {
         o->layernorm_fwd(ctx, m->lnf, m->lnf_mean, m->lnf_rstd, x, hp(m, m->params, 0), hp(m, m->params, 1), BT, C);
         o->matmul_fwd(ctx, m->logits, m->lnf, m->params + m->tensors[0].offset, NULL, BT, C, V, 1);
-        o->xent_fwd(ctx, m->losses, m->logits, m->logits, m->targets_dev, BT, V);
+        /* training on a backend that fuses it: the losses and the logits' gradient in one pass */
+        m->logits_are_grads = !predict && o->xent_fused;
+        m->fused_scale = scale;
+        if (m->logits_are_grads) o->xent_fused(ctx, m->losses, m->logits, m->logits, m->targets_dev, scale, BT, V);
+        else o->xent_fwd(ctx, m->losses, m->logits, m->logits, m->targets_dev, BT, V);
         if (predict) o->argmax(ctx, m->argmax_dev, m->logits, BT, V);
         o->download(ctx, m->host_losses, m->losses, (size_t)BT * sizeof(float));
         if (predict) o->download(ctx, m->host_argmax, m->argmax_dev, (size_t)BT * sizeof(int));
@@ -529,11 +536,12 @@ static dt_status forward(dt_model *m, const int *tokens, const int *targets, int
 }
 
 dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, int B, dt_fwd_result *res) {
-    return forward(m, tokens, targets, B, res, 1);
+    return forward(m, tokens, targets, B, res, 1, 0.0f);
 }
 
-dt_status dt_model_forward_loss(dt_model *m, const int *tokens, const int *targets, int B, dt_fwd_result *res) {
-    return forward(m, tokens, targets, B, res, 0);
+dt_status dt_model_forward_loss(dt_model *m, const int *tokens, const int *targets, int B, float scale,
+                                dt_fwd_result *res) {
+    return forward(m, tokens, targets, B, res, 0, scale);
 }
 
 /* ---- backward ---- */
@@ -557,7 +565,11 @@ dt_status dt_model_backward(dt_model *m, float scale, dt_bucket_ready_fn ready, 
                          m->lnf_mean, m->lnf_rstd, B, C);
         o->scatter_add_rows(ctx, m->dresidual, m->dpooled, m->rows_dev, B, C);
     } else {
-        o->xent_bwd(ctx, m->logits, m->logits, m->targets_dev, scale, BT, V);
+        if (m->logits_are_grads && scale != m->fused_scale)
+            return dt_error_set(DT_ERR_INTERNAL, "model backward: scale %g, but the forward computed the gradient for %g",
+                                (double)scale, (double)m->fused_scale);
+        if (!m->logits_are_grads) o->xent_bwd(ctx, m->logits, m->logits, m->targets_dev, scale, BT, V);
+        m->logits_are_grads = 0;
         o->matmul_bwd(ctx, m->dln, g + m->tensors[0].offset, NULL, m->logits, m->lnf, p + m->tensors[0].offset,
                       BT, C, V, 1);
         o->layernorm_bwd(ctx, m->dresidual, hp(m, g, 0), hp(m, g, 1), m->dln, xL, hp(m, p, 0),

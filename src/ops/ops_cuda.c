@@ -665,6 +665,14 @@ static void cu_xent_bwd(void *ctx, dt_act *dlogits_, const dt_act *probs_, const
     LAUNCH(dtk_xent_bwd(c->s, dlogits, probs, targets, scale, N, V));
 }
 
+static void cu_xent_fused(void *ctx, float *losses, dt_act *dlogits_, const dt_act *logits_, const int *targets,
+                          float scale, int N, int V) {
+    float *dlogits = (float *)dlogits_; /* fp32 activations */
+    const float *logits = (const float *)logits_;
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_xent_fused(c->s, losses, dlogits, logits, targets, scale, N, V));
+}
+
 static void cu_argmax(void *ctx, int *idx, const dt_act *x_, int N, int V) {
     const float *x = (const float *)x_; /* fp32 activations */
     cuda_ctx *c = ctx;
@@ -1072,6 +1080,7 @@ const dt_ops dt_ops_cuda = {
     .add = cu_add,
     .xent_fwd = cu_xent_fwd,
     .xent_bwd = cu_xent_bwd,
+    .xent_fused = cu_xent_fused,
     .argmax = cu_argmax,
     .gather_rows = cu_gather_rows,
     .scatter_add_rows = cu_scatter_add_rows,

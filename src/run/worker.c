@@ -974,7 +974,7 @@ static dt_status micro_batches(trainer *t, double *loss, long *rows, double *com
         fill_batch(r->train, r->idx, t->b, t->T, r->tokens, r->targets);
         dt_fwd_result res;
         double p0 = now_ms();
-        DT_TRY(dt_model_forward_loss(r->model, r->tokens, r->targets, t->b, &res)); /* ends with the loss on the host */
+        DT_TRY(dt_model_forward_loss(r->model, r->tokens, r->targets, t->b, t->scale, &res)); /* ends with the loss on the host */
         double p1 = now_ms();
         *fwd_ms += p1 - p0;
         const int sync = (r->world > 1 || r->device_alone) && a == t->accum - 1; /* the last backward only */
