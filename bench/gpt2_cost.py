@@ -6,7 +6,7 @@ the CUDA backend as it is ("now") and as issue 15 plans it ("planned": cuDNN fla
 the fused classifier over a vocabulary padded to 50304, bf16 activations, GELU and bias in the
 GEMM epilogues, one AdamW launch).
 
-    python3 bench/gpt2_cost.py [--batch 16] [--seq 1024] [--markdown]
+    python3 bench/gpt2_cost.py [--batch 16] [--seq 1024]      (prints a markdown table)
 
 The byte counts follow the code as issue 15 found it (now; since then the argmax left the training
 step and AdamW runs in one launch): src/ops/ops_cuda.c and kernels/*.cu — fp32 activations,

@@ -35,8 +35,9 @@ static __global__ void xent_kernel(float *losses, float *out, const float *logit
         return;
     }
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        const float pj = expf(x[j] - mx) * inv;
-        p[j] = fused ? (j == tg ? pj - 1.0f : pj) * scale : pj;
+        // rounded as xent_fwd stores p and xent_bwd reads it: no multiply-add across the two
+        const float pj = __fmul_rn(expf(x[j] - mx), inv);
+        p[j] = fused ? __fmul_rn(j == tg ? __fsub_rn(pj, 1.0f) : pj, scale) : pj;
     }
 }
 

@@ -638,7 +638,7 @@ run_step build 300 "$BUILD_MIN" step_build
 run_step gpu-tests 90 40 step_gpu_tests            # ctest --timeout limit-10 per test: >= 30 s
 run_step finetune 120 50 step_finetune             # two runs of >= 18 s each (CPU run: ~8 s on 2 cores)
 run_step doctor 45 15 step_doctor
-run_step nccl-alone 45 20 step_nccl_alone          # three ci-smoke runs of a few seconds
+run_step nccl-alone 60 40 step_nccl_alone          # three ci-smoke runs: CUDA, cuBLASLt and NCCL start-up each
 run_step bench-dtrain 120 45 step_bench_dtrain     # dtrain limit-15: >= 30 s
 run_step torch-eager 150 60 step_torch_eager SKIP  # a reference, not a check
 run_step sanitizer 90 40 step_sanitizer SKIP       # slow under memcheck; a timeout is not an error

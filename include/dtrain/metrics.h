@@ -49,8 +49,9 @@ typedef struct dt_train_point {
     double loss, lr, grad_norm, step_ms, tokens_per_s;
     double comm_ms;       /* waiting for all-reduces in this step */
     double sent_bytes;    /* what this worker sent in this step's collectives (dt_comm_bytes_sent) */
-    double fwd_ms, bwd_ms, opt_ms; /* logging.phase_times: forward, backward (with the wait for the
-                                      gradients), optimizer; NaN otherwise (left out of the record) */
+    double fwd_ms, bwd_ms, opt_ms; /* logging.phase_times: forward, backward, optimizer (norm, clip,
+                                      AdamW; the collectives' waits are comm_ms); NaN otherwise
+                                      (left out of the record) */
 } dt_train_point;
 
 /* The end of a run, for the console summary and the "summary" line. */

@@ -183,7 +183,7 @@ struct dt_ops {
                      int N, int V);
     /* May be NULL. Both at once, for training (no probabilities kept): losses(N) as xent_fwd and
      * dlogits(N,V) as xent_bwd would give them, in one pass over the rows; dlogits may alias
-     * logits. The same bits as the two calls. */
+     * logits. Rounded as the two calls round. */
     void (*xent_fused)(void *ctx, float *losses, dt_act *dlogits, const dt_act *logits, const int *targets,
                        float scale, int N, int V);
 

@@ -716,7 +716,12 @@ static const dtk_adamw_piece *piece_table(cuda_ctx *c, const dt_adamw_piece *pie
     int same = n == c->n_pieces;
     size_t start = 0;
     for (int k = 0; k < n; k++) {
-        const dtk_adamw_piece q = {start, pieces[k].offset, pieces[k].moff, pieces[k].decay};
+        dtk_adamw_piece q;
+        memset(&q, 0, sizeof q); /* compared with memcmp: no stray padding bytes */
+        q.start = start;
+        q.offset = pieces[k].offset;
+        q.moff = pieces[k].moff;
+        q.decay = pieces[k].decay;
         same = same && memcmp(&c->pieces_host[k], &q, sizeof q) == 0;
         c->pieces_host[k] = q;
         start += pieces[k].numel;
@@ -747,6 +752,7 @@ static void cu_adamw(void *ctx, float *p, const float *g, float *m, float *v, co
     dtk_bf16 *p16 = NULL;
     if (c->shadow && p + lo >= c->master && p + hi <= c->master + c->n_master && !(p16 = fresh_shadow(c))) return;
     if (p16) p16 += p - c->master;
+    else if (touches_master(c, p + lo, (hi - lo) * sizeof(float))) c->shadow_stale = 1; /* updated without its copy */
     size_t total = 0;
     const dtk_adamw_piece *table = piece_table(c, pieces, n_pieces, &total);
     if (!table) return;

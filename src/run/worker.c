@@ -1016,25 +1016,26 @@ static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     v.stop = t->launch && t->launch->stop && *t->launch->stop; /* the launcher's flag: SIGINT/SIGTERM */
     float *params = dt_model_params(r->model), *grads = dt_model_grads(r->model);
     /* sharded, the norm is the sum of the ranks' parts: it travels with the agreement */
+    const double q0 = now_ms();
     v.device = r->zero ? dt_optim_sumsq(r->optim, grads, &v.sumsq) : r->be->ops->check(r->be->ctx);
+    const double sumsq_ms = r->zero ? now_ms() - q0 : 0; /* the optimizer's, for logging.phase_times */
     double w0 = now_ms();
     DT_TRY(dt_agree_step(r->comm, t->step + 1, &v));
     if (r->world > 1) comm_ms += now_ms() - w0;
     *stop = v.stop;
     double gnorm, lr;
+    const int phases = r->cfg->logging.phase_times;
     const double o0 = now_ms();
+    if (r->zero) DT_TRY(dt_optim_update(r->optim, params, grads, t->step, v.sumsq, &gnorm, &lr));
+    else DT_TRY(dt_optim_step(r->optim, params, grads, t->step, &gnorm, &lr));
+    if (phases) DT_TRY(r->be->ops->check(r->be->ctx)); /* the update done on the device */
+    const double opt_ms = sumsq_ms + now_ms() - o0; /* the weights' all-gather below is comm_ms's */
     if (r->zero) {
-        DT_TRY(dt_optim_update(r->optim, params, grads, t->step, v.sumsq, &gnorm, &lr));
         w0 = now_ms();
         DT_TRY(gather_buckets(r, params)); /* every rank's updated part to every rank */
         comm_ms += now_ms() - w0;
         dt_model_params_changed(r->model);
-    } else {
-        DT_TRY(dt_optim_step(r->optim, params, grads, t->step, &gnorm, &lr));
     }
-    const int phases = r->cfg->logging.phase_times;
-    if (phases) DT_TRY(r->be->ops->check(r->be->ctx)); /* the update done on the device */
-    const double opt_ms = now_ms() - o0;
     const long batch_epoch = t->epoch;
     t->step++;
     t->cursor += (size_t)t->G;
