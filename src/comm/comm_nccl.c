@@ -328,20 +328,39 @@ static dt_status to_wire(nccl_ctx *x, const float *d, size_t n) {
     return CK(dtk_cast_bf16, x->stream, x->wire, d, n);
 }
 
-static dt_status allreduce_(nccl_ctx *x, float *buf, size_t n, dt_reduce_op op, int bf) {
-    if (n > SIZE_MAX / sizeof(float)) return dt_error_set(DT_ERR_INTERNAL, "nccl %s: too large", x->op);
-    const size_t bytes = n * sizeof(float);
+/* A float collective's buffer on our stream: buf(n) itself when it is device memory, else staged
+ * into the scratch buffer (*d; *dev 0); the bf16 wire buffer grown when bf; the wait for the
+ * compute stream queued (*t0: when it started). float_done ends what float_in began. */
+typedef struct float_buf {
+    float *d;
     int dev;
-    DT_TRY(classify(x, buf, "all-reduce", &dev));
-    float *d = buf;
-    if (!dev) {
-        DT_TRY(grow_scratch(x, bytes));
-        d = x->scratch;
+    double t0;
+} float_buf;
+
+static dt_status float_in(nccl_ctx *x, float *buf, size_t n, int bf, const char *what, float_buf *f) {
+    if (n > SIZE_MAX / sizeof(float)) return dt_error_set(DT_ERR_INTERNAL, "nccl %s: too large", x->op);
+    DT_TRY(classify(x, buf, what, &f->dev));
+    f->d = buf;
+    if (!f->dev) {
+        DT_TRY(grow_scratch(x, n * sizeof(float)));
+        f->d = x->scratch;
     }
     if (bf) DT_TRY(grow_buf(x, &x->wire, &x->wire_bytes, n * 2, "bf16 buffer")); /* before the wait starts */
-    const double t0 = dt_clock_now();
+    f->t0 = dt_clock_now();
     DT_TRY(after_compute(x));
-    if (!dev) DT_TRY(CK(cudaMemcpyAsync, d, buf, bytes, cudaMemcpyHostToDevice, x->stream));
+    if (!f->dev) DT_TRY(CK(cudaMemcpyAsync, f->d, buf, n * sizeof(float), cudaMemcpyHostToDevice, x->stream));
+    return DT_OK;
+}
+
+static dt_status float_done(nccl_ctx *x, float *buf, size_t n, const float_buf *f) {
+    DT_TRY(wait_done(x, f->t0, 1));
+    return f->dev ? DT_OK : download(x, buf, f->d, n * sizeof(float));
+}
+
+static dt_status allreduce_(nccl_ctx *x, float *buf, size_t n, dt_reduce_op op, int bf) {
+    float_buf f;
+    DT_TRY(float_in(x, buf, n, bf, "all-reduce", &f));
+    float *d = f.d;
     const ncclRedOp_t rop = op == DT_REDUCE_AVG ? ncclAvg : ncclSum;
     if (bf) {
         DT_TRY(to_wire(x, d, n));
@@ -350,9 +369,7 @@ static dt_status allreduce_(nccl_ctx *x, float *buf, size_t n, dt_reduce_op op, 
     } else {
         DT_TRY(NC(ncclAllReduce, d, d, n, ncclFloat32, rop, x->comm, x->stream));
     }
-    DT_TRY(wait_done(x, t0, 1));
-    if (!dev) DT_TRY(download(x, buf, d, bytes));
-    return DT_OK;
+    return float_done(x, buf, n, &f);
 }
 
 static dt_status nccl_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op, dt_wire wire,
@@ -432,19 +449,9 @@ static dt_status nccl_allgather(void *vctx, const void *in, size_t bytes, void *
  * splits (dt_comm_part's parts differ by one float) a group of one ncclReduce / ncclBroadcast
  * per part, rooted at its owner. Host buffers are staged through the scratch buffer. */
 static dt_status parts_(nccl_ctx *x, float *buf, size_t n, int gather, int bf) {
-    if (n > SIZE_MAX / sizeof(float)) return dt_error_set(DT_ERR_INTERNAL, "nccl %s: too large", x->op);
-    const size_t bytes = n * sizeof(float);
-    int dev;
-    DT_TRY(classify(x, buf, gather ? "all-gather of parts" : "reduce-scatter", &dev));
-    float *d = buf;
-    if (!dev) {
-        DT_TRY(grow_scratch(x, bytes));
-        d = x->scratch;
-    }
-    if (bf) DT_TRY(grow_buf(x, &x->wire, &x->wire_bytes, n * 2, "bf16 buffer")); /* before the wait starts */
-    const double t0 = dt_clock_now();
-    DT_TRY(after_compute(x));
-    if (!dev) DT_TRY(CK(cudaMemcpyAsync, d, buf, bytes, cudaMemcpyHostToDevice, x->stream));
+    float_buf f;
+    DT_TRY(float_in(x, buf, n, bf, gather ? "all-gather of parts" : "reduce-scatter", &f));
+    float *d = f.d;
     /* a bf16 reduce-scatter travels in the wire buffer; only this rank's part comes back */
     const ncclDataType_t type = bf ? ncclBfloat16 : ncclFloat32;
     const size_t es = bf ? 2 : sizeof(float);
@@ -472,9 +479,7 @@ static dt_status parts_(nccl_ctx *x, float *buf, size_t n, int gather, int bf) {
         DT_TRY(end);
     }
     if (bf) DT_TRY(CK(dtk_widen_bf16, x->stream, d + lo, (const dtk_bf16 *)(v + lo * es), hi - lo));
-    DT_TRY(wait_done(x, t0, 1));
-    if (!dev) DT_TRY(download(x, buf, d, bytes));
-    return DT_OK;
+    return float_done(x, buf, n, &f);
 }
 
 static dt_status nccl_reduce_scatter(void *vctx, float *buf, size_t n, dt_wire wire, const dt_comm_deadline *dl) {

@@ -53,6 +53,7 @@ typedef struct run {
     int zero;               /* training.zero_stage 1 with more than one worker: the optimizer holds this
                                rank's part of every bucket (dt_comm_part) */
     int device_alone;       /* DTRAIN_TEST_DEVICE_COMM (fault.h): one worker through the device collective */
+    int reduces;            /* gradients go through a collective: world > 1, or device_alone */
     dt_shm_world *alone_world; /* ... and its host collective of one, to bootstrap it (owned) */
     dt_comm *alone_boot;
     dt_status comm_st;      /* first failure to start one */
@@ -130,8 +131,9 @@ static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_t
     r->world = comm ? dt_comm_world(comm) : 1;
     DT_TRY(dt_backend_resolve(c, &r->dev));
     r->device_alone = r->world == 1 && need_train && dt_backend_ops(r->dev)->device_comm && dt_fault_device_comm_alone();
+    r->reduces = r->world > 1 || r->device_alone;
     /* one worker: its shard is everything (unless the test switch sends it through the collective) */
-    r->zero = c->training.zero_stage == 1 && (r->world > 1 || r->device_alone);
+    r->zero = c->training.zero_stage == 1 && r->reduces;
     DT_TRY(dt_infer_build(c, local_rank, r->rank, c->data.batch_size_per_worker, c->data.seq_len, &r->be, &r->tok,
                           &r->model));
     size_t b = (size_t)c->data.batch_size_per_worker, T = (size_t)c->data.seq_len;
@@ -864,7 +866,7 @@ static void report_setup(trainer *t) {
     human_count(flops, sizeof flops, dt_model_flops_per_token(mc));
     const char *bf = r->cfg->training.grad_comm_dtype == DT_WIRE_BF16 ? " (bf16 gradients)" : "";
     if (r->zero) snprintf(how, sizeof how, ", %s reduce-scatter + all-gather%s", dt_comm_backend(r->gcomm), bf);
-    else if (r->world > 1 || r->device_alone) snprintf(how, sizeof how, ", %s all-reduce%s", dt_comm_backend(r->gcomm), bf);
+    else if (r->reduces) snprintf(how, sizeof how, ", %s all-reduce%s", dt_comm_backend(r->gcomm), bf);
     dt_backend_desc desc;
     ops->describe(r->be->ctx, &desc);
     const int bf16 = ops->bf16(r->be->ctx);
@@ -977,7 +979,7 @@ static dt_status micro_batches(trainer *t, double *loss, long *rows, double *com
         DT_TRY(dt_model_forward_loss(r->model, r->tokens, r->targets, t->b, t->scale, &res)); /* ends with the loss on the host */
         double p1 = now_ms();
         *fwd_ms += p1 - p0;
-        const int sync = (r->world > 1 || r->device_alone) && a == t->accum - 1; /* the last backward only */
+        const int sync = r->reduces && a == t->accum - 1; /* reduce during the last backward only */
         dt_status st = dt_model_backward(r->model, t->scale, sync ? on_bucket_ready : NULL, r);
         if (st == DT_OK && r->cfg->logging.phase_times) st = r->be->ops->check(r->be->ctx); /* the device's time too */
         *bwd_ms += now_ms() - p1;
