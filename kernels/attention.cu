@@ -12,69 +12,82 @@ static __device__ inline size_t head_index(int bt, int c, int T, int NH, int hs)
     return ((size_t)(b * NH + h) * T + t) * hs + j;
 }
 
-// q, k, v from columns c, C + c, 2C + c of qkv row bt
-static __global__ void qkv_split_kernel(float *q, float *k, float *v, const float *qkv, int T, int C, int NH) {
+// q, k, v (float) from columns c, C + c, 2C + c of qkv row bt (activations)
+template <typename A>
+static __device__ void qkv_split(float *q, float *k, float *v, const void *qkv, int T, int C, int NH) {
     const int bt = blockIdx.x, hs = C / NH;
-    const float *row = qkv + (size_t)bt * 3 * C;
+    const A *row = (const A *)qkv + (size_t)bt * 3 * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         const size_t d = head_index(bt, c, T, NH, hs);
-        q[d] = row[c];
-        k[d] = row[C + c];
-        v[d] = row[2 * C + c];
+        q[d] = dtk_ld(row, c);
+        k[d] = dtk_ld(row, C + c);
+        v[d] = dtk_ld(row, 2 * C + c);
     }
 }
+DTK_ACT_KERNELS(qkv_split, (float *q, float *k, float *v, const void *qkv, int T, int C, int NH),
+                (q, k, v, qkv, T, C, NH))
 
-static __global__ void qkv_merge_kernel(float *dqkv, const float *dq, const float *dk, const float *dv, int T, int C,
-                                        int NH) {
+template <typename A>
+static __device__ void qkv_merge(void *dqkv, const float *dq, const float *dk, const float *dv, int T, int C, int NH) {
     const int bt = blockIdx.x, hs = C / NH;
-    float *row = dqkv + (size_t)bt * 3 * C;
+    A *row = (A *)dqkv + (size_t)bt * 3 * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         const size_t d = head_index(bt, c, T, NH, hs);
-        row[c] = dq[d];
-        row[C + c] = dk[d];
-        row[2 * C + c] = dv[d];
+        dtk_st(row, c, dq[d]);
+        dtk_st(row, C + c, dk[d]);
+        dtk_st(row, 2 * C + c, dv[d]);
     }
 }
+DTK_ACT_KERNELS(qkv_merge, (void *dqkv, const float *dq, const float *dk, const float *dv, int T, int C, int NH),
+                (dqkv, dq, dk, dv, T, C, NH))
 
 // out[b,t,h*hs+j] = y[b,h,t,j]
-static __global__ void heads_merge_kernel(float *out, const float *y, int T, int C, int NH) {
+template <typename A> static __device__ void heads_merge(void *out, const float *y, int T, int C, int NH) {
     const int bt = blockIdx.x, hs = C / NH;
-    float *row = out + (size_t)bt * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) row[c] = y[head_index(bt, c, T, NH, hs)];
+    A *row = (A *)out + (size_t)bt * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) dtk_st(row, c, y[head_index(bt, c, T, NH, hs)]);
 }
+DTK_ACT_KERNELS(heads_merge, (void *out, const float *y, int T, int C, int NH), (out, y, T, C, NH))
 
 // dy[b,h,t,j] = dout[b,t,h*hs+j]
-static __global__ void heads_split_kernel(float *dy, const float *dout, int T, int C, int NH) {
+template <typename A> static __device__ void heads_split(float *dy, const void *dout, int T, int C, int NH) {
     const int bt = blockIdx.x, hs = C / NH;
-    const float *row = dout + (size_t)bt * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) dy[head_index(bt, c, T, NH, hs)] = row[c];
+    const A *row = (const A *)dout + (size_t)bt * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) dy[head_index(bt, c, T, NH, hs)] = dtk_ld(row, c);
 }
+DTK_ACT_KERNELS(heads_split, (float *dy, const void *dout, int T, int C, int NH), (dy, dout, T, C, NH))
 
 static bool bad_shape(int B, int T, int C, int NH) { return B <= 0 || T <= 0 || C <= 0 || NH <= 0; }
 
-extern "C" cudaError_t dtk_qkv_split(cudaStream_t s, float *q, float *k, float *v, const float *qkv, int B, int T,
-                                     int C, int NH) {
+extern "C" cudaError_t dtk_qkv_split(cudaStream_t s, dtk_type t, float *q, float *k, float *v, const void *qkv, int B,
+                                     int T, int C, int NH) {
     if (bad_shape(B, T, C, NH)) return cudaSuccess;
-    qkv_split_kernel<<<B * T, DTK_THREADS, 0, s>>>(q, k, v, qkv, T, C, NH);
+    if (t == DTK_BF16) qkv_split_bf16<<<B * T, DTK_THREADS, 0, s>>>(q, k, v, qkv, T, C, NH);
+    else qkv_split_f32<<<B * T, DTK_THREADS, 0, s>>>(q, k, v, qkv, T, C, NH);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dtk_qkv_merge(cudaStream_t s, float *dqkv, const float *dq, const float *dk, const float *dv,
-                                     int B, int T, int C, int NH) {
+extern "C" cudaError_t dtk_qkv_merge(cudaStream_t s, dtk_type t, void *dqkv, const float *dq, const float *dk,
+                                     const float *dv, int B, int T, int C, int NH) {
     if (bad_shape(B, T, C, NH)) return cudaSuccess;
-    qkv_merge_kernel<<<B * T, DTK_THREADS, 0, s>>>(dqkv, dq, dk, dv, T, C, NH);
+    if (t == DTK_BF16) qkv_merge_bf16<<<B * T, DTK_THREADS, 0, s>>>(dqkv, dq, dk, dv, T, C, NH);
+    else qkv_merge_f32<<<B * T, DTK_THREADS, 0, s>>>(dqkv, dq, dk, dv, T, C, NH);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dtk_heads_merge(cudaStream_t s, float *out, const float *y, int B, int T, int C, int NH) {
+extern "C" cudaError_t dtk_heads_merge(cudaStream_t s, dtk_type t, void *out, const float *y, int B, int T, int C,
+                                       int NH) {
     if (bad_shape(B, T, C, NH)) return cudaSuccess;
-    heads_merge_kernel<<<B * T, DTK_THREADS, 0, s>>>(out, y, T, C, NH);
+    if (t == DTK_BF16) heads_merge_bf16<<<B * T, DTK_THREADS, 0, s>>>(out, y, T, C, NH);
+    else heads_merge_f32<<<B * T, DTK_THREADS, 0, s>>>(out, y, T, C, NH);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dtk_heads_split(cudaStream_t s, float *dy, const float *dout, int B, int T, int C, int NH) {
+extern "C" cudaError_t dtk_heads_split(cudaStream_t s, dtk_type t, float *dy, const void *dout, int B, int T, int C,
+                                       int NH) {
     if (bad_shape(B, T, C, NH)) return cudaSuccess;
-    heads_split_kernel<<<B * T, DTK_THREADS, 0, s>>>(dy, dout, T, C, NH);
+    if (t == DTK_BF16) heads_split_bf16<<<B * T, DTK_THREADS, 0, s>>>(dy, dout, T, C, NH);
+    else heads_split_f32<<<B * T, DTK_THREADS, 0, s>>>(dy, dout, T, C, NH);
     return cudaGetLastError();
 }
 
@@ -132,29 +145,33 @@ extern "C" cudaError_t dtk_causal_softmax_bwd(cudaStream_t s, float *datt, const
 // ---- generation: attention of new rows over a key/value cache ----
 
 // Block i copies new row i's key and value into cache row pos0 + i.
-static __global__ void kv_append_kernel(float *kc, float *vc, const float *qkv, int pos0, int C) {
-    const float *row = qkv + (size_t)blockIdx.x * 3 * C;
+template <typename A> static __device__ void kv_append(void *kc_, void *vc_, const void *qkv, int pos0, int C) {
+    const A *row = (const A *)qkv + (size_t)blockIdx.x * 3 * C;
+    A *kc = (A *)kc_, *vc = (A *)vc_;
     const size_t dst = (size_t)(pos0 + blockIdx.x) * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         kc[dst + c] = row[C + c];
         vc[dst + c] = row[2 * C + c];
     }
 }
+DTK_ACT_KERNELS(kv_append, (void *kc, void *vc, const void *qkv, int pos0, int C), (kc, vc, qkv, pos0, C))
 
 // One block per (new row i, head h), at position t = pos0 + i: threads over the keys 0..t
 // write the scores into p (the row's scratch), block reductions give the max and the sum of
 // exp, then threads over the head's columns sum p[j] v[j] in increasing j (deterministic).
 // The reductions end in barriers, so every p[j] is written before any thread reads it.
-static __global__ void attention_cached_kernel(float *out, float *scratch, const float *kc, const float *vc,
-                                               const float *qkv, int pos0, int L, int C, int NH, float scale) {
+template <typename A>
+static __device__ void attention_cached(void *out_, float *scratch, const void *kc_, const void *vc_,
+                                        const void *qkv_, int pos0, int L, int C, int NH, float scale) {
+    const A *kc = (const A *)kc_, *vc = (const A *)vc_, *qkv = (const A *)qkv_;
     const int i = blockIdx.x / NH, h = blockIdx.x - i * NH, hs = C / NH, t = pos0 + i;
-    const float *q = qkv + (size_t)i * 3 * C + (size_t)h * hs;
+    const A *q = qkv + (size_t)i * 3 * C + (size_t)h * hs;
     float *p = scratch + (size_t)blockIdx.x * L;
     float mx = -INFINITY;
     for (int j = threadIdx.x; j <= t; j += blockDim.x) {
-        const float *k = kc + (size_t)j * C + (size_t)h * hs;
+        const A *k = kc + (size_t)j * C + (size_t)h * hs;
         float d = 0.0f;
-        for (int e = 0; e < hs; e++) d += q[e] * k[e];
+        for (int e = 0; e < hs; e++) d += dtk_ld(q, e) * dtk_ld(k, e);
         p[j] = d * scale;
         mx = fmaxf(mx, p[j]);
     }
@@ -167,20 +184,27 @@ static __global__ void attention_cached_kernel(float *out, float *scratch, const
     sum = dtk_block_reduce(sum, DtkSum(), 0.0f);
     const float inv = 1.0f / sum;
     for (int e = threadIdx.x; e < hs; e += blockDim.x) {
-        const float *v = vc + (size_t)h * hs + e;
+        const A *v = vc + (size_t)h * hs + e;
         float acc = 0.0f;
-        for (int j = 0; j <= t; j++) acc += p[j] * v[(size_t)j * C];
-        out[(size_t)i * C + (size_t)h * hs + e] = acc * inv;
+        for (int j = 0; j <= t; j++) acc += p[j] * dtk_ld(v, (size_t)j * C);
+        dtk_st((A *)out_, (size_t)i * C + (size_t)h * hs + e, acc * inv);
     }
 }
+DTK_ACT_KERNELS(attention_cached,
+                (void *out, float *scratch, const void *kc, const void *vc, const void *qkv, int pos0, int L, int C,
+                 int NH, float scale),
+                (out, scratch, kc, vc, qkv, pos0, L, C, NH, scale))
 
-extern "C" cudaError_t dtk_attention_cached(cudaStream_t s, float *out, float *kcache, float *vcache, float *scratch,
-                                            const float *qkv, int pos0, int n, int C, int NH) {
+extern "C" cudaError_t dtk_attention_cached(cudaStream_t s, dtk_type t, void *out, void *kcache, void *vcache,
+                                            float *scratch, const void *qkv, int pos0, int n, int C, int NH) {
     if (n <= 0 || C <= 0 || NH <= 0 || pos0 < 0) return cudaSuccess;
-    kv_append_kernel<<<n, DTK_THREADS, 0, s>>>(kcache, vcache, qkv, pos0, C);
+    if (t == DTK_BF16) kv_append_bf16<<<n, DTK_THREADS, 0, s>>>(kcache, vcache, qkv, pos0, C);
+    else kv_append_f32<<<n, DTK_THREADS, 0, s>>>(kcache, vcache, qkv, pos0, C);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    attention_cached_kernel<<<n * NH, DTK_THREADS, 0, s>>>(out, scratch, kcache, vcache, qkv, pos0, pos0 + n, C, NH,
-                                                           1.0f / sqrtf((float)(C / NH)));
+    const float scale = 1.0f / sqrtf((float)(C / NH));
+    if (t == DTK_BF16)
+        attention_cached_bf16<<<n * NH, DTK_THREADS, 0, s>>>(out, scratch, kcache, vcache, qkv, pos0, pos0 + n, C, NH, scale);
+    else attention_cached_f32<<<n * NH, DTK_THREADS, 0, s>>>(out, scratch, kcache, vcache, qkv, pos0, pos0 + n, C, NH, scale);
     return cudaGetLastError();
 }

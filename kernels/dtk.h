@@ -4,7 +4,9 @@
  * launch status (cudaGetLastError() right after the launch; cudaSuccess for n == 0).
  * Semantics are those of the op of the same name in include/dtrain/ops.h (the CPU backend,
  * src/ops/ops_cpu.c, is the reference the GPU tests compare against). All tensors are row-major
- * float32 unless marked bf16. Every reduction is deterministic: the same inputs give the same
+ * float32 unless marked bf16, except activations: the `void *` buffers of launchers that take a
+ * dtk_type `t` hold elements of that type (the backend's act_dtype), read into float, computed
+ * in float and rounded once when stored. Every reduction is deterministic: the same inputs give the same
  * bits on every run (fixed reduction trees, no floating-point atomics), because replicas must
  * stay bit-identical and a resumed run must match an uninterrupted one.
  *
@@ -24,63 +26,67 @@ extern "C" {
 #else
 typedef unsigned short dtk_bf16;
 #endif
+/* the element of activation buffers */
+typedef enum { DTK_F32 = 0, DTK_BF16 = 1 } dtk_type;
 
 /* out(B,T,C) = wte[tokens[b,t]] + wpe[t] */
-cudaError_t dtk_encoder_fwd(cudaStream_t s, float *out, const int *tokens, const float *wte, const float *wpe, int B,
+cudaError_t dtk_encoder_fwd(cudaStream_t s, dtk_type t, void *out, const int *tokens, const float *wte, const float *wpe, int B,
                             int T, int C);
 /* dwte(V,C) += sum of dout rows whose token is v (summed in increasing (b,t) order);
  * dwpe(T,C) += sum over b of dout[b,t] (in increasing b). */
 size_t dtk_encoder_bwd_work_bytes(int B, int T);
-cudaError_t dtk_encoder_bwd(cudaStream_t s, float *dwte, float *dwpe, const float *dout, const int *tokens, int B,
+cudaError_t dtk_encoder_bwd(cudaStream_t s, dtk_type t, float *dwte, float *dwpe, const void *dout, const int *tokens, int B,
                             int T, int C, void *work, size_t work_bytes);
 
 /* out(N,C) = (inp - mean) * rstd * w + b; mean(N), rstd(N) = 1/sqrt(var + 1e-5) (biased var) */
-cudaError_t dtk_layernorm_fwd(cudaStream_t s, float *out, float *mean, float *rstd, const float *inp, const float *w,
+cudaError_t dtk_layernorm_fwd(cudaStream_t s, dtk_type t, void *out, float *mean, float *rstd, const void *inp, const float *w,
                               const float *b, int N, int C);
 /* dinp(N,C) +=, dw(C) +=, db(C) += (the ops.h layernorm_bwd) */
 size_t dtk_layernorm_bwd_work_bytes(int N, int C);
-cudaError_t dtk_layernorm_bwd(cudaStream_t s, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+cudaError_t dtk_layernorm_bwd(cudaStream_t s, dtk_type t, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                               const float *w, const float *mean, const float *rstd, int N, int C, void *work,
                               size_t work_bytes);
 
 /* GELU, tanh form: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); bwd overwrites dinp */
-cudaError_t dtk_gelu_fwd(cudaStream_t s, float *out, const float *inp, size_t n);
-cudaError_t dtk_gelu_bwd(cudaStream_t s, float *dinp, const float *inp, const float *dout, size_t n);
+cudaError_t dtk_gelu_fwd(cudaStream_t s, dtk_type t, void *out, const void *inp, size_t n);
+cudaError_t dtk_gelu_bwd(cudaStream_t s, dtk_type t, void *dinp, const void *inp, const void *dout, size_t n);
 
 /* out = a + b (out may alias a or b);  x *= scale */
-cudaError_t dtk_add(cudaStream_t s, float *out, const float *a, const float *b, size_t n);
+cudaError_t dtk_add(cudaStream_t s, dtk_type t, void *out, const void *a, const void *b, size_t n);
 cudaError_t dtk_scale(cudaStream_t s, float *x, size_t n, float scale);
 
 /* dbias(N) += column sums of dout(M,N) (rows summed in a fixed order) */
 size_t dtk_bias_bwd_work_bytes(int M, int N);
-cudaError_t dtk_bias_bwd(cudaStream_t s, float *dbias, const float *dout, int M, int N, void *work,
+cudaError_t dtk_bias_bwd(cudaStream_t s, dtk_type t, float *dbias, const void *dout, int M, int N, void *work,
                          size_t work_bytes);
 
 /* Row-wise softmax + cross-entropy over logits(N,V): probs(N,V) (may alias logits),
  * losses(N) = -log probs[n, targets[n]]; targets[n] < 0: loss 0 (probs still written). */
-cudaError_t dtk_xent_fwd(cudaStream_t s, float *losses, float *probs, const float *logits, const int *targets, int N,
+cudaError_t dtk_xent_fwd(cudaStream_t s, dtk_type t, float *losses, void *probs, const void *logits, const int *targets, int N,
                          int V);
 /* dlogits(N,V) = (probs - onehot(targets)) * scale; rows with targets < 0 are all 0;
  * dlogits may alias probs. */
 /* losses as dtk_xent_fwd and dlogits as dtk_xent_bwd would give them, in one launch (the
  * probabilities never stored); dlogits may alias logits */
-cudaError_t dtk_xent_fused(cudaStream_t s, float *losses, float *dlogits, const float *logits, const int *targets,
+cudaError_t dtk_xent_fused(cudaStream_t s, dtk_type t, float *losses, void *dlogits, const void *logits, const int *targets,
                            float scale, int N, int V);
-cudaError_t dtk_xent_bwd(cudaStream_t s, float *dlogits, const float *probs, const int *targets, float scale, int N,
+cudaError_t dtk_xent_bwd(cudaStream_t s, dtk_type t, void *dlogits, const void *probs, const int *targets, float scale, int N,
                          int V);
 
 /* out(n,C) = x[rows[i]];  dx[rows[i]] += dout(n,C) (i in increasing order, duplicates allowed) */
-cudaError_t dtk_gather_rows(cudaStream_t s, float *out, const float *x, const int *rows, int n, int C);
-cudaError_t dtk_scatter_add_rows(cudaStream_t s, float *dx, const float *dout, const int *rows, int n, int C);
+cudaError_t dtk_gather_rows(cudaStream_t s, dtk_type t, void *out, const void *x, const int *rows, int n, int C);
+cudaError_t dtk_scatter_add_rows(cudaStream_t s, dtk_type t, void *dx, const void *dout, const int *rows, int n, int C);
 
 /* Attention helpers. qkv(B,T,3C) laid out [q | k | v], head h at columns h*hs.. (hs = C/NH).
  * permute: q,k,v (B,NH,T,hs) each from qkv. unpermute: dqkv(B,T,3C) from dq,dk,dv (B,NH,T,hs).
- * merge_heads: out(B,T,C) from y(B,NH,T,hs); split_heads: dy(B,NH,T,hs) from dout(B,T,C). */
-cudaError_t dtk_qkv_split(cudaStream_t s, float *q, float *k, float *v, const float *qkv, int B, int T, int C, int NH);
-cudaError_t dtk_qkv_merge(cudaStream_t s, float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T,
-                          int C, int NH);
-cudaError_t dtk_heads_merge(cudaStream_t s, float *out, const float *y, int B, int T, int C, int NH);
-cudaError_t dtk_heads_split(cudaStream_t s, float *dy, const float *dout, int B, int T, int C, int NH);
+ * merge_heads: out(B,T,C) from y(B,NH,T,hs); split_heads: dy(B,NH,T,hs) from dout(B,T,C).
+ * qkv, dqkv, out and dout are activations; the per-head q, k, v, y, dy, dq, dk, dv are float. */
+cudaError_t dtk_qkv_split(cudaStream_t s, dtk_type t, float *q, float *k, float *v, const void *qkv, int B, int T, int C,
+                          int NH);
+cudaError_t dtk_qkv_merge(cudaStream_t s, dtk_type t, void *dqkv, const float *dq, const float *dk, const float *dv,
+                          int B, int T, int C, int NH);
+cudaError_t dtk_heads_merge(cudaStream_t s, dtk_type t, void *out, const float *y, int B, int T, int C, int NH);
+cudaError_t dtk_heads_split(cudaStream_t s, dtk_type t, float *dy, const void *dout, int B, int T, int C, int NH);
 /* In place over att(BH,T,T): row t becomes softmax(scale * att[t, 0..t]) at columns 0..t and
  * exact 0 at columns t+1..T-1 (causal). */
 cudaError_t dtk_causal_softmax_fwd(cudaStream_t s, float *att, int BH, int T, float scale);
@@ -92,8 +98,8 @@ cudaError_t dtk_causal_softmax_bwd(cudaStream_t s, float *datt, const float *att
  * (ops.h attention_cached): the rows' keys and values are copied from qkv(n,3C) into rows
  * pos0.. of kcache and vcache (C wide), then out(n,C) = softmax(scale q k^T) v over cache rows
  * 0..pos0+i for new row i. scratch: n*NH*(pos0+n) floats (the probabilities). */
-cudaError_t dtk_attention_cached(cudaStream_t s, float *out, float *kcache, float *vcache, float *scratch,
-                                 const float *qkv, int pos0, int n, int C, int NH);
+cudaError_t dtk_attention_cached(cudaStream_t s, dtk_type t, void *out, void *kcache, void *vcache, float *scratch,
+                                 const void *qkv, int pos0, int n, int C, int NH);
 
 /* One stretch of the AdamW update in device memory: elements start.. of the flattened pieces
  * (start: the sum of the earlier pieces' lengths, increasing) are p/g[offset..], m/v[moff..];
@@ -116,10 +122,10 @@ cudaError_t dtk_sumsq(cudaStream_t s, double *out, const float *x, size_t n, voi
 
 /* idx(N) = column of the largest element of row n of x(N,V), the first one on ties
  * (kernels/argmax.cu) */
-cudaError_t dtk_argmax(cudaStream_t s, int *idx, const float *x, int N, int V);
+cudaError_t dtk_argmax(cudaStream_t s, dtk_type t, int *idx, const void *x, int N, int V);
 /* out(M,N) += bias(N) on every row (kernels/argmax.cu; used where cuBLASLt offers no bias
  * epilogue for a shape) */
-cudaError_t dtk_add_bias(cudaStream_t s, float *out, const float *bias, int M, int N);
+cudaError_t dtk_add_bias(cudaStream_t s, dtk_type t, void *out, const float *bias, int M, int N);
 
 /* out(n) = bf16 round-to-nearest-even of in(n) */
 cudaError_t dtk_cast_bf16(cudaStream_t s, dtk_bf16 *out, const float *in, size_t n);

@@ -3,6 +3,7 @@
 #ifndef DTRAIN_DTK_COMMON_CUH
 #define DTRAIN_DTK_COMMON_CUH
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
 
@@ -18,6 +19,23 @@ static inline unsigned dtk_blocks(size_t n) {
 }
 
 static inline size_t dtk_align(size_t bytes) { return (bytes + DTK_WORK_ALIGN - 1) / DTK_WORK_ALIGN * DTK_WORK_ALIGN; }
+
+// Activations are float or bf16 (dtk.h dtk_type): kernels that read or write them are
+// templates over the element A, computing in float; dtk_ld widens an element (exactly),
+// dtk_st rounds a float into one (round to nearest even for bf16). For float both are plain
+// loads and stores, so the float kernels' arithmetic is what it was.
+__device__ inline float dtk_ld(const float *p, size_t i) { return p[i]; }
+__device__ inline float dtk_ld(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
+__device__ inline void dtk_st(float *p, size_t i, float v) { p[i] = v; }
+__device__ inline void dtk_st(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+// Two plain-named kernels, NAME_f32 and NAME_bf16, around the template body NAME<A> (a
+// __device__ function whose activation parameters are void pointers it casts to A): PARAMS is
+// the parameter list, ARGS the arguments. Launch sites name a plain kernel, one of the two
+// (tests/mockgpu rewrites `name<<<...>>>(`).
+#define DTK_ACT_KERNELS(NAME, PARAMS, ARGS)                                                                            \
+    static __global__ void NAME##_f32 PARAMS { NAME<float> ARGS; }                                                     \
+    static __global__ void NAME##_bf16 PARAMS { NAME<__nv_bfloat16> ARGS; }
 
 struct DtkSum {
     template <typename T> __device__ T operator()(T a, T b) const { return a + b; }

@@ -17,26 +17,35 @@ static __device__ inline float gelu_exp(float x) {
 }
 
 // out = 0.5 x (1 + tanh u) = x / (1 + exp(-2u)) (the CPU's form: no cancellation for x << 0)
-static __global__ void gelu_fwd_kernel(float *out, const float *inp, size_t n) {
+template <typename A> static __device__ void gelu_fwd(void *out_, const void *inp_, size_t n) {
+    A *out = (A *)out_;
+    const A *inp = (const A *)inp_;
     GRID_STRIDE(i, n) {
-        const float x = inp[i];
-        out[i] = x / (1.0f + gelu_exp(x));
+        const float x = dtk_ld(inp, i);
+        dtk_st(out, i, x / (1.0f + gelu_exp(x)));
     }
 }
+DTK_ACT_KERNELS(gelu_fwd, (void *out, const void *inp, size_t n), (out, inp, n))
 
 // gelu'(x) = s + 2 x s (1 - s) u' with s = 1 / (1 + e), 1 - s = e s, u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
-static __global__ void gelu_bwd_kernel(float *dinp, const float *inp, const float *dout, size_t n) {
+template <typename A> static __device__ void gelu_bwd(void *dinp_, const void *inp_, const void *dout_, size_t n) {
+    A *dinp = (A *)dinp_;
+    const A *inp = (const A *)inp_, *dout = (const A *)dout_;
     GRID_STRIDE(i, n) {
-        const float x = inp[i], e = gelu_exp(x);
+        const float x = dtk_ld(inp, i), e = gelu_exp(x);
         const float sg = 1.0f / (1.0f + e);
         const float g = sg + 2.0f * x * sg * (e * sg) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = g * dout[i];
+        dtk_st(dinp, i, g * dtk_ld(dout, i));
     }
 }
+DTK_ACT_KERNELS(gelu_bwd, (void *dinp, const void *inp, const void *dout, size_t n), (dinp, inp, dout, n))
 
-static __global__ void add_kernel(float *out, const float *a, const float *b, size_t n) {
-    GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+template <typename A> static __device__ void add(void *out_, const void *a_, const void *b_, size_t n) {
+    A *out = (A *)out_;
+    const A *a = (const A *)a_, *b = (const A *)b_;
+    GRID_STRIDE(i, n) dtk_st(out, i, dtk_ld(a, i) + dtk_ld(b, i));
 }
+DTK_ACT_KERNELS(add, (void *out, const void *a, const void *b, size_t n), (out, a, b, n))
 
 static __global__ void scale_kernel(float *x, size_t n, float scale) { GRID_STRIDE(i, n) x[i] *= scale; }
 
@@ -48,21 +57,25 @@ static __global__ void widen_bf16_kernel(float *out, const __nv_bfloat16 *in, si
     GRID_STRIDE(i, n) out[i] = __bfloat162float(in[i]);
 }
 
-extern "C" cudaError_t dtk_gelu_fwd(cudaStream_t s, float *out, const float *inp, size_t n) {
+extern "C" cudaError_t dtk_gelu_fwd(cudaStream_t s, dtk_type t, void *out, const void *inp, size_t n) {
     if (n == 0) return cudaSuccess;
-    gelu_fwd_kernel<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, inp, n);
+    if (t == DTK_BF16) gelu_fwd_bf16<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, inp, n);
+    else gelu_fwd_f32<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, inp, n);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dtk_gelu_bwd(cudaStream_t s, float *dinp, const float *inp, const float *dout, size_t n) {
+extern "C" cudaError_t dtk_gelu_bwd(cudaStream_t s, dtk_type t, void *dinp, const void *inp, const void *dout,
+                                    size_t n) {
     if (n == 0) return cudaSuccess;
-    gelu_bwd_kernel<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(dinp, inp, dout, n);
+    if (t == DTK_BF16) gelu_bwd_bf16<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(dinp, inp, dout, n);
+    else gelu_bwd_f32<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(dinp, inp, dout, n);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dtk_add(cudaStream_t s, float *out, const float *a, const float *b, size_t n) {
+extern "C" cudaError_t dtk_add(cudaStream_t s, dtk_type t, void *out, const void *a, const void *b, size_t n) {
     if (n == 0) return cudaSuccess;
-    add_kernel<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, a, b, n);
+    if (t == DTK_BF16) add_bf16<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, a, b, n);
+    else add_f32<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, a, b, n);
     return cudaGetLastError();
 }
 
@@ -85,28 +98,39 @@ extern "C" cudaError_t dtk_widen_bf16(cudaStream_t s, float *out, const dtk_bf16
 }
 
 // One block per output row i, threads over the columns.
-static __global__ void gather_rows_kernel(float *out, const float *x, const int *rows, int C) {
-    const float *src = x + (size_t)rows[blockIdx.x] * C;
-    float *dst = out + (size_t)blockIdx.x * C;
+template <typename A> static __device__ void gather_rows(void *out_, const void *x_, const int *rows, int C) {
+    const A *src = (const A *)x_ + (size_t)rows[blockIdx.x] * C;
+    A *dst = (A *)out_ + (size_t)blockIdx.x * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) dst[c] = src[c];
 }
+DTK_ACT_KERNELS(gather_rows, (void *out, const void *x, const int *rows, int C), (out, x, rows, C))
 
 // One thread per column, rows i = 0..n-1 in order: duplicate rows accumulate in the same
-// order as on the CPU, with no atomics.
-static __global__ void scatter_add_rows_kernel(float *dx, const float *dout, const int *rows, int n, int C) {
+// order as on the CPU, with no atomics (bf16: each sum in float, rounded as it is stored).
+template <typename A>
+static __device__ void scatter_add_rows(void *dx_, const void *dout_, const int *rows, int n, int C) {
+    A *dx = (A *)dx_;
+    const A *dout = (const A *)dout_;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x)
-        for (int i = 0; i < n; i++) dx[(size_t)rows[i] * C + c] += dout[(size_t)i * C + c];
+        for (int i = 0; i < n; i++) {
+            const size_t k = (size_t)rows[i] * C + c;
+            dtk_st(dx, k, dtk_ld(dx, k) + dtk_ld(dout, (size_t)i * C + c));
+        }
 }
+DTK_ACT_KERNELS(scatter_add_rows, (void *dx, const void *dout, const int *rows, int n, int C), (dx, dout, rows, n, C))
 
-extern "C" cudaError_t dtk_gather_rows(cudaStream_t s, float *out, const float *x, const int *rows, int n, int C) {
+extern "C" cudaError_t dtk_gather_rows(cudaStream_t s, dtk_type t, void *out, const void *x, const int *rows, int n,
+                                       int C) {
     if (n <= 0 || C <= 0) return cudaSuccess;
-    gather_rows_kernel<<<n, DTK_THREADS, 0, s>>>(out, x, rows, C);
+    if (t == DTK_BF16) gather_rows_bf16<<<n, DTK_THREADS, 0, s>>>(out, x, rows, C);
+    else gather_rows_f32<<<n, DTK_THREADS, 0, s>>>(out, x, rows, C);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dtk_scatter_add_rows(cudaStream_t s, float *dx, const float *dout, const int *rows, int n,
-                                            int C) {
+extern "C" cudaError_t dtk_scatter_add_rows(cudaStream_t s, dtk_type t, void *dx, const void *dout, const int *rows,
+                                            int n, int C) {
     if (n <= 0 || C <= 0) return cudaSuccess;
-    scatter_add_rows_kernel<<<dtk_blocks((size_t)C), DTK_THREADS, 0, s>>>(dx, dout, rows, n, C);
+    if (t == DTK_BF16) scatter_add_rows_bf16<<<dtk_blocks((size_t)C), DTK_THREADS, 0, s>>>(dx, dout, rows, n, C);
+    else scatter_add_rows_f32<<<dtk_blocks((size_t)C), DTK_THREADS, 0, s>>>(dx, dout, rows, n, C);
     return cudaGetLastError();
 }

@@ -7,30 +7,35 @@
 #include "dtk_common.cuh"
 
 // One block per (b,t) row, threads over the C columns.
-static __global__ void encoder_fwd_kernel(float *out, const int *tokens, const float *wte, const float *wpe, int T,
-                                          int C) {
+template <typename A>
+static __device__ void encoder_fwd(void *out, const int *tokens, const float *wte, const float *wpe, int T, int C) {
     const int bt = blockIdx.x, t = bt % T;
     const float *e = wte + (size_t)tokens[bt] * C, *p = wpe + (size_t)t * C;
-    float *o = out + (size_t)bt * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = e[c] + p[c];
+    A *o = (A *)out + (size_t)bt * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) dtk_st(o, c, e[c] + p[c]);
 }
+DTK_ACT_KERNELS(encoder_fwd, (void *out, const int *tokens, const float *wte, const float *wpe, int T, int C),
+                (out, tokens, wte, wpe, T, C))
 
-extern "C" cudaError_t dtk_encoder_fwd(cudaStream_t s, float *out, const int *tokens, const float *wte,
+extern "C" cudaError_t dtk_encoder_fwd(cudaStream_t s, dtk_type t, void *out, const int *tokens, const float *wte,
                                        const float *wpe, int B, int T, int C) {
     if (B <= 0 || T <= 0 || C <= 0) return cudaSuccess;
-    encoder_fwd_kernel<<<B * T, DTK_THREADS, 0, s>>>(out, tokens, wte, wpe, T, C);
+    if (t == DTK_BF16) encoder_fwd_bf16<<<B * T, DTK_THREADS, 0, s>>>(out, tokens, wte, wpe, T, C);
+    else encoder_fwd_f32<<<B * T, DTK_THREADS, 0, s>>>(out, tokens, wte, wpe, T, C);
     return cudaGetLastError();
 }
 
 // dwpe[t,c] += dout[0,t,c] + dout[1,t,c] + ... in increasing b. With tc = t*C + c the
 // element of batch b is dout[b*T*C + tc].
-static __global__ void dwpe_kernel(float *dwpe, const float *dout, int B, size_t TC) {
+template <typename A> static __device__ void dwpe_sum(float *dwpe, const void *dout_, int B, size_t TC) {
+    const A *dout = (const A *)dout_;
     for (size_t tc = (size_t)blockIdx.x * blockDim.x + threadIdx.x; tc < TC; tc += (size_t)gridDim.x * blockDim.x) {
         float acc = dwpe[tc];
-        for (int b = 0; b < B; b++) acc += dout[(size_t)b * TC + tc];
+        for (int b = 0; b < B; b++) acc += dtk_ld(dout, (size_t)b * TC + tc);
         dwpe[tc] = acc;
     }
 }
+DTK_ACT_KERNELS(dwpe_sum, (float *dwpe, const void *dout, int B, size_t TC), (dwpe, dout, B, TC))
 
 static __global__ void iota_kernel(int *x, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] = i;
@@ -40,17 +45,20 @@ static __global__ void iota_kernel(int *x, int n) {
 // sorted position i; only the first position of a run of equal tokens does work: its
 // threads (columns, strided over grid.y) add the run's dout rows into the token's dwte row
 // in sorted order, which the stable sort made increasing (b,t) order.
-static __global__ void dwte_runs_kernel(float *dwte, const float *dout, const int *keys, const int *idx, int BT,
-                                        int C) {
+template <typename A>
+static __device__ void dwte_runs(float *dwte, const void *dout_, const int *keys, const int *idx, int BT, int C) {
+    const A *dout = (const A *)dout_;
     const int i = blockIdx.x, tok = keys[i];
     if (i > 0 && keys[i - 1] == tok) return;
     float *d = dwte + (size_t)tok * C;
     for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < C; c += gridDim.y * blockDim.x) {
         float acc = d[c];
-        for (int j = i; j < BT && keys[j] == tok; j++) acc += dout[(size_t)idx[j] * C + c];
+        for (int j = i; j < BT && keys[j] == tok; j++) acc += dtk_ld(dout, (size_t)idx[j] * C + c);
         d[c] = acc;
     }
 }
+DTK_ACT_KERNELS(dwte_runs, (float *dwte, const void *dout, const int *keys, const int *idx, int BT, int C),
+                (dwte, dout, keys, idx, BT, C))
 
 // CUB's scratch for sorting n (int key, int value) pairs; asks the runtime for the device's
 // PTX version (no GPU work). 0 on failure.
@@ -71,8 +79,8 @@ extern "C" size_t dtk_encoder_bwd_work_bytes(int B, int T) {
     return 3 * dtk_align((size_t)BT * sizeof(int)) + dtk_align(temp);
 }
 
-extern "C" cudaError_t dtk_encoder_bwd(cudaStream_t s, float *dwte, float *dwpe, const float *dout, const int *tokens,
-                                       int B, int T, int C, void *work, size_t work_bytes) {
+extern "C" cudaError_t dtk_encoder_bwd(cudaStream_t s, dtk_type t, float *dwte, float *dwpe, const void *dout,
+                                       const int *tokens, int B, int T, int C, void *work, size_t work_bytes) {
     if (B <= 0 || T <= 0 || C <= 0) return cudaSuccess;
     const int BT = B * T;
     const size_t arr = dtk_align((size_t)BT * sizeof(int));
@@ -83,7 +91,8 @@ extern "C" cudaError_t dtk_encoder_bwd(cudaStream_t s, float *dwte, float *dwpe,
     void *cub_temp = w + 3 * arr;
 
     const size_t TC = (size_t)T * C;
-    dwpe_kernel<<<dtk_blocks(TC), DTK_THREADS, 0, s>>>(dwpe, dout, B, TC);
+    if (t == DTK_BF16) dwpe_sum_bf16<<<dtk_blocks(TC), DTK_THREADS, 0, s>>>(dwpe, dout, B, TC);
+    else dwpe_sum_f32<<<dtk_blocks(TC), DTK_THREADS, 0, s>>>(dwpe, dout, B, TC);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     iota_kernel<<<dtk_blocks((size_t)BT), DTK_THREADS, 0, s>>>(pos, BT);
@@ -93,6 +102,7 @@ extern "C" cudaError_t dtk_encoder_bwd(cudaStream_t s, float *dwte, float *dwpe,
     if (e != cudaSuccess) return e;
     const unsigned col_blocks = (unsigned)((C + DTK_THREADS - 1) / DTK_THREADS);
     const dim3 grid((unsigned)BT, col_blocks < 65535u ? col_blocks : 65535u);
-    dwte_runs_kernel<<<grid, DTK_THREADS, 0, s>>>(dwte, dout, keys, idx, BT, C);
+    if (t == DTK_BF16) dwte_runs_bf16<<<grid, DTK_THREADS, 0, s>>>(dwte, dout, keys, idx, BT, C);
+    else dwte_runs_f32<<<grid, DTK_THREADS, 0, s>>>(dwte, dout, keys, idx, BT, C);
     return cudaGetLastError();
 }

@@ -23,6 +23,8 @@
 #   libgfortran5 libquadmath0            what libopenblas0-openmp loads (unpacked only where the
 #                                        server lacks them)
 #   pkgconf pkgconf-bin libpkgconf3      pkg-config, which CMake needs (used only where missing)
+# and the wheel nvidia-cudnn-frontend (pip download, a pinned version and checksum: the header-only
+# cuDNN frontend that cuDNN attention is built with; gpu-check.sh unpacks it into its build tree)
 # The result is tied to this machine's release (glibc): MANIFEST.txt says which glibc the
 # libraries need at least; the server's must be that or newer.
 set -euo pipefail
@@ -105,7 +107,10 @@ fi
 mkdir -p "$DEST"
 rm -f "$DEST"/*.deb "$DEST/SHA256SUMS" "$DEST/MANIFEST.txt"
 mv "$tmp"/debs/*.deb "$DEST"/
-(cd "$DEST" && sha256sum -- *.deb >SHA256SUMS)
+# the cuDNN frontend's headers travel as their PyPI wheel (scripts/cudnn-frontend.sh: pinned, checked)
+rm -f "$DEST"/nvidia_cudnn_frontend-*.whl
+scripts/cudnn-frontend.sh download "$DEST" >/dev/null
+(cd "$DEST" && sha256sum -- *.deb ./*.whl >SHA256SUMS)
 {
   echo "# dtrain third_party/debs: written by scripts/fetch-debs.sh on $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   # shellcheck source=/dev/null
@@ -115,6 +120,7 @@ mv "$tmp"/debs/*.deb "$DEST"/
   for f in "$DEST"/*.deb; do
     echo "$(dpkg-deb -f "$f" Package) $(dpkg-deb -f "$f" Version) $(dpkg-deb -f "$f" Architecture) $(basename "$f")"
   done
+  for f in "$DEST"/*.whl; do echo "nvidia-cudnn-frontend (PyPI) - - $(basename "$f")"; done
 } >"$DEST/MANIFEST.txt"
 size=$(du -sh "$DEST" | cut -f1)
 echo "fetch-debs: $n packages ($size) in $DEST, with SHA256SUMS and MANIFEST.txt; they need glibc >= $glibc"

@@ -352,6 +352,13 @@ step_build() {
   fi
   local extra=() a
   while IFS= read -r a; do [ -n "$a" ] && extra+=("$a"); done <<<"${GPU_CHECK_CMAKE_ARGS:-}"
+  # the cuDNN frontend's headers (cuDNN attention): from the wheel fetch-debs.sh put next to the
+  # .debs, else downloaded where there is a network
+  echo "--- scripts/cudnn-frontend.sh unpack $BUILD $DEBS"
+  if ! "$ROOT/scripts/cudnn-frontend.sh" unpack "$BUILD" "$DEBS"; then
+    note "no cuDNN frontend headers: put $("$ROOT/scripts/cudnn-frontend.sh" wheel) in $DEBS (scripts/fetch-debs.sh)"
+    return 1
+  fi
   echo "--- configure: cmake -S $ROOT -B $BUILD -DDTRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH -DCMAKE_BUILD_TYPE=Release ${extra[*]}"
   cmake -S "$ROOT" -B "$BUILD" -DDTRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" -DCMAKE_BUILD_TYPE=Release "${extra[@]}" \
     2>&1 | tee "$WORK/configure.out"

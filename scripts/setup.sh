@@ -2,7 +2,9 @@
 # setup.sh — installs what dtrain needs (Debian/Ubuntu: apt-get) and builds it into build/
 # (the build also tokenizes the shipped language-modelling corpus into data/tinytext/*.bin).
 # Safe to run again: it only does what is missing. Environment: BUILD_DIR (default build), DTRAIN_CUDA (AUTO|ON|OFF,
-# default AUTO: the CUDA backend is built when nvcc, cuBLAS, cuDNN and NCCL are installed),
+# default AUTO: the CUDA backend is built when nvcc, cuBLAS, cuDNN and NCCL are installed; its
+# cuDNN frontend headers are then unpacked into BUILD_DIR/_deps from the pinned PyPI wheel, taken
+# from third_party/debs (or DTRAIN_WHEELS) when scripts/fetch-debs.sh put it there, else downloaded),
 # DTRAIN_TEST_TOOLS=1 (what the tests need besides: python3 with venv, the tensorboard
 # package in BUILD_DIR/venv for reading event files back, tokenizers, the BPE tokenizer's
 # oracle, and transformers (without PyTorch), which loads what export --format hf writes; Open MPI's mpirun and development
@@ -42,6 +44,14 @@ if [ "${DTRAIN_TEST_TOOLS:-0}" = 1 ]; then
   # venv needs ensurepip, which Debian ships separately
   python3 -c "import ensurepip" >/dev/null 2>&1 || need[python3-venv]=/nonexistent
 fi
+# the CUDA backend's build (nvcc installed, DTRAIN_CUDA not OFF) also needs the cuDNN frontend's
+# headers, from a PyPI wheel (scripts/cudnn-frontend.sh): python3 and pip
+HAVE_NVCC=0
+if [ "$DTRAIN_CUDA" != OFF ] && { command -v nvcc >/dev/null || [ -x "${CUDACXX:-/usr/local/cuda/bin/nvcc}" ]; }; then
+  HAVE_NVCC=1
+  need[python3]=/usr/bin/python3
+  python3 -m pip --version >/dev/null 2>&1 || need[python3-pip]=/nonexistent
+fi
 missing=()
 for pkg in "${!need[@]}"; do
   if [ ! -e "${need[$pkg]}" ] && ! dpkg -s "$pkg" >/dev/null 2>&1; then missing+=("$pkg"); fi
@@ -55,6 +65,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+if [ "$HAVE_NVCC" = 1 ]; then
+  scripts/cudnn-frontend.sh unpack "$BUILD_DIR" "${DTRAIN_WHEELS:-third_party/debs}" \
+    || { [ "$DTRAIN_CUDA" = ON ] && exit 1; echo "setup: no cuDNN frontend: the CUDA backend will not be built" >&2; }
+fi
 cmake -S . -B "$BUILD_DIR" -DDTRAIN_CUDA="$DTRAIN_CUDA" -DCMAKE_BUILD_TYPE=Release >"$BUILD_DIR.cmake.log" 2>&1 \
   || { cat "$BUILD_DIR.cmake.log" >&2; exit 1; }
 rm -f "$BUILD_DIR.cmake.log"

@@ -317,16 +317,27 @@ static dt_dtype bf16_acts(int bf16) {
     (void)bf16;
     return DT_DTYPE_BF16;
 }
+/* a backend whose attention keeps statistics (B,NH,T) floats, not probabilities, and needs no
+ * backward scratch (as cuDNN's fused attention): with ctx, a different answer than without,
+ * so that init must ask the open backend */
+static int stats_attention(void *ctx, int B, int T, int C, int NH, int bf16, size_t *att, size_t *datt) {
+    (void)C, (void)bf16;
+    *att = (size_t)B * NH * T * sizeof(float) * (ctx ? 1 : 2);
+    *datt = 0;
+    return 0;
+}
 
 static void test_memory_table(void) {
     dt_backend *cpu;
     CHECK(dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = 1}, &cpu) == DT_OK);
     g_cpu_ops = cpu->ops;
     /* the CPU backend with its allocations counted; then one whose activations are bf16 */
-    dt_ops counting = *cpu->ops, counting16;
+    dt_ops counting = *cpu->ops, counting16, fused;
     counting.alloc = counting_alloc;
     counting16 = counting;
     counting16.act_dtype = bf16_acts;
+    fused = counting;
+    fused.attention_bytes = stats_attention;
     const dt_model_cfg shapes[] = {
         {.vocab_size = 67, .n_positions = 16, .n_layer = 2, .n_head = 4, .n_embd = 32, .seq_len = 16, .max_batch = 3},
         {.vocab_size = 257, .n_positions = 9, .n_layer = 3, .n_head = 3, .n_embd = 12, .num_labels = 3, .seq_len = 9,
@@ -334,24 +345,37 @@ static void test_memory_table(void) {
         {.vocab_size = 2, .n_positions = 1, .n_layer = 1, .n_head = 1, .n_embd = 1, .seq_len = 1, .max_batch = 1},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        for (int half = 0; half < 2; half++) {
-            dt_backend be = {half ? &counting16 : &counting, cpu->ctx};
-            const dt_dtype act = half ? DT_DTYPE_BF16 : DT_DTYPE_F32;
+        const dt_ops *const variants[] = {&counting, &counting16, &fused};
+        for (int v = 0; v < 3; v++) {
+            dt_backend be = {variants[v], cpu->ctx};
             dt_model *m;
             g_alloc_bytes = 0;
             g_allocs = 0;
             CHECK(dt_model_init(&m, &shapes[i], &be) == DT_OK);
             CHECK_INT_EQ(g_allocs, 3); /* parameters, gradients and one arena for every activation */
-            CHECK_INT_EQ(g_alloc_bytes, dt_model_memory_bytes(&shapes[i], act));
+            if (v < 2) CHECK_INT_EQ(g_alloc_bytes, dt_model_memory_bytes(&shapes[i], variants[v], 0));
             dt_model_free(m);
         }
         /* bf16 activations make the arena smaller (the element type is the backend's), except
          * where every buffer is below the 256-byte alignment anyway */
         size_t p2 = 2 * dt_model_count_params(&shapes[i]) * sizeof(float);
-        size_t a32 = dt_model_memory_bytes(&shapes[i], DT_DTYPE_F32) - p2;
-        size_t a16 = dt_model_memory_bytes(&shapes[i], DT_DTYPE_BF16) - p2;
+        size_t a32 = dt_model_memory_bytes(&shapes[i], &counting, 0) - p2;
+        size_t a16 = dt_model_memory_bytes(&shapes[i], &counting16, 0) - p2;
         CHECK(a16 <= a32);
         if (shapes[i].n_embd > 1) CHECK(a16 < a32);
+        /* attention's buffers are the backend's: init sizes them by the open backend's answer
+         * (half the estimate here), the estimate by its answer without one */
+        g_alloc_bytes = 0;
+        dt_model *m;
+        dt_backend fb = {&fused, cpu->ctx};
+        CHECK(dt_model_init(&m, &shapes[i], &fb) == DT_OK);
+        const size_t stats = (size_t)shapes[i].max_batch * shapes[i].n_head * shapes[i].seq_len * sizeof(float);
+        const size_t est = dt_model_memory_bytes(&shapes[i], &fused, 0);
+        CHECK(est < dt_model_memory_bytes(&shapes[i], &counting, 0) || shapes[i].seq_len == 1);
+        /* per layer the estimate holds 2 * stats, init 1 * stats (each rounded to 256 bytes) */
+        const size_t r1 = (stats + 255) & ~(size_t)255, r2 = (2 * stats + 255) & ~(size_t)255;
+        CHECK_INT_EQ(est - g_alloc_bytes, (size_t)shapes[i].n_layer * (r2 - r1));
+        dt_model_free(m);
     }
     /* the model runs on what it was given: a forward pass through the counted CPU backend */
     dt_backend be = {&counting, cpu->ctx};

@@ -461,7 +461,7 @@ static void att_case(int B, int T, int C, int NH, size_t max_checks, float eps) 
     float *dqkv = falloc(nqkv), *datt = falloc(natt);
     ffill(dqkv, nqkv, GARBAGE); /* overwritten */
     ffill(datt, natt, GARBAGE); /* scratch */
-    be->ops->attention_bwd(be->ctx, A(dqkv), A(datt), A(s.R), A(s.qkv), A(s.att), B, T, C, NH);
+    be->ops->attention_bwd(be->ctx, A(dqkv), A(datt), A(s.R), A(s.qkv), A(s.out), A(s.att), B, T, C, NH);
     check_overwritten(dqkv, nqkv);
     fd_check_eps("attention dqkv", att_loss, &s, s.qkv, dqkv, nqkv, max_checks, eps);
     bfree(dqkv), bfree(datt);
@@ -488,7 +488,7 @@ static void test_attention_determinism(void) {
         out[r] = falloc(nout), att[r] = falloc(natt);
         dqkv[r] = falloc(nqkv), datt[r] = falloc(natt);
         be->ops->attention_fwd(be->ctx, A(out[r]), A(att[r]), A(qkv), B, T, C, NH);
-        be->ops->attention_bwd(be->ctx, A(dqkv[r]), A(datt[r]), A(dout), A(qkv), A(att[r]), B, T, C, NH);
+        be->ops->attention_bwd(be->ctx, A(dqkv[r]), A(datt[r]), A(dout), A(qkv), A(out[r]), A(att[r]), B, T, C, NH);
     }
     CHECK(memcmp(out[0], out[1], nout * sizeof(float)) == 0);
     CHECK(memcmp(att[0], att[1], natt * sizeof(float)) == 0);

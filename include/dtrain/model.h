@@ -80,10 +80,11 @@ void dt_model_params_changed(dt_model *m);
  * N = matmul parameters incl. the LM head); static so --dry-run can print it. */
 double dt_model_flops_per_token(const dt_model_cfg *cfg);
 size_t dt_model_count_params(const dt_model_cfg *cfg);
-/* Bytes of backend memory init allocates for this shape on a backend whose activations are
- * `act` elements: parameters, gradients and the activation arena, from the same table init
- * allocates by (static, for --dry-run). */
-size_t dt_model_memory_bytes(const dt_model_cfg *cfg, dt_dtype act);
+/* Bytes of backend memory init allocates for this shape on backend `ops` at precision bf16
+ * (0/1): parameters, gradients and the activation arena, from the same table init allocates
+ * by (static, for --dry-run: the backend's estimate of what its attention keeps, ops.h
+ * attention_bytes). */
+size_t dt_model_memory_bytes(const dt_model_cfg *cfg, const dt_ops *ops, int bf16);
 /* The largest call of each op family forward and backward make for this shape: what a
  * backend sizes its scratch by (ops.h). */
 void dt_model_op_sizes(const dt_model_cfg *cfg, dt_op_sizes *out);

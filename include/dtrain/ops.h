@@ -149,14 +149,25 @@ struct dt_ops {
     void (*matmul_bwd)(void *ctx, dt_act *dinp, float *dw, float *dbias, const dt_act *dout,
                        const dt_act *inp, const float *w, int M, int K, int N, int w_trans);
 
+    /* The backend memory one attention_fwd call of (B,T,C,NH) keeps for backward (*att) and
+     * the scratch attention_bwd needs (*datt), in bytes; callers size those buffers by it, for
+     * every shape they will call with. ctx NULL (--dry-run): for a device on which the
+     * backend's fused attention, if it has one, plans (so that nothing T x T is kept). With
+     * ctx: what this backend will do; a fused backend plans the shape here, and where its
+     * library refuses says why once and falls back to kernels that keep the probabilities.
+     * The choice holds for every batch size of the same T, C and NH. Returns 1 when att will
+     * hold the probabilities (attention_fwd), 0 when it holds a fused attention's statistics. */
+    int (*attention_bytes)(void *ctx, int B, int T, int C, int NH, int bf16, size_t *att, size_t *datt);
+
     /* causal self-attention. qkv(B,T,3C) laid out [q | k | v], head h at columns h*hs..;
-     * out(B,T,C); att(B,NH,T,T) receives the softmax probabilities (saved for backward),
-     * exact zeros above the diagonal (future positions); scale 1/sqrt(C/NH). */
-    void (*attention_fwd)(void *ctx, dt_act *out, dt_act *att, const dt_act *qkv, int B, int T, int C,
-                          int NH);
-    /* dqkv(B,T,3C) overwritten; att as written by attention_fwd; datt(B,NH,T,T) is scratch. */
-    void (*attention_bwd)(void *ctx, dt_act *dqkv, dt_act *datt, const dt_act *dout, const dt_act *qkv,
-                          const dt_act *att, int B, int T, int C, int NH);
+     * out(B,T,C); scale 1/sqrt(C/NH). att (attention_bytes) receives what backward needs: the
+     * softmax probabilities (B,NH,T,T) as floats, exact zeros above the diagonal (future
+     * positions), or, for a fused attention, its softmax statistics (opaque). */
+    void (*attention_fwd)(void *ctx, dt_act *out, void *att, const dt_act *qkv, int B, int T, int C, int NH);
+    /* dqkv(B,T,3C) overwritten; out and att as written by attention_fwd (a fused attention
+     * reads its output again); datt (attention_bytes) is scratch. */
+    void (*attention_bwd)(void *ctx, dt_act *dqkv, void *datt, const dt_act *dout, const dt_act *qkv,
+                          const dt_act *out, const void *att, int B, int T, int C, int NH);
 
     /* Attention of new rows over a key/value cache (generation, one sequence). qkv(n,3C) holds
      * the rows at positions pos0..pos0+n-1; their keys and values are first copied into rows
@@ -183,7 +194,9 @@ struct dt_ops {
                      int N, int V);
     /* May be NULL. Both at once, for training (no probabilities kept): losses(N) as xent_fwd and
      * dlogits(N,V) as xent_bwd would give them, in one pass over the rows; dlogits may alias
-     * logits. Rounded as the two calls round. */
+     * logits. With float activations rounded as the two calls round; with bf16 ones the
+     * probabilities stay float until the gradient is stored (the two calls would round them to
+     * bf16 in between, and lose p - 1 where p is near 1). */
     void (*xent_fused)(void *ctx, float *losses, dt_act *dlogits, const dt_act *logits, const int *targets,
                        float scale, int N, int V);
 

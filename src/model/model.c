@@ -31,7 +31,7 @@ typedef struct layer_acts {
     float *ln1_rstd;   /* (B,T) */
     dt_act *qkv;       /* (B,T,3C) */
     dt_act *atty;      /* (B,T,C) attention output before c_proj */
-    dt_act *att;       /* (B,NH,T,T) softmax probabilities */
+    void *att;         /* what attention keeps for backward (ops attention_bytes) */
     dt_act *res2;      /* (B,T,C) residual after attention */
     dt_act *ln2;       /* (B,T,C) */
     float *ln2_mean;   /* (B,T) */
@@ -73,7 +73,7 @@ struct dt_model {
     dt_act *dresidual;         /* (B,T,C) */
     dt_act *dln;               /* (B,T,C) also used for datty */
     dt_act *dqkv;              /* (B,T,3C) */
-    dt_act *datt;              /* (B,NH,T,T) */
+    void *datt;                /* attention backward's scratch (ops attention_bytes) */
     dt_act *dfch, *dfch_gelu;  /* (B,T,4C) */
     dt_act *dpooled;           /* cls: (B,C) */
 
@@ -131,7 +131,7 @@ double dt_model_flops_per_token(const dt_model_cfg *c) {
 
 /* ---- the activation table: every buffer forward and backward use, sized once ---- */
 
-enum { BUF_ACT, BUF_F32, BUF_I32 }; /* the backend's activation element, float, int */
+enum { BUF_ACT, BUF_F32, BUF_I32, BUF_BYTES }; /* the backend's activation element, float, int, bytes */
 #define ARENA_ALIGN 256             /* every buffer starts on a 256-byte boundary */
 #define MAX_BUFS(L) (13 * (size_t)(L) + 24)
 
@@ -142,11 +142,12 @@ typedef struct act_buf {
 } act_buf;
 
 /* The buffers of shape c, in arena order, into out (MAX_BUFS(L) entries); m NULL: sizes only.
+ * att, datt: the bytes attention keeps per layer and its backward scratch (ops attention_bytes).
  * Returns how many. The allocation (dt_model_init) and the estimate (dt_model_memory_bytes)
  * both come from here, so they cannot drift apart. */
-static int act_table(const dt_model_cfg *c, dt_model *m, act_buf *out) {
+static int act_table(const dt_model_cfg *c, dt_model *m, size_t att, size_t datt, act_buf *out) {
     const size_t B = (size_t)c->max_batch, T = (size_t)c->seq_len, C = (size_t)c->n_embd, BT = B * T;
-    const size_t P = B * (size_t)c->n_head * T * T, V = (size_t)c->vocab_size, NL = (size_t)c->num_labels;
+    const size_t V = (size_t)c->vocab_size, NL = (size_t)c->num_labels;
     const size_t head_rows = NL ? B : BT; /* classification: the pooled rows only */
     int k = 0;
 #define BUF(field, kind_, count) out[k++] = (act_buf){m ? (void **)&(m->field) : NULL, (kind_), (count)}
@@ -157,7 +158,7 @@ static int act_table(const dt_model_cfg *c, dt_model *m, act_buf *out) {
         BUF(layers[l].ln1_rstd, BUF_F32, BT);
         BUF(layers[l].qkv, BUF_ACT, BT * 3 * C);
         BUF(layers[l].atty, BUF_ACT, BT * C);
-        BUF(layers[l].att, BUF_ACT, P);
+        BUF(layers[l].att, BUF_BYTES, att);
         BUF(layers[l].res2, BUF_ACT, BT * C);
         BUF(layers[l].ln2, BUF_ACT, BT * C);
         BUF(layers[l].ln2_mean, BUF_F32, BT);
@@ -182,7 +183,7 @@ static int act_table(const dt_model_cfg *c, dt_model *m, act_buf *out) {
     BUF(dresidual, BUF_ACT, BT * C);
     BUF(dln, BUF_ACT, BT * C);
     BUF(dqkv, BUF_ACT, BT * 3 * C);
-    BUF(datt, BUF_ACT, P);
+    BUF(datt, BUF_BYTES, datt);
     BUF(dfch, BUF_ACT, BT * 4 * C);
     BUF(dfch_gelu, BUF_ACT, BT * 4 * C);
 #undef BUF
@@ -190,23 +191,27 @@ static int act_table(const dt_model_cfg *c, dt_model *m, act_buf *out) {
 }
 
 static size_t buf_bytes(const act_buf *b, dt_dtype act) {
-    size_t bytes = b->n * (b->kind == BUF_ACT ? dt_dtype_size(act) : 4);
+    size_t bytes = b->n * (b->kind == BUF_ACT ? dt_dtype_size(act) : b->kind == BUF_BYTES ? 1 : 4);
     return (bytes + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
 }
 
-/* The arena's bytes for shape c, with the table in `t` (MAX_BUFS entries) filled for m. */
-static size_t table_bytes(const dt_model_cfg *c, dt_model *m, dt_dtype act, act_buf *t, int *n) {
-    size_t total = 0;
-    *n = act_table(c, m, t);
+/* The arena's bytes for shape c on backend `ops` (ctx NULL: its estimate, ops.h attention_bytes),
+ * with the table in `t` (MAX_BUFS entries) filled for m. */
+static size_t table_bytes(const dt_model_cfg *c, dt_model *m, const dt_ops *ops, void *ctx, int bf16, act_buf *t,
+                          int *n) {
+    const dt_dtype act = ops->act_dtype(bf16);
+    size_t total = 0, att, datt;
+    ops->attention_bytes(ctx, c->max_batch, c->seq_len, c->n_embd, c->n_head, bf16, &att, &datt);
+    *n = act_table(c, m, att, datt, t);
     for (int i = 0; i < *n; i++) total += buf_bytes(&t[i], act);
     return total;
 }
 
-size_t dt_model_memory_bytes(const dt_model_cfg *c, dt_dtype act) {
+size_t dt_model_memory_bytes(const dt_model_cfg *c, const dt_ops *ops, int bf16) {
     act_buf *t = malloc(MAX_BUFS(c->n_layer) * sizeof *t);
     if (!t) return SIZE_MAX;
     int n;
-    size_t arena = table_bytes(c, NULL, act, t, &n);
+    size_t arena = table_bytes(c, NULL, ops, NULL, bf16, t, &n);
     free(t);
     return 2 * dt_model_count_params(c) * sizeof(float) + arena;
 }
@@ -362,7 +367,8 @@ static dt_status alloc_arena(dt_model *m) {
     act_buf *t = dt_malloc(MAX_BUFS(m->cfg.n_layer) * sizeof *t, "activation table");
     if (!t) return DT_ERR_NOMEM;
     int n;
-    const size_t total = table_bytes(&m->cfg, m, m->act_dtype, t, &n);
+    const dt_ops *o = m->be->ops;
+    const size_t total = table_bytes(&m->cfg, m, o, m->be->ctx, o->bf16(m->be->ctx), t, &n);
     char what[96];
     snprintf(what, sizeof what, "the activations of batch %d (%.1f MiB)", m->cfg.max_batch, (double)total / (1 << 20));
     dt_status st = m->be->ops->alloc(m->be->ctx, total, what, &m->arena);
@@ -591,7 +597,7 @@ dt_status dt_model_backward(dt_model *m, float scale, dt_bucket_ready_fn ready, 
         /* attention: res2 = x + c_proj(attn(c_attn(ln_1(x)))) */
         o->matmul_bwd(ctx, m->dln, lp(m, g, l, P_ATTPROJW), lp(m, g, l, P_ATTPROJB), m->dresidual,
                       a->atty, lp(m, p, l, P_ATTPROJW), BT, C, C, 0);
-        o->attention_bwd(ctx, m->dqkv, m->datt, m->dln, a->qkv, a->att, B, T, C, NH);
+        o->attention_bwd(ctx, m->dqkv, m->datt, m->dln, a->qkv, a->atty, a->att, B, T, C, NH);
         o->matmul_bwd(ctx, m->dln, lp(m, g, l, P_QKVW), lp(m, g, l, P_QKVB), m->dqkv, a->ln1,
                       lp(m, p, l, P_QKVW), BT, C, 3 * C, 0);
         o->layernorm_bwd(ctx, m->dresidual, lp(m, g, l, P_LN1W), lp(m, g, l, P_LN1B), m->dln, x,

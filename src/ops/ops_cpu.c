@@ -341,7 +341,14 @@ static void softmax_causal_row_bwd(float *d, const float *p, int t, int T) {
     for (int j = t + 1; j < T; j++) d[j] = 0.0f;
 }
 
-static void cpu_attention_fwd(void *ctx, dt_act *out_, dt_act *att_, const dt_act *qkv_, int B, int T,
+/* the probabilities and their gradient, (B,NH,T,T) floats each */
+static int cpu_attention_bytes(void *ctx, int B, int T, int C, int NH, int bf16, size_t *att, size_t *datt) {
+    (void)ctx, (void)C, (void)bf16;
+    *att = *datt = (size_t)B * (size_t)NH * (size_t)T * (size_t)T * sizeof(float);
+    return 1;
+}
+
+static void cpu_attention_fwd(void *ctx, dt_act *out_, void *att_, const dt_act *qkv_, int B, int T,
                               int C, int NH) {
     float *out = (float *)out_;
     float *att = (float *)att_;
@@ -389,8 +396,9 @@ static void cpu_attention_cached(void *ctx, dt_act *out_, dt_act *kc_, dt_act *v
     }
 }
 
-static void cpu_attention_bwd(void *ctx, dt_act *dqkv_, dt_act *datt_, const dt_act *dout_,
-                              const dt_act *qkv_, const dt_act *att_, int B, int T, int C, int NH) {
+static void cpu_attention_bwd(void *ctx, dt_act *dqkv_, void *datt_, const dt_act *dout_,
+                              const dt_act *qkv_, const dt_act *out_, const void *att_, int B, int T, int C, int NH) {
+    (void)out_; /* the probabilities say all backward needs */
     float *dqkv = (float *)dqkv_;
     float *datt = (float *)datt_;
     const float *dout = (const float *)dout_;
@@ -717,6 +725,7 @@ const dt_ops dt_ops_cpu = {
     .layernorm_bwd = cpu_layernorm_bwd,
     .matmul_fwd = cpu_matmul_fwd,
     .matmul_bwd = cpu_matmul_bwd,
+    .attention_bytes = cpu_attention_bytes,
     .attention_fwd = cpu_attention_fwd,
     .attention_bwd = cpu_attention_bwd,
     .attention_cached = cpu_attention_cached,

@@ -1,10 +1,11 @@
 /* ops_cuda.c — the CUDA backend: the op table of ops.h on one GPU, and library versions.
  *
- * Matmuls (and the two batched products inside attention) go through cuBLASLt: fp32 in and
- * out with fp32 compute for training.precision fp32; for bf16 both inputs are rounded to
- * bf16 into scratch and multiplied with fp32 accumulation into fp32 outputs, so everything
- * outside the products (activations, gradients, master weights, optimizer state) stays fp32.
- * The rest are our kernels (kernels/dtk.h). Everything runs in order on one stream that this
+ * Matmuls go through cuBLASLt: fp32 in and out with fp32 compute for training.precision fp32;
+ * for bf16 the activations themselves are bf16 (act_dtype), the products read them and a bf16
+ * working copy of the weights, accumulate in fp32 and write bf16 activations, or fp32 weight
+ * gradients; master weights, gradients and optimizer state stay fp32 (cu_act_dtype says what
+ * else). Attention is cuDNN's fused attention where it plans (cudnn_att.h), else products in
+ * cuBLASLt around our softmax kernels. The rest are our kernels (kernels/dtk.h). Everything runs in order on one stream that this
  * backend owns; the nccl collective it opens (device_comm) orders itself after it.
  *
  * Errors: every CUDA and cuBLASLt call is checked. The op table has no status per call (the
@@ -34,6 +35,7 @@
 #include <cudnn.h>
 #include <nccl.h>
 
+#include "cudnn_att.h"
 #include "dtk.h"
 
 /* ---- cuBLASLt, loaded at run time ---- */
@@ -77,13 +79,15 @@ static void lt_load(void) {
 
 /* ---- the backend's state ---- */
 
-enum { SCR_A16, SCR_B16, SCR_ATT, SCR_WORK, N_SCRATCH }; /* grow-only scratch buffers */
+/* grow-only scratch buffers; SCR_A32, SCR_B32, SCR_D32: the fp32 operands of a bf16 product
+ * cuBLASLt has no bf16 algorithm for (grown when that happens) */
+enum { SCR_A16, SCR_B16, SCR_ATT, SCR_WORK, SCR_CUDNN, SCR_A32, SCR_B32, SCR_D32, N_SCRATCH };
 
 #define LT_WORKSPACE (32u << 20) /* cuBLASLt workspace: 32 MiB, as NVIDIA advises for Hopper */
 #define N_PLANS 96
 
 typedef struct gemm_key {
-    int ta, tb, m, n, k, lda, ldb, ldd, batch, bias, bf16;
+    int ta, tb, m, n, k, lda, ldb, ldd, batch, bias, bf16, d16; /* d16: D (and a bias) in bf16 */
     long long sa, sb, sd;
     unsigned align_a, align_b, align_d, align_bias; /* align_bias: 0 without a bias */
 } gemm_key;
@@ -121,6 +125,9 @@ typedef struct cuda_ctx {
     int shadow_stale;   /* refresh before the next use */
     gemm_plan plans[N_PLANS];
     int next_plan;      /* round-robin eviction */
+    dtc_att *att;       /* cuDNN's fused attention (cudnn_att.h), opened when first needed */
+    struct { int T, C, NH, fused; } att_geo[8]; /* what runs each attention geometry: cuDNN or our kernels */
+    int n_att_geo, att_noted;
     dt_status err;      /* first failure (DT_OK while healthy) */
     char err_msg[1024];
 } cuda_ctx;
@@ -178,6 +185,9 @@ static dt_status dev_malloc(cuda_ctx *c, void **p, size_t bytes, const char *wha
                         c->rank, c->host, c->device, cudaGetErrorString(e));
 }
 
+/* what a scratch slot of `bytes` takes: whole MiB, fewer regrowths */
+static size_t slot_round(size_t bytes) { return (bytes + 0xFFFFF) & ~(size_t)0xFFFFF; }
+
 /* Scratch slot `i` with at least `bytes` (grown, never shrunk); NULL after a failure. */
 static void *scratch(cuda_ctx *c, int i, size_t bytes, const char *what) {
     if (c->err != DT_OK) return NULL;
@@ -185,7 +195,7 @@ static void *scratch(cuda_ctx *c, int i, size_t bytes, const char *what) {
     if (c->scr[i] && CK(cudaFree(c->scr[i]))) return NULL; /* cudaFree waits for the queued work */
     c->scr[i] = NULL;
     c->scr_bytes[i] = 0;
-    bytes = (bytes + 0xFFFFF) & ~(size_t)0xFFFFF; /* whole MiB: fewer regrowths */
+    bytes = slot_round(bytes);
     dt_status st = dev_malloc(c, &c->scr[i], bytes, what);
     if (st != DT_OK) {
         fail(c, st, "%s", dt_error_msg());
@@ -289,18 +299,18 @@ static int make_layout(cuda_ctx *c, cublasLtMatrixLayout_t *l, cudaDataType_t ty
  * (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER), and the key holds that alignment, so later
  * calls that reuse the plan have equally aligned biases. Returns 0 on success, 1 when
  * cuBLASLt has no algorithm (not an error yet), -1 on a failed call (recorded). */
-static int plan_build(cuda_ctx *c, gemm_plan *p, const gemm_key *k, int with_bias, const float *bias) {
+static int plan_build(cuda_ctx *c, gemm_plan *p, const gemm_key *k, int with_bias, const void *bias) {
     memset(p, 0, sizeof *p);
     p->used = 1;
     p->key = *k;
-    cudaDataType_t ab = k->bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType_t ab = k->bf16 ? CUDA_R_16BF : CUDA_R_32F, dt = k->d16 ? CUDA_R_16BF : CUDA_R_32F;
     if (CKLT(lt.cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F))) return -1;
     cublasOperation_t ta = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta))) return -1;
     if (CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb))) return -1;
     if (with_bias) {
         cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        cudaDataType_t bt = CUDA_R_32F;
+        cudaDataType_t bt = dt; /* cuBLASLt: the bias is of D's type */
         if (CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi))) return -1;
         if (CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt)))
             return -1;
@@ -310,7 +320,7 @@ static int plan_build(cuda_ctx *c, gemm_plan *p, const gemm_key *k, int with_bia
     /* stored shapes: op(A) is m x k, so A is k x m when transposed */
     if (make_layout(c, &p->la, ab, k->ta ? k->k : k->m, k->ta ? k->m : k->k, k->lda, k->batch, k->sa)) return -1;
     if (make_layout(c, &p->lb, ab, k->tb ? k->n : k->k, k->tb ? k->k : k->n, k->ldb, k->batch, k->sb)) return -1;
-    if (make_layout(c, &p->ld, CUDA_R_32F, k->m, k->n, k->ldd, k->batch, k->sd)) return -1;
+    if (make_layout(c, &p->ld, dt, k->m, k->n, k->ldd, k->batch, k->sd)) return -1;
 
     cublasLtMatmulPreference_t pref = NULL;
     if (CKLT(lt.cublasLtMatmulPreferenceCreate(&pref))) return -1;
@@ -357,16 +367,16 @@ static void log_plan(const cuda_ctx *c, const gemm_plan *p) {
         lt_algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &w);
         snprintf(algo, sizeof algo, "algo %d tile %d stages %d, ", id, tile, stages);
     }
-    fprintf(stderr, "dtrain: rank %d: cuBLASLt plan: m %d n %d k %d, trans %d%d, batch %d, %s in / fp32 out, %s, "
+    fprintf(stderr, "dtrain: rank %d: cuBLASLt plan: m %d n %d k %d, trans %d%d, batch %d, %s in / %s out, %s, "
             "alignment A %u B %u D %u%s%.0u: %sworkspace %zu, waves %.2f\n", c->rank, k->m, k->n, k->k, k->ta, k->tb,
-            k->batch, k->bf16 ? "bf16" : "fp32", !k->bias ? "no bias" : p->bias_kernel ? "bias kernel" : "bias epilogue",
+            k->batch, k->bf16 ? "bf16" : "fp32", k->d16 ? "bf16" : "fp32", !k->bias ? "no bias" : p->bias_kernel ? "bias kernel" : "bias epilogue",
             k->align_a, k->align_b, k->align_d, k->bias ? " bias " : "", k->bias ? k->align_bias : 0u, algo, p->ws,
             (double)p->waves);
 }
 
 /* The plan for key `k`, made when new; NULL after a failed call (recorded), or with *none = 1
  * when cuBLASLt has no algorithm for it (remembered, nothing recorded: the caller decides). */
-static gemm_plan *plan_get(cuda_ctx *c, const gemm_key *k, const float *bias, int *none) {
+static gemm_plan *plan_get(cuda_ctx *c, const gemm_key *k, const void *bias, int *none) {
     *none = 0;
     for (int i = 0; i < N_PLANS; i++)
         if (c->plans[i].used && memcmp(&c->plans[i].key, k, sizeof *k) == 0) {
@@ -447,38 +457,59 @@ static const void *bf16_input(cuda_ctx *c, int slot, const float *src, size_t n)
     return to_bf16(c, slot, src, n);
 }
 
+/* fp32 copy of n bf16 elements into scratch slot `slot`; NULL after a failure */
+static const float *widened(cuda_ctx *c, int slot, const void *src, size_t n) {
+    float *d = scratch(c, slot, n * sizeof(float), "fp32 matmul operands");
+    if (!d || CK(dtk_widen_bf16(c->s, d, src, n))) return NULL;
+    return d;
+}
+
 /* Column-major D(m x n, ldd) = alpha op(A) op(B) + beta D [+ bias(m) on every column], over
  * `batch` products with element strides sa, sb, sd. A is stored k x m when ta (else m x k),
- * B n x k when tb (else k x n), densely (ld = stored rows). */
-static void gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const float *A, int lda, long long sa,
-                 const float *B, int ldb, long long sb, float *D, int ldd, long long sd, int batch, float alpha,
-                 float beta, const float *bias) {
+ * B n x k when tb (else k x n), densely (ld = stored rows). a16, b16, d16: A, B, D hold bf16
+ * elements (bf16 activations; D then with beta 0); otherwise floats, which bf16 products read
+ * as the weights' working copy (inside the master weights) or rounded into scratch. */
+static void gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A, int a16, int lda, long long sa,
+                 const void *B, int b16, int ldb, long long sb, void *D, int d16, int ldd, long long sd, int batch,
+                 float alpha, float beta, const float *bias) {
     if (c->err != DT_OK || m == 0 || n == 0) return;
-    const void *a = A, *b = B;
+    const size_t na = (size_t)sa * (size_t)(batch - 1) + (size_t)lda * (size_t)(ta ? m : k);
+    const size_t nb = (size_t)sb * (size_t)(batch - 1) + (size_t)ldb * (size_t)(tb ? k : n);
+    const size_t nd = (size_t)sd * (size_t)(batch - 1) + (size_t)ldd * (size_t)n;
+    const void *a = A, *b = B, *pb = bias; /* what cuBLASLt reads */
     if (c->bf16) {
-        size_t na = (size_t)sa * (size_t)(batch - 1) + (size_t)lda * (size_t)(ta ? m : k);
-        size_t nb = (size_t)sb * (size_t)(batch - 1) + (size_t)ldb * (size_t)(tb ? k : n);
-        if (!(a = bf16_input(c, SCR_A16, A, na)) || !(b = bf16_input(c, SCR_B16, B, nb))) return;
+        if ((!a16 && !(a = bf16_input(c, SCR_A16, A, na))) || (!b16 && !(b = bf16_input(c, SCR_B16, B, nb)))) return;
+        /* a bf16 D takes a bf16 bias: its slice of the weights' working copy, else the bias kernel */
+        if (bias && d16) pb = c->shadow && bias >= c->master && bias + m <= c->master + c->n_master && fresh_shadow(c)
+                                  ? (const void *)(c->shadow + (bias - c->master)) : NULL;
     }
     gemm_key key;
     memset(&key, 0, sizeof key); /* the key is compared with memcmp: no stray padding bytes */
     key.ta = ta; key.tb = tb; key.m = m; key.n = n; key.k = k;
     key.lda = lda; key.ldb = ldb; key.ldd = ldd; key.batch = batch; key.bias = bias != NULL; key.bf16 = c->bf16;
+    key.d16 = d16;
     key.sa = batch > 1 ? sa : 0; key.sb = batch > 1 ? sb : 0; key.sd = batch > 1 ? sd : 0;
     key.align_a = ptr_align(a); key.align_b = ptr_align(b); key.align_d = ptr_align(D);
-    key.align_bias = bias ? ptr_align(bias) : 0;
+    key.align_bias = !bias ? 0 : pb ? ptr_align(pb) : 1; /* 1: the bias kernel (no bf16 copy of it) */
     int none;
-    gemm_plan *p = plan_get(c, &key, bias, &none);
+    gemm_plan *p = plan_get(c, &key, pb, &none);
+    void *d = D;
     if (!p && none && key.bf16) { /* no bf16 algorithm for this shape: this product in fp32 instead */
         if (!c->noted_fp32++)
             fprintf(stderr, "dtrain: note: rank %d: cuBLASLt has no bf16 algorithm for a %dx%dx%d product (trans %d%d, "
                     "batch %d) on GPU %d (%s): products without one run in fp32 (slower for them, not less exact)\n",
                     c->rank, m, n, k, ta, tb, batch, c->device, c->gpu_name);
-        key.bf16 = 0;
-        a = A;
-        b = B;
+        /* fp32 operands: bf16 ones widened (exactly), a bf16 D through an fp32 one */
+        a = a16 ? widened(c, SCR_A32, A, na) : A;
+        b = b16 ? widened(c, SCR_B32, B, nb) : B;
+        d = d16 ? scratch(c, SCR_D32, nd * sizeof(float), "fp32 matmul operands") : D;
+        if (!a || !b || !d) return;
+        key.bf16 = key.d16 = 0;
+        pb = bias;
         key.align_a = ptr_align(a);
         key.align_b = ptr_align(b);
+        key.align_d = ptr_align(d);
+        key.align_bias = bias ? ptr_align(bias) : 0;
         p = plan_get(c, &key, bias, &none);
     }
     if (!p) {
@@ -487,210 +518,276 @@ static void gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const float *
                  "rank %d (host %s, GPU %d %s)", m, n, k, ta, tb, batch, c->rank, c->host, c->device, c->gpu_name);
         return;
     }
-    if (bias && !p->bias_kernel &&
-        CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)))
+    if (pb && !p->bias_kernel &&
+        CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &pb, sizeof pb)))
         return;
-    if (CKLT(lt.cublasLtMatmul(c->lt, p->op, &alpha, a, p->la, b, p->lb, &beta, D, p->ld, D, p->ld, &p->algo, c->lt_ws,
+    if (CKLT(lt.cublasLtMatmul(c->lt, p->op, &alpha, a, p->la, b, p->lb, &beta, d, p->ld, d, p->ld, &p->algo, c->lt_ws,
                                LT_WORKSPACE, c->s)))
         return;
-    if (bias && p->bias_kernel) CK(dtk_add_bias(c->s, D, bias, n, m)); /* row-major: n rows of m */
+    const dtk_type dt = key.d16 ? DTK_BF16 : DTK_F32;
+    if (bias && (p->bias_kernel || !pb) && CK(dtk_add_bias(c->s, dt, d, bias, n, m))) return; /* n rows of m */
+    if (d != D) CK(dtk_cast_bf16(c->s, D, d, nd));
 }
+
+/* the element of this backend's activations: bf16 with bf16 products */
+#define ACT(c) ((c)->bf16 ? DTK_BF16 : DTK_F32)
 
 /* Row-major out(M,N) = inp(M,K) @ W + bias; in column-major terms out^T = op(W) inp^T. */
-static void cu_matmul_fwd(void *ctx, dt_act *out_, const dt_act *inp_, const float *w, const float *bias, int M, int K,
+static void cu_matmul_fwd(void *ctx, dt_act *out, const dt_act *inp, const float *w, const float *bias, int M, int K,
                           int N, int w_trans) {
-    float *out = (float *)out_; /* fp32 activations */
-    const float *inp = (const float *)inp_;
     cuda_ctx *c = ctx;
+    const int a16 = c->bf16;
     /* W (K,N) row-major is N x K column-major (no transpose); W (N,K) is K x N (transpose) */
-    gemm(c, w_trans, 0, N, M, K, w, w_trans ? K : N, 0, inp, K, 0, out, N, 0, 1, 1.0f, 0.0f, bias);
+    gemm(c, w_trans, 0, N, M, K, w, 0, w_trans ? K : N, 0, inp, a16, K, 0, out, a16, N, 0, 1, 1.0f, 0.0f, bias);
 }
 
-static void cu_matmul_bwd(void *ctx, dt_act *dinp_, float *dw, float *dbias, const dt_act *dout_, const dt_act *inp_,
+static void cu_matmul_bwd(void *ctx, dt_act *dinp, float *dw, float *dbias, const dt_act *dout, const dt_act *inp,
                           const float *w, int M, int K, int N, int w_trans) {
-    float *dinp = (float *)dinp_; /* fp32 activations */
-    const float *dout = (const float *)dout_;
-    const float *inp = (const float *)inp_;
     cuda_ctx *c = ctx;
+    const int a16 = c->bf16;
     /* dinp(M,K) = dout @ W^T: dinp^T (K x M) = op(W) (K x N) dout^T (N x M) */
-    if (dinp) gemm(c, !w_trans, 0, K, M, N, w, w_trans ? K : N, 0, dout, N, 0, dinp, K, 0, 1, 1.0f, 0.0f, NULL);
+    if (dinp)
+        gemm(c, !w_trans, 0, K, M, N, w, 0, w_trans ? K : N, 0, dout, a16, N, 0, dinp, a16, K, 0, 1, 1.0f, 0.0f, NULL);
     if (dw) {
         if (w_trans) /* dW(N,K) += dout^T inp: dW^T (K x N) = inp^T (K x M) (dout^T)^T (M x N) */
-            gemm(c, 0, 1, K, N, M, inp, K, 0, dout, N, 0, dw, K, 0, 1, 1.0f, 1.0f, NULL);
+            gemm(c, 0, 1, K, N, M, inp, a16, K, 0, dout, a16, N, 0, dw, 0, K, 0, 1, 1.0f, 1.0f, NULL);
         else /* dW(K,N) += inp^T dout: dW^T (N x K) = dout^T (N x M) inp (M x K) */
-            gemm(c, 0, 1, N, K, M, dout, N, 0, inp, K, 0, dw, N, 0, 1, 1.0f, 1.0f, NULL);
+            gemm(c, 0, 1, N, K, M, dout, a16, N, 0, inp, a16, K, 0, dw, 0, N, 0, 1, 1.0f, 1.0f, NULL);
     }
     if (dbias && c->err == DT_OK) {
         size_t wb = dtk_bias_bwd_work_bytes(M, N);
         void *work = scratch(c, SCR_WORK, wb, "kernel scratch");
-        if (work) CK(dtk_bias_bwd(c->s, dbias, dout, M, N, work, wb));
+        if (work) CK(dtk_bias_bwd(c->s, ACT(c), dbias, dout, M, N, work, wb));
     }
 }
 
-/* ---- attention: per (batch, head) products in cuBLASLt, causal softmax in our kernels ---- */
+/* ---- attention ----
+ * With bf16 products (and so bf16 activations): cuDNN's fused SDPA (flash attention,
+ * cudnn_att.h), reading q, k, v from the qkv activation and writing out and dqkv in place,
+ * which keeps the softmax's statistics (B,NH,T) for backward instead of the probabilities.
+ * Where cuDNN cannot be loaded or plan the shape, and with fp32 products: per (batch, head)
+ * products in cuBLASLt on fp32 copies of q, k, v, causal softmax in our kernels, with the
+ * T x T probabilities saved (fp32). The choice is made once per geometry (T, C, NH), for the
+ * first shape asked for (attention_bytes: the model's largest), and said once when cuDNN was
+ * wanted but refused. */
 
-static void cu_attention_fwd(void *ctx, dt_act *out_, dt_act *att_, const dt_act *qkv_, int B, int T, int C, int NH) {
-    float *out = (float *)out_; /* fp32 activations */
-    float *att = (float *)att_;
-    const float *qkv = (const float *)qkv_;
+#define ATT_STATS_BYTES(B, T, NH) ((size_t)(B) * (size_t)(NH) * (size_t)(T) * sizeof(float))
+#define ATT_PROBS_BYTES(B, T, NH) ((size_t)(B) * (size_t)(NH) * (size_t)(T) * (size_t)(T) * sizeof(float))
+/* cuDNN's workspace before a device says (--dry-run): an fp32 (B,T,C), what the deterministic
+ * backward accumulates dQ in */
+#define ATT_WS_GUESS(btc) ((btc) * sizeof(float))
+
+/* 1 when attention of geometry (T,C,NH) runs through cuDNN: decided on its first call, by
+ * planning batch B, and kept for every batch size. */
+static int att_fused(cuda_ctx *c, int B, int T, int C, int NH) {
+    for (int i = 0; i < c->n_att_geo; i++)
+        if (c->att_geo[i].T == T && c->att_geo[i].C == C && c->att_geo[i].NH == NH) return c->att_geo[i].fused;
+    char why[640] = "";
+    const char *env = getenv("DTRAIN_CUDNN_ATTENTION");
+    size_t ws = 0;
+    int fused = 0;
+    if (!c->bf16) {
+        /* cuDNN's fused attention is bf16 (or fp16) only: fp32 products asked for fp32 */
+    } else if (env && strcmp(env, "0") == 0) {
+        snprintf(why, sizeof why, "DTRAIN_CUDNN_ATTENTION=0");
+    } else {
+        if (!c->att) c->att = dtc_att_open(c->s, why, sizeof why);
+        fused = c->att && dtc_att_plan(c->att, B, T, NH, C / NH, &ws, why, sizeof why) == 0;
+    }
+    if (fused && !scratch(c, SCR_CUDNN, ws, "the cuDNN attention workspace")) return 0;
+    if (why[0] && !fused && !c->att_noted++) {
+        char more[32];
+        human_bytes(more, sizeof more, (double)(ATT_PROBS_BYTES(B, T, NH) - ATT_STATS_BYTES(B, T, NH)));
+        fprintf(stderr, "dtrain: note: rank %d: attention runs on dtrain's kernels, not cuDNN's fused attention (%s): "
+                "slower, and its T x T probabilities take %s more memory per layer\n", c->rank, why, more);
+    }
+    const int i = c->n_att_geo < 8 ? c->n_att_geo++ : 7; /* more geometries than a model has: reuse the last */
+    c->att_geo[i].T = T, c->att_geo[i].C = C, c->att_geo[i].NH = NH, c->att_geo[i].fused = fused;
+    return fused;
+}
+
+static int cu_attention_bytes(void *ctx, int B, int T, int C, int NH, int bf16, size_t *att, size_t *datt) {
+    cuda_ctx *c = ctx;
+    const int fused = c ? att_fused(c, B, T, C, NH) : bf16;
+    *att = fused ? ATT_STATS_BYTES(B, T, NH) : ATT_PROBS_BYTES(B, T, NH);
+    *datt = fused ? 0 : ATT_PROBS_BYTES(B, T, NH);
+    return !fused;
+}
+
+/* cuDNN's workspace for this shape (planned when new); NULL after a failure */
+static void *att_workspace(cuda_ctx *c, int B, int T, int C, int NH, size_t *ws) {
+    char why[640];
+    if (dtc_att_plan(c->att, B, T, NH, C / NH, ws, why, sizeof why) != 0) {
+        fail(c, DT_ERR_DEVICE, "cuDNN attention on rank %d (host %s, GPU %d): %s (hint: DTRAIN_CUDNN_ATTENTION=0 "
+             "runs dtrain's kernels instead)", c->rank, c->host, c->device, why);
+        return NULL;
+    }
+    return scratch(c, SCR_CUDNN, *ws, "the cuDNN attention workspace");
+}
+
+static void att_failed(cuda_ctx *c, const char *what, const char *why) {
+    fail(c, DT_ERR_DEVICE, "cuDNN attention %s on rank %d (host %s, GPU %d): %s", what, c->rank, c->host, c->device,
+         why);
+}
+
+static void fused_fwd(cuda_ctx *c, void *out, float *stats, const void *qkv, int B, int T, int C, int NH) {
+    size_t ws_bytes = 0;
+    void *ws = att_workspace(c, B, T, C, NH, &ws_bytes);
+    char why[640];
+    if (ws && dtc_att_fwd(c->att, out, stats, qkv, B, T, NH, C / NH, ws, ws_bytes, why, sizeof why) != 0)
+        att_failed(c, "forward", why);
+}
+
+static void fused_bwd(cuda_ctx *c, void *dqkv, const void *dout, const void *qkv, const void *out, const float *stats,
+                      int B, int T, int C, int NH) {
+    size_t ws_bytes = 0;
+    void *ws = att_workspace(c, B, T, C, NH, &ws_bytes);
+    char why[640];
+    if (ws && dtc_att_bwd(c->att, dqkv, dout, qkv, out, stats, B, T, NH, C / NH, ws, ws_bytes, why, sizeof why) != 0)
+        att_failed(c, "backward", why);
+}
+
+static void cu_attention_fwd(void *ctx, dt_act *out, void *att_, const dt_act *qkv, int B, int T, int C, int NH) {
+    float *att = att_;
     cuda_ctx *c = ctx;
     if (c->err != DT_OK) return;
+    if (att_fused(c, B, T, C, NH)) {
+        fused_fwd(c, out, att, qkv, B, T, C, NH);
+        return;
+    }
+    const dtk_type at = ACT(c);
     const int hs = C / NH, BH = B * NH;
     const size_t btc = (size_t)B * T * C;
     float *q = scratch(c, SCR_ATT, 4 * btc * sizeof(float), "attention scratch");
     if (!q) return;
     float *k = q + btc, *v = k + btc, *y = v + btc;
     const long long sq = (long long)T * hs, sp = (long long)T * T;
-    if (CK(dtk_qkv_split(c->s, q, k, v, qkv, B, T, C, NH))) return;
+    if (CK(dtk_qkv_split(c->s, at, q, k, v, qkv, B, T, C, NH))) return;
     /* preatt = q k^T per head: preatt^T (T x T) = op(k_cm)=T (T x hs) q_cm (hs x T) */
-    gemm(c, 1, 0, T, T, hs, k, hs, sq, q, hs, sq, att, T, sp, BH, 1.0f, 0.0f, NULL);
+    gemm(c, 1, 0, T, T, hs, k, 0, hs, sq, q, 0, hs, sq, att, 0, T, sp, BH, 1.0f, 0.0f, NULL);
     if (c->err != DT_OK || CK(dtk_causal_softmax_fwd(c->s, att, BH, T, 1.0f / sqrtf((float)hs)))) return;
     /* y = P v: y^T (hs x T) = v^T (hs x T) P^T (T x T) */
-    gemm(c, 0, 0, hs, T, T, v, hs, sq, att, T, sp, y, hs, sq, BH, 1.0f, 0.0f, NULL);
-    if (c->err == DT_OK) CK(dtk_heads_merge(c->s, out, y, B, T, C, NH));
+    gemm(c, 0, 0, hs, T, T, v, 0, hs, sq, att, 0, T, sp, y, 0, hs, sq, BH, 1.0f, 0.0f, NULL);
+    if (c->err == DT_OK) CK(dtk_heads_merge(c->s, at, out, y, B, T, C, NH));
 }
 
-static void cu_attention_bwd(void *ctx, dt_act *dqkv_, dt_act *datt_, const dt_act *dout_, const dt_act *qkv_,
-                             const dt_act *att_, int B, int T, int C, int NH) {
-    float *dqkv = (float *)dqkv_; /* fp32 activations */
-    float *datt = (float *)datt_;
-    const float *dout = (const float *)dout_;
-    const float *qkv = (const float *)qkv_;
-    const float *att = (const float *)att_;
+static void cu_attention_bwd(void *ctx, dt_act *dqkv, void *datt_, const dt_act *dout, const dt_act *qkv,
+                             const dt_act *out, const void *att_, int B, int T, int C, int NH) {
+    float *datt = datt_;
+    const float *att = att_;
     cuda_ctx *c = ctx;
     if (c->err != DT_OK) return;
+    if (att_fused(c, B, T, C, NH)) {
+        fused_bwd(c, dqkv, dout, qkv, out, att, B, T, C, NH);
+        return;
+    }
+    const dtk_type at = ACT(c);
     const int hs = C / NH, BH = B * NH;
     const size_t btc = (size_t)B * T * C;
     float *q = scratch(c, SCR_ATT, 7 * btc * sizeof(float), "attention scratch");
     if (!q) return;
     float *k = q + btc, *v = k + btc, *dy = v + btc, *dq = dy + btc, *dk = dq + btc, *dv = dk + btc;
     const long long sq = (long long)T * hs, sp = (long long)T * T;
-    if (CK(dtk_qkv_split(c->s, q, k, v, qkv, B, T, C, NH)) || CK(dtk_heads_split(c->s, dy, dout, B, T, C, NH))) return;
+    if (CK(dtk_qkv_split(c->s, at, q, k, v, qkv, B, T, C, NH)) || CK(dtk_heads_split(c->s, at, dy, dout, B, T, C, NH)))
+        return;
     /* dP = dy v^T: dP^T (T x T) = op(v_cm)=T (T x hs) dy_cm (hs x T) */
-    gemm(c, 1, 0, T, T, hs, v, hs, sq, dy, hs, sq, datt, T, sp, BH, 1.0f, 0.0f, NULL);
+    gemm(c, 1, 0, T, T, hs, v, 0, hs, sq, dy, 0, hs, sq, datt, 0, T, sp, BH, 1.0f, 0.0f, NULL);
     /* dv = P^T dy: dv^T (hs x T) = dy_cm (hs x T) op(P_cm)=T (T x T) */
-    gemm(c, 0, 1, hs, T, T, dy, hs, sq, att, T, sp, dv, hs, sq, BH, 1.0f, 0.0f, NULL);
+    gemm(c, 0, 1, hs, T, T, dy, 0, hs, sq, att, 0, T, sp, dv, 0, hs, sq, BH, 1.0f, 0.0f, NULL);
     if (c->err != DT_OK || CK(dtk_causal_softmax_bwd(c->s, datt, att, BH, T, 1.0f / sqrtf((float)hs)))) return;
     /* datt now holds dpreatt. dq = dpre k: dq^T = k_cm (hs x T) dpre_cm (T x T) */
-    gemm(c, 0, 0, hs, T, T, k, hs, sq, datt, T, sp, dq, hs, sq, BH, 1.0f, 0.0f, NULL);
+    gemm(c, 0, 0, hs, T, T, k, 0, hs, sq, datt, 0, T, sp, dq, 0, hs, sq, BH, 1.0f, 0.0f, NULL);
     /* dk = dpre^T q: dk^T = q_cm (hs x T) op(dpre_cm)=T */
-    gemm(c, 0, 1, hs, T, T, q, hs, sq, datt, T, sp, dk, hs, sq, BH, 1.0f, 0.0f, NULL);
-    if (c->err == DT_OK) CK(dtk_qkv_merge(c->s, dqkv, dq, dk, dv, B, T, C, NH));
+    gemm(c, 0, 1, hs, T, T, q, 0, hs, sq, datt, 0, T, sp, dk, 0, hs, sq, BH, 1.0f, 0.0f, NULL);
+    if (c->err == DT_OK) CK(dtk_qkv_merge(c->s, at, dqkv, dq, dk, dv, B, T, C, NH));
 }
 
 static void cu_attention_cached(void *ctx, dt_act *out, dt_act *kcache, dt_act *vcache, float *scratch,
                                 const dt_act *qkv, int pos0, int n, int C, int NH) {
-    cuda_ctx *c = ctx; /* fp32 activations */
+    cuda_ctx *c = ctx;
     if (c->err == DT_OK)
-        CK(dtk_attention_cached(c->s, (float *)out, (float *)kcache, (float *)vcache, scratch, (const float *)qkv, pos0,
-                                n, C, NH));
+        CK(dtk_attention_cached(c->s, ACT(c), out, kcache, vcache, scratch, qkv, pos0, n, C, NH));
 }
 
-/* ---- everything else: our kernels ---- */
+/* ---- everything else: our kernels, on activations of the element ACT(c) ---- */
 
 #define LAUNCH(call)                                       \
     do {                                                   \
         if (c->err == DT_OK) CK(call);                     \
     } while (0)
 
-static void cu_encoder_fwd(void *ctx, dt_act *out_, const int *tokens, const float *wte, const float *wpe, int B, int T,
+static void cu_encoder_fwd(void *ctx, dt_act *out, const int *tokens, const float *wte, const float *wpe, int B, int T,
                            int C) {
-    float *out = (float *)out_; /* fp32 activations */
     cuda_ctx *c = ctx;
-    LAUNCH(dtk_encoder_fwd(c->s, out, tokens, wte, wpe, B, T, C));
+    LAUNCH(dtk_encoder_fwd(c->s, ACT(c), out, tokens, wte, wpe, B, T, C));
 }
 
-static void cu_encoder_bwd(void *ctx, float *dwte, float *dwpe, const dt_act *dout_, const int *tokens, int B, int T,
+static void cu_encoder_bwd(void *ctx, float *dwte, float *dwpe, const dt_act *dout, const int *tokens, int B, int T,
                            int C) {
-    const float *dout = (const float *)dout_; /* fp32 activations */
     cuda_ctx *c = ctx;
     size_t wb = dtk_encoder_bwd_work_bytes(B, T);
     void *work = scratch(c, SCR_WORK, wb, "kernel scratch");
-    if (work) LAUNCH(dtk_encoder_bwd(c->s, dwte, dwpe, dout, tokens, B, T, C, work, wb));
+    if (work) LAUNCH(dtk_encoder_bwd(c->s, ACT(c), dwte, dwpe, dout, tokens, B, T, C, work, wb));
 }
 
-static void cu_layernorm_fwd(void *ctx, dt_act *out_, float *mean, float *rstd, const dt_act *inp_, const float *w,
+static void cu_layernorm_fwd(void *ctx, dt_act *out, float *mean, float *rstd, const dt_act *inp, const float *w,
                              const float *b, int N, int C) {
-    float *out = (float *)out_; /* fp32 activations */
-    const float *inp = (const float *)inp_;
     cuda_ctx *c = ctx;
-    LAUNCH(dtk_layernorm_fwd(c->s, out, mean, rstd, inp, w, b, N, C));
+    LAUNCH(dtk_layernorm_fwd(c->s, ACT(c), out, mean, rstd, inp, w, b, N, C));
 }
 
-static void cu_layernorm_bwd(void *ctx, dt_act *dinp_, float *dw, float *db, const dt_act *dout_, const dt_act *inp_,
+static void cu_layernorm_bwd(void *ctx, dt_act *dinp, float *dw, float *db, const dt_act *dout, const dt_act *inp,
                              const float *w, const float *mean, const float *rstd, int N, int C) {
-    float *dinp = (float *)dinp_; /* fp32 activations */
-    const float *dout = (const float *)dout_;
-    const float *inp = (const float *)inp_;
     cuda_ctx *c = ctx;
     size_t wb = dtk_layernorm_bwd_work_bytes(N, C);
     void *work = scratch(c, SCR_WORK, wb, "kernel scratch");
-    if (work) LAUNCH(dtk_layernorm_bwd(c->s, dinp, dw, db, dout, inp, w, mean, rstd, N, C, work, wb));
+    if (work) LAUNCH(dtk_layernorm_bwd(c->s, ACT(c), dinp, dw, db, dout, inp, w, mean, rstd, N, C, work, wb));
 }
 
-static void cu_gelu_fwd(void *ctx, dt_act *out_, const dt_act *inp_, size_t n) {
-    float *out = (float *)out_; /* fp32 activations */
-    const float *inp = (const float *)inp_;
+static void cu_gelu_fwd(void *ctx, dt_act *out, const dt_act *inp, size_t n) {
     cuda_ctx *c = ctx;
-    LAUNCH(dtk_gelu_fwd(c->s, out, inp, n));
+    LAUNCH(dtk_gelu_fwd(c->s, ACT(c), out, inp, n));
 }
 
-static void cu_gelu_bwd(void *ctx, dt_act *dinp_, const dt_act *inp_, const dt_act *dout_, size_t n) {
-    float *dinp = (float *)dinp_; /* fp32 activations */
-    const float *inp = (const float *)inp_;
-    const float *dout = (const float *)dout_;
+static void cu_gelu_bwd(void *ctx, dt_act *dinp, const dt_act *inp, const dt_act *dout, size_t n) {
     cuda_ctx *c = ctx;
-    LAUNCH(dtk_gelu_bwd(c->s, dinp, inp, dout, n));
+    LAUNCH(dtk_gelu_bwd(c->s, ACT(c), dinp, inp, dout, n));
 }
 
-static void cu_add(void *ctx, dt_act *out_, const dt_act *a_, const dt_act *b_, size_t n) {
-    float *out = (float *)out_; /* fp32 activations */
-    const float *a = (const float *)a_;
-    const float *b = (const float *)b_;
+static void cu_add(void *ctx, dt_act *out, const dt_act *a, const dt_act *b, size_t n) {
     cuda_ctx *c = ctx;
-    LAUNCH(dtk_add(c->s, out, a, b, n));
+    LAUNCH(dtk_add(c->s, ACT(c), out, a, b, n));
 }
 
-static void cu_xent_fwd(void *ctx, float *losses, dt_act *probs_, const dt_act *logits_, const int *targets, int N, int V) {
-    float *probs = (float *)probs_; /* fp32 activations */
-    const float *logits = (const float *)logits_;
+static void cu_xent_fwd(void *ctx, float *losses, dt_act *probs, const dt_act *logits, const int *targets, int N, int V) {
     cuda_ctx *c = ctx;
-    LAUNCH(dtk_xent_fwd(c->s, losses, probs, logits, targets, N, V));
+    LAUNCH(dtk_xent_fwd(c->s, ACT(c), losses, probs, logits, targets, N, V));
 }
 
-static void cu_xent_bwd(void *ctx, dt_act *dlogits_, const dt_act *probs_, const int *targets, float scale, int N, int V) {
-    float *dlogits = (float *)dlogits_; /* fp32 activations */
-    const float *probs = (const float *)probs_;
+static void cu_xent_bwd(void *ctx, dt_act *dlogits, const dt_act *probs, const int *targets, float scale, int N, int V) {
     cuda_ctx *c = ctx;
-    LAUNCH(dtk_xent_bwd(c->s, dlogits, probs, targets, scale, N, V));
+    LAUNCH(dtk_xent_bwd(c->s, ACT(c), dlogits, probs, targets, scale, N, V));
 }
 
-static void cu_xent_fused(void *ctx, float *losses, dt_act *dlogits_, const dt_act *logits_, const int *targets,
+static void cu_xent_fused(void *ctx, float *losses, dt_act *dlogits, const dt_act *logits, const int *targets,
                           float scale, int N, int V) {
-    float *dlogits = (float *)dlogits_; /* fp32 activations */
-    const float *logits = (const float *)logits_;
     cuda_ctx *c = ctx;
-    LAUNCH(dtk_xent_fused(c->s, losses, dlogits, logits, targets, scale, N, V));
+    LAUNCH(dtk_xent_fused(c->s, ACT(c), losses, dlogits, logits, targets, scale, N, V));
 }
 
-static void cu_argmax(void *ctx, int *idx, const dt_act *x_, int N, int V) {
-    const float *x = (const float *)x_; /* fp32 activations */
+static void cu_argmax(void *ctx, int *idx, const dt_act *x, int N, int V) {
     cuda_ctx *c = ctx;
-    LAUNCH(dtk_argmax(c->s, idx, x, N, V));
+    LAUNCH(dtk_argmax(c->s, ACT(c), idx, x, N, V));
 }
 
-static void cu_gather_rows(void *ctx, dt_act *out_, const dt_act *x_, const int *rows, int n, int C) {
-    float *out = (float *)out_; /* fp32 activations */
-    const float *x = (const float *)x_;
+static void cu_gather_rows(void *ctx, dt_act *out, const dt_act *x, const int *rows, int n, int C) {
     cuda_ctx *c = ctx;
-    LAUNCH(dtk_gather_rows(c->s, out, x, rows, n, C));
+    LAUNCH(dtk_gather_rows(c->s, ACT(c), out, x, rows, n, C));
 }
 
-static void cu_scatter_add_rows(void *ctx, dt_act *dx_, const dt_act *dout_, const int *rows, int n, int C) {
-    float *dx = (float *)dx_; /* fp32 activations */
-    const float *dout = (const float *)dout_;
+static void cu_scatter_add_rows(void *ctx, dt_act *dx, const dt_act *dout, const int *rows, int n, int C) {
     cuda_ctx *c = ctx;
-    LAUNCH(dtk_scatter_add_rows(c->s, dx, dout, rows, n, C));
+    LAUNCH(dtk_scatter_add_rows(c->s, ACT(c), dx, dout, rows, n, C));
 }
 
 /* adamw's piece table on the device: uploaded when it differs from the last one (the optimizer
@@ -788,6 +885,7 @@ static void ctx_free(cuda_ctx *c) {
     if (!c) return;
     if (c->s) cudaStreamSynchronize(c->s);
     for (int i = 0; i < N_PLANS; i++) plan_release(&c->plans[i]);
+    dtc_att_close(c->att);
     for (int i = 0; i < N_SCRATCH; i++) cudaFree(c->scr[i]);
     cudaFree(c->lt_ws);
     cudaFree(c->sum_dev);
@@ -804,10 +902,12 @@ static void cu_close(void *ctx) { ctx_free(ctx); }
 
 static int cu_bf16(void *ctx) { return ((const cuda_ctx *)ctx)->bf16; }
 
-static dt_dtype cu_act_dtype(int bf16) {
-    (void)bf16; /* fp32 activations for now; products round their inputs to bf16 */
-    return DT_DTYPE_F32;
-}
+/* bf16 products take bf16 activations: no input is rounded again, and activations take half
+ * the memory; fp32 products keep fp32 ones. What stays fp32 either way: the master weights,
+ * their gradients (accumulated in fp32 by the products and reductions), AdamW's moments,
+ * LayerNorm's mean and rstd, the per-row losses, attention's softmax statistics, and inside
+ * every kernel the arithmetic (activations are widened on load and rounded once on store). */
+static dt_dtype cu_act_dtype(int bf16) { return bf16 ? DT_DTYPE_BF16 : DT_DTYPE_F32; }
 
 static void cu_describe(void *ctx, dt_backend_desc *d) {
     const cuda_ctx *c = ctx;
@@ -905,17 +1005,15 @@ fail:
 
 /* The size each scratch slot grows to for op sizes `s` (upper bounds). with_cub: include the
  * embedding backward's sort space, which asks the CUDA runtime (only once a device is open). */
-static void slot_bytes(const dt_op_sizes *s, int bf16, int with_cub, size_t sz[N_SCRATCH]) {
+static void slot_bytes(const dt_op_sizes *s, int bf16, int with_cub, int fused, size_t att_ws, size_t sz[N_SCRATCH]) {
     const size_t btc = (size_t)s->att_batch * (size_t)s->att_seq * (size_t)s->att_width;
     const size_t probs = (size_t)s->att_batch * (size_t)s->att_heads * (size_t)s->att_seq * (size_t)s->att_seq;
     memset(sz, 0, N_SCRATCH * sizeof *sz);
-    sz[SCR_ATT] = 7 * btc * sizeof(float); /* attention backward's q k v dy dq dk dv */
-    if (bf16) { /* bf16 copies of the largest first and second product inputs that are not weights */
-        size_t a = s->matmul_in > s->matmul_out ? s->matmul_in : s->matmul_out, b = a;
-        if (btc > a) a = btc;     /* attention's own operands: q, k, v, dy */
-        if (probs > b) b = probs; /* and its probabilities */
-        sz[SCR_A16] = a * 2;
-        sz[SCR_B16] = b * 2;
+    if (fused) sz[SCR_CUDNN] = att_ws; /* cuDNN reads and writes the activations themselves */
+    else sz[SCR_ATT] = 7 * btc * sizeof(float); /* attention backward's q k v dy dq dk dv */
+    if (bf16 && !fused) { /* bf16 copies of the fp32 operands of attention's products: q, k, v, dy, P */
+        sz[SCR_A16] = btc * 2;
+        sz[SCR_B16] = (probs > btc ? probs : btc) * 2;
     }
     size_t w = dtk_bias_bwd_work_bytes(s->bias_rows, s->bias_cols), x = dtk_layernorm_bwd_work_bytes(s->ln_rows, s->ln_width);
     size_t y = dtk_sumsq_work_bytes(s->vector), z = with_cub ? dtk_encoder_bwd_work_bytes(s->enc_batch, s->enc_seq) : 0;
@@ -926,8 +1024,9 @@ static void slot_bytes(const dt_op_sizes *s, int bf16, int with_cub, size_t sz[N
 
 static size_t cu_scratch_bytes(const dt_op_sizes *s, int bf16) {
     size_t sz[N_SCRATCH], bytes = LT_WORKSPACE;
-    slot_bytes(s, bf16, 0, sz);
-    for (int i = 0; i < N_SCRATCH; i++) bytes += sz[i];
+    const size_t btc = (size_t)s->att_batch * (size_t)s->att_seq * (size_t)s->att_width;
+    slot_bytes(s, bf16, 0, bf16, ATT_WS_GUESS(btc), sz); /* a device on which cuDNN plans: bf16 fused */
+    for (int i = 0; i < N_SCRATCH; i++) bytes += sz[i] ? slot_round(sz[i]) : 0; /* as scratch() allocates */
     if (bf16) bytes += s->vector * 2; /* the weights' working copy */
     return bytes;
 }
@@ -935,9 +1034,13 @@ static size_t cu_scratch_bytes(const dt_op_sizes *s, int bf16) {
 static dt_status cu_reserve(void *ctx, const dt_op_sizes *s) {
     cuda_ctx *c = ctx;
     static const char *const what[N_SCRATCH] = {"bf16 matmul inputs", "bf16 matmul inputs", "attention scratch",
-                                                "kernel scratch"};
-    size_t sz[N_SCRATCH];
-    slot_bytes(s, c->bf16, 1, sz);
+                                                "kernel scratch", "the cuDNN attention workspace",
+                                                "fp32 matmul operands", "fp32 matmul operands",
+                                                "fp32 matmul operands"};
+    size_t sz[N_SCRATCH], ws = 0;
+    const int fused = att_fused(c, s->att_batch, s->att_seq, s->att_width, s->att_heads);
+    if (fused && !att_workspace(c, s->att_batch, s->att_seq, s->att_width, s->att_heads, &ws)) return cu_check(c);
+    slot_bytes(s, c->bf16, 1, fused, ws, sz);
     for (int i = 0; i < N_SCRATCH; i++)
         if (sz[i] && !scratch(c, i, sz[i], what[i])) break;
     return cu_check(c);
@@ -1078,6 +1181,7 @@ const dt_ops dt_ops_cuda = {
     .layernorm_bwd = cu_layernorm_bwd,
     .matmul_fwd = cu_matmul_fwd,
     .matmul_bwd = cu_matmul_bwd,
+    .attention_bytes = cu_attention_bytes,
     .attention_fwd = cu_attention_fwd,
     .attention_bwd = cu_attention_bwd,
     .attention_cached = cu_attention_cached,

@@ -242,7 +242,7 @@ static size_t moment_floats(const dt_model_cfg *mc, int world, int zero_stage) {
 static size_t device_memory_bytes(const dt_ops *ops, const dt_model_cfg *mc, int bf16, int world, int zero_stage) {
     dt_op_sizes sizes;
     dt_model_op_sizes(mc, &sizes);
-    return dt_model_memory_bytes(mc, ops->act_dtype(bf16)) + 2 * moment_floats(mc, world, zero_stage) * sizeof(float) +
+    return dt_model_memory_bytes(mc, ops, bf16) + 2 * moment_floats(mc, world, zero_stage) * sizeof(float) +
            ops->scratch_bytes(&sizes, bf16);
 }
 
@@ -276,7 +276,7 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
     char params[32], flops[32], mem[32];
     human_count(params, sizeof params, (double)dt_model_count_params(&mc));
     human_count(flops, sizeof flops, dt_model_flops_per_token(&mc));
-    human_count(mem, sizeof mem, (double)dt_model_memory_bytes(&mc, DT_DTYPE_F32));
+    human_count(mem, sizeof mem, (double)dt_model_memory_bytes(&mc, dt_backend_ops(DT_DEVICE_CPU), 0));
     fprintf(out, "# model: %s parameters (%zu), %s training FLOPs per token, ~%sB of memory per worker\n", params,
             dt_model_count_params(&mc), flops, mem);
     dt_device_kind dev;

@@ -29,6 +29,8 @@ void mock_kernel_launch(const char *name, const unsigned g[3], const unsigned b[
                         void (*body)(void *), void *closure, void (*destroy)(void *));
 /* Work queued so far: kernel launches, and library work (cuBLASLt products, CUB, NCCL). */
 void mock_launch_counts(unsigned long *kernels, unsigned long *library);
+/* bytes of device memory allocated now (test_ops_backends' memory case) */
+size_t mock_device_in_use(void);
 /* Pointer argument `argi` of a launch: NULL or device memory, else reported. */
 void mock_check_kernel_ptr(const char *kname, int argi, const void *p);
 /* __syncthreads() and the barrier inside every warp shuffle */

@@ -2,9 +2,11 @@
  * dlopen, with cuBLASLt's column-major semantics and strict argument checks:
  *
  *   D = alpha op(A) op(B) + beta C [+ bias on every column], per batch with strides.
- *   A, B: CUDA_R_32F or CUDA_R_16BF (the same type); C, D: CUDA_R_32F; compute CUBLAS_COMPUTE_32F
- *   (or _FAST_* / _PEDANTIC); scale CUDA_R_32F; host pointer mode; epilogue DEFAULT or BIAS.
- *   Computed in double, rounded to float once, in stream order on the matmul's stream. Only the
+ *   A, B: CUDA_R_32F or CUDA_R_16BF (the same type); C, D: CUDA_R_32F, or CUDA_R_16BF (both) with
+ *   16BF inputs; compute CUBLAS_COMPUTE_32F (or _FAST_* / _PEDANTIC); scale CUDA_R_32F; host
+ *   pointer mode; epilogue DEFAULT or BIAS, the bias of D's type (as cublasLt.h documents).
+ *   Computed in double, rounded to float once (then to bf16, nearest even, for a 16BF D), in
+ *   stream order on the matmul's stream. Only the
  *   attributes ops_cuda.c sets are accepted (any other is a NOT_SUPPORTED error).
  *
  * Checks (each failure prints "MOCK ERROR: cuBLASLt ..." and returns INVALID_VALUE or
@@ -252,9 +254,9 @@ static cublasStatus_t validate(const char *fn, const mdesc *d, const mlayout *a,
                  (long long)ls[i]->ld, (unsigned long long)ls[i]->rows);
     }
     if (a->type != b->type) FAIL(CUBLAS_STATUS_NOT_SUPPORTED, "A type %s != B type %s", tname(a->type), tname(b->type));
-    if (c->type != CUDA_R_32F || dd->type != CUDA_R_32F)
-        FAIL(CUBLAS_STATUS_NOT_SUPPORTED, "the mock supports 32F C and D only (C %s, D %s)", tname(c->type),
-             tname(dd->type));
+    if (c->type != dd->type || (dd->type != CUDA_R_32F && (dd->type != CUDA_R_16BF || a->type != CUDA_R_16BF)))
+        FAIL(CUBLAS_STATUS_NOT_SUPPORTED, "the mock supports 32F C and D, or 16BF ones with 16BF inputs (A %s, C %s, "
+             "D %s)", tname(a->type), tname(c->type), tname(dd->type));
     if (a->type != CUDA_R_32F && d->compute == CUBLAS_COMPUTE_32F_FAST_TF32)
         FAIL(CUBLAS_STATUS_NOT_SUPPORTED, "FAST_TF32 compute with %s inputs", tname(a->type));
     const uint64_t am = d->ta == CUBLAS_OP_N ? a->rows : a->cols, ak = d->ta == CUBLAS_OP_N ? a->cols : a->rows;
@@ -276,8 +278,9 @@ static cublasStatus_t validate(const char *fn, const mdesc *d, const mlayout *a,
     if (dd->batch > 1 && dd->stride < dd->ld * (int64_t)dd->cols)
         FAIL(CUBLAS_STATUS_INVALID_VALUE, "D batches overlap: stride %lld < ld*cols %lld", (long long)dd->stride,
              (long long)(dd->ld * (int64_t)dd->cols));
-    if (d->epi == CUBLASLT_EPILOGUE_BIAS && d->bias_type != -1 && d->bias_type != CUDA_R_32F)
-        FAIL(CUBLAS_STATUS_NOT_SUPPORTED, "bias type %s with a 32F output", tname(d->bias_type));
+    if (d->epi == CUBLASLT_EPILOGUE_BIAS && d->bias_type != -1 && d->bias_type != dd->type)
+        FAIL(CUBLAS_STATUS_NOT_SUPPORTED, "bias type %s with a %s output (the bias is of D's type)",
+             tname(d->bias_type), tname(dd->type));
     *pm = (int)dd->rows;
     *pn = (int)dd->cols;
     *pk = (int)ak;
@@ -291,7 +294,7 @@ static uint64_t shape_hash(const mdesc *d, const mlayout *a, const mlayout *b, c
     MIX(d->ta); MIX(d->tb); MIX(d->epi);
     MIX(a->type); MIX(a->rows); MIX(a->cols); MIX(a->ld); MIX(a->batch); MIX(a->stride);
     MIX(b->type); MIX(b->rows); MIX(b->cols); MIX(b->ld); MIX(b->batch); MIX(b->stride);
-    MIX(dd->rows); MIX(dd->cols); MIX(dd->ld); MIX(dd->batch); MIX(dd->stride);
+    MIX(dd->type); MIX(dd->rows); MIX(dd->cols); MIX(dd->ld); MIX(dd->batch); MIX(dd->stride);
 #undef MIX
     return h;
 }
@@ -333,8 +336,8 @@ typedef struct job {
     mdesc d;
     mlayout a, b, c, dd;
     const void *A, *B;
-    const float *C;
-    float *D;
+    const void *C;
+    void *D;
     float alpha, beta;
     int m, n, k;
 } job;
@@ -347,6 +350,18 @@ static inline double ld_elem(const void *p, int type, int64_t i) {
     return f;
 }
 
+static inline void st_elem(void *p, int type, int64_t i, double v) {
+    const float f = (float)v;
+    if (type == CUDA_R_32F) {
+        ((float *)p)[i] = f;
+        return;
+    }
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    ((uint16_t *)p)[i] = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40u)
+                                                        : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 static void run_job(void *arg) {
     job *j = arg;
     const int m = j->m, n = j->n, k = j->k;
@@ -355,8 +370,8 @@ static void run_job(void *arg) {
     for (int bt = 0; bt < j->dd.batch; bt++) {
         const char *A = (const char *)j->A + (size_t)bt * j->a.stride * tsize(j->a.type);
         const char *B = (const char *)j->B + (size_t)bt * j->b.stride * tsize(j->b.type);
-        const float *C = j->C + (size_t)bt * j->c.stride;
-        float *D = j->D + (size_t)bt * j->dd.stride;
+        const char *C = (const char *)j->C + (size_t)bt * j->c.stride * tsize(j->c.type);
+        char *D = (char *)j->D + (size_t)bt * j->dd.stride * tsize(j->dd.type);
         for (int i = 0; i < m; i++)
             for (int l = 0; l < k; l++)
                 oa[(size_t)i * k + l] = j->d.ta == CUBLAS_OP_N ? ld_elem(A, j->a.type, i + (int64_t)l * j->a.ld)
@@ -378,9 +393,10 @@ static void run_job(void *arg) {
                 }
                 for (; l < k; l++) s0 += x[l] * y[l];
                 double v = (double)j->alpha * ((s0 + s1) + (s2 + s3));
-                if (j->beta != 0.0f) v += (double)j->beta * C[i + (int64_t)c * j->c.ld]; /* beta 0: C is not read */
-                if (j->d.epi == CUBLASLT_EPILOGUE_BIAS) v += ((const float *)j->d.bias)[i]; /* one for all batches */
-                D[i + (int64_t)c * j->dd.ld] = (float)v;
+                if (j->beta != 0.0f) /* beta 0: C is not read */
+                    v += (double)j->beta * ld_elem(C, j->c.type, i + (int64_t)c * j->c.ld);
+                if (j->d.epi == CUBLASLT_EPILOGUE_BIAS) v += ld_elem(j->d.bias, j->dd.type, i); /* one for all batches */
+                st_elem(D, j->dd.type, i + (int64_t)c * j->dd.ld, v);
             }
     }
     free(oa);
@@ -442,8 +458,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
     if (overlap(A, extent(a), D, extent(dd))) FAIL(CUBLAS_STATUS_INVALID_VALUE, "D overlaps A (aliases an input)");
     if (overlap(B, extent(b), D, extent(dd))) FAIL(CUBLAS_STATUS_INVALID_VALUE, "D overlaps B (aliases an input)");
     if (d->epi == CUBLASLT_EPILOGUE_BIAS) {
-        snprintf(what, sizeof what, "cuBLASLt bias vector (%d floats)", m);
-        if (mock_check_dev_range(d->bias, (size_t)m * sizeof(float), what)) return CUBLAS_STATUS_INVALID_VALUE;
+        snprintf(what, sizeof what, "cuBLASLt bias vector (%d %s)", m, tname(dd->type));
+        if (mock_check_dev_range(d->bias, (size_t)m * tsize(dd->type), what)) return CUBLAS_STATUS_INVALID_VALUE;
         if (palign(d->bias) < 16)
             FAIL(CUBLAS_STATUS_INVALID_VALUE,
                  "bias epilogue with a %u-byte aligned bias vector %p (m %d n %d k %d): the mock requires 16 (fused "

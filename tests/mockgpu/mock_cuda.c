@@ -296,6 +296,13 @@ static void drain_all(void) {
 
 static unsigned long n_kernels, n_library; /* queued so far (mock_launch_counts) */
 
+size_t mock_device_in_use(void) {
+    pthread_mutex_lock(&reg_mu);
+    const size_t n = dev_in_use;
+    pthread_mutex_unlock(&reg_mu);
+    return n;
+}
+
 void mock_launch_counts(unsigned long *kernels, unsigned long *library) {
     *kernels = __atomic_load_n(&n_kernels, __ATOMIC_SEQ_CST);
     *library = __atomic_load_n(&n_library, __ATOMIC_SEQ_CST);

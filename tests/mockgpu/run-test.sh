@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# run-test.sh SRC BUILD — ctest's test_cuda_mock: dtrain's CUDA backend (src/ops/ops_cuda.c,
+# run-test.sh SRC BUILD [FE_INC] — ctest's test_cuda_mock: dtrain's CUDA backend (src/ops/ops_cuda.c,
 # kernels/*.cu) run on the CPU mocks of tests/mockgpu (README.md there), no GPU needed.
 # Builds from the current sources of the repository SRC (make, incremental) into BUILD/opt and
 # BUILD/asan, then runs, stopping at the first failure with its log:
 #   1. tests/test_ops_backends.c --quick, then in full: every CUDA op against the CPU op
 #   2. --quick again with AddressSanitizer + UBSan: out-of-bounds accesses in the kernels
 #   3. --quick again with the blocks and threads of every kernel in reverse order, and without
-#      cuBLASLt's bias epilogue (ops_cuda.c's fallback kernel)
+#      cuBLASLt's bias epilogue (ops_cuda.c's fallback kernel); and --quick with mock_att.c, a CPU
+#      reference of cuDNN's fused attention (cudnn_att.h), linked in place of cudnn_att.cpp
+#      (test_ops_backends_fused, also with ASan + UBSan): the backend's fused attention path (casts,
+#      statistics, workspace) on the shapes cuDNN plans, its own kernels on the others
 #   4. tests/test_comm_nccl.c, the nccl collective backend (src/comm/comm_nccl.c) with one rank,
 #      against the one-rank NCCL stand-in (mock_nccl.c, as libnccl.so.2), then with ASan + UBSan
 #   5. dtrain itself, the CUDA op table against the CPU one: configs/ci-smoke.yaml for 20 steps
-#      with bf16 products (every loss within 1e-2 relative); the same with bf16 asked for where
-#      cuBLASLt has no bf16 algorithm (MOCK_LT_NO_BF16): fp32 instead, with one note, the losses
-#      of the fp32 run exactly; one worker through the nccl collective (DTRAIN_TEST_DEVICE_COMM),
-#      plain and with zero_stage 1: the plain run's losses; and configs/pretrain.yaml shrunk to 4
+#      with bf16 products (every loss within 1e-2 relative; the mock's cuDNN cannot make a handle,
+#      mock_cudnn.c, so attention runs on dtrain's kernels, with one note saying why); the same with bf16 asked for where
+#      cuBLASLt has no bf16 algorithm (MOCK_LT_NO_BF16): fp32 products instead, with one note,
+#      within 1e-2 of the cpu run (the activations stay bf16); one worker through the nccl collective (DTRAIN_TEST_DEVICE_COMM),
+#      plain and with zero_stage 1: the plain run's losses; the bf16 run again with mock_att.c as
+#      cuDNN (dtrain_fused): attention through the fused path, no note, within 1e-2 of the cpu run;
+#      and configs/pretrain.yaml shrunk to 4
 #      steps in fp32 (within 1e-5)
 #   6. the launcher's GPU samples through a fake NVML (fake_nvml.c as libnvidia-ml.so.1): the
 #      workers records, the workers: line, TensorBoard and the summary; and the note without it
@@ -22,10 +28,15 @@
 #   8. dtrain generate (the key/value cache, attention_cached) on the mock GPU: the same greedy
 #      and seeded-sampled text as on the CPU from the same weights
 set -euo pipefail
-[ $# -eq 2 ] || { echo "usage: $0 SRC BUILD" >&2; exit 2; }
+[ $# -eq 2 ] || [ $# -eq 3 ] || { echo "usage: $0 SRC BUILD [CUDNN_FRONTEND_INCLUDE]" >&2; exit 2; }
 SRC=$(cd "$1" && pwd)
 mkdir -p "$2"
 B=$(cd "$2" && pwd)
+# the cuDNN frontend's headers: the third argument (CMake passes its CUDNN_FRONTEND_INCLUDE), else
+# where scripts/setup.sh puts them for the build folder above BUILD
+FE_INC=${3:-$B/../_deps/cudnn-frontend/include}
+[ -f "$FE_INC/cudnn_frontend.h" ] || { echo "$0: no cudnn_frontend.h in $FE_INC (scripts/cudnn-frontend.sh)" >&2; exit 2; }
+export FE_INC
 M=$SRC/tests/mockgpu
 OPT=$B/opt ASAN=$B/asan LOGS=$B/logs
 mkdir -p "$LOGS"
@@ -51,7 +62,7 @@ step() {
         exit 1
     fi
 }
-# the mocks' libcublasLt.so.13 before any real one on LD_LIBRARY_PATH
+# the mocks' libcublasLt.so.13 and libcudnn.so.9 before any real ones on LD_LIBRARY_PATH
 with_libs() { local d=$1; shift; LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"; }
 
 # an object whose source has moved (its .d names a file that is gone) is built afresh
@@ -72,6 +83,19 @@ step "test_ops_backends" full.log with_libs "$OPT" "$OPT/test_ops_backends"
 step "test_ops_backends --quick, ASan + UBSan" asan.log with_libs "$ASAN" "$ASAN/test_ops_backends" --quick
 step "test_ops_backends --quick, reversed block/thread order, no bias epilogue" rev.log \
     with_libs "$OPT" env MOCK_ORDER=rev MOCK_LT_NO_BIAS_EPILOGUE=1 "$OPT/test_ops_backends" --quick
+# cuDNN's fused attention as mock_att.c (a CPU reference, on the mock's streams) in place of
+# cudnn_att.cpp: the attention cases whose head size cuDNN plans (a multiple of 8) must run fused;
+# those of head size 1 or 2 fall back to dtrain's kernels, as on a GPU
+fused_quick() { # DIR NAME
+    local out=$LOGS/fused-$2.out rc=0
+    with_libs "$1" "$1/test_ops_backends_fused" --quick >"$out" 2>&1 || rc=$?
+    cat "$out"
+    [ $rc -eq 0 ] || return $rc
+    grep -q '(fused, statistics kept)' "$out" ||
+        { echo "expected an attention case through cuDNN's fused attention (mock_att.c)"; return 1; }
+}
+step "test_ops_backends --quick, cuDNN attention (mock_att.c)" fused.log fused_quick "$OPT" opt
+step "test_ops_backends --quick, cuDNN attention (mock_att.c), ASan + UBSan" fused-asan.log fused_quick "$ASAN" asan
 
 # ---- the nccl collective with one rank; exit 77 (skipped: no GPU seen) is a failure here ----
 step "test_comm_nccl (one rank, mock NCCL)" nccl.log with_libs "$OPT" "$OPT/test_comm_nccl"
@@ -79,10 +103,10 @@ step "test_comm_nccl, ASan + UBSan" nccl-asan.log with_libs "$ASAN" "$ASAN/test_
 
 # ---- training: the same run on cpu and on the mock cuda device ----
 train() { # NAME CONFIG [--set ...]: a fresh run in $B/runs/NAME, from SRC (the configs' data paths)
-    local name=$1 config=$2 rc=0
+    local name=$1 config=$2 rc=0 bin=${DTRAIN_BIN:-$OPT/dtrain} # DTRAIN_BIN: another mock dtrain
     shift 2
     rm -rf "$B/runs/$name"
-    (cd "$SRC" && with_libs "$OPT" "$OPT/dtrain" train --config "$config" --set run.dir="$B/runs/$name" \
+    (cd "$SRC" && with_libs "$OPT" "$bin" train --config "$config" --set run.dir="$B/runs/$name" \
         --set fault_tolerance.max_restarts=0 --progress never "$@") || rc=$?
     [ $rc -eq 0 ] || tail -n 30 "$B/runs/$name"/rank-*.log # the workers' stderr: MOCK ERROR lines
     return $rc
@@ -102,12 +126,41 @@ same_losses() { # CPU_RUN CUDA_RUN TOL: the same steps, every loss within TOL re
 SMOKE=(--set training.max_steps=20 --set eval.every_steps=10 --set eval.max_batches=2)
 step "dtrain ci-smoke on cpu" smoke-cpu.log train smoke-cpu configs/ci-smoke.yaml "${SMOKE[@]}" \
     --set training.device=cpu
-step "dtrain ci-smoke on cuda (bf16 products)" smoke-cuda.log train smoke-cuda configs/ci-smoke.yaml "${SMOKE[@]}" \
-    --set training.device=cuda --set training.precision=bf16
+# bf16 products: attention would be cuDNN's, but the mock's cuDNN cannot make a handle
+# (mock_cudnn.c): dtrain's kernels instead, said once per worker, with cuDNN's reason
+bf16_run() {
+    local rc=0
+    train smoke-cuda configs/ci-smoke.yaml "${SMOKE[@]}" --set training.device=cuda --set training.precision=bf16 \
+        2>"$B/smoke-cuda.err" || rc=$?
+    cat "$B/smoke-cuda.err"
+    [ $rc -eq 0 ] || return $rc
+    [ "$(grep -c "attention runs on dtrain's kernels, not cuDNN's fused attention (cudnnCreate: CUDNN_STATUS_NOT_SUPPORTED" \
+        "$B/smoke-cuda.err")" = 1 ] || { echo "expected one note about cuDNN attention"; return 1; }
+}
+step "dtrain ci-smoke on cuda (bf16 products; no cuDNN: attention on dtrain's kernels)" smoke-cuda.log bf16_run
 echo "ci-smoke losses, cuda (bf16 products) against cpu, at most 1e-2 relative:"
 same_losses smoke-cpu smoke-cuda 1e-2 || { echo "FAIL  ci-smoke losses differ"; exit 1; }
+# the same with mock_att.c as cuDNN (dtrain_fused): ci-smoke's head size, 32 / 2 = 16, is one cuDNN
+# plans, so attention takes the backend's fused path (bf16 casts, statistics kept, the workspace
+# slot): no note, and the queued forward and backward show in the trace (MOCK_ATT_TRACE)
+fused_run() {
+    local rc=0
+    DTRAIN_BIN=$OPT/dtrain_fused MOCK_ATT_TRACE=1 train smoke-fused configs/ci-smoke.yaml "${SMOKE[@]}" \
+        --set training.device=cuda --set training.precision=bf16 2>"$B/smoke-fused.err" || rc=$?
+    grep -v '^MOCK ATT: ' "$B/smoke-fused.err" || true
+    [ $rc -eq 0 ] || return $rc
+    echo "$(grep -c '^MOCK ATT: forward' "$B/smoke-fused.err") fused forwards, $(grep -c '^MOCK ATT: backward' \
+        "$B/smoke-fused.err") fused backwards"
+    ! grep -q "attention runs on dtrain's kernels" "$B/smoke-fused.err" "$B/runs/smoke-fused"/*.log ||
+        { echo "expected no note about cuDNN attention: mock_att.c plans ci-smoke's shapes"; return 1; }
+    grep -q '^MOCK ATT: backward' "$B/smoke-fused.err" || { echo "expected attention through mock_att.c"; return 1; }
+}
+step "dtrain ci-smoke on cuda (bf16 products; cuDNN attention: mock_att.c)" smoke-fused.log fused_run
+echo "ci-smoke losses, cuda (bf16 products, fused attention) against cpu, at most 1e-2 relative:"
+same_losses smoke-cpu smoke-fused 1e-2 || { echo "FAIL  ci-smoke losses (fused attention) differ"; exit 1; }
 # bf16 asked for, but cuBLASLt has no bf16 algorithm (MOCK_LT_NO_BF16): every product falls back to
-# fp32 with one note, and the run is the fp32 run's, loss for loss
+# fp32 (on widened copies of the bf16 activations) with one note; the activations stay bf16, so the
+# losses are the bf16 run's kind: within 1e-2 of the cpu run
 nobf16_run() {
     export MOCK_LT_NO_BF16=1
     local rc=0
@@ -133,8 +186,8 @@ fp32_run() { # with the plan log (DTRAIN_LOG_GEMM_PLANS): every plan once, as it
 }
 step "dtrain ci-smoke on cuda (fp32), the cuBLASLt plans logged" smoke-fp32.log fp32_run
 step "dtrain ci-smoke on cuda, bf16 without a bf16 algorithm: fp32 instead" smoke-nobf16.log nobf16_run
-echo "ci-smoke losses, bf16 products without a bf16 algorithm against fp32, the same:"
-same_losses smoke-fp32 smoke-nobf16 0 || { echo "FAIL  the fp32 fallback differs from fp32"; exit 1; }
+echo "ci-smoke losses, bf16 products without a bf16 algorithm against cpu, at most 1e-2 relative:"
+same_losses smoke-cpu smoke-nobf16 1e-2 || { echo "FAIL  the fp32 fallback's losses differ"; exit 1; }
 # one worker through the nccl collective (DTRAIN_TEST_DEVICE_COMM: gpu-check's way to run the
 # bucket path on one GPU): the gradient buckets and, with zero_stage 1, the reduce-scatter and the
 # weights' all-gather go through comm_nccl.c and the mock NCCL; the losses stay those of the plain run

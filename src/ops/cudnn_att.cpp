@@ -1,0 +1,331 @@
+// cudnn_att.cpp — cudnn_att.h on the cuDNN frontend's graph API (the frontend is header-only and
+// C++ only; scripts/setup.sh fetches it into the build tree). Built with
+// NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING: cuDNN is not linked, its symbols are found through the
+// handle this file opens, as the rest of the backend does with cuBLASLt.
+//
+// One graph per direction and shape, built once and cached (building takes up to a second;
+// executing is a launch or a few). Forward: the SDPA node with a causal mask, statistics kept for
+// backward. Backward: the SDPA backward node, deterministic. Q, K and V are read from the qkv
+// rows by strides, dQ, dK, dV written into the dqkv rows the same way, as karpathy/llm.c does.
+// Every frontend call that can fail is checked, and exceptions (the frontend throws from its
+// dynamic loader) are caught at this file's C boundary.
+#include "cudnn_att.h"
+
+#include <dlfcn.h>
+
+#include <array>
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include <cudnn_frontend.h>
+
+namespace fe = cudnn_frontend;
+
+// the frontend's dynamic loader reads cuDNN's symbols through this handle (one per process)
+namespace cudnn_frontend {
+void *cudnn_dlhandle = nullptr;
+}
+
+namespace {
+
+enum Uid : int64_t { Q_UID = 1, K_UID, V_UID, SCALE_UID, O_UID, STATS_UID, DO_UID, DQ_UID, DK_UID, DV_UID };
+
+struct Lib {
+    void *h = nullptr;
+    decltype(&cudnnCreate) create = nullptr;
+    decltype(&cudnnDestroy) destroy = nullptr;
+    decltype(&cudnnSetStream) set_stream = nullptr;
+    decltype(&cudnnGetVersion) version = nullptr;
+    decltype(&cudnnGetErrorString) error_string = nullptr;
+    std::string error; // empty when loaded
+};
+
+Lib &lib() {
+    static Lib l;
+    static std::once_flag once;
+    std::call_once(once, [] {
+        const std::string soname = "libcudnn.so." + std::to_string(CUDNN_MAJOR);
+        l.h = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (!l.h) {
+            const char *e = dlerror();
+            l.error = "cannot load " + soname + ": " + (e ? e : "?");
+            return;
+        }
+        *(void **)&l.create = dlsym(l.h, "cudnnCreate");
+        *(void **)&l.destroy = dlsym(l.h, "cudnnDestroy");
+        *(void **)&l.set_stream = dlsym(l.h, "cudnnSetStream");
+        *(void **)&l.version = dlsym(l.h, "cudnnGetVersion");
+        *(void **)&l.error_string = dlsym(l.h, "cudnnGetErrorString");
+        if (!l.create || !l.destroy || !l.set_stream || !l.version || !l.error_string) {
+            l.error = soname + " lacks cudnnCreate, cudnnSetStream or cudnnGetVersion";
+            return;
+        }
+        fe::cudnn_dlhandle = l.h;
+    });
+    return l;
+}
+
+using Key = std::array<int, 4>; // B, NH, T, HS
+
+void say(char *why, size_t n, const std::string &s) {
+    if (why && n) std::snprintf(why, n, "%s", s.c_str());
+}
+
+// [q | k | v] rows of 3*NH*HS: head h of q at column h*HS, of k at C + h*HS, of v at 2C + h*HS
+std::vector<int64_t> qkv_stride(int NH, int T, int HS) {
+    return {3LL * NH * HS * T, HS, 3LL * NH * HS, 1};
+}
+std::vector<int64_t> out_stride(int NH, int T, int HS) { return {1LL * NH * HS * T, HS, 1LL * NH * HS, 1}; }
+
+std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph &g, const char *name, int64_t uid,
+                                                    std::vector<int64_t> dim, std::vector<int64_t> stride) {
+    return g.tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dim).set_stride(stride));
+}
+
+std::shared_ptr<fe::graph::Tensor_attributes> scale_input(fe::graph::Graph &g) {
+    return g.tensor(fe::graph::Tensor_attributes()
+                        .set_name("attn_scale")
+                        .set_uid(SCALE_UID)
+                        .set_dim({1, 1, 1, 1})
+                        .set_stride({1, 1, 1, 1})
+                        .set_is_pass_by_value(true)
+                        .set_data_type(fe::DataType_t::FLOAT));
+}
+
+// validate, lower, pick by heuristic A, check and build: "" when it worked, else what failed
+std::string finish(fe::graph::Graph &g, cudnnHandle_t h) {
+    fe::error_t e = g.validate();
+    if (e.is_good()) e = g.build_operation_graph(h);
+    if (e.is_good()) e = g.create_execution_plans({fe::HeurMode_t::A});
+    if (e.is_good()) e = g.check_support(h);
+    if (e.is_good()) e = g.build_plans(h);
+    return e.is_good() ? std::string() : e.get_message();
+}
+
+} // namespace
+
+struct dtc_att {
+    cudnnHandle_t h = nullptr;
+    cudaStream_t s = nullptr;
+    std::map<Key, std::shared_ptr<fe::graph::Graph>> fwd, bwd;
+    std::map<Key, size_t> ws;
+};
+
+namespace {
+
+std::shared_ptr<fe::graph::Graph> new_graph() {
+    auto g = std::make_shared<fe::graph::Graph>();
+    g->set_io_data_type(fe::DataType_t::BFLOAT16)
+        .set_intermediate_data_type(fe::DataType_t::FLOAT)
+        .set_compute_data_type(fe::DataType_t::FLOAT);
+    return g;
+}
+
+std::string build_fwd(dtc_att *a, const Key &k, std::shared_ptr<fe::graph::Graph> &out) {
+    const int B = k[0], NH = k[1], T = k[2], HS = k[3];
+    auto g = new_graph();
+    const std::vector<int64_t> dim = {B, NH, T, HS};
+    auto Q = input(*g, "Q", Q_UID, dim, qkv_stride(NH, T, HS));
+    auto K = input(*g, "K", K_UID, dim, qkv_stride(NH, T, HS));
+    auto V = input(*g, "V", V_UID, dim, qkv_stride(NH, T, HS));
+    auto opts = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(true).set_causal_mask(true)
+                    .set_attn_scale(scale_input(*g));
+    auto [O, stats] = g->sdpa(Q, K, V, opts);
+    O->set_output(true).set_uid(O_UID).set_dim(dim).set_stride(out_stride(NH, T, HS));
+    if (!stats) return "the SDPA node gave no statistics";
+    stats->set_output(true).set_uid(STATS_UID).set_data_type(fe::DataType_t::FLOAT).set_dim({B, NH, T, 1})
+        .set_stride({1LL * NH * T, T, 1, 1});
+    std::string e = finish(*g, a->h);
+    if (e.empty()) out = g;
+    return e;
+}
+
+std::string build_bwd(dtc_att *a, const Key &k, std::shared_ptr<fe::graph::Graph> &out) {
+    const int B = k[0], NH = k[1], T = k[2], HS = k[3];
+    auto g = new_graph();
+    const std::vector<int64_t> dim = {B, NH, T, HS};
+    auto Q = input(*g, "Q", Q_UID, dim, qkv_stride(NH, T, HS));
+    auto K = input(*g, "K", K_UID, dim, qkv_stride(NH, T, HS));
+    auto V = input(*g, "V", V_UID, dim, qkv_stride(NH, T, HS));
+    auto O = input(*g, "O", O_UID, dim, out_stride(NH, T, HS));
+    auto dO = input(*g, "dO", DO_UID, dim, out_stride(NH, T, HS));
+    auto stats = g->tensor(fe::graph::Tensor_attributes()
+                               .set_name("stats")
+                               .set_uid(STATS_UID)
+                               .set_dim({B, NH, T, 1})
+                               .set_stride({1LL * NH * T, T, 1, 1})
+                               .set_data_type(fe::DataType_t::FLOAT));
+    auto opts = fe::graph::SDPA_backward_attributes()
+                    .set_name("attention_backward")
+                    .set_causal_mask(true)
+                    .set_deterministic_algorithm(true)
+                    .set_attn_scale(scale_input(*g));
+    auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, stats, opts);
+    dQ->set_output(true).set_uid(DQ_UID).set_dim(dim).set_stride(qkv_stride(NH, T, HS));
+    dK->set_output(true).set_uid(DK_UID).set_dim(dim).set_stride(qkv_stride(NH, T, HS));
+    dV->set_output(true).set_uid(DV_UID).set_dim(dim).set_stride(qkv_stride(NH, T, HS));
+    std::string e = finish(*g, a->h);
+    if (e.empty()) out = g;
+    return e;
+}
+
+std::string shape_name(const Key &k) {
+    return std::to_string(k[0]) + "x" + std::to_string(k[1]) + " heads of " + std::to_string(k[2]) + " positions x " +
+           std::to_string(k[3]);
+}
+
+// both plans of shape k, built when missing: "" or what cuDNN refused
+std::string plan(dtc_att *a, const Key &k) {
+    if (a->fwd.count(k) && a->bwd.count(k)) return "";
+    std::shared_ptr<fe::graph::Graph> f, b;
+    std::string e = build_fwd(a, k, f);
+    if (!e.empty()) return "forward plan for " + shape_name(k) + ": " + e;
+    e = build_bwd(a, k, b);
+    if (!e.empty()) return "backward plan for " + shape_name(k) + ": " + e;
+    int64_t wf = 0, wb = 0;
+    if (f->get_workspace_size(wf).is_bad() || b->get_workspace_size(wb).is_bad())
+        return "no workspace size for " + shape_name(k);
+    a->fwd[k] = f;
+    a->bwd[k] = b;
+    a->ws[k] = (size_t)(wf > wb ? wf : wb);
+    return "";
+}
+
+std::string run(dtc_att *a, const fe::graph::Graph &g, std::unordered_map<int64_t, void *> &pack, void *ws) {
+    cudnnStatus_t st = lib().set_stream(a->h, a->s);
+    if (st != CUDNN_STATUS_SUCCESS) return std::string("cudnnSetStream: ") + lib().error_string(st);
+    fe::error_t e = g.execute(a->h, pack, ws);
+    return e.is_good() ? std::string() : "execute: " + e.get_message();
+}
+
+// the shape's plans and enough workspace: "" or why not
+std::string ready(dtc_att *a, const Key &k, size_t ws_bytes) {
+    std::string e = plan(a, k);
+    if (e.empty() && a->ws[k] > ws_bytes)
+        e = "the workspace has " + std::to_string(ws_bytes) + " bytes, " + shape_name(k) + " needs " +
+            std::to_string(a->ws[k]);
+    return e;
+}
+
+} // namespace
+
+extern "C" dtc_att *dtc_att_open(cudaStream_t s, char *why, size_t n) {
+    try {
+        Lib &l = lib();
+        if (!l.error.empty()) {
+            say(why, n, l.error);
+            return nullptr;
+        }
+        const size_t v = l.version();
+        if (v / 10000 != CUDNN_MAJOR) {
+            say(why, n, "cuDNN " + std::to_string(v) + " is loaded, dtrain was built with " +
+                            std::to_string(CUDNN_MAJOR) + ".x");
+            return nullptr;
+        }
+        auto a = std::make_unique<dtc_att>();
+        cudnnStatus_t st = l.create(&a->h);
+        if (st != CUDNN_STATUS_SUCCESS) {
+            say(why, n, std::string("cudnnCreate: ") + l.error_string(st));
+            return nullptr;
+        }
+        a->s = s;
+        return a.release();
+    } catch (const std::exception &e) {
+        say(why, n, e.what());
+    } catch (...) {
+        say(why, n, "an unknown exception in the cuDNN frontend");
+    }
+    return nullptr;
+}
+
+extern "C" void dtc_att_close(dtc_att *a) {
+    if (!a) return;
+    try {
+        a->fwd.clear();
+        a->bwd.clear();
+        if (a->h) lib().destroy(a->h);
+    } catch (...) {
+    }
+    delete a;
+}
+
+extern "C" void dtc_att_describe(const dtc_att *a, char *buf, size_t n) {
+    (void)a;
+    const size_t v = lib().version ? lib().version() : 0;
+    std::snprintf(buf, n, "cuDNN %zu.%zu.%zu (frontend %d.%d.%d)", v / 10000, v % 10000 / 100, v % 100,
+                  CUDNN_FRONTEND_MAJOR_VERSION, CUDNN_FRONTEND_MINOR_VERSION, CUDNN_FRONTEND_PATCH_VERSION);
+}
+
+extern "C" int dtc_att_plan(dtc_att *a, int B, int T, int NH, int HS, size_t *ws, char *why, size_t n) {
+    try {
+        const Key k = {B, NH, T, HS};
+        std::string e = plan(a, k);
+        if (!e.empty()) {
+            say(why, n, e);
+            return -1;
+        }
+        *ws = a->ws[k];
+        return 0;
+    } catch (const std::exception &e) {
+        say(why, n, e.what());
+    } catch (...) {
+        say(why, n, "an unknown exception in the cuDNN frontend");
+    }
+    return -1;
+}
+
+extern "C" int dtc_att_fwd(dtc_att *a, void *out, float *stats, const void *qkv, int B, int T, int NH, int HS, void *ws,
+                           size_t ws_bytes, char *why, size_t n) {
+    try {
+        const Key k = {B, NH, T, HS};
+        std::string e = ready(a, k, ws_bytes);
+        if (e.empty()) {
+            const size_t C = (size_t)NH * HS;
+            float scale = 1.0f / std::sqrt((float)HS);
+            char *base = (char *)const_cast<void *>(qkv);
+            std::unordered_map<int64_t, void *> pack = {
+                {Q_UID, base}, {K_UID, base + 2 * C}, {V_UID, base + 4 * C}, // 2 bytes an element
+                {SCALE_UID, &scale}, {O_UID, out}, {STATS_UID, stats}};
+            e = run(a, *a->fwd[k], pack, ws);
+        }
+        if (e.empty()) return 0;
+        say(why, n, e);
+    } catch (const std::exception &e) {
+        say(why, n, e.what());
+    } catch (...) {
+        say(why, n, "an unknown exception in the cuDNN frontend");
+    }
+    return -1;
+}
+
+extern "C" int dtc_att_bwd(dtc_att *a, void *dqkv, const void *dout, const void *qkv, const void *out,
+                           const float *stats, int B, int T, int NH, int HS, void *ws, size_t ws_bytes, char *why,
+                           size_t n) {
+    try {
+        const Key k = {B, NH, T, HS};
+        std::string e = ready(a, k, ws_bytes);
+        if (e.empty()) {
+            const size_t C = (size_t)NH * HS;
+            float scale = 1.0f / std::sqrt((float)HS);
+            char *in = (char *)const_cast<void *>(qkv), *d = (char *)dqkv;
+            std::unordered_map<int64_t, void *> pack = {
+                {Q_UID, in}, {K_UID, in + 2 * C}, {V_UID, in + 4 * C}, // 2 bytes an element
+                {O_UID, const_cast<void *>(out)}, {DO_UID, const_cast<void *>(dout)},
+                {STATS_UID, const_cast<float *>(stats)}, {SCALE_UID, &scale},
+                {DQ_UID, d}, {DK_UID, d + 2 * C}, {DV_UID, d + 4 * C}};
+            e = run(a, *a->bwd[k], pack, ws);
+        }
+        if (e.empty()) return 0;
+        say(why, n, e);
+    } catch (const std::exception &e) {
+        say(why, n, e.what());
+    } catch (...) {
+        say(why, n, "an unknown exception in the cuDNN frontend");
+    }
+    return -1;
+}

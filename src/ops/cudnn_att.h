@@ -1,0 +1,54 @@
+/* cudnn_att.h — causal self-attention through cuDNN's fused SDPA (flash attention), forward
+ * and backward, bf16 in and out, fp32 statistics: the C interface of the CUDA backend's one C++
+ * translation unit (cudnn_att.cpp, on the cuDNN frontend's graph API, which is C++ only).
+ * Private to the CUDA backend (src/ops/ops_cuda.c).
+ *
+ * Layouts (row-major, as ops.h's attention): qkv(B,T,3C) = [q | k | v], head h at columns
+ * h*HS..; out(B,T,C) heads side by side; stats(B,NH,T) the softmax's log-sum-exp per row (what
+ * backward needs instead of the T x T probabilities); dqkv like qkv. cuDNN reads and writes them
+ * by strides: no split or merge kernels.
+ *
+ * cuDNN is opened with dlopen (libcudnn.so.<major it was built with>), as the backend opens
+ * cuBLASLt; the frontend finds cuDNN's symbols through it and the CUDA runtime's through its own
+ * dlopen. Nothing here throws or exits: every failure returns non-zero with the reason in `why`. */
+#ifndef DTRAIN_CUDNN_ATT_H
+#define DTRAIN_CUDNN_ATT_H
+
+#include <stddef.h>
+
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dtc_att dtc_att;
+
+/* Loads cuDNN and makes a handle on stream s. NULL with the reason in why when cuDNN cannot be
+ * loaded or initialised (no libcudnn, an older major, no usable GPU). */
+dtc_att *dtc_att_open(cudaStream_t s, char *why, size_t n);
+void dtc_att_close(dtc_att *a); /* accepts NULL */
+
+/* "cuDNN 9.19.0 (frontend 1.32.0)" into buf: what this handle runs */
+void dtc_att_describe(const dtc_att *a, char *buf, size_t n);
+
+/* Builds, or finds built, the forward and backward plans for B x NH heads of T positions and
+ * HS features (plans are cached per shape; building is slow, running is not). 0: both exist,
+ * *ws is the largest workspace either needs (bytes); -1: cuDNN cannot run this shape here, why
+ * says what it refused. */
+int dtc_att_plan(dtc_att *a, int B, int T, int NH, int HS, size_t *ws, char *why, size_t n);
+
+/* out(B,T,C) and stats(B,NH,T) from qkv(B,T,3C), bf16 (raw 16-bit) buffers, scale 1/sqrt(HS);
+ * ws of at least dtc_att_plan's bytes. Plans the shape first when needed. 0, or -1 with why. */
+int dtc_att_fwd(dtc_att *a, void *out, float *stats, const void *qkv, int B, int T, int NH, int HS, void *ws,
+                size_t ws_bytes, char *why, size_t n);
+/* dqkv(B,T,3C) (overwritten) from dout(B,T,C), with qkv, out and stats as forward used and
+ * made them. Deterministic. 0, or -1 with why. */
+int dtc_att_bwd(dtc_att *a, void *dqkv, const void *dout, const void *qkv, const void *out, const float *stats, int B,
+                int T, int NH, int HS, void *ws, size_t ws_bytes, char *why, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
