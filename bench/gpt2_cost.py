@@ -8,6 +8,8 @@ GEMM epilogues, one AdamW launch).
 
     python3 bench/gpt2_cost.py [--batch 16] [--seq 1024]      (prints a markdown table)
 
+and the totals of "built": what this build has of the plan (BUILT below).
+
 The byte counts follow the code as issue 15 found it (now; since then the argmax left the training
 step and AdamW runs in one launch): src/ops/ops_cuda.c and kernels/*.cu — fp32 activations,
 every product's inputs cast to bf16 into scratch first, attention through per-head products
@@ -22,12 +24,21 @@ PEAK_BF16 = 989e12  # dense bf16 tensor-core FLOP/s, H100/H200 SXM
 HBM = 4.8e12        # H200 HBM3e bytes/s
 
 
-def ops(B, T, C=768, L=12, NH=12, V=50257, planned=False):
-    """[(name, count per step, flops, bytes)] for forward + backward + optimizer."""
+# what each scenario has of the plan: cuDNN attention, bf16 activations (no casts of product
+# inputs), the one-pass classifier without an argmax, the vocabulary padded to 50304, bias and
+# GELU in the GEMM epilogues
+PLANNED = frozenset({"flash", "act16", "classifier", "pad", "epilogue"})
+BUILT = frozenset({"flash", "act16", "classifier"})  # this build (2026-12-02): not yet pad, epilogue
+
+
+def ops(B, T, C=768, L=12, NH=12, V=50257, planned=False, has=None):
+    """[(name, count per step, flops, bytes)] for forward + backward + optimizer. has: the
+    features of the plan in place (PLANNED when planned, none as issue 15 found the code)."""
+    has = (PLANNED if planned else frozenset()) if has is None else has
     BT, hs = B * T, C // NH
     f, h = 4, 2                        # fp32, bf16 bytes
-    a = h if planned else f            # an activation element
-    Vp = 50304 if planned else V       # the vocabulary in device memory
+    a = h if "act16" in has else f     # an activation element
+    Vp = 50304 if "pad" in has else V  # the vocabulary in device memory
     att = B * NH * T * T               # probabilities per layer
     N = 12 * L * C * C + 13 * L * C + V * C + 1024 * C + 2 * C  # parameters (124,439,808)
     rows = []
@@ -35,8 +46,8 @@ def ops(B, T, C=768, L=12, NH=12, V=50257, planned=False):
     def add(name, flops, nbytes, count=1):
         rows.append((name, count, flops * count, nbytes * count))
 
-    def cast(n):                       # fp32 -> bf16 copy into scratch (now only)
-        return 0 if planned else n * (f + h)
+    def cast(n):                       # fp32 -> bf16 copy into scratch (fp32 activations only)
+        return 0 if "act16" in has else n * (f + h)
 
     def matmul(name, M, K, Nn, count, gelu_epi=False, bias=True):
         # forward: out = inp @ W (+ bias [, GELU] in the epilogue)
@@ -46,14 +57,14 @@ def ops(B, T, C=768, L=12, NH=12, V=50257, planned=False):
             2 * cast(M * Nn) + cast(M * K) + 2 * M * Nn * h + M * K * h + 2 * K * Nn * h + M * K * a + 2 * K * Nn * f,
             count)
         if bias:  # bias gradient: a column reduction over dout (planned: the dgrad GEMM's epilogue)
-            add(name + " bias grad", M * Nn, 0 if planned else M * Nn * f, count)
+            add(name + " bias grad", M * Nn, 0 if "epilogue" in has else M * Nn * a, count)
 
     # ---- per layer ----
     ln = BT * C
     add("layernorm fwd (x2 a layer)", 8 * ln, 2 * ln * a + 2 * BT * f, 2 * L)
     add("layernorm bwd (x2 a layer)", 12 * ln, 4 * ln * a, 2 * L)
     matmul("qkv", BT, C, 3 * C, L)
-    if planned:  # cuDNN SDPA reading q, k, v by strides from the qkv activation
+    if "flash" in has:  # cuDNN SDPA reading q, k, v by strides from the qkv activation
         add("attention fwd (flash)", 4 * B * NH * T * T * hs // 2, 3 * ln * h + ln * h + BT * NH * f, L)
         add("attention bwd (flash)", 10 * B * NH * T * T * hs // 2, (3 + 2) * ln * h + 3 * ln * h + BT * NH * f, L)
     else:
@@ -67,9 +78,9 @@ def ops(B, T, C=768, L=12, NH=12, V=50257, planned=False):
         add("attention bwd: dq, dk + merge", 4 * att * hs, 2 * cast(ln) + 2 * cast(att) + 2 * ln * h + 2 * att * h +
             2 * ln * f + split, L)
     matmul("attn proj", BT, C, C, L)
-    matmul("fc", BT, C, 4 * C, L, gelu_epi=planned)
-    if not planned:
-        add("gelu fwd", 8 * BT * 4 * C, 2 * BT * 4 * C * f, L)
+    matmul("fc", BT, C, 4 * C, L, gelu_epi="epilogue" in has)
+    if "epilogue" not in has:
+        add("gelu fwd", 8 * BT * 4 * C, 2 * BT * 4 * C * a, L)
     add("gelu bwd", 10 * BT * 4 * C, 3 * BT * 4 * C * a, L)
     matmul("fc proj", BT, 4 * C, C, L)
     add("residual adds (x2 a layer)", ln, 3 * ln * a, 2 * L)
@@ -79,8 +90,8 @@ def ops(B, T, C=768, L=12, NH=12, V=50257, planned=False):
     add("layernorm final fwd + bwd", 20 * ln, 6 * ln * a, 1)
     logits = BT * Vp
     add("logits fwd (lm head)", 2 * BT * C * Vp, cast(ln) + ln * h + Vp * C * h + logits * a, 1)
-    if planned:  # one pass: softmax, loss and the gradient in place, bf16
-        add("classifier (fused)", 5 * logits, 2 * logits * h, 1)
+    if "classifier" in has:  # one pass: softmax, loss and the gradient in place
+        add("classifier (fused)", 5 * logits, 2 * logits * a, 1)
     else:
         add("cross-entropy fwd (3 passes)", 5 * logits, 4 * logits * f, 1)
         add("argmax (every step)", logits, logits * f, 1)
@@ -91,7 +102,7 @@ def ops(B, T, C=768, L=12, NH=12, V=50257, planned=False):
     # ---- optimizer ----
     add("zero_grad", 0, N * f, 1)
     add("grad norm + clip", 3 * N, 3 * N * f, 1)
-    add("AdamW" + ("" if planned else " (148 launches)"), 12 * N, 7 * N * f + N * h, 1)
+    add("AdamW" + ("" if has else " (148 launches)"), 12 * N, 7 * N * f + N * h, 1)
     return rows
 
 
@@ -132,10 +143,14 @@ def main():
     # MFU as the benchmarks count it: 6N + 6LCT FLOPs per token (the attention's share included)
     N, L, C = 124439808, 12, 768
     model_flops = (6 * N + 6 * L * C * T) * B * T
-    for label, t in (("now", tot[2]), ("planned", tot[5])):
+    built = ops(B, T, has=BUILT)
+    tb = sum(est(r[2], r[3]) for r in built)
+    for label, t in (("now", tot[2]), ("built (2026-12-02: " + ", ".join(sorted(BUILT)) + ")", tb),
+                     ("planned", tot[5])):
         print(f"\n{label}: {t * 1e3:.1f} ms per step at best, {B * T / t:,.0f} tokens/s, "
               f"MFU at most {model_flops / t / PEAK_BF16 * 100:.0f}%", end="")
-    print()
+    gb = sum(r[3] for r in built) / 1e9
+    print(f"\nbuilt: {sum(r[2] for r in built) / 1e9:.0f} GFLOP, {gb:.1f} GB moved")
 
 
 if __name__ == "__main__":
