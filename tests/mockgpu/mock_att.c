@@ -2,8 +2,8 @@
  * reference, linked into the mock programs test_ops_backends_fused and dtrain_fused in place of
  * cudnn_att.cpp (the Makefile puts this object before libdt.a, so the archive's cudnn_att.o is
  * never pulled). With it the CUDA backend's fused attention path (src/ops/ops_cuda.c: att_fused,
- * fused_fwd, fused_bwd: the bf16 casts, the pointer offsets, the statistics buffer, the
- * workspace slot, the memory sizing) runs on the mock GPU; the plain programs keep the real
+ * fused_fwd, fused_bwd: the bf16 buffers and statistics it passes, the workspace slot, the
+ * memory sizing, the stream order) runs on the mock GPU; the plain programs keep the real
  * cudnn_att.cpp, whose cuDNN (mock_cudnn.c) cannot make a handle.
  *
  * Modelled, and checked:
@@ -13,10 +13,12 @@
  *   - dtc_att_plan refuses what cuDNN's SDPA cannot run: a head size that is not a multiple of
  *     8 or is over 128 (and empty shapes), with a reason, so the backend's fallback to its own
  *     kernels is exercised too; otherwise *ws = B*NH*T*HS*4 bytes (what the deterministic
- *     backward's fp32 dQ accumulator would take; MOCK_ATT_WS_BYTES=N: N instead, e.g. 0).
+ *     backward's fp32 dQ accumulator would take, and what ops_cuda.c's estimate assumes, so
+ *     test_ops_backends' memory case agrees; MOCK_ATT_WS_BYTES=N: N instead, e.g. 0, with which
+ *     that case reports the difference).
  *   - dtc_att_fwd / dtc_att_bwd, queued as stream work on the handle's stream (mock_api.h's
- *     mock_enqueue_fn), so they run after the casts queued before them and before the widening
- *     queued after, as cuDNN's kernels would:
+ *     mock_enqueue_fn), so they run after the work queued before them (what wrote qkv, dout)
+ *     and before the work queued after (what reads out, dqkv), as cuDNN's kernels would:
  *       forward: S = scale Q K^T (scale 1/sqrtf(HS), as cudnn_att.cpp passes it), causal;
  *       stats = max + log(sum exp) per row (natural log, fp32), O = softmax(S) V rounded to
  *       bf16 (round to nearest even); computed in double from the bf16 operands;

@@ -8,8 +8,8 @@
 #   3. --quick again with the blocks and threads of every kernel in reverse order, and without
 #      cuBLASLt's bias epilogue (ops_cuda.c's fallback kernel); and --quick with mock_att.c, a CPU
 #      reference of cuDNN's fused attention (cudnn_att.h), linked in place of cudnn_att.cpp
-#      (test_ops_backends_fused, also with ASan + UBSan): the backend's fused attention path (casts,
-#      statistics, workspace) on the shapes cuDNN plans, its own kernels on the others
+#      (test_ops_backends_fused, also with ASan + UBSan): the backend's fused attention path (its
+#      buffers, statistics, workspace) on the shapes cuDNN plans, its own kernels on the others
 #   4. tests/test_comm_nccl.c, the nccl collective backend (src/comm/comm_nccl.c) with one rank,
 #      against the one-rank NCCL stand-in (mock_nccl.c, as libnccl.so.2), then with ASan + UBSan
 #   5. dtrain itself, the CUDA op table against the CPU one: configs/ci-smoke.yaml for 20 steps
@@ -141,8 +141,8 @@ step "dtrain ci-smoke on cuda (bf16 products; no cuDNN: attention on dtrain's ke
 echo "ci-smoke losses, cuda (bf16 products) against cpu, at most 1e-2 relative:"
 same_losses smoke-cpu smoke-cuda 1e-2 || { echo "FAIL  ci-smoke losses differ"; exit 1; }
 # the same with mock_att.c as cuDNN (dtrain_fused): ci-smoke's head size, 32 / 2 = 16, is one cuDNN
-# plans, so attention takes the backend's fused path (bf16 casts, statistics kept, the workspace
-# slot): no note, and the queued forward and backward show in the trace (MOCK_ATT_TRACE)
+# plans, so attention takes the backend's fused path (bf16 buffers, statistics kept, the
+# workspace slot): no note, and the queued forward and backward show in the trace (MOCK_ATT_TRACE)
 fused_run() {
     local rc=0
     DTRAIN_BIN=$OPT/dtrain_fused MOCK_ATT_TRACE=1 train smoke-fused configs/ci-smoke.yaml "${SMOKE[@]}" \
