@@ -14,13 +14,16 @@
 #include <dlfcn.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <cudnn_frontend.h>
 
@@ -49,6 +52,11 @@ Lib &lib() {
     static Lib l;
     static std::once_flag once;
     std::call_once(once, [] {
+        // the frontend opens a CUDA runtime of its own (dtrain's is linked statically): the
+        // major dtrain was built with, not the first of .so.12 / .so.13 it finds (the user's
+        // CUDNN_FRONTEND_CUDART_LIB_NAME wins)
+        const std::string cudart = "libcudart.so." + std::to_string(CUDART_VERSION / 1000);
+        setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", cudart.c_str(), 0);
         const std::string soname = "libcudnn.so." + std::to_string(CUDNN_MAJOR);
         l.h = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
         if (!l.h) {

@@ -10,7 +10,8 @@
  *
  * cuDNN is opened with dlopen (libcudnn.so.<major it was built with>), as the backend opens
  * cuBLASLt; the frontend finds cuDNN's symbols through it and the CUDA runtime's through its own
- * dlopen. Nothing here throws or exits: every failure returns non-zero with the reason in `why`. */
+ * dlopen (libcudart.so.<CUDA major dtrain was built with>: the shared runtime must be installed,
+ * although dtrain itself links the runtime statically; without it no plan is made). Nothing here throws or exits: every failure returns non-zero with the reason in `why`. */
 #ifndef DTRAIN_CUDNN_ATT_H
 #define DTRAIN_CUDNN_ATT_H
 

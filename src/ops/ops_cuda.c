@@ -473,6 +473,10 @@ static void gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A
                  const void *B, int b16, int ldb, long long sb, void *D, int d16, int ldd, long long sd, int batch,
                  float alpha, float beta, const float *bias) {
     if (c->err != DT_OK || m == 0 || n == 0) return;
+    if (d16 && beta != 0.0f) { /* the fp32 fallback computes a bf16 D into scratch that starts empty */
+        fail(c, DT_ERR_INTERNAL, "gemm: a bf16 output with beta %g (only 0 is supported)", (double)beta);
+        return;
+    }
     const size_t na = (size_t)sa * (size_t)(batch - 1) + (size_t)lda * (size_t)(ta ? m : k);
     const size_t nb = (size_t)sb * (size_t)(batch - 1) + (size_t)ldb * (size_t)(tb ? k : n);
     const size_t nd = (size_t)sd * (size_t)(batch - 1) + (size_t)ldd * (size_t)n;
