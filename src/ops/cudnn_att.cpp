@@ -220,35 +220,45 @@ std::string ready(dtc_att *a, const Key &k, size_t ws_bytes) {
     return e;
 }
 
-} // namespace
-
-extern "C" dtc_att *dtc_att_open(cudaStream_t s, char *why, size_t n) {
+// f() at the C boundary: its result, or -1 with the exception's message in why
+template <typename F> int guarded(char *why, size_t n, F f) {
     try {
-        Lib &l = lib();
-        if (!l.error.empty()) {
-            say(why, n, l.error);
-            return nullptr;
-        }
-        const size_t v = l.version();
-        if (v / 10000 != CUDNN_MAJOR) {
-            say(why, n, "cuDNN " + std::to_string(v) + " is loaded, dtrain was built with " +
-                            std::to_string(CUDNN_MAJOR) + ".x");
-            return nullptr;
-        }
-        auto a = std::make_unique<dtc_att>();
-        cudnnStatus_t st = l.create(&a->h);
-        if (st != CUDNN_STATUS_SUCCESS) {
-            say(why, n, std::string("cudnnCreate: ") + l.error_string(st));
-            return nullptr;
-        }
-        a->s = s;
-        return a.release();
+        return f();
     } catch (const std::exception &e) {
         say(why, n, e.what());
     } catch (...) {
         say(why, n, "an unknown exception in the cuDNN frontend");
     }
-    return nullptr;
+    return -1;
+}
+
+} // namespace
+
+extern "C" dtc_att *dtc_att_open(cudaStream_t s, char *why, size_t n) {
+    dtc_att *out = nullptr;
+    guarded(why, n, [&] {
+        Lib &l = lib();
+        if (!l.error.empty()) {
+            say(why, n, l.error);
+            return -1;
+        }
+        const size_t v = l.version();
+        if (v / 10000 != CUDNN_MAJOR) {
+            say(why, n, "cuDNN " + std::to_string(v) + " is loaded, dtrain was built with " +
+                            std::to_string(CUDNN_MAJOR) + ".x");
+            return -1;
+        }
+        auto a = std::make_unique<dtc_att>();
+        cudnnStatus_t st = l.create(&a->h);
+        if (st != CUDNN_STATUS_SUCCESS) {
+            say(why, n, std::string("cudnnCreate: ") + l.error_string(st));
+            return -1;
+        }
+        a->s = s;
+        out = a.release();
+        return 0;
+    });
+    return out;
 }
 
 extern "C" void dtc_att_close(dtc_att *a) {
@@ -262,15 +272,8 @@ extern "C" void dtc_att_close(dtc_att *a) {
     delete a;
 }
 
-extern "C" void dtc_att_describe(const dtc_att *a, char *buf, size_t n) {
-    (void)a;
-    const size_t v = lib().version ? lib().version() : 0;
-    std::snprintf(buf, n, "cuDNN %zu.%zu.%zu (frontend %d.%d.%d)", v / 10000, v % 10000 / 100, v % 100,
-                  CUDNN_FRONTEND_MAJOR_VERSION, CUDNN_FRONTEND_MINOR_VERSION, CUDNN_FRONTEND_PATCH_VERSION);
-}
-
 extern "C" int dtc_att_plan(dtc_att *a, int B, int T, int NH, int HS, size_t *ws, char *why, size_t n) {
-    try {
+    return guarded(why, n, [&] {
         const Key k = {B, NH, T, HS};
         std::string e = plan(a, k);
         if (!e.empty()) {
@@ -279,17 +282,12 @@ extern "C" int dtc_att_plan(dtc_att *a, int B, int T, int NH, int HS, size_t *ws
         }
         *ws = a->ws[k];
         return 0;
-    } catch (const std::exception &e) {
-        say(why, n, e.what());
-    } catch (...) {
-        say(why, n, "an unknown exception in the cuDNN frontend");
-    }
-    return -1;
+    });
 }
 
 extern "C" int dtc_att_fwd(dtc_att *a, void *out, float *stats, const void *qkv, int B, int T, int NH, int HS, void *ws,
                            size_t ws_bytes, char *why, size_t n) {
-    try {
+    return guarded(why, n, [&] {
         const Key k = {B, NH, T, HS};
         std::string e = ready(a, k, ws_bytes);
         if (e.empty()) {
@@ -303,18 +301,14 @@ extern "C" int dtc_att_fwd(dtc_att *a, void *out, float *stats, const void *qkv,
         }
         if (e.empty()) return 0;
         say(why, n, e);
-    } catch (const std::exception &e) {
-        say(why, n, e.what());
-    } catch (...) {
-        say(why, n, "an unknown exception in the cuDNN frontend");
-    }
-    return -1;
+        return -1;
+    });
 }
 
 extern "C" int dtc_att_bwd(dtc_att *a, void *dqkv, const void *dout, const void *qkv, const void *out,
                            const float *stats, int B, int T, int NH, int HS, void *ws, size_t ws_bytes, char *why,
                            size_t n) {
-    try {
+    return guarded(why, n, [&] {
         const Key k = {B, NH, T, HS};
         std::string e = ready(a, k, ws_bytes);
         if (e.empty()) {
@@ -330,10 +324,6 @@ extern "C" int dtc_att_bwd(dtc_att *a, void *dqkv, const void *dout, const void 
         }
         if (e.empty()) return 0;
         say(why, n, e);
-    } catch (const std::exception &e) {
-        say(why, n, e.what());
-    } catch (...) {
-        say(why, n, "an unknown exception in the cuDNN frontend");
-    }
-    return -1;
+        return -1;
+    });
 }

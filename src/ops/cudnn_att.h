@@ -30,9 +30,6 @@ typedef struct dtc_att dtc_att;
 dtc_att *dtc_att_open(cudaStream_t s, char *why, size_t n);
 void dtc_att_close(dtc_att *a); /* accepts NULL */
 
-/* "cuDNN 9.19.0 (frontend 1.32.0)" into buf: what this handle runs */
-void dtc_att_describe(const dtc_att *a, char *buf, size_t n);
-
 /* Builds, or finds built, the forward and backward plans for B x NH heads of T positions and
  * HS features (plans are cached per shape; building is slow, running is not). 0: both exist,
  * *ws is the largest workspace either needs (bytes); -1: cuDNN cannot run this shape here, why

@@ -185,11 +185,6 @@ void dtc_att_close(dtc_att *a) {
     __atomic_store_n(&a->closed, 1, __ATOMIC_SEQ_CST);
 }
 
-void dtc_att_describe(const dtc_att *a, char *buf, size_t n) {
-    if (a) live(a, "dtc_att_describe", NULL, 0);
-    if (buf && n) snprintf(buf, n, "mock cuDNN attention");
-}
-
 int dtc_att_plan(dtc_att *a, int B, int T, int NH, int HS, size_t *ws, char *why, size_t n) {
     if (!live(a, "dtc_att_plan", why, n)) return -1;
     if (!ws) {
