@@ -6,8 +6,8 @@
 // One block per row: each thread scans a strided slice keeping its best (value, column);
 // the block then reduces pairs, preferring the smaller column on equal values so the
 // result is the first maximum, as on the CPU.
-template <typename A> static __device__ void argmax(int *idx, const void *x, int V) {
-    const A *r = (const A *)x + (size_t)blockIdx.x * V;
+template <typename A> static __device__ void argmax(int *idx, const void *x, int V, int ld) {
+    const A *r = (const A *)x + (size_t)blockIdx.x * ld;
     float best = -INFINITY;
     int arg = 0x7fffffff;
     for (int k = threadIdx.x; k < V; k += blockDim.x) {
@@ -37,12 +37,12 @@ template <typename A> static __device__ void argmax(int *idx, const void *x, int
         idx[blockIdx.x] = si[0] == 0x7fffffff || r0 != r0 ? 0 : si[0];
     }
 }
-DTK_ACT_KERNELS(argmax, (int *idx, const void *x, int V), (idx, x, V))
+DTK_ACT_KERNELS(argmax, (int *idx, const void *x, int V, int ld), (idx, x, V, ld))
 
-extern "C" cudaError_t dtk_argmax(cudaStream_t s, dtk_type t, int *idx, const void *x, int N, int V) {
+extern "C" cudaError_t dtk_argmax(cudaStream_t s, dtk_type t, int *idx, const void *x, int N, int V, int ld) {
     if (N <= 0 || V <= 0) return cudaSuccess;
-    if (t == DTK_BF16) argmax_bf16<<<N, 256, 0, s>>>(idx, x, V);
-    else argmax_f32<<<N, 256, 0, s>>>(idx, x, V);
+    if (t == DTK_BF16) argmax_bf16<<<N, 256, 0, s>>>(idx, x, V, ld);
+    else argmax_f32<<<N, 256, 0, s>>>(idx, x, V, ld);
     return cudaGetLastError();
 }
 

@@ -61,17 +61,18 @@ cudaError_t dtk_bias_bwd(cudaStream_t s, dtk_type t, float *dbias, const void *d
                          size_t work_bytes);
 
 /* Row-wise softmax + cross-entropy over logits(N,V): probs(N,V) (may alias logits),
- * losses(N) = -log probs[n, targets[n]]; targets[n] < 0: loss 0 (probs still written). */
+ * losses(N) = -log probs[n, targets[n]]; targets[n] < 0: loss 0 (probs still written). The rows
+ * of logits, probs and dlogits are ld >= V elements apart; only their first V are touched. */
 cudaError_t dtk_xent_fwd(cudaStream_t s, dtk_type t, float *losses, void *probs, const void *logits, const int *targets, int N,
-                         int V);
-/* dlogits(N,V) = (probs - onehot(targets)) * scale; rows with targets < 0 are all 0;
- * dlogits may alias probs. */
+                         int V, int ld);
 /* losses as dtk_xent_fwd and dlogits as dtk_xent_bwd would give them, in one launch (the
  * probabilities never stored); dlogits may alias logits */
 cudaError_t dtk_xent_fused(cudaStream_t s, dtk_type t, float *losses, void *dlogits, const void *logits, const int *targets,
-                           float scale, int N, int V);
+                           float scale, int N, int V, int ld);
+/* dlogits(N,V) = (probs - onehot(targets)) * scale; rows with targets < 0 are all 0;
+ * dlogits may alias probs. */
 cudaError_t dtk_xent_bwd(cudaStream_t s, dtk_type t, void *dlogits, const void *probs, const int *targets, float scale, int N,
-                         int V);
+                         int V, int ld);
 
 /* out(n,C) = x[rows[i]];  dx[rows[i]] += dout(n,C) (i in increasing order, duplicates allowed) */
 cudaError_t dtk_gather_rows(cudaStream_t s, dtk_type t, void *out, const void *x, const int *rows, int n, int C);
@@ -120,9 +121,9 @@ cudaError_t dtk_adamw(cudaStream_t s, float *p, dtk_bf16 *p16, const float *g, f
 size_t dtk_sumsq_work_bytes(size_t n);
 cudaError_t dtk_sumsq(cudaStream_t s, double *out, const float *x, size_t n, void *work, size_t work_bytes);
 
-/* idx(N) = column of the largest element of row n of x(N,V), the first one on ties
- * (kernels/argmax.cu) */
-cudaError_t dtk_argmax(cudaStream_t s, dtk_type t, int *idx, const void *x, int N, int V);
+/* idx(N) = column of the largest element of row n of x(N,V), rows ld >= V apart, the first
+ * one on ties (kernels/argmax.cu) */
+cudaError_t dtk_argmax(cudaStream_t s, dtk_type t, int *idx, const void *x, int N, int V, int ld);
 /* out(M,N) += bias(N) on every row (kernels/argmax.cu; used where cuBLASLt offers no bias
  * epilogue for a shape) */
 cudaError_t dtk_add_bias(cudaStream_t s, dtk_type t, void *out, const float *bias, int M, int N);

@@ -1,35 +1,69 @@
 // xent.cu — row-wise softmax + cross-entropy over the logits (forward writes probs, which may
-// alias the logits, and the per-row losses; backward turns probs into dlogits in place).
+// alias the logits, and the per-row losses; backward turns probs into dlogits in place), rows
+// ld elements apart (the padded vocabulary, ops.h logits_stride).
 #include "dtk.h"
 #include "dtk_common.cuh"
 
 #define XENT_THREADS 512
 
-// One block per row, three passes: max, sum of exp(x - max), then probs = exp(x - max) / sum
-// (or, fused, the gradient) written element by element. The first two passes only read; the block reductions end in
-// barriers, so every read of the row (x[target] included) is done before any thread writes
-// probs, and in the last pass each thread reads x[j] just before overwriting the same j.
-// fused: the last pass writes (p - onehot) * scale instead of p, computed as
-// xent_bwd_kernel would from the same p (the same bits), and 0 on an ignored row.
+// A running softmax denominator: the largest logit m seen and sum of exp(x - m) over what was
+// seen (m = -inf, s = 0: nothing yet, or only -inf logits).
+struct XentMS {
+    float m, s;
+};
+__device__ inline XentMS xent_ms_add(XentMS a, float v) {
+    if (v > a.m) { // a new maximum: rescale what was summed (exp(-inf) = 0 when nothing was)
+        a.s = a.s * expf(a.m - v) + 1.0f;
+        a.m = v;
+    } else if (v != -INFINITY) { // a NaN lands here and makes the sum, and the loss, NaN
+        a.s += expf(v - a.m);
+    }
+    return a;
+}
+// commutative (the warp butterfly needs combine(a, b) and combine(b, a) to give the same bits)
+__device__ inline XentMS xent_ms_combine(XentMS a, XentMS b) {
+    const float m = fmaxf(a.m, b.m);
+    if (m == -INFINITY) return XentMS{m, a.s + b.s};
+    const float ea = a.m == -INFINITY ? 0.0f : a.s * expf(a.m - m), eb = b.m == -INFINITY ? 0.0f : b.s * expf(b.m - m);
+    return XentMS{m, ea + eb};
+}
+// Over the whole block (blockDim.x a multiple of 32); every thread gets the same result.
+__device__ inline XentMS xent_ms_block(XentMS v) {
+    __shared__ XentMS part[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int k = 16; k > 0; k >>= 1)
+        v = xent_ms_combine(v, XentMS{__shfl_xor_sync(0xffffffffu, v.m, k), __shfl_xor_sync(0xffffffffu, v.s, k)});
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    v = lane < (int)(blockDim.x >> 5) ? part[lane] : XentMS{-INFINITY, 0.0f};
+    for (int k = 16; k > 0; k >>= 1)
+        v = xent_ms_combine(v, XentMS{__shfl_xor_sync(0xffffffffu, v.m, k), __shfl_xor_sync(0xffffffffu, v.s, k)});
+    return v;
+}
+
+// One block per row, two passes over it: the first finds the maximum and the sum of exp(x -
+// max) at once (online softmax: a thread rescales its sum when its maximum grows), the second
+// writes probs = exp(x - max) / sum, or, fused, the gradient. The first pass only reads and ends
+// in a barrier, so every read of the row (x[target] included) is done before any thread
+// writes, and in the second pass each thread reads x[j] just before overwriting the same j.
+// fused: the second pass writes (p - onehot) * scale instead of p, computed as xent_bwd_kernel
+// would from the same p (the same bits), and 0 on an ignored row. Rows are ld elements apart.
 template <typename A>
 static __device__ void xent(float *losses, void *out, const void *logits, const int *targets, float scale, int fused,
-                            int V) {
-    const size_t off = (size_t)blockIdx.x * V;
+                            int V, int ld) {
+    const size_t off = (size_t)blockIdx.x * ld;
     const A *x = (const A *)logits + off;
     A *p = (A *)out + off;
     const int tg = targets[blockIdx.x];
+    const float xtg = tg >= 0 ? dtk_ld(x, tg) : 0.0f; // before the barrier below, so before any write
 
-    float mx = -INFINITY;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, dtk_ld(x, j));
-    mx = dtk_block_reduce(mx, DtkMax(), -INFINITY);
-    const float xt = tg >= 0 ? dtk_ld(x, tg) - mx : 0.0f;
-
-    float sum = 0.0f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(dtk_ld(x, j) - mx);
-    sum = dtk_block_reduce(sum, DtkSum(), 0.0f);
+    XentMS ms = {-INFINITY, 0.0f};
+    for (int j = threadIdx.x; j < V; j += blockDim.x) ms = xent_ms_add(ms, dtk_ld(x, j));
+    ms = xent_ms_block(ms);
+    const float mx = ms.m, sum = ms.s;
 
     // loss = -log(exp(x_t - max) / sum) = log(sum) - (x_t - max), without rounding p_t first
-    if (threadIdx.x == 0) losses[blockIdx.x] = tg >= 0 ? logf(sum) - xt : 0.0f;
+    if (threadIdx.x == 0) losses[blockIdx.x] = tg >= 0 ? logf(sum) - (xtg - mx) : 0.0f;
     const float inv = 1.0f / sum;
     if (fused && tg < 0) {
         for (int j = threadIdx.x; j < V; j += blockDim.x) dtk_st(p, j, 0.0f);
@@ -43,30 +77,31 @@ static __device__ void xent(float *losses, void *out, const void *logits, const 
         dtk_st(p, j, fused ? __fmul_rn(j == tg ? __fsub_rn(pj, 1.0f) : pj, scale) : pj);
     }
 }
-DTK_ACT_KERNELS(xent, (float *losses, void *out, const void *logits, const int *targets, float scale, int fused, int V),
-                (losses, out, logits, targets, scale, fused, V))
+DTK_ACT_KERNELS(xent,
+                (float *losses, void *out, const void *logits, const int *targets, float scale, int fused, int V, int ld),
+                (losses, out, logits, targets, scale, fused, V, ld))
 
 extern "C" cudaError_t dtk_xent_fwd(cudaStream_t s, dtk_type t, float *losses, void *probs, const void *logits,
-                                    const int *targets, int N, int V) {
+                                    const int *targets, int N, int V, int ld) {
     if (N <= 0 || V <= 0) return cudaSuccess;
-    if (t == DTK_BF16) xent_bf16<<<N, XENT_THREADS, 0, s>>>(losses, probs, logits, targets, 1.0f, 0, V);
-    else xent_f32<<<N, XENT_THREADS, 0, s>>>(losses, probs, logits, targets, 1.0f, 0, V);
+    if (t == DTK_BF16) xent_bf16<<<N, XENT_THREADS, 0, s>>>(losses, probs, logits, targets, 1.0f, 0, V, ld);
+    else xent_f32<<<N, XENT_THREADS, 0, s>>>(losses, probs, logits, targets, 1.0f, 0, V, ld);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t dtk_xent_fused(cudaStream_t s, dtk_type t, float *losses, void *dlogits, const void *logits,
-                                      const int *targets, float scale, int N, int V) {
+                                      const int *targets, float scale, int N, int V, int ld) {
     if (N <= 0 || V <= 0) return cudaSuccess;
-    if (t == DTK_BF16) xent_bf16<<<N, XENT_THREADS, 0, s>>>(losses, dlogits, logits, targets, scale, 1, V);
-    else xent_f32<<<N, XENT_THREADS, 0, s>>>(losses, dlogits, logits, targets, scale, 1, V);
+    if (t == DTK_BF16) xent_bf16<<<N, XENT_THREADS, 0, s>>>(losses, dlogits, logits, targets, scale, 1, V, ld);
+    else xent_f32<<<N, XENT_THREADS, 0, s>>>(losses, dlogits, logits, targets, scale, 1, V, ld);
     return cudaGetLastError();
 }
 
 // One block per row: d = (p - onehot(target)) * scale, or 0 for an ignored row. Each element
 // depends only on p at the same position, so dlogits may alias probs.
 template <typename A>
-static __device__ void xent_bwd(void *dlogits, const void *probs, const int *targets, float scale, int V) {
-    const size_t off = (size_t)blockIdx.x * V;
+static __device__ void xent_bwd(void *dlogits, const void *probs, const int *targets, float scale, int V, int ld) {
+    const size_t off = (size_t)blockIdx.x * ld;
     const A *p = (const A *)probs + off;
     A *d = (A *)dlogits + off;
     const int tg = targets[blockIdx.x];
@@ -79,13 +114,13 @@ static __device__ void xent_bwd(void *dlogits, const void *probs, const int *tar
         dtk_st(d, j, (j == tg ? pj - 1.0f : pj) * scale);
     }
 }
-DTK_ACT_KERNELS(xent_bwd, (void *dlogits, const void *probs, const int *targets, float scale, int V),
-                (dlogits, probs, targets, scale, V))
+DTK_ACT_KERNELS(xent_bwd, (void *dlogits, const void *probs, const int *targets, float scale, int V, int ld),
+                (dlogits, probs, targets, scale, V, ld))
 
 extern "C" cudaError_t dtk_xent_bwd(cudaStream_t s, dtk_type t, void *dlogits, const void *probs, const int *targets,
-                                    float scale, int N, int V) {
+                                    float scale, int N, int V, int ld) {
     if (N <= 0 || V <= 0) return cudaSuccess;
-    if (t == DTK_BF16) xent_bwd_bf16<<<N, DTK_THREADS, 0, s>>>(dlogits, probs, targets, scale, V);
-    else xent_bwd_f32<<<N, DTK_THREADS, 0, s>>>(dlogits, probs, targets, scale, V);
+    if (t == DTK_BF16) xent_bwd_bf16<<<N, DTK_THREADS, 0, s>>>(dlogits, probs, targets, scale, V, ld);
+    else xent_bwd_f32<<<N, DTK_THREADS, 0, s>>>(dlogits, probs, targets, scale, V, ld);
     return cudaGetLastError();
 }

@@ -307,27 +307,30 @@ static void case_layernorm(const int *s, double tol) {
     pair_free(&dout); pair_free(&dinp); pair_free(&dw); pair_free(&db);
 }
 
-/* s: M K N w_trans bias. bias: 0 none, 1 a vector of its own, 2 one float into its buffer
+/* s: M K N w_trans bias ldo. bias: 0 none, 1 a vector of its own, 2 one float into its buffer
  * (4-byte aligned, as biases inside the parameter buffer can be); the bias gradient likewise.
+ * ldo: out's and dout's row stride (0: N); the columns past N hold random values that the
+ * product must neither read nor write (compared with the rest).
  * Tiny shapes multiply pair_grid values, exact in bf16: over a few terms one bf16 rounding is
  * not averaged out, and a bias or gradient of similar size could cancel most of the result. */
 static void case_matmul(const int *s, double tol) {
-    const int M = s[0], K = s[1], N = s[2], w_trans = s[3], bias = s[4];
-    char what[96];
+    const int M = s[0], K = s[1], N = s[2], w_trans = s[3], bias = s[4], ldo = s[5] ? s[5] : N;
+    char what[112];
     const int off = bias == 2, tiny = M * K * N < 1000;
     pair inp = tiny ? pair_grid(K_ACT, (size_t)M * K) : pair_rand(K_ACT, (size_t)M * K, -1, 1);
     pair w = tiny ? pair_grid(K_F32, (size_t)K * N) : pair_rand(K_F32, (size_t)K * N, -1, 1);
-    pair b = pair_rand(K_F32, (size_t)N + 1, -1, 1), out = pair_new(K_ACT, NULL, (size_t)M * N);
-    REF(matmul_fwd, CA(out), CA(inp), CF(w), bias ? CF(b) + off : NULL, M, K, N, w_trans);
-    DEV(matmul_fwd, GA(out), GA(inp), GF(w), bias ? GF(b) + off : NULL, M, K, N, w_trans);
-    snprintf(what, sizeof what, "matmul_fwd %dx%dx%d w_trans %d%s", M, K, N, w_trans,
-             bias == 2 ? " bias (4-byte aligned)" : bias ? " bias" : "");
+    pair b = pair_rand(K_F32, (size_t)N + 1, -1, 1);
+    pair out = ldo > N ? pair_rand(K_ACT, (size_t)M * ldo, -1, 1) : pair_new(K_ACT, NULL, (size_t)M * N);
+    REF(matmul_fwd, CA(out), CA(inp), CF(w), bias ? CF(b) + off : NULL, M, K, N, ldo, w_trans);
+    DEV(matmul_fwd, GA(out), GA(inp), GF(w), bias ? GF(b) + off : NULL, M, K, N, ldo, w_trans);
+    snprintf(what, sizeof what, "matmul_fwd %dx%dx%d w_trans %d%s, rows %d apart", M, K, N, w_trans,
+             bias == 2 ? " bias (4-byte aligned)" : bias ? " bias" : "", ldo);
     compare(what, &out, out.n, tol);
-    pair dout = tiny ? pair_grid(K_ACT, (size_t)M * N) : pair_rand(K_ACT, (size_t)M * N, -1, 1);
+    pair dout = tiny ? pair_grid(K_ACT, (size_t)M * ldo) : pair_rand(K_ACT, (size_t)M * ldo, -1, 1);
     pair dinp = pair_rand(K_ACT, (size_t)M * K, -1, 1), dw = pair_rand(K_F32, (size_t)K * N, -1, 1);
     pair db = pair_rand(K_F32, (size_t)N + 1, -1, 1);
-    REF(matmul_bwd, CA(dinp), CF(dw), bias ? CF(db) + off : NULL, CA(dout), CA(inp), CF(w), M, K, N, w_trans);
-    DEV(matmul_bwd, GA(dinp), GF(dw), bias ? GF(db) + off : NULL, GA(dout), GA(inp), GF(w), M, K, N, w_trans);
+    REF(matmul_bwd, CA(dinp), CF(dw), bias ? CF(db) + off : NULL, CA(dout), CA(inp), CF(w), M, K, N, ldo, w_trans);
+    DEV(matmul_bwd, GA(dinp), GF(dw), bias ? GF(db) + off : NULL, GA(dout), GA(inp), GF(w), M, K, N, ldo, w_trans);
     snprintf(what, sizeof what, "matmul_bwd dinp %dx%dx%d w_trans %d", M, K, N, w_trans);
     compare(what, &dinp, dinp.n, tol);
     snprintf(what, sizeof what, "matmul_bwd dw (+=) %dx%dx%d w_trans %d", M, K, N, w_trans);
@@ -339,10 +342,10 @@ static void case_matmul(const int *s, double tol) {
     /* what ops.h lets a caller skip: dinp (the first layer's input), dw (frozen weights); the
      * paths do not depend on the size, so not for the largest shape */
     if ((size_t)M * K * N < ((size_t)1 << 24)) {
-        REF(matmul_bwd, NULL, CF(dw), NULL, CA(dout), CA(inp), CF(w), M, K, N, w_trans);
-        DEV(matmul_bwd, NULL, GF(dw), NULL, GA(dout), GA(inp), GF(w), M, K, N, w_trans);
-        REF(matmul_bwd, CA(dinp), NULL, NULL, CA(dout), CA(inp), CF(w), M, K, N, w_trans);
-        DEV(matmul_bwd, GA(dinp), NULL, NULL, GA(dout), GA(inp), GF(w), M, K, N, w_trans);
+        REF(matmul_bwd, NULL, CF(dw), NULL, CA(dout), CA(inp), CF(w), M, K, N, ldo, w_trans);
+        DEV(matmul_bwd, NULL, GF(dw), NULL, GA(dout), GA(inp), GF(w), M, K, N, ldo, w_trans);
+        REF(matmul_bwd, CA(dinp), NULL, NULL, CA(dout), CA(inp), CF(w), M, K, N, ldo, w_trans);
+        DEV(matmul_bwd, GA(dinp), NULL, NULL, GA(dout), GA(inp), GF(w), M, K, N, ldo, w_trans);
         snprintf(what, sizeof what, "matmul_bwd dw (+=), dinp NULL %dx%dx%d", M, K, N);
         compare(what, &dw, dw.n, tol);
         snprintf(what, sizeof what, "matmul_bwd dinp, dw NULL %dx%dx%d", M, K, N);
@@ -471,35 +474,38 @@ static void case_scale_sumsq(const int *s, double tol) {
     pair_free(&x);
 }
 
-/* s: N V (softmax cross-entropy, probabilities in place as the model does, and argmax) */
+/* s: N V ld (softmax cross-entropy, probabilities in place as the model does, and argmax).
+ * ld: the rows' stride, 0 the device's logits_stride (as the model calls), -1 V; the columns
+ * past V hold random values that neither backend may read or write (compared with the rest). */
 static void case_xent(const int *s, double tol) {
-    const int N = s[0], V = s[1];
+    const int N = s[0], V = s[1], ld = s[2] == 0 ? g_dev->ops->logits_stride(V) : s[2] < 0 ? V : s[2];
     char what[80];
     int *tg = rand_ints((size_t)N, 0, V);
     tg[1 % N] = -1; /* an ignored row */
-    pair t = pair_ints(tg, (size_t)N), logits = pair_rand(K_ACT, (size_t)N * V, -6, 6);
+    printf("  xent rows %d apart:\n", ld);
+    pair t = pair_ints(tg, (size_t)N), logits = pair_rand(K_ACT, (size_t)N * ld, -6, 6);
     pair losses = pair_new(K_F32, NULL, (size_t)N);
-    REF(xent_fwd, CF(losses), CA(logits), CA(logits), t.c, N, V);
-    DEV(xent_fwd, GF(losses), GA(logits), GA(logits), t.g, N, V);
+    REF(xent_fwd, CF(losses), CA(logits), CA(logits), t.c, N, V, ld);
+    DEV(xent_fwd, GF(losses), GA(logits), GA(logits), t.g, N, V, ld);
     snprintf(what, sizeof what, "xent_fwd losses %dx%d", N, V);
     compare(what, &losses, losses.n, tol);
     snprintf(what, sizeof what, "xent_fwd probs (in place) %dx%d", N, V);
     compare(what, &logits, logits.n, tol);
     ref_takes_dev(&logits); /* argmax and xent_bwd from the probabilities the device stored */
     pair idx = pair_new(K_I32, NULL, (size_t)N);
-    REF(argmax, idx.c, CA(logits), N, V);
-    DEV(argmax, idx.g, GA(logits), N, V);
+    REF(argmax, idx.c, CA(logits), N, V, ld);
+    DEV(argmax, idx.g, GA(logits), N, V, ld);
     snprintf(what, sizeof what, "argmax %dx%d", N, V);
     compare_ints(what, &idx);
-    REF(xent_bwd, CA(logits), CA(logits), t.c, 0.25f, N, V);
-    DEV(xent_bwd, GA(logits), GA(logits), t.g, 0.25f, N, V);
+    REF(xent_bwd, CA(logits), CA(logits), t.c, 0.25f, N, V, ld);
+    DEV(xent_bwd, GA(logits), GA(logits), t.g, 0.25f, N, V, ld);
     snprintf(what, sizeof what, "xent_bwd (in place, ignored row) %dx%d", N, V);
     compare(what, &logits, logits.n, tol);
     if (g_dev->ops->xent_fused) { /* the device's one pass against the CPU's two */
-        pair lg = pair_rand(K_ACT, (size_t)N * V, -6, 6), ls = pair_new(K_F32, NULL, (size_t)N);
-        REF(xent_fwd, CF(ls), CA(lg), CA(lg), t.c, N, V);
-        REF(xent_bwd, CA(lg), CA(lg), t.c, 0.25f, N, V);
-        DEV(xent_fused, GF(ls), GA(lg), GA(lg), t.g, 0.25f, N, V);
+        pair lg = pair_rand(K_ACT, (size_t)N * ld, -6, 6), ls = pair_new(K_F32, NULL, (size_t)N);
+        REF(xent_fwd, CF(ls), CA(lg), CA(lg), t.c, N, V, ld);
+        REF(xent_bwd, CA(lg), CA(lg), t.c, 0.25f, N, V, ld);
+        DEV(xent_fused, GF(ls), GA(lg), GA(lg), t.g, 0.25f, N, V, ld);
         snprintf(what, sizeof what, "xent_fused losses %dx%d", N, V);
         compare(what, &ls, ls.n, tol);
         snprintf(what, sizeof what, "xent_fused dlogits (in place, ignored row) %dx%d", N, V);
@@ -529,8 +535,8 @@ static void case_argmax_special(const int *s, double tol) {
     h[4 * V + 5] = NAN;
     h[4 * V + 100] = 9.0f;
     pair x = pair_new(K_ACT, h, (size_t)N * V), idx = pair_new(K_I32, NULL, N);
-    REF(argmax, idx.c, CA(x), N, V);
-    DEV(argmax, idx.g, GA(x), N, V);
+    REF(argmax, idx.c, CA(x), N, V, V);
+    DEV(argmax, idx.g, GA(x), N, V, V);
     int *g = dev_download(&idx);
     for (int i = 0; i < N; i++) {
         const int c = ((const int *)idx.c)[i];
@@ -855,6 +861,8 @@ static const op_case cases[] = {
     {"xent", case_xent, {1, 1}, {0}, 1e-5, 1e-2},
     {"xent", case_xent, {3, 2}, {0}, 1e-5, 1e-2},
     {"xent", case_xent, {4, 513}, {0}, 1e-5, 1e-2},
+    {"xent", case_xent, {4, 513, -1}, {0}, 1e-5, 1e-2}, /* dense rows, 2-byte aligned at bf16 */
+    {"xent", case_xent, {3, 100, 101}, {0}, 1e-5, 1e-2}, /* an odd stride */
     {"argmax", case_argmax_special, {0}, {0}, 0, 0},
     {"rows", case_rows, {6, 40, 9}, {0}, 1e-7, 1e-2},
     {"rows", case_rows, {1, 1, 1}, {0}, 1e-7, 1e-2},
@@ -869,6 +877,8 @@ static const op_case cases[] = {
     {"matmul", case_matmul, {1, 7, 3, wt, 2}, {0}, 1e-5, 1e-2},                                                       \
     {"matmul", case_matmul, {5, 1, 9, wt, 1}, {0}, 1e-5, 1e-2},                                                       \
     {"matmul", case_matmul, {3, 9, 1, wt, 2}, {0}, 1e-5, 1e-2},                                                       \
+    {"matmul", case_matmul, {37, 29, 53, wt, 0, 64}, {0}, 1e-5, 1e-2}, /* rows of out and dout padded */     \
+    {"matmul", case_matmul, {64, 48, 300, wt, 0, 384}, {0}, 1e-5, 1e-2}, /* as the logits' (logits_stride) */ \
     {"matmul", case_matmul, {1024, 768, 2304, wt, !(wt)}, {-1}, 1e-5, 1e-2}
     MATMUL(0),
     MATMUL(1),

@@ -283,7 +283,7 @@ typedef struct {
 
 static double mm_loss(void *s_) {
     mm_state *s = s_;
-    be->ops->matmul_fwd(be->ctx, A(s->out), A(s->inp), s->w, s->bias, s->M, s->K, s->N, s->wt);
+    be->ops->matmul_fwd(be->ctx, A(s->out), A(s->inp), s->w, s->bias, s->M, s->K, s->N, s->N, s->wt);
     return dot_d(s->out, s->R, (size_t)s->M * s->N);
 }
 
@@ -292,7 +292,7 @@ static void mm_forward_check(int M, int K, int N, int wt, int with_bias) {
     float *bias = with_bias ? frandom(N, 1.0f) : NULL;
     float *out = falloc((size_t)M * N);
     ffill(out, (size_t)M * N, GARBAGE);
-    be->ops->matmul_fwd(be->ctx, A(out), A(inp), w, bias, M, K, N, wt);
+    be->ops->matmul_fwd(be->ctx, A(out), A(inp), w, bias, M, K, N, N, wt);
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
             double s = bias ? bias[j] : 0.0;
@@ -321,7 +321,7 @@ static void test_matmul(void) {
             ffill(dinp, (size_t)M * K, GARBAGE); /* overwritten */
             float *pw = frandom((size_t)K * N, 1.0f), *pb = frandom(N, 1.0f);
             float *dw = fcopy(pw, (size_t)K * N), *db = fcopy(pb, N);
-            be->ops->matmul_bwd(be->ctx, A(dinp), dw, wb ? db : NULL, A(s.R), A(s.inp), s.w, M, K, N, wt);
+            be->ops->matmul_bwd(be->ctx, A(dinp), dw, wb ? db : NULL, A(s.R), A(s.inp), s.w, M, K, N, N, wt);
             check_overwritten(dinp, (size_t)M * K);
             float *gw = fdiff(dw, pw, (size_t)K * N);
             fd_check(wt ? "matmul(w_trans) dinp" : "matmul dinp", mm_loss, &s, s.inp, dinp,
@@ -337,7 +337,7 @@ static void test_matmul(void) {
             }
             /* dinp NULL: only dw is accumulated, a second time */
             float *dw2 = fcopy(dw, (size_t)K * N);
-            be->ops->matmul_bwd(be->ctx, NULL, dw2, NULL, A(s.R), A(s.inp), s.w, M, K, N, wt);
+            be->ops->matmul_bwd(be->ctx, NULL, dw2, NULL, A(s.R), A(s.inp), s.w, M, K, N, N, wt);
             for (int i = 0; i < K * N; i++) CHECK_NEAR_REL(dw2[i] - dw[i], gw[i], 1e-5, 1.0);
 
             bfree(s.inp), bfree(s.w), bfree(s.bias), bfree(s.out), bfree(s.R);
@@ -349,7 +349,7 @@ static void test_matmul(void) {
         float *dout = frandom((size_t)M * N, 1.0f), *inp = frandom((size_t)M * K, 1.0f);
         float *w = frandom((size_t)K * N, 1.0f), *dw = falloc((size_t)K * N);
         float *db = frandom(N, 1.0f), *pb = fcopy(db, N);
-        be->ops->matmul_bwd(be->ctx, NULL, dw, db, A(dout), A(inp), w, M, K, N, 0);
+        be->ops->matmul_bwd(be->ctx, NULL, dw, db, A(dout), A(inp), w, M, K, N, N, 0);
         for (int j = 0; j < N; j++) {
             double s = pb[j];
             for (int i = 0; i < M; i++) s += dout[i * N + j];
@@ -558,7 +558,7 @@ typedef struct {
 
 static double xent_loss(void *s_) {
     xent_state *s = s_;
-    be->ops->xent_fwd(be->ctx, s->losses, A(s->probs), A(s->logits), s->tg, s->N, s->V);
+    be->ops->xent_fwd(be->ctx, s->losses, A(s->probs), A(s->logits), s->tg, s->N, s->V, s->V);
     double l = 0.0;
     for (int i = 0; i < s->N; i++) l += s->losses[i];
     return s->scale * l;
@@ -592,17 +592,17 @@ static void test_xent(void) {
 
     float *dl = falloc(n);
     ffill(dl, n, GARBAGE);
-    be->ops->xent_bwd(be->ctx, A(dl), A(s.probs), s.tg, s.scale, N, V);
+    be->ops->xent_bwd(be->ctx, A(dl), A(s.probs), s.tg, s.scale, N, V, V);
     for (int j = 0; j < V; j++) CHECK(dl[1 * V + j] == 0.0f && dl[4 * V + j] == 0.0f);
     fd_check("xent dlogits", xent_loss, &s, s.logits, dl, n, SIZE_MAX);
 
     /* probs aliasing logits, dlogits aliasing probs: bit-identical to the separate buffers */
     xent_loss(&s);
     float *buf = fcopy(s.logits, n), *losses2 = falloc(N);
-    be->ops->xent_fwd(be->ctx, losses2, A(buf), A(buf), s.tg, N, V);
+    be->ops->xent_fwd(be->ctx, losses2, A(buf), A(buf), s.tg, N, V, V);
     CHECK(memcmp(buf, s.probs, n * sizeof(float)) == 0);
     CHECK(memcmp(losses2, s.losses, N * sizeof(float)) == 0);
-    be->ops->xent_bwd(be->ctx, A(buf), A(buf), s.tg, s.scale, N, V);
+    be->ops->xent_bwd(be->ctx, A(buf), A(buf), s.tg, s.scale, N, V, V);
     CHECK(memcmp(buf, dl, n * sizeof(float)) == 0);
 
     bfree(s.tg), bfree(s.logits), bfree(s.probs), bfree(s.losses), bfree(dl), bfree(buf);
@@ -656,13 +656,44 @@ static void test_argmax_check(void) {
         x[2 * V + k] = k == 2 || k == 5;  /* row 2: tie -> the first, 2 */
         x[3 * V + k] = -1.0f - (k != 4);  /* row 3: negative values -> 4 */
     }
-    be->ops->argmax(be->ctx, idx, A(x), N, V);
+    be->ops->argmax(be->ctx, idx, A(x), N, V, V);
     CHECK_INT_EQ(idx[0], 6);
     CHECK_INT_EQ(idx[1], 0);
     CHECK_INT_EQ(idx[2], 2);
     CHECK_INT_EQ(idx[3], 4);
     CHECK_INT_EQ(be->ops->check(be->ctx), DT_OK);
     bfree(idx);
+}
+
+/* The logits' row stride (ops.h logits_stride, ld > V): matmul_fwd/bwd, xent_fwd/bwd and
+ * argmax on rows ld apart give exactly what they give on dense rows, and never touch the
+ * columns past V. */
+static void test_strided_logits(void) {
+    enum { M = 5, K = 6, V = 7, LD = 12 };
+    float inp[M * K], w[V * K], dense[M * V], strided[M * LD], dinp_d[M * K], dinp_s[M * K];
+    float dw_d[V * K] = {0}, dw_s[V * K] = {0}, loss_d[M], loss_s[M];
+    int tg[M] = {3, -1, 0, 6, 2}, idx_d[M], idx_s[M];
+    for (int i = 0; i < M * K; i++) inp[i] = (float)((i * 37) % 11) / 5.0f - 1.0f;
+    for (int i = 0; i < V * K; i++) w[i] = (float)((i * 53) % 13) / 6.0f - 1.0f;
+    for (int i = 0; i < M * LD; i++) strided[i] = GARBAGE;
+    be->ops->matmul_fwd(be->ctx, A(dense), A(inp), w, NULL, M, K, V, V, 1);
+    be->ops->matmul_fwd(be->ctx, A(strided), A(inp), w, NULL, M, K, V, LD, 1);
+    be->ops->argmax(be->ctx, idx_d, A(dense), M, V, V);
+    be->ops->argmax(be->ctx, idx_s, A(strided), M, V, LD);
+    be->ops->xent_fwd(be->ctx, loss_d, A(dense), A(dense), tg, M, V, V);
+    be->ops->xent_fwd(be->ctx, loss_s, A(strided), A(strided), tg, M, V, LD);
+    be->ops->xent_bwd(be->ctx, A(dense), A(dense), tg, 0.5f, M, V, V);
+    be->ops->xent_bwd(be->ctx, A(strided), A(strided), tg, 0.5f, M, V, LD);
+    be->ops->matmul_bwd(be->ctx, A(dinp_d), dw_d, NULL, A(dense), A(inp), w, M, K, V, V, 1);
+    be->ops->matmul_bwd(be->ctx, A(dinp_s), dw_s, NULL, A(strided), A(inp), w, M, K, V, LD, 1);
+    for (int i = 0; i < M; i++) {
+        CHECK_INT_EQ(idx_s[i], idx_d[i]);
+        CHECK(loss_s[i] == loss_d[i]);
+        for (int j = 0; j < LD; j++)
+            CHECK(strided[i * LD + j] == (j < V ? dense[i * V + j] : GARBAGE));
+    }
+    CHECK(memcmp(dinp_s, dinp_d, sizeof dinp_d) == 0);
+    CHECK(memcmp(dw_s, dw_d, sizeof dw_d) == 0);
 }
 
 /* ---- optimizer helpers ---- */
@@ -792,8 +823,8 @@ static void test_large_sizes(void) {
         int *tg = ialloc(N);
         for (int i = 0; i < N; i++) tg[i] = i % 5 == 0 ? -1 : irand(V);
         float *logits = frandom(n, 4.0f), *probs = falloc(n), *losses = falloc(N), *dl = falloc(n);
-        be->ops->xent_fwd(be->ctx, losses, A(probs), A(logits), tg, N, V);
-        be->ops->xent_bwd(be->ctx, A(dl), A(probs), tg, 0.25f, N, V);
+        be->ops->xent_fwd(be->ctx, losses, A(probs), A(logits), tg, N, V, V);
+        be->ops->xent_bwd(be->ctx, A(dl), A(probs), tg, 0.25f, N, V, V);
         for (int i = 0; i < N; i++) {
             double mx = -INFINITY, sum = 0.0;
             for (int j = 0; j < V; j++) mx = fmax(mx, logits[(size_t)i * V + j]);
@@ -872,8 +903,8 @@ static void test_thread_invariance(void) {
                 dw[r] = falloc((size_t)K * N), db[r] = falloc((size_t)N);
                 memset(dw[r], 0, (size_t)K * N * sizeof(float));
                 memset(db[r], 0, (size_t)N * sizeof(float));
-                be->ops->matmul_fwd(be->ctx, A(out[r]), A(inp), w, bias, M, K, N, wt);
-                be->ops->matmul_bwd(be->ctx, A(dinp[r]), dw[r], db[r], A(dout), A(inp), w, M, K, N, wt);
+                be->ops->matmul_fwd(be->ctx, A(out[r]), A(inp), w, bias, M, K, N, N, wt);
+                be->ops->matmul_bwd(be->ctx, A(dinp[r]), dw[r], db[r], A(dout), A(inp), w, M, K, N, N, wt);
             }
             CHECK(memcmp(out[0], out[1], (size_t)M * N * sizeof(float)) == 0);
             CHECK(memcmp(dinp[0], dinp[1], (size_t)M * K * sizeof(float)) == 0);
@@ -903,6 +934,7 @@ int main(void) {
     test_xent();
     test_gather_scatter();
     test_argmax_check();
+    test_strided_logits();
     test_adamw();
     test_sumsq_scale();
     test_large_sizes();

@@ -53,7 +53,9 @@ typedef struct dt_fwd_result {
     long rows;        /* rows in the loss: B*T (LM) or B (classification) */
     long correct;     /* classification: argmax == label; LM: argmax == target */
     const int *pred;  /* each row's argmax (B labels, or B*T next tokens), valid until the next forward */
-    const float *probs;  /* classification: (B, num_labels) softmax probabilities; else NULL (same lifetime) */
+    const float *probs;  /* classification: (B, num_labels) softmax probabilities; NULL from
+                            dt_model_forward_loss on a backend that fuses the loss and its
+                            gradient (ops xent_fused); else NULL (same lifetime) */
     const float *losses; /* classification: (B) each row's loss, -log probs[label]; else NULL (same lifetime) */
 } dt_fwd_result;
 

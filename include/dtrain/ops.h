@@ -87,6 +87,11 @@ struct dt_ops {
     /* ---- without an open backend (--dry-run, --version) ---- */
     /* element type of the activations at that precision (bf16 0/1) */
     dt_dtype (*act_dtype)(int bf16);
+    /* The row stride, in elements (>= V), of the logits (rows, V) this backend wants: V, or V
+     * padded so that every row starts aligned for its products and kernels (CUDA: a multiple of
+     * 128, GPT-2's 50257 -> 50304). The padding columns are never read or written; the
+     * weights keep V rows, so nothing of the padding is trained or saved. */
+    int (*logits_stride)(int V);
     /* memory the backend adds to the model's own for these op sizes: scratch, workspaces,
      * working copies of the weights (an estimate, for --dry-run and the start-up report) */
     size_t (*scratch_bytes)(const dt_op_sizes *sizes, int bf16);
@@ -140,14 +145,15 @@ struct dt_ops {
                           const dt_act *inp, const float *w, const float *mean, const float *rstd,
                           int N, int C);
 
-    /* out(M,N) = inp(M,K) @ W + bias(N) (bias may be NULL).
+    /* out(M,N) = inp(M,K) @ W + bias(N) (bias may be NULL); out's rows are ldo >= N elements
+     * apart (the logits: logits_stride), columns N.. untouched; ldo > N only without a bias.
      * w_trans = 0: W stored (K,N) (HF Conv1D layout); w_trans = 1: W stored (N,K) (wte, score). */
     void (*matmul_fwd)(void *ctx, dt_act *out, const dt_act *inp, const float *w, const float *bias,
-                       int M, int K, int N, int w_trans);
+                       int M, int K, int N, int ldo, int w_trans);
     /* dinp(M,K) = dout @ W^T (overwritten; skipped if dinp NULL); dw += (skipped if NULL);
-     * dbias += (if not NULL) */
+     * dbias += (if not NULL). dout's rows are ldo >= N apart (ldo > N only with dbias NULL). */
     void (*matmul_bwd)(void *ctx, dt_act *dinp, float *dw, float *dbias, const dt_act *dout,
-                       const dt_act *inp, const float *w, int M, int K, int N, int w_trans);
+                       const dt_act *inp, const float *w, int M, int K, int N, int ldo, int w_trans);
 
     /* The backend memory one attention_fwd call of (B,T,C,NH) keeps for backward (*att) and
      * the scratch attention_bwd needs (*datt), in bytes; callers size those buffers by it, for
@@ -185,23 +191,25 @@ struct dt_ops {
     /* out = a + b (out may alias a) */
     void (*add)(void *ctx, dt_act *out, const dt_act *a, const dt_act *b, size_t n);
 
-    /* Row-wise softmax + cross-entropy. probs(N,V) may alias logits(N,V).
+    /* Row-wise softmax + cross-entropy. probs(N,V) may alias logits(N,V); the rows of both (and
+     * of dlogits below) are ld >= V elements apart, and only their first V are read or written.
      * losses(N) = -log probs[target]; rows with target < 0 are ignored (loss 0). */
     void (*xent_fwd)(void *ctx, float *losses, dt_act *probs, const dt_act *logits, const int *targets,
-                     int N, int V);
+                     int N, int V, int ld);
     /* dlogits(N,V) = (probs - onehot(target)) * scale, 0 for ignored rows; may alias probs. */
     void (*xent_bwd)(void *ctx, dt_act *dlogits, const dt_act *probs, const int *targets, float scale,
-                     int N, int V);
+                     int N, int V, int ld);
     /* May be NULL. Both at once, for training (no probabilities kept): losses(N) as xent_fwd and
      * dlogits(N,V) as xent_bwd would give them, in one pass over the rows; dlogits may alias
      * logits. With float activations rounded as the two calls round; with bf16 ones the
      * probabilities stay float until the gradient is stored (the two calls would round them to
      * bf16 in between, and lose p - 1 where p is near 1). */
     void (*xent_fused)(void *ctx, float *losses, dt_act *dlogits, const dt_act *logits, const int *targets,
-                       float scale, int N, int V);
+                       float scale, int N, int V, int ld);
 
-    /* idx(N) = index of the largest element of each row of x(N,V) (the first one on ties) */
-    void (*argmax)(void *ctx, int *idx, const dt_act *x, int N, int V);
+    /* idx(N) = index of the largest element of each row of x(N,V), rows ld >= V apart (the
+     * first one on ties) */
+    void (*argmax)(void *ctx, int *idx, const dt_act *x, int N, int V, int ld);
 
     /* out(n,C) = x[rows[i]] (pooling);  dx[rows[i]] += dout(n,C) */
     void (*gather_rows)(void *ctx, dt_act *out, const dt_act *x, const int *rows, int n, int C);

@@ -143,14 +143,14 @@ static void forward_rows(dt_decoder *d, int n) {
     for (int l = 0; l < c->n_layer; l++) {
         const size_t *w = d->w[l];
         o->layernorm_fwd(ctx, d->ln, d->mean, d->rstd, d->x, p + w[W_LN1W], p + w[W_LN1B], n, C);
-        o->matmul_fwd(ctx, d->qkv, d->ln, p + w[W_QKVW], p + w[W_QKVB], n, C, 3 * C, 0);
+        o->matmul_fwd(ctx, d->qkv, d->ln, p + w[W_QKVW], p + w[W_QKVB], n, C, 3 * C, 3 * C, 0);
         o->attention_cached(ctx, d->atty, d->kc[l], d->vc[l], d->scratch, d->qkv, d->len, n, C, NH);
-        o->matmul_fwd(ctx, d->tmp, d->atty, p + w[W_PROJW], p + w[W_PROJB], n, C, C, 0);
+        o->matmul_fwd(ctx, d->tmp, d->atty, p + w[W_PROJW], p + w[W_PROJB], n, C, C, C, 0);
         o->add(ctx, d->x, d->x, d->tmp, (size_t)n * C);
         o->layernorm_fwd(ctx, d->ln, d->mean, d->rstd, d->x, p + w[W_LN2W], p + w[W_LN2B], n, C);
-        o->matmul_fwd(ctx, d->fch, d->ln, p + w[W_FCW], p + w[W_FCB], n, C, 4 * C, 0);
+        o->matmul_fwd(ctx, d->fch, d->ln, p + w[W_FCW], p + w[W_FCB], n, C, 4 * C, 4 * C, 0);
         o->gelu_fwd(ctx, d->fchg, d->fch, (size_t)n * 4 * C);
-        o->matmul_fwd(ctx, d->tmp, d->fchg, p + w[W_FCPW], p + w[W_FCPB], n, 4 * C, C, 0);
+        o->matmul_fwd(ctx, d->tmp, d->fchg, p + w[W_FCPW], p + w[W_FCPB], n, 4 * C, C, C, 0);
         o->add(ctx, d->x, d->x, d->tmp, (size_t)n * C);
     }
 }
@@ -179,7 +179,7 @@ dt_status dt_decoder_feed(dt_decoder *d, const int *tokens, int n, float *logits
     const size_t a = dt_dtype_size(d->act);
     const dt_act *last = (const dt_act *)((const char *)d->x + (size_t)(rows - 1) * C * a);
     o->layernorm_fwd(ctx, d->lnf, d->mean, d->rstd, last, p + d->lnfw, p + d->lnfb, 1, C);
-    o->matmul_fwd(ctx, d->logits, d->lnf, p + d->wte, NULL, 1, C, V, 1);
+    o->matmul_fwd(ctx, d->logits, d->lnf, p + d->wte, NULL, 1, C, V, V, 1);
     o->download(ctx, d->host_logits, d->logits, (size_t)V * a);
     DT_TRY(o->check(ctx));
     if (d->act == DT_DTYPE_F32) memcpy(logits, d->host_logits, (size_t)V * sizeof(float));

@@ -62,7 +62,9 @@ struct dt_model {
     dt_act *lnf;               /* LM: (B,T,C); cls: (B,C) */
     float *lnf_mean, *lnf_rstd;/* LM: (B,T); cls: (B) */
     dt_act *pooled_in;         /* cls: (B,C) residual rows at the pooled positions */
-    dt_act *logits;            /* LM: (B,T,V); cls: (B,num_labels); probs/dlogits in place */
+    dt_act *logits;            /* LM: (B,T,V); cls: (B,num_labels); probs/dlogits in place; rows
+                                  logits_ld apart */
+    int logits_ld;             /* the backend's row stride for them (ops logits_stride) */
     float *losses;             /* (B*T) */
     int *tokens_dev;           /* (B,T) */
     int *targets_dev;          /* LM (B,T), cls (B) */
@@ -81,7 +83,7 @@ struct dt_model {
     float *host_losses;        /* (B*T) */
     int *host_argmax;          /* (B*T) */
     int *host_rows;            /* (B) */
-    void *host_probs;          /* cls: (B,num_labels) the activation element, as downloaded */
+    void *host_probs;          /* cls: (B,logits_ld) the activation element, as downloaded */
     float *host_probs_f;       /* cls: (B,num_labels) as floats */
 
     int last_B;                /* batch of the last forward, 0 = none */
@@ -142,12 +144,13 @@ typedef struct act_buf {
 } act_buf;
 
 /* The buffers of shape c, in arena order, into out (MAX_BUFS(L) entries); m NULL: sizes only.
- * att, datt: the bytes attention keeps per layer and its backward scratch (ops attention_bytes).
+ * att, datt: the bytes attention keeps per layer and its backward scratch (ops attention_bytes);
+ * logits_ld: the logits' row stride (ops logits_stride).
  * Returns how many. The allocation (dt_model_init) and the estimate (dt_model_memory_bytes)
  * both come from here, so they cannot drift apart. */
-static int act_table(const dt_model_cfg *c, dt_model *m, size_t att, size_t datt, act_buf *out) {
+static int act_table(const dt_model_cfg *c, dt_model *m, size_t att, size_t datt, int logits_ld, act_buf *out) {
     const size_t B = (size_t)c->max_batch, T = (size_t)c->seq_len, C = (size_t)c->n_embd, BT = B * T;
-    const size_t V = (size_t)c->vocab_size, NL = (size_t)c->num_labels;
+    const size_t NL = (size_t)c->num_labels;
     const size_t head_rows = NL ? B : BT; /* classification: the pooled rows only */
     int k = 0;
 #define BUF(field, kind_, count) out[k++] = (act_buf){m ? (void **)&(m->field) : NULL, (kind_), (count)}
@@ -175,7 +178,7 @@ static int act_table(const dt_model_cfg *c, dt_model *m, size_t att, size_t datt
     BUF(lnf, BUF_ACT, head_rows * C);
     BUF(lnf_mean, BUF_F32, head_rows);
     BUF(lnf_rstd, BUF_F32, head_rows);
-    BUF(logits, BUF_ACT, head_rows * (NL ? NL : V));
+    BUF(logits, BUF_ACT, head_rows * (size_t)logits_ld);
     BUF(targets_dev, BUF_I32, head_rows);
     BUF(losses, BUF_F32, BT);
     BUF(tokens_dev, BUF_I32, BT);
@@ -202,7 +205,7 @@ static size_t table_bytes(const dt_model_cfg *c, dt_model *m, const dt_ops *ops,
     const dt_dtype act = ops->act_dtype(bf16);
     size_t total = 0, att, datt;
     ops->attention_bytes(ctx, c->max_batch, c->seq_len, c->n_embd, c->n_head, bf16, &att, &datt);
-    *n = act_table(c, m, att, datt, t);
+    *n = act_table(c, m, att, datt, ops->logits_stride(c->num_labels ? c->num_labels : c->vocab_size), t);
     for (int i = 0; i < *n; i++) total += buf_bytes(&t[i], act);
     return total;
 }
@@ -390,6 +393,7 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_backen
     m->cfg = *cfg;
     m->be = be;
     m->act_dtype = be->ops->act_dtype(be->ops->bf16(be->ctx));
+    m->logits_ld = be->ops->logits_stride(cfg->num_labels ? cfg->num_labels : cfg->vocab_size);
     const size_t B = (size_t)cfg->max_batch, T = (size_t)cfg->seq_len, L = (size_t)cfg->n_layer, BT = B * T;
 
     m->tensors = dt_calloc(5 + L * P_PER_LAYER, sizeof *m->tensors, "tensor table");
@@ -400,7 +404,7 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_backen
     m->host_argmax = dt_malloc(BT * sizeof(int), "prediction staging");
     m->host_rows = dt_malloc(B * sizeof(int), "row staging");
     const size_t NLB = B * (size_t)(cfg->num_labels ? cfg->num_labels : 1);
-    m->host_probs = dt_malloc(NLB * sizeof(float), "probability staging");
+    m->host_probs = dt_malloc((cfg->num_labels ? B * (size_t)m->logits_ld : 1) * sizeof(float), "probability staging");
     m->host_probs_f = dt_malloc(NLB * sizeof(float), "probabilities");
     if (!m->tensors || !m->buckets || !m->bucket_names || !m->layers || !m->host_losses ||
         !m->host_argmax || !m->host_rows || !m->host_probs || !m->host_probs_f)
@@ -450,7 +454,7 @@ static dt_status forward(dt_model *m, const int *tokens, const int *targets, int
     const dt_ops *o = m->be->ops;
     void *ctx = m->be->ctx;
     const int T = m->cfg.seq_len, C = m->cfg.n_embd, NH = m->cfg.n_head, L = m->cfg.n_layer;
-    const int V = m->cfg.vocab_size, NL = m->cfg.num_labels;
+    const int V = m->cfg.vocab_size, NL = m->cfg.num_labels, ld = m->logits_ld;
     if (B < 1 || B > m->cfg.max_batch)
         return dt_error_set(DT_ERR_INTERNAL, "model forward: batch %d outside 1..%d", B, m->cfg.max_batch);
     const int BT = B * T;
@@ -485,14 +489,14 @@ static dt_status forward(dt_model *m, const int *tokens, const int *targets, int
         layer_acts *a = &m->layers[l];
         float *p = m->params;
         o->layernorm_fwd(ctx, a->ln1, a->ln1_mean, a->ln1_rstd, x, lp(m, p, l, P_LN1W), lp(m, p, l, P_LN1B), BT, C);
-        o->matmul_fwd(ctx, a->qkv, a->ln1, lp(m, p, l, P_QKVW), lp(m, p, l, P_QKVB), BT, C, 3 * C, 0);
+        o->matmul_fwd(ctx, a->qkv, a->ln1, lp(m, p, l, P_QKVW), lp(m, p, l, P_QKVB), BT, C, 3 * C, 3 * C, 0);
         o->attention_fwd(ctx, a->atty, a->att, a->qkv, B, T, C, NH);
-        o->matmul_fwd(ctx, a->res2, a->atty, lp(m, p, l, P_ATTPROJW), lp(m, p, l, P_ATTPROJB), BT, C, C, 0);
+        o->matmul_fwd(ctx, a->res2, a->atty, lp(m, p, l, P_ATTPROJW), lp(m, p, l, P_ATTPROJB), BT, C, C, C, 0);
         o->add(ctx, a->res2, a->res2, x, (size_t)BT * C);
         o->layernorm_fwd(ctx, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, lp(m, p, l, P_LN2W), lp(m, p, l, P_LN2B), BT, C);
-        o->matmul_fwd(ctx, a->fch, a->ln2, lp(m, p, l, P_FCW), lp(m, p, l, P_FCB), BT, C, 4 * C, 0);
+        o->matmul_fwd(ctx, a->fch, a->ln2, lp(m, p, l, P_FCW), lp(m, p, l, P_FCB), BT, C, 4 * C, 4 * C, 0);
         o->gelu_fwd(ctx, a->fch_gelu, a->fch, (size_t)BT * 4 * C);
-        o->matmul_fwd(ctx, a->res3, a->fch_gelu, lp(m, p, l, P_FCPROJW), lp(m, p, l, P_FCPROJB), BT, 4 * C, C, 0);
+        o->matmul_fwd(ctx, a->res3, a->fch_gelu, lp(m, p, l, P_FCPROJW), lp(m, p, l, P_FCPROJB), BT, 4 * C, C, C, 0);
         o->add(ctx, a->res3, a->res3, a->res2, (size_t)BT * C);
         x = a->res3;
     }
@@ -501,32 +505,41 @@ static dt_status forward(dt_model *m, const int *tokens, const int *targets, int
     if (NL) {
         o->gather_rows(ctx, m->pooled_in, x, m->rows_dev, B, C);
         o->layernorm_fwd(ctx, m->lnf, m->lnf_mean, m->lnf_rstd, m->pooled_in, hp(m, m->params, 0), hp(m, m->params, 1), B, C);
-        o->matmul_fwd(ctx, m->logits, m->lnf, hp(m, m->params, 2), NULL, B, C, NL, 1);
-        o->xent_fwd(ctx, m->losses, m->logits, m->logits, m->targets_dev, B, NL);
-        if (predict) o->argmax(ctx, m->argmax_dev, m->logits, B, NL);
+        o->matmul_fwd(ctx, m->logits, m->lnf, hp(m, m->params, 2), NULL, B, C, NL, ld, 1);
+        /* training on a backend that fuses it: the losses and the logits' gradient in one pass,
+         * no probabilities (predictions and evaluation keep them) */
+        m->logits_are_grads = !predict && o->xent_fused;
+        m->fused_scale = scale;
+        if (m->logits_are_grads) o->xent_fused(ctx, m->losses, m->logits, m->logits, m->targets_dev, scale, B, NL, ld);
+        else o->xent_fwd(ctx, m->losses, m->logits, m->logits, m->targets_dev, B, NL, ld);
+        if (predict) o->argmax(ctx, m->argmax_dev, m->logits, B, NL, ld);
         o->download(ctx, m->host_losses, m->losses, (size_t)B * sizeof(float));
         if (predict) o->download(ctx, m->host_argmax, m->argmax_dev, (size_t)B * sizeof(int));
-        o->download(ctx, m->host_probs, m->logits, (size_t)B * NL * dt_dtype_size(m->act_dtype));
+        if (!m->logits_are_grads) o->download(ctx, m->host_probs, m->logits, (size_t)B * ld * dt_dtype_size(m->act_dtype));
         for (int b = 0; b < B; b++) {
             if (predict) res->correct += m->host_argmax[b] == targets[b];
             res->loss_sum += m->host_losses[b];
         }
-        for (size_t i = 0; i < (size_t)B * NL; i++)
-            m->host_probs_f[i] = m->act_dtype == DT_DTYPE_F32 ? ((const float *)m->host_probs)[i]
-                                                              : dt_bf16_to_float(((const uint16_t *)m->host_probs)[i]);
+        for (size_t b = 0; !m->logits_are_grads && b < (size_t)B; b++)
+            for (size_t j = 0; j < (size_t)NL; j++) {
+                const size_t i = b * (size_t)ld + j;
+                m->host_probs_f[b * (size_t)NL + j] = m->act_dtype == DT_DTYPE_F32
+                                                          ? ((const float *)m->host_probs)[i]
+                                                          : dt_bf16_to_float(((const uint16_t *)m->host_probs)[i]);
+            }
         res->rows = B;
         res->pred = predict ? m->host_argmax : NULL;
-        res->probs = m->host_probs_f;
+        res->probs = m->logits_are_grads ? NULL : m->host_probs_f;
         res->losses = m->host_losses;
     } else {
         o->layernorm_fwd(ctx, m->lnf, m->lnf_mean, m->lnf_rstd, x, hp(m, m->params, 0), hp(m, m->params, 1), BT, C);
-        o->matmul_fwd(ctx, m->logits, m->lnf, m->params + m->tensors[0].offset, NULL, BT, C, V, 1);
+        o->matmul_fwd(ctx, m->logits, m->lnf, m->params + m->tensors[0].offset, NULL, BT, C, V, ld, 1);
         /* training on a backend that fuses it: the losses and the logits' gradient in one pass */
         m->logits_are_grads = !predict && o->xent_fused;
         m->fused_scale = scale;
-        if (m->logits_are_grads) o->xent_fused(ctx, m->losses, m->logits, m->logits, m->targets_dev, scale, BT, V);
-        else o->xent_fwd(ctx, m->losses, m->logits, m->logits, m->targets_dev, BT, V);
-        if (predict) o->argmax(ctx, m->argmax_dev, m->logits, BT, V);
+        if (m->logits_are_grads) o->xent_fused(ctx, m->losses, m->logits, m->logits, m->targets_dev, scale, BT, V, ld);
+        else o->xent_fwd(ctx, m->losses, m->logits, m->logits, m->targets_dev, BT, V, ld);
+        if (predict) o->argmax(ctx, m->argmax_dev, m->logits, BT, V, ld);
         o->download(ctx, m->host_losses, m->losses, (size_t)BT * sizeof(float));
         if (predict) o->download(ctx, m->host_argmax, m->argmax_dev, (size_t)BT * sizeof(int));
         for (int i = 0; i < BT; i++) {
@@ -556,28 +569,28 @@ dt_status dt_model_backward(dt_model *m, float scale, dt_bucket_ready_fn ready, 
     const dt_ops *o = m->be->ops;
     void *ctx = m->be->ctx;
     const int B = m->last_B, T = m->cfg.seq_len, C = m->cfg.n_embd, NH = m->cfg.n_head;
-    const int L = m->cfg.n_layer, V = m->cfg.vocab_size, NL = m->cfg.num_labels, BT = B * T;
+    const int L = m->cfg.n_layer, V = m->cfg.vocab_size, NL = m->cfg.num_labels, BT = B * T, ld = m->logits_ld;
     if (B == 0) return dt_error_set(DT_ERR_INTERNAL, "model backward called without a forward");
     float *p = m->params, *g = m->grads;
     const dt_act *xL = m->layers[L - 1].res3;
 
     const size_t asz = dt_dtype_size(m->act_dtype);
     o->zero(ctx, m->dresidual, (size_t)BT * C * asz);
+    if (m->logits_are_grads && scale != m->fused_scale)
+        return dt_error_set(DT_ERR_INTERNAL, "model backward: scale %g, but the forward computed the gradient for %g",
+                            (double)scale, (double)m->fused_scale);
+    const int head_rows = NL ? B : BT;
+    if (!m->logits_are_grads) o->xent_bwd(ctx, m->logits, m->logits, m->targets_dev, scale, head_rows, NL ? NL : V, ld);
+    m->logits_are_grads = 0;
     if (NL) {
-        o->xent_bwd(ctx, m->logits, m->logits, m->targets_dev, scale, B, NL);
-        o->matmul_bwd(ctx, m->dln, hp(m, g, 2), NULL, m->logits, m->lnf, hp(m, p, 2), B, C, NL, 1);
+        o->matmul_bwd(ctx, m->dln, hp(m, g, 2), NULL, m->logits, m->lnf, hp(m, p, 2), B, C, NL, ld, 1);
         o->zero(ctx, m->dpooled, (size_t)B * C * asz);
         o->layernorm_bwd(ctx, m->dpooled, hp(m, g, 0), hp(m, g, 1), m->dln, m->pooled_in, hp(m, p, 0),
                          m->lnf_mean, m->lnf_rstd, B, C);
         o->scatter_add_rows(ctx, m->dresidual, m->dpooled, m->rows_dev, B, C);
     } else {
-        if (m->logits_are_grads && scale != m->fused_scale)
-            return dt_error_set(DT_ERR_INTERNAL, "model backward: scale %g, but the forward computed the gradient for %g",
-                                (double)scale, (double)m->fused_scale);
-        if (!m->logits_are_grads) o->xent_bwd(ctx, m->logits, m->logits, m->targets_dev, scale, BT, V);
-        m->logits_are_grads = 0;
         o->matmul_bwd(ctx, m->dln, g + m->tensors[0].offset, NULL, m->logits, m->lnf, p + m->tensors[0].offset,
-                      BT, C, V, 1);
+                      BT, C, V, ld, 1);
         o->layernorm_bwd(ctx, m->dresidual, hp(m, g, 0), hp(m, g, 1), m->dln, xL, hp(m, p, 0),
                          m->lnf_mean, m->lnf_rstd, BT, C);
     }
@@ -588,18 +601,18 @@ dt_status dt_model_backward(dt_model *m, float scale, dt_bucket_ready_fn ready, 
         const dt_act *x = l == 0 ? m->encoded : m->layers[l - 1].res3;
         /* MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
         o->matmul_bwd(ctx, m->dfch_gelu, lp(m, g, l, P_FCPROJW), lp(m, g, l, P_FCPROJB), m->dresidual,
-                      a->fch_gelu, lp(m, p, l, P_FCPROJW), BT, 4 * C, C, 0);
+                      a->fch_gelu, lp(m, p, l, P_FCPROJW), BT, 4 * C, C, C, 0);
         o->gelu_bwd(ctx, m->dfch, a->fch, m->dfch_gelu, (size_t)BT * 4 * C);
         o->matmul_bwd(ctx, m->dln, lp(m, g, l, P_FCW), lp(m, g, l, P_FCB), m->dfch, a->ln2,
-                      lp(m, p, l, P_FCW), BT, C, 4 * C, 0);
+                      lp(m, p, l, P_FCW), BT, C, 4 * C, 4 * C, 0);
         o->layernorm_bwd(ctx, m->dresidual, lp(m, g, l, P_LN2W), lp(m, g, l, P_LN2B), m->dln, a->res2,
                          lp(m, p, l, P_LN2W), a->ln2_mean, a->ln2_rstd, BT, C);
         /* attention: res2 = x + c_proj(attn(c_attn(ln_1(x)))) */
         o->matmul_bwd(ctx, m->dln, lp(m, g, l, P_ATTPROJW), lp(m, g, l, P_ATTPROJB), m->dresidual,
-                      a->atty, lp(m, p, l, P_ATTPROJW), BT, C, C, 0);
+                      a->atty, lp(m, p, l, P_ATTPROJW), BT, C, C, C, 0);
         o->attention_bwd(ctx, m->dqkv, m->datt, m->dln, a->qkv, a->atty, a->att, B, T, C, NH);
         o->matmul_bwd(ctx, m->dln, lp(m, g, l, P_QKVW), lp(m, g, l, P_QKVB), m->dqkv, a->ln1,
-                      lp(m, p, l, P_QKVW), BT, C, 3 * C, 0);
+                      lp(m, p, l, P_QKVW), BT, C, 3 * C, 3 * C, 0);
         o->layernorm_bwd(ctx, m->dresidual, lp(m, g, l, P_LN1W), lp(m, g, l, P_LN1B), m->dln, x,
                          lp(m, p, l, P_LN1W), a->ln1_mean, a->ln1_rstd, BT, C);
         if (ready) ready(user, 1 + l);

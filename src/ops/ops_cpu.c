@@ -114,15 +114,16 @@ static void cpu_zero(void *ctx, void *p, size_t bytes) {
     if (bytes) memset(p, 0, bytes);
 }
 
-/* dst(N) += column sums of src(M,N), accumulated in double; order independent of threads. */
-static void colsum_add(float *dst, const float *src, int M, int N) {
+/* dst(N) += column sums of src(M,N) (rows ld apart), accumulated in double; order independent
+ * of threads. */
+static void colsum_add(float *dst, const float *src, int M, int N, int ld) {
     const int nchunks = (N + COL_CHUNK - 1) / COL_CHUNK;
 #pragma omp parallel for schedule(static) if ((size_t)M * N >= PAR_MIN)
     for (int ch = 0; ch < nchunks; ch++) {
         const int c0 = ch * COL_CHUNK, nc = imin(COL_CHUNK, N - c0);
         double acc[COL_CHUNK] = {0};
         for (int i = 0; i < M; i++) {
-            const float *row = src + (size_t)i * N + c0;
+            const float *row = src + (size_t)i * ld + c0;
 #pragma omp simd
             for (int j = 0; j < nc; j++) acc[j] += row[j];
         }
@@ -278,33 +279,34 @@ static void cpu_layernorm_bwd(void *ctx, dt_act *dinp_, float *dw, float *db, co
 /* ---- matmul ---- */
 
 static void cpu_matmul_fwd(void *ctx, dt_act *out_, const dt_act *inp_, const float *w,
-                           const float *bias, int M, int K, int N, int w_trans) {
+                           const float *bias, int M, int K, int N, int ldo, int w_trans) {
     float *out = (float *)out_;
     const float *inp = (const float *)inp_;
     float beta = 0.0f;
     if (bias) {
 #pragma omp parallel for schedule(static) if ((size_t)M * N >= PAR_MIN)
-        for (int i = 0; i < M; i++) memcpy(out + (size_t)i * N, bias, (size_t)N * sizeof(float));
+        for (int i = 0; i < M; i++) memcpy(out + (size_t)i * ldo, bias, (size_t)N * sizeof(float));
         beta = 1.0f;
     }
-    sgemm_rows(CblasNoTrans, w_trans ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, inp, K, w, w_trans ? K : N, beta, out, N);
+    sgemm_rows(CblasNoTrans, w_trans ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, inp, K, w, w_trans ? K : N, beta, out,
+               ldo);
 }
 
 static void cpu_matmul_bwd(void *ctx, dt_act *dinp_, float *dw, float *dbias, const dt_act *dout_,
-                           const dt_act *inp_, const float *w, int M, int K, int N, int w_trans) {
+                           const dt_act *inp_, const float *w, int M, int K, int N, int ldo, int w_trans) {
     float *dinp = (float *)dinp_;
     const float *dout = (const float *)dout_;
     const float *inp = (const float *)inp_;
     if (dinp) /* dinp(M,K) = dout(M,N) @ W^T */
-        sgemm_rows(CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N, 1.0f, dout, N, w, w_trans ? K : N, 0.0f,
+        sgemm_rows(CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N, 1.0f, dout, ldo, w, w_trans ? K : N, 0.0f,
                    dinp, K);
     if (dw) {
         if (w_trans) /* dW(N,K) += dout^T @ inp */
-            sgemm_rows(CblasTrans, CblasNoTrans, N, K, M, 1.0f, dout, N, inp, K, 1.0f, dw, K);
+            sgemm_rows(CblasTrans, CblasNoTrans, N, K, M, 1.0f, dout, ldo, inp, K, 1.0f, dw, K);
         else /* dW(K,N) += inp^T @ dout */
-            sgemm_rows(CblasTrans, CblasNoTrans, K, N, M, 1.0f, inp, K, dout, N, 1.0f, dw, N);
+            sgemm_rows(CblasTrans, CblasNoTrans, K, N, M, 1.0f, inp, K, dout, ldo, 1.0f, dw, N);
     }
-    if (dbias) colsum_add(dbias, dout, M, N);
+    if (dbias) colsum_add(dbias, dout, M, N, ldo);
 }
 
 /* ---- attention ----
@@ -518,22 +520,22 @@ static float xent_row_fwd(float *p, const float *x, int tg, int V) {
 }
 
 static void cpu_xent_fwd(void *ctx, float *losses, dt_act *probs_, const dt_act *logits_,
-                         const int *targets, int N, int V) {
+                         const int *targets, int N, int V, int ld) {
     float *probs = (float *)probs_;
     const float *logits = (const float *)logits_;
 #pragma omp parallel for schedule(static) if ((size_t)N * V >= PAR_MIN)
     for (int i = 0; i < N; i++)
-        losses[i] = xent_row_fwd(probs + (size_t)i * V, logits + (size_t)i * V, targets[i], V);
+        losses[i] = xent_row_fwd(probs + (size_t)i * ld, logits + (size_t)i * ld, targets[i], V);
 }
 
 static void cpu_xent_bwd(void *ctx, dt_act *dlogits_, const dt_act *probs_, const int *targets,
-                         float scale, int N, int V) {
+                         float scale, int N, int V, int ld) {
     float *dlogits = (float *)dlogits_;
     const float *probs = (const float *)probs_;
 #pragma omp parallel for schedule(static) if ((size_t)N * V >= PAR_MIN)
     for (int i = 0; i < N; i++) {
-        const float *p = probs + (size_t)i * V;
-        float *d = dlogits + (size_t)i * V; /* may be p */
+        const float *p = probs + (size_t)i * ld;
+        float *d = dlogits + (size_t)i * ld; /* may be p */
         const int tg = targets[i];
         if (tg < 0) {
             memset(d, 0, (size_t)V * sizeof(float));
@@ -624,12 +626,12 @@ static void cpu_scale(void *ctx, float *x, size_t n, float s) {
 
 /* ---- table ---- */
 
-static void cpu_argmax(void *ctx, int *idx, const dt_act *x_, int N, int V) {
+static void cpu_argmax(void *ctx, int *idx, const dt_act *x_, int N, int V, int ld) {
     const float *x = (const float *)x_;
     (void)ctx;
 #pragma omp parallel for schedule(static) if ((size_t)N * V >= PAR_MIN)
     for (int i = 0; i < N; i++) {
-        const float *r = x + (size_t)i * V;
+        const float *r = x + (size_t)i * ld;
         int arg = 0;
         for (int k = 1; k < V; k++)
             if (r[k] > r[arg]) arg = k;
@@ -649,6 +651,9 @@ static dt_status cpu_check(void *ctx) {
 }
 
 /* ---- lifecycle ---- */
+
+/* unpadded: the CPU backend's memory and results stay what they were (padding is for GPU tiles) */
+static int cpu_logits_stride(int V) { return V; }
 
 static dt_dtype cpu_act_dtype(int bf16) {
     (void)bf16;
@@ -706,6 +711,7 @@ const dt_ops dt_ops_cpu = {
     .name = "cpu",
     .memory = NULL,
     .act_dtype = cpu_act_dtype,
+    .logits_stride = cpu_logits_stride,
     .scratch_bytes = cpu_scratch_bytes,
     .open = cpu_open,
     .close = cpu_close,

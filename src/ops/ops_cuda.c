@@ -22,6 +22,7 @@
 #include "dtrain/ops.h"
 
 #include <dlfcn.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -536,27 +537,37 @@ static void gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A
 /* the element of this backend's activations: bf16 with bf16 products */
 #define ACT(c) ((c)->bf16 ? DTK_BF16 : DTK_F32)
 
-/* Row-major out(M,N) = inp(M,K) @ W + bias; in column-major terms out^T = op(W) inp^T. */
+/* Row-major out(M,N) = inp(M,K) @ W + bias; in column-major terms out^T = op(W) inp^T. out's
+ * rows ldo apart: the logits' padded stride (logits_stride), which keeps every row 16-byte
+ * aligned for cuBLASLt and the kernels (50257 bf16 would leave them 2-byte aligned). */
 static void cu_matmul_fwd(void *ctx, dt_act *out, const dt_act *inp, const float *w, const float *bias, int M, int K,
-                          int N, int w_trans) {
+                          int N, int ldo, int w_trans) {
     cuda_ctx *c = ctx;
     const int a16 = c->bf16;
+    if (bias && ldo != N) { /* the bias kernel adds to dense rows */
+        fail(c, DT_ERR_INTERNAL, "matmul_fwd: a bias with rows %d apart for %d columns", ldo, N);
+        return;
+    }
     /* W (K,N) row-major is N x K column-major (no transpose); W (N,K) is K x N (transpose) */
-    gemm(c, w_trans, 0, N, M, K, w, 0, w_trans ? K : N, 0, inp, a16, K, 0, out, a16, N, 0, 1, 1.0f, 0.0f, bias);
+    gemm(c, w_trans, 0, N, M, K, w, 0, w_trans ? K : N, 0, inp, a16, K, 0, out, a16, ldo, 0, 1, 1.0f, 0.0f, bias);
 }
 
 static void cu_matmul_bwd(void *ctx, dt_act *dinp, float *dw, float *dbias, const dt_act *dout, const dt_act *inp,
-                          const float *w, int M, int K, int N, int w_trans) {
+                          const float *w, int M, int K, int N, int ldo, int w_trans) {
     cuda_ctx *c = ctx;
     const int a16 = c->bf16;
+    if (dbias && ldo != N) { /* the column sums read dense rows */
+        fail(c, DT_ERR_INTERNAL, "matmul_bwd: a bias gradient with rows %d apart for %d columns", ldo, N);
+        return;
+    }
     /* dinp(M,K) = dout @ W^T: dinp^T (K x M) = op(W) (K x N) dout^T (N x M) */
     if (dinp)
-        gemm(c, !w_trans, 0, K, M, N, w, 0, w_trans ? K : N, 0, dout, a16, N, 0, dinp, a16, K, 0, 1, 1.0f, 0.0f, NULL);
+        gemm(c, !w_trans, 0, K, M, N, w, 0, w_trans ? K : N, 0, dout, a16, ldo, 0, dinp, a16, K, 0, 1, 1.0f, 0.0f, NULL);
     if (dw) {
         if (w_trans) /* dW(N,K) += dout^T inp: dW^T (K x N) = inp^T (K x M) (dout^T)^T (M x N) */
-            gemm(c, 0, 1, K, N, M, inp, a16, K, 0, dout, a16, N, 0, dw, 0, K, 0, 1, 1.0f, 1.0f, NULL);
+            gemm(c, 0, 1, K, N, M, inp, a16, K, 0, dout, a16, ldo, 0, dw, 0, K, 0, 1, 1.0f, 1.0f, NULL);
         else /* dW(K,N) += inp^T dout: dW^T (N x K) = dout^T (N x M) inp (M x K) */
-            gemm(c, 0, 1, N, K, M, dout, a16, N, 0, inp, a16, K, 0, dw, 0, N, 0, 1, 1.0f, 1.0f, NULL);
+            gemm(c, 0, 1, N, K, M, dout, a16, ldo, 0, inp, a16, K, 0, dw, 0, N, 0, 1, 1.0f, 1.0f, NULL);
     }
     if (dbias && c->err == DT_OK) {
         size_t wb = dtk_bias_bwd_work_bytes(M, N);
@@ -763,25 +774,27 @@ static void cu_add(void *ctx, dt_act *out, const dt_act *a, const dt_act *b, siz
     LAUNCH(dtk_add(c->s, ACT(c), out, a, b, n));
 }
 
-static void cu_xent_fwd(void *ctx, float *losses, dt_act *probs, const dt_act *logits, const int *targets, int N, int V) {
+static void cu_xent_fwd(void *ctx, float *losses, dt_act *probs, const dt_act *logits, const int *targets, int N, int V,
+                        int ld) {
     cuda_ctx *c = ctx;
-    LAUNCH(dtk_xent_fwd(c->s, ACT(c), losses, probs, logits, targets, N, V));
+    LAUNCH(dtk_xent_fwd(c->s, ACT(c), losses, probs, logits, targets, N, V, ld));
 }
 
-static void cu_xent_bwd(void *ctx, dt_act *dlogits, const dt_act *probs, const int *targets, float scale, int N, int V) {
+static void cu_xent_bwd(void *ctx, dt_act *dlogits, const dt_act *probs, const int *targets, float scale, int N, int V,
+                        int ld) {
     cuda_ctx *c = ctx;
-    LAUNCH(dtk_xent_bwd(c->s, ACT(c), dlogits, probs, targets, scale, N, V));
+    LAUNCH(dtk_xent_bwd(c->s, ACT(c), dlogits, probs, targets, scale, N, V, ld));
 }
 
 static void cu_xent_fused(void *ctx, float *losses, dt_act *dlogits, const dt_act *logits, const int *targets,
-                          float scale, int N, int V) {
+                          float scale, int N, int V, int ld) {
     cuda_ctx *c = ctx;
-    LAUNCH(dtk_xent_fused(c->s, ACT(c), losses, dlogits, logits, targets, scale, N, V));
+    LAUNCH(dtk_xent_fused(c->s, ACT(c), losses, dlogits, logits, targets, scale, N, V, ld));
 }
 
-static void cu_argmax(void *ctx, int *idx, const dt_act *x, int N, int V) {
+static void cu_argmax(void *ctx, int *idx, const dt_act *x, int N, int V, int ld) {
     cuda_ctx *c = ctx;
-    LAUNCH(dtk_argmax(c->s, ACT(c), idx, x, N, V));
+    LAUNCH(dtk_argmax(c->s, ACT(c), idx, x, N, V, ld));
 }
 
 static void cu_gather_rows(void *ctx, dt_act *out, const dt_act *x, const int *rows, int n, int C) {
@@ -912,6 +925,10 @@ static int cu_bf16(void *ctx) { return ((const cuda_ctx *)ctx)->bf16; }
  * LayerNorm's mean and rstd, the per-row losses, attention's softmax statistics, and inside
  * every kernel the arithmetic (activations are widened on load and rounded once on store). */
 static dt_dtype cu_act_dtype(int bf16) { return bf16 ? DT_DTYPE_BF16 : DT_DTYPE_F32; }
+
+/* a multiple of 128 (llm.c's 50304 for GPT-2): every row 16-byte aligned, for bf16 or fp32,
+ * as cuBLASLt's vectorized kernels and ours want their operands */
+static int cu_logits_stride(int V) { return V > INT_MAX - 127 ? V : (V + 127) / 128 * 128; }
 
 static void cu_describe(void *ctx, dt_backend_desc *d) {
     const cuda_ctx *c = ctx;
@@ -1164,6 +1181,7 @@ const dt_ops dt_ops_cuda = {
     .memory = "GPU memory",
     .collective = "nccl",
     .act_dtype = cu_act_dtype,
+    .logits_stride = cu_logits_stride,
     .scratch_bytes = cu_scratch_bytes,
     .versions = cu_versions,
     .open = cu_open,
