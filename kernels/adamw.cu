@@ -11,7 +11,7 @@
 // the update is bit-identical to the CPU's for the same inputs.
 // Element i of the flattened pieces: the last piece whose start is <= i (binary search in the
 // table; the pieces are few, a few hundred at most, and the table stays in cache).
-static __global__ void adamw_kernel(float *p, __nv_bfloat16 *p16, const float *g, float *m, float *v,
+static __global__ void dtk_adamw_kernel(float *p, __nv_bfloat16 *p16, const float *g, float *m, float *v,
                                     const dtk_adamw_piece *pieces, int n_pieces, size_t total, float beta1, float beta2,
                                     float eps, float step_size, float bc2_sqrt, float decay_on) {
     const float omb1 = 1.0f - beta1, omb2 = 1.0f - beta2;
@@ -46,7 +46,7 @@ extern "C" cudaError_t dtk_adamw(cudaStream_t s, float *p, dtk_bf16 *p16, const 
     const double bc1 = 1.0 - pow((double)beta1, t), bc2 = 1.0 - pow((double)beta2, t);
     const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
     const float decay = 1.0f - lr * weight_decay;
-    adamw_kernel<<<dtk_blocks(total), DTK_THREADS, 0, s>>>(p, p16, g, m, v, pieces, n_pieces, total, beta1, beta2, eps,
+    dtk_adamw_kernel<<<dtk_blocks(total), DTK_THREADS, 0, s>>>(p, p16, g, m, v, pieces, n_pieces, total, beta1, beta2, eps,
                                                            step_size, bc2_sqrt, decay);
     return cudaGetLastError();
 }

@@ -41,8 +41,8 @@ DTK_ACT_KERNELS(argmax, (int *idx, const void *x, int V, int ld), (idx, x, V, ld
 
 extern "C" cudaError_t dtk_argmax(cudaStream_t s, dtk_type t, int *idx, const void *x, int N, int V, int ld) {
     if (N <= 0 || V <= 0) return cudaSuccess;
-    if (t == DTK_BF16) argmax_bf16<<<N, 256, 0, s>>>(idx, x, V, ld);
-    else argmax_f32<<<N, 256, 0, s>>>(idx, x, V, ld);
+    if (t == DTK_BF16) dtk_argmax_bf16<<<N, 256, 0, s>>>(idx, x, V, ld);
+    else dtk_argmax_f32<<<N, 256, 0, s>>>(idx, x, V, ld);
     return cudaGetLastError();
 }
 
@@ -58,7 +58,7 @@ extern "C" cudaError_t dtk_add_bias(cudaStream_t s, dtk_type t, void *out, const
     if (total == 0) return cudaSuccess;
     size_t blocks = (total + 255) / 256;
     if (blocks > 65536) blocks = 65536;
-    if (t == DTK_BF16) add_bias_bf16<<<(unsigned)blocks, 256, 0, s>>>(out, bias, total, N);
-    else add_bias_f32<<<(unsigned)blocks, 256, 0, s>>>(out, bias, total, N);
+    if (t == DTK_BF16) dtk_add_bias_bf16<<<(unsigned)blocks, 256, 0, s>>>(out, bias, total, N);
+    else dtk_add_bias_f32<<<(unsigned)blocks, 256, 0, s>>>(out, bias, total, N);
     return cudaGetLastError();
 }

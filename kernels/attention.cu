@@ -62,32 +62,32 @@ static bool bad_shape(int B, int T, int C, int NH) { return B <= 0 || T <= 0 || 
 extern "C" cudaError_t dtk_qkv_split(cudaStream_t s, dtk_type t, float *q, float *k, float *v, const void *qkv, int B,
                                      int T, int C, int NH) {
     if (bad_shape(B, T, C, NH)) return cudaSuccess;
-    if (t == DTK_BF16) qkv_split_bf16<<<B * T, DTK_THREADS, 0, s>>>(q, k, v, qkv, T, C, NH);
-    else qkv_split_f32<<<B * T, DTK_THREADS, 0, s>>>(q, k, v, qkv, T, C, NH);
+    if (t == DTK_BF16) dtk_qkv_split_bf16<<<B * T, DTK_THREADS, 0, s>>>(q, k, v, qkv, T, C, NH);
+    else dtk_qkv_split_f32<<<B * T, DTK_THREADS, 0, s>>>(q, k, v, qkv, T, C, NH);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t dtk_qkv_merge(cudaStream_t s, dtk_type t, void *dqkv, const float *dq, const float *dk,
                                      const float *dv, int B, int T, int C, int NH) {
     if (bad_shape(B, T, C, NH)) return cudaSuccess;
-    if (t == DTK_BF16) qkv_merge_bf16<<<B * T, DTK_THREADS, 0, s>>>(dqkv, dq, dk, dv, T, C, NH);
-    else qkv_merge_f32<<<B * T, DTK_THREADS, 0, s>>>(dqkv, dq, dk, dv, T, C, NH);
+    if (t == DTK_BF16) dtk_qkv_merge_bf16<<<B * T, DTK_THREADS, 0, s>>>(dqkv, dq, dk, dv, T, C, NH);
+    else dtk_qkv_merge_f32<<<B * T, DTK_THREADS, 0, s>>>(dqkv, dq, dk, dv, T, C, NH);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t dtk_heads_merge(cudaStream_t s, dtk_type t, void *out, const float *y, int B, int T, int C,
                                        int NH) {
     if (bad_shape(B, T, C, NH)) return cudaSuccess;
-    if (t == DTK_BF16) heads_merge_bf16<<<B * T, DTK_THREADS, 0, s>>>(out, y, T, C, NH);
-    else heads_merge_f32<<<B * T, DTK_THREADS, 0, s>>>(out, y, T, C, NH);
+    if (t == DTK_BF16) dtk_heads_merge_bf16<<<B * T, DTK_THREADS, 0, s>>>(out, y, T, C, NH);
+    else dtk_heads_merge_f32<<<B * T, DTK_THREADS, 0, s>>>(out, y, T, C, NH);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t dtk_heads_split(cudaStream_t s, dtk_type t, float *dy, const void *dout, int B, int T, int C,
                                        int NH) {
     if (bad_shape(B, T, C, NH)) return cudaSuccess;
-    if (t == DTK_BF16) heads_split_bf16<<<B * T, DTK_THREADS, 0, s>>>(dy, dout, T, C, NH);
-    else heads_split_f32<<<B * T, DTK_THREADS, 0, s>>>(dy, dout, T, C, NH);
+    if (t == DTK_BF16) dtk_heads_split_bf16<<<B * T, DTK_THREADS, 0, s>>>(dy, dout, T, C, NH);
+    else dtk_heads_split_f32<<<B * T, DTK_THREADS, 0, s>>>(dy, dout, T, C, NH);
     return cudaGetLastError();
 }
 
@@ -96,7 +96,7 @@ extern "C" cudaError_t dtk_heads_split(cudaStream_t s, dtk_type t, float *dy, co
 // reads and writes only its own columns, so working in place is safe. The scaled score is
 // rounded once (__fmul_rn: no fused multiply-add into the subtraction), so the max column
 // gives exactly exp(0) = 1 and all passes see the same value.
-static __global__ void causal_softmax_fwd_kernel(float *att, size_t rows, int T, float scale) {
+static __global__ void dtk_causal_softmax_fwd_kernel(float *att, size_t rows, int T, float scale) {
     const size_t r = (size_t)blockIdx.x * DTK_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (r >= rows) return;
@@ -112,7 +112,7 @@ static __global__ void causal_softmax_fwd_kernel(float *att, size_t rows, int T,
 }
 
 // datt_j = scale * att_j * (datt_j - sum_{i<=t} att_i datt_i) for j <= t, 0 above the diagonal
-static __global__ void causal_softmax_bwd_kernel(float *datt, const float *att, size_t rows, int T, float scale) {
+static __global__ void dtk_causal_softmax_bwd_kernel(float *datt, const float *att, size_t rows, int T, float scale) {
     const size_t r = (size_t)blockIdx.x * DTK_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (r >= rows) return;
@@ -130,7 +130,7 @@ static unsigned softmax_blocks(size_t rows) { return (unsigned)((rows + DTK_ROWS
 extern "C" cudaError_t dtk_causal_softmax_fwd(cudaStream_t s, float *att, int BH, int T, float scale) {
     if (BH <= 0 || T <= 0) return cudaSuccess;
     const size_t rows = (size_t)BH * T;
-    causal_softmax_fwd_kernel<<<softmax_blocks(rows), DTK_THREADS, 0, s>>>(att, rows, T, scale);
+    dtk_causal_softmax_fwd_kernel<<<softmax_blocks(rows), DTK_THREADS, 0, s>>>(att, rows, T, scale);
     return cudaGetLastError();
 }
 
@@ -138,7 +138,7 @@ extern "C" cudaError_t dtk_causal_softmax_bwd(cudaStream_t s, float *datt, const
                                               float scale) {
     if (BH <= 0 || T <= 0) return cudaSuccess;
     const size_t rows = (size_t)BH * T;
-    causal_softmax_bwd_kernel<<<softmax_blocks(rows), DTK_THREADS, 0, s>>>(datt, att, rows, T, scale);
+    dtk_causal_softmax_bwd_kernel<<<softmax_blocks(rows), DTK_THREADS, 0, s>>>(datt, att, rows, T, scale);
     return cudaGetLastError();
 }
 
@@ -198,13 +198,13 @@ DTK_ACT_KERNELS(attention_cached,
 extern "C" cudaError_t dtk_attention_cached(cudaStream_t s, dtk_type t, void *out, void *kcache, void *vcache,
                                             float *scratch, const void *qkv, int pos0, int n, int C, int NH) {
     if (n <= 0 || C <= 0 || NH <= 0 || pos0 < 0) return cudaSuccess;
-    if (t == DTK_BF16) kv_append_bf16<<<n, DTK_THREADS, 0, s>>>(kcache, vcache, qkv, pos0, C);
-    else kv_append_f32<<<n, DTK_THREADS, 0, s>>>(kcache, vcache, qkv, pos0, C);
+    if (t == DTK_BF16) dtk_kv_append_bf16<<<n, DTK_THREADS, 0, s>>>(kcache, vcache, qkv, pos0, C);
+    else dtk_kv_append_f32<<<n, DTK_THREADS, 0, s>>>(kcache, vcache, qkv, pos0, C);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     const float scale = 1.0f / sqrtf((float)(C / NH));
     if (t == DTK_BF16)
-        attention_cached_bf16<<<n * NH, DTK_THREADS, 0, s>>>(out, scratch, kcache, vcache, qkv, pos0, pos0 + n, C, NH, scale);
-    else attention_cached_f32<<<n * NH, DTK_THREADS, 0, s>>>(out, scratch, kcache, vcache, qkv, pos0, pos0 + n, C, NH, scale);
+        dtk_attention_cached_bf16<<<n * NH, DTK_THREADS, 0, s>>>(out, scratch, kcache, vcache, qkv, pos0, pos0 + n, C, NH, scale);
+    else dtk_attention_cached_f32<<<n * NH, DTK_THREADS, 0, s>>>(out, scratch, kcache, vcache, qkv, pos0, pos0 + n, C, NH, scale);
     return cudaGetLastError();
 }

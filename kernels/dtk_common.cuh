@@ -29,13 +29,14 @@ __device__ inline float dtk_ld(const __nv_bfloat16 *p, size_t i) { return __bflo
 __device__ inline void dtk_st(float *p, size_t i, float v) { p[i] = v; }
 __device__ inline void dtk_st(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
 
-// Two plain-named kernels, NAME_f32 and NAME_bf16, around the template body NAME<A> (a
+// Two plain-named kernels, dtk_NAME_f32 and dtk_NAME_bf16, around the template body NAME<A> (a
 // __device__ function whose activation parameters are void pointers it casts to A): PARAMS is
 // the parameter list, ARGS the arguments. Launch sites name a plain kernel, one of the two
-// (tests/mockgpu rewrites `name<<<...>>>(`).
+// (tests/mockgpu rewrites `name<<<...>>>(`). Every kernel of ours is named dtk_...: that is how
+// gpu-check.sh's compute-sanitizer steps pick ours out of cuBLASLt's and cuDNN's.
 #define DTK_ACT_KERNELS(NAME, PARAMS, ARGS)                                                                            \
-    static __global__ void NAME##_f32 PARAMS { NAME<float> ARGS; }                                                     \
-    static __global__ void NAME##_bf16 PARAMS { NAME<__nv_bfloat16> ARGS; }
+    static __global__ void dtk_##NAME##_f32 PARAMS { NAME<float> ARGS; }                                               \
+    static __global__ void dtk_##NAME##_bf16 PARAMS { NAME<__nv_bfloat16> ARGS; }
 
 struct DtkSum {
     template <typename T> __device__ T operator()(T a, T b) const { return a + b; }

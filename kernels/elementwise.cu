@@ -47,53 +47,53 @@ template <typename A> static __device__ void add(void *out_, const void *a_, con
 }
 DTK_ACT_KERNELS(add, (void *out, const void *a, const void *b, size_t n), (out, a, b, n))
 
-static __global__ void scale_kernel(float *x, size_t n, float scale) { GRID_STRIDE(i, n) x[i] *= scale; }
+static __global__ void dtk_scale_kernel(float *x, size_t n, float scale) { GRID_STRIDE(i, n) x[i] *= scale; }
 
-static __global__ void cast_bf16_kernel(__nv_bfloat16 *out, const float *in, size_t n) {
+static __global__ void dtk_cast_bf16_kernel(__nv_bfloat16 *out, const float *in, size_t n) {
     GRID_STRIDE(i, n) out[i] = __float2bfloat16_rn(in[i]);
 }
 
-static __global__ void widen_bf16_kernel(float *out, const __nv_bfloat16 *in, size_t n) {
+static __global__ void dtk_widen_bf16_kernel(float *out, const __nv_bfloat16 *in, size_t n) {
     GRID_STRIDE(i, n) out[i] = __bfloat162float(in[i]);
 }
 
 extern "C" cudaError_t dtk_gelu_fwd(cudaStream_t s, dtk_type t, void *out, const void *inp, size_t n) {
     if (n == 0) return cudaSuccess;
-    if (t == DTK_BF16) gelu_fwd_bf16<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, inp, n);
-    else gelu_fwd_f32<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, inp, n);
+    if (t == DTK_BF16) dtk_gelu_fwd_bf16<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, inp, n);
+    else dtk_gelu_fwd_f32<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, inp, n);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t dtk_gelu_bwd(cudaStream_t s, dtk_type t, void *dinp, const void *inp, const void *dout,
                                     size_t n) {
     if (n == 0) return cudaSuccess;
-    if (t == DTK_BF16) gelu_bwd_bf16<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(dinp, inp, dout, n);
-    else gelu_bwd_f32<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(dinp, inp, dout, n);
+    if (t == DTK_BF16) dtk_gelu_bwd_bf16<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(dinp, inp, dout, n);
+    else dtk_gelu_bwd_f32<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(dinp, inp, dout, n);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t dtk_add(cudaStream_t s, dtk_type t, void *out, const void *a, const void *b, size_t n) {
     if (n == 0) return cudaSuccess;
-    if (t == DTK_BF16) add_bf16<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, a, b, n);
-    else add_f32<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, a, b, n);
+    if (t == DTK_BF16) dtk_add_bf16<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, a, b, n);
+    else dtk_add_f32<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, a, b, n);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t dtk_scale(cudaStream_t s, float *x, size_t n, float scale) {
     if (n == 0) return cudaSuccess;
-    scale_kernel<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(x, n, scale);
+    dtk_scale_kernel<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(x, n, scale);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t dtk_cast_bf16(cudaStream_t s, dtk_bf16 *out, const float *in, size_t n) {
     if (n == 0) return cudaSuccess;
-    cast_bf16_kernel<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, in, n);
+    dtk_cast_bf16_kernel<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, in, n);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t dtk_widen_bf16(cudaStream_t s, float *out, const dtk_bf16 *in, size_t n) {
     if (n == 0) return cudaSuccess;
-    widen_bf16_kernel<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, in, n);
+    dtk_widen_bf16_kernel<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, in, n);
     return cudaGetLastError();
 }
 
@@ -122,15 +122,15 @@ DTK_ACT_KERNELS(scatter_add_rows, (void *dx, const void *dout, const int *rows, 
 extern "C" cudaError_t dtk_gather_rows(cudaStream_t s, dtk_type t, void *out, const void *x, const int *rows, int n,
                                        int C) {
     if (n <= 0 || C <= 0) return cudaSuccess;
-    if (t == DTK_BF16) gather_rows_bf16<<<n, DTK_THREADS, 0, s>>>(out, x, rows, C);
-    else gather_rows_f32<<<n, DTK_THREADS, 0, s>>>(out, x, rows, C);
+    if (t == DTK_BF16) dtk_gather_rows_bf16<<<n, DTK_THREADS, 0, s>>>(out, x, rows, C);
+    else dtk_gather_rows_f32<<<n, DTK_THREADS, 0, s>>>(out, x, rows, C);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t dtk_scatter_add_rows(cudaStream_t s, dtk_type t, void *dx, const void *dout, const int *rows,
                                             int n, int C) {
     if (n <= 0 || C <= 0) return cudaSuccess;
-    if (t == DTK_BF16) scatter_add_rows_bf16<<<dtk_blocks((size_t)C), DTK_THREADS, 0, s>>>(dx, dout, rows, n, C);
-    else scatter_add_rows_f32<<<dtk_blocks((size_t)C), DTK_THREADS, 0, s>>>(dx, dout, rows, n, C);
+    if (t == DTK_BF16) dtk_scatter_add_rows_bf16<<<dtk_blocks((size_t)C), DTK_THREADS, 0, s>>>(dx, dout, rows, n, C);
+    else dtk_scatter_add_rows_f32<<<dtk_blocks((size_t)C), DTK_THREADS, 0, s>>>(dx, dout, rows, n, C);
     return cudaGetLastError();
 }

@@ -20,8 +20,8 @@ DTK_ACT_KERNELS(encoder_fwd, (void *out, const int *tokens, const float *wte, co
 extern "C" cudaError_t dtk_encoder_fwd(cudaStream_t s, dtk_type t, void *out, const int *tokens, const float *wte,
                                        const float *wpe, int B, int T, int C) {
     if (B <= 0 || T <= 0 || C <= 0) return cudaSuccess;
-    if (t == DTK_BF16) encoder_fwd_bf16<<<B * T, DTK_THREADS, 0, s>>>(out, tokens, wte, wpe, T, C);
-    else encoder_fwd_f32<<<B * T, DTK_THREADS, 0, s>>>(out, tokens, wte, wpe, T, C);
+    if (t == DTK_BF16) dtk_encoder_fwd_bf16<<<B * T, DTK_THREADS, 0, s>>>(out, tokens, wte, wpe, T, C);
+    else dtk_encoder_fwd_f32<<<B * T, DTK_THREADS, 0, s>>>(out, tokens, wte, wpe, T, C);
     return cudaGetLastError();
 }
 
@@ -37,7 +37,7 @@ template <typename A> static __device__ void dwpe_sum(float *dwpe, const void *d
 }
 DTK_ACT_KERNELS(dwpe_sum, (float *dwpe, const void *dout, int B, size_t TC), (dwpe, dout, B, TC))
 
-static __global__ void iota_kernel(int *x, int n) {
+static __global__ void dtk_iota_kernel(int *x, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] = i;
 }
 
@@ -91,18 +91,18 @@ extern "C" cudaError_t dtk_encoder_bwd(cudaStream_t s, dtk_type t, float *dwte, 
     void *cub_temp = w + 3 * arr;
 
     const size_t TC = (size_t)T * C;
-    if (t == DTK_BF16) dwpe_sum_bf16<<<dtk_blocks(TC), DTK_THREADS, 0, s>>>(dwpe, dout, B, TC);
-    else dwpe_sum_f32<<<dtk_blocks(TC), DTK_THREADS, 0, s>>>(dwpe, dout, B, TC);
+    if (t == DTK_BF16) dtk_dwpe_sum_bf16<<<dtk_blocks(TC), DTK_THREADS, 0, s>>>(dwpe, dout, B, TC);
+    else dtk_dwpe_sum_f32<<<dtk_blocks(TC), DTK_THREADS, 0, s>>>(dwpe, dout, B, TC);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    iota_kernel<<<dtk_blocks((size_t)BT), DTK_THREADS, 0, s>>>(pos, BT);
+    dtk_iota_kernel<<<dtk_blocks((size_t)BT), DTK_THREADS, 0, s>>>(pos, BT);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     // SortPairs is a stable LSD radix sort: equal tokens keep increasing positions
     e = cub::DeviceRadixSort::SortPairs(cub_temp, temp, tokens, keys, pos, idx, BT, 0, (int)(8 * sizeof(int)), s);
     if (e != cudaSuccess) return e;
     const unsigned col_blocks = (unsigned)((C + DTK_THREADS - 1) / DTK_THREADS);
     const dim3 grid((unsigned)BT, col_blocks < 65535u ? col_blocks : 65535u);
-    if (t == DTK_BF16) dwte_runs_bf16<<<grid, DTK_THREADS, 0, s>>>(dwte, dout, keys, idx, BT, C);
-    else dwte_runs_f32<<<grid, DTK_THREADS, 0, s>>>(dwte, dout, keys, idx, BT, C);
+    if (t == DTK_BF16) dtk_dwte_runs_bf16<<<grid, DTK_THREADS, 0, s>>>(dwte, dout, keys, idx, BT, C);
+    else dtk_dwte_runs_f32<<<grid, DTK_THREADS, 0, s>>>(dwte, dout, keys, idx, BT, C);
     return cudaGetLastError();
 }

@@ -40,8 +40,8 @@ extern "C" cudaError_t dtk_layernorm_fwd(cudaStream_t s, dtk_type t, void *out, 
                                          const void *inp, const float *w, const float *b, int N, int C) {
     if (N <= 0 || C <= 0) return cudaSuccess;
     const unsigned blocks = (unsigned)((N + DTK_ROWS_PER_BLOCK - 1) / DTK_ROWS_PER_BLOCK);
-    if (t == DTK_BF16) layernorm_fwd_bf16<<<blocks, DTK_THREADS, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
-    else layernorm_fwd_f32<<<blocks, DTK_THREADS, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
+    if (t == DTK_BF16) dtk_layernorm_fwd_bf16<<<blocks, DTK_THREADS, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
+    else dtk_layernorm_fwd_f32<<<blocks, DTK_THREADS, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
     return cudaGetLastError();
 }
 
@@ -113,7 +113,7 @@ DTK_ACT_KERNELS(layernorm_bwd_partial,
                 (pw, pb, dout, inp, mean, rstd, N, C, rows))
 
 // out[c] += sum over groups g = 0..G-1 (in order) of part[g*C + c]; `part2`/`out2` optional.
-static __global__ void colsum_groups_kernel(float *out, const double *part, float *out2, const double *part2, int G,
+static __global__ void dtk_colsum_groups_kernel(float *out, const double *part, float *out2, const double *part2, int G,
                                             int C) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
@@ -138,16 +138,16 @@ extern "C" cudaError_t dtk_layernorm_bwd(cudaStream_t s, dtk_type t, void *dinp,
     if (N <= 0 || C <= 0) return cudaSuccess;
     if (work == nullptr || work_bytes < dtk_layernorm_bwd_work_bytes(N, C)) return cudaErrorInvalidValue;
     const unsigned row_blocks = (unsigned)((N + DTK_ROWS_PER_BLOCK - 1) / DTK_ROWS_PER_BLOCK);
-    if (t == DTK_BF16) layernorm_bwd_dinp_bf16<<<row_blocks, DTK_THREADS, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
-    else layernorm_bwd_dinp_f32<<<row_blocks, DTK_THREADS, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    if (t == DTK_BF16) dtk_layernorm_bwd_dinp_bf16<<<row_blocks, DTK_THREADS, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    else dtk_layernorm_bwd_dinp_f32<<<row_blocks, DTK_THREADS, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     const int G = n_groups(N), gr = group_rows(N);
     double *pw = (double *)work, *pb = (double *)((char *)work + dtk_align((size_t)G * C * sizeof(double)));
-    if (t == DTK_BF16) layernorm_bwd_partial_bf16<<<partial_grid(N, C), DTK_THREADS, 0, s>>>(pw, pb, dout, inp, mean, rstd, N, C, gr);
-    else layernorm_bwd_partial_f32<<<partial_grid(N, C), DTK_THREADS, 0, s>>>(pw, pb, dout, inp, mean, rstd, N, C, gr);
+    if (t == DTK_BF16) dtk_layernorm_bwd_partial_bf16<<<partial_grid(N, C), DTK_THREADS, 0, s>>>(pw, pb, dout, inp, mean, rstd, N, C, gr);
+    else dtk_layernorm_bwd_partial_f32<<<partial_grid(N, C), DTK_THREADS, 0, s>>>(pw, pb, dout, inp, mean, rstd, N, C, gr);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    colsum_groups_kernel<<<(C + DTK_THREADS - 1) / DTK_THREADS, DTK_THREADS, 0, s>>>(dw, pw, db, pb, G, C);
+    dtk_colsum_groups_kernel<<<(C + DTK_THREADS - 1) / DTK_THREADS, DTK_THREADS, 0, s>>>(dw, pw, db, pb, G, C);
     return cudaGetLastError();
 }
 
@@ -174,11 +174,11 @@ extern "C" cudaError_t dtk_bias_bwd(cudaStream_t s, dtk_type t, float *dbias, co
     if (M <= 0 || N <= 0) return cudaSuccess;
     if (work == nullptr || work_bytes < dtk_bias_bwd_work_bytes(M, N)) return cudaErrorInvalidValue;
     double *part = (double *)work;
-    if (t == DTK_BF16) colsum_partial_bf16<<<partial_grid(M, N), DTK_THREADS, 0, s>>>(part, dout, M, N, group_rows(M));
-    else colsum_partial_f32<<<partial_grid(M, N), DTK_THREADS, 0, s>>>(part, dout, M, N, group_rows(M));
+    if (t == DTK_BF16) dtk_colsum_partial_bf16<<<partial_grid(M, N), DTK_THREADS, 0, s>>>(part, dout, M, N, group_rows(M));
+    else dtk_colsum_partial_f32<<<partial_grid(M, N), DTK_THREADS, 0, s>>>(part, dout, M, N, group_rows(M));
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    colsum_groups_kernel<<<(N + DTK_THREADS - 1) / DTK_THREADS, DTK_THREADS, 0, s>>>(dbias, part, nullptr, nullptr,
+    dtk_colsum_groups_kernel<<<(N + DTK_THREADS - 1) / DTK_THREADS, DTK_THREADS, 0, s>>>(dbias, part, nullptr, nullptr,
                                                                                      n_groups(M), N);
     return cudaGetLastError();
 }

@@ -12,7 +12,7 @@ static unsigned sumsq_blocks(size_t n) {
     return (unsigned)(b < SUMSQ_MAX_BLOCKS ? b : SUMSQ_MAX_BLOCKS);
 }
 
-static __global__ void sumsq_partial_kernel(double *part, const float *x, size_t n) {
+static __global__ void dtk_sumsq_partial_kernel(double *part, const float *x, size_t n) {
     double acc = 0.0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         acc += (double)x[i] * x[i];
@@ -21,7 +21,7 @@ static __global__ void sumsq_partial_kernel(double *part, const float *x, size_t
 }
 
 // One block: thread k sums partials k, k + blockDim, ... in order, then a block reduction.
-static __global__ void sumsq_final_kernel(double *out, const double *part, unsigned nparts) {
+static __global__ void dtk_sumsq_final_kernel(double *out, const double *part, unsigned nparts) {
     double acc = 0.0;
     for (unsigned k = threadIdx.x; k < nparts; k += blockDim.x) acc += part[k];
     acc = dtk_block_reduce(acc, DtkSum(), 0.0);
@@ -36,9 +36,9 @@ extern "C" cudaError_t dtk_sumsq(cudaStream_t s, double *out, const float *x, si
     if (work == nullptr || work_bytes < dtk_sumsq_work_bytes(n)) return cudaErrorInvalidValue;
     const unsigned blocks = sumsq_blocks(n);
     double *part = (double *)work;
-    sumsq_partial_kernel<<<blocks, DTK_THREADS, 0, s>>>(part, x, n);
+    dtk_sumsq_partial_kernel<<<blocks, DTK_THREADS, 0, s>>>(part, x, n);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    sumsq_final_kernel<<<1, DTK_THREADS, 0, s>>>(out, part, blocks);
+    dtk_sumsq_final_kernel<<<1, DTK_THREADS, 0, s>>>(out, part, blocks);
     return cudaGetLastError();
 }

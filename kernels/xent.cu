@@ -84,16 +84,16 @@ DTK_ACT_KERNELS(xent,
 extern "C" cudaError_t dtk_xent_fwd(cudaStream_t s, dtk_type t, float *losses, void *probs, const void *logits,
                                     const int *targets, int N, int V, int ld) {
     if (N <= 0 || V <= 0) return cudaSuccess;
-    if (t == DTK_BF16) xent_bf16<<<N, XENT_THREADS, 0, s>>>(losses, probs, logits, targets, 1.0f, 0, V, ld);
-    else xent_f32<<<N, XENT_THREADS, 0, s>>>(losses, probs, logits, targets, 1.0f, 0, V, ld);
+    if (t == DTK_BF16) dtk_xent_bf16<<<N, XENT_THREADS, 0, s>>>(losses, probs, logits, targets, 1.0f, 0, V, ld);
+    else dtk_xent_f32<<<N, XENT_THREADS, 0, s>>>(losses, probs, logits, targets, 1.0f, 0, V, ld);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t dtk_xent_fused(cudaStream_t s, dtk_type t, float *losses, void *dlogits, const void *logits,
                                       const int *targets, float scale, int N, int V, int ld) {
     if (N <= 0 || V <= 0) return cudaSuccess;
-    if (t == DTK_BF16) xent_bf16<<<N, XENT_THREADS, 0, s>>>(losses, dlogits, logits, targets, scale, 1, V, ld);
-    else xent_f32<<<N, XENT_THREADS, 0, s>>>(losses, dlogits, logits, targets, scale, 1, V, ld);
+    if (t == DTK_BF16) dtk_xent_bf16<<<N, XENT_THREADS, 0, s>>>(losses, dlogits, logits, targets, scale, 1, V, ld);
+    else dtk_xent_f32<<<N, XENT_THREADS, 0, s>>>(losses, dlogits, logits, targets, scale, 1, V, ld);
     return cudaGetLastError();
 }
 
@@ -120,7 +120,7 @@ DTK_ACT_KERNELS(xent_bwd, (void *dlogits, const void *probs, const int *targets,
 extern "C" cudaError_t dtk_xent_bwd(cudaStream_t s, dtk_type t, void *dlogits, const void *probs, const int *targets,
                                     float scale, int N, int V, int ld) {
     if (N <= 0 || V <= 0) return cudaSuccess;
-    if (t == DTK_BF16) xent_bwd_bf16<<<N, DTK_THREADS, 0, s>>>(dlogits, probs, targets, scale, V, ld);
-    else xent_bwd_f32<<<N, DTK_THREADS, 0, s>>>(dlogits, probs, targets, scale, V, ld);
+    if (t == DTK_BF16) dtk_xent_bwd_bf16<<<N, DTK_THREADS, 0, s>>>(dlogits, probs, targets, scale, V, ld);
+    else dtk_xent_bwd_f32<<<N, DTK_THREADS, 0, s>>>(dlogits, probs, targets, scale, V, ld);
     return cudaGetLastError();
 }

@@ -4,8 +4,9 @@
 # dependencies available (from third_party/debs when the system lacks them, see
 # scripts/fetch-debs.sh), builds dtrain with CUDA, runs the GPU tests, a CPU-vs-GPU fine-tune
 # loss comparison, `dtrain doctor --device cuda`, a GPT-2 124M throughput benchmark against
-# PyTorch eager, compute-sanitizer memcheck on the op tests and, when >= 120 s are left,
-# the PyTorch torch.compile reference (essential checks first, the slow optional ones last).
+# PyTorch eager, an ncu profile of one steady step, compute-sanitizer memcheck and racecheck on
+# the op tests (our kernels) and, when >= 120 s are left, the PyTorch torch.compile reference
+# (essential checks first, the slow optional ones last).
 #
 # usage: scripts/gpu-check.sh [OUT_DIR]
 #   OUT_DIR: $1, else $GPU_CHECK_OUT, else $OUT, else ./gpu-check-out. It gets one log per step
@@ -33,6 +34,7 @@
 #                        OUT_DIR came from $OUT, else 0.
 #   GPU_CHECK_FT_STEPS   fine-tune steps per run (default 200)
 #   GPU_CHECK_BENCH_STEPS dtrain benchmark steps (default 40; the first 10 are left out)
+#   GPU_CHECK_PROFILE_STEP the training step ncu records (default 6: past the first steps' plans)
 #   testing aids (not for real checks):
 #   GPU_CHECK_SKIP_BUILD=1   reuse an existing build in BUILD_DIR (the build step says SKIP)
 #   GPU_CHECK_FORCE_PREFIX=1 use the third_party/debs prefix even when the system has the libraries
@@ -57,6 +59,7 @@ JOBS=${GPU_CHECK_JOBS:-$(nproc 2>/dev/null || echo 4)}
 PACK=${GPU_CHECK_PACK:-$PACK_DEFAULT}
 FT_STEPS=${GPU_CHECK_FT_STEPS:-200}
 BENCH_STEPS=${GPU_CHECK_BENCH_STEPS:-40}
+PROFILE_STEP=${GPU_CHECK_PROFILE_STEP:-6}
 SKIP_BUILD=${GPU_CHECK_SKIP_BUILD:-0}
 FORCE_PREFIX=${GPU_CHECK_FORCE_PREFIX:-0}
 PREFIX=$BUILD/prefix
@@ -88,7 +91,7 @@ if [ -n "$NVSMI" ]; then
 fi
 case "$GPU_CC" in [0-9][0-9]|[0-9][0-9][0-9]) ;; *) GPU_CC="" ;; esac
 CUDA_ARCH=${GPU_CHECK_CUDA_ARCH:-${GPU_CC:-90}}
-export PATH ROOT OUT_DIR BUILD WORK DEBS JOBS FT_STEPS BENCH_STEPS SKIP_BUILD FORCE_PREFIX PREFIX ENV_FILE \
+export PATH ROOT OUT_DIR BUILD WORK DEBS JOBS FT_STEPS BENCH_STEPS PROFILE_STEP SKIP_BUILD FORCE_PREFIX PREFIX ENV_FILE \
   NOTE_FILE ORIG_LD_LIBRARY_PATH CUDA_HOME NVSMI GPU_NAME CUDA_ARCH PYTHONUNBUFFERED=1
 
 # ---- helpers for the steps (exported: each step runs in `timeout ... bash -c STEP`) ----------
@@ -422,28 +425,34 @@ step_sanitizer() {
   done
   [ -n "$cs" ] || { note "compute-sanitizer not found (PATH, CUDA_HOME/bin, /usr/local/cuda/bin)"; return 77; }
   [ -x "$BUILD/test_ops_backends" ] || { note "$BUILD/test_ops_backends was not built"; return 77; }
-  local lim=$((STEP_LIMIT - 15))  # + 5 s to kill it: done 10 s before the step's own limit
-  echo "--- timeout $lim $cs --tool memcheck --error-exitcode 1 $BUILD/test_ops_backends --quick"
-  timeout -k 5 "$lim" "$cs" --tool memcheck --error-exitcode 1 "$BUILD/test_ops_backends" --quick 2>&1 | tee "$WORK/sanitizer.out"
+  local lim=$((STEP_LIMIT - 15)) tool=${1:-memcheck} out  # + 5 s to kill it: done 10 s before the step's own limit
+  out=$WORK/sanitizer-$tool.out
+  # our kernels only (all named dtk_..., kernels/dtk_common.cuh): cuBLASLt's and cuDNN's are not
+  # ours to check, and instrumenting them is most of the time
+  echo "--- timeout $lim $cs --tool $tool --kernel-name kns=dtk_ --error-exitcode 1 $BUILD/test_ops_backends --quick"
+  timeout -k 5 "$lim" "$cs" --tool "$tool" --kernel-name kns=dtk_ --error-exitcode 1 "$BUILD/test_ops_backends" --quick 2>&1 |
+    tee "$out"
   local rc=${PIPESTATUS[0]} summary found
-  summary=$(grep -m1 'ERROR SUMMARY' "$WORK/sanitizer.out" | sed 's/^=* *//')
+  summary=$(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out" | sed 's/^=* *//')
   if [ "$rc" -eq 77 ]; then note "test_ops_backends skipped (exit 77: no GPU?)"; return 77; fi
-  if [ "$rc" -ne 0 ] && grep -qi 'device not supported' "$WORK/sanitizer.out"; then
+  if [ "$rc" -ne 0 ] && grep -qi 'device not supported' "$out"; then
     note "compute-sanitizer does not support this device or runtime ('Device not supported')"
     return 77
   fi
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-    # memcheck over cuBLASLt can be very slow (virtualised machines): running out of time is
-    # not a memcheck error. Errors it reported before it was stopped still are.
-    found=$(grep -m1 -E '^=+ +(Invalid|Program hit|Out-of-range|Misaligned|Malloc/Free error|Leaked|Uninitialized)' \
-      "$WORK/sanitizer.out" | sed 's/^=* *//' | cut -c1-120)
-    if [ -n "$found" ]; then note "timed out after $lim s, having reported a memcheck error: $found"; return 1; fi
-    note "memcheck timed out after $lim s (exit $rc) with no error reported so far: not a result"
+    # a sanitizer can be very slow (virtualised machines): running out of time is not an error
+    # it found. Errors it reported before it was stopped still are.
+    found=$(grep -m1 -E '^=+ +(Invalid|Program hit|Out-of-range|Misaligned|Malloc/Free error|Leaked|Uninitialized|Error: Race|Warning: Race|Barrier error)' \
+      "$out" | sed 's/^=* *//' | cut -c1-120)
+    if [ -n "$found" ]; then note "timed out after $lim s, having reported a $tool error: $found"; return 1; fi
+    note "$tool timed out after $lim s (exit $rc) with no error reported so far: not a result"
     return 77
   fi
   note "${summary:-no ERROR SUMMARY line} (exit $rc)"
   return "$rc"
 }
+
+step_racecheck() { step_sanitizer racecheck; }  # shared-memory hazards in our reductions and softmaxes
 
 step_finetune() {
   no_gpu && { skip_without_gpu; return; }
@@ -532,11 +541,24 @@ step_bench_dtrain() {
   no_gpu && { skip_without_gpu; return; }
   [ -x "$BUILD/dtrain" ] || { note "$BUILD/dtrain was not built"; return 1; }
   python3 "$ROOT/scripts/make-tokens.py" "$WORK/bench-data/train.bin" || { note "make-tokens.py failed"; return 1; }
+  # nvidia-smi dmon through the run, a line a second: power, utilisation, clocks, memory
+  local dmon_pid=""
+  if [ -n "$NVSMI" ]; then
+    "$NVSMI" dmon -s pucm -d 1 >"$WORK/dmon.txt" 2>&1 &
+    dmon_pid=$!
+  fi
   echo "--- DTRAIN_LOG_GEMM_PLANS=1 dtrain --config configs/gpt2-124m-bench.yaml, $BENCH_STEPS steps (each cuBLASLt plan logged once)"
   DTRAIN_LOG_GEMM_PLANS=1 timeout -k 5 $((STEP_LIMIT - 15)) "$BUILD/dtrain" --config configs/gpt2-124m-bench.yaml --set "run.dir=$WORK/bench-dtrain" \
     --set "data.train_path=$WORK/bench-data/train.bin" --set "training.max_steps=$BENCH_STEPS" \
     --set logging.phase_times=true --set checkpoint.resume=never --progress never 2>&1 | tee "$WORK/bench-dtrain.out"
   local rc=${PIPESTATUS[0]}
+  if [ -n "$dmon_pid" ]; then
+    kill "$dmon_pid" 2>/dev/null
+    wait "$dmon_pid" 2>/dev/null
+    echo "--- nvidia-smi dmon -s pucm -d 1 during the run ($WORK/dmon.txt):"
+    cat "$WORK/dmon.txt"
+    python3 "$ROOT/scripts/dmon-summary.py" "$WORK/dmon.txt" | tee "$WORK/dmon-summary.txt"
+  fi
   rm -rf "$WORK/bench-dtrain/checkpoints" "$WORK/bench-dtrain/model.safetensors"  # ~2 GB, not needed
   python3 "$ROOT/scripts/bench-table.py" --dtrain "$WORK/bench-dtrain" --gpu "$GPU_NAME" | tee "$WORK/bench-dtrain.md"
   if [ "$rc" -ne 0 ]; then
@@ -559,6 +581,45 @@ EOF
   note "$(awk -F'|' 'NR == 3 {gsub(/ /, "", $3); gsub(/ /, "", $4); gsub(/ /, "", $5); print $3 " ms/step, " $4 " tokens/s, MFU " $5}' "$WORK/bench-dtrain.md")"
 }
 
+# ncu over one steady training step (logging.profile_step: dtrain waits for the device, then
+# cudaProfilerStart / Stop around that step, and ncu starts recording only there), with the clocks
+# left alone (--clock-control none, METHOD.md): every kernel's time, summed by name; the top 20
+# go to profile.md, which ends bench.md
+step_profile() {
+  no_gpu && { skip_without_gpu; return; }
+  [ -x "$BUILD/dtrain" ] || { note "$BUILD/dtrain was not built"; return 1; }
+  local ncu d
+  ncu=$(command -v ncu)
+  for d in ${CUDA_HOME:+"$CUDA_HOME/bin"} /usr/local/cuda/bin /opt/nvidia/nsight-compute/*; do
+    [ -z "$ncu" ] && [ -x "$d/ncu" ] && ncu=$d/ncu
+  done
+  [ -n "$ncu" ] || { note "ncu not found (PATH, CUDA_HOME/bin, /usr/local/cuda/bin, /opt/nvidia/nsight-compute/*)"; return 77; }
+  [ -f "$WORK/bench-data/train.bin" ] || python3 "$ROOT/scripts/make-tokens.py" "$WORK/bench-data/train.bin" ||
+    { note "make-tokens.py failed"; return 1; }
+  local step=$PROFILE_STEP
+  echo "--- $ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv dtrain ... logging.profile_step=$step"
+  timeout -k 5 $((STEP_LIMIT - 10)) "$ncu" --profile-from-start off --clock-control none --metrics gpu__time_duration.sum \
+    --csv --print-units base --print-kernel-base function --log-file "$WORK/ncu.csv" \
+    "$BUILD/dtrain" --config configs/gpt2-124m-bench.yaml --set "run.dir=$WORK/profile" \
+    --set "data.train_path=$WORK/bench-data/train.bin" --set "training.max_steps=$step" --set "logging.profile_step=$step" \
+    --set checkpoint.every_steps=0 --set checkpoint.resume=never --progress never 2>&1 | tee "$WORK/profile.out"
+  local rc=${PIPESTATUS[0]}
+  rm -rf "$WORK/profile/checkpoints" "$WORK/profile/model.safetensors"
+  echo "--- ncu's own log (first 40 lines that are not CSV)"
+  grep -v '^"' "$WORK/ncu.csv" 2>/dev/null | head -40
+  if grep -qiE 'LibraryNotLoaded|ERR_NVGPUCTRPERM|not supported|Failed to initialize the profiler' "$WORK/ncu.csv" "$WORK/profile.out" 2>/dev/null; then
+    note "ncu cannot profile here: $(grep -m1 -hiE 'LibraryNotLoaded|ERR_NVGPUCTRPERM|not supported|Failed to initialize' "$WORK/ncu.csv" "$WORK/profile.out" | cut -c1-140)"
+    return 77
+  fi
+  [ "$rc" -eq 0 ] || { note "exit $rc: $(first_error "$WORK/profile.out")"; return 1; }
+  local csv=$WORK/ncu.csv  # where --log-file put the report; else it went with the program's output
+  grep -q '"Kernel Name"' "$csv" 2>/dev/null || csv=$WORK/profile.out
+  python3 "$ROOT/scripts/ncu-top.py" "$csv" --step "$step" --top 20 --out "$WORK/profile.md" || {
+    note "ncu-top.py could not read ncu's report ($csv)"; return 1; }
+  cat "$WORK/profile.md"
+  note "$(sed -n 's/^Profiled: //p' "$WORK/profile.md")"
+}
+
 step_torch() {  # MODE
   local mode=$1
   if ! python3 -c 'import torch' >/dev/null 2>&1; then
@@ -578,8 +639,8 @@ step_torch() {  # MODE
 }
 step_torch_eager() { step_torch eager; }
 step_torch_compile() { step_torch compile; }
-export -f step_env step_deps step_build step_gpu_tests step_sanitizer step_finetune step_doctor step_nccl_alone step_bench_dtrain \
-  step_torch step_torch_eager step_torch_compile
+export -f step_env step_deps step_build step_gpu_tests step_sanitizer step_racecheck step_finetune step_doctor step_nccl_alone \
+  step_bench_dtrain step_profile step_torch step_torch_eager step_torch_compile
 
 # ---- the runner ------------------------------------------------------------------------------
 N=0
@@ -648,7 +709,9 @@ run_step doctor 45 15 step_doctor
 run_step nccl-alone 60 40 step_nccl_alone          # three ci-smoke runs: CUDA, cuBLASLt and NCCL start-up each
 run_step bench-dtrain 120 45 step_bench_dtrain     # dtrain limit-15: >= 30 s
 run_step torch-eager 150 60 step_torch_eager SKIP  # a reference, not a check
+run_step profile 90 45 step_profile SKIP           # ncu: start-up, $PROFILE_STEP-1 plain steps, one replayed kernel by kernel
 run_step sanitizer 90 40 step_sanitizer SKIP       # slow under memcheck; a timeout is not an error
+run_step racecheck 60 30 step_racecheck SKIP       # as slow
 run_step torch-compile 150 120 step_torch_compile SKIP  # compiling alone takes a minute or more
 
 # ---- summary and benchmark table -----------------------------------------------------------
@@ -660,6 +723,9 @@ if command -v python3 >/dev/null; then
 else
   echo "no python3: no benchmark table" >"$OUT_DIR/bench.md"
 fi
+for f in dmon-summary.txt profile.md; do  # the benchmark's GPU samples, the profiled step's top kernels
+  [ -s "$WORK/$f" ] && { echo; cat "$WORK/$f"; } >>"$OUT_DIR/bench.md"
+done
 {
   commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null) && { git -C "$ROOT" diff --quiet HEAD 2>/dev/null || commit="$commit + local changes"; }
   echo "gpu-check $(date -Is) on $(hostname): GPU ${GPU_NAME:-none}, commit ${commit:-unknown}"
@@ -674,7 +740,7 @@ if [ "$PACK" = 1 ]; then
   for f in "$OUT_DIR"/[0-9][0-9]-*.log; do [ -e "$f" ] && logs+=("$(basename "$f")"); done
   extras=()
   for f in ft-cpu/metrics.jsonl ft-cuda/metrics.jsonl bench-dtrain/metrics.jsonl bench-dtrain/train.log \
-           torch-eager.json torch-compile.json deps.env; do
+           torch-eager.json torch-compile.json deps.env dmon.txt ncu.csv profile.md; do
     [ -e "$WORK/$f" ] && extras+=("$f")
   done
   if [ ${#logs[@]} -gt 0 ]; then

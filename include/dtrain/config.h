@@ -129,6 +129,8 @@ typedef struct dt_config {
         double monitor_every_s; /* > 0, default 2: how often the launcher samples each worker */
         int phase_times;    /* 0 (default); 1: each train record says how long forward, backward and the
                                optimizer took (the device waited for at the end of each: a benchmark aid) */
+        long profile_step;  /* 0 = off (default): training step N is the range a profiler attached with
+                               its own start deferred records (ops.h profile; ncu --profile-from-start off) */
         long sample_every_steps;  /* 0 = off (default): language models print generated text every N steps */
         char sample_prompt[256];  /* the text samples continue ("": from the end-of-text token, BPE only) */
         int sample_tokens;        /* new tokens per sample, default 64 */

@@ -115,6 +115,10 @@ struct dt_ops {
     dt_status (*reserve)(void *ctx, const dt_op_sizes *sizes);
     /* may be NULL: runs one trivial kernel and checks its result (doctor) */
     dt_status (*probe)(void *ctx);
+    /* may be NULL: on 1 starts, on 0 ends the range an attached profiler records (CUDA:
+     * cudaProfilerStart/Stop, what `ncu --profile-from-start off` waits for); the caller has
+     * waited for the queued work first (check), so the range holds only what comes between */
+    void (*profile)(void *ctx, int on);
     /* NULL when `collective` is (host collectives read this backend's buffers): the collective
      * for them, bootstrapped over the host communicator `boot` (every rank calls it; comm.h)
      * and ordered after the backend's queued work */

@@ -170,6 +170,7 @@ static const key_def keys[] = {
     KEY("logging.tensorboard", K_BOOL, logging.tensorboard, "true", ANY),
     KEY("logging.monitor_every_s", K_DOUBLE, logging.monitor_every_s, "2.0", GT(0)),
     KEY("logging.phase_times", K_BOOL, logging.phase_times, "false", ANY),
+    KEY("logging.profile_step", K_LONG, logging.profile_step, "0", GE(0)),
     KEY("logging.sample_every_steps", K_LONG, logging.sample_every_steps, "0", GE(0)),
     KEY("logging.sample_prompt", K_STR, logging.sample_prompt, "", ANY),
     KEY("logging.sample_tokens", K_INT, logging.sample_tokens, "64", IN(1, 100000)),

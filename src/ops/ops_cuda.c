@@ -32,6 +32,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <cublasLt.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <nccl.h>
@@ -956,6 +957,12 @@ static dt_status cu_probe(void *ctx) {
     return cu_check(c);
 }
 
+/* the range a profiler records (logging.profile_step): the caller waited for the queue */
+static void cu_profile(void *ctx, int on) {
+    cuda_ctx *c = ctx;
+    if (c->err == DT_OK) CK(on ? cudaProfilerStart() : cudaProfilerStop());
+}
+
 /* NCCL for device buffers, ordered after this backend's stream. */
 static dt_status cu_device_comm(void *ctx, dt_comm *boot, double timeout_s, dt_comm **out) {
     cuda_ctx *c = ctx;
@@ -1190,6 +1197,7 @@ const dt_ops dt_ops_cuda = {
     .bf16 = cu_bf16,
     .reserve = cu_reserve,
     .probe = cu_probe,
+    .profile = cu_profile,
     .device_comm = cu_device_comm,
     .alloc = cu_alloc,
     .free = cu_free,

@@ -1059,6 +1059,16 @@ static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     return DT_OK;
 }
 
+/* logging.profile_step: the profiler's range starts and ends with the device idle, so that it
+ * holds one step's work and nothing queued before or after it */
+static dt_status profile_range(run *r, int on) {
+    const dt_ops *o = r->be->ops;
+    if (!o->profile) return DT_OK;
+    DT_TRY(o->check(r->be->ctx));
+    o->profile(r->be->ctx, on);
+    return o->check(r->be->ctx);
+}
+
 /* CPU workers with automatic threads (training.cpu_threads_per_worker 0, adapt_cpu_threads):
  * when other processes keep cores busy, the threads that oversubscribe the cores wait for
  * each other at every OpenMP barrier (a step on 2 cores with one busy process took 4.3x its
@@ -1293,7 +1303,10 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
     int stop = 0;
     while (st == DT_OK && t->step < t->total && !stop && !t->early_stop) {
         dt_train_point p;
-        st = train_step(t, &p, &stop);
+        const int profiled = c->logging.profile_step == t->step + 1;
+        if (profiled) st = profile_range(&t->r, 1);
+        if (st == DT_OK) st = train_step(t, &p, &stop);
+        if (st == DT_OK && profiled) st = profile_range(&t->r, 0);
         if (st == DT_OK) st = after_step(t, &p, stop);
     }
     if (st == DT_OK) st = finish(t, stop && t->step < t->total);

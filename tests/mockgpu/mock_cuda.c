@@ -40,6 +40,7 @@
  * while a kernel uses it is not checked); a host that dereferences a device pointer (both are
  * host memory here). */
 #define _GNU_SOURCE
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -472,6 +473,34 @@ cudaError_t cudaDeviceSynchronize(void) {
     drain_all();
     return sticky_err ? ret(sticky_err) : cudaSuccess;
 }
+/* The range a profiler would record (ops.h profile): said on stderr with the kernel launches
+ * and library calls queued inside it, so a test can check that it holds one training step.
+ * A start inside a range, or a stop outside one, is an error (the real runtime would not
+ * mind; dtrain must not do it). */
+static int prof_on;
+static unsigned long prof_kernels, prof_library;
+cudaError_t cudaProfilerStart(void) {
+    if (prof_on) {
+        mock_report("cudaProfilerStart: a range is already open");
+        return ret(cudaErrorInvalidValue);
+    }
+    prof_on = 1;
+    mock_launch_counts(&prof_kernels, &prof_library);
+    fprintf(stderr, "MOCK PROFILER: start\n");
+    return cudaSuccess;
+}
+cudaError_t cudaProfilerStop(void) {
+    if (!prof_on) {
+        mock_report("cudaProfilerStop: no range is open");
+        return ret(cudaErrorInvalidValue);
+    }
+    unsigned long k, l;
+    mock_launch_counts(&k, &l);
+    prof_on = 0;
+    fprintf(stderr, "MOCK PROFILER: stop: %lu kernel launches and %lu library calls in the range\n", k - prof_kernels,
+            l - prof_library);
+    return cudaSuccess;
+}
 /* fn(arg) on the stream's thread once the work before it is done; later work waits for it */
 cudaError_t cudaLaunchHostFunc(cudaStream_t st, cudaHostFn_t fn, void *arg) {
     if (sticky_err) return ret(sticky_err);
@@ -855,6 +884,12 @@ static void run_kernel(void *arg) {
 void mock_kernel_launch(const char *name, const unsigned g[3], const unsigned b[3], size_t shmem, void *s,
                         void (*body)(void *), void *closure, void (*destroy)(void *)) {
     const uint64_t nt = (uint64_t)b[0] * b[1] * b[2];
+    if (strncmp(name, "dtk_", 4) != 0) { /* kernels/dtk_common.cuh: gpu-check's sanitizer steps select dtk_ */
+        mock_report("launch of %s: dtrain's kernels are named dtk_... (gpu-check.sh's compute-sanitizer "
+                    "steps check only those)", name);
+        destroy(closure);
+        return;
+    }
     if (shmem) {
         mock_report("launch of %s: dynamic shared memory (%zu bytes) is not supported by the mock", name, shmem);
         destroy(closure);

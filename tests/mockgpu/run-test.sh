@@ -172,10 +172,11 @@ nobf16_run() {
     [ "$(grep -c 'cuBLASLt has no bf16 algorithm for a .* products without one run in fp32' "$B/smoke-nobf16.err")" = 1 ] ||
         { echo "expected one note about the fp32 fallback"; return 1; }
 }
-fp32_run() { # with the plan log (DTRAIN_LOG_GEMM_PLANS): every plan once, as it is made
+fp32_run() { # with the plan log (DTRAIN_LOG_GEMM_PLANS): every plan once, as it is made; and step 3 in
+    # a profiler's range (logging.profile_step): one start, one stop, the step's work between them
     local rc=0
     DTRAIN_LOG_GEMM_PLANS=1 train smoke-fp32 configs/ci-smoke.yaml "${SMOKE[@]}" --set training.device=cuda \
-        --set training.precision=fp32 2>"$B/smoke-fp32.err" || rc=$?
+        --set training.precision=fp32 --set logging.profile_step=3 2>"$B/smoke-fp32.err" || rc=$?
     cat "$B/smoke-fp32.err"
     [ $rc -eq 0 ] || return $rc
     local n u
@@ -183,8 +184,11 @@ fp32_run() { # with the plan log (DTRAIN_LOG_GEMM_PLANS): every plan once, as it
     u=$(grep 'cuBLASLt plan: m ' "$B/smoke-fp32.err" | sort -u | wc -l)
     echo "$n plans logged, $u different"
     [ "$n" -gt 0 ] && [ "$n" -eq "$u" ] || { echo "expected each plan logged once"; return 1; }
+    [ "$(grep -c '^MOCK PROFILER: start$' "$B/smoke-fp32.err")" = 1 ] &&
+        [ "$(grep -c '^MOCK PROFILER: stop: [1-9][0-9]* kernel launches and [1-9][0-9]* library calls' "$B/smoke-fp32.err")" = 1 ] ||
+        { echo "expected one profiler range (logging.profile_step=3) holding kernels and library calls"; return 1; }
 }
-step "dtrain ci-smoke on cuda (fp32), the cuBLASLt plans logged" smoke-fp32.log fp32_run
+step "dtrain ci-smoke on cuda (fp32), the cuBLASLt plans logged, step 3 profiled" smoke-fp32.log fp32_run
 step "dtrain ci-smoke on cuda, bf16 without a bf16 algorithm: fp32 instead" smoke-nobf16.log nobf16_run
 echo "ci-smoke losses, bf16 products without a bf16 algorithm against cpu, at most 1e-2 relative:"
 same_losses smoke-cpu smoke-nobf16 1e-2 || { echo "FAIL  the fp32 fallback's losses differ"; exit 1; }
