@@ -41,11 +41,16 @@ cudaError_t dtk_encoder_bwd(cudaStream_t s, dtk_type t, float *dwte, float *dwpe
 /* out(N,C) = (inp - mean) * rstd * w + b; mean(N), rstd(N) = 1/sqrt(var + 1e-5) (biased var) */
 cudaError_t dtk_layernorm_fwd(cudaStream_t s, dtk_type t, void *out, float *mean, float *rstd, const void *inp, const float *w,
                               const float *b, int N, int C);
+/* Column reductions (LayerNorm's dw, db and the bias gradient) run as one kernel that the last
+ * block of each column tile finishes: `flags` is dtk_colsum_flags(columns) zero-initialised
+ * counters in device memory, which every launch leaves zero again; launches that share them
+ * must be ordered (one stream). `work` holds the partial sums. */
+int dtk_colsum_flags(int N);
 /* dinp(N,C) +=, dw(C) +=, db(C) += (the ops.h layernorm_bwd) */
 size_t dtk_layernorm_bwd_work_bytes(int N, int C);
 cudaError_t dtk_layernorm_bwd(cudaStream_t s, dtk_type t, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                               const float *w, const float *mean, const float *rstd, int N, int C, void *work,
-                              size_t work_bytes);
+                              size_t work_bytes, unsigned *flags);
 
 /* GELU, tanh form: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); bwd overwrites dinp */
 cudaError_t dtk_gelu_fwd(cudaStream_t s, dtk_type t, void *out, const void *inp, size_t n);
@@ -58,7 +63,7 @@ cudaError_t dtk_scale(cudaStream_t s, float *x, size_t n, float scale);
 /* dbias(N) += column sums of dout(M,N) (rows summed in a fixed order) */
 size_t dtk_bias_bwd_work_bytes(int M, int N);
 cudaError_t dtk_bias_bwd(cudaStream_t s, dtk_type t, float *dbias, const void *dout, int M, int N, void *work,
-                         size_t work_bytes);
+                         size_t work_bytes, unsigned *flags);
 
 /* Row-wise softmax + cross-entropy over logits(N,V): probs(N,V) (may alias logits),
  * losses(N) = -log probs[n, targets[n]]; targets[n] < 0: loss 0 (probs still written). The rows

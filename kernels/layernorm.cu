@@ -1,6 +1,6 @@
 // layernorm.cu — LayerNorm forward and backward (eps 1e-5, biased variance), plus the
-// shared column-reduction pattern of bias_bwd: per-row-group partial sums in double into
-// `work`, then one thread per column adds the groups in order (no atomics).
+// column reductions LayerNorm's and the products' bias gradients share: one kernel each, row
+// chunks summed in double, finished by the last block of each column tile in a fixed order.
 #include "dtk.h"
 #include "dtk_common.cuh"
 
@@ -72,113 +72,157 @@ DTK_ACT_KERNELS(layernorm_bwd_dinp,
                  int N, int C),
                 (dinp, dout, inp, w, mean, rstd, N, C))
 
-// Rows are cut into groups of `rows` consecutive rows (at most MAX_GROUPS groups); the
-// partials of group g for column c live at part[g*C + c].
-#define MIN_GROUP_ROWS 32
-#define MAX_GROUPS 1024
+// ---- column reductions in one kernel: LayerNorm's dw and db, and the bias gradient ----
+// A grid of (column tile, row chunk) blocks: COL_TILE columns a block, COL_LANES threads a column
+// over the chunk's rows (a warp reads 32 consecutive columns of a row). Each block writes its
+// chunk's sums (double) into part[chunk * N + column]; then the last block of a tile to finish
+// (an atomic count per tile in `flags`, which it sets back to 0 for the next launch) adds the
+// chunks' partials in chunk order into out: the same order whichever block is last, so the
+// result does not depend on scheduling. Enough chunks that the grid has ~COL_BLOCKS blocks
+// (several waves of a 132-SM GPU), where the old per-column final pass ran on N / 256 blocks.
+#define COL_TILE 64
+#define COL_LANES (DTK_THREADS / COL_TILE)
+#define COL_BLOCKS 528
+#define COL_MIN_ROWS 32
 
-static int group_rows(int N) {
-    const int r = (N + MAX_GROUPS - 1) / MAX_GROUPS;
-    return r > MIN_GROUP_ROWS ? r : MIN_GROUP_ROWS;
+static int col_tiles(int N) { return (N + COL_TILE - 1) / COL_TILE; }
+
+static int col_chunks(int M, int N) {
+    int g = (COL_BLOCKS + col_tiles(N) - 1) / col_tiles(N);
+    const int most = (M + COL_MIN_ROWS - 1) / COL_MIN_ROWS; /* chunks of at least COL_MIN_ROWS rows */
+    if (g > most) g = most;
+    return g < 1 ? 1 : g;
 }
 
-static int n_groups(int N) { return (N + group_rows(N) - 1) / group_rows(N); }
+static int chunk_rows(int M, int N) { return (M + col_chunks(M, N) - 1) / col_chunks(M, N); }
 
-static dim3 partial_grid(int N, int C) {
-    return dim3((unsigned)((C + DTK_THREADS - 1) / DTK_THREADS), (unsigned)n_groups(N));
+// What a column sums: the bias gradient, dy; LayerNorm's, dy * n (dw) and dy (db).
+template <typename A> struct BiasSrc {
+    const A *dy;
+    int N;
+    __device__ void add(int i, int c, double &a, double &) const { a += dtk_ld(dy, (size_t)i * N + c); }
+};
+template <typename A> struct LnSrc {
+    const A *dy, *x;
+    const float *mean, *rstd;
+    int N;
+    __device__ void add(int i, int c, double &a, double &b) const {
+        const size_t k = (size_t)i * N + c;
+        const float d = dtk_ld(dy, k);
+        a += (double)d * ((dtk_ld(x, k) - mean[i]) * rstd[i]);
+        b += d;
+    }
+};
+
+// out[c] += column c's first sum, out2[c] += its second (out2 NULL: one sum); part holds
+// gridDim.y * N doubles per sum; rows: the chunk's length.
+template <typename S>
+static __device__ void colsum(const S &src, float *out, float *out2, double *part, unsigned *flags, int M, int N,
+                              int rows) {
+    __shared__ double sa[DTK_THREADS], sb[DTK_THREADS];
+    __shared__ int last;
+    const int tc = threadIdx.x % COL_TILE, lane = threadIdx.x / COL_TILE, c = blockIdx.x * COL_TILE + tc;
+    const int r0 = blockIdx.y * rows, r1 = min(M, r0 + rows);
+    double a = 0.0, b = 0.0;
+    if (c < N)
+        for (int i = r0 + lane; i < r1; i += COL_LANES) src.add(i, c, a, b);
+    sa[threadIdx.x] = a;
+    sb[threadIdx.x] = b;
+    __syncthreads();
+    double *part2 = part + (size_t)gridDim.y * N;
+    if (lane == 0 && c < N) { // the lanes in order (lane 0's own sums are sa[tc], sb[tc])
+        for (int l = 1; l < COL_LANES; l++) {
+            a += sa[l * COL_TILE + tc];
+            b += sb[l * COL_TILE + tc];
+        }
+        part[(size_t)blockIdx.y * N + c] = a;
+        if (out2) part2[(size_t)blockIdx.y * N + c] = b;
+    }
+    __threadfence(); // this block's partials reach L2 before its count does
+    if (threadIdx.x == 0) last = atomicAdd(&flags[blockIdx.x], 1u) == gridDim.y - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    a = b = 0.0;
+    if (c < N)
+        for (int g = lane; g < (int)gridDim.y; g += COL_LANES) { // L2 reads (__ldcg): written by other blocks
+            a += __ldcg(part + (size_t)g * N + c);
+            if (out2) b += __ldcg(part2 + (size_t)g * N + c);
+        }
+    sa[threadIdx.x] = a; // after the barrier below `last`: the reads of sa, sb above are done
+    sb[threadIdx.x] = b;
+    __syncthreads();
+    if (lane == 0 && c < N) {
+        for (int l = 1; l < COL_LANES; l++) {
+            a += sa[l * COL_TILE + tc];
+            b += sb[l * COL_TILE + tc];
+        }
+        out[c] += (float)a;
+        if (out2) out2[c] += (float)b;
+    }
+    if (threadIdx.x == 0) flags[blockIdx.x] = 0;
 }
 
-// Per (column, row group): pw = sum dy * n, pb = sum dy over the group's rows, in double.
 template <typename A>
-static __device__ void layernorm_bwd_partial(double *pw, double *pb, const void *dout_, const void *inp_,
-                                             const float *mean, const float *rstd, int N, int C, int rows) {
-    const A *dout = (const A *)dout_, *inp = (const A *)inp_;
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    const int r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
-    double aw = 0.0, ab = 0.0;
-    for (int i = r0; i < r1; i++) {
-        const size_t k = (size_t)i * C + c;
-        const float dy = dtk_ld(dout, k);
-        aw += (double)dy * ((dtk_ld(inp, k) - mean[i]) * rstd[i]);
-        ab += dy;
-    }
-    const size_t p = (size_t)blockIdx.y * C + c;
-    pw[p] = aw;
-    pb[p] = ab;
+static __device__ void layernorm_bwd_cols(float *dw, float *db, double *part, unsigned *flags, const void *dout,
+                                          const void *inp, const float *mean, const float *rstd, int N, int C,
+                                          int rows) {
+    const LnSrc<A> src = {(const A *)dout, (const A *)inp, mean, rstd, C};
+    colsum(src, dw, db, part, flags, N, C, rows);
 }
-DTK_ACT_KERNELS(layernorm_bwd_partial,
-                (double *pw, double *pb, const void *dout, const void *inp, const float *mean, const float *rstd, int N,
-                 int C, int rows),
-                (pw, pb, dout, inp, mean, rstd, N, C, rows))
+DTK_ACT_KERNELS(layernorm_bwd_cols,
+                (float *dw, float *db, double *part, unsigned *flags, const void *dout, const void *inp,
+                 const float *mean, const float *rstd, int N, int C, int rows),
+                (dw, db, part, flags, dout, inp, mean, rstd, N, C, rows))
 
-// out[c] += sum over groups g = 0..G-1 (in order) of part[g*C + c]; `part2`/`out2` optional.
-static __global__ void dtk_colsum_groups_kernel(float *out, const double *part, float *out2, const double *part2, int G,
-                                            int C) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    double a = 0.0, a2 = 0.0;
-    for (int g = 0; g < G; g++) {
-        a += part[(size_t)g * C + c];
-        if (part2) a2 += part2[(size_t)g * C + c];
-    }
-    out[c] += (float)a;
-    if (out2) out2[c] += (float)a2;
+template <typename A>
+static __device__ void bias_bwd_cols(float *dbias, double *part, unsigned *flags, const void *dout, int M, int N,
+                                     int rows) {
+    const BiasSrc<A> src = {(const A *)dout, N};
+    colsum(src, dbias, (float *)nullptr, part, flags, M, N, rows);
 }
+DTK_ACT_KERNELS(bias_bwd_cols, (float *dbias, double *part, unsigned *flags, const void *dout, int M, int N, int rows),
+                (dbias, part, flags, dout, M, N, rows))
 
-// work = [pw: G*C doubles | pb: G*C doubles], each 256-aligned
+extern "C" int dtk_colsum_flags(int N) { return N > 0 ? col_tiles(N) : 0; }
+
+// work = [dw partials | db partials]: chunks * C doubles each
 extern "C" size_t dtk_layernorm_bwd_work_bytes(int N, int C) {
     if (N <= 0 || C <= 0) return 0;
-    return 2 * dtk_align((size_t)n_groups(N) * C * sizeof(double));
+    return 2 * (size_t)col_chunks(N, C) * C * sizeof(double);
 }
 
 extern "C" cudaError_t dtk_layernorm_bwd(cudaStream_t s, dtk_type t, void *dinp, float *dw, float *db,
                                          const void *dout, const void *inp, const float *w, const float *mean,
-                                         const float *rstd, int N, int C, void *work, size_t work_bytes) {
+                                         const float *rstd, int N, int C, void *work, size_t work_bytes,
+                                         unsigned *flags) {
     if (N <= 0 || C <= 0) return cudaSuccess;
-    if (work == nullptr || work_bytes < dtk_layernorm_bwd_work_bytes(N, C)) return cudaErrorInvalidValue;
+    if (work == nullptr || work_bytes < dtk_layernorm_bwd_work_bytes(N, C) || flags == nullptr) return cudaErrorInvalidValue;
     const unsigned row_blocks = (unsigned)((N + DTK_ROWS_PER_BLOCK - 1) / DTK_ROWS_PER_BLOCK);
     if (t == DTK_BF16) dtk_layernorm_bwd_dinp_bf16<<<row_blocks, DTK_THREADS, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
     else dtk_layernorm_bwd_dinp_f32<<<row_blocks, DTK_THREADS, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    const int G = n_groups(N), gr = group_rows(N);
-    double *pw = (double *)work, *pb = (double *)((char *)work + dtk_align((size_t)G * C * sizeof(double)));
-    if (t == DTK_BF16) dtk_layernorm_bwd_partial_bf16<<<partial_grid(N, C), DTK_THREADS, 0, s>>>(pw, pb, dout, inp, mean, rstd, N, C, gr);
-    else dtk_layernorm_bwd_partial_f32<<<partial_grid(N, C), DTK_THREADS, 0, s>>>(pw, pb, dout, inp, mean, rstd, N, C, gr);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    dtk_colsum_groups_kernel<<<(C + DTK_THREADS - 1) / DTK_THREADS, DTK_THREADS, 0, s>>>(dw, pw, db, pb, G, C);
+    const dim3 grid((unsigned)col_tiles(C), (unsigned)col_chunks(N, C));
+    double *part = (double *)work;
+    const int rows = chunk_rows(N, C);
+    if (t == DTK_BF16) dtk_layernorm_bwd_cols_bf16<<<grid, DTK_THREADS, 0, s>>>(dw, db, part, flags, dout, inp, mean, rstd, N, C, rows);
+    else dtk_layernorm_bwd_cols_f32<<<grid, DTK_THREADS, 0, s>>>(dw, db, part, flags, dout, inp, mean, rstd, N, C, rows);
     return cudaGetLastError();
 }
 
-// dbias[j] += sum_i dout[i,j]: per row group, in double, then the groups in order.
-template <typename A> static __device__ void colsum_partial(double *part, const void *x_, int M, int N, int rows) {
-    const A *x = (const A *)x_;
-    const int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= N) return;
-    const int r0 = blockIdx.y * rows, r1 = min(M, r0 + rows);
-    double a = 0.0;
-    for (int i = r0; i < r1; i++) a += dtk_ld(x, (size_t)i * N + j);
-    part[(size_t)blockIdx.y * N + j] = a;
-}
-DTK_ACT_KERNELS(colsum_partial, (double *part, const void *x, int M, int N, int rows), (part, x, M, N, rows))
-
-// work = G*N doubles (G row groups of dout's M rows)
+// work = chunks * N doubles (dout's M rows in chunks)
 extern "C" size_t dtk_bias_bwd_work_bytes(int M, int N) {
     if (M <= 0 || N <= 0) return 0;
-    return dtk_align((size_t)n_groups(M) * N * sizeof(double));
+    return (size_t)col_chunks(M, N) * N * sizeof(double);
 }
 
 extern "C" cudaError_t dtk_bias_bwd(cudaStream_t s, dtk_type t, float *dbias, const void *dout, int M, int N,
-                                    void *work, size_t work_bytes) {
+                                    void *work, size_t work_bytes, unsigned *flags) {
     if (M <= 0 || N <= 0) return cudaSuccess;
-    if (work == nullptr || work_bytes < dtk_bias_bwd_work_bytes(M, N)) return cudaErrorInvalidValue;
-    double *part = (double *)work;
-    if (t == DTK_BF16) dtk_colsum_partial_bf16<<<partial_grid(M, N), DTK_THREADS, 0, s>>>(part, dout, M, N, group_rows(M));
-    else dtk_colsum_partial_f32<<<partial_grid(M, N), DTK_THREADS, 0, s>>>(part, dout, M, N, group_rows(M));
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-    dtk_colsum_groups_kernel<<<(N + DTK_THREADS - 1) / DTK_THREADS, DTK_THREADS, 0, s>>>(dbias, part, nullptr, nullptr,
-                                                                                     n_groups(M), N);
+    if (work == nullptr || work_bytes < dtk_bias_bwd_work_bytes(M, N) || flags == nullptr) return cudaErrorInvalidValue;
+    const dim3 grid((unsigned)col_tiles(N), (unsigned)col_chunks(M, N));
+    if (t == DTK_BF16) dtk_bias_bwd_cols_bf16<<<grid, DTK_THREADS, 0, s>>>(dbias, (double *)work, flags, dout, M, N, chunk_rows(M, N));
+    else dtk_bias_bwd_cols_f32<<<grid, DTK_THREADS, 0, s>>>(dbias, (double *)work, flags, dout, M, N, chunk_rows(M, N));
     return cudaGetLastError();
 }

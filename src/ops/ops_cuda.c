@@ -82,8 +82,9 @@ static void lt_load(void) {
 /* ---- the backend's state ---- */
 
 /* grow-only scratch buffers; SCR_A32, SCR_B32, SCR_D32: the fp32 operands of a bf16 product
- * cuBLASLt has no bf16 algorithm for (grown when that happens) */
-enum { SCR_A16, SCR_B16, SCR_ATT, SCR_WORK, SCR_CUDNN, SCR_A32, SCR_B32, SCR_D32, N_SCRATCH };
+ * cuBLASLt has no bf16 algorithm for (grown when that happens); SCR_FLAGS: the column
+ * reductions' counters (dtk_colsum_flags), zeroed when allocated and left zero by every launch */
+enum { SCR_A16, SCR_B16, SCR_ATT, SCR_WORK, SCR_CUDNN, SCR_A32, SCR_B32, SCR_D32, SCR_FLAGS, N_SCRATCH };
 
 #define LT_WORKSPACE (32u << 20) /* cuBLASLt workspace: 32 MiB, as NVIDIA advises for Hopper */
 #define N_PLANS 96
@@ -204,7 +205,13 @@ static void *scratch(cuda_ctx *c, int i, size_t bytes, const char *what) {
         return NULL;
     }
     c->scr_bytes[i] = bytes;
+    if (i == SCR_FLAGS && CK(cudaMemsetAsync(c->scr[i], 0, bytes, c->s))) return NULL;
     return c->scr[i];
+}
+
+/* the counters of a column reduction over n columns */
+static unsigned *col_flags(cuda_ctx *c, int n) {
+    return scratch(c, SCR_FLAGS, (size_t)dtk_colsum_flags(n) * sizeof(unsigned), "the column reductions' counters");
 }
 
 /* ---- memory ---- */
@@ -573,7 +580,8 @@ static void cu_matmul_bwd(void *ctx, dt_act *dinp, float *dw, float *dbias, cons
     if (dbias && c->err == DT_OK) {
         size_t wb = dtk_bias_bwd_work_bytes(M, N);
         void *work = scratch(c, SCR_WORK, wb, "kernel scratch");
-        if (work) CK(dtk_bias_bwd(c->s, ACT(c), dbias, dout, M, N, work, wb));
+        unsigned *flags = work ? col_flags(c, N) : NULL;
+        if (flags) CK(dtk_bias_bwd(c->s, ACT(c), dbias, dout, M, N, work, wb, flags));
     }
 }
 
@@ -757,7 +765,8 @@ static void cu_layernorm_bwd(void *ctx, dt_act *dinp, float *dw, float *db, cons
     cuda_ctx *c = ctx;
     size_t wb = dtk_layernorm_bwd_work_bytes(N, C);
     void *work = scratch(c, SCR_WORK, wb, "kernel scratch");
-    if (work) LAUNCH(dtk_layernorm_bwd(c->s, ACT(c), dinp, dw, db, dout, inp, w, mean, rstd, N, C, work, wb));
+    unsigned *flags = work ? col_flags(c, C) : NULL;
+    if (flags) LAUNCH(dtk_layernorm_bwd(c->s, ACT(c), dinp, dw, db, dout, inp, w, mean, rstd, N, C, work, wb, flags));
 }
 
 static void cu_gelu_fwd(void *ctx, dt_act *out, const dt_act *inp, size_t n) {
@@ -1048,6 +1057,8 @@ static void slot_bytes(const dt_op_sizes *s, int bf16, int with_cub, int fused, 
     sz[SCR_WORK] = w > x ? w : x;
     if (y > sz[SCR_WORK]) sz[SCR_WORK] = y;
     if (z > sz[SCR_WORK]) sz[SCR_WORK] = z;
+    const int cols = s->bias_cols > s->ln_width ? s->bias_cols : s->ln_width;
+    sz[SCR_FLAGS] = (size_t)dtk_colsum_flags(cols) * sizeof(unsigned);
 }
 
 static size_t cu_scratch_bytes(const dt_op_sizes *s, int bf16) {
@@ -1064,7 +1075,7 @@ static dt_status cu_reserve(void *ctx, const dt_op_sizes *s) {
     static const char *const what[N_SCRATCH] = {"bf16 matmul inputs", "bf16 matmul inputs", "attention scratch",
                                                 "kernel scratch", "the cuDNN attention workspace",
                                                 "fp32 matmul operands", "fp32 matmul operands",
-                                                "fp32 matmul operands"};
+                                                "fp32 matmul operands", "the column reductions' counters"};
     size_t sz[N_SCRATCH], ws = 0;
     const int fused = att_fused(c, s->att_batch, s->att_seq, s->att_width, s->att_heads);
     if (fused && !att_workspace(c, s->att_batch, s->att_seq, s->att_width, s->att_heads, &ws)) return cu_check(c);

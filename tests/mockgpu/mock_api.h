@@ -34,7 +34,7 @@ size_t mock_device_in_use(void);
 /* Pointer argument `argi` of a launch: NULL or device memory, else reported. */
 void mock_check_kernel_ptr(const char *kname, int argi, const void *p);
 /* __syncthreads() and the barrier inside every warp shuffle */
-void emu_syncthreads(void);
+void emu_syncthreads(const char *bar); /* bar: "file:line" of the __syncthreads */
 void emu_warp_sync(unsigned mask);
 #ifdef __cplusplus
 }

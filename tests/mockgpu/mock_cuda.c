@@ -33,8 +33,8 @@
  * Deliberately not modelled: real parallelism inside a kernel (blocks are sequential, and
  * threads only interleave at barriers, so a race between barriers is seen only through
  * MOCK_ORDER=rev); lockstep execution of a warp (code that relies on it without a shuffle or
- * barrier is not checked); the memory model, atomics and cooperative launches (kernels
- * using them do not compile against emu/); dynamic shared memory (a launch asking for it is
+ * barrier is not checked); the memory model, atomics (but an unsigned atomicAdd, trivially
+ * atomic here) and cooperative launches (kernels using them do not compile against emu/); dynamic shared memory (a launch asking for it is
  * reported); the legacy default stream's implicit synchronisation with other streams;
  * timing; multiple devices and peer access; managed memory's page migration (a host access
  * while a kernel uses it is not checked); a host that dereferences a device pointer (both are
@@ -655,7 +655,7 @@ __asm__(".text\n"
 #define FIBER_STACK ((MOCK_ASAN ? 256u : 64u) << 10)
 
 enum { F_RUN, F_WAIT_BLOCK, F_WAIT_WARP, F_DONE };
-typedef struct fiber { void *sp; char *stack; int state; void *site; } fiber;
+typedef struct fiber { void *sp; char *stack; int state; void *site; const char *bar; } fiber;
 
 struct emu_uint3 emu_threadIdx, emu_blockIdx, emu_blockDim, emu_gridDim;
 double emu_xbuf[MAX_THREADS];
@@ -757,10 +757,14 @@ static void kernel_error(const char *fmt, ...) {
     K.bad = 1;
 }
 
-/* `site`: the caller's return address, so that threads waiting at different barrier calls
- * can be told apart */
-__attribute__((noinline)) void emu_syncthreads(void) {
-    K.cur->site = __builtin_return_address(0);
+/* `bar`: the barrier's source position ("file:line", emu/cuda_runtime.h's __syncthreads), so
+ * that threads waiting at different barriers can be told apart; not the return address, which
+ * differs where the compiler has copied one barrier into two paths (GCC does, after a loop
+ * that may run zero times). Two calls of one helper (dtk_block_reduce) share a position, so
+ * threads at different calls of it are not told apart. `site` (warp shuffles): the caller's
+ * return address. */
+__attribute__((noinline)) void emu_syncthreads(const char *bar) {
+    K.cur->bar = bar;
     K.cur->state = F_WAIT_BLOCK;
     to_main(0);
 }
@@ -799,15 +803,15 @@ static int run_block(int rev) {
                 fprintf(stderr, "MOCK WARNING: kernel %s: __syncthreads reached after %u of %u threads of the block "
                         "exited (allowed on sm_70+, but fragile)\n", K.kname, done, nt);
             }
-            void *site = NULL;
+            const char *bar = NULL;
             for (unsigned t = 0; t < nt; t++)
                 if (K.f[t].state == F_WAIT_BLOCK) {
-                    if (site && K.f[t].site != site) {
-                        kernel_error("threads wait at different __syncthreads() calls (thread %u at %p, others at %p): "
-                                     "a barrier in divergent code", t, K.f[t].site, site);
+                    if (bar && strcmp(K.f[t].bar, bar) != 0) {
+                        kernel_error("threads wait at different __syncthreads() calls (thread %u at %s, others at %s): "
+                                     "a barrier in divergent code", t, K.f[t].bar, bar);
                         return 1;
                     }
-                    site = K.f[t].site;
+                    bar = K.f[t].bar;
                 }
             for (unsigned t = 0; t < nt; t++)
                 if (K.f[t].state == F_WAIT_BLOCK) K.f[t].state = F_RUN;

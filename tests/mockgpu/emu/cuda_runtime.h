@@ -7,10 +7,12 @@
 //   - threadIdx, blockIdx, blockDim, gridDim are the executor's globals;
 //   - __syncthreads() and __shfl_xor_sync() are real barriers (the block's threads are fibers);
 //   - __fmul_rn and friends are the host's IEEE operations (with -ffp-contract=off);
+//   - atomicAdd on an unsigned, __threadfence and __ldcg (see below);
 //   - the Makefile rewrites kernel<<<g, b, sh, s>>>(args) into
 //     emu_launcher("kernel", kernel, g, b, sh, s)(args): a checked, queued launch.
 // Deliberately missing (a kernel that uses one does not compile, which is the signal to add
-// it here and to mock_cuda.c): other shuffles and warp votes, __syncwarp, atomics, textures,
+// it here and to mock_cuda.c): other shuffles and warp votes, __syncwarp, atomics other than an
+// unsigned atomicAdd, textures,
 // cooperative groups, template kernels in a launch (the rewrite matches a plain name). A
 // launch with dynamic shared memory is reported by mock_cuda.c.
 #pragma once
@@ -35,7 +37,9 @@ template <class T> static inline cudaError_t cudaMalloc(T **p, size_t n) { retur
 #define blockIdx emu_blockIdx
 #define blockDim emu_blockDim
 #define gridDim emu_gridDim
-#define __syncthreads() emu_syncthreads()
+#define EMU_STR2(x) #x
+#define EMU_STR(x) EMU_STR2(x)
+#define __syncthreads() emu_syncthreads(__FILE__ ":" EMU_STR(__LINE__))
 using std::max;
 using std::min;
 
@@ -53,6 +57,17 @@ static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
+// Blocks run one after another and threads switch only at barriers, so an unsigned atomicAdd
+// is a plain read-modify-write and a fence orders nothing that is not already ordered (kernels
+// that count finished blocks, as the column reductions do, see every earlier block's writes;
+// MOCK_ORDER=rev changes which block is last). __ldcg (a load that skips L1) is a load.
+static inline unsigned atomicAdd(unsigned *p, unsigned v) {
+    const unsigned old = *p;
+    *p = old + v;
+    return old;
+}
+static inline void __threadfence() {}
+template <typename T> static inline T __ldcg(const T *p) { return *p; }
 
 // The launch: checks the pointer arguments now, runs every thread of every block later, in
 // stream order, each on a copy of the arguments.
