@@ -3,8 +3,8 @@
 alone: FLOPs, bytes moved to and from HBM, and an estimated time (the larger of FLOPs at the
 tensor-core peak and bytes at the memory bandwidth: a roofline, so a lower bound per op), for
 the CUDA backend as it is ("now") and as issue 15 plans it ("planned": cuDNN flash attention,
-the fused classifier over a vocabulary padded to 50304, bf16 activations, GELU and bias in the
-GEMM epilogues, one AdamW launch).
+the fused classifier over a vocabulary padded to 50304, bf16 activations, GELU and its derivative
+and the bias gradient in the GEMM epilogues, one AdamW launch).
 
     python3 bench/gpt2_cost.py [--batch 16] [--seq 1024]      (prints a markdown table)
 
@@ -26,12 +26,15 @@ HBM = 4.8e12        # H200 HBM3e bytes/s
 
 # what each scenario has of the plan: cuDNN attention, bf16 activations (no casts of product
 # inputs), the one-pass classifier without an argmax, the vocabulary padded to 50304, bias and
-# GELU in the GEMM epilogues
-PLANNED = frozenset({"flash", "act16", "classifier", "pad", "epilogue"})
-# this build (2026-12-02): not yet the epilogues. Its padding is the logits' row stride (50304),
-# not 47 zero rows of wte: the products still have 50257 columns, in as many 128-wide tiles (393)
-# as 50304 would take, so it is counted here as padded weights would be.
-BUILT = frozenset({"flash", "act16", "classifier", "pad"})
+# GELU in the GEMM epilogues (gelu_epi: forward GELU_AUX_BIAS, which writes the pre-GELU product too,
+# and backward DGELU, which reads it), the bias gradient in the dgrad GEMM's (bgrad_epi)
+PLANNED = frozenset({"flash", "act16", "classifier", "pad", "gelu_epi", "bgrad_epi"})
+# this build (2026-12-02): not the bias gradient's epilogue (its column sums are one kernel of
+# ours, which accumulates as gradient accumulation needs; cuBLASLt's BGRAD overwrites). Its
+# padding is the logits' row stride (50304), not 47 zero rows of wte: the products still have
+# 50257 columns, in as many 128-wide tiles (393) as 50304 would take, so it is counted here as
+# padded weights would be.
+BUILT = frozenset({"flash", "act16", "classifier", "pad", "gelu_epi"})
 
 
 def ops(B, T, C=768, L=12, NH=12, V=50257, planned=False, has=None):
@@ -52,15 +55,18 @@ def ops(B, T, C=768, L=12, NH=12, V=50257, planned=False, has=None):
     def cast(n):                       # fp32 -> bf16 copy into scratch (fp32 activations only)
         return 0 if "act16" in has else n * (f + h)
 
-    def matmul(name, M, K, Nn, count, gelu_epi=False, bias=True):
-        # forward: out = inp @ W (+ bias [, GELU] in the epilogue)
-        add(name + " fwd", 2 * M * K * Nn, cast(M * K) + M * K * h + K * Nn * h + M * Nn * a, count)
-        # backward: dinp = dout W^T and dW += inp^T dout; now each product casts dout and inp again
-        add(name + " bwd (dinp, dW)", 4 * M * K * Nn,
-            2 * cast(M * Nn) + cast(M * K) + 2 * M * Nn * h + M * K * h + 2 * K * Nn * h + M * K * a + 2 * K * Nn * f,
+    def matmul(name, M, K, Nn, count, gelu_out=False, dgelu_in=False, bias=True):
+        # forward: out = inp @ W (+ bias [, GELU] in the epilogue: gelu_out writes the pre-GELU
+        # product as well)
+        add(name + " fwd", 2 * M * K * Nn, cast(M * K) + M * K * h + K * Nn * h + M * Nn * a * (2 if gelu_out else 1),
             count)
+        # backward: dinp = dout W^T and dW += inp^T dout; now each product casts dout and inp again;
+        # dgelu_in: dinp times gelu'(pre) in the epilogue, which reads pre
+        add(name + " bwd (dinp, dW)", 4 * M * K * Nn,
+            2 * cast(M * Nn) + cast(M * K) + 2 * M * Nn * h + M * K * h + 2 * K * Nn * h + M * K * a + 2 * K * Nn * f +
+            (M * K * a if dgelu_in else 0), count)
         if bias:  # bias gradient: a column reduction over dout (planned: the dgrad GEMM's epilogue)
-            add(name + " bias grad", M * Nn, 0 if "epilogue" in has else M * Nn * a, count)
+            add(name + " bias grad", M * Nn, 0 if "bgrad_epi" in has else M * Nn * a, count)
 
     # ---- per layer ----
     ln = BT * C
@@ -81,11 +87,11 @@ def ops(B, T, C=768, L=12, NH=12, V=50257, planned=False, has=None):
         add("attention bwd: dq, dk + merge", 4 * att * hs, 2 * cast(ln) + 2 * cast(att) + 2 * ln * h + 2 * att * h +
             2 * ln * f + split, L)
     matmul("attn proj", BT, C, C, L)
-    matmul("fc", BT, C, 4 * C, L, gelu_epi="epilogue" in has)
-    if "epilogue" not in has:
+    matmul("fc", BT, C, 4 * C, L, gelu_out="gelu_epi" in has)
+    if "gelu_epi" not in has:
         add("gelu fwd", 8 * BT * 4 * C, 2 * BT * 4 * C * a, L)
-    add("gelu bwd", 10 * BT * 4 * C, 3 * BT * 4 * C * a, L)
-    matmul("fc proj", BT, 4 * C, C, L)
+        add("gelu bwd", 10 * BT * 4 * C, 3 * BT * 4 * C * a, L)
+    matmul("fc proj", BT, 4 * C, C, L, dgelu_in="gelu_epi" in has)
     add("residual adds (x2 a layer)", ln, 3 * ln * a, 2 * L)
 
     # ---- embedding, head ----

@@ -355,6 +355,50 @@ static void case_matmul(const int *s, double tol) {
     pair_free(&dout); pair_free(&dinp); pair_free(&dw); pair_free(&db);
 }
 
+/* s: M K N bias. The MLP's product with its GELU (ops.h matmul_gelu_fwd, matmul_gelu_bwd; CUDA:
+ * cuBLASLt's GELU and DGELU epilogues where it has them, which needs each aux ld, N forward and
+ * K backward, divisible by 8; else the product and our GELU kernels) against the CPU's
+ * matmul then gelu, and gelu_bwd then matmul_bwd. */
+static void case_matmul_gelu(const int *s, double tol) {
+    const int M = s[0], K = s[1], N = s[2], bias = s[3];
+    char what[112];
+    if (!g_dev->ops->matmul_gelu_fwd || !g_dev->ops->matmul_gelu_bwd) {
+        printf("  matmul_gelu: %s has no fused product and GELU\n", g_dev->ops->name);
+        return;
+    }
+    pair inp = pair_rand(K_ACT, (size_t)M * K, -1, 1), w = pair_rand(K_F32, (size_t)K * N, -1, 1);
+    pair b = pair_rand(K_F32, (size_t)N, -1, 1);
+    pair pre = pair_new(K_ACT, NULL, (size_t)M * N), out = pair_new(K_ACT, NULL, (size_t)M * N);
+    REF(matmul_fwd, CA(pre), CA(inp), CF(w), bias ? CF(b) : NULL, M, K, N, N, 0);
+    REF(gelu_fwd, CA(out), CA(pre), (size_t)M * N);
+    DEV(matmul_gelu_fwd, GA(out), GA(pre), GA(inp), GF(w), bias ? GF(b) : NULL, M, K, N);
+    snprintf(what, sizeof what, "matmul_gelu_fwd pre %dx%dx%d%s", M, K, N, bias ? " bias" : "");
+    compare(what, &pre, pre.n, tol);
+    snprintf(what, sizeof what, "matmul_gelu_fwd out %dx%dx%d%s", M, K, N, bias ? " bias" : "");
+    compare(what, &out, out.n, tol);
+    /* backward of out(M,K) = gelu(pre) @ W2(K,N): here inp is gelu's output, pre its input */
+    pair x = pair_rand(K_ACT, (size_t)M * K, -3, 3), gx = pair_new(K_ACT, NULL, (size_t)M * K);
+    pair dout = pair_rand(K_ACT, (size_t)M * N, -1, 1), dinp = pair_new(K_ACT, NULL, (size_t)M * K);
+    pair tmp = pair_new(K_ACT, NULL, (size_t)M * K), dw = pair_rand(K_F32, (size_t)K * N, -1, 1);
+    pair db = pair_rand(K_F32, (size_t)N, -1, 1);
+    REF(gelu_fwd, CA(gx), CA(x), (size_t)M * K);
+    DEV(gelu_fwd, GA(gx), GA(x), (size_t)M * K);
+    ref_takes_dev(&gx); /* both from the device's gelu output */
+    REF(matmul_bwd, CA(tmp), CF(dw), bias ? CF(db) : NULL, CA(dout), CA(gx), CF(w), M, K, N, N, 0);
+    REF(gelu_bwd, CA(dinp), CA(x), CA(tmp), (size_t)M * K);
+    DEV(matmul_gelu_bwd, GA(dinp), GA(tmp), GF(dw), bias ? GF(db) : NULL, GA(dout), GA(gx), GF(w), GA(x), M, K, N);
+    snprintf(what, sizeof what, "matmul_gelu_bwd dinp %dx%dx%d", M, K, N);
+    compare(what, &dinp, dinp.n, tol);
+    snprintf(what, sizeof what, "matmul_gelu_bwd dw (+=) %dx%dx%d", M, K, N);
+    compare(what, &dw, dw.n, tol);
+    if (bias) {
+        snprintf(what, sizeof what, "matmul_gelu_bwd dbias (+=) %dx%d", M, N);
+        compare(what, &db, db.n, 3e-5);
+    }
+    pair_free(&inp); pair_free(&w); pair_free(&b); pair_free(&pre); pair_free(&out); pair_free(&x); pair_free(&gx);
+    pair_free(&dout); pair_free(&dinp); pair_free(&tmp); pair_free(&dw); pair_free(&db);
+}
+
 /* s: B T C NH. Each backend's att and datt are sized by its attention_bytes; the probabilities
  * are compared where the device keeps them (a fused attention, cuDNN's, keeps statistics). */
 static void case_attention(const int *s, double tol) {
@@ -767,8 +811,9 @@ static void case_launches(const int *s, double tol) {
      * backward a layer in place of six batched products). */
     size_t att_b, datt_b;
     const int fused = !g_dev->ops->attention_bytes(g_dev->ctx, B, T, mc.n_embd, mc.n_head, bf16, &att_b, &datt_b);
-    const unsigned long want_k = !bf16 ? 264 : fused ? 180 : 408, want_l = fused ? 172 : 220;
-    const int plain = !getenv("MOCK_LT_NO_BIAS_EPILOGUE") && !getenv("MOCK_LT_NO_BF16");
+    const unsigned long want_k = !bf16 ? 240 : fused ? 156 : 384, want_l = fused ? 172 : 220;
+    const int plain = !getenv("MOCK_LT_NO_BIAS_EPILOGUE") && !getenv("MOCK_LT_NO_BF16") &&
+                      !getenv("MOCK_LT_NO_GELU_EPILOGUE");
     if (fused) printf("  (attention fused: its kernels are the library's)\n");
     if (mc.n_layer == 12 && plain && (k1 - k0 != want_k || l1 - l0 != want_l)) {
         printf("  FAIL: expected %lu kernels + %lu library calls (docs/PERFORMANCE.md's table): update it if the change "
@@ -883,6 +928,10 @@ static const op_case cases[] = {
     MATMUL(0),
     MATMUL(1),
 #undef MATMUL
+    {"matmul_gelu", case_matmul_gelu, {64, 48, 144, 1}, {0}, 1e-5, 1e-2},   /* both epilogues (aux ld 144, 48) */
+    {"matmul_gelu", case_matmul_gelu, {37, 29, 56, 1}, {0}, 1e-5, 1e-2},    /* GELU; no DGELU (aux ld 29) */
+    {"matmul_gelu", case_matmul_gelu, {5, 16, 9, 0}, {0}, 1e-5, 1e-2},      /* DGELU; no GELU (aux ld 9) */
+    {"matmul_gelu", case_matmul_gelu, {300, 128, 512, 1}, {20, 64, 64, 1}, 1e-5, 1e-2},
     {"attention", case_attention, {2, 80, 128, 4}, {2, 13, 32, 4}, 1e-5, 1e-2},
     {"attention", case_attention, {1, 1, 4, 2}, {0}, 1e-5, 1e-2},
     {"attention", case_attention, {2, 33, 6, 3}, {0}, 1e-5, 1e-2},

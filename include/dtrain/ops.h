@@ -187,6 +187,20 @@ struct dt_ops {
     void (*attention_cached)(void *ctx, dt_act *out, dt_act *kcache, dt_act *vcache, float *scratch,
                              const dt_act *qkv, int pos0, int n, int C, int NH);
 
+    /* May be NULL. The MLP's first product and its GELU at once: pre(M,N) = inp(M,K) @ W(K,N) +
+     * bias and out(M,N) = gelu(pre), as matmul_fwd (w_trans 0) then gelu_fwd would give them,
+     * except that out may be computed from pre before pre is rounded to an activation (CUDA:
+     * cuBLASLt's GELU epilogue, where it has one for the shape; else those two calls). */
+    void (*matmul_gelu_fwd)(void *ctx, dt_act *out, dt_act *pre, const dt_act *inp, const float *w, const float *bias,
+                            int M, int K, int N);
+    /* May be NULL. The backward of the product that reads gelu's output: dinp(M,K) = gelu'(pre)
+     * * (dout(M,N) @ W^T), with W (K,N) (w_trans 0), and dw, dbias as matmul_bwd, as matmul_bwd
+     * into tmp(M,K) then gelu_bwd(dinp, pre, tmp) would give them, except that the product may
+     * meet gelu' before it is rounded (CUDA: cuBLASLt's DGELU epilogue, where it has one; else
+     * those calls, with tmp as scratch). */
+    void (*matmul_gelu_bwd)(void *ctx, dt_act *dinp, dt_act *tmp, float *dw, float *dbias, const dt_act *dout,
+                            const dt_act *inp, const float *w, const dt_act *pre, int M, int K, int N);
+
     /* GELU, tanh form */
     void (*gelu_fwd)(void *ctx, dt_act *out, const dt_act *inp, size_t n);
     /* dinp = gelu'(inp) * dout (overwritten) */

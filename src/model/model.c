@@ -494,8 +494,12 @@ static dt_status forward(dt_model *m, const int *tokens, const int *targets, int
         o->matmul_fwd(ctx, a->res2, a->atty, lp(m, p, l, P_ATTPROJW), lp(m, p, l, P_ATTPROJB), BT, C, C, C, 0);
         o->add(ctx, a->res2, a->res2, x, (size_t)BT * C);
         o->layernorm_fwd(ctx, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, lp(m, p, l, P_LN2W), lp(m, p, l, P_LN2B), BT, C);
-        o->matmul_fwd(ctx, a->fch, a->ln2, lp(m, p, l, P_FCW), lp(m, p, l, P_FCB), BT, C, 4 * C, 4 * C, 0);
-        o->gelu_fwd(ctx, a->fch_gelu, a->fch, (size_t)BT * 4 * C);
+        if (o->matmul_gelu_fwd) /* the backend's fused product and GELU (ops.h) */
+            o->matmul_gelu_fwd(ctx, a->fch_gelu, a->fch, a->ln2, lp(m, p, l, P_FCW), lp(m, p, l, P_FCB), BT, C, 4 * C);
+        else {
+            o->matmul_fwd(ctx, a->fch, a->ln2, lp(m, p, l, P_FCW), lp(m, p, l, P_FCB), BT, C, 4 * C, 4 * C, 0);
+            o->gelu_fwd(ctx, a->fch_gelu, a->fch, (size_t)BT * 4 * C);
+        }
         o->matmul_fwd(ctx, a->res3, a->fch_gelu, lp(m, p, l, P_FCPROJW), lp(m, p, l, P_FCPROJB), BT, 4 * C, C, C, 0);
         o->add(ctx, a->res3, a->res3, a->res2, (size_t)BT * C);
         x = a->res3;
@@ -600,9 +604,14 @@ dt_status dt_model_backward(dt_model *m, float scale, dt_bucket_ready_fn ready, 
         layer_acts *a = &m->layers[l];
         const dt_act *x = l == 0 ? m->encoded : m->layers[l - 1].res3;
         /* MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
-        o->matmul_bwd(ctx, m->dfch_gelu, lp(m, g, l, P_FCPROJW), lp(m, g, l, P_FCPROJB), m->dresidual,
-                      a->fch_gelu, lp(m, p, l, P_FCPROJW), BT, 4 * C, C, C, 0);
-        o->gelu_bwd(ctx, m->dfch, a->fch, m->dfch_gelu, (size_t)BT * 4 * C);
+        if (o->matmul_gelu_bwd)
+            o->matmul_gelu_bwd(ctx, m->dfch, m->dfch_gelu, lp(m, g, l, P_FCPROJW), lp(m, g, l, P_FCPROJB), m->dresidual,
+                               a->fch_gelu, lp(m, p, l, P_FCPROJW), a->fch, BT, 4 * C, C);
+        else {
+            o->matmul_bwd(ctx, m->dfch_gelu, lp(m, g, l, P_FCPROJW), lp(m, g, l, P_FCPROJB), m->dresidual,
+                          a->fch_gelu, lp(m, p, l, P_FCPROJW), BT, 4 * C, C, C, 0);
+            o->gelu_bwd(ctx, m->dfch, a->fch, m->dfch_gelu, (size_t)BT * 4 * C);
+        }
         o->matmul_bwd(ctx, m->dln, lp(m, g, l, P_FCW), lp(m, g, l, P_FCB), m->dfch, a->ln2,
                       lp(m, p, l, P_FCW), BT, C, 4 * C, 4 * C, 0);
         o->layernorm_bwd(ctx, m->dresidual, lp(m, g, l, P_LN2W), lp(m, g, l, P_LN2B), m->dln, a->res2,

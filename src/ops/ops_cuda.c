@@ -89,10 +89,16 @@ enum { SCR_A16, SCR_B16, SCR_ATT, SCR_WORK, SCR_CUDNN, SCR_A32, SCR_B32, SCR_D32
 #define LT_WORKSPACE (32u << 20) /* cuBLASLt workspace: 32 MiB, as NVIDIA advises for Hopper */
 #define N_PLANS 96
 
+/* a product's epilogue beyond the bias: none; GELU: D = gelu(AB + bias) and aux = AB + bias;
+ * DGELU: D = AB * gelu'(aux) (cuBLASLt's GELU_AUX[_BIAS] and DGELU; aux of D's type, ld `ldaux`) */
+enum { EPI_NONE, EPI_GELU, EPI_DGELU };
+
 typedef struct gemm_key {
     int ta, tb, m, n, k, lda, ldb, ldd, batch, bias, bf16, d16; /* d16: D (and a bias) in bf16 */
+    int epi, ldaux;                                             /* EPI_*, the aux matrix's ld */
     long long sa, sb, sd;
     unsigned align_a, align_b, align_d, align_bias; /* align_bias: 0 without a bias */
+    unsigned align_aux;
 } gemm_key;
 
 typedef struct gemm_plan {
@@ -308,7 +314,7 @@ static int make_layout(cuda_ctx *c, cublasLtMatrixLayout_t *l, cudaDataType_t ty
  * (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER), and the key holds that alignment, so later
  * calls that reuse the plan have equally aligned biases. Returns 0 on success, 1 when
  * cuBLASLt has no algorithm (not an error yet), -1 on a failed call (recorded). */
-static int plan_build(cuda_ctx *c, gemm_plan *p, const gemm_key *k, int with_bias, const void *bias) {
+static int plan_build(cuda_ctx *c, gemm_plan *p, const gemm_key *k, int with_bias, const void *bias, const void *aux) {
     memset(p, 0, sizeof *p);
     p->used = 1;
     p->key = *k;
@@ -317,13 +323,23 @@ static int plan_build(cuda_ctx *c, gemm_plan *p, const gemm_key *k, int with_bia
     cublasOperation_t ta = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta))) return -1;
     if (CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb))) return -1;
+    cublasLtEpilogue_t epi = k->epi == EPI_GELU ? (with_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                             : k->epi == EPI_DGELU ? CUBLASLT_EPILOGUE_DGELU
+                             : with_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    if (epi != CUBLASLT_EPILOGUE_DEFAULT &&
+        CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi)))
+        return -1;
     if (with_bias) {
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
         cudaDataType_t bt = dt; /* cuBLASLt: the bias is of D's type */
-        if (CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi))) return -1;
         if (CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt)))
             return -1;
         if (CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)))
+            return -1;
+    }
+    if (k->epi != EPI_NONE) { /* the aux matrix: of D's type (cuBLASLt's default), set per call too */
+        const int64_t ldaux = k->ldaux;
+        if (CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux, sizeof ldaux)) ||
+            CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux)))
             return -1;
     }
     /* stored shapes: op(A) is m x k, so A is k x m when transposed */
@@ -376,16 +392,18 @@ static void log_plan(const cuda_ctx *c, const gemm_plan *p) {
         lt_algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &w);
         snprintf(algo, sizeof algo, "algo %d tile %d stages %d, ", id, tile, stages);
     }
-    fprintf(stderr, "dtrain: rank %d: cuBLASLt plan: m %d n %d k %d, trans %d%d, batch %d, %s in / %s out, %s, "
-            "alignment A %u B %u D %u%s%.0u: %sworkspace %zu, waves %.2f\n", c->rank, k->m, k->n, k->k, k->ta, k->tb,
-            k->batch, k->bf16 ? "bf16" : "fp32", k->d16 ? "bf16" : "fp32", !k->bias ? "no bias" : p->bias_kernel ? "bias kernel" : "bias epilogue",
-            k->align_a, k->align_b, k->align_d, k->bias ? " bias " : "", k->bias ? k->align_bias : 0u, algo, p->ws,
-            (double)p->waves);
+    fprintf(stderr, "dtrain: rank %d: cuBLASLt plan: m %d n %d k %d, trans %d%d, batch %d, %s in / %s out, %s%s, "
+            "alignment A %u B %u D %u%s%.0u%s%.0u: %sworkspace %zu, waves %.2f\n", c->rank, k->m, k->n, k->k, k->ta,
+            k->tb, k->batch, k->bf16 ? "bf16" : "fp32", k->d16 ? "bf16" : "fp32",
+            !k->bias ? "no bias" : p->bias_kernel ? "bias kernel" : "bias epilogue",
+            k->epi == EPI_GELU ? ", GELU epilogue" : k->epi == EPI_DGELU ? ", DGELU epilogue" : "", k->align_a,
+            k->align_b, k->align_d, k->bias ? " bias " : "", k->bias ? k->align_bias : 0u, k->epi ? " aux " : "",
+            k->epi ? k->align_aux : 0u, algo, p->ws, (double)p->waves);
 }
 
 /* The plan for key `k`, made when new; NULL after a failed call (recorded), or with *none = 1
  * when cuBLASLt has no algorithm for it (remembered, nothing recorded: the caller decides). */
-static gemm_plan *plan_get(cuda_ctx *c, const gemm_key *k, const void *bias, int *none) {
+static gemm_plan *plan_get(cuda_ctx *c, const gemm_key *k, const void *bias, const void *aux, int *none) {
     *none = 0;
     for (int i = 0; i < N_PLANS; i++)
         if (c->plans[i].used && memcmp(&c->plans[i].key, k, sizeof *k) == 0) {
@@ -395,11 +413,13 @@ static gemm_plan *plan_get(cuda_ctx *c, const gemm_key *k, const void *bias, int
     gemm_plan *p = &c->plans[c->next_plan];
     c->next_plan = (c->next_plan + 1) % N_PLANS;
     plan_release(p);
-    /* a bias vector under 16-byte alignment: the bias kernel (epilogues load it vectorized) */
-    int r = k->bias && k->align_bias < 16 ? 1 : plan_build(c, p, k, k->bias, bias);
-    if (r == 1 && k->bias) { /* no bias epilogue for this shape: plain product + bias kernel */
+    /* a bias vector or aux matrix under 16-byte alignment: the bias kernel (epilogues load them
+     * vectorized), or no GELU epilogue */
+    const int unaligned = (k->bias && k->align_bias < 16) || (k->epi != EPI_NONE && k->align_aux < 16);
+    int r = unaligned ? 1 : plan_build(c, p, k, k->bias, bias, aux);
+    if (r == 1 && k->bias && k->epi == EPI_NONE) { /* no bias epilogue for this shape: plain product + bias kernel */
         plan_release(p);
-        r = plan_build(c, p, k, 0, NULL);
+        r = plan_build(c, p, k, 0, NULL, NULL);
         p->bias_kernel = 1;
     }
     if (r == 0) {
@@ -473,25 +493,40 @@ static const float *widened(cuda_ctx *c, int slot, const void *src, size_t n) {
     return d;
 }
 
+/* A GELU epilogue for gemm(): EPI_GELU or EPI_DGELU with its aux matrix (m x n, ld `ldaux`, of
+ * D's type: written by GELU, read by DGELU). */
+typedef struct gemm_epi {
+    int kind;
+    void *aux;
+    int ldaux;
+} gemm_epi;
+
 /* Column-major D(m x n, ldd) = alpha op(A) op(B) + beta D [+ bias(m) on every column], over
  * `batch` products with element strides sa, sb, sd. A is stored k x m when ta (else m x k),
  * B n x k when tb (else k x n), densely (ld = stored rows). a16, b16, d16: A, B, D hold bf16
  * elements (bf16 activations; D then with beta 0); otherwise floats, which bf16 products read
- * as the weights' working copy (inside the master weights) or rounded into scratch. */
-static void gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A, int a16, int lda, long long sa,
-                 const void *B, int b16, int ldb, long long sb, void *D, int d16, int ldd, long long sd, int batch,
-                 float alpha, float beta, const float *bias) {
-    if (c->err != DT_OK || m == 0 || n == 0) return;
+ * as the weights' working copy (inside the master weights) or rounded into scratch. e: NULL,
+ * or a GELU epilogue (batch 1, beta 0). Returns 1, having queued nothing, when cuBLASLt has no
+ * algorithm with that epilogue here (the caller runs the product and its GELU kernel instead);
+ * else 0 (a failure is recorded). */
+static int gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A, int a16, int lda, long long sa,
+                const void *B, int b16, int ldb, long long sb, void *D, int d16, int ldd, long long sd, int batch,
+                float alpha, float beta, const float *bias, const gemm_epi *e) {
+    if (c->err != DT_OK || m == 0 || n == 0) return 0;
     if (d16 && beta != 0.0f) { /* the fp32 fallback computes a bf16 D into scratch that starts empty */
         fail(c, DT_ERR_INTERNAL, "gemm: a bf16 output with beta %g (only 0 is supported)", (double)beta);
-        return;
+        return 0;
+    }
+    if (e && (batch != 1 || beta != 0.0f)) {
+        fail(c, DT_ERR_INTERNAL, "gemm: a GELU epilogue with batch %d, beta %g", batch, (double)beta);
+        return 0;
     }
     const size_t na = (size_t)sa * (size_t)(batch - 1) + (size_t)lda * (size_t)(ta ? m : k);
     const size_t nb = (size_t)sb * (size_t)(batch - 1) + (size_t)ldb * (size_t)(tb ? k : n);
     const size_t nd = (size_t)sd * (size_t)(batch - 1) + (size_t)ldd * (size_t)n;
     const void *a = A, *b = B, *pb = bias; /* what cuBLASLt reads */
     if (c->bf16) {
-        if ((!a16 && !(a = bf16_input(c, SCR_A16, A, na))) || (!b16 && !(b = bf16_input(c, SCR_B16, B, nb)))) return;
+        if ((!a16 && !(a = bf16_input(c, SCR_A16, A, na))) || (!b16 && !(b = bf16_input(c, SCR_B16, B, nb)))) return 0;
         /* a bf16 D takes a bf16 bias: its slice of the weights' working copy, else the bias kernel */
         if (bias && d16) pb = c->shadow && bias >= c->master && bias + m <= c->master + c->n_master && fresh_shadow(c)
                                   ? (const void *)(c->shadow + (bias - c->master)) : NULL;
@@ -504,8 +539,14 @@ static void gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A
     key.sa = batch > 1 ? sa : 0; key.sb = batch > 1 ? sb : 0; key.sd = batch > 1 ? sd : 0;
     key.align_a = ptr_align(a); key.align_b = ptr_align(b); key.align_d = ptr_align(D);
     key.align_bias = !bias ? 0 : pb ? ptr_align(pb) : 1; /* 1: the bias kernel (no bf16 copy of it) */
+    if (e) {
+        key.epi = e->kind;
+        key.ldaux = e->ldaux;
+        key.align_aux = ptr_align(e->aux);
+    }
     int none;
-    gemm_plan *p = plan_get(c, &key, pb, &none);
+    gemm_plan *p = plan_get(c, &key, pb, e ? e->aux : NULL, &none);
+    if (e && !p) return none; /* no epilogue here: the caller's unfused path (which has the fp32 one) */
     void *d = D;
     if (!p && none && key.bf16) { /* no bf16 algorithm for this shape: this product in fp32 instead */
         if (!c->noted_fp32++)
@@ -516,30 +557,34 @@ static void gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A
         a = a16 ? widened(c, SCR_A32, A, na) : A;
         b = b16 ? widened(c, SCR_B32, B, nb) : B;
         d = d16 ? scratch(c, SCR_D32, nd * sizeof(float), "fp32 matmul operands") : D;
-        if (!a || !b || !d) return;
+        if (!a || !b || !d) return 0;
         key.bf16 = key.d16 = 0;
         pb = bias;
         key.align_a = ptr_align(a);
         key.align_b = ptr_align(b);
         key.align_d = ptr_align(d);
         key.align_bias = bias ? ptr_align(bias) : 0;
-        p = plan_get(c, &key, bias, &none);
+        p = plan_get(c, &key, bias, NULL, &none);
     }
     if (!p) {
         if (none)
             fail(c, DT_ERR_DEVICE, "cuBLASLt has no algorithm for an fp32 product %dx%dx%d (trans %d%d, batch %d) on "
                  "rank %d (host %s, GPU %d %s)", m, n, k, ta, tb, batch, c->rank, c->host, c->device, c->gpu_name);
-        return;
+        return 0;
     }
     if (pb && !p->bias_kernel &&
         CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &pb, sizeof pb)))
-        return;
+        return 0;
+    if (e && CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e->aux,
+                                                     sizeof e->aux)))
+        return 0;
     if (CKLT(lt.cublasLtMatmul(c->lt, p->op, &alpha, a, p->la, b, p->lb, &beta, d, p->ld, d, p->ld, &p->algo, c->lt_ws,
                                LT_WORKSPACE, c->s)))
-        return;
+        return 0;
     const dtk_type dt = key.d16 ? DTK_BF16 : DTK_F32;
-    if (bias && (p->bias_kernel || !pb) && CK(dtk_add_bias(c->s, dt, d, bias, n, m))) return; /* n rows of m */
+    if (bias && (p->bias_kernel || !pb) && CK(dtk_add_bias(c->s, dt, d, bias, n, m))) return 0; /* n rows of m */
     if (d != D) CK(dtk_cast_bf16(c->s, D, d, nd));
+    return 0;
 }
 
 /* the element of this backend's activations: bf16 with bf16 products */
@@ -557,7 +602,25 @@ static void cu_matmul_fwd(void *ctx, dt_act *out, const dt_act *inp, const float
         return;
     }
     /* W (K,N) row-major is N x K column-major (no transpose); W (N,K) is K x N (transpose) */
-    gemm(c, w_trans, 0, N, M, K, w, 0, w_trans ? K : N, 0, inp, a16, K, 0, out, a16, ldo, 0, 1, 1.0f, 0.0f, bias);
+    gemm(c, w_trans, 0, N, M, K, w, 0, w_trans ? K : N, 0, inp, a16, K, 0, out, a16, ldo, 0, 1, 1.0f, 0.0f, bias, NULL);
+}
+
+/* matmul_bwd's dw += and dbias += (dout's rows ldo apart) */
+static void matmul_bwd_weights(cuda_ctx *c, float *dw, float *dbias, const dt_act *dout, const dt_act *inp, int M, int K,
+                               int N, int ldo, int w_trans) {
+    const int a16 = c->bf16;
+    if (dw) {
+        if (w_trans) /* dW(N,K) += dout^T inp: dW^T (K x N) = inp^T (K x M) (dout^T)^T (M x N) */
+            gemm(c, 0, 1, K, N, M, inp, a16, K, 0, dout, a16, ldo, 0, dw, 0, K, 0, 1, 1.0f, 1.0f, NULL, NULL);
+        else /* dW(K,N) += inp^T dout: dW^T (N x K) = dout^T (N x M) inp (M x K) */
+            gemm(c, 0, 1, N, K, M, dout, a16, ldo, 0, inp, a16, K, 0, dw, 0, N, 0, 1, 1.0f, 1.0f, NULL, NULL);
+    }
+    if (dbias && c->err == DT_OK) {
+        size_t wb = dtk_bias_bwd_work_bytes(M, N);
+        void *work = scratch(c, SCR_WORK, wb, "kernel scratch");
+        unsigned *flags = work ? col_flags(c, N) : NULL;
+        if (flags) CK(dtk_bias_bwd(c->s, ACT(c), dbias, dout, M, N, work, wb, flags));
+    }
 }
 
 static void cu_matmul_bwd(void *ctx, dt_act *dinp, float *dw, float *dbias, const dt_act *dout, const dt_act *inp,
@@ -570,19 +633,34 @@ static void cu_matmul_bwd(void *ctx, dt_act *dinp, float *dw, float *dbias, cons
     }
     /* dinp(M,K) = dout @ W^T: dinp^T (K x M) = op(W) (K x N) dout^T (N x M) */
     if (dinp)
-        gemm(c, !w_trans, 0, K, M, N, w, 0, w_trans ? K : N, 0, dout, a16, ldo, 0, dinp, a16, K, 0, 1, 1.0f, 0.0f, NULL);
-    if (dw) {
-        if (w_trans) /* dW(N,K) += dout^T inp: dW^T (K x N) = inp^T (K x M) (dout^T)^T (M x N) */
-            gemm(c, 0, 1, K, N, M, inp, a16, K, 0, dout, a16, ldo, 0, dw, 0, K, 0, 1, 1.0f, 1.0f, NULL);
-        else /* dW(K,N) += inp^T dout: dW^T (N x K) = dout^T (N x M) inp (M x K) */
-            gemm(c, 0, 1, N, K, M, dout, a16, ldo, 0, inp, a16, K, 0, dw, 0, N, 0, 1, 1.0f, 1.0f, NULL);
+        gemm(c, !w_trans, 0, K, M, N, w, 0, w_trans ? K : N, 0, dout, a16, ldo, 0, dinp, a16, K, 0, 1, 1.0f, 0.0f, NULL,
+             NULL);
+    matmul_bwd_weights(c, dw, dbias, dout, inp, M, K, N, ldo, w_trans);
+}
+
+/* fused where cuBLASLt has the GELU epilogue for the shape (ops.h); else the two calls */
+static void cu_gelu_fwd(void *ctx, dt_act *out, const dt_act *inp, size_t n);
+static void cu_gelu_bwd(void *ctx, dt_act *dinp, const dt_act *inp, const dt_act *dout, size_t n);
+
+static void cu_matmul_gelu_fwd(void *ctx, dt_act *out, dt_act *pre, const dt_act *inp, const float *w, const float *bias,
+                               int M, int K, int N) {
+    cuda_ctx *c = ctx;
+    const gemm_epi e = {EPI_GELU, pre, N};
+    if (!gemm(c, 0, 0, N, M, K, w, 0, N, 0, inp, c->bf16, K, 0, out, c->bf16, N, 0, 1, 1.0f, 0.0f, bias, &e)) return;
+    cu_matmul_fwd(ctx, pre, inp, w, bias, M, K, N, N, 0);
+    cu_gelu_fwd(ctx, out, pre, (size_t)M * N);
+}
+
+static void cu_matmul_gelu_bwd(void *ctx, dt_act *dinp, dt_act *tmp, float *dw, float *dbias, const dt_act *dout,
+                               const dt_act *inp, const float *w, const dt_act *pre, int M, int K, int N) {
+    cuda_ctx *c = ctx;
+    const gemm_epi e = {EPI_DGELU, (void *)pre, K};
+    /* dinp^T (K x M) = W (K x N) dout^T (N x M), times gelu'(pre) in the epilogue */
+    if (gemm(c, 1, 0, K, M, N, w, 0, N, 0, dout, c->bf16, N, 0, dinp, c->bf16, K, 0, 1, 1.0f, 0.0f, NULL, &e)) {
+        cu_matmul_bwd(ctx, tmp, NULL, NULL, dout, inp, w, M, K, N, N, 0);
+        cu_gelu_bwd(ctx, dinp, pre, tmp, (size_t)M * K);
     }
-    if (dbias && c->err == DT_OK) {
-        size_t wb = dtk_bias_bwd_work_bytes(M, N);
-        void *work = scratch(c, SCR_WORK, wb, "kernel scratch");
-        unsigned *flags = work ? col_flags(c, N) : NULL;
-        if (flags) CK(dtk_bias_bwd(c->s, ACT(c), dbias, dout, M, N, work, wb, flags));
-    }
+    matmul_bwd_weights(c, dw, dbias, dout, inp, M, K, N, N, 0);
 }
 
 /* ---- attention ----
@@ -688,10 +766,10 @@ static void cu_attention_fwd(void *ctx, dt_act *out, void *att_, const dt_act *q
     const long long sq = (long long)T * hs, sp = (long long)T * T;
     if (CK(dtk_qkv_split(c->s, at, q, k, v, qkv, B, T, C, NH))) return;
     /* preatt = q k^T per head: preatt^T (T x T) = op(k_cm)=T (T x hs) q_cm (hs x T) */
-    gemm(c, 1, 0, T, T, hs, k, 0, hs, sq, q, 0, hs, sq, att, 0, T, sp, BH, 1.0f, 0.0f, NULL);
+    gemm(c, 1, 0, T, T, hs, k, 0, hs, sq, q, 0, hs, sq, att, 0, T, sp, BH, 1.0f, 0.0f, NULL, NULL);
     if (c->err != DT_OK || CK(dtk_causal_softmax_fwd(c->s, att, BH, T, 1.0f / sqrtf((float)hs)))) return;
     /* y = P v: y^T (hs x T) = v^T (hs x T) P^T (T x T) */
-    gemm(c, 0, 0, hs, T, T, v, 0, hs, sq, att, 0, T, sp, y, 0, hs, sq, BH, 1.0f, 0.0f, NULL);
+    gemm(c, 0, 0, hs, T, T, v, 0, hs, sq, att, 0, T, sp, y, 0, hs, sq, BH, 1.0f, 0.0f, NULL, NULL);
     if (c->err == DT_OK) CK(dtk_heads_merge(c->s, at, out, y, B, T, C, NH));
 }
 
@@ -715,14 +793,14 @@ static void cu_attention_bwd(void *ctx, dt_act *dqkv, void *datt_, const dt_act 
     if (CK(dtk_qkv_split(c->s, at, q, k, v, qkv, B, T, C, NH)) || CK(dtk_heads_split(c->s, at, dy, dout, B, T, C, NH)))
         return;
     /* dP = dy v^T: dP^T (T x T) = op(v_cm)=T (T x hs) dy_cm (hs x T) */
-    gemm(c, 1, 0, T, T, hs, v, 0, hs, sq, dy, 0, hs, sq, datt, 0, T, sp, BH, 1.0f, 0.0f, NULL);
+    gemm(c, 1, 0, T, T, hs, v, 0, hs, sq, dy, 0, hs, sq, datt, 0, T, sp, BH, 1.0f, 0.0f, NULL, NULL);
     /* dv = P^T dy: dv^T (hs x T) = dy_cm (hs x T) op(P_cm)=T (T x T) */
-    gemm(c, 0, 1, hs, T, T, dy, 0, hs, sq, att, 0, T, sp, dv, 0, hs, sq, BH, 1.0f, 0.0f, NULL);
+    gemm(c, 0, 1, hs, T, T, dy, 0, hs, sq, att, 0, T, sp, dv, 0, hs, sq, BH, 1.0f, 0.0f, NULL, NULL);
     if (c->err != DT_OK || CK(dtk_causal_softmax_bwd(c->s, datt, att, BH, T, 1.0f / sqrtf((float)hs)))) return;
     /* datt now holds dpreatt. dq = dpre k: dq^T = k_cm (hs x T) dpre_cm (T x T) */
-    gemm(c, 0, 0, hs, T, T, k, 0, hs, sq, datt, 0, T, sp, dq, 0, hs, sq, BH, 1.0f, 0.0f, NULL);
+    gemm(c, 0, 0, hs, T, T, k, 0, hs, sq, datt, 0, T, sp, dq, 0, hs, sq, BH, 1.0f, 0.0f, NULL, NULL);
     /* dk = dpre^T q: dk^T = q_cm (hs x T) op(dpre_cm)=T */
-    gemm(c, 0, 1, hs, T, T, q, 0, hs, sq, datt, 0, T, sp, dk, 0, hs, sq, BH, 1.0f, 0.0f, NULL);
+    gemm(c, 0, 1, hs, T, T, q, 0, hs, sq, datt, 0, T, sp, dk, 0, hs, sq, BH, 1.0f, 0.0f, NULL, NULL);
     if (c->err == DT_OK) CK(dtk_qkv_merge(c->s, at, dqkv, dq, dk, dv, B, T, C, NH));
 }
 
@@ -1222,6 +1300,8 @@ const dt_ops dt_ops_cuda = {
     .layernorm_bwd = cu_layernorm_bwd,
     .matmul_fwd = cu_matmul_fwd,
     .matmul_bwd = cu_matmul_bwd,
+    .matmul_gelu_fwd = cu_matmul_gelu_fwd,
+    .matmul_gelu_bwd = cu_matmul_gelu_bwd,
     .attention_bytes = cu_attention_bytes,
     .attention_fwd = cu_attention_fwd,
     .attention_bwd = cu_attention_bwd,

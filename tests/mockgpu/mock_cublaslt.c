@@ -4,7 +4,8 @@
  *   D = alpha op(A) op(B) + beta C [+ bias on every column], per batch with strides.
  *   A, B: CUDA_R_32F or CUDA_R_16BF (the same type); C, D: CUDA_R_32F, or CUDA_R_16BF (both) with
  *   16BF inputs; compute CUBLAS_COMPUTE_32F (or _FAST_* / _PEDANTIC); scale CUDA_R_32F; host
- *   pointer mode; epilogue DEFAULT or BIAS, the bias of D's type (as cublasLt.h documents).
+ *   pointer mode; epilogue DEFAULT, BIAS, GELU_AUX, GELU_AUX_BIAS or DGELU, the bias and the aux
+ *   matrix of D's type (as cublasLt.h documents; GELU the tanh form, as cuBLASLt's; batch 1).
  *   Computed in double, rounded to float once (then to bf16, nearest even, for a 16BF D), in
  *   stream order on the matmul's stream. Only the
  *   attributes ops_cuda.c sets are accepted (any other is a NOT_SUPPORTED error).
@@ -21,7 +22,9 @@
  * MOCK_LT_NO_BIAS_EPILOGUE=1: the heuristic finds no algorithm with the bias epilogue (as for
  * some shapes on real GPUs), to exercise the caller's fallback. MOCK_LT_NO_BF16=1: it finds none
  * for bf16 inputs (an old GPU, or a shape the library has no kernel for), to exercise the
- * caller's fp32 fallback. MOCK_LT_TRACE=1 prints every matmul.
+ * caller's fp32 fallback. MOCK_LT_NO_GELU_EPILOGUE=1: none with a GELU epilogue (the caller's
+ * product + GELU kernel); an aux ld not divisible by 8 finds none either, as cuBLASLt requires.
+ * MOCK_LT_TRACE=1 prints every matmul.
  *
  * Deliberately not modelled: which algorithms, epilogues and alignments a real GPU offers
  * (the heuristic always returns one algorithm, with no workspace; the only rule assumed is
@@ -30,6 +33,7 @@
  * order); other types, orders, epilogues and device pointer mode (rejected as NOT_SUPPORTED). */
 #define _GNU_SOURCE
 #include <cublasLt.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,7 +60,14 @@ typedef struct mdesc {
     uint32_t epi;
     const void *bias;
     int32_t bias_type;
+    void *aux; /* GELU_AUX*: written (the pre-GELU product), DGELU: read; of D's type */
+    int64_t aux_ld;
 } mdesc;
+
+static int has_bias(uint32_t e) { return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
+static int has_aux(uint32_t e) {
+    return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
+}
 typedef struct mpref {
     uint32_t magic;
     uint64_t ws;
@@ -148,11 +159,13 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
     case CUBLASLT_MATMUL_DESC_EPILOGUE: SETV(epi, uint32_t); break;
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: SETV(bias, const void *); break;
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: SETV(bias_type, int32_t); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: SETV(aux, void *); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: SETV(aux_ld, int64_t); break;
     default: FAIL(CUBLAS_STATUS_NOT_SUPPORTED, "attribute %d not supported by the mock", (int)a);
     }
     if (m->ta != CUBLAS_OP_N && m->ta != CUBLAS_OP_T) FAIL(CUBLAS_STATUS_INVALID_VALUE, "TRANSA %d", m->ta);
     if (m->tb != CUBLAS_OP_N && m->tb != CUBLAS_OP_T) FAIL(CUBLAS_STATUS_INVALID_VALUE, "TRANSB %d", m->tb);
-    if (m->epi != CUBLASLT_EPILOGUE_DEFAULT && m->epi != CUBLASLT_EPILOGUE_BIAS)
+    if (m->epi != CUBLASLT_EPILOGUE_DEFAULT && !has_bias(m->epi) && !has_aux(m->epi))
         FAIL(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue %u not supported by the mock", m->epi);
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -278,9 +291,14 @@ static cublasStatus_t validate(const char *fn, const mdesc *d, const mlayout *a,
     if (dd->batch > 1 && dd->stride < dd->ld * (int64_t)dd->cols)
         FAIL(CUBLAS_STATUS_INVALID_VALUE, "D batches overlap: stride %lld < ld*cols %lld", (long long)dd->stride,
              (long long)(dd->ld * (int64_t)dd->cols));
-    if (d->epi == CUBLASLT_EPILOGUE_BIAS && d->bias_type != -1 && d->bias_type != dd->type)
+    if (has_bias(d->epi) && d->bias_type != -1 && d->bias_type != dd->type)
         FAIL(CUBLAS_STATUS_NOT_SUPPORTED, "bias type %s with a %s output (the bias is of D's type)",
              tname(d->bias_type), tname(dd->type));
+    if (has_aux(d->epi) && d->aux_ld < (int64_t)dd->rows)
+        FAIL(CUBLAS_STATUS_INVALID_VALUE, "epilogue aux ld %lld < D's rows %llu", (long long)d->aux_ld,
+             (unsigned long long)dd->rows);
+    if (has_aux(d->epi) && dd->batch != 1)
+        FAIL(CUBLAS_STATUS_NOT_SUPPORTED, "a GELU epilogue with batch %d (the mock supports 1)", dd->batch);
     *pm = (int)dd->rows;
     *pn = (int)dd->cols;
     *pk = (int)ak;
@@ -291,7 +309,7 @@ static cublasStatus_t validate(const char *fn, const mdesc *d, const mlayout *a,
 static uint64_t shape_hash(const mdesc *d, const mlayout *a, const mlayout *b, const mlayout *dd) {
     uint64_t h = 1469598103934665603ULL;
 #define MIX(x) h = (h ^ (uint64_t)(x)) * 1099511628211ULL
-    MIX(d->ta); MIX(d->tb); MIX(d->epi);
+    MIX(d->ta); MIX(d->tb); MIX(d->epi); MIX(d->aux_ld);
     MIX(a->type); MIX(a->rows); MIX(a->cols); MIX(a->ld); MIX(a->batch); MIX(a->stride);
     MIX(b->type); MIX(b->rows); MIX(b->cols); MIX(b->ld); MIX(b->batch); MIX(b->stride);
     MIX(dd->type); MIX(dd->rows); MIX(dd->cols); MIX(dd->ld); MIX(dd->batch); MIX(dd->stride);
@@ -316,7 +334,9 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
         if (p->al[i] == 0 || (p->al[i] & (p->al[i] - 1)))
             FAIL(CUBLAS_STATUS_INVALID_VALUE, "min alignment %u is not a power of two", p->al[i]);
     *count = 0;
-    if (d->epi == CUBLASLT_EPILOGUE_BIAS && getenv("MOCK_LT_NO_BIAS_EPILOGUE")) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (has_bias(d->epi) && getenv("MOCK_LT_NO_BIAS_EPILOGUE")) return CUBLAS_STATUS_NOT_SUPPORTED;
+    /* cuBLASLt: the aux ld must be divisible by 8 */
+    if (has_aux(d->epi) && (d->aux_ld % 8 || getenv("MOCK_LT_NO_GELU_EPILOGUE"))) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (L_(A)->type == CUDA_R_16BF && getenv("MOCK_LT_NO_BF16")) return CUBLAS_STATUS_SUCCESS; /* found none */
     memset(&res[0], 0, sizeof res[0]);
     uint64_t *ad = res[0].algo.data;
@@ -362,6 +382,16 @@ static inline void st_elem(void *p, int type, int64_t i, double v) {
                                                         : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+/* the tanh GELU and its derivative, as kernels/elementwise.cu computes them (in double here) */
+static double gelu(double x) {
+    const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+    return 0.5 * x * (1.0 + tanh(u));
+}
+static double dgelu(double x) {
+    const double k = 0.7978845608028654, u = k * (x + 0.044715 * x * x * x), t = tanh(u);
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
 static void run_job(void *arg) {
     job *j = arg;
     const int m = j->m, n = j->n, k = j->k;
@@ -395,7 +425,15 @@ static void run_job(void *arg) {
                 double v = (double)j->alpha * ((s0 + s1) + (s2 + s3));
                 if (j->beta != 0.0f) /* beta 0: C is not read */
                     v += (double)j->beta * ld_elem(C, j->c.type, i + (int64_t)c * j->c.ld);
-                if (j->d.epi == CUBLASLT_EPILOGUE_BIAS) v += ld_elem(j->d.bias, j->dd.type, i); /* one for all batches */
+                if (has_bias(j->d.epi)) v += ld_elem(j->d.bias, j->dd.type, i); /* one for all batches */
+                const int64_t ax = i + (int64_t)c * j->d.aux_ld;
+                if (j->d.epi == CUBLASLT_EPILOGUE_GELU_AUX || j->d.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+                    v = (float)v; /* the fp32 accumulator, GELU'd before any rounding to D's type */
+                    st_elem(j->d.aux, j->dd.type, ax, v);
+                    v = gelu(v);
+                } else if (j->d.epi == CUBLASLT_EPILOGUE_DGELU) {
+                    v = (float)v * dgelu(ld_elem(j->d.aux, j->dd.type, ax));
+                }
                 st_elem(D, j->dd.type, i + (int64_t)c * j->dd.ld, v);
             }
     }
@@ -457,7 +495,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
         FAIL(CUBLAS_STATUS_INVALID_VALUE, "in-place C == D with different layouts");
     if (overlap(A, extent(a), D, extent(dd))) FAIL(CUBLAS_STATUS_INVALID_VALUE, "D overlaps A (aliases an input)");
     if (overlap(B, extent(b), D, extent(dd))) FAIL(CUBLAS_STATUS_INVALID_VALUE, "D overlaps B (aliases an input)");
-    if (d->epi == CUBLASLT_EPILOGUE_BIAS) {
+    if (has_aux(d->epi)) {
+        const size_t aux_n = ((size_t)(n - 1) * (size_t)d->aux_ld + (size_t)m) * tsize(dd->type);
+        snprintf(what, sizeof what, "cuBLASLt epilogue aux matrix (%dx%d ld %lld %s)", m, n, (long long)d->aux_ld,
+                 tname(dd->type));
+        if (mock_check_dev_range(d->aux, aux_n, what)) return CUBLAS_STATUS_INVALID_VALUE;
+        if (palign(d->aux) < 16) FAIL(CUBLAS_STATUS_INVALID_VALUE, "aux matrix %p under 16-byte alignment", d->aux);
+        if (overlap(d->aux, aux_n, D, extent(dd))) FAIL(CUBLAS_STATUS_INVALID_VALUE, "the aux matrix overlaps D");
+        if (overlap(d->aux, aux_n, A, extent(a)) || overlap(d->aux, aux_n, B, extent(b)))
+            FAIL(CUBLAS_STATUS_INVALID_VALUE, "the aux matrix overlaps A or B");
+    }
+    if (has_bias(d->epi)) {
         snprintf(what, sizeof what, "cuBLASLt bias vector (%d %s)", m, tname(dd->type));
         if (mock_check_dev_range(d->bias, (size_t)m * tsize(dd->type), what)) return CUBLAS_STATUS_INVALID_VALUE;
         if (palign(d->bias) < 16)
@@ -472,10 +520,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
     memcpy(&j->beta, beta, sizeof(float));
     if (getenv("MOCK_LT_TRACE"))
         fprintf(stderr, "MOCK LT: m %d n %d k %d op%c%c %s ld %lld %lld %lld batch %d strides %lld %lld %lld alpha %g "
-                "beta %g%s\n", m, n, k, d->ta == CUBLAS_OP_N ? 'N' : 'T', d->tb == CUBLAS_OP_N ? 'N' : 'T',
+                "beta %g%s%s\n", m, n, k, d->ta == CUBLAS_OP_N ? 'N' : 'T', d->tb == CUBLAS_OP_N ? 'N' : 'T',
                 tname(a->type), (long long)a->ld, (long long)b->ld, (long long)dd->ld, dd->batch, (long long)a->stride,
-                (long long)b->stride, (long long)dd->stride, j->alpha, j->beta,
-                d->epi == CUBLASLT_EPILOGUE_BIAS ? " +bias" : "");
+                (long long)b->stride, (long long)dd->stride, j->alpha, j->beta, has_bias(d->epi) ? " +bias" : "",
+                d->epi == CUBLASLT_EPILOGUE_DGELU ? " DGELU" : has_aux(d->epi) ? " GELU" : "");
     mock_enqueue_fn((void *)s, run_job, j);
     return CUBLAS_STATUS_SUCCESS;
 }
