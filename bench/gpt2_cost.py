@@ -29,12 +29,12 @@ HBM = 4.8e12        # H200 HBM3e bytes/s
 # GELU in the GEMM epilogues (gelu_epi: forward GELU_AUX_BIAS, which writes the pre-GELU product too,
 # and backward DGELU, which reads it), the bias gradient in the dgrad GEMM's (bgrad_epi)
 PLANNED = frozenset({"flash", "act16", "classifier", "pad", "gelu_epi", "bgrad_epi"})
-# this build (2026-12-02): not the bias gradient's epilogue (its column sums are one kernel of
-# ours, which accumulates as gradient accumulation needs; cuBLASLt's BGRAD overwrites). Its
-# padding is the logits' row stride (50304), not 47 zero rows of wte: the products still have
-# 50257 columns, in as many 128-wide tiles (393) as 50304 would take, so it is counted here as
-# padded weights would be.
-BUILT = frozenset({"flash", "act16", "classifier", "pad", "gelu_epi"})
+# this build (2026-12-02): all of the plan, where cuBLASLt offers each epilogue. Its padding is
+# the logits' row stride (50304), not 47 zero rows of wte: the products still have 50257 columns,
+# in as many 128-wide tiles (393) as 50304 would take, so it is counted here as padded weights
+# would be. Not counted: its cross-entropy reads each row twice (max and sum, then the gradient),
+# the bias gradients' small add kernels (cuBLASLt's BGRADA overwrites, accumulation adds).
+BUILT = frozenset({"flash", "act16", "classifier", "pad", "gelu_epi", "bgrad_epi"})
 
 
 def ops(B, T, C=768, L=12, NH=12, V=50257, planned=False, has=None):

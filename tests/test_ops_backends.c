@@ -813,7 +813,7 @@ static void case_launches(const int *s, double tol) {
     const int fused = !g_dev->ops->attention_bytes(g_dev->ctx, B, T, mc.n_embd, mc.n_head, bf16, &att_b, &datt_b);
     const unsigned long want_k = !bf16 ? 240 : fused ? 156 : 384, want_l = fused ? 172 : 220;
     const int plain = !getenv("MOCK_LT_NO_BIAS_EPILOGUE") && !getenv("MOCK_LT_NO_BF16") &&
-                      !getenv("MOCK_LT_NO_GELU_EPILOGUE");
+                      !getenv("MOCK_LT_NO_GELU_EPILOGUE") && !getenv("MOCK_LT_NO_BGRAD_EPILOGUE");
     if (fused) printf("  (attention fused: its kernels are the library's)\n");
     if (mc.n_layer == 12 && plain && (k1 - k0 != want_k || l1 - l0 != want_l)) {
         printf("  FAIL: expected %lu kernels + %lu library calls (docs/PERFORMANCE.md's table): update it if the change "

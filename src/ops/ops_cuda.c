@@ -90,8 +90,9 @@ enum { SCR_A16, SCR_B16, SCR_ATT, SCR_WORK, SCR_CUDNN, SCR_A32, SCR_B32, SCR_D32
 #define N_PLANS 96
 
 /* a product's epilogue beyond the bias: none; GELU: D = gelu(AB + bias) and aux = AB + bias;
- * DGELU: D = AB * gelu'(aux) (cuBLASLt's GELU_AUX[_BIAS] and DGELU; aux of D's type, ld `ldaux`) */
-enum { EPI_NONE, EPI_GELU, EPI_DGELU };
+ * DGELU: D = AB * gelu'(aux) (cuBLASLt's GELU_AUX[_BIAS] and DGELU; aux of D's type, ld `ldaux`);
+ * BGRADA: also aux(m) = the sums of op(A)'s rows over k (the bias gradient; of D's type) */
+enum { EPI_NONE, EPI_GELU, EPI_DGELU, EPI_BGRADA };
 
 typedef struct gemm_key {
     int ta, tb, m, n, k, lda, ldb, ldd, batch, bias, bf16, d16; /* d16: D (and a bias) in bf16 */
@@ -325,18 +326,20 @@ static int plan_build(cuda_ctx *c, gemm_plan *p, const gemm_key *k, int with_bia
     if (CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb))) return -1;
     cublasLtEpilogue_t epi = k->epi == EPI_GELU ? (with_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                              : k->epi == EPI_DGELU ? CUBLASLT_EPILOGUE_DGELU
+                             : k->epi == EPI_BGRADA ? CUBLASLT_EPILOGUE_BGRADA
                              : with_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     if (epi != CUBLASLT_EPILOGUE_DEFAULT &&
         CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi)))
         return -1;
-    if (with_bias) {
+    if (with_bias || k->epi == EPI_BGRADA) { /* BGRADA writes its bias gradient where a bias is read */
         cudaDataType_t bt = dt; /* cuBLASLt: the bias is of D's type */
+        const void *bp = k->epi == EPI_BGRADA ? aux : bias;
         if (CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt)))
             return -1;
-        if (CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)))
+        if (CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp)))
             return -1;
     }
-    if (k->epi != EPI_NONE) { /* the aux matrix: of D's type (cuBLASLt's default), set per call too */
+    if (k->epi == EPI_GELU || k->epi == EPI_DGELU) { /* the aux matrix: of D's type (cuBLASLt's default), set per call too */
         const int64_t ldaux = k->ldaux;
         if (CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux, sizeof ldaux)) ||
             CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux)))
@@ -396,7 +399,8 @@ static void log_plan(const cuda_ctx *c, const gemm_plan *p) {
             "alignment A %u B %u D %u%s%.0u%s%.0u: %sworkspace %zu, waves %.2f\n", c->rank, k->m, k->n, k->k, k->ta,
             k->tb, k->batch, k->bf16 ? "bf16" : "fp32", k->d16 ? "bf16" : "fp32",
             !k->bias ? "no bias" : p->bias_kernel ? "bias kernel" : "bias epilogue",
-            k->epi == EPI_GELU ? ", GELU epilogue" : k->epi == EPI_DGELU ? ", DGELU epilogue" : "", k->align_a,
+            k->epi == EPI_GELU ? ", GELU epilogue" : k->epi == EPI_DGELU ? ", DGELU epilogue"
+            : k->epi == EPI_BGRADA ? ", BGRADA epilogue" : "", k->align_a,
             k->align_b, k->align_d, k->bias ? " bias " : "", k->bias ? k->align_bias : 0u, k->epi ? " aux " : "",
             k->epi ? k->align_aux : 0u, algo, p->ws, (double)p->waves);
 }
@@ -493,8 +497,8 @@ static const float *widened(cuda_ctx *c, int slot, const void *src, size_t n) {
     return d;
 }
 
-/* A GELU epilogue for gemm(): EPI_GELU or EPI_DGELU with its aux matrix (m x n, ld `ldaux`, of
- * D's type: written by GELU, read by DGELU). */
+/* An epilogue for gemm(): EPI_GELU or EPI_DGELU with its aux matrix (m x n, ld `ldaux`, of D's
+ * type: written by GELU, read by DGELU), or EPI_BGRADA with the vector (m, of D's type) it writes. */
 typedef struct gemm_epi {
     int kind;
     void *aux;
@@ -506,9 +510,9 @@ typedef struct gemm_epi {
  * B n x k when tb (else k x n), densely (ld = stored rows). a16, b16, d16: A, B, D hold bf16
  * elements (bf16 activations; D then with beta 0); otherwise floats, which bf16 products read
  * as the weights' working copy (inside the master weights) or rounded into scratch. e: NULL,
- * or a GELU epilogue (batch 1, beta 0). Returns 1, having queued nothing, when cuBLASLt has no
- * algorithm with that epilogue here (the caller runs the product and its GELU kernel instead);
- * else 0 (a failure is recorded). */
+ * or an epilogue (batch 1; a bias only with GELU; beta 0 but for BGRADA). Returns 1, having queued nothing,
+ * when cuBLASLt has no algorithm with that epilogue here (the caller runs the product and its
+ * kernel instead); else 0 (a failure is recorded). */
 static int gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A, int a16, int lda, long long sa,
                 const void *B, int b16, int ldb, long long sb, void *D, int d16, int ldd, long long sd, int batch,
                 float alpha, float beta, const float *bias, const gemm_epi *e) {
@@ -517,8 +521,9 @@ static int gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A,
         fail(c, DT_ERR_INTERNAL, "gemm: a bf16 output with beta %g (only 0 is supported)", (double)beta);
         return 0;
     }
-    if (e && (batch != 1 || beta != 0.0f)) {
-        fail(c, DT_ERR_INTERNAL, "gemm: a GELU epilogue with batch %d, beta %g", batch, (double)beta);
+    if (e && (batch != 1 || (beta != 0.0f && e->kind != EPI_BGRADA) || (bias && e->kind != EPI_GELU))) {
+        fail(c, DT_ERR_INTERNAL, "gemm: epilogue %d with batch %d, beta %g%s", e->kind, batch, (double)beta,
+             bias ? ", a bias" : "");
         return 0;
     }
     const size_t na = (size_t)sa * (size_t)(batch - 1) + (size_t)lda * (size_t)(ta ? m : k);
@@ -575,8 +580,9 @@ static int gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A,
     if (pb && !p->bias_kernel &&
         CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &pb, sizeof pb)))
         return 0;
-    if (e && CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e->aux,
-                                                     sizeof e->aux)))
+    if (e && CKLT(lt.cublasLtMatmulDescSetAttribute(p->op, e->kind == EPI_BGRADA ? CUBLASLT_MATMUL_DESC_BIAS_POINTER
+                                                                              : CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                     &e->aux, sizeof e->aux)))
         return 0;
     if (CKLT(lt.cublasLtMatmul(c->lt, p->op, &alpha, a, p->la, b, p->lb, &beta, d, p->ld, d, p->ld, &p->algo, c->lt_ws,
                                LT_WORKSPACE, c->s)))
@@ -612,10 +618,21 @@ static void matmul_bwd_weights(cuda_ctx *c, float *dw, float *dbias, const dt_ac
     if (dw) {
         if (w_trans) /* dW(N,K) += dout^T inp: dW^T (K x N) = inp^T (K x M) (dout^T)^T (M x N) */
             gemm(c, 0, 1, K, N, M, inp, a16, K, 0, dout, a16, ldo, 0, dw, 0, K, 0, 1, 1.0f, 1.0f, NULL, NULL);
-        else /* dW(K,N) += inp^T dout: dW^T (N x K) = dout^T (N x M) inp (M x K) */
+        else if (dbias) { /* dW(K,N) += inp^T dout: dW^T (N x K) = dout^T (N x M) inp (M x K) */
+            /* and the bias gradient, the sums of dout^T's rows, in the same product (BGRADA) into
+             * scratch, then added: cuBLASLt overwrites it, gradient accumulation needs += */
+            float *bg = scratch(c, SCR_WORK, (size_t)N * sizeof(float), "kernel scratch");
+            const gemm_epi e = {EPI_BGRADA, bg, 0};
+            if (!bg) return;
+            if (!gemm(c, 0, 1, N, K, M, dout, a16, ldo, 0, inp, a16, K, 0, dw, 0, N, 0, 1, 1.0f, 1.0f, NULL, &e)) {
+                if (c->err == DT_OK) CK(dtk_add(c->s, DTK_F32, dbias, dbias, bg, (size_t)N));
+                return;
+            }
+            gemm(c, 0, 1, N, K, M, dout, a16, ldo, 0, inp, a16, K, 0, dw, 0, N, 0, 1, 1.0f, 1.0f, NULL, NULL);
+        } else
             gemm(c, 0, 1, N, K, M, dout, a16, ldo, 0, inp, a16, K, 0, dw, 0, N, 0, 1, 1.0f, 1.0f, NULL, NULL);
     }
-    if (dbias && c->err == DT_OK) {
+    if (dbias && c->err == DT_OK) { /* no product to fuse it with, or no epilogue: our column sums */
         size_t wb = dtk_bias_bwd_work_bytes(M, N);
         void *work = scratch(c, SCR_WORK, wb, "kernel scratch");
         unsigned *flags = work ? col_flags(c, N) : NULL;

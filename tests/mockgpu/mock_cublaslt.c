@@ -4,8 +4,9 @@
  *   D = alpha op(A) op(B) + beta C [+ bias on every column], per batch with strides.
  *   A, B: CUDA_R_32F or CUDA_R_16BF (the same type); C, D: CUDA_R_32F, or CUDA_R_16BF (both) with
  *   16BF inputs; compute CUBLAS_COMPUTE_32F (or _FAST_* / _PEDANTIC); scale CUDA_R_32F; host
- *   pointer mode; epilogue DEFAULT, BIAS, GELU_AUX, GELU_AUX_BIAS or DGELU, the bias and the aux
- *   matrix of D's type (as cublasLt.h documents; GELU the tanh form, as cuBLASLt's; batch 1).
+ *   pointer mode; epilogue DEFAULT, BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU or BGRADA, the bias (or
+ *   bias gradient) and the aux matrix of D's type (as cublasLt.h documents; GELU the tanh form,
+ *   as cuBLASLt's; batch 1 for all but BIAS).
  *   Computed in double, rounded to float once (then to bf16, nearest even, for a 16BF D), in
  *   stream order on the matmul's stream. Only the
  *   attributes ops_cuda.c sets are accepted (any other is a NOT_SUPPORTED error).
@@ -24,6 +25,7 @@
  * for bf16 inputs (an old GPU, or a shape the library has no kernel for), to exercise the
  * caller's fp32 fallback. MOCK_LT_NO_GELU_EPILOGUE=1: none with a GELU epilogue (the caller's
  * product + GELU kernel); an aux ld not divisible by 8 finds none either, as cuBLASLt requires.
+ * MOCK_LT_NO_BGRAD_EPILOGUE=1: none with BGRADA (the caller's column sums).
  * MOCK_LT_TRACE=1 prints every matmul.
  *
  * Deliberately not modelled: which algorithms, epilogues and alignments a real GPU offers
@@ -165,7 +167,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
     }
     if (m->ta != CUBLAS_OP_N && m->ta != CUBLAS_OP_T) FAIL(CUBLAS_STATUS_INVALID_VALUE, "TRANSA %d", m->ta);
     if (m->tb != CUBLAS_OP_N && m->tb != CUBLAS_OP_T) FAIL(CUBLAS_STATUS_INVALID_VALUE, "TRANSB %d", m->tb);
-    if (m->epi != CUBLASLT_EPILOGUE_DEFAULT && !has_bias(m->epi) && !has_aux(m->epi))
+    if (m->epi != CUBLASLT_EPILOGUE_DEFAULT && !has_bias(m->epi) && !has_aux(m->epi) && m->epi != CUBLASLT_EPILOGUE_BGRADA)
         FAIL(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue %u not supported by the mock", m->epi);
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -291,14 +293,14 @@ static cublasStatus_t validate(const char *fn, const mdesc *d, const mlayout *a,
     if (dd->batch > 1 && dd->stride < dd->ld * (int64_t)dd->cols)
         FAIL(CUBLAS_STATUS_INVALID_VALUE, "D batches overlap: stride %lld < ld*cols %lld", (long long)dd->stride,
              (long long)(dd->ld * (int64_t)dd->cols));
-    if (has_bias(d->epi) && d->bias_type != -1 && d->bias_type != dd->type)
+    if ((has_bias(d->epi) || d->epi == CUBLASLT_EPILOGUE_BGRADA) && d->bias_type != -1 && d->bias_type != dd->type)
         FAIL(CUBLAS_STATUS_NOT_SUPPORTED, "bias type %s with a %s output (the bias is of D's type)",
              tname(d->bias_type), tname(dd->type));
     if (has_aux(d->epi) && d->aux_ld < (int64_t)dd->rows)
         FAIL(CUBLAS_STATUS_INVALID_VALUE, "epilogue aux ld %lld < D's rows %llu", (long long)d->aux_ld,
              (unsigned long long)dd->rows);
-    if (has_aux(d->epi) && dd->batch != 1)
-        FAIL(CUBLAS_STATUS_NOT_SUPPORTED, "a GELU epilogue with batch %d (the mock supports 1)", dd->batch);
+    if ((has_aux(d->epi) || d->epi == CUBLASLT_EPILOGUE_BGRADA) && dd->batch != 1)
+        FAIL(CUBLAS_STATUS_NOT_SUPPORTED, "a GELU or BGRADA epilogue with batch %d (the mock supports 1)", dd->batch);
     *pm = (int)dd->rows;
     *pn = (int)dd->cols;
     *pk = (int)ak;
@@ -337,6 +339,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     if (has_bias(d->epi) && getenv("MOCK_LT_NO_BIAS_EPILOGUE")) return CUBLAS_STATUS_NOT_SUPPORTED;
     /* cuBLASLt: the aux ld must be divisible by 8 */
     if (has_aux(d->epi) && (d->aux_ld % 8 || getenv("MOCK_LT_NO_GELU_EPILOGUE"))) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d->epi == CUBLASLT_EPILOGUE_BGRADA && getenv("MOCK_LT_NO_BGRAD_EPILOGUE")) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (L_(A)->type == CUDA_R_16BF && getenv("MOCK_LT_NO_BF16")) return CUBLAS_STATUS_SUCCESS; /* found none */
     memset(&res[0], 0, sizeof res[0]);
     uint64_t *ad = res[0].algo.data;
@@ -399,6 +402,14 @@ static void run_job(void *arg) {
     double *ob = malloc(sizeof(double) * (size_t)n * (k ? k : 1)); /* op(B) column c contiguous: n x k */
     for (int bt = 0; bt < j->dd.batch; bt++) {
         const char *A = (const char *)j->A + (size_t)bt * j->a.stride * tsize(j->a.type);
+        if (j->d.epi == CUBLASLT_EPILOGUE_BGRADA) /* batch 1: op(A)'s rows summed over k (read below) */
+            for (int i = 0; i < m; i++) {
+                double g = 0;
+                for (int l = 0; l < k; l++)
+                    g += j->d.ta == CUBLAS_OP_N ? ld_elem(A, j->a.type, i + (int64_t)l * j->a.ld)
+                                                : ld_elem(A, j->a.type, l + (int64_t)i * j->a.ld);
+                st_elem((void *)j->d.bias, j->dd.type, i, g);
+            }
         const char *B = (const char *)j->B + (size_t)bt * j->b.stride * tsize(j->b.type);
         const char *C = (const char *)j->C + (size_t)bt * j->c.stride * tsize(j->c.type);
         char *D = (char *)j->D + (size_t)bt * j->dd.stride * tsize(j->dd.type);
@@ -505,6 +516,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
         if (overlap(d->aux, aux_n, A, extent(a)) || overlap(d->aux, aux_n, B, extent(b)))
             FAIL(CUBLAS_STATUS_INVALID_VALUE, "the aux matrix overlaps A or B");
     }
+    if (d->epi == CUBLASLT_EPILOGUE_BGRADA) { /* the bias gradient it writes */
+        snprintf(what, sizeof what, "cuBLASLt bias gradient vector (%d %s)", m, tname(dd->type));
+        const size_t bn = (size_t)m * tsize(dd->type);
+        if (mock_check_dev_range(d->bias, bn, what)) return CUBLAS_STATUS_INVALID_VALUE;
+        if (palign(d->bias) < 16) FAIL(CUBLAS_STATUS_INVALID_VALUE, "bias gradient %p under 16-byte alignment", d->bias);
+        if (overlap(d->bias, bn, D, extent(dd)) || overlap(d->bias, bn, A, extent(a)) || overlap(d->bias, bn, B, extent(b)))
+            FAIL(CUBLAS_STATUS_INVALID_VALUE, "the bias gradient overlaps A, B or D");
+    }
     if (has_bias(d->epi)) {
         snprintf(what, sizeof what, "cuBLASLt bias vector (%d %s)", m, tname(dd->type));
         if (mock_check_dev_range(d->bias, (size_t)m * tsize(dd->type), what)) return CUBLAS_STATUS_INVALID_VALUE;
@@ -523,7 +542,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
                 "beta %g%s%s\n", m, n, k, d->ta == CUBLAS_OP_N ? 'N' : 'T', d->tb == CUBLAS_OP_N ? 'N' : 'T',
                 tname(a->type), (long long)a->ld, (long long)b->ld, (long long)dd->ld, dd->batch, (long long)a->stride,
                 (long long)b->stride, (long long)dd->stride, j->alpha, j->beta, has_bias(d->epi) ? " +bias" : "",
-                d->epi == CUBLASLT_EPILOGUE_DGELU ? " DGELU" : has_aux(d->epi) ? " GELU" : "");
+                d->epi == CUBLASLT_EPILOGUE_DGELU ? " DGELU" : has_aux(d->epi) ? " GELU"
+                : d->epi == CUBLASLT_EPILOGUE_BGRADA ? " BGRADA" : "");
     mock_enqueue_fn((void *)s, run_job, j);
     return CUBLAS_STATUS_SUCCESS;
 }

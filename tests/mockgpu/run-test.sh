@@ -81,8 +81,9 @@ export MOCK_GPUS_DIR=$B/fake_gpus
 step "test_ops_backends --quick" quick.log with_libs "$OPT" "$OPT/test_ops_backends" --quick
 step "test_ops_backends" full.log with_libs "$OPT" "$OPT/test_ops_backends"
 step "test_ops_backends --quick, ASan + UBSan" asan.log with_libs "$ASAN" "$ASAN/test_ops_backends" --quick
-step "test_ops_backends --quick, reversed block/thread order, no bias or GELU epilogue" rev.log \
-    with_libs "$OPT" env MOCK_ORDER=rev MOCK_LT_NO_BIAS_EPILOGUE=1 MOCK_LT_NO_GELU_EPILOGUE=1 "$OPT/test_ops_backends" --quick
+step "test_ops_backends --quick, reversed block/thread order, no bias, GELU or BGRADA epilogue" rev.log \
+    with_libs "$OPT" env MOCK_ORDER=rev MOCK_LT_NO_BIAS_EPILOGUE=1 MOCK_LT_NO_GELU_EPILOGUE=1 MOCK_LT_NO_BGRAD_EPILOGUE=1 \
+    "$OPT/test_ops_backends" --quick
 # cuDNN's fused attention as mock_att.c (a CPU reference, on the mock's streams) in place of
 # cudnn_att.cpp: the attention cases whose head size cuDNN plans (a multiple of 8) must run fused;
 # those of head size 1 or 2 fall back to dtrain's kernels, as on a GPU
