@@ -77,8 +77,9 @@ DTK_ACT_KERNELS(layernorm_bwd_dinp,
 // over the chunk's rows (a warp reads 32 consecutive columns of a row). Each block writes its
 // chunk's sums (double) into part[chunk * N + column]; then the last block of a tile to finish
 // (an atomic count per tile in `flags`, which it sets back to 0 for the next launch) adds the
-// chunks' partials in chunk order into out: the same order whichever block is last, so the
-// result does not depend on scheduling. Enough chunks that the grid has ~COL_BLOCKS blocks
+// chunks' partials into out in a fixed order (lane l of a column takes chunks l, l + 4, ...,
+// then the four lanes in order): the same order whichever block is last, so the result does
+// not depend on scheduling. Enough chunks that the grid has ~COL_BLOCKS blocks
 // (several waves of a 132-SM GPU), where the old per-column final pass ran on N / 256 blocks.
 #define COL_TILE 64
 #define COL_LANES (DTK_THREADS / COL_TILE)
@@ -138,7 +139,8 @@ static __device__ void colsum(const S &src, float *out, float *out2, double *par
         part[(size_t)blockIdx.y * N + c] = a;
         if (out2) part2[(size_t)blockIdx.y * N + c] = b;
     }
-    __threadfence(); // this block's partials reach L2 before its count does
+    __threadfence(); // each writer's partials reach L2 before it arrives at the barrier,
+    __syncthreads(); // so all of them (two warps write) before thread 0 counts the block
     if (threadIdx.x == 0) last = atomicAdd(&flags[blockIdx.x], 1u) == gridDim.y - 1;
     __syncthreads();
     if (!last) return;

@@ -20,12 +20,13 @@ __device__ inline XentMS xent_ms_add(XentMS a, float v) {
     }
     return a;
 }
-// commutative (the warp butterfly needs combine(a, b) and combine(b, a) to give the same bits)
+// commutative (the warp butterfly needs combine(a, b) and combine(b, a) to give the same bits).
+// A side that saw only -inf and NaN has m = -inf: its s * exp(-inf) is 0, or NaN when it saw a
+// NaN, which then reaches the loss, as the CPU's sum of exps carries it.
 __device__ inline XentMS xent_ms_combine(XentMS a, XentMS b) {
     const float m = fmaxf(a.m, b.m);
     if (m == -INFINITY) return XentMS{m, a.s + b.s};
-    const float ea = a.m == -INFINITY ? 0.0f : a.s * expf(a.m - m), eb = b.m == -INFINITY ? 0.0f : b.s * expf(b.m - m);
-    return XentMS{m, ea + eb};
+    return XentMS{m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
 }
 // Over the whole block (blockDim.x a multiple of 32); every thread gets the same result.
 __device__ inline XentMS xent_ms_block(XentMS v) {

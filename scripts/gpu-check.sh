@@ -448,6 +448,23 @@ step_sanitizer() {
     note "$tool timed out after $lim s (exit $rc) with no error reported so far: not a result"
     return 77
   fi
+  # cuBLASLt's kernels write through pointers and leading dimensions we compute (the GELU
+  # epilogue's aux matrix, BGRADA's bias gradient): memcheck over them too, on the product cases
+  # only, in what time is left (memcheck, and when the filtered run passed)
+  local left=$((STEP_LIMIT - 15 - $(date +%s) + STEP_T0)) out2=$WORK/sanitizer-$tool-products.out
+  if [ "$tool" = memcheck ] && [ "$rc" -eq 0 ] && [ "$left" -ge 20 ]; then
+    echo "--- timeout $left $cs --tool memcheck --error-exitcode 1 $BUILD/test_ops_backends --quick --op matmul,matmul_gelu (every kernel)"
+    timeout -k 5 "$left" "$cs" --tool memcheck --error-exitcode 1 "$BUILD/test_ops_backends" --quick --op matmul,matmul_gelu 2>&1 |
+      tee "$out2"
+    local rc2=${PIPESTATUS[0]} summary2
+    summary2=$(grep -m1 'ERROR SUMMARY' "$out2" | sed 's/^=* *//')
+    case $rc2 in
+      0) summary="$summary; products with cuBLASLt's kernels: ${summary2:-no ERROR SUMMARY line}" ;;
+      124|137) summary="$summary; products with cuBLASLt's kernels: timed out after $left s" ;;
+      *) note "our kernels: ${summary:-?}; products with cuBLASLt's kernels: ${summary2:-no ERROR SUMMARY line} (exit $rc2)"
+         return 1 ;;
+    esac
+  fi
   note "${summary:-no ERROR SUMMARY line} (exit $rc)"
   return "$rc"
 }
@@ -597,6 +614,7 @@ step_profile() {
   [ -f "$WORK/bench-data/train.bin" ] || python3 "$ROOT/scripts/make-tokens.py" "$WORK/bench-data/train.bin" ||
     { note "make-tokens.py failed"; return 1; }
   local step=$PROFILE_STEP
+  case "$step" in ''|*[!0-9]*|0) note "GPU_CHECK_PROFILE_STEP=$step: expected a step number >= 1"; return 1 ;; esac
   echo "--- $ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv dtrain ... logging.profile_step=$step"
   timeout -k 5 $((STEP_LIMIT - 10)) "$ncu" --profile-from-start off --clock-control none --metrics gpu__time_duration.sum \
     --csv --print-units base --print-kernel-base function --log-file "$WORK/ncu.csv" \
@@ -609,6 +627,10 @@ step_profile() {
   grep -v '^"' "$WORK/ncu.csv" 2>/dev/null | head -40
   if grep -qiE 'LibraryNotLoaded|ERR_NVGPUCTRPERM|not supported|Failed to initialize the profiler' "$WORK/ncu.csv" "$WORK/profile.out" 2>/dev/null; then
     note "ncu cannot profile here: $(grep -m1 -hiE 'LibraryNotLoaded|ERR_NVGPUCTRPERM|not supported|Failed to initialize' "$WORK/ncu.csv" "$WORK/profile.out" | cut -c1-140)"
+    return 77
+  fi
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then  # replaying a step kernel by kernel is slow: not a result
+    note "ncu timed out after $((STEP_LIMIT - 10)) s (exit $rc): not a result"
     return 77
   fi
   [ "$rc" -eq 0 ] || { note "exit $rc: $(first_error "$WORK/profile.out")"; return 1; }
@@ -672,7 +694,7 @@ run_step() {
   echo "[gpu-check] $start_h $name: start (limit ${limit} s)"
   echo "== $name: start $(date -Is), limit ${limit} s" >"$log"
   start=$(date +%s)
-  STEP_LIMIT=$limit timeout -k 5 "$limit" bash -c "set -o pipefail; $fn" >>"$log" 2>&1 </dev/null
+  STEP_T0=$start STEP_LIMIT=$limit timeout -k 5 "$limit" bash -c "set -o pipefail; $fn" >>"$log" 2>&1 </dev/null
   rc=$?
   end=$(date +%s)
   secs=$((end - start))

@@ -417,9 +417,11 @@ static gemm_plan *plan_get(cuda_ctx *c, const gemm_key *k, const void *bias, con
     gemm_plan *p = &c->plans[c->next_plan];
     c->next_plan = (c->next_plan + 1) % N_PLANS;
     plan_release(p);
-    /* a bias vector or aux matrix under 16-byte alignment: the bias kernel (epilogues load them
-     * vectorized), or no GELU epilogue */
-    const int unaligned = (k->bias && k->align_bias < 16) || (k->epi != EPI_NONE && k->align_aux < 16);
+    /* a bias vector or aux matrix under 16-byte alignment, or an aux ld not divisible by 8: the
+     * bias kernel (epilogues load them vectorized), or no such epilogue (asked for anyway, a
+     * heuristic may answer INVALID_VALUE, which would stop the run) */
+    const int unaligned = (k->bias && k->align_bias < 16) || (k->epi != EPI_NONE && k->align_aux < 16) ||
+                          ((k->epi == EPI_GELU || k->epi == EPI_DGELU) && k->ldaux % 8); /* cuBLASLt's rule */
     int r = unaligned ? 1 : plan_build(c, p, k, k->bias, bias, aux);
     if (r == 1 && k->bias && k->epi == EPI_NONE) { /* no bias epilogue for this shape: plain product + bias kernel */
         plan_release(p);
