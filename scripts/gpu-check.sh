@@ -150,8 +150,17 @@ no_gpu() {
   [ -n "$NVSMI" ] && n=$(timeout 15 "$NVSMI" -L 2>/dev/null | grep -c '^GPU ')
   [ "$n" -eq 0 ] && ! ls /proc/driver/nvidia/gpus/* >/dev/null 2>&1 && ! ls /dev/nvidia[0-9]* >/dev/null 2>&1
 }
+# find_tool NAME: the CUDA tool NAME (compute-sanitizer, ncu) from PATH, CUDA_HOME/bin,
+# /usr/local/cuda/bin or /opt/nvidia/nsight-compute/*; nothing when there is none
+find_tool() {
+  local t d
+  t=$(command -v "$1") && { echo "$t"; return; }
+  for d in ${CUDA_HOME:+"$CUDA_HOME/bin"} /usr/local/cuda/bin /opt/nvidia/nsight-compute/*; do
+    [ -x "$d/$1" ] && { echo "$d/$1"; return; }
+  done
+}
 skip_without_gpu() { note "no GPU here (nvidia-smi lists none, no /dev/nvidia0): nothing to run it on"; return 77; }
-export -f note check_lib check_all_libs deb_extract deb_package in_ld_cache first_error no_gpu skip_without_gpu
+export -f note check_lib check_all_libs deb_extract deb_package in_ld_cache first_error no_gpu find_tool skip_without_gpu
 
 # ---- the steps -----------------------------------------------------------------------------
 step_env() {
@@ -169,8 +178,8 @@ step_env() {
   echo "--- nvcc (${CUDA_HOME:-not found})"
   command -v nvcc >/dev/null && nvcc --version
   echo "--- tools"
-  for t in cc gcc cmake ctest make ninja pkg-config python3 compute-sanitizer dpkg-deb ar; do
-    printf '  %-18s %s\n' "$t" "$(command -v "$t" || { [ "$t" = compute-sanitizer ] && ls "$CUDA_HOME/bin/$t" 2>/dev/null; } || echo -)"
+  for t in cc gcc cmake ctest make ninja pkg-config python3 compute-sanitizer ncu dpkg-deb ar; do
+    printf '  %-18s %s\n' "$t" "$(find_tool "$t" | grep . || echo -)"
   done
   cmake --version 2>/dev/null | head -1; ${CC:-cc} --version 2>/dev/null | head -1; ldd --version 2>/dev/null | head -1
   [ -f "$DEBS/MANIFEST.txt" ] && grep '^# needs glibc' "$DEBS/MANIFEST.txt"
@@ -419,11 +428,8 @@ step_gpu_tests() {
 
 step_sanitizer() {
   local cs
-  cs=$(command -v compute-sanitizer)
-  for d in ${CUDA_HOME:+"$CUDA_HOME"} /usr/local/cuda; do
-    [ -z "$cs" ] && [ -x "$d/bin/compute-sanitizer" ] && cs=$d/bin/compute-sanitizer
-  done
-  [ -n "$cs" ] || { note "compute-sanitizer not found (PATH, CUDA_HOME/bin, /usr/local/cuda/bin)"; return 77; }
+  cs=$(find_tool compute-sanitizer)
+  [ -n "$cs" ] || { note "compute-sanitizer not found (PATH, CUDA_HOME/bin, /usr/local/cuda/bin, /opt/nvidia/nsight-compute/*)"; return 77; }
   [ -x "$BUILD/test_ops_backends" ] || { note "$BUILD/test_ops_backends was not built"; return 77; }
   local lim=$((STEP_LIMIT - 15)) tool=${1:-memcheck} out  # + 5 s to kill it: done 10 s before the step's own limit
   out=$WORK/sanitizer-$tool.out
@@ -605,11 +611,8 @@ EOF
 step_profile() {
   no_gpu && { skip_without_gpu; return; }
   [ -x "$BUILD/dtrain" ] || { note "$BUILD/dtrain was not built"; return 1; }
-  local ncu d
-  ncu=$(command -v ncu)
-  for d in ${CUDA_HOME:+"$CUDA_HOME/bin"} /usr/local/cuda/bin /opt/nvidia/nsight-compute/*; do
-    [ -z "$ncu" ] && [ -x "$d/ncu" ] && ncu=$d/ncu
-  done
+  local ncu
+  ncu=$(find_tool ncu)
   [ -n "$ncu" ] || { note "ncu not found (PATH, CUDA_HOME/bin, /usr/local/cuda/bin, /opt/nvidia/nsight-compute/*)"; return 77; }
   [ -f "$WORK/bench-data/train.bin" ] || python3 "$ROOT/scripts/make-tokens.py" "$WORK/bench-data/train.bin" ||
     { note "make-tokens.py failed"; return 1; }

@@ -143,6 +143,9 @@ typedef struct act_buf {
     size_t n;    /* elements */
 } act_buf;
 
+/* the head's width: the classes, or the vocabulary */
+static int head_width(const dt_model_cfg *c) { return c->num_labels ? c->num_labels : c->vocab_size; }
+
 /* The buffers of shape c, in arena order, into out (MAX_BUFS(L) entries); m NULL: sizes only.
  * att, datt: the bytes attention keeps per layer and its backward scratch (ops attention_bytes);
  * logits_ld: the logits' row stride (ops logits_stride).
@@ -205,7 +208,7 @@ static size_t table_bytes(const dt_model_cfg *c, dt_model *m, const dt_ops *ops,
     const dt_dtype act = ops->act_dtype(bf16);
     size_t total = 0, att, datt;
     ops->attention_bytes(ctx, c->max_batch, c->seq_len, c->n_embd, c->n_head, bf16, &att, &datt);
-    *n = act_table(c, m, att, datt, ops->logits_stride(c->num_labels ? c->num_labels : c->vocab_size), t);
+    *n = act_table(c, m, att, datt, ops->logits_stride(head_width(c)), t);
     for (int i = 0; i < *n; i++) total += buf_bytes(&t[i], act);
     return total;
 }
@@ -393,7 +396,7 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_backen
     m->cfg = *cfg;
     m->be = be;
     m->act_dtype = be->ops->act_dtype(be->ops->bf16(be->ctx));
-    m->logits_ld = be->ops->logits_stride(cfg->num_labels ? cfg->num_labels : cfg->vocab_size);
+    m->logits_ld = be->ops->logits_stride(head_width(cfg));
     const size_t B = (size_t)cfg->max_batch, T = (size_t)cfg->seq_len, L = (size_t)cfg->n_layer, BT = B * T;
 
     m->tensors = dt_calloc(5 + L * P_PER_LAYER, sizeof *m->tensors, "tensor table");
@@ -447,6 +450,20 @@ static float *hp(const dt_model *m, float *base, int k) { /* 0 ln_f.w, 1 ln_f.b,
 }
 
 /* ---- forward ---- */
+
+/* The head's cross-entropy over `rows` rows of logits: the losses and, for training on a backend
+ * that fuses it, the logits' gradient in place in the same pass (no probabilities; backward
+ * uses it as it is); else the probabilities in place; and the predictions when asked. */
+static void head_xent(dt_model *m, int rows, int predict, float scale) {
+    const dt_ops *o = m->be->ops;
+    void *ctx = m->be->ctx;
+    const int V = head_width(&m->cfg), ld = m->logits_ld;
+    m->logits_are_grads = !predict && o->xent_fused;
+    m->fused_scale = scale;
+    if (m->logits_are_grads) o->xent_fused(ctx, m->losses, m->logits, m->logits, m->targets_dev, scale, rows, V, ld);
+    else o->xent_fwd(ctx, m->losses, m->logits, m->logits, m->targets_dev, rows, V, ld);
+    if (predict) o->argmax(ctx, m->argmax_dev, m->logits, rows, V, ld);
+}
 
 
 static dt_status forward(dt_model *m, const int *tokens, const int *targets, int B, dt_fwd_result *res, int predict,
@@ -510,13 +527,7 @@ static dt_status forward(dt_model *m, const int *tokens, const int *targets, int
         o->gather_rows(ctx, m->pooled_in, x, m->rows_dev, B, C);
         o->layernorm_fwd(ctx, m->lnf, m->lnf_mean, m->lnf_rstd, m->pooled_in, hp(m, m->params, 0), hp(m, m->params, 1), B, C);
         o->matmul_fwd(ctx, m->logits, m->lnf, hp(m, m->params, 2), NULL, B, C, NL, ld, 1);
-        /* training on a backend that fuses it: the losses and the logits' gradient in one pass,
-         * no probabilities (predictions and evaluation keep them) */
-        m->logits_are_grads = !predict && o->xent_fused;
-        m->fused_scale = scale;
-        if (m->logits_are_grads) o->xent_fused(ctx, m->losses, m->logits, m->logits, m->targets_dev, scale, B, NL, ld);
-        else o->xent_fwd(ctx, m->losses, m->logits, m->logits, m->targets_dev, B, NL, ld);
-        if (predict) o->argmax(ctx, m->argmax_dev, m->logits, B, NL, ld);
+        head_xent(m, B, predict, scale);
         o->download(ctx, m->host_losses, m->losses, (size_t)B * sizeof(float));
         if (predict) o->download(ctx, m->host_argmax, m->argmax_dev, (size_t)B * sizeof(int));
         if (!m->logits_are_grads) o->download(ctx, m->host_probs, m->logits, (size_t)B * ld * dt_dtype_size(m->act_dtype));
@@ -538,12 +549,7 @@ static dt_status forward(dt_model *m, const int *tokens, const int *targets, int
     } else {
         o->layernorm_fwd(ctx, m->lnf, m->lnf_mean, m->lnf_rstd, x, hp(m, m->params, 0), hp(m, m->params, 1), BT, C);
         o->matmul_fwd(ctx, m->logits, m->lnf, m->params + m->tensors[0].offset, NULL, BT, C, V, ld, 1);
-        /* training on a backend that fuses it: the losses and the logits' gradient in one pass */
-        m->logits_are_grads = !predict && o->xent_fused;
-        m->fused_scale = scale;
-        if (m->logits_are_grads) o->xent_fused(ctx, m->losses, m->logits, m->logits, m->targets_dev, scale, BT, V, ld);
-        else o->xent_fwd(ctx, m->losses, m->logits, m->logits, m->targets_dev, BT, V, ld);
-        if (predict) o->argmax(ctx, m->argmax_dev, m->logits, BT, V, ld);
+        head_xent(m, BT, predict, scale);
         o->download(ctx, m->host_losses, m->losses, (size_t)BT * sizeof(float));
         if (predict) o->download(ctx, m->host_argmax, m->argmax_dev, (size_t)BT * sizeof(int));
         for (int i = 0; i < BT; i++) {

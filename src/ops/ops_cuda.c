@@ -617,22 +617,20 @@ static void cu_matmul_fwd(void *ctx, dt_act *out, const dt_act *inp, const float
 static void matmul_bwd_weights(cuda_ctx *c, float *dw, float *dbias, const dt_act *dout, const dt_act *inp, int M, int K,
                                int N, int ldo, int w_trans) {
     const int a16 = c->bf16;
-    if (dw) {
-        if (w_trans) /* dW(N,K) += dout^T inp: dW^T (K x N) = inp^T (K x M) (dout^T)^T (M x N) */
-            gemm(c, 0, 1, K, N, M, inp, a16, K, 0, dout, a16, ldo, 0, dw, 0, K, 0, 1, 1.0f, 1.0f, NULL, NULL);
-        else if (dbias) { /* dW(K,N) += inp^T dout: dW^T (N x K) = dout^T (N x M) inp (M x K) */
-            /* and the bias gradient, the sums of dout^T's rows, in the same product (BGRADA) into
-             * scratch, then added: cuBLASLt overwrites it, gradient accumulation needs += */
-            float *bg = scratch(c, SCR_WORK, (size_t)N * sizeof(float), "kernel scratch");
-            const gemm_epi e = {EPI_BGRADA, bg, 0};
-            if (!bg) return;
-            if (!gemm(c, 0, 1, N, K, M, dout, a16, ldo, 0, inp, a16, K, 0, dw, 0, N, 0, 1, 1.0f, 1.0f, NULL, &e)) {
-                if (c->err == DT_OK) CK(dtk_add(c->s, DTK_F32, dbias, dbias, bg, (size_t)N));
-                return;
-            }
+    if (dw && w_trans) /* dW(N,K) += dout^T inp: dW^T (K x N) = inp^T (K x M) (dout^T)^T (M x N) */
+        gemm(c, 0, 1, K, N, M, inp, a16, K, 0, dout, a16, ldo, 0, dw, 0, K, 0, 1, 1.0f, 1.0f, NULL, NULL);
+    else if (dw) { /* dW(K,N) += inp^T dout: dW^T (N x K) = dout^T (N x M) inp (M x K) */
+        /* with a bias: its gradient, the sums of dout^T's rows, in the same product (BGRADA) into
+         * scratch, then added (cuBLASLt overwrites it, gradient accumulation needs +=) */
+        float *bg = dbias ? scratch(c, SCR_WORK, (size_t)N * sizeof(float), "kernel scratch") : NULL;
+        const gemm_epi e = {EPI_BGRADA, bg, 0};
+        if (dbias && !bg) return;
+        if (gemm(c, 0, 1, N, K, M, dout, a16, ldo, 0, inp, a16, K, 0, dw, 0, N, 0, 1, 1.0f, 1.0f, NULL, bg ? &e : NULL))
             gemm(c, 0, 1, N, K, M, dout, a16, ldo, 0, inp, a16, K, 0, dw, 0, N, 0, 1, 1.0f, 1.0f, NULL, NULL);
-        } else
-            gemm(c, 0, 1, N, K, M, dout, a16, ldo, 0, inp, a16, K, 0, dw, 0, N, 0, 1, 1.0f, 1.0f, NULL, NULL);
+        else if (bg) { /* the epilogue ran */
+            if (c->err == DT_OK) CK(dtk_add(c->s, DTK_F32, dbias, dbias, bg, (size_t)N));
+            return;
+        }
     }
     if (dbias && c->err == DT_OK) { /* no product to fuse it with, or no epilogue: our column sums */
         size_t wb = dtk_bias_bwd_work_bytes(M, N);

@@ -1059,6 +1059,19 @@ static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     return DT_OK;
 }
 
+/* logging.profile_step that this run will not reach, or on a backend without a profiler range:
+ * said once at start instead of silently profiling nothing */
+static void note_profile_step(const trainer *t) {
+    const long want = t->r.cfg->logging.profile_step;
+    if (!want || !t->r.metrics) return;
+    if (!t->r.be->ops->profile)
+        dt_metrics_info(t->r.metrics, "note: logging.profile_step %ld: the %s backend has no profiler range; nothing "
+                        "is profiled", want, t->r.be->ops->name);
+    else if (want <= t->step || want > t->total)
+        dt_metrics_info(t->r.metrics, "note: logging.profile_step %ld is outside the steps this run trains (%ld..%ld): "
+                        "nothing is profiled", want, t->step + 1, t->total);
+}
+
 /* logging.profile_step: the profiler's range starts and ends with the device idle, so that it
  * holds one step's work and nothing queued before or after it */
 static dt_status profile_range(run *r, int on) {
@@ -1300,6 +1313,7 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
     if (st == DT_OK) st = make_optimizer(t);
     if (st == DT_OK) st = initial_weights(t);
     if (st == DT_OK) report_start(t);
+    if (st == DT_OK) note_profile_step(t);
     int stop = 0;
     while (st == DT_OK && t->step < t->total && !stop && !t->early_stop) {
         dt_train_point p;
