@@ -20,13 +20,15 @@ __device__ inline XentMS xent_ms_add(XentMS a, float v) {
     }
     return a;
 }
-// commutative (the warp butterfly needs combine(a, b) and combine(b, a) to give the same bits).
+// commutative (the warp butterfly needs combine(a, b) and combine(b, a) to give the same bits:
+// the explicit _rn operations keep nvcc from fusing one side's product into the sum, which
+// would round the two orders differently).
 // A side that saw only -inf and NaN has m = -inf: its s * exp(-inf) is 0, or NaN when it saw a
 // NaN, which then reaches the loss, as the CPU's sum of exps carries it.
 __device__ inline XentMS xent_ms_combine(XentMS a, XentMS b) {
     const float m = fmaxf(a.m, b.m);
     if (m == -INFINITY) return XentMS{m, a.s + b.s};
-    return XentMS{m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+    return XentMS{m, __fadd_rn(__fmul_rn(a.s, expf(a.m - m)), __fmul_rn(b.s, expf(b.m - m)))};
 }
 // Over the whole block (blockDim.x a multiple of 32); every thread gets the same result.
 __device__ inline XentMS xent_ms_block(XentMS v) {
