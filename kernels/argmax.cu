@@ -46,19 +46,19 @@ extern "C" cudaError_t dtk_argmax(cudaStream_t s, dtk_type t, int *idx, const vo
     return cudaGetLastError();
 }
 
-template <typename A> static __device__ void add_bias(void *out_, const float *bias, size_t total, int N) {
+template <typename A> static __device__ void add_bias(void *out_, const float *bias, size_t total, int N, int add) {
     A *out = (A *)out_;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
-        dtk_st(out, i, dtk_ld(out, i) + bias[i % (size_t)N]);
+        dtk_st(out, i, add ? dtk_ld(out, i) + bias[i % (size_t)N] : bias[i % (size_t)N]);
 }
-DTK_ACT_KERNELS(add_bias, (void *out, const float *bias, size_t total, int N), (out, bias, total, N))
+DTK_ACT_KERNELS(add_bias, (void *out, const float *bias, size_t total, int N, int add), (out, bias, total, N, add))
 
-extern "C" cudaError_t dtk_add_bias(cudaStream_t s, dtk_type t, void *out, const float *bias, int M, int N) {
+extern "C" cudaError_t dtk_add_bias(cudaStream_t s, dtk_type t, void *out, const float *bias, int M, int N, int add) {
     size_t total = (size_t)M * (size_t)N;
     if (total == 0) return cudaSuccess;
     size_t blocks = (total + 255) / 256;
     if (blocks > 65536) blocks = 65536;
-    if (t == DTK_BF16) dtk_add_bias_bf16<<<(unsigned)blocks, 256, 0, s>>>(out, bias, total, N);
-    else dtk_add_bias_f32<<<(unsigned)blocks, 256, 0, s>>>(out, bias, total, N);
+    if (t == DTK_BF16) dtk_add_bias_bf16<<<(unsigned)blocks, 256, 0, s>>>(out, bias, total, N, add);
+    else dtk_add_bias_f32<<<(unsigned)blocks, 256, 0, s>>>(out, bias, total, N, add);
     return cudaGetLastError();
 }

@@ -129,12 +129,16 @@ cudaError_t dtk_sumsq(cudaStream_t s, double *out, const float *x, size_t n, voi
 /* idx(N) = column of the largest element of row n of x(N,V), rows ld >= V apart, the first
  * one on ties (kernels/argmax.cu) */
 cudaError_t dtk_argmax(cudaStream_t s, dtk_type t, int *idx, const void *x, int N, int V, int ld);
-/* out(M,N) += bias(N) on every row (kernels/argmax.cu; used where cuBLASLt offers no bias
- * epilogue for a shape) */
-cudaError_t dtk_add_bias(cudaStream_t s, dtk_type t, void *out, const float *bias, int M, int N);
+/* out(M,N) += bias(N) on every row, or with add 0 out = bias (kernels/argmax.cu; used where
+ * cuBLASLt offers no bias epilogue for a shape: a bf16 product then adds onto the bias rows,
+ * rounding once, as the epilogue does) */
+cudaError_t dtk_add_bias(cudaStream_t s, dtk_type t, void *out, const float *bias, int M, int N, int add);
 
 /* out(n) = bf16 round-to-nearest-even of in(n) */
 cudaError_t dtk_cast_bf16(cudaStream_t s, dtk_bf16 *out, const float *in, size_t n);
+/* the same over `rows` rows of `cols` elements, `ld` apart in in and out: the columns from
+ * cols to ld are neither read nor written (a padded output's padding) */
+cudaError_t dtk_cast_bf16_rows(cudaStream_t s, dtk_bf16 *out, const float *in, size_t rows, size_t cols, size_t ld);
 /* out(n) = in(n) as float32 (exact); the nccl collective's DT_WIRE_BF16 */
 cudaError_t dtk_widen_bf16(cudaStream_t s, float *out, const dtk_bf16 *in, size_t n);
 

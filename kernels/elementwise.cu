@@ -53,6 +53,15 @@ static __global__ void dtk_cast_bf16_kernel(__nv_bfloat16 *out, const float *in,
     GRID_STRIDE(i, n) out[i] = __float2bfloat16_rn(in[i]);
 }
 
+// rows of `cols` elements, `ld` apart in both: only those columns are written
+static __global__ void dtk_cast_bf16_rows_kernel(__nv_bfloat16 *out, const float *in, size_t rows, size_t cols,
+                                                 size_t ld) {
+    GRID_STRIDE(i, rows * cols) {
+        const size_t k = i / cols * ld + i % cols;
+        out[k] = __float2bfloat16_rn(in[k]);
+    }
+}
+
 static __global__ void dtk_widen_bf16_kernel(float *out, const __nv_bfloat16 *in, size_t n) {
     GRID_STRIDE(i, n) out[i] = __bfloat162float(in[i]);
 }
@@ -88,6 +97,14 @@ extern "C" cudaError_t dtk_scale(cudaStream_t s, float *x, size_t n, float scale
 extern "C" cudaError_t dtk_cast_bf16(cudaStream_t s, dtk_bf16 *out, const float *in, size_t n) {
     if (n == 0) return cudaSuccess;
     dtk_cast_bf16_kernel<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, in, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dtk_cast_bf16_rows(cudaStream_t s, dtk_bf16 *out, const float *in, size_t rows, size_t cols,
+                                          size_t ld) {
+    if (rows == 0 || cols == 0) return cudaSuccess;
+    if (ld == cols) return dtk_cast_bf16(s, out, in, rows * cols);
+    dtk_cast_bf16_rows_kernel<<<dtk_blocks(rows * cols), DTK_THREADS, 0, s>>>(out, in, rows, cols, ld);
     return cudaGetLastError();
 }
 

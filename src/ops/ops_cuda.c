@@ -158,10 +158,14 @@ static int ck_cuda(cuda_ctx *c, cudaError_t e, const char *call, const char *fil
          c->host, c->device, cudaGetErrorString(e), cudaGetErrorName(e));
     return 1;
 }
+static const char *lt_status_name(cublasStatus_t e) {
+    return lt.cublasLtGetStatusString ? lt.cublasLtGetStatusString(e) : "cuBLASLt error";
+}
+
 static int ck_lt(cuda_ctx *c, cublasStatus_t e, const char *call, const char *file, int line) {
     if (e == CUBLAS_STATUS_SUCCESS) return 0;
     fail(c, DT_ERR_DEVICE, "%s failed at %s:%d on rank %d (host %s, GPU %d): %s", call, file, line, c->rank, c->host,
-         c->device, lt.cublasLtGetStatusString ? lt.cublasLtGetStatusString(e) : "cuBLASLt error");
+         c->device, lt_status_name(e));
     return 1;
 }
 #define CK(call) ck_cuda(c, (call), #call, __FILE__, __LINE__)
@@ -288,6 +292,13 @@ static unsigned ptr_align(const void *p) {
     return al;
 }
 
+/* what every product of a batch can be promised: the first's alignment, or the stride's in
+ * bytes where that is less (each starts `stride` elements of `esize` bytes after the last) */
+static unsigned batch_align(const void *p, int batch, long long stride, size_t esize) {
+    unsigned al = ptr_align(p), sal = ptr_align((const void *)(uintptr_t)((size_t)stride * esize));
+    return batch > 1 && sal < al ? sal : al;
+}
+
 static void plan_release(gemm_plan *p) {
     if (!p->used) return;
     if (p->op) lt.cublasLtMatmulDescDestroy(p->op);
@@ -308,6 +319,19 @@ static int make_layout(cuda_ctx *c, cublasLtMatrixLayout_t *l, cudaDataType_t ty
             return 1;
     }
     return 0;
+}
+
+/* DTRAIN_LOG_GEMM_PLANS=1: each plan, once, as it is made, and each refusal (gpu-check.sh's
+ * benchmark log) */
+static int log_plans(void) {
+    static int on = -1;
+    if (on < 0) on = getenv("DTRAIN_LOG_GEMM_PLANS") && strcmp(getenv("DTRAIN_LOG_GEMM_PLANS"), "1") == 0;
+    return on;
+}
+
+static const char *epi_name(int epi) {
+    return epi == EPI_GELU ? ", GELU epilogue" : epi == EPI_DGELU ? ", DGELU epilogue"
+           : epi == EPI_BGRADA ? ", BGRADA epilogue" : "";
 }
 
 /* Descriptors and the heuristic's first algorithm for key `k`; with_bias 0 asks without the
@@ -370,8 +394,16 @@ static int plan_build(cuda_ctx *c, gemm_plan *p, const gemm_key *k, int with_bia
             p->ws = res.workspaceSize;
             p->waves = res.wavesCount;
             r = 0;
-        } else if (hs == CUBLAS_STATUS_SUCCESS || hs == CUBLAS_STATUS_NOT_SUPPORTED) {
+        } else if (hs == CUBLAS_STATUS_SUCCESS || hs == CUBLAS_STATUS_NOT_SUPPORTED ||
+                   with_bias || k->epi != EPI_NONE) {
+            /* an epilogue refused with an error status (INVALID_VALUE, for a combination of
+             * types and epilogue this cuBLASLt lacks) is refused too: the unfused path */
             r = 1;
+            if (log_plans())
+                fprintf(stderr, "dtrain: rank %d: cuBLASLt: no algorithm for m %d n %d k %d, trans %d%d, batch %d, "
+                        "%s in / %s out%s%s (%s)\n", c->rank, k->m, k->n, k->k, k->ta, k->tb, k->batch,
+                        k->bf16 ? "bf16" : "fp32", k->d16 ? "bf16" : "fp32", with_bias ? ", bias epilogue" : "",
+                        epi_name(k->epi), lt_status_name(hs));
         } else {
             CKLT(hs);
         }
@@ -383,9 +415,7 @@ static int plan_build(cuda_ctx *c, gemm_plan *p, const gemm_key *k, int with_bia
 /* DTRAIN_LOG_GEMM_PLANS=1: each plan, once, as it is made (gpu-check.sh's benchmark log): the
  * shape, the types, the epilogue, the alignments and what cuBLASLt chose. */
 static void log_plan(const cuda_ctx *c, const gemm_plan *p) {
-    static int on = -1;
-    if (on < 0) on = getenv("DTRAIN_LOG_GEMM_PLANS") && strcmp(getenv("DTRAIN_LOG_GEMM_PLANS"), "1") == 0;
-    if (!on) return;
+    if (!log_plans()) return;
     const gemm_key *k = &p->key;
     char algo[96] = "";
     int id = -1, tile = -1, stages = -1;
@@ -399,8 +429,7 @@ static void log_plan(const cuda_ctx *c, const gemm_plan *p) {
             "alignment A %u B %u D %u%s%.0u%s%.0u: %sworkspace %zu, waves %.2f\n", c->rank, k->m, k->n, k->k, k->ta,
             k->tb, k->batch, k->bf16 ? "bf16" : "fp32", k->d16 ? "bf16" : "fp32",
             !k->bias ? "no bias" : p->bias_kernel ? "bias kernel" : "bias epilogue",
-            k->epi == EPI_GELU ? ", GELU epilogue" : k->epi == EPI_DGELU ? ", DGELU epilogue"
-            : k->epi == EPI_BGRADA ? ", BGRADA epilogue" : "", k->align_a,
+            epi_name(k->epi), k->align_a,
             k->align_b, k->align_d, k->bias ? " bias " : "", k->bias ? k->align_bias : 0u, k->epi ? " aux " : "",
             k->epi ? k->align_aux : 0u, algo, p->ws, (double)p->waves);
 }
@@ -544,7 +573,9 @@ static int gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A,
     key.lda = lda; key.ldb = ldb; key.ldd = ldd; key.batch = batch; key.bias = bias != NULL; key.bf16 = c->bf16;
     key.d16 = d16;
     key.sa = batch > 1 ? sa : 0; key.sb = batch > 1 ? sb : 0; key.sd = batch > 1 ? sd : 0;
-    key.align_a = ptr_align(a); key.align_b = ptr_align(b); key.align_d = ptr_align(D);
+    const size_t es = c->bf16 ? 2 : 4, ds = d16 ? 2 : 4;
+    key.align_a = batch_align(a, batch, sa, es); key.align_b = batch_align(b, batch, sb, es);
+    key.align_d = batch_align(D, batch, sd, ds);
     key.align_bias = !bias ? 0 : pb ? ptr_align(pb) : 1; /* 1: the bias kernel (no bf16 copy of it) */
     if (e) {
         key.epi = e->kind;
@@ -567,9 +598,9 @@ static int gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A,
         if (!a || !b || !d) return 0;
         key.bf16 = key.d16 = 0;
         pb = bias;
-        key.align_a = ptr_align(a);
-        key.align_b = ptr_align(b);
-        key.align_d = ptr_align(d);
+        key.align_a = batch_align(a, batch, sa, 4);
+        key.align_b = batch_align(b, batch, sb, 4);
+        key.align_d = batch_align(d, batch, sd, 4);
         key.align_bias = bias ? ptr_align(bias) : 0;
         p = plan_get(c, &key, bias, NULL, &none);
     }
@@ -586,12 +617,26 @@ static int gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A,
                                                                               : CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                      &e->aux, sizeof e->aux)))
         return 0;
+    /* the bias kernel (n rows of m): after an fp32 product; under a bf16 one, first, as the rows
+     * the product adds onto with beta 1 (rounded once, as the epilogue's sum: a bf16 product
+     * rounded before the bias is added can lose all of a result the bias cancels) */
+    const int bias_kernel = bias && (p->bias_kernel || !pb);
+    if (bias_kernel && key.d16) {
+        if (CK(dtk_add_bias(c->s, DTK_BF16, d, bias, n, m, 0))) return 0;
+        beta = 1.0f;
+    }
     if (CKLT(lt.cublasLtMatmul(c->lt, p->op, &alpha, a, p->la, b, p->lb, &beta, d, p->ld, d, p->ld, &p->algo, c->lt_ws,
                                LT_WORKSPACE, c->s)))
         return 0;
-    const dtk_type dt = key.d16 ? DTK_BF16 : DTK_F32;
-    if (bias && (p->bias_kernel || !pb) && CK(dtk_add_bias(c->s, dt, d, bias, n, m))) return 0; /* n rows of m */
-    if (d != D) CK(dtk_cast_bf16(c->s, D, d, nd));
+    if (bias_kernel && !key.d16 && CK(dtk_add_bias(c->s, DTK_F32, d, bias, n, m, 1))) return 0;
+    if (d != D) { /* D's m x n blocks, not the columns of its rows past m (a padded output's) */
+        if (batch == 1 || sd == (long long)ldd * n) CK(dtk_cast_bf16_rows(c->s, D, d, (size_t)n * batch, m, ldd));
+        else
+            for (int i = 0; i < batch && c->err == DT_OK; i++) {
+                const size_t o = (size_t)sd * (size_t)i;
+                CK(dtk_cast_bf16_rows(c->s, (dtk_bf16 *)D + o, (const float *)d + o, n, m, ldd));
+            }
+    }
     return 0;
 }
 

@@ -18,14 +18,17 @@
  *   - D overlapping A or B (cuBLASLt does not support an output that aliases an input);
  *   - every matrix, the bias vector and the workspace inside one device allocation (extents
  *     from rows, cols, ld, stride and batch count: a wrong ld or stride shows as an overrun);
- *   - pointers at least as aligned as the preference promised (MIN_ALIGNMENT_*_BYTES);
+ *   - pointers at least as aligned as the preference promised (MIN_ALIGNMENT_*_BYTES), each
+ *     product's of a batch too (the stride's bytes count);
  *   - the algo came from the heuristic for the same shapes, transposes and epilogue.
  * MOCK_LT_NO_BIAS_EPILOGUE=1: the heuristic finds no algorithm with the bias epilogue (as for
  * some shapes on real GPUs), to exercise the caller's fallback. MOCK_LT_NO_BF16=1: it finds none
  * for bf16 inputs (an old GPU, or a shape the library has no kernel for), to exercise the
  * caller's fp32 fallback. MOCK_LT_NO_GELU_EPILOGUE=1: none with a GELU epilogue (the caller's
  * product + GELU kernel); an aux ld not divisible by 8 finds none either, as cuBLASLt requires.
- * MOCK_LT_NO_BGRAD_EPILOGUE=1: none with BGRADA (the caller's column sums).
+ * MOCK_LT_NO_BGRAD_EPILOGUE=1: none with BGRADA (the caller's column sums). Each of the three
+ * set to "invalid" refuses with CUBLAS_STATUS_INVALID_VALUE instead of NOT_SUPPORTED, as real
+ * cuBLASLt can for an epilogue and type combination it lacks.
  * MOCK_LT_TRACE=1 prints every matmul.
  *
  * Deliberately not modelled: which algorithms, epilogues and alignments a real GPU offers
@@ -319,6 +322,12 @@ static uint64_t shape_hash(const mdesc *d, const mlayout *a, const mlayout *b, c
     return h;
 }
 
+/* an epilogue refused by MOCK_LT_NO_*_EPILOGUE: NOT_SUPPORTED, or INVALID_VALUE when it is "invalid" */
+static cublasStatus_t refused(const char *env) {
+    const char *v = getenv(env);
+    return v && strcmp(v, "invalid") == 0 ? CUBLAS_STATUS_INVALID_VALUE : CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t A,
                                               cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C,
                                               cublasLtMatrixLayout_t D, cublasLtMatmulPreference_t pref, int req,
@@ -336,10 +345,11 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
         if (p->al[i] == 0 || (p->al[i] & (p->al[i] - 1)))
             FAIL(CUBLAS_STATUS_INVALID_VALUE, "min alignment %u is not a power of two", p->al[i]);
     *count = 0;
-    if (has_bias(d->epi) && getenv("MOCK_LT_NO_BIAS_EPILOGUE")) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (has_bias(d->epi) && getenv("MOCK_LT_NO_BIAS_EPILOGUE")) return refused("MOCK_LT_NO_BIAS_EPILOGUE");
     /* cuBLASLt: the aux ld must be divisible by 8 */
-    if (has_aux(d->epi) && (d->aux_ld % 8 || getenv("MOCK_LT_NO_GELU_EPILOGUE"))) return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (d->epi == CUBLASLT_EPILOGUE_BGRADA && getenv("MOCK_LT_NO_BGRAD_EPILOGUE")) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (has_aux(d->epi) && d->aux_ld % 8) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (has_aux(d->epi) && getenv("MOCK_LT_NO_GELU_EPILOGUE")) return refused("MOCK_LT_NO_GELU_EPILOGUE");
+    if (d->epi == CUBLASLT_EPILOGUE_BGRADA && getenv("MOCK_LT_NO_BGRAD_EPILOGUE")) return refused("MOCK_LT_NO_BGRAD_EPILOGUE");
     if (L_(A)->type == CUDA_R_16BF && getenv("MOCK_LT_NO_BF16")) return CUBLAS_STATUS_SUCCESS; /* found none */
     memset(&res[0], 0, sizeof res[0]);
     uint64_t *ad = res[0].algo.data;
@@ -495,9 +505,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
                  (unsigned long long)ls[i]->rows, (unsigned long long)ls[i]->cols, (long long)ls[i]->ld, ls[i]->batch,
                  (long long)ls[i]->stride);
         if (mock_check_dev_range(ptr[i], extent(ls[i]), what)) return CUBLAS_STATUS_INVALID_VALUE;
-        if (palign(ptr[i]) < algo->data[2 + i])
-            FAIL(CUBLAS_STATUS_INVALID_VALUE, "%c is %u-byte aligned but the heuristic was told at least %llu", nm[i],
-                 palign(ptr[i]), (unsigned long long)algo->data[2 + i]);
+        /* every product of a batch starts stride elements after the last: as aligned as the
+         * first only when the stride's bytes are */
+        unsigned al = palign(ptr[i]), sal = palign((const void *)(uintptr_t)(ls[i]->stride * tsize(ls[i]->type)));
+        if (ls[i]->batch > 1 && sal < al) al = sal;
+        if (al < algo->data[2 + i])
+            FAIL(CUBLAS_STATUS_INVALID_VALUE, "%c is %u-byte aligned (batch %d, stride %lld) but the heuristic was told "
+                 "at least %llu", nm[i], al, ls[i]->batch, (long long)ls[i]->stride,
+                 (unsigned long long)algo->data[2 + i]);
         if (palign(ptr[i]) < tsize(ls[i]->type)) FAIL(CUBLAS_STATUS_INVALID_VALUE, "%c is not element-aligned", nm[i]);
     }
     if (C != D && overlap(C, extent(c), D, extent(dd)))

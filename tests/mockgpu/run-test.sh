@@ -6,7 +6,9 @@
 #   1. tests/test_ops_backends.c --quick, then in full: every CUDA op against the CPU op
 #   2. --quick again with AddressSanitizer + UBSan: out-of-bounds accesses in the kernels
 #   3. --quick again with the blocks and threads of every kernel in reverse order, and without
-#      cuBLASLt's bias epilogue (ops_cuda.c's fallback kernel); and --quick with mock_att.c, a CPU
+#      cuBLASLt's bias epilogue (ops_cuda.c's fallback kernel); the epilogues refused with
+#      INVALID_VALUE instead of NOT_SUPPORTED (the same fallbacks); without a bf16 algorithm
+#      (MOCK_LT_NO_BF16: the fp32 fallback, which must not write a padded output's padding); and --quick with mock_att.c, a CPU
 #      reference of cuDNN's fused attention (cudnn_att.h), linked in place of cudnn_att.cpp
 #      (test_ops_backends_fused, also with ASan + UBSan): the backend's fused attention path (its
 #      buffers, statistics, workspace) on the shapes cuDNN plans, its own kernels on the others
@@ -84,6 +86,13 @@ step "test_ops_backends --quick, ASan + UBSan" asan.log with_libs "$ASAN" "$ASAN
 step "test_ops_backends --quick, reversed block/thread order, no bias, GELU or BGRADA epilogue" rev.log \
     with_libs "$OPT" env MOCK_ORDER=rev MOCK_LT_NO_BIAS_EPILOGUE=1 MOCK_LT_NO_GELU_EPILOGUE=1 MOCK_LT_NO_BGRAD_EPILOGUE=1 \
     "$OPT/test_ops_backends" --quick
+# the same refusals as INVALID_VALUE (what cuBLASLt may answer for a combination it lacks): the
+# unfused paths again, not a stopped run
+step "test_ops_backends --quick, epilogues refused with INVALID_VALUE" invalid.log \
+    with_libs "$OPT" env MOCK_LT_NO_BIAS_EPILOGUE=invalid MOCK_LT_NO_GELU_EPILOGUE=invalid \
+    MOCK_LT_NO_BGRAD_EPILOGUE=invalid "$OPT/test_ops_backends" --quick
+step "test_ops_backends --quick, no bf16 algorithm (fp32 products on widened copies)" nobf16.log \
+    with_libs "$OPT" env MOCK_LT_NO_BF16=1 "$OPT/test_ops_backends" --quick
 # cuDNN's fused attention as mock_att.c (a CPU reference, on the mock's streams) in place of
 # cudnn_att.cpp: the attention cases whose head size cuDNN plans (a multiple of 8) must run fused;
 # those of head size 1 or 2 fall back to dtrain's kernels, as on a GPU
