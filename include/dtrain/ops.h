@@ -57,6 +57,8 @@ typedef struct dt_backend_cfg {
     int precision; /* products: 1 bf16 inputs (fp32 accumulation), 0 fp32, -1 auto (bf16 where the device has it) */
     int rank;      /* this worker's rank, named in messages */
     int threads;   /* CPU: BLAS/OpenMP threads (<= 0: the libraries' defaults) */
+    int inference; /* 1: forward ops only are expected (generate, predict): no backward plans or
+                      workspaces made ahead (a backward op still works, planned when called) */
 } dt_backend_cfg;
 
 /* The largest call of each op family a model will make (dt_model_op_sizes): what a backend

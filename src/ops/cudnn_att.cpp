@@ -3,9 +3,10 @@
 // NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING: cuDNN is not linked, its symbols are found through the
 // handle this file opens, as the rest of the backend does with cuBLASLt.
 //
-// One graph per direction and shape, built once and cached (building takes up to a second;
-// executing is a launch or a few). Forward: the SDPA node with a causal mask, statistics kept for
-// backward. Backward: the SDPA backward node, deterministic. Q, K and V are read from the qkv
+// One graph per direction and shape, built once when first needed and cached (building takes
+// up to a second; executing is a launch or a few; inference plans the forward only). Forward:
+// the SDPA node with a causal mask, statistics kept for backward. Backward: the SDPA backward
+// node, deterministic. Q, K and V are read from the qkv
 // rows by strides, dQ, dK, dV written into the dqkv rows the same way, as karpathy/llm.c does.
 // Every frontend call that can fail is checked, and exceptions (the frontend throws from its
 // dynamic loader) are caught at this file's C boundary.
@@ -121,7 +122,7 @@ struct dtc_att {
     cudnnHandle_t h = nullptr;
     cudaStream_t s = nullptr;
     std::map<Key, std::shared_ptr<fe::graph::Graph>> fwd, bwd;
-    std::map<Key, size_t> ws;
+    std::map<Key, size_t> ws_fwd, ws_bwd; // each plan's workspace (bytes)
 };
 
 namespace {
@@ -187,21 +188,27 @@ std::string shape_name(const Key &k) {
            std::to_string(k[3]);
 }
 
-// both plans of shape k, built when missing: "" or what cuDNN refused
-std::string plan(dtc_att *a, const Key &k) {
-    if (a->fwd.count(k) && a->bwd.count(k)) return "";
-    std::shared_ptr<fe::graph::Graph> f, b;
-    std::string e = build_fwd(a, k, f);
-    if (!e.empty()) return "forward plan for " + shape_name(k) + ": " + e;
-    e = build_bwd(a, k, b);
-    if (!e.empty()) return "backward plan for " + shape_name(k) + ": " + e;
-    int64_t wf = 0, wb = 0;
-    if (f->get_workspace_size(wf).is_bad() || b->get_workspace_size(wb).is_bad())
-        return "no workspace size for " + shape_name(k);
-    a->fwd[k] = f;
-    a->bwd[k] = b;
-    a->ws[k] = (size_t)(wf > wb ? wf : wb);
+// the forward plan of shape k, and with backward the backward one too, built when missing: ""
+// or what cuDNN refused
+std::string plan(dtc_att *a, const Key &k, bool backward) {
+    for (int bwd = 0; bwd <= (backward ? 1 : 0); bwd++) {
+        auto &plans = bwd ? a->bwd : a->fwd;
+        if (plans.count(k)) continue;
+        std::shared_ptr<fe::graph::Graph> g;
+        std::string e = bwd ? build_bwd(a, k, g) : build_fwd(a, k, g);
+        if (!e.empty()) return std::string(bwd ? "backward" : "forward") + " plan for " + shape_name(k) + ": " + e;
+        int64_t w = 0;
+        if (g->get_workspace_size(w).is_bad() || w < 0) return "no workspace size for " + shape_name(k);
+        plans[k] = g;
+        (bwd ? a->ws_bwd : a->ws_fwd)[k] = (size_t)w;
+    }
     return "";
+}
+
+// the workspace the planned directions need
+size_t workspace(const dtc_att *a, const Key &k, bool backward) {
+    const size_t f = a->ws_fwd.at(k);
+    return backward && a->ws_bwd.at(k) > f ? a->ws_bwd.at(k) : f;
 }
 
 std::string run(dtc_att *a, const fe::graph::Graph &g, std::unordered_map<int64_t, void *> &pack, void *ws) {
@@ -211,12 +218,13 @@ std::string run(dtc_att *a, const fe::graph::Graph &g, std::unordered_map<int64_
     return e.is_good() ? std::string() : "execute: " + e.get_message();
 }
 
-// the shape's plans and enough workspace: "" or why not
-std::string ready(dtc_att *a, const Key &k, size_t ws_bytes) {
-    std::string e = plan(a, k);
-    if (e.empty() && a->ws[k] > ws_bytes)
+// the shape's plan for one direction and enough workspace for it: "" or why not
+std::string ready(dtc_att *a, const Key &k, bool backward, size_t ws_bytes) {
+    std::string e = plan(a, k, backward);
+    const size_t need = e.empty() ? (backward ? a->ws_bwd.at(k) : a->ws_fwd.at(k)) : 0;
+    if (e.empty() && need > ws_bytes)
         e = "the workspace has " + std::to_string(ws_bytes) + " bytes, " + shape_name(k) + " needs " +
-            std::to_string(a->ws[k]);
+            std::to_string(need);
     return e;
 }
 
@@ -272,15 +280,16 @@ extern "C" void dtc_att_close(dtc_att *a) {
     delete a;
 }
 
-extern "C" int dtc_att_plan(dtc_att *a, int B, int T, int NH, int HS, size_t *ws, char *why, size_t n) {
+extern "C" int dtc_att_plan(dtc_att *a, int B, int T, int NH, int HS, int backward, size_t *ws, char *why,
+                            size_t n) {
     return guarded(why, n, [&] {
         const Key k = {B, NH, T, HS};
-        std::string e = plan(a, k);
+        std::string e = plan(a, k, backward != 0);
         if (!e.empty()) {
             say(why, n, e);
             return -1;
         }
-        *ws = a->ws[k];
+        *ws = workspace(a, k, backward != 0);
         return 0;
     });
 }
@@ -289,7 +298,7 @@ extern "C" int dtc_att_fwd(dtc_att *a, void *out, float *stats, const void *qkv,
                            size_t ws_bytes, char *why, size_t n) {
     return guarded(why, n, [&] {
         const Key k = {B, NH, T, HS};
-        std::string e = ready(a, k, ws_bytes);
+        std::string e = ready(a, k, false, ws_bytes);
         if (e.empty()) {
             const size_t C = (size_t)NH * HS;
             float scale = 1.0f / std::sqrt((float)HS);
@@ -310,7 +319,7 @@ extern "C" int dtc_att_bwd(dtc_att *a, void *dqkv, const void *dout, const void 
                            size_t n) {
     return guarded(why, n, [&] {
         const Key k = {B, NH, T, HS};
-        std::string e = ready(a, k, ws_bytes);
+        std::string e = ready(a, k, true, ws_bytes);
         if (e.empty()) {
             const size_t C = (size_t)NH * HS;
             float scale = 1.0f / std::sqrt((float)HS);

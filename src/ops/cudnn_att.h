@@ -30,18 +30,19 @@ typedef struct dtc_att dtc_att;
 dtc_att *dtc_att_open(cudaStream_t s, char *why, size_t n);
 void dtc_att_close(dtc_att *a); /* accepts NULL */
 
-/* Builds, or finds built, the forward and backward plans for B x NH heads of T positions and
- * HS features (plans are cached per shape; building is slow, running is not). 0: both exist,
- * *ws is the largest workspace either needs (bytes); -1: cuDNN cannot run this shape here, why
- * says what it refused. */
-int dtc_att_plan(dtc_att *a, int B, int T, int NH, int HS, size_t *ws, char *why, size_t n);
+/* Builds, or finds built, the forward plan for B x NH heads of T positions and HS features, and
+ * with `backward` the backward plan too (plans are cached per shape and direction; building is
+ * slow, running is not). 0: they exist, *ws is the largest workspace they need (bytes); -1:
+ * cuDNN cannot run this shape here, why says what it refused. */
+int dtc_att_plan(dtc_att *a, int B, int T, int NH, int HS, int backward, size_t *ws, char *why, size_t n);
 
 /* out(B,T,C) and stats(B,NH,T) from qkv(B,T,3C), bf16 (raw 16-bit) buffers, scale 1/sqrt(HS);
- * ws of at least dtc_att_plan's bytes. Plans the shape first when needed. 0, or -1 with why. */
+ * ws of at least dtc_att_plan's bytes (backward 0). Plans the shape first when needed. 0, or -1
+ * with why. */
 int dtc_att_fwd(dtc_att *a, void *out, float *stats, const void *qkv, int B, int T, int NH, int HS, void *ws,
                 size_t ws_bytes, char *why, size_t n);
 /* dqkv(B,T,3C) (overwritten) from dout(B,T,C), with qkv, out and stats as forward used and
- * made them. Deterministic. 0, or -1 with why. */
+ * made them; ws of at least dtc_att_plan's bytes (backward 1). Deterministic. 0, or -1 with why. */
 int dtc_att_bwd(dtc_att *a, void *dqkv, const void *dout, const void *qkv, const void *out, const float *stats, int B,
                 int T, int NH, int HS, void *ws, size_t ws_bytes, char *why, size_t n);
 

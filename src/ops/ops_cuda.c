@@ -138,6 +138,7 @@ typedef struct cuda_ctx {
     dtc_att *att;       /* cuDNN's fused attention (cudnn_att.h), opened when first needed */
     struct { int T, C, NH, fused; } att_geo[8]; /* what runs each attention geometry: cuDNN or our kernels */
     int n_att_geo, att_noted;
+    int inference; /* dt_backend_cfg's: attention plans the forward only until a backward comes */
     dt_status err;      /* first failure (DT_OK while healthy) */
     char err_msg[1024];
 } cuda_ctx;
@@ -737,12 +738,17 @@ static void cu_matmul_gelu_bwd(void *ctx, dt_act *dinp, dt_act *tmp, float *dw, 
 
 #define ATT_STATS_BYTES(B, T, NH) ((size_t)(B) * (size_t)(NH) * (size_t)(T) * sizeof(float))
 #define ATT_PROBS_BYTES(B, T, NH) ((size_t)(B) * (size_t)(NH) * (size_t)(T) * (size_t)(T) * sizeof(float))
-/* cuDNN's workspace before a device says (--dry-run): an fp32 (B,T,C), what the deterministic
- * backward accumulates dQ in */
-#define ATT_WS_GUESS(btc) ((btc) * sizeof(float))
+/* cuDNN's workspace before a device says (--dry-run): the deterministic backward's as the cuDNN
+ * frontend (1.32, scaled_dot_product_flash_attention.h) routes it on Hopper, dP in 16 bits for
+ * B x NH x T x T padded to 64 rows and 128 columns (the largest of its padding rules), and the
+ * softmax sums, (B,NH,T) floats. On a device the plan's own size (dtc_att_plan) is reserved. */
+#define ATT_ROUND(x, r) (((size_t)(x) + (r) - 1) / (r) * (r))
+#define ATT_WS_GUESS(B, T, NH) ((size_t)(B) * (size_t)(NH) * (ATT_ROUND(T, 64) * ATT_ROUND(T, 128) * 2 + \
+                                                             (size_t)(T) * sizeof(float)))
 
 /* 1 when attention of geometry (T,C,NH) runs through cuDNN: decided on its first call, by
- * planning batch B, and kept for every batch size. */
+ * planning batch B (forward and backward; the forward only for inference), and kept for every
+ * batch size. */
 static int att_fused(cuda_ctx *c, int B, int T, int C, int NH) {
     for (int i = 0; i < c->n_att_geo; i++)
         if (c->att_geo[i].T == T && c->att_geo[i].C == C && c->att_geo[i].NH == NH) return c->att_geo[i].fused;
@@ -756,7 +762,7 @@ static int att_fused(cuda_ctx *c, int B, int T, int C, int NH) {
         snprintf(why, sizeof why, "DTRAIN_CUDNN_ATTENTION=0");
     } else {
         if (!c->att) c->att = dtc_att_open(c->s, why, sizeof why);
-        fused = c->att && dtc_att_plan(c->att, B, T, NH, C / NH, &ws, why, sizeof why) == 0;
+        fused = c->att && dtc_att_plan(c->att, B, T, NH, C / NH, !c->inference, &ws, why, sizeof why) == 0;
     }
     if (fused && !scratch(c, SCR_CUDNN, ws, "the cuDNN attention workspace")) return 0;
     if (why[0] && !fused && !c->att_noted++) {
@@ -778,10 +784,11 @@ static int cu_attention_bytes(void *ctx, int B, int T, int C, int NH, int bf16, 
     return !fused;
 }
 
-/* cuDNN's workspace for this shape (planned when new); NULL after a failure */
-static void *att_workspace(cuda_ctx *c, int B, int T, int C, int NH, size_t *ws) {
+/* cuDNN's workspace for this shape, for the forward or with `backward` for both directions
+ * (planned when new); NULL after a failure */
+static void *att_workspace(cuda_ctx *c, int B, int T, int C, int NH, int backward, size_t *ws) {
     char why[640];
-    if (dtc_att_plan(c->att, B, T, NH, C / NH, ws, why, sizeof why) != 0) {
+    if (dtc_att_plan(c->att, B, T, NH, C / NH, backward, ws, why, sizeof why) != 0) {
         fail(c, DT_ERR_DEVICE, "cuDNN attention on rank %d (host %s, GPU %d): %s (hint: DTRAIN_CUDNN_ATTENTION=0 "
              "runs dtrain's kernels instead)", c->rank, c->host, c->device, why);
         return NULL;
@@ -796,7 +803,7 @@ static void att_failed(cuda_ctx *c, const char *what, const char *why) {
 
 static void fused_fwd(cuda_ctx *c, void *out, float *stats, const void *qkv, int B, int T, int C, int NH) {
     size_t ws_bytes = 0;
-    void *ws = att_workspace(c, B, T, C, NH, &ws_bytes);
+    void *ws = att_workspace(c, B, T, C, NH, 0, &ws_bytes);
     char why[640];
     if (ws && dtc_att_fwd(c->att, out, stats, qkv, B, T, NH, C / NH, ws, ws_bytes, why, sizeof why) != 0)
         att_failed(c, "forward", why);
@@ -805,7 +812,7 @@ static void fused_fwd(cuda_ctx *c, void *out, float *stats, const void *qkv, int
 static void fused_bwd(cuda_ctx *c, void *dqkv, const void *dout, const void *qkv, const void *out, const float *stats,
                       int B, int T, int C, int NH) {
     size_t ws_bytes = 0;
-    void *ws = att_workspace(c, B, T, C, NH, &ws_bytes);
+    void *ws = att_workspace(c, B, T, C, NH, 1, &ws_bytes);
     char why[640];
     if (ws && dtc_att_bwd(c->att, dqkv, dout, qkv, out, stats, B, T, NH, C / NH, ws, ws_bytes, why, sizeof why) != 0)
         att_failed(c, "backward", why);
@@ -1125,6 +1132,7 @@ static dt_status cu_open(const dt_backend_cfg *cfg, void **out) {
     if (!c) return DT_ERR_NOMEM;
     c->device = device;
     c->rank = rank;
+    c->inference = cfg->inference;
     if (gethostname(c->host, sizeof c->host) != 0) snprintf(c->host, sizeof c->host, "?");
     c->host[sizeof c->host - 1] = '\0';
     snprintf(c->gpu_name, sizeof c->gpu_name, "?");
@@ -1203,8 +1211,8 @@ static void slot_bytes(const dt_op_sizes *s, int bf16, int with_cub, int fused, 
 
 static size_t cu_scratch_bytes(const dt_op_sizes *s, int bf16) {
     size_t sz[N_SCRATCH], bytes = LT_WORKSPACE;
-    const size_t btc = (size_t)s->att_batch * (size_t)s->att_seq * (size_t)s->att_width;
-    slot_bytes(s, bf16, 0, bf16, ATT_WS_GUESS(btc), sz); /* a device on which cuDNN plans: bf16 fused */
+    /* as on a device on which cuDNN plans: bf16 fused */
+    slot_bytes(s, bf16, 0, bf16, ATT_WS_GUESS(s->att_batch, s->att_seq, s->att_heads), sz);
     for (int i = 0; i < N_SCRATCH; i++) bytes += sz[i] ? slot_round(sz[i]) : 0; /* as scratch() allocates */
     if (bf16) bytes += s->vector * 2; /* the weights' working copy */
     return bytes;
@@ -1218,7 +1226,8 @@ static dt_status cu_reserve(void *ctx, const dt_op_sizes *s) {
                                                 "fp32 matmul operands", "the column reductions' counters"};
     size_t sz[N_SCRATCH], ws = 0;
     const int fused = att_fused(c, s->att_batch, s->att_seq, s->att_width, s->att_heads);
-    if (fused && !att_workspace(c, s->att_batch, s->att_seq, s->att_width, s->att_heads, &ws)) return cu_check(c);
+    if (fused && !att_workspace(c, s->att_batch, s->att_seq, s->att_width, s->att_heads, !c->inference, &ws))
+        return cu_check(c);
     slot_bytes(s, c->bf16, 1, fused, ws, sz);
     for (int i = 0; i < N_SCRATCH; i++)
         if (sz[i] && !scratch(c, i, sz[i], what[i])) break;

@@ -209,7 +209,7 @@ static dt_status export_hf(const dt_export_opts *o, dt_export_result *r) {
     DT_TRY(dt_infer_resolve(&s, &io));
     s.cfg.training.device = DT_DEVICE_CPU; /* the weights pass through host memory only */
     s.cfg.training.precision = DT_PREC_FP32;
-    dt_status st = dt_infer_build(&s.cfg, 0, 0, 1, s.cfg.data.seq_len, &s.be, &s.tok, &s.model);
+    dt_status st = dt_infer_build(&s.cfg, 0, 0, 1, s.cfg.data.seq_len, 0, &s.be, &s.tok, &s.model);
     int score_loaded = 1;
     if (st == DT_OK) st = dt_model_load(s.model, s.weights, &score_loaded);
     if (st == DT_OK && !score_loaded)

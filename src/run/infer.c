@@ -65,15 +65,15 @@ dt_status dt_infer_tokenizer(const dt_config *c, dt_tokenizer **out) {
     return DT_OK;
 }
 
-dt_status dt_infer_build(const dt_config *c, int local_rank, int rank, int batch, int seq_len, dt_backend **be,
-                         dt_tokenizer **tok, dt_model **model) {
+dt_status dt_infer_build(const dt_config *c, int local_rank, int rank, int batch, int seq_len, int training,
+                         dt_backend **be, dt_tokenizer **tok, dt_model **model) {
     *be = NULL;
     *tok = NULL;
     *model = NULL;
     dt_device_kind dev;
     DT_TRY(dt_backend_resolve(c, &dev));
     dt_backend_cfg bc = {.device = local_rank, .precision = backend_precision(c), .rank = rank,
-                         .threads = dt_device_threads_per_worker(c)};
+                         .threads = dt_device_threads_per_worker(c), .inference = !training};
     DT_TRY(dt_backend_open(dev, &bc, be));
     DT_TRY(dt_infer_tokenizer(c, tok));
     dt_model_cfg mc = dt_infer_model_cfg(c, batch, seq_len);
@@ -178,7 +178,7 @@ dt_status dt_infer_open(dt_infer *s, const dt_infer_opts *o) {
     dt_status st = DT_OK;
     /* batch 0: data.batch_size_per_worker (one sequence for a language model, scored line by line) */
     const int batch = o->batch ? o->batch : s->cfg.model.num_labels ? s->cfg.data.batch_size_per_worker : 1;
-    st = dt_infer_build(&s->cfg, 0, 0, batch, o->seq_len ? o->seq_len : s->cfg.data.seq_len, &s->be, &s->tok,
+    st = dt_infer_build(&s->cfg, 0, 0, batch, o->seq_len ? o->seq_len : s->cfg.data.seq_len, 0, &s->be, &s->tok,
                         &s->model);
     int score_loaded = 1;
     if (st == DT_OK) st = dt_model_load(s->model, s->weights, &score_loaded);

@@ -134,8 +134,8 @@ static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_t
     r->reduces = r->world > 1 || r->device_alone;
     /* one worker: its shard is everything (unless the test switch sends it through the collective) */
     r->zero = c->training.zero_stage == 1 && r->reduces;
-    DT_TRY(dt_infer_build(c, local_rank, r->rank, c->data.batch_size_per_worker, c->data.seq_len, &r->be, &r->tok,
-                          &r->model));
+    DT_TRY(dt_infer_build(c, local_rank, r->rank, c->data.batch_size_per_worker, c->data.seq_len, need_train, &r->be,
+                          &r->tok, &r->model));
     size_t b = (size_t)c->data.batch_size_per_worker, T = (size_t)c->data.seq_len;
     r->tokens = dt_malloc(b * T * sizeof(int), "token batch");
     r->targets = dt_malloc(b * T * sizeof(int), "target batch");

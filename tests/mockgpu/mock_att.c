@@ -12,10 +12,11 @@
  *     and accepts NULL; a handle used after its close, or not made by dtc_att_open, is reported.
  *   - dtc_att_plan refuses what cuDNN's SDPA cannot run: a head size that is not a multiple of
  *     8 or is over 128 (and empty shapes), with a reason, so the backend's fallback to its own
- *     kernels is exercised too; otherwise *ws = B*NH*T*HS*4 bytes (what the deterministic
- *     backward's fp32 dQ accumulator would take, and what ops_cuda.c's estimate assumes, so
- *     test_ops_backends' memory case agrees; MOCK_ATT_WS_BYTES=N: N instead, e.g. 0, with which
- *     that case reports the difference).
+ *     kernels is exercised too; otherwise *ws = B*NH*(T64*T128*2 + T*4) bytes, T64 and T128 T
+ *     rounded up to multiples of 64 and 128 (the deterministic backward's dP in 16 bits and the
+ *     softmax sums, as the cuDNN frontend sizes them on Hopper, and what ops_cuda.c's estimate
+ *     assumes, so test_ops_backends' memory case agrees; MOCK_ATT_WS_BYTES=N: N instead, e.g.
+ *     0, with which that case reports the difference).
  *   - dtc_att_fwd / dtc_att_bwd, queued as stream work on the handle's stream (mock_api.h's
  *     mock_enqueue_fn), so they run after the work queued before them (what wrote qkv, dout)
  *     and before the work queued after (what reads out, dqkv), as cuDNN's kernels would:
@@ -150,10 +151,13 @@ static int refuse(int B, int T, int NH, int HS, char *why, size_t n) {
     return 0;
 }
 
-static size_t ws_need(int B, int T, int NH, int HS) {
+static size_t ws_need(int B, int T, int NH, int HS, int backward) {
     const char *e = getenv("MOCK_ATT_WS_BYTES");
     if (e && *e) return (size_t)strtoull(e, NULL, 10);
-    return (size_t)B * (size_t)NH * (size_t)T * (size_t)HS * sizeof(float);
+    (void)HS;
+    const size_t t64 = ((size_t)T + 63) / 64 * 64, t128 = ((size_t)T + 127) / 128 * 128;
+    const size_t sums = (size_t)B * (size_t)NH * (size_t)T * sizeof(float);
+    return backward ? (size_t)B * (size_t)NH * t64 * t128 * 2 + sums : sums;
 }
 
 /* ---------------------------------------------------------------- the API */
@@ -185,7 +189,7 @@ void dtc_att_close(dtc_att *a) {
     __atomic_store_n(&a->closed, 1, __ATOMIC_SEQ_CST);
 }
 
-int dtc_att_plan(dtc_att *a, int B, int T, int NH, int HS, size_t *ws, char *why, size_t n) {
+int dtc_att_plan(dtc_att *a, int B, int T, int NH, int HS, int backward, size_t *ws, char *why, size_t n) {
     if (!live(a, "dtc_att_plan", why, n)) return -1;
     if (!ws) {
         mock_report("cuDNN attention: dtc_att_plan: NULL ws");
@@ -196,8 +200,10 @@ int dtc_att_plan(dtc_att *a, int B, int T, int NH, int HS, size_t *ws, char *why
         if (trace()) fprintf(stderr, "MOCK ATT: plan B %d T %d NH %d HS %d refused: %s\n", B, T, NH, HS, why ? why : "");
         return -1;
     }
-    *ws = ws_need(B, T, NH, HS);
-    if (trace()) fprintf(stderr, "MOCK ATT: plan B %d T %d NH %d HS %d: workspace %zu bytes\n", B, T, NH, HS, *ws);
+    *ws = ws_need(B, T, NH, HS, backward);
+    if (trace())
+        fprintf(stderr, "MOCK ATT: plan B %d T %d NH %d HS %d%s: workspace %zu bytes\n", B, T, NH, HS,
+                backward ? ", forward and backward" : ", forward only", *ws);
     return 0;
 }
 
@@ -230,7 +236,7 @@ static int check_buf(const char *call, unsigned long k, span s, size_t align) {
 static int check_call(const char *call, unsigned long k, int B, int T, int NH, int HS, void *ws, size_t ws_bytes,
                       const span *in, int n_in, const span *out, int n_out, char *why, size_t n) {
     if (refuse(B, T, NH, HS, why, n)) return -1; /* the real one plans first, and fails so */
-    const size_t need = ws_need(B, T, NH, HS);
+    const size_t need = ws_need(B, T, NH, HS, strcmp(call, "backward") == 0);
     if (ws_bytes < need) {
         mock_report("cuDNN attention %s #%lu: the workspace has %zu bytes, B %d T %d NH %d HS %d needs %zu", call, k,
                     ws_bytes, B, T, NH, HS, need);

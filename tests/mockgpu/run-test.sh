@@ -28,7 +28,8 @@
 #   7. the GPU messages of docs/troubleshooting.md: GPUs left unused, more workers than GPUs,
 #      out of GPU memory (MOCK_DEVICE_MEM_MB)
 #   8. dtrain generate (the key/value cache, attention_cached) on the mock GPU: the same greedy
-#      and seeded-sampled text as on the CPU from the same weights
+#      and seeded-sampled text as on the CPU from the same weights; and with cuDNN attention
+#      (dtrain_fused, bf16): only the forward planned
 set -euo pipefail
 [ $# -eq 2 ] || [ $# -eq 3 ] || { echo "usage: $0 SRC BUILD [CUDNN_FRONTEND_INCLUDE]" >&2; exit 2; }
 SRC=$(cd "$1" && pwd)
@@ -307,5 +308,18 @@ same_text() { # greedy, and sampled with a seed (every logit counts: a near-unif
     done
 }
 step "dtrain generate (key/value cache): the same greedy and seeded text on cuda as on cpu" generate.log same_text
+# inference plans cuDNN's forward only (no backward plan, no backward workspace): mock_att.c says
+# which directions each plan has
+fused_generate() {
+    local err=$LOGS/gen-fused.err
+    (cd "$SRC" && MOCK_ATT_TRACE=1 with_libs "$OPT" "$OPT/dtrain_fused" generate --checkpoint "$B/runs/pre-cpu" \
+        --prompt "The " --max-new-tokens 8 --set training.device=cuda --set training.precision=bf16) \
+        >"$LOGS/gen-fused.txt" 2>"$err" || { cat "$err"; return 1; }
+    grep '^MOCK ATT: plan' "$err"
+    grep -q '^MOCK ATT: plan .*, forward only' "$err" || { echo "expected a forward-only cuDNN plan"; return 1; }
+    ! grep -q '^MOCK ATT: plan .*, forward and backward' "$err" || { echo "expected no backward plan"; return 1; }
+    [ -s "$LOGS/gen-fused.txt" ] || { echo "expected generated text"; return 1; }
+}
+step "dtrain generate with cuDNN attention (mock_att.c): the forward planned only" generate-fused.log fused_generate
 
 echo "test_cuda_mock: all passed in $(elapsed "$T0")"
