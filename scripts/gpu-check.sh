@@ -582,6 +582,16 @@ step_bench_dtrain() {
     cat "$WORK/dmon.txt"
     python3 "$ROOT/scripts/dmon-summary.py" "$WORK/dmon.txt" | tee "$WORK/dmon-summary.txt"
   fi
+  # the plans in a few lines for bench.md: how many cuBLASLt made and refused, cuDNN's workspace
+  # against the estimate's, or why attention ran on dtrain's kernels
+  local out="$WORK/bench-dtrain.out"
+  {
+    echo "plans: $(grep -c 'cuBLASLt plan:' "$out") cuBLASLt plans, $(grep -c 'cuBLASLt: no algorithm' "$out") refused"
+    grep -m 5 'cuBLASLt: no algorithm' "$out"
+    grep 'cuDNN attention plan:' "$out"
+    grep -m 1 "attention runs on dtrain's kernels" "$out"
+  } | sed 's/^dtrain: //' >"$WORK/plans.txt"
+  cat "$WORK/plans.txt"
   rm -rf "$WORK/bench-dtrain/checkpoints" "$WORK/bench-dtrain/model.safetensors"  # ~2 GB, not needed
   python3 "$ROOT/scripts/bench-table.py" --dtrain "$WORK/bench-dtrain" --gpu "$GPU_NAME" | tee "$WORK/bench-dtrain.md"
   if [ "$rc" -ne 0 ]; then
@@ -748,7 +758,7 @@ if command -v python3 >/dev/null; then
 else
   echo "no python3: no benchmark table" >"$OUT_DIR/bench.md"
 fi
-for f in dmon-summary.txt profile.md; do  # the benchmark's GPU samples, the profiled step's top kernels
+for f in dmon-summary.txt plans.txt profile.md; do  # the benchmark's GPU samples and plans, the profiled step's top kernels
   [ -s "$WORK/$f" ] && { echo; cat "$WORK/$f"; } >>"$OUT_DIR/bench.md"
 done
 {

@@ -322,8 +322,8 @@ static int make_layout(cuda_ctx *c, cublasLtMatrixLayout_t *l, cudaDataType_t ty
     return 0;
 }
 
-/* DTRAIN_LOG_GEMM_PLANS=1: each plan, once, as it is made, and each refusal (gpu-check.sh's
- * benchmark log) */
+/* DTRAIN_LOG_GEMM_PLANS=1: each cuBLASLt plan, once, as it is made, each refusal, and cuDNN's
+ * attention plan with its workspace (gpu-check.sh's benchmark log) */
 static int log_plans(void) {
     static int on = -1;
     if (on < 0) on = getenv("DTRAIN_LOG_GEMM_PLANS") && strcmp(getenv("DTRAIN_LOG_GEMM_PLANS"), "1") == 0;
@@ -764,6 +764,10 @@ static int att_fused(cuda_ctx *c, int B, int T, int C, int NH) {
         if (!c->att) c->att = dtc_att_open(c->s, why, sizeof why);
         fused = c->att && dtc_att_plan(c->att, B, T, NH, C / NH, !c->inference, &ws, why, sizeof why) == 0;
     }
+    if (fused && log_plans()) /* the workspace the estimate could only assume */
+        fprintf(stderr, "dtrain: rank %d: cuDNN attention plan: B %d T %d NH %d HS %d, %s: workspace %zu bytes "
+                "(--dry-run assumes %zu for training)\n", c->rank, B, T, NH, C / NH,
+                c->inference ? "forward only" : "forward and backward", ws, ATT_WS_GUESS(B, T, NH));
     if (fused && !scratch(c, SCR_CUDNN, ws, "the cuDNN attention workspace")) return 0;
     if (why[0] && !fused && !c->att_noted++) {
         char more[32];
