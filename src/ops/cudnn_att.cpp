@@ -49,15 +49,20 @@ struct Lib {
     std::string error; // empty when loaded
 };
 
+// The frontend opens a CUDA runtime of its own (dtrain's is linked statically): the major
+// dtrain was built with, not the first of .so.12 / .so.13 it finds (the user's
+// CUDNN_FRONTEND_CUDART_LIB_NAME wins). Set while the program starts, before any thread could
+// read the environment (setenv beside a concurrent getenv is undefined).
+const bool cudart_named = [] {
+    const std::string cudart = "libcudart.so." + std::to_string(CUDART_VERSION / 1000);
+    return setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", cudart.c_str(), 0) == 0;
+}();
+
 Lib &lib() {
     static Lib l;
     static std::once_flag once;
     std::call_once(once, [] {
-        // the frontend opens a CUDA runtime of its own (dtrain's is linked statically): the
-        // major dtrain was built with, not the first of .so.12 / .so.13 it finds (the user's
-        // CUDNN_FRONTEND_CUDART_LIB_NAME wins)
-        const std::string cudart = "libcudart.so." + std::to_string(CUDART_VERSION / 1000);
-        setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", cudart.c_str(), 0);
+        (void)cudart_named;
         const std::string soname = "libcudnn.so." + std::to_string(CUDNN_MAJOR);
         l.h = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
         if (!l.h) {
