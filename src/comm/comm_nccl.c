@@ -150,8 +150,13 @@ static dt_status nccl_fail(nccl_ctx *x, ncclResult_t r, const char *call, const 
 static dt_status ck_cuda(nccl_ctx *x, cudaError_t e, const char *call, const char *file, int line) {
     return e == cudaSuccess ? DT_OK : cuda_fail(x, e, call, file, line);
 }
+/* A successful NCCL call may leave a benign CUDA error in this thread's last-error slot (one it
+ * met and handled inside, such as cudaErrorPeerAccessAlreadyEnabled): cleared, or the next
+ * kernel's cudaGetLastError would report it as that kernel's failure. */
 static dt_status ck_nccl(nccl_ctx *x, ncclResult_t r, const char *call, const char *file, int line) {
-    return r == ncclSuccess ? DT_OK : nccl_fail(x, r, call, file, line);
+    if (r != ncclSuccess) return nccl_fail(x, r, call, file, line);
+    (void)cudaGetLastError();
+    return DT_OK;
 }
 
 /* A staging buffer (*p, *have bytes) with at least `bytes` (grown in whole MiB, never shrunk).
@@ -259,6 +264,9 @@ static dt_status wait_done(nccl_ctx *x, double t0, int waited_compute) {
         cudaError_t e = cudaEventQuery(x->done);
         if (e == cudaSuccess) return DT_OK;
         if (e != cudaErrorNotReady) return cuda_fail(x, e, "cudaEventQuery", __FILE__, __LINE__);
+        /* "not ready" is also left as this thread's last error: the next kernel launch's
+         * cudaGetLastError (dtk_*) would return it as its own failure */
+        (void)cudaGetLastError();
         ncclResult_t async = ncclSuccess;
         DT_TRY(NC(ncclCommGetAsyncError, x->comm, &async));
         if (async != ncclSuccess && async != ncclInProgress) {
@@ -271,7 +279,9 @@ static dt_status wait_done(nccl_ctx *x, double t0, int waited_compute) {
         }
         double t = dt_clock_now() - t0;
         if (t > timeout_s) {
-            if (waited_compute && cudaEventQuery(x->waited) == cudaErrorNotReady)
+            const int compute_hung = waited_compute && cudaEventQuery(x->waited) == cudaErrorNotReady;
+            (void)cudaGetLastError(); /* as above */
+            if (compute_hung)
                 return dt_error_set(DT_ERR_DEVICE, "collective timeout: nccl %s on rank %d (host %s, GPU %d) waited "
                                     "%.1f s for the GPU work queued before it on the compute stream, which did not "
                                     "finish (a kernel hung, or the step is slower than the deadline%s)", x->op, x->rank,
@@ -660,6 +670,7 @@ dt_status dt_comm_init_nccl(dt_comm **out, dt_comm *boot, int device, void *comp
     }
     x->comm = comm;
     x->op[0] = '\0';
+    (void)cudaGetLastError(); /* as ck_nccl: a benign error NCCL's init met and handled */
     free(ok);
     *out = c;
     return DT_OK;

@@ -544,7 +544,9 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     push(S(s), (op){.kind = OP_RECORD, .ev = m, .gen = g});
     return cudaSuccess;
 }
-/* cudaSuccess once the stream passed the latest record (or none was made), else NotReady */
+/* cudaSuccess once the stream passed the latest record (or none was made), else NotReady, which
+ * the real runtime also leaves as the thread's last error (cudaGetLastError clears it; PyTorch's
+ * caching allocator had to, pytorch/pytorch#18584): so does this one */
 cudaError_t cudaEventQuery(cudaEvent_t e) {
     mevent *m = EV(e, "cudaEventQuery");
     if (!m) return ret(cudaErrorInvalidResourceHandle);
@@ -552,7 +554,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
     pthread_mutex_lock(&m->mu);
     int done = m->done >= m->rec;
     pthread_mutex_unlock(&m->mu);
-    return done ? cudaSuccess : cudaErrorNotReady;
+    return done ? cudaSuccess : ret(cudaErrorNotReady);
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
     mevent *m = EV(e, "cudaStreamWaitEvent");
