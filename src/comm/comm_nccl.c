@@ -150,9 +150,10 @@ static dt_status nccl_fail(nccl_ctx *x, ncclResult_t r, const char *call, const 
 static dt_status ck_cuda(nccl_ctx *x, cudaError_t e, const char *call, const char *file, int line) {
     return e == cudaSuccess ? DT_OK : cuda_fail(x, e, call, file, line);
 }
-/* A successful NCCL call may leave a benign CUDA error in this thread's last-error slot (one it
- * met and handled inside, such as cudaErrorPeerAccessAlreadyEnabled): cleared, or the next
- * kernel's cudaGetLastError would report it as that kernel's failure. */
+/* A successful NCCL call that shares dtrain's CUDA runtime (a build against the shared one; the
+ * static runtime is an instance of its own) may leave a benign error in this thread's
+ * last-error slot, one it met and handled inside (cudaErrorPeerAccessAlreadyEnabled): cleared,
+ * or the next kernel's cudaGetLastError would report it as that kernel's failure. */
 static dt_status ck_nccl(nccl_ctx *x, ncclResult_t r, const char *call, const char *file, int line) {
     if (r != ncclSuccess) return nccl_fail(x, r, call, file, line);
     (void)cudaGetLastError();
