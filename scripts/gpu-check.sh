@@ -758,7 +758,8 @@ if command -v python3 >/dev/null; then
 else
   echo "no python3: no benchmark table" >"$OUT_DIR/bench.md"
 fi
-for f in dmon-summary.txt plans.txt profile.md; do  # the benchmark's GPU samples and plans, the profiled step's top kernels
+# the benchmark's GPU samples and plans, the profiled step's top kernels
+for f in dmon-summary.txt plans.txt profile.md; do
   [ -s "$WORK/$f" ] && { echo; cat "$WORK/$f"; } >>"$OUT_DIR/bench.md"
 done
 {

@@ -6,8 +6,8 @@
 // One graph per direction and shape, built once when first needed and cached (building takes
 // up to a second; executing is a launch or a few; inference plans the forward only). Forward:
 // the SDPA node with a causal mask, statistics kept for backward. Backward: the SDPA backward
-// node, deterministic. Q, K and V are read from the qkv
-// rows by strides, dQ, dK, dV written into the dqkv rows the same way, as karpathy/llm.c does.
+// node, deterministic. Q, K and V are read from the qkv rows by strides, dQ, dK, dV written
+// into the dqkv rows the same way, as karpathy/llm.c does.
 // Every frontend call that can fail is checked, and exceptions (the frontend throws from its
 // dynamic loader) are caught at this file's C boundary.
 #include "cudnn_att.h"

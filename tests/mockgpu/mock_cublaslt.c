@@ -349,7 +349,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     /* cuBLASLt: the aux ld must be divisible by 8 */
     if (has_aux(d->epi) && d->aux_ld % 8) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (has_aux(d->epi) && getenv("MOCK_LT_NO_GELU_EPILOGUE")) return refused("MOCK_LT_NO_GELU_EPILOGUE");
-    if (d->epi == CUBLASLT_EPILOGUE_BGRADA && getenv("MOCK_LT_NO_BGRAD_EPILOGUE")) return refused("MOCK_LT_NO_BGRAD_EPILOGUE");
+    if (d->epi == CUBLASLT_EPILOGUE_BGRADA && getenv("MOCK_LT_NO_BGRAD_EPILOGUE"))
+        return refused("MOCK_LT_NO_BGRAD_EPILOGUE");
     if (L_(A)->type == CUDA_R_16BF && getenv("MOCK_LT_NO_BF16")) return CUBLAS_STATUS_SUCCESS; /* found none */
     memset(&res[0], 0, sizeof res[0]);
     uint64_t *ad = res[0].algo.data;

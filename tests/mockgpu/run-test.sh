@@ -8,10 +8,11 @@
 #   3. --quick again with the blocks and threads of every kernel in reverse order, and without
 #      cuBLASLt's bias epilogue (ops_cuda.c's fallback kernel); the epilogues refused with
 #      INVALID_VALUE instead of NOT_SUPPORTED (the same fallbacks); without a bf16 algorithm
-#      (MOCK_LT_NO_BF16: the fp32 fallback, which must not write a padded output's padding); and --quick with mock_att.c, a CPU
-#      reference of cuDNN's fused attention (cudnn_att.h), linked in place of cudnn_att.cpp
-#      (test_ops_backends_fused, also with ASan + UBSan): the backend's fused attention path (its
-#      buffers, statistics, workspace) on the shapes cuDNN plans, its own kernels on the others
+#      (MOCK_LT_NO_BF16: the fp32 fallback, which must not write a padded output's padding); and
+#      --quick with mock_att.c, a CPU reference of cuDNN's fused attention (cudnn_att.h), linked
+#      in place of cudnn_att.cpp (test_ops_backends_fused, also with ASan + UBSan): the backend's
+#      fused attention path (its buffers, statistics, workspace) on the shapes cuDNN plans, its
+#      own kernels on the others
 #   4. tests/test_comm_nccl.c, the nccl collective backend (src/comm/comm_nccl.c) with one rank,
 #      against the one-rank NCCL stand-in (mock_nccl.c, as libnccl.so.2), then with ASan + UBSan
 #   5. dtrain itself, the CUDA op table against the CPU one: configs/ci-smoke.yaml for 20 steps
