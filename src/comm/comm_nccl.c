@@ -150,14 +150,8 @@ static dt_status nccl_fail(nccl_ctx *x, ncclResult_t r, const char *call, const 
 static dt_status ck_cuda(nccl_ctx *x, cudaError_t e, const char *call, const char *file, int line) {
     return e == cudaSuccess ? DT_OK : cuda_fail(x, e, call, file, line);
 }
-/* A successful NCCL call that shares dtrain's CUDA runtime (a build against the shared one; the
- * static runtime is an instance of its own) may leave a benign error in this thread's
- * last-error slot, one it met and handled inside (cudaErrorPeerAccessAlreadyEnabled): cleared,
- * or the next kernel's cudaGetLastError would report it as that kernel's failure. */
 static dt_status ck_nccl(nccl_ctx *x, ncclResult_t r, const char *call, const char *file, int line) {
-    if (r != ncclSuccess) return nccl_fail(x, r, call, file, line);
-    (void)cudaGetLastError();
-    return DT_OK;
+    return r == ncclSuccess ? DT_OK : nccl_fail(x, r, call, file, line);
 }
 
 /* A staging buffer (*p, *have bytes) with at least `bytes` (grown in whole MiB, never shrunk).
@@ -255,6 +249,15 @@ static dt_status after_compute(nccl_ctx *x) {
     return CK(cudaStreamWaitEvent, x->stream, x->waited, 0);
 }
 
+/* cudaEventQuery, with its "not ready" cleared from this thread's last error, where the
+ * runtime also leaves it: the next kernel launch's cudaGetLastError (dtk_*) would return it as
+ * its own failure (pytorch/pytorch#18584 met the same) */
+static cudaError_t event_query(cudaEvent_t e) {
+    const cudaError_t r = cudaEventQuery(e);
+    if (r == cudaErrorNotReady) (void)cudaGetLastError();
+    return r;
+}
+
 /* Records `done` after the queued work and polls it until it completes, NCCL reports an
  * error, or the deadline's timeout after t0 (when the collective started) has passed. */
 static dt_status wait_done(nccl_ctx *x, double t0, int waited_compute) {
@@ -262,12 +265,9 @@ static dt_status wait_done(nccl_ctx *x, double t0, int waited_compute) {
     DT_TRY(CK(cudaEventRecord, x->done, x->stream));
     const struct timespec nap = {0, NAP_NS};
     for (;;) {
-        cudaError_t e = cudaEventQuery(x->done);
+        cudaError_t e = event_query(x->done);
         if (e == cudaSuccess) return DT_OK;
         if (e != cudaErrorNotReady) return cuda_fail(x, e, "cudaEventQuery", __FILE__, __LINE__);
-        /* "not ready" is also left as this thread's last error: the next kernel launch's
-         * cudaGetLastError (dtk_*) would return it as its own failure */
-        (void)cudaGetLastError();
         ncclResult_t async = ncclSuccess;
         DT_TRY(NC(ncclCommGetAsyncError, x->comm, &async));
         if (async != ncclSuccess && async != ncclInProgress) {
@@ -280,9 +280,7 @@ static dt_status wait_done(nccl_ctx *x, double t0, int waited_compute) {
         }
         double t = dt_clock_now() - t0;
         if (t > timeout_s) {
-            const int compute_hung = waited_compute && cudaEventQuery(x->waited) == cudaErrorNotReady;
-            (void)cudaGetLastError(); /* as above */
-            if (compute_hung)
+            if (waited_compute && event_query(x->waited) == cudaErrorNotReady)
                 return dt_error_set(DT_ERR_DEVICE, "collective timeout: nccl %s on rank %d (host %s, GPU %d) waited "
                                     "%.1f s for the GPU work queued before it on the compute stream, which did not "
                                     "finish (a kernel hung, or the step is slower than the deadline%s)", x->op, x->rank,
@@ -671,7 +669,6 @@ dt_status dt_comm_init_nccl(dt_comm **out, dt_comm *boot, int device, void *comp
     }
     x->comm = comm;
     x->op[0] = '\0';
-    (void)cudaGetLastError(); /* as ck_nccl: a benign error NCCL's init met and handled */
     free(ok);
     *out = c;
     return DT_OK;

@@ -630,14 +630,13 @@ static int gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A,
                                LT_WORKSPACE, c->s)))
         return 0;
     if (bias_kernel && !key.d16 && CK(dtk_add_bias(c->s, DTK_F32, d, bias, n, m, 1))) return 0;
-    if (d != D) { /* D's m x n blocks, not the columns of its rows past m (a padded output's) */
-        if (batch == 1 || sd == (long long)ldd * n) CK(dtk_cast_bf16_rows(c->s, D, d, (size_t)n * batch, m, ldd));
-        else
-            for (int i = 0; i < batch && c->err == DT_OK; i++) {
-                const size_t o = (size_t)sd * (size_t)i;
-                CK(dtk_cast_bf16_rows(c->s, (dtk_bf16 *)D + o, (const float *)d + o, n, m, ldd));
-            }
-    }
+    /* D's m columns of each row, not those past m (a padded output's); the batches' rows follow
+     * one another (attention's are dense), so they are n * batch rows ldd apart */
+    if (d != D && batch > 1 && sd != (long long)ldd * n)
+        fail(c, DT_ERR_INTERNAL, "gemm: a bf16 output in batches %lld apart, not %lld (rows of %d)", sd,
+             (long long)ldd * n, ldd);
+    else if (d != D)
+        CK(dtk_cast_bf16_rows(c->s, D, d, (size_t)n * (size_t)batch, m, ldd));
     return 0;
 }
 
