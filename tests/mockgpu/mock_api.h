@@ -21,8 +21,8 @@ void mock_report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * returns 1. */
 int mock_check_dev_range(const void *p, size_t bytes, const char *what);
 /* Runs fn(arg) on `stream` in stream order (library work: cuBLASLt products, CUB sorts, NCCL
- * collectives). */
-void mock_enqueue_fn(void *stream, void (*fn)(void *), void *arg);
+ * collectives); `name` says whose (the profiler log, MOCK_PROFILER_LOG). */
+void mock_enqueue_fn(void *stream, const char *name, void (*fn)(void *), void *arg);
 /* A kernel launch: validates the configuration, queues body(closure) for every thread of
  * every block on `stream`; destroy(closure) after the last. */
 void mock_kernel_launch(const char *name, const unsigned g[3], const unsigned b[3], size_t shmem, void *stream,

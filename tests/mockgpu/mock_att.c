@@ -420,7 +420,7 @@ static int enqueue(dtc_att *a, job *tmpl, char *why, size_t n) {
         return -1;
     }
     *j = *tmpl;
-    mock_enqueue_fn((void *)a->s, run_job, j);
+    mock_enqueue_fn((void *)a->s, tmpl->bwd ? "cudnn_sdpa_bwd" : "cudnn_sdpa_fwd", run_job, j);
     return 0;
 }
 

@@ -88,6 +88,9 @@ struct cublasLtContext { uint32_t magic; };
         return (st);                                                                                                   \
     } while (0)
 
+/* the version of the headers it is built with (dtrain doctor compares it with dtrain's) */
+size_t cublasLtGetVersion(void) { return CUBLAS_VERSION; }
+
 const char *cublasLtGetStatusString(cublasStatus_t s) {
     switch (s) {
     case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
@@ -560,6 +563,6 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
                 (long long)b->stride, (long long)dd->stride, j->alpha, j->beta, has_bias(d->epi) ? " +bias" : "",
                 d->epi == CUBLASLT_EPILOGUE_DGELU ? " DGELU" : has_aux(d->epi) ? " GELU"
                 : d->epi == CUBLASLT_EPILOGUE_BGRADA ? " BGRADA" : "");
-    mock_enqueue_fn((void *)s, run_job, j);
+    mock_enqueue_fn((void *)s, "cublasLtMatmul", run_job, j);
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -42,6 +42,7 @@
 #define _GNU_SOURCE
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -296,6 +297,21 @@ static void drain_all(void) {
 }
 
 static unsigned long n_kernels, n_library; /* queued so far (mock_launch_counts) */
+/* MOCK_PROFILER_LOG=FILE: every kernel launch and library call inside a profiler range
+ * (cudaProfilerStart/Stop), one a line, appended to FILE ("kernel NAME GX GY GZ BX BY BZ",
+ * "library NAME"): what gpu-check's rehearsal (gpucheck/ncu) makes ncu's report from */
+static int prof_on;
+static FILE *prof_log;
+static pthread_mutex_t prof_mu = PTHREAD_MUTEX_INITIALIZER;
+__attribute__((format(printf, 1, 2))) static void prof_note(const char *fmt, ...) {
+    if (!__atomic_load_n(&prof_on, __ATOMIC_SEQ_CST) || !prof_log) return;
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&prof_mu);
+    vfprintf(prof_log, fmt, ap);
+    pthread_mutex_unlock(&prof_mu);
+    va_end(ap);
+}
 
 size_t mock_device_in_use(void) {
     pthread_mutex_lock(&reg_mu);
@@ -309,8 +325,9 @@ void mock_launch_counts(unsigned long *kernels, unsigned long *library) {
     *library = __atomic_load_n(&n_library, __ATOMIC_SEQ_CST);
 }
 
-void mock_enqueue_fn(void *st, void (*fn)(void *), void *arg) {
+void mock_enqueue_fn(void *st, const char *name, void (*fn)(void *), void *arg) {
     __atomic_add_fetch(&n_library, 1, __ATOMIC_SEQ_CST);
+    prof_note("library %s\n", name);
     push(S(st), (op){.kind = OP_FN, .fn = fn, .arg = arg});
 }
 
@@ -477,14 +494,16 @@ cudaError_t cudaDeviceSynchronize(void) {
  * and library calls queued inside it, so a test can check that it holds one training step.
  * A start inside a range, or a stop outside one, is an error (the real runtime would not
  * mind; dtrain must not do it). */
-static int prof_on;
 static unsigned long prof_kernels, prof_library;
 cudaError_t cudaProfilerStart(void) {
     if (prof_on) {
         mock_report("cudaProfilerStart: a range is already open");
         return ret(cudaErrorInvalidValue);
     }
-    prof_on = 1;
+    const char *path = getenv("MOCK_PROFILER_LOG");
+    if (path && *path && !prof_log && !(prof_log = fopen(path, "a")))
+        mock_report("cudaProfilerStart: cannot open MOCK_PROFILER_LOG %s: %s", path, strerror(errno));
+    __atomic_store_n(&prof_on, 1, __ATOMIC_SEQ_CST);
     mock_launch_counts(&prof_kernels, &prof_library);
     fprintf(stderr, "MOCK PROFILER: start\n");
     return cudaSuccess;
@@ -496,7 +515,12 @@ cudaError_t cudaProfilerStop(void) {
     }
     unsigned long k, l;
     mock_launch_counts(&k, &l);
-    prof_on = 0;
+    __atomic_store_n(&prof_on, 0, __ATOMIC_SEQ_CST);
+    if (prof_log) {
+        pthread_mutex_lock(&prof_mu);
+        fflush(prof_log);
+        pthread_mutex_unlock(&prof_mu);
+    }
     fprintf(stderr, "MOCK PROFILER: stop: %lu kernel launches and %lu library calls in the range\n", k - prof_kernels,
             l - prof_library);
     return cudaSuccess;
@@ -920,6 +944,7 @@ void mock_kernel_launch(const char *name, const unsigned g[3], const unsigned b[
         return;
     }
     __atomic_add_fetch(&n_kernels, 1, __ATOMIC_SEQ_CST);
+    prof_note("kernel %s %u %u %u %u %u %u\n", name, g[0], g[1], g[2], b[0], b[1], b[2]);
     launch *L = malloc(sizeof *L);
     *L = (launch){name, {g[0], g[1], g[2]}, {b[0], b[1], b[2]}, body, closure, destroy};
     push(S(s), (op){.kind = OP_FN, .fn = run_kernel, .arg = L});

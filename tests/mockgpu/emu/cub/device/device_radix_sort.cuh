@@ -55,7 +55,7 @@ struct DeviceRadixSort {
             mock_check_dev_range(vi, n * sizeof(V), "SortPairs values_in") ||
             mock_check_dev_range(vo, n * sizeof(V), "SortPairs values_out"))
             return cudaErrorInvalidValue;
-        mock_enqueue_fn((void *)s, run<K, V>, new job<K, V>{ki, ko, vi, vo, (size_t)n, b0, b1});
+        mock_enqueue_fn((void *)s, "cub_DeviceRadixSort", run<K, V>, new job<K, V>{ki, ko, vi, vo, (size_t)n, b0, b1});
         return cudaSuccess;
     }
 };
