@@ -35,9 +35,18 @@
 #   GPU_CHECK_FT_STEPS   fine-tune steps per run (default 200)
 #   GPU_CHECK_BENCH_STEPS dtrain benchmark steps (default 40; the first 10 are left out)
 #   GPU_CHECK_PROFILE_STEP the training step ncu records (default 6: past the first steps' plans)
+#   GPU_CHECK_STEPS      the steps to run, by name, comma-separated (default: all): the others say
+#                        SKIP "not selected". For a second run after a fix: e.g.
+#                        GPU_CHECK_STEPS=env,deps,build,finetune (deps and build are what later
+#                        steps stand on; the build is incremental). Names: env deps build
+#                        gpu-tests finetune doctor nccl-alone bench-dtrain torch-eager profile
+#                        sanitizer racecheck torch-compile
 #   testing aids (not for real checks):
 #   GPU_CHECK_SKIP_BUILD=1   reuse an existing build in BUILD_DIR (the build step says SKIP)
 #   GPU_CHECK_FORCE_PREFIX=1 use the third_party/debs prefix even when the system has the libraries
+#   GPU_CHECK_BENCH_CONFIG   the benchmark's and the profile's config (default
+#                            configs/gpt2-124m-bench.yaml; the rehearsal on the mock GPU,
+#                            tests/mockgpu/gpucheck/rehearse.sh, gives a small one)
 set -uo pipefail
 T0=$(date +%s)  # the budget counts from here
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -62,6 +71,12 @@ BENCH_STEPS=${GPU_CHECK_BENCH_STEPS:-40}
 PROFILE_STEP=${GPU_CHECK_PROFILE_STEP:-6}
 SKIP_BUILD=${GPU_CHECK_SKIP_BUILD:-0}
 FORCE_PREFIX=${GPU_CHECK_FORCE_PREFIX:-0}
+BENCH_CONFIG=${GPU_CHECK_BENCH_CONFIG:-configs/gpt2-124m-bench.yaml}
+STEPS=${GPU_CHECK_STEPS:-}
+ALL_STEPS="env deps build gpu-tests finetune doctor nccl-alone bench-dtrain torch-eager profile sanitizer racecheck torch-compile"
+for st in ${STEPS//,/ }; do
+  case " $ALL_STEPS " in *" $st "*) ;; *) echo "gpu-check: GPU_CHECK_STEPS: no step '$st' (steps: $ALL_STEPS)" >&2; exit 2 ;; esac
+done
 PREFIX=$BUILD/prefix
 ENV_FILE=$WORK/deps.env
 NOTE_FILE=$WORK/.step-note
@@ -91,7 +106,7 @@ if [ -n "$NVSMI" ]; then
 fi
 case "$GPU_CC" in [0-9][0-9]|[0-9][0-9][0-9]) ;; *) GPU_CC="" ;; esac
 CUDA_ARCH=${GPU_CHECK_CUDA_ARCH:-${GPU_CC:-90}}
-export PATH ROOT OUT_DIR BUILD WORK DEBS JOBS FT_STEPS BENCH_STEPS PROFILE_STEP SKIP_BUILD FORCE_PREFIX PREFIX ENV_FILE \
+export PATH ROOT OUT_DIR BUILD WORK DEBS JOBS FT_STEPS BENCH_STEPS PROFILE_STEP SKIP_BUILD FORCE_PREFIX BENCH_CONFIG PREFIX ENV_FILE \
   NOTE_FILE ORIG_LD_LIBRARY_PATH CUDA_HOME NVSMI GPU_NAME CUDA_ARCH PYTHONUNBUFFERED=1
 
 # ---- helpers for the steps (exported: each step runs in `timeout ... bash -c STEP`) ----------
@@ -410,20 +425,23 @@ step_gpu_tests() {
     note "$((total - passed - skipped)) of $total failed: $(sed -n '/The following tests FAILED/,$p' "$WORK/ctest.out" | grep -oE 'test_[a-z0-9_]+ \([^)]*\)' | tr '\n' ' ')"
     return 1
   fi
-  if [ "$passed" -eq 0 ] && [ "$skipped" -gt 0 ]; then
+  if [ "$skipped" -gt 0 ]; then
     gpus=0
     [ -n "$NVSMI" ] && gpus=$(timeout 15 "$NVSMI" -L 2>/dev/null | grep -c '^GPU ')
     # each test's own reason: the lines of its output that say skipped, with ctest's "N: " prefix cut
     why=$(grep -iE 'skipped|no usable GPU|no GPU' "$WORK/ctest.out" | grep -vE 'Test +#[0-9]+: |did not run|^[[:space:]]*[0-9]+ - ' |
       sed -E 's/^[0-9]+: //' | sort -u | head -4 | tr '\n' ';')
+    # a GPU test skips only when it sees no usable GPU: with one listed, that is what to find out
     if [ "$gpus" -gt 0 ]; then
-      note "FAIL: all $skipped GPU tests skipped while nvidia-smi lists $gpus GPU(s): ${why:-no reason printed}"
+      note "FAIL: $([ "$passed" -eq 0 ] && echo "all $skipped" || echo "$skipped of $total") GPU tests skipped while nvidia-smi lists $gpus GPU(s): ${why:-no reason printed}"
       return 1
     fi
-    note "all $skipped skipped, and nvidia-smi lists no GPU: ${why:-no reason printed}"
-    return 77
+    if [ "$passed" -eq 0 ]; then
+      note "all $skipped skipped, and nvidia-smi lists no GPU: ${why:-no reason printed}"
+      return 77
+    fi
   fi
-  note "$passed passed, $skipped skipped: $(grep -E 'Test +#[0-9]+: ' "$WORK/ctest.out" | awk '{print $4}' | tr '\n' ' ')"
+  note "$passed passed, $skipped skipped: $(grep -E 'Test +#[0-9]+: ' "$WORK/ctest.out" | awk '{print $4}' | paste -sd ' ')"
 }
 
 step_sanitizer() {
@@ -503,7 +521,7 @@ step_finetune() {
   local gpu
   gpu=$(grep -o '"gpu":[0-9]*,"gpu_util_pct":[^,]*,"gpu_mem_mb":[^,]*' "$WORK/ft-cuda/metrics.jsonl" 2>/dev/null | tail -1)
   note "$(grep -m1 '^max deviation' "$WORK/compare.out"); $(grep -E '^(PASS|FAIL)' "$WORK/compare.out" | head -1);" \
-    "NVML: ${gpu:-no GPU samples ($(grep -m1 -o 'no GPU samples.*' "$WORK/ft-cuda.out" || echo 'none taken'))}"
+    "NVML: ${gpu:-$(grep -m1 -o 'no GPU samples.*' "$WORK/ft-cuda.out" || echo 'no GPU samples taken')}"
   return "$rc"
 }
 
@@ -570,8 +588,8 @@ step_bench_dtrain() {
     "$NVSMI" dmon -s pucm -d 1 >"$WORK/dmon.txt" 2>&1 &
     dmon_pid=$!
   fi
-  echo "--- DTRAIN_LOG_GEMM_PLANS=1 dtrain --config configs/gpt2-124m-bench.yaml, $BENCH_STEPS steps (each cuBLASLt plan logged once)"
-  DTRAIN_LOG_GEMM_PLANS=1 timeout -k 5 $((STEP_LIMIT - 15)) "$BUILD/dtrain" --config configs/gpt2-124m-bench.yaml --set "run.dir=$WORK/bench-dtrain" \
+  echo "--- DTRAIN_LOG_GEMM_PLANS=1 dtrain --config $BENCH_CONFIG, $BENCH_STEPS steps (each cuBLASLt plan logged once)"
+  DTRAIN_LOG_GEMM_PLANS=1 timeout -k 5 $((STEP_LIMIT - 15)) "$BUILD/dtrain" --config "$BENCH_CONFIG" --set "run.dir=$WORK/bench-dtrain" \
     --set "data.train_path=$WORK/bench-data/train.bin" --set "training.max_steps=$BENCH_STEPS" \
     --set logging.phase_times=true --set checkpoint.resume=never --progress never 2>&1 | tee "$WORK/bench-dtrain.out"
   local rc=${PIPESTATUS[0]}
@@ -631,7 +649,7 @@ step_profile() {
   echo "--- $ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv dtrain ... logging.profile_step=$step"
   timeout -k 5 $((STEP_LIMIT - 10)) "$ncu" --profile-from-start off --clock-control none --metrics gpu__time_duration.sum \
     --csv --print-units base --print-kernel-base function --log-file "$WORK/ncu.csv" \
-    "$BUILD/dtrain" --config configs/gpt2-124m-bench.yaml --set "run.dir=$WORK/profile" \
+    "$BUILD/dtrain" --config "$BENCH_CONFIG" --set "run.dir=$WORK/profile" \
     --set "data.train_path=$WORK/bench-data/train.bin" --set "training.max_steps=$step" --set "logging.profile_step=$step" \
     --set checkpoint.every_steps=0 --set checkpoint.resume=never --progress never 2>&1 | tee "$WORK/profile.out"
   local rc=${PIPESTATUS[0]}
@@ -696,6 +714,13 @@ run_step() {
   [ "$left" -lt "$limit" ] && limit=$left
   start_h=$(date +%H:%M:%S)
   rm -f "$NOTE_FILE"
+  if [ -n "$STEPS" ] && [[ ",$STEPS," != *",$name,"* ]]; then
+    note="not selected (GPU_CHECK_STEPS=$STEPS)"
+    echo "== $name: not run: $note" >"$log"
+    SUMMARY+=("$(printf '%-14s %-5s %5s  %s  %s  %s' "$name" SKIP 0 "$start_h" "$start_h" "$note")")
+    echo "[gpu-check] $start_h $name: SKIP - $note"
+    return
+  fi
   if [ "$limit" -lt "$min" ]; then
     [ "$left" -lt 0 ] && left=0
     note="out of time: $left s left, needs $min (GPU_CHECK_BUDGET_S=$BUDGET)"
