@@ -273,7 +273,7 @@ static ncclResult_t collective(const char *call, const void *send, void *recv, s
     c->pending++;
     c->seq++;
     pthread_mutex_unlock(&c->mu);
-    mock_enqueue_fn(stream, run_job, j);
+    mock_enqueue_fn(stream, call, run_job, j);
     return ncclSuccess;
 }
 

@@ -31,6 +31,9 @@
 #   8. dtrain generate (the key/value cache, attention_cached) on the mock GPU: the same greedy
 #      and seeded-sampled text as on the CPU from the same weights; and with cuDNN attention
 #      (dtrain_fused, bf16): only the forward planned
+#   9. scripts/gpu-check.sh rehearsed on the mock GPU (gpucheck/rehearse.sh): every step it runs
+#      on a GPU, with stand-ins for nvidia-smi, ncu and compute-sanitizer, must pass, and
+#      bench.md and the packed logs hold what they should
 set -euo pipefail
 [ $# -eq 2 ] || [ $# -eq 3 ] || { echo "usage: $0 SRC BUILD [CUDNN_FRONTEND_INCLUDE]" >&2; exit 2; }
 SRC=$(cd "$1" && pwd)
@@ -322,5 +325,9 @@ fused_generate() {
     [ -s "$LOGS/gen-fused.txt" ] || { echo "expected generated text"; return 1; }
 }
 step "dtrain generate with cuDNN attention (mock_att.c): the forward planned only" generate-fused.log fused_generate
+
+# ---- scripts/gpu-check.sh, its steps for a GPU run through on the mock one (about 90 s) ----
+step "scripts/gpu-check.sh rehearsed on the mock GPU (gpucheck/rehearse.sh)" gpucheck.log \
+    bash "$M/gpucheck/rehearse.sh" "$SRC" "$OPT" "$B/gpucheck"
 
 echo "test_cuda_mock: all passed in $(elapsed "$T0")"

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# rehearse.sh SRC OPT DIR — scripts/gpu-check.sh run through on the mock GPU (test_cuda_mock's
+# last step), so that its steps for a GPU, which a machine without one skips, have run before a
+# GPU is lent for minutes. OPT: a mock build (tests/mockgpu/Makefile: dtrain_fused,
+# test_ops_backends, test_comm_nccl and the mock libraries); DIR: where the rehearsal works
+# (wiped). The GPU's tools are this folder's stand-ins, first on PATH: nvidia-smi (one H200 and
+# its dmon samples), ncu (the mock runtime's list of what ran in the profiled step, as ncu's
+# CSV, with made-up times) and compute-sanitizer (runs the program; the mock's own checks are
+# the findings). The build step reuses "a build" of wrappers around the mock programs
+# (GPU_CHECK_SKIP_BUILD=1); the benchmark runs a small model (bench-mock.yaml); the PyTorch
+# references are not selected (GPU_CHECK_STEPS). What it proves: every step's commands,
+# arguments, parsing and verdicts, bench.md and the packed logs. What it cannot: anything a GPU,
+# cuDNN, ncu or compute-sanitizer would say.
+#   1. every selected step PASSes, the build is reused (SKIP), the summary says PASS, exit 0;
+#   2. bench.md: the dtrain row with a step time, the cuBLASLt plans and cuDNN's attention plan
+#      against the estimate, the dmon samples, the profiled step's top kernels;
+#   3. $OUT holds summary.txt, bench.md and gpu-check-logs.tar.gz with every step's log;
+#   4. a GPU test that skips (sees no GPU) while nvidia-smi lists one: gpu-tests FAILs, saying why;
+#   5. GPU_CHECK_STEPS naming no step: exit 2 before anything runs.
+set -euo pipefail
+[ $# -eq 3 ] || { echo "usage: $0 SRC OPT DIR" >&2; exit 2; }
+SRC=$(cd "$1" && pwd)
+OPT=$(cd "$2" && pwd)
+mkdir -p "$3"
+D=$(cd "$3" && pwd)
+TOOLS=$SRC/tests/mockgpu/gpucheck
+rm -rf "$D/build" "$D/out" "$D/work" "$D/gpus" "$D/nogpus"
+mkdir -p "$D/build" "$D/gpus/0000:00:00.0" "$D/nogpus"
+fail() { echo "FAIL: $*"; exit 1; }
+
+# "the build": wrappers that run the mock programs with the mock libraries first, one mock GPU
+# (fake_gpus.c) and the driver's NVML as the fake one (the launcher's GPU samples); GPUS: that
+# GPU's folder, or an empty one (no GPU seen)
+wrap() { # NAME PROGRAM GPUS
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} MOCK_GPUS_DIR=%s %s exec %s "$@"\n' \
+        "$OPT:$OPT/nvml" "$3" "FAKE_NVML_GPUS=00000000:3B:00.0=87/30720/143771/61/412" "$2" >"$D/build/$1"
+    chmod +x "$D/build/$1"
+}
+build() { # GPUS
+    wrap dtrain "$OPT/dtrain_fused" "$1"
+    wrap test_ops_backends "$OPT/test_ops_backends" "$1"
+    wrap test_comm_nccl "$OPT/test_comm_nccl" "$1"
+}
+build "$D/gpus"
+# the GPU tests as CMake registers them (label gpu), and one of label mockgpu that fails if run:
+# gpu-tests must select the label exactly
+cat >"$D/build/CTestTestfile.cmake" <<EOF
+add_test(test_ops_backends "$D/build/test_ops_backends" "--quick")
+set_tests_properties(test_ops_backends PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77)
+add_test(test_comm_nccl "$D/build/test_comm_nccl")
+set_tests_properties(test_comm_nccl PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77)
+add_test(test_cuda_mock "false")
+set_tests_properties(test_cuda_mock PROPERTIES LABELS "unit;mockgpu")
+EOF
+
+check() { # OUT WORK [GPU_CHECK_... settings]: gpu-check.sh with the stand-ins
+    local out=$1 work=$2
+    shift 2
+    (cd "$SRC" && env PATH="$TOOLS:$PATH" GPU_CHECK_SKIP_BUILD=1 GPU_CHECK_BUILD_DIR="$D/build" GPU_CHECK_WORK="$work" \
+        GPU_CHECK_FT_STEPS=10 GPU_CHECK_BENCH_STEPS=12 GPU_CHECK_PROFILE_STEP=2 \
+        GPU_CHECK_BENCH_CONFIG=tests/mockgpu/gpucheck/bench-mock.yaml GPU_CHECK_BUDGET_S=900 OUT="$out" "$@" \
+        bash scripts/gpu-check.sh)
+}
+result() { awk -v s="$2" '$1 == s { print $2 }' "$1/summary.txt"; }
+
+# ---- 1-3: the whole run ----
+STEPS=env,deps,build,gpu-tests,finetune,doctor,nccl-alone,bench-dtrain,profile,sanitizer,racecheck
+rc=0
+check "$D/out" "$D/work" GPU_CHECK_STEPS=$STEPS || rc=$?
+echo "--- the rehearsal's summary and bench.md are above; its checks:"
+[ -f "$D/out/summary.txt" ] || fail "no summary.txt"
+for s in ${STEPS//,/ }; do
+    want=PASS
+    [ "$s" = build ] && want=SKIP # reused (GPU_CHECK_SKIP_BUILD=1)
+    got=$(result "$D/out" "$s")
+    [ "$got" = "$want" ] || fail "step $s: $got, expected $want: $(grep "^$s " "$D/out/summary.txt")"
+done
+for s in torch-eager torch-compile; do
+    grep -q "^$s .*SKIP .*not selected" "$D/out/summary.txt" || fail "step $s: expected SKIP, not selected"
+done
+grep -q '^overall: PASS' "$D/out/summary.txt" || fail "the summary does not say PASS"
+[ $rc -eq 0 ] || fail "gpu-check.sh exited $rc"
+echo "ok: every step passed"
+grep -q '^finetune .*PASS: all 10 steps within the tolerance; NVML: "gpu":0,"gpu_util_pct":87.0,' "$D/out/summary.txt" ||
+    fail "finetune: the note lacks the loss comparison or the GPU's NVML sample"
+B=$D/out/bench.md
+grep -qE '^\| dtrain[^|]*\| *[0-9.]+ \|' "$B" || fail "bench.md: no dtrain row with a step time"
+grep -qE '^plans: [1-9][0-9]* cuBLASLt plans, 0 refused' "$B" || fail "bench.md: no cuBLASLt plans line"
+grep -qE "cuDNN attention plan: .*workspace [0-9]+ bytes \(--dry-run assumes [0-9]+ for training\)" "$B" ||
+    fail "bench.md: no cuDNN attention plan with its workspace"
+grep -qE '^nvidia-smi dmon during the benchmark: [1-9][0-9]* samples' "$B" || fail "bench.md: no dmon samples"
+grep -q 'dtk_' "$B" && grep -q 'cublasLtMatmul_mock_kernel' "$B" || fail "bench.md: no profiled kernels (ours and cuBLASLt's)"
+echo "ok: bench.md has the benchmark row, the plans, the dmon samples and the profiled kernels"
+n=$(find "$D/out" -type f | wc -l)
+[ "$n" -eq 3 ] && [ -f "$D/out/gpu-check-logs.tar.gz" ] || fail "$D/out holds $n files, expected summary.txt, bench.md, gpu-check-logs.tar.gz"
+logs=$(tar -tzf "$D/out/gpu-check-logs.tar.gz" | grep -c '^[0-9][0-9]-.*\.log$')
+[ "$logs" -eq 13 ] || fail "gpu-check-logs.tar.gz holds $logs step logs, expected 13"
+echo "ok: $D/out holds summary.txt, bench.md and the packed logs ($logs steps)"
+
+# ---- 4: a GPU test that skips while nvidia-smi lists a GPU (test_ops_backends, which counts the
+# GPUs as dtrain does, sees none; the mock's test_comm_nccl always sees its one) ----
+build "$D/nogpus"
+rc=0
+check "$D/out-skip" "$D/work-skip" GPU_CHECK_STEPS=gpu-tests GPU_CHECK_PACK=0 >"$D/skip.log" 2>&1 || rc=$?
+build "$D/gpus"
+[ $rc -eq 1 ] && [ "$(result "$D/out-skip" gpu-tests)" = FAIL ] ||
+    { cat "$D/skip.log"; fail "gpu-tests with a GPU test skipped: exit $rc, expected a FAIL"; }
+grep -q "gpu-tests .*FAIL .*1 of 2 GPU tests skipped while nvidia-smi lists 1 GPU(s): .*no device visible" \
+    "$D/out-skip/summary.txt" || { cat "$D/out-skip/summary.txt"; fail "gpu-tests: the FAIL does not say why"; }
+echo "ok: $(grep '^gpu-tests' "$D/out-skip/summary.txt" | cut -c1-160)"
+
+# ---- 5: a step that does not exist ----
+rc=0
+check "$D/out-bad" "$D/work-bad" GPU_CHECK_STEPS=env,benchmark >"$D/bad.log" 2>&1 || rc=$?
+[ $rc -eq 2 ] && grep -q "GPU_CHECK_STEPS: no step 'benchmark'" "$D/bad.log" ||
+    { cat "$D/bad.log"; fail "GPU_CHECK_STEPS=env,benchmark: exit $rc, expected 2 and the list of steps"; }
+echo "ok: $(head -1 "$D/bad.log")"
+echo "rehearse.sh: gpu-check.sh passed its rehearsal on the mock GPU"
