@@ -7,7 +7,8 @@
 the "train" records of RUN_DIR/metrics.jsonl after the first --skip steps (warm-up: CUDA
 context, cuBLASLt heuristics, first-touch allocations), tokens/s = tokens per step / that time.
 --torch NAME=FILE: the JSON line bench/torch_gpt2.py printed (a FILE that is missing, empty or
-says "skipped" gives a row that says so).
+says "skipped" gives a row that says so). Below the table, dtrain's tokens/s over each reference's
+that ran, as a ratio.
 
 MFU = tokens/s * FLOPs per token / peak, FLOPs per token = 6*N + 6*L*C*T (llm.c's estimate:
 6 FLOPs per parameter per token for forward + backward, plus causal attention's score and
@@ -111,6 +112,14 @@ def main(argv=None):
         mfu = "%.1f%%" % (100.0 * tps * FLOPS_PER_TOKEN / peak) if peak else "n/a"
         out.append("| %s | %.1f | %.0f | %s | %s |" % (name, ms, tps, mfu, note))
     out.append("")
+    # the speed against each reference that ran, as a ratio of tokens/s (the same run, the same GPU)
+    base = rows[0][1] if a.dtrain and rows and rows[0][1] else None
+    for name, val, _ in rows[1:] if base else []:
+        if val:
+            out.append("%s / %s: %.2fx the tokens/s (the same run, the same GPU)" % (a.dtrain_name, name,
+                                                                                     base[1] / val[1]))
+    if base and any(val for _, val, _ in rows[1:]):
+        out.append("")
     out.append("GPT-2 124M (N = %d, L=%d, C=%d, T=%d), B=16 per GPU, bf16, GPU: %s. MFU = tokens/s x "
                "(6N + 6LCT = %d FLOPs/token) / %s." % (N_PARAMS, L, C, T, a.gpu or "unknown",
                                                        FLOPS_PER_TOKEN,

@@ -13,7 +13,8 @@
 # cuDNN, ncu or compute-sanitizer would say.
 #   1. every selected step PASSes, the build is reused (SKIP), the summary says PASS, exit 0;
 #   2. bench.md: the dtrain row with a step time, the cuBLASLt plans and cuDNN's attention plan
-#      against the estimate, the dmon samples, the profiled step's top kernels;
+#      against the estimate, the dmon samples, the profiled step's top kernels; and with PyTorch
+#      results (made up, as bench/torch_gpt2.py prints them), the ratio of the speeds;
 #   3. $OUT holds summary.txt, bench.md and gpu-check-logs.tar.gz with every step's log;
 #   4. a GPU test that skips (sees no GPU) while nvidia-smi lists one: gpu-tests FAILs, saying why;
 #   5. GPU_CHECK_STEPS naming no step: exit 2 before anything runs.
@@ -91,6 +92,20 @@ grep -qE "cuDNN attention plan: .*workspace [0-9]+ bytes \(--dry-run assumes [0-
 grep -qE '^nvidia-smi dmon during the benchmark: [1-9][0-9]* samples' "$B" || fail "bench.md: no dmon samples"
 grep -q 'dtk_' "$B" && grep -q 'cublasLtMatmul_mock_kernel' "$B" || fail "bench.md: no profiled kernels (ours and cuBLASLt's)"
 echo "ok: bench.md has the benchmark row, the plans, the dmon samples and the profiled kernels"
+# the PyTorch rows (not run here: no torch), from results as bench/torch_gpt2.py prints them:
+# one that ran at a third of dtrain's tokens/s (as the table rounds them), one skipped; the table
+# says the ratio
+tps=$(sed -n 's/^| dtrain[^|]*| *[0-9.]* | *\([0-9.]*\) |.*/\1/p' "$B")
+echo "{\"mode\": \"eager\", \"ms_per_step\": 1.0, \"tokens_per_s\": $(awk -v t="$tps" 'BEGIN { print t / 3 }'), \"steps\": 20, \"warmup\": 5}" \
+    >"$D/torch-eager.json"
+echo '{"mode": "compile", "skipped": "no CUDA device"}' >"$D/torch-compile.json"
+python3 "$SRC/scripts/bench-table.py" --dtrain "$D/work/bench-dtrain" --torch "torch eager=$D/torch-eager.json" \
+    --torch "torch compile=$D/torch-compile.json" --gpu "NVIDIA H200" >"$D/bench-torch.md"
+grep -qE '^dtrain \(bf16\) / torch eager: (2\.9[5-9]|3\.0[0-5])x the tokens/s \(the same run, the same GPU\)$' \
+    "$D/bench-torch.md" &&
+    grep -q '^| torch compile | - | - | - | skipped: no CUDA device |' "$D/bench-torch.md" ||
+    { cat "$D/bench-torch.md"; fail "bench-table.py: no ratio to torch eager, or the skipped reference not said"; }
+echo "ok: with PyTorch results the table gives the ratio: $(grep -m1 ' / torch eager' "$D/bench-torch.md")"
 n=$(find "$D/out" -type f | wc -l)
 [ "$n" -eq 3 ] && [ -f "$D/out/gpu-check-logs.tar.gz" ] || fail "$D/out holds $n files, expected summary.txt, bench.md, gpu-check-logs.tar.gz"
 logs=$(tar -tzf "$D/out/gpu-check-logs.tar.gz" | grep -c '^[0-9][0-9]-.*\.log$')
