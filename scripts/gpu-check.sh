@@ -36,17 +36,21 @@
 #   GPU_CHECK_BENCH_STEPS dtrain benchmark steps (default 40; the first 10 are left out)
 #   GPU_CHECK_PROFILE_STEP the training step ncu records (default 6: past the first steps' plans)
 #   GPU_CHECK_STEPS      the steps to run, by name, comma-separated (default: all): the others say
-#                        SKIP "not selected". For a second run after a fix: e.g.
-#                        GPU_CHECK_STEPS=env,deps,build,finetune (deps and build are what later
-#                        steps stand on; the build is incremental). Names: env deps build
-#                        gpu-tests finetune doctor nccl-alone bench-dtrain torch-eager profile
-#                        sanitizer racecheck torch-compile
+#                        SKIP "not selected"; env and deps always run (seconds; what the later
+#                        steps stand on). For a second run after a fix: e.g.
+#                        GPU_CHECK_STEPS=build,finetune (the build is incremental). Names: env
+#                        deps build gpu-tests finetune doctor nccl-alone bench-dtrain
+#                        torch-eager profile sanitizer racecheck torch-compile; one that is not
+#                        a step, or none: exit 2 at once
 #   testing aids (not for real checks):
 #   GPU_CHECK_SKIP_BUILD=1   reuse an existing build in BUILD_DIR (the build step says SKIP)
 #   GPU_CHECK_FORCE_PREFIX=1 use the third_party/debs prefix even when the system has the libraries
 #   GPU_CHECK_BENCH_CONFIG   the benchmark's and the profile's config (default
 #                            configs/gpt2-124m-bench.yaml; the rehearsal on the mock GPU,
-#                            tests/mockgpu/gpucheck/rehearse.sh, gives a small one)
+#                            tests/mockgpu/gpucheck/rehearse.sh, gives a small one; bench.md's
+#                            MFU and model line still assume GPT-2 124M)
+#   GPU_CHECK_FT_SET         more --set KEY=VALUE words for both fine-tune runs (the rehearsal:
+#                            a shorter evaluation on the slow mock GPU)
 set -uo pipefail
 T0=$(date +%s)  # the budget counts from here
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -72,11 +76,22 @@ PROFILE_STEP=${GPU_CHECK_PROFILE_STEP:-6}
 SKIP_BUILD=${GPU_CHECK_SKIP_BUILD:-0}
 FORCE_PREFIX=${GPU_CHECK_FORCE_PREFIX:-0}
 BENCH_CONFIG=${GPU_CHECK_BENCH_CONFIG:-configs/gpt2-124m-bench.yaml}
-STEPS=${GPU_CHECK_STEPS:-}
+FT_SET=${GPU_CHECK_FT_SET:-}
 ALL_STEPS="env deps build gpu-tests finetune doctor nccl-alone bench-dtrain torch-eager profile sanitizer racecheck torch-compile"
-for st in ${STEPS//,/ }; do
-  case " $ALL_STEPS " in *" $st "*) ;; *) echo "gpu-check: GPU_CHECK_STEPS: no step '$st' (steps: $ALL_STEPS)" >&2; exit 2 ;; esac
-done
+# GPU_CHECK_STEPS: names split at commas and blanks, each checked, then joined by single commas;
+# env and deps always run (a few seconds: what every later step stands on, deps.env included)
+STEPS=""
+if [ -n "${GPU_CHECK_STEPS:-}" ]; then  # unset or empty: all
+  set -f  # a * in it is not a file name
+  for st in $(printf '%s' "$GPU_CHECK_STEPS" | tr ',' ' '); do
+    case " $ALL_STEPS " in *" $st "*) ;; *) echo "gpu-check: GPU_CHECK_STEPS: no step '$st' (steps: $ALL_STEPS)" >&2; exit 2 ;; esac
+    case ",$STEPS," in *",$st,"*) ;; *) STEPS=${STEPS:+$STEPS,}$st ;; esac
+  done
+  set +f
+  [ -n "$STEPS" ] || { echo "gpu-check: GPU_CHECK_STEPS='$GPU_CHECK_STEPS' names no step (steps: $ALL_STEPS)" >&2; exit 2; }
+  case ",$STEPS," in *,deps,*) ;; *) STEPS=deps,$STEPS ;; esac
+  case ",$STEPS," in *,env,*) ;; *) STEPS=env,$STEPS ;; esac
+fi
 PREFIX=$BUILD/prefix
 ENV_FILE=$WORK/deps.env
 NOTE_FILE=$WORK/.step-note
@@ -106,7 +121,7 @@ if [ -n "$NVSMI" ]; then
 fi
 case "$GPU_CC" in [0-9][0-9]|[0-9][0-9][0-9]) ;; *) GPU_CC="" ;; esac
 CUDA_ARCH=${GPU_CHECK_CUDA_ARCH:-${GPU_CC:-90}}
-export PATH ROOT OUT_DIR BUILD WORK DEBS JOBS FT_STEPS BENCH_STEPS PROFILE_STEP SKIP_BUILD FORCE_PREFIX BENCH_CONFIG PREFIX ENV_FILE \
+export PATH ROOT OUT_DIR BUILD WORK DEBS JOBS FT_STEPS BENCH_STEPS PROFILE_STEP SKIP_BUILD FORCE_PREFIX BENCH_CONFIG FT_SET PREFIX ENV_FILE \
   NOTE_FILE ORIG_LD_LIBRARY_PATH CUDA_HOME NVSMI GPU_NAME CUDA_ARCH PYTHONUNBUFFERED=1
 
 # ---- helpers for the steps (exported: each step runs in `timeout ... bash -c STEP`) ----------
@@ -499,7 +514,8 @@ step_finetune() {
   no_gpu && { skip_without_gpu; return; }
   [ -x "$BUILD/dtrain" ] || { note "$BUILD/dtrain was not built"; return 1; }
   local common=(--config configs/finetune.yaml --set "training.max_steps=$FT_STEPS" --set checkpoint.resume=never
-                --set fault_tolerance.max_restarts=0 --set logging.tensorboard=false --progress never)
+                --set fault_tolerance.max_restarts=0 --set logging.tensorboard=false --progress never) kv
+  for kv in $FT_SET; do common+=(--set "$kv"); done
   local each=$(((STEP_LIMIT - 14) / 2)) rc_cpu rc_gpu rc  # 2 x (each + 2 s to kill) + 10 s to compare
   echo "--- CPU fp32 (reference, limit $each s): dtrain ${common[*]} --set run.dir=$WORK/ft-cpu --set training.device=cpu"
   timeout -k 2 "$each" "$BUILD/dtrain" "${common[@]}" --set "run.dir=$WORK/ft-cpu" --set training.device=cpu 2>&1

@@ -326,7 +326,7 @@ fused_generate() {
 }
 step "dtrain generate with cuDNN attention (mock_att.c): the forward planned only" generate-fused.log fused_generate
 
-# ---- scripts/gpu-check.sh, its steps for a GPU run through on the mock one (about 90 s) ----
+# ---- scripts/gpu-check.sh, its steps for a GPU run through on the mock one (about 80 s) ----
 step "scripts/gpu-check.sh rehearsed on the mock GPU (gpucheck/rehearse.sh)" gpucheck.log \
     bash "$M/gpucheck/rehearse.sh" "$SRC" "$OPT" "$B/gpucheck"
 
