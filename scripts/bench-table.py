@@ -113,13 +113,10 @@ def main(argv=None):
         out.append("| %s | %.1f | %.0f | %s | %s |" % (name, ms, tps, mfu, note))
     out.append("")
     # the speed against each reference that ran, as a ratio of tokens/s (the same run, the same GPU)
-    base = rows[0][1] if a.dtrain and rows and rows[0][1] else None
-    for name, val, _ in rows[1:] if base else []:
-        if val and val[1] > 0:
-            out.append("%s / %s: %.2fx the tokens/s (the same run, the same GPU)" % (a.dtrain_name, name,
-                                                                                     base[1] / val[1]))
-    if base and any(val and val[1] > 0 for _, val, _ in rows[1:]):
-        out.append("")
+    base = rows[0][1] if a.dtrain else None
+    ratios = ["%s / %s: %.2fx the tokens/s (the same run, the same GPU)" % (a.dtrain_name, name, base[1] / val[1])
+              for name, val, _ in rows[1:] if base and val and val[1] > 0]
+    out += ratios + [""] * bool(ratios)
     out.append("GPT-2 124M (N = %d, L=%d, C=%d, T=%d), B=16 per GPU, bf16, GPU: %s. MFU = tokens/s x "
                "(6N + 6LCT = %d FLOPs/token) / %s." % (N_PARAMS, L, C, T, a.gpu or "unknown",
                                                        FLOPS_PER_TOKEN,

@@ -514,8 +514,9 @@ step_finetune() {
   no_gpu && { skip_without_gpu; return; }
   [ -x "$BUILD/dtrain" ] || { note "$BUILD/dtrain was not built"; return 1; }
   local common=(--config configs/finetune.yaml --set "training.max_steps=$FT_STEPS" --set checkpoint.resume=never
-                --set fault_tolerance.max_restarts=0 --set logging.tensorboard=false --progress never) kv
-  for kv in $FT_SET; do common+=(--set "$kv"); done
+                --set fault_tolerance.max_restarts=0 --set logging.tensorboard=false --progress never) kv extra
+  read -r -a extra <<<"$FT_SET"  # words, no file-name expansion
+  for kv in "${extra[@]}"; do common+=(--set "$kv"); done
   local each=$(((STEP_LIMIT - 14) / 2)) rc_cpu rc_gpu rc  # 2 x (each + 2 s to kill) + 10 s to compare
   echo "--- CPU fp32 (reference, limit $each s): dtrain ${common[*]} --set run.dir=$WORK/ft-cpu --set training.device=cpu"
   timeout -k 2 "$each" "$BUILD/dtrain" "${common[@]}" --set "run.dir=$WORK/ft-cpu" --set training.device=cpu 2>&1
@@ -730,16 +731,14 @@ run_step() {
   [ "$left" -lt "$limit" ] && limit=$left
   start_h=$(date +%H:%M:%S)
   rm -f "$NOTE_FILE"
+  note=""
   if [ -n "$STEPS" ] && [[ ",$STEPS," != *",$name,"* ]]; then
     note="not selected (GPU_CHECK_STEPS=$STEPS)"
-    echo "== $name: not run: $note" >"$log"
-    SUMMARY+=("$(printf '%-14s %-5s %5s  %s  %s  %s' "$name" SKIP 0 "$start_h" "$start_h" "$note")")
-    echo "[gpu-check] $start_h $name: SKIP - $note"
-    return
-  fi
-  if [ "$limit" -lt "$min" ]; then
+  elif [ "$limit" -lt "$min" ]; then
     [ "$left" -lt 0 ] && left=0
     note="out of time: $left s left, needs $min (GPU_CHECK_BUDGET_S=$BUDGET)"
+  fi
+  if [ -n "$note" ]; then  # not run
     echo "== $name: not run at $(date -Is): $note" >"$log"
     SUMMARY+=("$(printf '%-14s %-5s %5s  %s  %s  %s' "$name" SKIP 0 "$start_h" "$start_h" "$note")")
     echo "[gpu-check] $start_h $name: SKIP - $note"

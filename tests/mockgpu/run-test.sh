@@ -32,8 +32,8 @@
 #      and seeded-sampled text as on the CPU from the same weights; and with cuDNN attention
 #      (dtrain_fused, bf16): only the forward planned
 #   9. scripts/gpu-check.sh rehearsed on the mock GPU (gpucheck/rehearse.sh): every step it runs
-#      on a GPU, with stand-ins for nvidia-smi, ncu and compute-sanitizer, must pass, and
-#      bench.md and the packed logs hold what they should
+#      on a GPU but the build (reused) and the PyTorch references, with stand-ins for nvidia-smi,
+#      ncu and compute-sanitizer, must pass, and bench.md and the packed logs hold what they should
 set -euo pipefail
 [ $# -eq 2 ] || [ $# -eq 3 ] || { echo "usage: $0 SRC BUILD [CUDNN_FRONTEND_INCLUDE]" >&2; exit 2; }
 SRC=$(cd "$1" && pwd)
@@ -326,7 +326,7 @@ fused_generate() {
 }
 step "dtrain generate with cuDNN attention (mock_att.c): the forward planned only" generate-fused.log fused_generate
 
-# ---- scripts/gpu-check.sh, its steps for a GPU run through on the mock one (about 80 s) ----
+# ---- scripts/gpu-check.sh, its steps for a GPU run through on the mock one (about 90 s) ----
 step "scripts/gpu-check.sh rehearsed on the mock GPU (gpucheck/rehearse.sh)" gpucheck.log \
     bash "$M/gpucheck/rehearse.sh" "$SRC" "$OPT" "$B/gpucheck"
 
