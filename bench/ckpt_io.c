@@ -44,18 +44,18 @@ static long dir_bytes(const char *dir) {
 int main(int argc, char **argv) {
     const char *dir = "/tmp/dtrain-bench-ckpt";
     int reps = 3;
-    dt_model_cfg mc = {.vocab_size = 50257, .n_positions = 1024, .n_layer = 12, .n_head = 12, .n_embd = 768,
-                       .num_labels = 0, .seq_len = 8, .max_batch = 1, .seed = 1};
+    dt_model_cfg mc = {.shape = {.vocab_size = 50257, .n_positions = 1024, .n_layer = 12, .n_head = 12, .n_embd = 768, .num_labels = 0},
+                       .seq_len = 8, .max_batch = 1, .seed = 1};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i];
         int v = atoi(argv[i + 1]);
         if (strcmp(k, "--dir") == 0) dir = argv[i + 1];
         else if (strcmp(k, "--reps") == 0) reps = v;
-        else if (strcmp(k, "--V") == 0) mc.vocab_size = v;
-        else if (strcmp(k, "--P") == 0) mc.n_positions = v;
-        else if (strcmp(k, "--L") == 0) mc.n_layer = v;
-        else if (strcmp(k, "--C") == 0) mc.n_embd = v;
-        else if (strcmp(k, "--H") == 0) mc.n_head = v;
+        else if (strcmp(k, "--V") == 0) mc.shape.vocab_size = v;
+        else if (strcmp(k, "--P") == 0) mc.shape.n_positions = v;
+        else if (strcmp(k, "--L") == 0) mc.shape.n_layer = v;
+        else if (strcmp(k, "--C") == 0) mc.shape.n_embd = v;
+        else if (strcmp(k, "--H") == 0) mc.shape.n_head = v;
         else {
             fprintf(stderr, "usage: bench_ckpt_io [--dir DIR] [--reps K] [--V n --P n --L n --C n --H n]\n");
             return 2;
@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
     dt_config cfg;
     if (dt_config_load_string(&cfg, "bench.yaml", "data: {train_path: none.bin}\n", NULL, 0) != DT_OK) die("config");
     mkdir(dir, 0755);
-    dt_ckpt_state s = {.step = 1, .seed = 1, .world = 1, .global_batch = 1, .train_samples = 1, .model = mc};
+    dt_ckpt_state s = {.step = 1, .seed = 1, .world = 1, .global_batch = 1, .train_samples = 1, .model = mc.shape};
     char ck[4096];
     double best_save = 1e30, best_verify = 1e30, best_load = 1e30;
     for (int r = 0; r < reps; r++) {

@@ -76,8 +76,8 @@ int main(int argc, char **argv) {
     char which[64];
     double peak = sgemm_peak(B * T, C, which, sizeof which);
 
-    dt_model_cfg mc = {.vocab_size = V, .n_positions = T, .n_layer = L, .n_head = H, .n_embd = C,
-                       .num_labels = 0, .seq_len = T, .max_batch = B, .seed = 1};
+    dt_model_cfg mc = {.shape = {.vocab_size = V, .n_positions = T, .n_layer = L, .n_head = H, .n_embd = C, .num_labels = 0},
+                       .seq_len = T, .max_batch = B, .seed = 1};
     dt_model *m;
     if (dt_model_init(&m, &mc, be) != DT_OK) { fprintf(stderr, "%s\n", dt_error_msg()); return 1; }
     int nt = dt_model_num_tensors(m);

@@ -6,8 +6,11 @@
 #   finetune-2w   the same with 2 workers (shm all-reduce)
 #   lm-2w         configs/pretrain.yaml shrunk to 60 steps, 2 workers, grad_accum_steps 2,
 #                 a checkpoint every 20 steps, then resumed for 20 more steps on 1 worker
-# Compared: model.safetensors of each run, and each checkpoint's model.safetensors and
-# optimizer.safetensors. Exit 0 when all are identical, 1 otherwise (naming the files).
+#   then greedy generation from lm-2w (with the key/value cache and without), and predict over
+#   the validation texts with finetune-2w (a classifier) and lm-2w (a language model)
+# Compared: model.safetensors of each run, each checkpoint's model.safetensors and
+# optimizer.safetensors, the generated texts and the predictions. Exit 0 when all are
+# identical, 1 otherwise (naming the files).
 # Environment: WORK (default /tmp/dtrain-same-weights) holds the builds and the runs.
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 BASE [NEW]   (git revisions; NEW defaults to the working tree)" >&2; exit 2; }
@@ -51,6 +54,15 @@ run_all() { # DTRAIN OUT: the trainings, from the repository root (the configs' 
         --set training.max_steps=60 --set training.num_workers=2 >"$out/lm-2w.log"
     "$bin" --config configs/pretrain.yaml "${common[@]}" "${lm[@]}" --set run.dir="$out/lm-2w" \
         --set training.max_steps=80 --set training.num_workers=1 >>"$out/lm-2w.log"
+    # what the trained models say: generated text (the key/value cache, and without it),
+    # a classifier's and a language model's predictions, printed with every digit
+    local gen=(--checkpoint "$out/lm-2w" --prompt "The " --max-new-tokens 48 --temperature 0)
+    "$bin" generate "${gen[@]}" >"$out/generate.txt" 2>/dev/null
+    "$bin" generate "${gen[@]}" --no-cache >"$out/generate-nocache.txt" 2>/dev/null
+    "$bin" predict --checkpoint "$out/finetune-2w" --input data/sentiment/val.tsv --out "$out/predict-cls.jsonl" \
+        --progress never 2>/dev/null
+    "$bin" predict --checkpoint "$out/lm-2w" --input data/tinytext/val.txt --out "$out/predict-lm.jsonl" \
+        --progress never 2>/dev/null
 }
 
 echo "same-weights: building $1"
@@ -68,10 +80,11 @@ while IFS= read -r f; do
         echo "DIFFERS: $f"
         bad=1
     fi
-done < <(cd "$WORK/runs-base" && find . -name 'model.safetensors' -o -name 'optimizer.safetensors' | sort)
-[ "$n" -ge 7 ] || { echo "same-weights: only $n weight files were written (expected >= 7)"; exit 1; }
+done < <(cd "$WORK/runs-base" && { find . -name 'model.safetensors' -o -name 'optimizer.safetensors'; \
+                                    ls generate.txt generate-nocache.txt predict-cls.jsonl predict-lm.jsonl; } | sort)
+[ "$n" -ge 11 ] || { echo "same-weights: only $n files were written (expected >= 11)"; exit 1; }
 for f in $(cd "$WORK/runs-new" && find . -name '*.safetensors' | sort); do
     [ -e "$WORK/runs-base/$f" ] || { echo "only the new binary wrote $f"; bad=1; }
 done
-if [ $bad = 0 ]; then echo "same-weights: all $n weight files are byte-identical"; fi
+if [ $bad = 0 ]; then echo "same-weights: all $n files (weights, generated text, predictions) are byte-identical"; fi
 exit $bad

@@ -29,8 +29,8 @@
 #include "testutil.h"
 
 static dt_model_cfg small_cfg(void) {
-    dt_model_cfg c = {.vocab_size = 300, .n_positions = 16, .n_layer = 2, .n_head = 2, .n_embd = 16,
-                      .num_labels = 3, .seq_len = 16, .max_batch = 2, .seed = 5};
+    dt_model_cfg c = {.shape = {.vocab_size = 300, .n_positions = 16, .n_layer = 2, .n_head = 2, .n_embd = 16, .num_labels = 3},
+                      .seq_len = 16, .max_batch = 2, .seed = 5};
     return c;
 }
 
@@ -64,7 +64,7 @@ static void fixture_free(fixture *f) {
 static dt_ckpt_state state_for(long step, const fixture *f) {
     dt_ckpt_state s = {.step = step, .epoch = 2, .cursor = 48, .seed = 18446744073709551557ull,
                        .config_digest = 0xdeadbeef, .world = 3, .global_batch = 12, .train_samples = 1000};
-    s.model = *dt_model_config(f->m);
+    s.model = dt_model_config(f->m)->shape;
     return s;
 }
 
@@ -127,7 +127,7 @@ static void test_roundtrip(dt_config *cfg) {
     CHECK_INT_EQ(got.train_samples, 1000);
     CHECK_INT_EQ(got.model.n_layer, 2);
     CHECK_INT_EQ(got.model.num_labels, 3);
-    CHECK(dt_ckpt_check_shape(&got, dt_model_config(b.m), dir) == DT_OK);
+    CHECK(dt_ckpt_check_shape(&got, &dt_model_config(b.m)->shape, dir) == DT_OK);
 
     CHECK(dt_ckpt_load(dir, b.m, b.o) == DT_OK);
     CHECK(memcmp(dt_model_params(a.m), dt_model_params(b.m), n * sizeof(float)) == 0);
@@ -152,8 +152,8 @@ static void test_roundtrip(dt_config *cfg) {
 
     /* a shape change is refused, naming the key */
     dt_model_cfg other = small_cfg();
-    other.n_embd = 32;
-    CHECK(dt_ckpt_check_shape(&got, &other, dir) == DT_ERR_CONFIG);
+    other.shape.n_embd = 32;
+    CHECK(dt_ckpt_check_shape(&got, &other.shape, dir) == DT_ERR_CONFIG);
     CHECK_STR_CONTAINS(dt_error_msg(), "model.n_embd: 16, the config says 32: refusing to resume");
 
     /* saving the same step again replaces it whole */

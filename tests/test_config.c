@@ -65,12 +65,12 @@ static void check_defaults(const dt_config *c) {
     CHECK_INT_EQ(c->data.seq_len, 64);
     CHECK_INT_EQ(c->data.shuffle, 1);
     CHECK_STR_EQ(c->model.type, "transformer_like");
-    CHECK_INT_EQ(c->model.n_layer, 2);
-    CHECK_INT_EQ(c->model.n_head, 4);
-    CHECK_INT_EQ(c->model.n_embd, 128);
-    CHECK_INT_EQ(c->model.vocab_size, 257);
-    CHECK_INT_EQ(c->model.n_positions, 64);
-    CHECK_INT_EQ(c->model.num_labels, 0);
+    CHECK_INT_EQ(c->model.shape.n_layer, 2);
+    CHECK_INT_EQ(c->model.shape.n_head, 4);
+    CHECK_INT_EQ(c->model.shape.n_embd, 128);
+    CHECK_INT_EQ(c->model.shape.vocab_size, 257);
+    CHECK_INT_EQ(c->model.shape.n_positions, 64);
+    CHECK_INT_EQ(c->model.shape.num_labels, 0);
     CHECK_STR_EQ(c->model.init_from, "");
     CHECK_INT_EQ(c->eval.every_steps, 100);
     CHECK_INT_EQ(c->eval.max_batches, 0);
@@ -100,7 +100,7 @@ static void test_defaults(void) {
     /* run.dir from the stem of the name; n_positions follows seq_len when absent */
     CHECK_INT_EQ(dt_config_load_string(&cfg, "configs/my.run.yml", MIN "  seq_len: 200\n", NULL, 0), DT_OK);
     CHECK_STR_EQ(cfg.run.dir, "runs/my.run");
-    CHECK_INT_EQ(cfg.model.n_positions, 200);
+    CHECK_INT_EQ(cfg.model.shape.n_positions, 200);
     /* a null string value is the empty string, a quoted "~" is not */
     LOAD_OK(MIN "  val_path: ~\nmodel:\n  init_from:\n  type: gpt2\nrun:\n  dir: \"~\"\n");
     CHECK_STR_EQ(cfg.data.val_path, "");
@@ -206,12 +206,12 @@ static void test_full(void) {
     CHECK_INT_EQ(cfg.data.seq_len, 256);
     CHECK_INT_EQ(cfg.data.shuffle, 0);
     CHECK_STR_EQ(cfg.model.type, "gpt2");
-    CHECK_INT_EQ(cfg.model.n_layer, 6);
-    CHECK_INT_EQ(cfg.model.n_head, 6);
-    CHECK_INT_EQ(cfg.model.n_embd, 384);
-    CHECK_INT_EQ(cfg.model.vocab_size, 50257);
-    CHECK_INT_EQ(cfg.model.n_positions, 1024);
-    CHECK_INT_EQ(cfg.model.num_labels, 0);
+    CHECK_INT_EQ(cfg.model.shape.n_layer, 6);
+    CHECK_INT_EQ(cfg.model.shape.n_head, 6);
+    CHECK_INT_EQ(cfg.model.shape.n_embd, 384);
+    CHECK_INT_EQ(cfg.model.shape.vocab_size, 50257);
+    CHECK_INT_EQ(cfg.model.shape.n_positions, 1024);
+    CHECK_INT_EQ(cfg.model.shape.num_labels, 0);
     CHECK_STR_EQ(cfg.model.init_from, "weights/gpt2.safetensors");
     CHECK_INT_EQ(cfg.eval.every_steps, 50);
     CHECK_INT_EQ(cfg.eval.max_batches, 20);
@@ -275,7 +275,7 @@ static void test_seed_example(void) {
     CHECK_STR_EQ(cfg.data.val_path, "data/val.tsv");
     CHECK_INT_EQ(cfg.data.batch_size_per_worker, 16);
     CHECK_STR_EQ(cfg.model.type, "transformer_like");
-    CHECK_INT_EQ(cfg.model.num_labels, 2);
+    CHECK_INT_EQ(cfg.model.shape.num_labels, 2);
     CHECK_STR_EQ(cfg.run.dir, "runs/finetune");
 
     /* the same as a real file */
@@ -284,7 +284,7 @@ static void test_seed_example(void) {
     CHECK_STR_EQ(cfg.source, path);
     CHECK_STR_EQ(cfg.run.dir, "runs/finetune");
     CHECK_INT_EQ(cfg.training.num_workers, 4);
-    CHECK_INT_EQ(cfg.model.num_labels, 2);
+    CHECK_INT_EQ(cfg.model.shape.num_labels, 2);
 }
 
 static void test_errors(void) {
@@ -667,12 +667,12 @@ static void test_overrides(void) {
             "run.dir=runs/a=b", "checkpoint.resume=auto", "model.init_from=");
     CHECK_STR_EQ(cfg.data.train_path, "d/*.bin");
     CHECK_INT_EQ(cfg.data.seq_len, 32);
-    CHECK_INT_EQ(cfg.model.n_positions, 32);
+    CHECK_INT_EQ(cfg.model.shape.n_positions, 32);
     CHECK_STR_EQ(cfg.run.dir, "runs/a=b");
     CHECK_INT_EQ(cfg.checkpoint.resume, DT_RESUME_AUTO);
     /* an override can fix what the file broke only if the file parses: the file is checked first */
     LOAD_OK(MIN "model:\n  n_head: 5\n", "model.n_head=8");
-    CHECK_INT_EQ(cfg.model.n_head, 8);
+    CHECK_INT_EQ(cfg.model.shape.n_head, 8);
 
     LOAD_ERR("--set training.num_workers=four: training.num_workers: expected an integer in [1, 64], got \"four\"", MIN,
              "training.num_workers=four");
@@ -704,7 +704,7 @@ static void test_overrides(void) {
     /* a missing data.train_path can be given on the command line only */
     LOAD_OK("model: {n_layer: 3}\n", "data.train_path=x.bin");
     CHECK_STR_EQ(cfg.data.train_path, "x.bin");
-    CHECK_INT_EQ(cfg.model.n_layer, 3);
+    CHECK_INT_EQ(cfg.model.shape.n_layer, 3);
 }
 
 /* print -> load gives the same struct, field by field and byte by byte (source aside) */

@@ -34,7 +34,7 @@ static int argmax(const float *x, int V) {
 static void check_against_forward(int T, int C, int NH, int L, int V) {
     dt_backend *be;
     CHECK(dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = 1}, &be) == DT_OK);
-    dt_model_cfg mc = {.vocab_size = V, .n_positions = T + 3, .n_layer = L, .n_head = NH, .n_embd = C,
+    dt_model_cfg mc = {.shape = {.vocab_size = V, .n_positions = T + 3, .n_layer = L, .n_head = NH, .n_embd = C},
                        .seq_len = T, .max_batch = 1, .seed = 7};
     dt_model *m;
     CHECK(dt_model_init(&m, &mc, be) == DT_OK);
@@ -159,8 +159,8 @@ static void collect(void *user, const char *bytes, size_t n) {
 static void test_greedy_is_argmax(void) {
     dt_backend *be;
     CHECK(dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = 1}, &be) == DT_OK);
-    dt_model_cfg mc = {.vocab_size = 257, .n_positions = 64, .n_layer = 2, .n_head = 2, .n_embd = 16, .seq_len = 1,
-                       .max_batch = 1, .seed = 3};
+    dt_model_cfg mc = {.shape = {.vocab_size = 257, .n_positions = 64, .n_layer = 2, .n_head = 2, .n_embd = 16},
+                       .seq_len = 1, .max_batch = 1, .seed = 3};
     dt_model *gm, *fm;
     CHECK(dt_model_init(&gm, &mc, be) == DT_OK);
     const char *prompt = "Hello, ";

@@ -56,7 +56,7 @@ static void grad_check(const char *name, dt_model_cfg cfg, const int *tok, const
         const dt_tensor_info *t = dt_model_tensor(m, ti);
         for (int k = 0; k < 6; k++) {
             size_t j = t->offset + (size_t)(urand() * (double)t->numel);
-            if (strcmp(t->name, "wpe.weight") == 0) j = t->offset + (size_t)(urand() * cfg.seq_len * cfg.n_embd);
+            if (strcmp(t->name, "wpe.weight") == 0) j = t->offset + (size_t)(urand() * cfg.seq_len * cfg.shape.n_embd);
             float orig = p[j];
             p[j] = orig + eps;
             double lp = loss_of(m, tok, tgt, B);
@@ -83,16 +83,16 @@ static void grad_check(const char *name, dt_model_cfg cfg, const int *tok, const
 
 static void test_grads(void) {
     enum { B = 3, T = 6 };
-    dt_model_cfg lm = {.vocab_size = 11, .n_positions = 8, .n_layer = 2, .n_head = 2, .n_embd = 8,
-                       .num_labels = 0, .seq_len = T, .max_batch = 4, .seed = 7};
+    dt_model_cfg lm = {.shape = {.vocab_size = 11, .n_positions = 8, .n_layer = 2, .n_head = 2, .n_embd = 8, .num_labels = 0},
+                       .seq_len = T, .max_batch = 4, .seed = 7};
     int tok[B * T], tgt[B * T];
     for (int i = 0; i < B * T; i++) { tok[i] = (int)(urand() * 11); tgt[i] = (int)(urand() * 11); }
     tgt[4] = -1; /* an ignored position */
     grad_check("lm", lm, tok, tgt, B);
 
     dt_model_cfg cls = lm;
-    cls.vocab_size = 20;
-    cls.num_labels = 3;
+    cls.shape.vocab_size = 20;
+    cls.shape.num_labels = 3;
     int ctok[B * T] = {5, 3, 19, 0, 0, 0, /* pooled at 2 */
                        1, 2, 3, 4, 5, 19, /* pooled at 5 */
                        7, 19, 0, 0, 0, 0};
@@ -109,8 +109,8 @@ static void on_ready(void *user, int bucket) {
 static void test_buckets_and_accum(void) {
     dt_backend *be;
     CHECK(dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = 1}, &be) == DT_OK);
-    dt_model_cfg cfg = {.vocab_size = 13, .n_positions = 6, .n_layer = 3, .n_head = 2, .n_embd = 8,
-                        .num_labels = 0, .seq_len = 5, .max_batch = 4, .seed = 3};
+    dt_model_cfg cfg = {.shape = {.vocab_size = 13, .n_positions = 6, .n_layer = 3, .n_head = 2, .n_embd = 8, .num_labels = 0},
+                        .seq_len = 5, .max_batch = 4, .seed = 3};
     dt_model *m;
     CHECK(dt_model_init(&m, &cfg, be) == DT_OK);
     CHECK_INT_EQ(dt_model_num_params(m), dt_model_count_params(&cfg));
@@ -184,8 +184,8 @@ static void test_weights_io(void) {
     snprintf(hf, sizeof hf, "%s", test_path("hf.safetensors"));
     dt_backend *be;
     CHECK(dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = 1}, &be) == DT_OK);
-    dt_model_cfg cfg = {.vocab_size = 13, .n_positions = 6, .n_layer = 2, .n_head = 2, .n_embd = 8,
-                        .num_labels = 2, .seq_len = 5, .max_batch = 2, .seed = 3};
+    dt_model_cfg cfg = {.shape = {.vocab_size = 13, .n_positions = 6, .n_layer = 2, .n_head = 2, .n_embd = 8, .num_labels = 2},
+                        .seq_len = 5, .max_batch = 2, .seed = 3};
     dt_model *a, *b;
     CHECK(dt_model_init(&a, &cfg, be) == DT_OK);
     dt_model_cfg cfg_b = cfg;
@@ -277,7 +277,7 @@ static void test_weights_io(void) {
 
     /* a different shape is refused with the shapes and a hint */
     dt_model_cfg wide = cfg;
-    wide.n_embd = 16;
+    wide.shape.n_embd = 16;
     dt_model *d;
     CHECK(dt_model_init(&d, &wide, be) == DT_OK);
     CHECK(dt_model_load(d, path, NULL) == DT_ERR_DATA);
@@ -287,7 +287,7 @@ static void test_weights_io(void) {
     CHECK_STR_EQ(dt_error_msg(), msg);
     /* a missing tensor is named */
     dt_model_cfg deep = cfg;
-    deep.n_layer = 3;
+    deep.shape.n_layer = 3;
     dt_model *d3;
     CHECK(dt_model_init(&d3, &deep, be) == DT_OK);
     CHECK(dt_model_load(d3, path, NULL) == DT_ERR_DATA);
@@ -339,10 +339,12 @@ static void test_memory_table(void) {
     fused = counting;
     fused.attention_bytes = stats_attention;
     const dt_model_cfg shapes[] = {
-        {.vocab_size = 67, .n_positions = 16, .n_layer = 2, .n_head = 4, .n_embd = 32, .seq_len = 16, .max_batch = 3},
-        {.vocab_size = 257, .n_positions = 9, .n_layer = 3, .n_head = 3, .n_embd = 12, .num_labels = 3, .seq_len = 9,
-         .max_batch = 5},
-        {.vocab_size = 2, .n_positions = 1, .n_layer = 1, .n_head = 1, .n_embd = 1, .seq_len = 1, .max_batch = 1},
+        {.shape = {.vocab_size = 67, .n_positions = 16, .n_layer = 2, .n_head = 4, .n_embd = 32},
+                   .seq_len = 16, .max_batch = 3},
+        {.shape = {.vocab_size = 257, .n_positions = 9, .n_layer = 3, .n_head = 3, .n_embd = 12, .num_labels = 3},
+                   .seq_len = 9, .max_batch = 5},
+        {.shape = {.vocab_size = 2, .n_positions = 1, .n_layer = 1, .n_head = 1, .n_embd = 1},
+                   .seq_len = 1, .max_batch = 1},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const dt_ops *const variants[] = {&counting, &counting16, &fused};
@@ -362,19 +364,19 @@ static void test_memory_table(void) {
         size_t a32 = dt_model_memory_bytes(&shapes[i], &counting, 0) - p2;
         size_t a16 = dt_model_memory_bytes(&shapes[i], &counting16, 0) - p2;
         CHECK(a16 <= a32);
-        if (shapes[i].n_embd > 1) CHECK(a16 < a32);
+        if (shapes[i].shape.n_embd > 1) CHECK(a16 < a32);
         /* attention's buffers are the backend's: init sizes them by the open backend's answer
          * (half the estimate here), the estimate by its answer without one */
         g_alloc_bytes = 0;
         dt_model *m;
         dt_backend fb = {&fused, cpu->ctx};
         CHECK(dt_model_init(&m, &shapes[i], &fb) == DT_OK);
-        const size_t stats = (size_t)shapes[i].max_batch * shapes[i].n_head * shapes[i].seq_len * sizeof(float);
+        const size_t stats = (size_t)shapes[i].max_batch * shapes[i].shape.n_head * shapes[i].seq_len * sizeof(float);
         const size_t est = dt_model_memory_bytes(&shapes[i], &fused, 0);
         CHECK(est < dt_model_memory_bytes(&shapes[i], &counting, 0) || shapes[i].seq_len == 1);
         /* per layer the estimate holds 2 * stats, init 1 * stats (each rounded to 256 bytes) */
         const size_t r1 = (stats + 255) & ~(size_t)255, r2 = (2 * stats + 255) & ~(size_t)255;
-        CHECK_INT_EQ(est - g_alloc_bytes, (size_t)shapes[i].n_layer * (r2 - r1));
+        CHECK_INT_EQ(est - g_alloc_bytes, (size_t)shapes[i].shape.n_layer * (r2 - r1));
         dt_model_free(m);
     }
     /* the model runs on what it was given: a forward pass through the counted CPU backend */

@@ -705,8 +705,8 @@ static dt_model *model_on(dt_backend *be, const dt_model_cfg *mc) {
  * of the parameter buffer at 4-byte alignment. Loss and every tensor's gradient. */
 static void case_model(const int *s, double tol) {
     const int V = s[0], L = s[1], NH = s[2], C = s[3], T = s[4], B = s[5], num_labels = s[6];
-    dt_model_cfg mc = {.vocab_size = V, .n_positions = T + 8, .n_layer = L, .n_head = NH, .n_embd = C,
-                       .num_labels = num_labels, .seq_len = T, .max_batch = B, .seed = 1234};
+    dt_model_cfg mc = {.shape = {.vocab_size = V, .n_positions = T + 8, .n_layer = L, .n_head = NH, .n_embd = C, .num_labels = num_labels},
+                       .seq_len = T, .max_batch = B, .seed = 1234};
     dt_model *mcpu = model_on(g_ref, &mc), *mdev = model_on(g_dev, &mc);
     int *tok = rand_ints((size_t)B * T, 1, V);
     int *tg = num_labels ? rand_ints((size_t)B, 0, num_labels) : rand_ints((size_t)B * T, 0, V);
@@ -767,8 +767,8 @@ static void case_model(const int *s, double tol) {
  * weights again (with bf16 products: the working copy the AdamW kernel rewrote in the same
  * pass), so a stale or misplaced copy shows up as a different loss. s: steps */
 static void case_training(const int *s, double tol) {
-    dt_model_cfg mc = {.vocab_size = 67, .n_positions = 24, .n_layer = 2, .n_head = 4, .n_embd = 32,
-                       .num_labels = 0, .seq_len = 16, .max_batch = 3, .seed = 99};
+    dt_model_cfg mc = {.shape = {.vocab_size = 67, .n_positions = 24, .n_layer = 2, .n_head = 4, .n_embd = 32, .num_labels = 0},
+                       .seq_len = 16, .max_batch = 3, .seed = 99};
     dt_backend *bes[2] = {g_ref, g_dev};
     dt_model *mod[2];
     dt_optim *opt[2];
@@ -787,7 +787,7 @@ static void case_training(const int *s, double tol) {
         free(segs);
     }
     const int B = 3, T = mc.seq_len;
-    int *tok = rand_ints((size_t)B * T, 0, mc.vocab_size), *tg = rand_ints((size_t)B * T, 0, mc.vocab_size);
+    int *tok = rand_ints((size_t)B * T, 0, mc.shape.vocab_size), *tg = rand_ints((size_t)B * T, 0, mc.shape.vocab_size);
     double worst = 0;
     for (int step = 0; step < s[0]; step++) {
         double loss[2];
@@ -833,8 +833,8 @@ static void case_launches(const int *s, double tol) {
         printf("  %-44s only counted on the mock GPU\n", "kernel launches per training step");
         return;
     }
-    dt_model_cfg mc = {.vocab_size = 128, .n_positions = 32, .n_layer = s[0], .n_head = 2, .n_embd = 16,
-                       .num_labels = 0, .seq_len = 16, .max_batch = 2, .seed = 5};
+    dt_model_cfg mc = {.shape = {.vocab_size = 128, .n_positions = 32, .n_layer = s[0], .n_head = 2, .n_embd = 16, .num_labels = 0},
+                       .seq_len = 16, .max_batch = 2, .seed = 5};
     dt_model *m = model_on(g_dev, &mc);
     const int nt = dt_model_num_tensors(m);
     dt_param_seg *segs = calloc((size_t)nt, sizeof *segs);
@@ -849,7 +849,7 @@ static void case_launches(const int *s, double tol) {
     CHECK_OK(dt_optim_init(&o, &oc, g_dev, dt_model_num_params(m), segs, nt));
     free(segs);
     const int B = 2, T = mc.seq_len;
-    int *tok = rand_ints((size_t)B * T, 0, mc.vocab_size), *tg = rand_ints((size_t)B * T, 0, mc.vocab_size);
+    int *tok = rand_ints((size_t)B * T, 0, mc.shape.vocab_size), *tg = rand_ints((size_t)B * T, 0, mc.shape.vocab_size);
     unsigned long k0 = 0, l0 = 0, k1 = 0, l1 = 0;
     for (int step = 0; step < 2; step++) {
         if (step == 1) mock_launch_counts(&k0, &l0);
@@ -863,19 +863,19 @@ static void case_launches(const int *s, double tol) {
     mock_launch_counts(&k1, &l1);
     const int bf16 = g_dev->ops->bf16(g_dev->ctx);
     printf("  kernel launches per training step, %d layers (%s): %lu kernels + %lu library calls (cuBLASLt, CUB)\n",
-           mc.n_layer, bf16 ? "bf16 products" : "fp32", k1 - k0, l1 - l0);
+           mc.shape.n_layer, bf16 ? "bf16 products" : "fp32", k1 - k0, l1 - l0);
     /* the figures docs/PERFORMANCE.md gives for 12 layers (with cuBLASLt's bias epilogue, as the
      * mock has it unless told otherwise): a change of the launches updates both. Attention on
      * the backend's kernels (the mock's cuDNN makes no handle), or fused (tests/mockgpu's
      * mock_att.c in place of cuDNN: no kernel of ours, one library call forward and one
      * backward a layer in place of six batched products). */
     size_t att_b, datt_b;
-    const int fused = !g_dev->ops->attention_bytes(g_dev->ctx, B, T, mc.n_embd, mc.n_head, bf16, &att_b, &datt_b);
+    const int fused = !g_dev->ops->attention_bytes(g_dev->ctx, B, T, mc.shape.n_embd, mc.shape.n_head, bf16, &att_b, &datt_b);
     const unsigned long want_k = !bf16 ? 240 : fused ? 156 : 384, want_l = fused ? 172 : 220;
     const int plain = !getenv("MOCK_LT_NO_BIAS_EPILOGUE") && !getenv("MOCK_LT_NO_BF16") &&
                       !getenv("MOCK_LT_NO_GELU_EPILOGUE") && !getenv("MOCK_LT_NO_BGRAD_EPILOGUE");
     if (fused) printf("  (attention fused: its kernels are the library's)\n");
-    if (mc.n_layer == 12 && plain && (k1 - k0 != want_k || l1 - l0 != want_l)) {
+    if (mc.shape.n_layer == 12 && plain && (k1 - k0 != want_k || l1 - l0 != want_l)) {
         printf("  FAIL: expected %lu kernels + %lu library calls (docs/PERFORMANCE.md's table): update it if the change "
                "is meant\n", want_k, want_l);
         count_failure(0);
@@ -901,8 +901,8 @@ static void case_memory(const int *s, double tol) {
         return;
     }
     const int L = s[0], NH = s[1], C = s[2], T = s[3], B = s[4], bf16 = g_dev->ops->bf16(g_dev->ctx);
-    dt_model_cfg mc = {.vocab_size = 256, .n_positions = T, .n_layer = L, .n_head = NH, .n_embd = C,
-                       .num_labels = 0, .seq_len = T, .max_batch = B, .seed = 5};
+    dt_model_cfg mc = {.shape = {.vocab_size = 256, .n_positions = T, .n_layer = L, .n_head = NH, .n_embd = C, .num_labels = 0},
+                       .seq_len = T, .max_batch = B, .seed = 5};
     dt_op_sizes sizes;
     dt_model_op_sizes(&mc, &sizes);
     const size_t n = dt_model_count_params(&mc);

@@ -46,7 +46,7 @@ typedef struct dt_ckpt_state {
     int world;              /* workers at save */
     long global_batch;      /* samples per step at save */
     size_t train_samples;   /* training set size at save */
-    dt_model_cfg model;     /* shape at save (vocab_size, n_positions, n_layer, n_head, n_embd, num_labels) */
+    dt_model_shape model;   /* the model's architecture and shape at save */
     dt_ckpt_best best;      /* optional in trainer.json ("best"): all 0 when absent */
     /* saving only: when set, what fills the host arrays of the AdamW moments (n_params floats
      * each, the parameters' layout) in place of dt_optim_get_moments: an optimizer that holds
@@ -89,7 +89,7 @@ dt_status dt_ckpt_find_latest(const char *dir, dt_ckpt_report_fn report, void *u
 
 /* Refuses (DT_ERR_CONFIG, naming both values and a hint) when the checkpoint's model shape
  * differs from `mc`. */
-dt_status dt_ckpt_check_shape(const dt_ckpt_state *s, const dt_model_cfg *mc, const char *ckpt_dir);
+dt_status dt_ckpt_check_shape(const dt_ckpt_state *s, const dt_model_shape *now, const char *ckpt_dir);
 
 /* Loads the weights and the optimizer moments of a verified checkpoint. */
 dt_status dt_ckpt_load(const char *ckpt_dir, dt_model *m, dt_optim *o);

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dtrain/arch.h"
 #include "dtrain/status.h"
 
 /* training.grad_comm_dtype: how gradients travel between workers (comm.h says what bf16 means) */
@@ -104,11 +105,10 @@ typedef struct dt_config {
         int shuffle;                  /* default 1 */
     } data;
     struct {
-        char type[32];                /* "transformer_like" or "gpt2" */
-        int n_layer, n_head, n_embd;  /* defaults 2, 4, 128; n_embd % n_head == 0 */
-        int vocab_size;               /* default 257 */
-        int n_positions;              /* default = data.seq_len; must be >= seq_len */
-        int num_labels;               /* 0 = language modelling, >= 2 classification */
+        char type[32];                /* a spelling of DT_ARCH_NAMES (arch.h), as written */
+        /* model.FIELD for each of arch.h's DT_SHAPE_FIELDS (defaults there; n_embd % n_head == 0;
+         * n_positions defaults to data.seq_len and must be >= it); shape.arch from model.type */
+        dt_model_shape shape;
         char init_from[DT_PATH_MAX];  /* "" = random init */
     } model;
     struct {

@@ -5,12 +5,13 @@
 #ifndef DTRAIN_HFDIR_H
 #define DTRAIN_HFDIR_H
 
+#include "dtrain/arch.h"
 #include "dtrain/status.h"
 
-/* A GPT-2 model's shape as config.json has it. */
+/* A model as config.json has it. */
 typedef struct dt_hf_config {
-    int n_layer, n_head, n_embd, vocab_size, n_positions;
-    int num_labels;   /* 0: a language model; >= 2: GPT2ForSequenceClassification's id2label count */
+    dt_model_shape shape; /* the architecture (model_type), the fields arch.h names for it in config.json; num_labels
+                             0: a language model, >= 2: a *ForSequenceClassification's id2label count */
     int pad_token_id; /* -1: none */
     int eos_token_id; /* -1: none */
     int max_length;   /* tokenizer_config.json's model_max_length (an export's: data.seq_len); 0: none */
@@ -19,9 +20,11 @@ typedef struct dt_hf_config {
 /* 1 when `path` is a directory holding a config.json. */
 int dt_hf_is_dir(const char *path);
 
-/* DIR/config.json (and the model_max_length of DIR/tokenizer_config.json, when there) read and checked to be a GPT-2 dtrain can run: model_type "gpt2", the tanh
- * GELU (gelu_new), layer_norm_epsilon 1e-5, n_inner 4 * n_embd, no cross attention, no
- * per-layer attention scaling. DT_ERR_DATA naming the file and the key otherwise. */
+/* DIR/config.json (and the model_max_length of DIR/tokenizer_config.json, when there) read and
+ * checked to be a model dtrain can run: a model_type of arch.h's, its shape fields, and none of
+ * the variants dtrain does not build (GPT-2: the tanh GELU (gelu_new), layer_norm_epsilon 1e-5,
+ * n_inner 4 * n_embd, no cross attention, no per-layer attention scaling). DT_ERR_DATA naming
+ * the file and the key otherwise. */
 dt_status dt_hf_read_config(const char *dir, dt_hf_config *out);
 
 /* 1 when the tokenizer.json at `path` is dtrain's byte tokenizer as export writes it (a
@@ -29,10 +32,11 @@ dt_status dt_hf_read_config(const char *dir, dt_hf_config *out);
  * with data.tokenizer: bytes, <cls> and all. */
 int dt_hf_is_byte_tokenizer(const char *path);
 
-/* Writes DIR/config.json for c: GPT2LMHeadModel (num_labels 0, tied embeddings) or
- * GPT2ForSequenceClassification (num_labels labels LABEL_0.., pad_token_id the id the
- * classifier's padding uses, so that it reads the last non-pad position as dtrain does);
- * dropout 0, as dtrain trains. The file is new (DIR is being built); fsynced. */
+/* Writes DIR/config.json for c: the architecture's language model class (GPT2LMHeadModel,
+ * tied embeddings) for num_labels 0, else its sequence classifier (num_labels labels LABEL_0..,
+ * pad_token_id the id the classifier's padding uses, so that it reads the last non-pad
+ * position as dtrain does); dropout 0, as dtrain trains. The file is new (DIR is being built);
+ * fsynced. */
 dt_status dt_hf_write_config(const char *dir, const dt_hf_config *c);
 
 /* Writes DIR/tokenizer.json for dtrain's byte tokenizer (id = byte value): a byte-level BPE

@@ -1,12 +1,15 @@
-/* model.h — the GPT-2 model: parameter table, forward/backward orchestration over dt_ops,
- * and weights I/O (safetensors, HF GPT-2 names; DESIGN.md §4).
+/* model.h — the model: its tensors, forward/backward orchestration over dt_ops, and weights
+ * I/O (safetensors with Hugging Face's names; DESIGN.md §4). The architecture (model.type:
+ * GPT-2) is a description the model code reads (src/model/net.h, one file per architecture),
+ * not a fork of it.
  *
  * Parameters, gradients live in one flat backend buffer each, laid out so that every
  * all-reduce bucket is one contiguous range:
- *   bucket 0 "embed":  wte (V,C), wpe (P,C)
- *   bucket 1+l "h.l":  ln_1.w, ln_1.b, attn.c_attn.w (C,3C), .b (3C), attn.c_proj.w (C,C), .b (C),
- *                      ln_2.w, ln_2.b, mlp.c_fc.w (C,4C), .b (4C), mlp.c_proj.w (4C,C), .b (C)
- *   bucket L+1 "head": ln_f.w, ln_f.b, [score.w (num_labels,C)]
+ *   bucket 0 "embed":  the embeddings (GPT-2: wte (V,C), wpe (P,C))
+ *   bucket 1+l "h.l":  layer l's tensors (GPT-2: ln_1.w, ln_1.b, attn.c_attn.w (C,3C), .b (3C),
+ *                      attn.c_proj.w (C,C), .b (C), ln_2.w, ln_2.b, mlp.c_fc.w (C,4C), .b (4C),
+ *                      mlp.c_proj.w (4C,C), .b (C))
+ *   bucket L+1 "head": the final norm (GPT-2: ln_f.w, ln_f.b), [score.w (num_labels,C)]
  * Backward finishes buckets in the order head, h.L-1 .. h.0, embed and reports each through
  * the optional callback as soon as its gradients are final (for overlapped all-reduce). */
 #ifndef DTRAIN_MODEL_H
@@ -15,18 +18,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/arch.h"
 #include "dtrain/ops.h"
 #include "dtrain/status.h"
 
 typedef struct dt_model dt_model;
 
 typedef struct dt_model_cfg {
-    int vocab_size;   /* V */
-    int n_positions;  /* P, rows of wpe, >= seq_len */
-    int n_layer;      /* L */
-    int n_head;       /* NH */
-    int n_embd;       /* C, multiple of NH */
-    int num_labels;   /* 0 = language modelling, >= 2 classification */
+    dt_model_shape shape; /* the architecture and its shape (arch.h): n_positions >= seq_len */
     int seq_len;      /* T */
     int pad_id;       /* classification: the padding id; the head reads the last other token (0: bytes) */
     int max_batch;    /* B: the largest batch forward() will see */
@@ -34,12 +33,13 @@ typedef struct dt_model_cfg {
 } dt_model_cfg;
 
 typedef struct dt_tensor_info {
-    char name[48];    /* HF GPT-2 name, e.g. "h.0.attn.c_attn.weight" */
+    char name[64];    /* the Hugging Face name, e.g. "h.0.attn.c_attn.weight" */
     int ndim;         /* 1 or 2 */
     int shape[2];
     size_t offset;    /* in floats from the start of the parameter buffer */
     size_t numel;
     int bucket;       /* 0 embed, 1+l layer l, L+1 head */
+    int decay;        /* AdamW's weight decay applies (the architecture's matrices) */
 } dt_tensor_info;
 
 typedef struct dt_bucket {
@@ -79,7 +79,7 @@ float *dt_model_grads(dt_model *m);   /* backend memory */
 void dt_model_params_changed(dt_model *m);
 
 /* Training FLOPs per token (forward + backward, 6N + 12*L*C*T as in the PaLM appendix,
- * N = matmul parameters incl. the LM head); static so --dry-run can print it. */
+ * N = the weights of the layers' products, and of the LM head); static so --dry-run can print it. */
 double dt_model_flops_per_token(const dt_model_cfg *cfg);
 size_t dt_model_count_params(const dt_model_cfg *cfg);
 /* Bytes of backend memory init allocates for this shape on backend `ops` at precision bf16
@@ -109,16 +109,16 @@ dt_status dt_model_backward(dt_model *m, float scale, dt_bucket_ready_fn ready, 
 void dt_model_zero_grad(dt_model *m);
 
 /* Weights I/O (host round trip through the backend). Save writes every tensor as F32 with
- * the names above, atomically. Load accepts our files and Hugging Face GPT-2 files
- * (optional "transformer." prefix; attn.bias/attn.masked_bias buffers ignored; an
- * lm_head.weight must equal wte.weight: dtrain's head is tied); names and shapes are checked
+ * the names above, atomically. Load accepts our files and Hugging Face's (GPT-2: optional
+ * "transformer." prefix; attn.bias/attn.masked_bias buffers ignored; an lm_head.weight must
+ * equal wte.weight: dtrain's GPT-2 head is tied); names and shapes are checked
  * against the config, every value must be finite (DT_ERR_DATA naming file and tensor).
  * A classification model loading a file without score.weight keeps its random score
  * head and *score_initialised (may be NULL) is set to 0; else 1. */
 dt_status dt_model_save(dt_model *m, const char *path);
-/* The same, with `prefix` before every name but score.weight's: "transformer." gives the
- * names transformers' GPT2LMHeadModel and GPT2ForSequenceClassification save. */
-dt_status dt_model_save_prefixed(dt_model *m, const char *path, const char *prefix);
+/* The same with the names transformers' classes save (GPT-2: "transformer." before every
+ * name but score.weight's, as GPT2LMHeadModel and GPT2ForSequenceClassification have them). */
+dt_status dt_model_save_hf(dt_model *m, const char *path);
 dt_status dt_model_load(dt_model *m, const char *path, int *score_loaded);
 
 /* DT_ERR_DATA "PATH: tensor NAME holds NaN at element I (K values are NaN or Inf)" when one of

@@ -81,7 +81,9 @@ static const enum_name schedule_names[] = {{"constant", DT_SCHED_CONSTANT},
                                            {NULL, 0}};
 static const enum_name format_names[] = {
     {"auto", DT_FORMAT_AUTO}, {"tokens", DT_FORMAT_TOKENS}, {"tsv", DT_FORMAT_TSV}, {NULL, 0}};
-static const enum_name model_type_names[] = {{"transformer_like", 0}, {"gpt2", 1}, {NULL, 0}};
+#define TYPE_NAME(spelling, arch, id) {spelling, id},
+static const enum_name model_type_names[] = {DT_ARCH_NAMES(TYPE_NAME){NULL, 0}};
+#undef TYPE_NAME
 static const enum_name best_metric_names[] = {{"none", DT_BEST_NONE},
                                               {"val_loss", DT_BEST_LOSS},
                                               {"val_accuracy", DT_BEST_ACCURACY},
@@ -146,12 +148,9 @@ static const key_def keys[] = {
 
     SECTION("model"),
     {"model.type", K_NAME, FLD(model.type), 0, "transformer_like", 0, 0, 0, model_type_names, NULL},
-    KEY("model.n_layer", K_INT, model.n_layer, "2", GE(1)),
-    KEY("model.n_head", K_INT, model.n_head, "4", GE(1)),
-    KEY("model.n_embd", K_INT, model.n_embd, "128", GE(1)),
-    KEY("model.vocab_size", K_INT, model.vocab_size, "257", GE(1)),
-    KEY("model.n_positions", K_INT, model.n_positions, "64", GE(1)),
-    KEY("model.num_labels", K_INT, model.num_labels, "0", GE(0)),
+#define SHAPE_KEY(f, kind, def, min, gpt2) KEY("model." #f, K_##kind, model.shape.f, def, GE(min)),
+    DT_SHAPE_FIELDS(SHAPE_KEY)
+#undef SHAPE_KEY
     KEY("model.init_from", K_STR, model.init_from, "", ANY),
 
     SECTION("eval"),
@@ -962,37 +961,43 @@ static dt_status apply_init_dir(load_ctx *c, int *n_pos_set) {
         return fail_key(c, i_init, "%s has a config.json but no model.safetensors (dtrain reads safetensors weights; "
                         "a model.safetensors.index.json of shards or a pytorch_model.bin is not read)",
                         cfg->model.init_from);
-    struct {
-        const char *key, *hf_key;
-        int *mine, theirs;
-    } shape[] = {
-        {"model.n_layer", "n_layer", &cfg->model.n_layer, hf.n_layer},
-        {"model.n_head", "n_head", &cfg->model.n_head, hf.n_head},
-        {"model.n_embd", "n_embd", &cfg->model.n_embd, hf.n_embd},
-        {"model.vocab_size", "vocab_size", &cfg->model.vocab_size, hf.vocab_size},
-        {"model.n_positions", "n_positions", &cfg->model.n_positions, hf.n_positions},
-    };
-    for (size_t k = 0; k < sizeof shape / sizeof *shape; k++) {
-        const int i = key_index(shape[k].key);
+    const int i_type = key_index("model.type");
+    if (hf.shape.arch != cfg->model.shape.arch) {
+        if (c->seen[i_type].given)
+            return fail_key(c, i_type, "is %s but %s/config.json (model.init_from) has model_type \"%s\" (hint: leave "
+                            "model.type out to take the architecture of model.init_from)", cfg->model.type,
+                            cfg->model.init_from, dt_arch_hf_model_type(hf.shape.arch));
+        put_str(cfg, keys[i_type].off, keys[i_type].size, dt_arch_name(hf.shape.arch));
+        cfg->model.shape.arch = hf.shape.arch;
+    }
+    int nf;
+    const dt_shape_field *f = dt_shape_fields(&nf);
+    for (int k = 0; k < nf; k++) {
+        const char *hf_key = f[k].hf[hf.shape.arch];
+        char key[64], mine[32], theirs[32];
+        snprintf(key, sizeof key, "model.%s", f[k].name);
+        const int i = key_index(key);
+        if (!hf_key) continue; /* num_labels: the config's (a language model becomes a classifier) */
+        dt_shape_str(&cfg->model.shape, &f[k], mine, sizeof mine);
+        dt_shape_str(&hf.shape, &f[k], theirs, sizeof theirs);
         if (!c->seen[i].given) {
-            *shape[k].mine = shape[k].theirs;
-            if (k == 4) *n_pos_set = 1;
-        } else if (*shape[k].mine != shape[k].theirs) {
-            return fail_key(c, i, "is %d but %s/config.json (model.init_from) has %s: %d (hint: leave %s out to take "
-                            "the shape of model.init_from)", *shape[k].mine, cfg->model.init_from, shape[k].hf_key,
-                            shape[k].theirs, shape[k].key);
+            dt_shape_set(&cfg->model.shape, &f[k], dt_shape_get(&hf.shape, &f[k]));
+            if (strcmp(f[k].name, "n_positions") == 0) *n_pos_set = 1;
+        } else if (strcmp(mine, theirs) != 0) {
+            return fail_key(c, i, "is %s but %s/config.json (model.init_from) has %s: %s (hint: leave %s out to take "
+                            "the shape of model.init_from)", mine, cfg->model.init_from, hf_key, theirs, key);
         }
     }
-    if (*n_pos_set && cfg->model.n_positions < cfg->data.seq_len)
+    if (*n_pos_set && cfg->model.shape.n_positions < cfg->data.seq_len)
         return fail_key(c, key_index("data.seq_len"), "expected at most %d, the positions of %s/config.json "
-                        "(model.init_from: n_positions %d)", cfg->model.n_positions, cfg->model.init_from,
-                        cfg->model.n_positions);
+                        "(model.init_from: n_positions %d)", cfg->model.shape.n_positions, cfg->model.init_from,
+                        cfg->model.shape.n_positions);
     snprintf(path, sizeof path, "%s/tokenizer.json", cfg->model.init_from);
     if (c->seen[key_index("data.tokenizer")].given) return DT_OK;
     if (access(path, F_OK) != 0) {
-        if (cfg->model.vocab_size > 257) /* not the byte tokenizer's model: bytes would index the wrong rows */
+        if (cfg->model.shape.vocab_size > 257) /* not the byte tokenizer's model: bytes would index the wrong rows */
             return fail_key(c, i_init, "%s has no tokenizer.json, and its %d ids are not bytes (hint: set data.tokenizer "
-                            "to the model's tokenizer.json)", cfg->model.init_from, cfg->model.vocab_size);
+                            "to the model's tokenizer.json)", cfg->model.init_from, cfg->model.shape.vocab_size);
         return DT_OK;
     }
     if (!dt_hf_is_byte_tokenizer(path)) /* dtrain's bytes stay bytes */
@@ -1005,7 +1010,7 @@ static dt_status validate_eval_keys(load_ctx *c) {
     const dt_config *cfg = c->cfg;
     const int i_best = key_index("checkpoint.best_metric"), i_pat = key_index("training.early_stopping_patience"),
               i_samp = key_index("logging.sample_every_steps");
-    const int cls = cfg->model.num_labels >= 2;
+    const int cls = cfg->model.shape.num_labels >= 2;
     if (cfg->checkpoint.best_metric != DT_BEST_NONE && !cfg->data.val_path[0])
         return fail_key(c, i_best, "needs validation data to compare checkpoints by (hint: set data.val_path)");
     if (cfg->checkpoint.best_metric == DT_BEST_F1 && !cls)
@@ -1016,7 +1021,7 @@ static dt_status validate_eval_keys(load_ctx *c) {
                                   "eval.every_steps > 0)");
     if (cfg->logging.sample_every_steps > 0 && cls)
         return fail_key(c, i_samp, "expected 0 for a classifier (model.num_labels: %d): samples are generated text "
-                                   "(hint: dtrain predict shows a classifier's labels)", cfg->model.num_labels);
+                                   "(hint: dtrain predict shows a classifier's labels)", cfg->model.shape.num_labels);
     if (cfg->logging.sample_every_steps > 0 && !cfg->logging.sample_prompt[0] &&
         strcmp(cfg->data.tokenizer, "bytes") == 0)
         return fail_key(c, i_samp, "needs logging.sample_prompt with the byte tokenizer (it has no end-of-text token "
@@ -1034,6 +1039,8 @@ static dt_status validate(load_ctx *c) {
         i_pos = key_index("model.n_positions"), i_dir = key_index("run.dir");
     shown g, o;
 
+    if (dt_arch_parse(cfg->model.type, &cfg->model.shape.arch) != DT_OK) /* K_NAME holds one of its spellings */
+        return fail_key(c, key_index("model.type"), "names no architecture (internal)");
     int n_pos_from_init = 0;
     DT_TRY(apply_init_dir(c, &n_pos_from_init));
     if (!cfg->data.train_path[0])
@@ -1061,23 +1068,23 @@ static dt_status validate(load_ctx *c) {
         return fail_key(c, i_comm, "expected collective, auto, shm, mpi or tcp when training.device is cpu, got \"nccl\" "
                                    "(hint: NCCL needs GPUs)");
 
-    if (cfg->model.num_labels == 1)
+    if (cfg->model.shape.num_labels == 1)
         return fail_key(c, i_labels, "expected 0 (language modelling) or an integer >= 2 (classification), got "
                                      "\"1\"");
-    if (cfg->model.num_labels >= 2 && cfg->model.vocab_size < 257)
+    if (cfg->model.shape.num_labels >= 2 && cfg->model.shape.vocab_size < 257)
         return fail_key(c, i_vocab,
                         "expected an integer >= 257 when model.num_labels >= 2, got %s (hint: classification "
                         "uses the byte tokenizer: 256 byte ids + <cls>)",
                         show_key(cfg, i_vocab, 1, &g));
-    if (cfg->model.n_embd % cfg->model.n_head != 0) {
+    if (cfg->model.shape.n_embd % cfg->model.shape.n_head != 0) {
         if (c->seen[i_embd].given)
             return fail_key(c, i_embd, "expected a multiple of model.n_head (%s), got %s", show_key(cfg, i_head, 0, &o),
                             show_key(cfg, i_embd, 1, &g));
         return fail_key(c, i_head, "expected a divisor of model.n_embd (%s), got %s", show_key(cfg, i_embd, 0, &o),
                         show_key(cfg, i_head, 1, &g));
     }
-    if (!c->seen[i_pos].given && !n_pos_from_init) cfg->model.n_positions = cfg->data.seq_len;
-    else if (cfg->model.n_positions < cfg->data.seq_len)
+    if (!c->seen[i_pos].given && !n_pos_from_init) cfg->model.shape.n_positions = cfg->data.seq_len;
+    else if (cfg->model.shape.n_positions < cfg->data.seq_len)
         return fail_key(c, i_pos, "expected an integer >= data.seq_len (%s), got %s",
                         show_key(cfg, key_index("data.seq_len"), 0, &o), show_key(cfg, i_pos, 1, &g));
 

@@ -47,14 +47,37 @@ static dt_status get_required(const char *path, json_t *obj, const char *key, co
     return DT_OK;
 }
 
-/* What dtrain's GPT-2 does not have: refused, naming the key. */
-static dt_status check_variant(const char *path, json_t *root, int n_embd) {
+/* model_type: one of the architectures of arch.h */
+static dt_status read_arch(const char *path, json_t *root, dt_arch *out) {
     json_t *j = json_object_get(root, "model_type");
-    if (!json_is_string(j) || strcmp(json_string_value(j), "gpt2") != 0)
-        return dt_error_set(DT_ERR_DATA, "%s: model_type is %s%s%s: dtrain builds GPT-2 models (model_type \"gpt2\")", path,
-                            json_is_string(j) ? "\"" : "", json_is_string(j) ? json_string_value(j) : "missing",
-                            json_is_string(j) ? "\"" : "");
-    j = json_object_get(root, "activation_function");
+    for (int a = 0; json_is_string(j) && a < DT_ARCH_COUNT; a++)
+        if (strcmp(json_string_value(j), dt_arch_hf_model_type((dt_arch)a)) == 0) {
+            *out = (dt_arch)a;
+            return DT_OK;
+        }
+    return dt_error_set(DT_ERR_DATA, "%s: model_type is %s%s%s: dtrain builds GPT-2 models (model_type \"gpt2\")", path,
+                        json_is_string(j) ? "\"" : "", json_is_string(j) ? json_string_value(j) : "missing",
+                        json_is_string(j) ? "\"" : "");
+}
+
+/* The shape fields config.json names for the architecture (arch.h); GPT-2's n_positions may be
+ * written n_ctx. */
+static dt_status read_shape(const char *path, json_t *root, dt_model_shape *shape) {
+    int nf;
+    const dt_shape_field *f = dt_shape_fields(&nf);
+    for (int k = 0; k < nf; k++) {
+        const char *key = f[k].hf[shape->arch];
+        if (!key) continue;
+        int v = 0;
+        DT_TRY(get_required(path, root, key, strcmp(key, "n_positions") == 0 ? "n_ctx" : NULL, &v));
+        dt_shape_set(shape, &f[k], v);
+    }
+    return DT_OK;
+}
+
+/* What dtrain's GPT-2 does not have: refused, naming the key. */
+static dt_status check_gpt2(const char *path, json_t *root, int n_embd) {
+    json_t *j = json_object_get(root, "activation_function");
     if (j && !(json_is_string(j) && (strcmp(json_string_value(j), "gelu_new") == 0 ||
                                      strcmp(json_string_value(j), "gelu_pytorch_tanh") == 0)))
         return dt_error_set(DT_ERR_DATA, "%s: activation_function is %s: dtrain's GELU is the tanh form (gelu_new)", path,
@@ -105,20 +128,17 @@ dt_status dt_hf_read_config(const char *dir, dt_hf_config *out) {
     close(fd);
     if (!root) return dt_error_set(DT_ERR_DATA, "%s:%d: not JSON: %s", path, err.line, err.text);
     dt_status st = json_is_object(root) ? DT_OK : dt_error_set(DT_ERR_DATA, "%s: expected a JSON object", path);
-    if (st == DT_OK) st = get_required(path, root, "n_layer", NULL, &out->n_layer);
-    if (st == DT_OK) st = get_required(path, root, "n_head", NULL, &out->n_head);
-    if (st == DT_OK) st = get_required(path, root, "n_embd", NULL, &out->n_embd);
-    if (st == DT_OK) st = get_required(path, root, "vocab_size", NULL, &out->vocab_size);
-    if (st == DT_OK) st = get_required(path, root, "n_positions", "n_ctx", &out->n_positions);
-    if (st == DT_OK) st = check_variant(path, root, out->n_embd);
-    if (st == DT_OK) st = read_labels(path, root, &out->num_labels);
+    if (st == DT_OK) st = read_arch(path, root, &out->shape.arch);
+    if (st == DT_OK) st = read_shape(path, root, &out->shape);
+    if (st == DT_OK) st = check_gpt2(path, root, out->shape.n_embd);
+    if (st == DT_OK) st = read_labels(path, root, &out->shape.num_labels);
     if (st == DT_OK) st = get_int(path, root, "pad_token_id", &out->pad_token_id, NULL);
     if (st == DT_OK) st = get_int(path, root, "eos_token_id", &out->eos_token_id, NULL);
     json_decref(root);
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     json_t *tc = st == DT_OK ? json_load_file(path, 0, NULL) : NULL; /* optional: hub files hold huge sentinels */
     json_t *ml = json_object_get(tc, "model_max_length");
-    if (json_is_integer(ml) && json_integer_value(ml) > 1 && json_integer_value(ml) <= out->n_positions)
+    if (json_is_integer(ml) && json_integer_value(ml) > 1 && json_integer_value(ml) <= out->shape.n_positions)
         out->max_length = (int)json_integer_value(ml);
     json_decref(tc);
     return st;
@@ -163,14 +183,13 @@ static json_t *labels_map(int n, int by_id) {
 dt_status dt_hf_write_config(const char *dir, const dt_hf_config *c) {
     json_t *o = json_object();
     if (!o) return dt_error_set(DT_ERR_NOMEM, "out of memory building config.json");
-    json_object_set_new(o, "architectures",
-                        json_pack("[s]", c->num_labels ? "GPT2ForSequenceClassification" : "GPT2LMHeadModel"));
-    json_object_set_new(o, "model_type", json_string("gpt2"));
-    json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
-    json_object_set_new(o, "n_positions", json_integer(c->n_positions));
-    json_object_set_new(o, "n_embd", json_integer(c->n_embd));
-    json_object_set_new(o, "n_layer", json_integer(c->n_layer));
-    json_object_set_new(o, "n_head", json_integer(c->n_head));
+    const dt_model_shape *sh = &c->shape;
+    json_object_set_new(o, "architectures", json_pack("[s]", dt_arch_hf_class(sh->arch, sh->num_labels > 0)));
+    json_object_set_new(o, "model_type", json_string(dt_arch_hf_model_type(sh->arch)));
+    int nf;
+    const dt_shape_field *f = dt_shape_fields(&nf);
+    for (int k = 0; k < nf; k++)
+        if (f[k].hf[sh->arch]) json_object_set_new(o, f[k].hf[sh->arch], json_integer((json_int_t)dt_shape_get(sh, &f[k])));
     json_object_set_new(o, "n_inner", json_null());
     json_object_set_new(o, "activation_function", json_string("gelu_new"));
     json_object_set_new(o, "layer_norm_epsilon", json_real(1e-5));
@@ -184,9 +203,9 @@ dt_status dt_hf_write_config(const char *dir, const dt_hf_config *c) {
     json_object_set_new(o, "bos_token_id", c->eos_token_id >= 0 ? json_integer(c->eos_token_id) : json_null());
     json_object_set_new(o, "eos_token_id", c->eos_token_id >= 0 ? json_integer(c->eos_token_id) : json_null());
     if (c->pad_token_id >= 0) json_object_set_new(o, "pad_token_id", json_integer(c->pad_token_id));
-    if (c->num_labels) {
-        json_object_set_new(o, "id2label", labels_map(c->num_labels, 1));
-        json_object_set_new(o, "label2id", labels_map(c->num_labels, 0));
+    if (sh->num_labels) {
+        json_object_set_new(o, "id2label", labels_map(sh->num_labels, 1));
+        json_object_set_new(o, "label2id", labels_map(sh->num_labels, 0));
         json_object_set_new(o, "problem_type", json_string("single_label_classification"));
     }
     json_object_set_new(o, "dtype", json_string("float32"));

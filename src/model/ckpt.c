@@ -158,9 +158,13 @@ static void step_dir(const char *root, long step, char *buf, size_t n) { snprint
 
 /* ------------------------------------------------------------------ save */
 
-static json_t *model_json(const dt_model_cfg *m) {
-    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "vocab_size", m->vocab_size, "n_positions", m->n_positions,
-                     "n_layer", m->n_layer, "n_head", m->n_head, "n_embd", m->n_embd, "num_labels", m->num_labels);
+/* trainer.json's "model": the architecture (model.type) and every shape field of arch.h */
+static json_t *model_json(const dt_model_shape *m) {
+    json_t *o = json_pack("{s:s}", "type", dt_arch_name(m->arch));
+    int nf;
+    const dt_shape_field *f = dt_shape_fields(&nf);
+    for (int k = 0; o && k < nf; k++) json_object_set_new(o, f[k].name, json_integer((json_int_t)dt_shape_get(m, &f[k])));
+    return o;
 }
 
 static json_t *best_json(const dt_ckpt_best *b) {
@@ -425,20 +429,35 @@ static dt_status best_fields(const char *path, json_t *b, dt_ckpt_best *out) {
     return DT_OK;
 }
 
+/* trainer.json's "model": a "type" (absent in checkpoints written before there was more than
+ * GPT-2: gpt2) and every shape field of arch.h, range-checked. */
+static dt_status model_fields(const char *path, json_t *model, dt_model_shape *out) {
+    memset(out, 0, sizeof *out);
+    json_t *type = json_object_get(model, "type");
+    if (type && (!json_is_string(type) || dt_arch_parse(json_string_value(type), &out->arch) != DT_OK))
+        return dt_error_set(DT_ERR_DATA, "%s: model.type: expected the name of an architecture dtrain builds", path);
+    int nf;
+    const dt_shape_field *f = dt_shape_fields(&nf);
+    for (int k = 0; k < nf; k++) {
+        long v;
+        const int_field fi = {model, f[k].name, (long)f[k].min, INT_MAX, &v};
+        DT_TRY(get_field(path, &fi));
+        dt_shape_set(out, &f[k], (double)v);
+    }
+    return DT_OK;
+}
+
 /* Every field of trainer.json, range-checked (a crafted or damaged file must not overflow
  * the arithmetic of the resume, nor pass the shape check by truncation). */
 static dt_status trainer_fields(const char *path, json_t *root, dt_ckpt_state *s) {
-    long version, step, epoch, cursor, world, gb, samples, mv[6];
+    long version, step, epoch, cursor, world, gb, samples;
     json_t *model = json_object_get(root, "model");
     if (!json_is_object(model)) return dt_error_set(DT_ERR_DATA, "%s: model: expected an object", path);
     const int_field f[] = {
         {root, "version", 0, LONG_MAX, &version},      {root, "step", 0, STEP_MAX, &step},
         {root, "epoch", 0, INT_MAX - 1, &epoch},       {root, "train_samples", 0, SAMPLES_MAX, &samples},
         {root, "cursor", 0, SAMPLES_MAX, &cursor},     {root, "world_size", 1, DT_MAX_WORLD, &world},
-        {root, "global_batch", 1, INT_MAX, &gb},       {model, "vocab_size", 1, INT_MAX, &mv[0]},
-        {model, "n_positions", 1, INT_MAX, &mv[1]},    {model, "n_layer", 1, INT_MAX, &mv[2]},
-        {model, "n_head", 1, INT_MAX, &mv[3]},         {model, "n_embd", 1, INT_MAX, &mv[4]},
-        {model, "num_labels", 0, INT_MAX, &mv[5]},
+        {root, "global_batch", 1, INT_MAX, &gb},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         DT_TRY(get_field(path, &f[i]));
@@ -463,12 +482,7 @@ static dt_status trainer_fields(const char *path, json_t *root, dt_ckpt_state *s
     s->train_samples = (size_t)samples;
     s->seed = (uint64_t)sv;
     s->config_digest = (uint32_t)strtoul(digest, NULL, 16);
-    s->model.vocab_size = (int)mv[0];
-    s->model.n_positions = (int)mv[1];
-    s->model.n_layer = (int)mv[2];
-    s->model.n_head = (int)mv[3];
-    s->model.n_embd = (int)mv[4];
-    s->model.num_labels = (int)mv[5];
+    DT_TRY(model_fields(path, model, &s->model));
     return best_fields(path, json_object_get(root, "best"), &s->best);
 }
 
@@ -564,25 +578,27 @@ dt_status dt_ckpt_find_latest(const char *dir, dt_ckpt_report_fn report, void *u
     return DT_OK;
 }
 
-dt_status dt_ckpt_check_shape(const dt_ckpt_state *s, const dt_model_cfg *mc, const char *dir) {
-    const struct {
-        const char *key;
-        int saved, now;
-    } f[] = {
-        {"model.vocab_size", s->model.vocab_size, mc->vocab_size},
-        {"model.n_positions", s->model.n_positions, mc->n_positions},
-        {"model.n_layer", s->model.n_layer, mc->n_layer},
-        {"model.n_head", s->model.n_head, mc->n_head},
-        {"model.n_embd", s->model.n_embd, mc->n_embd},
-        {"model.num_labels", s->model.num_labels, mc->num_labels},
-    };
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-        if (f[i].saved != f[i].now)
+dt_status dt_ckpt_check_shape(const dt_ckpt_state *s, const dt_model_shape *now, const char *dir) {
+    int nf;
+    const dt_shape_field *f = dt_shape_fields(&nf);
+    char key[64], saved[32], mine[32];
+    for (int k = -1; k < nf; k++) {
+        if (k < 0) { /* the architecture first */
+            snprintf(key, sizeof key, "model.type");
+            snprintf(saved, sizeof saved, "%s", dt_arch_name(s->model.arch));
+            snprintf(mine, sizeof mine, "%s", dt_arch_name(now->arch));
+        } else {
+            snprintf(key, sizeof key, "model.%s", f[k].name);
+            dt_shape_str(&s->model, &f[k], saved, sizeof saved);
+            dt_shape_str(now, &f[k], mine, sizeof mine);
+        }
+        if (strcmp(saved, mine) != 0)
             return dt_error_set(DT_ERR_CONFIG,
-                                "%s: checkpoint trained with %s: %d, the config says %d: refusing to resume a "
+                                "%s: checkpoint trained with %s: %s, the config says %s: refusing to resume a "
                                 "different model (hint: restore the model settings, or start fresh with "
                                 "checkpoint.resume: never or another run.dir)",
-                                dir, f[i].key, f[i].saved, f[i].now);
+                                dir, key, saved, mine);
+    }
     return DT_OK;
 }
 

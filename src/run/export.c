@@ -121,7 +121,7 @@ static dt_status copy_file(const char *from, const char *to) {
 
 /* The tokenizer files: the BPE's tokenizer.json as it is, or the byte tokenizer's made for it. */
 static dt_status write_tokenizer(const char *dir, const dt_infer *s) {
-    const int T = s->cfg.data.seq_len, cls = s->cfg.model.num_labels > 0;
+    const int T = s->cfg.data.seq_len, cls = s->cfg.model.shape.num_labels > 0;
     if (!s->tok) {
         char pad[3];
         dt_tokenizer_byte_string(0, pad); /* the classifier's padding, id 0 */
@@ -145,16 +145,15 @@ static dt_status write_hf(const char *dir, dt_infer *s) {
     const dt_config *c = &s->cfg;
     const int eot = s->tok ? dt_tokenizer_eot(s->tok) : -1;
     dt_hf_config hc = {
-        .n_layer = c->model.n_layer, .n_head = c->model.n_head, .n_embd = c->model.n_embd,
-        .vocab_size = c->model.vocab_size, .n_positions = c->model.n_positions, .num_labels = c->model.num_labels,
+        .shape = c->model.shape,
         .eos_token_id = eot,
         /* the id the classifier's padding uses: GPT2ForSequenceClassification then reads the
          * last other token, as dtrain does (bytes: 0 after <cls>; BPE: the end-of-text id) */
-        .pad_token_id = c->model.num_labels ? (s->tok ? eot : 0) : -1,
+        .pad_token_id = c->model.shape.num_labels ? (s->tok ? eot : 0) : -1,
     };
     char path[DT_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    DT_TRY(dt_model_save_prefixed(s->model, path, "transformer."));
+    DT_TRY(dt_model_save_hf(s->model, path));
     DT_TRY(dt_hf_write_config(dir, &hc));
     DT_TRY(write_tokenizer(dir, s));
     return fsync_dir(dir);
@@ -214,7 +213,7 @@ static dt_status export_hf(const dt_export_opts *o, dt_export_result *r) {
     if (st == DT_OK) st = dt_model_load(s.model, s.weights, &score_loaded);
     if (st == DT_OK && !score_loaded)
         st = dt_error_set(DT_ERR_DATA, "%s: tensor score.weight is missing: the file has no classification head for "
-                          "model.num_labels %d", s.weights, s.cfg.model.num_labels);
+                          "model.num_labels %d", s.weights, s.cfg.model.shape.num_labels);
     if (st == DT_OK) st = export_dir(&s, o->out);
     if (st == DT_OK) r->n_tensors = dt_model_num_tensors(s.model);
     snprintf(r->weights, sizeof r->weights, "%s", s.weights);

@@ -123,28 +123,28 @@ static dt_status encode_prompt(gen *g, const dt_model_cfg *mc, const dt_gen_opts
         dt_error_prefix("--prompt");
         return DT_ERR_DATA;
     }
-    if (g->n > (size_t)mc->n_positions)
+    if (g->n > (size_t)mc->shape.n_positions)
         return dt_error_set(DT_ERR_USAGE, "--prompt: %zu tokens%s, more than the model's %d positions "
                             "(model.n_positions) (hint: a shorter prompt)", g->n, eot >= 0 ? " with the end-of-text "
-                            "token before them" : "", mc->n_positions);
+                            "token before them" : "", mc->shape.n_positions);
     return DT_OK;
 }
 
 static dt_status gen_open(gen *g, dt_model *m, dt_tokenizer *tok, const dt_gen_opts *o) {
     const dt_model_cfg *mc = dt_model_config(m);
-    if (mc->num_labels)
+    if (mc->shape.num_labels)
         return dt_error_set(DT_ERR_USAGE, "generate: the model is a classifier (model.num_labels: %d): generation "
-                            "needs a language model (hint: dtrain predict labels texts)", mc->num_labels);
+                            "needs a language model (hint: dtrain predict labels texts)", mc->shape.num_labels);
     g->tok = tok;
     if (!tok) {
         DT_TRY(dt_tokenizer_open("bytes", &g->tok));
         g->own_tok = 1;
     }
     DT_TRY(encode_prompt(g, mc, o));
-    const int V = mc->vocab_size, nt = dt_tokenizer_vocab_size(g->tok);
+    const int V = mc->shape.vocab_size, nt = dt_tokenizer_vocab_size(g->tok);
     /* positions the text may fill: the last new token is never fed back */
     long need = (long)g->n + o->max_new_tokens - 1;
-    const int max_len = need > mc->n_positions ? mc->n_positions : (int)need;
+    const int max_len = need > mc->shape.n_positions ? mc->shape.n_positions : (int)need;
     g->logits = dt_malloc((size_t)V * sizeof(float), "logits");
     g->feed_ids = dt_malloc((size_t)(max_len > (int)g->n ? max_len : (int)g->n) * sizeof(int), "token ids");
     if (!g->logits || !g->feed_ids) return DT_ERR_NOMEM;
@@ -177,7 +177,7 @@ dt_status dt_generate(dt_model *m, dt_tokenizer *tok, const dt_gen_opts *o, dt_g
     gen g = {0};
     dt_status st = gen_open(&g, m, tok, o);
     const int eot = st == DT_OK && !g.own_tok ? dt_tokenizer_eot(g.tok) : -1;
-    const int P = dt_model_config(m)->n_positions;
+    const int P = dt_model_config(m)->shape.n_positions;
     double t0 = dt_clock_now();
     if (st == DT_OK) st = feed(&g, 0, 0);
     res->prompt_tokens = (int)g.n;

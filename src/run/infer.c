@@ -41,17 +41,7 @@ static int backend_precision(const dt_config *c) {
 }
 
 dt_model_cfg dt_infer_model_cfg(const dt_config *c, int batch, int seq_len) {
-    dt_model_cfg mc = {
-        .vocab_size = c->model.vocab_size,
-        .n_positions = c->model.n_positions,
-        .n_layer = c->model.n_layer,
-        .n_head = c->model.n_head,
-        .n_embd = c->model.n_embd,
-        .num_labels = c->model.num_labels,
-        .seq_len = seq_len,
-        .max_batch = batch,
-        .seed = c->training.seed,
-    };
+    dt_model_cfg mc = {.shape = c->model.shape, .seq_len = seq_len, .max_batch = batch, .seed = c->training.seed};
     return mc;
 }
 
@@ -77,7 +67,7 @@ dt_status dt_infer_build(const dt_config *c, int local_rank, int rank, int batch
     DT_TRY(dt_backend_open(dev, &bc, be));
     DT_TRY(dt_infer_tokenizer(c, tok));
     dt_model_cfg mc = dt_infer_model_cfg(c, batch, seq_len);
-    if (*tok && mc.num_labels) mc.pad_id = dt_tokenizer_eot(*tok); /* BPE texts are padded with it; bytes with 0 */
+    if (*tok && mc.shape.num_labels) mc.pad_id = dt_tokenizer_eot(*tok); /* BPE texts are padded with it; bytes with 0 */
     dt_op_sizes sizes;
     dt_model_op_sizes(&mc, &sizes);
     DT_TRY(dt_model_init(model, &mc, *be));
@@ -109,7 +99,7 @@ static dt_status hf_config(dt_infer *s, const dt_infer_opts *o, const char *dir)
     char q[2 * DT_PATH_MAX + 8], yaml[4 * DT_PATH_MAX + 256];
     yaml_quote(q, sizeof q, dir);
     snprintf(yaml, sizeof yaml, "data:\n  train_path: %s\n  seq_len: %d\nmodel:\n  init_from: %s\n  num_labels: %d\n", q,
-             hc.max_length ? hc.max_length : hc.n_positions, q, hc.num_labels);
+             hc.max_length ? hc.max_length : hc.shape.n_positions, q, hc.shape.num_labels);
     snprintf(s->config_path, sizeof s->config_path, "%s/config.json", dir);
     fprintf(o->say ? o->say : stderr, "%s: the model of %s (no config.yaml: a Hugging Face directory)\n", o->cmd,
             s->config_path);
@@ -177,12 +167,12 @@ dt_status dt_infer_open(dt_infer *s, const dt_infer_opts *o) {
     DT_TRY(dt_infer_resolve(s, o));
     dt_status st = DT_OK;
     /* batch 0: data.batch_size_per_worker (one sequence for a language model, scored line by line) */
-    const int batch = o->batch ? o->batch : s->cfg.model.num_labels ? s->cfg.data.batch_size_per_worker : 1;
+    const int batch = o->batch ? o->batch : s->cfg.model.shape.num_labels ? s->cfg.data.batch_size_per_worker : 1;
     st = dt_infer_build(&s->cfg, 0, 0, batch, o->seq_len ? o->seq_len : s->cfg.data.seq_len, 0, &s->be, &s->tok,
                         &s->model);
     int score_loaded = 1;
     if (st == DT_OK) st = dt_model_load(s->model, s->weights, &score_loaded);
-    if (st == DT_OK && !score_loaded && s->cfg.model.num_labels > 0)
+    if (st == DT_OK && !score_loaded && s->cfg.model.shape.num_labels > 0)
         st = dt_error_set(DT_ERR_DATA, "%s: tensor score.weight is missing: the file has no classification head",
                           s->weights);
     if (st != DT_OK) dt_infer_close(s);

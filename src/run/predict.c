@@ -192,7 +192,7 @@ static dt_status run_lines(pred *p) {
 dt_status dt_predict(dt_infer *s, const dt_predict_opts *o, dt_predict_result *res) {
     memset(res, 0, sizeof *res);
     const dt_model_cfg *mc = dt_model_config(s->model);
-    pred p = {.s = s, .o = o, .res = res, .B = mc->max_batch, .T = mc->seq_len, .NL = mc->num_labels};
+    pred p = {.s = s, .o = o, .res = res, .B = mc->max_batch, .T = mc->seq_len, .NL = mc->shape.num_labels};
     p.bar = o->progress == 1 || (o->progress < 0 && isatty(STDERR_FILENO));
     p.t0 = dt_clock_now();
     const size_t BT = (size_t)p.B * p.T;

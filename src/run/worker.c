@@ -114,8 +114,8 @@ static dt_status open_dataset(const dt_config *c, const char *path, dt_tokenizer
         .path = path,
         .format = c->data.format,
         .seq_len = c->data.seq_len,
-        .num_labels = c->model.num_labels,
-        .vocab_size = c->model.vocab_size,
+        .num_labels = c->model.shape.num_labels,
+        .vocab_size = c->model.shape.vocab_size,
         .tokenizer = tok,
     };
     return dt_dataset_open(out, &dc);
@@ -168,7 +168,7 @@ static dt_status evaluate(run *r, long step, int set, dt_eval_point *out) {
     size_t nb = dt_eval_num_batches(n, r->world, b);
     double loss = 0;
     long rows = 0, correct = 0, examples = 0;
-    const int nl = c->model.num_labels <= DT_MAX_CLASS_METRICS ? c->model.num_labels : 0; /* 0: no matrix */
+    const int nl = c->model.shape.num_labels <= DT_MAX_CLASS_METRICS ? c->model.shape.num_labels : 0; /* 0: no matrix */
     memset(confusion, 0, sizeof r->confusion[set]);
     for (size_t j = 0; j < nb; j++) {
         size_t start;
@@ -234,7 +234,7 @@ static void human_count(char *buf, size_t n, double v) {
 static size_t moment_floats(const dt_model_cfg *mc, int world, int zero_stage) {
     const size_t n = dt_model_count_params(mc);
     if (zero_stage != 1 || world < 2) return n;
-    return n / (size_t)world + (size_t)mc->n_layer + 2;
+    return n / (size_t)world + (size_t)mc->shape.n_layer + 2;
 }
 
 /* What training `mc` needs of a device backend's memory: the model (parameters, gradients,
@@ -550,7 +550,7 @@ static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, con
             .step = cp->step, .epoch = cp->epoch, .cursor = cp->cursor, .seed = c->training.seed,
             .config_digest = dt_config_digest(c), .world = r->world,
             .global_batch = (long)dt_sampler_global_batch(r->sampler), .train_samples = dt_dataset_size(r->train),
-            .model = *dt_model_config(r->model), .best = *cp->best,
+            .model = dt_model_config(r->model)->shape, .best = *cp->best,
         };
         moments_call mc = {r, 0};
         if (r->zero) { /* the others gather the moments with it */
@@ -691,7 +691,7 @@ static dt_status check_sample_prompt(const run *r) {
     snprintf(why, sizeof why, "%s", st != DT_OK ? dt_error_msg() : n < 1 ? "empty, and the tokenizer has no "
                                                                           "end-of-text token to start from"
                                                                         : "longer than model.n_positions");
-    if (st != DT_OK || n < 1 || n > (size_t)c->model.n_positions)
+    if (st != DT_OK || n < 1 || n > (size_t)c->model.shape.n_positions)
         return dt_error_set(DT_ERR_CONFIG, "%s: logging.sample_prompt: %s (hint: a shorter prompt, or "
                             "logging.sample_every_steps: 0)", c->source[0] ? c->source : "config", why);
     return DT_OK;
@@ -719,7 +719,7 @@ static dt_status train_open(trainer *t, const dt_config *c, const dt_worker_opts
     t->b = c->data.batch_size_per_worker;
     t->T = c->data.seq_len;
     t->accum = c->training.grad_accum_steps;
-    t->cls = c->model.num_labels > 0;
+    t->cls = c->model.shape.num_labels > 0;
     t->G = (long)r->world * t->b * t->accum;
     t->scale = 1.0f / (float)(t->G * (t->cls ? 1 : t->T));
     t->check_every = r->world > 1 ? c->training.check_replicas_every : 0;
@@ -767,7 +767,7 @@ static dt_status resume_point(trainer *t) {
     run *r = &t->r;
     const dt_config *c = r->cfg;
     DT_TRY(find_resume(r, t->attempt, t->ckpt_dir, sizeof t->ckpt_dir, &t->cs, &t->resumed));
-    if (t->resumed) DT_TRY(dt_ckpt_check_shape(&t->cs, dt_model_config(r->model), t->ckpt_dir));
+    if (t->resumed) DT_TRY(dt_ckpt_check_shape(&t->cs, &dt_model_config(r->model)->shape, t->ckpt_dir));
     t->step = t->resumed ? t->cs.step : 0;
     t->epoch = t->resumed ? t->cs.epoch : 0;
     t->cursor = t->resumed ? t->cs.cursor : 0;
@@ -790,7 +790,7 @@ static dt_status resume_point(trainer *t) {
     return DT_OK;
 }
 
-/* AdamW over the model's tensors (decay on >= 2-D ones only), scheduled to the last step. */
+/* AdamW over the model's tensors (decay where the architecture says: its >= 2-D ones), scheduled to the last step. */
 static dt_status make_optimizer(trainer *t) {
     run *r = &t->r;
     const dt_config *c = r->cfg;
@@ -799,7 +799,7 @@ static dt_status make_optimizer(trainer *t) {
     if (!segs) return DT_ERR_NOMEM;
     for (int i = 0; i < nt; i++) {
         const dt_tensor_info *ti = dt_model_tensor(r->model, i);
-        segs[i] = (dt_param_seg){ti->offset, ti->numel, ti->ndim >= 2};
+        segs[i] = (dt_param_seg){ti->offset, ti->numel, ti->decay};
     }
     dt_optim_cfg oc = {
         .lr = c->optimizer.lr, .weight_decay = c->optimizer.weight_decay, .beta1 = c->optimizer.beta1,
@@ -879,7 +879,7 @@ static void report_setup(trainer *t) {
                         "activations for batch %d)", r->rank, desc.device,
                         (double)device_memory_bytes(ops, mc, bf16, r->world, r->zero) / (1u << 30), ops->memory, t->b);
     dt_metrics_info(r->metrics, "model: %d layers, %d heads, n_embd %d, seq_len %d, vocab %d | %s params, %s FLOPs/token",
-                    mc->n_layer, mc->n_head, mc->n_embd, mc->seq_len, mc->vocab_size, params, flops);
+                    mc->shape.n_layer, mc->shape.n_head, mc->shape.n_embd, mc->seq_len, mc->shape.vocab_size, params, flops);
     if (r->zero)
         dt_metrics_info(r->metrics, "training.zero_stage 1: rank %d updates %zu of %zu parameters; its AdamW state is "
                         "%.1f MB, not %.1f MB", r->rank, dt_optim_moment_floats(r->optim), dt_model_num_params(r->model),
@@ -1434,7 +1434,7 @@ dt_status dt_worker_eval(const dt_config *c, const char *weights, dt_eval_point 
     }
     int score_loaded = 1;
     if ((st = dt_model_load(r.model, weights, &score_loaded)) != DT_OK) goto done;
-    if (!score_loaded && c->model.num_labels > 0) {
+    if (!score_loaded && c->model.shape.num_labels > 0) {
         st = dt_error_set(DT_ERR_DATA, "%s: tensor score.weight is missing: the file has no classification head to evaluate",
                           weights);
         goto done;

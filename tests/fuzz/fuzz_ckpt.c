@@ -105,7 +105,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     check_state(&s);
     dt_error_clear();
-    st = dt_ckpt_check_shape(&s, dt_model_config(fixture.m), dir);
+    st = dt_ckpt_check_shape(&s, &dt_model_config(fixture.m)->shape, dir);
     fuzz_debug("dt_ckpt_check_shape", st);
     FUZZ_ASSERT(st == DT_OK || (st == DT_ERR_CONFIG && dt_error_msg()[0]), "check_shape: %s", dt_status_str(st));
     dt_error_clear();

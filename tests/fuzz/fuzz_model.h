@@ -17,8 +17,8 @@ typedef struct fuzz_model {
 } fuzz_model;
 
 static inline dt_model_cfg fuzz_model_cfg(void) {
-    dt_model_cfg c = {.vocab_size = 8, .n_positions = 4, .n_layer = 1, .n_head = 1, .n_embd = 4,
-                      .num_labels = 2, .seq_len = 4, .max_batch = 1, .seed = 3};
+    dt_model_cfg c = {.shape = {.vocab_size = 8, .n_positions = 4, .n_layer = 1, .n_head = 1, .n_embd = 4, .num_labels = 2},
+                      .seq_len = 4, .max_batch = 1, .seed = 3};
     return c;
 }
 

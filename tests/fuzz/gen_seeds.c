@@ -141,7 +141,7 @@ static void ckpt_seed(const fuzz_model *fm) {
     dt_config_defaults(&cfg);
     snprintf(cfg.data.train_path, sizeof cfg.data.train_path, "data/sentiment/train.tsv");
     dt_ckpt_state s = {.step = 7, .epoch = 1, .cursor = 24, .seed = 1337, .config_digest = dt_config_digest(&cfg),
-                       .world = 2, .global_batch = 8, .train_samples = 100, .model = *dt_model_config(fm->m)};
+                       .world = 2, .global_batch = 8, .train_samples = 100, .model = dt_model_config(fm->m)->shape};
     char run[1024], dir[1200], p[1400];
     snprintf(run, sizeof run, "%s/run", fuzz_scratch());
     mkdir(run, 0755);

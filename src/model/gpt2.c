@@ -1,0 +1,66 @@
+/* gpt2.c — GPT-2 as data (net.h; DESIGN.md §4): learned positions, LayerNorm (eps 1e-5), a
+ * 4C-wide GELU (tanh) MLP, full multi-head attention with one packed [q | k | v] product,
+ * biases everywhere, the output head tied to the token embedding. Its tensors carry Hugging
+ * Face's GPT-2 names and Conv1D layouts ([in, out]); on disk they may carry "transformer.". */
+#include "net.h"
+
+#include <math.h>
+#include <stdio.h>
+
+/* Parameter order, one bucket each: "embed" wte, wpe; "h.l" ln_1, attn.c_attn, attn.c_proj,
+ * ln_2, mlp.c_fc, mlp.c_proj (weight, then bias); "head" ln_f, [score]. Init: normal(0, 0.02),
+ * the residual projections (attn.c_proj, mlp.c_proj) 0.02/sqrt(2L), biases 0, LayerNorm
+ * weights 1; decay on the matrices only. */
+static void gpt2_layout(net_builder *b, net_weights *w) {
+    const dt_model_shape *s = &b->cfg->shape;
+    const int C = s->n_embd, L = s->n_layer;
+    const double resid = 0.02 / sqrt(2.0 * L);
+    char nm[64];
+    /* one call a statement: the order of the calls in an initializer list is unspecified */
+#define VEC(field, init, len) (snprintf(nm, sizeof nm, "h.%d.%s", l, field), dt_net_add(b, nm, len, 0, init, 0, 0, 1 + l))
+#define MAT(field, rows, cols, std) \
+    (snprintf(nm, sizeof nm, "h.%d.%s", l, field), dt_net_add(b, nm, rows, cols, NET_INIT_NORMAL, std, 1, 1 + l))
+    w->wte = dt_net_add(b, "wte.weight", s->vocab_size, C, NET_INIT_NORMAL, 0.02, 1, 0);
+    w->wpe = dt_net_add(b, "wpe.weight", s->n_positions, C, NET_INIT_NORMAL, 0.02, 1, 0);
+    for (int l = 0; l < L; l++) {
+        net_layer *y = &w->layers[l];
+        y->attn_norm.w = VEC("ln_1.weight", NET_INIT_ONE, C);
+        y->attn_norm.b = VEC("ln_1.bias", NET_INIT_ZERO, C);
+        y->qkv = (net_linear){.in = C, .out = 3 * C, .trans = 0};
+        y->qkv.w = MAT("attn.c_attn.weight", C, 3 * C, 0.02);
+        y->qkv.b = VEC("attn.c_attn.bias", NET_INIT_ZERO, 3 * C);
+        y->attn_out = (net_linear){.in = C, .out = C, .trans = 0};
+        y->attn_out.w = MAT("attn.c_proj.weight", C, C, resid);
+        y->attn_out.b = VEC("attn.c_proj.bias", NET_INIT_ZERO, C);
+        y->mlp_norm.w = VEC("ln_2.weight", NET_INIT_ONE, C);
+        y->mlp_norm.b = VEC("ln_2.bias", NET_INIT_ZERO, C);
+        y->mlp_in = (net_linear){.in = C, .out = 4 * C, .trans = 0};
+        y->mlp_in.w = MAT("mlp.c_fc.weight", C, 4 * C, 0.02);
+        y->mlp_in.b = VEC("mlp.c_fc.bias", NET_INIT_ZERO, 4 * C);
+        y->mlp_out = (net_linear){.in = 4 * C, .out = C, .trans = 0};
+        y->mlp_out.w = MAT("mlp.c_proj.weight", 4 * C, C, resid);
+        y->mlp_out.b = VEC("mlp.c_proj.bias", NET_INIT_ZERO, C);
+    }
+#undef VEC
+#undef MAT
+    w->final_norm.w = dt_net_add(b, "ln_f.weight", C, 0, NET_INIT_ONE, 0, 0, L + 1);
+    w->final_norm.b = dt_net_add(b, "ln_f.bias", C, 0, NET_INIT_ZERO, 0, 0, L + 1);
+    w->head = (net_linear){w->wte, NET_NONE, C, s->vocab_size, 1}; /* tied */
+    if (s->num_labels) {
+        w->head = (net_linear){.b = NET_NONE, .in = C, .out = s->num_labels, .trans = 1};
+        w->head.w = dt_net_add(b, "score.weight", s->num_labels, C, NET_INIT_NORMAL, 0.02, 1, L + 1);
+    }
+}
+
+static const char *const gpt2_ignored[] = {".attn.bias", ".attn.masked_bias", ""};
+
+const net_arch dt_net_gpt2 = {
+    .id = DT_ARCH_GPT2,
+    .layout = gpt2_layout,
+    .hf_prefix = "transformer.",
+    .ignored_suffixes = gpt2_ignored,
+    .tied_head = "lm_head.weight",
+    .embed_name = "wte.weight",
+    .positions_name = "wpe.weight",
+    .layer_prefix = "h.",
+};

@@ -1,0 +1,115 @@
+/* net.c — the transformer layer, written once, over the op table (net.h): its forward for
+ * training, evaluation and cached decoding, its backward, and the two functions every weight
+ * product goes through. */
+#include "net.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const net_arch *dt_net_arch(dt_arch id) { return id == DT_ARCH_GPT2 ? &dt_net_gpt2 : NULL; }
+
+size_t dt_net_add(net_builder *b, const char *name, int rows, int cols, net_init init, double std, int decay, int bucket) {
+    const size_t off = b->off;
+    const size_t numel = (size_t)rows * (size_t)(cols ? cols : 1);
+    if (b->tensors) {
+        dt_tensor_info *t = &b->tensors[b->n];
+        snprintf(t->name, sizeof t->name, "%s", name);
+        t->ndim = cols ? 2 : 1;
+        t->shape[0] = rows;
+        t->shape[1] = cols ? cols : 1;
+        t->numel = numel;
+        t->offset = off;
+        t->bucket = bucket;
+        t->decay = decay;
+        b->init[b->n] = init;
+        b->std[b->n] = std;
+    }
+    b->n++;
+    b->off += numel;
+    return off;
+}
+
+/* ---- the weight products ---- */
+
+void dt_net_mm_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt_act *inp, int M, int ldo, dt_act *pre) {
+    const float *w = n->params + lin->w, *b = lin->b == NET_NONE ? NULL : n->params + lin->b;
+    if (pre && n->o->matmul_gelu_fwd) { /* the backend's fused product and GELU (ops.h) */
+        n->o->matmul_gelu_fwd(n->ctx, out, pre, inp, w, b, M, lin->in, lin->out);
+        return;
+    }
+    n->o->matmul_fwd(n->ctx, pre ? pre : out, inp, w, b, M, lin->in, lin->out, ldo, lin->trans);
+    if (pre) n->o->gelu_fwd(n->ctx, out, pre, (size_t)M * lin->out);
+}
+
+void dt_net_mm_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const dt_act *dout, const dt_act *inp, int M,
+                int ldo, const dt_act *pre, dt_act *tmp) {
+    const float *w = n->params + lin->w;
+    float *dw = n->grads + lin->w, *db = lin->b == NET_NONE ? NULL : n->grads + lin->b;
+    if (pre && n->o->matmul_gelu_bwd) {
+        n->o->matmul_gelu_bwd(n->ctx, dinp, tmp, dw, db, dout, inp, w, pre, M, lin->in, lin->out);
+        return;
+    }
+    n->o->matmul_bwd(n->ctx, pre ? tmp : dinp, dw, db, dout, inp, w, M, lin->in, lin->out, ldo, lin->trans);
+    if (pre) n->o->gelu_bwd(n->ctx, dinp, pre, tmp, (size_t)M * lin->in);
+}
+
+/* ---- the embedding ---- */
+
+void dt_net_embed(const dt_net *n, dt_act *out, const int *tokens, int B, int T, int pos0) {
+    const int C = n->cfg->shape.n_embd;
+    n->o->encoder_fwd(n->ctx, out, tokens, n->params + n->w.wte, n->params + n->w.wpe + (size_t)pos0 * C, B, T, C);
+}
+
+void dt_net_embed_bwd(const dt_net *n, const dt_act *dout, const int *tokens, int B, int T) {
+    n->o->encoder_bwd(n->ctx, n->grads + n->w.wte, n->grads + n->w.wpe, dout, tokens, B, T, n->cfg->shape.n_embd);
+}
+
+/* ---- norms ---- */
+
+void dt_net_norm_fwd(const dt_net *n, const net_norm *nw, dt_act *out, float *mean, float *rstd, const dt_act *inp, int N) {
+    n->o->layernorm_fwd(n->ctx, out, mean, rstd, inp, n->params + nw->w, n->params + nw->b, N, n->cfg->shape.n_embd);
+}
+
+void dt_net_norm_bwd(const dt_net *n, const net_norm *nw, dt_act *dinp, const dt_act *dout, const dt_act *inp,
+                  const float *mean, const float *rstd, int N) {
+    n->o->layernorm_bwd(n->ctx, dinp, n->grads + nw->w, n->grads + nw->b, dout, inp, n->params + nw->w, mean, rstd, N,
+                        n->cfg->shape.n_embd);
+}
+
+/* ---- the layer ---- */
+
+/* attention over the span: out(B*T, C) from qkv(B*T, 3C) */
+static void attend(const dt_net *n, dt_act *out, void *att, const dt_act *qkv, const net_span *s) {
+    const int C = n->cfg->shape.n_embd, NH = n->cfg->shape.n_head;
+    if (s->pos0 < 0) n->o->attention_fwd(n->ctx, out, att, qkv, s->B, s->T, C, NH);
+    else n->o->attention_cached(n->ctx, out, s->kc, s->vc, s->scratch, qkv, s->pos0, s->T, C, NH);
+}
+
+/* x += attn_out(attention(qkv(norm1(x)))) into res2, then res2 + mlp_out(gelu(mlp_in(norm2(res2)))) into res3 */
+void dt_net_layer_fwd(const dt_net *n, int l, const net_acts *a, const dt_act *x, const net_span *s) {
+    const net_layer *w = &n->w.layers[l];
+    const int BT = s->B * s->T, C = n->cfg->shape.n_embd;
+    dt_net_norm_fwd(n, &w->attn_norm, a->norm1, a->norm1_mean, a->norm1_rstd, x, BT);
+    dt_net_mm_fwd(n, &w->qkv, a->qkv, a->norm1, BT, w->qkv.out, NULL);
+    attend(n, a->atty, a->att, a->qkv, s);
+    dt_net_mm_fwd(n, &w->attn_out, a->res2, a->atty, BT, C, NULL);
+    n->o->add(n->ctx, a->res2, a->res2, x, (size_t)BT * C);
+    dt_net_norm_fwd(n, &w->mlp_norm, a->norm2, a->norm2_mean, a->norm2_rstd, a->res2, BT);
+    dt_net_mm_fwd(n, &w->mlp_in, a->mlp_act, a->norm2, BT, w->mlp_in.out, a->mlp_pre);
+    dt_net_mm_fwd(n, &w->mlp_out, a->res3, a->mlp_act, BT, C, NULL);
+    n->o->add(n->ctx, a->res3, a->res3, a->res2, (size_t)BT * C);
+}
+
+void dt_net_layer_bwd(const dt_net *n, int l, const net_acts *a, const dt_act *x, const net_grads *d, int B, int T) {
+    const net_layer *w = &n->w.layers[l];
+    const int BT = B * T, C = n->cfg->shape.n_embd, NH = n->cfg->shape.n_head;
+    /* the MLP */
+    dt_net_mm_bwd(n, &w->mlp_out, d->dpre, d->dresidual, a->mlp_act, BT, C, a->mlp_pre, d->dact);
+    dt_net_mm_bwd(n, &w->mlp_in, d->dnorm, d->dpre, a->norm2, BT, w->mlp_in.out, NULL, NULL);
+    dt_net_norm_bwd(n, &w->mlp_norm, d->dresidual, d->dnorm, a->res2, a->norm2_mean, a->norm2_rstd, BT);
+    /* attention */
+    dt_net_mm_bwd(n, &w->attn_out, d->dnorm, d->dresidual, a->atty, BT, C, NULL, NULL);
+    n->o->attention_bwd(n->ctx, d->dqkv, d->datt, d->dnorm, a->qkv, a->atty, a->att, B, T, C, NH);
+    dt_net_mm_bwd(n, &w->qkv, d->dnorm, d->dqkv, a->norm1, BT, w->qkv.out, NULL, NULL);
+    dt_net_norm_bwd(n, &w->attn_norm, d->dresidual, d->dnorm, x, a->norm1_mean, a->norm1_rstd, BT);
+}

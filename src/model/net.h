@@ -1,0 +1,166 @@
+/* net.h — inside the model module: an architecture as the model code reads it, the model's
+ * tensors by name, and the transformer layer written once (net.c) for training, evaluation
+ * (model.c) and cached decoding (decode.c).
+ *
+ * An architecture (gpt2.c) is data and one hook: the variants its layer is built from (which
+ * norm, which MLP, ...), the Hugging Face names of its weights file, and `layout`, which lists
+ * its tensors in parameter order (name, shape, init, weight decay, bucket) and fills the named
+ * offsets the layer reads them by. Nothing outside src/model includes this header. */
+#ifndef DTRAIN_MODEL_NET_H
+#define DTRAIN_MODEL_NET_H
+
+#include <stddef.h>
+
+#include "dtrain/model.h"
+#include "dtrain/ops.h"
+
+#define NET_NONE ((size_t)-1) /* an offset of a tensor the architecture does not have */
+
+/* A weight product's operand: where its weight and bias lie in the parameter buffer (the
+ * gradient buffer has the same layout) and how the weight is stored. */
+typedef struct net_linear {
+    size_t w, b;  /* offsets in floats; b NET_NONE: no bias */
+    int in, out;  /* K, N: inp(M,K) -> out(M,N) */
+    int trans;    /* 0: W stored (in, out) (GPT-2's Conv1D); 1: (out, in) (nn.Linear, embeddings) */
+} net_linear;
+
+typedef struct net_norm {
+    size_t w, b;  /* weight, bias (C) */
+} net_norm;
+
+/* One layer's tensors, named. */
+typedef struct net_layer {
+    net_norm attn_norm;   /* GPT-2 ln_1 */
+    net_linear qkv;       /* attn.c_attn (C, 3C): [q | k | v] */
+    net_linear attn_out;  /* attn.c_proj (C, C) */
+    net_norm mlp_norm;    /* ln_2 */
+    net_linear mlp_in;    /* mlp.c_fc (C, 4C) */
+    net_linear mlp_out;   /* mlp.c_proj (4C, C) */
+} net_layer;
+
+/* The model's tensors, named. */
+typedef struct net_weights {
+    size_t wte;           /* (V, C) token embedding */
+    size_t wpe;           /* (P, C) learned positions */
+    net_layer *layers;    /* (L) */
+    net_norm final_norm;  /* ln_f */
+    net_linear head;      /* language model: the output head (GPT-2: wte, tied); classifier: score (NL, C) */
+} net_weights;
+
+/* How a tensor starts when no weights are loaded (DESIGN §4). */
+typedef enum { NET_INIT_ZERO = 0, NET_INIT_ONE, NET_INIT_NORMAL } net_init;
+
+/* What `layout` is given: it calls dt_net_add for every tensor, in parameter order. */
+typedef struct net_builder {
+    const dt_model_cfg *cfg;
+    dt_tensor_info *tensors; /* NULL: counting only */
+    net_init *init;          /* (n) */
+    double *std;             /* (n) NET_INIT_NORMAL's standard deviation */
+    int n;
+    size_t off;              /* floats laid out so far */
+} net_builder;
+
+/* Adds a tensor of rows x cols (cols 0: a vector of rows) named `name` to bucket `bucket`
+ * (0 the embeddings, 1 + l layer l, L + 1 the head); decay: AdamW's weight decay applies.
+ * Returns its offset. */
+size_t dt_net_add(net_builder *b, const char *name, int rows, int cols, net_init init, double std, int decay, int bucket);
+
+typedef struct net_arch {
+    dt_arch id;
+    /* The tensors of cfg in parameter order, through dt_net_add, and their offsets in w
+     * (w->layers has room for L). */
+    void (*layout)(net_builder *b, net_weights *w);
+    /* Weights files (Hugging Face's names): a prefix the model's names may carry on disk and
+     * export writes before every name but score.weight's ("transformer."); names a file may
+     * hold that are not weights (suffixes, "" ends the list); the output head's name when it is
+     * tied to the embedding, whose values must then equal it. */
+    const char *hf_prefix;
+    const char *const *ignored_suffixes;
+    const char *tied_head;
+    const char *embed_name, *positions_name, *layer_prefix; /* for the hint of a file of another shape */
+} net_arch;
+
+extern const net_arch dt_net_gpt2;
+
+/* The architecture of a shape (NULL: none, an internal error). */
+const net_arch *dt_net_arch(dt_arch id);
+
+/* What the layer code needs of a model (model.c fills it; decode.c borrows it). */
+typedef struct dt_net {
+    const dt_ops *o;
+    void *ctx;
+    const dt_model_cfg *cfg;
+    const net_arch *arch;
+    dt_dtype act;
+    float *params, *grads; /* backend (n_params) each */
+    net_weights w;
+} dt_net;
+
+const dt_net *dt_model_net(const dt_model *m);
+
+/* Every product of an activation with a weight goes through these two (adapters and
+ * tensor-parallel splits change them, not their callers). Forward: out(M, lin->out) =
+ * inp(M, lin->in) @ W + bias, rows of out ldo apart; with `pre` non-NULL, pre = that product
+ * and out = gelu(pre) (the backend's fused epilogue where it has one). Backward: dW += and
+ * dbias += from dout(M, out) (rows ldo apart); dinp(M, in) = dout @ W^T (skipped when NULL),
+ * and with `pre` non-NULL dinp = gelu'(pre) * (dout @ W^T), `tmp` (M, in) as scratch. */
+void dt_net_mm_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt_act *inp, int M, int ldo, dt_act *pre);
+void dt_net_mm_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const dt_act *dout, const dt_act *inp, int M,
+                int ldo, const dt_act *pre, dt_act *tmp);
+
+/* out(B*T, C): the token embeddings of B sequences of T tokens (tokens: backend memory) at
+ * positions pos0.., plus their learned positions' (GPT-2); and its backward, the embeddings'
+ * gradients += from dout(B*T, C). */
+void dt_net_embed(const dt_net *n, dt_act *out, const int *tokens, int B, int T, int pos0);
+void dt_net_embed_bwd(const dt_net *n, const dt_act *dout, const int *tokens, int B, int T);
+
+/* A norm over N rows of C: the architecture's (GPT-2: LayerNorm, mean and rstd kept). */
+void dt_net_norm_fwd(const dt_net *n, const net_norm *nw, dt_act *out, float *mean, float *rstd, const dt_act *inp, int N);
+/* dinp(N,C) += (the residual stream), dw +=, db += */
+void dt_net_norm_bwd(const dt_net *n, const net_norm *nw, dt_act *dinp, const dt_act *dout, const dt_act *inp,
+                  const float *mean, const float *rstd, int N);
+
+/* What one layer's forward writes: training and evaluation keep each layer's for backward;
+ * decoding gives every layer the same scratch. */
+typedef struct net_acts {
+    dt_act *norm1;              /* (BT, C) */
+    float *norm1_mean, *norm1_rstd; /* (BT) */
+    dt_act *qkv;                /* (BT, 3C) */
+    dt_act *atty;               /* (BT, C) attention's output, before attn_out */
+    void *att;                  /* what attention keeps for backward (ops attention_bytes); decoding: unused */
+    dt_act *res2;               /* (BT, C) the residual stream after attention */
+    dt_act *norm2;              /* (BT, C) */
+    float *norm2_mean, *norm2_rstd; /* (BT) */
+    dt_act *mlp_pre;            /* (BT, 4C) mlp_in's output */
+    dt_act *mlp_act;            /* (BT, 4C) after the activation: mlp_out's input */
+    dt_act *res3;               /* (BT, C) the layer's output */
+} net_acts;
+
+/* Where attention finds keys and values: in the rows themselves (B sequences of T, from
+ * position 0: training, evaluation), or also in a cache (decoding: one sequence, T new rows at
+ * positions pos0.., their keys and values appended to kc and vc, scratch for the scores). */
+typedef struct net_span {
+    int B, T;
+    int pos0;            /* -1: no cache */
+    dt_act *kc, *vc;
+    float *scratch;
+} net_span;
+
+/* Layer l forward over the span's rows: x (B*T, C) in, a->res3 out. */
+void dt_net_layer_fwd(const dt_net *n, int l, const net_acts *a, const dt_act *x, const net_span *s);
+
+/* Backward scratch shared by the layers. */
+typedef struct net_grads {
+    dt_act *dresidual;   /* (BT, C) the residual stream's gradient: in from the layer above, out to the one below */
+    dt_act *dnorm;       /* (BT, C) a norm's output gradient; attention's output gradient */
+    dt_act *dqkv;        /* (BT, 3C) */
+    void *datt;          /* attention backward's scratch */
+    dt_act *dpre;        /* (BT, 4C) mlp_pre's gradient */
+    dt_act *dact;        /* (BT, 4C) mlp_act's gradient */
+} net_grads;
+
+/* Layer l backward: its parameters' gradients += , d->dresidual becomes the gradient of its
+ * input x. */
+void dt_net_layer_bwd(const dt_net *n, int l, const net_acts *a, const dt_act *x, const net_grads *d, int B, int T);
+
+#endif
