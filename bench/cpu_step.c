@@ -1,11 +1,14 @@
-/* cpu_step.c — benchmark: one full training step (forward, backward, AdamW) of a GPT on the
- * CPU backend, against the sgemm peak measured on this machine in the same run.
+/* cpu_step.c — benchmark: one full training step (forward, backward, AdamW) of a GPT-2 or a
+ * Llama-family model on the CPU backend, against the sgemm peak measured on this machine in the
+ * same run.
  *
  *   bench_cpu_step [--threads N] [--steps K] [--B 8 --T 256 --L 4 --C 256 --H 4 --V 256]
+ *                  [--arch llama --KV 2 --F 512 --hs 0 --tied 1]   (--smollm2: SmolLM2-135M's shape)
  *
- * Prints ms/step, tokens/s, model FLOPs/s (6N + 12LCT per token, see dt_model_flops_per_token)
- * and that as a fraction of the sgemm peak: the best cblas_sgemm rate over 1024^3, 2048^3 and
- * the model's own matmul shapes, measured in the same run with the same threads. */
+ * Prints ms/step (mean, best and median), tokens/s, model FLOPs/s (6N + 12LAT per token, see
+ * dt_model_flops_per_token) and that as a fraction of the sgemm peak: the best cblas_sgemm rate
+ * over 1024^3, 2048^3 and the model's own matmul shapes, measured in the same run with the same
+ * threads. The last line is JSON ({"ms_per_step": median, ...}) for bench/llama_vs_torch.sh. */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -44,8 +47,8 @@ static double sgemm_rate(int M, int K, int N, int reps) {
 }
 
 /* The sgemm peak: the best rate over large square products and the model's own shapes. */
-static double sgemm_peak(int BT, int C, char *which, size_t n) {
-    const int shapes[][3] = {{1024, 1024, 1024}, {2048, 2048, 2048}, {BT, C, 4 * C}, {BT, 4 * C, C}, {BT, C, 3 * C}};
+static double sgemm_peak(int BT, int C, int F, char *which, size_t n) { /* F: the MLP's width */
+    const int shapes[][3] = {{1024, 1024, 1024}, {2048, 2048, 2048}, {BT, C, F}, {BT, F, C}, {BT, C, 3 * C}};
     double best = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         double r = sgemm_rate(shapes[i][0], shapes[i][1], shapes[i][2], 5);
@@ -58,7 +61,14 @@ static double sgemm_peak(int BT, int C, char *which, size_t n) {
 }
 
 int main(int argc, char **argv) {
-    int threads = 2, steps = 10, B = 8, T = 256, L = 4, C = 256, H = 4, V = 256;
+    int threads = 2, steps = 10, B = 8, T = 256, L = 4, C = 256, H = 4, V = 256, llama = 0, KV = 0, F = 0, hs = 0, tied = 1;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--smollm2")) { /* SmolLM2-135M: 30 layers of 576, 9 heads on 3, SwiGLU of 1536 */
+            llama = 1, V = 49152, L = 30, C = 576, H = 9, KV = 3, F = 1536, hs = 64, tied = 1, B = 4, T = 256;
+            memmove(argv + i, argv + i + 1, (size_t)(argc - i - 1) * sizeof *argv);
+            argc--;
+            break;
+        }
     for (int i = 1; i + 1 < argc; i += 2) {
         int v = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--threads")) threads = v;
@@ -69,22 +79,31 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--C")) C = v;
         else if (!strcmp(argv[i], "--H")) H = v;
         else if (!strcmp(argv[i], "--V")) V = v;
+        else if (!strcmp(argv[i], "--arch")) llama = !strcmp(argv[i + 1], "llama");
+        else if (!strcmp(argv[i], "--KV")) KV = v;
+        else if (!strcmp(argv[i], "--F")) F = v;
+        else if (!strcmp(argv[i], "--hs")) hs = v;
+        else if (!strcmp(argv[i], "--tied")) tied = v;
         else { fprintf(stderr, "unknown option %s\n", argv[i]); return 2; }
     }
     dt_backend *be;
     if (dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = threads}, &be) != DT_OK) { fprintf(stderr, "%s\n", dt_error_msg()); return 1; }
     char which[64];
-    double peak = sgemm_peak(B * T, C, which, sizeof which);
+    double peak = sgemm_peak(B * T, C, llama ? F : 4 * C, which, sizeof which);
 
     dt_model_cfg mc = {.shape = {.vocab_size = V, .n_positions = T, .n_layer = L, .n_head = H, .n_embd = C, .num_labels = 0},
                        .seq_len = T, .max_batch = B, .seed = 1};
+    if (llama)
+        mc.shape = (dt_model_shape){.arch = DT_ARCH_LLAMA, .vocab_size = V, .n_positions = T, .n_layer = L, .n_head = H,
+                                    .n_embd = C, .num_key_value_heads = KV, .intermediate_size = F, .head_dim = hs,
+                                    .rope_theta = 1e5, .rms_norm_eps = 1e-5, .tie_word_embeddings = tied};
     dt_model *m;
     if (dt_model_init(&m, &mc, be) != DT_OK) { fprintf(stderr, "%s\n", dt_error_msg()); return 1; }
     int nt = dt_model_num_tensors(m);
     dt_param_seg *segs = malloc((size_t)nt * sizeof *segs);
     for (int i = 0; i < nt; i++) {
         const dt_tensor_info *t = dt_model_tensor(m, i);
-        segs[i] = (dt_param_seg){t->offset, t->numel, t->ndim >= 2};
+        segs[i] = (dt_param_seg){t->offset, t->numel, t->decay};
     }
     dt_optim_cfg oc = {.lr = 1e-4, .weight_decay = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .grad_clip = 1.0,
                        .schedule = DT_SCHED_CONSTANT, .total_steps = steps};
@@ -95,7 +114,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < B * T; i++) { s = s * 1103515245u + 12345u; tok[i] = (int)(s >> 16) % V; }
     for (int i = 0; i < B * T; i++) tgt[i] = tok[(i + 1) % (B * T)];
 
-    double best = 1e30, total = 0, fwd_best = 1e30;
+    double best = 1e30, total = 0, fwd_best = 1e30, *each = malloc((size_t)steps * sizeof *each);
     for (int k = 0; k < steps + 1; k++) {
         double t0 = now_s();
         dt_fwd_result r;
@@ -107,14 +126,22 @@ int main(int argc, char **argv) {
         dt_optim_step(o, dt_model_params(m), dt_model_grads(m), k, &gn, &lr);
         double dt = now_s() - t0;
         if (k == 0) continue; /* warm-up */
+        each[k - 1] = dt;
         total += dt;
         if (dt < best) best = dt;
         if (t1 - t0 < fwd_best) fwd_best = t1 - t0;
     }
+    for (int i = 1; i < steps; i++) /* insertion sort: the median */
+        for (int j = i; j > 0 && each[j] < each[j - 1]; j--) {
+            double x = each[j];
+            each[j] = each[j - 1];
+            each[j - 1] = x;
+        }
+    const double median = steps % 2 ? each[steps / 2] : 0.5 * (each[steps / 2 - 1] + each[steps / 2]);
     double mean = total / steps, tokens = (double)B * T;
     double flops = dt_model_flops_per_token(&mc) * tokens;
-    printf("GPT V=%d T=%d L=%d C=%d H=%d B=%d, %zu params, %d threads (omp max %d)\n", V, T, L, C, H, B,
-           dt_model_num_params(m), threads, omp_get_max_threads());
+    printf("%s V=%d T=%d L=%d C=%d H=%d B=%d, %zu params, %d threads (omp max %d)\n", llama ? "Llama" : "GPT-2", V, T, L,
+           C, H, B, dt_model_num_params(m), threads, omp_get_max_threads());
     printf("sgemm peak (best shape %s):  %8.1f GFLOP/s\n", which, peak / 1e9);
     printf("training step: mean %.1f ms, best %.1f ms (forward best %.1f ms) over %d steps\n", mean * 1e3, best * 1e3,
            fwd_best * 1e3, steps);
@@ -123,7 +150,9 @@ int main(int argc, char **argv) {
            100.0 * flops / mean / peak);
     printf("model FLOPs/s (best step):        %8.1f GFLOP/s = %.1f%% of sgemm peak\n", flops / best / 1e9,
            100.0 * flops / best / peak);
-    free(tok); free(tgt); free(segs);
+    printf("{\"ms_per_step\": %.2f, \"ms_best\": %.2f, \"ms_mean\": %.2f, \"tokens_per_s\": %.1f, \"params\": %zu}\n",
+           median * 1e3, best * 1e3, mean * 1e3, tokens / median, dt_model_num_params(m));
+    free(tok); free(tgt); free(segs); free(each);
     dt_optim_free(o);
     dt_model_free(m);
     dt_backend_close(be);

@@ -1,93 +1,103 @@
-// attention.cu — the non-matmul parts of causal self-attention: the permutes between the
-// (B,T,3C) / (B,T,C) activations and per-head (B,NH,T,hs) tensors, and the in-place causal
+// attention.cu — the non-matmul parts of causal self-attention (grouped-query: NKV key/value
+// heads for NH query heads): the permutes between the (B,T,(NH+2NKV)hs) / (B,T,NH*hs)
+// activations and per-head (B,heads,T,hs) tensors, and the in-place causal
 // softmax forward/backward over the (BH,T,T) score matrices (the matmuls are cuBLAS calls
 // in src/ops/ops_cuda.c).
 #include "dtk.h"
 #include "dtk_common.cuh"
 
-// All four permutes run one block per (b,t) row with threads over the columns c in [0,C):
-// c = h*hs + j is element j of head h, at ((b*NH + h)*T + t)*hs + j in a per-head tensor.
-static __device__ inline size_t head_index(int bt, int c, int T, int NH, int hs) {
-    const int b = bt / T, t = bt - b * T, h = c / hs, j = c - h * hs;
-    return ((size_t)(b * NH + h) * T + t) * hs + j;
+// All four permutes run one block per (b,t) row with threads over its columns. A qkv row is
+// [q (NH*hs) | k (NKV*hs) | v (NKV*hs)]; column j of head h of a part with `heads` heads goes
+// to ((b*heads + h)*T + t)*hs + j of that part's per-head tensor (q: NH heads, k and v: NKV).
+// An out or dout row is NH*hs wide, head h at h*hs.
+static __device__ inline size_t head_index(int bt, int h, int j, int T, int heads, int hs) {
+    const int b = bt / T, t = bt - b * T;
+    return ((size_t)(b * heads + h) * T + t) * hs + j;
 }
 
-// q, k, v (float) from columns c, C + c, 2C + c of qkv row bt (activations)
-template <typename A>
-static __device__ void qkv_split(float *q, float *k, float *v, const void *qkv, int T, int C, int NH) {
-    const int bt = blockIdx.x, hs = C / NH;
-    const A *row = (const A *)qkv + (size_t)bt * 3 * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const size_t d = head_index(bt, c, T, NH, hs);
-        q[d] = dtk_ld(row, c);
-        k[d] = dtk_ld(row, C + c);
-        v[d] = dtk_ld(row, 2 * C + c);
+// the per-head tensor (0 q, 1 k, 2 v), its head and the column in the head of qkv column c
+struct QkvCol {
+    int part, h, j;
+};
+static __device__ inline QkvCol qkv_col(int c, const dtk_att_shape &a) {
+    const int q = a.NH * a.hs, kv = a.NKV * a.hs;
+    const int part = c < q ? 0 : c < q + kv ? 1 : 2, c0 = part == 0 ? 0 : part == 1 ? q : q + kv;
+    return {part, (c - c0) / a.hs, (c - c0) % a.hs};
+}
+
+static __device__ inline int qkv_width(const dtk_att_shape &a) { return (a.NH + 2 * a.NKV) * a.hs; }
+
+// q, k, v (float) from the columns of qkv row bt (activations)
+template <typename A> static __device__ void qkv_split(float *q, float *k, float *v, const void *qkv, dtk_att_shape a) {
+    const int bt = blockIdx.x, W = qkv_width(a);
+    const A *row = (const A *)qkv + (size_t)bt * W;
+    for (int c = threadIdx.x; c < W; c += blockDim.x) {
+        const QkvCol x = qkv_col(c, a);
+        (x.part == 0 ? q : x.part == 1 ? k : v)[head_index(bt, x.h, x.j, a.T, x.part ? a.NKV : a.NH, a.hs)] = dtk_ld(row, c);
     }
 }
-DTK_ACT_KERNELS(qkv_split, (float *q, float *k, float *v, const void *qkv, int T, int C, int NH),
-                (q, k, v, qkv, T, C, NH))
+DTK_ACT_KERNELS(qkv_split, (float *q, float *k, float *v, const void *qkv, dtk_att_shape a), (q, k, v, qkv, a))
 
 template <typename A>
-static __device__ void qkv_merge(void *dqkv, const float *dq, const float *dk, const float *dv, int T, int C, int NH) {
-    const int bt = blockIdx.x, hs = C / NH;
-    A *row = (A *)dqkv + (size_t)bt * 3 * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const size_t d = head_index(bt, c, T, NH, hs);
-        dtk_st(row, c, dq[d]);
-        dtk_st(row, C + c, dk[d]);
-        dtk_st(row, 2 * C + c, dv[d]);
+static __device__ void qkv_merge(void *dqkv, const float *dq, const float *dk, const float *dv, dtk_att_shape a) {
+    const int bt = blockIdx.x, W = qkv_width(a);
+    A *row = (A *)dqkv + (size_t)bt * W;
+    for (int c = threadIdx.x; c < W; c += blockDim.x) {
+        const QkvCol x = qkv_col(c, a);
+        const float *src = x.part == 0 ? dq : x.part == 1 ? dk : dv;
+        dtk_st(row, c, src[head_index(bt, x.h, x.j, a.T, x.part ? a.NKV : a.NH, a.hs)]);
     }
 }
-DTK_ACT_KERNELS(qkv_merge, (void *dqkv, const float *dq, const float *dk, const float *dv, int T, int C, int NH),
-                (dqkv, dq, dk, dv, T, C, NH))
+DTK_ACT_KERNELS(qkv_merge, (void *dqkv, const float *dq, const float *dk, const float *dv, dtk_att_shape a),
+                (dqkv, dq, dk, dv, a))
 
 // out[b,t,h*hs+j] = y[b,h,t,j]
-template <typename A> static __device__ void heads_merge(void *out, const float *y, int T, int C, int NH) {
-    const int bt = blockIdx.x, hs = C / NH;
-    A *row = (A *)out + (size_t)bt * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) dtk_st(row, c, y[head_index(bt, c, T, NH, hs)]);
+template <typename A> static __device__ void heads_merge(void *out, const float *y, dtk_att_shape a) {
+    const int bt = blockIdx.x, HQ = a.NH * a.hs;
+    A *row = (A *)out + (size_t)bt * HQ;
+    for (int c = threadIdx.x; c < HQ; c += blockDim.x) dtk_st(row, c, y[head_index(bt, c / a.hs, c % a.hs, a.T, a.NH, a.hs)]);
 }
-DTK_ACT_KERNELS(heads_merge, (void *out, const float *y, int T, int C, int NH), (out, y, T, C, NH))
+DTK_ACT_KERNELS(heads_merge, (void *out, const float *y, dtk_att_shape a), (out, y, a))
 
 // dy[b,h,t,j] = dout[b,t,h*hs+j]
-template <typename A> static __device__ void heads_split(float *dy, const void *dout, int T, int C, int NH) {
-    const int bt = blockIdx.x, hs = C / NH;
-    const A *row = (const A *)dout + (size_t)bt * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) dy[head_index(bt, c, T, NH, hs)] = dtk_ld(row, c);
+template <typename A> static __device__ void heads_split(float *dy, const void *dout, dtk_att_shape a) {
+    const int bt = blockIdx.x, HQ = a.NH * a.hs;
+    const A *row = (const A *)dout + (size_t)bt * HQ;
+    for (int c = threadIdx.x; c < HQ; c += blockDim.x) dy[head_index(bt, c / a.hs, c % a.hs, a.T, a.NH, a.hs)] = dtk_ld(row, c);
 }
-DTK_ACT_KERNELS(heads_split, (float *dy, const void *dout, int T, int C, int NH), (dy, dout, T, C, NH))
+DTK_ACT_KERNELS(heads_split, (float *dy, const void *dout, dtk_att_shape a), (dy, dout, a))
 
-static bool bad_shape(int B, int T, int C, int NH) { return B <= 0 || T <= 0 || C <= 0 || NH <= 0; }
+static bool bad_shape(const dtk_att_shape &a) {
+    return a.B <= 0 || a.T <= 0 || a.NH <= 0 || a.NKV <= 0 || a.hs <= 0 || a.NH % a.NKV != 0;
+}
 
-extern "C" cudaError_t dtk_qkv_split(cudaStream_t s, dtk_type t, float *q, float *k, float *v, const void *qkv, int B,
-                                     int T, int C, int NH) {
-    if (bad_shape(B, T, C, NH)) return cudaSuccess;
-    if (t == DTK_BF16) dtk_qkv_split_bf16<<<B * T, DTK_THREADS, 0, s>>>(q, k, v, qkv, T, C, NH);
-    else dtk_qkv_split_f32<<<B * T, DTK_THREADS, 0, s>>>(q, k, v, qkv, T, C, NH);
+extern "C" cudaError_t dtk_qkv_split(cudaStream_t s, dtk_type t, float *q, float *k, float *v, const void *qkv,
+                                     dtk_att_shape a) {
+    if (bad_shape(a)) return cudaSuccess;
+    if (t == DTK_BF16) dtk_qkv_split_bf16<<<a.B * a.T, DTK_THREADS, 0, s>>>(q, k, v, qkv, a);
+    else dtk_qkv_split_f32<<<a.B * a.T, DTK_THREADS, 0, s>>>(q, k, v, qkv, a);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t dtk_qkv_merge(cudaStream_t s, dtk_type t, void *dqkv, const float *dq, const float *dk,
-                                     const float *dv, int B, int T, int C, int NH) {
-    if (bad_shape(B, T, C, NH)) return cudaSuccess;
-    if (t == DTK_BF16) dtk_qkv_merge_bf16<<<B * T, DTK_THREADS, 0, s>>>(dqkv, dq, dk, dv, T, C, NH);
-    else dtk_qkv_merge_f32<<<B * T, DTK_THREADS, 0, s>>>(dqkv, dq, dk, dv, T, C, NH);
+                                     const float *dv, dtk_att_shape a) {
+    if (bad_shape(a)) return cudaSuccess;
+    if (t == DTK_BF16) dtk_qkv_merge_bf16<<<a.B * a.T, DTK_THREADS, 0, s>>>(dqkv, dq, dk, dv, a);
+    else dtk_qkv_merge_f32<<<a.B * a.T, DTK_THREADS, 0, s>>>(dqkv, dq, dk, dv, a);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dtk_heads_merge(cudaStream_t s, dtk_type t, void *out, const float *y, int B, int T, int C,
-                                       int NH) {
-    if (bad_shape(B, T, C, NH)) return cudaSuccess;
-    if (t == DTK_BF16) dtk_heads_merge_bf16<<<B * T, DTK_THREADS, 0, s>>>(out, y, T, C, NH);
-    else dtk_heads_merge_f32<<<B * T, DTK_THREADS, 0, s>>>(out, y, T, C, NH);
+extern "C" cudaError_t dtk_heads_merge(cudaStream_t s, dtk_type t, void *out, const float *y, dtk_att_shape a) {
+    if (bad_shape(a)) return cudaSuccess;
+    if (t == DTK_BF16) dtk_heads_merge_bf16<<<a.B * a.T, DTK_THREADS, 0, s>>>(out, y, a);
+    else dtk_heads_merge_f32<<<a.B * a.T, DTK_THREADS, 0, s>>>(out, y, a);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dtk_heads_split(cudaStream_t s, dtk_type t, float *dy, const void *dout, int B, int T, int C,
-                                       int NH) {
-    if (bad_shape(B, T, C, NH)) return cudaSuccess;
-    if (t == DTK_BF16) dtk_heads_split_bf16<<<B * T, DTK_THREADS, 0, s>>>(dy, dout, T, C, NH);
-    else dtk_heads_split_f32<<<B * T, DTK_THREADS, 0, s>>>(dy, dout, T, C, NH);
+extern "C" cudaError_t dtk_heads_split(cudaStream_t s, dtk_type t, float *dy, const void *dout, dtk_att_shape a) {
+    if (bad_shape(a)) return cudaSuccess;
+    if (t == DTK_BF16) dtk_heads_split_bf16<<<a.B * a.T, DTK_THREADS, 0, s>>>(dy, dout, a);
+    else dtk_heads_split_f32<<<a.B * a.T, DTK_THREADS, 0, s>>>(dy, dout, a);
     return cudaGetLastError();
 }
 
@@ -144,32 +154,35 @@ extern "C" cudaError_t dtk_causal_softmax_bwd(cudaStream_t s, float *datt, const
 
 // ---- generation: attention of new rows over a key/value cache ----
 
-// Block i copies new row i's key and value into cache row pos0 + i.
-template <typename A> static __device__ void kv_append(void *kc_, void *vc_, const void *qkv, int pos0, int C) {
-    const A *row = (const A *)qkv + (size_t)blockIdx.x * 3 * C;
+// Block i copies new row i's keys and values (NKV*hs columns each) into cache row pos0 + i.
+template <typename A> static __device__ void kv_append(void *kc_, void *vc_, const void *qkv, int pos0, dtk_att_shape a) {
+    const int KV = a.NKV * a.hs, koff = a.NH * a.hs;
+    const A *row = (const A *)qkv + (size_t)blockIdx.x * qkv_width(a);
     A *kc = (A *)kc_, *vc = (A *)vc_;
-    const size_t dst = (size_t)(pos0 + blockIdx.x) * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        kc[dst + c] = row[C + c];
-        vc[dst + c] = row[2 * C + c];
+    const size_t dst = (size_t)(pos0 + blockIdx.x) * KV;
+    for (int c = threadIdx.x; c < KV; c += blockDim.x) {
+        kc[dst + c] = row[koff + c];
+        vc[dst + c] = row[koff + KV + c];
     }
 }
-DTK_ACT_KERNELS(kv_append, (void *kc, void *vc, const void *qkv, int pos0, int C), (kc, vc, qkv, pos0, C))
+DTK_ACT_KERNELS(kv_append, (void *kc, void *vc, const void *qkv, int pos0, dtk_att_shape a), (kc, vc, qkv, pos0, a))
 
-// One block per (new row i, head h), at position t = pos0 + i: threads over the keys 0..t
-// write the scores into p (the row's scratch), block reductions give the max and the sum of
-// exp, then threads over the head's columns sum p[j] v[j] in increasing j (deterministic).
-// The reductions end in barriers, so every p[j] is written before any thread reads it.
+// One block per (new row i, query head h), at position t = pos0 + i, over key/value head
+// g = h / (NH/NKV) of the cache (rows NKV*hs wide): threads over the keys 0..t write the scores
+// into p (the row's scratch), block reductions give the max and the sum of exp, then threads
+// over the head's columns sum p[j] v[j] in increasing j (deterministic). The reductions end in
+// barriers, so every p[j] is written before any thread reads it.
 template <typename A>
 static __device__ void attention_cached(void *out_, float *scratch, const void *kc_, const void *vc_,
-                                        const void *qkv_, int pos0, int L, int C, int NH, float scale) {
+                                        const void *qkv_, int pos0, int L, dtk_att_shape a, float scale) {
     const A *kc = (const A *)kc_, *vc = (const A *)vc_, *qkv = (const A *)qkv_;
-    const int i = blockIdx.x / NH, h = blockIdx.x - i * NH, hs = C / NH, t = pos0 + i;
-    const A *q = qkv + (size_t)i * 3 * C + (size_t)h * hs;
+    const int i = blockIdx.x / a.NH, h = blockIdx.x - i * a.NH, hs = a.hs, t = pos0 + i;
+    const int g = h / (a.NH / a.NKV), KV = a.NKV * hs;
+    const A *q = qkv + (size_t)i * qkv_width(a) + (size_t)h * hs;
     float *p = scratch + (size_t)blockIdx.x * L;
     float mx = -INFINITY;
     for (int j = threadIdx.x; j <= t; j += blockDim.x) {
-        const A *k = kc + (size_t)j * C + (size_t)h * hs;
+        const A *k = kc + (size_t)j * KV + (size_t)g * hs;
         float d = 0.0f;
         for (int e = 0; e < hs; e++) d += dtk_ld(q, e) * dtk_ld(k, e);
         p[j] = d * scale;
@@ -184,27 +197,28 @@ static __device__ void attention_cached(void *out_, float *scratch, const void *
     sum = dtk_block_reduce(sum, DtkSum(), 0.0f);
     const float inv = 1.0f / sum;
     for (int e = threadIdx.x; e < hs; e += blockDim.x) {
-        const A *v = vc + (size_t)h * hs + e;
+        const A *v = vc + (size_t)g * hs + e;
         float acc = 0.0f;
-        for (int j = 0; j <= t; j++) acc += p[j] * dtk_ld(v, (size_t)j * C);
-        dtk_st((A *)out_, (size_t)i * C + (size_t)h * hs + e, acc * inv);
+        for (int j = 0; j <= t; j++) acc += p[j] * dtk_ld(v, (size_t)j * KV);
+        dtk_st((A *)out_, (size_t)i * a.NH * hs + (size_t)h * hs + e, acc * inv);
     }
 }
 DTK_ACT_KERNELS(attention_cached,
-                (void *out, float *scratch, const void *kc, const void *vc, const void *qkv, int pos0, int L, int C,
-                 int NH, float scale),
-                (out, scratch, kc, vc, qkv, pos0, L, C, NH, scale))
+                (void *out, float *scratch, const void *kc, const void *vc, const void *qkv, int pos0, int L,
+                 dtk_att_shape a, float scale),
+                (out, scratch, kc, vc, qkv, pos0, L, a, scale))
 
 extern "C" cudaError_t dtk_attention_cached(cudaStream_t s, dtk_type t, void *out, void *kcache, void *vcache,
-                                            float *scratch, const void *qkv, int pos0, int n, int C, int NH) {
-    if (n <= 0 || C <= 0 || NH <= 0 || pos0 < 0) return cudaSuccess;
-    if (t == DTK_BF16) dtk_kv_append_bf16<<<n, DTK_THREADS, 0, s>>>(kcache, vcache, qkv, pos0, C);
-    else dtk_kv_append_f32<<<n, DTK_THREADS, 0, s>>>(kcache, vcache, qkv, pos0, C);
+                                            float *scratch, const void *qkv, int pos0, dtk_att_shape a) {
+    const int n = a.T;
+    if (n <= 0 || bad_shape(a) || pos0 < 0) return cudaSuccess;
+    if (t == DTK_BF16) dtk_kv_append_bf16<<<n, DTK_THREADS, 0, s>>>(kcache, vcache, qkv, pos0, a);
+    else dtk_kv_append_f32<<<n, DTK_THREADS, 0, s>>>(kcache, vcache, qkv, pos0, a);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    const float scale = 1.0f / sqrtf((float)(C / NH));
+    const float scale = 1.0f / sqrtf((float)a.hs);
     if (t == DTK_BF16)
-        dtk_attention_cached_bf16<<<n * NH, DTK_THREADS, 0, s>>>(out, scratch, kcache, vcache, qkv, pos0, pos0 + n, C, NH, scale);
-    else dtk_attention_cached_f32<<<n * NH, DTK_THREADS, 0, s>>>(out, scratch, kcache, vcache, qkv, pos0, pos0 + n, C, NH, scale);
+        dtk_attention_cached_bf16<<<n * a.NH, DTK_THREADS, 0, s>>>(out, scratch, kcache, vcache, qkv, pos0, pos0 + n, a, scale);
+    else dtk_attention_cached_f32<<<n * a.NH, DTK_THREADS, 0, s>>>(out, scratch, kcache, vcache, qkv, pos0, pos0 + n, a, scale);
     return cudaGetLastError();
 }

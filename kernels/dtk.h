@@ -29,11 +29,11 @@ typedef unsigned short dtk_bf16;
 /* the element of activation buffers */
 typedef enum { DTK_F32 = 0, DTK_BF16 = 1 } dtk_type;
 
-/* out(B,T,C) = wte[tokens[b,t]] + wpe[t] */
+/* out(B,T,C) = wte[tokens[b,t]] + wpe[t] (wpe NULL: wte[tokens[b,t]]) */
 cudaError_t dtk_encoder_fwd(cudaStream_t s, dtk_type t, void *out, const int *tokens, const float *wte, const float *wpe, int B,
                             int T, int C);
 /* dwte(V,C) += sum of dout rows whose token is v (summed in increasing (b,t) order);
- * dwpe(T,C) += sum over b of dout[b,t] (in increasing b). */
+ * dwpe(T,C) += sum over b of dout[b,t] (in increasing b; skipped when dwpe is NULL). */
 size_t dtk_encoder_bwd_work_bytes(int B, int T);
 cudaError_t dtk_encoder_bwd(cudaStream_t s, dtk_type t, float *dwte, float *dwpe, const void *dout, const int *tokens, int B,
                             int T, int C, void *work, size_t work_bytes);
@@ -52,9 +52,23 @@ cudaError_t dtk_layernorm_bwd(cudaStream_t s, dtk_type t, void *dinp, float *dw,
                               const float *w, const float *mean, const float *rstd, int N, int C, void *work,
                               size_t work_bytes, unsigned *flags);
 
+/* RMSNorm: out(N,C) = w * (inp * rstd), rstd(N) = 1/sqrt(mean(inp^2) + eps) (kernels/layernorm.cu) */
+cudaError_t dtk_rmsnorm_fwd(cudaStream_t s, dtk_type t, void *out, float *rstd, const void *inp, const float *w, int N,
+                            int C, float eps);
+/* dinp(N,C) +=, dw(C) += (the ops.h rmsnorm_bwd); dw by the column reduction above */
+size_t dtk_rmsnorm_bwd_work_bytes(int N, int C);
+cudaError_t dtk_rmsnorm_bwd(cudaStream_t s, dtk_type t, void *dinp, float *dw, const void *dout, const void *inp,
+                            const float *w, const float *rstd, int N, int C, void *work, size_t work_bytes,
+                            unsigned *flags);
+
 /* GELU, tanh form: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); bwd overwrites dinp */
 cudaError_t dtk_gelu_fwd(cudaStream_t s, dtk_type t, void *out, const void *inp, size_t n);
 cudaError_t dtk_gelu_bwd(cudaStream_t s, dtk_type t, void *dinp, const void *inp, const void *dout, size_t n);
+
+/* SwiGLU over inp(N,2F) rows [gate | up]: out(N,F) = silu(gate) * up, silu(x) = x / (1 + e^-x);
+ * bwd: dinp(N,2F) = [dout * up * silu'(gate) | dout * silu(gate)] (overwritten) */
+cudaError_t dtk_swiglu_fwd(cudaStream_t s, dtk_type t, void *out, const void *inp, int N, int F);
+cudaError_t dtk_swiglu_bwd(cudaStream_t s, dtk_type t, void *dinp, const void *inp, const void *dout, int N, int F);
 
 /* out = a + b (out may alias a or b);  x *= scale */
 cudaError_t dtk_add(cudaStream_t s, dtk_type t, void *out, const void *a, const void *b, size_t n);
@@ -83,16 +97,21 @@ cudaError_t dtk_xent_bwd(cudaStream_t s, dtk_type t, void *dlogits, const void *
 cudaError_t dtk_gather_rows(cudaStream_t s, dtk_type t, void *out, const void *x, const int *rows, int n, int C);
 cudaError_t dtk_scatter_add_rows(cudaStream_t s, dtk_type t, void *dx, const void *dout, const int *rows, int n, int C);
 
-/* Attention helpers. qkv(B,T,3C) laid out [q | k | v], head h at columns h*hs.. (hs = C/NH).
- * permute: q,k,v (B,NH,T,hs) each from qkv. unpermute: dqkv(B,T,3C) from dq,dk,dv (B,NH,T,hs).
- * merge_heads: out(B,T,C) from y(B,NH,T,hs); split_heads: dy(B,NH,T,hs) from dout(B,T,C).
+/* Attention helpers, over an attention's shape (ops.h dt_att_shape): B sequences of T rows,
+ * NH query heads and NKV key/value heads (NH a multiple of NKV; query head h reads key/value
+ * head h / (NH/NKV)), each hs wide. qkv(B,T,(NH+2NKV)hs) rows [q (NH*hs) | k (NKV*hs) | v
+ * (NKV*hs)], head h of each part at its columns h*hs..; out(B,T,NH*hs).
+ * qkv_split: q (B,NH,T,hs), k and v (B,NKV,T,hs) from qkv; qkv_merge: dqkv from dq, dk, dv of
+ * those shapes. heads_merge: out from y(B,NH,T,hs); heads_split: dy(B,NH,T,hs) from dout.
  * qkv, dqkv, out and dout are activations; the per-head q, k, v, y, dy, dq, dk, dv are float. */
-cudaError_t dtk_qkv_split(cudaStream_t s, dtk_type t, float *q, float *k, float *v, const void *qkv, int B, int T, int C,
-                          int NH);
+typedef struct dtk_att_shape {
+    int B, T, NH, NKV, hs;
+} dtk_att_shape;
+cudaError_t dtk_qkv_split(cudaStream_t s, dtk_type t, float *q, float *k, float *v, const void *qkv, dtk_att_shape a);
 cudaError_t dtk_qkv_merge(cudaStream_t s, dtk_type t, void *dqkv, const float *dq, const float *dk, const float *dv,
-                          int B, int T, int C, int NH);
-cudaError_t dtk_heads_merge(cudaStream_t s, dtk_type t, void *out, const float *y, int B, int T, int C, int NH);
-cudaError_t dtk_heads_split(cudaStream_t s, dtk_type t, float *dy, const void *dout, int B, int T, int C, int NH);
+                          dtk_att_shape a);
+cudaError_t dtk_heads_merge(cudaStream_t s, dtk_type t, void *out, const float *y, dtk_att_shape a);
+cudaError_t dtk_heads_split(cudaStream_t s, dtk_type t, float *dy, const void *dout, dtk_att_shape a);
 /* In place over att(BH,T,T): row t becomes softmax(scale * att[t, 0..t]) at columns 0..t and
  * exact 0 at columns t+1..T-1 (causal). */
 cudaError_t dtk_causal_softmax_fwd(cudaStream_t s, float *att, int BH, int T, float scale);
@@ -100,12 +119,20 @@ cudaError_t dtk_causal_softmax_fwd(cudaStream_t s, float *att, int BH, int T, fl
  * exact 0 above the diagonal. */
 cudaError_t dtk_causal_softmax_bwd(cudaStream_t s, float *datt, const float *att, int BH, int T, float scale);
 
-/* Attention of n new rows (positions pos0..pos0+n-1 of one sequence) over a key/value cache
- * (ops.h attention_cached): the rows' keys and values are copied from qkv(n,3C) into rows
- * pos0.. of kcache and vcache (C wide), then out(n,C) = softmax(scale q k^T) v over cache rows
- * 0..pos0+i for new row i. scratch: n*NH*(pos0+n) floats (the probabilities). */
+/* Attention of n = a.T new rows (positions pos0..pos0+n-1 of one sequence, a.B 1) over a
+ * key/value cache (ops.h attention_cached): the rows' keys and values are copied from qkv into
+ * rows pos0.. of kcache and vcache (NKV*hs wide), then out(n,NH*hs) = softmax(scale q k^T) v
+ * over cache rows 0..pos0+i for new row i, each query head over its key/value head. scratch:
+ * n*NH*(pos0+n) floats (the probabilities). */
 cudaError_t dtk_attention_cached(cudaStream_t s, dtk_type t, void *out, void *kcache, void *vcache, float *scratch,
-                                 const void *qkv, int pos0, int n, int C, int NH);
+                                 const void *qkv, int pos0, dtk_att_shape a);
+
+/* Rotary positions (ops.h rope_fwd, rope_bwd) on the q and k heads of qkv (laid out as above),
+ * in place: row t of each sequence at position pos0 + t, the pair (i, i + hs/2) of each head
+ * rotated by sign * a, a = (float)pos * inv_freq[i] (hs/2 floats, device memory); sign 1
+ * forward, -1 backward (on dqkv). hs even, at most 1024 (kernels/rope.cu). */
+cudaError_t dtk_rope(cudaStream_t s, dtk_type t, void *qkv, const float *inv_freq, int pos0, dtk_att_shape a,
+                     float sign);
 
 /* One stretch of the AdamW update in device memory: elements start.. of the flattened pieces
  * (start: the sum of the earlier pieces' lengths, increasing) are p/g[offset..], m/v[moff..];

@@ -1,5 +1,5 @@
-// elementwise.cu — grid-stride element-wise kernels (GELU forward/backward, add, scale,
-// bf16 cast) and the row gather / deterministic scatter-add used by pooling.
+// elementwise.cu — grid-stride element-wise kernels (GELU and SwiGLU forward/backward, add,
+// scale, bf16 cast) and the row gather / deterministic scatter-add used by pooling.
 #include "dtk.h"
 #include "dtk_common.cuh"
 
@@ -40,6 +40,34 @@ template <typename A> static __device__ void gelu_bwd(void *dinp_, const void *i
 }
 DTK_ACT_KERNELS(gelu_bwd, (void *dinp, const void *inp, const void *dout, size_t n), (dinp, inp, dout, n))
 
+// SwiGLU over rows [gate | up] of 2F: element k = r*F + i of out reads gate r*2F + i and up
+// r*2F + F + i. silu(g) = g / (1 + e^-g) (e^-g capped as GELU's: the same 0 for g << 0, no inf).
+static __device__ inline float silu_sig(float g) { return 1.0f / (1.0f + expf(fminf(-g, EXP_ARG_MAX))); }
+
+template <typename A> static __device__ void swiglu_fwd(void *out_, const void *inp_, size_t n, int F) {
+    A *out = (A *)out_;
+    const A *inp = (const A *)inp_;
+    GRID_STRIDE(k, n) {
+        const size_t r = k / F, gi = k + r * F; // r*2F + i
+        const float g = dtk_ld(inp, gi);
+        dtk_st(out, k, g / (1.0f + expf(fminf(-g, EXP_ARG_MAX))) * dtk_ld(inp, gi + F));
+    }
+}
+DTK_ACT_KERNELS(swiglu_fwd, (void *out, const void *inp, size_t n, int F), (out, inp, n, F))
+
+// d gate = dy up silu'(g), silu'(g) = s (1 + g (1 - s)); d up = dy silu(g)
+template <typename A> static __device__ void swiglu_bwd(void *dinp_, const void *inp_, const void *dout_, size_t n, int F) {
+    A *dinp = (A *)dinp_;
+    const A *inp = (const A *)inp_, *dout = (const A *)dout_;
+    GRID_STRIDE(k, n) {
+        const size_t r = k / F, gi = k + r * F;
+        const float g = dtk_ld(inp, gi), u = dtk_ld(inp, gi + F), dy = dtk_ld(dout, k), sg = silu_sig(g);
+        dtk_st(dinp, gi, dy * u * (sg * (1.0f + g * (1.0f - sg))));
+        dtk_st(dinp, gi + F, dy * (g * sg));
+    }
+}
+DTK_ACT_KERNELS(swiglu_bwd, (void *dinp, const void *inp, const void *dout, size_t n, int F), (dinp, inp, dout, n, F))
+
 template <typename A> static __device__ void add(void *out_, const void *a_, const void *b_, size_t n) {
     A *out = (A *)out_;
     const A *a = (const A *)a_, *b = (const A *)b_;
@@ -78,6 +106,23 @@ extern "C" cudaError_t dtk_gelu_bwd(cudaStream_t s, dtk_type t, void *dinp, cons
     if (n == 0) return cudaSuccess;
     if (t == DTK_BF16) dtk_gelu_bwd_bf16<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(dinp, inp, dout, n);
     else dtk_gelu_bwd_f32<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(dinp, inp, dout, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dtk_swiglu_fwd(cudaStream_t s, dtk_type t, void *out, const void *inp, int N, int F) {
+    const size_t n = (size_t)(N > 0 ? N : 0) * (size_t)(F > 0 ? F : 0);
+    if (n == 0) return cudaSuccess;
+    if (t == DTK_BF16) dtk_swiglu_fwd_bf16<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, inp, n, F);
+    else dtk_swiglu_fwd_f32<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(out, inp, n, F);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dtk_swiglu_bwd(cudaStream_t s, dtk_type t, void *dinp, const void *inp, const void *dout, int N,
+                                      int F) {
+    const size_t n = (size_t)(N > 0 ? N : 0) * (size_t)(F > 0 ? F : 0);
+    if (n == 0) return cudaSuccess;
+    if (t == DTK_BF16) dtk_swiglu_bwd_bf16<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(dinp, inp, dout, n, F);
+    else dtk_swiglu_bwd_f32<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(dinp, inp, dout, n, F);
     return cudaGetLastError();
 }
 

@@ -1,18 +1,19 @@
-// encoder.cu — token + position embedding: dtk_encoder_fwd and the deterministic
-// dtk_encoder_bwd (dwpe summed over b in order; dwte through a stable sort of the tokens,
-// so every dwte row adds its dout rows in increasing (b,t) order, as the CPU does).
+// encoder.cu — token + position embedding (or the token's alone, without wpe): dtk_encoder_fwd
+// and the deterministic dtk_encoder_bwd (dwpe, where there is one, summed over b in order; dwte
+// through a stable sort of the tokens, so every dwte row adds its dout rows in increasing (b,t)
+// order, as the CPU does).
 #include <cub/device/device_radix_sort.cuh>
 
 #include "dtk.h"
 #include "dtk_common.cuh"
 
-// One block per (b,t) row, threads over the C columns.
+// One block per (b,t) row, threads over the C columns; wpe NULL: the token embedding alone.
 template <typename A>
 static __device__ void encoder_fwd(void *out, const int *tokens, const float *wte, const float *wpe, int T, int C) {
     const int bt = blockIdx.x, t = bt % T;
-    const float *e = wte + (size_t)tokens[bt] * C, *p = wpe + (size_t)t * C;
+    const float *e = wte + (size_t)tokens[bt] * C, *p = wpe ? wpe + (size_t)t * C : nullptr;
     A *o = (A *)out + (size_t)bt * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) dtk_st(o, c, e[c] + p[c]);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) dtk_st(o, c, p ? e[c] + p[c] : e[c]);
 }
 DTK_ACT_KERNELS(encoder_fwd, (void *out, const int *tokens, const float *wte, const float *wpe, int T, int C),
                 (out, tokens, wte, wpe, T, C))
@@ -91,10 +92,12 @@ extern "C" cudaError_t dtk_encoder_bwd(cudaStream_t s, dtk_type t, float *dwte, 
     void *cub_temp = w + 3 * arr;
 
     const size_t TC = (size_t)T * C;
-    if (t == DTK_BF16) dtk_dwpe_sum_bf16<<<dtk_blocks(TC), DTK_THREADS, 0, s>>>(dwpe, dout, B, TC);
-    else dtk_dwpe_sum_f32<<<dtk_blocks(TC), DTK_THREADS, 0, s>>>(dwpe, dout, B, TC);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
+    cudaError_t e;
+    if (dwpe) { // no learned positions (wpe NULL): nothing to add
+        if (t == DTK_BF16) dtk_dwpe_sum_bf16<<<dtk_blocks(TC), DTK_THREADS, 0, s>>>(dwpe, dout, B, TC);
+        else dtk_dwpe_sum_f32<<<dtk_blocks(TC), DTK_THREADS, 0, s>>>(dwpe, dout, B, TC);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    }
     dtk_iota_kernel<<<dtk_blocks((size_t)BT), DTK_THREADS, 0, s>>>(pos, BT);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     // SortPairs is a stable LSD radix sort: equal tokens keep increasing positions

@@ -1,6 +1,7 @@
-// layernorm.cu — LayerNorm forward and backward (eps 1e-5, biased variance), plus the
-// column reductions LayerNorm's and the products' bias gradients share: one kernel each, row
-// chunks summed in double, finished by the last block of each column tile in a fixed order.
+// layernorm.cu — LayerNorm forward and backward (eps 1e-5, biased variance), RMSNorm forward
+// and backward (the Llama family's), plus the column reductions their weight gradients and the
+// products' bias gradients share: one kernel each, row chunks summed in double, finished by the
+// last block of each column tile in a fixed order.
 #include "dtk.h"
 #include "dtk_common.cuh"
 
@@ -115,6 +116,17 @@ template <typename A> struct LnSrc {
     }
 };
 
+// RMSNorm's: dy * (x * rstd) (dw)
+template <typename A> struct RmsSrc {
+    const A *dy, *x;
+    const float *rstd;
+    int N;
+    __device__ void add(int i, int c, double &a, double &) const {
+        const size_t k = (size_t)i * N + c;
+        a += (double)dtk_ld(dy, k) * (dtk_ld(x, k) * rstd[i]);
+    }
+};
+
 // out[c] += column c's first sum, out2[c] += its second (out2 NULL: one sum); part holds
 // gridDim.y * N doubles per sum; rows: the chunk's length.
 template <typename S>
@@ -226,5 +238,85 @@ extern "C" cudaError_t dtk_bias_bwd(cudaStream_t s, dtk_type t, float *dbias, co
     const dim3 grid((unsigned)col_tiles(N), (unsigned)col_chunks(M, N));
     if (t == DTK_BF16) dtk_bias_bwd_cols_bf16<<<grid, DTK_THREADS, 0, s>>>(dbias, (double *)work, flags, dout, M, N, chunk_rows(M, N));
     else dtk_bias_bwd_cols_f32<<<grid, DTK_THREADS, 0, s>>>(dbias, (double *)work, flags, dout, M, N, chunk_rows(M, N));
+    return cudaGetLastError();
+}
+
+// ---- RMSNorm: out = w * (x * r), r = (mean(x^2) + eps)^-1/2; one warp per row, as LayerNorm ----
+
+template <typename A>
+static __device__ void rmsnorm_fwd(void *out_, float *rstd, const void *inp, const float *w, int N, int C, float eps) {
+    const int row = blockIdx.x * DTK_ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const A *x = (const A *)inp + (size_t)row * C;
+    double v = 0.0; // in double, as the CPU
+    for (int c = lane; c < C; c += 32) {
+        const float xc = dtk_ld(x, c);
+        v += (double)xc * xc;
+    }
+    const float r = 1.0f / sqrtf((float)(dtk_warp_reduce(v, DtkSum()) / C) + eps);
+    A *o = (A *)out_ + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) dtk_st(o, c, w[c] * (dtk_ld(x, c) * r));
+    if (lane == 0) rstd[row] = r;
+}
+DTK_ACT_KERNELS(rmsnorm_fwd, (void *out, float *rstd, const void *inp, const float *w, int N, int C, float eps),
+                (out, rstd, inp, w, N, C, eps))
+
+// dinp += r w dy - x r^3 mean(w dy x)
+template <typename A>
+static __device__ void rmsnorm_bwd_dinp(void *dinp, const void *dout, const void *inp, const float *w,
+                                        const float *rstd, int N, int C) {
+    const int row = blockIdx.x * DTK_ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const size_t off = (size_t)row * C;
+    const A *x = (const A *)inp + off, *dy = (const A *)dout + off;
+    const float r = rstd[row];
+    double s = 0.0;
+    for (int c = lane; c < C; c += 32) s += (double)(w[c] * dtk_ld(dy, c)) * dtk_ld(x, c);
+    const float k = (float)(dtk_warp_reduce(s, DtkSum()) / C) * r * r * r;
+    A *dx = (A *)dinp + off;
+    for (int c = lane; c < C; c += 32) dtk_st(dx, c, dtk_ld(dx, c) + (r * (w[c] * dtk_ld(dy, c)) - k * dtk_ld(x, c)));
+}
+DTK_ACT_KERNELS(rmsnorm_bwd_dinp,
+                (void *dinp, const void *dout, const void *inp, const float *w, const float *rstd, int N, int C),
+                (dinp, dout, inp, w, rstd, N, C))
+
+template <typename A>
+static __device__ void rmsnorm_bwd_cols(float *dw, double *part, unsigned *flags, const void *dout, const void *inp,
+                                        const float *rstd, int N, int C, int rows) {
+    const RmsSrc<A> src = {(const A *)dout, (const A *)inp, rstd, C};
+    colsum(src, dw, (float *)nullptr, part, flags, N, C, rows);
+}
+DTK_ACT_KERNELS(rmsnorm_bwd_cols,
+                (float *dw, double *part, unsigned *flags, const void *dout, const void *inp, const float *rstd, int N,
+                 int C, int rows),
+                (dw, part, flags, dout, inp, rstd, N, C, rows))
+
+extern "C" cudaError_t dtk_rmsnorm_fwd(cudaStream_t s, dtk_type t, void *out, float *rstd, const void *inp,
+                                       const float *w, int N, int C, float eps) {
+    if (N <= 0 || C <= 0) return cudaSuccess;
+    const unsigned blocks = (unsigned)((N + DTK_ROWS_PER_BLOCK - 1) / DTK_ROWS_PER_BLOCK);
+    if (t == DTK_BF16) dtk_rmsnorm_fwd_bf16<<<blocks, DTK_THREADS, 0, s>>>(out, rstd, inp, w, N, C, eps);
+    else dtk_rmsnorm_fwd_f32<<<blocks, DTK_THREADS, 0, s>>>(out, rstd, inp, w, N, C, eps);
+    return cudaGetLastError();
+}
+
+// work = dw partials: chunks * C doubles (the bias gradient's size for N x C)
+extern "C" size_t dtk_rmsnorm_bwd_work_bytes(int N, int C) { return dtk_bias_bwd_work_bytes(N, C); }
+
+extern "C" cudaError_t dtk_rmsnorm_bwd(cudaStream_t s, dtk_type t, void *dinp, float *dw, const void *dout,
+                                       const void *inp, const float *w, const float *rstd, int N, int C, void *work,
+                                       size_t work_bytes, unsigned *flags) {
+    if (N <= 0 || C <= 0) return cudaSuccess;
+    if (work == nullptr || work_bytes < dtk_rmsnorm_bwd_work_bytes(N, C) || flags == nullptr) return cudaErrorInvalidValue;
+    const unsigned row_blocks = (unsigned)((N + DTK_ROWS_PER_BLOCK - 1) / DTK_ROWS_PER_BLOCK);
+    if (t == DTK_BF16) dtk_rmsnorm_bwd_dinp_bf16<<<row_blocks, DTK_THREADS, 0, s>>>(dinp, dout, inp, w, rstd, N, C);
+    else dtk_rmsnorm_bwd_dinp_f32<<<row_blocks, DTK_THREADS, 0, s>>>(dinp, dout, inp, w, rstd, N, C);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    const dim3 grid((unsigned)col_tiles(C), (unsigned)col_chunks(N, C));
+    double *part = (double *)work;
+    const int rows = chunk_rows(N, C);
+    if (t == DTK_BF16) dtk_rmsnorm_bwd_cols_bf16<<<grid, DTK_THREADS, 0, s>>>(dw, part, flags, dout, inp, rstd, N, C, rows);
+    else dtk_rmsnorm_bwd_cols_f32<<<grid, DTK_THREADS, 0, s>>>(dw, part, flags, dout, inp, rstd, N, C, rows);
     return cudaGetLastError();
 }

@@ -20,6 +20,7 @@
 #   libssl-dev libssl3                   HMAC-SHA256 of the rendezvous secret (pkg-config libcrypto)
 #   libpcre2-dev libpcre2-8-0 (+ -16, -32, -posix3, which libpcre2-dev's links name)
 #                                        the BPE tokenizer's pre-tokenization (pkg-config libpcre2-8)
+#   libutf8proc-dev libutf8proc2         a tokenizer.json's Unicode normalizer (pkg-config libutf8proc)
 #   libgfortran5 libquadmath0            what libopenblas0-openmp loads (unpacked only where the
 #                                        server lacks them)
 #   pkgconf pkgconf-bin libpkgconf3      pkg-config, which CMake needs (used only where missing)
@@ -48,6 +49,7 @@ PACKAGES=(
   libopenblas-openmp-dev libopenblas0-openmp
   libssl-dev libssl3
   libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3
+  libutf8proc-dev libutf8proc2
   libgfortran5 libquadmath0
   pkgconf pkgconf-bin libpkgconf3
 )

@@ -7,7 +7,8 @@
 # from third_party/debs (or DTRAIN_WHEELS) when scripts/fetch-debs.sh put it there, else downloaded),
 # DTRAIN_TEST_TOOLS=1 (what the tests need besides: python3 with venv, the tensorboard
 # package in BUILD_DIR/venv for reading event files back, tokenizers, the BPE tokenizer's
-# oracle, and transformers (without PyTorch), which loads what export --format hf writes; Open MPI's mpirun and development
+# oracle, transformers (without PyTorch), which loads what export --format hf writes, autograd
+# (the Llama training step's reference), gguf and jinja2 (the GGUF converter's test); Open MPI's mpirun and development
 # files, so that the mpi collective is built and tested; Slurm and munge; iproute2; clang with
 # its libFuzzer and sanitizer runtimes and libomp, for the fuzz targets of tests/fuzz;
 # dpkg-dev and file, with which CPack makes the .deb that test_package installs).
@@ -28,6 +29,7 @@ declare -A need=(
   [libopenblas-openmp-dev]=/usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h
   [libssl-dev]=/usr/include/openssl/hmac.h  # HMAC-SHA256 for the rendezvous secret (libcrypto)
   [libpcre2-dev]=/usr/include/pcre2.h      # the BPE tokenizer's pre-tokenization (Unicode categories)
+  [libutf8proc-dev]=/usr/include/utf8proc.h # ... and a tokenizer.json's Unicode normalizer (NFC)
 )
 if [ "${DTRAIN_TEST_TOOLS:-0}" = 1 ]; then
   need[python3]=/usr/bin/python3
@@ -78,13 +80,12 @@ echo "setup: built $BUILD_DIR/dtrain"
 
 if [ "${DTRAIN_TEST_TOOLS:-0}" = 1 ]; then
   VENV="$BUILD_DIR/venv"
-  if ! "$VENV/bin/python" -c "import tensorboard, tokenizers, transformers" >/dev/null 2>&1; then
-    echo "setup: installing tensorboard, tokenizers and transformers into $VENV (pip; the TensorBoard read-back," \
-         "tokenizer and Hugging Face export tests' oracles)"
+  if ! "$VENV/bin/python" -c "import tensorboard, tokenizers, transformers, autograd, gguf, jinja2" >/dev/null 2>&1; then
+    echo "setup: installing tensorboard, tokenizers, transformers, autograd, gguf and jinja2 into $VENV (pip; the" \
+         "TensorBoard read-back, tokenizer, Hugging Face export and Llama tests' oracles, the GGUF converter's test)"
     [ -x "$VENV/bin/pip" ] || python3 -m venv "$VENV"
     "$VENV/bin/pip" install -q --disable-pip-version-check tensorboard==2.21.0 tokenizers==0.23.3 \
-      transformers==5.23.0 \
-      || { echo "setup: error: pip could not install tensorboard, tokenizers and transformers (PyPI unreachable?); the" \
-                "tests need them" >&2; exit 1; }
+      transformers==5.23.0 autograd==1.9.1 gguf==0.19.0 jinja2==3.1.6 \
+      || { echo "setup: error: pip could not install the test tools (PyPI unreachable?); the tests need them" >&2; exit 1; }
   fi
 fi

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <getopt.h>
+#include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include "dtrain/clock.h"
 #include "dtrain/doctor.h"
 #include "dtrain/export.h"
+#include "dtrain/chat.h"
 #include "dtrain/generate.h"
 #include "dtrain/predict.h"
 #include "dtrain/infer.h"
@@ -79,7 +81,7 @@ static const help_entry help[] = {
      "  --format F           safetensors (default) or hf\n"
      "  --config FILE        hf: the config the model was trained with (default: the config.yaml next\n"
      "                       to the weights)\n"},
-    {"generate", "dtrain generate --checkpoint DIR|FILE [--config FILE] --prompt TEXT [--max-new-tokens N] "
+    {"generate", "dtrain generate --checkpoint DIR|FILE [--config FILE] --prompt TEXT [--chat] [--max-new-tokens N] "
      "[--temperature T] [--top-k K] [--top-p P] [--seed S] [--set key.path=value]...",
      "generate   continues TEXT with a language model, printing each token as it is chosen (stdout: the\n"
      "           continuation; stderr: tokens and speed). A key/value cache keeps the cost of a new token\n"
@@ -90,6 +92,10 @@ static const help_entry help[] = {
      "                       checkpoint directory has one) unless --config is given; a Hugging Face\n"
      "                       directory (config.json + model.safetensors) needs neither\n"
      "  --prompt TEXT        the text to continue (UTF-8; may be \"\" with a BPE tokenizer)\n"
+     "  --chat               TEXT is a user's message to a chat model: rendered with the chat template\n"
+     "                       of the tokenizer_config.json beside the model's tokenizer.json (ChatML,\n"
+     "                       as SmolLM2's; another template is refused), the answer ends at its\n"
+     "                       eos_token\n"
      "  --max-new-tokens N   at most N new tokens (default 64); fewer where model.n_positions ends\n"
      "  --temperature T      0: always the most likely token (greedy); default 1.0\n"
      "  --top-k K            draw from the K most likely tokens only (default 0: all)\n"
@@ -179,7 +185,7 @@ typedef struct cli {
     long max_new_tokens, top_k;
     double temperature, top_p;
     unsigned long long seed;
-    int have_seed, no_cache;
+    int have_seed, no_cache, chat;
     int gen_opts; /* how many of the above were given */
 } cli;
 
@@ -222,6 +228,7 @@ static int parse_options(int argc, char **argv, cli *c) {
         {"max-new-tokens", required_argument, NULL, 'M'}, {"temperature", required_argument, NULL, 'T'},
         {"top-k", required_argument, NULL, 'K'},       {"top-p", required_argument, NULL, 'O'},
         {"seed", required_argument, NULL, 'E'},        {"no-cache", no_argument, NULL, 'N'},
+        {"chat", no_argument, NULL, 'C'},
         {"input", required_argument, NULL, 'I'},       {"format", required_argument, NULL, 'F'},
         {NULL, 0, NULL, 0},
     };
@@ -303,6 +310,7 @@ static int parse_options(int argc, char **argv, cli *c) {
             break;
         }
         case 'N': c->no_cache = 1; c->gen_opts++; break;
+        case 'C': c->chat = 1; c->gen_opts++; break;
         case 'I': c->input = optarg; break;
         case 'F':
             if (strcmp(optarg, "safetensors") != 0 && strcmp(optarg, "hf") != 0)
@@ -431,6 +439,37 @@ static void emit_stdout(void *user, const char *bytes, size_t n) {
     fflush(stdout);
 }
 
+/* --chat: the prompt as the user's message, rendered with the chat template of the
+ * tokenizer_config.json beside the model's tokenizer.json (no end-of-text token before it:
+ * the template says how the text starts); generation stops at the template's eos_token. */
+static dt_status chat_prompt(const dt_infer *s, const char *msg, dt_gen_opts *go, char **rendered) {
+    if (!s->tok)
+        return dt_error_set(DT_ERR_USAGE, "--chat: the model reads bytes (data.tokenizer: bytes): a chat template needs "
+                            "the model's tokenizer.json and tokenizer_config.json");
+    char dir[DT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", dt_tokenizer_name(s->tok));
+    dt_chat *chat;
+    DT_TRY(dt_chat_open(dirname(dir), &chat));
+    const dt_chat_msg m = {"user", msg};
+    dt_status st = dt_chat_render(chat, &m, 1, 1, rendered);
+    uint32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    const char *eos = dt_chat_eos(chat);
+    if (st == DT_OK) st = dt_tokenizer_encode(s->tok, eos, strlen(eos), &ids, &n, &cap);
+    if (st == DT_OK && n != 1)
+        st = dt_error_set(DT_ERR_DATA, "%s/tokenizer_config.json: eos_token %s is %zu tokens of %s, not one", dir, eos,
+                          n, dt_tokenizer_name(s->tok));
+    if (st == DT_OK) {
+        go->prompt = *rendered;
+        go->prompt_len = strlen(*rendered);
+        go->bare = 1;
+        go->stop_id = (int)ids[0];
+    }
+    free(ids);
+    dt_chat_free(chat);
+    return st;
+}
+
 static int cmd_generate(const cli *c) {
     if (!c->prompt) return usage_error("%s", "generate: needs --prompt TEXT (\"\" starts a new document with a BPE tokenizer)");
     dt_infer s;
@@ -441,15 +480,22 @@ static int cmd_generate(const cli *c) {
     const uint64_t seed = c->have_seed ? (uint64_t)c->seed : ((uint64_t)time(NULL) * 1000003u) ^ (uint64_t)(dt_clock_now() * 1e9) ^ ((uint64_t)getpid() << 40);
     dt_gen_opts go = {.prompt = c->prompt, .prompt_len = strlen(c->prompt), .max_new_tokens = (int)c->max_new_tokens,
                       .temperature = c->temperature, .top_k = (int)c->top_k, .top_p = c->top_p, .seed = seed,
-                      .no_cache = c->no_cache};
+                      .no_cache = c->no_cache, .stop_id = -1};
+    char *rendered = NULL;
+    if (c->chat && (st = chat_prompt(&s, c->prompt, &go, &rendered)) != DT_OK) {
+        dt_infer_close(&s);
+        return fail(st);
+    }
     dt_gen_result r;
     st = dt_generate(s.model, s.tok, &go, emit_stdout, NULL, &r);
+    free(rendered);
     if (r.new_tokens) putchar('\n');
     fflush(stdout);
     const int trained = s.cfg.data.seq_len; /* the positions training windows covered */
     dt_infer_close(&s);
     if (st != DT_OK) return fail(st);
-    static const char *const why[] = {"--max-new-tokens", "the end-of-text token", "model.n_positions"};
+    const char *const why[] = {"--max-new-tokens", c->chat ? "the end of the answer (eos_token)" : "the end-of-text token",
+                               "model.n_positions"};
     fprintf(stderr, "generated %d tokens in %.2f s (%.1f tokens/s%s) after a prompt of %d tokens (%.2f s); stopped at %s; ",
             r.new_tokens, r.decode_s, r.decode_s > 0 ? r.new_tokens / r.decode_s : 0.0, c->no_cache ? ", no cache" : "",
             r.prompt_tokens, r.prompt_s, why[r.stop]);
@@ -535,7 +581,7 @@ int main(int argc, char **argv) {
     if (c.format && strcmp(cmd, "export") != 0)
         return usage_error("--format belongs to `dtrain export`%s", "");
     if (c.gen_opts && strcmp(cmd, "generate") != 0)
-        return usage_error("--prompt, --max-new-tokens, --temperature, --top-k, --top-p, --seed and --no-cache belong "
+        return usage_error("--prompt, --chat, --max-new-tokens, --temperature, --top-k, --top-p, --seed and --no-cache belong "
                            "to `dtrain generate`%s", "");
     if ((c.num_workers || c.device) && strcmp(cmd, "doctor") != 0)
         return usage_error("--num-workers and --device belong to `dtrain doctor` (for training: --set "

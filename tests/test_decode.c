@@ -31,11 +31,14 @@ static int argmax(const float *x, int V) {
     return best;
 }
 
-static void check_against_forward(int T, int C, int NH, int L, int V) {
+/* the model of shape sh (n_positions T + 3) decoded token by token, in chunks and without the
+ * cache, against its training forward */
+static void check_shape_against_forward(int T, dt_model_shape sh) {
+    const int C = sh.n_embd, NH = sh.n_head, L = sh.n_layer, V = sh.vocab_size;
     dt_backend *be;
     CHECK(dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = 1}, &be) == DT_OK);
-    dt_model_cfg mc = {.shape = {.vocab_size = V, .n_positions = T + 3, .n_layer = L, .n_head = NH, .n_embd = C},
-                       .seq_len = T, .max_batch = 1, .seed = 7};
+    sh.n_positions = T + 3;
+    dt_model_cfg mc = {.shape = sh, .seq_len = T, .max_batch = 1, .seed = 7};
     dt_model *m;
     CHECK(dt_model_init(&m, &mc, be) == DT_OK);
     /* weights 15x their initial scale, so that the logits are far from uniform */
@@ -83,8 +86,9 @@ static void check_against_forward(int T, int C, int NH, int L, int V) {
         CHECK(dt_decoder_feed(d, tok, t, lg) == DT_OK);
         for (int v = 0; v < V; v++) worst = fmax(worst, fabs(lg[v] - all[(size_t)(t - 1) * V + v]));
     }
-    printf("decoder T %d C %d NH %d L %d V %d: argmax = forward's at %d/%d positions, loss %.9g vs %.9g, "
-           "chunked/no-cache logits within %.2e\n", T, C, NH, L, V, same, T, loss, r.loss_sum, worst);
+    printf("decoder %s T %d C %d NH %d NKV %d L %d V %d: argmax = forward's at %d/%d positions, loss %.9g vs %.9g, "
+           "chunked/no-cache logits within %.2e\n", dt_arch_name(sh.arch), T, C, NH, dt_shape_kv_heads(&sh), L, V, same,
+           T, loss, r.loss_sum, worst);
     CHECK(worst <= 1e-4);
     /* refusals: past the end, a token outside the vocabulary */
     CHECK(dt_decoder_feed(d, tok, T, lg) == DT_ERR_INTERNAL);
@@ -97,6 +101,19 @@ static void check_against_forward(int T, int C, int NH, int L, int V) {
     dt_model_free(m);
     dt_backend_close(be);
     free(tok); free(tgt); free(pred); free(lg); free(all);
+}
+
+static void check_against_forward(int T, int C, int NH, int L, int V) {
+    check_shape_against_forward(T, (dt_model_shape){.vocab_size = V, .n_layer = L, .n_head = NH, .n_embd = C});
+}
+
+/* a Llama: rotary positions continue at the cache's length, grouped-query heads, the cache of
+ * key/value heads only */
+static void check_llama_against_forward(int T, int C, int NH, int NKV, int hs, int L, int V) {
+    check_shape_against_forward(T, (dt_model_shape){.arch = DT_ARCH_LLAMA, .vocab_size = V, .n_layer = L, .n_head = NH,
+                                                    .n_embd = C, .num_key_value_heads = NKV, .head_dim = hs,
+                                                    .intermediate_size = 3 * C, .rope_theta = 10000.0,
+                                                    .rms_norm_eps = 1e-5});
 }
 
 /* frequencies of n draws from logits ln(p) */
@@ -202,5 +219,8 @@ int main(void) {
     check_against_forward(37, 32, 4, 2, 61);
     check_against_forward(300, 16, 2, 1, 50); /* longer than the decoder's 128-row prefill */
     check_against_forward(1, 8, 8, 1, 5);     /* one position, head size 1 */
+    check_llama_against_forward(37, 32, 4, 2, 8, 2, 61);
+    check_llama_against_forward(150, 16, 6, 3, 4, 1, 50); /* past the prefill, 6 query heads on 3 */
+    check_llama_against_forward(5, 8, 2, 1, 6, 1, 7);     /* one key/value head; NH * hs != n_embd */
     TEST_PASS("test_decode");
 }

@@ -281,14 +281,20 @@ check(tok.eos_token_id == 1024 and open(os.path.join(shipped, "tokenizer.json"),
       "data/pretrained: its tokenizer.json is data/bpe/tokenizer.json, <|endoftext|> = 1024")
 
 # 6. bad directories and outputs
-bad = os.path.join(TMP, "llama")
+bad = os.path.join(TMP, "bert")
 shutil.copytree(out_lm, bad)
 c = json.load(open(os.path.join(bad, "config.json")))
+c["model_type"] = "bert"
+json.dump(c, open(os.path.join(bad, "config.json"), "w"))
+r = dtrain("--config", ft_cfg, "--dry-run", "--set", "model.init_from=" + bad, want=2)
+check("bert" in r.stderr and bad + "/config.json" in r.stderr,
+      "init_from DIR with model_type bert exits 2 naming the file (%s)" % r.stderr.strip())
+# a GPT-2's config.json that says llama lacks the Llama keys: exit 2 naming the first missing one
 c["model_type"] = "llama"
 json.dump(c, open(os.path.join(bad, "config.json"), "w"))
 r = dtrain("--config", ft_cfg, "--dry-run", "--set", "model.init_from=" + bad, want=2)
-check("llama" in r.stderr and bad + "/config.json" in r.stderr,
-      "init_from DIR with model_type llama exits 2 naming the file (%s)" % r.stderr.strip())
+check("num_hidden_layers" in r.stderr and bad + "/config.json" in r.stderr,
+      "init_from DIR with model_type llama and GPT-2's keys exits 2 naming the missing key (%s)" % r.stderr.strip())
 os.remove(os.path.join(bad, "model.safetensors"))
 c["model_type"] = "gpt2"
 json.dump(c, open(os.path.join(bad, "config.json"), "w"))

@@ -98,6 +98,21 @@ static void test_grads(void) {
                        7, 19, 0, 0, 0, 0};
     int labels[B] = {2, 0, 1};
     grad_check("classification", cls, ctok, labels, B);
+
+    /* the Llama family: 4 query heads on 2 key/value heads of a size that is not n_embd /
+     * n_head, RMSNorm, rotary positions, SwiGLU, an untied head; then with the attention's
+     * biases and a tied head; and as a classifier */
+    dt_model_cfg ll = {.shape = {.arch = DT_ARCH_LLAMA, .vocab_size = 11, .n_positions = 8, .n_layer = 2, .n_head = 4,
+                                 .n_embd = 8, .num_key_value_heads = 2, .head_dim = 4, .intermediate_size = 12,
+                                 .rope_theta = 10000.0, .rms_norm_eps = 1e-5},
+                       .seq_len = T, .max_batch = 4, .seed = 7};
+    grad_check("llama lm", ll, tok, tgt, B);
+    ll.shape.attention_bias = 1;
+    ll.shape.tie_word_embeddings = 1;
+    grad_check("llama lm, biases, tied head", ll, tok, tgt, B);
+    ll.shape.vocab_size = 20;
+    ll.shape.num_labels = 3;
+    grad_check("llama classification", ll, ctok, labels, B);
 }
 
 typedef struct { int order[16]; int n; } bucket_log;
@@ -320,9 +335,9 @@ static dt_dtype bf16_acts(int bf16) {
 /* a backend whose attention keeps statistics (B,NH,T) floats, not probabilities, and needs no
  * backward scratch (as cuDNN's fused attention): with ctx, a different answer than without,
  * so that init must ask the open backend */
-static int stats_attention(void *ctx, int B, int T, int C, int NH, int bf16, size_t *att, size_t *datt) {
-    (void)C, (void)bf16;
-    *att = (size_t)B * NH * T * sizeof(float) * (ctx ? 1 : 2);
+static int stats_attention(void *ctx, const dt_att_shape *s, int bf16, size_t *att, size_t *datt) {
+    (void)bf16;
+    *att = (size_t)s->B * s->NH * s->T * sizeof(float) * (ctx ? 1 : 2);
     *datt = 0;
     return 0;
 }
@@ -345,6 +360,16 @@ static void test_memory_table(void) {
                    .seq_len = 9, .max_batch = 5},
         {.shape = {.vocab_size = 2, .n_positions = 1, .n_layer = 1, .n_head = 1, .n_embd = 1},
                    .seq_len = 1, .max_batch = 1},
+        /* the Llama family: its own widths (attention 6 x 8 wide on a stream of 32, an MLP of 2 x 40),
+         * no LayerNorm means, the rotary frequencies; untied LM, tied classifier */
+        {.shape = {.arch = DT_ARCH_LLAMA, .vocab_size = 67, .n_positions = 16, .n_layer = 2, .n_head = 6, .n_embd = 32,
+                   .num_key_value_heads = 2, .head_dim = 8, .intermediate_size = 40, .rope_theta = 1e4,
+                   .rms_norm_eps = 1e-5},
+         .seq_len = 16, .max_batch = 3},
+        {.shape = {.arch = DT_ARCH_LLAMA, .vocab_size = 300, .n_positions = 9, .n_layer = 1, .n_head = 4, .n_embd = 16,
+                   .num_key_value_heads = 1, .intermediate_size = 24, .rope_theta = 1e4, .rms_norm_eps = 1e-5,
+                   .tie_word_embeddings = 1, .attention_bias = 1, .num_labels = 2},
+         .seq_len = 9, .max_batch = 5},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const dt_ops *const variants[] = {&counting, &counting16, &fused};

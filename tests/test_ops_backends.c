@@ -12,7 +12,10 @@
  *
  * Besides realistic shapes, edge cases: sizes of 1, odd widths (unaligned rows, and biases
  * inside the parameter buffer that are only 4-byte aligned), empty inputs, a layernorm row whose
- * mean dwarfs its spread, NaN, -inf and ties in argmax, the NULL gradients ops.h allows.
+ * mean dwarfs its spread, NaN, -inf and ties in argmax, the NULL gradients ops.h allows. The
+ * Llama family's ops too (RMSNorm, RoPE from a position > 0, SwiGLU, the encoder without wpe,
+ * grouped-query attention with head sizes cuDNN plans and refuses, cached and not) and whole
+ * Llama models; a backend may lack those ops (ops.h), the CUDA one may not.
  *
  * Error measure: relative L2, ||dev - cpu|| / max(||cpu||, 1e-30). Tolerances: fp32 1e-5 for
  * single ops (3e-5 where a long reduction is summed in another order), bf16 1e-2 for the
@@ -245,28 +248,38 @@ static void count_failure(int ok) {
 
 /* ---- single ops: s[] holds the case's shape, tol its tolerance ---- */
 
-/* s: B T C V */
+/* The Llama family's ops may be NULL in a backend (ops.h), not in the CUDA one: 1 when `have`,
+ * else says so (a failure on cuda) and returns 0. */
+static int has_ops(const char *what, int have) {
+    if (have) return 1;
+    const int must = strcmp(g_dev->ops->name, "cuda") == 0;
+    printf("  %s: %s has none%s\n", what, g_dev->ops->name, must ? "  FAIL (the CUDA backend must)" : ": skipped");
+    count_failure(!must);
+    return 0;
+}
+
+/* s: B T C V nopos (nopos 1: no learned positions, wpe and dwpe NULL, as the Llama family's) */
 static void case_encoder(const int *s, double tol) {
-    const int B = s[0], T = s[1], C = s[2], V = s[3];
+    const int B = s[0], T = s[1], C = s[2], V = s[3], pos = !s[4];
     int *tok = rand_ints((size_t)B * T, 0, V);
     if (B * T >= 3) tok[0] = tok[1] = tok[2] = V - 1; /* repeated tokens meet in one dwte row */
     pair t = pair_ints(tok, (size_t)B * T), wte = pair_rand(K_F32, (size_t)V * C, -1, 1);
     pair wpe = pair_rand(K_F32, (size_t)T * C, -1, 1), out = pair_new(K_ACT, NULL, (size_t)B * T * C);
-    printf("  encoder B %d T %d C %d V %d:\n", B, T, C, V);
-    REF(encoder_fwd, CA(out), t.c, CF(wte), CF(wpe), B, T, C);
-    DEV(encoder_fwd, GA(out), t.g, GF(wte), GF(wpe), B, T, C);
+    printf("  encoder B %d T %d C %d V %d%s:\n", B, T, C, V, pos ? "" : ", no wpe");
+    REF(encoder_fwd, CA(out), t.c, CF(wte), pos ? CF(wpe) : NULL, B, T, C);
+    DEV(encoder_fwd, GA(out), t.g, GF(wte), pos ? GF(wpe) : NULL, B, T, C);
     compare("encoder_fwd", &out, out.n, tol);
     pair dout = pair_rand(K_ACT, (size_t)B * T * C, -1, 1);
     /* wte/wpe now serve as gradients: non-zero, so accumulation is checked */
     void *wte0 = raw_copy(&wte), *wpe0 = raw_copy(&wpe);
-    REF(encoder_bwd, CF(wte), CF(wpe), CA(dout), t.c, B, T, C);
-    DEV(encoder_bwd, GF(wte), GF(wpe), GA(dout), t.g, B, T, C);
+    REF(encoder_bwd, CF(wte), pos ? CF(wpe) : NULL, CA(dout), t.c, B, T, C);
+    DEV(encoder_bwd, GF(wte), pos ? GF(wpe) : NULL, GA(dout), t.g, B, T, C);
     compare("encoder_bwd dwte (+=, repeated tokens)", &wte, wte.n, tol);
-    compare("encoder_bwd dwpe (+=)", &wpe, wpe.n, tol);
+    compare(pos ? "encoder_bwd dwpe (+=)" : "encoder_bwd, dwpe NULL: wpe untouched", &wpe, wpe.n, pos ? tol : 0);
     void *first = raw_copy(&wte);
     raw_restore(&wte, wte0);
     raw_restore(&wpe, wpe0);
-    DEV(encoder_bwd, GF(wte), GF(wpe), GA(dout), t.g, B, T, C);
+    DEV(encoder_bwd, GF(wte), pos ? GF(wpe) : NULL, GA(dout), t.g, B, T, C);
     check_bitwise_same("encoder_bwd dwte", first, &wte);
     free(first);
     free(wte0);
@@ -305,6 +318,36 @@ static void case_layernorm(const int *s, double tol) {
     free(first); free(dw0); free(db0); free(dinp0);
     pair_free(&inp); pair_free(&w); pair_free(&b); pair_free(&out); pair_free(&mean); pair_free(&rstd);
     pair_free(&dout); pair_free(&dinp); pair_free(&dw); pair_free(&db);
+}
+
+/* s: N C lo hi eps_exp (eps = 10^-eps_exp; inputs in [lo, hi)): RMSNorm (ops.h rmsnorm_fwd,
+ * rmsnorm_bwd), rstd kept, dinp and dw accumulated, dw deterministic */
+static void case_rmsnorm(const int *s, double tol) {
+    const int N = s[0], C = s[1];
+    const float lo = (float)s[2], hi = (float)s[3], eps = powf(10.0f, -(float)s[4]);
+    if (!has_ops("rmsnorm", g_dev->ops->rmsnorm_fwd && g_dev->ops->rmsnorm_bwd)) return;
+    pair inp = pair_rand(K_ACT, (size_t)N * C, lo, hi), w = pair_rand(K_F32, (size_t)C, 0.5f, 1.5f);
+    pair out = pair_new(K_ACT, NULL, (size_t)N * C), rstd = pair_new(K_F32, NULL, (size_t)N);
+    printf("  rmsnorm N %d C %d, inputs in [%g, %g), eps %g:\n", N, C, lo, hi, (double)eps);
+    REF(rmsnorm_fwd, CA(out), CF(rstd), CA(inp), CF(w), N, C, eps);
+    DEV(rmsnorm_fwd, GA(out), GF(rstd), GA(inp), GF(w), N, C, eps);
+    compare("rmsnorm_fwd out", &out, out.n, tol);
+    compare("rmsnorm_fwd rstd", &rstd, rstd.n, tol);
+    pair dout = pair_rand(K_ACT, (size_t)N * C, -1, 1), dinp = pair_rand(K_ACT, (size_t)N * C, -1, 1);
+    pair dw = pair_rand(K_F32, (size_t)C, -1, 1);
+    void *dw0 = raw_copy(&dw), *dinp0 = raw_copy(&dinp);
+    REF(rmsnorm_bwd, CA(dinp), CF(dw), CA(dout), CA(inp), CF(w), CF(rstd), N, C);
+    DEV(rmsnorm_bwd, GA(dinp), GF(dw), GA(dout), GA(inp), GF(w), GF(rstd), N, C);
+    compare("rmsnorm_bwd dinp (+=)", &dinp, dinp.n, tol);
+    compare("rmsnorm_bwd dw (+=)", &dw, dw.n, 3 * tol); /* sums over N rows in another order */
+    void *first = raw_copy(&dw);
+    raw_restore(&dw, dw0);
+    raw_restore(&dinp, dinp0);
+    DEV(rmsnorm_bwd, GA(dinp), GF(dw), GA(dout), GA(inp), GF(w), GF(rstd), N, C);
+    check_bitwise_same("rmsnorm_bwd dw", first, &dw);
+    free(first); free(dw0); free(dinp0);
+    pair_free(&inp); pair_free(&w); pair_free(&out); pair_free(&rstd); pair_free(&dout); pair_free(&dinp);
+    pair_free(&dw);
 }
 
 /* s: M K N w_trans bias ldo. bias: 0 none, 1 a vector of its own, 2 one float into its buffer
@@ -418,22 +461,26 @@ static void case_matmul_gelu(const int *s, double tol) {
     pair_free(&dout); pair_free(&dinp); pair_free(&tmp); pair_free(&dw); pair_free(&db);
 }
 
-/* s: B T C NH. Each backend's att and datt are sized by its attention_bytes; the probabilities
- * are compared where the device keeps them (a fused attention, cuDNN's, keeps statistics). */
+/* s: B T NH NKV hs: attention's shape (dt_att_shape; NKV < NH: grouped-query). Each backend's
+ * att and datt are sized by its attention_bytes; the probabilities are compared where the device
+ * keeps them (a fused attention, cuDNN's, keeps statistics). */
 static void case_attention(const int *s, double tol) {
-    const int B = s[0], T = s[1], C = s[2], NH = s[3];
-    const size_t BT = (size_t)B * T, P = (size_t)B * NH * T * T;
+    const dt_att_shape as = {s[0], s[1], s[2], s[3], s[4]};
+    const int B = as.B, T = as.T, NH = as.NH;
+    const size_t BT = (size_t)B * T, P = (size_t)B * NH * T * T, W = (size_t)(as.NH + 2 * as.NKV) * as.hs;
+    const size_t HQ = (size_t)as.NH * as.hs;
     size_t ra, rd, da, dd;
-    CHECK(g_ref->ops->attention_bytes(g_ref->ctx, B, T, C, NH, 0, &ra, &rd) == 1 && ra == P * 4);
-    const int probs = g_dev->ops->attention_bytes(g_dev->ctx, B, T, C, NH, g_dev->ops->bf16(g_dev->ctx), &da, &dd);
+    CHECK(g_ref->ops->attention_bytes(g_ref->ctx, &as, 0, &ra, &rd) == 1 && ra == P * 4);
+    const int probs = g_dev->ops->attention_bytes(g_dev->ctx, &as, g_dev->ops->bf16(g_dev->ctx), &da, &dd);
     CHECK(!probs || (da == P * 4 && dd == P * 4)); /* probabilities are floats */
-    pair qkv = pair_rand(K_ACT, BT * 3 * C, -1, 1), out = pair_new(K_ACT, NULL, BT * C);
+    pair qkv = pair_rand(K_ACT, BT * W, -1, 1), out = pair_new(K_ACT, NULL, BT * HQ);
     pair att = pair_new(K_F32, NULL, P); /* the reference's probabilities (floats); the device's when it keeps them */
     void *dev_att = NULL, *dev_datt = NULL;
     if (!probs) CHECK(DEV(alloc, da, "test", &dev_att) == DT_OK && DEV(alloc, dd, "test", &dev_datt) == DT_OK);
-    printf("  attention B %d T %d C %d NH %d%s:\n", B, T, C, NH, probs ? "" : " (fused, statistics kept)");
-    REF(attention_fwd, CA(out), CA(att), CA(qkv), B, T, C, NH);
-    DEV(attention_fwd, GA(out), probs ? att.g : dev_att, GA(qkv), B, T, C, NH);
+    printf("  attention B %d T %d NH %d NKV %d hs %d%s:\n", B, T, NH, as.NKV, as.hs,
+           probs ? "" : " (fused, statistics kept)");
+    REF(attention_fwd, CA(out), CA(att), CA(qkv), &as);
+    DEV(attention_fwd, GA(out), probs ? att.g : dev_att, GA(qkv), &as);
     compare("attention_fwd out", &out, out.n, tol);
     if (probs) {
         compare("attention_fwd probabilities (0 above diag)", &att, att.n, tol);
@@ -447,40 +494,41 @@ static void case_attention(const int *s, double tol) {
         count_failure(nonzero == 0);
         free(a);
     }
-    pair dout = pair_rand(K_ACT, BT * C, -1, 1), dqkv = pair_new(K_ACT, NULL, BT * 3 * C), datt = pair_new(K_F32, NULL, P);
-    REF(attention_bwd, CA(dqkv), CA(datt), CA(dout), CA(qkv), CA(out), CA(att), B, T, C, NH);
-    DEV(attention_bwd, GA(dqkv), probs ? datt.g : dev_datt, GA(dout), GA(qkv), GA(out), probs ? att.g : dev_att, B, T,
-        C, NH);
-    compare("attention_bwd dqkv", &dqkv, dqkv.n, tol * 2);
+    pair dout = pair_rand(K_ACT, BT * HQ, -1, 1), dqkv = pair_new(K_ACT, NULL, BT * W), datt = pair_new(K_F32, NULL, P);
+    REF(attention_bwd, CA(dqkv), CA(datt), CA(dout), CA(qkv), CA(out), CA(att), &as);
+    DEV(attention_bwd, GA(dqkv), probs ? datt.g : dev_datt, GA(dout), GA(qkv), GA(out), probs ? att.g : dev_att, &as);
+    compare(as.NKV < NH ? "attention_bwd dqkv (dk, dv: groups summed)" : "attention_bwd dqkv", &dqkv, dqkv.n, tol * 2);
     DEV(free, dev_att);
     DEV(free, dev_datt);
     pair_free(&qkv); pair_free(&out); pair_free(&att); pair_free(&dout); pair_free(&dqkv); pair_free(&datt);
 }
 
-/* s: T C NH split. One sequence of T rows through the key/value cache in three calls (rows
- * 0..split-1, row split, the rest), each against the reference; on the reference, the rows
- * together equal attention_fwd's output over the whole sequence. */
+/* s: T NH NKV hs split. One sequence of T rows through the key/value cache (rows NKV*hs wide)
+ * in three calls (rows 0..split-1, row split, the rest), each against the reference; on the
+ * reference, the rows together equal attention_fwd's output over the whole sequence. */
 static void case_attention_cached(const int *s, double tol) {
-    const int T = s[0], C = s[1], NH = s[2], split = s[3];
-    pair qkv = pair_rand(K_ACT, (size_t)T * 3 * C, -1, 1), out = pair_new(K_ACT, NULL, (size_t)T * C);
-    pair kc = pair_new(K_ACT, NULL, (size_t)T * C), vc = pair_new(K_ACT, NULL, (size_t)T * C);
+    const int T = s[0], NH = s[1], NKV = s[2], hs = s[3], split = s[4];
+    const size_t W = (size_t)(NH + 2 * NKV) * hs, HQ = (size_t)NH * hs, KV = (size_t)NKV * hs;
+    pair qkv = pair_rand(K_ACT, (size_t)T * W, -1, 1), out = pair_new(K_ACT, NULL, (size_t)T * HQ);
+    pair kc = pair_new(K_ACT, NULL, (size_t)T * KV), vc = pair_new(K_ACT, NULL, (size_t)T * KV);
     pair scr = pair_new(K_F32, NULL, (size_t)T * NH * T);
-    printf("  attention_cached T %d C %d NH %d split at %d:\n", T, C, NH, split);
+    printf("  attention_cached T %d NH %d NKV %d hs %d split at %d:\n", T, NH, NKV, hs, split);
     const int from[3] = {0, split, split + 1}, to[3] = {split, split + 1, T};
     const size_t ab = dt_dtype_size(g_act); /* the device's activation bytes */
     for (int c = 0; c < 3; c++) {
-        const int n = to[c] - from[c];
-        if (n <= 0) continue;
-        const size_t q3 = (size_t)from[c] * 3 * C, o = (size_t)from[c] * C;
-        REF(attention_cached, (dt_act *)(CF(out) + o), CA(kc), CA(vc), CF(scr), (dt_act *)(CF(qkv) + q3), from[c], n, C, NH);
+        const dt_att_shape as = {1, to[c] - from[c], NH, NKV, hs};
+        if (as.T <= 0) continue;
+        const size_t q = (size_t)from[c] * W, o = (size_t)from[c] * HQ;
+        REF(attention_cached, (dt_act *)(CF(out) + o), CA(kc), CA(vc), CF(scr), (dt_act *)(CF(qkv) + q), from[c], &as);
         DEV(attention_cached, (dt_act *)((char *)out.g + o * ab), GA(kc), GA(vc), GF(scr),
-            (dt_act *)((char *)qkv.g + q3 * ab), from[c], n, C, NH);
+            (dt_act *)((char *)qkv.g + q * ab), from[c], &as);
     }
     compare("attention_cached out (3 calls)", &out, out.n, tol);
     compare("attention_cached key cache", &kc, kc.n, tol);
     compare("attention_cached value cache", &vc, vc.n, tol);
-    pair full = pair_new(K_ACT, NULL, (size_t)T * C), att = pair_new(K_ACT, NULL, (size_t)NH * T * T);
-    REF(attention_fwd, CA(full), CA(att), CA(qkv), 1, T, C, NH);
+    const dt_att_shape whole = {1, T, NH, NKV, hs};
+    pair full = pair_new(K_ACT, NULL, (size_t)T * HQ), att = pair_new(K_ACT, NULL, (size_t)NH * T * T);
+    REF(attention_fwd, CA(full), CA(att), CA(qkv), &whole);
     double num = 0, den = 0;
     for (size_t i = 0; i < full.n; i++) {
         double d = (double)CF(out)[i] - CF(full)[i];
@@ -491,6 +539,48 @@ static void case_attention_cached(const int *s, double tol) {
     printf("  %-44s rel L2 %.3e (tol 1e-6)%s\n", "cpu attention_cached = attention_fwd", rel, rel <= 1e-6 ? "" : "  FAIL");
     count_failure(rel <= 1e-6);
     pair_free(&qkv); pair_free(&out); pair_free(&kc); pair_free(&vc); pair_free(&scr); pair_free(&full); pair_free(&att);
+}
+
+/* s: B T NH NKV hs pos0: rotary positions on the q and k heads of qkv (ops.h rope_fwd; v must
+ * stay as it was), rows at positions pos0.., then rope_bwd on a gradient; inv_freq as the model
+ * makes them (theta 10000, and 500000 as Llama 3's: large angles at high positions). */
+static void case_rope(const int *s, double tol) {
+    const dt_att_shape as = {s[0], s[1], s[2], s[3], s[4]};
+    const int pos0 = s[5], half = as.hs / 2;
+    const size_t n = (size_t)as.B * as.T * (as.NH + 2 * as.NKV) * as.hs;
+    if (!has_ops("rope", g_dev->ops->rope_fwd && g_dev->ops->rope_bwd)) return;
+    printf("  rope B %d T %d NH %d NKV %d hs %d from position %d:\n", as.B, as.T, as.NH, as.NKV, as.hs, pos0);
+    for (int k = 0; k < 2; k++) {
+        const double theta = k ? 500000.0 : 10000.0;
+        float *f = malloc(((size_t)half + 1) * sizeof *f);
+        CHECK(f);
+        for (int i = 0; i < half; i++) f[i] = (float)(1.0 / pow(theta, 2.0 * i / as.hs));
+        pair inv = pair_new(K_F32, f, (size_t)half), x = pair_rand(K_ACT, n, -1, 1), d = pair_rand(K_ACT, n, -1, 1);
+        REF(rope_fwd, CA(x), CF(inv), pos0, &as);
+        DEV(rope_fwd, GA(x), GF(inv), pos0, &as);
+        compare(k ? "rope_fwd (in place, theta 5e5)" : "rope_fwd (in place, theta 1e4)", &x, n, tol);
+        REF(rope_bwd, CA(d), CF(inv), pos0, &as);
+        DEV(rope_bwd, GA(d), GF(inv), pos0, &as);
+        compare(k ? "rope_bwd (in place, theta 5e5)" : "rope_bwd (in place, theta 1e4)", &d, n, tol);
+        free(f);
+        pair_free(&inv); pair_free(&x); pair_free(&d);
+    }
+}
+
+/* s: N F: SwiGLU over rows [gate | up] (ops.h swiglu_fwd, swiglu_bwd, which overwrites) */
+static void case_swiglu(const int *s, double tol) {
+    const int N = s[0], F = s[1];
+    if (!has_ops("swiglu", g_dev->ops->swiglu_fwd && g_dev->ops->swiglu_bwd)) return;
+    printf("  swiglu N %d F %d:\n", N, F);
+    pair inp = pair_rand(K_ACT, (size_t)N * 2 * F, -6, 6), out = pair_new(K_ACT, NULL, (size_t)N * F);
+    pair dout = pair_rand(K_ACT, (size_t)N * F, -1, 1), dinp = pair_rand(K_ACT, (size_t)N * 2 * F, -1, 1);
+    REF(swiglu_fwd, CA(out), CA(inp), N, F);
+    DEV(swiglu_fwd, GA(out), GA(inp), N, F);
+    compare("swiglu_fwd", &out, out.n, tol);
+    REF(swiglu_bwd, CA(dinp), CA(inp), CA(dout), N, F);
+    DEV(swiglu_bwd, GA(dinp), GA(inp), GA(dout), N, F);
+    compare("swiglu_bwd (overwritten)", &dinp, dinp.n, tol);
+    pair_free(&inp); pair_free(&out); pair_free(&dout); pair_free(&dinp);
 }
 
 /* s: n */
@@ -700,18 +790,14 @@ static dt_model *model_on(dt_backend *be, const dt_model_cfg *mc) {
     return m;
 }
 
-/* s: V L NH C T B num_labels: a classifier of num_labels classes, or a language model (0), of
- * V tokens, L layers, NH heads, width C on B sequences of T tokens. An odd C puts most biases
- * of the parameter buffer at 4-byte alignment. Loss and every tensor's gradient. */
-static void case_model(const int *s, double tol) {
-    const int V = s[0], L = s[1], NH = s[2], C = s[3], T = s[4], B = s[5], num_labels = s[6];
-    dt_model_cfg mc = {.shape = {.vocab_size = V, .n_positions = T + 8, .n_layer = L, .n_head = NH, .n_embd = C, .num_labels = num_labels},
-                       .seq_len = T, .max_batch = B, .seed = 1234};
+/* The model of config mc on both backends: the loss of one batch and every tensor's gradient. */
+static void model_compare(const dt_model_cfg *mcfg, double tol) {
+    const dt_model_cfg mc = *mcfg;
+    const int V = mc.shape.vocab_size, T = mc.seq_len, B = mc.max_batch, num_labels = mc.shape.num_labels;
     dt_model *mcpu = model_on(g_ref, &mc), *mdev = model_on(g_dev, &mc);
     int *tok = rand_ints((size_t)B * T, 1, V);
     int *tg = num_labels ? rand_ints((size_t)B, 0, num_labels) : rand_ints((size_t)B * T, 0, V);
     if (!num_labels && B * T > 1) tg[B * T / 2] = -1; /* an ignored position */
-    printf("  model V %d L %d NH %d C %d T %d B %d (%s):\n", V, L, NH, C, T, B, num_labels ? "classification" : "LM");
     dt_fwd_result rc, rg;
     CHECK_OK(dt_model_forward(mcpu, tok, tg, B, &rc));
     CHECK_OK(dt_model_forward(mdev, tok, tg, B, &rg));
@@ -761,6 +847,35 @@ static void case_model(const int *s, double tol) {
     free(tg);
     dt_model_free(mcpu);
     dt_model_free(mdev);
+}
+
+/* s: V L NH C T B num_labels: a GPT-2 classifier of num_labels classes, or a language model (0),
+ * of V tokens, L layers, NH heads, width C on B sequences of T tokens. An odd C puts most biases
+ * of the parameter buffer at 4-byte alignment. Loss and every tensor's gradient. */
+static void case_model(const int *s, double tol) {
+    const int V = s[0], L = s[1], NH = s[2], C = s[3], T = s[4], B = s[5], num_labels = s[6];
+    dt_model_cfg mc = {.shape = {.vocab_size = V, .n_positions = T + 8, .n_layer = L, .n_head = NH, .n_embd = C, .num_labels = num_labels},
+                       .seq_len = T, .max_batch = B, .seed = 1234};
+    printf("  model V %d L %d NH %d C %d T %d B %d (%s):\n", V, L, NH, C, T, B, num_labels ? "classification" : "LM");
+    model_compare(&mc, tol);
+}
+
+/* s: V L NH NKV C hs I T B flags: a Llama-family model (RMSNorm, RoPE, grouped-query attention
+ * of NH query and NKV key/value heads of hs (0: C/NH), SwiGLU MLP of width I, no learned
+ * positions) of V tokens, L layers, width C on B sequences of T tokens; flags: 1 tied head, 2
+ * attention biases, 4 a classifier of 2 classes (else a language model). */
+static void case_llama(const int *s, double tol) {
+    const int V = s[0], L = s[1], NH = s[2], NKV = s[3], C = s[4], hs = s[5], I = s[6], T = s[7], B = s[8], f = s[9];
+    if (!has_ops("llama model", g_dev->ops->rmsnorm_fwd && g_dev->ops->rope_fwd && g_dev->ops->swiglu_fwd)) return;
+    dt_model_cfg mc = {.shape = {.arch = DT_ARCH_LLAMA, .vocab_size = V, .n_positions = T + 8, .n_layer = L,
+                                 .n_head = NH, .n_embd = C, .num_key_value_heads = NKV, .head_dim = hs,
+                                 .intermediate_size = I, .rope_theta = 10000.0, .rms_norm_eps = 1e-5,
+                                 .tie_word_embeddings = f & 1, .attention_bias = !!(f & 2), .num_labels = f & 4 ? 2 : 0},
+                       .seq_len = T, .max_batch = B, .seed = 4321};
+    printf("  llama V %d L %d NH %d NKV %d C %d hs %d I %d T %d B %d%s%s (%s):\n", V, L, NH, NKV, C,
+           dt_shape_head_dim(&mc.shape), I, T, B, f & 1 ? ", tied head" : "", f & 2 ? ", attention biases" : "",
+           f & 4 ? "classification" : "LM");
+    model_compare(&mc, tol);
 }
 
 /* A few optimizer steps on both backends: after each AdamW update the next forward reads the
@@ -870,7 +985,8 @@ static void case_launches(const int *s, double tol) {
      * mock_att.c in place of cuDNN: no kernel of ours, one library call forward and one
      * backward a layer in place of six batched products). */
     size_t att_b, datt_b;
-    const int fused = !g_dev->ops->attention_bytes(g_dev->ctx, B, T, mc.shape.n_embd, mc.shape.n_head, bf16, &att_b, &datt_b);
+    const dt_att_shape as = {B, T, mc.shape.n_head, mc.shape.n_head, mc.shape.n_embd / mc.shape.n_head};
+    const int fused = !g_dev->ops->attention_bytes(g_dev->ctx, &as, bf16, &att_b, &datt_b);
     const unsigned long want_k = !bf16 ? 240 : fused ? 156 : 384, want_l = fused ? 172 : 220;
     const int plain = !getenv("MOCK_LT_NO_BIAS_EPILOGUE") && !getenv("MOCK_LT_NO_BF16") &&
                       !getenv("MOCK_LT_NO_GELU_EPILOGUE") && !getenv("MOCK_LT_NO_BGRAD_EPILOGUE");
@@ -888,7 +1004,8 @@ static void case_launches(const int *s, double tol) {
 
 extern size_t mock_device_in_use(void) __attribute__((weak));
 
-/* s: L NH C T B. What --dry-run and the start-up report estimate for training this shape
+/* s: L NH C T B [NKV hs I]: GPT-2, or with I > 0 a Llama-family model (NKV key/value heads of
+ * hs, SwiGLU width I). What --dry-run and the start-up report estimate for training this shape
  * (dt_model_memory_bytes, the AdamW moments, the backend's scratch_bytes: what worker.c adds)
  * against what a fresh backend of the same kind and precision allocates for it (model, moments,
  * reserve), as the mock GPU counts device memory. The estimate assumes the fused attention
@@ -903,6 +1020,13 @@ static void case_memory(const int *s, double tol) {
     const int L = s[0], NH = s[1], C = s[2], T = s[3], B = s[4], bf16 = g_dev->ops->bf16(g_dev->ctx);
     dt_model_cfg mc = {.shape = {.vocab_size = 256, .n_positions = T, .n_layer = L, .n_head = NH, .n_embd = C, .num_labels = 0},
                        .seq_len = T, .max_batch = B, .seed = 5};
+    if (s[7]) { /* Llama */
+        mc.shape = (dt_model_shape){.arch = DT_ARCH_LLAMA, .vocab_size = 256, .n_positions = T, .n_layer = L,
+                                    .n_head = NH, .n_embd = C, .num_key_value_heads = s[5], .head_dim = s[6],
+                                    .intermediate_size = s[7], .rope_theta = 1e4, .rms_norm_eps = 1e-5};
+        if (!has_ops("llama memory", g_dev->ops->rmsnorm_fwd && g_dev->ops->rope_fwd && g_dev->ops->swiglu_fwd)) return;
+    }
+    const dt_att_shape as = {B, T, NH, dt_shape_kv_heads(&mc.shape), dt_shape_head_dim(&mc.shape)};
     dt_op_sizes sizes;
     dt_model_op_sizes(&mc, &sizes);
     const size_t n = dt_model_count_params(&mc);
@@ -917,20 +1041,23 @@ static void case_memory(const int *s, double tol) {
     CHECK_OK(be->ops->alloc(be->ctx, 2 * n * sizeof(float), "test moments", (void **)&mom));
     CHECK_OK(be->ops->reserve(be->ctx, &sizes));
     const size_t got = mock_device_in_use() - before;
-    size_t att, datt;
-    const int probs = be->ops->attention_bytes(be->ctx, B, T, C, NH, bf16, &att, &datt);
-    /* the probabilities where the fused attention did not plan; what the estimate cannot know:
-     * CUB's sort space (it asks the device) and the 8 bytes of the gradient norm's result */
-    const size_t extra = probs && bf16 ? (size_t)L * (att - (size_t)B * NH * T * sizeof(float)) + datt : 0;
+    size_t att, datt, att0, datt0;
+    const int probs = be->ops->attention_bytes(be->ctx, &as, bf16, &att, &datt);
+    const int probs0 = g_dev->ops->attention_bytes(NULL, &as, bf16, &att0, &datt0); /* what the estimate took */
+    /* the probabilities where the estimate assumed a fused attention that did not plan; what the
+     * estimate cannot know: CUB's sort space (it asks the device) and the 8 bytes of the gradient
+     * norm's result */
+    const size_t extra = probs && !probs0 ? (size_t)L * (att - att0) + (datt - datt0) : 0;
     const long long diff = (long long)got - (long long)(est + extra);
     /* exact (up to those) where the estimate's assumption holds; else the fallback's scratch as
      * well: fp32 q, k, v, dy, dq, dk, dv and bf16 copies of attention's operands (each slot in
      * whole MiB) */
-    const size_t btc = (size_t)B * T * C, pr = (size_t)B * NH * T * T;
-    const long long slack = (1 << 20) + (long long)(extra ? 7 * btc * 4 + btc * 2 + pr * 2 + (3 << 20) : 0);
+    const size_t nq = (size_t)B * T * NH * as.hs, nkv = (size_t)B * T * as.NKV * as.hs, pr = (size_t)B * NH * T * T;
+    const long long slack = (1 << 20) + (long long)(extra ? (3 * nq + 4 * nkv) * 4 + nq * 2 + pr * 2 + (3 << 20) : 0);
     const int ok = diff >= 0 && diff <= slack;
     printf("  %-44s estimate %zu + %zu (probabilities), allocated %zu: %+lld%s\n",
-           "device memory against the estimate", est, extra, got, diff, ok ? "" : "  FAIL");
+           s[7] ? "device memory against the estimate (llama)" : "device memory against the estimate", est, extra,
+           got, diff, ok ? "" : "  FAIL");
     count_failure(ok);
     be->ops->free(be->ctx, mom);
     dt_model_free(m);
@@ -942,7 +1069,7 @@ static void case_memory(const int *s, double tol) {
 typedef struct op_case {
     const char *op;                  /* what --op selects */
     void (*run)(const int *s, double tol);
-    int full[8], quick[8];           /* shapes; quick all 0: the full shape */
+    int full[10], quick[10];         /* shapes; quick all 0: the full shape */
     double tol32, tol16;             /* tolerances at fp32 and with bf16 products */
 } op_case;
 
@@ -950,11 +1077,25 @@ static const op_case cases[] = {
     {"encoder", case_encoder, {3, 64, 96, 50}, {3, 17, 24, 50}, 1e-6, 1e-2},
     {"encoder", case_encoder, {1, 1, 1, 2}, {0}, 1e-6, 1e-2},
     {"encoder", case_encoder, {2, 5, 257, 3}, {0}, 1e-6, 1e-2}, /* C over one block of threads, long runs */
+    {"encoder", case_encoder, {3, 64, 96, 50, 1}, {3, 17, 24, 50, 1}, 1e-6, 1e-2}, /* no wpe (Llama) */
+    {"encoder", case_encoder, {2, 5, 257, 3, 1}, {0}, 1e-6, 1e-2},
     {"layernorm", case_layernorm, {300, 768, -2, 3}, {19, 40, -2, 3}, 1e-5, 1e-2},
     {"layernorm", case_layernorm, {1, 1, -1, 1}, {0}, 1e-5, 1e-2},
     {"layernorm", case_layernorm, {3, 31, 100, 101}, {0}, 1e-5, 1e-2},
     {"layernorm", case_layernorm, {33000, 3, -1, 1}, {1000, 3, -1, 1}, 1e-5, 1e-2}, /* over 1024 groups of 32 rows */
     {"layernorm", case_layernorm, {5, 2000, -1, 1}, {0}, 1e-5, 1e-2},
+    {"rmsnorm", case_rmsnorm, {300, 768, -2, 3, 5}, {19, 40, -2, 3, 5}, 1e-5, 1e-2},
+    {"rmsnorm", case_rmsnorm, {1, 1, -1, 1, 6}, {0}, 1e-5, 1e-2},
+    {"rmsnorm", case_rmsnorm, {3, 31, 100, 101, 6}, {0}, 1e-5, 1e-2}, /* all of a sign, far from 0 */
+    {"rmsnorm", case_rmsnorm, {33000, 3, -1, 1, 5}, {1000, 3, -1, 1, 5}, 1e-5, 1e-2}, /* over 1024 groups of 32 rows */
+    {"rmsnorm", case_rmsnorm, {5, 2000, -1, 1, 6}, {0}, 1e-5, 1e-2},
+    {"rope", case_rope, {2, 40, 6, 2, 64, 0}, {2, 9, 6, 2, 16, 0}, 1e-5, 1e-2},
+    {"rope", case_rope, {1, 7, 4, 1, 128, 1000}, {0}, 1e-5, 1e-2}, /* from a position > 0 (decoding), hs 128 */
+    {"rope", case_rope, {3, 5, 3, 3, 10, 3}, {0}, 1e-5, 1e-2},      /* GPT-2-like heads, hs not a power of 2 */
+    {"rope", case_rope, {1, 2, 2, 1, 1024, 7}, {0}, 1e-5, 1e-2},    /* the largest head (512 pairs) */
+    {"swiglu", case_swiglu, {300, 1000}, {7, 100}, 1e-5, 1e-2},
+    {"swiglu", case_swiglu, {1, 1}, {0}, 1e-5, 1e-2},
+    {"swiglu", case_swiglu, {3, 257}, {0}, 1e-5, 1e-2},
     {"gelu", case_gelu, {1000003}, {1001}, 1e-5, 1e-2},
     {"gelu", case_gelu, {1}, {0}, 1e-5, 1e-2},
     {"add", case_add, {1000003}, {1001}, 1e-7, 1e-2},
@@ -994,25 +1135,43 @@ static const op_case cases[] = {
     {"matmul_gelu", case_matmul_gelu, {37, 29, 56, 1}, {0}, 1e-5, 1e-2},    /* GELU; no DGELU (aux ld 29) */
     {"matmul_gelu", case_matmul_gelu, {5, 16, 9, 0}, {0}, 1e-5, 1e-2},      /* DGELU; no GELU (aux ld 9) */
     {"matmul_gelu", case_matmul_gelu, {300, 128, 512, 1}, {20, 64, 64, 1}, 1e-5, 1e-2},
-    {"attention", case_attention, {2, 80, 128, 4}, {2, 13, 32, 4}, 1e-5, 1e-2},
-    {"attention", case_attention, {1, 1, 4, 2}, {0}, 1e-5, 1e-2},
-    {"attention", case_attention, {2, 33, 6, 3}, {0}, 1e-5, 1e-2},
-    {"attention", case_attention, {1, 40, 5, 5}, {0}, 1e-5, 1e-2}, /* head size 1 */
-    {"attention", case_attention, {3, 70, 12, 1}, {0}, 1e-5, 1e-2},
+    /* attention: B T NH NKV hs (GPT-2: NKV = NH) */
+    {"attention", case_attention, {2, 80, 4, 4, 32}, {2, 13, 4, 4, 8}, 1e-5, 1e-2},
+    {"attention", case_attention, {1, 1, 2, 2, 2}, {0}, 1e-5, 1e-2},
+    {"attention", case_attention, {2, 33, 3, 3, 2}, {0}, 1e-5, 1e-2},
+    {"attention", case_attention, {1, 40, 5, 5, 1}, {0}, 1e-5, 1e-2}, /* head size 1 */
+    {"attention", case_attention, {3, 70, 1, 1, 12}, {0}, 1e-5, 1e-2},
     /* head size 64 as GPT-2's, past two 128-row tiles with a partial one (cuDNN's plans) */
-    {"attention", case_attention, {2, 300, 256, 4}, {1, 64, 128, 2}, 1e-5, 1e-2},
-    {"attention_cached", case_attention_cached, {90, 128, 4, 57}, {13, 32, 4, 6}, 1e-5, 1e-2},
-    {"attention_cached", case_attention_cached, {1, 4, 2, 0}, {0}, 1e-5, 1e-2},
-    {"attention_cached", case_attention_cached, {40, 5, 5, 39}, {0}, 1e-5, 1e-2}, /* head size 1 */
+    {"attention", case_attention, {2, 300, 4, 4, 64}, {1, 64, 2, 2, 64}, 1e-5, 1e-2},
+    /* grouped-query attention: 3 and 4 query heads a key/value head, head sizes that cuDNN
+     * plans (16, 40, 64) and that it refuses (12: our kernels), none of them C/NH of a model */
+    {"attention", case_attention, {2, 70, 6, 2, 16}, {2, 13, 6, 2, 16}, 1e-5, 1e-2},
+    {"attention", case_attention, {2, 45, 4, 1, 40}, {1, 21, 4, 1, 40}, 1e-5, 1e-2},
+    {"attention", case_attention, {2, 33, 6, 2, 12}, {1, 17, 6, 2, 12}, 1e-5, 1e-2},
+    {"attention", case_attention, {1, 130, 4, 1, 64}, {-1}, 1e-5, 1e-2}, /* past a 128-row tile */
+    {"attention", case_attention, {1, 9, 4, 2, 136}, {0}, 1e-5, 1e-2}, /* over cuDNN's 128 (Hopper's 256) */
+    /* attention_cached: T NH NKV hs split */
+    {"attention_cached", case_attention_cached, {90, 4, 4, 32, 57}, {13, 4, 4, 8, 6}, 1e-5, 1e-2},
+    {"attention_cached", case_attention_cached, {1, 2, 2, 2, 0}, {0}, 1e-5, 1e-2},
+    {"attention_cached", case_attention_cached, {40, 5, 5, 1, 39}, {0}, 1e-5, 1e-2}, /* head size 1 */
+    {"attention_cached", case_attention_cached, {50, 6, 2, 24, 31}, {13, 6, 2, 8, 6}, 1e-5, 1e-2}, /* GQA */
+    {"attention_cached", case_attention_cached, {20, 4, 1, 12, 1}, {0}, 1e-5, 1e-2},                /* one kv head */
     {"model", case_model, {67, 2, 4, 32, 16, 3, 0}, {0}, 1e-4, 5e-2},
     {"model", case_model, {260, 2, 4, 32, 16, 3, 2}, {0}, 1e-4, 5e-2},
     {"model", case_model, {7, 1, 2, 6, 5, 2, 0}, {0}, 1e-4, 5e-2},
     {"model", case_model, {11, 1, 3, 12, 9, 3, 3}, {0}, 1e-4, 5e-2},
     {"model", case_model, {50, 2, 4, 36, 33, 2, 0}, {0}, 1e-4, 5e-2},
     {"model", case_model, {30, 1, 1, 8, 1, 1, 0}, {0}, 1e-4, 5e-2}, /* one token */
+    /* Llama: V L NH NKV C hs I T B flags (1 tied head, 2 attention biases, 4 classifier) */
+    {"llama", case_llama, {67, 2, 6, 2, 48, 16, 40, 16, 3, 0}, {0}, 1e-4, 5e-2}, /* GQA, hs = C/NH: fused */
+    {"llama", case_llama, {50, 2, 4, 1, 20, 8, 36, 11, 2, 3}, {0}, 1e-4, 5e-2}, /* one kv head, hs != C/NH */
+    {"llama", case_llama, {40, 1, 4, 2, 16, 6, 24, 9, 3, 4}, {0}, 1e-4, 5e-2},  /* classifier, hs 6: our kernels */
     {"training", case_training, {4}, {0}, 1e-5, 5e-3},
     {"launches", case_launches, {12}, {0}, 0, 0}, /* GPT-2 124M's 12 layers */
     {"memory", case_memory, {2, 4, 128, 512, 2}, {0}, 0, 0}, /* T x T fp32 probabilities: 8 MiB a layer */
+    {"memory", case_memory, {2, 6, 96, 512, 2, 2, 24, 200}, {0}, 0, 0}, /* Llama: GQA, hs 24 != C/NH, SwiGLU */
+    {"memory", case_memory, {2, 4, 64, 256, 2, 1, 12, 100}, {0}, 0, 0}, /* hs 12: never fused, the estimate knows */
+    {"memory", case_memory, {1, 4, 64, 128, 2, 2, 136, 100}, {0}, 0, 0}, /* hs 136: Hopper's cuDNN, not the mock's */
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 

@@ -183,8 +183,16 @@ static void test_encoder(void) {
     /* token 2 and 4 never occur: their rows stay untouched */
     for (int c = 0; c < s.C; c++) CHECK(dwte[2 * s.C + c] == pte[2 * s.C + c]);
 
+    /* without learned positions (the Llama family): the token rows alone, and no dwpe */
+    be->ops->encoder_fwd(be->ctx, A(s.out), s.tok, s.wte, NULL, s.B, s.T, s.C);
+    for (int bt = 0; bt < s.B * s.T; bt++)
+        for (int c = 0; c < s.C; c++) CHECK(s.out[bt * s.C + c] == s.wte[tokens[bt] * s.C + c]);
+    float *dwte2 = fcopy(pte, (size_t)V * s.C);
+    be->ops->encoder_bwd(be->ctx, dwte2, NULL, A(s.R), s.tok, s.B, s.T, s.C);
+    CHECK(memcmp(dwte2, dwte, (size_t)V * s.C * sizeof(float)) == 0);
+
     bfree(s.tok), bfree(s.wte), bfree(s.wpe), bfree(s.out), bfree(s.R);
-    bfree(pte), bfree(ppe), bfree(dwte), bfree(dwpe), bfree(gte), bfree(gpe);
+    bfree(pte), bfree(ppe), bfree(dwte), bfree(dwpe), bfree(gte), bfree(gpe), bfree(dwte2);
 }
 
 /* Determinism: two runs agree bit for bit, and both equal the serial loop (every element
@@ -362,29 +370,32 @@ static void test_matmul(void) {
 /* ---- attention ---- */
 
 typedef struct {
-    int B, T, C, NH;
+    dt_att_shape sh;    /* B, T, NH, NKV, hs */
+    int W, HQ;          /* qkv's row width (NH+2NKV)*hs, out's NH*hs */
     float *out, *att, *qkv, *R;
 } att_state;
 
 static double att_loss(void *s_) {
     att_state *s = s_;
-    be->ops->attention_fwd(be->ctx, A(s->out), A(s->att), A(s->qkv), s->B, s->T, s->C, s->NH);
-    return dot_d(s->out, s->R, (size_t)s->B * s->T * s->C);
+    be->ops->attention_fwd(be->ctx, A(s->out), A(s->att), A(s->qkv), &s->sh);
+    return dot_d(s->out, s->R, (size_t)s->sh.B * s->sh.T * s->HQ);
 }
 
-/* out and att against a double-precision loop over (b, h, t) with the causal mask */
+/* out and att against a double-precision loop over (b, h, t) with the causal mask; query head h
+ * reads key/value head h / (NH/NKV) */
 static void att_reference_check(const att_state *s) {
-    const int B = s->B, T = s->T, C = s->C, NH = s->NH, hs = C / NH;
+    const int B = s->sh.B, T = s->sh.T, NH = s->sh.NH, NKV = s->sh.NKV, hs = s->sh.hs, W = s->W;
     const double scale = 1.0 / sqrt((double)hs);
     double *p = malloc((size_t)T * sizeof(double));
     CHECK(p != NULL);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
-                const float *q = s->qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                const int g = h / (NH / NKV);
+                const float *q = s->qkv + ((size_t)b * T + t) * W + h * hs;
                 double mx = -INFINITY, sum = 0.0;
                 for (int j = 0; j <= t; j++) {
-                    const float *k = s->qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    const float *k = s->qkv + ((size_t)b * T + j) * W + NH * hs + g * hs;
                     double d = 0;
                     for (int c = 0; c < hs; c++) d += (double)q[c] * k[c];
                     p[j] = d * scale;
@@ -406,95 +417,251 @@ static void att_reference_check(const att_state *s) {
                 for (int c = 0; c < hs; c++) {
                     double o = 0;
                     for (int j = 0; j <= t; j++)
-                        o += p[j] * s->qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * hs + c];
-                    CHECK_NEAR_REL(s->out[((size_t)b * T + t) * C + h * hs + c], o, 1e-5, 1.0);
+                        o += p[j] * s->qkv[((size_t)b * T + j) * W + (NH + NKV) * hs + g * hs + c];
+                    CHECK_NEAR_REL(s->out[((size_t)b * T + t) * s->HQ + h * hs + c], o, 1e-5, 1.0);
                 }
             }
     free(p);
 }
 
-static void att_state_init(att_state *s, int B, int T, int C, int NH, float amp) {
-    *s = (att_state){.B = B, .T = T, .C = C, .NH = NH};
-    s->qkv = frandom((size_t)B * T * 3 * C, amp);
-    s->out = falloc((size_t)B * T * C);
+static void att_state_init(att_state *s, int B, int T, int NH, int NKV, int hs, float amp) {
+    *s = (att_state){.sh = {B, T, NH, NKV, hs}, .W = (NH + 2 * NKV) * hs, .HQ = NH * hs};
+    s->qkv = frandom((size_t)B * T * s->W, amp);
+    s->out = falloc((size_t)B * T * s->HQ);
     s->att = falloc((size_t)B * NH * T * T);
-    ffill(s->out, (size_t)B * T * C, GARBAGE);
+    ffill(s->out, (size_t)B * T * s->HQ, GARBAGE);
     ffill(s->att, (size_t)B * NH * T * T, GARBAGE);
-    s->R = frandom((size_t)B * T * C, 1.0f);
+    s->R = frandom((size_t)B * T * s->HQ, 1.0f);
 }
 
 static void att_state_free(att_state *s) {
     bfree(s->qkv), bfree(s->out), bfree(s->att), bfree(s->R);
 }
 
-static void att_case(int B, int T, int C, int NH, size_t max_checks, float eps) {
+/* causal mask: changing the k and v of position tf (every head, batch 0) leaves earlier
+ * positions bit-identical, and changes position tf itself */
+static void att_mask_check(att_state *s) {
+    const int T = s->sh.T, NH = s->sh.NH, W = s->W, HQ = s->HQ, tf = T / 2;
+    const size_t nqkv = (size_t)s->sh.B * T * W, nout = (size_t)s->sh.B * T * HQ, natt = (size_t)s->sh.B * NH * T * T;
+    float *out0 = fcopy(s->out, nout), *att0 = fcopy(s->att, natt);
+    float *qkv0 = fcopy(s->qkv, nqkv);
+    for (int c = NH * s->sh.hs; c < W; c++) s->qkv[(size_t)tf * W + c] += 1.0f + frand();
+    att_loss(s);
+    for (int t = 0; t < T; t++) {
+        const int same = memcmp(out0 + (size_t)t * HQ, s->out + (size_t)t * HQ, HQ * sizeof(float)) == 0;
+        CHECK(t < tf ? same : 1);
+        if (t == tf) CHECK(!same);
+    }
+    for (int h = 0; h < NH; h++)
+        for (int t = 0; t < tf; t++)
+            CHECK(memcmp(att0 + ((size_t)h * T + t) * T, s->att + ((size_t)h * T + t) * T, T * sizeof(float)) == 0);
+    memcpy(s->qkv, qkv0, nqkv * sizeof(float));
+    bfree(out0), bfree(att0), bfree(qkv0);
+    att_loss(s);
+}
+
+static void att_case(int B, int T, int NH, int NKV, int hs, size_t max_checks, float eps) {
     att_state s;
-    att_state_init(&s, B, T, C, NH, 2.0f);
-    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    att_state_init(&s, B, T, NH, NKV, hs, 2.0f);
+    const size_t nqkv = (size_t)B * T * s.W;
     const size_t natt = (size_t)B * NH * T * T;
     att_loss(&s);
     att_reference_check(&s);
-
-    /* causal mask: changing the k and v of position tf (every head, batch 0) leaves earlier
-     * positions bit-identical, and changes position tf itself */
-    if (T > 1) {
-        const int tf = T / 2;
-        float *out0 = fcopy(s.out, nout), *att0 = fcopy(s.att, natt);
-        float *qkv0 = fcopy(s.qkv, nqkv);
-        for (int c = C; c < 3 * C; c++) s.qkv[(size_t)tf * 3 * C + c] += 1.0f + frand();
-        att_loss(&s);
-        for (int t = 0; t < T; t++) {
-            const int same =
-                memcmp(out0 + (size_t)t * C, s.out + (size_t)t * C, C * sizeof(float)) == 0;
-            CHECK(t < tf ? same : 1);
-            if (t == tf) CHECK(!same);
-        }
-        for (int h = 0; h < NH; h++)
-            for (int t = 0; t < tf; t++)
-                CHECK(memcmp(att0 + ((size_t)h * T + t) * T, s.att + ((size_t)h * T + t) * T,
-                             T * sizeof(float)) == 0);
-        memcpy(s.qkv, qkv0, nqkv * sizeof(float));
-        bfree(out0), bfree(att0), bfree(qkv0);
-        att_loss(&s);
-    }
+    if (T > 1) att_mask_check(&s);
 
     float *dqkv = falloc(nqkv), *datt = falloc(natt);
     ffill(dqkv, nqkv, GARBAGE); /* overwritten */
     ffill(datt, natt, GARBAGE); /* scratch */
-    be->ops->attention_bwd(be->ctx, A(dqkv), A(datt), A(s.R), A(s.qkv), A(s.out), A(s.att), B, T, C, NH);
+    be->ops->attention_bwd(be->ctx, A(dqkv), A(datt), A(s.R), A(s.qkv), A(s.out), A(s.att), &s.sh);
     check_overwritten(dqkv, nqkv);
     fd_check_eps("attention dqkv", att_loss, &s, s.qkv, dqkv, nqkv, max_checks, eps);
     bfree(dqkv), bfree(datt);
     att_state_free(&s);
 }
 
+/* attention_cached fed the rows in pieces gives attention_fwd's rows, and the cache holds the
+ * key/value heads of every row */
+static void att_cached_case(int T, int NH, int NKV, int hs) {
+    att_state s;
+    att_state_init(&s, 1, T, NH, NKV, hs, 2.0f);
+    att_loss(&s);
+    const int KV = NKV * hs;
+    float *kc = falloc((size_t)T * KV), *vc = falloc((size_t)T * KV), *out = falloc((size_t)T * s.HQ);
+    float *scratch = falloc((size_t)T * NH * T);
+    for (int pos = 0, n = 1; pos < T; pos += n, n = n % 3 + 1) {
+        if (pos + n > T) n = T - pos;
+        const dt_att_shape sh = {1, n, NH, NKV, hs};
+        be->ops->attention_cached(be->ctx, A(out + (size_t)pos * s.HQ), A(kc), A(vc), scratch,
+                                  A(s.qkv + (size_t)pos * s.W), pos, &sh);
+    }
+    for (int t = 0; t < T; t++) {
+        CHECK(memcmp(kc + (size_t)t * KV, s.qkv + (size_t)t * s.W + NH * hs, KV * sizeof(float)) == 0);
+        CHECK(memcmp(vc + (size_t)t * KV, s.qkv + (size_t)t * s.W + (NH + NKV) * hs, KV * sizeof(float)) == 0);
+        for (int c = 0; c < s.HQ; c++) CHECK_NEAR_REL(out[(size_t)t * s.HQ + c], s.out[(size_t)t * s.HQ + c], 1e-5, 1.0);
+    }
+    bfree(kc), bfree(vc), bfree(out), bfree(scratch);
+    att_state_free(&s);
+}
+
 static void test_attention(void) {
-    att_case(2, 5, 8, 2, SIZE_MAX, FD_EPS);
-    att_case(1, 1, 8, 2, SIZE_MAX, FD_EPS);
-    att_case(3, 4, 6, 3, SIZE_MAX, FD_EPS); /* hs = 2 */
+    att_case(2, 5, 2, 2, 4, SIZE_MAX, FD_EPS);
+    att_case(1, 1, 2, 2, 4, SIZE_MAX, FD_EPS);
+    att_case(3, 4, 3, 3, 2, SIZE_MAX, FD_EPS); /* hs = 2 */
+    /* grouped-query attention: key/value heads serve 2, 3, 4 query heads; a head size that is
+     * not n_embd / n_head is the caller's business, here any */
+    att_case(2, 6, 4, 2, 4, SIZE_MAX, FD_EPS);
+    att_case(1, 7, 6, 2, 6, SIZE_MAX, FD_EPS);
+    att_case(2, 5, 4, 1, 8, SIZE_MAX, FD_EPS); /* one key/value head for all (multi-query) */
     /* long sequences: one k or v element moves many outputs, so the float rounding of L
      * grows; a larger step keeps it below the floor (truncation stays ~1e-3 relative) */
-    att_case(1, 80, 8, 2, 400, 2e-2f);   /* crosses the 64-row block boundary */
-    att_case(2, 130, 8, 2, 300, 2e-2f);  /* three blocks, the last one partial */
+    att_case(1, 80, 2, 2, 4, 400, 2e-2f);   /* crosses the 64-row block boundary */
+    att_case(2, 130, 2, 2, 4, 300, 2e-2f);  /* three blocks, the last one partial */
+    att_case(1, 70, 6, 3, 4, 300, 2e-2f);   /* GQA across a block boundary */
+    att_cached_case(9, 2, 2, 4);
+    att_cached_case(11, 6, 2, 4);
 }
 
 static void test_attention_determinism(void) {
-    const int B = 2, T = 80, C = 16, NH = 4;
-    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    const int B = 2, T = 80, NH = 4, NKV = 2, hs = 4;
+    const dt_att_shape sh = {B, T, NH, NKV, hs};
+    const size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * hs, nout = (size_t)B * T * NH * hs;
     const size_t natt = (size_t)B * NH * T * T;
     float *qkv = frandom(nqkv, 2.0f), *dout = frandom(nout, 1.0f);
     float *out[2], *att[2], *dqkv[2], *datt[2];
     for (int r = 0; r < 2; r++) {
         out[r] = falloc(nout), att[r] = falloc(natt);
         dqkv[r] = falloc(nqkv), datt[r] = falloc(natt);
-        be->ops->attention_fwd(be->ctx, A(out[r]), A(att[r]), A(qkv), B, T, C, NH);
-        be->ops->attention_bwd(be->ctx, A(dqkv[r]), A(datt[r]), A(dout), A(qkv), A(out[r]), A(att[r]), B, T, C, NH);
+        be->ops->attention_fwd(be->ctx, A(out[r]), A(att[r]), A(qkv), &sh);
+        be->ops->attention_bwd(be->ctx, A(dqkv[r]), A(datt[r]), A(dout), A(qkv), A(out[r]), A(att[r]), &sh);
     }
     CHECK(memcmp(out[0], out[1], nout * sizeof(float)) == 0);
     CHECK(memcmp(att[0], att[1], natt * sizeof(float)) == 0);
     CHECK(memcmp(dqkv[0], dqkv[1], nqkv * sizeof(float)) == 0);
     for (int r = 0; r < 2; r++) bfree(out[r]), bfree(att[r]), bfree(dqkv[r]), bfree(datt[r]);
     bfree(qkv), bfree(dout);
+}
+
+/* ---- the Llama family's ops: RMSNorm, rotary positions, SwiGLU ---- */
+
+typedef struct {
+    int N, C;
+    float eps;
+    float *out, *rstd, *inp, *w, *R;
+} rms_state;
+
+static double rms_loss(void *s_) {
+    rms_state *s = s_;
+    be->ops->rmsnorm_fwd(be->ctx, A(s->out), s->rstd, A(s->inp), s->w, s->N, s->C, s->eps);
+    return dot_d(s->out, s->R, (size_t)s->N * s->C);
+}
+
+static void test_rmsnorm(void) {
+    rms_state s = {.N = 6, .C = 10, .eps = 1e-5f};
+    const int N = s.N, C = s.C;
+    const size_t n = (size_t)N * C;
+    s.inp = frandom(n, 2.0f);
+    for (int c = 0; c < C; c++) s.inp[c] += 5.0f; /* a row far from zero */
+    s.w = frandom(C, 1.0f);
+    s.out = falloc(n), s.rstd = falloc(N);
+    s.R = frandom(n, 1.0f);
+    rms_loss(&s);
+    for (int i = 0; i < N; i++) {
+        double v = 0;
+        for (int c = 0; c < C; c++) v += (double)s.inp[i * C + c] * s.inp[i * C + c];
+        const double r = 1.0 / sqrt(v / C + 1e-5);
+        CHECK_NEAR_REL(s.rstd[i], r, 1e-6, 1e-6);
+        for (int c = 0; c < C; c++) CHECK_NEAR_REL(s.out[i * C + c], s.w[c] * s.inp[i * C + c] * r, 1e-6, 1.0);
+    }
+    /* backward accumulates into both */
+    float *pin = frandom(n, 1.0f), *pw = frandom(C, 1.0f);
+    float *dinp = fcopy(pin, n), *dw = fcopy(pw, C);
+    be->ops->rmsnorm_bwd(be->ctx, A(dinp), dw, A(s.R), A(s.inp), s.w, s.rstd, N, C);
+    float *gin = fdiff(dinp, pin, n), *gw = fdiff(dw, pw, C);
+    fd_check("rmsnorm dinp", rms_loss, &s, s.inp, gin, n, SIZE_MAX);
+    fd_check("rmsnorm dw", rms_loss, &s, s.w, gw, C, SIZE_MAX);
+    bfree(s.inp), bfree(s.w), bfree(s.out), bfree(s.rstd), bfree(s.R);
+    bfree(pin), bfree(pw), bfree(dinp), bfree(dw), bfree(gin), bfree(gw);
+}
+
+typedef struct {
+    dt_att_shape sh;
+    int pos0;
+    float *qkv, *x, *inv_freq, *R;
+} rope_state;
+
+static double rope_loss(void *s_) {
+    rope_state *s = s_;
+    const size_t n = (size_t)s->sh.B * s->sh.T * (s->sh.NH + 2 * s->sh.NKV) * s->sh.hs;
+    memcpy(s->qkv, s->x, n * sizeof(float));
+    be->ops->rope_fwd(be->ctx, A(s->qkv), s->inv_freq, s->pos0, &s->sh);
+    return dot_d(s->qkv, s->R, n);
+}
+
+/* rope_fwd against Hugging Face's formula in double (q and k rotated, v untouched), rope_bwd
+ * against finite differences, and the two are inverses */
+static void rope_case(int B, int T, int NH, int NKV, int hs, int pos0) {
+    rope_state s = {.sh = {B, T, NH, NKV, hs}, .pos0 = pos0};
+    const int W = (NH + 2 * NKV) * hs, half = hs / 2;
+    const size_t n = (size_t)B * T * W;
+    s.x = frandom(n, 1.0f), s.qkv = falloc(n), s.R = frandom(n, 1.0f), s.inv_freq = falloc((size_t)half);
+    for (int i = 0; i < half; i++) s.inv_freq[i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)hs);
+    rope_loss(&s);
+    for (int bt = 0; bt < B * T; bt++)
+        for (int c = 0; c < W; c++) {
+            const float *x = s.x + (size_t)bt * W;
+            const int head = c / hs, i = c % hs, j = i % half;
+            double want = x[c];
+            if (head < NH + NKV) {
+                const double a = (double)(float)((float)(pos0 + bt % T) * s.inv_freq[j]);
+                want = i < half ? x[c] * cos(a) - x[c + half] * sin(a) : x[c] * cos(a) + x[c - half] * sin(a);
+            }
+            CHECK_NEAR_REL(s.qkv[(size_t)bt * W + c], want, 1e-5, 1.0);
+        }
+    float *d = fcopy(s.R, n);
+    be->ops->rope_bwd(be->ctx, A(d), s.inv_freq, pos0, &s.sh);
+    fd_check("rope dqkv", rope_loss, &s, s.x, d, n, 200);
+    rope_loss(&s);
+    be->ops->rope_bwd(be->ctx, A(s.qkv), s.inv_freq, pos0, &s.sh); /* undoes the forward */
+    for (size_t i = 0; i < n; i++) CHECK_NEAR_REL(s.qkv[i], s.x[i], 1e-5, 1.0);
+    bfree(d), bfree(s.x), bfree(s.qkv), bfree(s.R), bfree(s.inv_freq);
+}
+
+static void test_rope(void) {
+    rope_case(2, 5, 2, 2, 8, 0);
+    rope_case(1, 7, 6, 2, 4, 0);   /* GQA: 6 q heads and 2 k heads rotated, 2 v heads not */
+    rope_case(1, 3, 3, 1, 16, 40); /* a continuation at position 40 (decoding) */
+}
+
+typedef struct {
+    int N, F;
+    float *out, *inp, *R;
+} glu_state;
+
+static double glu_loss(void *s_) {
+    glu_state *s = s_;
+    be->ops->swiglu_fwd(be->ctx, A(s->out), A(s->inp), s->N, s->F);
+    return dot_d(s->out, s->R, (size_t)s->N * s->F);
+}
+
+static void test_swiglu(void) {
+    glu_state s = {.N = 5, .F = 7};
+    const size_t n = (size_t)s.N * s.F;
+    s.inp = frandom(2 * n, 4.0f), s.out = falloc(n), s.R = frandom(n, 1.0f);
+    s.inp[0] = -90.0f, s.inp[1] = 90.0f; /* far out on both sides */
+    glu_loss(&s);
+    for (int r = 0; r < s.N; r++)
+        for (int i = 0; i < s.F; i++) {
+            const double g = s.inp[(size_t)r * 2 * s.F + i], u = s.inp[(size_t)r * 2 * s.F + s.F + i];
+            CHECK_NEAR_REL(s.out[(size_t)r * s.F + i], g / (1.0 + exp(-g)) * u, 1e-5, 1e-3);
+        }
+    float *d = falloc(2 * n);
+    ffill(d, 2 * n, GARBAGE);
+    be->ops->swiglu_bwd(be->ctx, A(d), A(s.inp), A(s.R), s.N, s.F);
+    check_overwritten(d, 2 * n);
+    s.inp[0] = -3.0f, s.inp[1] = 3.0f; /* finite differences where the curve is not flat */
+    be->ops->swiglu_bwd(be->ctx, A(d), A(s.inp), A(s.R), s.N, s.F);
+    fd_check("swiglu dinp", glu_loss, &s, s.inp, d, 2 * n, SIZE_MAX);
+    bfree(d), bfree(s.inp), bfree(s.out), bfree(s.R);
 }
 
 /* ---- gelu, add ---- */
@@ -929,6 +1096,9 @@ int main(void) {
     test_matmul();
     test_attention();
     test_attention_determinism();
+    test_rmsnorm();
+    test_rope();
+    test_swiglu();
     test_thread_invariance();
     test_gelu_add();
     test_xent();

@@ -13,55 +13,89 @@
 
 #include "dtrain/status.h"
 
-typedef enum { DT_ARCH_GPT2 = 0, DT_ARCH_COUNT } dt_arch;
+typedef enum { DT_ARCH_GPT2 = 0, DT_ARCH_LLAMA, DT_ARCH_COUNT } dt_arch;
 
 /* model.type's spellings: X(spelling, architecture, a number of its own). The config keeps
  * the spelling as written (the number tells them apart); dt_arch_parse gives the architecture. */
 #define DT_ARCH_NAMES(X)                   \
     X("transformer_like", DT_ARCH_GPT2, 0) \
-    X("gpt2", DT_ARCH_GPT2, 1)
+    X("gpt2", DT_ARCH_GPT2, 1)             \
+    X("llama", DT_ARCH_LLAMA, 2)
+
+#define DT_ARCHS_ALL 3u                     /* a field every architecture has */
+#define DT_ARCHS_LLAMA (1u << DT_ARCH_LLAMA) /* ... the Llama family's only */
 
 /* The model's shape fields, in the order the config prints them:
- * X(field, kind, default, minimum, GPT-2's config.json key). `field` is the config key
- * model.FIELD, the checkpoint's trainer.json model.FIELD and dt_model_shape's member; kind
- * INT (an int). A NULL config.json key: not a plain key there (num_labels is read from
- * the classifier's labels). */
-#define DT_SHAPE_FIELDS(X)                                  \
-    X(n_layer, INT, "2", 1, "n_layer")                      \
-    X(n_head, INT, "4", 1, "n_head")                        \
-    X(n_embd, INT, "128", 1, "n_embd")                      \
-    X(vocab_size, INT, "257", 1, "vocab_size")              \
-    X(n_positions, INT, "64", 1, "n_positions")             \
-    X(num_labels, INT, "0", 0, NULL)
+ * X(field, kind, default, minimum, minimum excluded, architectures, GPT-2's config.json key,
+ * Llama's). `field` is the config key model.FIELD, the checkpoint's trainer.json model.FIELD
+ * and dt_model_shape's member; kind INT (an int), DOUBLE, BOOL (an int 0/1). The fields every
+ * architecture has are required in a config.json; an architecture's own take their default
+ * where it lacks them (as transformers' config classes do). A NULL key: not a plain key there
+ * (num_labels is read from the classifier's labels). Their meaning: DESIGN.md §3-4. */
+#define DT_SHAPE_FIELDS(X)                                                                                 \
+    X(n_layer, INT, "2", 1, 0, DT_ARCHS_ALL, "n_layer", "num_hidden_layers")                               \
+    X(n_head, INT, "4", 1, 0, DT_ARCHS_ALL, "n_head", "num_attention_heads")                               \
+    X(n_embd, INT, "128", 1, 0, DT_ARCHS_ALL, "n_embd", "hidden_size")                                     \
+    X(vocab_size, INT, "257", 1, 0, DT_ARCHS_ALL, "vocab_size", "vocab_size")                              \
+    X(n_positions, INT, "64", 1, 0, DT_ARCHS_ALL, "n_positions", "max_position_embeddings")                \
+    X(num_labels, INT, "0", 0, 0, DT_ARCHS_ALL, NULL, NULL)                                                \
+    X(num_key_value_heads, INT, "0", 0, 0, DT_ARCHS_LLAMA, NULL, "num_key_value_heads")                    \
+    X(intermediate_size, INT, "0", 0, 0, DT_ARCHS_LLAMA, NULL, "intermediate_size")                        \
+    X(head_dim, INT, "0", 0, 0, DT_ARCHS_LLAMA, NULL, "head_dim")                                          \
+    X(rope_theta, DOUBLE, "10000", 0, 1, DT_ARCHS_LLAMA, NULL, "rope_theta")                               \
+    X(rms_norm_eps, DOUBLE, "1e-6", 0, 1, DT_ARCHS_LLAMA, NULL, "rms_norm_eps")                            \
+    X(tie_word_embeddings, BOOL, "false", 0, 0, DT_ARCHS_LLAMA, NULL, "tie_word_embeddings")               \
+    X(attention_bias, BOOL, "false", 0, 0, DT_ARCHS_LLAMA, NULL, "attention_bias")
 
 /* A model's shape: what the config, a checkpoint and a Hugging Face config.json say of it. */
 typedef struct dt_model_shape {
     dt_arch arch;    /* model.type */
     int n_layer;     /* L */
-    int n_head;      /* NH */
-    int n_embd;      /* C, a multiple of NH */
+    int n_head;      /* NH: query heads */
+    int n_embd;      /* C: the residual stream's width (GPT-2: a multiple of NH) */
     int vocab_size;  /* V */
     int n_positions; /* P: the positions the model has (GPT-2: rows of wpe), >= data.seq_len */
     int num_labels;  /* 0 = language modelling, >= 2 classification */
+    /* the Llama family's: */
+    int num_key_value_heads; /* NKV, dividing NH (grouped-query attention); 0: NH */
+    int intermediate_size;   /* I: the SwiGLU MLP's width (required) */
+    int head_dim;            /* hs; 0: C / NH */
+    double rope_theta;       /* RoPE's base */
+    double rms_norm_eps;     /* RMSNorm's epsilon */
+    int tie_word_embeddings; /* the output head is the token embedding */
+    int attention_bias;      /* q, k, v and o projections have biases */
 } dt_model_shape;
 
-typedef enum { DT_SHAPE_INT = 0 } dt_shape_kind;
+typedef enum { DT_SHAPE_INT = 0, DT_SHAPE_DOUBLE, DT_SHAPE_BOOL } dt_shape_kind;
 
 /* One row of DT_SHAPE_FIELDS, for code that walks them all. */
 typedef struct dt_shape_field {
     const char *name;            /* "n_layer" */
     dt_shape_kind kind;
     size_t offset;               /* in dt_model_shape */
-    double min;                  /* the least value it takes */
+    const char *def;             /* the default, as the config writes it */
+    double min;                  /* the least value it takes (excluded when min_open) */
+    int min_open;
+    unsigned archs;              /* the architectures that have it (1 << dt_arch) */
     const char *hf[DT_ARCH_COUNT]; /* config.json's key per architecture; NULL: none */
 } dt_shape_field;
 
+/* The query heads' key/value heads (NKV) and the head size (hs), their defaults resolved. */
+static inline int dt_shape_kv_heads(const dt_model_shape *s) {
+    return s->num_key_value_heads > 0 ? s->num_key_value_heads : s->n_head;
+}
+static inline int dt_shape_head_dim(const dt_model_shape *s) {
+    return s->head_dim > 0 ? s->head_dim : s->n_head > 0 ? s->n_embd / s->n_head : 0;
+}
+
 /* The fields, in DT_SHAPE_FIELDS's order; *n receives how many. */
 const dt_shape_field *dt_shape_fields(int *n);
-/* A field's value (an int, as a double: exact) and its setter. */
+/* A field's value (an int or a bool as a double: exact) and its setter. */
 double dt_shape_get(const dt_model_shape *s, const dt_shape_field *f);
 void dt_shape_set(dt_model_shape *s, const dt_shape_field *f, double v);
-/* The value as the config prints it ("12"), in buf (n bytes); returns buf. */
+/* Its default (def read as a value). */
+double dt_shape_default(const dt_shape_field *f);
+/* The value as the config prints it ("12", "1e-05", "true"), in buf (n bytes); returns buf. */
 const char *dt_shape_str(const dt_model_shape *s, const dt_shape_field *f, char *buf, size_t n);
 
 /* The architecture model.type names; DT_ERR_USAGE (no message) for anything else. */
@@ -70,5 +104,8 @@ dt_status dt_arch_parse(const char *type, dt_arch *out);
 const char *dt_arch_name(dt_arch a);
 const char *dt_arch_hf_model_type(dt_arch a);
 const char *dt_arch_hf_class(dt_arch a, int classifier); /* "GPT2LMHeadModel", "GPT2ForSequenceClassification" */
+/* The architecture of a config.json's model_type ("gpt2", "llama", "mistral"); DT_ERR_USAGE
+ * (no message) for one dtrain does not build. */
+dt_status dt_arch_from_hf(const char *model_type, dt_arch *out);
 
 #endif

@@ -36,11 +36,13 @@ typedef struct dt_gen_opts {
     double top_p;            /* (0, 1] */
     uint64_t seed;
     int no_cache;            /* 1: every token from a fresh forward over the whole text (testing aid) */
+    int bare;                /* 1: no end-of-text token before the prompt (a chat template's text) */
+    int stop_id;             /* another token that ends the text (a chat template's end of turn); -1: none */
 } dt_gen_opts;
 
 typedef struct dt_gen_result {
     int prompt_tokens, new_tokens;
-    int stop;                /* 0 max_new_tokens, 1 end-of-text token, 2 model.n_positions reached */
+    int stop;                /* 0 max_new_tokens, 1 end-of-text token (or stop_id), 2 model.n_positions reached */
     double prompt_s, decode_s; /* wall time of the prompt's forward, and of the new tokens */
 } dt_gen_result;
 

@@ -14,6 +14,7 @@ typedef struct dt_hf_config {
                              0: a language model, >= 2: a *ForSequenceClassification's id2label count */
     int pad_token_id; /* -1: none */
     int eos_token_id; /* -1: none */
+    int bos_token_id; /* -1: none (written: the eos token's) */
     int max_length;   /* tokenizer_config.json's model_max_length (an export's: data.seq_len); 0: none */
 } dt_hf_config;
 
@@ -45,9 +46,21 @@ dt_status dt_hf_write_config(const char *dir, const dt_hf_config *c);
  * max_length - 1 tokens, as dtrain's classification input does, padding with id 0. */
 dt_status dt_hf_write_byte_tokenizer(const char *dir, int with_cls, int max_length);
 
+/* The special tokens and chat template a tokenizer_config.json names (NULL: none). */
+typedef struct dt_hf_tokens {
+    const char *bos, *eos, *unk, *pad, *cls;
+    const char *chat_template;
+} dt_hf_tokens;
+
 /* Writes DIR/tokenizer_config.json: the generic fast tokenizer (tokenizer.json as it is),
- * model_max_length, and the special tokens given (NULL: none). */
-dt_status dt_hf_write_tokenizer_config(const char *dir, int max_length, const char *eos, const char *pad,
-                                       const char *cls);
+ * model_max_length, and the special tokens and chat template given (NULL: none; bos and unk
+ * NULL: eos's, as GPT-2's files have them). */
+dt_status dt_hf_write_tokenizer_config(const char *dir, int max_length, const dt_hf_tokens *t);
+
+/* DIR/tokenizer_config.json's special tokens and chat template into *t, the strings owned by
+ * *held (json_decref'd by the caller through dt_hf_tokens_free); all NULL when there is no such
+ * file. DT_ERR_DATA naming the file when it is there but not a JSON object. */
+dt_status dt_hf_read_tokens(const char *dir, dt_hf_tokens *t, void **held);
+void dt_hf_tokens_free(void *held);
 
 #endif

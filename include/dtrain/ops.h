@@ -51,6 +51,14 @@ typedef struct dt_adamw_piece {
     int decay;
 } dt_adamw_piece;
 
+/* An attention's shape: B sequences of T rows, NH query heads and NKV key/value heads (NH a
+ * multiple of NKV: query head h reads key/value head h / (NH / NKV); GPT-2: NKV = NH), each hs
+ * wide. A row of its input qkv is [q (NH*hs) | k (NKV*hs) | v (NKV*hs)], head h of each part at
+ * columns h*hs..; a row of its output is NH*hs wide, head h at h*hs; scale 1/sqrt(hs). */
+typedef struct dt_att_shape {
+    int B, T, NH, NKV, hs;
+} dt_att_shape;
+
 /* What a backend is opened with. */
 typedef struct dt_backend_cfg {
     int device;    /* index among the visible devices (device backends) */
@@ -67,8 +75,8 @@ typedef struct dt_op_sizes {
     size_t matmul_in;         /* elements of the largest product input that is not a weight, inp(M,K) */
     size_t matmul_out;        /* ... and of the largest output or output gradient, out(M,N) */
     int bias_rows, bias_cols; /* the largest bias gradient's dout(M,N) */
-    int att_batch, att_seq, att_width, att_heads; /* attention: B, T, C, NH */
-    int ln_rows, ln_width;    /* layernorm_bwd: N, C */
+    dt_att_shape att;         /* attention's largest call */
+    int ln_rows, ln_width;    /* layernorm_bwd, rmsnorm_bwd: N, C */
     int enc_batch, enc_seq;   /* encoder_bwd: B, T */
     size_t vector;            /* sumsq, scale, adamw: the longest vector (all parameters) */
 } dt_op_sizes;
@@ -136,10 +144,10 @@ struct dt_ops {
     void (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
 
     /* ---- the model's operations ---- */
-    /* out(B,T,C) = wte[tokens] + wpe[t] */
+    /* out(B,T,C) = wte[tokens] + wpe[t] (wpe NULL: wte[tokens] alone, no learned positions) */
     void (*encoder_fwd)(void *ctx, dt_act *out, const int *tokens, const float *wte, const float *wpe,
                         int B, int T, int C);
-    /* dwte(V,C) += ..., dwpe(T,C) += ... from dout(B,T,C); deterministic */
+    /* dwte(V,C) += ..., dwpe(T,C) += ... (skipped when dwpe is NULL) from dout(B,T,C); deterministic */
     void (*encoder_bwd)(void *ctx, float *dwte, float *dwpe, const dt_act *dout, const int *tokens,
                         int B, int T, int C);
 
@@ -151,6 +159,13 @@ struct dt_ops {
                           const dt_act *inp, const float *w, const float *mean, const float *rstd,
                           int N, int C);
 
+    /* May be NULL (a backend without the Llama family's ops). RMSNorm: out(N,C) = w * (inp *
+     * rstd), rstd(N) = 1 / sqrt(mean(inp^2) + eps) kept for backward, in fp32. */
+    void (*rmsnorm_fwd)(void *ctx, dt_act *out, float *rstd, const dt_act *inp, const float *w, int N, int C, float eps);
+    /* dinp(N,C) +=, dw(C) += */
+    void (*rmsnorm_bwd)(void *ctx, dt_act *dinp, float *dw, const dt_act *dout, const dt_act *inp, const float *w,
+                        const float *rstd, int N, int C);
+
     /* out(M,N) = inp(M,K) @ W + bias(N) (bias may be NULL); out's rows are ldo >= N elements
      * apart (the logits: logits_stride), columns N.. untouched; ldo > N only without a bias.
      * w_trans = 0: W stored (K,N) (HF Conv1D layout); w_trans = 1: W stored (N,K) (wte, score). */
@@ -161,33 +176,52 @@ struct dt_ops {
     void (*matmul_bwd)(void *ctx, dt_act *dinp, float *dw, float *dbias, const dt_act *dout,
                        const dt_act *inp, const float *w, int M, int K, int N, int ldo, int w_trans);
 
-    /* The backend memory one attention_fwd call of (B,T,C,NH) keeps for backward (*att) and
+    /* The backend memory one attention_fwd call of shape s keeps for backward (*att) and
      * the scratch attention_bwd needs (*datt), in bytes; callers size those buffers by it, for
      * every shape they will call with. ctx NULL (--dry-run): for a device on which the
      * backend's fused attention, if it has one, plans (so that nothing T x T is kept). With
      * ctx: what this backend will do; a fused backend plans the shape here, and where its
      * library refuses says why once and falls back to kernels that keep the probabilities.
-     * The choice holds for every batch size of the same T, C and NH. Returns 1 when att will
-     * hold the probabilities (attention_fwd), 0 when it holds a fused attention's statistics. */
-    int (*attention_bytes)(void *ctx, int B, int T, int C, int NH, int bf16, size_t *att, size_t *datt);
+     * The choice holds for every batch size of the same T, NH, NKV and hs. Returns 1 when att
+     * will hold the probabilities (attention_fwd), 0 when it holds a fused attention's statistics. */
+    int (*attention_bytes)(void *ctx, const dt_att_shape *s, int bf16, size_t *att, size_t *datt);
 
-    /* causal self-attention. qkv(B,T,3C) laid out [q | k | v], head h at columns h*hs..;
-     * out(B,T,C); scale 1/sqrt(C/NH). att (attention_bytes) receives what backward needs: the
-     * softmax probabilities (B,NH,T,T) as floats, exact zeros above the diagonal (future
+    /* causal self-attention (dt_att_shape: the layout of qkv and out, grouped query heads).
+     * qkv(B,T,(NH+2NKV)hs), out(B,T,NH*hs). att (attention_bytes) receives what backward needs:
+     * the softmax probabilities (B,NH,T,T) as floats, exact zeros above the diagonal (future
      * positions), or, for a fused attention, its softmax statistics (opaque). */
-    void (*attention_fwd)(void *ctx, dt_act *out, void *att, const dt_act *qkv, int B, int T, int C, int NH);
-    /* dqkv(B,T,3C) overwritten; out and att as written by attention_fwd (a fused attention
-     * reads its output again); datt (attention_bytes) is scratch. */
+    void (*attention_fwd)(void *ctx, dt_act *out, void *att, const dt_act *qkv, const dt_att_shape *s);
+    /* dqkv(B,T,(NH+2NKV)hs) overwritten (a key/value head's gradient sums its query heads');
+     * out and att as written by attention_fwd (a fused attention reads its output again); datt
+     * (attention_bytes) is scratch. */
     void (*attention_bwd)(void *ctx, dt_act *dqkv, void *datt, const dt_act *dout, const dt_act *qkv,
-                          const dt_act *out, const void *att, int B, int T, int C, int NH);
+                          const dt_act *out, const void *att, const dt_att_shape *s);
 
-    /* Attention of new rows over a key/value cache (generation, one sequence). qkv(n,3C) holds
-     * the rows at positions pos0..pos0+n-1; their keys and values are first copied into rows
-     * pos0.. of kcache and vcache (each (>= pos0+n, C), head h at columns h*hs..), then out(n,C)
-     * = the causal attention of each new row over cache rows 0..its position: what
-     * attention_fwd gives at those positions. scratch: n*NH*(pos0+n) floats. */
+    /* Attention of new rows over a key/value cache (generation, one sequence; s->B is 1, s->T
+     * is n). qkv(n,(NH+2NKV)hs) holds the rows at positions pos0..pos0+n-1; their keys and
+     * values are first copied into rows pos0.. of kcache and vcache (each (>= pos0+n, NKV*hs),
+     * key/value head g at columns g*hs..), then out(n,NH*hs) = the causal attention of each new
+     * row over cache rows 0..its position: what attention_fwd gives at those positions.
+     * scratch: n*NH*(pos0+n) floats. */
     void (*attention_cached)(void *ctx, dt_act *out, dt_act *kcache, dt_act *vcache, float *scratch,
-                             const dt_act *qkv, int pos0, int n, int C, int NH);
+                             const dt_act *qkv, int pos0, const dt_att_shape *s);
+
+    /* May be NULL (as rmsnorm_fwd). Rotary positions (RoPE, Hugging Face's rotate-half
+     * convention) on the q and k heads of qkv (laid out as for attention), in place: row t of
+     * each sequence is at position pos0 + t; for a head's pair (i, i + hs/2), i < hs/2, at
+     * angle a = pos * inv_freq[i] (a float product; inv_freq: hs/2 floats, backend memory):
+     * x[i] <- x[i] cos a - x[i + hs/2] sin a, x[i + hs/2] <- x[i + hs/2] cos a + x[i] sin a.
+     * v is untouched. */
+    void (*rope_fwd)(void *ctx, dt_act *qkv, const float *inv_freq, int pos0, const dt_att_shape *s);
+    /* The same rotation backwards (by -a) on dqkv's q and k parts, in place: the gradient
+     * before rope_fwd from the one after. */
+    void (*rope_bwd)(void *ctx, dt_act *dqkv, const float *inv_freq, int pos0, const dt_att_shape *s);
+
+    /* May be NULL (as rmsnorm_fwd). SwiGLU: inp(N, 2F) rows [gate | up], out(N, F) =
+     * silu(gate) * up, silu(x) = x / (1 + exp(-x)) (F: the MLP's width). */
+    void (*swiglu_fwd)(void *ctx, dt_act *out, const dt_act *inp, int N, int F);
+    /* dinp(N, 2F) overwritten: [dout * up * silu'(gate) | dout * silu(gate)] */
+    void (*swiglu_bwd)(void *ctx, dt_act *dinp, const dt_act *inp, const dt_act *dout, int N, int F);
 
     /* May be NULL. The MLP's first product and its GELU at once: pre(M,N) = inp(M,K) @ W(K,N) +
      * bias and out(M,N) = gelu(pre), as matmul_fwd (w_trans 0) then gelu_fwd would give them,

@@ -148,7 +148,11 @@ static const key_def keys[] = {
 
     SECTION("model"),
     {"model.type", K_NAME, FLD(model.type), 0, "transformer_like", 0, 0, 0, model_type_names, NULL},
-#define SHAPE_KEY(f, kind, def, min, gpt2) KEY("model." #f, K_##kind, model.shape.f, def, GE(min)),
+#define SHAPE_RANGE_INT(min, open) (R_MIN | ((open) ? R_MIN_OPEN : 0)), (min), 0
+#define SHAPE_RANGE_DOUBLE SHAPE_RANGE_INT
+#define SHAPE_RANGE_BOOL(min, open) ANY
+#define SHAPE_KEY(f, kind, def, min, open, archs, gpt2, llama) \
+    KEY("model." #f, K_##kind, model.shape.f, def, SHAPE_RANGE_##kind(min, open)),
     DT_SHAPE_FIELDS(SHAPE_KEY)
 #undef SHAPE_KEY
     KEY("model.init_from", K_STR, model.init_from, "", ANY),
@@ -1005,6 +1009,35 @@ static dt_status apply_init_dir(load_ctx *c, int *n_pos_set) {
     return DT_OK;
 }
 
+/* The model keys of another architecture keep their defaults; the Llama family's shape holds
+ * together (the MLP's width given, whole key/value head groups, an even head size). */
+static dt_status validate_shape(load_ctx *c) {
+    dt_config *cfg = c->cfg;
+    dt_model_shape *sh = &cfg->model.shape;
+    int nf;
+    const dt_shape_field *f = dt_shape_fields(&nf);
+    char key[64], v[32];
+    for (int k = 0; k < nf; k++) {
+        snprintf(key, sizeof key, "model.%s", f[k].name);
+        if ((f[k].archs >> sh->arch) & 1u || dt_shape_get(sh, &f[k]) == dt_shape_default(&f[k])) continue;
+        return fail_key(c, key_index(key), "applies to model.type llama, not %s (hint: leave it out, or set "
+                        "model.type: llama)", cfg->model.type);
+    }
+    if (sh->arch != DT_ARCH_LLAMA) return DT_OK;
+    const int nkv = dt_shape_kv_heads(sh), hs = dt_shape_head_dim(sh);
+    if (sh->intermediate_size < 1)
+        return fail_key(c, key_index("model.intermediate_size"), "expected the SwiGLU MLP's width, an integer >= 1, for "
+                        "model.type llama, got %s", dt_config_shown(cfg, "model.intermediate_size", v, sizeof v));
+    if (nkv > sh->n_head || sh->n_head % nkv != 0)
+        return fail_key(c, key_index("model.num_key_value_heads"), "expected a divisor of model.n_head (%d), got %d "
+                        "(each key/value head serves a group of query heads)", sh->n_head, nkv);
+    if (hs < 2 || hs % 2 || hs > 1024)
+        return fail_key(c, key_index(sh->head_dim ? "model.head_dim" : "model.n_embd"), "expected a head size "
+                        "(model.head_dim, else n_embd / n_head) that is even and at most 1024 (rotary positions turn "
+                        "pairs), got %d", hs);
+    return DT_OK;
+}
+
 /* The keys that act on evaluations and samples need what they act on. */
 static dt_status validate_eval_keys(load_ctx *c) {
     const dt_config *cfg = c->cfg;
@@ -1076,7 +1109,8 @@ static dt_status validate(load_ctx *c) {
                         "expected an integer >= 257 when model.num_labels >= 2, got %s (hint: classification "
                         "uses the byte tokenizer: 256 byte ids + <cls>)",
                         show_key(cfg, i_vocab, 1, &g));
-    if (cfg->model.shape.n_embd % cfg->model.shape.n_head != 0) {
+    DT_TRY(validate_shape(c));
+    if (cfg->model.shape.n_embd % cfg->model.shape.n_head != 0 && cfg->model.shape.head_dim == 0) {
         if (c->seen[i_embd].given)
             return fail_key(c, i_embd, "expected a multiple of model.n_head (%s), got %s", show_key(cfg, i_head, 0, &o),
                             show_key(cfg, i_embd, 1, &g));

@@ -50,28 +50,101 @@ static dt_status get_required(const char *path, json_t *obj, const char *key, co
 /* model_type: one of the architectures of arch.h */
 static dt_status read_arch(const char *path, json_t *root, dt_arch *out) {
     json_t *j = json_object_get(root, "model_type");
-    for (int a = 0; json_is_string(j) && a < DT_ARCH_COUNT; a++)
-        if (strcmp(json_string_value(j), dt_arch_hf_model_type((dt_arch)a)) == 0) {
-            *out = (dt_arch)a;
-            return DT_OK;
-        }
-    return dt_error_set(DT_ERR_DATA, "%s: model_type is %s%s%s: dtrain builds GPT-2 models (model_type \"gpt2\")", path,
-                        json_is_string(j) ? "\"" : "", json_is_string(j) ? json_string_value(j) : "missing",
-                        json_is_string(j) ? "\"" : "");
+    if (json_is_string(j) && dt_arch_from_hf(json_string_value(j), out) == DT_OK) return DT_OK;
+    return dt_error_set(DT_ERR_DATA, "%s: model_type is %s%s%s: dtrain builds GPT-2 (model_type \"gpt2\") and Llama-family "
+                        "models (\"llama\", \"mistral\")", path, json_is_string(j) ? "\"" : "",
+                        json_is_string(j) ? json_string_value(j) : "missing", json_is_string(j) ? "\"" : "");
 }
 
-/* The shape fields config.json names for the architecture (arch.h); GPT-2's n_positions may be
- * written n_ctx. */
+/* obj[key] as a number or a boolean for a shape field of that kind (absent or null: *present 0) */
+static dt_status get_value(const char *path, json_t *obj, const char *key, const dt_shape_field *f, double *v,
+                           int *present) {
+    json_t *j = json_object_get(obj, key);
+    *present = j != NULL && !json_is_null(j);
+    if (!*present) return DT_OK;
+    if (f->kind == DT_SHAPE_BOOL) {
+        if (!json_is_boolean(j)) return dt_error_set(DT_ERR_DATA, "%s: %s: expected true or false", path, key);
+        *v = json_is_true(j);
+    } else if (f->kind == DT_SHAPE_DOUBLE) {
+        if (!json_is_number(j) || !(json_number_value(j) > 0) || !isfinite(json_number_value(j)))
+            return dt_error_set(DT_ERR_DATA, "%s: %s: expected a positive number", path, key);
+        *v = json_number_value(j);
+    } else {
+        int i = 0;
+        DT_TRY(get_int(path, obj, key, &i, NULL));
+        *v = i;
+    }
+    return DT_OK;
+}
+
+/* The shape fields config.json names for the architecture (arch.h): the ones every
+ * architecture has are required (GPT-2's n_positions may be written n_ctx); an
+ * architecture's own keep their defaults where config.json lacks them, as transformers'
+ * config classes do (the Llama family's key/value heads: the query heads; head_dim:
+ * hidden_size / num_attention_heads). */
 static dt_status read_shape(const char *path, json_t *root, dt_model_shape *shape) {
     int nf;
     const dt_shape_field *f = dt_shape_fields(&nf);
     for (int k = 0; k < nf; k++) {
         const char *key = f[k].hf[shape->arch];
         if (!key) continue;
-        int v = 0;
-        DT_TRY(get_required(path, root, key, strcmp(key, "n_positions") == 0 ? "n_ctx" : NULL, &v));
+        double v = dt_shape_default(&f[k]);
+        int present = 0, required = f[k].archs == DT_ARCHS_ALL;
+        if (required && f[k].kind == DT_SHAPE_INT) {
+            int i = 0;
+            DT_TRY(get_required(path, root, key, strcmp(key, "n_positions") == 0 ? "n_ctx" : NULL, &i));
+            v = i;
+        } else {
+            DT_TRY(get_value(path, root, key, &f[k], &v, &present));
+        }
         dt_shape_set(shape, &f[k], v);
     }
+    if (shape->arch == DT_ARCH_LLAMA) {
+        shape->num_key_value_heads = dt_shape_kv_heads(shape);
+        shape->head_dim = dt_shape_head_dim(shape);
+    }
+    return DT_OK;
+}
+
+/* What dtrain's Llama does not have: refused, naming the key. */
+static dt_status check_llama(const char *path, json_t *root) {
+    json_t *j = json_object_get(root, "hidden_act");
+    if (j && !(json_is_string(j) && strcmp(json_string_value(j), "silu") == 0))
+        return dt_error_set(DT_ERR_DATA, "%s: hidden_act is %s: dtrain's Llama MLP is SwiGLU (silu)", path,
+                            json_is_string(j) ? json_string_value(j) : "not a string");
+    if (json_is_true(json_object_get(root, "mlp_bias")))
+        return dt_error_set(DT_ERR_DATA, "%s: mlp_bias is true: dtrain's Llama MLP has no biases", path);
+    j = json_object_get(root, "rope_scaling");
+    if (j && !json_is_null(j))
+        return dt_error_set(DT_ERR_DATA, "%s: rope_scaling: dtrain builds RoPE without scaling (rope_scaling null)", path);
+    j = json_object_get(root, "rope_parameters"); /* transformers 5's form of rope_theta and rope_scaling */
+    json_t *type = json_object_get(j, "rope_type");
+    if (j && !json_is_null(j) && (!json_is_object(j) || (type && !(json_is_string(type) &&
+                                                                    strcmp(json_string_value(type), "default") == 0))))
+        return dt_error_set(DT_ERR_DATA, "%s: rope_parameters: expected an object with rope_type \"default\" (dtrain "
+                            "builds RoPE without scaling), got rope_type %s", path,
+                            json_is_string(type) ? json_string_value(type) : "(not a string)");
+    j = json_object_get(root, "sliding_window");
+    json_t *use = json_object_get(root, "use_sliding_window");
+    if (j && !json_is_null(j) && !json_is_false(use))
+        return dt_error_set(DT_ERR_DATA, "%s: sliding_window is set: dtrain's attention sees every earlier position "
+                            "(sliding-window attention is not built)", path);
+    j = json_object_get(root, "pretraining_tp");
+    if (j && !(json_is_integer(j) && json_integer_value(j) == 1))
+        return dt_error_set(DT_ERR_DATA, "%s: pretraining_tp: expected 1", path);
+    return DT_OK;
+}
+
+/* rope_theta where transformers 5 writes it: rope_parameters.rope_theta (check_llama checked
+ * the object) */
+static dt_status read_rope_parameters(const char *path, json_t *root, dt_model_shape *shape) {
+    json_t *theta = json_object_get(json_object_get(root, "rope_parameters"), "rope_theta");
+    if (!theta) return DT_OK;
+    if (!json_is_number(theta) || !(json_number_value(theta) > 0) || !isfinite(json_number_value(theta)))
+        return dt_error_set(DT_ERR_DATA, "%s: rope_parameters.rope_theta: expected a positive number", path);
+    if (json_object_get(root, "rope_theta") && json_number_value(json_object_get(root, "rope_theta")) != json_number_value(theta))
+        return dt_error_set(DT_ERR_DATA, "%s: rope_theta and rope_parameters.rope_theta differ", path);
+    shape->rope_theta = json_number_value(theta);
     return DT_OK;
 }
 
@@ -120,7 +193,7 @@ dt_status dt_hf_read_config(const char *dir, dt_hf_config *out) {
     char path[HF_PATH_MAX];
     snprintf(path, sizeof path, "%s/config.json", dir);
     memset(out, 0, sizeof *out);
-    out->pad_token_id = out->eos_token_id = -1;
+    out->pad_token_id = out->eos_token_id = out->bos_token_id = -1;
     int fd;
     DT_TRY(dt_file_open_regular(path, DT_ERR_DATA, &fd));
     json_error_t err;
@@ -130,10 +203,13 @@ dt_status dt_hf_read_config(const char *dir, dt_hf_config *out) {
     dt_status st = json_is_object(root) ? DT_OK : dt_error_set(DT_ERR_DATA, "%s: expected a JSON object", path);
     if (st == DT_OK) st = read_arch(path, root, &out->shape.arch);
     if (st == DT_OK) st = read_shape(path, root, &out->shape);
-    if (st == DT_OK) st = check_gpt2(path, root, out->shape.n_embd);
+    if (st == DT_OK)
+        st = out->shape.arch == DT_ARCH_GPT2 ? check_gpt2(path, root, out->shape.n_embd) : check_llama(path, root);
+    if (st == DT_OK && out->shape.arch == DT_ARCH_LLAMA) st = read_rope_parameters(path, root, &out->shape);
     if (st == DT_OK) st = read_labels(path, root, &out->shape.num_labels);
     if (st == DT_OK) st = get_int(path, root, "pad_token_id", &out->pad_token_id, NULL);
     if (st == DT_OK) st = get_int(path, root, "eos_token_id", &out->eos_token_id, NULL);
+    if (st == DT_OK) st = get_int(path, root, "bos_token_id", &out->bos_token_id, NULL);
     json_decref(root);
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     json_t *tc = st == DT_OK ? json_load_file(path, 0, NULL) : NULL; /* optional: hub files hold huge sentinels */
@@ -180,32 +256,58 @@ static json_t *labels_map(int n, int by_id) {
     return m;
 }
 
-dt_status dt_hf_write_config(const char *dir, const dt_hf_config *c) {
-    json_t *o = json_object();
-    if (!o) return dt_error_set(DT_ERR_NOMEM, "out of memory building config.json");
-    const dt_model_shape *sh = &c->shape;
-    json_object_set_new(o, "architectures", json_pack("[s]", dt_arch_hf_class(sh->arch, sh->num_labels > 0)));
-    json_object_set_new(o, "model_type", json_string(dt_arch_hf_model_type(sh->arch)));
-    int nf;
-    const dt_shape_field *f = dt_shape_fields(&nf);
-    for (int k = 0; k < nf; k++)
-        if (f[k].hf[sh->arch]) json_object_set_new(o, f[k].hf[sh->arch], json_integer((json_int_t)dt_shape_get(sh, &f[k])));
+/* GPT-2's keys beyond its shape: the variant dtrain builds, no dropout */
+static void gpt2_keys(json_t *o) {
     json_object_set_new(o, "n_inner", json_null());
     json_object_set_new(o, "activation_function", json_string("gelu_new"));
     json_object_set_new(o, "layer_norm_epsilon", json_real(1e-5));
     static const char *const dropouts[] = {"resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout"};
     for (size_t i = 0; i < sizeof dropouts / sizeof *dropouts; i++) json_object_set_new(o, dropouts[i], json_real(0.0));
-    json_object_set_new(o, "initializer_range", json_real(0.02));
     json_object_set_new(o, "scale_attn_weights", json_true());
     json_object_set_new(o, "tie_word_embeddings", json_true());
+}
+
+/* the Llama family's keys beyond its shape */
+static void llama_keys(json_t *o) {
+    json_object_set_new(o, "hidden_act", json_string("silu"));
+    json_object_set_new(o, "mlp_bias", json_false());
+    json_object_set_new(o, "rope_scaling", json_null());
+    json_object_set_new(o, "attention_dropout", json_real(0.0));
+    json_object_set_new(o, "pretraining_tp", json_integer(1));
+}
+
+dt_status dt_hf_write_config(const char *dir, const dt_hf_config *c) {
+    json_t *o = json_object();
+    if (!o) return dt_error_set(DT_ERR_NOMEM, "out of memory building config.json");
+    dt_model_shape sh = c->shape;
+    if (sh.arch == DT_ARCH_LLAMA) { /* written resolved */
+        sh.num_key_value_heads = dt_shape_kv_heads(&sh);
+        sh.head_dim = dt_shape_head_dim(&sh);
+    }
+    json_object_set_new(o, "architectures", json_pack("[s]", dt_arch_hf_class(sh.arch, sh.num_labels > 0)));
+    json_object_set_new(o, "model_type", json_string(dt_arch_hf_model_type(sh.arch)));
+    int nf;
+    const dt_shape_field *f = dt_shape_fields(&nf);
+    for (int k = 0; k < nf; k++) {
+        const char *key = f[k].hf[sh.arch];
+        const double v = dt_shape_get(&sh, &f[k]);
+        if (!key) continue;
+        json_object_set_new(o, key, f[k].kind == DT_SHAPE_BOOL     ? json_boolean(v != 0)
+                                    : f[k].kind == DT_SHAPE_DOUBLE ? json_real(v)
+                                                                   : json_integer((json_int_t)v));
+    }
+    if (sh.arch == DT_ARCH_GPT2) gpt2_keys(o);
+    else llama_keys(o);
+    json_object_set_new(o, "initializer_range", json_real(0.02));
     json_object_set_new(o, "use_cache", json_true());
     /* null when there is none: GPT2Config's default (50256) would name a token of GPT-2's own */
-    json_object_set_new(o, "bos_token_id", c->eos_token_id >= 0 ? json_integer(c->eos_token_id) : json_null());
+    const int bos = c->bos_token_id >= 0 ? c->bos_token_id : c->eos_token_id;
+    json_object_set_new(o, "bos_token_id", bos >= 0 ? json_integer(bos) : json_null());
     json_object_set_new(o, "eos_token_id", c->eos_token_id >= 0 ? json_integer(c->eos_token_id) : json_null());
     if (c->pad_token_id >= 0) json_object_set_new(o, "pad_token_id", json_integer(c->pad_token_id));
-    if (sh->num_labels) {
-        json_object_set_new(o, "id2label", labels_map(sh->num_labels, 1));
-        json_object_set_new(o, "label2id", labels_map(sh->num_labels, 0));
+    if (sh.num_labels) {
+        json_object_set_new(o, "id2label", labels_map(sh.num_labels, 1));
+        json_object_set_new(o, "label2id", labels_map(sh.num_labels, 0));
         json_object_set_new(o, "problem_type", json_string("single_label_classification"));
     }
     json_object_set_new(o, "dtype", json_string("float32"));
@@ -253,16 +355,46 @@ dt_status dt_hf_write_byte_tokenizer(const char *dir, int with_cls, int max_leng
     return write_json(dir, "tokenizer.json", o);
 }
 
-dt_status dt_hf_write_tokenizer_config(const char *dir, int max_length, const char *eos, const char *pad,
-                                       const char *cls) {
+dt_status dt_hf_write_tokenizer_config(const char *dir, int max_length, const dt_hf_tokens *t) {
     json_t *o = json_pack("{s:s, s:i, s:b}", "tokenizer_class", "PreTrainedTokenizerFast", "model_max_length",
                           max_length, "clean_up_tokenization_spaces", 0);
-    if (o && eos) {
-        json_object_set_new(o, "bos_token", json_string(eos));
-        json_object_set_new(o, "eos_token", json_string(eos));
-        json_object_set_new(o, "unk_token", json_string(eos));
-    }
-    if (o && pad) json_object_set_new(o, "pad_token", json_string(pad));
-    if (o && cls) json_object_set_new(o, "cls_token", json_string(cls));
+    const char *bos = t->bos ? t->bos : t->eos, *unk = t->unk ? t->unk : t->eos;
+    if (o && bos) json_object_set_new(o, "bos_token", json_string(bos));
+    if (o && t->eos) json_object_set_new(o, "eos_token", json_string(t->eos));
+    if (o && unk) json_object_set_new(o, "unk_token", json_string(unk));
+    if (o && t->pad) json_object_set_new(o, "pad_token", json_string(t->pad));
+    if (o && t->cls) json_object_set_new(o, "cls_token", json_string(t->cls));
+    if (o && t->chat_template) json_object_set_new(o, "chat_template", json_string(t->chat_template));
     return write_json(dir, "tokenizer_config.json", o);
 }
+
+/* a special token's text: "<|im_end|>" or {"content": "<|im_end|>", ...} */
+static const char *token_text(json_t *j) {
+    return json_is_string(j) ? json_string_value(j) : json_string_value(json_object_get(j, "content"));
+}
+
+dt_status dt_hf_read_tokens(const char *dir, dt_hf_tokens *t, void **held) {
+    memset(t, 0, sizeof *t);
+    *held = NULL;
+    char path[HF_PATH_MAX];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (access(path, F_OK) != 0) return DT_OK;
+    int fd;
+    DT_TRY(dt_file_open_regular(path, DT_ERR_DATA, &fd));
+    json_error_t err;
+    json_t *root = json_loadfd(fd, 0, &err);
+    close(fd);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return dt_error_set(DT_ERR_DATA, "%s: not a JSON object", path);
+    }
+    t->bos = token_text(json_object_get(root, "bos_token"));
+    t->eos = token_text(json_object_get(root, "eos_token"));
+    t->unk = token_text(json_object_get(root, "unk_token"));
+    t->pad = token_text(json_object_get(root, "pad_token"));
+    t->chat_template = json_string_value(json_object_get(root, "chat_template"));
+    *held = root;
+    return DT_OK;
+}
+
+void dt_hf_tokens_free(void *held) { json_decref(held); }

@@ -163,7 +163,13 @@ static json_t *model_json(const dt_model_shape *m) {
     json_t *o = json_pack("{s:s}", "type", dt_arch_name(m->arch));
     int nf;
     const dt_shape_field *f = dt_shape_fields(&nf);
-    for (int k = 0; o && k < nf; k++) json_object_set_new(o, f[k].name, json_integer((json_int_t)dt_shape_get(m, &f[k])));
+    for (int k = 0; o && k < nf; k++) {
+        if (!((f[k].archs >> m->arch) & 1u)) continue; /* another architecture's */
+        const double v = dt_shape_get(m, &f[k]);
+        json_object_set_new(o, f[k].name, f[k].kind == DT_SHAPE_BOOL     ? json_boolean(v != 0)
+                                          : f[k].kind == DT_SHAPE_DOUBLE ? json_real(v)
+                                                                         : json_integer((json_int_t)v));
+    }
     return o;
 }
 
@@ -430,7 +436,9 @@ static dt_status best_fields(const char *path, json_t *b, dt_ckpt_best *out) {
 }
 
 /* trainer.json's "model": a "type" (absent in checkpoints written before there was more than
- * GPT-2: gpt2) and every shape field of arch.h, range-checked. */
+ * GPT-2: gpt2) and every shape field of arch.h that architecture has, range-checked; an
+ * architecture's own fields absent (a checkpoint from before they existed) and the others keep
+ * their defaults. */
 static dt_status model_fields(const char *path, json_t *model, dt_model_shape *out) {
     memset(out, 0, sizeof *out);
     json_t *type = json_object_get(model, "type");
@@ -439,10 +447,26 @@ static dt_status model_fields(const char *path, json_t *model, dt_model_shape *o
     int nf;
     const dt_shape_field *f = dt_shape_fields(&nf);
     for (int k = 0; k < nf; k++) {
-        long v;
-        const int_field fi = {model, f[k].name, (long)f[k].min, INT_MAX, &v};
-        DT_TRY(get_field(path, &fi));
-        dt_shape_set(out, &f[k], (double)v);
+        json_t *j = (f[k].archs >> out->arch) & 1u ? json_object_get(model, f[k].name) : NULL;
+        double v = dt_shape_default(&f[k]);
+        if (!((f[k].archs >> out->arch) & 1u)) {
+            dt_shape_set(out, &f[k], v);
+            continue;
+        }
+        if (f[k].kind == DT_SHAPE_INT && (j || f[k].archs == DT_ARCHS_ALL)) {
+            long i;
+            const int_field fi = {model, f[k].name, (long)f[k].min, INT_MAX, &i};
+            DT_TRY(get_field(path, &fi));
+            v = (double)i;
+        } else if (j && f[k].kind == DT_SHAPE_BOOL) {
+            if (!json_is_boolean(j)) return dt_error_set(DT_ERR_DATA, "%s: %s: expected true or false", path, f[k].name);
+            v = json_is_true(j);
+        } else if (j) {
+            if (!json_is_number(j) || !(json_number_value(j) > f[k].min) || !isfinite(json_number_value(j)))
+                return dt_error_set(DT_ERR_DATA, "%s: %s: expected a number > %g", path, f[k].name, f[k].min);
+            v = json_number_value(j);
+        }
+        dt_shape_set(out, &f[k], v);
     }
     return DT_OK;
 }
@@ -588,6 +612,7 @@ dt_status dt_ckpt_check_shape(const dt_ckpt_state *s, const dt_model_shape *now,
             snprintf(saved, sizeof saved, "%s", dt_arch_name(s->model.arch));
             snprintf(mine, sizeof mine, "%s", dt_arch_name(now->arch));
         } else {
+            if (!((f[k].archs >> now->arch) & 1u)) continue; /* another architecture's */
             snprintf(key, sizeof key, "model.%s", f[k].name);
             dt_shape_str(&s->model, &f[k], saved, sizeof saved);
             dt_shape_str(now, &f[k], mine, sizeof mine);

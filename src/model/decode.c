@@ -17,7 +17,7 @@ struct dt_decoder {
     const dt_net *n;           /* the model's ops, architecture, parameters */
     int max_len, len;
     void *arena;
-    dt_act **kc, **vc;         /* (L) (max_len, C) each */
+    dt_act **kc, **vc;         /* (L) (max_len, NKV * hs) each */
     dt_act *x[2];              /* (PREFILL_ROWS, C): a layer's input and output, in turn */
     net_acts a;                /* one layer's buffers for PREFILL_ROWS rows, shared by every layer */
     dt_act *lnf, *logits;      /* (1, C), (1, V) */
@@ -38,9 +38,10 @@ static size_t carve(dt_decoder *d, char *base) {
         if (base) (ptr) = (void *)(base + off);                   \
         off += ((bytes) + ALIGN - 1) / ALIGN * ALIGN;             \
     } while (0)
+    const size_t KV = (size_t)d->n->att.NKV * (size_t)d->n->att.hs; /* the cache holds the key/value heads only */
     for (int l = 0; l < c->shape.n_layer; l++) {
-        TAKE(d->kc[l], P * C * a);
-        TAKE(d->vc[l], P * C * a);
+        TAKE(d->kc[l], P * KV * a);
+        TAKE(d->vc[l], P * KV * a);
     }
     TAKE(d->x[0], R * C * a);
     TAKE(d->x[1], R * C * a);

@@ -45,7 +45,8 @@ static void gpt2_layout(net_builder *b, net_weights *w) {
 #undef MAT
     w->final_norm.w = dt_net_add(b, "ln_f.weight", C, 0, NET_INIT_ONE, 0, 0, L + 1);
     w->final_norm.b = dt_net_add(b, "ln_f.bias", C, 0, NET_INIT_ZERO, 0, 0, L + 1);
-    w->head = (net_linear){w->wte, NET_NONE, C, s->vocab_size, 1}; /* tied */
+    w->tied = 1;
+    w->head = (net_linear){w->wte, NET_NONE, C, s->vocab_size, 1};
     if (s->num_labels) {
         w->head = (net_linear){.b = NET_NONE, .in = C, .out = s->num_labels, .trans = 1};
         w->head.w = dt_net_add(b, "score.weight", s->num_labels, C, NET_INIT_NORMAL, 0.02, 1, L + 1);
@@ -56,10 +57,13 @@ static const char *const gpt2_ignored[] = {".attn.bias", ".attn.masked_bias", ""
 
 const net_arch dt_net_gpt2 = {
     .id = DT_ARCH_GPT2,
+    .norm = NET_LAYERNORM,
+    .mlp = NET_GELU,
+    .rope = 0,
     .layout = gpt2_layout,
     .hf_prefix = "transformer.",
     .ignored_suffixes = gpt2_ignored,
-    .tied_head = "lm_head.weight",
+    .head_name = "lm_head.weight",
     .embed_name = "wte.weight",
     .positions_name = "wpe.weight",
     .layer_prefix = "h.",

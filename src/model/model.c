@@ -109,10 +109,10 @@ double dt_model_flops_per_token(const dt_model_cfg *c) {
     size_t np;
     net_layer y0;
     lay_out(c, NULL, &n, &np, &y0);
-    const double C = c->shape.n_embd, L = c->shape.n_layer, T = c->seq_len;
+    const double C = c->shape.n_embd, L = c->shape.n_layer, T = c->seq_len, A = y0.attn_out.in; /* A: NH * hs */
     double n_matmul = L * (double)layer_matmul_params(&y0);
     if (c->shape.num_labels == 0) n_matmul += (double)c->shape.vocab_size * C; /* LM head */
-    return 6.0 * n_matmul + 12.0 * L * C * T;
+    return 6.0 * n_matmul + 12.0 * L * A * T;
 }
 
 /* ---- the activation table: every buffer forward and backward use, sized once ---- */
@@ -126,6 +126,11 @@ typedef struct act_buf {
     int kind;    /* BUF_* */
     size_t n;    /* elements */
 } act_buf;
+
+/* attention's shape for batches of B */
+static dt_att_shape att_shape(const dt_model_cfg *c, int B) {
+    return (dt_att_shape){B, c->seq_len, c->shape.n_head, dt_shape_kv_heads(&c->shape), dt_shape_head_dim(&c->shape)};
+}
 
 /* the head's width: the classes, or the vocabulary */
 static int head_width(const dt_model_cfg *c) { return c->shape.num_labels ? c->shape.num_labels : c->shape.vocab_size; }
@@ -143,19 +148,22 @@ static int act_table(const dt_model_cfg *c, dt_model *m, const net_layer *y0, si
     const size_t head_rows = NL ? B : BT; /* classification: the pooled rows only */
     const size_t QKV = (size_t)y0->qkv.out, ATT = (size_t)y0->attn_out.in, PRE = (size_t)y0->mlp_in.out,
                  ACT = (size_t)y0->mlp_out.in;
+    const net_arch *a = dt_net_arch(c->shape.arch);
+    const size_t MEAN = a->norm == NET_LAYERNORM ? BT : 0, HMEAN = MEAN ? head_rows : 0; /* RMSNorm keeps rstd only */
+    const size_t FREQ = a->rope ? (size_t)dt_shape_head_dim(&c->shape) / 2 : 0;
     int k = 0;
 #define BUF(field, kind_, count) out[k++] = (act_buf){m ? (void **)&(m->field) : NULL, (kind_), (count)}
     BUF(encoded, BUF_ACT, BT * C);
     for (int l = 0; l < c->shape.n_layer; l++) {
         BUF(layers[l].norm1, BUF_ACT, BT * C);
-        BUF(layers[l].norm1_mean, BUF_F32, BT);
+        BUF(layers[l].norm1_mean, BUF_F32, MEAN);
         BUF(layers[l].norm1_rstd, BUF_F32, BT);
         BUF(layers[l].qkv, BUF_ACT, BT * QKV);
         BUF(layers[l].atty, BUF_ACT, BT * ATT);
         BUF(layers[l].att, BUF_BYTES, att);
         BUF(layers[l].res2, BUF_ACT, BT * C);
         BUF(layers[l].norm2, BUF_ACT, BT * C);
-        BUF(layers[l].norm2_mean, BUF_F32, BT);
+        BUF(layers[l].norm2_mean, BUF_F32, MEAN);
         BUF(layers[l].norm2_rstd, BUF_F32, BT);
         BUF(layers[l].mlp_pre, BUF_ACT, BT * PRE);
         BUF(layers[l].mlp_act, BUF_ACT, BT * ACT);
@@ -167,7 +175,7 @@ static int act_table(const dt_model_cfg *c, dt_model *m, const net_layer *y0, si
         BUF(rows_dev, BUF_I32, B);
     }
     BUF(lnf, BUF_ACT, head_rows * C);
-    BUF(lnf_mean, BUF_F32, head_rows);
+    BUF(lnf_mean, BUF_F32, HMEAN);
     BUF(lnf_rstd, BUF_F32, head_rows);
     BUF(logits, BUF_ACT, head_rows * (size_t)logits_ld);
     BUF(targets_dev, BUF_I32, head_rows);
@@ -180,6 +188,7 @@ static int act_table(const dt_model_cfg *c, dt_model *m, const net_layer *y0, si
     BUF(d.datt, BUF_BYTES, datt);
     BUF(d.dpre, BUF_ACT, BT * PRE);
     BUF(d.dact, BUF_ACT, BT * ACT);
+    BUF(net.inv_freq, BUF_F32, FREQ);
 #undef BUF
     return k;
 }
@@ -195,7 +204,8 @@ static size_t table_bytes(const dt_model_cfg *c, dt_model *m, const net_layer *y
                           int bf16, act_buf *t, int *n) {
     const dt_dtype act = ops->act_dtype(bf16);
     size_t total = 0, att, datt;
-    ops->attention_bytes(ctx, c->max_batch, c->seq_len, c->shape.n_embd, c->shape.n_head, bf16, &att, &datt);
+    const dt_att_shape as = att_shape(c, c->max_batch);
+    ops->attention_bytes(ctx, &as, bf16, &att, &datt);
     *n = act_table(c, m, y0, att, datt, ops->logits_stride(head_width(c)), t);
     for (int i = 0; i < *n; i++) total += buf_bytes(&t[i], act);
     return total;
@@ -233,10 +243,7 @@ void dt_model_op_sizes(const dt_model_cfg *c, dt_op_sizes *s) {
     s->matmul_out = head_out > BT * out ? head_out : BT * out;  /* the logits, or the widest output (mlp.c_fc's) */
     s->bias_rows = (int)BT;
     s->bias_cols = bias; /* the widest bias (GPT-2: mlp.c_fc.bias) */
-    s->att_batch = c->max_batch;
-    s->att_seq = c->seq_len;
-    s->att_width = c->shape.n_embd;
-    s->att_heads = c->shape.n_head;
+    s->att = att_shape(c, c->max_batch);
     s->ln_rows = (int)BT;
     s->ln_width = c->shape.n_embd;
     s->enc_batch = c->max_batch;
@@ -251,9 +258,19 @@ static dt_status check_cfg(const dt_model_cfg *mc) {
     if (!dt_net_arch(c->arch)) return dt_error_set(DT_ERR_CONFIG, "model.type: no architecture %d", (int)c->arch);
     if (c->n_layer < 1) return dt_error_set(DT_ERR_CONFIG, "model.n_layer: expected >= 1, got %d", c->n_layer);
     if (c->n_head < 1) return dt_error_set(DT_ERR_CONFIG, "model.n_head: expected >= 1, got %d", c->n_head);
-    if (c->n_embd < 1 || c->n_embd % c->n_head)
+    if (c->n_embd < 1 || (c->n_embd % c->n_head && !(c->arch == DT_ARCH_LLAMA && c->head_dim > 0)))
         return dt_error_set(DT_ERR_CONFIG, "model.n_embd: expected a positive multiple of model.n_head (%d), got %d",
                             c->n_head, c->n_embd);
+    if (c->arch == DT_ARCH_LLAMA) {
+        const int nkv = dt_shape_kv_heads(c), hs = dt_shape_head_dim(c);
+        if (nkv < 1 || c->n_head % nkv)
+            return dt_error_set(DT_ERR_CONFIG, "model.num_key_value_heads: expected a divisor of model.n_head (%d), got %d",
+                                c->n_head, nkv);
+        if (hs < 2 || hs % 2 || hs > 1024)
+            return dt_error_set(DT_ERR_CONFIG, "model.head_dim: expected an even head size <= 1024, got %d", hs);
+        if (c->intermediate_size < 1)
+            return dt_error_set(DT_ERR_CONFIG, "model.intermediate_size: expected >= 1, got %d", c->intermediate_size);
+    }
     if (c->vocab_size < 2) return dt_error_set(DT_ERR_CONFIG, "model.vocab_size: expected >= 2, got %d", c->vocab_size);
     if (c->num_labels == 1 || c->num_labels < 0)
         return dt_error_set(DT_ERR_CONFIG, "model.num_labels: expected 0 or >= 2, got %d", c->num_labels);
@@ -389,16 +406,37 @@ static dt_status alloc_tables(dt_model *m) {
     return DT_OK;
 }
 
+/* The ops the architecture needs beyond every backend's (ops.h: they may be NULL). */
+static dt_status check_backend(const net_arch *a, const dt_ops *o) {
+    const int rms = a->norm != NET_RMSNORM || (o->rmsnorm_fwd && o->rmsnorm_bwd);
+    const int rope = !a->rope || (o->rope_fwd && o->rope_bwd), glu = a->mlp != NET_SWIGLU || (o->swiglu_fwd && o->swiglu_bwd);
+    if (rms && rope && glu) return DT_OK;
+    return dt_error_set(DT_ERR_CONFIG, "model.type: the %s backend has no %s yet, which model.type %s needs (hint: "
+                        "training.device: cpu)", o->name, !rms ? "RMSNorm" : !rope ? "rotary positions" : "SwiGLU",
+                        dt_arch_name(a->id));
+}
+
+/* RoPE's frequencies, as transformers computes them (default rope type): inv_freq[i] =
+ * 1 / theta^(2i / hs) in float */
+static void rope_freqs(dt_model *m) {
+    const int hs = dt_shape_head_dim(&m->cfg.shape), half = hs / 2;
+    float f[512];
+    for (int i = 0; i < half; i++)
+        f[i] = 1.0f / powf((float)m->cfg.shape.rope_theta, (float)(2 * i) / (float)hs);
+    m->be->ops->upload(m->be->ctx, m->net.inv_freq, f, (size_t)half * sizeof(float));
+}
+
 dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_backend *be) {
     *out = NULL;
     DT_TRY(check_cfg(cfg));
+    DT_TRY(check_backend(dt_net_arch(cfg->shape.arch), be->ops));
     dt_status st = DT_ERR_NOMEM;
     dt_model *m = dt_calloc(1, sizeof *m, "model");
     if (!m) return DT_ERR_NOMEM;
     m->cfg = *cfg;
     m->be = be;
     m->net = (dt_net){.o = be->ops, .ctx = be->ctx, .cfg = &m->cfg, .arch = dt_net_arch(cfg->shape.arch),
-                      .act = be->ops->act_dtype(be->ops->bf16(be->ctx))};
+                      .act = be->ops->act_dtype(be->ops->bf16(be->ctx)), .att = att_shape(cfg, 0)};
     m->logits_ld = be->ops->logits_stride(head_width(cfg));
     if ((st = alloc_tables(m)) != DT_OK) goto fail;
 
@@ -408,6 +446,7 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_backen
         goto fail;
     o->set_master(be->ctx, m->net.params, m->n_params);
     if ((st = alloc_arena(m)) != DT_OK || (st = init_weights(m)) != DT_OK) goto fail;
+    if (m->net.arch->rope) rope_freqs(m);
     *out = m;
     return DT_OK;
 fail:
@@ -645,7 +684,7 @@ dt_status dt_model_save(dt_model *m, const char *path) { return save_prefixed(m,
 dt_status dt_model_save_hf(dt_model *m, const char *path) { return save_prefixed(m, path, m->net.arch->hf_prefix); }
 
 /* Maps a file tensor name to ours: strips the architecture's prefix ("transformer."); returns
- * NULL for names to ignore (buffers that are not weights, the tied head's copy). */
+ * NULL for names to ignore (buffers that are not weights). */
 static const char *canonical_name(const net_arch *a, const char *name) {
     const size_t np = strlen(a->hf_prefix);
     if (np && strncmp(name, a->hf_prefix, np) == 0) name += np;
@@ -654,7 +693,6 @@ static const char *canonical_name(const net_arch *a, const char *name) {
         const size_t k = strlen(*s);
         if (n > k && strcmp(name + n - k, *s) == 0) return NULL;
     }
-    if (a->tied_head && strcmp(name, a->tied_head) == 0) return NULL;
     return name;
 }
 
@@ -735,10 +773,13 @@ dt_status dt_model_load(dt_model *m, const char *path, int *score_loaded) {
     for (int i = 0; i < dt_st_count(f); i++) {
         const dt_st_tensor *t = dt_st_tensor_at(f, i);
         const char *nm = canonical_name(m->net.arch, t->name);
-        if (!nm && m->net.arch->tied_head && strcmp(t->name, m->net.arch->tied_head) == 0) lm_head = t;
         if (!nm) continue;
         int j = 0;
         while (j < m->n_tensors && strcmp(m->tensors[j].name, nm) != 0) j++;
+        if (j == m->n_tensors && strcmp(nm, m->net.arch->head_name) == 0 && (m->net.w.tied || m->cfg.shape.num_labels)) {
+            if (m->net.w.tied) lm_head = t; /* the tied head's copy: checked against the embedding below */
+            continue;                       /* an untied language model's head: a classifier has none */
+        }
         if (j == m->n_tensors) {
             if (strcmp(nm, "score.weight") == 0 && m->cfg.shape.num_labels == 0) continue; /* classifier -> LM */
             st = dt_error_set(DT_ERR_DATA, "%s: tensor %s is not part of this model (hint: %s)", path, t->name, hint);

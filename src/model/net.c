@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
-const net_arch *dt_net_arch(dt_arch id) { return id == DT_ARCH_GPT2 ? &dt_net_gpt2 : NULL; }
+const net_arch *dt_net_arch(dt_arch id) {
+    return id == DT_ARCH_GPT2 ? &dt_net_gpt2 : id == DT_ARCH_LLAMA ? &dt_net_llama : NULL;
+}
 
 size_t dt_net_add(net_builder *b, const char *name, int rows, int cols, net_init init, double std, int decay, int bucket) {
     const size_t off = b->off;
@@ -57,35 +59,59 @@ void dt_net_mm_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const d
 
 void dt_net_embed(const dt_net *n, dt_act *out, const int *tokens, int B, int T, int pos0) {
     const int C = n->cfg->shape.n_embd;
-    n->o->encoder_fwd(n->ctx, out, tokens, n->params + n->w.wte, n->params + n->w.wpe + (size_t)pos0 * C, B, T, C);
+    const float *wpe = n->w.wpe == NET_NONE ? NULL : n->params + n->w.wpe + (size_t)pos0 * C;
+    n->o->encoder_fwd(n->ctx, out, tokens, n->params + n->w.wte, wpe, B, T, C);
 }
 
 void dt_net_embed_bwd(const dt_net *n, const dt_act *dout, const int *tokens, int B, int T) {
-    n->o->encoder_bwd(n->ctx, n->grads + n->w.wte, n->grads + n->w.wpe, dout, tokens, B, T, n->cfg->shape.n_embd);
+    float *dwpe = n->w.wpe == NET_NONE ? NULL : n->grads + n->w.wpe;
+    n->o->encoder_bwd(n->ctx, n->grads + n->w.wte, dwpe, dout, tokens, B, T, n->cfg->shape.n_embd);
 }
 
 /* ---- norms ---- */
 
-void dt_net_norm_fwd(const dt_net *n, const net_norm *nw, dt_act *out, float *mean, float *rstd, const dt_act *inp, int N) {
-    n->o->layernorm_fwd(n->ctx, out, mean, rstd, inp, n->params + nw->w, n->params + nw->b, N, n->cfg->shape.n_embd);
+void dt_net_norm_fwd(const dt_net *n, const net_norm *nw, dt_act *out, float *mean, float *rstd, const dt_act *inp,
+                     int N) {
+    const int C = n->cfg->shape.n_embd;
+    if (n->arch->norm == NET_RMSNORM)
+        n->o->rmsnorm_fwd(n->ctx, out, rstd, inp, n->params + nw->w, N, C, (float)n->cfg->shape.rms_norm_eps);
+    else n->o->layernorm_fwd(n->ctx, out, mean, rstd, inp, n->params + nw->w, n->params + nw->b, N, C);
 }
 
 void dt_net_norm_bwd(const dt_net *n, const net_norm *nw, dt_act *dinp, const dt_act *dout, const dt_act *inp,
-                  const float *mean, const float *rstd, int N) {
-    n->o->layernorm_bwd(n->ctx, dinp, n->grads + nw->w, n->grads + nw->b, dout, inp, n->params + nw->w, mean, rstd, N,
-                        n->cfg->shape.n_embd);
+                     const float *mean, const float *rstd, int N) {
+    const int C = n->cfg->shape.n_embd;
+    if (n->arch->norm == NET_RMSNORM)
+        n->o->rmsnorm_bwd(n->ctx, dinp, n->grads + nw->w, dout, inp, n->params + nw->w, rstd, N, C);
+    else
+        n->o->layernorm_bwd(n->ctx, dinp, n->grads + nw->w, n->grads + nw->b, dout, inp, n->params + nw->w, mean, rstd, N,
+                            C);
 }
 
 /* ---- the layer ---- */
 
-/* attention over the span: out(B*T, C) from qkv(B*T, 3C) */
-static void attend(const dt_net *n, dt_act *out, void *att, const dt_act *qkv, const net_span *s) {
-    const int C = n->cfg->shape.n_embd, NH = n->cfg->shape.n_head;
-    if (s->pos0 < 0) n->o->attention_fwd(n->ctx, out, att, qkv, s->B, s->T, C, NH);
-    else n->o->attention_cached(n->ctx, out, s->kc, s->vc, s->scratch, qkv, s->pos0, s->T, C, NH);
+/* attention over the span: out(B*T, NH*hs) from qkv(B*T, (NH+2NKV)*hs) (rotated first where the
+ * architecture has rotary positions) */
+static void attend(const dt_net *n, dt_act *out, void *att, dt_act *qkv, const net_span *s) {
+    dt_att_shape sh = n->att;
+    sh.B = s->B;
+    sh.T = s->T;
+    if (n->arch->rope) n->o->rope_fwd(n->ctx, qkv, n->inv_freq, s->pos0 < 0 ? 0 : s->pos0, &sh);
+    if (s->pos0 < 0) n->o->attention_fwd(n->ctx, out, att, qkv, &sh);
+    else n->o->attention_cached(n->ctx, out, s->kc, s->vc, s->scratch, qkv, s->pos0, &sh);
 }
 
-/* x += attn_out(attention(qkv(norm1(x)))) into res2, then res2 + mlp_out(gelu(mlp_in(norm2(res2)))) into res3 */
+/* the MLP's activation: out = gelu(mlp_in(x)) (pre kept) or silu(gate) * up of [gate | up] = pre */
+static void mlp_in_fwd(const dt_net *n, const net_linear *lin, dt_act *act, dt_act *pre, const dt_act *x, int M) {
+    if (n->arch->mlp == NET_GELU) {
+        dt_net_mm_fwd(n, lin, act, x, M, lin->out, pre);
+        return;
+    }
+    dt_net_mm_fwd(n, lin, pre, x, M, lin->out, NULL);
+    n->o->swiglu_fwd(n->ctx, act, pre, M, lin->out / 2);
+}
+
+/* res2 = x + attn_out(attention(qkv(norm1(x)))), then res3 = res2 + mlp_out(act(mlp_in(norm2(res2)))) */
 void dt_net_layer_fwd(const dt_net *n, int l, const net_acts *a, const dt_act *x, const net_span *s) {
     const net_layer *w = &n->w.layers[l];
     const int BT = s->B * s->T, C = n->cfg->shape.n_embd;
@@ -95,21 +121,30 @@ void dt_net_layer_fwd(const dt_net *n, int l, const net_acts *a, const dt_act *x
     dt_net_mm_fwd(n, &w->attn_out, a->res2, a->atty, BT, C, NULL);
     n->o->add(n->ctx, a->res2, a->res2, x, (size_t)BT * C);
     dt_net_norm_fwd(n, &w->mlp_norm, a->norm2, a->norm2_mean, a->norm2_rstd, a->res2, BT);
-    dt_net_mm_fwd(n, &w->mlp_in, a->mlp_act, a->norm2, BT, w->mlp_in.out, a->mlp_pre);
+    mlp_in_fwd(n, &w->mlp_in, a->mlp_act, a->mlp_pre, a->norm2, BT);
     dt_net_mm_fwd(n, &w->mlp_out, a->res3, a->mlp_act, BT, C, NULL);
     n->o->add(n->ctx, a->res3, a->res3, a->res2, (size_t)BT * C);
 }
 
 void dt_net_layer_bwd(const dt_net *n, int l, const net_acts *a, const dt_act *x, const net_grads *d, int B, int T) {
     const net_layer *w = &n->w.layers[l];
-    const int BT = B * T, C = n->cfg->shape.n_embd, NH = n->cfg->shape.n_head;
+    const int BT = B * T, C = n->cfg->shape.n_embd;
+    dt_att_shape sh = n->att;
+    sh.B = B;
+    sh.T = T;
     /* the MLP */
-    dt_net_mm_bwd(n, &w->mlp_out, d->dpre, d->dresidual, a->mlp_act, BT, C, a->mlp_pre, d->dact);
+    if (n->arch->mlp == NET_GELU) {
+        dt_net_mm_bwd(n, &w->mlp_out, d->dpre, d->dresidual, a->mlp_act, BT, C, a->mlp_pre, d->dact);
+    } else {
+        dt_net_mm_bwd(n, &w->mlp_out, d->dact, d->dresidual, a->mlp_act, BT, C, NULL, NULL);
+        n->o->swiglu_bwd(n->ctx, d->dpre, a->mlp_pre, d->dact, BT, w->mlp_in.out / 2);
+    }
     dt_net_mm_bwd(n, &w->mlp_in, d->dnorm, d->dpre, a->norm2, BT, w->mlp_in.out, NULL, NULL);
     dt_net_norm_bwd(n, &w->mlp_norm, d->dresidual, d->dnorm, a->res2, a->norm2_mean, a->norm2_rstd, BT);
     /* attention */
     dt_net_mm_bwd(n, &w->attn_out, d->dnorm, d->dresidual, a->atty, BT, C, NULL, NULL);
-    n->o->attention_bwd(n->ctx, d->dqkv, d->datt, d->dnorm, a->qkv, a->atty, a->att, B, T, C, NH);
+    n->o->attention_bwd(n->ctx, d->dqkv, d->datt, d->dnorm, a->qkv, a->atty, a->att, &sh);
+    if (n->arch->rope) n->o->rope_bwd(n->ctx, d->dqkv, n->inv_freq, 0, &sh);
     dt_net_mm_bwd(n, &w->qkv, d->dnorm, d->dqkv, a->norm1, BT, w->qkv.out, NULL, NULL);
     dt_net_norm_bwd(n, &w->attn_norm, d->dresidual, d->dnorm, x, a->norm1_mean, a->norm1_rstd, BT);
 }

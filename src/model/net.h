@@ -25,26 +25,28 @@ typedef struct net_linear {
 } net_linear;
 
 typedef struct net_norm {
-    size_t w, b;  /* weight, bias (C) */
+    size_t w, b;  /* weight, bias (C); b NET_NONE: none (RMSNorm) */
 } net_norm;
 
-/* One layer's tensors, named. */
+/* One layer's tensors, named (GPT-2's; Llama's). */
 typedef struct net_layer {
-    net_norm attn_norm;   /* GPT-2 ln_1 */
-    net_linear qkv;       /* attn.c_attn (C, 3C): [q | k | v] */
-    net_linear attn_out;  /* attn.c_proj (C, C) */
-    net_norm mlp_norm;    /* ln_2 */
-    net_linear mlp_in;    /* mlp.c_fc (C, 4C) */
-    net_linear mlp_out;   /* mlp.c_proj (4C, C) */
+    net_norm attn_norm;   /* ln_1; input_layernorm */
+    net_linear qkv;       /* attn.c_attn (C, 3C); q_proj, k_proj, v_proj stacked ((NH+2NKV)*hs, C): rows [q | k | v] */
+    net_linear attn_out;  /* attn.c_proj (C, C); o_proj (C, NH*hs) */
+    net_norm mlp_norm;    /* ln_2; post_attention_layernorm */
+    net_linear mlp_in;    /* mlp.c_fc (C, 4C); gate_proj, up_proj stacked (2I, C): rows [gate | up] */
+    net_linear mlp_out;   /* mlp.c_proj (4C, C); down_proj (C, I) */
 } net_layer;
 
 /* The model's tensors, named. */
 typedef struct net_weights {
-    size_t wte;           /* (V, C) token embedding */
-    size_t wpe;           /* (P, C) learned positions */
+    size_t wte;           /* (V, C) token embedding (wte; model.embed_tokens) */
+    size_t wpe;           /* (P, C) learned positions (wpe); NET_NONE: none */
     net_layer *layers;    /* (L) */
-    net_norm final_norm;  /* ln_f */
-    net_linear head;      /* language model: the output head (GPT-2: wte, tied); classifier: score (NL, C) */
+    net_norm final_norm;  /* ln_f; model.norm */
+    net_linear head;      /* language model: the output head (wte when tied; lm_head); classifier: score (NL, C) */
+    int tied;             /* the architecture's output head is the token embedding (its file copy, when there,
+                             must equal it) */
 } net_weights;
 
 /* How a tensor starts when no weights are loaded (DESIGN §4). */
@@ -65,22 +67,29 @@ typedef struct net_builder {
  * Returns its offset. */
 size_t dt_net_add(net_builder *b, const char *name, int rows, int cols, net_init init, double std, int decay, int bucket);
 
+typedef enum { NET_LAYERNORM = 0, NET_RMSNORM } net_norm_kind;
+typedef enum { NET_GELU = 0, NET_SWIGLU } net_mlp_kind;
+
 typedef struct net_arch {
     dt_arch id;
+    net_norm_kind norm;   /* LayerNorm (eps 1e-5, mean and rstd kept) or RMSNorm (model.rms_norm_eps, rstd kept) */
+    net_mlp_kind mlp;     /* GELU (tanh) on mlp_in's output, or SwiGLU on its [gate | up] */
+    int rope;             /* rotary positions on q and k (else learned ones, wpe) */
     /* The tensors of cfg in parameter order, through dt_net_add, and their offsets in w
      * (w->layers has room for L). */
     void (*layout)(net_builder *b, net_weights *w);
     /* Weights files (Hugging Face's names): a prefix the model's names may carry on disk and
      * export writes before every name but score.weight's ("transformer."); names a file may
-     * hold that are not weights (suffixes, "" ends the list); the output head's name when it is
-     * tied to the embedding, whose values must then equal it. */
+     * hold that are not weights (suffixes, "" ends the list); the language model's output
+     * head's name ("lm_head.weight": when tied its values must equal the embedding's; a
+     * classifier skips it). */
     const char *hf_prefix;
     const char *const *ignored_suffixes;
-    const char *tied_head;
+    const char *head_name;
     const char *embed_name, *positions_name, *layer_prefix; /* for the hint of a file of another shape */
 } net_arch;
 
-extern const net_arch dt_net_gpt2;
+extern const net_arch dt_net_gpt2, dt_net_llama;
 
 /* The architecture of a shape (NULL: none, an internal error). */
 const net_arch *dt_net_arch(dt_arch id);
@@ -94,6 +103,8 @@ typedef struct dt_net {
     dt_dtype act;
     float *params, *grads; /* backend (n_params) each */
     net_weights w;
+    dt_att_shape att;      /* attention's heads (B and T: the caller's) */
+    float *inv_freq;       /* rope: (hs/2) the rotary frequencies, backend memory; else NULL */
 } dt_net;
 
 const dt_net *dt_model_net(const dt_model *m);
@@ -114,25 +125,26 @@ void dt_net_mm_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const d
 void dt_net_embed(const dt_net *n, dt_act *out, const int *tokens, int B, int T, int pos0);
 void dt_net_embed_bwd(const dt_net *n, const dt_act *dout, const int *tokens, int B, int T);
 
-/* A norm over N rows of C: the architecture's (GPT-2: LayerNorm, mean and rstd kept). */
+/* A norm over N rows of C: the architecture's (LayerNorm: mean and rstd kept; RMSNorm: rstd). */
 void dt_net_norm_fwd(const dt_net *n, const net_norm *nw, dt_act *out, float *mean, float *rstd, const dt_act *inp, int N);
 /* dinp(N,C) += (the residual stream), dw +=, db += */
 void dt_net_norm_bwd(const dt_net *n, const net_norm *nw, dt_act *dinp, const dt_act *dout, const dt_act *inp,
                   const float *mean, const float *rstd, int N);
 
 /* What one layer's forward writes: training and evaluation keep each layer's for backward;
- * decoding gives every layer the same scratch. */
+ * decoding gives every layer the same scratch. Widths: QKV = qkv.out, A = attn_out.in (NH*hs),
+ * PRE = mlp_in.out (GPT-2 4C, Llama 2I), ACT = mlp_out.in (4C, I). */
 typedef struct net_acts {
     dt_act *norm1;              /* (BT, C) */
-    float *norm1_mean, *norm1_rstd; /* (BT) */
-    dt_act *qkv;                /* (BT, 3C) */
-    dt_act *atty;               /* (BT, C) attention's output, before attn_out */
+    float *norm1_mean, *norm1_rstd; /* (BT); mean: LayerNorm only */
+    dt_act *qkv;                /* (BT, QKV), after rope where the architecture has it */
+    dt_act *atty;               /* (BT, A) attention's output, before attn_out */
     void *att;                  /* what attention keeps for backward (ops attention_bytes); decoding: unused */
     dt_act *res2;               /* (BT, C) the residual stream after attention */
     dt_act *norm2;              /* (BT, C) */
     float *norm2_mean, *norm2_rstd; /* (BT) */
-    dt_act *mlp_pre;            /* (BT, 4C) mlp_in's output */
-    dt_act *mlp_act;            /* (BT, 4C) after the activation: mlp_out's input */
+    dt_act *mlp_pre;            /* (BT, PRE) mlp_in's output */
+    dt_act *mlp_act;            /* (BT, ACT) after the activation: mlp_out's input */
     dt_act *res3;               /* (BT, C) the layer's output */
 } net_acts;
 
@@ -152,11 +164,11 @@ void dt_net_layer_fwd(const dt_net *n, int l, const net_acts *a, const dt_act *x
 /* Backward scratch shared by the layers. */
 typedef struct net_grads {
     dt_act *dresidual;   /* (BT, C) the residual stream's gradient: in from the layer above, out to the one below */
-    dt_act *dnorm;       /* (BT, C) a norm's output gradient; attention's output gradient */
-    dt_act *dqkv;        /* (BT, 3C) */
+    dt_act *dnorm;       /* (BT, max(C, A)) a norm's output gradient; attention's output gradient */
+    dt_act *dqkv;        /* (BT, QKV) */
     void *datt;          /* attention backward's scratch */
-    dt_act *dpre;        /* (BT, 4C) mlp_pre's gradient */
-    dt_act *dact;        /* (BT, 4C) mlp_act's gradient */
+    dt_act *dpre;        /* (BT, PRE) mlp_pre's gradient */
+    dt_act *dact;        /* (BT, ACT) mlp_act's gradient */
 } net_grads;
 
 /* Layer l backward: its parameters' gradients += , d->dresidual becomes the gradient of its

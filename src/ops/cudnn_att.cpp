@@ -7,7 +7,18 @@
 // up to a second; executing is a launch or a few; inference plans the forward only). Forward:
 // the SDPA node with a causal mask, statistics kept for backward. Backward: the SDPA backward
 // node, deterministic. Q, K and V are read from the qkv rows by strides, dQ, dK, dV written
-// into the dqkv rows the same way, as karpathy/llm.c does.
+// into the dqkv rows the same way, as karpathy/llm.c does. Grouped-query attention is the
+// frontend's own (h_k = h_v = NKV < h_q = NH, as its samples/cpp/sdpa graphs and
+// test/python/sdpa set K's and V's dims): K and V are NKV heads of the packed rows, never
+// repeated in memory; backward sums a key/value head's query heads into dK, dV itself.
+//
+// The tensors, with W = (NH + 2 NKV) HS the qkv row and dims {B, heads, T, HS}:
+//   Q, dQ   {B, NH, T, HS}   strides {T W, HS, W, 1}  at column 0 of the row
+//   K, dK   {B, NKV, T, HS}  strides {T W, HS, W, 1}  at column NH HS
+//   V, dV   {B, NKV, T, HS}  strides {T W, HS, W, 1}  at column (NH + NKV) HS
+//   O, dO   {B, NH, T, HS}   strides {T NH HS, HS, NH HS, 1}
+//   stats   {B, NH, T, 1}    strides {NH T, T, 1, 1} (fp32)
+// GPT-2 (NKV = NH, W = 3C) gives the graphs it always had.
 // Every frontend call that can fail is checked, and exceptions (the frontend throws from its
 // dynamic loader) are caught at this file's C boundary.
 #include "cudnn_att.h"
@@ -84,17 +95,22 @@ Lib &lib() {
     return l;
 }
 
-using Key = std::array<int, 4>; // B, NH, T, HS
+using Key = std::array<int, 5>; // B, NH, NKV, T, HS
 
 void say(char *why, size_t n, const std::string &s) {
     if (why && n) std::snprintf(why, n, "%s", s.c_str());
 }
 
-// [q | k | v] rows of 3*NH*HS: head h of q at column h*HS, of k at C + h*HS, of v at 2C + h*HS
-std::vector<int64_t> qkv_stride(int NH, int T, int HS) {
-    return {3LL * NH * HS * T, HS, 3LL * NH * HS, 1};
-}
-std::vector<int64_t> out_stride(int NH, int T, int HS) { return {1LL * NH * HS * T, HS, 1LL * NH * HS, 1}; }
+// the shape of a key
+struct Shape {
+    int64_t B, NH, NKV, T, HS;
+    explicit Shape(const Key &k) : B(k[0]), NH(k[1]), NKV(k[2]), T(k[3]), HS(k[4]) {}
+    int64_t width() const { return (NH + 2 * NKV) * HS; } // a qkv row
+    // q, k, v (and their gradients): `heads` heads read by strides from the packed rows
+    std::vector<int64_t> qkv_dim(int64_t heads) const { return {B, heads, T, HS}; }
+    std::vector<int64_t> qkv_stride() const { return {T * width(), HS, width(), 1}; }
+    std::vector<int64_t> out_stride() const { return {T * NH * HS, HS, NH * HS, 1}; }
+};
 
 std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph &g, const char *name, int64_t uid,
                                                     std::vector<int64_t> dim, std::vector<int64_t> stride) {
@@ -141,38 +157,36 @@ std::shared_ptr<fe::graph::Graph> new_graph() {
 }
 
 std::string build_fwd(dtc_att *a, const Key &k, std::shared_ptr<fe::graph::Graph> &out) {
-    const int B = k[0], NH = k[1], T = k[2], HS = k[3];
+    const Shape s(k);
     auto g = new_graph();
-    const std::vector<int64_t> dim = {B, NH, T, HS};
-    auto Q = input(*g, "Q", Q_UID, dim, qkv_stride(NH, T, HS));
-    auto K = input(*g, "K", K_UID, dim, qkv_stride(NH, T, HS));
-    auto V = input(*g, "V", V_UID, dim, qkv_stride(NH, T, HS));
+    auto Q = input(*g, "Q", Q_UID, s.qkv_dim(s.NH), s.qkv_stride());
+    auto K = input(*g, "K", K_UID, s.qkv_dim(s.NKV), s.qkv_stride());
+    auto V = input(*g, "V", V_UID, s.qkv_dim(s.NKV), s.qkv_stride());
     auto opts = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(true).set_causal_mask(true)
                     .set_attn_scale(scale_input(*g));
     auto [O, stats] = g->sdpa(Q, K, V, opts);
-    O->set_output(true).set_uid(O_UID).set_dim(dim).set_stride(out_stride(NH, T, HS));
+    O->set_output(true).set_uid(O_UID).set_dim(s.qkv_dim(s.NH)).set_stride(s.out_stride());
     if (!stats) return "the SDPA node gave no statistics";
-    stats->set_output(true).set_uid(STATS_UID).set_data_type(fe::DataType_t::FLOAT).set_dim({B, NH, T, 1})
-        .set_stride({1LL * NH * T, T, 1, 1});
+    stats->set_output(true).set_uid(STATS_UID).set_data_type(fe::DataType_t::FLOAT).set_dim({s.B, s.NH, s.T, 1})
+        .set_stride({s.NH * s.T, s.T, 1, 1});
     std::string e = finish(*g, a->h);
     if (e.empty()) out = g;
     return e;
 }
 
 std::string build_bwd(dtc_att *a, const Key &k, std::shared_ptr<fe::graph::Graph> &out) {
-    const int B = k[0], NH = k[1], T = k[2], HS = k[3];
+    const Shape s(k);
     auto g = new_graph();
-    const std::vector<int64_t> dim = {B, NH, T, HS};
-    auto Q = input(*g, "Q", Q_UID, dim, qkv_stride(NH, T, HS));
-    auto K = input(*g, "K", K_UID, dim, qkv_stride(NH, T, HS));
-    auto V = input(*g, "V", V_UID, dim, qkv_stride(NH, T, HS));
-    auto O = input(*g, "O", O_UID, dim, out_stride(NH, T, HS));
-    auto dO = input(*g, "dO", DO_UID, dim, out_stride(NH, T, HS));
+    auto Q = input(*g, "Q", Q_UID, s.qkv_dim(s.NH), s.qkv_stride());
+    auto K = input(*g, "K", K_UID, s.qkv_dim(s.NKV), s.qkv_stride());
+    auto V = input(*g, "V", V_UID, s.qkv_dim(s.NKV), s.qkv_stride());
+    auto O = input(*g, "O", O_UID, s.qkv_dim(s.NH), s.out_stride());
+    auto dO = input(*g, "dO", DO_UID, s.qkv_dim(s.NH), s.out_stride());
     auto stats = g->tensor(fe::graph::Tensor_attributes()
                                .set_name("stats")
                                .set_uid(STATS_UID)
-                               .set_dim({B, NH, T, 1})
-                               .set_stride({1LL * NH * T, T, 1, 1})
+                               .set_dim({s.B, s.NH, s.T, 1})
+                               .set_stride({s.NH * s.T, s.T, 1, 1})
                                .set_data_type(fe::DataType_t::FLOAT));
     auto opts = fe::graph::SDPA_backward_attributes()
                     .set_name("attention_backward")
@@ -180,17 +194,36 @@ std::string build_bwd(dtc_att *a, const Key &k, std::shared_ptr<fe::graph::Graph
                     .set_deterministic_algorithm(true)
                     .set_attn_scale(scale_input(*g));
     auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, stats, opts);
-    dQ->set_output(true).set_uid(DQ_UID).set_dim(dim).set_stride(qkv_stride(NH, T, HS));
-    dK->set_output(true).set_uid(DK_UID).set_dim(dim).set_stride(qkv_stride(NH, T, HS));
-    dV->set_output(true).set_uid(DV_UID).set_dim(dim).set_stride(qkv_stride(NH, T, HS));
+    dQ->set_output(true).set_uid(DQ_UID).set_dim(s.qkv_dim(s.NH)).set_stride(s.qkv_stride());
+    dK->set_output(true).set_uid(DK_UID).set_dim(s.qkv_dim(s.NKV)).set_stride(s.qkv_stride());
+    dV->set_output(true).set_uid(DV_UID).set_dim(s.qkv_dim(s.NKV)).set_stride(s.qkv_stride());
     std::string e = finish(*g, a->h);
     if (e.empty()) out = g;
     return e;
 }
 
 std::string shape_name(const Key &k) {
-    return std::to_string(k[0]) + "x" + std::to_string(k[1]) + " heads of " + std::to_string(k[2]) + " positions x " +
-           std::to_string(k[3]);
+    std::string kv = k[2] == k[1] ? "" : " (" + std::to_string(k[2]) + " key/value heads)";
+    return std::to_string(k[0]) + "x" + std::to_string(k[1]) + " heads" + kv + " of " + std::to_string(k[3]) +
+           " positions x " + std::to_string(k[4]);
+}
+
+Key key_of(const dtc_shape &s) { return {s.B, s.NH, s.NKV, s.T, s.HS}; }
+
+// what the frontend's graph would refuse less clearly (or accept wrongly): "" or why
+std::string bad_shape(const dtc_shape &s) {
+    if (s.B <= 0 || s.T <= 0 || s.NH <= 0 || s.NKV <= 0 || s.HS <= 0 || s.NH % s.NKV != 0)
+        return "no attention of B " + std::to_string(s.B) + ", T " + std::to_string(s.T) + ", " +
+               std::to_string(s.NH) + " query heads over " + std::to_string(s.NKV) + " key/value heads of " +
+               std::to_string(s.HS);
+    return "";
+}
+
+// the packed buffers: where q, k and v (or their gradients) start in a qkv row
+std::array<char *, 3> qkv_parts(const void *base, const dtc_shape &s) {
+    char *p = (char *)const_cast<void *>(base);
+    const size_t hs2 = 2 * (size_t)s.HS; // bf16: 2 bytes an element
+    return {p, p + hs2 * s.NH, p + hs2 * ((size_t)s.NH + s.NKV)};
 }
 
 // the forward plan of shape k, and with backward the backward one too, built when missing: ""
@@ -285,11 +318,11 @@ extern "C" void dtc_att_close(dtc_att *a) {
     delete a;
 }
 
-extern "C" int dtc_att_plan(dtc_att *a, int B, int T, int NH, int HS, int backward, size_t *ws, char *why,
-                            size_t n) {
+extern "C" int dtc_att_plan(dtc_att *a, dtc_shape s, int backward, size_t *ws, char *why, size_t n) {
     return guarded(why, n, [&] {
-        const Key k = {B, NH, T, HS};
-        std::string e = plan(a, k, backward != 0);
+        const Key k = key_of(s);
+        std::string e = bad_shape(s);
+        if (e.empty()) e = plan(a, k, backward != 0);
         if (!e.empty()) {
             say(why, n, e);
             return -1;
@@ -299,17 +332,17 @@ extern "C" int dtc_att_plan(dtc_att *a, int B, int T, int NH, int HS, int backwa
     });
 }
 
-extern "C" int dtc_att_fwd(dtc_att *a, void *out, float *stats, const void *qkv, int B, int T, int NH, int HS, void *ws,
+extern "C" int dtc_att_fwd(dtc_att *a, void *out, float *stats, const void *qkv, dtc_shape s, void *ws,
                            size_t ws_bytes, char *why, size_t n) {
     return guarded(why, n, [&] {
-        const Key k = {B, NH, T, HS};
-        std::string e = ready(a, k, false, ws_bytes);
+        const Key k = key_of(s);
+        std::string e = bad_shape(s);
+        if (e.empty()) e = ready(a, k, false, ws_bytes);
         if (e.empty()) {
-            const size_t C = (size_t)NH * HS;
-            float scale = 1.0f / std::sqrt((float)HS);
-            char *base = (char *)const_cast<void *>(qkv);
+            float scale = 1.0f / std::sqrt((float)s.HS);
+            const std::array<char *, 3> in = qkv_parts(qkv, s);
             std::unordered_map<int64_t, void *> pack = {
-                {Q_UID, base}, {K_UID, base + 2 * C}, {V_UID, base + 4 * C}, // 2 bytes an element
+                {Q_UID, in[0]}, {K_UID, in[1]}, {V_UID, in[2]},
                 {SCALE_UID, &scale}, {O_UID, out}, {STATS_UID, stats}};
             e = run(a, *a->fwd[k], pack, ws);
         }
@@ -320,20 +353,19 @@ extern "C" int dtc_att_fwd(dtc_att *a, void *out, float *stats, const void *qkv,
 }
 
 extern "C" int dtc_att_bwd(dtc_att *a, void *dqkv, const void *dout, const void *qkv, const void *out,
-                           const float *stats, int B, int T, int NH, int HS, void *ws, size_t ws_bytes, char *why,
-                           size_t n) {
+                           const float *stats, dtc_shape s, void *ws, size_t ws_bytes, char *why, size_t n) {
     return guarded(why, n, [&] {
-        const Key k = {B, NH, T, HS};
-        std::string e = ready(a, k, true, ws_bytes);
+        const Key k = key_of(s);
+        std::string e = bad_shape(s);
+        if (e.empty()) e = ready(a, k, true, ws_bytes);
         if (e.empty()) {
-            const size_t C = (size_t)NH * HS;
-            float scale = 1.0f / std::sqrt((float)HS);
-            char *in = (char *)const_cast<void *>(qkv), *d = (char *)dqkv;
+            float scale = 1.0f / std::sqrt((float)s.HS);
+            const std::array<char *, 3> in = qkv_parts(qkv, s), d = qkv_parts(dqkv, s);
             std::unordered_map<int64_t, void *> pack = {
-                {Q_UID, in}, {K_UID, in + 2 * C}, {V_UID, in + 4 * C}, // 2 bytes an element
+                {Q_UID, in[0]}, {K_UID, in[1]}, {V_UID, in[2]},
                 {O_UID, const_cast<void *>(out)}, {DO_UID, const_cast<void *>(dout)},
                 {STATS_UID, const_cast<float *>(stats)}, {SCALE_UID, &scale},
-                {DQ_UID, d}, {DK_UID, d + 2 * C}, {DV_UID, d + 4 * C}};
+                {DQ_UID, d[0]}, {DK_UID, d[1]}, {DV_UID, d[2]}};
             e = run(a, *a->bwd[k], pack, ws);
         }
         if (e.empty()) return 0;

@@ -3,10 +3,12 @@
  * translation unit (cudnn_att.cpp, on the cuDNN frontend's graph API, which is C++ only).
  * Private to the CUDA backend (src/ops/ops_cuda.c).
  *
- * Layouts (row-major, as ops.h's attention): qkv(B,T,3C) = [q | k | v], head h at columns
- * h*HS..; out(B,T,C) heads side by side; stats(B,NH,T) the softmax's log-sum-exp per row (what
- * backward needs instead of the T x T probabilities); dqkv like qkv. cuDNN reads and writes them
- * by strides: no split or merge kernels.
+ * Layouts (row-major, as ops.h's attention, grouped-query): qkv(B,T,(NH+2NKV)HS) rows [q (NH
+ * heads) | k (NKV heads) | v (NKV heads)], head h of each part at its columns h*HS..; query head
+ * h reads key/value head h / (NH/NKV); out(B,T,NH*HS) heads side by side; stats(B,NH,T) the
+ * softmax's log-sum-exp per row (what backward needs instead of the T x T probabilities); dqkv
+ * like qkv (a key/value head's gradient sums its query heads'). cuDNN reads and writes them by
+ * strides: no split or merge kernels, no repeated keys or values.
  *
  * cuDNN is opened with dlopen (libcudnn.so.<major it was built with>), as the backend opens
  * cuBLASLt; the frontend finds cuDNN's symbols through it and the CUDA runtime's through its own
@@ -25,26 +27,32 @@ extern "C" {
 
 typedef struct dtc_att dtc_att;
 
+/* An attention's shape: B sequences of T positions, NH query and NKV key/value heads (NH a
+ * multiple of NKV) of HS features (ops.h dt_att_shape) */
+typedef struct dtc_shape {
+    int B, T, NH, NKV, HS;
+} dtc_shape;
+
 /* Loads cuDNN and makes a handle on stream s. NULL with the reason in why when cuDNN cannot be
  * loaded or initialised (no libcudnn, an older major, no usable GPU). */
 dtc_att *dtc_att_open(cudaStream_t s, char *why, size_t n);
 void dtc_att_close(dtc_att *a); /* accepts NULL */
 
-/* Builds, or finds built, the forward plan for B x NH heads of T positions and HS features, and
- * with `backward` the backward plan too (plans are cached per shape and direction; building is
- * slow, running is not). 0: they exist, *ws is the largest workspace they need (bytes); -1:
+/* Builds, or finds built, the forward plan for shape s, and with `backward` the backward plan
+ * too (plans are cached per shape and direction; building is slow, running is not). 0: they exist, *ws is the largest workspace they need (bytes); -1:
  * cuDNN cannot run this shape here, why says what it refused. */
-int dtc_att_plan(dtc_att *a, int B, int T, int NH, int HS, int backward, size_t *ws, char *why, size_t n);
+int dtc_att_plan(dtc_att *a, dtc_shape s, int backward, size_t *ws, char *why, size_t n);
 
-/* out(B,T,C) and stats(B,NH,T) from qkv(B,T,3C), bf16 (raw 16-bit) buffers, scale 1/sqrt(HS);
- * ws of at least dtc_att_plan's bytes (backward 0). Plans the shape first when needed. 0, or -1
+/* out(B,T,NH*HS) and stats(B,NH,T) from qkv(B,T,(NH+2NKV)HS), bf16 (raw 16-bit) buffers,
+ * scale 1/sqrt(HS); ws of at least dtc_att_plan's bytes (backward 0). Plans the shape first
+ * when needed. 0, or -1 with why. */
+int dtc_att_fwd(dtc_att *a, void *out, float *stats, const void *qkv, dtc_shape s, void *ws, size_t ws_bytes,
+                char *why, size_t n);
+/* dqkv(B,T,(NH+2NKV)HS) (overwritten) from dout(B,T,NH*HS), with qkv, out and stats as forward
+ * used and made them; ws of at least dtc_att_plan's bytes (backward 1). Deterministic. 0, or -1
  * with why. */
-int dtc_att_fwd(dtc_att *a, void *out, float *stats, const void *qkv, int B, int T, int NH, int HS, void *ws,
-                size_t ws_bytes, char *why, size_t n);
-/* dqkv(B,T,3C) (overwritten) from dout(B,T,C), with qkv, out and stats as forward used and
- * made them; ws of at least dtc_att_plan's bytes (backward 1). Deterministic. 0, or -1 with why. */
-int dtc_att_bwd(dtc_att *a, void *dqkv, const void *dout, const void *qkv, const void *out, const float *stats, int B,
-                int T, int NH, int HS, void *ws, size_t ws_bytes, char *why, size_t n);
+int dtc_att_bwd(dtc_att *a, void *dqkv, const void *dout, const void *qkv, const void *out, const float *stats,
+                dtc_shape s, void *ws, size_t ws_bytes, char *why, size_t n);
 
 #ifdef __cplusplus
 }

@@ -11,7 +11,7 @@
  * matmuls: OpenBLAS's own threading is not (on AMD EPYC, 0.3.21, a product's values change with
  * the thread count), so each is split into blocks of result rows sized by the shape alone, one
  * single-threaded sgemm each, run in parallel by OpenMP (sgemm_rows).
- * exp (softmax, cross-entropy, GELU) is an inlined polynomial (fast_expf, ~2e-7 relative)
+ * exp (softmax, cross-entropy, GELU, SiLU) is an inlined polynomial (fast_expf, ~2e-7 relative)
  * so that those loops vectorize; GELU uses the exact identity 0.5(1 + tanh u) = 1/(1 + e^-2u).
  *
  * This backend is the reference the CUDA ops are tested against; it allocates nothing
@@ -159,8 +159,13 @@ static void cpu_encoder_fwd(void *ctx, dt_act *out_, const int *tokens, const fl
     float *out = (float *)out_;
 #pragma omp parallel for schedule(static) if ((size_t)B * T * C >= PAR_MIN)
     for (int bt = 0; bt < B * T; bt++) {
-        const float *e = wte + (size_t)tokens[bt] * C, *p = wpe + (size_t)(bt % T) * C;
+        const float *e = wte + (size_t)tokens[bt] * C;
         float *o = out + (size_t)bt * C;
+        if (!wpe) {
+            memcpy(o, e, (size_t)C * sizeof(float));
+            continue;
+        }
+        const float *p = wpe + (size_t)(bt % T) * C;
 #pragma omp simd
         for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
     }
@@ -172,8 +177,8 @@ static void cpu_encoder_bwd(void *ctx, float *dwte, float *dwpe, const dt_act *d
                             const int *tokens, int B, int T, int C) {
     const float *dout = (const float *)dout_;
     const int par = (size_t)B * T * C >= PAR_MIN;
-#pragma omp parallel for schedule(static) if (par)
-    for (int t = 0; t < T; t++) {
+#pragma omp parallel for schedule(static) if (par && dwpe)
+    for (int t = 0; t < (dwpe ? T : 0); t++) {
         float *d = dwpe + (size_t)t * C;
         for (int b = 0; b < B; b++) {
             const float *g = dout + ((size_t)b * T + t) * C;
@@ -276,6 +281,61 @@ static void cpu_layernorm_bwd(void *ctx, dt_act *dinp_, float *dw, float *db, co
     }
 }
 
+/* ---- rmsnorm ---- */
+
+DT_CLONES
+static void rmsnorm_row_fwd(float *o, float *rstd, const float *x, const float *w, int C, float eps) {
+    double v = 0.0;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; c++) v += (double)x[c] * x[c];
+    const float r = 1.0f / sqrtf((float)(v / C) + eps);
+#pragma omp simd
+    for (int c = 0; c < C; c++) o[c] = w[c] * (x[c] * r);
+    *rstd = r;
+}
+
+static void cpu_rmsnorm_fwd(void *ctx, dt_act *out_, float *rstd, const dt_act *inp_, const float *w, int N, int C,
+                            float eps) {
+    float *out = (float *)out_;
+    const float *inp = (const float *)inp_;
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= PAR_MIN)
+    for (int i = 0; i < N; i++) rmsnorm_row_fwd(out + (size_t)i * C, rstd + i, inp + (size_t)i * C, w, C, eps);
+}
+
+/* y = w x r, r = (mean(x^2) + eps)^-1/2: dx += r w dy - x r^3 mean(w dy x) */
+DT_CLONES
+static void rmsnorm_row_bwd(float *dx, const float *dy, const float *x, const float *w, float r, int C) {
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++) s += (double)(w[c] * dy[c]) * x[c];
+    const float k = (float)(s / C) * r * r * r;
+#pragma omp simd
+    for (int c = 0; c < C; c++) dx[c] += r * (w[c] * dy[c]) - k * x[c];
+}
+
+static void cpu_rmsnorm_bwd(void *ctx, dt_act *dinp_, float *dw, const dt_act *dout_, const dt_act *inp_,
+                            const float *w, const float *rstd, int N, int C) {
+    float *dinp = (float *)dinp_;
+    const float *dout = (const float *)dout_, *inp = (const float *)inp_;
+    const int par = (size_t)N * C >= PAR_MIN;
+#pragma omp parallel for schedule(static) if (par)
+    for (int i = 0; i < N; i++)
+        rmsnorm_row_bwd(dinp + (size_t)i * C, dout + (size_t)i * C, inp + (size_t)i * C, w, rstd[i], C);
+    const int nchunks = (C + COL_CHUNK - 1) / COL_CHUNK;
+#pragma omp parallel for schedule(static) if (par)
+    for (int ch = 0; ch < nchunks; ch++) { /* dw in column chunks, rows in order: the same bits for any thread count */
+        const int c0 = ch * COL_CHUNK, nc = imin(COL_CHUNK, C - c0);
+        double aw[COL_CHUNK] = {0};
+        for (int i = 0; i < N; i++) {
+            const float *x = inp + (size_t)i * C + c0, *dy = dout + (size_t)i * C + c0;
+            const float r = rstd[i];
+#pragma omp simd
+            for (int j = 0; j < nc; j++) aw[j] += (double)dy[j] * (x[j] * r);
+        }
+        for (int j = 0; j < nc; j++) dw[c0 + j] += (float)aw[j];
+    }
+}
+
 /* ---- matmul ---- */
 
 static void cpu_matmul_fwd(void *ctx, dt_act *out_, const dt_act *inp_, const float *w,
@@ -310,10 +370,10 @@ static void cpu_matmul_bwd(void *ctx, dt_act *dinp_, float *dw, float *dbias, co
 }
 
 /* ---- attention ----
- * Per (b,h): q, k, v are (T,hs) views into qkv with row stride 3C; P = att[b,h] (T,T).
- * Queries are processed in blocks of ATT_BLK rows; block [r0,r1) only needs keys [0,r1),
- * so the blocks above the diagonal are never computed. Entries above the diagonal of P
- * (and of dS in datt) are written as exact zeros. */
+ * Per (b,h): q is a (T,hs) view into qkv with row stride W = (NH+2NKV)*hs; k and v those of
+ * key/value head g = h / (NH/NKV); P = att[b,h] (T,T). Queries are processed in blocks of
+ * ATT_BLK rows; block [r0,r1) only needs keys [0,r1), so the blocks above the diagonal are never
+ * computed. Entries above the diagonal of P (and of dS in datt) are written as exact zeros. */
 
 /* p[0..t] = softmax(p[0..t]); p[t+1..T) = 0 */
 DT_CLONES
@@ -343,33 +403,43 @@ static void softmax_causal_row_bwd(float *d, const float *p, int t, int T) {
     for (int j = t + 1; j < T; j++) d[j] = 0.0f;
 }
 
+/* the widths of an attention's rows: W of qkv, HQ of out, and where k and v start in a qkv row */
+typedef struct att_dims {
+    int W, HQ, koff, voff, group;
+} att_dims;
+static att_dims att_dims_of(const dt_att_shape *s) {
+    return (att_dims){(s->NH + 2 * s->NKV) * s->hs, s->NH * s->hs, s->NH * s->hs, (s->NH + s->NKV) * s->hs,
+                      s->NH / s->NKV};
+}
+
 /* the probabilities and their gradient, (B,NH,T,T) floats each */
-static int cpu_attention_bytes(void *ctx, int B, int T, int C, int NH, int bf16, size_t *att, size_t *datt) {
-    (void)ctx, (void)C, (void)bf16;
-    *att = *datt = (size_t)B * (size_t)NH * (size_t)T * (size_t)T * sizeof(float);
+static int cpu_attention_bytes(void *ctx, const dt_att_shape *s, int bf16, size_t *att, size_t *datt) {
+    (void)ctx, (void)bf16;
+    *att = *datt = (size_t)s->B * (size_t)s->NH * (size_t)s->T * (size_t)s->T * sizeof(float);
     return 1;
 }
 
-static void cpu_attention_fwd(void *ctx, dt_act *out_, void *att_, const dt_act *qkv_, int B, int T,
-                              int C, int NH) {
+static void cpu_attention_fwd(void *ctx, dt_act *out_, void *att_, const dt_act *qkv_, const dt_att_shape *s) {
     float *out = (float *)out_;
     float *att = (float *)att_;
     const float *qkv = (const float *)qkv_;
-    const int hs = C / NH, C3 = 3 * C;
+    const int T = s->T, NH = s->NH, hs = s->hs;
+    const att_dims d = att_dims_of(s);
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static) /* even one (b, h): OpenBLAS then runs single-threaded, as always here */
-    for (int bh = 0; bh < B * NH; bh++) {
-        const int b = bh / NH, h = bh % NH;
-        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+    for (int bh = 0; bh < s->B * NH; bh++) {
+        const int b = bh / NH, h = bh % NH, g = h / d.group;
+        const float *row = qkv + (size_t)b * T * d.W;
+        const float *q = row + (size_t)h * hs, *k = row + d.koff + (size_t)g * hs, *v = row + d.voff + (size_t)g * hs;
         float *P = att + (size_t)bh * T * T;
-        float *o = out + (size_t)b * T * C + (size_t)h * hs;
+        float *o = out + (size_t)b * T * d.HQ + (size_t)h * hs;
         for (int r0 = 0; r0 < T; r0 += ATT_BLK) {
             const int r1 = imin(T, r0 + ATT_BLK), m = r1 - r0;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, scale,
-                        q + (size_t)r0 * C3, C3, k, C3, 0.0f, P + (size_t)r0 * T, T);
+                        q + (size_t)r0 * d.W, d.W, k, d.W, 0.0f, P + (size_t)r0 * T, T);
             for (int t = r0; t < r1; t++) softmax_causal_row(P + (size_t)t * T, t, T);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, 1.0f,
-                        P + (size_t)r0 * T, T, v, C3, 0.0f, o + (size_t)r0 * C, C);
+                        P + (size_t)r0 * T, T, v, d.W, 0.0f, o + (size_t)r0 * d.HQ, d.HQ);
         }
     }
 }
@@ -377,68 +447,115 @@ static void cpu_attention_fwd(void *ctx, dt_act *out_, void *att_, const dt_act 
 /* Per head: P (n,L) = scale q k^T over the cache's first L = pos0+n rows, row i causal at
  * pos0+i, then y = P v: the rows attention_fwd computes at those positions, by the same steps. */
 static void cpu_attention_cached(void *ctx, dt_act *out_, dt_act *kc_, dt_act *vc_, float *scratch,
-                                 const dt_act *qkv_, int pos0, int n, int C, int NH) {
+                                 const dt_act *qkv_, int pos0, const dt_att_shape *s) {
     (void)ctx;
     float *out = (float *)out_, *kc = (float *)kc_, *vc = (float *)vc_;
     const float *qkv = (const float *)qkv_;
-    const int hs = C / NH, C3 = 3 * C, L = pos0 + n;
+    const int n = s->T, hs = s->hs, L = pos0 + n, KV = s->NKV * hs;
+    const att_dims d = att_dims_of(s);
     const float scale = 1.0f / sqrtf((float)hs);
     for (int i = 0; i < n; i++) {
-        memcpy(kc + (size_t)(pos0 + i) * C, qkv + (size_t)i * C3 + C, (size_t)C * sizeof(float));
-        memcpy(vc + (size_t)(pos0 + i) * C, qkv + (size_t)i * C3 + 2 * C, (size_t)C * sizeof(float));
+        memcpy(kc + (size_t)(pos0 + i) * KV, qkv + (size_t)i * d.W + d.koff, (size_t)KV * sizeof(float));
+        memcpy(vc + (size_t)(pos0 + i) * KV, qkv + (size_t)i * d.W + d.voff, (size_t)KV * sizeof(float));
     }
 #pragma omp parallel for schedule(static) /* single-threaded sgemms for any thread count */
-    for (int h = 0; h < NH; h++) {
+    for (int h = 0; h < s->NH; h++) {
+        const int g = h / d.group;
         float *P = scratch + (size_t)h * n * L;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, L, hs, scale, qkv + (size_t)h * hs, C3,
-                    kc + (size_t)h * hs, C, 0.0f, P, L);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, L, hs, scale, qkv + (size_t)h * hs, d.W,
+                    kc + (size_t)g * hs, KV, 0.0f, P, L);
         for (int i = 0; i < n; i++) softmax_causal_row(P + (size_t)i * L, pos0 + i, L);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, L, 1.0f, P, L, vc + (size_t)h * hs, C, 0.0f,
-                    out + (size_t)h * hs, C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, L, 1.0f, P, L, vc + (size_t)g * hs, KV, 0.0f,
+                    out + (size_t)h * hs, d.HQ);
+    }
+}
+
+/* One query head's backward: dq, and dk, dv of its key/value head (accumulated when `acc`:
+ * the group's later heads). */
+static void att_head_bwd(float *dq, float *dk, float *dv, float *dS, const float *q, const float *k, const float *v,
+                         const float *P, const float *dO, int T, int hs, const att_dims *d, float scale, int acc) {
+    for (int r0 = 0; r0 < T; r0 += ATT_BLK) {
+        const int r1 = imin(T, r0 + ATT_BLK), m = r1 - r0;
+        /* dP = dO V^T, then dS = P * (dP - rowsum(P * dP)) in place */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, 1.0f,
+                    dO + (size_t)r0 * d->HQ, d->HQ, v, d->W, 0.0f, dS + (size_t)r0 * T, T);
+        for (int t = r0; t < r1; t++) softmax_causal_row_bwd(dS + (size_t)t * T, P + (size_t)t * T, t, T);
+        /* dQ = scale * dS K */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, scale,
+                    dS + (size_t)r0 * T, T, k, d->W, 0.0f, dq + (size_t)r0 * d->W, d->W);
+    }
+    for (int c0 = 0; c0 < T; c0 += ATT_BLK) {
+        /* keys [c0,c1) receive from queries [c0,T) only */
+        const int n = imin(T, c0 + ATT_BLK) - c0, rows = T - c0;
+        const size_t d0 = (size_t)c0 * T + c0;
+        /* dV = P^T dO;  dK = scale * dS^T Q */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, rows, 1.0f, P + d0, T,
+                    dO + (size_t)c0 * d->HQ, d->HQ, acc ? 1.0f : 0.0f, dv + (size_t)c0 * d->W, d->W);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, rows, scale, dS + d0, T,
+                    q + (size_t)c0 * d->W, d->W, acc ? 1.0f : 0.0f, dk + (size_t)c0 * d->W, d->W);
     }
 }
 
 static void cpu_attention_bwd(void *ctx, dt_act *dqkv_, void *datt_, const dt_act *dout_,
-                              const dt_act *qkv_, const dt_act *out_, const void *att_, int B, int T, int C, int NH) {
+                              const dt_act *qkv_, const dt_act *out_, const void *att_, const dt_att_shape *s) {
     (void)out_; /* the probabilities say all backward needs */
     float *dqkv = (float *)dqkv_;
     float *datt = (float *)datt_;
     const float *dout = (const float *)dout_;
     const float *qkv = (const float *)qkv_;
     const float *att = (const float *)att_;
-    const int hs = C / NH, C3 = 3 * C;
+    const int T = s->T, NH = s->NH, hs = s->hs;
+    const att_dims d = att_dims_of(s);
     const float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for schedule(static) /* even one (b, h): OpenBLAS then runs single-threaded, as always here */
-    for (int bh = 0; bh < B * NH; bh++) {
-        const int b = bh / NH, h = bh % NH;
-        const size_t off = (size_t)b * T * C3 + (size_t)h * hs;
-        const float *q = qkv + off, *k = q + C, *v = q + 2 * C;
-        float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
-        const float *P = att + (size_t)bh * T * T;
-        float *dS = datt + (size_t)bh * T * T;
-        const float *dO = dout + (size_t)b * T * C + (size_t)h * hs;
-        for (int r0 = 0; r0 < T; r0 += ATT_BLK) {
-            const int r1 = imin(T, r0 + ATT_BLK), m = r1 - r0;
-            /* dP = dO V^T, then dS = P * (dP - rowsum(P * dP)) in place */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, 1.0f,
-                        dO + (size_t)r0 * C, C, v, C3, 0.0f, dS + (size_t)r0 * T, T);
-            for (int t = r0; t < r1; t++)
-                softmax_causal_row_bwd(dS + (size_t)t * T, P + (size_t)t * T, t, T);
-            /* dQ = scale * dS K */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, scale,
-                        dS + (size_t)r0 * T, T, k, C3, 0.0f, dq + (size_t)r0 * C3, C3);
-        }
-        for (int c0 = 0; c0 < T; c0 += ATT_BLK) {
-            /* keys [c0,c1) receive from queries [c0,T) only */
-            const int n = imin(T, c0 + ATT_BLK) - c0, rows = T - c0;
-            const size_t d0 = (size_t)c0 * T + c0;
-            /* dV = P^T dO;  dK = scale * dS^T Q */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, rows, 1.0f, P + d0, T,
-                        dO + (size_t)c0 * C, C, 0.0f, dv + (size_t)c0 * C3, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, rows, scale, dS + d0, T,
-                        q + (size_t)c0 * C3, C3, 0.0f, dk + (size_t)c0 * C3, C3);
+    /* one (b, key/value head) an iteration, its query heads in order: dk and dv sum them */
+#pragma omp parallel for schedule(static) /* even one (b, g): OpenBLAS then runs single-threaded, as always here */
+    for (int bg = 0; bg < s->B * s->NKV; bg++) {
+        const int b = bg / s->NKV, g = bg % s->NKV;
+        const size_t row = (size_t)b * T * d.W;
+        for (int j = 0; j < d.group; j++) {
+            const int h = g * d.group + j, bh = b * NH + h;
+            const size_t qo = row + (size_t)h * hs, ko = row + d.koff + (size_t)g * hs, vo = row + d.voff + (size_t)g * hs;
+            att_head_bwd(dqkv + qo, dqkv + ko, dqkv + vo, datt + (size_t)bh * T * T, qkv + qo, qkv + ko, qkv + vo,
+                         att + (size_t)bh * T * T, dout + (size_t)b * T * d.HQ + (size_t)h * hs, T, hs, &d, scale, j > 0);
         }
     }
+}
+
+/* ---- rotary positions ---- */
+
+/* the pairs (i, i + hs/2) of every q and k head of every row rotated by sign * pos * inv_freq[i] */
+static void rope_rotate(float *qkv, const float *inv_freq, int pos0, const dt_att_shape *s, float sign) {
+    const int hs = s->hs, half = hs / 2, heads = s->NH + s->NKV, W = (s->NH + 2 * s->NKV) * hs;
+#pragma omp parallel for schedule(static) if ((size_t)s->B * s->T * heads * hs >= PAR_MIN)
+    for (int bt = 0; bt < s->B * s->T; bt++) {
+        float cs[512], sn[512]; /* hs <= 1024 (model.c checks) */
+        const float pos = (float)(pos0 + bt % s->T);
+        for (int i = 0; i < half; i++) {
+            const float a = pos * inv_freq[i];
+            cs[i] = cosf(a);
+            sn[i] = sign * sinf(a);
+        }
+        float *row = qkv + (size_t)bt * W;
+        for (int h = 0; h < heads; h++) { /* the q heads, then the k heads: contiguous */
+            float *x = row + (size_t)h * hs;
+#pragma omp simd
+            for (int i = 0; i < half; i++) {
+                const float x1 = x[i], x2 = x[i + half];
+                x[i] = x1 * cs[i] - x2 * sn[i];
+                x[i + half] = x2 * cs[i] + x1 * sn[i];
+            }
+        }
+    }
+}
+
+static void cpu_rope_fwd(void *ctx, dt_act *qkv, const float *inv_freq, int pos0, const dt_att_shape *s) {
+    (void)ctx;
+    rope_rotate((float *)qkv, inv_freq, pos0, s, 1.0f);
+}
+
+static void cpu_rope_bwd(void *ctx, dt_act *dqkv, const float *inv_freq, int pos0, const dt_att_shape *s) {
+    (void)ctx;
+    rope_rotate((float *)dqkv, inv_freq, pos0, s, -1.0f);
 }
 
 /* ---- elementwise ---- */
@@ -487,6 +604,42 @@ static void cpu_gelu_bwd(void *ctx, dt_act *dinp_, const dt_act *inp_, const dt_
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t c = 0; c < nch; c++)
         gelu_bwd_range(dinp, inp, dout, c * EW_CHUNK, c == nch - 1 ? n : (c + 1) * EW_CHUNK);
+}
+
+/* SwiGLU over rows [gate | up] of 2I: out = silu(gate) * up, silu(x) = x / (1 + e^-x) */
+DT_CLONES
+static void swiglu_row_fwd(float *o, const float *gu, int F) {
+#pragma omp simd
+    for (int i = 0; i < F; i++) {
+        const float g = gu[i];
+        o[i] = g / (1.0f + fast_expf(-g)) * gu[F + i];
+    }
+}
+
+/* d silu / dx = s (1 + x (1 - s)), s = 1 / (1 + e^-x) */
+DT_CLONES
+static void swiglu_row_bwd(float *d, const float *gu, const float *dy, int F) {
+#pragma omp simd
+    for (int i = 0; i < F; i++) {
+        const float g = gu[i], u = gu[F + i], sg = 1.0f / (1.0f + fast_expf(-g));
+        d[i] = dy[i] * u * (sg * (1.0f + g * (1.0f - sg)));
+        d[F + i] = dy[i] * (g * sg);
+    }
+}
+
+static void cpu_swiglu_fwd(void *ctx, dt_act *out_, const dt_act *inp_, int N, int F) {
+    float *out = (float *)out_;
+    const float *inp = (const float *)inp_;
+#pragma omp parallel for schedule(static) if ((size_t)N * F >= PAR_MIN)
+    for (int r = 0; r < N; r++) swiglu_row_fwd(out + (size_t)r * F, inp + (size_t)r * 2 * F, F);
+}
+
+static void cpu_swiglu_bwd(void *ctx, dt_act *dinp_, const dt_act *inp_, const dt_act *dout_, int N, int F) {
+    float *dinp = (float *)dinp_;
+    const float *inp = (const float *)inp_, *dout = (const float *)dout_;
+#pragma omp parallel for schedule(static) if ((size_t)N * F >= PAR_MIN)
+    for (int r = 0; r < N; r++)
+        swiglu_row_bwd(dinp + (size_t)r * 2 * F, inp + (size_t)r * 2 * F, dout + (size_t)r * F, F);
 }
 
 static void cpu_add(void *ctx, dt_act *out_, const dt_act *a_, const dt_act *b_, size_t n) {
@@ -729,12 +882,18 @@ const dt_ops dt_ops_cpu = {
     .encoder_bwd = cpu_encoder_bwd,
     .layernorm_fwd = cpu_layernorm_fwd,
     .layernorm_bwd = cpu_layernorm_bwd,
+    .rmsnorm_fwd = cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = cpu_rmsnorm_bwd,
     .matmul_fwd = cpu_matmul_fwd,
     .matmul_bwd = cpu_matmul_bwd,
     .attention_bytes = cpu_attention_bytes,
     .attention_fwd = cpu_attention_fwd,
     .attention_bwd = cpu_attention_bwd,
     .attention_cached = cpu_attention_cached,
+    .rope_fwd = cpu_rope_fwd,
+    .rope_bwd = cpu_rope_bwd,
+    .swiglu_fwd = cpu_swiglu_fwd,
+    .swiglu_bwd = cpu_swiglu_bwd,
     .gelu_fwd = cpu_gelu_fwd,
     .gelu_bwd = cpu_gelu_bwd,
     .add = cpu_add,

@@ -136,7 +136,7 @@ typedef struct cuda_ctx {
     gemm_plan plans[N_PLANS];
     int next_plan;      /* round-robin eviction */
     dtc_att *att;       /* cuDNN's fused attention (cudnn_att.h), opened when first needed */
-    struct { int T, C, NH, fused; } att_geo[8]; /* what runs each attention geometry: cuDNN or our kernels */
+    struct { dt_att_shape s; int fused; } att_geo[8]; /* what runs each attention geometry: cuDNN or our kernels */
     int n_att_geo, att_noted;
     int inference; /* dt_backend_cfg's: attention plans the forward only until a backward comes */
     dt_status err;      /* first failure (DT_OK while healthy) */
@@ -728,29 +728,56 @@ static void cu_matmul_gelu_bwd(void *ctx, dt_act *dinp, dt_act *tmp, float *dw, 
 /* ---- attention ----
  * With bf16 products (and so bf16 activations): cuDNN's fused SDPA (flash attention,
  * cudnn_att.h), reading q, k, v from the qkv activation and writing out and dqkv in place,
- * which keeps the softmax's statistics (B,NH,T) for backward instead of the probabilities.
- * Where cuDNN cannot be loaded or plan the shape, and with fp32 products: per (batch, head)
- * products in cuBLASLt on fp32 copies of q, k, v, causal softmax in our kernels, with the
- * T x T probabilities saved (fp32). The choice is made once per geometry (T, C, NH), for the
- * first shape asked for (attention_bytes: the model's largest), and said once when cuDNN was
- * wanted but refused. */
+ * which keeps the softmax's statistics (B,NH,T) for backward instead of the probabilities;
+ * grouped-query attention (NKV < NH key/value heads) is cuDNN's own. Where cuDNN cannot be
+ * loaded or plan the shape (the frontend's head sizes: multiples of 8 up to 128, up to 256 on
+ * Hopper), and with fp32 products: batched products in cuBLASLt on fp32 copies of q, k, v,
+ * causal softmax in our kernels, with the T x T probabilities saved (fp32). The fallback's
+ * batch is a (sequence, key/value head): the group's NH/NKV query heads are consecutive in the
+ * per-head q (B,NH,T,hs), so they are one (group*T, hs) operand against that head's k and v
+ * (T, hs), their scores one (group*T, T) block of the (B,NH,T,T) probabilities, and dk and dv
+ * sum the group's heads inside the product; GPT-2 (NKV = NH) is group 1, the products it
+ * always had. The choice is made once per geometry (T, NH, NKV, hs), for the first shape asked
+ * for (attention_bytes: the model's largest), and said once when cuDNN was wanted but refused. */
 
 #define ATT_STATS_BYTES(B, T, NH) ((size_t)(B) * (size_t)(NH) * (size_t)(T) * sizeof(float))
 #define ATT_PROBS_BYTES(B, T, NH) ((size_t)(B) * (size_t)(NH) * (size_t)(T) * (size_t)(T) * sizeof(float))
 /* cuDNN's workspace before a device says (--dry-run): the deterministic backward's as the cuDNN
  * frontend (1.32, scaled_dot_product_flash_attention.h) routes it on Hopper, dP in 16 bits for
  * B x NH x T x T padded to 64 rows and 128 columns (the largest of its padding rules), and the
- * softmax sums, (B,NH,T) floats. On a device the plan's own size (dtc_att_plan) is reserved. */
+ * softmax sums, (B,NH,T) floats (NH query heads: grouped key/value heads change neither). On a
+ * device the plan's own size (dtc_att_plan) is reserved. */
 #define ATT_ROUND(x, r) (((size_t)(x) + (r) - 1) / (r) * (r))
 #define ATT_WS_GUESS(B, T, NH) ((size_t)(B) * (size_t)(NH) * (ATT_ROUND(T, 64) * ATT_ROUND(T, 128) * 2 + \
                                                              (size_t)(T) * sizeof(float)))
 
-/* 1 when attention of geometry (T,C,NH) runs through cuDNN: decided on its first call, by
- * planning batch B (forward and backward; the forward only for inference), and kept for every
- * batch size. */
-static int att_fused(cuda_ctx *c, int B, int T, int C, int NH) {
-    for (int i = 0; i < c->n_att_geo; i++)
-        if (c->att_geo[i].T == T && c->att_geo[i].C == C && c->att_geo[i].NH == NH) return c->att_geo[i].fused;
+/* Could cuDNN plan shape s on some GPU (the estimate's question, without a device)? The
+ * frontend's head sizes: multiples of 8, up to 256 on Hopper (128 before it); NH a multiple of
+ * NKV. A head size outside that never runs fused: the estimate counts our kernels' memory. */
+static int att_may_fuse(const dt_att_shape *s) {
+    return s->hs > 0 && s->hs % 8 == 0 && s->hs <= 256 && s->NKV > 0 && s->NH % s->NKV == 0;
+}
+
+static dtc_shape dtc_of(const dt_att_shape *s) { return (dtc_shape){s->B, s->T, s->NH, s->NKV, s->hs}; }
+static dtk_att_shape dtk_of(const dt_att_shape *s) { return (dtk_att_shape){s->B, s->T, s->NH, s->NKV, s->hs}; }
+
+/* the note of an attention that cuDNN refused: once per process and rank */
+static void att_note(cuda_ctx *c, const dt_att_shape *s, const char *why) {
+    if (c->att_noted++) return;
+    char more[32];
+    human_bytes(more, sizeof more, (double)(ATT_PROBS_BYTES(s->B, s->T, s->NH) - ATT_STATS_BYTES(s->B, s->T, s->NH)));
+    fprintf(stderr, "dtrain: note: rank %d: attention runs on dtrain's kernels, not cuDNN's fused attention (%s): "
+            "slower, and its T x T probabilities take %s more memory per layer\n", c->rank, why, more);
+}
+
+/* 1 when attention of geometry (T, NH, NKV, hs) runs through cuDNN: decided on its first call,
+ * by planning batch s->B (forward and backward; the forward only for inference), and kept for
+ * every batch size. */
+static int att_fused(cuda_ctx *c, const dt_att_shape *s) {
+    for (int i = 0; i < c->n_att_geo; i++) {
+        const dt_att_shape *g = &c->att_geo[i].s;
+        if (g->T == s->T && g->NH == s->NH && g->NKV == s->NKV && g->hs == s->hs) return c->att_geo[i].fused;
+    }
     char why[640] = "";
     const char *env = getenv("DTRAIN_CUDNN_ATTENTION");
     size_t ws = 0;
@@ -761,37 +788,33 @@ static int att_fused(cuda_ctx *c, int B, int T, int C, int NH) {
         snprintf(why, sizeof why, "DTRAIN_CUDNN_ATTENTION=0");
     } else {
         if (!c->att) c->att = dtc_att_open(c->s, why, sizeof why);
-        fused = c->att && dtc_att_plan(c->att, B, T, NH, C / NH, !c->inference, &ws, why, sizeof why) == 0;
+        fused = c->att && dtc_att_plan(c->att, dtc_of(s), !c->inference, &ws, why, sizeof why) == 0;
     }
     if (fused && log_plans()) /* the workspace the estimate could only assume */
-        fprintf(stderr, "dtrain: rank %d: cuDNN attention plan: B %d T %d NH %d HS %d, %s: workspace %zu bytes "
-                "(--dry-run assumes %zu for training)\n", c->rank, B, T, NH, C / NH,
-                c->inference ? "forward only" : "forward and backward", ws, ATT_WS_GUESS(B, T, NH));
+        fprintf(stderr, "dtrain: rank %d: cuDNN attention plan: B %d T %d NH %d NKV %d HS %d, %s: workspace %zu bytes "
+                "(--dry-run assumes %zu for training)\n", c->rank, s->B, s->T, s->NH, s->NKV, s->hs,
+                c->inference ? "forward only" : "forward and backward", ws, ATT_WS_GUESS(s->B, s->T, s->NH));
     if (fused && !scratch(c, SCR_CUDNN, ws, "the cuDNN attention workspace")) return 0;
-    if (why[0] && !fused && !c->att_noted++) {
-        char more[32];
-        human_bytes(more, sizeof more, (double)(ATT_PROBS_BYTES(B, T, NH) - ATT_STATS_BYTES(B, T, NH)));
-        fprintf(stderr, "dtrain: note: rank %d: attention runs on dtrain's kernels, not cuDNN's fused attention (%s): "
-                "slower, and its T x T probabilities take %s more memory per layer\n", c->rank, why, more);
-    }
+    if (why[0] && !fused) att_note(c, s, why);
     const int i = c->n_att_geo < 8 ? c->n_att_geo++ : 7; /* more geometries than a model has: reuse the last */
-    c->att_geo[i].T = T, c->att_geo[i].C = C, c->att_geo[i].NH = NH, c->att_geo[i].fused = fused;
+    c->att_geo[i].s = *s;
+    c->att_geo[i].fused = fused;
     return fused;
 }
 
-static int cu_attention_bytes(void *ctx, int B, int T, int C, int NH, int bf16, size_t *att, size_t *datt) {
+static int cu_attention_bytes(void *ctx, const dt_att_shape *s, int bf16, size_t *att, size_t *datt) {
     cuda_ctx *c = ctx;
-    const int fused = c ? att_fused(c, B, T, C, NH) : bf16;
-    *att = fused ? ATT_STATS_BYTES(B, T, NH) : ATT_PROBS_BYTES(B, T, NH);
-    *datt = fused ? 0 : ATT_PROBS_BYTES(B, T, NH);
+    const int fused = c ? att_fused(c, s) : bf16 && att_may_fuse(s);
+    *att = fused ? ATT_STATS_BYTES(s->B, s->T, s->NH) : ATT_PROBS_BYTES(s->B, s->T, s->NH);
+    *datt = fused ? 0 : ATT_PROBS_BYTES(s->B, s->T, s->NH);
     return !fused;
 }
 
 /* cuDNN's workspace for this shape, for the forward or with `backward` for both directions
  * (planned when new); NULL after a failure */
-static void *att_workspace(cuda_ctx *c, int B, int T, int C, int NH, int backward, size_t *ws) {
+static void *att_workspace(cuda_ctx *c, const dt_att_shape *s, int backward, size_t *ws) {
     char why[640];
-    if (dtc_att_plan(c->att, B, T, NH, C / NH, backward, ws, why, sizeof why) != 0) {
+    if (dtc_att_plan(c->att, dtc_of(s), backward, ws, why, sizeof why) != 0) {
         fail(c, DT_ERR_DEVICE, "cuDNN attention on rank %d (host %s, GPU %d): %s (hint: DTRAIN_CUDNN_ATTENTION=0 "
              "runs dtrain's kernels instead)", c->rank, c->host, c->device, why);
         return NULL;
@@ -804,83 +827,99 @@ static void att_failed(cuda_ctx *c, const char *what, const char *why) {
          why);
 }
 
-static void fused_fwd(cuda_ctx *c, void *out, float *stats, const void *qkv, int B, int T, int C, int NH) {
+static void fused_fwd(cuda_ctx *c, void *out, float *stats, const void *qkv, const dt_att_shape *s) {
     size_t ws_bytes = 0;
-    void *ws = att_workspace(c, B, T, C, NH, 0, &ws_bytes);
+    void *ws = att_workspace(c, s, 0, &ws_bytes);
     char why[640];
-    if (ws && dtc_att_fwd(c->att, out, stats, qkv, B, T, NH, C / NH, ws, ws_bytes, why, sizeof why) != 0)
+    if (ws && dtc_att_fwd(c->att, out, stats, qkv, dtc_of(s), ws, ws_bytes, why, sizeof why) != 0)
         att_failed(c, "forward", why);
 }
 
 static void fused_bwd(cuda_ctx *c, void *dqkv, const void *dout, const void *qkv, const void *out, const float *stats,
-                      int B, int T, int C, int NH) {
+                      const dt_att_shape *s) {
     size_t ws_bytes = 0;
-    void *ws = att_workspace(c, B, T, C, NH, 1, &ws_bytes);
+    void *ws = att_workspace(c, s, 1, &ws_bytes);
     char why[640];
-    if (ws && dtc_att_bwd(c->att, dqkv, dout, qkv, out, stats, B, T, NH, C / NH, ws, ws_bytes, why, sizeof why) != 0)
+    if (ws && dtc_att_bwd(c->att, dqkv, dout, qkv, out, stats, dtc_of(s), ws, ws_bytes, why, sizeof why) != 0)
         att_failed(c, "backward", why);
 }
 
-static void cu_attention_fwd(void *ctx, dt_act *out, void *att_, const dt_act *qkv, int B, int T, int C, int NH) {
+/* The fallback's per-head operands in column-major terms, one product per (sequence, key/value
+ * head): a query block is hs x gT (the group's G = NH/NKV heads, gT = G*T columns), a key or
+ * value block hs x T, a score block T x gT (ld T); sq, sk, sp are their batch strides. */
+typedef struct att_blocks {
+    int T, hs, gT, batch;
+    long long sq, sk, sp;
+} att_blocks;
+
+static att_blocks att_blocks_of(const dt_att_shape *s) {
+    const int G = s->NH / s->NKV;
+    return (att_blocks){s->T, s->hs, G * s->T, s->B * s->NKV, (long long)G * s->T * s->hs, (long long)s->T * s->hs,
+                        (long long)G * s->T * s->T};
+}
+
+/* floats of the per-head q (or y, dy, dq: NH heads) and k (or v, dk, dv: NKV heads) */
+static size_t att_q_elems(const dt_att_shape *s) { return (size_t)s->B * s->T * s->NH * s->hs; }
+static size_t att_kv_elems(const dt_att_shape *s) { return (size_t)s->B * s->T * s->NKV * s->hs; }
+
+static void cu_attention_fwd(void *ctx, dt_act *out, void *att_, const dt_act *qkv, const dt_att_shape *s) {
     float *att = att_;
     cuda_ctx *c = ctx;
     if (c->err != DT_OK) return;
-    if (att_fused(c, B, T, C, NH)) {
-        fused_fwd(c, out, att, qkv, B, T, C, NH);
+    if (att_fused(c, s)) {
+        fused_fwd(c, out, att, qkv, s);
         return;
     }
     const dtk_type at = ACT(c);
-    const int hs = C / NH, BH = B * NH;
-    const size_t btc = (size_t)B * T * C;
-    float *q = scratch(c, SCR_ATT, 4 * btc * sizeof(float), "attention scratch");
+    const att_blocks a = att_blocks_of(s);
+    const size_t nq = att_q_elems(s), nkv = att_kv_elems(s);
+    float *q = scratch(c, SCR_ATT, (2 * nq + 2 * nkv) * sizeof(float), "attention scratch");
     if (!q) return;
-    float *k = q + btc, *v = k + btc, *y = v + btc;
-    const long long sq = (long long)T * hs, sp = (long long)T * T;
-    if (CK(dtk_qkv_split(c->s, at, q, k, v, qkv, B, T, C, NH))) return;
-    /* preatt = q k^T per head: preatt^T (T x T) = op(k_cm)=T (T x hs) q_cm (hs x T) */
-    gemm(c, 1, 0, T, T, hs, k, 0, hs, sq, q, 0, hs, sq, att, 0, T, sp, BH, 1.0f, 0.0f, NULL, NULL);
-    if (c->err != DT_OK || CK(dtk_causal_softmax_fwd(c->s, att, BH, T, 1.0f / sqrtf((float)hs)))) return;
-    /* y = P v: y^T (hs x T) = v^T (hs x T) P^T (T x T) */
-    gemm(c, 0, 0, hs, T, T, v, 0, hs, sq, att, 0, T, sp, y, 0, hs, sq, BH, 1.0f, 0.0f, NULL, NULL);
-    if (c->err == DT_OK) CK(dtk_heads_merge(c->s, at, out, y, B, T, C, NH));
+    float *k = q + nq, *v = k + nkv, *y = v + nkv;
+    if (CK(dtk_qkv_split(c->s, at, q, k, v, qkv, dtk_of(s)))) return;
+    /* preatt = q k^T per group: preatt^T (T x gT) = op(k_cm)=T (T x hs) q_cm (hs x gT) */
+    gemm(c, 1, 0, a.T, a.gT, a.hs, k, 0, a.hs, a.sk, q, 0, a.hs, a.sq, att, 0, a.T, a.sp, a.batch, 1.0f, 0.0f, NULL, NULL);
+    if (c->err != DT_OK || CK(dtk_causal_softmax_fwd(c->s, att, s->B * s->NH, a.T, 1.0f / sqrtf((float)a.hs)))) return;
+    /* y = P v: y^T (hs x gT) = v^T (hs x T) P^T (T x gT) */
+    gemm(c, 0, 0, a.hs, a.gT, a.T, v, 0, a.hs, a.sk, att, 0, a.T, a.sp, y, 0, a.hs, a.sq, a.batch, 1.0f, 0.0f, NULL, NULL);
+    if (c->err == DT_OK) CK(dtk_heads_merge(c->s, at, out, y, dtk_of(s)));
 }
 
 static void cu_attention_bwd(void *ctx, dt_act *dqkv, void *datt_, const dt_act *dout, const dt_act *qkv,
-                             const dt_act *out, const void *att_, int B, int T, int C, int NH) {
+                             const dt_act *out, const void *att_, const dt_att_shape *s) {
     float *datt = datt_;
     const float *att = att_;
     cuda_ctx *c = ctx;
     if (c->err != DT_OK) return;
-    if (att_fused(c, B, T, C, NH)) {
-        fused_bwd(c, dqkv, dout, qkv, out, att, B, T, C, NH);
+    if (att_fused(c, s)) {
+        fused_bwd(c, dqkv, dout, qkv, out, att, s);
         return;
     }
     const dtk_type at = ACT(c);
-    const int hs = C / NH, BH = B * NH;
-    const size_t btc = (size_t)B * T * C;
-    float *q = scratch(c, SCR_ATT, 7 * btc * sizeof(float), "attention scratch");
+    const att_blocks a = att_blocks_of(s);
+    const size_t nq = att_q_elems(s), nkv = att_kv_elems(s);
+    float *q = scratch(c, SCR_ATT, (3 * nq + 4 * nkv) * sizeof(float), "attention scratch");
     if (!q) return;
-    float *k = q + btc, *v = k + btc, *dy = v + btc, *dq = dy + btc, *dk = dq + btc, *dv = dk + btc;
-    const long long sq = (long long)T * hs, sp = (long long)T * T;
-    if (CK(dtk_qkv_split(c->s, at, q, k, v, qkv, B, T, C, NH)) || CK(dtk_heads_split(c->s, at, dy, dout, B, T, C, NH)))
+    float *k = q + nq, *v = k + nkv, *dy = v + nkv, *dq = dy + nq, *dk = dq + nq, *dv = dk + nkv;
+    if (CK(dtk_qkv_split(c->s, at, q, k, v, qkv, dtk_of(s))) || CK(dtk_heads_split(c->s, at, dy, dout, dtk_of(s))))
         return;
-    /* dP = dy v^T: dP^T (T x T) = op(v_cm)=T (T x hs) dy_cm (hs x T) */
-    gemm(c, 1, 0, T, T, hs, v, 0, hs, sq, dy, 0, hs, sq, datt, 0, T, sp, BH, 1.0f, 0.0f, NULL, NULL);
-    /* dv = P^T dy: dv^T (hs x T) = dy_cm (hs x T) op(P_cm)=T (T x T) */
-    gemm(c, 0, 1, hs, T, T, dy, 0, hs, sq, att, 0, T, sp, dv, 0, hs, sq, BH, 1.0f, 0.0f, NULL, NULL);
-    if (c->err != DT_OK || CK(dtk_causal_softmax_bwd(c->s, datt, att, BH, T, 1.0f / sqrtf((float)hs)))) return;
-    /* datt now holds dpreatt. dq = dpre k: dq^T = k_cm (hs x T) dpre_cm (T x T) */
-    gemm(c, 0, 0, hs, T, T, k, 0, hs, sq, datt, 0, T, sp, dq, 0, hs, sq, BH, 1.0f, 0.0f, NULL, NULL);
-    /* dk = dpre^T q: dk^T = q_cm (hs x T) op(dpre_cm)=T */
-    gemm(c, 0, 1, hs, T, T, q, 0, hs, sq, datt, 0, T, sp, dk, 0, hs, sq, BH, 1.0f, 0.0f, NULL, NULL);
-    if (c->err == DT_OK) CK(dtk_qkv_merge(c->s, at, dqkv, dq, dk, dv, B, T, C, NH));
+    /* dP = dy v^T: dP^T (T x gT) = op(v_cm)=T (T x hs) dy_cm (hs x gT) */
+    gemm(c, 1, 0, a.T, a.gT, a.hs, v, 0, a.hs, a.sk, dy, 0, a.hs, a.sq, datt, 0, a.T, a.sp, a.batch, 1.0f, 0.0f, NULL, NULL);
+    /* dv = P^T dy, the group's heads summed: dv^T (hs x T) = dy_cm (hs x gT) op(P_cm)=T (gT x T) */
+    gemm(c, 0, 1, a.hs, a.T, a.gT, dy, 0, a.hs, a.sq, att, 0, a.T, a.sp, dv, 0, a.hs, a.sk, a.batch, 1.0f, 0.0f, NULL, NULL);
+    if (c->err != DT_OK || CK(dtk_causal_softmax_bwd(c->s, datt, att, s->B * s->NH, a.T, 1.0f / sqrtf((float)a.hs))))
+        return;
+    /* datt now holds dpreatt. dq = dpre k: dq^T (hs x gT) = k_cm (hs x T) dpre_cm (T x gT) */
+    gemm(c, 0, 0, a.hs, a.gT, a.T, k, 0, a.hs, a.sk, datt, 0, a.T, a.sp, dq, 0, a.hs, a.sq, a.batch, 1.0f, 0.0f, NULL, NULL);
+    /* dk = dpre^T q, summed likewise: dk^T (hs x T) = q_cm (hs x gT) op(dpre_cm)=T (gT x T) */
+    gemm(c, 0, 1, a.hs, a.T, a.gT, q, 0, a.hs, a.sq, datt, 0, a.T, a.sp, dk, 0, a.hs, a.sk, a.batch, 1.0f, 0.0f, NULL, NULL);
+    if (c->err == DT_OK) CK(dtk_qkv_merge(c->s, at, dqkv, dq, dk, dv, dtk_of(s)));
 }
 
 static void cu_attention_cached(void *ctx, dt_act *out, dt_act *kcache, dt_act *vcache, float *scratch,
-                                const dt_act *qkv, int pos0, int n, int C, int NH) {
+                                const dt_act *qkv, int pos0, const dt_att_shape *s) {
     cuda_ctx *c = ctx;
-    if (c->err == DT_OK)
-        CK(dtk_attention_cached(c->s, ACT(c), out, kcache, vcache, scratch, qkv, pos0, n, C, NH));
+    if (c->err == DT_OK) CK(dtk_attention_cached(c->s, ACT(c), out, kcache, vcache, scratch, qkv, pos0, dtk_of(s)));
 }
 
 /* ---- everything else: our kernels, on activations of the element ACT(c) ---- */
@@ -917,6 +956,41 @@ static void cu_layernorm_bwd(void *ctx, dt_act *dinp, float *dw, float *db, cons
     void *work = scratch(c, SCR_WORK, wb, "kernel scratch");
     unsigned *flags = work ? col_flags(c, C) : NULL;
     if (flags) LAUNCH(dtk_layernorm_bwd(c->s, ACT(c), dinp, dw, db, dout, inp, w, mean, rstd, N, C, work, wb, flags));
+}
+
+static void cu_rmsnorm_fwd(void *ctx, dt_act *out, float *rstd, const dt_act *inp, const float *w, int N, int C,
+                           float eps) {
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_rmsnorm_fwd(c->s, ACT(c), out, rstd, inp, w, N, C, eps));
+}
+
+static void cu_rmsnorm_bwd(void *ctx, dt_act *dinp, float *dw, const dt_act *dout, const dt_act *inp, const float *w,
+                           const float *rstd, int N, int C) {
+    cuda_ctx *c = ctx;
+    size_t wb = dtk_rmsnorm_bwd_work_bytes(N, C);
+    void *work = scratch(c, SCR_WORK, wb, "kernel scratch");
+    unsigned *flags = work ? col_flags(c, C) : NULL;
+    if (flags) LAUNCH(dtk_rmsnorm_bwd(c->s, ACT(c), dinp, dw, dout, inp, w, rstd, N, C, work, wb, flags));
+}
+
+static void cu_rope_fwd(void *ctx, dt_act *qkv, const float *inv_freq, int pos0, const dt_att_shape *s) {
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_rope(c->s, ACT(c), qkv, inv_freq, pos0, dtk_of(s), 1.0f));
+}
+
+static void cu_rope_bwd(void *ctx, dt_act *dqkv, const float *inv_freq, int pos0, const dt_att_shape *s) {
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_rope(c->s, ACT(c), dqkv, inv_freq, pos0, dtk_of(s), -1.0f));
+}
+
+static void cu_swiglu_fwd(void *ctx, dt_act *out, const dt_act *inp, int N, int F) {
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_swiglu_fwd(c->s, ACT(c), out, inp, N, F));
+}
+
+static void cu_swiglu_bwd(void *ctx, dt_act *dinp, const dt_act *inp, const dt_act *dout, int N, int F) {
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_swiglu_bwd(c->s, ACT(c), dinp, inp, dout, N, F));
 }
 
 static void cu_gelu_fwd(void *ctx, dt_act *out, const dt_act *inp, size_t n) {
@@ -1082,8 +1156,9 @@ static int cu_bf16(void *ctx) { return ((const cuda_ctx *)ctx)->bf16; }
 /* bf16 products take bf16 activations: no input is rounded again, and activations take half
  * the memory; fp32 products keep fp32 ones. What stays fp32 either way: the master weights,
  * their gradients (accumulated in fp32 by the products and reductions), AdamW's moments,
- * LayerNorm's mean and rstd, the per-row losses, attention's softmax statistics, and inside
- * every kernel the arithmetic (activations are widened on load and rounded once on store). */
+ * LayerNorm's mean and rstd (RMSNorm's rstd), the per-row losses, attention's softmax
+ * statistics, and inside every kernel the arithmetic (activations are widened on load and
+ * rounded once on store). */
 static dt_dtype cu_act_dtype(int bf16) { return bf16 ? DT_DTYPE_BF16 : DT_DTYPE_F32; }
 
 /* a multiple of 128 (llm.c's 50304 for GPT-2): every row 16-byte aligned, for bf16 or fp32,
@@ -1194,18 +1269,18 @@ fail:
 /* The size each scratch slot grows to for op sizes `s` (upper bounds). with_cub: include the
  * embedding backward's sort space, which asks the CUDA runtime (only once a device is open). */
 static void slot_bytes(const dt_op_sizes *s, int bf16, int with_cub, int fused, size_t att_ws, size_t sz[N_SCRATCH]) {
-    const size_t btc = (size_t)s->att_batch * (size_t)s->att_seq * (size_t)s->att_width;
-    const size_t probs = (size_t)s->att_batch * (size_t)s->att_heads * (size_t)s->att_seq * (size_t)s->att_seq;
+    const size_t nq = att_q_elems(&s->att), nkv = att_kv_elems(&s->att);
+    const size_t probs = (size_t)s->att.B * (size_t)s->att.NH * (size_t)s->att.T * (size_t)s->att.T;
     memset(sz, 0, N_SCRATCH * sizeof *sz);
     if (fused) sz[SCR_CUDNN] = att_ws; /* cuDNN reads and writes the activations themselves */
-    else sz[SCR_ATT] = 7 * btc * sizeof(float); /* attention backward's q k v dy dq dk dv */
+    else sz[SCR_ATT] = (3 * nq + 4 * nkv) * sizeof(float); /* attention backward's q k v dy dq dk dv */
     if (bf16 && !fused) { /* bf16 copies of the fp32 operands of attention's products: q, k, v, dy, P */
-        sz[SCR_A16] = btc * 2;
-        sz[SCR_B16] = (probs > btc ? probs : btc) * 2;
+        sz[SCR_A16] = nq * 2; /* k, v, dy (A operands; nkv <= nq) */
+        sz[SCR_B16] = (probs > nq ? probs : nq) * 2;
     }
     size_t w = dtk_bias_bwd_work_bytes(s->bias_rows, s->bias_cols), x = dtk_layernorm_bwd_work_bytes(s->ln_rows, s->ln_width);
     size_t y = dtk_sumsq_work_bytes(s->vector), z = with_cub ? dtk_encoder_bwd_work_bytes(s->enc_batch, s->enc_seq) : 0;
-    sz[SCR_WORK] = w > x ? w : x;
+    sz[SCR_WORK] = w > x ? w : x; /* x also covers rmsnorm_bwd's (one sum a column, not two) */
     if (y > sz[SCR_WORK]) sz[SCR_WORK] = y;
     if (z > sz[SCR_WORK]) sz[SCR_WORK] = z;
     const int cols = s->bias_cols > s->ln_width ? s->bias_cols : s->ln_width;
@@ -1214,8 +1289,8 @@ static void slot_bytes(const dt_op_sizes *s, int bf16, int with_cub, int fused, 
 
 static size_t cu_scratch_bytes(const dt_op_sizes *s, int bf16) {
     size_t sz[N_SCRATCH], bytes = LT_WORKSPACE;
-    /* as on a device on which cuDNN plans: bf16 fused */
-    slot_bytes(s, bf16, 0, bf16, ATT_WS_GUESS(s->att_batch, s->att_seq, s->att_heads), sz);
+    /* as on a device on which cuDNN plans: bf16 fused (where any could, attention_bytes) */
+    slot_bytes(s, bf16, 0, bf16 && att_may_fuse(&s->att), ATT_WS_GUESS(s->att.B, s->att.T, s->att.NH), sz);
     for (int i = 0; i < N_SCRATCH; i++) bytes += sz[i] ? slot_round(sz[i]) : 0; /* as scratch() allocates */
     if (bf16) bytes += s->vector * 2; /* the weights' working copy */
     return bytes;
@@ -1228,9 +1303,8 @@ static dt_status cu_reserve(void *ctx, const dt_op_sizes *s) {
                                                 "fp32 matmul operands", "fp32 matmul operands",
                                                 "fp32 matmul operands", "the column reductions' counters"};
     size_t sz[N_SCRATCH], ws = 0;
-    const int fused = att_fused(c, s->att_batch, s->att_seq, s->att_width, s->att_heads);
-    if (fused && !att_workspace(c, s->att_batch, s->att_seq, s->att_width, s->att_heads, !c->inference, &ws))
-        return cu_check(c);
+    const int fused = att_fused(c, &s->att);
+    if (fused && !att_workspace(c, &s->att, !c->inference, &ws)) return cu_check(c);
     slot_bytes(s, c->bf16, 1, fused, ws, sz);
     for (int i = 0; i < N_SCRATCH; i++)
         if (sz[i] && !scratch(c, i, sz[i], what[i])) break;
@@ -1372,6 +1446,8 @@ const dt_ops dt_ops_cuda = {
     .encoder_bwd = cu_encoder_bwd,
     .layernorm_fwd = cu_layernorm_fwd,
     .layernorm_bwd = cu_layernorm_bwd,
+    .rmsnorm_fwd = cu_rmsnorm_fwd,
+    .rmsnorm_bwd = cu_rmsnorm_bwd,
     .matmul_fwd = cu_matmul_fwd,
     .matmul_bwd = cu_matmul_bwd,
     .matmul_gelu_fwd = cu_matmul_gelu_fwd,
@@ -1380,6 +1456,10 @@ const dt_ops dt_ops_cuda = {
     .attention_fwd = cu_attention_fwd,
     .attention_bwd = cu_attention_bwd,
     .attention_cached = cu_attention_cached,
+    .rope_fwd = cu_rope_fwd,
+    .rope_bwd = cu_rope_bwd,
+    .swiglu_fwd = cu_swiglu_fwd,
+    .swiglu_bwd = cu_swiglu_bwd,
     .gelu_fwd = cu_gelu_fwd,
     .gelu_bwd = cu_gelu_bwd,
     .add = cu_add,

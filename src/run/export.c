@@ -119,44 +119,87 @@ static dt_status copy_file(const char *from, const char *to) {
     return st;
 }
 
+/* The id of a special token's text in the model's tokenizer, -1 when it is not one token. */
+static int token_id(dt_tokenizer *tok, const char *text) {
+    uint32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    int id = text && dt_tokenizer_encode(tok, text, strlen(text), &ids, &n, &cap) == DT_OK && n == 1 ? (int)ids[0] : -1;
+    free(ids);
+    return id;
+}
+
+/* What the exported tokenizer_config.json and config.json say of the special tokens: those of
+ * the tokenizer_config.json beside the model's tokenizer.json (a Hugging Face model's: its
+ * chat template, bos, eos and unk carried over), else the end-of-text token as all of them. */
+typedef struct export_tokens {
+    dt_hf_tokens t;
+    int bos_id, eos_id;
+    char *eot_text;
+    void *held;
+} export_tokens;
+
+static dt_status tokens_of(const dt_infer *s, export_tokens *x) {
+    memset(x, 0, sizeof *x);
+    x->bos_id = x->eos_id = -1;
+    if (!s->tok) return DT_OK;
+    const int eot = dt_tokenizer_eot(s->tok), cls = s->cfg.model.shape.num_labels > 0;
+    size_t len = 0;
+    uint32_t id = (uint32_t)eot;
+    if (eot >= 0) DT_TRY(dt_tokenizer_decode(s->tok, &id, 1, &x->eot_text, &len));
+    char dir[DT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", dt_tokenizer_name(s->tok));
+    DT_TRY(dt_hf_read_tokens(dirname(dir), &x->t, &x->held));
+    if (!x->t.eos) { /* no tokenizer_config.json of the model's: the end-of-text token for all */
+        x->t.eos = x->eot_text;
+        x->t.bos = x->t.unk = NULL;
+    }
+    x->eos_id = token_id(s->tok, x->t.eos);
+    x->bos_id = x->t.bos ? token_id(s->tok, x->t.bos) : x->eos_id;
+    /* a classifier pads with the end-of-text token (dtrain's convention: config.json's pad_token_id) */
+    x->t.pad = cls ? x->eot_text : x->t.pad;
+    return DT_OK;
+}
+
+static void tokens_free(export_tokens *x) {
+    free(x->eot_text);
+    dt_hf_tokens_free(x->held);
+}
+
 /* The tokenizer files: the BPE's tokenizer.json as it is, or the byte tokenizer's made for it. */
-static dt_status write_tokenizer(const char *dir, const dt_infer *s) {
+static dt_status write_tokenizer(const char *dir, const dt_infer *s, const export_tokens *x) {
     const int T = s->cfg.data.seq_len, cls = s->cfg.model.shape.num_labels > 0;
     if (!s->tok) {
         char pad[3];
         dt_tokenizer_byte_string(0, pad); /* the classifier's padding, id 0 */
         DT_TRY(dt_hf_write_byte_tokenizer(dir, cls, T));
-        return dt_hf_write_tokenizer_config(dir, T, NULL, cls ? pad : NULL, cls ? "<cls>" : NULL);
+        const dt_hf_tokens t = {.pad = cls ? pad : NULL, .cls = cls ? "<cls>" : NULL};
+        return dt_hf_write_tokenizer_config(dir, T, &t);
     }
     char path[DT_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     DT_TRY(copy_file(dt_tokenizer_name(s->tok), path));
-    const int eot = dt_tokenizer_eot(s->tok);
-    char *eos = NULL;
-    size_t len = 0;
-    uint32_t id = (uint32_t)eot;
-    if (eot >= 0) DT_TRY(dt_tokenizer_decode(s->tok, &id, 1, &eos, &len));
-    dt_status st = dt_hf_write_tokenizer_config(dir, T, eos, cls ? eos : NULL, NULL);
-    free(eos);
-    return st;
+    return dt_hf_write_tokenizer_config(dir, T, &x->t);
 }
 
 static dt_status write_hf(const char *dir, dt_infer *s) {
     const dt_config *c = &s->cfg;
     const int eot = s->tok ? dt_tokenizer_eot(s->tok) : -1;
+    export_tokens x;
+    dt_status st = tokens_of(s, &x);
     dt_hf_config hc = {
         .shape = c->model.shape,
-        .eos_token_id = eot,
+        .eos_token_id = s->tok ? x.eos_id : -1, .bos_token_id = s->tok ? x.bos_id : -1,
         /* the id the classifier's padding uses: GPT2ForSequenceClassification then reads the
          * last other token, as dtrain does (bytes: 0 after <cls>; BPE: the end-of-text id) */
         .pad_token_id = c->model.shape.num_labels ? (s->tok ? eot : 0) : -1,
     };
     char path[DT_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    DT_TRY(dt_model_save_hf(s->model, path));
-    DT_TRY(dt_hf_write_config(dir, &hc));
-    DT_TRY(write_tokenizer(dir, s));
-    return fsync_dir(dir);
+    if (st == DT_OK) st = dt_model_save_hf(s->model, path);
+    if (st == DT_OK) st = dt_hf_write_config(dir, &hc);
+    if (st == DT_OK) st = write_tokenizer(dir, s, &x);
+    tokens_free(&x);
+    return st == DT_OK ? fsync_dir(dir) : st;
 }
 
 /* OUT.tmp.PID built whole, then exchanged with OUT (an earlier export, then removed) or renamed

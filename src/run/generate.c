@@ -109,7 +109,8 @@ static void gen_free(gen *g) {
 
 /* The prompt's ids into g->ids, checked against the model's positions. */
 static dt_status encode_prompt(gen *g, const dt_model_cfg *mc, const dt_gen_opts *o) {
-    const int eot = g->own_tok ? -1 : dt_tokenizer_eot(g->tok);
+    const int eot = g->own_tok || o->bare ? -1 : dt_tokenizer_eot(g->tok);
+    if (o->bare && o->prompt_len == 0) return dt_error_set(DT_ERR_USAGE, "--prompt: empty");
     if (eot >= 0) { /* a document starts after the end-of-text token */
         g->ids = malloc(64 * sizeof *g->ids);
         if (!g->ids) return dt_error_set(DT_ERR_NOMEM, "out of memory");
@@ -185,7 +186,7 @@ dt_status dt_generate(dt_model *m, dt_tokenizer *tok, const dt_gen_opts *o, dt_g
     t0 = dt_clock_now();
     while (st == DT_OK) {
         const uint32_t id = (uint32_t)dt_gen_sampler_next(g.smp, g.logits);
-        if ((int)id == eot) {
+        if ((int)id == eot || (int)id == o->stop_id) {
             res->stop = 1;
             break;
         }

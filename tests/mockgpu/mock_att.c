@@ -11,7 +11,8 @@
  *     cuDNN cannot be loaded); dtc_att_close waits for the device (cudnnDestroy synchronises)
  *     and accepts NULL; a handle used after its close, or not made by dtc_att_open, is reported.
  *   - dtc_att_plan refuses what cuDNN's SDPA cannot run: a head size that is not a multiple of
- *     8 or is over 128 (and empty shapes), with a reason, so the backend's fallback to its own
+ *     8 or is over 128 (the frontend's rule before Hopper, which takes 256 for some graphs), query
+ *     heads that are not a multiple of the key/value heads (and empty shapes), with a reason, so the backend's fallback to its own
  *     kernels is exercised too; otherwise *ws = B*NH*(T64*T128*2 + T*4) bytes, T64 and T128 T
  *     rounded up to multiples of 64 and 128 (the deterministic backward's dP in 16 bits and the
  *     softmax sums, as the cuDNN frontend sizes them on Hopper, and what ops_cuda.c's estimate
@@ -19,15 +20,19 @@
  *     0, with which that case reports the difference).
  *   - dtc_att_fwd / dtc_att_bwd, queued as stream work on the handle's stream (mock_api.h's
  *     mock_enqueue_fn), so they run after the work queued before them (what wrote qkv, dout)
- *     and before the work queued after (what reads out, dqkv), as cuDNN's kernels would:
+ *     and before the work queued after (what reads out, dqkv), as cuDNN's kernels would, with
+ *     grouped-query attention as cuDNN's (h_k = h_v = NKV): query head h reads key/value head
+ *     g = h / (NH/NKV) at its columns of the packed qkv rows [q (NH) | k (NKV) | v (NKV)];
  *       forward: S = scale Q K^T (scale 1/sqrtf(HS), as cudnn_att.cpp passes it), causal;
  *       stats = max + log(sum exp) per row (natural log, fp32), O = softmax(S) V rounded to
  *       bf16 (round to nearest even); computed in double from the bf16 operands;
  *       backward: P recomputed from the given stats, D_i = dO_i . O_i (the given O), dS =
- *       P * (dO V^T - D), dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO, in double, rounded
- *       to bf16 into every column of dqkv (overwritten). Deterministic (a fixed order).
+ *       P * (dO V^T - D), dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO, in double (dK and
+ *       dV summed over the group's query heads in order), rounded once to bf16 into every
+ *       column of dqkv (overwritten). Deterministic (a fixed order).
  *     Arguments are checked as the interface states them: every buffer non-NULL, device (or
- *     managed) memory, inside one allocation for the whole (B,T,3C), (B,T,C) or (B,NH,T) shape;
+ *     managed) memory, inside one allocation for the whole (B,T,(NH+2NKV)HS), (B,T,NH*HS) or
+ *     (B,NH,T) shape;
  *     bf16 buffers 16-byte aligned and stats 4-byte aligned (an assumption: cuDNN's kernels
  *     load 16 bytes at a time); outputs that overlap an input; a workspace smaller than the
  *     plan's or not inside a device allocation of ws_bytes. Backward also recomputes forward
@@ -135,30 +140,41 @@ static uint16_t to_bf16(double x) {
 /* ---------------------------------------------------------------- shapes */
 
 /* 0 when cuDNN's SDPA would plan the shape; else -1 and why */
-static int refuse(int B, int T, int NH, int HS, char *why, size_t n) {
-    if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0) {
-        say(why, n, "mock cuDNN: an empty shape (B %d, T %d, NH %d, head size %d)", B, T, NH, HS);
+static int refuse(dtc_shape s, char *why, size_t n) {
+    if (s.B <= 0 || s.T <= 0 || s.NH <= 0 || s.NKV <= 0 || s.HS <= 0) {
+        say(why, n, "mock cuDNN: an empty shape (B %d, T %d, NH %d, NKV %d, head size %d)", s.B, s.T, s.NH, s.NKV,
+            s.HS);
         return -1;
     }
-    if (HS % 8) {
-        say(why, n, "mock cuDNN: head size %d is not a multiple of 8", HS);
+    if (s.NH % s.NKV) {
+        say(why, n, "mock cuDNN: %d query heads are not a multiple of %d key/value heads", s.NH, s.NKV);
         return -1;
     }
-    if (HS > 128) {
-        say(why, n, "mock cuDNN: head size %d is over 128", HS);
+    if (s.HS % 8) {
+        say(why, n, "mock cuDNN: head size %d is not a multiple of 8", s.HS);
+        return -1;
+    }
+    if (s.HS > 128) {
+        say(why, n, "mock cuDNN: head size %d is over 128", s.HS);
         return -1;
     }
     return 0;
 }
 
-static size_t ws_need(int B, int T, int NH, int HS, int backward) {
+/* the workspace: NH query heads' (grouped key/value heads change nothing, as in the frontend:
+ * its full-head dK, dV of GQA are virtual in the fused kernel) */
+static size_t ws_need(dtc_shape s, int backward) {
     const char *e = getenv("MOCK_ATT_WS_BYTES");
     if (e && *e) return (size_t)strtoull(e, NULL, 10);
-    (void)HS;
-    const size_t t64 = ((size_t)T + 63) / 64 * 64, t128 = ((size_t)T + 127) / 128 * 128;
-    const size_t sums = (size_t)B * (size_t)NH * (size_t)T * sizeof(float);
-    return backward ? (size_t)B * (size_t)NH * t64 * t128 * 2 + sums : sums;
+    const size_t t64 = ((size_t)s.T + 63) / 64 * 64, t128 = ((size_t)s.T + 127) / 128 * 128;
+    const size_t sums = (size_t)s.B * (size_t)s.NH * (size_t)s.T * sizeof(float);
+    return backward ? (size_t)s.B * (size_t)s.NH * t64 * t128 * 2 + sums : sums;
 }
+
+/* the bytes of the packed buffers: qkv (and dqkv), out (and dout), stats */
+static size_t qkv_bytes(dtc_shape s) { return (size_t)s.B * s.T * ((size_t)s.NH + 2 * (size_t)s.NKV) * s.HS * 2; }
+static size_t out_bytes(dtc_shape s) { return (size_t)s.B * s.T * (size_t)s.NH * s.HS * 2; }
+static size_t stats_bytes(dtc_shape s) { return (size_t)s.B * s.NH * (size_t)s.T * sizeof(float); }
 
 /* ---------------------------------------------------------------- the API */
 
@@ -189,21 +205,23 @@ void dtc_att_close(dtc_att *a) {
     __atomic_store_n(&a->closed, 1, __ATOMIC_SEQ_CST);
 }
 
-int dtc_att_plan(dtc_att *a, int B, int T, int NH, int HS, int backward, size_t *ws, char *why, size_t n) {
+int dtc_att_plan(dtc_att *a, dtc_shape s, int backward, size_t *ws, char *why, size_t n) {
     if (!live(a, "dtc_att_plan", why, n)) return -1;
     if (!ws) {
         mock_report("cuDNN attention: dtc_att_plan: NULL ws");
         say(why, n, "mock cuDNN: NULL ws");
         return -1;
     }
-    if (refuse(B, T, NH, HS, why, n)) {
-        if (trace()) fprintf(stderr, "MOCK ATT: plan B %d T %d NH %d HS %d refused: %s\n", B, T, NH, HS, why ? why : "");
+    if (refuse(s, why, n)) {
+        if (trace())
+            fprintf(stderr, "MOCK ATT: plan B %d T %d NH %d NKV %d HS %d refused: %s\n", s.B, s.T, s.NH, s.NKV, s.HS,
+                    why ? why : "");
         return -1;
     }
-    *ws = ws_need(B, T, NH, HS, backward);
+    *ws = ws_need(s, backward);
     if (trace())
-        fprintf(stderr, "MOCK ATT: plan B %d T %d NH %d HS %d%s: workspace %zu bytes\n", B, T, NH, HS,
-                backward ? ", forward and backward" : ", forward only", *ws);
+        fprintf(stderr, "MOCK ATT: plan B %d T %d NH %d NKV %d HS %d%s: workspace %zu bytes\n", s.B, s.T, s.NH, s.NKV,
+                s.HS, backward ? ", forward and backward" : ", forward only", *ws);
     return 0;
 }
 
@@ -232,29 +250,11 @@ static int check_buf(const char *call, unsigned long k, span s, size_t align) {
     return 0;
 }
 
-/* the shape, the workspace, the buffers: 0, or -1 with why (and misuse reported) */
-static int check_call(const char *call, unsigned long k, int B, int T, int NH, int HS, void *ws, size_t ws_bytes,
-                      const span *in, int n_in, const span *out, int n_out, char *why, size_t n) {
-    if (refuse(B, T, NH, HS, why, n)) return -1; /* the real one plans first, and fails so */
-    const size_t need = ws_need(B, T, NH, HS, strcmp(call, "backward") == 0);
-    if (ws_bytes < need) {
-        mock_report("cuDNN attention %s #%lu: the workspace has %zu bytes, B %d T %d NH %d HS %d needs %zu", call, k,
-                    ws_bytes, B, T, NH, HS, need);
-        say(why, n, "mock cuDNN: the workspace has %zu bytes, the shape needs %zu", ws_bytes, need);
-        return -1;
-    }
+/* outputs overlapping inputs, each other or the workspace: 0 or reported */
+static int check_overlaps(const char *call, unsigned long k, const span *in, int n_in, const span *out, int n_out,
+                          void *ws, size_t ws_bytes) {
     int bad = 0;
-    if (need || ws) { /* cuDNN accepts a NULL workspace only where the plan needs none */
-        char what[160];
-        snprintf(what, sizeof what, "cuDNN attention %s #%lu: workspace (%zu bytes)", call, k, ws_bytes);
-        if (!ws) {
-            mock_report("%s: NULL", what);
-            bad = 1;
-        } else bad |= mock_check_dev_range(ws, ws_bytes ? ws_bytes : 1, what);
-    }
-    for (int i = 0; i < n_in; i++) bad |= check_buf(call, k, in[i], strcmp(in[i].name, "stats") ? 16 : 4);
-    for (int i = 0; i < n_out; i++) bad |= check_buf(call, k, out[i], strcmp(out[i].name, "stats") ? 16 : 4);
-    for (int i = 0; i < n_out && !bad; i++) {
+    for (int i = 0; i < n_out; i++) {
         for (int j = 0; j < n_in; j++)
             if (overlap(out[i], in[j])) {
                 mock_report("cuDNN attention %s #%lu: output %s overlaps input %s", call, k, out[i].name, in[j].name);
@@ -270,6 +270,32 @@ static int check_call(const char *call, unsigned long k, int B, int T, int NH, i
             bad = 1;
         }
     }
+    return bad;
+}
+
+/* the shape, the workspace, the buffers: 0, or -1 with why (and misuse reported) */
+static int check_call(const char *call, unsigned long k, dtc_shape s, void *ws, size_t ws_bytes, const span *in,
+                      int n_in, const span *out, int n_out, char *why, size_t n) {
+    if (refuse(s, why, n)) return -1; /* the real one plans first, and fails so */
+    const size_t need = ws_need(s, strcmp(call, "backward") == 0);
+    if (ws_bytes < need) {
+        mock_report("cuDNN attention %s #%lu: the workspace has %zu bytes, B %d T %d NH %d NKV %d HS %d needs %zu",
+                    call, k, ws_bytes, s.B, s.T, s.NH, s.NKV, s.HS, need);
+        say(why, n, "mock cuDNN: the workspace has %zu bytes, the shape needs %zu", ws_bytes, need);
+        return -1;
+    }
+    int bad = 0;
+    if (need || ws) { /* cuDNN accepts a NULL workspace only where the plan needs none */
+        char what[160];
+        snprintf(what, sizeof what, "cuDNN attention %s #%lu: workspace (%zu bytes)", call, k, ws_bytes);
+        if (!ws) {
+            mock_report("%s: NULL", what);
+            bad = 1;
+        } else bad |= mock_check_dev_range(ws, ws_bytes ? ws_bytes : 1, what);
+    }
+    for (int i = 0; i < n_in; i++) bad |= check_buf(call, k, in[i], strcmp(in[i].name, "stats") ? 16 : 4);
+    for (int i = 0; i < n_out; i++) bad |= check_buf(call, k, out[i], strcmp(out[i].name, "stats") ? 16 : 4);
+    if (!bad) bad = check_overlaps(call, k, in, n_in, out, n_out, ws, ws_bytes);
     if (bad) {
         say(why, n, "mock cuDNN: bad arguments to %s (MOCK ERROR above)", call);
         return -1;
@@ -282,7 +308,7 @@ static int check_call(const char *call, unsigned long k, int B, int T, int NH, i
 typedef struct job {
     int bwd;
     unsigned long k;
-    int B, T, NH, HS;
+    dtc_shape s;
     float scale;
     const uint16_t *qkv, *out_in, *dout;
     const float *stats_in;
@@ -323,93 +349,141 @@ static double scores(double *s, const double *Q, const double *K, int t, int HS,
     return m + log(l);
 }
 
-static void run_job(void *arg) {
-    job *j = arg;
-    const int B = j->B, T = j->T, NH = j->NH, HS = j->HS;
-    const size_t C = (size_t)NH * HS, C3 = 3 * C, th = (size_t)T * HS;
-    const double scale = j->scale;
-    double *Q = malloc(th * sizeof(double)), *K = malloc(th * sizeof(double)), *V = malloc(th * sizeof(double));
-    double *O = malloc(th * sizeof(double)), *dO = malloc(th * sizeof(double)), *s = malloc((size_t)T * sizeof(double));
-    double *dQ = calloc(th, sizeof(double)), *dK = calloc(th, sizeof(double)), *dV = calloc(th, sizeof(double));
-    double *D = malloc((size_t)T * sizeof(double)), *orow = malloc((size_t)HS * sizeof(double));
-    if (!Q || !K || !V || !O || !dO || !s || !dQ || !dK || !dV || !D || !orow) {
+/* one query head's work in double: its Q, the K and V of its key/value head, O, dO, the
+ * gradients (dQ its own; dK, dV summed over the group), a row of scores and D = rowsum(dO O) */
+typedef struct bufs {
+    double *Q, *K, *V, *O, *dO, *dQ, *dK, *dV, *s, *D, *orow;
+} bufs;
+
+static bufs bufs_new(int T, int HS) {
+    const size_t th = (size_t)T * HS;
+    bufs w = {malloc(th * sizeof(double)), malloc(th * sizeof(double)), malloc(th * sizeof(double)),
+              malloc(th * sizeof(double)), malloc(th * sizeof(double)), calloc(th, sizeof(double)),
+              calloc(th, sizeof(double)), calloc(th, sizeof(double)), malloc((size_t)T * sizeof(double)),
+              malloc((size_t)T * sizeof(double)), malloc((size_t)HS * sizeof(double))};
+    if (!w.Q || !w.K || !w.V || !w.O || !w.dO || !w.dQ || !w.dK || !w.dV || !w.s || !w.D || !w.orow) {
         fprintf(stderr, "MOCK: cuDNN attention: out of host memory\n");
         abort();
     }
-    size_t bad_stats = 0, bad_out = 0;
-    double worst_stats = 0, worst_out = 0;
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            const size_t bh = (size_t)b * NH + h;
-            load(Q, j->qkv, b, T, HS, C3, (size_t)h * HS);
-            load(K, j->qkv, b, T, HS, C3, C + (size_t)h * HS);
-            load(V, j->qkv, b, T, HS, C3, 2 * C + (size_t)h * HS);
-            if (!j->bwd) {
-                for (int t = 0; t < T; t++) {
-                    const double lse = scores(s, Q, K, t, HS, scale);
-                    for (int d = 0; d < HS; d++) O[(size_t)t * HS + d] = 0;
-                    for (int u = 0; u <= t; u++) {
-                        const double p = exp(s[u] - lse);
-                        for (int d = 0; d < HS; d++) O[(size_t)t * HS + d] += p * V[(size_t)u * HS + d];
-                    }
-                    j->stats[bh * T + t] = (float)lse;
-                }
-                store(j->out, O, b, T, HS, C, (size_t)h * HS);
-                continue;
-            }
-            load(O, j->out_in, b, T, HS, C, (size_t)h * HS);
-            load(dO, j->dout, b, T, HS, C, (size_t)h * HS);
-            memset(dQ, 0, th * sizeof(double));
-            memset(dK, 0, th * sizeof(double));
-            memset(dV, 0, th * sizeof(double));
-            for (int t = 0; t < T; t++) {
-                const double *dOt = dO + (size_t)t * HS, *Ot = O + (size_t)t * HS;
-                D[t] = dot(dOt, Ot, HS);
-                /* forward again, from qkv: are stats and out forward's? */
-                const double lse = scores(s, Q, K, t, HS, scale), given = j->stats_in[bh * T + t];
-                const double es = fabs(lse - given);
-                if (!(es <= 1e-5 * (1 + fabs(lse))) && !same(lse, given)) {
-                    bad_stats++;
-                    if (!(es <= worst_stats)) worst_stats = es;
-                }
-                for (int d = 0; d < HS; d++) orow[d] = 0;
-                for (int u = 0; u <= t; u++) {
-                    const double p = exp(s[u] - lse);
-                    for (int d = 0; d < HS; d++) orow[d] += p * V[(size_t)u * HS + d];
-                }
-                for (int d = 0; d < HS; d++) {
-                    /* out as forward rounded it, within bf16's half ulp (2^-9 relative) and a margin */
-                    const double eo = fabs(orow[d] - Ot[d]);
-                    if (!(eo <= 4.0 / 512 * fabs(orow[d]) + 1e-6) && !same(orow[d], Ot[d])) {
-                        bad_out++;
-                        if (!(eo <= worst_out)) worst_out = eo;
-                    }
-                }
-                /* backward from the given statistics */
-                for (int u = 0; u <= t; u++) {
-                    const double *Ku = K + (size_t)u * HS, *Vu = V + (size_t)u * HS, *Qt = Q + (size_t)t * HS;
-                    const double p = exp(s[u] - given), dp = dot(dOt, Vu, HS), ds = p * (dp - D[t]);
-                    double *dQt = dQ + (size_t)t * HS, *dKu = dK + (size_t)u * HS, *dVu = dV + (size_t)u * HS;
-                    for (int d = 0; d < HS; d++) {
-                        dQt[d] += scale * ds * Ku[d];
-                        dKu[d] += scale * ds * Qt[d];
-                        dVu[d] += p * dOt[d];
-                    }
-                }
-            }
-            store(j->dqkv, dQ, b, T, HS, C3, (size_t)h * HS);
-            store(j->dqkv, dK, b, T, HS, C3, C + (size_t)h * HS);
-            store(j->dqkv, dV, b, T, HS, C3, 2 * C + (size_t)h * HS);
+    return w;
+}
+
+static void bufs_free(bufs *w) {
+    free(w->Q), free(w->K), free(w->V), free(w->O), free(w->dO), free(w->dQ), free(w->dK), free(w->dV), free(w->s);
+    free(w->D), free(w->orow);
+}
+
+/* forward of query head h of batch b (K, V loaded): out and stats */
+static void fwd_head(const job *j, bufs *w, int b, int h) {
+    const dtc_shape s = j->s;
+    const int T = s.T, HS = s.HS;
+    load(w->Q, j->qkv, b, T, HS, ((size_t)s.NH + 2 * (size_t)s.NKV) * HS, (size_t)h * HS);
+    for (int t = 0; t < T; t++) {
+        const double lse = scores(w->s, w->Q, w->K, t, HS, j->scale);
+        for (int d = 0; d < HS; d++) w->O[(size_t)t * HS + d] = 0;
+        for (int u = 0; u <= t; u++) {
+            const double p = exp(w->s[u] - lse);
+            for (int d = 0; d < HS; d++) w->O[(size_t)t * HS + d] += p * w->V[(size_t)u * HS + d];
         }
-    if (bad_stats)
-        mock_report("cuDNN attention backward #%lu (B %d T %d NH %d HS %d): %zu of %zu statistics are not forward's "
-                    "log-sum-exp for these qkv (worst off by %g): stats overwritten or the wrong buffer?",
-                    j->k, B, T, NH, HS, bad_stats, (size_t)B * NH * T, worst_stats);
-    if (bad_out)
-        mock_report("cuDNN attention backward #%lu (B %d T %d NH %d HS %d): %zu of %zu elements of out are not "
-                    "forward's output for these qkv (worst off by %g): out overwritten, or not rounded from bf16?",
-                    j->k, B, T, NH, HS, bad_out, (size_t)B * T * C, worst_out);
-    free(Q), free(K), free(V), free(O), free(dO), free(s), free(dQ), free(dK), free(dV), free(D), free(orow);
+        j->stats[((size_t)b * s.NH + h) * T + t] = (float)lse;
+    }
+    store(j->out, w->O, b, T, HS, (size_t)s.NH * HS, (size_t)h * HS);
+}
+
+/* what backward found of forward's statistics and output: how many differ, the worst */
+typedef struct drift {
+    size_t stats, out;
+    double worst_stats, worst_out;
+} drift;
+
+/* forward again for row t (scores into w->s): are the given statistic and out forward's? */
+static void check_row(const job *j, bufs *w, size_t bh, int t, drift *dr) {
+    const int HS = j->s.HS;
+    const double lse = scores(w->s, w->Q, w->K, t, HS, j->scale), given = j->stats_in[bh * j->s.T + t];
+    const double es = fabs(lse - given);
+    if (!(es <= 1e-5 * (1 + fabs(lse))) && !same(lse, given)) {
+        dr->stats++;
+        if (!(es <= dr->worst_stats)) dr->worst_stats = es;
+    }
+    for (int d = 0; d < HS; d++) w->orow[d] = 0;
+    for (int u = 0; u <= t; u++) {
+        const double p = exp(w->s[u] - lse);
+        for (int d = 0; d < HS; d++) w->orow[d] += p * w->V[(size_t)u * HS + d];
+    }
+    const double *Ot = w->O + (size_t)t * HS;
+    for (int d = 0; d < HS; d++) {
+        /* out as forward rounded it, within bf16's half ulp (2^-9 relative) and a margin */
+        const double eo = fabs(w->orow[d] - Ot[d]);
+        if (!(eo <= 4.0 / 512 * fabs(w->orow[d]) + 1e-6) && !same(w->orow[d], Ot[d])) {
+            dr->out++;
+            if (!(eo <= dr->worst_out)) dr->worst_out = eo;
+        }
+    }
+}
+
+/* backward of query head h of batch b (K, V loaded; dK, dV accumulate the group's heads): dQ */
+static void bwd_head(const job *j, bufs *w, int b, int h, drift *dr) {
+    const dtc_shape s = j->s;
+    const int T = s.T, HS = s.HS;
+    const size_t bh = (size_t)b * s.NH + h, W = ((size_t)s.NH + 2 * (size_t)s.NKV) * HS, HQ = (size_t)s.NH * HS;
+    const double scale = j->scale;
+    load(w->Q, j->qkv, b, T, HS, W, (size_t)h * HS);
+    load(w->O, j->out_in, b, T, HS, HQ, (size_t)h * HS);
+    load(w->dO, j->dout, b, T, HS, HQ, (size_t)h * HS);
+    memset(w->dQ, 0, (size_t)T * HS * sizeof(double));
+    for (int t = 0; t < T; t++) {
+        const double *dOt = w->dO + (size_t)t * HS, *Qt = w->Q + (size_t)t * HS;
+        w->D[t] = dot(dOt, w->O + (size_t)t * HS, HS);
+        check_row(j, w, bh, t, dr);
+        const double given = j->stats_in[bh * T + t]; /* backward from the given statistics */
+        for (int u = 0; u <= t; u++) {
+            const double *Ku = w->K + (size_t)u * HS, *Vu = w->V + (size_t)u * HS;
+            const double p = exp(w->s[u] - given), dp = dot(dOt, Vu, HS), ds = p * (dp - w->D[t]);
+            double *dQt = w->dQ + (size_t)t * HS, *dKu = w->dK + (size_t)u * HS, *dVu = w->dV + (size_t)u * HS;
+            for (int d = 0; d < HS; d++) {
+                dQt[d] += scale * ds * Ku[d];
+                dKu[d] += scale * ds * Qt[d];
+                dVu[d] += p * dOt[d];
+            }
+        }
+    }
+    store(j->dqkv, w->dQ, b, T, HS, W, (size_t)h * HS);
+}
+
+/* One (sequence, key/value head) at a time: its K and V, then its query heads in order
+ * (forward: out and stats; backward: dQ of each, dK and dV summed over them in double and
+ * rounded once), as cuDNN's grouped-query attention computes. */
+static void run_job(void *arg) {
+    job *j = arg;
+    const dtc_shape s = j->s;
+    const int T = s.T, HS = s.HS, G = s.NH / s.NKV;
+    const size_t W = ((size_t)s.NH + 2 * (size_t)s.NKV) * HS, th = (size_t)T * HS;
+    bufs w = bufs_new(T, HS);
+    drift dr = {0, 0, 0, 0};
+    for (int b = 0; b < s.B; b++)
+        for (int g = 0; g < s.NKV; g++) {
+            const size_t kcol = ((size_t)s.NH + g) * HS, vcol = ((size_t)s.NH + s.NKV + g) * HS;
+            load(w.K, j->qkv, b, T, HS, W, kcol);
+            load(w.V, j->qkv, b, T, HS, W, vcol);
+            memset(w.dK, 0, th * sizeof(double));
+            memset(w.dV, 0, th * sizeof(double));
+            for (int h = g * G; h < (g + 1) * G; h++) {
+                if (j->bwd) bwd_head(j, &w, b, h, &dr);
+                else fwd_head(j, &w, b, h);
+            }
+            if (!j->bwd) continue;
+            store(j->dqkv, w.dK, b, T, HS, W, kcol);
+            store(j->dqkv, w.dV, b, T, HS, W, vcol);
+        }
+    if (dr.stats)
+        mock_report("cuDNN attention backward #%lu (B %d T %d NH %d NKV %d HS %d): %zu of %zu statistics are not "
+                    "forward's log-sum-exp for these qkv (worst off by %g): stats overwritten or the wrong buffer?",
+                    j->k, s.B, T, s.NH, s.NKV, HS, dr.stats, (size_t)s.B * s.NH * T, dr.worst_stats);
+    if (dr.out)
+        mock_report("cuDNN attention backward #%lu (B %d T %d NH %d NKV %d HS %d): %zu of %zu elements of out are "
+                    "not forward's output for these qkv (worst off by %g): out overwritten, or not rounded from bf16?",
+                    j->k, s.B, T, s.NH, s.NKV, HS, dr.out, (size_t)s.B * T * s.NH * HS, dr.worst_out);
+    bufs_free(&w);
     free(j);
 }
 
@@ -424,35 +498,33 @@ static int enqueue(dtc_att *a, job *tmpl, char *why, size_t n) {
     return 0;
 }
 
-int dtc_att_fwd(dtc_att *a, void *out, float *stats, const void *qkv, int B, int T, int NH, int HS, void *ws,
-                size_t ws_bytes, char *why, size_t n) {
+int dtc_att_fwd(dtc_att *a, void *out, float *stats, const void *qkv, dtc_shape s, void *ws, size_t ws_bytes,
+                char *why, size_t n) {
     if (!live(a, "dtc_att_fwd", why, n)) return -1;
     const unsigned long k = __atomic_add_fetch(&a->calls, 1, __ATOMIC_SEQ_CST);
-    const size_t btc = (size_t)B * T * NH * HS;
     if (trace())
-        fprintf(stderr, "MOCK ATT: forward #%lu B %d T %d NH %d HS %d qkv %p out %p stats %p ws %p (%zu bytes)\n", k, B,
-                T, NH, HS, qkv, out, (void *)stats, ws, ws_bytes);
-    const span in[] = {{qkv, 3 * btc * 2, "qkv"}};
-    const span outs[] = {{out, btc * 2, "out"}, {stats, (size_t)B * NH * T * sizeof(float), "stats"}};
-    if (check_call("forward", k, B, T, NH, HS, ws, ws_bytes, in, 1, outs, 2, why, n)) return -1;
-    job j = {.bwd = 0, .k = k, .B = B, .T = T, .NH = NH, .HS = HS, .scale = 1.0f / sqrtf((float)HS), .qkv = qkv,
-             .out = out, .stats = stats};
+        fprintf(stderr, "MOCK ATT: forward #%lu B %d T %d NH %d NKV %d HS %d qkv %p out %p stats %p ws %p (%zu "
+                "bytes)\n", k, s.B, s.T, s.NH, s.NKV, s.HS, qkv, out, (void *)stats, ws, ws_bytes);
+    const span in[] = {{qkv, qkv_bytes(s), "qkv"}};
+    const span outs[] = {{out, out_bytes(s), "out"}, {stats, stats_bytes(s), "stats"}};
+    if (check_call("forward", k, s, ws, ws_bytes, in, 1, outs, 2, why, n)) return -1;
+    job j = {.bwd = 0, .k = k, .s = s, .scale = 1.0f / sqrtf((float)s.HS), .qkv = qkv, .out = out, .stats = stats};
     return enqueue(a, &j, why, n);
 }
 
-int dtc_att_bwd(dtc_att *a, void *dqkv, const void *dout, const void *qkv, const void *out, const float *stats, int B,
-                int T, int NH, int HS, void *ws, size_t ws_bytes, char *why, size_t n) {
+int dtc_att_bwd(dtc_att *a, void *dqkv, const void *dout, const void *qkv, const void *out, const float *stats,
+                dtc_shape s, void *ws, size_t ws_bytes, char *why, size_t n) {
     if (!live(a, "dtc_att_bwd", why, n)) return -1;
     const unsigned long k = __atomic_add_fetch(&a->calls, 1, __ATOMIC_SEQ_CST);
-    const size_t btc = (size_t)B * T * NH * HS;
     if (trace())
-        fprintf(stderr, "MOCK ATT: backward #%lu B %d T %d NH %d HS %d dqkv %p dout %p qkv %p out %p stats %p ws %p "
-                "(%zu bytes)\n", k, B, T, NH, HS, dqkv, dout, qkv, out, (const void *)stats, ws, ws_bytes);
-    const span in[] = {{qkv, 3 * btc * 2, "qkv"}, {out, btc * 2, "out"}, {dout, btc * 2, "dout"},
-                       {stats, (size_t)B * NH * T * sizeof(float), "stats"}};
-    const span outs[] = {{dqkv, 3 * btc * 2, "dqkv"}};
-    if (check_call("backward", k, B, T, NH, HS, ws, ws_bytes, in, 4, outs, 1, why, n)) return -1;
-    job j = {.bwd = 1, .k = k, .B = B, .T = T, .NH = NH, .HS = HS, .scale = 1.0f / sqrtf((float)HS), .qkv = qkv,
-             .out_in = out, .dout = dout, .stats_in = stats, .dqkv = dqkv};
+        fprintf(stderr, "MOCK ATT: backward #%lu B %d T %d NH %d NKV %d HS %d dqkv %p dout %p qkv %p out %p stats %p "
+                "ws %p (%zu bytes)\n", k, s.B, s.T, s.NH, s.NKV, s.HS, dqkv, dout, qkv, out, (const void *)stats, ws,
+                ws_bytes);
+    const span in[] = {{qkv, qkv_bytes(s), "qkv"}, {out, out_bytes(s), "out"}, {dout, out_bytes(s), "dout"},
+                       {stats, stats_bytes(s), "stats"}};
+    const span outs[] = {{dqkv, qkv_bytes(s), "dqkv"}};
+    if (check_call("backward", k, s, ws, ws_bytes, in, 4, outs, 1, why, n)) return -1;
+    job j = {.bwd = 1, .k = k, .s = s, .scale = 1.0f / sqrtf((float)s.HS), .qkv = qkv, .out_in = out, .dout = dout,
+             .stats_in = stats, .dqkv = dqkv};
     return enqueue(a, &j, why, n);
 }

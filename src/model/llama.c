@@ -1,0 +1,78 @@
+/* llama.c — the Llama family as data (net.h; DESIGN.md §4), the computation of transformers'
+ * LlamaForCausalLM and LlamaForSequenceClassification: no learned positions (RoPE, rotate-half,
+ * on q and k), RMSNorm (model.rms_norm_eps), a SwiGLU MLP (model.intermediate_size),
+ * grouped-query attention (model.num_key_value_heads, model.head_dim), projections without
+ * biases (but q, k, v, o with model.attention_bias), the output head tied to the embedding or
+ * its own (model.tie_word_embeddings). Tensors carry Hugging Face's names and nn.Linear layouts
+ * ([out, in]). */
+#include "net.h"
+
+#include <stdio.h>
+
+/* Parameter order, one bucket each: "embed" model.embed_tokens; "h.l" input_layernorm,
+ * q_proj, k_proj, v_proj (contiguous: one product gives the packed [q | k | v] row) and their
+ * biases, o_proj, post_attention_layernorm, gate_proj, up_proj (contiguous: one product gives
+ * [gate | up]), down_proj; "head" model.norm, [lm_head], [score]. Init: normal(0, 0.02), norms
+ * 1, biases 0; decay on the matrices only. */
+static void llama_layout(net_builder *b, net_weights *w) {
+    const dt_model_shape *s = &b->cfg->shape;
+    const int C = s->n_embd, L = s->n_layer, NH = s->n_head, NKV = dt_shape_kv_heads(s), hs = dt_shape_head_dim(s);
+    const int I = s->intermediate_size, QKV = (NH + 2 * NKV) * hs;
+    char nm[96];
+    /* one call a statement: the order of the calls in an initializer list is unspecified */
+#define VEC(field, init, len) \
+    (snprintf(nm, sizeof nm, "model.layers.%d.%s", l, field), dt_net_add(b, nm, len, 0, init, 0, 0, 1 + l))
+#define MAT(field, rows, cols) \
+    (snprintf(nm, sizeof nm, "model.layers.%d.%s", l, field), dt_net_add(b, nm, rows, cols, NET_INIT_NORMAL, 0.02, 1, 1 + l))
+    w->wte = dt_net_add(b, "model.embed_tokens.weight", s->vocab_size, C, NET_INIT_NORMAL, 0.02, 1, 0);
+    w->wpe = NET_NONE;
+    for (int l = 0; l < L; l++) {
+        net_layer *y = &w->layers[l];
+        y->attn_norm = (net_norm){VEC("input_layernorm.weight", NET_INIT_ONE, C), NET_NONE};
+        y->qkv = (net_linear){.b = NET_NONE, .in = C, .out = QKV, .trans = 1};
+        y->qkv.w = MAT("self_attn.q_proj.weight", NH * hs, C);
+        MAT("self_attn.k_proj.weight", NKV * hs, C);
+        MAT("self_attn.v_proj.weight", NKV * hs, C);
+        y->attn_out = (net_linear){.b = NET_NONE, .in = NH * hs, .out = C, .trans = 1};
+        if (s->attention_bias) {
+            y->qkv.b = VEC("self_attn.q_proj.bias", NET_INIT_ZERO, NH * hs);
+            VEC("self_attn.k_proj.bias", NET_INIT_ZERO, NKV * hs);
+            VEC("self_attn.v_proj.bias", NET_INIT_ZERO, NKV * hs);
+        }
+        y->attn_out.w = MAT("self_attn.o_proj.weight", C, NH * hs);
+        if (s->attention_bias) y->attn_out.b = VEC("self_attn.o_proj.bias", NET_INIT_ZERO, C);
+        y->mlp_norm = (net_norm){VEC("post_attention_layernorm.weight", NET_INIT_ONE, C), NET_NONE};
+        y->mlp_in = (net_linear){.b = NET_NONE, .in = C, .out = 2 * I, .trans = 1};
+        y->mlp_in.w = MAT("mlp.gate_proj.weight", I, C);
+        MAT("mlp.up_proj.weight", I, C);
+        y->mlp_out = (net_linear){.b = NET_NONE, .in = I, .out = C, .trans = 1};
+        y->mlp_out.w = MAT("mlp.down_proj.weight", C, I);
+    }
+#undef VEC
+#undef MAT
+    w->final_norm = (net_norm){dt_net_add(b, "model.norm.weight", C, 0, NET_INIT_ONE, 0, 0, L + 1), NET_NONE};
+    w->tied = s->tie_word_embeddings;
+    w->head = (net_linear){w->wte, NET_NONE, C, s->vocab_size, 1};
+    if (s->num_labels) {
+        w->head = (net_linear){.b = NET_NONE, .in = C, .out = s->num_labels, .trans = 1};
+        w->head.w = dt_net_add(b, "score.weight", s->num_labels, C, NET_INIT_NORMAL, 0.02, 1, L + 1);
+    } else if (!w->tied) {
+        w->head.w = dt_net_add(b, "lm_head.weight", s->vocab_size, C, NET_INIT_NORMAL, 0.02, 1, L + 1);
+    }
+}
+
+static const char *const llama_ignored[] = {".rotary_emb.inv_freq", ""};
+
+const net_arch dt_net_llama = {
+    .id = DT_ARCH_LLAMA,
+    .norm = NET_RMSNORM,
+    .mlp = NET_SWIGLU,
+    .rope = 1,
+    .layout = llama_layout,
+    .hf_prefix = "",
+    .ignored_suffixes = llama_ignored,
+    .head_name = "lm_head.weight",
+    .embed_name = "model.embed_tokens.weight",
+    .positions_name = NULL,
+    .layer_prefix = "model.layers.",
+};

@@ -1,0 +1,103 @@
+"""llama_ref.py — the Llama family's forward in numpy (float64), as transformers' LlamaForCausalLM
+and LlamaForSequenceClassification compute it, written independently of dtrain: the reference
+tests/test_llama.py holds dtrain to. Written with autograd.numpy when that is importable (so that
+autograd differentiates it for the training-step reference), plain numpy otherwise.
+
+Weights are a dict of Hugging Face names -> arrays ([out, in] Linear layouts); cfg a dict of
+config.json's keys."""
+try:
+    import autograd.numpy as np
+except ImportError:  # the forward alone
+    import numpy as np
+import numpy as onp
+
+
+def inv_freq(cfg):
+    """RoPE's frequencies as transformers computes them (default rope type): in float32"""
+    hs = head_dim(cfg)
+    e = onp.arange(0, hs, 2, dtype=onp.int64).astype(onp.float32) / onp.float32(hs)
+    return (onp.float32(1.0) / (onp.float32(cfg.get("rope_theta", 10000.0)) ** e)).astype(onp.float32)
+
+
+def head_dim(cfg):
+    return cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+
+
+def rope_tables(cfg, T):
+    """cos and sin (T, hs): transformers' emb = cat(freqs, freqs), freqs = pos * inv_freq in float32"""
+    f = inv_freq(cfg)
+    freqs = (onp.arange(T, dtype=onp.float32)[:, None] * f[None, :]).astype(onp.float32)
+    emb = onp.concatenate([freqs, freqs], axis=-1)
+    return onp.cos(emb).astype(onp.float64), onp.sin(emb).astype(onp.float64)
+
+
+def rms_norm(x, w, eps):
+    return w * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps))
+
+
+def rotate(x, cos, sin):
+    """x (B, H, T, hs): x cos + rotate_half(x) sin"""
+    h = x.shape[-1] // 2
+    rot = np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
+    return x * cos + rot * sin
+
+
+def linear(W, name, x):
+    y = np.dot(x, W[name + ".weight"].T)
+    if name + ".bias" in W:
+        y = y + W[name + ".bias"]
+    return y
+
+
+def hidden(W, cfg, ids):
+    """the last norm's output (B, T, C) for token ids (B, T)"""
+    B, T = ids.shape
+    NH, C = cfg["num_attention_heads"], cfg["hidden_size"]
+    NKV = cfg.get("num_key_value_heads") or NH
+    hs, eps = head_dim(cfg), cfg.get("rms_norm_eps", 1e-6)
+    cos, sin = rope_tables(cfg, T)
+    mask = onp.triu(onp.full((T, T), -1e30), 1)
+    x = W["model.embed_tokens.weight"][ids]
+    for l in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % l
+        h = rms_norm(x, W[p + "input_layernorm.weight"], eps)
+        q = linear(W, p + "self_attn.q_proj", h).reshape(B, T, NH, hs).transpose((0, 2, 1, 3))
+        k = linear(W, p + "self_attn.k_proj", h).reshape(B, T, NKV, hs).transpose((0, 2, 1, 3))
+        v = linear(W, p + "self_attn.v_proj", h).reshape(B, T, NKV, hs).transpose((0, 2, 1, 3))
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        g = NH // NKV  # repeat_kv: query head i reads key/value head i // g
+        k = np.concatenate([k[:, i // g:i // g + 1] for i in range(NH)], axis=1)
+        v = np.concatenate([v[:, i // g:i // g + 1] for i in range(NH)], axis=1)
+        s = np.einsum("bhtd,bhsd->bhts", q, k) / onp.sqrt(hs) + mask
+        s = s - np.max(s, axis=-1, keepdims=True)
+        a = np.exp(s)
+        a = a / np.sum(a, axis=-1, keepdims=True)
+        y = np.einsum("bhts,bhsd->bhtd", a, v).transpose((0, 2, 1, 3)).reshape(B, T, NH * hs)
+        x = x + linear(W, p + "self_attn.o_proj", y)
+        h = rms_norm(x, W[p + "post_attention_layernorm.weight"], eps)
+        gate = linear(W, p + "mlp.gate_proj", h)
+        x = x + linear(W, p + "mlp.down_proj", gate / (1.0 + np.exp(-gate)) * linear(W, p + "mlp.up_proj", h))
+    return rms_norm(x, W["model.norm.weight"], eps)
+
+
+def logits(W, cfg, ids):
+    """(B, T, V) of a causal LM: the head is lm_head, or the embedding when tied"""
+    head = W["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else W["lm_head.weight"]
+    return np.dot(hidden(W, cfg, ids), head.T)
+
+
+def log_softmax(z):
+    z = z - np.max(z, axis=-1, keepdims=True)
+    return z - np.log(np.sum(np.exp(z), axis=-1, keepdims=True))
+
+
+def lm_losses(W, cfg, ids, targets):
+    """each position's cross-entropy (B, T) for targets (B, T) (-1: ignored, 0 loss)"""
+    lp = log_softmax(logits(W, cfg, ids))
+    t = onp.where(targets < 0, 0, targets)
+    picked = np.sum(lp * onp.eye(lp.shape[-1])[t], axis=-1)
+    return -picked * (targets >= 0)
+
+
+def mean_lm_loss(W, cfg, ids, targets):
+    return np.sum(lm_losses(W, cfg, ids, targets)) / onp.sum(targets >= 0)

@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""test_llama.py DTRAIN SRC TMP — model.type llama against an independent implementation: the
+numpy forward of tests/llama_ref.py (transformers' LlamaForCausalLM, float64), differentiated by
+autograd for the training step.
+
+A random Llama-family Hugging Face directory (grouped-query attention: 4 query heads on 2
+key/value heads, a head size that is not hidden_size / num_attention_heads, an untied head,
+rope_theta 500000, rms_norm_eps 1e-5; its ids are bytes) is read through model.init_from and
+--checkpoint DIR:
+- `dtrain predict` gives each line's mean loss as the reference does, within 1e-4 relative;
+- three AdamW steps (weight decay on the matrices, gradient clipping) on a token shard give the
+  reference's weights, on 1, 2 and 4 workers (and 2 x 2 micro-batches), within 2e-5 absolute;
+- `dtrain export --format hf` writes a config.json that transformers' AutoConfig reads as the
+  same LlamaConfig and the tensors under transformers' names; the export predicts as the run;
+- the variants dtrain does not build are refused with exit 2 naming config.json and the key
+  (rope_scaling, sliding_window, hidden_act, mlp_bias); a config key of another model.type
+  is refused; a classifier fine-tuned from the directory trains and predicts.
+Exit 77 without numpy, autograd, safetensors or transformers (scripts/test.sh installs them).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+try:
+    import numpy as np
+    import autograd
+    import autograd.numpy as anp
+    from safetensors.numpy import load_file, save_file
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from transformers import AutoConfig
+except ImportError as e:
+    print("SKIP: %s (scripts/test.sh installs numpy, autograd and transformers into build/venv)" % e)
+    sys.exit(77)
+
+DTRAIN, SRC, TMP = sys.argv[1], sys.argv[2], os.path.join(sys.argv[3], "llama")
+sys.path.insert(0, os.path.join(SRC, "tests"))
+import llama_ref as ref  # noqa: E402
+
+shutil.rmtree(TMP, ignore_errors=True)
+os.makedirs(TMP)
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def dtrain(*args, want=0):
+    r = subprocess.run([DTRAIN, *args], capture_output=True, text=True, errors="replace", cwd=SRC)
+    if want is not None and r.returncode != want:
+        print(r.stdout[-3000:], r.stderr[-3000:])
+        raise SystemExit("FAIL: dtrain %s: exit %d, expected %d" % (" ".join(args), r.returncode, want))
+    return r
+
+
+CFG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 257, "hidden_size": 24,
+    "intermediate_size": 40, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 8, "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+    "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False, "hidden_act": "silu",
+    "rope_scaling": None, "bos_token_id": None, "eos_token_id": None,
+}
+
+
+def random_weights(cfg, seed):
+    rng = np.random.default_rng(seed)
+    C, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    NH, NKV, hs = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+
+    def mat(*shape):
+        return (rng.standard_normal(shape) * 0.15).astype(np.float32)
+
+    W = {"model.embed_tokens.weight": mat(V, C), "model.norm.weight": (1 + 0.1 * rng.standard_normal(C)).astype(np.float32)}
+    if not cfg["tie_word_embeddings"]:
+        W["lm_head.weight"] = mat(V, C)
+    for l in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % l
+        W[p + "input_layernorm.weight"] = (1 + 0.1 * rng.standard_normal(C)).astype(np.float32)
+        W[p + "post_attention_layernorm.weight"] = (1 + 0.1 * rng.standard_normal(C)).astype(np.float32)
+        W[p + "self_attn.q_proj.weight"] = mat(NH * hs, C)
+        W[p + "self_attn.k_proj.weight"] = mat(NKV * hs, C)
+        W[p + "self_attn.v_proj.weight"] = mat(NKV * hs, C)
+        W[p + "self_attn.o_proj.weight"] = mat(C, NH * hs)
+        W[p + "mlp.gate_proj.weight"] = mat(I, C)
+        W[p + "mlp.up_proj.weight"] = mat(I, C)
+        W[p + "mlp.down_proj.weight"] = mat(C, I)
+    return W
+
+
+def write_dir(path, cfg, W):
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    save_file(W, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+
+
+def as64(W):
+    return {k: v.astype(np.float64) for k, v in W.items()}
+
+
+W0 = random_weights(CFG, 7)
+HF = os.path.join(TMP, "hf")
+write_dir(HF, CFG, W0)
+
+# ---- 1. the forward: predict's per-line losses ----
+lines = ["The quick brown fox jumps over the lazy dog.", "Llamas rotate their queries; GPT-2 learns positions!",
+         "a", "0123456789 " * 4, "\u00dcnic\u00f6de \u2014 r\u00e9sum\u00e9 \U0001F600"]
+text = os.path.join(TMP, "lines.txt")
+with open(text, "w", encoding="utf-8") as f:
+    f.write("\n".join(lines) + "\n")
+out = os.path.join(TMP, "pred.jsonl")
+dtrain("predict", "--checkpoint", HF, "--input", text, "--out", out, "--progress", "never")
+got = [json.loads(l) for l in open(out)]
+worst = 0.0
+for line, g in zip(lines, got):
+    ids = np.array([list(line.encode("utf-8"))])
+    if ids.shape[1] < 2:
+        check(g["loss"] is None, "predict: a one-token line has no loss")
+        continue
+    want = float(ref.mean_lm_loss(as64(W0), CFG, ids[:, :-1], ids[:, 1:]))
+    worst = max(worst, abs(g["loss"] - want) / abs(want))
+check(len(got) == len(lines) and worst <= 1e-4,
+      "predict: each line's loss is the reference's (GQA 4 on 2, head_dim 8 != 24/4, untied head) within 1e-4 "
+      "relative (worst %.2e)" % worst)
+
+# ---- 2. three AdamW steps on 1, 2 and 4 workers against the reference's ----
+T, B_GLOBAL, STEPS = 16, 4, 3
+LR, BETAS, EPS, WD, CLIP = 3e-3, (0.9, 0.95), 1e-6, 0.1, 0.5
+rng = np.random.default_rng(3)
+tokens = rng.integers(0, 257, size=B_GLOBAL * STEPS * T + 1, dtype=np.int64)
+shard = os.path.join(TMP, "train.bin")
+with open(shard, "wb") as f:
+    hdr = np.zeros(256, dtype=np.int32)
+    hdr[0], hdr[1], hdr[2] = 20240520, 1, len(tokens)
+    f.write(hdr.tobytes())
+    f.write(tokens.astype(np.uint16).tobytes())
+
+
+def reference_steps():
+    """AdamW as torch.optim.AdamW over the mean loss of each global batch (sample i = tokens
+    [i*T, i*T+T+1)), decay on >= 2-D tensors, the gradient clipped to CLIP by its global norm"""
+    names = sorted(W0)
+    W = as64(W0)
+    m = {k: np.zeros_like(v) for k, v in W.items()}
+    v2 = {k: np.zeros_like(v) for k, v in W.items()}
+
+    def loss(flat, ids, tgt):
+        Wd = dict(zip(names, flat))
+        return ref.mean_lm_loss(Wd, CFG, ids, tgt)
+
+    grad = autograd.grad(loss)
+    for step in range(STEPS):
+        rows = np.stack([tokens[(step * B_GLOBAL + i) * T:(step * B_GLOBAL + i) * T + T + 1] for i in range(B_GLOBAL)])
+        g = dict(zip(names, grad([W[k] for k in names], rows[:, :-1], rows[:, 1:])))
+        norm = np.sqrt(sum(float(np.sum(x * x)) for x in g.values()))
+        c = min(1.0, CLIP / (norm + 1e-6))
+        t = step + 1
+        for k in names:
+            gk = g[k] * c
+            if W[k].ndim >= 2:
+                W[k] = W[k] * (1 - LR * WD)
+            m[k] = BETAS[0] * m[k] + (1 - BETAS[0]) * gk
+            v2[k] = BETAS[1] * v2[k] + (1 - BETAS[1]) * gk * gk
+            W[k] = W[k] - LR / (1 - BETAS[0] ** t) * m[k] / (np.sqrt(v2[k]) / np.sqrt(1 - BETAS[1] ** t) + EPS)
+    return W
+
+
+want = reference_steps()
+base = ["--set", "data.train_path=" + shard, "--set", "data.format=tokens", "--set", "data.seq_len=%d" % T,
+        "--set", "data.shuffle=false", "--set", "model.init_from=" + HF, "--set", "training.max_steps=%d" % STEPS,
+        "--set", "optimizer.lr=%g" % LR, "--set", "optimizer.betas=[%g,%g]" % BETAS, "--set", "optimizer.eps=%g" % EPS,
+        "--set", "optimizer.weight_decay=%g" % WD, "--set", "optimizer.grad_clip=%g" % CLIP,
+        "--set", "optimizer.schedule=constant", "--set", "training.device=cpu", "--set", "eval.every_steps=0",
+        "--set", "checkpoint.every_steps=0", "--set", "fault_tolerance.max_restarts=0", "--quiet", "--progress", "never"]
+cfg_yaml = os.path.join(TMP, "llama.yaml")
+with open(cfg_yaml, "w") as f:
+    f.write("data:\n  train_path: x\n")
+for workers, accum in [(1, 1), (2, 1), (4, 1), (2, 2)]:
+    run = os.path.join(TMP, "train-%dx%d" % (workers, accum))
+    dtrain("--config", cfg_yaml, "--set", "run.dir=" + run, "--set", "training.num_workers=%d" % workers,
+           "--set", "training.grad_accum_steps=%d" % accum,
+           "--set", "data.batch_size_per_worker=%d" % (B_GLOBAL // workers // accum), *base)
+    W = load_file(os.path.join(run, "model.safetensors"))
+    err = max(float(np.max(np.abs(W[k] - want[k]))) for k in want)
+    moved = max(float(np.max(np.abs(want[k] - W0[k]))) for k in want)
+    check(sorted(W) == sorted(want) and err <= 2e-5,
+          "%d worker(s) x %d micro-batch(es): 3 AdamW steps give the reference's weights within 2e-5 (worst %.2e; "
+          "the steps moved them by up to %.2e)" % (workers, accum, err, moved))
+    if workers == 1:
+        run1 = run
+
+# ---- 3. export --format hf ----
+exp = os.path.join(TMP, "export")
+dtrain("export", "--checkpoint", run1, "--format", "hf", "--out", exp)
+c = AutoConfig.from_pretrained(exp)
+theta = (getattr(c, "rope_parameters", None) or {}).get("rope_theta", getattr(c, "rope_theta", None))
+check(c.model_type == "llama" and c.architectures == ["LlamaForCausalLM"] and c.num_key_value_heads == 2 and
+      c.head_dim == 8 and c.hidden_size == 24 and c.intermediate_size == 40 and theta == 500000.0 and
+      not c.tie_word_embeddings and abs(c.rms_norm_eps - 1e-5) < 1e-12 and c.hidden_act == "silu",
+      "export: AutoConfig reads the LlamaConfig back (kv heads %s, head_dim %s, rope_theta %s)" %
+      (c.num_key_value_heads, c.head_dim, theta))
+# transformers 5 saves rope_theta inside rope_parameters: the directory it writes reads the same
+v5 = os.path.join(TMP, "export-v5")
+shutil.copytree(exp, v5)
+c.save_pretrained(v5)
+check("rope_parameters" in json.load(open(os.path.join(v5, "config.json"))),
+      "transformers' save_pretrained writes rope_parameters")
+
+E = load_file(os.path.join(exp, "model.safetensors"))
+check(sorted(E) == sorted(W0), "export: the tensors carry transformers' LlamaForCausalLM names")
+out2 = os.path.join(TMP, "pred-export.jsonl")
+dtrain("predict", "--checkpoint", exp, "--input", text, "--out", out2, "--progress", "never")
+Wexp = as64(E)
+worst = 0.0
+for line, g in zip(lines, [json.loads(l) for l in open(out2)]):
+    ids = list(line.encode("utf-8"))
+    if len(ids) < 2:
+        continue
+    # the export's tokenizer_config.json says model_max_length T (the run's data.seq_len): predict
+    # scores a line in windows of T tokens, positions from 0 in each
+    total = n = 0
+    for k in range(0, len(ids) - 1, T):
+        x, y = np.array([ids[k:k + T]]), np.array([ids[k + 1:k + T + 1]])
+        x = x[:, :y.shape[1]]
+        total += float(np.sum(ref.lm_losses(Wexp, CFG, x, y)))
+        n += y.shape[1]
+    want_l = total / n
+    worst = max(worst, abs(g["loss"] - want_l) / abs(want_l))
+check(worst <= 1e-4, "export: predict over the exported directory is the reference's over its tensors (worst %.2e)"
+      % worst)
+out3 = os.path.join(TMP, "pred-v5.jsonl")
+dtrain("predict", "--checkpoint", v5, "--input", text, "--out", out3, "--progress", "never")
+check(open(out3).read() == open(out2).read(), "the directory as transformers 5 saves it (rope_parameters) predicts the same")
+
+# ---- 4. refusals ----
+for key, value, says in [("rope_scaling", {"rope_type": "linear", "factor": 2.0}, "rope_scaling"),
+                         ("sliding_window", 16, "sliding_window"), ("hidden_act", "gelu", "hidden_act"),
+                         ("mlp_bias", True, "mlp_bias")]:
+    bad = os.path.join(TMP, "bad-" + key)
+    write_dir(bad, dict(CFG, **{key: value}), W0)
+    r = dtrain("predict", "--checkpoint", bad, "--input", text, "--out", os.path.join(TMP, "x.jsonl"), want=2)
+    check(bad + "/config.json" in r.stderr and says in r.stderr,
+          "config.json with %s %s: exit 2 naming the file and the key (%s)" % (key, value, r.stderr.strip()[-160:]))
+r = dtrain("--config", cfg_yaml, "--dry-run", "--set", "model.rope_theta=10", want=2)
+check("model.rope_theta" in r.stderr and "applies to model.type llama" in r.stderr,
+      "model.rope_theta with model.type gpt2: exit 2 (%s)" % r.stderr.strip())
+r = dtrain("--config", cfg_yaml, "--dry-run", "--set", "model.type=llama", "--set", "model.n_head=4",
+           "--set", "model.num_key_value_heads=3", "--set", "model.intermediate_size=8", want=2)
+check("model.num_key_value_heads" in r.stderr and "divisor" in r.stderr,
+      "3 key/value heads for 4 query heads: exit 2 (%s)" % r.stderr.strip())
+
+# ---- 5. a classifier from the directory ----
+run = os.path.join(TMP, "cls")
+cls_yaml = os.path.join(TMP, "cls.yaml")
+with open(cls_yaml, "w") as f:  # the shape and model.type from the directory's config.json
+    f.write("data:\n  train_path: %s/data/sentiment/train.tsv\n  val_path: %s/data/sentiment/val.tsv\n"
+            "  seq_len: 64\nmodel:\n  num_labels: 2\n  init_from: %s\n" % (SRC, SRC, HF))
+dtrain("--config", cls_yaml, "--set", "run.dir=" + run, "--set", "training.max_steps=30", "--set", "eval.max_batches=2",
+       "--set", "training.device=cpu", "--quiet", "--progress", "never")
+W = load_file(os.path.join(run, "model.safetensors"))
+check("score.weight" in W and "lm_head.weight" not in W and W["score.weight"].shape == (2, 24),
+      "a classifier from the language model's directory: score (2, 24) beside the layers, no lm_head")
+outc = os.path.join(TMP, "pred-cls.jsonl")
+dtrain("predict", "--checkpoint", run, "--input", os.path.join(SRC, "data/sentiment/val.tsv"), "--out", outc,
+       "--progress", "never")
+check(sum(1 for _ in open(outc)) == sum(1 for _ in open(os.path.join(SRC, "data/sentiment/val.tsv"))),
+      "the classifier predicts every line")
+
+if failures:
+    print("test_llama: %d check(s) failed" % len(failures))
+    sys.exit(1)
+print("test_llama: ok")
