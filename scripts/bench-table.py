@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""bench-table.py — the GPT-2 124M benchmark table of scripts/gpu-check.sh.
+"""bench-table.py — the benchmark tables of scripts/gpu-check.sh (GPT-2 124M; --model smollm2:
+SmolLM2-135M's shape, configs/smollm2-bench.yaml).
 
-    python3 scripts/bench-table.py [--dtrain RUN_DIR] [--torch NAME=FILE]... [--gpu NAME] [--skip 10] [--out bench.md]
+    python3 scripts/bench-table.py [--model gpt2|smollm2] [--dtrain RUN_DIR] [--torch NAME=FILE]... [--gpu NAME]
+                                   [--skip 10] [--out bench.md]
 
 --dtrain: a dtrain run of configs/gpt2-124m-bench.yaml; its step time is the median step_ms of
 the "train" records of RUN_DIR/metrics.jsonl after the first --skip steps (warm-up: CUDA
@@ -13,7 +15,7 @@ that ran, as a ratio.
 MFU = tokens/s * FLOPs per token / peak, FLOPs per token = 6*N + 6*L*C*T (llm.c's estimate:
 6 FLOPs per parameter per token for forward + backward, plus causal attention's score and
 value products), N = 124,439,808 (GPT-2 124M: V=50257, T=1024, L=12, C=768, embeddings
-included, LM head tied), peak = dense bf16 tensor FLOP/s of the GPU named by --gpu:
+included, LM head tied; SmolLM2's shape: N = 134,515,008, L=30, C = 9 heads x 64 = 576), peak = dense bf16 tensor FLOP/s of the GPU named by --gpu:
 H100/H200 SXM 989e12, H100 PCIe 756e12, A100 312e12; any other GPU: n/a (or --peak FLOPS).
 Python standard library only.
 """
@@ -23,9 +25,12 @@ import os
 import statistics
 import sys
 
-N_PARAMS = 124_439_808  # GPT-2 124M incl. token (tied LM head) and 1024 position embeddings
-L, C, T = 12, 768, 1024
-FLOPS_PER_TOKEN = 6 * N_PARAMS + 6 * L * C * T  # 803,261,952
+# --model: N parameters (embeddings included, the LM head tied), L layers, C the attention's
+# width (query heads x head size), T the sequence; FLOPs per token = 6N + 6LCT
+MODELS = {
+    "gpt2": ("GPT-2 124M", 124_439_808, 12, 768, 1024),          # 803,261,952 FLOPs/token
+    "smollm2": ("SmolLM2-135M's shape", 134_515_008, 30, 576, 1024),  # 913,258,368 FLOPs/token
+}
 
 
 def peak_for(gpu):
@@ -93,7 +98,10 @@ def main(argv=None):
     ap.add_argument("--peak", type=float, help="peak dense bf16 FLOP/s (overrides the table by GPU name)")
     ap.add_argument("--skip", type=int, default=10, help="dtrain warm-up steps left out (default 10)")
     ap.add_argument("--out", help="also write the table here")
+    ap.add_argument("--model", choices=sorted(MODELS), default="gpt2", help="the benchmark's model (default gpt2)")
     a = ap.parse_args(argv)
+    desc, n_params, L, C, T = MODELS[a.model]
+    flops_per_token = 6 * n_params + 6 * L * C * T
 
     peak = a.peak or peak_for(a.gpu)
     rows = []
@@ -109,7 +117,7 @@ def main(argv=None):
             out.append("| %s | - | - | - | %s |" % (name, note))
             continue
         ms, tps = val
-        mfu = "%.1f%%" % (100.0 * tps * FLOPS_PER_TOKEN / peak) if peak else "n/a"
+        mfu = "%.1f%%" % (100.0 * tps * flops_per_token / peak) if peak else "n/a"
         out.append("| %s | %.1f | %.0f | %s | %s |" % (name, ms, tps, mfu, note))
     out.append("")
     # the speed against each reference that ran, as a ratio of tokens/s (the same run, the same GPU)
@@ -117,9 +125,9 @@ def main(argv=None):
     ratios = ["%s / %s: %.2fx the tokens/s (the same run, the same GPU)" % (a.dtrain_name, name, base[1] / val[1])
               for name, val, _ in rows[1:] if base and val and val[1] > 0]
     out += ratios + [""] * bool(ratios)
-    out.append("GPT-2 124M (N = %d, L=%d, C=%d, T=%d), B=16 per GPU, bf16, GPU: %s. MFU = tokens/s x "
-               "(6N + 6LCT = %d FLOPs/token) / %s." % (N_PARAMS, L, C, T, a.gpu or "unknown",
-                                                       FLOPS_PER_TOKEN,
+    out.append("%s (N = %d, L=%d, C=%d, T=%d), B=16 per GPU, bf16, GPU: %s. MFU = tokens/s x "
+               "(6N + 6LCT = %d FLOPs/token) / %s." % (desc, n_params, L, C, T, a.gpu or "unknown",
+                                                       flops_per_token,
                                                        "%.0f TFLOP/s dense bf16" % (peak / 1e12) if peak
                                                        else "peak (unknown for this GPU: n/a)"))
     text = "\n".join(out) + "\n"

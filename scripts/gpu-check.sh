@@ -40,7 +40,7 @@
 #                        steps stand on). For a second run after a fix: e.g.
 #                        GPU_CHECK_STEPS=build,finetune (the build is incremental). Names: env
 #                        deps build gpu-tests finetune doctor nccl-alone bench-dtrain
-#                        torch-eager profile sanitizer racecheck torch-compile; one that is not
+#                        bench-smollm2 torch-eager profile sanitizer racecheck torch-compile; one that is not
 #                        a step, or none: exit 2 at once
 #   testing aids (not for real checks):
 #   GPU_CHECK_SKIP_BUILD=1   reuse an existing build in BUILD_DIR (the build step says SKIP)
@@ -49,6 +49,8 @@
 #                            configs/gpt2-124m-bench.yaml; the rehearsal on the mock GPU,
 #                            tests/mockgpu/gpucheck/rehearse.sh, gives a small one; bench.md's
 #                            MFU and model line still assume GPT-2 124M)
+#   GPU_CHECK_SMOLLM2_CONFIG the SmolLM2-shaped benchmark's config (default configs/smollm2-bench.yaml;
+#                            the rehearsal gives a small Llama)
 #   GPU_CHECK_FT_SET         more --set KEY=VALUE words for both fine-tune runs (the rehearsal:
 #                            a shorter evaluation on the slow mock GPU)
 set -uo pipefail
@@ -76,8 +78,9 @@ PROFILE_STEP=${GPU_CHECK_PROFILE_STEP:-6}
 SKIP_BUILD=${GPU_CHECK_SKIP_BUILD:-0}
 FORCE_PREFIX=${GPU_CHECK_FORCE_PREFIX:-0}
 BENCH_CONFIG=${GPU_CHECK_BENCH_CONFIG:-configs/gpt2-124m-bench.yaml}
+SMOLLM2_CONFIG=${GPU_CHECK_SMOLLM2_CONFIG:-configs/smollm2-bench.yaml}
 FT_SET=${GPU_CHECK_FT_SET:-}
-ALL_STEPS="env deps build gpu-tests finetune doctor nccl-alone bench-dtrain torch-eager profile sanitizer racecheck torch-compile"
+ALL_STEPS="env deps build gpu-tests finetune doctor nccl-alone bench-dtrain bench-smollm2 torch-eager profile sanitizer racecheck torch-compile"
 # GPU_CHECK_STEPS: names split at commas and blanks, each checked, then joined by single commas;
 # env and deps always run (a few seconds: what every later step stands on, deps.env included)
 STEPS=""
@@ -121,7 +124,7 @@ if [ -n "$NVSMI" ]; then
 fi
 case "$GPU_CC" in [0-9][0-9]|[0-9][0-9][0-9]) ;; *) GPU_CC="" ;; esac
 CUDA_ARCH=${GPU_CHECK_CUDA_ARCH:-${GPU_CC:-90}}
-export PATH ROOT OUT_DIR BUILD WORK DEBS JOBS FT_STEPS BENCH_STEPS PROFILE_STEP SKIP_BUILD FORCE_PREFIX BENCH_CONFIG FT_SET PREFIX ENV_FILE \
+export PATH ROOT OUT_DIR BUILD WORK DEBS JOBS FT_STEPS BENCH_STEPS PROFILE_STEP SKIP_BUILD FORCE_PREFIX BENCH_CONFIG SMOLLM2_CONFIG FT_SET PREFIX ENV_FILE \
   NOTE_FILE ORIG_LD_LIBRARY_PATH CUDA_HOME NVSMI GPU_NAME CUDA_ARCH PYTHONUNBUFFERED=1
 
 # ---- helpers for the steps (exported: each step runs in `timeout ... bash -c STEP`) ----------
@@ -155,6 +158,7 @@ check_all_libs() {
   check_lib libcrypto libcrypto openssl/crypto.h 'OpenSSL_version_num() != 0' || bad+=(libcrypto)
   check_lib pcre2 libpcre2-8 pcre2.h 'pcre2_config_8(PCRE2_CONFIG_UNICODE, 0) >= 0' -DPCRE2_CODE_UNIT_WIDTH=8 \
     || bad+=(pcre2)
+  check_lib utf8proc libutf8proc utf8proc.h 'utf8proc_version() != 0' || bad+=(utf8proc)
   MISSING="${bad[*]}"
   [ ${#bad[@]} -eq 0 ]
 }
@@ -649,6 +653,31 @@ EOF
   note "$(awk -F'|' 'NR == 3 {gsub(/ /, "", $3); gsub(/ /, "", $4); gsub(/ /, "", $5); print $3 " ms/step, " $4 " tokens/s, MFU " $5}' "$WORK/bench-dtrain.md")"
 }
 
+# the same benchmark at SmolLM2-135M's shape (configs/smollm2-bench.yaml: the Llama family, bf16,
+# 16 x 1024 tokens), its row of bench.md with its MFU; the loss at step 1 must be about ln(V)
+step_bench_smollm2() {
+  no_gpu && { skip_without_gpu; return; }
+  [ -x "$BUILD/dtrain" ] || { note "$BUILD/dtrain was not built"; return 1; }
+  python3 "$ROOT/scripts/make-tokens.py" "$WORK/bench-data/smollm2.bin" --vocab 49152 || { note "make-tokens.py failed"; return 1; }
+  echo "--- dtrain --config $SMOLLM2_CONFIG, $BENCH_STEPS steps"
+  timeout -k 5 $((STEP_LIMIT - 15)) "$BUILD/dtrain" --config "$SMOLLM2_CONFIG" --set "run.dir=$WORK/bench-smollm2" \
+    --set "data.train_path=$WORK/bench-data/smollm2.bin" --set "training.max_steps=$BENCH_STEPS" \
+    --set logging.phase_times=true --set checkpoint.resume=never --progress never 2>&1 | tee "$WORK/bench-smollm2.out"
+  local rc=${PIPESTATUS[0]}
+  rm -rf "$WORK/bench-smollm2/checkpoints" "$WORK/bench-smollm2/model.safetensors"
+  python3 "$ROOT/scripts/bench-table.py" --model smollm2 --dtrain "$WORK/bench-smollm2" --dtrain-name "dtrain SmolLM2 (bf16)" \
+    --gpu "$GPU_NAME" | tee "$WORK/bench-smollm2.md"
+  [ "$rc" -ne 0 ] && { note "exit $rc: $(first_error "$WORK/bench-smollm2.out")"; return 1; }
+  local first
+  first=$(python3 -c 'import json, math, sys
+r = next(json.loads(l) for l in open(sys.argv[1]) if "\"type\":\"train\"" in l)
+print(("ok" if abs(r["loss"] - math.log(49152)) < 0.5 else "BAD") + " loss at step 1 %.4f, ln(49152) = %.4f" % (r["loss"], math.log(49152)))' \
+    "$WORK/bench-smollm2/metrics.jsonl") || first="BAD: could not read the loss at step 1"
+  echo "--- $first"
+  case "$first" in ok*) ;; *) note "$first"; return 1 ;; esac
+  note "$(awk -F'|' 'NR == 3 {gsub(/ /, "", $3); gsub(/ /, "", $4); gsub(/ /, "", $5); print $3 " ms/step, " $4 " tokens/s, MFU " $5}' "$WORK/bench-smollm2.md")"
+}
+
 # ncu over one steady training step (logging.profile_step: dtrain waits for the device, then
 # cudaProfilerStart / Stop around that step, and ncu starts recording only there), with the clocks
 # left alone (--clock-control none, METHOD.md): every kernel's time, summed by name; the top 20
@@ -710,7 +739,7 @@ step_torch() {  # MODE
 step_torch_eager() { step_torch eager; }
 step_torch_compile() { step_torch compile; }
 export -f step_env step_deps step_build step_gpu_tests step_sanitizer step_racecheck step_finetune step_doctor step_nccl_alone \
-  step_bench_dtrain step_profile step_torch step_torch_eager step_torch_compile
+  step_bench_dtrain step_bench_smollm2 step_profile step_torch step_torch_eager step_torch_compile
 
 # ---- the runner ------------------------------------------------------------------------------
 N=0
@@ -783,6 +812,7 @@ run_step finetune 120 50 step_finetune             # two runs of >= 18 s each (C
 run_step doctor 45 15 step_doctor
 run_step nccl-alone 60 40 step_nccl_alone          # three ci-smoke runs: CUDA, cuBLASLt and NCCL start-up each
 run_step bench-dtrain 120 45 step_bench_dtrain     # dtrain limit-15: >= 30 s
+run_step bench-smollm2 120 45 step_bench_smollm2   # the same at SmolLM2's shape
 run_step torch-eager 150 60 step_torch_eager SKIP  # a reference, not a check
 run_step profile 90 45 step_profile SKIP           # ncu: start-up, $PROFILE_STEP-1 plain steps, one replayed kernel by kernel
 run_step sanitizer 90 40 step_sanitizer SKIP       # slow under memcheck; a timeout is not an error
@@ -799,7 +829,7 @@ else
   echo "no python3: no benchmark table" >"$OUT_DIR/bench.md"
 fi
 # the benchmark's GPU samples and plans, the profiled step's top kernels
-for f in dmon-summary.txt plans.txt profile.md; do
+for f in bench-smollm2.md dmon-summary.txt plans.txt profile.md; do
   [ -s "$WORK/$f" ] && { echo; cat "$WORK/$f"; } >>"$OUT_DIR/bench.md"
 done
 {

@@ -1,13 +1,32 @@
 /* tokenizer.h — text to token ids and back: the byte tokenizer (id = byte value, dtrain's
- * default) or a byte-level BPE read from a Hugging Face tokenizer.json (GPT-2's, or any the
- * `tokenizers` library makes with ByteLevel pre-tokenization and a BPE model).
+ * default) or a byte-level BPE read from a Hugging Face tokenizer.json (GPT-2's, SmolLM2's,
+ * Llama 3's, Qwen 2's, or any the `tokenizers` library makes from the parts below).
  *
- * BPE encoding is what `tokenizers` does for such a file, token for token: the added tokens
- * (<|endoftext|>, ...) are split out first (leftmost, longest); the rest is pre-tokenized with
- * GPT-2's pattern ('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+,
- * Unicode categories from PCRE2 with UCP), each piece's bytes are mapped to GPT-2's byte
- * characters and merged by rank. Text must be UTF-8: invalid UTF-8 is an error naming the byte
- * offset (`tokenizers` only takes valid strings). Decoding maps ids back to bytes. */
+ * BPE encoding is what `tokenizers` does for such a file, token for token, as
+ * Tokenizer.encode(text, add_special_tokens=False):
+ *   1. added tokens with normalized false are split out of the raw text (leftmost, longest;
+ *      their single_word, lstrip and rstrip flags as tokenizers applies them);
+ *   2. the `normalizer` runs on each piece between them: none, NFC, NFD, NFKC or NFKD (utf8proc),
+ *      or a Sequence of those; then added tokens with normalized true are split out;
+ *   3. the `pre_tokenizer` splits each piece: a Sequence of Split (a String or a Regex, in
+ *      tokenizers' Oniguruma syntax, run by PCRE2 with Oniguruma's meaning of \s; any of the five
+ *      behaviours, invert), Digits (individual_digits) and, last, ByteLevel (add_prefix_space;
+ *      use_regex: GPT-2's pattern 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+);
+ *   4. each piece's bytes are mapped to GPT-2's byte characters and merged by rank (the model's
+ *      ignore_merges: a piece that is itself in the vocabulary is that one token).
+ * Unicode as tokenizers 0.23 has it: \p{L} and \p{N} hold Unicode 16's letters and numbers (PCRE2
+ * 10.42 has 14's; Digits also 17's digits, as Rust's char::is_numeric), and the normalizers leave
+ * code points Unicode 9.0 lacked as tokenizers' 9.0 tables do (utf8proc has 15's). Added tokens
+ * take the ids tokenizers gives them reading the file (the vocabulary's id of their content, else
+ * the next after the vocabulary's entries, in file order), whatever "id" says.
+ * The post_processor (ByteLevel, TemplateProcessing, or a Sequence of them) adds nothing there
+ * and is not applied. Anything else — another normalizer, pre-tokenizer or post-processor, a
+ * step after ByteLevel, a pattern using what Oniguruma and PCRE2 read differently (\w, \d, \b,
+ * \h, anchors, POSIX classes, options other than i) or one that can match nothing — is refused
+ * naming the file, the part and the option, never approximated. Text must be UTF-8: invalid
+ * UTF-8 is an error naming the byte offset (`tokenizers` only takes valid strings). Decoding
+ * maps ids back to bytes (an added token: its content, in byte characters where it is written
+ * in them), as tokenizers' ByteLevel decoder does. */
 #ifndef DTRAIN_TOKENIZER_H
 #define DTRAIN_TOKENIZER_H
 
@@ -19,8 +38,8 @@
 typedef struct dt_tokenizer dt_tokenizer;
 
 /* "bytes", or the path of a tokenizer.json. DT_ERR_DATA naming the file and what is wrong (not
- * JSON, not a BPE model, a normalizer or pre-tokenizer other than ByteLevel, a merge whose
- * parts are not in the vocabulary, ...). */
+ * JSON, not a BPE model, a normalizer, pre-tokenizer step or option dtrain does not read, a
+ * pattern PCRE2 cannot read as Oniguruma does, a merge whose parts are not in the vocabulary, ...). */
 dt_status dt_tokenizer_open(const char *spec, dt_tokenizer **out);
 void dt_tokenizer_free(dt_tokenizer *t);
 

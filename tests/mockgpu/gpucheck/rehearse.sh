@@ -7,7 +7,7 @@
 # its dmon samples), ncu (the mock runtime's list of what ran in the profiled step, as ncu's
 # CSV, with made-up times) and compute-sanitizer (runs the program; the mock's own checks are
 # the findings). The build step reuses "a build" of wrappers around the mock programs
-# (GPU_CHECK_SKIP_BUILD=1); the benchmark runs a small model (bench-mock.yaml); the PyTorch
+# (GPU_CHECK_SKIP_BUILD=1); the benchmarks run small models (bench-mock.yaml, smollm2-mock.yaml); the PyTorch
 # references are not selected (GPU_CHECK_STEPS). What it proves: every step's commands,
 # arguments, parsing and verdicts, bench.md and the packed logs. What it cannot: anything a GPU,
 # cuDNN, ncu or compute-sanitizer would say.
@@ -64,13 +64,14 @@ check() { # OUT WORK [GPU_CHECK_... settings]: gpu-check.sh with the stand-ins
     # shellcheck disable=SC2086  # unset: -u NAME words
     (cd "$SRC" && env $unset PATH="$TOOLS:$PATH" GPU_CHECK_SKIP_BUILD=1 GPU_CHECK_BUILD_DIR="$D/build" GPU_CHECK_WORK="$work" \
         GPU_CHECK_FT_STEPS=10 GPU_CHECK_FT_SET=eval.max_batches=8 GPU_CHECK_BENCH_STEPS=12 GPU_CHECK_PROFILE_STEP=2 \
-        GPU_CHECK_BENCH_CONFIG=tests/mockgpu/gpucheck/bench-mock.yaml GPU_CHECK_BUDGET_S=900 OUT="$out" "$@" \
+        GPU_CHECK_BENCH_CONFIG=tests/mockgpu/gpucheck/bench-mock.yaml GPU_CHECK_SMOLLM2_CONFIG=tests/mockgpu/gpucheck/smollm2-mock.yaml \
+        GPU_CHECK_BUDGET_S=900 OUT="$out" "$@" \
         bash scripts/gpu-check.sh)
 }
 result() { awk -v s="$2" '$1 == s { print $2 }' "$1/summary.txt"; }
 
 # ---- 1-3: the whole run ----
-STEPS=env,deps,build,gpu-tests,finetune,doctor,nccl-alone,bench-dtrain,profile,sanitizer,racecheck
+STEPS=env,deps,build,gpu-tests,finetune,doctor,nccl-alone,bench-dtrain,bench-smollm2,profile,sanitizer,racecheck
 rc=0
 check "$D/out" "$D/work" GPU_CHECK_STEPS=$STEPS || rc=$?
 echo "--- the rehearsal's summary and bench.md are above; its checks:"
@@ -91,6 +92,8 @@ grep -q '^finetune .*PASS: all 10 steps within the tolerance; NVML: "gpu":0,"gpu
     fail "finetune: the note lacks the loss comparison or the GPU's NVML sample"
 B=$D/out/bench.md
 grep -qE '^\| dtrain[^|]*\| *[0-9.]+ \|' "$B" || fail "bench.md: no dtrain row with a step time"
+grep -qE '^\| dtrain SmolLM2 \(bf16\) \| *[0-9.]+ \| *[0-9]+ \| *[0-9.]+%' "$B" && grep -q "^SmolLM2-135M's shape" "$B" ||
+    fail "bench.md: no SmolLM2 row with a step time and an MFU"
 grep -qE '^plans: [1-9][0-9]* cuBLASLt plans, 0 refused' "$B" || fail "bench.md: no cuBLASLt plans line"
 grep -qE "cuDNN attention plan: .*workspace [0-9]+ bytes \(--dry-run assumes [0-9]+ for training\)" "$B" ||
     fail "bench.md: no cuDNN attention plan with its workspace"
@@ -114,7 +117,7 @@ echo "ok: with PyTorch results the table gives the ratio: $(grep -m1 ' / torch e
 n=$(find "$D/out" -type f | wc -l)
 [ "$n" -eq 3 ] && [ -f "$D/out/gpu-check-logs.tar.gz" ] || fail "$D/out holds $n files, expected summary.txt, bench.md, gpu-check-logs.tar.gz"
 logs=$(tar -tzf "$D/out/gpu-check-logs.tar.gz" | grep -c '^[0-9][0-9]-.*\.log$')
-[ "$logs" -eq 13 ] || fail "gpu-check-logs.tar.gz holds $logs step logs, expected 13"
+[ "$logs" -eq 14 ] || fail "gpu-check-logs.tar.gz holds $logs step logs, expected 14"
 echo "ok: $D/out holds summary.txt, bench.md and the packed logs ($logs steps)"
 
 # ---- 4: a GPU test that skips while nvidia-smi lists a GPU (test_ops_backends, which counts the
