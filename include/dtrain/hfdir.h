@@ -1,7 +1,7 @@
 /* hfdir.h — Hugging Face model directories (config.json, model.safetensors, tokenizer.json):
- * the GPT-2 shape read from a config.json that model.init_from names, and the config and
- * tokenizer files `dtrain export --format hf` writes, so that transformers' from_pretrained
- * loads them with no extra code. */
+ * the architecture and shape (GPT-2, the Llama family) read from a config.json that
+ * model.init_from names, and the config and tokenizer files `dtrain export --format hf`
+ * writes, so that transformers' from_pretrained loads them with no extra code. */
 #ifndef DTRAIN_HFDIR_H
 #define DTRAIN_HFDIR_H
 

@@ -35,7 +35,7 @@ size_t dt_net_add(net_builder *b, const char *name, int rows, int cols, net_init
 
 void dt_net_mm_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt_act *inp, int M, int ldo, dt_act *pre) {
     const float *w = n->params + lin->w, *b = lin->b == NET_NONE ? NULL : n->params + lin->b;
-    if (pre && n->o->matmul_gelu_fwd) { /* the backend's fused product and GELU (ops.h) */
+    if (pre && !lin->trans && n->o->matmul_gelu_fwd) { /* the backend's fused product and GELU (ops.h: W (K,N)) */
         n->o->matmul_gelu_fwd(n->ctx, out, pre, inp, w, b, M, lin->in, lin->out);
         return;
     }
@@ -44,10 +44,10 @@ void dt_net_mm_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt
 }
 
 void dt_net_mm_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const dt_act *dout, const dt_act *inp, int M,
-                int ldo, const dt_act *pre, dt_act *tmp) {
+                   int ldo, const dt_act *pre, dt_act *tmp) {
     const float *w = n->params + lin->w;
     float *dw = n->grads + lin->w, *db = lin->b == NET_NONE ? NULL : n->grads + lin->b;
-    if (pre && n->o->matmul_gelu_bwd) {
+    if (pre && !lin->trans && n->o->matmul_gelu_bwd) {
         n->o->matmul_gelu_bwd(n->ctx, dinp, tmp, dw, db, dout, inp, w, pre, M, lin->in, lin->out);
         return;
     }

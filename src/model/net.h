@@ -2,7 +2,7 @@
  * tensors by name, and the transformer layer written once (net.c) for training, evaluation
  * (model.c) and cached decoding (decode.c).
  *
- * An architecture (gpt2.c) is data and one hook: the variants its layer is built from (which
+ * An architecture (gpt2.c, llama.c) is data and one hook: the variants its layer is built from (which
  * norm, which MLP, ...), the Hugging Face names of its weights file, and `layout`, which lists
  * its tensors in parameter order (name, shape, init, weight decay, bucket) and fills the named
  * offsets the layer reads them by. Nothing outside src/model includes this header. */
@@ -117,7 +117,7 @@ const dt_net *dt_model_net(const dt_model *m);
  * and with `pre` non-NULL dinp = gelu'(pre) * (dout @ W^T), `tmp` (M, in) as scratch. */
 void dt_net_mm_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt_act *inp, int M, int ldo, dt_act *pre);
 void dt_net_mm_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const dt_act *dout, const dt_act *inp, int M,
-                int ldo, const dt_act *pre, dt_act *tmp);
+                   int ldo, const dt_act *pre, dt_act *tmp);
 
 /* out(B*T, C): the token embeddings of B sequences of T tokens (tokens: backend memory) at
  * positions pos0.., plus their learned positions' (GPT-2); and its backward, the embeddings'
@@ -126,7 +126,8 @@ void dt_net_embed(const dt_net *n, dt_act *out, const int *tokens, int B, int T,
 void dt_net_embed_bwd(const dt_net *n, const dt_act *dout, const int *tokens, int B, int T);
 
 /* A norm over N rows of C: the architecture's (LayerNorm: mean and rstd kept; RMSNorm: rstd). */
-void dt_net_norm_fwd(const dt_net *n, const net_norm *nw, dt_act *out, float *mean, float *rstd, const dt_act *inp, int N);
+void dt_net_norm_fwd(const dt_net *n, const net_norm *nw, dt_act *out, float *mean, float *rstd, const dt_act *inp,
+                     int N);
 /* dinp(N,C) += (the residual stream), dw +=, db += */
 void dt_net_norm_bwd(const dt_net *n, const net_norm *nw, dt_act *dinp, const dt_act *dout, const dt_act *inp,
                   const float *mean, const float *rstd, int N);
