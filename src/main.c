@@ -452,20 +452,17 @@ static dt_status chat_prompt(const dt_infer *s, const char *msg, dt_gen_opts *go
     DT_TRY(dt_chat_open(dirname(dir), &chat));
     const dt_chat_msg m = {"user", msg};
     dt_status st = dt_chat_render(chat, &m, 1, 1, rendered);
-    uint32_t *ids = NULL;
-    size_t n = 0, cap = 0;
     const char *eos = dt_chat_eos(chat);
-    if (st == DT_OK) st = dt_tokenizer_encode(s->tok, eos, strlen(eos), &ids, &n, &cap);
-    if (st == DT_OK && n != 1)
-        st = dt_error_set(DT_ERR_DATA, "%s/tokenizer_config.json: eos_token %s is %zu tokens of %s, not one", dir, eos,
-                          n, dt_tokenizer_name(s->tok));
+    const int eos_id = dt_tokenizer_token_id(s->tok, eos);
+    if (st == DT_OK && eos_id < 0)
+        st = dt_error_set(DT_ERR_DATA, "%s/tokenizer_config.json: eos_token %s is not one token of %s", dir, eos,
+                          dt_tokenizer_name(s->tok));
     if (st == DT_OK) {
         go->prompt = *rendered;
         go->prompt_len = strlen(*rendered);
         go->bare = 1;
-        go->stop_id = (int)ids[0];
+        go->stop_id = eos_id;
     }
-    free(ids);
     dt_chat_free(chat);
     return st;
 }

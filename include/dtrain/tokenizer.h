@@ -47,6 +47,9 @@ void dt_tokenizer_free(dt_tokenizer *t);
 int dt_tokenizer_vocab_size(const dt_tokenizer *t);
 /* The end-of-text token's id (<|endoftext|>, or the only special added token), -1 if none. */
 int dt_tokenizer_eot(const dt_tokenizer *t);
+/* The id of `text` when it encodes to one token (a special token's text: "<|im_end|>"); -1
+ * otherwise, or when text is NULL. */
+int dt_tokenizer_token_id(dt_tokenizer *t, const char *text);
 /* "bytes" or the file it was read from. */
 const char *dt_tokenizer_name(const dt_tokenizer *t);
 

@@ -1,13 +1,12 @@
 /* chat.c — chat templates recognised to the byte and rendered (include/dtrain/chat.h). */
 #include "dtrain/chat.h"
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "dtrain/file.h"
+#include "dtrain/hfdir.h"
 
 /* ChatML as transformers writes it; the SmolLM2 form adds a default system message (SYS) when
  * the conversation has none: DEFSYS_HEAD SYS DEFSYS_TAIL. */
@@ -40,43 +39,30 @@ static int recognise(const char *t, dt_chat *c) {
     return c->default_system ? 0 : -1;
 }
 
-static dt_status read_config(const char *path, json_t **root) {
-    int fd;
-    DT_TRY(dt_file_open_regular(path, DT_ERR_DATA, &fd));
-    json_error_t err;
-    *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &err);
-    close(fd);
-    if (!*root) return dt_error_set(DT_ERR_DATA, "%s:%d: not JSON: %s", path, err.line, err.text);
-    return DT_OK;
-}
-
-/* a special token's text: "<|im_end|>" or {"content": "<|im_end|>", ...} */
-static const char *token_text(json_t *j) {
-    return json_is_string(j) ? json_string_value(j) : json_string_value(json_object_get(j, "content"));
-}
-
 dt_status dt_chat_open(const char *dir, dt_chat **out) {
     *out = NULL;
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    json_t *root = NULL;
-    DT_TRY(read_config(path, &root));
+    if (access(path, F_OK) != 0)
+        return dt_error_set(DT_ERR_DATA, "%s: no such file: a chat model's tokenizer_config.json holds its chat_template "
+                            "(hint: leave out --chat and give the prompt as the model expects it)", path);
+    dt_hf_tokens t;
+    void *held;
+    DT_TRY(dt_hf_read_tokens(dir, &t, &held));
     dt_status st = DT_OK;
     dt_chat *c = calloc(1, sizeof *c);
-    const char *t = json_string_value(json_object_get(root, "chat_template"));
-    const char *eos = token_text(json_object_get(root, "eos_token"));
     if (!c) st = dt_error_set(DT_ERR_NOMEM, "out of memory");
-    else if (!t)
+    else if (!t.chat_template)
         st = dt_error_set(DT_ERR_DATA, "%s: chat_template: missing (not a chat model's tokenizer, or a template in a "
                           "file of its own) (hint: leave out --chat and give the prompt as the model expects it)", path);
-    else if (!eos)
+    else if (!t.eos)
         st = dt_error_set(DT_ERR_DATA, "%s: eos_token: missing: generation would not know where the answer ends", path);
-    else if (recognise(t, c) != 0)
+    else if (recognise(t.chat_template, c) != 0)
         st = dt_error_set(DT_ERR_DATA, "%s: chat_template: not a template dtrain renders exactly (it knows ChatML, with "
                           "or without a default system prompt, as SmolLM2's); refusing rather than approximating it "
                           "(hint: leave out --chat and give the prompt as the template would render it)", path);
-    else if (!(c->eos = strdup(eos))) st = dt_error_set(DT_ERR_NOMEM, "out of memory");
-    json_decref(root);
+    else if (!(c->eos = strdup(t.eos))) st = dt_error_set(DT_ERR_NOMEM, "out of memory");
+    dt_hf_tokens_free(held);
     if (st != DT_OK) {
         dt_chat_free(c);
         return st;

@@ -1108,6 +1108,14 @@ int dt_tokenizer_vocab_size(const dt_tokenizer *t) { return t->vocab_size; }
 int dt_tokenizer_eot(const dt_tokenizer *t) { return t->eot; }
 const char *dt_tokenizer_name(const dt_tokenizer *t) { return t->name; }
 
+int dt_tokenizer_token_id(dt_tokenizer *t, const char *text) {
+    uint32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    const int id = text && dt_tokenizer_encode(t, text, strlen(text), &ids, &n, &cap) == DT_OK && n == 1 ? (int)ids[0] : -1;
+    free(ids);
+    return id;
+}
+
 /* ---- encoding ---- */
 
 /* Room for k more ids. */

@@ -119,15 +119,6 @@ static dt_status copy_file(const char *from, const char *to) {
     return st;
 }
 
-/* The id of a special token's text in the model's tokenizer, -1 when it is not one token. */
-static int token_id(dt_tokenizer *tok, const char *text) {
-    uint32_t *ids = NULL;
-    size_t n = 0, cap = 0;
-    int id = text && dt_tokenizer_encode(tok, text, strlen(text), &ids, &n, &cap) == DT_OK && n == 1 ? (int)ids[0] : -1;
-    free(ids);
-    return id;
-}
-
 /* What the exported tokenizer_config.json and config.json say of the special tokens: those of
  * the tokenizer_config.json beside the model's tokenizer.json (a Hugging Face model's: its
  * chat template, bos, eos and unk carried over), else the end-of-text token as all of them. */
@@ -153,8 +144,8 @@ static dt_status tokens_of(const dt_infer *s, export_tokens *x) {
         x->t.eos = x->eot_text;
         x->t.bos = x->t.unk = NULL;
     }
-    x->eos_id = token_id(s->tok, x->t.eos);
-    x->bos_id = x->t.bos ? token_id(s->tok, x->t.bos) : x->eos_id;
+    x->eos_id = dt_tokenizer_token_id(s->tok, x->t.eos);
+    x->bos_id = x->t.bos ? dt_tokenizer_token_id(s->tok, x->t.bos) : x->eos_id;
     /* a classifier pads with the end-of-text token (dtrain's convention: config.json's pad_token_id) */
     x->t.pad = cls ? x->eot_text : x->t.pad;
     return DT_OK;
