@@ -22,6 +22,7 @@
 #include "dtrain/ops.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -30,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <cublasLt.h>
 #include <cuda_profiler_api.h>
@@ -1358,7 +1360,7 @@ static int missing(char *buf, size_t n, size_t *k, const char *name, const char 
     return drv > 0;
 }
 
-static int cu_versions(char *buf, size_t n) {
+static int cu_versions_here(char *buf, size_t n) {
     int rt = 0, drv = 0, bad = 0;
     size_t k = 0;
     char now[64], built[64];
@@ -1416,6 +1418,55 @@ static int cu_versions(char *buf, size_t n) {
         snprintf(now, sizeof now, "%d.%d.%d", ma, mi, pa);
         snprintf(built, sizeof built, "%d.%d.%d", bma, bmi, bpa);
         bad += line(buf, n, &k, libs[i].name, now, built, why);
+    }
+    return bad;
+}
+
+/* The report above, made in a child process: cudaDriverGetVersion initialises CUDA in the
+ * process that asks, and CUDA does not survive fork, so a parent that asked and then forked its
+ * workers (`dtrain doctor --device cuda`) saw every worker fail cudaSetDevice with
+ * cudaErrorInitializationError on an H200. The parent never touches CUDA; where fork fails the
+ * report is made here, which only a later fork would regret. */
+static int cu_versions(char *buf, size_t n) {
+    int fd[2];
+    if (n == 0 || pipe(fd) != 0) return cu_versions_here(buf, n);
+    const pid_t pid = fork();
+    if (pid < 0) {
+        close(fd[0]);
+        close(fd[1]);
+        return cu_versions_here(buf, n);
+    }
+    if (pid == 0) { /* the child: the report, its verdict first, then out without atexit or stdio */
+        close(fd[0]);
+        char *text = malloc(n);
+        int bad = text ? cu_versions_here(text, n) : -1;
+        size_t len = text ? strnlen(text, n) : 0, off = 0;
+        ssize_t w = write(fd[1], &bad, sizeof bad);
+        while (w >= 0 && off < len && (w = write(fd[1], text + off, len - off)) > 0) off += (size_t)w;
+        _exit(w < 0 || bad < 0 ? 1 : 0);
+    }
+    close(fd[1]);
+    int bad = -1;
+    size_t got = 0, k = 0;
+    char *p = (char *)&bad;
+    for (;;) { /* the verdict's bytes, then the text, until the child closes its end */
+        char c[512];
+        const ssize_t r = read(fd[0], c, sizeof c);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        for (ssize_t i = 0; i < r; i++)
+            if (got < sizeof bad) p[got++] = c[i];
+            else if (k + 1 < n) buf[k++] = c[i];
+    }
+    close(fd[0]);
+    buf[k] = '\0';
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    if (got < sizeof bad || bad < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        snprintf(buf, n, "  CUDA      the version report failed (its process %s %d)\n",
+                 WIFSIGNALED(status) ? "died of signal" : "exited", WIFSIGNALED(status) ? WTERMSIG(status)
+                                                                                     : WEXITSTATUS(status));
+        return 1;
     }
     return bad;
 }

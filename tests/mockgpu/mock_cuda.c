@@ -333,11 +333,34 @@ void mock_enqueue_fn(void *st, const char *name, void (*fn)(void *), void *arg) 
 
 /* ---------------------------------------------------------------- runtime API */
 
+/* CUDA does not survive fork: a child whose parent had initialised CUDA gets
+ * cudaErrorInitializationError from its first call (seen on an H200: `dtrain doctor --device
+ * cuda`, whose parent asked cudaDriverGetVersion before forking its workers). CUDA does not
+ * document which calls initialise, so here every call but cudaRuntimeGetVersion (a constant)
+ * does: the process that made the first one owns CUDA, and the device calls below fail in any
+ * other process. */
+static pid_t cuda_owner;
+static cudaError_t owned(void) {
+    const pid_t me = getpid();
+    pid_t was = 0;
+    if (__atomic_compare_exchange_n(&cuda_owner, &was, me, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST) || was == me)
+        return cudaSuccess;
+    mock_report("CUDA used in process %ld, forked from process %ld after that had initialised CUDA (a GPU answers "
+                "cudaErrorInitializationError)", (long)me, (long)was);
+    return ret(cudaErrorInitializationError);
+}
+
 cudaError_t cudaGetDeviceCount(int *n) {
+    const cudaError_t e = owned();
+    if (e != cudaSuccess) return e;
     *n = 1;
     return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int d) { return ret(d == 0 ? cudaSuccess : cudaErrorInvalidDevice); }
+cudaError_t cudaSetDevice(int d) {
+    const cudaError_t e = owned();
+    if (e != cudaSuccess) return e;
+    return ret(d == 0 ? cudaSuccess : cudaErrorInvalidDevice);
+}
 cudaError_t cudaGetDevice(int *d) {
     *d = 0;
     return cudaSuccess;
@@ -367,6 +390,8 @@ cudaError_t cudaRuntimeGetVersion(int *v) {
     return cudaSuccess;
 }
 cudaError_t cudaDriverGetVersion(int *v) {
+    const cudaError_t e = owned();
+    if (e != cudaSuccess) return e;
     *v = CUDART_VERSION;
     return cudaSuccess;
 }
@@ -382,6 +407,7 @@ const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInitializationError: return "cudaErrorInitializationError";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
@@ -396,6 +422,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInitializationError: return "initialization error";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorLaunchFailure: return "unspecified launch failure (mock: a kernel error, see MOCK ERROR above)";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";

@@ -31,7 +31,9 @@
 #   8. dtrain generate (the key/value cache, attention_cached) on the mock GPU: the same greedy
 #      and seeded-sampled text as on the CPU from the same weights; and with cuDNN attention
 #      (dtrain_fused, bf16): only the forward planned
-#   9. scripts/gpu-check.sh rehearsed on the mock GPU (gpucheck/rehearse.sh): every step it runs
+#   9. dtrain doctor --device cuda: no CUDA call in the parent before it forks the workers (the
+#      mock refuses CUDA in a child forked after its parent used it, as CUDA does)
+#  10. scripts/gpu-check.sh rehearsed on the mock GPU (gpucheck/rehearse.sh): every step it runs
 #      on a GPU but the build (reused) and the PyTorch references, with stand-ins for nvidia-smi,
 #      ncu and compute-sanitizer, must pass, and bench.md and the packed logs hold what they should
 set -euo pipefail
@@ -325,6 +327,11 @@ fused_generate() {
     [ -s "$LOGS/gen-fused.txt" ] || { echo "expected generated text"; return 1; }
 }
 step "dtrain generate with cuDNN attention (mock_att.c): the forward planned only" generate-fused.log fused_generate
+
+# ---- dtrain doctor --device cuda: its parent reports the CUDA versions and then forks the workers;
+# the mock, as CUDA, refuses CUDA in a child forked after its parent used it (seen on an H200) ----
+step "dtrain doctor --device cuda (no CUDA in the parent before the workers fork)" doctor.log \
+    with_libs "$OPT" "$OPT/dtrain" doctor --device cuda
 
 # ---- scripts/gpu-check.sh, its steps for a GPU run through on the mock one (about 90 s) ----
 step "scripts/gpu-check.sh rehearsed on the mock GPU (gpucheck/rehearse.sh)" gpucheck.log \
