@@ -1220,6 +1220,9 @@ static int run_cases(const char *filter, int bf16) {
 
 int main(int argc, char **argv) {
     const char *filter = NULL;
+    /* a line at a time: under compute-sanitizer, whose reports go to stderr, the log then shows
+     * which case it stopped in (block-buffered, the cases printed up to the exit came after) */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) g_quick = 1;
         else if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) filter = argv[++i];

@@ -19,6 +19,8 @@
 #   3. $OUT holds summary.txt, bench.md and gpu-check-logs.tar.gz with every step's log;
 #   4. a GPU test that skips (sees no GPU) while nvidia-smi lists one: gpu-tests FAILs, saying why;
 #   5. GPU_CHECK_STEPS naming no step: exit 2 before anything runs.
+#   6. compute-sanitizer failing itself (as racecheck did on an H200): racecheck SKIPs, saying so;
+#      a race it reports: racecheck FAILs.
 set -euo pipefail
 [ $# -eq 3 ] || { echo "usage: $0 SRC OPT DIR" >&2; exit 2; }
 SRC=$(cd "$1" && pwd)
@@ -138,4 +140,15 @@ check "$D/out-bad" "$D/work-bad" GPU_CHECK_STEPS=env,benchmark >"$D/bad.log" 2>&
 [ $rc -eq 2 ] && grep -q "GPU_CHECK_STEPS: no step 'benchmark'" "$D/bad.log" ||
     { cat "$D/bad.log"; fail "GPU_CHECK_STEPS=env,benchmark: exit $rc, expected 2 and the list of steps"; }
 echo "ok: $(head -1 "$D/bad.log")"
+# ---- 6: compute-sanitizer failing itself is no result (SKIP); a race it reports is a FAIL ----
+rc=0
+check "$D/out-san" "$D/work-san" GPU_CHECK_STEPS=racecheck GPU_CHECK_PACK=0 MOCK_SANITIZER_FAIL=internal >"$D/san.log" 2>&1 || rc=$?
+[ $rc -eq 0 ] && grep -q "^racecheck .*SKIP .*failed internally ('The Sanitizer failed to handle a hardware exception.') in or after case attention B 2 T 13" \
+    "$D/out-san/summary.txt" || { cat "$D/san.log"; fail "racecheck, the tool failing itself: exit $rc, expected a SKIP saying so"; }
+echo "ok: $(grep '^racecheck' "$D/out-san/summary.txt" | cut -c1-160)"
+rc=0
+check "$D/out-race" "$D/work-race" GPU_CHECK_STEPS=racecheck GPU_CHECK_PACK=0 MOCK_SANITIZER_FAIL=race >"$D/race.log" 2>&1 || rc=$?
+[ $rc -eq 1 ] && [ "$(result "$D/out-race" racecheck)" = FAIL ] ||
+    { cat "$D/race.log"; fail "racecheck with a race reported: exit $rc, expected a FAIL"; }
+echo "ok: $(grep '^racecheck' "$D/out-race/summary.txt" | cut -c1-160)"
 echo "rehearse.sh: gpu-check.sh passed its rehearsal on the mock GPU"
