@@ -73,11 +73,14 @@ static const help_entry help[] = {
      "           transformers' AutoModelForCausalLM / AutoModelForSequenceClassification and\n"
      "           AutoTokenizer.from_pretrained(PATH) load (--format hf: config.json, model.safetensors,\n"
      "           tokenizer.json, tokenizer_config.json; for the byte tokenizer a tokenizer.json that\n"
-     "           gives dtrain's ids, <cls> included).\n"
+     "           gives dtrain's ids, <cls> included). The tokenizer must be the one the run recorded\n"
+     "           (data.tokenizer_sha256) and fit the model; a language model whose config names none\n"
+     "           (bytes) but whose ids are not bytes gets no tokenizer files (a note says so).\n"
      "  --checkpoint PATH    as for eval: a file, a checkpoint directory, or a run directory (its final\n"
      "                       weights, else its newest valid checkpoint)\n"
      "  --out PATH           the file (replaced atomically) or, for hf, the directory (built next to it\n"
-     "                       and renamed into place; it may hold an earlier export, nothing else)\n"
+     "                       and renamed into place; it may hold an earlier export, nothing else, and\n"
+     "                       never what export reads: the weights, --checkpoint, the tokenizer)\n"
      "  --format F           safetensors (default) or hf\n"
      "  --config FILE        hf: the config the model was trained with (default: the config.yaml next\n"
      "                       to the weights)\n"},
@@ -112,7 +115,7 @@ static const help_entry help[] = {
      "           then); a progress line on a terminal.\n"
      "  --checkpoint PATH    as for generate (its config.yaml, unless --config is given)\n"
      "  --input FILE         LABEL<TAB>TEXT lines (the training TSV) or plain TEXT lines\n"
-     "  --out FILE           the JSON lines file to write\n"
+     "  --out FILE           the JSON lines file to write (not --input)\n"
      "  --progress MODE      auto (when stderr is a terminal), always, never\n"
      "  --set key.path=value override a key of the config, e.g. --set data.batch_size_per_worker=64\n"},
     {"doctor", "dtrain doctor  [--num-workers N] [--device cpu|cuda]",
@@ -131,7 +134,8 @@ static const help_entry help[] = {
      "  --repeat K           runs per worker count (1..20, default 1), interleaved; the table shows the\n"
      "                       medians and the slowest and fastest run\n"},
     {"data", "dtrain data tokenize|detokenize --tokenizer bytes|PATH/tokenizer.json IN OUT",
-     "data tokenize  turns a text file (or .gz) into an llm.c token shard, the file as one document.\n"
+     "data tokenize  turns a text file (or .gz) into an llm.c token shard (OUT: never IN itself), the\n"
+     "               file as one document.\n"
      "  --tokenizer bytes    one token per byte (token = byte value)\n"
      "  --tokenizer PATH     a byte-level BPE tokenizer.json (GPT-2's, or one made with the tokenizers\n"
      "                       library): the text (UTF-8) after its end-of-text token; uint16 tokens when the\n"
@@ -428,8 +432,11 @@ static int cmd_export(const cli *c) {
     dt_export_result r;
     dt_status st = dt_export(&o, &r);
     if (st != DT_OK) return fail(st);
-    printf("exported %d tensors from %s to %s%s\n", r.n_tensors, r.weights, c->out,
-           hf ? " (config.json, model.safetensors, tokenizer.json, tokenizer_config.json)" : "");
+    const char *files = !hf                ? ""
+                        : r.tokenizer_files ? " (config.json, model.safetensors, tokenizer.json, tokenizer_config.json)"
+                                            : " (config.json, model.safetensors)";
+    printf("exported %d tensors from %s to %s%s\n", r.n_tensors, r.weights, c->out, files);
+    if (r.note[0]) fprintf(stderr, "note: %s\n", r.note);
     return 0;
 }
 

@@ -9,6 +9,8 @@
  *   - links planted in checkpoints/ (old step_N, .tmp-/.old- leftovers, this pid's temp dir,
  *     the step being replaced) are removed as links: the files they point to survive;
  *   - a FIFO as a checkpoint's manifest or weights is refused at once, naming it;
+ *   - the tokenizer's SHA-256 recorded (trainer.json) and compared on resume; a dead writer's
+ *     .tmp-best.PID pruned;
  *   - config digest and diff. */
 #include <dirent.h>
 #include <jansson.h>
@@ -527,6 +529,86 @@ static void test_trainer_fields(dt_config *cfg) {
     fixture_free(&a);
 }
 
+/* data.tokenizer's SHA-256 goes into trainer.json (nothing for the byte tokenizer: such a
+ * checkpoint is as before) and a resume with another tokenizer file is refused naming both; a
+ * checkpoint that recorded none (bytes, or from before) resumes with any. */
+static void test_tokenizer_recorded(dt_config *bytes) {
+    const char *run = test_path("tok"), *tok = test_path("tok.json");
+    test_mkdir_p(run);
+    test_write_file(tok, "{\"version\": 1}\n", 15); /* the config hashes the bytes; nothing here reads it */
+    const char *yaml = "data: {train_path: x.tsv}\nmodel: {num_labels: 3}\n";
+    char set[1400];
+    snprintf(set, sizeof set, "data.tokenizer=%s", tok);
+    const char *const ovr[] = {set};
+    dt_config bpe, changed;
+    CHECK_OK(dt_config_load_string(&bpe, "t.yaml", yaml, ovr, 1));
+    CHECK_STR_EQ(bpe.data.tokenizer_sha256, "cedb60dfefb0ead1fa5a3ccb3c68e0ceaf4bb3415df80c79863092f362bd5ab9");
+    fixture a;
+    fixture_init(&a, 5);
+    dt_ckpt_state s = state_for(1, &a), got;
+    char dir[2048], p[2200], text[4096];
+    CHECK_OK(dt_ckpt_save(run, a.m, a.o, &s, &bpe, dir, sizeof dir));
+    snprintf(p, sizeof p, "%s/trainer.json", dir);
+    test_slurp(p, text, sizeof text);
+    CHECK_STR_CONTAINS(text, "\"tokenizer_sha256\": \"cedb60dfefb0ead1fa5a3ccb3c68e0ceaf4bb3415df80c79863092f362bd5ab9\"");
+    CHECK_OK(dt_ckpt_verify(dir, &got));
+    CHECK_STR_EQ(got.tokenizer_sha256, bpe.data.tokenizer_sha256);
+    CHECK_OK(dt_ckpt_check_tokenizer(&got, &bpe, dir));
+    test_write_file(tok, "{\"version\": 2}\n", 15); /* the file changed since */
+    CHECK_OK(dt_config_load_string(&changed, "t.yaml", yaml, ovr, 1));
+    CHECK_INT_EQ(dt_ckpt_check_tokenizer(&got, &changed, dir), DT_ERR_CONFIG);
+    CHECK_STR_CONTAINS(dt_error_msg(), "/tok/checkpoints/step_00000001: checkpoint trained with data.tokenizer of "
+                                       "SHA-256 cedb60dfefb0ead1fa5a3ccb3c68e0ceaf4bb3415df80c79863092f362bd5ab9, but ");
+    CHECK_STR_CONTAINS(dt_error_msg(), "refusing to resume with another tokenizer");
+    CHECK_INT_EQ(dt_ckpt_check_tokenizer(&got, bytes, dir), DT_ERR_CONFIG); /* bytes now */
+    CHECK_STR_CONTAINS(dt_error_msg(), "but data.tokenizer is bytes");
+    /* the byte tokenizer: nothing recorded, and any tokenizer resumes it */
+    s = state_for(2, &a);
+    CHECK_OK(dt_ckpt_save(run, a.m, a.o, &s, bytes, dir, sizeof dir));
+    snprintf(p, sizeof p, "%s/trainer.json", dir);
+    test_slurp(p, text, sizeof text);
+    CHECK(strstr(text, "tokenizer_sha256") == NULL);
+    CHECK_OK(dt_ckpt_verify(dir, &got));
+    CHECK_STR_EQ(got.tokenizer_sha256, "");
+    CHECK_OK(dt_ckpt_check_tokenizer(&got, &changed, dir));
+    set_trainer_field(dir, 0, "tokenizer_sha256", "\"xyz\"");
+    CHECK_INT_EQ(dt_ckpt_verify(dir, &got), DT_ERR_DATA);
+    CHECK_STR_CONTAINS(dt_error_msg(), "trainer.json: tokenizer_sha256: expected 64 characters of 0123456789abcdef (a "
+                                       "SHA-256)");
+    fixture_free(&a);
+}
+
+/* The best checkpoint's temporary directory of a writer that died (.tmp-best.PID in the run
+ * directory) is pruned like a step's; .old-best.PID only while best/ exists (a crash between
+ * its renames leaves the previous best there alone). */
+static void test_prune_best(dt_config *cfg) {
+    const char *run = test_path("bestprune");
+    test_mkdir_p(run);
+    fixture a;
+    fixture_init(&a, 5);
+    dt_ckpt_state s = state_for(10, &a);
+    CHECK_OK(dt_ckpt_save(run, a.m, a.o, &s, cfg, NULL, 0));
+    char p[1400];
+    const char *left[] = {".tmp-best.12345", ".old-best.777"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/%s", run, left[i]);
+        write_precious(p);
+    }
+    CHECK_OK(dt_ckpt_prune(run, 2));
+    snprintf(p, sizeof p, "%s/.tmp-best.12345", run);
+    CHECK(access(p, F_OK) != 0);
+    snprintf(p, sizeof p, "%s/.old-best.777", run);
+    CHECK(access(p, F_OK) == 0); /* no best/: it may be the only best there is */
+    CHECK_OK(dt_ckpt_save_best(run, a.m, a.o, &s, cfg, NULL, 0));
+    CHECK_OK(dt_ckpt_prune(run, 2));
+    CHECK(access(p, F_OK) != 0);
+    snprintf(p, sizeof p, "%s/best", run);
+    dt_ckpt_state got;
+    CHECK_OK(dt_ckpt_verify(p, &got));
+    CHECK_INT_EQ(count_entries(run), 2); /* checkpoints/, best/ */
+    fixture_free(&a);
+}
+
 int main(void) {
     test_dir_init("ckpt");
     dt_config cfg;
@@ -536,6 +618,8 @@ int main(void) {
     test_trainer_fields(&cfg);
     test_non_finite(&cfg);
     test_planted_links(&cfg);
+    test_tokenizer_recorded(&cfg);
+    test_prune_best(&cfg);
     test_config_digest();
     test_fault_parse();
     test_dir_remove();

@@ -4,8 +4,11 @@
  * fails itself, so nothing is left behind).
  *
  *   test_comm           the full test, then a timing print (all-reduce busbw vs memcpy)
- *   test_comm --small   small sizes and no timing: for valgrind */
+ *   test_comm --small   small sizes and no timing: for valgrind
+ *   test_comm segments  only the argument checks and the named segments (external launchers)
+ *   test_comm dead      those, then ranks that die while the others wait (external launchers) */
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -16,6 +19,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -25,6 +29,7 @@
 #include "dtrain/comm.h"
 
 static int g_small;            /* --small */
+static int g_dies = -1;        /* the rank that kills itself (SIGKILL expected), reaped after all others */
 static pid_t g_kids[64];       /* live children of the parent (0 = reaped) */
 static int g_nkids;
 
@@ -80,6 +85,11 @@ static void run_world(const char *name, int world, size_t slot_bytes, scenario_f
             g_nkids = 0; /* the siblings are not ours to kill */
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             if (getppid() != parent) _exit(1);
+            if (g_hier) { /* only a leader's own ends of the leaders' ring: a dead leader's then close */
+                for (int h = 0; h < 2; h++)
+                    for (int e = 0; e < 2; e++)
+                        if (r % 2 || !((h == r / 2 && e == 0) || (h != r / 2 && e == 1))) close(g_leader_ring[h][e]);
+            }
             if (g_tcp) {
                 int prev = (r + world - 1) % world;
                 g_world = world;
@@ -101,18 +111,23 @@ static void run_world(const char *name, int world, size_t slot_bytes, scenario_f
         close(ring[r][0]);
         close(ring[r][1]);
     }
+    for (int h = 0; g_hier && h < 2; h++) {
+        close(g_leader_ring[h][0]);
+        close(g_leader_ring[h][1]);
+    }
     if (pfn) pfn(w, arg);
     double deadline = now_s() + (g_small ? 600 : 120);
     int left = world, failed = -1;
     while (left > 0) {
         for (int i = 0; i < g_nkids; i++) {
-            if (g_kids[i] <= 0) continue;
+            if (g_kids[i] <= 0 || (i == g_dies && left > 1)) continue; /* a zombie until the others are done */
             int status;
             pid_t p = waitpid(g_kids[i], &status, WNOHANG);
             CHECK(p >= 0);
             if (p == 0) continue;
             g_kids[i] = 0;
             left--;
+            if (i == g_dies && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) continue;
             if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
                 fprintf(stderr, "%s (world %d): rank %d failed (%s %d)\n", name, world, i,
                         WIFEXITED(status) ? "exit status" : "signal",
@@ -603,11 +618,7 @@ static void run_hier(const char *name, scenario_fn fn, void *arg) {
     g_hier = 1;
     run_world(name, 4, 0, fn, NULL, arg);
     g_hier = 0;
-    for (int h = 0; h < 2; h++) {
-        dt_shm_world_destroy(g_host_world[h]);
-        close(g_leader_ring[h][0]);
-        close(g_leader_ring[h][1]);
-    }
+    for (int h = 0; h < 2; h++) dt_shm_world_destroy(g_host_world[h]); /* the ring's ends: closed by run_world */
 }
 
 /* ---- single process: argument checks ---- */
@@ -644,6 +655,131 @@ static void test_arguments(void) {
     dt_comm_free(c);
     dt_shm_world_destroy(w);
     printf("arguments and world 1: ok\n");
+}
+
+/* Every rank says its pid (dt_shm_world_join, as the ranks of an external launcher do) with a
+ * rank in the job of its own (rank + 10 on shm: the messages name that one); rank *arg then
+ * dies (SIGKILL; the parent reaps it only after the others: a zombie meanwhile, as under a
+ * launcher slow to reap). The others, in an all-reduce with a 60 s deadline, fail within a few
+ * seconds; those on the dead rank's host name it. */
+static int sc_dead(dt_shm_world *w, int rank, int world, void *arg) {
+    (void)world;
+    const int victim = *(const int *)arg, grank = g_hier ? rank : rank + 10;
+    dt_shm_world_join(g_hier ? g_host_world[rank / 2] : w, g_hier ? rank % 2 : rank, grank);
+    dt_comm *c = join(w, rank, 60);
+    CHECK_OK(dt_comm_barrier(c)); /* every pid is out */
+    if (rank == victim) raise(SIGKILL);
+    float buf[64] = {0};
+    double t0 = now_s();
+    dt_status st = dt_comm_allreduce(c, buf, 64, DT_REDUCE_SUM);
+    double dt = now_s() - t0;
+    CHECK(st != DT_OK);
+    char msg[2048], want[64];
+    snprintf(msg, sizeof msg, "%s", dt_error_msg());
+    printf("  rank %d failed after %.2f s: %s\n", rank, dt, msg);
+    CHECK(dt < (g_small ? 30.0 : 10.0)); /* the deadline is 60 s */
+    snprintf(want, sizeof want, "rank %d (pid ", g_hier ? victim : victim + 10);
+    if (!g_hier || rank / 2 == victim / 2) {
+        CHECK_STR_CONTAINS(msg, want);
+        CHECK_STR_CONTAINS(msg, "exited or was killed while rank ");
+    }
+    dt_comm_free(c);
+    return 0;
+}
+
+static void test_dead_ranks(void) {
+    int victim = 1;
+    g_dies = victim;
+    run_world("a rank killed while the others wait", 3, 0, sc_dead, NULL, &victim);
+    for (victim = 2; victim <= 3; victim++) { /* a leader, then the other rank of its host */
+        g_dies = victim;
+        run_hier(victim == 2 ? "a leader killed while the others wait" : "a leader's host peer killed", sc_dead, &victim);
+    }
+    g_dies = -1;
+}
+
+/* ---- a world in a named segment, as the rendezvous makes one (external launchers) ---- */
+
+/* a fresh segment /NAME (tagged with our pid) of `mode`, holding a world of `world` ranks with
+ * 4 KiB slots; its fd (the creator's world in *w) */
+static int make_segment(char *name, size_t n, const char *tag, mode_t mode, int world, dt_shm_world **w) {
+    snprintf(name, n, "/dtrain-test-%ld-%s", (long)getpid(), tag);
+    shm_unlink(name);
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    CHECK(fd >= 0);
+    CHECK(fchmod(fd, mode) == 0);
+    CHECK_OK(dt_shm_world_create_fd(w, world, 4096, fd));
+    return fd;
+}
+
+/* A segment that group or others may write, or another user's, is refused naming it; ours
+ * (0600) is mapped. */
+static void test_segment_owner_mode(void) {
+    char name[96];
+    dt_shm_world *w = NULL, *a = (dt_shm_world *)1;
+    int fd = make_segment(name, sizeof name, "mode", 0644, 2, &w);
+    int fd2 = shm_open(name, O_RDWR, 0);
+    CHECK(fd2 >= 0);
+    CHECK_INT_EQ(dt_shm_world_attach_fd(&a, 2, fd2, name), DT_ERR_USAGE);
+    CHECK(a == NULL);
+    printf("  %s\n", dt_error_msg());
+    CHECK_STR_CONTAINS(dt_error_msg(), name);
+    CHECK_STR_CONTAINS(dt_error_msg(), "mode 0644");
+    CHECK(fchmod(fd, 0600) == 0);
+    if (geteuid() == 0) { /* root can give it away */
+        CHECK(fchown(fd, 65534, (gid_t)-1) == 0);
+        CHECK_INT_EQ(dt_shm_world_attach_fd(&a, 2, fd2, name), DT_ERR_USAGE);
+        printf("  %s\n", dt_error_msg());
+        CHECK_STR_CONTAINS(dt_error_msg(), "owned by uid 65534");
+        CHECK_STR_CONTAINS(dt_error_msg(), name);
+        CHECK(fchown(fd, geteuid(), (gid_t)-1) == 0);
+    }
+    CHECK_OK(dt_shm_world_attach_fd(&a, 2, fd2, name));
+    dt_shm_world_destroy(a);
+    dt_shm_world_destroy(w);
+    close(fd2);
+    close(fd);
+    CHECK(shm_unlink(name) == 0);
+    printf("a segment of another user, or one others may write: refused: ok\n");
+}
+
+static int g_seg_fd = -1;
+
+/* Each rank maps the segment itself; then rank 0 scribbles over the sizes at the start of the
+ * shared block (as a buggy or hostile process of this user could): every rank keeps using the
+ * sizes it checked when it attached, and the all-reduce still adds up. */
+static int sc_scribble(dt_shm_world *unused, int rank, int world, void *arg) {
+    (void)unused, (void)arg;
+    dt_shm_world *w;
+    CHECK_OK(dt_shm_world_attach_fd(&w, world, g_seg_fd, "/the-segment"));
+    dt_comm *c = join(w, rank, 30);
+    CHECK_OK(dt_comm_barrier(c));
+    if (rank == 0) {
+        size_t *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, g_seg_fd, 0);
+        CHECK(p != MAP_FAILED);
+        p[0] = p[1] = p[2] = (size_t)1 << 45; /* map_bytes, slot_bytes, data_offset as they were laid out */
+        munmap(p, 4096);
+    }
+    CHECK_OK(dt_comm_barrier(c));
+    enum { N = 3000 };
+    float buf[N];
+    for (size_t i = 0; i < N; i++) buf[i] = val(rank, i);
+    CHECK_OK(dt_comm_allreduce(c, buf, N, DT_REDUCE_SUM));
+    check_result(buf, N, world, DT_REDUCE_SUM, rank, "after the scribble");
+    dt_comm_free(c);
+    dt_shm_world_destroy(w);
+    return 0;
+}
+
+static void test_segment_scribble(void) {
+    char name[96];
+    dt_shm_world *w;
+    g_seg_fd = make_segment(name, sizeof name, "scribble", 0600, 3, &w);
+    run_world("the shared header scribbled over after attach", 3, 0, sc_scribble, NULL, NULL);
+    dt_shm_world_destroy(w);
+    close(g_seg_fd);
+    g_seg_fd = -1;
+    CHECK(shm_unlink(name) == 0);
 }
 
 /* ---- /dev/shm before and after ---- */
@@ -738,6 +874,11 @@ int main(int argc, char **argv) {
     int nbefore = list_dev_shm(before, 512);
 
     test_arguments();
+    test_segment_owner_mode();
+    test_segment_scribble();
+    if (argc > 1 && strcmp(argv[1], "segments") == 0) return 0;
+    test_dead_ranks();
+    if (argc > 1 && strcmp(argv[1], "dead") == 0) return 0;
 
     const int worlds[] = {1, 2, 3, 4, 7};
     for (int wi = 0; wi < 5; wi++) {

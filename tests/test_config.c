@@ -1,14 +1,20 @@
 /* test_config.c — config loading: defaults, every key, the DESIGN §3 seed example, exact error
- * messages for broken files and overrides, ${ENV}, --set, and print -> load round trips. */
+ * messages for broken files and overrides, ${ENV}, --set, and print -> load round trips;
+ * data.tokenizer_sha256; model.init_from DIR reading dtrain's byte tokenizer as bytes, and
+ * nothing else. */
 #include "dtrain/config.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
+#include "dtrain/hfdir.h"
+#include "testutil.h"
 
 #define NAME "finetune.yaml"
 #define MIN "data:\n  train_path: data/train.tsv\n"
@@ -820,6 +826,118 @@ static void test_files(void) {
                                  "integer >= 2 (classification), got \"1\"");
 }
 
+/* data.tokenizer_sha256: the SHA-256 of data.tokenizer's file when not given ("" for bytes); given
+ * (a run's saved config.yaml records it), the file must still have it: exit 2 naming both. */
+static void test_tokenizer_hash(void) {
+    char tok[1200], set_tok[1300], set_sha[1300], want[4096];
+    snprintf(tok, sizeof tok, "%s", test_path("tok.json"));
+    FILE *f = fopen(tok, "w");
+    CHECK(f && fputs("abc", f) >= 0 && fclose(f) == 0);
+    snprintf(set_tok, sizeof set_tok, "data.tokenizer=%s", tok);
+    const char *abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+    LOAD_OK(MIN);
+    CHECK_STR_EQ(cfg.data.tokenizer_sha256, "");
+    LOAD_OK(MIN, set_tok);
+    CHECK_STR_EQ(cfg.data.tokenizer_sha256, abc);
+    snprintf(set_sha, sizeof set_sha, "data.tokenizer_sha256=%s", abc);
+    LOAD_OK(MIN, set_tok, set_sha);
+    const char *other = "0000000000000000000000000000000000000000000000000000000000000000";
+    snprintf(set_sha, sizeof set_sha, "data.tokenizer_sha256=%s", other);
+    /* the override is quoted as messages quote values: its first 80 bytes */
+    snprintf(want, sizeof want, "--set %.80s...: data.tokenizer_sha256: the model was trained with the tokenizer of "
+             "SHA-256 %s, but data.tokenizer %s has %s: the file changed since (hint: restore it, or --set "
+             "data.tokenizer_sha256= to take it as it is now)", set_sha, other, tok, abc);
+    LOAD_ERR(want, MIN, set_tok, set_sha);
+    snprintf(want, sizeof want, "--set %.80s...: data.tokenizer_sha256: the model was trained with the tokenizer of "
+             "SHA-256 %s, but data.tokenizer is bytes (hint: set data.tokenizer to that tokenizer.json, or --set "
+             "data.tokenizer_sha256= to read bytes)", set_sha, other);
+    LOAD_ERR(want, MIN, set_sha);
+    LOAD_ERR("--set data.tokenizer_sha256=abc: data.tokenizer_sha256: expected 64 hexadecimal digits (a SHA-256) or "
+             "\"\", got \"abc\"", MIN, "data.tokenizer_sha256=abc");
+    /* a byte config's digest does not see the key; a tokenizer's hash is part of its digest */
+    dt_config a, b;
+    CHECK_OK(dt_config_load_string(&a, NAME, MIN, NULL, 0));
+    const char *const ovr[] = {set_tok};
+    CHECK_OK(dt_config_load_string(&b, NAME, MIN, ovr, 1));
+    CHECK(dt_config_digest(&a) != dt_config_digest(&b));
+    f = fopen(tok, "w");
+    CHECK(f && fputs("abd", f) >= 0 && fclose(f) == 0);
+    dt_config c2;
+    CHECK_OK(dt_config_load_string(&c2, NAME, MIN, ovr, 1));
+    CHECK(dt_config_digest(&b) != dt_config_digest(&c2));
+    char diff[1024];
+    CHECK_INT_EQ(dt_config_diff(&b, &c2, diff, sizeof diff), 1);
+    CHECK_STR_CONTAINS(diff, "data.tokenizer_sha256 \"ba7816bf");
+    memset(b.data.tokenizer_sha256, 0, sizeof b.data.tokenizer_sha256); /* a config saved before it was recorded */
+    CHECK_INT_EQ(dt_config_diff(&b, &c2, diff, sizeof diff), 0);
+    /* a FIFO as data.tokenizer: refused at once, naming it */
+    CHECK(unlink(tok) == 0 && mkfifo(tok, 0644) == 0);
+    snprintf(want, sizeof want, "--set data.tokenizer=%s: data.tokenizer: %s: not a regular file (a FIFO)", tok, tok);
+    LOAD_ERR(want, MIN, set_tok);
+}
+
+/* A Hugging Face directory for model.init_from: config.json (dtrain's, for a byte classifier or
+ * language model), an empty model.safetensors (only its presence is read here) and `tokenizer` as
+ * its tokenizer.json (NULL: none). */
+static void write_hf_dir(const char *dir, int num_labels, json_t *tokenizer) {
+    test_mkdir_p(dir);
+    char p[1400];
+    const char *names[] = {"config.json", "model.safetensors", "tokenizer.json"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        unlink(p);
+    }
+    dt_hf_config hc = {.shape = {.arch = DT_ARCH_GPT2, .vocab_size = 257, .n_positions = 64, .n_layer = 1, .n_head = 1,
+                                 .n_embd = 8, .num_labels = num_labels},
+                       .pad_token_id = num_labels ? 0 : -1, .eos_token_id = -1, .bos_token_id = -1};
+    CHECK_OK(dt_hf_write_config(dir, &hc));
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    FILE *f = fopen(p, "w");
+    CHECK(f && fclose(f) == 0);
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    if (tokenizer) CHECK(json_dump_file(tokenizer, p, JSON_INDENT(2)) == 0);
+}
+
+/* init_from DIR reads the byte tokenizer an export wrote as data.tokenizer: bytes (with <cls> or
+ * without, any max_length), and any other tokenizer.json — 256 ids with a normalizer, a prefix
+ * space, another added token, another post-processor — as the BPE file it is (it used to be read
+ * as bytes, where the BPE reader refuses or reads it otherwise). */
+static void test_init_dir_bytes(void) {
+    char dir[1200], p[1400], set[1300];
+    snprintf(dir, sizeof dir, "%s", test_path("hf"));
+    snprintf(set, sizeof set, "model.init_from=%s", dir);
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    for (int cls = 0; cls < 2; cls++) {
+        for (int T = 16; T <= 64; T += 48) {
+            write_hf_dir(dir, cls ? 2 : 0, NULL);
+            CHECK_OK(dt_hf_write_byte_tokenizer(dir, cls, T));
+            CHECK(dt_hf_is_byte_tokenizer(p));
+            LOAD_OK(cls ? MIN "model:\n  num_labels: 2\n" : MIN, set);
+            CHECK_STR_EQ(cfg.data.tokenizer, "bytes");
+        }
+    }
+    static const char *const edits[] = {"normalizer", "add_prefix_space", "added_token", "post_processor", "merges"};
+    for (size_t i = 0; i < sizeof edits / sizeof *edits; i++) {
+        write_hf_dir(dir, 2, NULL);
+        CHECK_OK(dt_hf_write_byte_tokenizer(dir, 1, 64));
+        json_t *t = json_load_file(p, 0, NULL);
+        CHECK(t != NULL);
+        if (i == 0) json_object_set_new(t, "normalizer", json_pack("{s:s}", "type", "NFC"));
+        if (i == 1) json_object_set_new(json_object_get(t, "pre_tokenizer"), "add_prefix_space", json_true());
+        if (i == 2)
+            json_array_append_new(json_object_get(t, "added_tokens"),
+                                  json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", 257, "content", "<|im_end|>",
+                                            "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 1));
+        if (i == 3) json_object_set_new(t, "post_processor", json_null());
+        if (i == 4) json_array_append_new(json_object_get(json_object_get(t, "model"), "merges"), json_pack("[ss]", "a", "b"));
+        write_hf_dir(dir, 2, t);
+        json_decref(t);
+        CHECK(!dt_hf_is_byte_tokenizer(p));
+        LOAD_OK(MIN "model:\n  num_labels: 2\n", set);
+        CHECK_STR_EQ(cfg.data.tokenizer, p);
+    }
+}
+
 int main(void) {
     test_defaults();
     test_full();
@@ -831,5 +949,9 @@ int main(void) {
     test_overrides();
     test_round_trip();
     test_files();
+    test_dir_init("config");
+    test_tokenizer_hash();
+    test_init_dir_bytes();
+    test_dir_remove(); /* kept when a check fails */
     TEST_PASS("test_config");
 }

@@ -1,10 +1,12 @@
 /* test_data.c — datasets (token shards, tsv, .gz, globs, directories), every bad-data
  * message, the world-size-independent sampler, eval slicing and shard writing; hostile
- * files: a header claiming more than the file holds, FIFOs and devices, planted links. */
+ * files: a header claiming more than the file holds, FIFOs and devices, planted links;
+ * a tokenizer that does not fit the model, an output that is its own input, SHA-256. */
 #include "dtrain/data.h"
 
 #include <errno.h>
 #include <ftw.h>
+#include <jansson.h>
 #include <stdint.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -13,6 +15,7 @@
 #include <zlib.h>
 
 #include "check.h"
+#include "dtrain/file.h"
 #include "testutil.h"
 
 
@@ -771,6 +774,132 @@ static void test_planted_temp(void) {
     CHECK(lstat(out, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 1024 + 32);
 }
 
+/* A byte-level BPE tokenizer.json at path: the 256 byte characters (ids 0..255), "qx" made of q and x
+ * by a merge with id `qx_id`, and <|endoftext|> (the next id after the vocabulary's) unless !eot. */
+static void write_qx_tokenizer(const char *path, int qx_id, int eot) {
+    json_t *vocab = json_object();
+    char ch[3];
+    for (unsigned b = 0; b < 256; b++) {
+        dt_tokenizer_byte_string(b, ch);
+        json_object_set_new(vocab, ch, json_integer(b));
+    }
+    json_object_set_new(vocab, "qx", json_integer(qx_id));
+    json_t *t = json_pack("{s:s, s:[], s:n, s:{s:s, s:b, s:b, s:b}, s:{s:s, s:o, s:[[s,s]]}}", "version", "1.0",
+                          "added_tokens", "normalizer", "pre_tokenizer", "type", "ByteLevel", "add_prefix_space", 0,
+                          "trim_offsets", 1, "use_regex", 1, "model", "type", "BPE", "vocab", vocab, "merges", "q", "x");
+    CHECK(t != NULL);
+    if (eot)
+        json_array_append_new(json_object_get(t, "added_tokens"),
+                              json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", 0, "content", "<|endoftext|>",
+                                        "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 1));
+    CHECK(json_dump_file(t, path, 0) == 0);
+    json_decref(t);
+}
+
+/* The one check of a tokenizer against a model (dt_tokenizer_check_model: every command runs it):
+ * ids beyond model.vocab_size, a classifier's ids past 16 bits or without an end-of-text token
+ * to pad with are refused naming data.tokenizer and model.vocab_size; and a classification row
+ * never holds an id cut to 16 bits (65600 used to become 64, "qx" read as "a"). */
+static void test_tokenizer_fit(void) {
+    const char *big = test_path("qx-big.json"), *noeot = test_path("qx-noeot.json");
+    write_qx_tokenizer(big, 65600, 1);
+    write_qx_tokenizer(noeot, 300, 0);
+    dt_tokenizer *tb, *tn;
+    CHECK_OK(dt_tokenizer_open(big, &tb));
+    CHECK_OK(dt_tokenizer_open(noeot, &tn));
+    char want[2048];
+    CHECK_INT_EQ(dt_tokenizer_check_model(tb, 1025, 2), DT_ERR_CONFIG);
+    snprintf(want, sizeof want, "model.vocab_size: 1025 is smaller than the 65601 ids of data.tokenizer %s (hint: "
+             "model.vocab_size: 65601)", big);
+    CHECK_STR_EQ(dt_error_msg(), want);
+    CHECK_INT_EQ(dt_tokenizer_check_model(tb, 65601, 0), DT_OK); /* a language model's shards hold uint32 ids */
+    CHECK_INT_EQ(dt_tokenizer_check_model(tb, 65601, 2), DT_ERR_CONFIG);
+    snprintf(want, sizeof want, "data.tokenizer %s: 65601 ids; classification texts hold ids below 65536", big);
+    CHECK_STR_EQ(dt_error_msg(), want);
+    CHECK_INT_EQ(dt_tokenizer_check_model(tn, 1025, 2), DT_ERR_CONFIG);
+    CHECK_STR_CONTAINS(dt_error_msg(), "has no end-of-text token to pad classification texts with");
+    CHECK_INT_EQ(dt_tokenizer_check_model(tn, 1025, 0), DT_OK);
+    CHECK_INT_EQ(dt_tokenizer_check_model(NULL, 256, 2), DT_ERR_CONFIG); /* bytes: 256 + <cls> */
+    CHECK_STR_CONTAINS(dt_error_msg(), "model.vocab_size: 256 is too small for tsv data");
+    CHECK_INT_EQ(dt_tokenizer_check_model(NULL, 257, 2), DT_OK);
+    CHECK_INT_EQ(dt_tokenizer_check_model(NULL, 100, 0), DT_OK); /* a language model's shards: checked as read */
+    /* the row itself: an id past 16 bits, and no end-of-text token, are errors, never cut */
+    uint16_t row[8];
+    uint32_t *ids = NULL;
+    size_t cap = 0;
+    int cut;
+    CHECK_INT_EQ(dt_data_text_row(tb, "qx", 2, 8, row, &cut, &ids, &cap), DT_ERR_DATA);
+    CHECK_STR_CONTAINS(dt_error_msg(), "token 65600 does not fit a classification row");
+    CHECK_OK(dt_data_text_row(tb, "a", 1, 8, row, &cut, &ids, &cap));
+    CHECK_INT_EQ(row[0], 97);
+    CHECK_INT_EQ(dt_data_text_row(tn, "a", 1, 8, row, &cut, &ids, &cap), DT_ERR_DATA);
+    CHECK_STR_CONTAINS(dt_error_msg(), "no end-of-text token to pad the text with");
+    free(ids);
+    dt_tokenizer_free(tb);
+    dt_tokenizer_free(tn);
+}
+
+/* dt_file_check_output: an output that is its input (by any name) or a directory holding it
+ * is refused naming both; another file, or a path not there yet, is not. */
+static void test_own_output(void) {
+    const char *in = test_path("own-in.txt"), *link = test_path("own-link.txt"), *other = test_path("own-other.txt");
+    test_write_file(in, "text\n", 5);
+    CHECK(symlink(in, link) == 0);
+    char want[2048];
+    CHECK_INT_EQ(dt_file_check_output("--input", in, "--out", in), DT_ERR_USAGE);
+    snprintf(want, sizeof want, "--out %s and --input %s are the same file: writing the output would destroy the input "
+             "(hint: write the output to another path)", in, in);
+    CHECK_STR_EQ(dt_error_msg(), want);
+    CHECK_INT_EQ(dt_file_check_output("IN", in, "OUT", link), DT_ERR_USAGE);
+    CHECK_STR_CONTAINS(dt_error_msg(), "are the same file");
+    CHECK_INT_EQ(dt_file_check_output("--input", in, "--out", other), DT_OK);
+    test_write_file(other, "x", 1);
+    CHECK_INT_EQ(dt_file_check_output("--input", in, "--out", other), DT_OK);
+    CHECK_INT_EQ(dt_file_check_output("--checkpoint", in, "--out", test_dir()), DT_ERR_USAGE);
+    snprintf(want, sizeof want, "--out %s holds --checkpoint %s, and the output replaces the directory whole: "
+             "writing it would destroy the input (hint: write the output to another directory)", test_dir(), in);
+    CHECK_STR_EQ(dt_error_msg(), want);
+    CHECK_INT_EQ(dt_file_check_output("--checkpoint", test_dir(), "--out", test_dir()), DT_ERR_USAGE);
+    CHECK_STR_CONTAINS(dt_error_msg(), "are the same directory");
+    test_mkdir_p(test_path("own-sub"));
+    CHECK_INT_EQ(dt_file_check_output("--checkpoint", test_dir(), "--out", test_path("own-sub")), DT_OK);
+    /* data tokenize IN IN: refused, IN untouched */
+    CHECK_INT_EQ(dt_data_tokenize("bytes", in, in, NULL), DT_ERR_USAGE);
+    CHECK_STR_CONTAINS(dt_error_msg(), "are the same file");
+    CHECK_INT_EQ(dt_data_detokenize("bytes", in, link, NULL), DT_ERR_USAGE);
+    char got[64];
+    test_slurp(in, got, sizeof got);
+    CHECK_STR_EQ(got, "text\n");
+}
+
+/* dt_file_sha256 against FIPS 180-2's vectors, across block and read boundaries. */
+static void test_sha256(void) {
+    static const struct {
+        const char *text;
+        long repeat;
+        const char *hex;
+    } cases[] = {
+        {"", 1, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+        {"abc", 1, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+        {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", 1,
+         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
+        {"a", 1000000, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"},
+    };
+    const char *path = test_path("sha.txt");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *f = fopen(path, "wb");
+        CHECK(f != NULL);
+        for (long k = 0; k < cases[i].repeat; k++) fputs(cases[i].text, f);
+        CHECK(fclose(f) == 0);
+        char hex[65];
+        CHECK_OK(dt_file_sha256(path, DT_ERR_DATA, hex));
+        CHECK_STR_EQ(hex, cases[i].hex);
+    }
+    char hex[65];
+    CHECK_INT_EQ(dt_file_sha256(test_path("no-such-file"), DT_ERR_CONFIG, hex), DT_ERR_CONFIG);
+    CHECK_STR_CONTAINS(dt_error_msg(), "no-such-file: cannot open: ");
+}
+
 int main(void) {
     test_dir_init("data");
     test_tsv(); /* writes good.tsv, used by the path tests */
@@ -784,6 +913,9 @@ int main(void) {
     test_huge_header();
     test_not_regular();
     test_planted_temp();
+    test_tokenizer_fit();
+    test_own_output();
+    test_sha256();
     test_sampler();
     test_eval_slices();
     dt_dataset_free(NULL);

@@ -15,7 +15,10 @@
  *   - dtrain predict: a classifier's predictions against eval, plain text, a language
  *     model's per-line loss, bad lines;
  *   - the best checkpoint and early stopping on a run whose validation loss rises;
- *   - CPU threads that follow another process's load, with the same weights as fixed threads. */
+ *   - CPU threads that follow another process's load, with the same weights as fixed threads;
+ *   - a tokenizer that does not fit the model refused on every path (predict, export), one
+ *     changed since training refused (its SHA-256 recorded), a model with no known tokenizer
+ *     exported without tokenizer files; no command overwrites its own input. */
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -629,6 +632,185 @@ static void test_not_regular(void) {
     CHECK_STR_CONTAINS(err_text, want);
 }
 
+/* A FIFO as tokenizer.json (data.tokenizer, or a Hugging Face directory's), or as the directory's
+ * config.json or tokenizer_config.json: exit 2 at once, naming it (jansson's json_load_file
+ * blocked in open() for good) */
+static void test_not_regular_json(void) {
+    const char *names[] = {"tokenizer.json", "config.json", "tokenizer_config.json"};
+    char dir[600], fifo[700], want[800], cfg[700];
+    snprintf(fifo, sizeof fifo, "%s/tokenizer.fifo", tmp);
+    CHECK(mkfifo(fifo, 0644) == 0);
+    snprintf(want, sizeof want, "%s: not a regular file (a FIFO)", fifo);
+    CHECK_INT_EQ(run("timeout -s KILL 30 %s data tokenize --tokenizer %s data/tinytext/val.txt %s/fifo.bin", DTRAIN_BIN,
+                     fifo, tmp), 2);
+    CHECK_STR_CONTAINS(err_text, want);
+    CHECK_INT_EQ(run("timeout -s KILL 30 %s --config configs/finetune.yaml --set data.tokenizer=%s --dry-run", DTRAIN_BIN,
+                     fifo), 2);
+    CHECK_STR_CONTAINS(err_text, want);
+    /* a Hugging Face directory with one of its JSON files a FIFO, as init_from (data.tokenizer not
+     * given: the directory's tokenizer.json is read) */
+    snprintf(cfg, sizeof cfg, "%s/init-hf.yaml", tmp);
+    for (int i = 0; i < 3; i++) {
+        snprintf(dir, sizeof dir, "%s/hf-fifo-%d", tmp, i);
+        CHECK_INT_EQ(run("cp -r data/pretrained %s && rm %s/%s && mkfifo %s/%s", dir, dir, names[i], dir, names[i]), 0);
+        char yaml[900];
+        snprintf(yaml, sizeof yaml, "data:\n  train_path: data/sentiment/train.tsv\n  seq_len: 32\nmodel:\n  "
+                 "num_labels: 2\n  init_from: %s\n", dir);
+        write_file(cfg, yaml);
+        CHECK_INT_EQ(run("timeout -s KILL 30 %s --config %s --dry-run", DTRAIN_BIN, cfg), 2);
+        snprintf(want, sizeof want, "%s/%s: not a regular file (a FIFO)", dir, names[i]);
+        CHECK_STR_CONTAINS(err_text, want);
+    }
+}
+
+/* data/bpe/tokenizer.json written to path with a change: "big" makes "qx" one token of id 65600
+ * (a merge of rank 0; 65600 & 0xffff = 64 is "a"'s id; <|endoftext|> keeps its id 1024, now in
+ * the vocabulary too), "noeot" drops <|endoftext|>. */
+static void write_bpe_variant(const char *path, const char *variant) {
+    json_error_t je;
+    json_t *t = json_load_file(DTRAIN_SOURCE_DIR "/data/bpe/tokenizer.json", 0, &je);
+    CHECK(t != NULL);
+    json_t *model = json_object_get(t, "model");
+    CHECK_INT_EQ(json_integer_value(json_object_get(json_object_get(model, "vocab"), "a")), 64);
+    if (strcmp(variant, "big") == 0) {
+        json_object_set_new(json_object_get(model, "vocab"), "qx", json_integer(65600));
+        json_object_set_new(json_object_get(model, "vocab"), "<|endoftext|>", json_integer(1024));
+        json_array_insert_new(json_object_get(model, "merges"), 0, json_pack("[ss]", "q", "x"));
+    } else {
+        json_array_clear(json_object_get(t, "added_tokens"));
+    }
+    CHECK(json_dump_file(t, path, JSON_INDENT(1) | JSON_PRESERVE_ORDER) == 0);
+    json_decref(t);
+}
+
+/* Every command that pairs a tokenizer with a model checks one against the other as training
+ * does: predict with a tokenizer past model.vocab_size, or without an end-of-text token to pad
+ * a classifier's texts, exits 2 naming them (ids used to be cut to 16 bits: "qx", id 65600, got
+ * "a"'s probabilities, and no end-of-text token read as "token 65535 ... outside the
+ * vocabulary"). A run records its tokenizer's SHA-256 (config.yaml, trainer.json); export,
+ * predict and eval of the run refuse a tokenizer that changed since (export copied it
+ * unchecked), and export --config checks it as --dry-run does. A language model of BPE shards
+ * whose config names no tokenizer (bytes, 1500 ids) is exported without tokenizer files, saying
+ * so (it got a byte tokenizer of 256 ids). */
+static void test_tokenizer_fit(void) {
+    char dir[600], tok[700], big[700], noeot[700], run_dir[700], in[700], out[700], hf[700], want[1400];
+    snprintf(dir, sizeof dir, "%s/tokfit", tmp);
+    test_mkdir_p(dir);
+    snprintf(tok, sizeof tok, "%s/tok.json", dir);
+    snprintf(big, sizeof big, "%s/big.json", dir);
+    snprintf(noeot, sizeof noeot, "%s/noeot.json", dir);
+    snprintf(run_dir, sizeof run_dir, "%s/run", dir);
+    snprintf(in, sizeof in, "%s/in.txt", dir);
+    snprintf(out, sizeof out, "%s/out.jsonl", dir);
+    snprintf(hf, sizeof hf, "%s/hf", dir);
+    CHECK_INT_EQ(run("cp data/bpe/tokenizer.json %s", tok), 0);
+    write_bpe_variant(big, "big");
+    write_bpe_variant(noeot, "noeot");
+    write_file(in, "qx\na\n");
+    CHECK_INT_EQ(run("%s --config configs/finetune.yaml --set run.dir=%s --set data.tokenizer=%s --set training.max_steps=2 "
+                     "--set eval.max_batches=1 --progress never", DTRAIN_BIN, run_dir, tok), 0);
+    CHECK_INT_EQ(run("grep -q \"tokenizer_sha256: \\\"$(sha256sum %s | cut -c1-64)\\\"\" %s/config.yaml && grep -q "
+                     "\"\\\"tokenizer_sha256\\\": \\\"$(sha256sum %s | cut -c1-64)\\\"\" %s/checkpoints/step_00000002/trainer.json",
+                     tok, run_dir, tok, run_dir), 0);
+    /* predict with a tokenizer the model cannot hold, and one without an end-of-text token */
+    CHECK_INT_EQ(run("%s predict --checkpoint %s --config configs/finetune.yaml --set data.tokenizer=%s --input %s --out %s",
+                     DTRAIN_BIN, run_dir, big, in, out), 2);
+    snprintf(want, sizeof want, "model.vocab_size: 1025 is smaller than the 65601 ids of data.tokenizer %s", big);
+    CHECK_STR_CONTAINS(err_text, want);
+    CHECK(access(out, F_OK) != 0);
+    CHECK_INT_EQ(run("%s predict --checkpoint %s --config configs/finetune.yaml --set data.tokenizer=%s --input %s --out %s",
+                     DTRAIN_BIN, run_dir, noeot, in, out), 2);
+    snprintf(want, sizeof want, "data.tokenizer %s has no end-of-text token to pad classification texts with", noeot);
+    CHECK_STR_CONTAINS(err_text, want);
+    /* export: the tokenizer.json trained with, byte for byte; then the file changes (ids to 65600) */
+    CHECK_INT_EQ(run("%s export --checkpoint %s --format hf --out %s", DTRAIN_BIN, run_dir, hf), 0);
+    CHECK_INT_EQ(run("cmp %s %s/tokenizer.json", tok, hf), 0);
+    CHECK_INT_EQ(run("cp %s %s && rm -r %s", big, tok, hf), 0);
+    const char *cmds[] = {"export --format hf --out %s/hf2", "predict --input %s/in.txt --out %s/out.jsonl", "eval"};
+    for (int i = 0; i < 3; i++) {
+        char cmd[800];
+        snprintf(cmd, sizeof cmd, cmds[i], dir, dir);
+        CHECK_INT_EQ(run("%s %s --checkpoint %s", DTRAIN_BIN, cmd, run_dir), 2);
+        CHECK_STR_CONTAINS(err_text, "/config.yaml:");
+        CHECK_STR_CONTAINS(err_text, "data.tokenizer_sha256: the model was trained with the tokenizer of SHA-256 ");
+        snprintf(want, sizeof want, "but data.tokenizer %s has ", tok);
+        CHECK_STR_CONTAINS(err_text, want);
+        CHECK_STR_CONTAINS(err_text, ": the file changed since (hint: restore it");
+    }
+    CHECK(access(out, F_OK) != 0);
+    snprintf(want, sizeof want, "%s/hf2", dir);
+    CHECK(access(want, F_OK) != 0 && access(hf, F_OK) != 0);
+    /* a config that records no tokenizer: checked against the model, as --dry-run checks it */
+    CHECK_INT_EQ(run("%s export --checkpoint %s --config configs/finetune.yaml --set data.tokenizer=%s --format hf --out %s",
+                     DTRAIN_BIN, run_dir, tok, hf), 2);
+    snprintf(want, sizeof want, "model.vocab_size: 1025 is smaller than the 65601 ids of data.tokenizer %s", tok);
+    CHECK_STR_CONTAINS(err_text, want);
+    CHECK(access(hf, F_OK) != 0);
+    CHECK_INT_EQ(run("%s --config configs/finetune.yaml --set data.tokenizer=%s --dry-run", DTRAIN_BIN, tok), 2);
+    CHECK_STR_CONTAINS(err_text, want);
+
+    /* a language model of BPE shards, its config naming no tokenizer: no tokenizer files, said */
+    char shard[700], lm[700], lm_hf[700], p[800];
+    snprintf(shard, sizeof shard, "%s/bpe.bin", dir);
+    snprintf(lm, sizeof lm, "%s/lm", dir);
+    snprintf(lm_hf, sizeof lm_hf, "%s/lm-hf", dir);
+    CHECK_INT_EQ(run("%s data tokenize --tokenizer data/bpe/tokenizer.json data/tinytext/val.txt %s", DTRAIN_BIN, shard), 0);
+    CHECK_INT_EQ(run("%s --config configs/pretrain.yaml --set run.dir=%s --set data.train_path=%s --set data.val_path= "
+                     "--set model.vocab_size=1500 --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 "
+                     "--set data.seq_len=32 --set training.max_steps=2 --set eval.every_steps=0 --progress never",
+                     DTRAIN_BIN, lm, shard), 0);
+    CHECK_INT_EQ(run("%s export --checkpoint %s --format hf --out %s", DTRAIN_BIN, lm, lm_hf), 0);
+    CHECK_STR_CONTAINS(err_text, "note: no tokenizer files written: data.tokenizer is bytes, but the model's 1500 ids are "
+                                 "not bytes (model.vocab_size: 1500)");
+    CHECK_STR_CONTAINS(out_text, "(config.json, model.safetensors)\n");
+    snprintf(p, sizeof p, "%s/tokenizer.json", lm_hf);
+    CHECK(access(p, F_OK) != 0);
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", lm_hf);
+    CHECK(access(p, F_OK) != 0);
+    snprintf(p, sizeof p, "%s/config.json", lm_hf);
+    CHECK(access(p, F_OK) == 0);
+    /* named at export, the tokenizer is checked and written */
+    CHECK_INT_EQ(run("%s export --checkpoint %s --format hf --out %s --set data.tokenizer=data/bpe/tokenizer.json",
+                     DTRAIN_BIN, lm, lm_hf), 0);
+    CHECK_INT_EQ(run("cmp data/bpe/tokenizer.json %s/tokenizer.json", lm_hf), 0);
+}
+
+/* No command overwrites its own input: predict --input X --out X, data tokenize IN IN, and
+ * export --out DIR of the Hugging Face directory DIR it reads (or that holds the weights) exit 2
+ * naming both, the input untouched (predict replaced the text with JSONL, tokenize turned it
+ * into a shard, export dropped the directory's chat_template). */
+static void test_own_input(void) {
+    char text[600], hfdir[600], want[1400], got[256];
+    snprintf(text, sizeof text, "%s/own.txt", tmp);
+    snprintf(hfdir, sizeof hfdir, "%s/own-hf", tmp);
+    write_file(text, "good\nbad\n");
+    CHECK_INT_EQ(run("%s predict --checkpoint %s/finetune --input %s --out %s", DTRAIN_BIN, tmp, text, text), 2);
+    snprintf(want, sizeof want, "--out %s and --input %s are the same file: writing the output would destroy the input", text,
+             text);
+    CHECK_STR_CONTAINS(err_text, want);
+    CHECK_INT_EQ(run("%s data tokenize --tokenizer bytes %s %s", DTRAIN_BIN, text, text), 2);
+    snprintf(want, sizeof want, "OUT %s and IN %s are the same file", text, text);
+    CHECK_STR_CONTAINS(err_text, want);
+    test_slurp(text, got, sizeof got);
+    CHECK_STR_EQ(got, "good\nbad\n");
+    const char *tc = "{\"eos_token\": \"<|endoftext|>\", \"chat_template\": \"{{ messages }}\", \"mine\": 1}\n";
+    CHECK_INT_EQ(run("cp -r data/pretrained %s", hfdir), 0);
+    snprintf(want, sizeof want, "%s/tokenizer_config.json", hfdir);
+    write_file(want, tc);
+    CHECK_INT_EQ(run("%s export --checkpoint %s --format hf --out %s", DTRAIN_BIN, hfdir, hfdir), 2);
+    snprintf(want, sizeof want, "--out %s and --checkpoint %s are the same directory", hfdir, hfdir);
+    CHECK_STR_CONTAINS(err_text, want);
+    CHECK_INT_EQ(run("%s export --checkpoint %s/model.safetensors --format hf --out %s/", DTRAIN_BIN, hfdir, hfdir), 2);
+    snprintf(want, sizeof want, "holds --checkpoint %s/model.safetensors, and the output replaces the directory whole",
+             hfdir);
+    CHECK_STR_CONTAINS(err_text, want);
+    snprintf(want, sizeof want, "%s/tokenizer_config.json", hfdir);
+    test_slurp(want, got, sizeof got);
+    CHECK_STR_EQ(got, tc);
+    CHECK_INT_EQ(run("%s export --checkpoint %s --out %s/model.safetensors", DTRAIN_BIN, hfdir, hfdir), 2);
+    CHECK_STR_CONTAINS(err_text, "are the same file");
+}
+
 /* What a restart cannot fix is not retried: a missing init_from or data file is exit 2 at once,
  * with no "restart" (it used to be retried three times with backoff, then exit 1). */
 static void test_not_retried(void) {
@@ -850,6 +1032,7 @@ int main(void) {
     test_secrets();
     test_eval_limit();
     test_not_regular();
+    test_not_regular_json();
     test_planted_links();
     test_not_retried();
     test_finished_changed();
@@ -859,6 +1042,8 @@ int main(void) {
     test_finetune();
     test_generate();
     test_predict();
+    test_tokenizer_fit();
+    test_own_input();
     test_early_stopping();
     test_val_sets();
     test_dir_remove();

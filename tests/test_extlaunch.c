@@ -8,13 +8,25 @@
  *   - incomplete, malformed or contradicting variables exit 2 naming them;
  *   - mpirun -np 2 and -np 4 (Open MPI's variables) byte-identical to fork mode; with the mpi
  *     collective (when built) within 1e-5;
- *   - nothing is left in /dev/shm. */
+ *   - a rank killed in a one-host shm job (3 ranks) or in a hierarchical one (2 "hosts" x 2
+ *     ranks: UTS namespaces with their own host names, on this machine's loopback) is noticed by
+ *     the others well before training.collective_timeout_s (60 s here), in a message naming it;
+ *   - the hierarchical job's two shared-memory segments have names that differ in more than the
+ *     leader's rank (neither can be told from the other);
+ *   - rank 0 (one host) or a host's leader (hierarchical) killed right after it made the job's
+ *     shared memory during the rendezvous leaves no name in /dev/shm;
+ *   - nothing is left in /dev/shm.
+ * `test_extlaunch CASE` runs one case. */
 #include <dirent.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -316,16 +328,306 @@ static int count_dtrain_shm(void) {
     return n;
 }
 
-int main(void) {
+/* ---- ranks that die ---- */
+
+static pid_t g_live[16]; /* started by the cases below and not reaped yet: killed if a CHECK fails */
+
+static void kill_live(void) {
+    for (int i = 0; i < 16; i++)
+        if (g_live[i] > 0) {
+            kill(g_live[i], SIGKILL);
+            waitpid(g_live[i], NULL, 0);
+            g_live[i] = 0;
+        }
+}
+
+static void live_add(pid_t p) {
+    for (int i = 0; i < 16; i++)
+        if (g_live[i] <= 0) {
+            g_live[i] = p;
+            return;
+        }
+    CHECK(0);
+}
+
+static int reap(pid_t p, const char *tag) {
+    int rc = wait_exit(p, tag);
+    for (int i = 0; i < 16; i++)
+        if (g_live[i] == p) g_live[i] = 0;
+    return rc;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* the flags that give `unshare` a UTS namespace here (root: --uts; else a user namespace too), or
+ * NULL when it cannot: the cases with two "hosts" are skipped then */
+static const char *const *uts_flags(void) {
+    static const char *const root[] = {"--uts", NULL}, *user[] = {"-U", "-r", "--uts", NULL};
+    const char *const *f = geteuid() == 0 ? root : user;
+    char cmd[128] = "/usr/bin/unshare";
+    for (int i = 0; f[i]; i++) snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), " %s", f[i]);
+    snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), " true 2>/dev/null");
+    if (access("/usr/bin/unshare", X_OK) != 0 || system(cmd) != 0) return NULL;
+    return f;
+}
+
+static const char *g_secret; /* "DTRAIN_RDZV_SECRET=..." for the ranks start_rank starts, or NULL */
+
+/* Rank r of `world` as torchrun starts it (LOCAL_RANK r % lw of lw) at 127.0.0.1:port, run dir
+ * RUN, collective_timeout_s 60 and `steps` steps; `host` NULL: on this host, else in a UTS
+ * namespace of its own with the host name dtrain-host-HOST. The pid is that of dtrain itself.
+ * No evaluation, checkpoints nor replica checks: the steps' collectives are the gradients' only
+ * (a hierarchical job's all-gathers go over the flat tcp ring, which notices a death itself). */
+static pid_t start_rank(const char *tag, const char *run, int r, int world, int lw, int port, const char *host,
+                        int steps) {
+    char env[5][48], rd[1400], nw[64], ms[64], hn[64];
+    snprintf(env[0], sizeof env[0], "RANK=%d", r);
+    snprintf(env[1], sizeof env[1], "WORLD_SIZE=%d", world);
+    snprintf(env[2], sizeof env[2], "LOCAL_RANK=%d", r % lw);
+    snprintf(env[3], sizeof env[3], "LOCAL_WORLD_SIZE=%d", lw);
+    snprintf(env[4], sizeof env[4], "MASTER_PORT=%d", port);
+    const char *vars[] = {env[0], env[1], env[2], env[3], env[4], "MASTER_ADDR=127.0.0.1", g_secret, NULL};
+    snprintf(rd, sizeof rd, "run.dir=%s/%s", test_dir(), run);
+    snprintf(nw, sizeof nw, "training.num_workers=%d", world);
+    snprintf(ms, sizeof ms, "training.max_steps=%d", steps);
+    snprintf(hn, sizeof hn, "dtrain-host-%s", host ? host : "");
+    const char *args[48];
+    int n = 0;
+    const char *const *flags = host ? uts_flags() : NULL;
+    for (int i = 0; flags && flags[i]; i++) args[n++] = flags[i];
+    if (host) {
+        const char *sh[] = {"sh", "-c", "hostname \"$0\" && exec \"$@\"", hn, DTRAIN_BIN};
+        for (int i = 0; i < 5; i++) args[n++] = sh[i];
+    }
+    const char *rest[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", nw, "--set",
+                          "data.batch_size_per_worker=2", "--set", "training.collective_timeout_s=60", "--set",
+                          "training.cpu_threads_per_worker=1", "--set", ms, "--set", "eval.every_steps=0", "--set",
+                          "checkpoint.every_steps=0", "--set", "training.check_replicas_every=0", "--progress",
+                          "never", NULL};
+    for (int i = 0; rest[i]; i++) args[n++] = rest[i];
+    args[n] = NULL;
+    set_env(vars);
+    pid_t p = host ? spawn_prog(tag, "/usr/bin/unshare", args) : spawn(tag, args);
+    proc_clear_launcher_env();
+    live_add(p);
+    return p;
+}
+
+/* until RUN/metrics.jsonl records step `step` (rank 0 trains), at most 120 s */
+static void wait_for_step(const char *run, int step) {
+    char path[1300], want[32];
+    snprintf(path, sizeof path, "%s/%s/metrics.jsonl", test_dir(), run);
+    snprintf(want, sizeof want, "\"step\":%d,", step);
+    for (double t0 = now_s(); now_s() - t0 < 120; sleep_ms(20)) {
+        test_slurp(path, out_text, sizeof out_text);
+        if (strstr(out_text, want)) return;
+    }
+    printf("%s: no step %d within 120 s\n", run, step);
+    CHECK(0);
+}
+
+/* Ranks 0..world-1 (hosts: NULL, one host; else hosts[r] for rank r) train; rank `victim` is killed
+ * (SIGKILL) once they do: every other rank fails well before training.collective_timeout_s (60 s),
+ * and one of them names the victim: one on its host as gone (shared memory), or, when the kill
+ * came in one of the flat tcp ring's collectives (a hierarchical job's per-step agreement), as
+ * its ring neighbour. */
+static void kill_one(const char *run, int world, int lw, const char *const *hosts, int victim) {
+    int port = proc_free_port();
+    pid_t p[8];
+    char tags[8][48];
+    for (int r = world - 1; r >= 0; r--) {
+        snprintf(tags[r], sizeof tags[r], "%s-r%d", run, r);
+        p[r] = start_rank(tags[r], run, r, world, lw, port, hosts ? hosts[r] : NULL, 100000);
+    }
+    wait_for_step(run, 5);
+    const double t0 = now_s();
+    CHECK(kill(p[victim], SIGKILL) == 0);
+    char gone[96], closed[64], reset[64];
+    snprintf(gone, sizeof gone, "rank %d (pid %ld on this host) exited or was killed", victim, (long)p[victim]);
+    snprintf(closed, sizeof closed, "rank %d closed the connection", victim);
+    snprintf(reset, sizeof reset, "sending to rank %d failed", victim);
+    int named = 0;
+    for (int r = 0; r < world; r++) {
+        if (r == victim) continue;
+        CHECK(reap(p[r], tags[r]) != 0);
+        double dt = now_s() - t0;
+        printf("%s: rank %d failed %.2f s after rank %d was killed\n", run, r, dt, victim);
+        CHECK(dt < 20.0); /* collective_timeout_s is 60 */
+        named += strstr(err_text, gone) || strstr(err_text, closed) || strstr(err_text, reset);
+    }
+    CHECK(named > 0);
+    CHECK_INT_EQ(reap(p[victim], tags[victim]), 128 + SIGKILL);
+}
+
+/* one host, the job's shared memory: rank 1 of 3 killed mid-training */
+static void test_dead_rank_shm(void) {
+    kill_one("dead-shm", 3, 3, NULL, 1);
+    char path[1300]; /* no tcp ring here: both name it as gone */
+    for (int r = 0; r <= 2; r += 2) {
+        snprintf(path, sizeof path, "%s/dead-shm-r%d.err", test_dir(), r);
+        test_slurp(path, out_text, sizeof out_text);
+        CHECK_STR_CONTAINS(out_text, "rank 1 (pid ");
+        CHECK_STR_CONTAINS(out_text, "on this host) exited or was killed while rank ");
+    }
+}
+
+static const char *const g_hosts[] = {"A", "A", "B", "B"};
+
+/* two hosts x two ranks, the hierarchical collective: a host's second rank, then a leader */
+static void test_dead_rank_hier(void) {
+    if (!uts_flags()) {
+        printf("dead_rank_hier: skipped: unshare cannot make a UTS namespace here\n");
+        return;
+    }
+    kill_one("dead-hier3", 4, 2, g_hosts, 3);
+    char path[1300];
+    snprintf(path, sizeof path, "%s/dead-hier3-r0.out", test_dir());
+    test_slurp(path, out_text, sizeof out_text);
+    CHECK_STR_CONTAINS(out_text, "gradients hierarchical: 2 hosts x 2 ranks");
+    kill_one("dead-hier2", 4, 2, g_hosts, 2);
+}
+
+/* the names inotify reports created in /dev/shm that hold "-PORT-" (this job's) */
+typedef struct shm_names {
+    int fd, port, n;
+    char name[8][256];
+} shm_names;
+
+static void shm_watch(shm_names *w, int port) {
+    memset(w, 0, sizeof *w);
+    w->port = port;
+    w->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    CHECK(w->fd >= 0);
+    CHECK(inotify_add_watch(w->fd, "/dev/shm", IN_CREATE) >= 0);
+}
+
+/* reads what inotify has (waiting up to ms); the index of the first new name holding `part`, or -1 */
+static int shm_poll(shm_names *w, int ms, const char *part) {
+    struct pollfd pf = {.fd = w->fd, .events = POLLIN};
+    if (poll(&pf, 1, ms) <= 0) return -1;
+    char buf[8192] __attribute__((aligned(8)));
+    ssize_t got = read(w->fd, buf, sizeof buf);
+    int hit = -1;
+    char port[24];
+    snprintf(port, sizeof port, "-%d-", w->port);
+    for (ssize_t off = 0; got > 0 && off < got;) {
+        const struct inotify_event *ev = (const struct inotify_event *)(buf + off);
+        off += (ssize_t)sizeof *ev + ev->len;
+        if (!ev->len || strncmp(ev->name, "dtrain-", 7) != 0 || !strstr(ev->name, port) || w->n >= 8) continue;
+        snprintf(w->name[w->n], sizeof w->name[0], "%s", ev->name);
+        printf("created in /dev/shm: %s\n", ev->name);
+        if (hit < 0 && (!part || strstr(ev->name, part))) hit = w->n;
+        w->n++;
+    }
+    return hit;
+}
+
+/* every name seen is gone */
+static void shm_check_gone(shm_names *w) {
+    for (int i = 0; i < w->n; i++) {
+        char path[300];
+        snprintf(path, sizeof path, "/dev/shm/%s", w->name[i]);
+        if (access(path, F_OK) == 0) printf("left in /dev/shm: %s\n", w->name[i]);
+        CHECK(access(path, F_OK) != 0);
+    }
+    close(w->fd);
+}
+
+static void hier_names_run(const char *run) {
+    int port = proc_free_port();
+    shm_names w;
+    shm_watch(&w, port);
+    pid_t p[4];
+    char tags[4][48];
+    for (int r = 3; r >= 0; r--) {
+        snprintf(tags[r], sizeof tags[r], "%s-r%d", run, r);
+        p[r] = start_rank(tags[r], run, r, 4, 2, port, g_hosts[r], 20);
+    }
+    for (int r = 0; r < 4; r++) CHECK_INT_EQ(reap(p[r], tags[r]), 0);
+    while (shm_poll(&w, 0, NULL) >= 0) {
+    }
+    CHECK_INT_EQ(w.n, 2);
+    /* without "-hN" (the leader's rank) the names still differ */
+    const char *a = w.name[0], *b = w.name[1], *pa = strstr(a, "-h"), *pb = strstr(b, "-h");
+    CHECK(pa && pb);
+    char sa[256], sb[256];
+    snprintf(sa, sizeof sa, "%.*s%s", (int)(pa - a), a, pa + 3);
+    snprintf(sb, sizeof sb, "%.*s%s", (int)(pb - b), b, pb + 3);
+    printf("without the leaders' ranks: %s and %s\n", sa, sb);
+    CHECK(strcmp(sa, sb) != 0);
+    shm_check_gone(&w);
+}
+
+/* a hierarchical job that trains: its hosts' segments (one each) have names that differ in more
+ * than the leader's rank: neither can be told from the other; without a shared secret, then
+ * with one (the names through HMAC) */
+static void test_hier_names(void) {
+    if (!uts_flags()) {
+        printf("hier_names: skipped: unshare cannot make a UTS namespace here\n");
+        return;
+    }
+    hier_names_run("names");
+    g_secret = "DTRAIN_RDZV_SECRET=extlaunch-test-secret-0123456789";
+    hier_names_run("names-secret");
+    g_secret = NULL;
+}
+
+/* The creator of a segment (`victim`: rank 0 on one host, a leader in a hierarchical job) is
+ * killed as soon as the segment `part` appears in /dev/shm: the other ranks fail, and no name of
+ * the job is left behind. */
+static void kill_creator(const char *run, int world, int lw, const char *const *hosts, int victim, const char *part) {
+    int port = proc_free_port();
+    shm_names w;
+    shm_watch(&w, port);
+    pid_t p[8];
+    char tags[8][48];
+    for (int r = world - 1; r >= 0; r--) {
+        snprintf(tags[r], sizeof tags[r], "%s-r%d", run, r);
+        p[r] = start_rank(tags[r], run, r, world, lw, port, hosts ? hosts[r] : NULL, 100000);
+    }
+    int hit = -1;
+    for (double t0 = now_s(); hit < 0 && now_s() - t0 < 60;) hit = shm_poll(&w, 100, part);
+    CHECK(hit >= 0);
+    CHECK(kill(p[victim], SIGKILL) == 0);
+    for (int r = 0; r < world; r++) CHECK(reap(p[r], tags[r]) != 0);
+    while (shm_poll(&w, 0, NULL) >= 0) {
+    }
+    shm_check_gone(&w);
+}
+
+static void test_creator_killed_shm(void) { kill_creator("creator-shm", 2, 2, NULL, 0, NULL); }
+
+static void test_creator_killed_hier(void) {
+    if (!uts_flags()) {
+        printf("creator_killed_hier: skipped: unshare cannot make a UTS namespace here\n");
+        return;
+    }
+    kill_creator("creator-hier", 4, 2, g_hosts, 2, "-h2");
+}
+
+/* every case, or the one named on the command line */
+int main(int argc, char **argv) {
+    static const struct {
+        const char *name;
+        void (*fn)(void);
+    } cases[] = {{"env_errors", test_env_errors},     {"torchrun_style", test_torchrun_style},
+                 {"indexed_job", test_indexed_job},   {"missing_rank", test_missing_rank},
+                 {"other_config", test_other_config}, {"tcp_ring", test_tcp_ring},
+                 {"mpirun", test_mpirun},             {"dead_rank_shm", test_dead_rank_shm},
+                 {"dead_rank_hier", test_dead_rank_hier}, {"hier_names", test_hier_names},
+                 {"creator_killed_shm", test_creator_killed_shm}, {"creator_killed_hier", test_creator_killed_hier}};
     test_dir_init("extlaunch");
+    atexit(kill_live);
     int shm_before = count_dtrain_shm();
-    test_env_errors();
-    test_torchrun_style();
-    test_indexed_job();
-    test_missing_rank();
-    test_other_config();
-    test_tcp_ring();
-    test_mpirun();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (argc < 2 || strcmp(argv[1], cases[i].name) == 0) {
+            printf("--- %s\n", cases[i].name);
+            cases[i].fn();
+        }
     CHECK_INT_EQ(count_dtrain_shm(), shm_before);
     test_dir_remove();
     TEST_PASS("test_extlaunch");

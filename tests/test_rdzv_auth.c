@@ -10,7 +10,8 @@
  *   - the ring of the tcp collective: idle connections and a forged ring hello at a rank's ring
  *     listener do not take the place of its neighbour;
  *   - a secret on one side only fails that rank with a message (exit 2), not a hang;
- *   - a secret file readable by others, or a short secret, is refused (exit 2, naming it);
+ *   - a secret file readable by others, a short secret, or a variable set but empty (a failed
+ *     $VAR expansion), is refused (exit 2, naming it);
  *   - an ERR line full of escapes from a fake rank 0 is printed with them replaced;
  *   - without a secret: one warning naming the variables, and the job works;
  *   - the secret appears in no output, nor in the environment of a running rank;
@@ -452,6 +453,18 @@ static void test_bad_secrets(void) {
     const char *twov[] = {"DTRAIN_RDZV_SECRET=" SECRET, both, NULL};
     CHECK_INT_EQ(wait_exit(start_rank("bad-both", 0, 2, proc_free_port(), "bad", twov, NULL, "2"), "bad-both"), 2);
     CHECK_STR_CONTAINS(err_text, "set only one of DTRAIN_RDZV_SECRET and DTRAIN_RDZV_SECRET_FILE");
+    /* set but empty (a variable that did not expand): refused, not taken for "no secret" */
+    const char *emptyv[] = {"DTRAIN_RDZV_SECRET=", NULL};
+    CHECK_INT_EQ(wait_exit(start_rank("bad-empty", 0, 2, proc_free_port(), "bad", emptyv, NULL, "2"), "bad-empty"), 2);
+    CHECK_STR_CONTAINS(err_text, "environment: DTRAIN_RDZV_SECRET is set but empty");
+    CHECK(strstr(err_text, "warning: the rendezvous") == NULL);
+    const char *emptyf[] = {"DTRAIN_RDZV_SECRET_FILE=", NULL};
+    CHECK_INT_EQ(wait_exit(start_rank("bad-emptyf", 0, 2, proc_free_port(), "bad", emptyf, NULL, "2"), "bad-emptyf"), 2);
+    CHECK_STR_CONTAINS(err_text, "environment: DTRAIN_RDZV_SECRET_FILE is set but empty");
+    /* and on a rank that joins (not rank 0) too, beside a good secret in the other variable */
+    const char *emptyj[] = {"DTRAIN_RDZV_SECRET=", both, NULL};
+    CHECK_INT_EQ(wait_exit(start_rank("bad-emptyj", 1, 2, proc_free_port(), "bad", emptyj, NULL, "2"), "bad-emptyj"), 2);
+    CHECK_STR_CONTAINS(err_text, "environment: DTRAIN_RDZV_SECRET is set but empty");
     check_no_escape_and_no_secret("bad-mode");
     check_no_escape_and_no_secret("bad-both");
 }

@@ -4,6 +4,9 @@
  *   - a worker killed at step 7 (checkpoints every 5): one restart, identical weights;
  *   - a worker stopped (SIGSTOP) at step 7: the collective deadline, one restart, identical;
  *   - SIGTERM mid-run: exit 0 with a checkpoint at the current step; a rerun resumes there;
+ *   - SIGTERM during a long evaluation (minutes), to dtrain or to one of two processes another
+ *     launcher started: every rank stops within seconds, the partial evaluation is not
+ *     recorded, and the checkpoint of the step is written;
  *   - a checkpoint with a flipped byte and one with a truncated file: both reported, the one
  *     before them used, and the result still identical;
  *   - 2 workers -> 4 workers: the epoch's samples are each seen exactly once;
@@ -245,6 +248,110 @@ static void test_sigterm(void) {
     CHECK_STR_CONTAINS(out_text, "done: 10 steps");
 }
 
+/* The exit status of `pid`, or -1 when it had not exited `cap_s` seconds after t0 (then it is
+ * killed: its workers die with it). *seconds: from t0 to the exit. */
+static int wait_within(pid_t pid, const char *tag, const struct timespec *t0, double cap_s, double *seconds) {
+    struct timespec t1;
+    int status = 0;
+    pid_t got = 0;
+    for (int i = 0; i < (int)(cap_s * 50) && (got = waitpid(pid, &status, WNOHANG)) == 0; i++) sleep_ms(20);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *seconds = (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
+    if (got == pid) {
+        char err[1300];
+        snprintf(err, sizeof err, "%s/%s.err", test_dir(), tag);
+        test_slurp(err, err_text, sizeof err_text);
+        printf("%s: exited %.2f s after the signal; stderr: %s\n", tag, *seconds, err_text);
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    printf("%s: still running %.1f s after the signal: killed\n", tag, *seconds);
+    kill(pid, SIGKILL);
+    wait_exit(pid, tag);
+    return -1;
+}
+
+/* `sig` to `target`, then wait_within for `pid` */
+static int signal_and_wait_within(pid_t target, int sig, pid_t pid, const char *tag, double cap_s, double *seconds) {
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK(kill(target, sig) == 0);
+    return wait_within(pid, tag, &t0, cap_s, seconds);
+}
+
+/* `name`'s metrics.jsonl has no eval record, its last train record is of step `step`, and its
+ * checkpoint of that step was written; `out`: the console of rank 0 (out_text) */
+static void check_eval_stopped(const char *name, const char *out, long step) {
+    char ckpt[1300], path[1300], want[96];
+    snprintf(ckpt, sizeof ckpt, "%s/%s/checkpoints/step_%08ld", test_dir(), name, step);
+    CHECK_INT_EQ(trainer_step(ckpt), step);
+    snprintf(path, sizeof path, "%s/%s.out", test_dir(), out);
+    test_slurp(path, out_text, sizeof out_text);
+    snprintf(want, sizeof want, "evaluation at step %ld stopped after ", step);
+    CHECK_STR_CONTAINS(out_text, want);
+    CHECK_STR_CONTAINS(out_text, " (asked to stop): not recorded");
+    static char jsonl[1 << 16];
+    snprintf(path, sizeof path, "%s/%s/metrics.jsonl", test_dir(), name);
+    test_slurp(path, jsonl, sizeof jsonl);
+    CHECK(strstr(jsonl, "\"type\":\"eval\"") == NULL);
+    CHECK_INT_EQ(last_logged_step(name), step);
+}
+
+static void test_sigterm_in_eval(void) {
+    /* 100000 validation examples on a wider model: the evaluation at step 2 takes minutes (about
+     * 200 s on 2 cores), so a SIGTERM half a second into it must not wait for its end */
+    char tsv[1300], val[1400];
+    snprintf(tsv, sizeof tsv, "%s/long-val.tsv", test_dir());
+    proc_clear_launcher_env();
+    const int n = 100000;
+    char *buf = malloc((size_t)n * 32), *p = buf;
+    CHECK(buf != NULL);
+    for (int i = 0; i < n; i++) p += sprintf(p, "%d\tvalidation example %d\n", i % 2, i);
+    test_write_file(tsv, buf, (size_t)(p - buf));
+    free(buf);
+    snprintf(val, sizeof val, "data.val_path=%s", tsv);
+    const char *const sets[] = {val, "training.max_steps=1000", "training.num_workers=2",
+                                "data.batch_size_per_worker=4", "model.n_embd=256", "model.n_layer=2",
+                                "eval.every_steps=2", "eval.max_batches=0", "logging.every_steps=1", NULL};
+    pid_t pid = start("eval-term", "eval-term", sets);
+    for (int i = 0; i < 3000 && last_logged_step("eval-term") < 2; i++) sleep_ms(20);
+    CHECK_INT_EQ(last_logged_step("eval-term"), 2); /* step 2 logged: its evaluation has begun */
+    sleep_ms(500);
+    double dt;
+    CHECK_INT_EQ(signal_and_wait_within(pid, SIGTERM, pid, "eval-term", 20.0, &dt), 0);
+    CHECK(dt < 5.0);
+    CHECK_STR_CONTAINS(err_text, "dtrain: SIGTERM: stopped at step 2");
+    /* the partial evaluation is said, not recorded as one */
+    check_eval_stopped("eval-term", "eval-term", 2);
+
+    /* two processes started by someone else (a Kubernetes Indexed Job), SIGTERM to rank 1 only:
+     * rank 0 learns of it through the evaluation's vote and stops with it */
+    char port[32];
+    snprintf(port, sizeof port, "%d", proc_free_port());
+    pid_t ext[2];
+    for (int k = 0; k < 2; k++) {
+        char index[8], tag[16];
+        snprintf(index, sizeof index, "%d", k);
+        snprintf(tag, sizeof tag, "eval-ext-%d", k);
+        CHECK(setenv("JOB_COMPLETION_INDEX", index, 1) == 0 && setenv("MASTER_ADDR", "127.0.0.1", 1) == 0 &&
+              setenv("MASTER_PORT", port, 1) == 0);
+        ext[k] = start(tag, "eval-ext", sets);
+        proc_clear_launcher_env();
+    }
+    for (int i = 0; i < 3000 && last_logged_step("eval-ext") < 2; i++) sleep_ms(20);
+    CHECK_INT_EQ(last_logged_step("eval-ext"), 2);
+    sleep_ms(500);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK(kill(ext[1], SIGTERM) == 0);
+    double dt0;
+    const int rc1 = wait_within(ext[1], "eval-ext-1", &t0, 20.0, &dt);
+    const int rc0 = wait_within(ext[0], "eval-ext-0", &t0, 20.0, &dt0);
+    CHECK_INT_EQ(rc1, 0);
+    CHECK_INT_EQ(rc0, 0);
+    CHECK(dt < 5.0 && dt0 < 5.0);
+    check_eval_stopped("eval-ext", "eval-ext-0", 2);
+}
+
 static void test_signal_to_worker(void) {
     /* a scheduler may signal the workers rather than dtrain: the same clean stop */
     const char *const sets[] = {"training.max_steps=200000", "training.num_workers=2", "data.batch_size_per_worker=4",
@@ -412,22 +519,35 @@ static void test_launcher_killed(void) {
     CHECK(gone);
 }
 
-int main(void) {
+/* test_recovery [NAME...]: those tests only (e.g. sigterm_in_eval; a test that compares with an
+ * earlier one's run needs that one named too), else all */
+static int wanted(int argc, char **argv, const char *name) {
+    if (argc < 2) return 1;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], name) == 0) return 1;
+    return 0;
+}
+
+#define RUN(name) \
+    if (wanted(argc, argv, #name)) test_##name()
+
+int main(int argc, char **argv) {
     test_dir_init("recovery");
     unsetenv("DTRAIN_FAULT");
-    test_continuation();
-    test_kill_restart();
-    test_zero_restart();
-    test_hang_restart();
-    test_restarts_exhausted();
-    test_sigterm();
-    test_signal_to_worker();
-    test_signal_in_backoff();
-    test_corrupt();
-    test_elastic();
-    test_shape_refused();
-    test_second_sigint();
-    test_launcher_killed();
+    RUN(continuation);
+    RUN(kill_restart);
+    RUN(zero_restart);
+    RUN(hang_restart);
+    RUN(restarts_exhausted);
+    RUN(sigterm);
+    RUN(sigterm_in_eval);
+    RUN(signal_to_worker);
+    RUN(signal_in_backoff);
+    RUN(corrupt);
+    RUN(elastic);
+    RUN(shape_refused);
+    RUN(second_sigint);
+    RUN(launcher_killed);
     test_dir_remove();
     TEST_PASS("test_recovery");
 }

@@ -5,8 +5,10 @@
  *   optimizer.safetensors  AdamW moments, F32: exp_avg.<name> and exp_avg_sq.<name> for every
  *                          weight tensor, same shapes
  *   trainer.json           where training stands: step, epoch, sample cursor, seed, config
- *                          digest, world size and global batch at save, model shape, and (when
- *                          checkpoint.best_metric or early stopping counts) the best evaluation
+ *                          digest, world size and global batch at save, model shape, the
+ *                          SHA-256 of data.tokenizer's file (none for the byte tokenizer), and
+ *                          (when checkpoint.best_metric or early stopping counts) the best
+ *                          evaluation
  * RUN/best/ is a checkpoint of the same layout: the best evaluation's (dt_ckpt_save_best).
  *   config.yaml            the resolved config at save
  *   manifest.json          size and CRC32 (zlib) of each file above; written last
@@ -47,6 +49,9 @@ typedef struct dt_ckpt_state {
     long global_batch;      /* samples per step at save */
     size_t train_samples;   /* training set size at save */
     dt_model_shape model;   /* the model's architecture and shape at save */
+    char tokenizer_sha256[65]; /* verify: trainer.json's, data.tokenizer's SHA-256 at save ("": the byte
+                                  tokenizer, or a checkpoint from before it was recorded); save writes
+                                  the config's, not this */
     dt_ckpt_best best;      /* optional in trainer.json ("best"): all 0 when absent */
     /* saving only: when set, what fills the host arrays of the AdamW moments (n_params floats
      * each, the parameters' layout) in place of dt_optim_get_moments: an optimizer that holds
@@ -68,9 +73,10 @@ dt_status dt_ckpt_save(const char *run_dir, dt_model *m, dt_optim *o, const dt_c
 dt_status dt_ckpt_save_best(const char *run_dir, dt_model *m, dt_optim *o, const dt_ckpt_state *s,
                             const dt_config *cfg, char *dir_out, size_t n);
 
-/* Deletes all but the newest keep_last complete checkpoints, and leftover .tmp-* dirs of
- * writers that died; links among them are unlinked, never followed (see above). Only call
- * while no checkpoint is being written. */
+/* Deletes all but the newest keep_last complete checkpoints, and the leftovers of writers that
+ * died: checkpoints/.tmp-step_* and run_dir/.tmp-best.*, and .old-step_* / .old-best.* once the
+ * checkpoint they were replaced by is there; links among them are unlinked, never followed (see
+ * above). Only call while no checkpoint is being written. */
 dt_status dt_ckpt_prune(const char *run_dir, int keep_last);
 
 /* Checks the manifest, each file's size and CRC32, and parses trainer.json into *s.
@@ -90,6 +96,12 @@ dt_status dt_ckpt_find_latest(const char *dir, dt_ckpt_report_fn report, void *u
 /* Refuses (DT_ERR_CONFIG, naming both values and a hint) when the checkpoint's model shape
  * differs from `mc`. */
 dt_status dt_ckpt_check_shape(const dt_ckpt_state *s, const dt_model_shape *now, const char *ckpt_dir);
+
+/* Refuses (DT_ERR_CONFIG, naming the checkpoint, both hashes and a hint) to resume a checkpoint
+ * that recorded a tokenizer (trainer.json's tokenizer_sha256) with another one: cfg's
+ * data.tokenizer_sha256 differs (another file, or bytes). A checkpoint that recorded none (the
+ * byte tokenizer, or written before dtrain recorded it) resumes with any. */
+dt_status dt_ckpt_check_tokenizer(const dt_ckpt_state *s, const dt_config *cfg, const char *ckpt_dir);
 
 /* Loads the weights and the optimizer moments of a verified checkpoint. */
 dt_status dt_ckpt_load(const char *ckpt_dir, dt_model *m, dt_optim *o);

@@ -44,9 +44,18 @@ dt_status dt_shm_world_create(dt_shm_world **out, int world, size_t slot_bytes);
 void dt_shm_world_destroy(dt_shm_world *w);
 /* The same world in the file behind `fd` (e.g. shm_open), for workers that do not share a
  * parent (external launchers): one process creates it (sizing the file), the others attach;
- * each destroys its own mapping. */
+ * each destroys its own mapping. Attaching checks that the file is this user's with mode 0600
+ * (else DT_ERR_USAGE naming the segment `name`: someone else's), then reads the sizes once,
+ * checks them and keeps its own copy: a process that writes over the shared block later cannot
+ * move this rank's slots. DT_ERR_DEVICE while the creator has not finished it (try again). */
 dt_status dt_shm_world_create_fd(dt_shm_world **out, int world, size_t slot_bytes, int fd);
-dt_status dt_shm_world_attach_fd(dt_shm_world **out, int world, int fd);
+dt_status dt_shm_world_attach_fd(dt_shm_world **out, int world, int fd, const char *name);
+/* Says that this process is rank `rank` of w (`grank` in the job, for messages): its pid, so
+ * that the ranks waiting for it in a collective notice at once when it exits or is killed, and
+ * fail naming it instead of waiting for their deadline (dtrain's own launcher, which watches
+ * its workers itself, does not call this). Returns 1 when every rank of w has now joined (the
+ * caller may remove the segment's name: nobody else needs it), else 0. */
+int dt_shm_world_join(dt_shm_world *w, int rank, int grank);
 /* Marks the world aborted (by the supervisor, when a worker died): every rank's pending and
  * future collective fails promptly with a message containing `why`. Async-signal-safe. */
 void dt_shm_world_abort(dt_shm_world *w, const char *why);

@@ -99,6 +99,10 @@ typedef struct dt_config {
             char path[DT_PATH_MAX];
         } val_sets[DT_MAX_VAL_SETS];
         char tokenizer[DT_PATH_MAX];  /* "bytes" (default) or a tokenizer.json (byte-level BPE) */
+        /* data.tokenizer_sha256: the SHA-256 of data.tokenizer's file (64 hex digits; "" for bytes),
+         * computed at load when not given; given (a run's saved config.yaml records it), the file
+         * must have it: a model never meets a tokenizer changed since it was trained */
+        char tokenizer_sha256[65];
         dt_data_format format;        /* default auto */
         int batch_size_per_worker;    /* >= 1, default 8 */
         int seq_len;                  /* >= 2, default 64 */

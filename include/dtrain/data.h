@@ -57,8 +57,9 @@ void dt_dataset_get(const dt_dataset *ds, size_t i, int *tokens, int *targets);
  * tokenizer its ids cut to seq_len, padded with the end-of-text id (the classifier reads the
  * last text token: GPT2ForSequenceClassification's convention). *truncated = 1 when cut.
  * *ids / *cap: the caller's BPE id buffer (grown with realloc; free it). DT_ERR_DATA (without
- * file or line: the caller's prefix) for a NUL byte (bytes), invalid UTF-8, no tokens, or the
- * end-of-text token inside the text (BPE). */
+ * file or line: the caller's prefix) for a NUL byte (bytes), invalid UTF-8, no tokens, the
+ * end-of-text token inside the text, or an id past 16 bits or no end-of-text token at all (BPE:
+ * never cut to 16 bits; dt_tokenizer_check_model refuses such a tokenizer before). */
 dt_status dt_data_text_row(dt_tokenizer *tok, const char *text, size_t len, int seq_len, uint16_t *row,
                            int *truncated, uint32_t **ids, size_t *cap);
 
@@ -106,13 +107,15 @@ void dt_eval_slice(size_t n, size_t j, int rank, int world, int b, size_t *start
  * to a fresh temporary file (PATH.tmp.PID, or PATH.tmp.PID.K when that name is taken;
  * created O_EXCL|O_NOFOLLOW, so a link planted there is never followed) and renamed. */
 dt_status dt_shard_write(const char *path, const uint32_t *tokens, size_t n);
-/* `dtrain data tokenize --tokenizer T IN OUT` (IN: .gz read transparently): with T "bytes"
+/* `dtrain data tokenize --tokenizer T IN OUT` (IN: .gz read transparently; OUT the same file as
+ * IN is refused, DT_ERR_USAGE, dt_file_check_output): with T "bytes"
  * every byte becomes one token; with T a tokenizer.json (tokenizer.h) IN is one document,
  * preceded by the end-of-text token when the tokenizer has one, in a version-1 shard when its
  * ids fit uint16, else version 7 (uint32). *n_tokens receives the count. */
 dt_status dt_data_tokenize(const char *tokenizer, const char *in_path, const char *out_path, size_t *n_tokens);
 /* `dtrain data detokenize --tokenizer T IN.bin OUT.txt`: a shard's tokens back to text (every
- * token, the end-of-text ones as their text), written atomically. *n_bytes receives the size. */
+ * token, the end-of-text ones as their text), written atomically (OUT as IN refused, as above).
+ * *n_bytes receives the size. */
 dt_status dt_data_detokenize(const char *tokenizer, const char *in_path, const char *out_path, size_t *n_bytes);
 
 #endif

@@ -63,4 +63,17 @@ dt_status dt_file_open_write(const char *path, int append, int *fd);
 /* fdopen(fd, mode) that closes fd when it fails; NULL then, with a message naming `path`. */
 FILE *dt_file_stream(int fd, const char *mode, const char *path);
 
+/* Refuses an output that would destroy its command's input: `out` is `in` (the same file, by
+ * any name or link), or `out` is a directory that holds `in` at any depth (the command replaces
+ * the directory whole). No conflict when either does not exist. DT_ERR_USAGE (exit 2) naming
+ * both as the command line does (in_name, out_name: "--input", "--out"): "OUT_NAME OUT and
+ * IN_NAME IN are the same file: ..." ("directory" for two directories) or "OUT_NAME OUT holds
+ * IN_NAME IN, and the output replaces the directory whole: ...". Every command that writes a
+ * file from another calls it first. */
+dt_status dt_file_check_output(const char *in_name, const char *in, const char *out_name, const char *out);
+
+/* The SHA-256 of the file at `path` (a regular file, as dt_file_open_regular opens it; errors
+ * as there, with `bad_input`) as 64 lowercase hex digits into hex. DT_ERR_IO on a read error. */
+dt_status dt_file_sha256(const char *path, dt_status bad_input, char hex[65]);
+
 #endif

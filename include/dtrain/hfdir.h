@@ -28,9 +28,12 @@ int dt_hf_is_dir(const char *path);
  * the file and the key otherwise. */
 dt_status dt_hf_read_config(const char *dir, dt_hf_config *out);
 
-/* 1 when the tokenizer.json at `path` is dtrain's byte tokenizer as export writes it (a
- * byte-level BPE without merges whose 256 ids are the bytes): such a directory's texts are read
- * with data.tokenizer: bytes, <cls> and all. */
+/* 1 when the tokenizer.json at `path` is dtrain's byte tokenizer exactly as export writes it
+ * (dt_hf_write_byte_tokenizer, with <cls> or without, any max_length; the layout and the order
+ * of keys aside): such a directory's texts are read with data.tokenizer: bytes, <cls> and all.
+ * Anything else — 256 byte ids with a normalizer, a prefix space, another added token or
+ * post-processor — is a BPE tokenizer.json for the BPE reader (0), and so is a file that is not
+ * regular or does not parse. */
 int dt_hf_is_byte_tokenizer(const char *path);
 
 /* Writes DIR/config.json for c: the architecture's language model class (GPT2LMHeadModel,

@@ -22,7 +22,10 @@ dt_status dt_infer_weights_path(const char *checkpoint, FILE *say, char *buf, si
 /* The model shape of config c for batches of `batch` sequences of seq_len tokens (pad_id 0). */
 dt_model_cfg dt_infer_model_cfg(const dt_config *c, int batch, int seq_len);
 /* data.tokenizer opened: NULL for "bytes" (as dt_dataset_cfg takes it); DT_ERR_DATA naming the
- * key and the file. */
+ * key and the file. Checked against the model as training checks it (dt_data_check_tokenizer:
+ * its ids within model.vocab_size, a classifier's end-of-text token and 16-bit ids):
+ * DT_ERR_CONFIG otherwise, *out NULL. Every command that pairs a tokenizer with a model
+ * (train, eval, predict, generate, export, --dry-run) opens it here. */
 dt_status dt_infer_tokenizer(const dt_config *c, dt_tokenizer **out);
 
 /* The backend (device local_rank, as rank `rank` in messages), the tokenizer (data.tokenizer's

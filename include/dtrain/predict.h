@@ -31,7 +31,8 @@ typedef struct dt_predict_result {
 } dt_predict_result;
 
 /* Runs s's model over o->input. DT_ERR_DATA naming INPUT:LINE for a line the model cannot
- * read (empty, for a classifier; a label outside [0, num_labels), invalid UTF-8 for BPE, ...). */
+ * read (empty, for a classifier; a label outside [0, num_labels), invalid UTF-8 for BPE, ...);
+ * DT_ERR_USAGE when o->out is o->input (dt_file_check_output: the input is never replaced). */
 dt_status dt_predict(dt_infer *s, const dt_predict_opts *o, dt_predict_result *res);
 
 #endif

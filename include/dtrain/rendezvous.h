@@ -13,9 +13,13 @@
  * while rank 0 is not up yet) and says who it is and the digest of its config; rank 0
  * checks that every rank came, once, with the same config, before a deadline, and names
  * the ranks that did not. On one host it then creates the job's shared memory
- * (shm_open), every rank maps it, and rank 0 unlinks the name, so nothing is left in
- * /dev/shm; across hosts (or when asked) it connects the ranks in a ring for the tcp
- * collective. */
+ * (shm_open, under a random name every rank learns first), every rank maps it (refusing a
+ * segment that is not this user's with mode 0600) and says its pid (dt_shm_world_join: a
+ * rank that dies is noticed by the others at once), and the last one in removes the name, as
+ * does every rank that fails, so nothing is left in /dev/shm; across hosts (or when asked) it
+ * connects the ranks in a ring for the tcp collective, the hierarchical collective's leaders
+ * in a ring of their own, each host's ranks in shared memory the same way (the name from a
+ * nonce for that host alone, through HMAC with the shared secret when there is one). */
 #ifndef DTRAIN_RENDEZVOUS_H
 #define DTRAIN_RENDEZVOUS_H
 

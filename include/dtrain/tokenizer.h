@@ -43,6 +43,15 @@ typedef struct dt_tokenizer dt_tokenizer;
 dt_status dt_tokenizer_open(const char *spec, dt_tokenizer **out);
 void dt_tokenizer_free(dt_tokenizer *t);
 
+/* Whether texts read with `t` (NULL, or one opened as "bytes": the byte tokenizer) fit a model of
+ * vocab_size ids and num_labels labels (0: a language model): the one check every command that
+ * pairs a tokenizer with a model runs (dt_dataset_open, and through dt_infer_tokenizer train,
+ * eval, predict, generate, export and --dry-run). A BPE's ids (added tokens included) below
+ * vocab_size; a classifier's texts (data.h) need an end-of-text token to pad with and ids below
+ * 65536 (their rows are uint16), or with bytes vocab_size >= 257 (<cls> = 256). DT_ERR_CONFIG
+ * naming data.tokenizer and model.vocab_size otherwise. */
+dt_status dt_tokenizer_check_model(const dt_tokenizer *t, int vocab_size, int num_labels);
+
 /* Ids are < this (the vocabulary and the added tokens). */
 int dt_tokenizer_vocab_size(const dt_tokenizer *t);
 /* The end-of-text token's id (<|endoftext|>, or the only special added token), -1 if none. */

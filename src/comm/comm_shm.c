@@ -1,6 +1,7 @@
 /* comm_shm.c — the `shm` backend: collectives between the CPU worker processes of one
- * host through ONE anonymous shared mapping made before fork (never shm_open: nothing is
- * ever left in /dev/shm, the memory goes away with the last process).
+ * host through ONE shared mapping: anonymous, made before fork by dtrain's own launcher
+ * (nothing is ever left in /dev/shm, the memory goes away with the last process), or a named
+ * segment the rendezvous makes for an external launcher's ranks (see below).
  *
  * Layout: a control block (the barrier, the abort flag and message, one cache line per
  * rank), then world+1 data slots of slot_bytes: slot r belongs to rank r, slot `world`
@@ -38,6 +39,14 @@
  * what it copies in; the share's owner rounds its own floats the same way before it sums, in
  * float32, and rounds the all-reduce's result, which it keeps as well as publishes.
  *
+ * Under an external launcher the world lives in a named segment (dt_shm_world_create_fd /
+ * attach_fd): an attaching rank refuses a file that is not this user's with mode 0600, reads
+ * the sizes at the start of the shared block once, checks them and keeps its own copy (struct
+ * dt_shm_world), so that nothing written there later moves its slots. Each rank says its pid
+ * (dt_shm_world_join); a rank waiting in a barrier looks a few times a second whether a rank
+ * that has not arrived is still there (a pidfd, else kill(pid, 0)) and, when it is gone, fails
+ * the world naming it (no supervisor of ours watches these ranks, as launch.c does ours).
+ *
  * Test-only switch: dt_fault_break_allreduce (fault.h) makes one rank's all-reduce results
  * wrong, so that the doctor's self-test can prove it catches a bad collective. */
 #include "dtrain/comm.h"
@@ -46,6 +55,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -81,18 +92,36 @@ typedef struct {
 typedef struct {
     _Alignas(SHM_LINE) _Atomic uint32_t arrived; /* generation + 1 of the last barrier entered */
     op_desc desc[2];
+    _Atomic int32_t pid; /* the rank's process (dt_shm_world_join; 0: not said), then: */
+    int32_t grank;       /* its rank in the job, for messages */
+    uint64_t pidns;      /* its pid namespace (0: unknown): its pid means something only in the same one */
 } rank_line;
 
-struct dt_shm_world {
-    /* fixed at creation */
-    size_t map_bytes, slot_bytes, data_offset;
-    int world;
+#define SHM_READY 0x64747731u /* "dtw1": the creator has written the sizes */
+
+/* The control block at the start of the mapping, shared with every rank of the world (and, for
+ * a named segment, with whatever else can open it): the sizes, written once by the creator and
+ * read once by each attaching rank, which checks them and keeps its own copy (dt_shm_world);
+ * then the barrier, the abort flag and message, and a line per rank. */
+typedef struct {
+    size_t map_bytes, slot_bytes, data_offset; /* first: see tests/test_comm.c's scribble */
+    int32_t world;
+    _Atomic uint32_t ready;  /* SHM_READY once the sizes are written */
+    _Atomic uint32_t joined; /* ranks that have called dt_shm_world_join */
     _Alignas(SHM_LINE) _Atomic uint32_t bar_count; /* arrivals in the current generation */
     _Alignas(SHM_LINE) _Atomic uint32_t bar_gen;   /* the futex word */
     _Atomic uint32_t bar_sleepers;                 /* waiters in (or entering) FUTEX_WAIT */
     _Alignas(SHM_LINE) _Atomic uint32_t abort_state; /* 0 none, 1 message being written, 2 set */
     char abort_msg[768];
     rank_line ranks[DT_MAX_WORLD];
+} shm_ctl;
+
+/* This process's own view of the world: the sizes it checked (never read again from the shared
+ * block, which another process may scribble over) and where its mapping is. */
+struct dt_shm_world {
+    shm_ctl *s; /* the mapping */
+    size_t map_bytes, slot_bytes, data_offset;
+    int world;
 };
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the shm backend needs lock-free atomics");
@@ -117,13 +146,10 @@ static void futex_wake_all(_Atomic uint32_t *word) {
 
 /* ---- the world ---- */
 
-/* fd < 0: an anonymous shared mapping (inherited over fork); else the file behind fd */
-static dt_status world_create(dt_shm_world **out, int world, size_t slot_bytes, int fd) {
-    *out = NULL;
-    if (world < 1 || world > DT_MAX_WORLD)
-        return dt_error_set(DT_ERR_CONFIG,
-                            "shm communicator: %d workers, expected 1..%d (hint: lower training.num_workers)",
-                            world, DT_MAX_WORLD);
+static size_t data_offset_of(void) { return round_up(sizeof(shm_ctl), (size_t)sysconf(_SC_PAGESIZE)); }
+
+/* The slot size world_create uses for `slot_bytes` (0: the default); 0 when too large. */
+static size_t slot_size(int world, size_t slot_bytes) {
     if (slot_bytes == 0) {
         slot_bytes = ((size_t)256 << 20) / (size_t)(world + 1);
         if (slot_bytes < ((size_t)1 << 20)) slot_bytes = (size_t)1 << 20;
@@ -135,10 +161,22 @@ static dt_status world_create(dt_shm_world **out, int world, size_t slot_bytes, 
         slot_bytes = slot_bytes < min ? min : round_up(slot_bytes, 2 * SHM_LINE);
     }
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t data_offset = round_up(sizeof(dt_shm_world), page);
-    if (slot_bytes > (SIZE_MAX - data_offset) / (size_t)(world + 1) - page)
-        return dt_error_set(DT_ERR_CONFIG, "shm communicator: slot size %zu bytes is too large", slot_bytes);
-    size_t map_bytes = round_up(data_offset + (size_t)(world + 1) * slot_bytes, page);
+    if (slot_bytes > (SIZE_MAX - data_offset_of()) / (size_t)(world + 1) - page) return 0;
+    return slot_bytes;
+}
+
+/* fd < 0: an anonymous shared mapping (inherited over fork); else the file behind fd */
+static dt_status world_create(dt_shm_world **out, int world, size_t slot_bytes, int fd) {
+    *out = NULL;
+    if (world < 1 || world > DT_MAX_WORLD)
+        return dt_error_set(DT_ERR_CONFIG,
+                            "shm communicator: %d workers, expected 1..%d (hint: lower training.num_workers)",
+                            world, DT_MAX_WORLD);
+    size_t asked = slot_bytes;
+    if ((slot_bytes = slot_size(world, slot_bytes)) == 0)
+        return dt_error_set(DT_ERR_CONFIG, "shm communicator: slot size %zu bytes is too large", asked);
+    const size_t data_offset = data_offset_of();
+    size_t map_bytes = round_up(data_offset + (size_t)(world + 1) * slot_bytes, (size_t)sysconf(_SC_PAGESIZE));
     /* reserve the pages now: a sparse file in a small /dev/shm would fail later with SIGBUS */
     if (fd >= 0) {
         int rc = posix_fallocate(fd, 0, (off_t)map_bytes);
@@ -149,22 +187,33 @@ static dt_status world_create(dt_shm_world **out, int world, size_t slot_bytes, 
                                 "with medium: Memory)",
                                 map_bytes >> 20, strerror(rc));
     }
+    dt_shm_world *w = dt_calloc(1, sizeof *w, "shm communicator");
+    if (!w) return DT_ERR_NOMEM;
     void *p = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (fd >= 0 ? 0 : MAP_ANONYMOUS), fd, 0);
-    if (p == MAP_FAILED)
+    if (p == MAP_FAILED) {
+        free(w);
         return dt_error_set(DT_ERR_NOMEM,
                             "shm communicator: cannot map %zu bytes of shared memory for %d workers: %s "
                             "(hint: fewer workers, or more memory)",
                             map_bytes, world, strerror(errno));
-    dt_shm_world *w = p; /* the mapping is zero-filled */
-    w->map_bytes = map_bytes;
-    w->slot_bytes = slot_bytes;
-    w->data_offset = data_offset;
-    w->world = world;
-    atomic_init(&w->bar_count, 0);
-    atomic_init(&w->bar_gen, 0);
-    atomic_init(&w->bar_sleepers, 0);
-    atomic_init(&w->abort_state, 0);
-    for (int r = 0; r < DT_MAX_WORLD; r++) atomic_init(&w->ranks[r].arrived, 0);
+    }
+    shm_ctl *s = p; /* the mapping is zero-filled */
+    *w = (dt_shm_world){.s = s, .map_bytes = map_bytes, .slot_bytes = slot_bytes, .data_offset = data_offset,
+                        .world = world};
+    s->map_bytes = map_bytes;
+    s->slot_bytes = slot_bytes;
+    s->data_offset = data_offset;
+    s->world = world;
+    atomic_init(&s->joined, 0);
+    atomic_init(&s->bar_count, 0);
+    atomic_init(&s->bar_gen, 0);
+    atomic_init(&s->bar_sleepers, 0);
+    atomic_init(&s->abort_state, 0);
+    for (int r = 0; r < DT_MAX_WORLD; r++) {
+        atomic_init(&s->ranks[r].arrived, 0);
+        atomic_init(&s->ranks[r].pid, 0);
+    }
+    atomic_store_explicit(&s->ready, SHM_READY, memory_order_release);
     *out = w;
     return DT_OK;
 }
@@ -177,47 +226,98 @@ dt_status dt_shm_world_create_fd(dt_shm_world **out, int world, size_t slot_byte
     return world_create(out, world, slot_bytes, fd);
 }
 
-dt_status dt_shm_world_attach_fd(dt_shm_world **out, int world, int fd) {
+/* The segment behind fd is this user's, a regular file that nobody else may open: else
+ * DT_ERR_USAGE naming it. */
+static dt_status check_owner(const struct stat *sb, const char *name) {
+    if (S_ISREG(sb->st_mode) && sb->st_uid == geteuid() && (sb->st_mode & 07777) == 0600) return DT_OK;
+    return dt_error_set(DT_ERR_USAGE,
+                        "shm communicator: the shared memory %s is %s owned by uid %ld with mode %04o, expected a file "
+                        "of this user (uid %ld) with mode 0600: it is not this job's, and no rank maps it (hint: "
+                        "another user or program made a segment of that name: look at ls -l /dev/shm%s, remove it, "
+                        "and start the job again)",
+                        name, S_ISREG(sb->st_mode) ? "a file" : "not a regular file,", (long)sb->st_uid,
+                        (unsigned)(sb->st_mode & 07777), (long)geteuid(), name);
+}
+
+/* The sizes the creator wrote, read once from the mapping p of `bytes` and checked: *w */
+static int read_sizes(shm_ctl *s, size_t bytes, int world, dt_shm_world *w) {
+    if (atomic_load_explicit(&s->ready, memory_order_acquire) != SHM_READY) return 0;
+    *w = (dt_shm_world){.map_bytes = s->map_bytes, .slot_bytes = s->slot_bytes, .data_offset = s->data_offset,
+                        .world = s->world};
+    return w->world == world && w->map_bytes == bytes && w->data_offset == data_offset_of() &&
+           w->map_bytes > w->data_offset && w->slot_bytes % SHM_LINE == 0 &&
+           w->slot_bytes >= 2 * SHM_LINE * (size_t)world &&
+           w->slot_bytes <= (w->map_bytes - w->data_offset) / (size_t)(world + 1);
+}
+
+dt_status dt_shm_world_attach_fd(dt_shm_world **out, int world, int fd, const char *name) {
     *out = NULL;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || (size_t)sb.st_size < sizeof(dt_shm_world))
-        return dt_error_set(DT_ERR_DEVICE, "shm communicator: the shared memory of the job is missing or too small");
+    if (fstat(fd, &sb) != 0)
+        return dt_error_set(DT_ERR_DEVICE, "shm communicator: the shared memory %s: %s", name, strerror(errno));
+    DT_TRY(check_owner(&sb, name));
+    if (world < 1 || world > DT_MAX_WORLD || sb.st_size < (off_t)data_offset_of())
+        return dt_error_set(DT_ERR_DEVICE, "shm communicator: the shared memory %s is not ready (%lld bytes)", name,
+                            (long long)sb.st_size);
+    dt_shm_world *w = dt_calloc(1, sizeof *w, "shm communicator");
+    if (!w) return DT_ERR_NOMEM;
     void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED)
-        return dt_error_set(DT_ERR_NOMEM, "shm communicator: cannot map the job's shared memory: %s", strerror(errno));
-    dt_shm_world *w = p;
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    if (w->world != world || w->map_bytes != (size_t)sb.st_size || w->data_offset != round_up(sizeof(dt_shm_world), page) ||
-        w->slot_bytes == 0 || w->slot_bytes > (w->map_bytes - w->data_offset) / (size_t)(world + 1)) {
-        munmap(p, (size_t)sb.st_size);
-        return dt_error_set(DT_ERR_DEVICE, "shm communicator: the job's shared memory does not describe a world of %d "
-                                           "workers", world);
+    if (p == MAP_FAILED) {
+        free(w);
+        return dt_error_set(DT_ERR_NOMEM, "shm communicator: cannot map the shared memory %s: %s", name,
+                            strerror(errno));
     }
+    if (!read_sizes(p, (size_t)sb.st_size, world, w)) {
+        munmap(p, (size_t)sb.st_size);
+        free(w);
+        return dt_error_set(DT_ERR_DEVICE, "shm communicator: the shared memory %s does not (yet) describe a world "
+                            "of %d workers", name, world);
+    }
+    w->s = p;
     *out = w;
     return DT_OK;
 }
 
+/* this process's pid namespace, 0 when /proc cannot tell */
+static uint64_t my_pidns(void) {
+    struct stat sb;
+    if (stat("/proc/self/ns/pid", &sb) != 0) return 0;
+    return (uint64_t)sb.st_ino ^ ((uint64_t)sb.st_dev << 32);
+}
+
+int dt_shm_world_join(dt_shm_world *w, int rank, int grank) {
+    if (!w || rank < 0 || rank >= w->world) return 0;
+    rank_line *l = &w->s->ranks[rank];
+    l->grank = grank;
+    l->pidns = my_pidns();
+    atomic_store_explicit(&l->pid, (int32_t)getpid(), memory_order_release);
+    return atomic_fetch_add_explicit(&w->s->joined, 1, memory_order_acq_rel) + 1 == (uint32_t)w->world;
+}
+
 void dt_shm_world_destroy(dt_shm_world *w) {
-    if (w) munmap(w, w->map_bytes);
+    if (!w) return;
+    munmap(w->s, w->map_bytes);
+    free(w);
 }
 
 /* Async-signal-safe: lock-free atomics, a byte loop into the mapping, a futex wake. The
  * first reason wins. */
 void dt_shm_world_abort(dt_shm_world *w, const char *why) {
     if (!w) return;
+    shm_ctl *s = w->s;
     uint32_t expect = 0;
-    if (atomic_compare_exchange_strong(&w->abort_state, &expect, 1)) {
+    if (atomic_compare_exchange_strong(&s->abort_state, &expect, 1)) {
         size_t i = 0;
         if (why)
-            for (; why[i] && i + 1 < sizeof w->abort_msg; i++) w->abort_msg[i] = why[i];
-        w->abort_msg[i] = '\0';
-        atomic_store(&w->abort_state, 2);
+            for (; why[i] && i + 1 < sizeof s->abort_msg; i++) s->abort_msg[i] = why[i];
+        s->abort_msg[i] = '\0';
+        atomic_store(&s->abort_state, 2);
     }
-    futex_wake_all(&w->bar_gen);
+    futex_wake_all(&s->bar_gen);
 }
 
 static char *slot(dt_shm_world *w, int r, uint32_t gen) {
-    return (char *)w + w->data_offset + (size_t)r * w->slot_bytes + (gen & 1u) * (w->slot_bytes / 2);
+    return (char *)w->s + w->data_offset + (size_t)r * w->slot_bytes + (gen & 1u) * (w->slot_bytes / 2);
 }
 
 /* ---- one rank ---- */
@@ -230,7 +330,17 @@ typedef struct {
     uint64_t seq[OP_KINDS];
     op_desc cur;         /* the collective in progress, for messages */
     dt_comm_deadline dl; /* and its deadline (comm.c's) */
+    uint64_t pidns;      /* ours (0: unknown: no rank is watched) */
+    double next_watch;   /* when a waiting barrier next looks for ranks that are gone */
+    int pidfd[DT_MAX_WORLD]; /* each rank's process: -1 not opened yet, -2 none (kill() is asked) */
+    int32_t pid[DT_MAX_WORLD]; /* the pid behind pidfd[r] */
 } shm_ctx;
+
+/* rank r's rank in the job, as it said (dt_shm_world_join), else r */
+static int grank_of(const shm_ctx *x, int r) {
+    const rank_line *l = &x->w->s->ranks[r];
+    return atomic_load_explicit((_Atomic int32_t *)&l->pid, memory_order_acquire) > 0 ? l->grank : r;
+}
 
 static void describe(const op_desc *d, char *buf, size_t cap) {
     const char *name = d->kind < OP_KINDS ? op_names[d->kind] : "?";
@@ -252,13 +362,15 @@ static void describe(const op_desc *d, char *buf, size_t cap) {
 }
 
 static dt_status fail_aborted(shm_ctx *x) {
-    dt_shm_world *w = x->w;
+    shm_ctl *s = x->w->s;
     /* a writer between its two stores (a signal handler, another rank) finishes quickly */
-    for (int i = 0; i < 100000 && atomic_load(&w->abort_state) == 1; i++) cpu_relax();
-    char what[160];
+    for (int i = 0; i < 100000 && atomic_load(&s->abort_state) == 1; i++) cpu_relax();
+    char what[160], why[sizeof s->abort_msg];
     describe(&x->cur, what, sizeof what);
+    memcpy(why, s->abort_msg, sizeof why); /* our own copy, ended: the block is shared */
+    why[sizeof why - 1] = '\0';
     return dt_error_set(DT_ERR_DEVICE, "collective aborted: %s (rank %d, in %s)",
-                        atomic_load(&w->abort_state) == 2 ? w->abort_msg : "no reason recorded", x->rank, what);
+                        atomic_load(&s->abort_state) == 2 ? why : "no reason recorded", grank_of(x, x->rank), what);
 }
 
 /* Fails this rank with the message already set and takes the world down with it, so the
@@ -285,8 +397,8 @@ static void format_ranks(const int *missing, int n, char *buf, size_t cap) {
 static dt_status barrier_timeout(shm_ctx *x, uint32_t g, int *retry) {
     int missing[DT_MAX_WORLD], n = 0;
     for (int r = 0; r < x->world; r++)
-        if (atomic_load(&x->w->ranks[r].arrived) != g + 1) missing[n++] = r;
-    if (n == 0 || atomic_load(&x->w->bar_gen) != g) { /* everyone came just now */
+        if (atomic_load(&x->w->s->ranks[r].arrived) != g + 1) missing[n++] = grank_of(x, r);
+    if (n == 0 || atomic_load(&x->w->s->bar_gen) != g) { /* everyone came just now */
         *retry = 1;
         return DT_OK;
     }
@@ -297,43 +409,117 @@ static dt_status barrier_timeout(shm_ctx *x, uint32_t g, int *retry) {
     dt_error_set(DT_ERR_DEVICE,
                  "collective timeout: %s on rank %d waited %.*f s for rank(s) %s (hint: a worker is stuck or "
                  "stopped%s)",
-                 what, x->rank, t10 == (double)(long long)t10 ? 1 : 3, x->dl.timeout_s, list, x->dl.setting);
+                 what, grank_of(x, x->rank), t10 == (double)(long long)t10 ? 1 : 3, x->dl.timeout_s, list,
+                 x->dl.setting);
     return fail_world(x, DT_ERR_DEVICE);
+}
+
+/* ---- ranks that are gone ----
+ * Under an external launcher no supervisor of ours watches the ranks (dtrain's own launcher
+ * does: it aborts the world when a worker exits, launch.c). A rank that said its pid
+ * (dt_shm_world_join) is watched by the ranks that wait for it in a barrier, a few times a
+ * second: through a pidfd (readable once the process has exited, reaped or not, and immune to
+ * pid reuse), else kill(pid, 0) and /proc/PID/stat (a zombie). Only within one pid namespace:
+ * elsewhere the number means another process, or none. */
+
+#define SHM_WATCH_S 0.2
+
+/* 1 when pid is known to have exited (no pidfd: kill() and /proc) */
+static int pid_gone(int32_t pid) {
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 1;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    const char *end = strrchr(buf, ')'); /* "PID (COMM) STATE ..." */
+    return end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+}
+
+static int open_pidfd(int32_t pid) {
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+#else
+    (void)pid;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+/* 1 when rank r said its pid (in our pid namespace) and that process has exited */
+static int rank_gone(shm_ctx *x, int r) {
+    const rank_line *l = &x->w->s->ranks[r];
+    int32_t pid = atomic_load_explicit((_Atomic int32_t *)&l->pid, memory_order_acquire);
+    if (pid <= 0 || !x->pidns || l->pidns != x->pidns) return 0;
+    if (x->pidfd[r] == -1 || x->pid[r] != pid) {
+        if (x->pidfd[r] >= 0) close(x->pidfd[r]);
+        int fd = open_pidfd(pid);
+        x->pid[r] = pid;
+        x->pidfd[r] = fd >= 0 ? fd : -2; /* ENOSYS (before Linux 5.3), EPERM (a seccomp filter): kill() */
+        if (fd < 0 && errno == ESRCH) return 1;
+    }
+    if (x->pidfd[r] < 0) return pid_gone(pid);
+    struct pollfd p = {.fd = x->pidfd[r], .events = POLLIN};
+    return poll(&p, 1, 0) > 0;
+}
+
+/* While waiting at barrier g: fails the world when a rank that has not arrived is gone. */
+static dt_status watch_ranks(shm_ctx *x, uint32_t g, double now) {
+    if (!x->pidns || now < x->next_watch) return DT_OK;
+    x->next_watch = now + SHM_WATCH_S;
+    for (int r = 0; r < x->world; r++) {
+        if (r == x->rank || atomic_load(&x->w->s->ranks[r].arrived) == g + 1 || !rank_gone(x, r)) continue;
+        if (atomic_load(&x->w->s->bar_gen) != g) return DT_OK; /* it came after all */
+        const int gr = grank_of(x, r);
+        char what[160];
+        describe(&x->cur, what, sizeof what);
+        dt_error_set(DT_ERR_DEVICE,
+                     "collective failed: rank %d (pid %ld on this host) exited or was killed while rank %d waited for it "
+                     "in %s (hint: rank %d's own output and rank-%d.log say why; if they say nothing, something outside "
+                     "killed it, e.g. the kernel's out-of-memory killer: dmesg)",
+                     gr, (long)x->pid[r], grank_of(x, x->rank), what, gr, gr);
+        return fail_world(x, DT_ERR_DEVICE);
+    }
+    return DT_OK;
 }
 
 static dt_status barrier(shm_ctx *x) {
     dt_shm_world *w = x->w;
-    if (atomic_load_explicit(&w->abort_state, memory_order_acquire)) return fail_aborted(x);
-    uint32_t g = atomic_load_explicit(&w->bar_gen, memory_order_acquire);
-    atomic_store_explicit(&w->ranks[x->rank].arrived, g + 1, memory_order_relaxed);
-    if (atomic_fetch_add_explicit(&w->bar_count, 1, memory_order_acq_rel) == (uint32_t)x->world - 1) {
+    if (atomic_load_explicit(&w->s->abort_state, memory_order_acquire)) return fail_aborted(x);
+    uint32_t g = atomic_load_explicit(&w->s->bar_gen, memory_order_acquire);
+    atomic_store_explicit(&w->s->ranks[x->rank].arrived, g + 1, memory_order_relaxed);
+    if (atomic_fetch_add_explicit(&w->s->bar_count, 1, memory_order_acq_rel) == (uint32_t)x->world - 1) {
         /* last in: reset the count, then open the next generation */
-        atomic_store_explicit(&w->bar_count, 0, memory_order_relaxed);
-        atomic_store_explicit(&w->bar_gen, g + 1, memory_order_seq_cst);
-        if (atomic_load_explicit(&w->bar_sleepers, memory_order_seq_cst)) futex_wake_all(&w->bar_gen);
+        atomic_store_explicit(&w->s->bar_count, 0, memory_order_relaxed);
+        atomic_store_explicit(&w->s->bar_gen, g + 1, memory_order_seq_cst);
+        if (atomic_load_explicit(&w->s->bar_sleepers, memory_order_seq_cst)) futex_wake_all(&w->s->bar_gen);
         return DT_OK;
     }
     double t0 = dt_clock_now();
     if (x->spin_s > 0)
         for (unsigned i = 1;; i++) {
-            if (atomic_load_explicit(&w->bar_gen, memory_order_acquire) != g) return DT_OK;
+            if (atomic_load_explicit(&w->s->bar_gen, memory_order_acquire) != g) return DT_OK;
             if ((i & 63) == 0 && dt_clock_now() - t0 > x->spin_s) break;
             cpu_relax();
         }
     double deadline = t0 + x->dl.timeout_s;
     for (;;) {
-        if (atomic_load_explicit(&w->bar_gen, memory_order_acquire) != g) return DT_OK;
-        if (atomic_load_explicit(&w->abort_state, memory_order_acquire)) return fail_aborted(x);
+        if (atomic_load_explicit(&w->s->bar_gen, memory_order_acquire) != g) return DT_OK;
+        if (atomic_load_explicit(&w->s->abort_state, memory_order_acquire)) return fail_aborted(x);
         double t = dt_clock_now();
+        DT_TRY(watch_ranks(x, g, t));
         if (t >= deadline) {
             int retry = 0;
             dt_status st = barrier_timeout(x, g, &retry);
             if (!retry) return st;
         }
         double left = deadline - t;
-        atomic_fetch_add_explicit(&w->bar_sleepers, 1, memory_order_seq_cst);
-        futex_wait(&w->bar_gen, g, left < SHM_SLICE_S ? (left > 0 ? left : 1e-4) : SHM_SLICE_S);
-        atomic_fetch_sub_explicit(&w->bar_sleepers, 1, memory_order_seq_cst);
+        atomic_fetch_add_explicit(&w->s->bar_sleepers, 1, memory_order_seq_cst);
+        futex_wait(&w->s->bar_gen, g, left < SHM_SLICE_S ? (left > 0 ? left : 1e-4) : SHM_SLICE_S);
+        atomic_fetch_sub_explicit(&w->s->bar_sleepers, 1, memory_order_seq_cst);
     }
 }
 
@@ -342,16 +528,16 @@ static dt_status barrier(shm_ctx *x) {
 static dt_status begin(shm_ctx *x, int kind, uint64_t count, int root, const dt_comm_deadline *dl) {
     x->cur = (op_desc){.kind = (uint32_t)kind, .root = root, .seq = ++x->seq[kind], .count = count};
     x->dl = *dl;
-    if (atomic_load_explicit(&x->w->abort_state, memory_order_acquire)) return fail_aborted(x);
-    uint32_t g = atomic_load_explicit(&x->w->bar_gen, memory_order_relaxed);
-    x->w->ranks[x->rank].desc[g & 1] = x->cur;
+    if (atomic_load_explicit(&x->w->s->abort_state, memory_order_acquire)) return fail_aborted(x);
+    uint32_t g = atomic_load_explicit(&x->w->s->bar_gen, memory_order_relaxed);
+    x->w->s->ranks[x->rank].desc[g & 1] = x->cur;
     return DT_OK;
 }
 
 /* After the first barrier of a collective (generation g): did every rank issue the same one? */
 static dt_status check_same(shm_ctx *x, uint32_t g) {
     for (int r = 0; r < x->world; r++) {
-        const op_desc *d = &x->w->ranks[r].desc[g & 1];
+        const op_desc *d = &x->w->s->ranks[r].desc[g & 1];
         if (d->kind == x->cur.kind && d->count == x->cur.count && d->root == x->cur.root && d->seq == x->cur.seq)
             continue;
         char mine[160], theirs[160];
@@ -368,7 +554,7 @@ static dt_status check_same(shm_ctx *x, uint32_t g) {
 
 /* First barrier of a collective, with the mismatch check. */
 static dt_status barrier_first(shm_ctx *x) {
-    uint32_t g = atomic_load_explicit(&x->w->bar_gen, memory_order_relaxed);
+    uint32_t g = atomic_load_explicit(&x->w->s->bar_gen, memory_order_relaxed);
     DT_TRY(barrier(x));
     return check_same(x, g);
 }
@@ -472,7 +658,7 @@ static dt_status shm_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op
         /* iteration k: copy in chunk k, barrier, copy back chunk k-1, reduce my share of
          * chunk k. My own share never goes through my slot: only I read it. */
         for (size_t k = 0; k <= nchunks; k++) {
-            uint32_t g = atomic_load_explicit(&w->bar_gen, memory_order_relaxed);
+            uint32_t g = atomic_load_explicit(&w->s->bar_gen, memory_order_relaxed);
             size_t off = k * chunk, m = k < nchunks ? (n - off < chunk ? n - off : chunk) : 0;
             size_t lo = share_edge(m, x->rank, x->world), hi = share_edge(m, x->rank + 1, x->world);
             if (m) {
@@ -535,7 +721,7 @@ static dt_status shm_reduce_scatter(void *vctx, float *buf, size_t n, dt_wire wi
     enum { BLOCK = 1024 };
     float acc[BLOCK];
     for (size_t k = 0; k < rounds; k++) {
-        uint32_t g = atomic_load_explicit(&w->bar_gen, memory_order_relaxed);
+        uint32_t g = atomic_load_explicit(&w->s->bar_gen, memory_order_relaxed);
         char *mine = slot(w, x->rank, g);
         for (int q = 0; q < x->world; q++) {
             size_t off, len = piece(n, x->world, q, k, pc, &off);
@@ -564,7 +750,7 @@ static dt_status shm_allgather_parts(void *vctx, float *buf, size_t n, const dt_
     dt_shm_world *w = x->w;
     const size_t pc = piece_floats(x, 0), rounds = rounds_of(n, x->world, pc);
     for (size_t k = 0; k < rounds; k++) {
-        uint32_t g = atomic_load_explicit(&w->bar_gen, memory_order_relaxed);
+        uint32_t g = atomic_load_explicit(&w->s->bar_gen, memory_order_relaxed);
         size_t off, len = piece(n, x->world, x->rank, k, pc, &off);
         if (len) memcpy(slot(w, x->rank, g), buf + off, len * sizeof(float));
         DT_TRY(k == 0 ? barrier_first(x) : barrier(x));
@@ -583,7 +769,7 @@ static dt_status shm_broadcast(void *vctx, void *buf, size_t bytes, int root, co
     const size_t chunk = w->slot_bytes / 2;
     for (size_t off = 0; off < bytes; off += chunk) {
         size_t m = bytes - off < chunk ? bytes - off : chunk;
-        uint32_t g = atomic_load_explicit(&w->bar_gen, memory_order_relaxed);
+        uint32_t g = atomic_load_explicit(&w->s->bar_gen, memory_order_relaxed);
         if (x->rank == root) memcpy(slot(w, root, g), (char *)buf + off, m);
         DT_TRY(off == 0 ? barrier_first(x) : barrier(x));
         if (x->rank != root) memcpy((char *)buf + off, slot(w, root, g), m);
@@ -603,7 +789,7 @@ static dt_status shm_allgather(void *vctx, const void *in, size_t bytes, void *o
     const size_t chunk = w->slot_bytes / 2;
     for (size_t off = 0; off < bytes; off += chunk) {
         size_t m = bytes - off < chunk ? bytes - off : chunk;
-        uint32_t g = atomic_load_explicit(&w->bar_gen, memory_order_relaxed);
+        uint32_t g = atomic_load_explicit(&w->s->bar_gen, memory_order_relaxed);
         memcpy(slot(w, x->rank, g), (const char *)in + off, m);
         DT_TRY(off == 0 ? barrier_first(x) : barrier(x));
         for (int r = 0; r < x->world; r++) memcpy((char *)out + (size_t)r * bytes + off, slot(w, r, g), m);
@@ -617,7 +803,13 @@ static dt_status shm_barrier(void *vctx, const dt_comm_deadline *dl) {
     return x->world == 1 ? DT_OK : barrier_first(x);
 }
 
-static void shm_free(void *vctx) { free(vctx); }
+static void shm_free(void *vctx) {
+    shm_ctx *x = vctx;
+    if (!x) return;
+    for (int r = 0; r < DT_MAX_WORLD; r++)
+        if (x->pidfd[r] >= 0) close(x->pidfd[r]);
+    free(x);
+}
 
 static const dt_comm_backend_ops shm_backend = {
     .name = "shm",
@@ -643,5 +835,7 @@ dt_status dt_comm_init_shm(dt_comm **out, dt_shm_world *w, int rank, double time
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     x->spin_s = cpus > 0 && w->world <= cpus ? SHM_SPIN_S : 0; /* spinning only helps with a core each */
     x->break_allreduce = dt_fault_break_allreduce(rank);
+    x->pidns = my_pidns();
+    for (int r = 0; r < DT_MAX_WORLD; r++) x->pidfd[r] = -1;
     return dt_comm_create(out, &shm_backend, x, rank, w->world, timeout_s);
 }

@@ -67,8 +67,17 @@ static dt_status secret_file(const char *path, rdzv_secret *s) {
 dt_status rdzv_secret_load(rdzv_secret *s) {
     memset(s, 0, sizeof *s);
     const char *v = getenv("DTRAIN_RDZV_SECRET"), *file = getenv("DTRAIN_RDZV_SECRET_FILE");
-    if (v && !*v) v = NULL;
-    if (file && !*file) file = NULL;
+    /* set but empty is a mistake (a $VAR that did not expand), never "no secret" */
+    if (v && !*v)
+        return dt_error_set(DT_ERR_USAGE,
+                            "environment: DTRAIN_RDZV_SECRET is set but empty (a variable that did not expand?): set it "
+                            "to the job's secret on every rank, or unset it to run without one (hint: a random one: "
+                            "openssl rand -hex 32)");
+    if (file && !*file)
+        return dt_error_set(DT_ERR_USAGE,
+                            "environment: DTRAIN_RDZV_SECRET_FILE is set but empty (a variable that did not expand?): "
+                            "set it to the path of the file that holds the job's secret, or unset it to run without "
+                            "one");
     const char *from = file ? file : "DTRAIN_RDZV_SECRET";
     if (v && file)
         return dt_error_set(DT_ERR_USAGE, "environment: set only one of DTRAIN_RDZV_SECRET and DTRAIN_RDZV_SECRET_FILE");

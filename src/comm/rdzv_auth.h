@@ -36,7 +36,7 @@ typedef struct rdzv_secret {
 /* From DTRAIN_RDZV_SECRET (then wiped and removed from the environment) or the file
  * DTRAIN_RDZV_SECRET_FILE names (a regular file of this user that group and others cannot
  * read); len 0 when neither is set. DT_ERR_USAGE naming the
- * variable or the file otherwise. The secret itself is never in a message. */
+ * variable or the file otherwise, also when one is set but empty (a $VAR that did not expand). The secret itself is never in a message. */
 dt_status rdzv_secret_load(rdzv_secret *s);
 void rdzv_secret_wipe(rdzv_secret *s);
 

@@ -5,12 +5,15 @@
  *   accepting side:  "DTRAIN-AUTH 2 hmac-sha256 nonce=NS" (a shared secret) or "DTRAIN-AUTH 2 open"
  *   rank r -> 0:  "DTRAIN-RDZV 2 rank=R world=W digest=XXXXXXXX host=HOST data=PORT[ nonce=NC mac=M]"
  *   0 -> rank r:  "AUTH mac=M2" (with a secret: rank 0 knows it too), then
- *                 "OK shm=/NAME" (one host) or "OK tcp IP:PORT" (the ring listener of rank r+1;
- *                 "@master:PORT" for rank 0's, at MASTER_ADDR)
+ *                 "OK shm=/NAME" (one host: sent before rank 0 makes it, see open_segment) or
+ *                 "OK tcp IP:PORT[ remote][ hier=L nonce=N[ leader=IP:PORT]]" (the ring listener of
+ *                 rank r+1, "@master:PORT" for rank 0's, at MASTER_ADDR; N: a nonce for rank r's
+ *                 host alone, from which its ranks derive the name of their shared memory)
  *                 or "ERR message"
  *   ring:         rank r connects to rank r+1's listener, which greets it as above; r says
  *                 "DTRAIN-RING 2 rank=R[ nonce=NC mac=M]", r+1 proves itself with "AUTH mac=M2"
- *   rank r -> 0:  "MAPPED"        (rank 0 then unlinks /NAME)
+ *   rank r -> 0:  "MAPPED"        (the last rank of a host to map its segment removes the name;
+ *                                  the maker and every rank that fails do too)
  *   0 -> rank r:  "GO"            or  "ERR message"
  * Rank 0 and the ring listeners serve every connection that has not said who it is at once,
  * each for RDZV_HELLO_S, at most RDZV_HUB_PER_IP from one address (rdzv_hub_wait): idle or
@@ -31,8 +34,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -688,18 +691,101 @@ static int server_ranks_per_host(const server *s) {
     return L;
 }
 
+/* ---- the shared memory of a host ----
+ * Made by one rank of the host (rank 0 for a job on one host, the host's leader in the
+ * hierarchical collective) under a name every rank of the host knows before it exists; the
+ * others open it as soon as it is there, check that it is this user's with mode 0600
+ * (dt_shm_world_attach_fd) and say their pids (dt_shm_world_join: the others notice when a
+ * rank dies); the last one to join removes the name, and so does every rank that fails, so that
+ * a rank killed at any point leaves nothing in /dev/shm while another rank of its host lives. */
+
+/* A segment of ours at `name` for `world` ranks, made by this rank (local rank 0, rank e->rank). */
+static dt_status make_segment(const dt_ext_env *e, const char *name, int world, size_t slot_bytes, dt_shm_world **out) {
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0)
+        return dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: cannot make the shared memory %s: %s%s", e->rank, name,
+                            strerror(errno),
+                            errno == EEXIST ? " (hint: the names are random, so another program or user made it, "
+                                              "perhaps to stand in for the job's: look at ls -l /dev/shm)"
+                                            : "");
+    dt_status st = DT_OK;
+    if (fchmod(fd, 0600) != 0) /* whatever the umask */
+        st = dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: chmod of %s: %s", e->rank, name, strerror(errno));
+    if (st == DT_OK) st = dt_shm_world_create_fd(out, world, slot_bytes, fd);
+    close(fd);
+    if (st == DT_OK && dt_shm_world_join(*out, 0, e->rank)) shm_unlink(name);
+    return st;
+}
+
+/* After a line from rank 0 ended a wait: its text (an ERR), for the message. */
+static void rank0_said(int fd, char *buf, size_t n) {
+    char line[1200];
+    buf[0] = '\0';
+    if (recv_line(fd, line, sizeof line, dt_clock_now() + 1, "rank 0") == DT_OK)
+        dt_rdzv_sanitize(strncmp(line, "ERR ", 4) == 0 ? line + 4 : line, buf, n);
+    dt_error_clear();
+}
+
+/* The segment `name` that rank `maker` of this host makes at about this time, opened, checked
+ * and joined as local rank `lrank` of `world`, until the deadline. watch_fd (>= 0): the
+ * connection to rank 0, whose line (an ERR) or close ends the wait at once. */
+static dt_status open_segment(const dt_ext_env *e, const char *name, int world, int lrank, int maker, int watch_fd,
+                              double deadline, dt_shm_world **out) {
+    for (;;) {
+        int fd = shm_open(name, O_RDWR, 0);
+        dt_status st = DT_OK;
+        if (fd >= 0) {
+            st = dt_shm_world_attach_fd(out, world, fd, name);
+            close(fd);
+            if (st == DT_OK) {
+                if (dt_shm_world_join(*out, lrank, e->rank)) shm_unlink(name); /* the last one in */
+                return DT_OK;
+            }
+            if (st == DT_ERR_USAGE) { /* not ours: never to be mapped */
+                dt_error_prefix("rendezvous: rank %d", e->rank);
+                return st;
+            }
+        }
+        if (dt_clock_now() >= deadline)
+            return fd < 0 ? dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: the shared memory of its host (%s, made by "
+                                         "rank %d) did not appear in time", e->rank, name, maker)
+                          : st;
+        dt_error_clear();
+        struct pollfd p = {.fd = watch_fd, .events = POLLIN}; /* waits 5 ms, or less when rank 0 gives up */
+        if (watch_fd >= 0 && poll(&p, 1, 5) > 0) {
+            char said[400];
+            rank0_said(watch_fd, said, sizeof said);
+            return dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: rank 0 ended the rendezvous while this rank waited "
+                                "for its host's shared memory (%s, made by rank %d)%s%s%s", e->rank, name, maker,
+                                said[0] ? ": \"" : "; its log says why", said, said[0] ? "\"" : "");
+        }
+        if (watch_fd < 0) {
+            struct timespec ts = {0, 5 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
 /* The hierarchical collective's parts of this rank, after the flat ring: its host's shared
- * memory (made by the host's first rank, the leader, under a name all of the host's ranks
- * derive from the job's nonce; the others open it until the deadline) and, on leaders, the ring
- * of the leaders over TCP through the same listener (leader ring ranks: rank / L). */
+ * memory (made by the host's first rank, the leader) and, on leaders, the ring of the leaders
+ * over TCP through the same listener (leader ring ranks: rank / L). */
 typedef struct hier_in {
-    int L;                /* ranks per host */
-    unsigned long nonce;  /* rank 0's, the same for every rank of the job */
+    int L;                              /* ranks per host */
+    char nonce[RDZV_NONCE_HEX + 1];     /* rank 0's for this host alone: other hosts never see it */
     char leader_next[300]; /* leaders: the next leader's "IP:PORT" (or "@master:PORT") */
 } hier_in;
 
-static void hier_shm_name(const dt_ext_env *e, const hier_in *h, char *name, size_t n) {
-    snprintf(name, n, "/dtrain-%d-%08lx-h%d", e->port, h->nonce & 0xfffffffful, e->rank / h->L * h->L);
+/* "/dtrain-PORT-hLEADER-X": X is the host's nonce, through HMAC with the shared secret when
+ * there is one, so that no name can be told from another host's, nor (with a secret) from
+ * the rendezvous's traffic. */
+static dt_status hier_shm_name(const dt_ext_env *e, const rdzv_secret *sec, const hier_in *h, char *name, size_t n) {
+    const int leader = e->rank / h->L * h->L;
+    char id[RDZV_MAC_HEX + 1], text[32];
+    snprintf(text, sizeof text, "shm leader=%d", leader);
+    if (sec->len) DT_TRY(rdzv_mac(sec, "shm", h->nonce, "", text, strlen(text), id));
+    else snprintf(id, sizeof id, "%s", h->nonce);
+    snprintf(name, n, "/dtrain-%d-h%d-%.32s", e->port, leader, id);
+    return DT_OK;
 }
 
 /* Slots of the host's shared world: 2 MiB (the all-reduce's chunks are at most half a slot, 1
@@ -707,49 +793,18 @@ static void hier_shm_name(const dt_ext_env *e, const hier_in *h, char *name, siz
 #define HIER_SLOT_BYTES ((size_t)2 << 20)
 
 /* watch_fd (>= 0): the connection to rank 0, whose line (an ERR) or close ends a wait at once */
-static dt_status hier_setup(const dt_ext_env *e, const rdzv_secret *sec, const hier_in *h,
+static dt_status hier_setup(const dt_ext_env *e, const rdzv_secret *sec, const hier_in *h, const char *name,
                             const struct sockaddr_storage *master, int data_fd, int watch_fd, double deadline,
-                            double timeout_s, dt_shm_world **world_out, dt_comm **leaders_out, int *unlink_name) {
-    char name[96];
-    hier_shm_name(e, h, name, sizeof name);
-    const int leader = e->rank % h->L == 0;
-    dt_status st = DT_OK;
-    if (leader) {
-        int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-        if (fd < 0) return dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: shm_open %s: %s", e->rank, name, strerror(errno));
-        *unlink_name = 1;
-        st = dt_shm_world_create_fd(world_out, h->L, HIER_SLOT_BYTES, fd);
-        close(fd);
-        if (st != DT_OK) return st;
-        dt_ext_env le = *e; /* the leaders' ring: its own ranks, the same listener */
-        le.rank = e->rank / h->L;
-        le.world = e->world / h->L;
-        DT_TRY(make_ring(&le, sec, h->leader_next, master, data_fd, deadline, leaders_out, timeout_s));
-        dt_comm_mark_remote(*leaders_out);
-        return DT_OK;
-    }
-    for (;;) { /* the leader makes it at about this time */
-        int fd = shm_open(name, O_RDWR, 0);
-        if (fd >= 0) {
-            st = dt_shm_world_attach_fd(world_out, h->L, fd);
-            close(fd);
-            if (st == DT_OK) return DT_OK;
-        }
-        if (dt_clock_now() >= deadline)
-            return fd < 0 ? dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: the shared memory of its host (%s, made by "
-                                         "rank %d) did not appear in time", e->rank, name, e->rank / h->L * h->L)
-                          : st;
-        dt_error_clear();
-        struct pollfd p = {.fd = watch_fd, .events = POLLIN}; /* waits 5 ms, or less when rank 0 gives up */
-        if (watch_fd >= 0 && poll(&p, 1, 5) > 0)
-            return dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: rank 0 ended the rendezvous while this rank waited "
-                                "for its host's shared memory (%s, made by rank %d; its log says why)", e->rank, name,
-                                e->rank / h->L * h->L);
-        if (watch_fd < 0) {
-            struct timespec ts = {0, 5 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-        }
-    }
+                            double timeout_s, dt_shm_world **world_out, dt_comm **leaders_out) {
+    const int leader = e->rank / h->L * h->L;
+    if (e->rank != leader) return open_segment(e, name, h->L, e->rank - leader, leader, watch_fd, deadline, world_out);
+    DT_TRY(make_segment(e, name, h->L, HIER_SLOT_BYTES, world_out));
+    dt_ext_env le = *e; /* the leaders' ring: its own ranks, the same listener */
+    le.rank = e->rank / h->L;
+    le.world = e->world / h->L;
+    DT_TRY(make_ring(&le, sec, h->leader_next, master, data_fd, deadline, leaders_out, timeout_s));
+    dt_comm_mark_remote(*leaders_out);
+    return DT_OK;
 }
 
 /* Where rank r reaches rank nx's ring listener: "@master" for rank 0 (where r met it), a rank on
@@ -776,8 +831,14 @@ static dt_status server_ring(server *s, const dt_comm_plan *plan, dt_comm **comm
     socklen_t l0 = sizeof sa0;
     s->data_port[0] = getsockname(s->data_fd, (struct sockaddr *)&sa0, &l0) == 0 ? ntohs(sa0.sin_port) : 0;
     hier_in h = {.L = L};
-    if (L && getrandom(&h.nonce, sizeof h.nonce, 0) != (ssize_t)sizeof h.nonce)
-        h.nonce = (unsigned long)(dt_clock_now() * 1e6) * 2654435761ul;
+    char hn[DT_MAX_WORLD][RDZV_NONCE_HEX + 1]; /* each host's nonce, told to its ranks only */
+    dt_status st = DT_OK;
+    for (int i = 0; L && i < W / L && st == DT_OK; i++) st = rdzv_nonce(hn[i]);
+    if (st != DT_OK) {
+        say_all(s->fds, W, "ERR rank 0 has no random numbers for the hosts' shared memory");
+        return st;
+    }
+    if (L) snprintf(h.nonce, sizeof h.nonce, "%s", hn[0]);
     char mine[512] = "", line[1024];
     for (int r = 0; r < W; r++) {
         /* "OK tcp ADDR[ remote][ hier=L nonce=N[ leader=ADDR]]": the successor, whether it is on
@@ -785,7 +846,7 @@ static dt_status server_ring(server *s, const dt_comm_plan *plan, dt_comm **comm
         char addr[320];
         succ_addr(s, r, (r + 1) % W, addr, sizeof addr);
         int k = snprintf(line, sizeof line, "OK tcp %s%s", addr, strcmp(s->host[r], s->host[(r + 1) % W]) ? " remote" : "");
-        if (L) k += snprintf(line + k, sizeof line - (size_t)k, " hier=%d nonce=%08lx", L, h.nonce & 0xfffffffful);
+        if (L) k += snprintf(line + k, sizeof line - (size_t)k, " hier=%d nonce=%s", L, hn[r / L]);
         if (L && r % L == 0) {
             succ_addr(s, r, (r + L) % W, addr, sizeof addr);
             snprintf(line + k, sizeof line - (size_t)k, " leader=%s", addr);
@@ -797,22 +858,22 @@ static dt_status server_ring(server *s, const dt_comm_plan *plan, dt_comm **comm
         const char *la = strstr(mine, " leader=");
         snprintf(h.leader_next, sizeof h.leader_next, "%s", la ? la + 8 : "");
     }
-    dt_status st = make_ring(s->e, s->sec, mine, NULL, s->data_fd, s->deadline + 30, comm_out, s->timeout_s);
+    st = make_ring(s->e, s->sec, mine, NULL, s->data_fd, s->deadline + 30, comm_out, s->timeout_s);
     if (st == DT_OK && strstr(mine, " remote")) dt_comm_mark_remote(*comm_out);
     if (st == DT_OK)
         st = server_mapped_go(s, s->deadline + 60, "ERR the ring of TCP connections could not be completed",
                               L ? "HIER" : "GO");
     else say_all(s->fds, W, "ERR the ring of TCP connections could not be completed");
-    int made = 0;
     char name[96] = "";
     if (st == DT_OK && L) { /* every flat ring is up: the listeners now see the leaders' ring only */
-        hier_shm_name(s->e, &h, name, sizeof name);
-        st = hier_setup(s->e, s->sec, &h, NULL, s->data_fd, -1, s->deadline + 90, s->timeout_s, world_out, leaders_out,
-                        &made);
+        st = hier_shm_name(s->e, s->sec, &h, name, sizeof name);
+        if (st == DT_OK)
+            st = hier_setup(s->e, s->sec, &h, name, NULL, s->data_fd, -1, s->deadline + 90, s->timeout_s, world_out,
+                            leaders_out);
         if (st == DT_OK) st = server_mapped(s, s->deadline + 120, "ERR the hierarchical collective could not be completed");
         else say_all(s->fds, W, "ERR the hierarchical collective could not be completed");
     }
-    if (made) shm_unlink(name); /* every rank of this host has it mapped (or failed) */
+    if (name[0]) shm_unlink(name); /* every rank of this host has it mapped (or failed) */
     if (st != DT_OK) {
         dt_comm_free(*comm_out);
         *comm_out = NULL;
@@ -825,26 +886,22 @@ static dt_status server_ring(server *s, const dt_comm_plan *plan, dt_comm **comm
 }
 
 /* One host: the job's shared memory, made by rank 0 and mapped by every rank, then unlinked
- * so that nothing stays in /dev/shm. */
+ * so that nothing stays in /dev/shm. Its name goes out first: every rank knows it before it
+ * exists, and removes it if the rendezvous fails (open_segment). */
 static dt_status server_shm(server *s, dt_shm_world **world_out) {
-    char name[64], line[128];
-    unsigned long nonce = 0;
-    if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce) nonce = (unsigned long)dt_clock_now() * 2654435761ul;
-    snprintf(name, sizeof name, "/dtrain-%ld-%d-%08lx", (long)getpid(), s->e->port, nonce & 0xfffffffful);
-    int shm = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    dt_status st = DT_OK;
-    if (shm < 0) st = dt_error_set(DT_ERR_DEVICE, "rendezvous: shm_open %s: %s", name, strerror(errno));
-    else if ((st = dt_shm_world_create_fd(world_out, s->e->world, 0, shm)) != DT_OK) shm_unlink(name);
+    char name[96], line[160], nonce[RDZV_NONCE_HEX + 1];
+    dt_status st = rdzv_nonce(nonce);
     if (st != DT_OK) {
         say_all(s->fds, s->e->world, "ERR rank 0 could not create the job's shared memory");
-        if (shm >= 0) close(shm);
         return st;
     }
+    snprintf(name, sizeof name, "/dtrain-%ld-%d-%s", (long)getpid(), s->e->port, nonce);
     snprintf(line, sizeof line, "OK shm=%s", name);
     say_all(s->fds, s->e->world, line);
-    st = server_mapped(s, s->deadline + 30, "ERR another rank could not map the job's shared memory");
+    st = make_segment(s->e, name, s->e->world, 0, world_out);
+    if (st == DT_OK) st = server_mapped(s, s->deadline + 30, "ERR another rank could not map the job's shared memory");
+    else say_all(s->fds, s->e->world, "ERR rank 0 could not create the job's shared memory");
     shm_unlink(name); /* every rank has it mapped (or failed) */
-    close(shm);
     if (st != DT_OK) {
         dt_shm_world_destroy(*world_out);
         *world_out = NULL;
@@ -1015,6 +1072,28 @@ static dt_status join_meet(const dt_ext_env *e, const rdzv_secret *sec, uint32_t
     }
 }
 
+/* A name rank 0 may have sent for the job's shared memory: "/dtrain-" and [A-Za-z0-9-] */
+static int shm_name_ok(const char *n) {
+    if (strncmp(n, "/dtrain-", 8) != 0 || strlen(n) >= 96) return 0;
+    for (const char *p = n + 1; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '-') return 0;
+    return 1;
+}
+
+/* One host: the job's shared memory, named by rank 0 (`said`, into name), as rank 0 makes it */
+static dt_status join_shm(const dt_ext_env *e, int fd, const char *said, double deadline, char *name, size_t n,
+                          dt_shm_world **world_out) {
+    char clean[200];
+    name[0] = '\0';
+    if (!shm_name_ok(said)) {
+        dt_rdzv_sanitize(said, clean, sizeof clean);
+        return dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: rank 0 named shared memory it cannot use: \"%s\"",
+                            e->rank, clean);
+    }
+    snprintf(name, n, "%s", said);
+    return open_segment(e, name, e->world, e->rank, 0, fd, deadline, world_out);
+}
+
 /* every other rank */
 static dt_status join(const dt_ext_env *e, const rdzv_secret *sec, uint32_t digest, double timeout_s,
                       const dt_comm_plan_in *pin, dt_comm_plan *plan, dt_shm_world **world_out, dt_comm **comm_out,
@@ -1033,7 +1112,8 @@ static dt_status join(const dt_ext_env *e, const rdzv_secret *sec, uint32_t dige
     hier_in h = {0};
     if (st == DT_OK && strncmp(line, "OK tcp ", 7) == 0) { /* " hier=L nonce=N[ leader=ADDR]" */
         const char *hp = strstr(line, " hier="), *lp = strstr(line, " leader=");
-        if (hp && (sscanf(hp, " hier=%d nonce=%lx", &h.L, &h.nonce) != 2 || h.L < 2 || e->world % h.L))
+        if (hp && (sscanf(hp, " hier=%d nonce=%32[0-9a-f]", &h.L, h.nonce) != 2 || strlen(h.nonce) != RDZV_NONCE_HEX ||
+                   h.L < 2 || e->world % h.L))
             st = dt_error_set(DT_ERR_DEVICE, "rendezvous: rank %d: rank 0 sent a hierarchical layout it cannot use",
                               e->rank);
         if (lp) sscanf(lp, " leader=%299s", h.leader_next);
@@ -1059,21 +1139,16 @@ static dt_status join(const dt_ext_env *e, const rdzv_secret *sec, uint32_t dige
                 dt_rdzv_sanitize(strncmp(line, "ERR ", 4) == 0 ? line + 4 : line, clean, sizeof clean);
                 st = dt_error_set(DT_ERR_DEVICE, "rendezvous: %s", clean);
             }
-            if (st == DT_OK) {
-                hier_shm_name(e, &h, name, sizeof name);
-                st = hier_setup(e, sec, &h, &master, data_fd, fd, deadline + timeout_s + 90, timeout_s, world_out,
-                                leaders_out, &made);
+            if (st == DT_OK && (st = hier_shm_name(e, sec, &h, name, sizeof name)) == DT_OK) {
+                made = 1; /* the name is known: removed at the end, whatever happens */
+                st = hier_setup(e, sec, &h, name, &master, data_fd, fd, deadline + timeout_s + 90, timeout_s, world_out,
+                                leaders_out);
                 send_line(fd, st == DT_OK ? "MAPPED" : "ERR no hierarchical collective");
             }
         }
     } else if (st == DT_OK) {
-        int shm = shm_open(line + 7, O_RDWR, 0);
-        dt_rdzv_sanitize(line + 7, clean, 200);
-        if (shm < 0) st = dt_error_set(DT_ERR_DEVICE, "rendezvous: shm_open %s: %s", clean, strerror(errno));
-        else {
-            st = dt_shm_world_attach_fd(world_out, e->world, shm);
-            close(shm);
-        }
+        st = join_shm(e, fd, line + 7, deadline + timeout_s + 30, name, sizeof name, world_out);
+        made = name[0] != '\0';
         send_line(fd, st == DT_OK ? "MAPPED" : "ERR cannot map");
     }
     if (st == DT_OK && (st = recv_line(fd, line, sizeof line, deadline + timeout_s + 40, "rank 0")) == DT_OK &&

@@ -142,6 +142,7 @@ static const key_def keys[] = {
     KEY("data.val_path", K_STR, data.val_path, "", ANY),
     ENUM("data.format", data.format, "auto", format_names),
     KEY("data.tokenizer", K_STR, data.tokenizer, "bytes", R_NONEMPTY, 0, 0),
+    KEY("data.tokenizer_sha256", K_STR, data.tokenizer_sha256, "", ANY),
     KEY("data.batch_size_per_worker", K_INT, data.batch_size_per_worker, "8", GE(1)),
     KEY("data.seq_len", K_INT, data.seq_len, "64", GE(2)),
     KEY("data.shuffle", K_BOOL, data.shuffle, "true", ANY),
@@ -1009,6 +1010,35 @@ static dt_status apply_init_dir(load_ctx *c, int *n_pos_set) {
     return DT_OK;
 }
 
+/* data.tokenizer_sha256: the SHA-256 of data.tokenizer's file ("" for bytes) when not given (or
+ * given ""); given, the file must still have it (a run's config.yaml records the tokenizer the
+ * model was trained with: export, predict, eval and generate of the run read it). A saved config
+ * read back for comparison (no_env) is history: its file is not read. */
+static dt_status check_tokenizer_sha(load_ctx *c) {
+    dt_config *cfg = c->cfg;
+    const int i_tok = key_index("data.tokenizer"), i_sha = key_index("data.tokenizer_sha256");
+    const char *want = cfg->data.tokenizer_sha256;
+    shown g;
+    if (want[0] && (strlen(want) != 64 || strspn(want, "0123456789abcdef") != 64))
+        return fail_key(c, i_sha, "expected 64 hexadecimal digits (a SHA-256) or \"\", got %s",
+                        show_key(cfg, i_sha, 0, &g));
+    if (c->no_env) return DT_OK;
+    const int bytes = strcmp(cfg->data.tokenizer, "bytes") == 0;
+    char got[65] = "";
+    if (!bytes && dt_file_sha256(cfg->data.tokenizer, DT_ERR_CONFIG, got) != DT_OK)
+        return fail_key(c, i_tok, "%s", dt_error_msg());
+    if (want[0] && bytes)
+        return fail_key(c, i_sha, "the model was trained with the tokenizer of SHA-256 %s, but data.tokenizer is bytes "
+                        "(hint: set data.tokenizer to that tokenizer.json, or --set data.tokenizer_sha256= to read "
+                        "bytes)", want);
+    if (want[0] && strcmp(want, got) != 0)
+        return fail_key(c, i_sha, "the model was trained with the tokenizer of SHA-256 %s, but data.tokenizer %s has "
+                        "%s: the file changed since (hint: restore it, or --set data.tokenizer_sha256= to take it as "
+                        "it is now)", want, cfg->data.tokenizer, got);
+    memcpy(cfg->data.tokenizer_sha256, got, sizeof got);
+    return DT_OK;
+}
+
 /* The model keys of another architecture keep their defaults; the Llama family's shape holds
  * together (the MLP's width given, whole key/value head groups, an even head size). */
 static dt_status validate_shape(load_ctx *c) {
@@ -1076,6 +1106,7 @@ static dt_status validate(load_ctx *c) {
         return fail_key(c, key_index("model.type"), "names no architecture (internal)");
     int n_pos_from_init = 0;
     DT_TRY(apply_init_dir(c, &n_pos_from_init));
+    DT_TRY(check_tokenizer_sha(c));
     if (!cfg->data.train_path[0])
         return fail_at(c, 0, -1, keys[i_train].path,
                        "required key is missing (hint: add train_path under data:, or pass "
@@ -1485,11 +1516,18 @@ const char *dt_config_shown(const dt_config *cfg, const char *path, char *buf, s
 /* room for any key's printed value: a data.val_path map of DT_MAX_VAL_SETS quoted paths */
 #define VALUE_MAX (DT_MAX_VAL_SETS * (2 * DT_PATH_MAX + 48))
 
+/* data.tokenizer_sha256 empty (the byte tokenizer, or a config saved before it was recorded):
+ * nothing to digest or compare, so that a byte config keeps the digest it always had */
+static int no_tokenizer_sha(const key_def *k, const char *value) {
+    return !value[0] && strcmp(k->path, "data.tokenizer_sha256") == 0;
+}
+
 uint32_t dt_config_digest(const dt_config *cfg) {
     uLong crc = crc32(0L, Z_NULL, 0);
     char v[VALUE_MAX];
     for (int i = 0; i < N_KEYS; i++) {
         value_string(cfg, &keys[i], 0, v, sizeof v);
+        if (no_tokenizer_sha(&keys[i], cfg->data.tokenizer_sha256)) continue;
         crc = crc32(crc, (const Bytef *)keys[i].path, (uInt)strlen(keys[i].path) + 1);
         crc = crc32(crc, (const Bytef *)v, (uInt)strlen(v) + 1);
     }
@@ -1509,7 +1547,9 @@ int dt_config_diff_except(const dt_config *a, const dt_config *b, const char *sk
         if (skip && strcmp(keys[i].path, skip) == 0) continue;
         value_string(a, &keys[i], 1, va, sizeof va);
         value_string(b, &keys[i], 1, vb, sizeof vb);
-        if (strcmp(va, vb) == 0) continue;
+        if (strcmp(va, vb) == 0 || no_tokenizer_sha(&keys[i], a->data.tokenizer_sha256) ||
+            no_tokenizer_sha(&keys[i], b->data.tokenizer_sha256))
+            continue;
         count++;
         if (k < n) {
             int w = snprintf(buf + k, n - k, "%s%s %s -> %s", k ? ", " : "", keys[i].path, va[0] ? va : "(unset)",

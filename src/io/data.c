@@ -531,11 +531,17 @@ dt_status dt_data_text_row(dt_tokenizer *tok, const char *text, size_t tlen, int
     size_t n = 0;
     DT_TRY(dt_tokenizer_encode(tok, text, tlen, ids, &n, cap));
     const uint32_t pad = (uint32_t)dt_tokenizer_eot(tok);
+    if (dt_tokenizer_eot(tok) < 0 || pad > UINT16_MAX) /* dt_tokenizer_check_model refuses such a tokenizer first */
+        return dt_error_set(DT_ERR_DATA, "the tokenizer %s has no end-of-text token to pad the text with (below id "
+                            "65536)", dt_tokenizer_name(tok));
     if (n == 0) return dt_error_set(DT_ERR_DATA, "the text has no tokens");
-    for (size_t k = 0; k < n; k++)
+    for (size_t k = 0; k < n; k++) {
         if ((*ids)[k] == pad)
             return dt_error_set(DT_ERR_DATA, "the text holds the end-of-text token (id %u), which pads the sequence: "
                                 "the classifier would read the wrong position", pad);
+        if ((*ids)[k] > UINT16_MAX) /* never cut to 16 bits: another token's id */
+            return dt_error_set(DT_ERR_DATA, "token %u does not fit a classification row (ids below 65536)", (*ids)[k]);
+    }
     if (n > T) {
         n = T;
         *truncated = 1;
@@ -675,21 +681,7 @@ dt_status dt_dataset_open(dt_dataset **out, const dt_dataset_cfg *cfg) {
     if (cfg->vocab_size < 1)
         return dt_error_set(DT_ERR_CONFIG, "model.vocab_size: expected an integer >= 1, got %d",
                             cfg->vocab_size);
-    if (cfg->num_labels >= 2 && !cfg->tokenizer && cfg->vocab_size < DT_CLS_TOKEN + 1)
-        return dt_error_set(DT_ERR_CONFIG,
-                            "model.vocab_size: %d is too small for tsv data: the byte tokenizer "
-                            "needs >= %d (256 bytes + <cls>)",
-                            cfg->vocab_size, DT_CLS_TOKEN + 1);
-    if (cfg->tokenizer && cfg->vocab_size < dt_tokenizer_vocab_size(cfg->tokenizer))
-        return dt_error_set(DT_ERR_CONFIG, "model.vocab_size: %d is smaller than the %d ids of data.tokenizer %s "
-                            "(hint: model.vocab_size: %d)", cfg->vocab_size, dt_tokenizer_vocab_size(cfg->tokenizer),
-                            dt_tokenizer_name(cfg->tokenizer), dt_tokenizer_vocab_size(cfg->tokenizer));
-    if (cfg->tokenizer && cfg->num_labels >= 2 && dt_tokenizer_eot(cfg->tokenizer) < 0)
-        return dt_error_set(DT_ERR_CONFIG, "data.tokenizer %s has no end-of-text token to pad classification texts "
-                            "with (<|endoftext|>, or one special added token)", dt_tokenizer_name(cfg->tokenizer));
-    if (cfg->tokenizer && cfg->num_labels >= 2 && dt_tokenizer_vocab_size(cfg->tokenizer) > 65536)
-        return dt_error_set(DT_ERR_CONFIG, "data.tokenizer %s: %d ids; classification texts hold ids below 65536",
-                            dt_tokenizer_name(cfg->tokenizer), dt_tokenizer_vocab_size(cfg->tokenizer));
+    DT_TRY(dt_tokenizer_check_model(cfg->tokenizer, cfg->vocab_size, cfg->num_labels));
 
     file_list fl = {0};
     dt_data_format fmt = DT_FORMAT_AUTO;
@@ -949,6 +941,7 @@ dt_status dt_data_tokenize(const char *tokenizer, const char *in_path, const cha
     unsigned char *buf;
     size_t len;
     if (n_tokens) *n_tokens = 0;
+    DT_TRY(dt_file_check_output("IN", in_path, "OUT", out_path));
     DT_TRY(read_all(in_path, &buf, &len));
     if (len == 0) {
         free(buf);
@@ -994,6 +987,7 @@ static dt_status write_file_atomic(const char *path, const char *data, size_t le
 }
 
 dt_status dt_data_detokenize(const char *tokenizer, const char *in_path, const char *out_path, size_t *n_bytes) {
+    DT_TRY(dt_file_check_output("IN", in_path, "OUT", out_path));
     dt_tokenizer *tok;
     DT_TRY(dt_tokenizer_open(tokenizer, &tok));
     dt_dataset ds;

@@ -189,17 +189,26 @@ static dt_status read_labels(const char *path, json_t *root, int *out) {
     return DT_OK;
 }
 
+/* DIR's optional tokenizer_config.json into *out (NULL when it is not there, or does not parse:
+ * hub files hold sentinels past jansson's integers, model_max_length 1e30 written out); a FIFO
+ * or a device there is an error naming it, never a hang. */
+static dt_status read_optional(const char *path, json_t **out) {
+    *out = NULL;
+    if (access(path, F_OK) != 0) return DT_OK;
+    int fd;
+    DT_TRY(dt_file_open_regular(path, DT_ERR_DATA, &fd));
+    *out = json_loadfd(fd, 0, NULL);
+    close(fd);
+    return DT_OK;
+}
+
 dt_status dt_hf_read_config(const char *dir, dt_hf_config *out) {
     char path[HF_PATH_MAX];
     snprintf(path, sizeof path, "%s/config.json", dir);
     memset(out, 0, sizeof *out);
     out->pad_token_id = out->eos_token_id = out->bos_token_id = -1;
-    int fd;
-    DT_TRY(dt_file_open_regular(path, DT_ERR_DATA, &fd));
-    json_error_t err;
-    json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &err);
-    close(fd);
-    if (!root) return dt_error_set(DT_ERR_DATA, "%s:%d: not JSON: %s", path, err.line, err.text);
+    json_t *root;
+    DT_TRY(dt_json_read(path, JSON_REJECT_DUPLICATES, &root));
     dt_status st = json_is_object(root) ? DT_OK : dt_error_set(DT_ERR_DATA, "%s: expected a JSON object", path);
     if (st == DT_OK) st = read_arch(path, root, &out->shape.arch);
     if (st == DT_OK) st = read_shape(path, root, &out->shape);
@@ -212,28 +221,13 @@ dt_status dt_hf_read_config(const char *dir, dt_hf_config *out) {
     if (st == DT_OK) st = get_int(path, root, "bos_token_id", &out->bos_token_id, NULL);
     json_decref(root);
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    json_t *tc = st == DT_OK ? json_load_file(path, 0, NULL) : NULL; /* optional: hub files hold huge sentinels */
+    json_t *tc = NULL;
+    if (st == DT_OK) st = read_optional(path, &tc);
     json_t *ml = json_object_get(tc, "model_max_length");
     if (json_is_integer(ml) && json_integer_value(ml) > 1 && json_integer_value(ml) <= out->shape.n_positions)
         out->max_length = (int)json_integer_value(ml);
     json_decref(tc);
     return st;
-}
-
-int dt_hf_is_byte_tokenizer(const char *path) {
-    json_t *root = json_load_file(path, 0, NULL);
-    json_t *model = json_object_get(root, "model"), *vocab = json_object_get(model, "vocab");
-    int yes = json_is_string(json_object_get(model, "type")) &&
-              strcmp(json_string_value(json_object_get(model, "type")), "BPE") == 0 &&
-              json_array_size(json_object_get(model, "merges")) == 0 && json_object_size(vocab) == 256;
-    char ch[3];
-    for (unsigned b = 0; yes && b < 256; b++) {
-        dt_tokenizer_byte_string(b, ch);
-        json_t *id = json_object_get(vocab, ch);
-        yes = json_is_integer(id) && json_integer_value(id) == (json_int_t)b;
-    }
-    json_decref(root);
-    return yes;
 }
 
 /* ---- writing ---- */
@@ -330,7 +324,8 @@ static json_t *cls_template(void) {
                      "special_tokens", "<cls>", "id", "<cls>", "ids", 256, "tokens", "<cls>");
 }
 
-dt_status dt_hf_write_byte_tokenizer(const char *dir, int with_cls, int max_length) {
+/* The tokenizer.json of dtrain's byte tokenizer (dt_hf_write_byte_tokenizer); NULL when out of memory. */
+static json_t *byte_tokenizer_json(int with_cls, int max_length) {
     json_t *vocab = json_object();
     char ch[3];
     for (unsigned b = 0; vocab && b < 256; b++) {
@@ -352,7 +347,24 @@ dt_status dt_hf_write_byte_tokenizer(const char *dir, int with_cls, int max_leng
         json_object_set_new(o, "truncation", json_pack("{s:s, s:i, s:s, s:i}", "direction", "Right", "max_length",
                                                        max_length, "strategy", "LongestFirst", "stride", 0));
     }
-    return write_json(dir, "tokenizer.json", o);
+    return o;
+}
+
+dt_status dt_hf_write_byte_tokenizer(const char *dir, int with_cls, int max_length) {
+    return write_json(dir, "tokenizer.json", byte_tokenizer_json(with_cls, max_length));
+}
+
+int dt_hf_is_byte_tokenizer(const char *path) {
+    json_t *root; /* a FIFO or a file that does not parse: not bytes (the BPE reader then says what it is) */
+    if (dt_json_read(path, 0, &root) != DT_OK) return 0;
+    json_t *trunc = json_object_get(root, "truncation"), *added = json_object_get(root, "added_tokens");
+    const int with_cls = json_array_size(added) > 0;
+    const json_int_t T = json_integer_value(json_object_get(trunc, "max_length"));
+    json_t *want = byte_tokenizer_json(with_cls, with_cls && T > 0 && T <= 1 << 30 ? (int)T : 0);
+    const int yes = want && json_equal(root, want); /* exactly what export writes, but for the layout */
+    json_decref(want);
+    json_decref(root);
+    return yes;
 }
 
 dt_status dt_hf_write_tokenizer_config(const char *dir, int max_length, const dt_hf_tokens *t) {
@@ -379,11 +391,8 @@ dt_status dt_hf_read_tokens(const char *dir, dt_hf_tokens *t, void **held) {
     char path[HF_PATH_MAX];
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     if (access(path, F_OK) != 0) return DT_OK;
-    int fd;
-    DT_TRY(dt_file_open_regular(path, DT_ERR_DATA, &fd));
-    json_error_t err;
-    json_t *root = json_loadfd(fd, 0, &err);
-    close(fd);
+    json_t *root;
+    DT_TRY(dt_json_read(path, 0, &root));
     if (!json_is_object(root)) {
         json_decref(root);
         return dt_error_set(DT_ERR_DATA, "%s: not a JSON object", path);

@@ -1,8 +1,9 @@
-/* jsonfile.c — a JSON value written as a new file (include/dtrain/jsonfile.h). */
+/* jsonfile.c — JSON files read and written (include/dtrain/jsonfile.h). */
 #include "dtrain/jsonfile.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dtrain/file.h"
 
@@ -22,4 +23,15 @@ dt_status dt_json_write_new(const char *path, json_t *obj, int real_digits) {
     dt_status st = dt_file_write_new(path, t, n);
     free(t);
     return st;
+}
+
+dt_status dt_json_read(const char *path, size_t flags, json_t **out) {
+    *out = NULL;
+    int fd;
+    DT_TRY(dt_file_open_regular(path, DT_ERR_DATA, &fd));
+    json_error_t err;
+    *out = json_loadfd(fd, flags, &err);
+    close(fd);
+    if (!*out) return dt_error_set(DT_ERR_DATA, "%s:%d: not valid JSON: %s", path, err.line, err.text);
+    return DT_OK;
 }

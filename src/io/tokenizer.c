@@ -25,7 +25,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <utf8proc.h>
+
+#include "dtrain/data.h" /* DT_CLS_TOKEN: the byte tokenizer's <cls>, after a classification text */
+#include "dtrain/file.h"
 
 #define WORD_CACHE_MAX (1u << 18)
 #define MAX_STEPS 8            /* pre-tokenizer steps */
@@ -1030,8 +1034,11 @@ static dt_status pcre2_settings(dt_tokenizer *t) {
 }
 
 static dt_status load_json(dt_tokenizer *t, const char *path) {
+    int fd; /* a regular file only: a FIFO must not block the open (json_load_file would) */
+    DT_TRY(dt_file_open_regular(path, DT_ERR_DATA, &fd));
     json_error_t je;
-    json_t *root = json_load_file(path, 0, &je);
+    json_t *root = json_loadfd(fd, 0, &je);
+    close(fd);
     if (!root)
         return dt_error_set(DT_ERR_DATA, "%s:%d: not a tokenizer.json: %s", path, je.line, je.text);
     json_t *model = json_object_get(root, "model");
@@ -1102,6 +1109,27 @@ void dt_tokenizer_free(dt_tokenizer *t) {
     free(t->scratch);
     free(t->word_chars);
     free(t);
+}
+
+dt_status dt_tokenizer_check_model(const dt_tokenizer *tok, int vocab_size, int num_labels) {
+    if (tok && !tok->bpe) tok = NULL; /* the byte tokenizer, opened as "bytes" */
+    const int cls = num_labels >= 2, ids = tok ? dt_tokenizer_vocab_size(tok) : 256;
+    if (!tok && cls && vocab_size < DT_CLS_TOKEN + 1)
+        return dt_error_set(DT_ERR_CONFIG,
+                            "model.vocab_size: %d is too small for tsv data: the byte tokenizer "
+                            "needs >= %d (256 bytes + <cls>)",
+                            vocab_size, DT_CLS_TOKEN + 1);
+    if (!tok) return DT_OK; /* a language model's byte shards: each token is checked as it is read */
+    if (vocab_size < ids)
+        return dt_error_set(DT_ERR_CONFIG, "model.vocab_size: %d is smaller than the %d ids of data.tokenizer %s "
+                            "(hint: model.vocab_size: %d)", vocab_size, ids, dt_tokenizer_name(tok), ids);
+    if (cls && dt_tokenizer_eot(tok) < 0)
+        return dt_error_set(DT_ERR_CONFIG, "data.tokenizer %s has no end-of-text token to pad classification texts "
+                            "with (<|endoftext|>, or one special added token)", dt_tokenizer_name(tok));
+    if (cls && ids > 65536)
+        return dt_error_set(DT_ERR_CONFIG, "data.tokenizer %s: %d ids; classification texts hold ids below 65536",
+                            dt_tokenizer_name(tok), ids);
+    return DT_OK;
 }
 
 int dt_tokenizer_vocab_size(const dt_tokenizer *t) { return t->vocab_size; }
@@ -1291,7 +1319,7 @@ static dt_status encode_word(dt_tokenizer *t, const char *w, size_t len, uint32_
             t->cache_ids = p;
             t->cache_ids_cap = c;
         }
-        memcpy(t->cache_ids + t->cache_ids_len, t->sym, k * sizeof *t->sym);
+        if (k) memcpy(t->cache_ids + t->cache_ids_len, t->sym, k * sizeof *t->sym); /* no symbols: no pointer arithmetic on NULL */
         if (strmap_add(&t->cache, w, len, (int64_t)t->cache_ids_len << 8 | (int64_t)k) < 0)
             return dt_error_set(DT_ERR_NOMEM, "out of memory");
         t->cache_ids_len += k;

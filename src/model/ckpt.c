@@ -178,7 +178,9 @@ static json_t *best_json(const dt_ckpt_best *b) {
                      (json_int_t)b->step, "evals_since", b->evals_since, "stopped_early", b->stopped_early);
 }
 
-static json_t *trainer_json(const dt_ckpt_state *s) {
+/* trainer.json: where training stands, and the tokenizer the model trained with (cfg's
+ * data.tokenizer_sha256; none for the byte tokenizer, whose checkpoints stay as they were) */
+static json_t *trainer_json(const dt_ckpt_state *s, const dt_config *cfg) {
     char digest[16], seed[32], when[64];
     snprintf(digest, sizeof digest, "%08" PRIx32, s->config_digest);
     snprintf(seed, sizeof seed, "%" PRIu64, s->seed); /* a string: JSON numbers lose bits above 2^53 */
@@ -194,6 +196,8 @@ static json_t *trainer_json(const dt_ckpt_state *s) {
                      "the only randomness after init is the sample order, a permutation seeded by (seed, epoch)",
                      "saved_at", when);
     if (root && (s->best.has || s->best.stopped_early)) json_object_set_new(root, "best", best_json(&s->best));
+    if (root && cfg->data.tokenizer_sha256[0])
+        json_object_set_new(root, "tokenizer_sha256", json_string(cfg->data.tokenizer_sha256));
     return root;
 }
 
@@ -283,7 +287,7 @@ static dt_status save_as(const char *root, const char *name, dt_model *m, dt_opt
     snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);
     if ((st = save_optimizer(p, m, o, s)) != DT_OK) goto fail;
     snprintf(p, sizeof p, "%s/trainer.json", tmp);
-    if ((st = dt_json_write_new(p, trainer_json(s), 0)) != DT_OK) goto fail;
+    if ((st = dt_json_write_new(p, trainer_json(s, cfg), 0)) != DT_OK) goto fail;
     snprintf(p, sizeof p, "%s/config.yaml", tmp);
     if ((st = write_config(p, cfg)) != DT_OK) goto fail;
     if ((st = write_manifest(tmp, s)) != DT_OK) goto fail;
@@ -343,6 +347,29 @@ dt_status dt_ckpt_save_best(const char *run_dir, dt_model *m, dt_optim *o, const
     return save_as(run_dir, "best", m, o, s, cfg, dir_out, n);
 }
 
+/* Leftovers in `root` of writers that died mid-save, of the entries named PREFIX...: .tmp-NAME.PID
+ * never became a checkpoint; .old-NAME.PID is a replaced one, kept only while NAME is missing (a
+ * crash between the renames). Links among them are removed as links (remove_at). */
+static void prune_leftovers(const char *root, const char *prefix) {
+    DIR *d = opendir(root);
+    if (!d) return;
+    const size_t n = strlen(prefix);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const int tmp = strncmp(e->d_name, ".tmp-", 5) == 0, old = strncmp(e->d_name, ".old-", 5) == 0;
+        if ((!tmp && !old) || strncmp(e->d_name + 5, prefix, n) != 0) continue;
+        if (old) {
+            char sd[PATH_LEN + 300];
+            snprintf(sd, sizeof sd, "%s/%s", root, e->d_name + 5); /* "step_NNNNNNNN.PID", "best.PID" */
+            char *dot = strrchr(sd, '.');
+            if (dot) *dot = '\0';
+            if (access(sd, F_OK) != 0) continue;
+        }
+        remove_at(dirfd(d), root, e->d_name);
+    }
+    closedir(d);
+}
+
 dt_status dt_ckpt_prune(const char *run_dir, int keep_last) {
     char root[PATH_LEN], name[64];
     root_dir(run_dir, root, sizeof root);
@@ -355,26 +382,8 @@ dt_status dt_ckpt_prune(const char *run_dir, int keep_last) {
         if (st == DT_OK) st = r;
     }
     free(steps);
-    /* leftovers of writers that died mid-save: .tmp-* never became a checkpoint; .old-* is
-     * a replaced one, kept only while its step_N is missing (a crash between the renames).
-     * Links among them are removed as links (remove_at) */
-    DIR *d = opendir(root);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            int tmp = strncmp(e->d_name, ".tmp-step_", 10) == 0, old = strncmp(e->d_name, ".old-step_", 10) == 0;
-            if (!tmp && !old) continue;
-            if (old) {
-                char sd[PATH_LEN + 300];
-                snprintf(sd, sizeof sd, "%s/%s", root, e->d_name + 5); /* "step_NNNNNNNN.PID" */
-                char *dot = strrchr(sd, '.');
-                if (dot) *dot = '\0';
-                if (access(sd, F_OK) != 0) continue;
-            }
-            remove_at(dirfd(d), root, e->d_name);
-        }
-        closedir(d);
-    }
+    prune_leftovers(root, "step_");
+    prune_leftovers(run_dir, "best."); /* best/ is written in the run directory (dt_ckpt_save_best) */
     return st;
 }
 
@@ -506,14 +515,19 @@ static dt_status trainer_fields(const char *path, json_t *root, dt_ckpt_state *s
     s->train_samples = (size_t)samples;
     s->seed = (uint64_t)sv;
     s->config_digest = (uint32_t)strtoul(digest, NULL, 16);
+    json_t *sha = json_object_get(root, "tokenizer_sha256"); /* absent: the byte tokenizer, or an older checkpoint */
+    const char *hex = json_string_value(sha);
+    if (sha && !(hex && strlen(hex) == 64 && strspn(hex, "0123456789abcdef") == 64))
+        return dt_error_set(DT_ERR_DATA, "%s: tokenizer_sha256: expected 64 characters of 0123456789abcdef (a SHA-256)",
+                            path);
+    if (sha) memcpy(s->tokenizer_sha256, hex, 65);
     DT_TRY(model_fields(path, model, &s->model));
     return best_fields(path, json_object_get(root, "best"), &s->best);
 }
 
 static dt_status parse_trainer(const char *path, dt_ckpt_state *s) {
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root) return dt_error_set(DT_ERR_DATA, "%s:%d: not valid JSON: %s", path, jerr.line, jerr.text);
+    json_t *root;
+    DT_TRY(dt_json_read(path, 0, &root));
     memset(s, 0, sizeof *s);
     dt_status st = json_is_object(root) ? trainer_fields(path, root, s)
                                         : dt_error_set(DT_ERR_DATA, "%s: expected a JSON object", path);
@@ -524,16 +538,12 @@ static dt_status parse_trainer(const char *path, dt_ckpt_state *s) {
 dt_status dt_ckpt_verify(const char *dir, dt_ckpt_state *s) {
     char p[PATH_LEN + 300];
     snprintf(p, sizeof p, "%s/manifest.json", dir);
-    json_error_t jerr;
-    int fd;
-    if (dt_file_open_regular(p, DT_ERR_DATA, &fd) != DT_OK) { /* a FIFO there must not block the search */
+    json_t *man;
+    if (dt_json_read(p, 0, &man) != DT_OK) { /* a FIFO there must not block the search */
         if (access(p, F_OK) != 0)
             return dt_error_set(DT_ERR_DATA, "%s: missing: the checkpoint is incomplete", p);
         return DT_ERR_DATA;
     }
-    json_t *man = json_loadfd(fd, 0, &jerr);
-    close(fd);
-    if (!man) return dt_error_set(DT_ERR_DATA, "%s:%d: not valid JSON: %s", p, jerr.line, jerr.text);
     dt_status st = DT_OK;
     const char *fmt = json_string_value(json_object_get(man, "format"));
     json_t *files = json_object_get(man, "files");
@@ -625,6 +635,19 @@ dt_status dt_ckpt_check_shape(const dt_ckpt_state *s, const dt_model_shape *now,
                                 dir, key, saved, mine);
     }
     return DT_OK;
+}
+
+dt_status dt_ckpt_check_tokenizer(const dt_ckpt_state *s, const dt_config *cfg, const char *dir) {
+    const char *now = cfg->data.tokenizer_sha256;
+    if (!s->tokenizer_sha256[0] || strcmp(s->tokenizer_sha256, now) == 0) return DT_OK;
+    char what[DT_PATH_MAX + 96];
+    if (now[0]) snprintf(what, sizeof what, "data.tokenizer %s has SHA-256 %s", cfg->data.tokenizer, now);
+    else snprintf(what, sizeof what, "data.tokenizer is bytes");
+    return dt_error_set(DT_ERR_CONFIG,
+                        "%s: checkpoint trained with data.tokenizer of SHA-256 %s, but %s: refusing to resume with "
+                        "another tokenizer (its ids mean other text; hint: restore the tokenizer file, or start fresh "
+                        "with checkpoint.resume: never or another run.dir)",
+                        dir, s->tokenizer_sha256, what);
 }
 
 static dt_status load_optimizer(const char *path, dt_model *m, dt_optim *o) {

@@ -12,7 +12,9 @@
  * CPU backend cannot fail), so the first failure is kept with the call, file:line, rank,
  * host and GPU, later ops do nothing, and `check` (called by the model after each forward and
  * by the optimizer) returns it. An allocation that does not fit names the buffer and the
- * config key to lower, and exits 2: retrying the same shape cannot help.
+ * config key to lower, and exits 2: retrying the same shape cannot help; so does a cuBLASLt
+ * that cannot be loaded (missing, or older than dtrain was built with): a restart would only
+ * fail the same way.
  *
  * cuBLASLt, cuDNN and NCCL are not linked into dtrain: loading cuBLASLt alone costs every
  * process about 150 MB of resident memory, GPU or not (docs/PERFORMANCE.md). cuBLASLt is
@@ -70,11 +72,12 @@ static void lt_load(void) {
                  "their directory to LD_LIBRARY_PATH)", soname, dlerror(), CUBLAS_VER_MAJOR);
         return;
     }
-#define X(f)                                                                                              \
-    if (!(*(void **)&lt.f = dlsym(h, #f))) {                                                             \
-        snprintf(lt_error, sizeof lt_error, "%s has no symbol %s: an older cuBLAS than dtrain was built with " \
-                 "(%d.%d)", soname, #f, CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR);                               \
-        return;                                                                                           \
+#define X(f)                                                                                                       \
+    if (!(*(void **)&lt.f = dlsym(h, #f))) {                                                                       \
+        snprintf(lt_error, sizeof lt_error, "%s has no symbol %s: an older cuBLAS than dtrain was built with "     \
+                 "(%d.%d) (hint: install cuBLAS %d.%d or newer, or put its directory first on LD_LIBRARY_PATH)",   \
+                 soname, #f, CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR, CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR);              \
+        return;                                                                                                    \
     }
     LT_FUNCS(X)
 #undef X
@@ -1246,8 +1249,8 @@ static dt_status cu_open(const dt_backend_cfg *cfg, void **out) {
         goto fail;
     }
     pthread_once(&lt_once, lt_load);
-    if (lt_error[0]) {
-        st = dt_error_set(DT_ERR_DEVICE, "rank %d (host %s): %s", rank, c->host, lt_error);
+    if (lt_error[0]) { /* the same on every restart: a configuration error (exit 2), not retried */
+        st = dt_error_set(DT_ERR_CONFIG, "rank %d (host %s): %s", rank, c->host, lt_error);
         goto fail;
     }
     if (CKLT(lt.cublasLtCreate(&c->lt))) {

@@ -156,9 +156,18 @@ static void tokens_free(export_tokens *x) {
     dt_hf_tokens_free(x->held);
 }
 
-/* The tokenizer files: the BPE's tokenizer.json as it is, or the byte tokenizer's made for it. */
+/* A model without a known tokenizer: data.tokenizer is bytes (the default), but a language
+ * model's ids are not bytes (more than 257 of them: it was trained on token shards of another
+ * tokenizer). A classifier's texts are bytes and <cls> whatever its vocabulary. */
+static int tokenizer_unknown(const dt_config *c) {
+    return strcmp(c->data.tokenizer, "bytes") == 0 && c->model.shape.num_labels == 0 && c->model.shape.vocab_size > 257;
+}
+
+/* The tokenizer files: the BPE's tokenizer.json as it is (its SHA-256 checked against the run's
+ * record when the config was loaded), or the byte tokenizer's made for it. */
 static dt_status write_tokenizer(const char *dir, const dt_infer *s, const export_tokens *x) {
     const int T = s->cfg.data.seq_len, cls = s->cfg.model.shape.num_labels > 0;
+    if (tokenizer_unknown(&s->cfg)) return DT_OK;
     if (!s->tok) {
         char pad[3];
         dt_tokenizer_byte_string(0, pad); /* the classifier's padding, id 0 */
@@ -195,13 +204,16 @@ static dt_status write_hf(const char *dir, dt_infer *s) {
 
 /* OUT.tmp.PID built whole, then exchanged with OUT (an earlier export, then removed) or renamed
  * onto it: OUT is never missing. */
-static dt_status export_dir(dt_infer *s, const char *out_arg) {
+static dt_status export_dir(dt_infer *s, const char *checkpoint, const char *out_arg) {
     char out[DT_PATH_MAX];
     size_t len = strlen(out_arg);
     while (len > 1 && out_arg[len - 1] == '/') len--; /* "hf/": the directory hf */
     if (len >= sizeof out) return dt_error_set(DT_ERR_USAGE, "--out: a path of at most %d bytes", DT_PATH_MAX - 1);
     memcpy(out, out_arg, len);
     out[len] = '\0';
+    DT_TRY(dt_file_check_output("--checkpoint", checkpoint, "--out", out)); /* nothing it reads is replaced */
+    DT_TRY(dt_file_check_output("--checkpoint", s->weights, "--out", out));
+    if (s->tok) DT_TRY(dt_file_check_output("data.tokenizer", dt_tokenizer_name(s->tok), "--out", out));
     int exists;
     DT_TRY(check_out(out, &exists));
     char tmp[DT_PATH_MAX + 32];
@@ -248,8 +260,13 @@ static dt_status export_hf(const dt_export_opts *o, dt_export_result *r) {
     if (st == DT_OK && !score_loaded)
         st = dt_error_set(DT_ERR_DATA, "%s: tensor score.weight is missing: the file has no classification head for "
                           "model.num_labels %d", s.weights, s.cfg.model.shape.num_labels);
-    if (st == DT_OK) st = export_dir(&s, o->out);
+    if (st == DT_OK) st = export_dir(&s, o->checkpoint, o->out);
     if (st == DT_OK) r->n_tensors = dt_model_num_tensors(s.model);
+    r->tokenizer_files = !tokenizer_unknown(&s.cfg);
+    if (!r->tokenizer_files)
+        snprintf(r->note, sizeof r->note, "no tokenizer files written: data.tokenizer is bytes, but the model's %d ids "
+                 "are not bytes (model.vocab_size: %d) (hint: --set data.tokenizer=PATH/tokenizer.json, the tokenizer "
+                 "its data was made with)", s.cfg.model.shape.vocab_size, s.cfg.model.shape.vocab_size);
     snprintf(r->weights, sizeof r->weights, "%s", s.weights);
     dt_infer_close(&s);
     return st;
@@ -259,5 +276,6 @@ dt_status dt_export(const dt_export_opts *o, dt_export_result *r) {
     memset(r, 0, sizeof *r);
     if (o->hf) return export_hf(o, r);
     DT_TRY(dt_infer_weights_path(o->checkpoint, stderr, r->weights, sizeof r->weights));
+    DT_TRY(dt_file_check_output("--checkpoint", r->weights, "--out", o->out));
     return export_file(r->weights, o->out, &r->n_tensors);
 }

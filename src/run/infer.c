@@ -47,12 +47,16 @@ dt_model_cfg dt_infer_model_cfg(const dt_config *c, int batch, int seq_len) {
 
 dt_status dt_infer_tokenizer(const dt_config *c, dt_tokenizer **out) {
     *out = NULL;
-    if (strcmp(c->data.tokenizer, "bytes") == 0) return DT_OK;
-    if (dt_tokenizer_open(c->data.tokenizer, out) != DT_OK) {
+    if (strcmp(c->data.tokenizer, "bytes") != 0 && dt_tokenizer_open(c->data.tokenizer, out) != DT_OK) {
         dt_error_prefix("data.tokenizer");
         return DT_ERR_DATA;
     }
-    return DT_OK;
+    dt_status st = dt_tokenizer_check_model(*out, c->model.shape.vocab_size, c->model.shape.num_labels);
+    if (st != DT_OK) {
+        dt_tokenizer_free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 dt_status dt_infer_build(const dt_config *c, int local_rank, int rank, int batch, int seq_len, int training,

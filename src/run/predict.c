@@ -150,6 +150,7 @@ static dt_status add_lm(pred *p, const char *line, size_t len) {
 
 static dt_status open_files(pred *p) {
     int fd;
+    DT_TRY(dt_file_check_output("--input", p->o->input, "--out", p->o->out)); /* never replaced by its predictions */
     DT_TRY(dt_file_open_regular(p->o->input, DT_ERR_DATA, &fd));
     struct stat sb;
     p->in_bytes = fstat(fd, &sb) == 0 ? sb.st_size : 0;

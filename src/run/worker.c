@@ -5,8 +5,9 @@
  * during the last micro-batch's backward every finished bucket (layer) starts its gradient
  * all-reduce (sum) while backward goes on; wait for all buckets -> clip + AdamW (identical
  * on every rank) -> log (rank 0), evaluate every eval.every_steps (each rank its slice,
- * sums all-reduced), compare replica checksums every training.check_replicas_every steps;
- * at the end evaluate and save weights (rank 0). */
+ * sums all-reduced; a stop request ends it between batches, unrecorded), compare replica
+ * checksums every training.check_replicas_every steps; at the end evaluate and save weights
+ * (rank 0). */
 #include "dtrain/worker.h"
 
 #include <errno.h>
@@ -69,6 +70,7 @@ typedef struct run {
     int *targets;   /* host (b, T) or (b) */
     size_t *idx;    /* host (b) */
     volatile int *waiting; /* the launcher's "waiting for rank 0's disk" flag of this worker (may be NULL) */
+    const volatile int *stop; /* the launcher's stop flag (SIGINT/SIGTERM): evaluation ends early (NULL: never) */
 } run;
 
 static double now_ms(void) { return 1e3 * dt_clock_now(); }
@@ -154,10 +156,45 @@ static void fill_batch(const dt_dataset *ds, const size_t *idx, int n, int T, in
         dt_dataset_get(ds, idx[i], tokens + (size_t)i * T, targets + (cls ? (size_t)i : (size_t)i * T));
 }
 
+#define EVAL_VOTE_MS 50.0 /* about the time between two stop votes of an evaluation */
+
+/* When the ranks of an evaluation vote on stopping next (eval_stop_vote). */
+typedef struct eval_votes {
+    size_t next, last; /* the batch before which they vote next; the one of the last vote */
+    double last_ms;    /* the time of the last vote */
+} eval_votes;
+
+/* Whether evaluation stops before batch j: the launcher's flag on any rank. One process looks
+ * before every batch. Several vote, all before the same batches, so that all of them leave
+ * after the same one and none waits in a collective the others skipped: one all-reduce of
+ * this rank's flag and, from rank 0 alone (the others add 0: the sum is exact), the batches
+ * to the next vote, about EVAL_VOTE_MS of them at rank 0's pace (an all-reduce every batch
+ * would cost small batches a third of their time). */
+static dt_status eval_stop_vote(run *r, size_t j, eval_votes *ev, int *stop) {
+    const int mine = r->stop && *r->stop;
+    *stop = r->world == 1 && mine;
+    if (r->world == 1 || j < ev->next) return DT_OK;
+    const double now = now_ms();
+    float v[2] = {mine ? 1.0f : 0.0f, 0.0f};
+    if (r->rank == 0) {
+        const double per = j > ev->last ? (now - ev->last_ms) / (double)(j - ev->last) : 0.0; /* ms a batch */
+        const double k = per > 0.0 ? floor(EVAL_VOTE_MS / per) : 1.0;
+        v[1] = (float)(k < 1.0 ? 1.0 : k > 1024.0 ? 1024.0 : k);
+    }
+    DT_TRY(dt_comm_allreduce(r->comm, v, 2, DT_REDUCE_SUM));
+    *stop = v[0] > 0.0f;
+    ev->next = j + (size_t)v[1];
+    ev->last = j;
+    ev->last_ms = now;
+    return DT_OK;
+}
+
 /* Every example of validation set `set` once across the ranks; eval.max_batches limits them to
  * the first max_batches x batch_size_per_worker, the same examples for any number of workers.
- * The sums are all-reduced, so every rank returns the global result. */
-static dt_status evaluate(run *r, long step, int set, dt_eval_point *out) {
+ * The sums are all-reduced, so every rank returns the global result. A stop request (r->stop)
+ * ends it between two batches: *stopped = 1, a line says so, and of *out only eval_ms is set (a
+ * partial evaluation is no result); else *stopped = 0. */
+static dt_status evaluate(run *r, long step, int set, dt_eval_point *out, int *stopped) {
     const dt_config *c = r->cfg;
     double t0 = now_ms();
     const dt_dataset *val = r->val[set];
@@ -170,7 +207,18 @@ static dt_status evaluate(run *r, long step, int set, dt_eval_point *out) {
     long rows = 0, correct = 0, examples = 0;
     const int nl = c->model.shape.num_labels <= DT_MAX_CLASS_METRICS ? c->model.shape.num_labels : 0; /* 0: no matrix */
     memset(confusion, 0, sizeof r->confusion[set]);
+    eval_votes ev = {0};
     for (size_t j = 0; j < nb; j++) {
+        DT_TRY(eval_stop_vote(r, j, &ev, stopped));
+        if (*stopped) {
+            char label[64] = ""; /* as the eval lines name a set */
+            if (c->data.n_val_sets) snprintf(label, sizeof label, " [%s]", dt_config_val_name(c, set));
+            if (r->metrics)
+                dt_metrics_info(r->metrics, "evaluation at step %ld%s stopped after %zu of %zu batches (asked to stop): "
+                                "not recorded", step, label, j, nb);
+            out->eval_ms = now_ms() - t0;
+            return DT_OK;
+        }
         size_t start;
         int count;
         dt_eval_slice(n, j, r->rank, r->world, b, &start, &count);
@@ -661,6 +709,7 @@ typedef struct trainer {
     int have_eval;
     dt_ckpt_best best;           /* checkpoint.best_metric / early stopping (saved in checkpoints) */
     int early_stop;              /* set by the evaluation that ran out of patience */
+    int eval_stopped;            /* an evaluation ended early on a stop request: checkpoint, then stop */
     int no_samples;              /* logging.sample_every_steps failed once: no more samples */
     /* CPU threads under contention (adapt_threads): 0 when off */
     int threads_max, threads, threads_next;
@@ -712,6 +761,7 @@ static dt_status train_open(trainer *t, const dt_config *c, const dt_worker_opts
         if (desc.bus_id[0]) dt_worker_slot_set_gpu(t->launch->own_stats, desc.bus_id);
     }
     r->waiting = t->launch ? t->launch->waiting : NULL;
+    r->stop = t->launch ? t->launch->stop : NULL;
     if (c->training.adapt_cpu_threads && c->training.cpu_threads_per_worker == 0 && r->be->ops->set_threads &&
         t->launch && t->launch->foreign_round)
         t->threads = t->threads_max = dt_device_threads_per_worker(c);
@@ -1206,23 +1256,29 @@ static dt_status print_sample(trainer *t) {
     return DT_OK;
 }
 
-/* An evaluation at the current step, logged and kept for the summary. */
+/* An evaluation at the current step, logged and kept for the summary. One that a stop request
+ * ends early sets t->eval_stopped and is neither logged nor kept (a set evaluated whole before
+ * it still is). */
 static dt_status eval_now(trainer *t) {
-    DT_TRY(evaluate(&t->r, t->step, 0, &t->last_eval));
-    t->eval_ms += t->last_eval.eval_ms;
+    dt_eval_point e;
+    DT_TRY(evaluate(&t->r, t->step, 0, &e, &t->eval_stopped));
+    t->eval_ms += e.eval_ms;
+    if (t->eval_stopped) return DT_OK;
+    t->last_eval = e;
     t->have_eval = 1;
     dt_metrics_eval(t->r.metrics, &t->last_eval);
     for (int i = 1; i < t->r.n_val; i++) { /* the other sets: logged under their names, compared by nothing */
-        dt_eval_point e;
-        DT_TRY(evaluate(&t->r, t->step, i, &e));
+        DT_TRY(evaluate(&t->r, t->step, i, &e, &t->eval_stopped));
         t->eval_ms += e.eval_ms;
+        if (t->eval_stopped) break;
         dt_metrics_eval(t->r.metrics, &e);
     }
     return track_best(t);
 }
 
 /* After a step: metrics, the loss check, the replica check, evaluation and checkpoint when
- * due (a stop request checkpoints at once; evaluation waits for the next run). */
+ * due (a stop request checkpoints at once; evaluation waits for the next run, and one under
+ * way when the request comes ends after its current batch). */
 static dt_status after_step(trainer *t, const dt_train_point *p, int stop) {
     run *r = &t->r;
     const dt_config *c = r->cfg;
@@ -1245,7 +1301,8 @@ static dt_status after_step(trainer *t, const dt_train_point *p, int stop) {
     const int last = step == t->total;
     if (r->n_val && (!stop || last) && (last || (c->eval.every_steps > 0 && step % c->eval.every_steps == 0)))
         DT_TRY(eval_now(t));
-    if (last || stop || t->early_stop || (c->checkpoint.every_steps > 0 && step % c->checkpoint.every_steps == 0)) {
+    if (last || stop || t->eval_stopped || t->early_stop ||
+        (c->checkpoint.every_steps > 0 && step % c->checkpoint.every_steps == 0)) {
         const ckpt_point cp = {step, t->epoch, t->cursor, &t->best, 0};
         DT_TRY(save_checkpoint(r, &t->fault, t->attempt, &cp, t->ckpt_dir, sizeof t->ckpt_dir));
         t->checkpoints++;
@@ -1254,9 +1311,14 @@ static dt_status after_step(trainer *t, const dt_train_point *p, int stop) {
 }
 
 /* The end: the summary of a stop (a checkpoint was written), or of a finished run (a final
- * evaluation if none ran, then the weights). */
+ * evaluation if none ran, then the weights). A stop request during that evaluation makes it a
+ * stop: the weights wait for the rerun, which evaluates again. */
 static dt_status finish(trainer *t, int stopped) {
     run *r = &t->r;
+    if (!stopped && r->n_val && !t->have_eval) { /* nothing was trained: still report where the model stands */
+        DT_TRY(eval_now(t));
+        stopped = t->eval_stopped;
+    }
     const long steps_run = t->step - t->step_start;
     dt_run_summary sum = {
         .verb = stopped ? "stopped" : "done", .steps = steps_run, .first_step = t->step_start, .last_step = t->step,
@@ -1277,7 +1339,6 @@ static dt_status finish(trainer *t, int stopped) {
                      t->total, t->ckpt_dir);
         return DT_OK;
     }
-    if (r->n_val && !t->have_eval) DT_TRY(eval_now(t)); /* nothing was trained: still report where the model stands */
     /* the last collective comes before rank 0's save: nobody waits on its disk */
     DT_TRY(gather_peak_memory(r, t->launch, peaks, gpu_peaks, &sum.peak_gpu_mb, t->remote_bytes, &sum.remote_bytes));
     char weights[DT_PATH_MAX + 32];
@@ -1322,8 +1383,10 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
         if (st == DT_OK) st = train_step(t, &p, &stop);
         if (st == DT_OK && profiled) st = profile_range(&t->r, 0);
         if (st == DT_OK) st = after_step(t, &p, stop);
+        stop |= t->eval_stopped;
     }
-    if (st == DT_OK) st = finish(t, stop && t->step < t->total);
+    /* a stop at the last step is a finished run, unless it cut the final evaluation short */
+    if (st == DT_OK) st = finish(t, stop && (t->step < t->total || t->eval_stopped));
     trainer_free(t, st);
     free(t);
     return st;
@@ -1441,7 +1504,8 @@ dt_status dt_worker_eval(const dt_config *c, const char *weights, dt_eval_point 
     }
     for (int i = 0; i < r.n_val; i++) { /* each set; *out: the first's */
         dt_eval_point e;
-        if ((st = evaluate(&r, 0, i, &e)) != DT_OK) goto done;
+        int stopped; /* never: no stop flag */
+        if ((st = evaluate(&r, 0, i, &e, &stopped)) != DT_OK) goto done;
         print_eval(weights, &e);
         if (i == 0) *out = e;
     }

@@ -16,6 +16,7 @@
 #include "dtrain/config.h"
 #include "dtrain/data.h"
 #include "dtrain/safetensors.h"
+#include "dtrain/hfdir.h"
 #include "fuzz_model.h"
 #include "fuzz_util.h"
 
@@ -192,6 +193,53 @@ static void config_dict(void) {
     free(text);
 }
 
+/* tokenizer: the shipped BPE tokenizer and dtrain's byte tokenizers (as export writes them),
+ * each with a text; hfconfig: the shipped pretrained model's config.json and
+ * tokenizer_config.json, and a Llama config.json as export writes it. */
+static void hf_seeds(const char *src) {
+    static const char text[] = FUZZ_SEP "Hello, world! caf\xc3\xa9 12345 <|endoftext|>";
+    char p[1024], dir[1100];
+    size_t n, m;
+    snprintf(p, sizeof p, "%s/data/bpe/tokenizer.json", src);
+    uint8_t *buf = slurp(p, 1 << 20, &n);
+    seed("tokenizer", "bpe.json", buf, n, text, sizeof text - 1);
+    free(buf);
+    for (int cls = 0; cls < 2; cls++) {
+        snprintf(dir, sizeof dir, "%s/bytes-%d", out_dir, cls);
+        mkdir(dir, 0755);
+        if (dt_hf_write_byte_tokenizer(dir, cls, 64) != DT_OK) die(dir);
+        snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+        buf = slurp(p, 1 << 20, &n);
+        seed("tokenizer", cls ? "bytes-cls.json" : "bytes.json", buf, n, text, sizeof text - 1);
+        free(buf);
+        fuzz_rm_tree(dir);
+    }
+    snprintf(p, sizeof p, "%s/data/pretrained/config.json", src);
+    buf = slurp(p, 1 << 20, &n);
+    snprintf(p, sizeof p, "%s/data/pretrained/tokenizer_config.json", src);
+    uint8_t *tc = slurp(p, 1 << 20, &m);
+    uint8_t *both = malloc(n + strlen(FUZZ_SEP) + m + 1);
+    memcpy(both, buf, n);
+    memcpy(both + n, FUZZ_SEP, strlen(FUZZ_SEP));
+    memcpy(both + n + strlen(FUZZ_SEP), tc, m);
+    seed("hfconfig", "pretrained.json", both, n + strlen(FUZZ_SEP) + m, "", 0);
+    free(both);
+    free(tc);
+    free(buf);
+    dt_hf_config c = {.shape = {.arch = DT_ARCH_LLAMA, .n_layer = 2, .n_head = 4, .n_embd = 64, .vocab_size = 300,
+                                .n_positions = 128, .num_key_value_heads = 2, .intermediate_size = 160,
+                                .rope_theta = 10000.0, .rms_norm_eps = 1e-5, .tie_word_embeddings = 1},
+                      .pad_token_id = -1, .eos_token_id = 2, .bos_token_id = 1, .max_length = 128};
+    snprintf(dir, sizeof dir, "%s/llama", out_dir);
+    mkdir(dir, 0755);
+    if (dt_hf_write_config(dir, &c) != DT_OK) die(dir);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    buf = slurp(p, 1 << 20, &n);
+    seed("hfconfig", "llama.json", buf, n, "", 0);
+    free(buf);
+    fuzz_rm_tree(dir);
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: gen_seeds SOURCE_DIR OUT_DIR\n");
@@ -205,6 +253,7 @@ int main(int argc, char **argv) {
     data_seeds(argv[1]);
     safetensors_seeds(&fm);
     ckpt_seed(&fm);
+    hf_seeds(argv[1]);
     fuzz_model_free(&fm);
     return 0;
 }

@@ -27,7 +27,8 @@
 #   6. the launcher's GPU samples through a fake NVML (fake_nvml.c as libnvidia-ml.so.1): the
 #      workers records, the workers: line, TensorBoard and the summary; and the note without it
 #   7. the GPU messages of docs/troubleshooting.md: GPUs left unused, more workers than GPUs,
-#      out of GPU memory (MOCK_DEVICE_MEM_MB)
+#      out of GPU memory (MOCK_DEVICE_MEM_MB); and a GPU worker without cuBLASLt (hide_libs.c
+#      hides it): exit 2, naming the library and the fix, and no restart
 #   8. dtrain generate (the key/value cache, attention_cached) on the mock GPU: the same greedy
 #      and seeded-sampled text as on the CPU from the same weights; and with cuDNN attention
 #      (dtrain_fused, bf16): only the forward planned
@@ -264,6 +265,9 @@ expect() { # NAME RC TEXT CMD...: CMD exits RC and its output (console and the r
     grep -qF -- "$text" "$out" || { echo "FAIL: $name: no \"$text\" in:"; tail -8 "$out"; return 1; }
     echo "ok: $name: $text"
 }
+# train without cuBLASLt: the mock's is next to dtrain and a real one may be in the ld cache, so
+# hide_libs.c makes dlopen fail as for a library that is not installed
+no_cublaslt() { MOCK_HIDE_LIBS=libcublasLt.so.13 LD_PRELOAD=$OPT/libhidelibs.so train "$@"; }
 gpu_messages() {
     mkdir -p "$B/fake_gpus2/0000:00:00.0" "$B/fake_gpus2/0000:01:00.0"
     local short=(--set training.max_steps=2 --set eval.max_batches=1 --set training.device=cuda)
@@ -275,9 +279,14 @@ gpu_messages() {
         train oom configs/ci-smoke.yaml "${short[@]}" || return
     grep -qF "(hint: lower data.batch_size_per_worker and raise training.grad_accum_steps to keep the global batch, or use a shorter data.seq_len)" \
         "$LOGS/expect-oom.out" || { echo "FAIL: oom: the hint is missing"; return 1; }
+    # no cuBLASLt: permanent, so exit 2 and no restart, although fault_tolerance.max_restarts allows 2
+    expect nolt 2 "cannot load libcublasLt.so.13: libcublasLt.so.13: cannot open shared object file: No such file or directory (hint: install the CUDA 13 cuBLAS libraries, or add their directory to LD_LIBRARY_PATH)" \
+        no_cublaslt nolt configs/ci-smoke.yaml "${short[@]}" --set fault_tolerance.max_restarts=2 \
+        --set fault_tolerance.backoff_s=0.1 || return
+    ! grep -n -e 'restart [0-9]* of' -e '(restarted)' "$LOGS/expect-nolt.out" || { echo "FAIL: nolt: restarted"; return 1; }
 }
-step "the GPU messages of docs/troubleshooting.md (unused GPUs, too many workers, out of memory)" gpu-messages.log \
-    gpu_messages
+step "the GPU messages of docs/troubleshooting.md (unused GPUs, too many workers, out of memory); no cuBLASLt" \
+    gpu-messages.log gpu_messages
 
 tokenize() { # the shards of configs/pretrain.yaml, into $B/data (scripts/setup.sh may not have run)
     local f
