@@ -665,7 +665,8 @@ static void test_not_regular_json(void) {
 
 /* data/bpe/tokenizer.json written to path with a change: "big" makes "qx" one token of id 65600
  * (a merge of rank 0; 65600 & 0xffff = 64 is "a"'s id; <|endoftext|> keeps its id 1024, now in
- * the vocabulary too), "noeot" drops <|endoftext|>. */
+ * the vocabulary too), "noeot" drops <|endoftext|>, "swap" swaps the ids of "a" and "b" (it
+ * still fits the model). */
 static void write_bpe_variant(const char *path, const char *variant) {
     json_error_t je;
     json_t *t = json_load_file(DTRAIN_SOURCE_DIR "/data/bpe/tokenizer.json", 0, &je);
@@ -676,6 +677,11 @@ static void write_bpe_variant(const char *path, const char *variant) {
         json_object_set_new(json_object_get(model, "vocab"), "qx", json_integer(65600));
         json_object_set_new(json_object_get(model, "vocab"), "<|endoftext|>", json_integer(1024));
         json_array_insert_new(json_object_get(model, "merges"), 0, json_pack("[ss]", "q", "x"));
+    } else if (strcmp(variant, "swap") == 0) {
+        json_t *vocab = json_object_get(model, "vocab");
+        json_int_t b = json_integer_value(json_object_get(vocab, "b"));
+        json_object_set_new(vocab, "b", json_integer(64));
+        json_object_set_new(vocab, "a", json_integer(b));
     } else {
         json_array_clear(json_object_get(t, "added_tokens"));
     }
@@ -687,7 +693,8 @@ static void write_bpe_variant(const char *path, const char *variant) {
  * does: predict with a tokenizer past model.vocab_size, or without an end-of-text token to pad
  * a classifier's texts, exits 2 naming them (ids used to be cut to 16 bits: "qx", id 65600, got
  * "a"'s probabilities, and no end-of-text token read as "token 65535 ... outside the
- * vocabulary"). A run records its tokenizer's SHA-256 (config.yaml, trainer.json); export,
+ * vocabulary"). A run records its tokenizer's SHA-256 (config.yaml, trainer.json); resume
+ * refuses another tokenizer (one that still fits: "a" and "b" swapped; it used to go on), export,
  * predict and eval of the run refuse a tokenizer that changed since (export copied it
  * unchecked), and export --config checks it as --dry-run does. A language model of BPE shards
  * whose config names no tokenizer (bytes, 1500 ids) is exported without tokenizer files, saying
@@ -712,6 +719,18 @@ static void test_tokenizer_fit(void) {
     CHECK_INT_EQ(run("grep -q \"tokenizer_sha256: \\\"$(sha256sum %s | cut -c1-64)\\\"\" %s/config.yaml && grep -q "
                      "\"\\\"tokenizer_sha256\\\": \\\"$(sha256sum %s | cut -c1-64)\\\"\" %s/checkpoints/step_00000002/trainer.json",
                      tok, run_dir, tok, run_dir), 0);
+    /* resume with the same file changed: refused, nothing trained; restored, it goes on */
+    write_bpe_variant(tok, "swap");
+    CHECK_INT_EQ(run("%s --config configs/finetune.yaml --set run.dir=%s --set data.tokenizer=%s --set training.max_steps=3 "
+                     "--set eval.max_batches=1 --progress never", DTRAIN_BIN, run_dir, tok), 2);
+    snprintf(want, sizeof want, "%s/checkpoints/step_00000002: checkpoint trained with data.tokenizer of SHA-256 ", run_dir);
+    CHECK_STR_CONTAINS(err_text, want);
+    snprintf(want, sizeof want, "but data.tokenizer %s has SHA-256 ", tok);
+    CHECK_STR_CONTAINS(err_text, want);
+    CHECK_STR_CONTAINS(err_text, ": refusing to resume with another tokenizer (its ids mean other text");
+    snprintf(want, sizeof want, "%s/checkpoints/step_00000003", run_dir);
+    CHECK(access(want, F_OK) != 0);
+    CHECK_INT_EQ(run("cp data/bpe/tokenizer.json %s", tok), 0);
     /* predict with a tokenizer the model cannot hold, and one without an end-of-text token */
     CHECK_INT_EQ(run("%s predict --checkpoint %s --config configs/finetune.yaml --set data.tokenizer=%s --input %s --out %s",
                      DTRAIN_BIN, run_dir, big, in, out), 2);
@@ -828,7 +847,9 @@ static void test_not_retried(void) {
 
 /* Sweeps don't trap: re-running a finished run with a changed config exits 2 naming the key and
  * the ways out (it used to print "nothing to train" and exit 0); unchanged, or only moved to
- * another run.dir, it evaluates again; checkpoint.resume=never trains it again. */
+ * another run.dir, it evaluates again; checkpoint.resume=never trains it again. A refused run
+ * leaves the run's config.yaml as it was (it was overwritten with the refused config, which
+ * export and predict then read). */
 static void test_finished_changed(void) {
     char dir[600], moved[600];
     snprintf(dir, sizeof dir, "%s/sweep", tmp);
@@ -838,12 +859,14 @@ static void test_finished_changed(void) {
     CHECK_INT_EQ(run("%s %s --set run.dir=%s", DTRAIN_BIN, c, dir), 0);
     CHECK_STR_CONTAINS(out_text, "nothing to train: step 4 of 4 is already done");
     CHECK_STR_CONTAINS(out_text, "final: val loss");
+    CHECK_INT_EQ(run("cp %s/config.yaml %s-config.yaml", dir, dir), 0);
     CHECK_INT_EQ(run("%s %s --set run.dir=%s --set optimizer.weight_decay=0.123", DTRAIN_BIN, c, dir), 2);
     CHECK_STR_CONTAINS(err_text, ": this run is finished (step 4 of 4, checkpoint ");
     CHECK_STR_CONTAINS(err_text, "and the config changed since: optimizer.weight_decay 0.01 -> 0.123 (hint: a new run "
                                  "needs a new run.dir");
     CHECK_STR_CONTAINS(err_text, "--set checkpoint.resume=never");
     CHECK(strstr(out_text, "restart") == NULL && strstr(err_text, "restart") == NULL);
+    CHECK_INT_EQ(run("cmp %s/config.yaml %s-config.yaml", dir, dir), 0); /* the run's config stays its own */
     CHECK_INT_EQ(run("mv %s %s && %s %s --set run.dir=%s", dir, moved, DTRAIN_BIN, c, moved), 0);
     CHECK_STR_CONTAINS(out_text, "nothing to train");
     CHECK_INT_EQ(run("%s %s --set run.dir=%s --set optimizer.weight_decay=0.123 --set checkpoint.resume=never",

@@ -245,6 +245,19 @@ for key, value, says in [("rope_scaling", {"rope_type": "linear", "factor": 2.0}
     r = dtrain("predict", "--checkpoint", bad, "--input", text, "--out", os.path.join(TMP, "x.jsonl"), want=2)
     check(bad + "/config.json" in r.stderr and says in r.stderr,
           "config.json with %s %s: exit 2 naming the file and the key (%s)" % (key, value, r.stderr.strip()[-160:]))
+# key/value heads that do not divide the query heads: config.json's key named, on every path
+bad = os.path.join(TMP, "bad-kv")
+write_dir(bad, dict(CFG, num_key_value_heads=3), W0)
+bad_yaml = os.path.join(TMP, "bad-kv.yaml")
+with open(bad_yaml, "w") as f:
+    f.write("data:\n  train_path: %s/data/sentiment/train.tsv\n  seq_len: 32\nmodel:\n  num_labels: 2\n"
+            "  init_from: %s\n" % (SRC, bad))
+for args in (["predict", "--checkpoint", bad, "--input", text, "--out", os.path.join(TMP, "x.jsonl")],
+             ["--config", bad_yaml, "--dry-run"]):
+    r = dtrain(*args, want=2)
+    check(bad + "/config.json: num_key_value_heads: 3 does not divide num_attention_heads: 4" in r.stderr,
+          "config.json with 3 key/value heads for 4 query heads, %s: exit 2 naming the file and its keys (%s)"
+          % (args[0], r.stderr.strip()[-200:]))
 r = dtrain("--config", cfg_yaml, "--dry-run", "--set", "model.rope_theta=10", want=2)
 check("model.rope_theta" in r.stderr and "applies to model.type llama" in r.stderr,
       "model.rope_theta with model.type gpt2: exit 2 (%s)" % r.stderr.strip())

@@ -20,9 +20,10 @@ typedef struct dt_worker_opts {
     const dt_launch_ctx *launch;
 } dt_worker_opts;
 
-/* Creates cfg->run.dir and writes the resolved config.yaml into it (once, before the
- * workers start). With checkpoint.resume: never, moves earlier checkpoints aside (see
- * dt_ckpt_set_aside) and says so on stdout. */
+/* Creates cfg->run.dir (once, before the workers start). With checkpoint.resume: never, moves
+ * earlier checkpoints aside (see dt_ckpt_set_aside) and says so on stdout. The resolved
+ * config.yaml is written by rank 0 once it has accepted the resume point (a refused run leaves
+ * the one of the weights there). */
 dt_status dt_worker_prepare_run_dir(const dt_config *cfg);
 
 /* Trains as configured, as rank dt_comm_rank(comm) of dt_comm_world(comm) (comm NULL: a

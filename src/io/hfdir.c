@@ -102,6 +102,10 @@ static dt_status read_shape(const char *path, json_t *root, dt_model_shape *shap
     if (shape->arch == DT_ARCH_LLAMA) {
         shape->num_key_value_heads = dt_shape_kv_heads(shape);
         shape->head_dim = dt_shape_head_dim(shape);
+        if (shape->num_key_value_heads > shape->n_head || shape->n_head % shape->num_key_value_heads != 0)
+            return dt_error_set(DT_ERR_DATA, "%s: num_key_value_heads: %d does not divide num_attention_heads: %d (each "
+                                "key/value head serves a group of query heads)", path, shape->num_key_value_heads,
+                                shape->n_head);
     }
     return DT_OK;
 }

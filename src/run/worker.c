@@ -354,7 +354,7 @@ dt_status dt_worker_prepare_run_dir(const dt_config *c) {
         DT_TRY(dt_ckpt_set_aside(c->run.dir, -1, moved, sizeof moved));
         if (moved[0]) printf("checkpoint.resume is never: moved the earlier checkpoints aside to %s\n", moved);
     }
-    return write_resolved_config(c);
+    return DT_OK; /* config.yaml: rank 0 writes it once the resume point is accepted (resume_point) */
 }
 
 /* Bucket callback of the last micro-batch's backward: start that bucket's all-reduce (with
@@ -817,7 +817,10 @@ static dt_status resume_point(trainer *t) {
     run *r = &t->r;
     const dt_config *c = r->cfg;
     DT_TRY(find_resume(r, t->attempt, t->ckpt_dir, sizeof t->ckpt_dir, &t->cs, &t->resumed));
-    if (t->resumed) DT_TRY(dt_ckpt_check_shape(&t->cs, &dt_model_config(r->model)->shape, t->ckpt_dir));
+    if (t->resumed) {
+        DT_TRY(dt_ckpt_check_shape(&t->cs, &dt_model_config(r->model)->shape, t->ckpt_dir));
+        DT_TRY(dt_ckpt_check_tokenizer(&t->cs, c, t->ckpt_dir));
+    }
     t->step = t->resumed ? t->cs.step : 0;
     t->epoch = t->resumed ? t->cs.epoch : 0;
     t->cursor = t->resumed ? t->cs.cursor : 0;
@@ -834,6 +837,8 @@ static dt_status resume_point(trainer *t) {
                    : t->step;
     if (t->total < t->step || t->best.stopped_early) t->total = t->step; /* an early stop finished the run */
     DT_TRY(refuse_changed_finished(t));
+    /* only now: a refused run leaves the config of the weights in run.dir as it was */
+    if (r->rank == 0) DT_TRY(write_resolved_config(c));
     if (r->rank == 0) DT_TRY(set_aside_other_history(r, t->resumed ? &t->cs : NULL, t->ckpt_dir));
     if (r->rank == 0) DT_TRY(set_aside_stale_best(r, &t->best));
     dt_metrics_set_total(r->metrics, t->total);

@@ -6,9 +6,9 @@
  * no separator). Checked besides the sanitizers:
  *   - a refused directory is an error with a message;
  *   - an accepted config has the shape its architecture's fields allow (arch.h's minimums:
- *     layers, heads, width, vocabulary and positions at least 1; that the key/value heads divide
- *     the query heads is the config's check, after the reader), and what dt_hf_write_config writes of it reads back to
- *     the same shape;
+ *     layers, heads, width, vocabulary and positions at least 1; the Llama family's key/value
+ *     heads divide the query heads), and what dt_hf_write_config writes of it reads back to the
+ *     same shape;
  *   - tokenizer_config.json's special tokens and template read or are refused with a message. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +29,10 @@ static void check_shape(const dt_model_shape *s) {
     FUZZ_ASSERT(s->n_layer >= 1 && s->n_head >= 1 && s->n_embd >= 1 && s->vocab_size >= 1 && s->n_positions >= 1,
                 "shape L %d NH %d C %d V %d P %d", s->n_layer, s->n_head, s->n_embd, s->vocab_size, s->n_positions);
     FUZZ_ASSERT(s->num_labels == 0 || s->num_labels >= 2, "num_labels %d", s->num_labels);
+    if (s->arch == DT_ARCH_LLAMA)
+        FUZZ_ASSERT(s->num_key_value_heads >= 1 && s->num_key_value_heads <= s->n_head &&
+                        s->n_head % s->num_key_value_heads == 0,
+                    "key/value heads %d for %d query heads", s->num_key_value_heads, s->n_head);
 }
 
 static int same_shape(const dt_model_shape *a, const dt_model_shape *b) {
