@@ -13,10 +13,29 @@ import numpy as onp
 
 
 def inv_freq(cfg):
-    """RoPE's frequencies as transformers computes them (default rope type): in float32"""
+    """RoPE's frequencies as transformers computes them, in float32: the default rope type, or
+    rope_scaling's "llama3" (Llama 3.1: long wavelengths divided by factor, short ones kept, the
+    ones between interpolated), written from Meta's description of it"""
     hs = head_dim(cfg)
     e = onp.arange(0, hs, 2, dtype=onp.int64).astype(onp.float32) / onp.float32(hs)
-    return (onp.float32(1.0) / (onp.float32(cfg.get("rope_theta", 10000.0)) ** e)).astype(onp.float32)
+    f = (onp.float32(1.0) / (onp.float32(cfg.get("rope_theta", 10000.0)) ** e)).astype(onp.float32)
+    rs = cfg.get("rope_scaling") or {}
+    if rs.get("rope_type", rs.get("type", "default")) != "llama3":
+        return f
+    f32 = onp.float32
+    factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+    orig = rs["original_max_position_embeddings"]
+    out = []
+    for inv in f:
+        wavelen = f32(f32(1.0) / inv) * f32(2 * onp.pi)
+        if wavelen > f32(orig / lo):
+            out.append(inv / f32(factor))
+        elif wavelen < f32(orig / hi):
+            out.append(inv)
+        else:
+            smooth = (f32(f32(1.0) / wavelen) * f32(orig) - f32(lo)) / f32(hi - lo)
+            out.append(f32((f32(1.0) - smooth) * inv) / f32(factor) + f32(smooth * inv))
+    return onp.array(out, dtype=onp.float32)
 
 
 def head_dim(cfg):

@@ -339,6 +339,18 @@ static void test_errors(void) {
              "precision, seed, collective_timeout_s, cpu_threads_per_worker, adapt_cpu_threads, check_replicas_every, "
              "zero_stage, grad_comm_dtype, hierarchical_allreduce, early_stopping_patience)",
              MIN "training:\n  dropout: 0.1\n");
+    /* Llama 3.1's rope scaling, nested as config.json nests it */
+#define LLAMA MIN "model:\n  type: llama\n  intermediate_size: 64\n  rope_scaling:\n"
+    LOAD_ERR("finetune.yaml:7: model.rope_scaling.factor: expected 0 (RoPE not scaled) or at least 1 (Llama 3.1's "
+             "scaling), got 0.5", LLAMA "    factor: 0.5\n");
+    LOAD_ERR("finetune.yaml:9: model.rope_scaling.high_freq_factor: expected more than "
+             "model.rope_scaling.low_freq_factor (2), got 2", LLAMA "    factor: 8\n    low_freq_factor: 2\n    "
+             "high_freq_factor: 2\n");
+    CHECK_OK(dt_config_load_string(&cfg, NAME, LLAMA "    factor: 32\n    original_max_position_embeddings: 4096\n", NULL,
+                                   0));
+    CHECK(cfg.model.shape.rope_scaling_factor == 32 && cfg.model.shape.rope_original_max_position_embeddings == 4096 &&
+          cfg.model.shape.rope_high_freq_factor == 4);
+#undef LLAMA
     /* unknown sections */
     LOAD_ERR("finetune.yaml:3: trainig: unknown section (did you mean training?)", MIN "trainig:\n  epochs: 1\n");
     LOAD_ERR("finetune.yaml:1: num_workers: unknown section (did you mean training.num_workers?)",

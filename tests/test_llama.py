@@ -112,19 +112,76 @@ lines = ["The quick brown fox jumps over the lazy dog.", "Llamas rotate their qu
 text = os.path.join(TMP, "lines.txt")
 with open(text, "w", encoding="utf-8") as f:
     f.write("\n".join(lines) + "\n")
-out = os.path.join(TMP, "pred.jsonl")
-dtrain("predict", "--checkpoint", HF, "--input", text, "--out", out, "--progress", "never")
-got = [json.loads(l) for l in open(out)]
-worst = 0.0
-for line, g in zip(lines, got):
-    ids = np.array([list(line.encode("utf-8"))])
-    if ids.shape[1] < 2:
-        check(g["loss"] is None, "predict: a one-token line has no loss")
-        continue
-    want = float(ref.mean_lm_loss(as64(W0), CFG, ids[:, :-1], ids[:, 1:]))
-    worst = max(worst, abs(g["loss"] - want) / abs(want))
-check(len(got) == len(lines) and worst <= 1e-4,
-      "predict: each line's loss is the reference's (GQA 4 on 2, head_dim 8 != 24/4, untied head) within 1e-4 "
+
+
+def predict_worst(hf, cfg, W, name):
+    """dtrain predict over the lines with directory hf: its losses, and the worst relative
+    difference from the reference's with cfg and W"""
+    out = os.path.join(TMP, "pred-%s.jsonl" % name)
+    dtrain("predict", "--checkpoint", hf, "--input", text, "--out", out, "--progress", "never")
+    got = [json.loads(l) for l in open(out)]
+    check(len(got) == len(lines), "predict %s: a line of output for each line" % name)
+    worst = 0.0
+    for line, g in zip(lines, got):
+        ids = np.array([list(line.encode("utf-8"))])
+        if ids.shape[1] < 2:
+            check(g["loss"] is None, "predict %s: a one-token line has no loss" % name)
+            continue
+        want = float(ref.mean_lm_loss(as64(W), cfg, ids[:, :-1], ids[:, 1:]))
+        worst = max(worst, abs(g["loss"] - want) / abs(want))
+    return [g["loss"] for g in got], worst
+
+
+base_losses, worst = predict_worst(HF, CFG, W0, "llama")
+check(worst <= 1e-4, "predict: each line's loss is the reference's (GQA 4 on 2, head_dim 8 != 24/4, untied head) "
+      "within 1e-4 relative (worst %.2e)" % worst)
+
+# Llama 3.1's rope scaling: with head size 8 and rope_theta 500000 the wavelengths are 6, 167,
+# 4443 and 118000 positions; original 256 and factors 1 and 4 keep the first, interpolate the
+# second and divide the others by 8
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 256}
+CFG3 = dict(CFG, rope_scaling=LLAMA3)
+f0, f3 = ref.inv_freq(CFG), ref.inv_freq(CFG3)
+check(f3[0] == f0[0] and f0[1] / 8 < f3[1] < f0[1] and f3[2] == np.float32(f0[2] / np.float32(8)),
+      "the reference's llama3 frequencies: kept, interpolated, divided (%s -> %s)" % (f0, f3))
+HF3 = os.path.join(TMP, "hf-llama3")
+write_dir(HF3, CFG3, W0)
+losses3, worst = predict_worst(HF3, CFG3, W0, "llama3")
+check(worst <= 1e-4 and max(abs(a - b) for a, b in zip(losses3, base_losses) if a is not None) > 1e-3,
+      "rope_scaling llama3: each line's loss is the reference's within 1e-4 relative (worst %.2e), and not the "
+      "unscaled one's" % worst)
+cls3_yaml = os.path.join(TMP, "cls-llama3.yaml")
+with open(cls3_yaml, "w") as f:
+    f.write("data:\n  train_path: %s/data/sentiment/train.tsv\n  seq_len: 32\nmodel:\n  num_labels: 2\n"
+            "  init_from: %s\n" % (SRC, HF3))
+r = dtrain("--config", cls3_yaml, "--dry-run")
+check("  rope_scaling:\n    factor: 8\n    low_freq_factor: 1\n    high_freq_factor: 4\n"
+      "    original_max_position_embeddings: 256\n" in r.stdout,
+      "--dry-run shows the scaling taken from config.json")
+for key, value, says in [("factor", None, "rope_scaling.factor: expected a number >= 1"),
+                         ("high_freq_factor", 0.5, "rope_scaling.high_freq_factor: expected a number > 1")]:
+    bad = os.path.join(TMP, "bad-llama3-" + key)
+    rs = dict(LLAMA3, **{key: value})
+    if value is None:
+        del rs[key]
+    write_dir(bad, dict(CFG, rope_scaling=rs), W0)
+    r = dtrain("predict", "--checkpoint", bad, "--input", text, "--out", os.path.join(TMP, "x.jsonl"), want=2)
+    check(bad + "/config.json: " + says in r.stderr, "rope_scaling llama3 with %s %s: exit 2 naming it (%s)"
+          % (key, value, r.stderr.strip()[-200:]))
+
+# Qwen 2: q, k and v with biases, o without; model_type qwen2 says so
+CFGQ = dict(CFG, model_type="qwen2", architectures=["Qwen2ForCausalLM"], use_sliding_window=False,
+            sliding_window=4096, max_window_layers=2)
+WQ = dict(W0)
+rngq = np.random.default_rng(11)
+for l in range(CFG["num_hidden_layers"]):
+    for proj, n in [("q", 4 * 8), ("k", 2 * 8), ("v", 2 * 8)]:
+        WQ["model.layers.%d.self_attn.%s_proj.bias" % (l, proj)] = (rngq.standard_normal(n) * 0.3).astype(np.float32)
+HFQ = os.path.join(TMP, "hf-qwen2")
+write_dir(HFQ, CFGQ, WQ)
+_, worst = predict_worst(HFQ, CFGQ, WQ, "qwen2")
+check(worst <= 1e-4, "model_type qwen2 (q, k, v biases, o without): each line's loss is the reference's within 1e-4 "
       "relative (worst %.2e)" % worst)
 
 # ---- 2. three AdamW steps on 1, 2 and 4 workers against the reference's ----
@@ -209,6 +266,21 @@ shutil.copytree(exp, v5)
 c.save_pretrained(v5)
 check("rope_parameters" in json.load(open(os.path.join(v5, "config.json"))),
       "transformers' save_pretrained writes rope_parameters")
+
+for name, hf, cfg, W in [("llama3", HF3, CFG3, W0), ("qwen2", HFQ, CFGQ, WQ)]:
+    ex = os.path.join(TMP, "export-" + name)
+    dtrain("export", "--checkpoint", hf, "--format", "hf", "--out", ex)
+    cx = AutoConfig.from_pretrained(ex)
+    rp = getattr(cx, "rope_parameters", None) or getattr(cx, "rope_scaling", None) or {}
+    if name == "llama3":
+        ok = cx.model_type == "llama" and rp.get("rope_type") == "llama3" and all(rp.get(k) == v for k, v in LLAMA3.items())
+    else:
+        ok = cx.model_type == "qwen2" and cx.architectures == ["Qwen2ForCausalLM"] and not cx.use_sliding_window
+    Ex = load_file(os.path.join(ex, "model.safetensors"))
+    check(ok and sorted(Ex) == sorted(W) and all(np.array_equal(Ex[k], W[k]) for k in W),
+          "export of the %s directory: AutoConfig reads it back (%s, %s), the same tensors" % (name, cx.model_type, rp))
+    _, worst = predict_worst(ex, cfg, W, name + "-export")
+    check(worst <= 1e-4, "the %s export predicts as the reference (worst %.2e)" % (name, worst))
 
 E = load_file(os.path.join(exp, "model.safetensors"))
 check(sorted(E) == sorted(W0), "export: the tensors carry transformers' LlamaForCausalLM names")

@@ -26,26 +26,35 @@ typedef enum { DT_ARCH_GPT2 = 0, DT_ARCH_LLAMA, DT_ARCH_COUNT } dt_arch;
 #define DT_ARCHS_LLAMA (1u << DT_ARCH_LLAMA) /* ... the Llama family's only */
 
 /* The model's shape fields, in the order the config prints them:
- * X(field, kind, default, minimum, minimum excluded, architectures, GPT-2's config.json key,
- * Llama's). `field` is the config key model.FIELD, the checkpoint's trainer.json model.FIELD
- * and dt_model_shape's member; kind INT (an int), DOUBLE, BOOL (an int 0/1). The fields every
- * architecture has are required in a config.json; an architecture's own take their default
- * where it lacks them (as transformers' config classes do). A NULL key: not a plain key there
- * (num_labels is read from the classifier's labels). Their meaning: DESIGN.md §3-4. */
-#define DT_SHAPE_FIELDS(X)                                                                                 \
-    X(n_layer, INT, "2", 1, 0, DT_ARCHS_ALL, "n_layer", "num_hidden_layers")                               \
-    X(n_head, INT, "4", 1, 0, DT_ARCHS_ALL, "n_head", "num_attention_heads")                               \
-    X(n_embd, INT, "128", 1, 0, DT_ARCHS_ALL, "n_embd", "hidden_size")                                     \
-    X(vocab_size, INT, "257", 1, 0, DT_ARCHS_ALL, "vocab_size", "vocab_size")                              \
-    X(n_positions, INT, "64", 1, 0, DT_ARCHS_ALL, "n_positions", "max_position_embeddings")                \
-    X(num_labels, INT, "0", 0, 0, DT_ARCHS_ALL, NULL, NULL)                                                \
-    X(num_key_value_heads, INT, "0", 0, 0, DT_ARCHS_LLAMA, NULL, "num_key_value_heads")                    \
-    X(intermediate_size, INT, "0", 0, 0, DT_ARCHS_LLAMA, NULL, "intermediate_size")                        \
-    X(head_dim, INT, "0", 0, 0, DT_ARCHS_LLAMA, NULL, "head_dim")                                          \
-    X(rope_theta, DOUBLE, "10000", 0, 1, DT_ARCHS_LLAMA, NULL, "rope_theta")                               \
-    X(rms_norm_eps, DOUBLE, "1e-6", 0, 1, DT_ARCHS_LLAMA, NULL, "rms_norm_eps")                            \
-    X(tie_word_embeddings, BOOL, "false", 0, 0, DT_ARCHS_LLAMA, NULL, "tie_word_embeddings")               \
-    X(attention_bias, BOOL, "false", 0, 0, DT_ARCHS_LLAMA, NULL, "attention_bias")
+ * X(field, name, kind, default, minimum, minimum excluded, architectures, GPT-2's config.json
+ * key, Llama's). `field` is dt_model_shape's member, `name` the config key model.NAME (nested
+ * as Hugging Face nests it: rope_scaling.factor) and the checkpoint's trainer.json model.NAME;
+ * kind INT (an int), DOUBLE, BOOL (an int 0/1). The fields every architecture has are
+ * required in a config.json; an architecture's own take their default where it lacks them (as transformers' config classes do). A NULL key: not a plain key there
+ * (num_labels is read from the classifier's labels; qkv_bias from model_type "qwen2"); a key
+ * "a.b" is member b of the object a (rope_scaling's). Their meaning: DESIGN.md §3-4. */
+#define DT_SHAPE_FIELDS(X)                                                                                             \
+    X(n_layer, "n_layer", INT, "2", 1, 0, DT_ARCHS_ALL, "n_layer", "num_hidden_layers")                                \
+    X(n_head, "n_head", INT, "4", 1, 0, DT_ARCHS_ALL, "n_head", "num_attention_heads")                                 \
+    X(n_embd, "n_embd", INT, "128", 1, 0, DT_ARCHS_ALL, "n_embd", "hidden_size")                                       \
+    X(vocab_size, "vocab_size", INT, "257", 1, 0, DT_ARCHS_ALL, "vocab_size", "vocab_size")                            \
+    X(n_positions, "n_positions", INT, "64", 1, 0, DT_ARCHS_ALL, "n_positions", "max_position_embeddings")             \
+    X(num_labels, "num_labels", INT, "0", 0, 0, DT_ARCHS_ALL, NULL, NULL)                                              \
+    X(num_key_value_heads, "num_key_value_heads", INT, "0", 0, 0, DT_ARCHS_LLAMA, NULL, "num_key_value_heads")         \
+    X(intermediate_size, "intermediate_size", INT, "0", 0, 0, DT_ARCHS_LLAMA, NULL, "intermediate_size")               \
+    X(head_dim, "head_dim", INT, "0", 0, 0, DT_ARCHS_LLAMA, NULL, "head_dim")                                          \
+    X(rope_theta, "rope_theta", DOUBLE, "10000", 0, 1, DT_ARCHS_LLAMA, NULL, "rope_theta")                             \
+    X(rms_norm_eps, "rms_norm_eps", DOUBLE, "1e-6", 0, 1, DT_ARCHS_LLAMA, NULL, "rms_norm_eps")                        \
+    X(tie_word_embeddings, "tie_word_embeddings", BOOL, "false", 0, 0, DT_ARCHS_LLAMA, NULL, "tie_word_embeddings")    \
+    X(attention_bias, "attention_bias", BOOL, "false", 0, 0, DT_ARCHS_LLAMA, NULL, "attention_bias")                   \
+    X(qkv_bias, "qkv_bias", BOOL, "false", 0, 0, DT_ARCHS_LLAMA, NULL, NULL)                                           \
+    X(rope_scaling_factor, "rope_scaling.factor", DOUBLE, "0", 0, 0, DT_ARCHS_LLAMA, NULL, "rope_scaling.factor")      \
+    X(rope_low_freq_factor, "rope_scaling.low_freq_factor", DOUBLE, "1", 0, 1, DT_ARCHS_LLAMA, NULL,                   \
+      "rope_scaling.low_freq_factor")                                                                                  \
+    X(rope_high_freq_factor, "rope_scaling.high_freq_factor", DOUBLE, "4", 0, 1, DT_ARCHS_LLAMA, NULL,                 \
+      "rope_scaling.high_freq_factor")                                                                                 \
+    X(rope_original_max_position_embeddings, "rope_scaling.original_max_position_embeddings", INT, "8192", 1, 0,       \
+      DT_ARCHS_LLAMA, NULL, "rope_scaling.original_max_position_embeddings")
 
 /* A model's shape: what the config, a checkpoint and a Hugging Face config.json say of it. */
 typedef struct dt_model_shape {
@@ -64,6 +73,13 @@ typedef struct dt_model_shape {
     double rms_norm_eps;     /* RMSNorm's epsilon */
     int tie_word_embeddings; /* the output head is the token embedding */
     int attention_bias;      /* q, k, v and o projections have biases */
+    int qkv_bias;            /* q, k and v projections have biases, o not (Qwen 2) */
+    /* RoPE's frequencies scaled as Llama 3.1 does (rope_scaling rope_type "llama3"); factor 0:
+     * not scaled */
+    double rope_scaling_factor;
+    double rope_low_freq_factor;
+    double rope_high_freq_factor;
+    int rope_original_max_position_embeddings;
 } dt_model_shape;
 
 typedef enum { DT_SHAPE_INT = 0, DT_SHAPE_DOUBLE, DT_SHAPE_BOOL } dt_shape_kind;
@@ -104,7 +120,7 @@ dt_status dt_arch_parse(const char *type, dt_arch *out);
 const char *dt_arch_name(dt_arch a);
 const char *dt_arch_hf_model_type(dt_arch a);
 const char *dt_arch_hf_class(dt_arch a, int classifier); /* "GPT2LMHeadModel", "GPT2ForSequenceClassification" */
-/* The architecture of a config.json's model_type ("gpt2", "llama", "mistral"); DT_ERR_USAGE
+/* The architecture of a config.json's model_type ("gpt2", "llama", "mistral", "qwen2"); DT_ERR_USAGE
  * (no message) for one dtrain does not build. */
 dt_status dt_arch_from_hf(const char *model_type, dt_arch *out);
 

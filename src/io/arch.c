@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SHAPE_ROW(f, kind, def, min, open, archs, gpt2, llama) \
-    {#f, DT_SHAPE_##kind, offsetof(dt_model_shape, f), def, min, open, archs, {gpt2, llama}},
+#define SHAPE_ROW(f, name, kind, def, min, open, archs, gpt2, llama) \
+    {name, DT_SHAPE_##kind, offsetof(dt_model_shape, f), def, min, open, archs, {gpt2, llama}},
 static const dt_shape_field fields[] = {DT_SHAPE_FIELDS(SHAPE_ROW)};
 #undef SHAPE_ROW
 
@@ -58,7 +58,7 @@ dt_status dt_arch_from_hf(const char *model_type, dt_arch *out) {
     static const struct {
         const char *model_type;
         dt_arch arch;
-    } hf[] = {{"gpt2", DT_ARCH_GPT2}, {"llama", DT_ARCH_LLAMA}, {"mistral", DT_ARCH_LLAMA}};
+    } hf[] = {{"gpt2", DT_ARCH_GPT2}, {"llama", DT_ARCH_LLAMA}, {"mistral", DT_ARCH_LLAMA}, {"qwen2", DT_ARCH_LLAMA}};
     for (size_t i = 0; i < sizeof hf / sizeof *hf; i++)
         if (strcmp(model_type, hf[i].model_type) == 0) {
             *out = hf[i].arch;

@@ -148,12 +148,13 @@ static const key_def keys[] = {
     KEY("data.shuffle", K_BOOL, data.shuffle, "true", ANY),
 
     SECTION("model"),
+    SECTION("model.rope_scaling"), /* Llama 3.1's, nested as in config.json (arch.h) */
     {"model.type", K_NAME, FLD(model.type), 0, "transformer_like", 0, 0, 0, model_type_names, NULL},
 #define SHAPE_RANGE_INT(min, open) (R_MIN | ((open) ? R_MIN_OPEN : 0)), (min), 0
 #define SHAPE_RANGE_DOUBLE SHAPE_RANGE_INT
 #define SHAPE_RANGE_BOOL(min, open) ANY
-#define SHAPE_KEY(f, kind, def, min, open, archs, gpt2, llama) \
-    KEY("model." #f, K_##kind, model.shape.f, def, SHAPE_RANGE_##kind(min, open)),
+#define SHAPE_KEY(f, name, kind, def, min, open, archs, gpt2, llama) \
+    KEY("model." name, K_##kind, model.shape.f, def, SHAPE_RANGE_##kind(min, open)),
     DT_SHAPE_FIELDS(SHAPE_KEY)
 #undef SHAPE_KEY
     KEY("model.init_from", K_STR, model.init_from, "", ANY),
@@ -982,7 +983,8 @@ static dt_status apply_init_dir(load_ctx *c, int *n_pos_set) {
         char key[64], mine[32], theirs[32];
         snprintf(key, sizeof key, "model.%s", f[k].name);
         const int i = key_index(key);
-        if (!hf_key) continue; /* num_labels: the config's (a language model becomes a classifier) */
+        if (strcmp(f[k].name, "num_labels") == 0) continue; /* the config's (a language model becomes a classifier) */
+        if (!hf_key) hf_key = f[k].name; /* qkv_bias: from model_type */
         dt_shape_str(&cfg->model.shape, &f[k], mine, sizeof mine);
         dt_shape_str(&hf.shape, &f[k], theirs, sizeof theirs);
         if (!c->seen[i].given) {
@@ -1065,6 +1067,13 @@ static dt_status validate_shape(load_ctx *c) {
         return fail_key(c, key_index(sh->head_dim ? "model.head_dim" : "model.n_embd"), "expected a head size "
                         "(model.head_dim, else n_embd / n_head) that is even and at most 1024 (rotary positions turn "
                         "pairs), got %d", hs);
+    if (sh->rope_scaling_factor > 0 && sh->rope_scaling_factor < 1)
+        return fail_key(c, key_index("model.rope_scaling.factor"), "expected 0 (RoPE not scaled) or at least 1 (Llama "
+                        "3.1's scaling), got %s", dt_config_shown(cfg, "model.rope_scaling.factor", v, sizeof v));
+    if (sh->rope_scaling_factor > 0 && !(sh->rope_high_freq_factor > sh->rope_low_freq_factor))
+        return fail_key(c, key_index("model.rope_scaling.high_freq_factor"), "expected more than model.rope_scaling.low_freq_factor "
+                        "(%g), got %s", sh->rope_low_freq_factor,
+                        dt_config_shown(cfg, "model.rope_scaling.high_freq_factor", v, sizeof v));
     return DT_OK;
 }
 

@@ -52,7 +52,7 @@ static dt_status read_arch(const char *path, json_t *root, dt_arch *out) {
     json_t *j = json_object_get(root, "model_type");
     if (json_is_string(j) && dt_arch_from_hf(json_string_value(j), out) == DT_OK) return DT_OK;
     return dt_error_set(DT_ERR_DATA, "%s: model_type is %s%s%s: dtrain builds GPT-2 (model_type \"gpt2\") and Llama-family "
-                        "models (\"llama\", \"mistral\")", path, json_is_string(j) ? "\"" : "",
+                        "models (\"llama\", \"mistral\", \"qwen2\")", path, json_is_string(j) ? "\"" : "",
                         json_is_string(j) ? json_string_value(j) : "missing", json_is_string(j) ? "\"" : "");
 }
 
@@ -87,8 +87,11 @@ static dt_status read_shape(const char *path, json_t *root, dt_model_shape *shap
     const dt_shape_field *f = dt_shape_fields(&nf);
     for (int k = 0; k < nf; k++) {
         const char *key = f[k].hf[shape->arch];
-        if (!key) continue;
         double v = dt_shape_default(&f[k]);
+        if (!key || strchr(key, '.')) { /* none, or rope_scaling's (read_rope_scaling) */
+            dt_shape_set(shape, &f[k], v);
+            continue;
+        }
         int present = 0, required = f[k].archs == DT_ARCHS_ALL;
         if (required && f[k].kind == DT_SHAPE_INT) {
             int i = 0;
@@ -118,16 +121,6 @@ static dt_status check_llama(const char *path, json_t *root) {
                             json_is_string(j) ? json_string_value(j) : "not a string");
     if (json_is_true(json_object_get(root, "mlp_bias")))
         return dt_error_set(DT_ERR_DATA, "%s: mlp_bias is true: dtrain's Llama MLP has no biases", path);
-    j = json_object_get(root, "rope_scaling");
-    if (j && !json_is_null(j))
-        return dt_error_set(DT_ERR_DATA, "%s: rope_scaling: dtrain builds RoPE without scaling (rope_scaling null)", path);
-    j = json_object_get(root, "rope_parameters"); /* transformers 5's form of rope_theta and rope_scaling */
-    json_t *type = json_object_get(j, "rope_type");
-    if (j && !json_is_null(j) && (!json_is_object(j) || (type && !(json_is_string(type) &&
-                                                                    strcmp(json_string_value(type), "default") == 0))))
-        return dt_error_set(DT_ERR_DATA, "%s: rope_parameters: expected an object with rope_type \"default\" (dtrain "
-                            "builds RoPE without scaling), got rope_type %s", path,
-                            json_is_string(type) ? json_string_value(type) : "(not a string)");
     j = json_object_get(root, "sliding_window");
     json_t *use = json_object_get(root, "use_sliding_window");
     if (j && !json_is_null(j) && !json_is_false(use))
@@ -139,9 +132,63 @@ static dt_status check_llama(const char *path, json_t *root) {
     return DT_OK;
 }
 
-/* rope_theta where transformers 5 writes it: rope_parameters.rope_theta (check_llama checked
- * the object) */
+/* obj.key (named where.key) a number > min (>= min when !open) into *v */
+static dt_status get_scaling(const char *path, const char *where, json_t *obj, const char *key, double min, int open,
+                             double *v) {
+    json_t *j = json_object_get(obj, key);
+    const double x = json_is_number(j) ? json_number_value(j) : NAN;
+    if (!isfinite(x) || (open ? !(x > min) : !(x >= min)))
+        return dt_error_set(DT_ERR_DATA, "%s: %s.%s: expected a number %s %g (rope_type \"llama3\" needs factor, "
+                            "low_freq_factor, high_freq_factor and original_max_position_embeddings)%s", path, where,
+                            key, open ? ">" : ">=", min, j ? "" : ", but the key is missing");
+    *v = x;
+    return DT_OK;
+}
+
+/* One rope_scaling object (transformers 4's rope_scaling, or 5's rope_parameters, `where`):
+ * rope_type (or the older "type") "default" is none, "llama3" Llama 3.1's frequencies, read
+ * into shape; any other is refused naming it. */
+static dt_status read_scaling(const char *path, const char *where, json_t *o, dt_model_shape *shape) {
+    if (!json_is_object(o)) return dt_error_set(DT_ERR_DATA, "%s: %s: expected an object or null", path, where);
+    json_t *type = json_object_get(o, "rope_type");
+    if (!type) type = json_object_get(o, "type");
+    const char *t = json_is_string(type) ? json_string_value(type) : type ? NULL : "default";
+    if (t && strcmp(t, "default") == 0) return DT_OK;
+    if (!t || strcmp(t, "llama3") != 0)
+        return dt_error_set(DT_ERR_DATA, "%s: %s: rope_type %s%s%s: dtrain builds RoPE unscaled (\"default\") or scaled "
+                            "as Llama 3.1 (\"llama3\")", path, where, t ? "\"" : "", t ? t : "(not a string)",
+                            t ? "\"" : "");
+    double orig;
+    DT_TRY(get_scaling(path, where, o, "factor", 1, 0, &shape->rope_scaling_factor));
+    DT_TRY(get_scaling(path, where, o, "low_freq_factor", 0, 1, &shape->rope_low_freq_factor));
+    DT_TRY(get_scaling(path, where, o, "high_freq_factor", shape->rope_low_freq_factor, 1, &shape->rope_high_freq_factor));
+    DT_TRY(get_scaling(path, where, o, "original_max_position_embeddings", 1, 0, &orig));
+    if (orig != floor(orig) || orig > 1 << 30)
+        return dt_error_set(DT_ERR_DATA, "%s: %s.original_max_position_embeddings: expected an integer", path, where);
+    shape->rope_original_max_position_embeddings = (int)orig;
+    return DT_OK;
+}
+
+/* RoPE's scaling: rope_scaling, or transformers 5's rope_parameters (both: they must agree) */
+static dt_status read_rope_scaling(const char *path, json_t *root, dt_model_shape *shape) {
+    json_t *rs = json_object_get(root, "rope_scaling"), *rp = json_object_get(root, "rope_parameters");
+    if (rs && !json_is_null(rs)) DT_TRY(read_scaling(path, "rope_scaling", rs, shape));
+    if (!rp || json_is_null(rp)) return DT_OK;
+    dt_model_shape v5 = *shape;
+    v5.rope_scaling_factor = 0;
+    DT_TRY(read_scaling(path, "rope_parameters", rp, &v5));
+    if (rs && !json_is_null(rs) &&
+        (v5.rope_scaling_factor != shape->rope_scaling_factor || v5.rope_low_freq_factor != shape->rope_low_freq_factor ||
+         v5.rope_high_freq_factor != shape->rope_high_freq_factor ||
+         v5.rope_original_max_position_embeddings != shape->rope_original_max_position_embeddings))
+        return dt_error_set(DT_ERR_DATA, "%s: rope_scaling and rope_parameters differ", path);
+    *shape = v5;
+    return DT_OK;
+}
+
+/* rope_theta where transformers 5 writes it: rope_parameters.rope_theta */
 static dt_status read_rope_parameters(const char *path, json_t *root, dt_model_shape *shape) {
+    DT_TRY(read_rope_scaling(path, root, shape));
     json_t *theta = json_object_get(json_object_get(root, "rope_parameters"), "rope_theta");
     if (!theta) return DT_OK;
     if (!json_is_number(theta) || !(json_number_value(theta) > 0) || !isfinite(json_number_value(theta)))
@@ -216,6 +263,10 @@ dt_status dt_hf_read_config(const char *dir, dt_hf_config *out) {
     dt_status st = json_is_object(root) ? DT_OK : dt_error_set(DT_ERR_DATA, "%s: expected a JSON object", path);
     if (st == DT_OK) st = read_arch(path, root, &out->shape.arch);
     if (st == DT_OK) st = read_shape(path, root, &out->shape);
+    if (st == DT_OK && strcmp(json_string_value(json_object_get(root, "model_type")), "qwen2") == 0) {
+        out->shape.qkv_bias = 1; /* Qwen2Attention: q, k and v with biases, o without; no attention_bias key */
+        out->shape.attention_bias = 0;
+    }
     if (st == DT_OK)
         st = out->shape.arch == DT_ARCH_GPT2 ? check_gpt2(path, root, out->shape.n_embd) : check_llama(path, root);
     if (st == DT_OK && out->shape.arch == DT_ARCH_LLAMA) st = read_rope_parameters(path, root, &out->shape);
@@ -265,11 +316,27 @@ static void gpt2_keys(json_t *o) {
     json_object_set_new(o, "tie_word_embeddings", json_true());
 }
 
+/* Qwen 2's config.json: q, k and v with biases, o without (a Llama with qkv_bias) */
+static int is_qwen2(const dt_model_shape *sh) {
+    return sh->arch == DT_ARCH_LLAMA && sh->qkv_bias && !sh->attention_bias;
+}
+
 /* the Llama family's keys beyond its shape */
-static void llama_keys(json_t *o) {
+static void llama_keys(json_t *o, const dt_model_shape *sh) {
     json_object_set_new(o, "hidden_act", json_string("silu"));
     json_object_set_new(o, "mlp_bias", json_false());
-    json_object_set_new(o, "rope_scaling", json_null());
+    json_object_set_new(o, "rope_scaling", sh->rope_scaling_factor > 0
+                                               ? json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor",
+                                                           sh->rope_scaling_factor, "low_freq_factor",
+                                                           sh->rope_low_freq_factor, "high_freq_factor",
+                                                           sh->rope_high_freq_factor, "original_max_position_embeddings",
+                                                           sh->rope_original_max_position_embeddings)
+                                               : json_null());
+    if (is_qwen2(sh)) { /* Qwen2Config's sliding window, off */
+        json_object_set_new(o, "use_sliding_window", json_false());
+        json_object_set_new(o, "sliding_window", json_null());
+        json_object_set_new(o, "max_window_layers", json_integer(sh->n_layer));
+    }
     json_object_set_new(o, "attention_dropout", json_real(0.0));
     json_object_set_new(o, "pretraining_tp", json_integer(1));
 }
@@ -282,20 +349,23 @@ dt_status dt_hf_write_config(const char *dir, const dt_hf_config *c) {
         sh.num_key_value_heads = dt_shape_kv_heads(&sh);
         sh.head_dim = dt_shape_head_dim(&sh);
     }
-    json_object_set_new(o, "architectures", json_pack("[s]", dt_arch_hf_class(sh.arch, sh.num_labels > 0)));
-    json_object_set_new(o, "model_type", json_string(dt_arch_hf_model_type(sh.arch)));
+    const int qwen2 = is_qwen2(&sh);
+    json_object_set_new(o, "architectures",
+                        json_pack("[s]", qwen2 ? (sh.num_labels ? "Qwen2ForSequenceClassification" : "Qwen2ForCausalLM")
+                                               : dt_arch_hf_class(sh.arch, sh.num_labels > 0)));
+    json_object_set_new(o, "model_type", json_string(qwen2 ? "qwen2" : dt_arch_hf_model_type(sh.arch)));
     int nf;
     const dt_shape_field *f = dt_shape_fields(&nf);
     for (int k = 0; k < nf; k++) {
         const char *key = f[k].hf[sh.arch];
         const double v = dt_shape_get(&sh, &f[k]);
-        if (!key) continue;
+        if (!key || strchr(key, '.')) continue; /* rope_scaling's: llama_keys */
         json_object_set_new(o, key, f[k].kind == DT_SHAPE_BOOL     ? json_boolean(v != 0)
                                     : f[k].kind == DT_SHAPE_DOUBLE ? json_real(v)
                                                                    : json_integer((json_int_t)v));
     }
     if (sh.arch == DT_ARCH_GPT2) gpt2_keys(o);
-    else llama_keys(o);
+    else llama_keys(o, &sh);
     json_object_set_new(o, "initializer_range", json_real(0.02));
     json_object_set_new(o, "use_cache", json_true());
     /* null when there is none: GPT2Config's default (50256) would name a token of GPT-2's own */

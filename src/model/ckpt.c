@@ -471,8 +471,10 @@ static dt_status model_fields(const char *path, json_t *model, dt_model_shape *o
             if (!json_is_boolean(j)) return dt_error_set(DT_ERR_DATA, "%s: %s: expected true or false", path, f[k].name);
             v = json_is_true(j);
         } else if (j) {
-            if (!json_is_number(j) || !(json_number_value(j) > f[k].min) || !isfinite(json_number_value(j)))
-                return dt_error_set(DT_ERR_DATA, "%s: %s: expected a number > %g", path, f[k].name, f[k].min);
+            const double x = json_is_number(j) ? json_number_value(j) : NAN;
+            if (!isfinite(x) || (f[k].min_open ? !(x > f[k].min) : !(x >= f[k].min)))
+                return dt_error_set(DT_ERR_DATA, "%s: %s: expected a number %s %g", path, f[k].name,
+                                    f[k].min_open ? ">" : ">=", f[k].min);
             v = json_number_value(j);
         }
         dt_shape_set(out, &f[k], v);

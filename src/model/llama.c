@@ -2,7 +2,8 @@
  * LlamaForCausalLM and LlamaForSequenceClassification: no learned positions (RoPE, rotate-half,
  * on q and k), RMSNorm (model.rms_norm_eps), a SwiGLU MLP (model.intermediate_size),
  * grouped-query attention (model.num_key_value_heads, model.head_dim), projections without
- * biases (but q, k, v, o with model.attention_bias), the output head tied to the embedding or
+ * biases (but q, k, v, o with model.attention_bias; q, k, v with model.qkv_bias, as Qwen 2),
+ * RoPE's frequencies as transformers' default or "llama3" rope types, the output head tied to the embedding or
  * its own (model.tie_word_embeddings). Tensors carry Hugging Face's names and nn.Linear layouts
  * ([out, in]). */
 #include "net.h"
@@ -34,7 +35,7 @@ static void llama_layout(net_builder *b, net_weights *w) {
         MAT("self_attn.k_proj.weight", NKV * hs, C);
         MAT("self_attn.v_proj.weight", NKV * hs, C);
         y->attn_out = (net_linear){.b = NET_NONE, .in = NH * hs, .out = C, .trans = 1};
-        if (s->attention_bias) {
+        if (s->attention_bias || s->qkv_bias) {
             y->qkv.b = VEC("self_attn.q_proj.bias", NET_INIT_ZERO, NH * hs);
             VEC("self_attn.k_proj.bias", NET_INIT_ZERO, NKV * hs);
             VEC("self_attn.v_proj.bias", NET_INIT_ZERO, NKV * hs);

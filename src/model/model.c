@@ -416,13 +416,31 @@ static dt_status check_backend(const net_arch *a, const dt_ops *o) {
                         dt_arch_name(a->id));
 }
 
-/* RoPE's frequencies, as transformers computes them (default rope type): inv_freq[i] =
- * 1 / theta^(2i / hs) in float */
+/* Llama 3.1's scaling of one frequency (transformers' rope_type "llama3", its float32 steps):
+ * wavelengths longer than original / low_freq_factor are stretched by factor, shorter than
+ * original / high_freq_factor kept, those between interpolated. */
+static float llama3_freq(float inv, const dt_model_shape *s) {
+    const double orig = s->rope_original_max_position_embeddings, factor = s->rope_scaling_factor;
+    const double lo = s->rope_low_freq_factor, hi = s->rope_high_freq_factor;
+    const float wavelen = (1.0f / inv) * (float)(2.0 * M_PI); /* 2 pi / t is t.reciprocal() * 2 pi */
+    const float lo_wavelen = (float)(orig / lo), hi_wavelen = (float)(orig / hi);
+    if (wavelen > lo_wavelen) return inv / (float)factor;
+    if (wavelen < hi_wavelen) return inv;
+    const float smooth = ((1.0f / wavelen) * (float)orig - (float)lo) / (float)(hi - lo);
+    const float a = (1.0f - smooth) * inv, b = smooth * inv;
+    return a / (float)factor + b;
+}
+
+/* RoPE's frequencies, as transformers computes them: inv_freq[i] = 1 / theta^(2i / hs) in
+ * float (rope type "default"), then scaled as Llama 3.1's when model.rope_scaling.factor > 0 */
 static void rope_freqs(dt_model *m) {
-    const int hs = dt_shape_head_dim(&m->cfg.shape), half = hs / 2;
+    const dt_model_shape *s = &m->cfg.shape;
+    const int hs = dt_shape_head_dim(s), half = hs / 2;
     float f[512];
-    for (int i = 0; i < half; i++)
-        f[i] = 1.0f / powf((float)m->cfg.shape.rope_theta, (float)(2 * i) / (float)hs);
+    for (int i = 0; i < half; i++) {
+        f[i] = 1.0f / powf((float)s->rope_theta, (float)(2 * i) / (float)hs);
+        if (s->rope_scaling_factor > 0) f[i] = llama3_freq(f[i], s);
+    }
     m->be->ops->upload(m->be->ctx, m->net.inv_freq, f, (size_t)half * sizeof(float));
 }
 

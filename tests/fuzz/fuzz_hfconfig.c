@@ -40,7 +40,10 @@ static int same_shape(const dt_model_shape *a, const dt_model_shape *b) {
            a->vocab_size == b->vocab_size && a->n_positions == b->n_positions && a->num_labels == b->num_labels &&
            a->num_key_value_heads == b->num_key_value_heads && a->intermediate_size == b->intermediate_size &&
            a->head_dim == b->head_dim && a->rope_theta == b->rope_theta && a->rms_norm_eps == b->rms_norm_eps &&
-           a->tie_word_embeddings == b->tie_word_embeddings && a->attention_bias == b->attention_bias;
+           a->tie_word_embeddings == b->tie_word_embeddings && a->attention_bias == b->attention_bias &&
+           a->qkv_bias == b->qkv_bias && a->rope_scaling_factor == b->rope_scaling_factor &&
+           a->rope_low_freq_factor == b->rope_low_freq_factor && a->rope_high_freq_factor == b->rope_high_freq_factor &&
+           a->rope_original_max_position_embeddings == b->rope_original_max_position_embeddings;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
