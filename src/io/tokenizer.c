@@ -1278,6 +1278,7 @@ static dt_status encode_word(dt_tokenizer *t, const char *w, size_t len, uint32_
     long e = strmap_find(&t->cache, w, len);
     if (e >= 0) {
         const int64_t v = t->cache.val[e];
+        if ((v & 0xFF) == 0) return DT_OK; /* a word of no ids: cache_ids may still be NULL */
         return push(ids, n, cap, t->cache_ids + (v >> 8), (size_t)(v & 0xFF));
     }
     if (len > t->sym_cap) { /* a word's symbols, their links and its queue (2 candidates per merge at most) */
