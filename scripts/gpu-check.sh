@@ -26,6 +26,10 @@
 #                        (default BUILD_DIR/gpu-check-runs; wiped at start)
 #   GPU_CHECK_JOBS       build parallelism (default: nproc)
 #   GPU_CHECK_CUDA_ARCH  CMAKE_CUDA_ARCHITECTURES (default: the GPU's compute capability, else 90)
+#   GPU_CHECK_FAST_PATH  1: gpu-tests, bench-dtrain and bench-smollm2 run with DTRAIN_REQUIRE_FAST_PATH=1,
+#                        so that a slow fallback (attention on dtrain's kernels where cuDNN supports
+#                        the head size, a bf16 product in fp32) fails them, naming it; 0: only
+#                        noted (default: 1 on a GPU of compute capability 9.0, sm_90, else 0)
 #   GPU_CHECK_DEBS       folder of .deb files (default third_party/debs)
 #   GPU_CHECK_PACK=1     at the end, pack the step logs and the runs' metrics.jsonl into
 #                        OUT_DIR/gpu-check-logs.tar.gz and remove the loose logs (OUT_DIR then
@@ -124,8 +128,9 @@ if [ -n "$NVSMI" ]; then
 fi
 case "$GPU_CC" in [0-9][0-9]|[0-9][0-9][0-9]) ;; *) GPU_CC="" ;; esac
 CUDA_ARCH=${GPU_CHECK_CUDA_ARCH:-${GPU_CC:-90}}
+FAST_PATH=${GPU_CHECK_FAST_PATH:-$([ "$GPU_CC" = 90 ] && echo 1 || echo 0)}
 export PATH ROOT OUT_DIR BUILD WORK DEBS JOBS FT_STEPS BENCH_STEPS PROFILE_STEP SKIP_BUILD FORCE_PREFIX BENCH_CONFIG SMOLLM2_CONFIG FT_SET PREFIX ENV_FILE \
-  NOTE_FILE ORIG_LD_LIBRARY_PATH CUDA_HOME NVSMI GPU_NAME CUDA_ARCH PYTHONUNBUFFERED=1
+  NOTE_FILE ORIG_LD_LIBRARY_PATH CUDA_HOME NVSMI GPU_NAME CUDA_ARCH FAST_PATH PYTHONUNBUFFERED=1
 
 # ---- helpers for the steps (exported: each step runs in `timeout ... bash -c STEP`) ----------
 note() { printf '%s\n' "$*" >"$NOTE_FILE"; echo "note: $*"; }
@@ -194,7 +199,17 @@ find_tool() {
   done
 }
 skip_without_gpu() { note "no GPU here (nvidia-smi lists none, no /dev/nvidia0): nothing to run it on"; return 77; }
-export -f note check_lib check_all_libs deb_extract deb_package in_ld_cache first_error no_gpu find_tool skip_without_gpu
+# require_fast_path: with FAST_PATH=1, dtrain and the op tests fail on a slow fallback, naming it
+# (DTRAIN_REQUIRE_FAST_PATH, src/ops/ops_cuda.c); fallback_error FILE: that line, else first_error
+require_fast_path() {
+  if [ "$FAST_PATH" = 1 ]; then
+    export DTRAIN_REQUIRE_FAST_PATH=1
+    echo "--- DTRAIN_REQUIRE_FAST_PATH=1 (GPU_CHECK_FAST_PATH=1): a slow fallback is an error"
+  fi
+}
+fallback_error() { grep -m1 -o 'the fast path did not run: .*' "$1" 2>/dev/null | cut -c1-240 | grep . || first_error "$1"; }
+export -f note check_lib check_all_libs deb_extract deb_package in_ld_cache first_error no_gpu find_tool skip_without_gpu \
+  require_fast_path fallback_error
 
 # ---- the steps -----------------------------------------------------------------------------
 step_env() {
@@ -235,7 +250,58 @@ step_env() {
   local nv
   nv=$(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' | cut -d' ' -f2)
   if [ -z "$nv" ]; then note "no nvcc (CUDA toolkit) found: PATH, CUDA_HOME, /usr/local/cuda"; return 1; fi
-  note "GPU: ${GPU_NAME:-none visible}${drv:+, driver $drv}, nvcc $nv, CUDA arch $CUDA_ARCH"
+  # the driver must run what this toolkit builds: its CUDA version (nvidia-smi's header) >= nvcc's
+  # major (a lower minor of the same major runs it under minor version compatibility: said, not failed)
+  local dcuda warn=""
+  dcuda=$([ -n "$NVSMI" ] && timeout 30 "$NVSMI" 2>/dev/null | grep -o 'CUDA Version: *[0-9.]*' | head -1 | grep -o '[0-9.]*$')
+  echo "--- CUDA versions: the driver supports ${dcuda:-? (no nvidia-smi)}, the toolkit (nvcc) is $nv"
+  if [ -n "$dcuda" ]; then
+    if [ "${dcuda%%.*}" -lt "${nv%%.*}" ]; then
+      note "the driver ${drv:-?} supports CUDA $dcuda, older than the toolkit's $nv: dtrain's kernels would not load (hint: a driver for CUDA $nv or newer, or the CUDA ${dcuda%%.*} toolkit)"
+      return 1
+    elif [ "$(printf '%s\n%s\n' "$dcuda" "$nv" | sort -V | head -1)" != "$nv" ]; then
+      warn="; driver CUDA $dcuda < toolkit $nv: minor version compatibility"
+      echo "warning: the driver supports CUDA $dcuda, the toolkit is $nv: runs under minor version compatibility (no PTX JIT)"
+    fi
+  fi
+  # the libraries GPU workers open (dtrain, cuDNN's frontend, cuDNN itself): each must resolve in the
+  # dynamic loader, also from the folders step deps adds (the toolkit's, pip's nvidia-* wheels');
+  # a missing one fails here, before the build, naming the package that provides it
+  local major=${nv%%.*} minor=${nv#*.} sfx="" dirs=() d
+  minor=${minor%%.*}
+  [ "$major" -lt 13 ] && sfx=-cu$major  # CUDA 13's pip wheels dropped the -cuNN suffix (nvidia/cu13/lib)
+  for d in ${CUDA_HOME:+"$CUDA_HOME/lib64" "$CUDA_HOME/lib"}; do [ -d "$d" ] && dirs+=("$d"); done
+  while IFS= read -r d; do [ -n "$d" ] && dirs+=("$d"); done < <(python3 -c 'import nvidia, glob, os
+for p in nvidia.__path__:
+    print("\n".join(sorted(glob.glob(os.path.join(p, "*", "lib")))))' 2>/dev/null)
+  local ldp
+  ldp=$(IFS=:; echo "${ORIG_LD_LIBRARY_PATH:+$ORIG_LD_LIBRARY_PATH:}${dirs[*]}")
+  echo "--- CUDA libraries GPU workers open (the ld cache, LD_LIBRARY_PATH, ${dirs[*]:-no toolkit or pip folders})"
+  local missing
+  missing=$(LD_LIBRARY_PATH=$ldp python3 -c '
+import ctypes, sys
+missing = []
+for arg in sys.argv[1:]:
+    so, pkg = arg.split("=", 1)
+    try:
+        ctypes.CDLL(so)
+        where = next((l.split()[-1] for l in open("/proc/self/maps") if l.rstrip().endswith("/" + so)), "loaded")
+        print("  %-40s %s" % (so, where), file=sys.stderr)
+    except OSError as e:
+        print("  %-40s MISSING: %s (from %s)" % (so, e, pkg), file=sys.stderr)
+        missing.append("%s (%s)" % (so, pkg))
+print("; ".join(missing))' \
+    "libcudart.so.$major=apt cuda-cudart-$major-$minor, or pip nvidia-cuda-runtime$sfx" \
+    "libnvrtc.so.$major=apt cuda-nvrtc-$major-$minor, or pip nvidia-cuda-nvrtc$sfx" \
+    "libcublasLt.so.$major=apt libcublas-$major-$minor, or pip nvidia-cublas$sfx" \
+    "libcudnn.so.9=apt libcudnn9-cuda-$major, or pip nvidia-cudnn-cu$major" \
+    "libcudnn_graph.so.9=apt libcudnn9-cuda-$major, or pip nvidia-cudnn-cu$major" \
+    "libcudnn_heuristic.so.9=apt libcudnn9-cuda-$major, or pip nvidia-cudnn-cu$major" \
+    "libcudnn_engines_precompiled.so.9=apt libcudnn9-cuda-$major, or pip nvidia-cudnn-cu$major" \
+    "libcudnn_engines_runtime_compiled.so.9=apt libcudnn9-cuda-$major, or pip nvidia-cudnn-cu$major" \
+    "libnccl.so.2=apt libnccl2, or pip nvidia-nccl-cu$major")
+  if [ -n "$missing" ]; then note "missing: $missing"; return 1; fi
+  note "GPU: ${GPU_NAME:-none visible}${drv:+, driver $drv}${dcuda:+ (CUDA $dcuda)}, nvcc $nv, CUDA arch $CUDA_ARCH, the CUDA libraries resolve$warn"
 }
 
 step_deps() {
@@ -431,6 +497,7 @@ step_build() {
 step_gpu_tests() {
   [ -f "$BUILD/CTestTestfile.cmake" ] || { note "no configured build in $BUILD"; return 1; }
   export NCCL_DEBUG=${NCCL_DEBUG:-WARN}  # a failing NCCL init says why, in this one run
+  require_fast_path  # test_ops_backends: attention fused where cuDNN supports the head size, bf16 products in bf16
   # the label exactly: -L is a regular expression, and "gpu" alone also matches "mockgpu"
   # (test_cuda_mock: two full rebuilds, which ran into the step's limit); -V keeps the output of
   # skipped tests too, which say why they skipped
@@ -441,7 +508,7 @@ step_gpu_tests() {
   passed=$(grep -E 'Test +#[0-9]+: ' "$WORK/ctest.out" | grep -c ' Passed ')
   skipped=$(grep -E 'Test +#[0-9]+: ' "$WORK/ctest.out" | grep -c 'Skipped')
   if [ "$rc" -ne 0 ]; then
-    note "$((total - passed - skipped)) of $total failed: $(sed -n '/The following tests FAILED/,$p' "$WORK/ctest.out" | grep -oE 'test_[a-z0-9_]+ \([^)]*\)' | tr '\n' ' ')"
+    note "$((total - passed - skipped)) of $total failed: $(sed -n '/The following tests FAILED/,$p' "$WORK/ctest.out" | grep -oE 'test_[a-z0-9_]+ \([^)]*\)' | tr '\n' ' ')$(grep -m1 -o 'the fast path did not run: .*' "$WORK/ctest.out" | cut -c1-240 | sed 's/^/; /')"
     return 1
   fi
   if [ "$skipped" -gt 0 ]; then
@@ -622,6 +689,7 @@ step_bench_dtrain() {
     "$NVSMI" dmon -s pucm -d 1 >"$WORK/dmon.txt" 2>&1 &
     dmon_pid=$!
   fi
+  require_fast_path
   echo "--- DTRAIN_LOG_GEMM_PLANS=1 dtrain --config $BENCH_CONFIG, $BENCH_STEPS steps (each cuBLASLt plan logged once)"
   DTRAIN_LOG_GEMM_PLANS=1 timeout -k 5 $((STEP_LIMIT - 15)) "$BUILD/dtrain" --config "$BENCH_CONFIG" --set "run.dir=$WORK/bench-dtrain" \
     --set "data.train_path=$WORK/bench-data/train.bin" --set "training.max_steps=$BENCH_STEPS" \
@@ -647,7 +715,7 @@ step_bench_dtrain() {
   rm -rf "$WORK/bench-dtrain/checkpoints" "$WORK/bench-dtrain/model.safetensors"  # ~2 GB, not needed
   python3 "$ROOT/scripts/bench-table.py" --dtrain "$WORK/bench-dtrain" --gpu "$GPU_NAME" | tee "$WORK/bench-dtrain.md"
   if [ "$rc" -ne 0 ]; then
-    note "exit $rc: $(first_error "$WORK/bench-dtrain.out")"
+    note "exit $rc: $(fallback_error "$WORK/bench-dtrain.out")"
     return 1
   fi
   # at init, on uniform random tokens, the loss must be ln(V): anything else is a wrong forward or loss
@@ -672,6 +740,7 @@ step_bench_smollm2() {
   no_gpu && { skip_without_gpu; return; }
   [ -x "$BUILD/dtrain" ] || { note "$BUILD/dtrain was not built"; return 1; }
   python3 "$ROOT/scripts/make-tokens.py" "$WORK/bench-data/smollm2.bin" --vocab 49152 || { note "make-tokens.py failed"; return 1; }
+  require_fast_path
   echo "--- dtrain --config $SMOLLM2_CONFIG, $BENCH_STEPS steps"
   timeout -k 5 $((STEP_LIMIT - 15)) "$BUILD/dtrain" --config "$SMOLLM2_CONFIG" --set "run.dir=$WORK/bench-smollm2" \
     --set "data.train_path=$WORK/bench-data/smollm2.bin" --set "training.max_steps=$BENCH_STEPS" \
@@ -680,7 +749,7 @@ step_bench_smollm2() {
   rm -rf "$WORK/bench-smollm2/checkpoints" "$WORK/bench-smollm2/model.safetensors"
   python3 "$ROOT/scripts/bench-table.py" --model smollm2 --dtrain "$WORK/bench-smollm2" --dtrain-name "dtrain SmolLM2 (bf16)" \
     --gpu "$GPU_NAME" | tee "$WORK/bench-smollm2.md"
-  [ "$rc" -ne 0 ] && { note "exit $rc: $(first_error "$WORK/bench-smollm2.out")"; return 1; }
+  [ "$rc" -ne 0 ] && { note "exit $rc: $(fallback_error "$WORK/bench-smollm2.out")"; return 1; }
   local first
   first=$(python3 -c 'import json, math, sys
 r = next(json.loads(l) for l in open(sys.argv[1]) if "\"type\":\"train\"" in l)

@@ -109,6 +109,12 @@ dt_status dt_comm_reduce_scatter(dt_comm *c, float *buf, size_t n);
  * what that rank had there. */
 dt_status dt_comm_allgather_parts_start(dt_comm *c, float *buf, size_t n, dt_comm_req **req);
 dt_status dt_comm_allgather_parts(dt_comm *c, float *buf, size_t n);
+/* Says the most floats one DT_WIRE_BF16 all-reduce or reduce-scatter will carry (the largest
+ * gradient bucket): a backend that converts them in a buffer of its own (nccl) allocates it now,
+ * at start, so that no collective allocates device memory mid-step (a cudaFree there waits for
+ * the whole device). Not a collective: only this rank's buffers; queued in issue order like one
+ * (call it before the first bucket). Backends without such a buffer do nothing. */
+dt_status dt_comm_reserve(dt_comm *c, size_t floats);
 /* buf(bytes) of rank `root` copied to every rank. */
 dt_status dt_comm_broadcast(dt_comm *c, void *buf, size_t bytes, int root);
 /* out(world * bytes): rank r's `in` at out + r * bytes, on every rank. */
@@ -177,6 +183,9 @@ typedef struct dt_comm_backend_ops {
      * has got, so that the collective waits for exactly the work queued before it (a gradient
      * bucket) and not for what the caller queued since (the rest of backward). */
     void (*prepare)(void *ctx);
+    /* May be NULL. dt_comm_reserve: buffers for bf16 collectives of up to `floats` floats, made
+     * now (on the comm thread, in issue order) */
+    dt_status (*reserve)(void *ctx, size_t floats);
     /* May be NULL. A composite backend's own count of what it sent (remote_only: to other
      * hosts), in place of comm.c's ring count (dt_comm_bytes_sent, dt_comm_bytes_remote). */
     uint64_t (*sent)(void *ctx, int remote_only);

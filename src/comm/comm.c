@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { REQ_ALLREDUCE, REQ_BROADCAST, REQ_ALLGATHER, REQ_BARRIER, REQ_REDUCE_SCATTER, REQ_GATHER_PARTS };
+enum { REQ_ALLREDUCE, REQ_BROADCAST, REQ_ALLGATHER, REQ_BARRIER, REQ_REDUCE_SCATTER, REQ_GATHER_PARTS, REQ_RESERVE };
 
 struct dt_comm_req {
     int kind;
@@ -75,6 +75,7 @@ static dt_status run_request(dt_comm *c, dt_comm_req *r) {
     case REQ_BARRIER: return c->be->barrier(c->ctx, &dl);
     case REQ_REDUCE_SCATTER: return c->be->reduce_scatter(c->ctx, (float *)r->buf, r->n, r->wire, &dl);
     case REQ_GATHER_PARTS: return c->be->allgather_parts(c->ctx, (float *)r->buf, r->n, &dl);
+    case REQ_RESERVE: return c->be->reserve ? c->be->reserve(c->ctx, r->n) : DT_OK;
     }
     return dt_error_set(DT_ERR_INTERNAL, "comm: unknown request kind %d", r->kind);
 }
@@ -230,7 +231,7 @@ static uint64_t ring_bytes(int world, const dt_comm_req *r) {
 static dt_status start(dt_comm *c, const dt_comm_req *tmpl, dt_comm_req **out) {
     *out = NULL;
     dt_status st = DT_OK;
-    if (tmpl->n > 0 && (!tmpl->buf || (tmpl->kind == REQ_ALLGATHER && !tmpl->in)))
+    if (tmpl->n > 0 && tmpl->kind != REQ_RESERVE && (!tmpl->buf || (tmpl->kind == REQ_ALLGATHER && !tmpl->in)))
         st = dt_error_set(DT_ERR_INTERNAL, "comm rank %d: NULL buffer for %zu %s", c->rank, tmpl->n,
                           tmpl->kind == REQ_BROADCAST || tmpl->kind == REQ_ALLGATHER ? "bytes" : "floats");
     else if (tmpl->kind == REQ_BROADCAST && (tmpl->root < 0 || tmpl->root >= c->world))
@@ -265,7 +266,8 @@ static dt_status start(dt_comm *c, const dt_comm_req *tmpl, dt_comm_req **out) {
     r->st = DT_OK;
     r->msg[0] = '\0';
     r->next = NULL;
-    if (c->be->prepare) c->be->prepare(c->ctx); /* in queue order, on the caller's thread */
+    /* in queue order, on the caller's thread; a reservation waits for no compute */
+    if (c->be->prepare && tmpl->kind != REQ_RESERVE) c->be->prepare(c->ctx);
     if (c->tail) c->tail->next = r;
     else c->head = r;
     c->tail = r;
@@ -328,6 +330,11 @@ dt_status dt_comm_allgather_parts_start(dt_comm *c, float *buf, size_t n, dt_com
 
 dt_status dt_comm_allgather_parts(dt_comm *c, float *buf, size_t n) {
     dt_comm_req t = {.kind = REQ_GATHER_PARTS, .buf = buf, .n = n};
+    return start_wait(c, &t);
+}
+
+dt_status dt_comm_reserve(dt_comm *c, size_t floats) {
+    dt_comm_req t = {.kind = REQ_RESERVE, .n = floats};
     return start_wait(c, &t);
 }
 

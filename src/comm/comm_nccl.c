@@ -331,8 +331,10 @@ static dt_status begin(nccl_ctx *x, const dt_comm_deadline *dl, const char *fmt,
     return thread_setup(x);
 }
 
-/* DT_WIRE_BF16: d(n) rounded into the wire buffer (on our stream, after the staging), grown
- * by the caller before it waited for the compute stream (a cudaFree now would wait for all of it) */
+/* DT_WIRE_BF16: d(n) rounded into the wire buffer (on our stream, after the staging). The
+ * trainer sizes that buffer at start for its largest bucket (nccl_reserve); a caller that did
+ * not (a test) has it grown before the wait for the compute stream (a cudaFree now would wait
+ * for all of it) */
 static dt_status to_wire(nccl_ctx *x, const float *d, size_t n) {
     return CK(dtk_cast_bf16, x->stream, x->wire, d, n);
 }
@@ -506,6 +508,18 @@ static dt_status nccl_allgather_parts(void *vctx, float *buf, size_t n, const dt
     return st == DT_OK ? DT_OK : failed(x, st);
 }
 
+/* dt_comm_reserve: the bf16 wire buffer for `floats`, now, so that no bucket of a step grows it
+ * (growing frees the old one: cudaFree waits for the whole device, the compute stream too) */
+static dt_status nccl_reserve(void *vctx, size_t floats) {
+    nccl_ctx *x = vctx;
+    snprintf(x->op, sizeof x->op, "reserve (%zu floats as bf16)", floats);
+    dt_status st = thread_setup(x);
+    if (st == DT_OK && floats > SIZE_MAX / 2) st = dt_error_set(DT_ERR_INTERNAL, "nccl %s: too large", x->op);
+    if (st == DT_OK && floats) st = grow_buf(x, &x->wire, &x->wire_bytes, floats * 2, "bf16 buffer");
+    x->op[0] = '\0';
+    return st;
+}
+
 /* An all-reduce of one float in the scratch buffer. It orders host threads, not GPU work:
  * it does not wait for the compute stream. */
 static dt_status nccl_barrier(void *vctx, const dt_comm_deadline *dl) {
@@ -562,6 +576,7 @@ static const dt_comm_backend_ops nccl_backend = {
     .barrier = nccl_barrier,
     .free = nccl_free,
     .prepare = nccl_prepare,
+    .reserve = nccl_reserve,
 };
 
 /* This rank's part that needs no other rank: the library, the device, our stream, events,

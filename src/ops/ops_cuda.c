@@ -86,12 +86,16 @@ static void lt_load(void) {
 
 /* ---- the backend's state ---- */
 
-/* grow-only scratch buffers; SCR_A32, SCR_B32, SCR_D32: the fp32 operands of a bf16 product
- * cuBLASLt has no bf16 algorithm for (grown when that happens); SCR_FLAGS: the column
- * reductions' counters (dtk_colsum_flags), zeroed when allocated and left zero by every launch */
+/* grow-only scratch buffers, made to their full size by `reserve` before step 1 (growing frees
+ * the old one: cudaFree waits for the whole device, NCCL's buckets too); SCR_A32, SCR_B32,
+ * SCR_D32: the fp32 operands of a bf16 product cuBLASLt has no bf16 algorithm for, at most
+ * fp32_slot_bytes() each (a larger product runs in pieces); SCR_FLAGS: the column reductions'
+ * counters (dtk_colsum_flags), zeroed when allocated and left zero by every launch */
 enum { SCR_A16, SCR_B16, SCR_ATT, SCR_WORK, SCR_CUDNN, SCR_A32, SCR_B32, SCR_D32, SCR_FLAGS, N_SCRATCH };
 
 #define LT_WORKSPACE (32u << 20) /* cuBLASLt workspace: 32 MiB, as NVIDIA advises for Hopper */
+#define FP32_SLOT (64u << 20)    /* each fp32 operand of a product without a bf16 algorithm, at most */
+#define ADAMW_PIECES 4096        /* AdamW's table on the device, made at open: a tensor (or a shard's cut) each */
 #define N_PLANS 96
 
 /* a product's epilogue beyond the bias: none; GELU: D = gelu(AB + bias) and aux = AB + bias;
@@ -335,6 +339,26 @@ static int log_plans(void) {
     return on;
 }
 
+/* DTRAIN_REQUIRE_FAST_PATH=1 (gpu-check.sh on sm_90 with bf16): a fallback that would make a run
+ * pass and still be slow is an error naming it, not a note: attention on dtrain's kernels where
+ * every cuDNN supports the head size (multiples of 8 up to 128), a bf16 product in fp32 */
+static int require_fast_path(void) {
+    static int on = -1;
+    if (on < 0) on = getenv("DTRAIN_REQUIRE_FAST_PATH") && strcmp(getenv("DTRAIN_REQUIRE_FAST_PATH"), "1") == 0;
+    return on;
+}
+
+/* each fp32 fallback operand's slot: FP32_SLOT, or DTRAIN_TEST_FP32_SLOT_BYTES (a test switch: a
+ * small one runs every fallback product in pieces) */
+static size_t fp32_slot_bytes(void) {
+    static size_t b;
+    if (!b) {
+        const char *e = getenv("DTRAIN_TEST_FP32_SLOT_BYTES");
+        b = e && atol(e) >= 64 ? (size_t)atol(e) : FP32_SLOT;
+    }
+    return b;
+}
+
 static const char *epi_name(int epi) {
     return epi == EPI_GELU ? ", GELU epilogue" : epi == EPI_DGELU ? ", DGELU epilogue"
            : epi == EPI_BGRADA ? ", BGRADA epilogue" : "";
@@ -542,6 +566,44 @@ typedef struct gemm_epi {
     int ldaux;
 } gemm_epi;
 
+static int gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A, int a16, int lda, long long sa,
+                const void *B, int b16, int ldb, long long sb, void *D, int d16, int ldd, long long sd, int batch,
+                float alpha, float beta, const float *bias, const gemm_epi *e);
+
+/* The fp32 fallback of a product whose operands do not fit their slots (fp32_slot_bytes each):
+ * gemm() on pieces that do, which take the fallback again (or a bf16 plan, where cuBLASLt has
+ * one for the piece's shape). Along n when B is not transposed (the forward and input-gradient
+ * products: B's and D's columns lie one after another, A is the weights, not widened); along k
+ * for an fp32 D with tb (the weight gradients: A's and B's columns), each piece adding onto
+ * what the last wrote. Returns 0 (a failure is recorded). */
+static int gemm_pieces(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A, int a16, int lda,
+                       const void *B, int b16, int ldb, void *D, int d16, int ldd, int batch, float alpha, float beta,
+                       const float *bias) {
+    const size_t slot = fp32_slot_bytes() / sizeof(float), es_a = a16 ? 2 : 4, es_b = b16 ? 2 : 4;
+    const size_t na = (size_t)lda * (size_t)(ta ? m : k);
+    if (batch == 1 && !tb && (!a16 || na <= slot)) {
+        const size_t per = (size_t)(b16 ? ldb : 1) > (size_t)(d16 ? ldd : 1) ? (size_t)(b16 ? ldb : 1)
+                                                                                : (size_t)(d16 ? ldd : 1);
+        const int cols = slot / per > (size_t)n ? n : (int)(slot / per);
+        for (int j = 0; cols > 0 && j < n && c->err == DT_OK; j += cols)
+            gemm(c, ta, tb, m, n - j < cols ? n - j : cols, k, A, a16, lda, 0, (const char *)B + (size_t)j * ldb * es_b,
+                 b16, ldb, 0, (char *)D + (size_t)j * ldd * (d16 ? 2 : 4), d16, ldd, 0, 1, alpha, beta, bias, NULL);
+        if (cols > 0) return 0;
+    } else if (batch == 1 && !ta && tb && !d16 && !bias) {
+        const size_t per = (size_t)(a16 ? lda : 1) > (size_t)(b16 ? ldb : 1) ? (size_t)(a16 ? lda : 1)
+                                                                                : (size_t)(b16 ? ldb : 1);
+        const int cols = slot / per > (size_t)k ? k : (int)(slot / per);
+        for (int j = 0; cols > 0 && j < k && c->err == DT_OK; j += cols)
+            gemm(c, ta, tb, m, n, k - j < cols ? k - j : cols, (const char *)A + (size_t)j * lda * es_a, a16, lda, 0,
+                 (const char *)B + (size_t)j * ldb * es_b, b16, ldb, 0, D, 0, ldd, 0, 1, alpha, j ? 1.0f : beta, NULL,
+                 NULL);
+        if (cols > 0) return 0;
+    }
+    fail(c, DT_ERR_INTERNAL, "gemm: an fp32 fallback of %dx%dx%d (trans %d%d, batch %d) in pieces of %zu bytes is not "
+         "supported", m, n, k, ta, tb, batch, fp32_slot_bytes());
+    return 0;
+}
+
 /* Column-major D(m x n, ldd) = alpha op(A) op(B) + beta D [+ bias(m) on every column], over
  * `batch` products with element strides sa, sb, sd. A is stored k x m when ta (else m x k),
  * B n x k when tb (else k x n), densely (ld = stored rows). a16, b16, d16: A, B, D hold bf16
@@ -593,10 +655,20 @@ static int gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A,
     if (e && !p) return none; /* no epilogue here: the caller's unfused path (which has the fp32 one) */
     void *d = D;
     if (!p && none && key.bf16) { /* no bf16 algorithm for this shape: this product in fp32 instead */
+        if (require_fast_path()) {
+            fail(c, DT_ERR_CONFIG, "rank %d (host %s, GPU %d %s): the fast path did not run: cuBLASLt has no bf16 "
+                 "algorithm for a %dx%dx%d product (trans %d%d, batch %d), which would run in fp32 "
+                 "(DTRAIN_REQUIRE_FAST_PATH=1 makes a fallback an error)", c->rank, c->host, c->device, c->gpu_name,
+                 m, n, k, ta, tb, batch);
+            return 0;
+        }
         if (!c->noted_fp32++)
             fprintf(stderr, "dtrain: note: rank %d: cuBLASLt has no bf16 algorithm for a %dx%dx%d product (trans %d%d, "
                     "batch %d) on GPU %d (%s): products without one run in fp32 (slower for them, not less exact)\n",
                     c->rank, m, n, k, ta, tb, batch, c->device, c->gpu_name);
+        const size_t slot = fp32_slot_bytes() / sizeof(float);
+        if ((a16 && na > slot) || (b16 && nb > slot) || (d16 && nd > slot))
+            return gemm_pieces(c, ta, tb, m, n, k, A, a16, lda, B, b16, ldb, D, d16, ldd, batch, alpha, beta, bias);
         /* fp32 operands: bf16 ones widened (exactly), a bf16 D through an fp32 one */
         a = a16 ? widened(c, SCR_A32, A, na) : A;
         b = b16 ? widened(c, SCR_B32, B, nb) : B;
@@ -800,7 +872,11 @@ static int att_fused(cuda_ctx *c, const dt_att_shape *s) {
                 "(--dry-run assumes %zu for training)\n", c->rank, s->B, s->T, s->NH, s->NKV, s->hs,
                 c->inference ? "forward only" : "forward and backward", ws, ATT_WS_GUESS(s->B, s->T, s->NH));
     if (fused && !scratch(c, SCR_CUDNN, ws, "the cuDNN attention workspace")) return 0;
-    if (why[0] && !fused) att_note(c, s, why);
+    if (why[0] && !fused && require_fast_path() && att_may_fuse(s) && s->hs <= 128) /* cuDNN's sizes on every GPU */
+        fail(c, DT_ERR_CONFIG, "rank %d (host %s, GPU %d %s): the fast path did not run: attention of head size %d "
+             "would run on dtrain's kernels, not cuDNN's fused attention (%s) (DTRAIN_REQUIRE_FAST_PATH=1 makes a "
+             "fallback an error)", c->rank, c->host, c->device, c->gpu_name, s->hs, why);
+    else if (why[0] && !fused) att_note(c, s, why);
     const int i = c->n_att_geo < 8 ? c->n_att_geo++ : 7; /* more geometries than a model has: reuse the last */
     c->att_geo[i].s = *s;
     c->att_geo[i].fused = fused;
@@ -1047,7 +1123,8 @@ static void cu_scatter_add_rows(void *ctx, dt_act *dx, const dt_act *dout, const
 }
 
 /* adamw's piece table on the device: uploaded when it differs from the last one (the optimizer
- * passes the same table every step) */
+ * passes the same table every step); made at open for ADAMW_PIECES pieces (more than a model's
+ * tensors), grown only past that */
 static const dtk_adamw_piece *piece_table(cuda_ctx *c, const dt_adamw_piece *pieces, int n, size_t *total) {
     if (n > c->cap_pieces) {
         dtk_adamw_piece *h = realloc(c->pieces_host, (size_t)n * sizeof *h);
@@ -1258,8 +1335,14 @@ static dt_status cu_open(const dt_backend_cfg *cfg, void **out) {
         goto fail;
     }
     if ((st = dev_malloc(c, &c->lt_ws, LT_WORKSPACE, "the cuBLASLt workspace")) != DT_OK ||
-        (st = dev_malloc(c, (void **)&c->sum_dev, sizeof(double), "the gradient norm")) != DT_OK)
+        (st = dev_malloc(c, (void **)&c->sum_dev, sizeof(double), "the gradient norm")) != DT_OK ||
+        (st = dev_malloc(c, (void **)&c->pieces_dev, ADAMW_PIECES * sizeof *c->pieces_dev, "the AdamW table")) != DT_OK)
         goto fail;
+    if (!(c->pieces_host = dt_malloc(ADAMW_PIECES * sizeof *c->pieces_host, "the AdamW table"))) {
+        st = DT_ERR_NOMEM;
+        goto fail;
+    }
+    c->cap_pieces = ADAMW_PIECES;
     if (CK(cudaMallocHost((void **)&c->sum_host, sizeof(double)))) {
         st = dt_error_set(c->err, "%s", c->err_msg);
         goto fail;
@@ -1290,6 +1373,11 @@ static void slot_bytes(const dt_op_sizes *s, int bf16, int with_cub, int fused, 
     if (z > sz[SCR_WORK]) sz[SCR_WORK] = z;
     const int cols = s->bias_cols > s->ln_width ? s->bias_cols : s->ln_width;
     sz[SCR_FLAGS] = (size_t)dtk_colsum_flags(cols) * sizeof(unsigned);
+    if (bf16) { /* the fp32 fallback's operands (a bf16 input or output of the products widened), each
+                 * at most a slot: a larger product runs in pieces */
+        const size_t most = (s->matmul_in > s->matmul_out ? s->matmul_in : s->matmul_out) * sizeof(float);
+        sz[SCR_A32] = sz[SCR_B32] = sz[SCR_D32] = most < fp32_slot_bytes() ? most : fp32_slot_bytes();
+    }
 }
 
 static size_t cu_scratch_bytes(const dt_op_sizes *s, int bf16) {
@@ -1298,7 +1386,7 @@ static size_t cu_scratch_bytes(const dt_op_sizes *s, int bf16) {
     slot_bytes(s, bf16, 0, bf16 && att_may_fuse(&s->att), ATT_WS_GUESS(s->att.B, s->att.T, s->att.NH), sz);
     for (int i = 0; i < N_SCRATCH; i++) bytes += sz[i] ? slot_round(sz[i]) : 0; /* as scratch() allocates */
     if (bf16) bytes += s->vector * 2; /* the weights' working copy */
-    return bytes;
+    return bytes + ADAMW_PIECES * sizeof(dtk_adamw_piece); /* + AdamW's table (made at open) */
 }
 
 static dt_status cu_reserve(void *ctx, const dt_op_sizes *s) {

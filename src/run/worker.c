@@ -675,6 +675,14 @@ static dt_status start_device_collective(run *r) {
     if (((r->plan && r->plan->device_comm) || r->device_alone) && boot && !r->dcomm) {
         DT_TRY(r->be->ops->device_comm(r->be->ctx, boot, r->cfg->training.collective_timeout_s, &r->dcomm));
         r->gcomm = r->dcomm;
+        /* bf16 gradients travel through a buffer of the collective's own: sized for the largest
+         * bucket now, not grown by the buckets of step 1 while the others are in flight */
+        if (r->cfg->training.grad_comm_dtype == DT_WIRE_BF16) {
+            size_t most = 0;
+            for (int i = 0; i < dt_model_num_buckets(r->model); i++)
+                if (dt_model_bucket(r->model, i)->numel > most) most = dt_model_bucket(r->model, i)->numel;
+            DT_TRY(dt_comm_reserve(r->dcomm, most));
+        }
     }
     return DT_OK;
 }

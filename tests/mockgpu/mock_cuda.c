@@ -148,6 +148,14 @@ static size_t device_total(void) {
     return mb && atol(mb) > 0 ? (size_t)atol(mb) << 20 : (size_t)141 << 30;
 }
 
+/* Allocations (cudaMalloc, cudaMallocHost, cudaMallocManaged) and frees (cudaFree,
+ * cudaFreeHost) so far, for the profiler's range; after the first cudaProfilerStart each
+ * allocation is said on stderr ("MOCK ALLOCATION: ..."): dtrain with logging.profile_step 1
+ * opens the range just before step 1, and no training step may allocate (nor free: cudaFree
+ * waits for the whole device, NCCL's collectives too) */
+static unsigned long n_allocs, n_frees;
+static int prof_started;
+
 static cudaError_t alloc(void **p, size_t n, int type) {
     *p = NULL;
     if (sticky_err) return ret(sticky_err);
@@ -163,7 +171,13 @@ static cudaError_t alloc(void **p, size_t n, int type) {
     r->next = regs;
     regs = r;
     if (type == cudaMemoryTypeDevice) dev_in_use += n;
+    n_allocs++;
+    const int said = prof_started;
     pthread_mutex_unlock(&reg_mu);
+    if (said)
+        fprintf(stderr, "MOCK ALLOCATION: %s of %zu bytes after the first cudaProfilerStart\n",
+                type == cudaMemoryTypeHost ? "cudaMallocHost" : type == cudaMemoryTypeManaged ? "cudaMallocManaged"
+                                                                                               : "cudaMalloc", n);
     return cudaSuccess;
 }
 
@@ -466,6 +480,7 @@ static cudaError_t release(void *p, int want_host) {
             }
             *q = r->next;
             if (r->type == cudaMemoryTypeDevice) dev_in_use -= r->n;
+            n_frees++;
             memset(r->p, 0x7f, r->n); /* 0x7f7f7f7f = 3.4e38: reads after free show up */
             free(r);
             pthread_mutex_unlock(&reg_mu);
@@ -521,7 +536,13 @@ cudaError_t cudaDeviceSynchronize(void) {
  * and library calls queued inside it, so a test can check that it holds one training step.
  * A start inside a range, or a stop outside one, is an error (the real runtime would not
  * mind; dtrain must not do it). */
-static unsigned long prof_kernels, prof_library;
+static unsigned long prof_kernels, prof_library, prof_allocs, prof_frees;
+static void alloc_counts(unsigned long *allocs, unsigned long *frees) {
+    pthread_mutex_lock(&reg_mu);
+    *allocs = n_allocs;
+    *frees = n_frees;
+    pthread_mutex_unlock(&reg_mu);
+}
 cudaError_t cudaProfilerStart(void) {
     if (prof_on) {
         mock_report("cudaProfilerStart: a range is already open");
@@ -532,6 +553,10 @@ cudaError_t cudaProfilerStart(void) {
         mock_report("cudaProfilerStart: cannot open MOCK_PROFILER_LOG %s: %s", path, strerror(errno));
     __atomic_store_n(&prof_on, 1, __ATOMIC_SEQ_CST);
     mock_launch_counts(&prof_kernels, &prof_library);
+    alloc_counts(&prof_allocs, &prof_frees);
+    pthread_mutex_lock(&reg_mu);
+    prof_started = 1;
+    pthread_mutex_unlock(&reg_mu);
     fprintf(stderr, "MOCK PROFILER: start\n");
     return cudaSuccess;
 }
@@ -540,16 +565,17 @@ cudaError_t cudaProfilerStop(void) {
         mock_report("cudaProfilerStop: no range is open");
         return ret(cudaErrorInvalidValue);
     }
-    unsigned long k, l;
+    unsigned long k, l, a, f;
     mock_launch_counts(&k, &l);
+    alloc_counts(&a, &f);
     __atomic_store_n(&prof_on, 0, __ATOMIC_SEQ_CST);
     if (prof_log) {
         pthread_mutex_lock(&prof_mu);
         fflush(prof_log);
         pthread_mutex_unlock(&prof_mu);
     }
-    fprintf(stderr, "MOCK PROFILER: stop: %lu kernel launches and %lu library calls in the range\n", k - prof_kernels,
-            l - prof_library);
+    fprintf(stderr, "MOCK PROFILER: stop: %lu kernel launches and %lu library calls in the range; %lu allocations "
+            "and %lu frees\n", k - prof_kernels, l - prof_library, a - prof_allocs, f - prof_frees);
     return cudaSuccess;
 }
 /* fn(arg) on the stream's thread once the work before it is done; later work waits for it */

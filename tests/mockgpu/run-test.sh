@@ -101,6 +101,11 @@ step "test_ops_backends --quick, epilogues refused with INVALID_VALUE" invalid.l
     MOCK_LT_NO_BGRAD_EPILOGUE=invalid "$OPT/test_ops_backends" --quick
 step "test_ops_backends --quick, no bf16 algorithm (fp32 products on widened copies)" nobf16.log \
     with_libs "$OPT" env MOCK_LT_NO_BF16=1 "$OPT/test_ops_backends" --quick
+# the same with fp32 slots of 4 KiB (DTRAIN_TEST_FP32_SLOT_BYTES): every fallback product runs in
+# pieces, along n (forward, input gradients) or k (weight gradients), as one too large for the
+# 64 MiB slots would
+step "test_ops_backends --quick, no bf16 algorithm, the fp32 products in pieces" nobf16-pieces.log \
+    with_libs "$OPT" env MOCK_LT_NO_BF16=1 DTRAIN_TEST_FP32_SLOT_BYTES=4096 "$OPT/test_ops_backends" --quick
 # cuDNN's fused attention as mock_att.c (a CPU reference, on the mock's streams) in place of
 # cudnn_att.cpp: the attention cases whose head size cuDNN plans (a multiple of 8) must run fused;
 # those of head size 1 or 2 fall back to dtrain's kernels, as on a GPU
@@ -210,6 +215,40 @@ step "dtrain ci-smoke on cuda (fp32), the cuBLASLt plans logged, step 3 profiled
 step "dtrain ci-smoke on cuda, bf16 without a bf16 algorithm: fp32 instead" smoke-nobf16.log nobf16_run
 echo "ci-smoke losses, bf16 products without a bf16 algorithm against cpu, at most 1e-2 relative:"
 same_losses smoke-cpu smoke-nobf16 1e-2 || { echo "FAIL  the fp32 fallback's losses differ"; exit 1; }
+# no allocation and no free once step 1 begins (a cudaFree waits for the whole device, NCCL's buckets
+# too): logging.profile_step=1 opens the mock's profiler range just before step 1, its stop line
+# counts the allocations and frees of step 1, and every allocation after it says "MOCK
+# ALLOCATION"; with dtrain's attention kernels, with the fp32 fallback's slots (MOCK_LT_NO_BF16),
+# and with bf16 gradients through nccl (its wire buffer), plain and with zero_stage 1
+no_alloc_run() { # NAME [VAR=VALUE ...] -- BIN [--set ...]
+    local name=$1 vars=() rc=0
+    shift
+    while [ "$1" != -- ]; do vars+=("$1"); shift; done
+    shift
+    local bin=$1
+    shift
+    (export "${vars[@]}" DTRAIN_BIN="$bin"
+     train "$name" configs/ci-smoke.yaml --set training.max_steps=4 --set eval.every_steps=2 --set eval.max_batches=2 \
+         --set training.device=cuda --set training.precision=bf16 --set logging.profile_step=1 "$@") \
+        >"$B/$name.out" 2>&1 || rc=$?
+    grep -e '^MOCK' -e 'note:' "$B/$name.out"
+    [ $rc -eq 0 ] || { cat "$B/$name.out"; return $rc; }
+    grep -q '^MOCK PROFILER: stop: .*; 0 allocations and 0 frees$' "$B/$name.out" &&
+        ! grep -q '^MOCK ALLOCATION' "$B/$name.out" || { echo "FAIL: $name allocated or freed after step 1 began"; return 1; }
+    echo "ok: $name: no allocation or free from step 1 on"
+}
+no_alloc() {
+    no_alloc_run alloc-plain -- "$OPT/dtrain" &&
+        no_alloc_run alloc-nobf16 MOCK_LT_NO_BF16=1 -- "$OPT/dtrain_fused" &&
+        no_alloc_run alloc-nccl DTRAIN_TEST_DEVICE_COMM=1 -- "$OPT/dtrain_fused" --set training.grad_comm_dtype=bf16 &&
+        no_alloc_run alloc-nccl-zero DTRAIN_TEST_DEVICE_COMM=1 -- "$OPT/dtrain_fused" --set training.grad_comm_dtype=bf16 \
+            --set training.zero_stage=1 &&
+        no_alloc_run alloc-pieces MOCK_LT_NO_BF16=1 DTRAIN_TEST_FP32_SLOT_BYTES=4096 -- "$OPT/dtrain_fused" || return
+    echo "the fp32 fallback in pieces of 4 KiB against the whole products, the same losses:"
+    same_losses alloc-nobf16 alloc-pieces 0
+}
+step "no allocation or free once step 1 begins (fp32 fallback slots, nccl's bf16 buffer, AdamW's table)" no-alloc.log \
+    no_alloc
 # one worker through the nccl collective (DTRAIN_TEST_DEVICE_COMM: gpu-check's way to run the
 # bucket path on one GPU): the gradient buckets and, with zero_stage 1, the reduce-scatter and the
 # weights' all-gather go through comm_nccl.c and the mock NCCL; the losses stay those of the plain run

@@ -21,6 +21,11 @@
 #   5. GPU_CHECK_STEPS naming no step: exit 2 before anything runs.
 #   6. compute-sanitizer failing itself (as racecheck did on an H200): racecheck SKIPs, saying so;
 #      a race it reports: racecheck FAILs.
+#   7. a slow fallback on sm_90 (the stand-in's H200; DTRAIN_REQUIRE_FAST_PATH): attention on
+#      dtrain's kernels (the mock programs without mock_att.c) fails gpu-tests and bench-dtrain, a
+#      bf16 product in fp32 (MOCK_LT_NO_BF16) fails bench-dtrain, each note naming the fallback.
+#   8. env: a driver older than the toolkit (MOCK_DRIVER_CUDA), a CUDA library that does not
+#      resolve (hidden by hide_libs.c): env FAILs, naming the versions or the library's package.
 set -euo pipefail
 [ $# -eq 3 ] || { echo "usage: $0 SRC OPT DIR" >&2; exit 2; }
 SRC=$(cd "$1" && pwd)
@@ -40,9 +45,10 @@ wrap() { # NAME PROGRAM GPUS
         "$OPT:$OPT/nvml" "$3" "FAKE_NVML_GPUS=00000000:3B:00.0=87/30720/143771/61/412" "$2" >"$D/build/$1"
     chmod +x "$D/build/$1"
 }
-build() { # GPUS
-    wrap dtrain "$OPT/dtrain_fused" "$1"
-    wrap test_ops_backends "$OPT/test_ops_backends" "$1"
+build() { # GPUS [SUFFIX]: SUFFIX _fused (default) or empty: cuDNN's attention (mock_att.c), or none
+    local f=${2-_fused}
+    wrap dtrain "$OPT/dtrain$f" "$1"
+    wrap test_ops_backends "$OPT/test_ops_backends$f" "$1"
     wrap test_comm_nccl "$OPT/test_comm_nccl" "$1"
 }
 build "$D/gpus"
@@ -151,4 +157,32 @@ check "$D/out-race" "$D/work-race" GPU_CHECK_STEPS=racecheck GPU_CHECK_PACK=0 MO
 [ $rc -eq 1 ] && [ "$(result "$D/out-race" racecheck)" = FAIL ] ||
     { cat "$D/race.log"; fail "racecheck with a race reported: exit $rc, expected a FAIL"; }
 echo "ok: $(grep '^racecheck' "$D/out-race/summary.txt" | cut -c1-160)"
+# ---- 7: the fast path did not run ----
+build "$D/gpus" ""
+rc=0
+check "$D/out-slow" "$D/work-slow" GPU_CHECK_STEPS=gpu-tests,bench-dtrain GPU_CHECK_PACK=0 >"$D/slow.log" 2>&1 || rc=$?
+build "$D/gpus"
+for s in gpu-tests bench-dtrain; do
+    [ $rc -eq 1 ] && grep -q "^$s .*FAIL .*the fast path did not run: attention of head size [0-9]* would run on dtrain's kernels" \
+        "$D/out-slow/summary.txt" || { cat "$D/out-slow/summary.txt"; fail "$s with attention on dtrain's kernels: exit $rc, expected a FAIL naming it"; }
+    echo "ok: $(grep "^$s" "$D/out-slow/summary.txt" | cut -c1-200)"
+done
+rc=0
+check "$D/out-fp32" "$D/work-fp32" GPU_CHECK_STEPS=bench-dtrain GPU_CHECK_PACK=0 MOCK_LT_NO_BF16=1 >"$D/fp32.log" 2>&1 || rc=$?
+[ $rc -eq 1 ] && grep -q "^bench-dtrain .*FAIL .*the fast path did not run: cuBLASLt has no bf16 algorithm" "$D/out-fp32/summary.txt" ||
+    { cat "$D/out-fp32/summary.txt"; fail "bench-dtrain with bf16 products in fp32: exit $rc, expected a FAIL naming it"; }
+echo "ok: $(grep '^bench-dtrain' "$D/out-fp32/summary.txt" | cut -c1-200)"
+# ---- 8: env: the driver against the toolkit, the CUDA libraries ----
+rc=0
+check "$D/out-drv" "$D/work-drv" GPU_CHECK_STEPS=env GPU_CHECK_PACK=0 MOCK_DRIVER_CUDA=12.4 >"$D/drv.log" 2>&1 || rc=$?
+[ $rc -eq 1 ] && grep -q "^env .*FAIL .*supports CUDA 12.4, older than the toolkit's" "$D/out-drv/summary.txt" ||
+    { cat "$D/drv.log"; fail "env with a driver for CUDA 12.4: exit $rc, expected a FAIL saying so"; }
+echo "ok: $(grep '^env' "$D/out-drv/summary.txt" | cut -c1-200)"
+rc=0
+nvrtc=libnvrtc.so.$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
+check "$D/out-lib" "$D/work-lib" GPU_CHECK_STEPS=env GPU_CHECK_PACK=0 LD_PRELOAD="$OPT/libhidelibs.so" MOCK_HIDE_LIBS="$nvrtc" \
+    >"$D/lib.log" 2>&1 || rc=$?
+[ $rc -eq 1 ] && grep -q "^env .*FAIL .*missing: $nvrtc (apt cuda-nvrtc-" "$D/out-lib/summary.txt" ||
+    { cat "$D/lib.log"; fail "env without $nvrtc: exit $rc, expected a FAIL naming it and its package"; }
+echo "ok: $(grep '^env' "$D/out-lib/summary.txt" | cut -c1-200)"
 echo "rehearse.sh: gpu-check.sh passed its rehearsal on the mock GPU"
