@@ -17,6 +17,7 @@
 #include "dtrain/ckpt.h"
 #include "dtrain/config.h"
 #include "dtrain/data.h"
+#include "dtrain/datashow.h"
 #include "dtrain/device.h"
 #include "dtrain/clock.h"
 #include "dtrain/doctor.h"
@@ -133,14 +134,20 @@ static const help_entry help[] = {
      "  --steps K            training steps per run\n"
      "  --repeat K           runs per worker count (1..20, default 1), interleaved; the table shows the\n"
      "                       medians and the slowest and fastest run\n"},
-    {"data", "dtrain data tokenize|detokenize --tokenizer bytes|PATH/tokenizer.json IN OUT",
+    {"data", "dtrain data tokenize|detokenize --tokenizer bytes|PATH/tokenizer.json IN OUT\n"
+             "  dtrain data show --config FILE [--set key.path=value]... [--limit N] [--json]",
      "data tokenize  turns a text file (or .gz) into an llm.c token shard (OUT: never IN itself), the\n"
      "               file as one document.\n"
      "  --tokenizer bytes    one token per byte (token = byte value)\n"
      "  --tokenizer PATH     a byte-level BPE tokenizer.json (GPT-2's, or one made with the tokenizers\n"
      "                       library): the text (UTF-8) after its end-of-text token; uint16 tokens when the\n"
      "                       vocabulary fits, else a uint32 (version 7) shard\n"
-     "data detokenize  turns a shard back into text with the same tokenizer (IN.bin OUT.txt)\n"},
+     "data detokenize  turns a shard back into text with the same tokenizer (IN.bin OUT.txt)\n"
+     "data show  prints the first examples of the config's data.train_path as the model reads them,\n"
+     "           the tokens the loss counts between \xc2\xab and \xc2\xbb (chat and completion data: the answer's)\n"
+     "  --limit N            examples to show (default 3)\n"
+     "  --json               one line an example: {\"example\": i, \"ids\": [...], \"targets\": [...]}, -1 for\n"
+     "                       a target the loss does not count\n"},
 };
 
 static const char *const help_tail =
@@ -191,6 +198,9 @@ typedef struct cli {
     unsigned long long seed;
     int have_seed, no_cache, chat;
     int gen_opts; /* how many of the above were given */
+    /* data show */
+    long limit;
+    int json;
 } cli;
 
 static int parse_long(const char *opt, const char *arg, long lo, long hi, long *out) {
@@ -234,6 +244,7 @@ static int parse_options(int argc, char **argv, cli *c) {
         {"seed", required_argument, NULL, 'E'},        {"no-cache", no_argument, NULL, 'N'},
         {"chat", no_argument, NULL, 'C'},
         {"input", required_argument, NULL, 'I'},       {"format", required_argument, NULL, 'F'},
+        {"limit", required_argument, NULL, 'L'},       {"json", no_argument, NULL, 'J'},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -316,6 +327,10 @@ static int parse_options(int argc, char **argv, cli *c) {
         case 'N': c->no_cache = 1; c->gen_opts++; break;
         case 'C': c->chat = 1; c->gen_opts++; break;
         case 'I': c->input = optarg; break;
+        case 'L':
+            if (parse_long("--limit", optarg, 1, 1L << 40, &c->limit)) return 2;
+            break;
+        case 'J': c->json = 1; break;
         case 'F':
             if (strcmp(optarg, "safetensors") != 0 && strcmp(optarg, "hf") != 0)
                 return usage_error("--format: expected safetensors or hf, got \"%s\"", optarg);
@@ -537,10 +552,21 @@ static int cmd_predict(const cli *c) {
     return 0;
 }
 
+static int cmd_data_show(const cli *c, int argc) {
+    if (argc - optind != 1) return usage_error("%s", "data show: expected no arguments besides the options");
+    dt_config cfg;
+    int rc = load_config(c, &cfg);
+    if (rc) return rc;
+    const dt_datashow_opts o = {.limit = c->limit ? c->limit : 3, .json = c->json};
+    dt_status st = dt_datashow(&cfg, &o, stdout);
+    return st == DT_OK ? 0 : fail(st);
+}
+
 static int cmd_data(const cli *c, int argc, char **argv) {
+    if (optind < argc && strcmp(argv[optind], "show") == 0) return cmd_data_show(c, argc);
     const int de = optind < argc && strcmp(argv[optind], "detokenize") == 0;
     if (optind >= argc || (!de && strcmp(argv[optind], "tokenize") != 0))
-        return usage_error("data: expected the subcommand \"tokenize\" or \"detokenize\"%s", "");
+        return usage_error("data: expected the subcommand \"tokenize\", \"detokenize\" or \"show\"%s", "");
     if (!c->tokenizer || !c->tokenizer[0])
         return usage_error("data %s: --tokenizer bytes or --tokenizer PATH/tokenizer.json is required", argv[optind]);
     if (argc - optind != 3)

@@ -424,7 +424,7 @@ static void test_errors(void) {
              MIN "training:\n  precision: fp16\n");
     LOAD_ERR("finetune.yaml:4: optimizer.schedule: expected one of constant, cosine, linear, got \"step\"",
              MIN "optimizer:\n  schedule: step\n");
-    LOAD_ERR("finetune.yaml:3: data.format: expected one of auto, tokens, tsv, got \"csv\"", MIN "  format: csv\n");
+    LOAD_ERR("finetune.yaml:3: data.format: expected one of auto, tokens, tsv, chat, completion, got \"csv\"", MIN "  format: csv\n");
     LOAD_ERR("finetune.yaml:4: model.type: expected one of transformer_like, gpt2, llama, got \"bert\"",
              MIN "model:\n  type: bert\n");
     /* betas */

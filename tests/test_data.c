@@ -240,7 +240,8 @@ static void test_bad_paths(void) {
                MSG("%s: data is tsv (data.format auto: the name does not end in .bin or .bin.gz), "
                    "but model.num_labels is 0 and language modelling reads token shards (hint: set "
                    "model.num_labels to the number of classes to classify, or make a shard with "
-                   "\"dtrain data tokenize\")",
+                   "\"dtrain data tokenize\"; JSON lines of conversations or prompts and completions: "
+                   "data.format chat or completion)",
                    p));
     p = test_path("good.bin");
     expect_err(p, DT_FORMAT_AUTO, 8, 2, 50257, DT_ERR_DATA,
@@ -574,6 +575,20 @@ static void test_sampler(void) {
             seen[eps[e][i]]++;
         }
         for (size_t i = 0; i < N; i++) CHECK_INT_EQ(seen[i], 1);
+    }
+
+    /* the global batch is every rank's micro-batches: what each rank counts for the loss's mean */
+    {
+        size_t all[24], mine[3];
+        for (int r = 0; r < 4; r++) {
+            dt_sampler *g = sampler(N, 7, 1, r, 4, 3, 2);
+            dt_sampler_global_at(g, 2, 48, all);
+            for (int a = 0; a < 2; a++) {
+                dt_sampler_batch_at(g, 2, 48, a, mine);
+                for (int k = 0; k < 3; k++) CHECK_INT_EQ(mine[k], all[(a * 4 + r) * 3 + k]);
+            }
+            dt_sampler_free(g);
+        }
     }
 
     /* the key property: the same global batches for any (world, b, accum) with the same G */

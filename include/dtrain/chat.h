@@ -32,5 +32,11 @@ const char *dt_chat_eos(const dt_chat *c);
 /* The n messages as the template renders them, followed by the assistant's turn opening when
  * add_generation_prompt (apply_chat_template's same-named argument): a malloc'ed string in *out. */
 dt_status dt_chat_render(const dt_chat *c, const dt_chat_msg *msgs, int n, int add_generation_prompt, char **out);
+/* The same without the generation prompt, for training on a conversation: *n_spans receives
+ * how many of the messages are the assistant's, and spans (2 per message, room for 2 * n) the
+ * bytes of each one's answer in *out, [start, end): its content and the end-of-turn token after
+ * it (TRL's assistant-only loss counts that token too). */
+dt_status dt_chat_render_answers(const dt_chat *c, const dt_chat_msg *msgs, int n, char **out, size_t *spans,
+                                 int *n_spans);
 
 #endif

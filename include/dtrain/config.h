@@ -26,7 +26,7 @@ typedef enum { DT_DEVICE_AUTO = 0, DT_DEVICE_CPU, DT_DEVICE_CUDA } dt_device_kin
 typedef enum { DT_COMM_AUTO = 0, DT_COMM_SHM, DT_COMM_NCCL, DT_COMM_MPI, DT_COMM_TCP } dt_comm_kind; /* "collective" == auto */
 typedef enum { DT_PREC_AUTO = 0, DT_PREC_FP32, DT_PREC_BF16 } dt_precision;
 typedef enum { DT_SCHED_CONSTANT = 0, DT_SCHED_COSINE, DT_SCHED_LINEAR } dt_schedule;
-typedef enum { DT_FORMAT_AUTO = 0, DT_FORMAT_TOKENS, DT_FORMAT_TSV } dt_data_format;
+typedef enum { DT_FORMAT_AUTO = 0, DT_FORMAT_TOKENS, DT_FORMAT_TSV, DT_FORMAT_CHAT, DT_FORMAT_COMPLETION } dt_data_format;
 typedef enum { DT_RESUME_AUTO = 0, DT_RESUME_NEVER, DT_RESUME_PATH } dt_resume_kind;
 typedef enum { DT_BEST_NONE = 0, DT_BEST_LOSS, DT_BEST_ACCURACY, DT_BEST_F1 } dt_best_metric;
 
@@ -104,6 +104,7 @@ typedef struct dt_config {
          * must have it: a model never meets a tokenizer changed since it was trained */
         char tokenizer_sha256[65];
         dt_data_format format;        /* default auto */
+        int train_on_all;             /* data.train_on: assistant (0, default) or all (1): chat and completion */
         int batch_size_per_worker;    /* >= 1, default 8 */
         int seq_len;                  /* >= 2, default 64 */
         int shuffle;                  /* default 1 */

@@ -7,6 +7,8 @@
  *   tsv:    UTF-8 lines "label<TAB>text"; byte tokenizer: text bytes truncated to T-1, then
  *           DT_CLS_TOKEN, right-padded with 0 to T; BPE (data.tokenizer): the text's ids cut to T,
  *           right-padded with the end-of-text id; target = the label.
+ *   chat, completion (explicit data.format only): JSON lines of conversations or of prompts and
+ *           completions (sft.h): a language model's rows, the targets outside the answer -1.
  * Paths may be a file, a directory (all regular, non-hidden files, sorted) or a glob;
  * `.gz` files are decompressed transparently. A FIFO or a device named as data (directly or
  * by a glob) is refused at once; a directory's non-regular entries are skipped. Errors in the
@@ -19,6 +21,7 @@
 #include <stdint.h>
 
 #include "dtrain/config.h"
+#include "dtrain/sft.h"
 #include "dtrain/status.h"
 #include "dtrain/tokenizer.h"
 
@@ -35,7 +38,10 @@ typedef struct dt_dataset_cfg {
     int num_labels;            /* 0 = language modelling (requires tokens), >= 2 = tsv labels */
     int vocab_size;            /* tokens must be < vocab_size (tsv needs >= 257) */
     dt_tokenizer *tokenizer;   /* tsv text: NULL = bytes + <cls>; else its BPE ids, padded with its
-                                  end-of-text id (vocab_size must hold its ids); not owned */
+                                  end-of-text id (vocab_size must hold its ids); not owned;
+                                  chat and completion: required (chat: its directory's
+                                  tokenizer_config.json gives the template) */
+    int train_on_all;          /* chat, completion: data.train_on all (else the answer only) */
 } dt_dataset_cfg;
 
 /* Reads every file into memory. The dataset owns its memory; dt_dataset_free accepts NULL. */
@@ -45,11 +51,20 @@ void dt_dataset_free(dt_dataset *ds);
 size_t dt_dataset_size(const dt_dataset *ds);        /* number of samples */
 int dt_dataset_is_classification(const dt_dataset *ds);
 size_t dt_dataset_num_files(const dt_dataset *ds);
-/* tsv: how many examples had more than T-1 text bytes and were cut (0 for token shards). */
+/* tsv: how many examples had more than T-1 text bytes and were cut (0 for token shards);
+ * chat, completion: how many had more than T + 1 tokens. */
 size_t dt_dataset_num_truncated(const dt_dataset *ds);
+/* The targets of sample i that count in the loss: T for token shards, 1 for classification,
+ * the answer's for chat and completion (0 when its answer was cut off). */
+int dt_dataset_counted(const dt_dataset *ds, size_t i);
+/* The tokens of sample i before the padding, its last target included: T + 1 for token shards,
+ * T for classification, the example's (at most T + 1) for chat and completion. */
+int dt_dataset_row_tokens(const dt_dataset *ds, size_t i);
+/* Chat and completion: *out filled, returns 1; other formats: 0. */
+int dt_dataset_sft_stats(const dt_dataset *ds, dt_sft_stats *out);
 
-/* Sample i: tokens(T) always; targets(T) for language modelling, targets(1) = label for
- * classification. i < dt_dataset_size(). */
+/* Sample i: tokens(T) always; targets(T) for language modelling (-1 where a target does not
+ * count: chat and completion), targets(1) = label for classification. i < dt_dataset_size(). */
 void dt_dataset_get(const dt_dataset *ds, size_t i, int *tokens, int *targets);
 
 /* One classification text as the model reads it, into row (seq_len ids): with the byte
@@ -93,6 +108,9 @@ void dt_sampler_batch(dt_sampler *s, long epoch, size_t step, int micro, size_t 
  * (dt_sampler_batch(step) == dt_sampler_batch_at(step * G)). A run resumed with another
  * world size continues the epoch from the saved cursor: no sample is seen twice or skipped. */
 void dt_sampler_batch_at(dt_sampler *s, long epoch, size_t cursor, int micro, size_t *idx);
+/* All G samples of the global batch at `cursor`, every rank's and micro-batch's (what a loss
+ * averaged over the whole global batch needs to know on each rank, without a collective). */
+void dt_sampler_global_at(dt_sampler *s, long epoch, size_t cursor, size_t *idx);
 size_t dt_sampler_global_batch(const dt_sampler *s);           /* G */
 size_t dt_sampler_steps_from(const dt_sampler *s, size_t cursor); /* whole global batches left after cursor */
 

@@ -81,18 +81,28 @@ void dt_chat_free(dt_chat *c) {
 const char *dt_chat_name(const dt_chat *c) { return c->default_system ? "ChatML with a default system prompt" : "ChatML"; }
 const char *dt_chat_eos(const dt_chat *c) { return c->eos; }
 
-/* appends "<|im_start|>ROLE\nCONTENT<|im_end|>\n" to the stream */
-static void turn(FILE *f, const char *role, const char *content) {
-    fprintf(f, "<|im_start|>%s\n%s<|im_end|>\n", role, content);
+/* Appends "<|im_start|>ROLE\nCONTENT<|im_end|>\n" to the stream; an assistant's turn adds its
+ * answer's span (its content's first byte to the end of <|im_end|>) to spans when given. */
+static void turn(FILE *f, const char *role, const char *content, size_t *spans, int *n_spans) {
+    fprintf(f, "<|im_start|>%s\n", role);
+    const long start = ftell(f);
+    fprintf(f, "%s<|im_end|>", content);
+    if (spans && strcmp(role, "assistant") == 0) {
+        spans[2 * *n_spans] = (size_t)start;
+        spans[2 * *n_spans + 1] = (size_t)ftell(f);
+        ++*n_spans;
+    }
+    fputc('\n', f);
 }
 
-dt_status dt_chat_render(const dt_chat *c, const dt_chat_msg *msgs, int n, int add_generation_prompt, char **out) {
+static dt_status render(const dt_chat *c, const dt_chat_msg *msgs, int n, int add_generation_prompt, char **out,
+                        size_t *spans, int *n_spans) {
     size_t len = 0;
     *out = NULL;
     FILE *f = open_memstream(out, &len);
     if (!f) return dt_error_set(DT_ERR_NOMEM, "out of memory rendering the chat template");
-    if (c->default_system && n > 0 && strcmp(msgs[0].role, "system") != 0) turn(f, "system", c->default_system);
-    for (int i = 0; i < n; i++) turn(f, msgs[i].role, msgs[i].content);
+    if (c->default_system && n > 0 && strcmp(msgs[0].role, "system") != 0) turn(f, "system", c->default_system, NULL, NULL);
+    for (int i = 0; i < n; i++) turn(f, msgs[i].role, msgs[i].content, spans, n_spans);
     if (add_generation_prompt) fputs("<|im_start|>assistant\n", f);
     if (fclose(f) != 0 || !*out) {
         free(*out);
@@ -100,4 +110,14 @@ dt_status dt_chat_render(const dt_chat *c, const dt_chat_msg *msgs, int n, int a
         return dt_error_set(DT_ERR_NOMEM, "out of memory rendering the chat template");
     }
     return DT_OK;
+}
+
+dt_status dt_chat_render(const dt_chat *c, const dt_chat_msg *msgs, int n, int add_generation_prompt, char **out) {
+    return render(c, msgs, n, add_generation_prompt, out, NULL, NULL);
+}
+
+dt_status dt_chat_render_answers(const dt_chat *c, const dt_chat_msg *msgs, int n, char **out, size_t *spans,
+                                 int *n_spans) {
+    *n_spans = 0;
+    return render(c, msgs, n, 0, out, spans, n_spans);
 }

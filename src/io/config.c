@@ -80,7 +80,9 @@ static const enum_name schedule_names[] = {{"constant", DT_SCHED_CONSTANT},
                                            {"linear", DT_SCHED_LINEAR},
                                            {NULL, 0}};
 static const enum_name format_names[] = {
-    {"auto", DT_FORMAT_AUTO}, {"tokens", DT_FORMAT_TOKENS}, {"tsv", DT_FORMAT_TSV}, {NULL, 0}};
+    {"auto", DT_FORMAT_AUTO},       {"tokens", DT_FORMAT_TOKENS},         {"tsv", DT_FORMAT_TSV},
+    {"chat", DT_FORMAT_CHAT},       {"completion", DT_FORMAT_COMPLETION}, {NULL, 0}};
+static const enum_name train_on_names[] = {{"assistant", 0}, {"all", 1}, {NULL, 0}};
 #define TYPE_NAME(spelling, arch, id) {spelling, id},
 static const enum_name model_type_names[] = {DT_ARCH_NAMES(TYPE_NAME){NULL, 0}};
 #undef TYPE_NAME
@@ -141,6 +143,7 @@ static const key_def keys[] = {
     KEY("data.train_path", K_STR, data.train_path, "", R_NONEMPTY, 0, 0),
     KEY("data.val_path", K_STR, data.val_path, "", ANY),
     ENUM("data.format", data.format, "auto", format_names),
+    ENUM("data.train_on", data.train_on_all, "assistant", train_on_names),
     KEY("data.tokenizer", K_STR, data.tokenizer, "bytes", R_NONEMPTY, 0, 0),
     KEY("data.tokenizer_sha256", K_STR, data.tokenizer_sha256, "", ANY),
     KEY("data.batch_size_per_worker", K_INT, data.batch_size_per_worker, "8", GE(1)),
@@ -1101,6 +1104,25 @@ static dt_status validate_eval_keys(load_ctx *c) {
     return DT_OK;
 }
 
+/* Chat and prompt/completion data train a language model on the model's own BPE tokenizer. */
+static dt_status validate_sft_keys(load_ctx *c) {
+    const dt_config *cfg = c->cfg;
+    const int i_fmt = key_index("data.format"), i_on = key_index("data.train_on");
+    const int sft = cfg->data.format == DT_FORMAT_CHAT || cfg->data.format == DT_FORMAT_COMPLETION;
+    const char *fmt = cfg->data.format == DT_FORMAT_CHAT ? "chat" : "completion";
+    if (!sft && cfg->data.train_on_all) /* its default, assistant, is in every saved config.yaml */
+        return fail_key(c, i_on, "applies to data.format chat and completion (the loss on the answer only)");
+    if (sft && cfg->model.shape.num_labels != 0)
+        return fail_key(c, i_fmt, "%s trains a language model, but model.num_labels is %d (hint: model.num_labels: "
+                        "0)", fmt, cfg->model.shape.num_labels);
+    if (sft && strcmp(cfg->data.tokenizer, "bytes") == 0)
+        return fail_key(c, i_fmt, "%s needs the model's BPE tokenizer, but data.tokenizer is bytes (hint: "
+                        "model.init_from a Hugging Face directory with its tokenizer.json, or data.tokenizer: "
+                        "DIR/tokenizer.json%s)", fmt, cfg->data.format == DT_FORMAT_CHAT ? " beside the "
+                        "tokenizer_config.json that holds the chat template" : "");
+    return DT_OK;
+}
+
 static dt_status validate(load_ctx *c) {
     dt_config *cfg = c->cfg;
     int i_train = key_index("data.train_path"),
@@ -1163,6 +1185,7 @@ static dt_status validate(load_ctx *c) {
                         show_key(cfg, key_index("data.seq_len"), 0, &o), show_key(cfg, i_pos, 1, &g));
 
     DT_TRY(validate_eval_keys(c));
+    DT_TRY(validate_sft_keys(c));
 
     if (!c->seen[i_dir].given) {
         const char *base = strrchr(c->name, '/');

@@ -23,7 +23,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "dtrain/chat.h"
 #include "dtrain/file.h"
+#include "dtrain/sft.h"
 #include "dtrain/tokenizer.h"
 
 #define SHARD_HEADER_INTS 256
@@ -48,6 +50,9 @@ struct dt_dataset {
     size_t bpe_cap;
     int32_t *labels;      /* (num_samples) */
     size_t cap;           /* rows allocated in ids/labels */
+    /* chat and prompt/completion examples (sft.h) */
+    dt_sft *sft;
+    dt_chat *chat;
 };
 
 /* ---------------------------------------------------------------- file lists */
@@ -622,6 +627,43 @@ done:
     return st;
 }
 
+/* ---------------------------------------------------------------- chat, completion */
+
+/* The chat template: tokenizer_config.json beside data.tokenizer's tokenizer.json. */
+static dt_status open_chat(dt_tokenizer *tok, dt_chat **out) {
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", dt_tokenizer_name(tok));
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    dt_status st = dt_chat_open(dir, out);
+    if (st != DT_OK) dt_error_prefix("data.format chat: the template of data.tokenizer %s", dt_tokenizer_name(tok));
+    return st;
+}
+
+static dt_status open_sft(dt_dataset *ds, const file_list *fl, const dt_dataset_cfg *cfg, int chat) {
+    if (!cfg->tokenizer)
+        return dt_error_set(DT_ERR_CONFIG, "data.format %s needs the model's BPE tokenizer, but data.tokenizer is bytes",
+                            chat ? "chat" : "completion");
+    if (chat) DT_TRY(open_chat(cfg->tokenizer, &ds->chat));
+    const dt_sft_cfg sc = {.chat = chat, .seq_len = cfg->seq_len, .train_on_all = cfg->train_on_all,
+                           .tok = cfg->tokenizer, .tmpl = ds->chat};
+    DT_TRY(dt_sft_new(&ds->sft, &sc));
+    for (size_t i = 0; i < fl->n; i++) {
+        unsigned char *buf;
+        size_t len;
+        DT_TRY(read_all(fl->v[i], &buf, &len));
+        dt_status st = dt_sft_read(ds->sft, fl->v[i], (const char *)buf, len);
+        free(buf);
+        DT_TRY(st);
+    }
+    ds->num_samples = dt_sft_size(ds->sft);
+    dt_sft_stats stats;
+    dt_sft_stats_get(ds->sft, &stats);
+    ds->num_truncated = stats.cut;
+    return DT_OK;
+}
+
 /* ---------------------------------------------------------------- dataset */
 
 static dt_data_format detect_format(const char *file) {
@@ -655,8 +697,12 @@ static dt_status check_format(const file_list *fl, const dt_dataset_cfg *cfg, dt
         return dt_error_set(DT_ERR_DATA,
                             "%s: data is tsv (%s), but model.num_labels is 0 and language modelling "
                             "reads token shards (hint: set model.num_labels to the number of classes "
-                            "to classify, or make a shard with \"dtrain data tokenize\")",
+                            "to classify, or make a shard with \"dtrain data tokenize\"; JSON lines of "
+                            "conversations or prompts and completions: data.format chat or completion)",
                             fl->v[0], why_tsv);
+    if (cfg->num_labels >= 2 && (fmt == DT_FORMAT_CHAT || fmt == DT_FORMAT_COMPLETION))
+        return dt_error_set(DT_ERR_DATA, "%s: data.format %s trains a language model, but model.num_labels is %d",
+                            fl->v[0], fmt == DT_FORMAT_CHAT ? "chat" : "completion", cfg->num_labels);
     if (cfg->num_labels >= 2 && fmt == DT_FORMAT_TOKENS)
         return dt_error_set(DT_ERR_DATA,
                             "%s: data is token shards (%s), but model.num_labels is %d and "
@@ -699,7 +745,9 @@ dt_status dt_dataset_open(dt_dataset **out, const dt_dataset_cfg *cfg) {
     ds->seq_len = cfg->seq_len;
     ds->num_files = fl.n;
     ds->classification = fmt == DT_FORMAT_TSV;
-    if (ds->classification) {
+    if (fmt == DT_FORMAT_CHAT || fmt == DT_FORMAT_COMPLETION) {
+        st = open_sft(ds, &fl, cfg, fmt == DT_FORMAT_CHAT);
+    } else if (ds->classification) {
         for (size_t i = 0; i < fl.n && st == DT_OK; i++) st = read_tsv(ds, fl.v[i], cfg->num_labels, cfg->tokenizer);
     } else {
         st = open_tokens(ds, &fl, cfg);
@@ -715,6 +763,8 @@ dt_status dt_dataset_open(dt_dataset **out, const dt_dataset_cfg *cfg) {
 
 void dt_dataset_free(dt_dataset *ds) {
     if (!ds) return;
+    dt_sft_free(ds->sft);
+    dt_chat_free(ds->chat);
     free(ds->tok16);
     free(ds->tok32);
     free(ds->ids);
@@ -728,8 +778,25 @@ int dt_dataset_is_classification(const dt_dataset *ds) { return ds->classificati
 size_t dt_dataset_num_files(const dt_dataset *ds) { return ds->num_files; }
 size_t dt_dataset_num_truncated(const dt_dataset *ds) { return ds->num_truncated; }
 
+int dt_dataset_counted(const dt_dataset *ds, size_t i) {
+    return ds->sft ? dt_sft_counted(ds->sft, i) : ds->classification ? 1 : ds->seq_len;
+}
+
+int dt_dataset_row_tokens(const dt_dataset *ds, size_t i) {
+    return ds->sft ? dt_sft_tokens(ds->sft, i) : ds->seq_len + !ds->classification;
+}
+
+int dt_dataset_sft_stats(const dt_dataset *ds, dt_sft_stats *out) {
+    if (ds->sft) dt_sft_stats_get(ds->sft, out);
+    return ds->sft != NULL;
+}
+
 void dt_dataset_get(const dt_dataset *ds, size_t i, int *tokens, int *targets) {
     size_t T = (size_t)ds->seq_len;
+    if (ds->sft) {
+        dt_sft_get(ds->sft, i, tokens, targets);
+        return;
+    }
     if (ds->classification) {
         const uint16_t *row = ds->ids + i * T;
         for (size_t t = 0; t < T; t++) tokens[t] = row[t];
@@ -844,19 +911,27 @@ void dt_sampler_batch(dt_sampler *s, long epoch, size_t step, int micro, size_t 
     dt_sampler_batch_at(s, epoch, step * s->global_batch, micro, idx);
 }
 
-void dt_sampler_batch_at(dt_sampler *s, long epoch, size_t cursor, int micro, size_t *idx) {
+/* idx[0..k) = the epoch's order at positions base, base + 1, ... */
+static void order_at(dt_sampler *s, long epoch, size_t base, size_t k, size_t *idx) {
     size_t n = s->cfg.num_samples;
-    size_t b = (size_t)s->cfg.batch_per_worker, world = (size_t)s->cfg.world;
-    size_t base = cursor + (size_t)micro * world * b + (size_t)s->cfg.rank * b;
     if (s->order && (!s->have_order || s->cached_epoch != epoch)) {
         epoch_permutation(s->order, n, s->cfg.seed, epoch);
         s->cached_epoch = epoch;
         s->have_order = 1;
     }
-    for (size_t k = 0; k < b; k++) {
-        size_t pos = n ? (base + k) % n : 0; /* in range for valid step/micro; never reads out of bounds */
-        idx[k] = s->order ? s->order[pos] : pos;
+    for (size_t i = 0; i < k; i++) {
+        size_t pos = n ? (base + i) % n : 0; /* in range for valid step/micro; never reads out of bounds */
+        idx[i] = s->order ? s->order[pos] : pos;
     }
+}
+
+void dt_sampler_batch_at(dt_sampler *s, long epoch, size_t cursor, int micro, size_t *idx) {
+    size_t b = (size_t)s->cfg.batch_per_worker, world = (size_t)s->cfg.world;
+    order_at(s, epoch, cursor + (size_t)micro * world * b + (size_t)s->cfg.rank * b, b, idx);
+}
+
+void dt_sampler_global_at(dt_sampler *s, long epoch, size_t cursor, size_t *idx) {
+    order_at(s, epoch, cursor, s->global_batch, idx);
 }
 
 /* ---------------------------------------------------------------- evaluation */

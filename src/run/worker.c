@@ -119,6 +119,7 @@ static dt_status open_dataset(const dt_config *c, const char *path, dt_tokenizer
         .num_labels = c->model.shape.num_labels,
         .vocab_size = c->model.shape.vocab_size,
         .tokenizer = tok,
+        .train_on_all = c->data.train_on_all,
     };
     return dt_dataset_open(out, &dc);
 }
@@ -307,6 +308,17 @@ static dt_status describe_data(const dt_config *c, FILE *out) {
         dt_dataset *ds = NULL;
         if ((st = open_dataset(c, path, tok, &ds)) != DT_OK) break;
         size_t n = dt_dataset_size(ds), cut = dt_dataset_num_truncated(ds);
+        dt_sft_stats ss;
+        if (dt_dataset_sft_stats(ds, &ss)) { /* chat, completion: what the loss will count */
+            fprintf(out, "# data: %s: %zu %s in %zu file(s), %zu tokens, %zu targets counted in the loss (%s)", name,
+                    ss.examples, c->data.format == DT_FORMAT_CHAT ? "conversations" : "prompts and completions",
+                    dt_dataset_num_files(ds), ss.tokens, ss.counted, c->data.train_on_all ? "all" : "the answers'");
+            if (cut) fprintf(out, ", %zu cut to data.seq_len + 1 = %d tokens", cut, c->data.seq_len + 1);
+            if (ss.no_answer) fprintf(out, ", %zu left out (no answer token within them)", ss.no_answer);
+            fputc('\n', out);
+            dt_dataset_free(ds);
+            continue;
+        }
         fprintf(out, "# data: %s: %zu %s in %zu file(s)", name, n,
                 dt_dataset_is_classification(ds) ? "examples" : "samples", dt_dataset_num_files(ds));
         if (cut && tok) fprintf(out, ", %zu cut to data.seq_len = %d tokens", cut, c->data.seq_len);
@@ -699,7 +711,8 @@ typedef struct trainer {
     int b, T, accum, cls;        /* batch per worker, sequence length, micro-batches, classification */
     long G;                      /* global batch: world x b x accum */
     size_t spe;                  /* steps per epoch */
-    float scale;                 /* 1 / rows of the global batch */
+    float scale;                 /* 1 / rows of the global batch (chat, completion: its counted targets) */
+    size_t *gidx;                /* chat, completion: the global batch's samples (G) */
     long check_every;            /* replica check period (0: off) */
     /* where training stands: the same on every rank */
     long step, epoch, step_start, total;
@@ -726,6 +739,7 @@ typedef struct trainer {
 
 static void trainer_free(trainer *t, dt_status st) {
     if (t->sample_log) fclose(t->sample_log);
+    free(t->gidx);
     run_free(&t->r, st);
 }
 
@@ -780,6 +794,9 @@ static dt_status train_open(trainer *t, const dt_config *c, const dt_worker_opts
     t->cls = c->model.shape.num_labels > 0;
     t->G = (long)r->world * t->b * t->accum;
     t->scale = 1.0f / (float)(t->G * (t->cls ? 1 : t->T));
+    if (c->data.format == DT_FORMAT_CHAT || c->data.format == DT_FORMAT_COMPLETION) /* step_scale */
+        t->gidx = dt_malloc((size_t)t->G * sizeof *t->gidx, "global batch indices");
+    if ((c->data.format == DT_FORMAT_CHAT || c->data.format == DT_FORMAT_COMPLETION) && !t->gidx) return DT_ERR_NOMEM;
     t->check_every = r->world > 1 ? c->training.check_replicas_every : 0;
     t->perturb = dt_fault_perturb_replica_rank();
     t->sample_log = dt_fault_sample_log(r->rank);
@@ -789,7 +806,13 @@ static dt_status train_open(trainer *t, const dt_config *c, const dt_worker_opts
         .rank = r->rank, .world = r->world, .batch_per_worker = t->b, .accum = t->accum,
     };
     DT_TRY(dt_sampler_init(&r->sampler, &sc));
-    if ((t->spe = dt_sampler_steps_per_epoch(r->sampler)) == 0)
+    dt_sft_stats ss;
+    if ((t->spe = dt_sampler_steps_per_epoch(r->sampler)) == 0 && dt_dataset_sft_stats(r->train, &ss) && ss.no_answer)
+        return dt_error_set(DT_ERR_DATA, "%s: %zu training examples, fewer than one global batch of %ld: %zu of the %zu "
+                            "read were left out, their answer starting past data.seq_len (%d) tokens (hint: a larger "
+                            "data.seq_len; dtrain --dry-run counts them)", c->data.train_path, dt_dataset_size(r->train),
+                            t->G, ss.no_answer, ss.examples, c->data.seq_len);
+    if (t->spe == 0)
         return dt_error_set(DT_ERR_DATA,
                             "%s: %zu training examples, fewer than one global batch of %ld (hint: lower "
                             "data.batch_size_per_worker, training.grad_accum_steps or training.num_workers)",
@@ -1023,11 +1046,24 @@ static void report_start(trainer *t) {
         dt_metrics_info(r->metrics, "nothing to train: step %ld of %ld is already done", t->step, t->total);
 }
 
+/* Chat and completion data: the loss is the mean over the answer's tokens of the whole global
+ * batch (every rank's, every micro-batch's), as one worker with the whole batch takes it, so 1
+ * and N workers and any accumulation make the same update. Each rank counts them from the
+ * sampler's order: no collective. Every example has one at least (sft.h). */
+static void step_scale(trainer *t) {
+    if (!t->gidx) return;
+    dt_sampler_global_at(t->r.sampler, t->epoch, t->cursor, t->gidx);
+    long n = 0;
+    for (long i = 0; i < t->G; i++) n += dt_dataset_counted(t->r.train, t->gidx[i]);
+    t->scale = 1.0f / (float)n;
+}
+
 /* Forward and backward over the step's micro-batches (gradients accumulate); the buckets of
  * the last backward are all-reduced as they finish. */
 static dt_status micro_batches(trainer *t, double *loss, long *rows, double *comm_ms, double *fwd_ms, double *bwd_ms) {
     run *r = &t->r;
     dt_model_zero_grad(r->model);
+    step_scale(t);
     *loss = 0;
     *rows = 0;
     for (int a = 0; a < t->accum; a++) {

@@ -1,0 +1,62 @@
+/* sft.h — supervised fine-tuning examples: JSON lines of conversations or prompt/completion
+ * pairs into token rows, with the tokens the loss counts.
+ *
+ *   chat:       {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
+ *               (Hugging Face's and OpenAI's convention), rendered with the model's chat template
+ *               (chat.h) and encoded whole, as transformers' apply_chat_template(tokenize=True)
+ *               does; the answer's tokens are those that overlap an assistant message's content
+ *               or its end-of-turn token (transformers' assistant mask, TRL's assistant-only loss).
+ *   completion: {"prompt": "...", "completion": "..."} (TRL's convention): prompt + completion +
+ *               the end-of-text token's text unless the completion ends with it, encoded whole;
+ *               the answer is every token after the prompt's own encoding's length (as TRL's
+ *               completion mask).
+ * Ids are the tokenizer's without its post-processor's additions (tokenizer.h). Each example is
+ * cut to seq_len + 1 tokens (one whose answer starts past them is left out, counted in the
+ * stats); row i is tokens [0, T) of example i padded with the end-of-text id,
+ * and its targets the next tokens where they count, -1 elsewhere (model.h ignores those). Every
+ * malformed line is DT_ERR_DATA naming file:line and what was expected. */
+#ifndef DTRAIN_SFT_H
+#define DTRAIN_SFT_H
+
+#include <stddef.h>
+
+#include "dtrain/chat.h"
+#include "dtrain/status.h"
+#include "dtrain/tokenizer.h"
+
+typedef struct dt_sft dt_sft;
+
+typedef struct dt_sft_cfg {
+    int chat;            /* 1: chat lines, 0: prompt/completion lines */
+    int seq_len;         /* T */
+    int train_on_all;    /* data.train_on: all (every next token counts), else the answer's */
+    dt_tokenizer *tok;   /* a BPE tokenizer with an end-of-text token; not owned */
+    const dt_chat *tmpl; /* chat: the model's template; not owned */
+} dt_sft_cfg;
+
+/* What the examples hold (for --dry-run). */
+typedef struct dt_sft_stats {
+    size_t examples;  /* read, those left out included */
+    size_t tokens;    /* before cutting */
+    size_t counted;   /* targets that count, after cutting */
+    size_t cut;       /* examples longer than seq_len + 1 tokens */
+    size_t no_answer; /* examples left out: no counted target within the cut (their answer starts
+                         past T; training on none of it, a batch of them would divide by 0) */
+} dt_sft_stats;
+
+dt_status dt_sft_new(dt_sft **out, const dt_sft_cfg *cfg);
+void dt_sft_free(dt_sft *s);
+/* Reads `len` bytes of `file`'s JSON lines (a UTF-8 byte order mark skipped), appending its
+ * examples. */
+dt_status dt_sft_read(dt_sft *s, const char *file, const char *buf, size_t len);
+
+size_t dt_sft_size(const dt_sft *s);
+void dt_sft_stats_get(const dt_sft *s, dt_sft_stats *out);
+/* Row i: tokens(T) and targets(T) (-1: not counted); returns the targets that count. */
+int dt_sft_get(const dt_sft *s, size_t i, int *tokens, int *targets);
+/* How many of row i's targets count (dt_sft_get's return, without filling a row). */
+int dt_sft_counted(const dt_sft *s, size_t i);
+/* The tokens of example i in its row (its first T inputs and the last target): at most T + 1. */
+int dt_sft_tokens(const dt_sft *s, size_t i);
+
+#endif
