@@ -8,7 +8,8 @@
 #   3. --quick again with the blocks and threads of every kernel in reverse order, and without
 #      cuBLASLt's bias epilogue (ops_cuda.c's fallback kernel); the epilogues refused with
 #      INVALID_VALUE instead of NOT_SUPPORTED (the same fallbacks); without a bf16 algorithm
-#      (MOCK_LT_NO_BF16: the fp32 fallback, which must not write a padded output's padding); and
+#      (MOCK_LT_NO_BF16: the fp32 fallback, which must not write a padded output's padding), also
+#      with every fallback product in pieces of 4 KiB (DTRAIN_TEST_FP32_SLOT_BYTES); and
 #      --quick with mock_att.c, a CPU reference of cuDNN's fused attention (cudnn_att.h), linked
 #      in place of cudnn_att.cpp (test_ops_backends_fused, also with ASan + UBSan): the backend's
 #      fused attention path (its buffers, statistics, workspace) on the shapes cuDNN plans, its
@@ -22,7 +23,9 @@
 #      within 1e-2 of the cpu run (the activations stay bf16); one worker through the nccl collective (DTRAIN_TEST_DEVICE_COMM),
 #      plain and with zero_stage 1: the plain run's losses; the bf16 run again with mock_att.c as
 #      cuDNN (dtrain_fused): attention through the fused path, no note, within 1e-2 of the cpu run;
-#      and configs/pretrain.yaml shrunk to 4
+#      no cudaMalloc or cudaFree once step 1 begins (the mock's count after the profiler range
+#      opens) in five runs: plain, no bf16 algorithm, nccl with bf16 gradients, the same with
+#      zero_stage 1, the fallback in pieces; and configs/pretrain.yaml shrunk to 4
 #      steps in fp32 (within 1e-5)
 #   6. the launcher's GPU samples through a fake NVML (fake_nvml.c as libnvidia-ml.so.1): the
 #      workers records, the workers: line, TensorBoard and the summary; and the note without it
