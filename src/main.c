@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dtrain/answers.h"
 #include "dtrain/backend.h"
 #include "dtrain/bench.h"
 #include "dtrain/ckpt.h"
@@ -422,6 +423,25 @@ static int cmd_doctor(const cli *c) {
     return st == DT_OK ? 0 : fail(st);
 }
 
+/* Chat and completion validation data: the exact match of greedy answers, each set's (the first
+ * eval.max_batches x data.batch_size_per_worker questions when eval.max_batches is set). */
+static dt_status eval_answers(dt_infer *s) {
+    DT_TRY(dt_infer_load(s, 1, 1));
+    dt_status st = DT_OK;
+    const long limit = s->cfg.eval.max_batches > 0 ? s->cfg.eval.max_batches * s->cfg.data.batch_size_per_worker : 0;
+    for (int i = 0; i < dt_config_val_count(&s->cfg) && st == DT_OK; i++) {
+        dt_answers_result r;
+        st = dt_answers_exact_match(s, dt_config_val_path(&s->cfg, i), limit, stdout, &r);
+        if (st != DT_OK) break;
+        char label[64] = "";
+        if (s->cfg.data.n_val_sets) snprintf(label, sizeof label, " [%s]", dt_config_val_name(&s->cfg, i));
+        printf("exact match%s: %ld of %ld greedy answers (%.4f) in %.1f s\n", label, r.exact, r.asked,
+               r.asked ? (double)r.exact / (double)r.asked : 0.0, r.seconds);
+    }
+    dt_infer_close(s);
+    return st;
+}
+
 static int cmd_eval(const cli *c) {
     if (!c->config && !c->checkpoint) return usage_error("%s", "eval: needs --checkpoint DIR|FILE or --config FILE");
     /* --config, else the config saved next to the weights (as generate and predict take it); the
@@ -432,6 +452,8 @@ static int cmd_eval(const cli *c) {
     dt_status st = dt_infer_resolve(&s, &io);
     dt_eval_point ep;
     if (st == DT_OK) st = dt_worker_eval(&s.cfg, s.weights, &ep);
+    if (st == DT_OK && (s.cfg.data.format == DT_FORMAT_CHAT || s.cfg.data.format == DT_FORMAT_COMPLETION))
+        st = eval_answers(&s);
     return st == DT_OK ? 0 : fail(st);
 }
 

@@ -267,6 +267,48 @@ if np is not None:
               "%d worker(s) x %d x %d micro-batch(es): step 1's loss and its gradient's norm are those of the mean over "
               "the global batch's answer tokens, as transformers' with labels -100 (%.7f, %.6f; reference %.7f, %.6f)"
               % (workers, b, accum, loss, norm, want, want_norm))
+    # ---- exact match of greedy answers: dtrain eval against the numpy model's greedy decoding ----
+    facts = [("What is the capital of France?", "Paris."), ("Colour of the sky?", "Blue."),
+             ("Two plus two?", "Four."), ("Say hello.", "Hello there!")]
+    mem = os.path.join(TMP, "facts.jsonl")
+    with open(mem, "w") as f:
+        for _ in range(4):
+            for q, a in facts:
+                f.write(json.dumps({"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}) + "\n")
+    val = os.path.join(TMP, "facts-val.jsonl")
+    with open(val, "w") as f:
+        for q, a in facts:
+            f.write(json.dumps({"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}) + "\n")
+    taught = os.path.join(TMP, "taught")
+    dtrain("--config", yaml, "--set", "run.dir=" + taught, "--set", "data.train_path=" + mem, "--set",
+           "training.max_steps=60", "--set", "data.batch_size_per_worker=4", "--quiet", "--progress", "never")
+    end = hf.convert_tokens_to_ids("<|im_end|>")
+
+    def greedy(W, conv):
+        ids = hf.apply_chat_template(conv[:-1], add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+        n = len(hf(conv[-1]["content"])["input_ids"]) + 16
+        out = []
+        for _ in range(n):
+            nxt = int(np.argmax(ref.logits(W, CFG, np.array([ids + out]))[0, -1]))
+            if nxt in (end, EOT):
+                break
+            out.append(nxt)
+        return hf.decode(out)
+
+    for name, W in [("the untrained model", W0), ("the taught model", load_file(os.path.join(taught, "model.safetensors")))]:
+        W64 = {k: v.astype(np.float64) for k, v in W.items()}
+        want = sum(greedy(W64, [{"role": "user", "content": q}, {"role": "assistant", "content": a}]).strip() == a
+                   for q, a in facts)
+        src = model if W is W0 else taught
+        r = dtrain("eval", "--checkpoint", src, "--set", "data.val_path=" + val, "--set", "data.format=chat")
+        line = [l for l in r.stdout.splitlines() if l.startswith("exact match: ") and " of 4 greedy" in l]
+        check(bool(line) and line[0].startswith("exact match: %d of 4 greedy answers" % want) and
+              (want >= 3 or W is W0),
+              "dtrain eval of %s: exact match of greedy answers as the numpy model's greedy decoding (%d of 4): %s"
+              % (name, want, line[0] if line else r.stdout[-300:]))
+        if W is W0:
+            check('not matched: question 1: expected "Paris.", generated "' in r.stdout,
+                  "a mismatch is shown with what was expected and generated")
     base = runs[(1, 4, 1)]
     for key, W in runs.items():
         err = max(float(np.max(np.abs(W[k] - base[k]))) for k in base)

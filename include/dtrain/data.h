@@ -78,6 +78,9 @@ void dt_dataset_get(const dt_dataset *ds, size_t i, int *tokens, int *targets);
 dt_status dt_data_text_row(dt_tokenizer *tok, const char *text, size_t len, int seq_len, uint16_t *row,
                            int *truncated, uint32_t **ids, size_t *cap);
 
+/* A data file whole (a .gz one decompressed; a FIFO or a device refused), malloc'ed into *out. */
+dt_status dt_data_read_all(const char *file, unsigned char **out, size_t *len);
+
 /* ---- sampler ----
  * Epoch order: identity when !shuffle, else a permutation seeded by (seed, epoch) only.
  * Global batch j of an epoch = order[j*G, (j+1)*G), G = world * batch_per_worker * accum;

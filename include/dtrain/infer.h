@@ -64,6 +64,9 @@ typedef struct dt_infer_opts {
 dt_status dt_infer_open(dt_infer *s, const dt_infer_opts *o);
 /* The first half of dt_infer_open: s->weights, s->config_path and s->cfg only (nothing built). */
 dt_status dt_infer_resolve(dt_infer *s, const dt_infer_opts *o);
+/* The second half, on a resolved s: the backend, tokenizer and model of batch x seq_len (as
+ * dt_infer_opts's), the weights loaded; s is closed on failure. */
+dt_status dt_infer_load(dt_infer *s, int batch, int seq_len);
 void dt_infer_close(dt_infer *s);
 
 #endif

@@ -59,4 +59,19 @@ int dt_sft_counted(const dt_sft *s, size_t i);
 /* The tokens of example i in its row (its first T inputs and the last target): at most T + 1. */
 int dt_sft_tokens(const dt_sft *s, size_t i);
 
+/* What exact match (answers.h) asks and expects, a line each: chat: the conversation up to its
+ * last message, which must be the assistant's (else DT_ERR_DATA naming file:line), rendered with
+ * the assistant's turn opened (apply_chat_template's add_generation_prompt), and that message's
+ * content; completion: the prompt, and the completion without a final end-of-text token. */
+typedef struct dt_sft_question {
+    char *prompt;
+    char *answer;
+} dt_sft_question;
+dt_status dt_sft_questions(const dt_sft *s, const char *file, const char *buf, size_t len, dt_sft_question **out,
+                           size_t *n);
+void dt_sft_questions_free(dt_sft_question *q, size_t n);
+
+/* The chat template of a tokenizer: the tokenizer_config.json beside its tokenizer.json. */
+dt_status dt_sft_open_chat(dt_tokenizer *tok, dt_chat **out);
+
 #endif

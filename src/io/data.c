@@ -236,7 +236,7 @@ static dt_status gz_read_full(gzFile f, const char *file, void *buf, size_t len,
 }
 
 /* Reads the whole (decompressed) file; the caller frees *out. */
-static dt_status read_all(const char *file, unsigned char **out, size_t *out_len) {
+dt_status dt_data_read_all(const char *file, unsigned char **out, size_t *out_len) {
     gzFile f;
     off_t size;
     DT_TRY(gz_open(file, &f, &size));
@@ -559,7 +559,7 @@ dt_status dt_data_text_row(dt_tokenizer *tok, const char *text, size_t tlen, int
 static dt_status read_tsv(dt_dataset *ds, const char *file, int num_labels, dt_tokenizer *tok) {
     unsigned char *buf;
     size_t len;
-    DT_TRY(read_all(file, &buf, &len));
+    DT_TRY(dt_data_read_all(file, &buf, &len));
     dt_status st = DT_OK;
     if (len == 0) {
         st = dt_error_set(DT_ERR_DATA, "%s: empty file (expected lines of " TSV_LINE ")", file);
@@ -629,30 +629,18 @@ done:
 
 /* ---------------------------------------------------------------- chat, completion */
 
-/* The chat template: tokenizer_config.json beside data.tokenizer's tokenizer.json. */
-static dt_status open_chat(dt_tokenizer *tok, dt_chat **out) {
-    char dir[4200];
-    snprintf(dir, sizeof dir, "%s", dt_tokenizer_name(tok));
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0';
-    else snprintf(dir, sizeof dir, ".");
-    dt_status st = dt_chat_open(dir, out);
-    if (st != DT_OK) dt_error_prefix("data.format chat: the template of data.tokenizer %s", dt_tokenizer_name(tok));
-    return st;
-}
-
 static dt_status open_sft(dt_dataset *ds, const file_list *fl, const dt_dataset_cfg *cfg, int chat) {
     if (!cfg->tokenizer)
         return dt_error_set(DT_ERR_CONFIG, "data.format %s needs the model's BPE tokenizer, but data.tokenizer is bytes",
                             chat ? "chat" : "completion");
-    if (chat) DT_TRY(open_chat(cfg->tokenizer, &ds->chat));
+    if (chat) DT_TRY(dt_sft_open_chat(cfg->tokenizer, &ds->chat));
     const dt_sft_cfg sc = {.chat = chat, .seq_len = cfg->seq_len, .train_on_all = cfg->train_on_all,
                            .tok = cfg->tokenizer, .tmpl = ds->chat};
     DT_TRY(dt_sft_new(&ds->sft, &sc));
     for (size_t i = 0; i < fl->n; i++) {
         unsigned char *buf;
         size_t len;
-        DT_TRY(read_all(fl->v[i], &buf, &len));
+        DT_TRY(dt_data_read_all(fl->v[i], &buf, &len));
         dt_status st = dt_sft_read(ds->sft, fl->v[i], (const char *)buf, len);
         free(buf);
         DT_TRY(st);
@@ -1017,7 +1005,7 @@ dt_status dt_data_tokenize(const char *tokenizer, const char *in_path, const cha
     size_t len;
     if (n_tokens) *n_tokens = 0;
     DT_TRY(dt_file_check_output("IN", in_path, "OUT", out_path));
-    DT_TRY(read_all(in_path, &buf, &len));
+    DT_TRY(dt_data_read_all(in_path, &buf, &len));
     if (len == 0) {
         free(buf);
         return dt_error_set(DT_ERR_DATA, "%s: empty input (nothing to tokenize)", in_path);

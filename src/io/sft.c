@@ -168,19 +168,19 @@ static dt_status encode(dt_sft *s, const char *text, size_t len, size_t *n, cons
     return st;
 }
 
-static dt_status chat_line(dt_sft *s, json_t *o, const char *file, size_t line) {
+/* A line's messages into *out (n of them, malloc'ed; the strings are o's); *answers: how many are
+ * the assistant's. */
+static dt_status messages(json_t *o, const char *file, size_t line, dt_chat_msg **out, size_t *n_out, int *answers) {
     json_t *msgs = json_object_get(o, "messages");
     const size_t n = json_array_size(msgs);
+    *out = NULL;
+    *answers = 0;
     if (!json_is_array(msgs) || n == 0)
         return dt_error_set(DT_ERR_DATA, "%s:%zu: messages: expected a non-empty array of messages (expected lines of "
                             "%s)", file, line, SFT_CHAT_LINE);
     if (n > 100000) return dt_error_set(DT_ERR_DATA, "%s:%zu: messages: more than 100000", file, line);
     dt_chat_msg *m = calloc(n, sizeof *m);
-    size_t *spans = calloc(2 * n, sizeof *spans);
-    unsigned char *ans = NULL;
-    char *text = NULL;
-    dt_status st = m && spans ? DT_OK : dt_error_set(DT_ERR_NOMEM, "out of memory");
-    int answers = 0;
+    dt_status st = m ? DT_OK : dt_error_set(DT_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n && st == DT_OK; i++) {
         json_t *msg = json_array_get(msgs, i);
         char where[64];
@@ -195,8 +195,26 @@ static dt_status chat_line(dt_sft *s, json_t *o, const char *file, size_t line) 
         if (st == DT_OK && strcmp(m[i].role, "system") && strcmp(m[i].role, "user") && strcmp(m[i].role, "assistant"))
             st = dt_error_set(DT_ERR_DATA, "%s:%zu: messages[%zu].role: expected system, user or assistant, got \"%.40s\"",
                               file, line, i, m[i].role);
-        answers += st == DT_OK && strcmp(m[i].role, "assistant") == 0;
+        *answers += st == DT_OK && strcmp(m[i].role, "assistant") == 0;
     }
+    if (st != DT_OK) {
+        free(m);
+        return st;
+    }
+    *out = m;
+    *n_out = n;
+    return DT_OK;
+}
+
+static dt_status chat_line(dt_sft *s, json_t *o, const char *file, size_t line) {
+    dt_chat_msg *m;
+    size_t n;
+    int answers;
+    DT_TRY(messages(o, file, line, &m, &n, &answers));
+    size_t *spans = calloc(2 * n, sizeof *spans);
+    unsigned char *ans = NULL;
+    char *text = NULL;
+    dt_status st = spans ? DT_OK : dt_error_set(DT_ERR_NOMEM, "out of memory");
     if (st == DT_OK && !answers && !s->cfg.train_on_all)
         st = dt_error_set(DT_ERR_DATA, "%s:%zu: messages: no assistant message, so nothing of it would count in the "
                           "loss (data.train_on: assistant) (hint: data.train_on: all trains on the whole text)",
@@ -242,9 +260,12 @@ static dt_status completion_line(dt_sft *s, json_t *o, const char *file, size_t 
     return st;
 }
 
-dt_status dt_sft_read(dt_sft *s, const char *file, const char *buf, size_t len) {
+/* fn(user, object, file, line) for every line's JSON object, in order; the first failure stops */
+typedef dt_status (*line_fn)(void *user, json_t *o, const char *file, size_t line);
+
+static dt_status for_lines(int chat, const char *file, const char *buf, size_t len, line_fn fn, void *user) {
     const char *p = buf, *end = buf + len;
-    const char *expect = s->cfg.chat ? SFT_CHAT_LINE : SFT_COMPLETION_LINE;
+    const char *expect = chat ? SFT_CHAT_LINE : SFT_COMPLETION_LINE;
     if (len == 0) return dt_error_set(DT_ERR_DATA, "%s: empty file (expected lines of %s)", file, expect);
     if (len >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0) p += 3;
     for (size_t line = 1; p < end; line++) {
@@ -259,13 +280,101 @@ dt_status dt_sft_read(dt_sft *s, const char *file, const char *buf, size_t len) 
                                 je.text, je.column, expect);
         dt_status st = !json_is_object(o) ? dt_error_set(DT_ERR_DATA, "%s:%zu: expected a JSON object (lines of %s)",
                                                          file, line, expect)
-                       : s->cfg.chat      ? chat_line(s, o, file, line)
-                                          : completion_line(s, o, file, line);
+                                          : fn(user, o, file, line);
         json_decref(o);
         DT_TRY(st);
         p = next;
     }
     return DT_OK;
+}
+
+static dt_status example_line(void *user, json_t *o, const char *file, size_t line) {
+    dt_sft *s = user;
+    return s->cfg.chat ? chat_line(s, o, file, line) : completion_line(s, o, file, line);
+}
+
+dt_status dt_sft_read(dt_sft *s, const char *file, const char *buf, size_t len) {
+    return for_lines(s->cfg.chat, file, buf, len, example_line, s);
+}
+
+/* ---- questions: what exact match asks and expects ---- */
+
+typedef struct questions {
+    const dt_sft_cfg *cfg;
+    const char *eot_text;
+    dt_sft_question *q;
+    size_t n, cap;
+} questions;
+
+static dt_status question_line(void *user, json_t *o, const char *file, size_t line) {
+    questions *qs = user;
+    if (qs->n == qs->cap) {
+        const size_t cap = qs->cap ? 2 * qs->cap : 64;
+        dt_sft_question *q = realloc(qs->q, cap * sizeof *q);
+        if (!q) return dt_error_set(DT_ERR_NOMEM, "out of memory");
+        qs->q = q;
+        qs->cap = cap;
+    }
+    dt_sft_question *q = &qs->q[qs->n];
+    memset(q, 0, sizeof *q);
+    if (!qs->cfg->chat) {
+        const char *prompt, *completion;
+        DT_TRY(get_str(o, "prompt", "", file, line, SFT_COMPLETION_LINE, &prompt));
+        DT_TRY(get_str(o, "completion", "", file, line, SFT_COMPLETION_LINE, &completion));
+        size_t cl = strlen(completion);
+        const size_t el = strlen(qs->eot_text);
+        if (cl >= el && strcmp(completion + cl - el, qs->eot_text) == 0) cl -= el;
+        q->prompt = strdup(prompt);
+        q->answer = strndup(completion, cl);
+    } else {
+        dt_chat_msg *m;
+        size_t n;
+        int answers;
+        DT_TRY(messages(o, file, line, &m, &n, &answers));
+        dt_status st = strcmp(m[n - 1].role, "assistant") == 0 && n > 1
+                           ? dt_chat_render(qs->cfg->tmpl, m, (int)n - 1, 1, &q->prompt)
+                           : dt_error_set(DT_ERR_DATA, "%s:%zu: messages: the last message is not the assistant's "
+                                          "answer to the ones before it, so there is nothing to compare a generated "
+                                          "answer with", file, line);
+        if (st == DT_OK) q->answer = strdup(m[n - 1].content);
+        free(m);
+        if (st != DT_OK) return st;
+    }
+    qs->n++;
+    if (!q->prompt || !q->answer) return dt_error_set(DT_ERR_NOMEM, "out of memory");
+    return DT_OK;
+}
+
+dt_status dt_sft_questions(const dt_sft *s, const char *file, const char *buf, size_t len, dt_sft_question **out,
+                           size_t *n) {
+    questions qs = {.cfg = &s->cfg, .eot_text = s->eot_text};
+    dt_status st = for_lines(s->cfg.chat, file, buf, len, question_line, &qs);
+    if (st != DT_OK) {
+        dt_sft_questions_free(qs.q, qs.n);
+        return st;
+    }
+    *out = qs.q;
+    *n = qs.n;
+    return DT_OK;
+}
+
+void dt_sft_questions_free(dt_sft_question *q, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        free(q[i].prompt);
+        free(q[i].answer);
+    }
+    free(q);
+}
+
+dt_status dt_sft_open_chat(dt_tokenizer *tok, dt_chat **out) {
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", dt_tokenizer_name(tok));
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    dt_status st = dt_chat_open(dir, out);
+    if (st != DT_OK) dt_error_prefix("data.format chat: the template of data.tokenizer %s", dt_tokenizer_name(tok));
+    return st;
 }
 
 int dt_sft_get(const dt_sft *s, size_t i, int *tokens, int *targets) {

@@ -169,10 +169,14 @@ dt_status dt_infer_resolve(dt_infer *s, const dt_infer_opts *o) {
 
 dt_status dt_infer_open(dt_infer *s, const dt_infer_opts *o) {
     DT_TRY(dt_infer_resolve(s, o));
+    return dt_infer_load(s, o->batch, o->seq_len);
+}
+
+dt_status dt_infer_load(dt_infer *s, int batch_in, int seq_len) {
     dt_status st = DT_OK;
     /* batch 0: data.batch_size_per_worker (one sequence for a language model, scored line by line) */
-    const int batch = o->batch ? o->batch : s->cfg.model.shape.num_labels ? s->cfg.data.batch_size_per_worker : 1;
-    st = dt_infer_build(&s->cfg, 0, 0, batch, o->seq_len ? o->seq_len : s->cfg.data.seq_len, 0, &s->be, &s->tok,
+    const int batch = batch_in ? batch_in : s->cfg.model.shape.num_labels ? s->cfg.data.batch_size_per_worker : 1;
+    st = dt_infer_build(&s->cfg, 0, 0, batch, seq_len ? seq_len : s->cfg.data.seq_len, 0, &s->be, &s->tok,
                         &s->model);
     int score_loaded = 1;
     if (st == DT_OK) st = dt_model_load(s->model, s->weights, &score_loaded);
