@@ -282,6 +282,13 @@ for name, hf, cfg, W in [("llama3", HF3, CFG3, W0), ("qwen2", HFQ, CFGQ, WQ)]:
     _, worst = predict_worst(ex, cfg, W, name + "-export")
     check(worst <= 1e-4, "the %s export predicts as the reference (worst %.2e)" % (name, worst))
 
+# a value of more than 10 significant digits is written as it is (export wrote 10)
+odd = os.path.join(TMP, "hf-theta")
+write_dir(odd, dict(CFG, rope_theta=123456.78901234567), W0)
+dtrain("export", "--checkpoint", odd, "--format", "hf", "--out", odd + "-export")
+theta_back = json.load(open(os.path.join(odd + "-export", "config.json")))["rope_theta"]
+check(theta_back == 123456.78901234567, "export writes rope_theta 123456.78901234567 exactly (%r)" % theta_back)
+
 E = load_file(os.path.join(exp, "model.safetensors"))
 check(sorted(E) == sorted(W0), "export: the tensors carry transformers' LlamaForCausalLM names")
 out2 = os.path.join(TMP, "pred-export.jsonl")

@@ -287,11 +287,33 @@ dt_status dt_hf_read_config(const char *dir, dt_hf_config *out) {
 
 /* ---- writing ---- */
 
-/* obj (consumed) into the new file DIR/name */
+/* The significant digits every real of j needs to read back exactly (at most 17). */
+static int real_digits(json_t *j) {
+    int most = 1;
+    if (json_is_real(j)) {
+        const double v = json_real_value(j);
+        char buf[40];
+        for (; most < 17; most++) {
+            snprintf(buf, sizeof buf, "%.*g", most, v);
+            if (strtod(buf, NULL) == v) break;
+        }
+    } else if (json_is_object(j) || json_is_array(j)) {
+        const char *k;
+        json_t *v;
+        size_t i;
+        if (json_is_object(j)) json_object_foreach(j, k, v) most = real_digits(v) > most ? real_digits(v) : most;
+        else json_array_foreach(j, i, v) most = real_digits(v) > most ? real_digits(v) : most;
+    }
+    return most;
+}
+
+/* obj (consumed) into the new file DIR/name: reals with 10 significant digits (1e-05, 0.02: as
+ * transformers writes them), or as many as one needs to read back exactly */
 static dt_status write_json(const char *dir, const char *name, json_t *obj) {
     char path[HF_PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    return dt_json_write_new(path, obj, 10); /* 1e-05, 0.02: as transformers writes them */
+    const int digits = obj ? real_digits(obj) : 10;
+    return dt_json_write_new(path, obj, digits > 10 ? digits : 10);
 }
 
 static json_t *labels_map(int n, int by_id) {
