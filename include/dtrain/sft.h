@@ -12,7 +12,8 @@
  *               completion mask).
  * Ids are the tokenizer's without its post-processor's additions (tokenizer.h). Each example is
  * cut to seq_len + 1 tokens (one whose answer starts past them is left out, counted in the
- * stats); row i is tokens [0, T) of example i padded with the end-of-text id,
+ * stats); row i is tokens [0, T) of example i padded with the end-of-text id (chat data with a
+ * tokenizer that has none, as Llama 3's: the template's end-of-turn token),
  * and its targets the next tokens where they count, -1 elsewhere (model.h ignores those). Every
  * malformed line is DT_ERR_DATA naming file:line and what was expected. */
 #ifndef DTRAIN_SFT_H

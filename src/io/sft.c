@@ -36,7 +36,10 @@ struct dt_sft {
 
 dt_status dt_sft_new(dt_sft **out, const dt_sft_cfg *cfg) {
     *out = NULL;
-    const int eot = cfg->tok ? dt_tokenizer_eot(cfg->tok) : -1;
+    int eot = cfg->tok ? dt_tokenizer_eot(cfg->tok) : -1;
+    /* a chat model's tokenizer without one (Llama 3's: many special tokens, no <|endoftext|>): its
+     * template's end of turn pads the rows */
+    if (cfg->tok && eot < 0 && cfg->chat && cfg->tmpl) eot = dt_tokenizer_token_id(cfg->tok, dt_chat_eos(cfg->tmpl));
     if (!cfg->tok || eot < 0)
         return dt_error_set(DT_ERR_CONFIG, "data.tokenizer %s has no end-of-text token to end answers and pad rows with "
                             "(data.format chat and completion need the model's BPE tokenizer.json)",
