@@ -296,7 +296,8 @@ dt_status dt_chat_open(const char *dir, dt_chat **out) {
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     if (access(path, F_OK) != 0)
         return dt_error_set(DT_ERR_DATA, "%s: no such file: a chat model's tokenizer_config.json holds its chat_template "
-                            "(hint: leave out --chat and give the prompt as the model expects it)", path);
+                            "(hint: generate: leave out --chat and give the prompt as the model expects it; chat data: "
+                            "put the model's tokenizer_config.json beside its tokenizer.json)", path);
     dt_hf_tokens t;
     void *held;
     DT_TRY(dt_hf_read_tokens(dir, &t, &held));
@@ -305,15 +306,17 @@ dt_status dt_chat_open(const char *dir, dt_chat **out) {
     if (!c) st = dt_error_set(DT_ERR_NOMEM, "out of memory");
     else if (!t.chat_template)
         st = dt_error_set(DT_ERR_DATA, "%s: chat_template: missing (not a chat model's tokenizer, or a template in a "
-                          "file of its own) (hint: leave out --chat and give the prompt as the model expects it)", path);
+                          "file of its own) (hint: generate: leave out --chat and give the prompt as the model expects it; "
+                          "chat data: data.format completion takes prompts rendered already)", path);
     else if (!t.eos)
         st = dt_error_set(DT_ERR_DATA, "%s: eos_token: missing: generation would not know where the answer ends", path);
     else if (recognise(t.chat_template, c) != 0)
         st = dt_error_set(DT_ERR_DATA, "%s: chat_template: not a template dtrain renders exactly (it knows ChatML, with "
                           "or without a default system prompt, as SmolLM2's, and Qwen 2.5 Instruct's and Llama 3.1 (3.3) "
                           "and 3.2 Instruct's, as their tokenizer_config.json hold them); refusing rather than "
-                          "approximating it (hint: leave out --chat and give the prompt as the template would render "
-                          "it)", path);
+                          "approximating it (hint: generate: leave out --chat and give the prompt as the template would "
+                          "render it; chat data: render the conversations yourself into data.format completion "
+                          "lines)", path);
     else if (!(c->eos = strdup(t.eos)) || (t.bos && !(c->bos = strdup(t.bos))))
         st = dt_error_set(DT_ERR_NOMEM, "out of memory");
     dt_hf_tokens_free(held);
