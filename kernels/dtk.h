@@ -70,9 +70,15 @@ cudaError_t dtk_gelu_bwd(cudaStream_t s, dtk_type t, void *dinp, const void *inp
 cudaError_t dtk_swiglu_fwd(cudaStream_t s, dtk_type t, void *out, const void *inp, int N, int F);
 cudaError_t dtk_swiglu_bwd(cudaStream_t s, dtk_type t, void *dinp, const void *inp, const void *dout, int N, int F);
 
-/* out = a + b (out may alias a or b);  x *= scale */
+/* A range of a float vector: elements offset .. offset + numel - 1 (ops.h dt_range's layout). */
+typedef struct dtk_range {
+    size_t offset, numel;
+} dtk_range;
+
+/* out = a + b (out may alias a or b);  x *= scale over n_ranges ranges (a device table) of
+ * `total` elements in all, in one launch */
 cudaError_t dtk_add(cudaStream_t s, dtk_type t, void *out, const void *a, const void *b, size_t n);
-cudaError_t dtk_scale(cudaStream_t s, float *x, size_t n, float scale);
+cudaError_t dtk_scale(cudaStream_t s, float *x, const dtk_range *ranges, int n_ranges, size_t total, float scale);
 
 /* dbias(N) += column sums of dout(M,N) (rows summed in a fixed order) */
 size_t dtk_bias_bwd_work_bytes(int M, int N);
@@ -149,9 +155,14 @@ cudaError_t dtk_adamw(cudaStream_t s, float *p, dtk_bf16 *p16, const float *g, f
                       const dtk_adamw_piece *pieces, int n_pieces, size_t total, float lr, float beta1, float beta2,
                       float eps, float weight_decay, int t);
 
-/* *out (device double) = sum of x[i]^2 in double, fixed reduction order */
-size_t dtk_sumsq_work_bytes(size_t n);
-cudaError_t dtk_sumsq(cudaStream_t s, double *out, const float *x, size_t n, void *work, size_t work_bytes);
+/* *out (device double) = sum of x[i]^2 in double over n_ranges ranges (a device table) of
+ * `total` elements in all, fixed reduction order (from total alone): two launches */
+size_t dtk_sumsq_work_bytes(size_t total);
+cudaError_t dtk_sumsq(cudaStream_t s, double *out, const float *x, const dtk_range *ranges, int n_ranges, size_t total,
+                      void *work, size_t work_bytes);
+/* *acc (device double) += sum in double of losses(n) over the rows with targets[i] >= 0
+ * (targets NULL: all), one block, fixed order */
+cudaError_t dtk_loss_sum(cudaStream_t s, double *acc, const float *losses, const int *targets, int n);
 
 /* idx(N) = column of the largest element of row n of x(N,V), rows ld >= V apart, the first
  * one on ties (kernels/argmax.cu) */

@@ -75,7 +75,13 @@ template <typename A> static __device__ void add(void *out_, const void *a_, con
 }
 DTK_ACT_KERNELS(add, (void *out, const void *a, const void *b, size_t n), (out, a, b, n))
 
-static __global__ void dtk_scale_kernel(float *x, size_t n, float scale) { GRID_STRIDE(i, n) x[i] *= scale; }
+// every range in turn, each a grid-stride loop of the whole grid
+static __global__ void dtk_scale_kernel(float *x, const dtk_range *ranges, int n_ranges, float scale) {
+    for (int r = 0; r < n_ranges; r++) {
+        float *y = x + ranges[r].offset;
+        GRID_STRIDE(i, ranges[r].numel) y[i] *= scale;
+    }
+}
 
 static __global__ void dtk_cast_bf16_kernel(__nv_bfloat16 *out, const float *in, size_t n) {
     GRID_STRIDE(i, n) out[i] = __float2bfloat16_rn(in[i]);
@@ -133,9 +139,10 @@ extern "C" cudaError_t dtk_add(cudaStream_t s, dtk_type t, void *out, const void
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dtk_scale(cudaStream_t s, float *x, size_t n, float scale) {
-    if (n == 0) return cudaSuccess;
-    dtk_scale_kernel<<<dtk_blocks(n), DTK_THREADS, 0, s>>>(x, n, scale);
+extern "C" cudaError_t dtk_scale(cudaStream_t s, float *x, const dtk_range *ranges, int n_ranges, size_t total,
+                                 float scale) {
+    if (total == 0) return cudaSuccess;
+    dtk_scale_kernel<<<dtk_blocks(total), DTK_THREADS, 0, s>>>(x, ranges, n_ranges, scale);
     return cudaGetLastError();
 }
 

@@ -621,20 +621,63 @@ static void case_add(const int *s, double tol) {
     pair_free(&x); pair_free(&y); pair_free(&out);
 }
 
-/* s: n; tol for scale, sumsq to 1e-9 relative and bit-identical on rerun */
+/* s: n; tol for scale, sumsq to 1e-9 relative and bit-identical on rerun; over every element,
+ * then over three ranges with gaps between them (a shard's buckets: one call each) */
 static void case_scale_sumsq(const int *s, double tol) {
     const size_t n = (size_t)s[0];
-    pair x = pair_rand(K_F32, n, -4, 4);
+    pair x = pair_rand(K_F32, n, -4, 4), out = pair_new(K_F32, NULL, 2); /* out: one double */
+    const dt_range all = {0, n}, some[3] = {{0, n / 3}, {n / 3 + n / 5, n / 7}, {n - n / 11, n / 11}};
     printf("  scale, sumsq n %zu:\n", n);
-    REF(scale, CF(x), n, -0.37f);
-    DEV(scale, GF(x), n, -0.37f);
-    compare("scale", &x, n, tol);
-    double sc = REF(sumsq, CF(x), n), sg = DEV(sumsq, GF(x), n), sg2 = DEV(sumsq, GF(x), n);
-    dev_ok();
-    int ok = fabs(sc - sg) <= 1e-9 * fabs(sc) && sg == sg2;
-    printf("  %-44s cpu %.15g %s %.15g%s\n", "sumsq (double, deterministic)", sc, g_dev->ops->name, sg, ok ? "" : "  FAIL");
-    count_failure(ok);
+    for (int k = 0; k < 2; k++) {
+        const dt_range *r = k ? some : &all;
+        const int nr = k ? 3 : 1;
+        REF(scale, CF(x), r, nr, -0.37f);
+        DEV(scale, GF(x), r, nr, -0.37f);
+        compare(k ? "scale over 3 ranges" : "scale", &x, n, tol);
+        double sc, sg, sg2;
+        REF(sumsq, (double *)out.c, CF(x), r, nr);
+        sc = *(const double *)out.c;
+        DEV(sumsq, (double *)out.g, GF(x), r, nr);
+        DEV(download, &sg, out.g, sizeof sg);
+        DEV(sumsq, (double *)out.g, GF(x), r, nr);
+        DEV(download, &sg2, out.g, sizeof sg2);
+        dev_ok();
+        int ok = fabs(sc - sg) <= 1e-9 * fabs(sc) && sg == sg2;
+        printf("  %-44s cpu %.15g %s %.15g%s\n", k ? "sumsq over 3 ranges (double, deterministic)"
+                                                   : "sumsq (double, deterministic)", sc, g_dev->ops->name, sg,
+               ok ? "" : "  FAIL");
+        count_failure(ok);
+    }
     pair_free(&x);
+    pair_free(&out);
+}
+
+/* s: n; the training loss's sum on the device: acc += the losses of the rows with a target (some
+ * are -1: ignored), then of every row, onto 1.5; to 1e-12 relative */
+static void case_loss_sum(const int *s, double tol) {
+    (void)tol;
+    const int n = s[0];
+    int *tg = rand_ints((size_t)n, 0, 4);
+    for (int i = 0; i < n; i += 3) tg[i] = -1;
+    pair t = pair_ints(tg, (size_t)n), losses = pair_rand(K_F32, (size_t)n, 0, 8), acc = pair_new(K_F32, NULL, 2);
+    const double start = 1.5;
+    REF(upload, acc.c, &start, sizeof start);
+    DEV(upload, acc.g, &start, sizeof start);
+    for (int k = 0; k < 2; k++) {
+        REF(loss_sum, (double *)acc.c, CF(losses), k ? NULL : (const int *)t.c, n);
+        DEV(loss_sum, (double *)acc.g, GF(losses), k ? NULL : (const int *)t.g, n);
+    }
+    double sc = *(const double *)acc.c, sg;
+    DEV(download, &sg, acc.g, sizeof sg);
+    dev_ok();
+    const int ok = fabs(sc - sg) <= 1e-12 * fabs(sc);
+    printf("  %-44s cpu %.15g %s %.15g%s\n", "loss_sum (rows with a target, then all)", sc, g_dev->ops->name, sg,
+           ok ? "" : "  FAIL");
+    count_failure(ok);
+    free(tg);
+    pair_free(&t);
+    pair_free(&losses);
+    pair_free(&acc);
 }
 
 /* s: N V ld (softmax cross-entropy, probabilities in place as the model does, and argmax).
@@ -944,14 +987,17 @@ static void case_training(const int *s, double tol) {
 
 /* ---- the table ---- */
 
-/* The mock GPU's count of queued work (tests/mockgpu/mock_api.h); NULL on a real GPU. */
+/* The mock GPU's count of queued work and of the host's waits for the device
+ * (tests/mockgpu/mock_api.h); NULL on a real GPU. */
 extern void mock_launch_counts(unsigned long *kernels, unsigned long *library) __attribute__((weak));
+extern unsigned long mock_sync_count(void) __attribute__((weak));
 
 /* How many kernels and library calls one training step queues, counted by the mock GPU: a
  * GPT-2-shaped language model (s: L layers; small widths, the count depends on the layers, not
  * on the sizes) after one step has made the plans; zero_grad, forward, backward, the optimizer
- * step with clipping, as the trainer runs it with one worker. Printed, not checked: the table
- * in docs/PERFORMANCE.md records it. */
+ * step with clipping, as the trainer runs it with one worker (worker.c train_step: the loss and
+ * the norm read at the step's one check). The launches for 12 layers are checked against the
+ * table in docs/PERFORMANCE.md; the waits for the device must be that one check. */
 static void case_launches(const int *s, double tol) {
     (void)tol;
     if (!mock_launch_counts) {
@@ -975,20 +1021,33 @@ static void case_launches(const int *s, double tol) {
     free(segs);
     const int B = 2, T = mc.seq_len;
     int *tok = rand_ints((size_t)B * T, 0, mc.shape.vocab_size), *tg = rand_ints((size_t)B * T, 0, mc.shape.vocab_size);
-    unsigned long k0 = 0, l0 = 0, k1 = 0, l1 = 0;
+    unsigned long k0 = 0, l0 = 0, k1 = 0, l1 = 0, y0 = 0, y1 = 0;
     for (int step = 0; step < 2; step++) {
-        if (step == 1) mock_launch_counts(&k0, &l0);
-        dt_fwd_result r;
+        if (step == 1) {
+            mock_launch_counts(&k0, &l0);
+            y0 = mock_sync_count ? mock_sync_count() : 0;
+        }
+        long rows;
         double gn, lr;
+        float *p = dt_model_params(m), *g = dt_model_grads(m);
         dt_model_zero_grad(m);
-        CHECK_OK(dt_model_forward_loss(m, tok, tg, B, 1.0f / (float)(B * T), &r)); /* as the trainer does */
+        CHECK_OK(dt_model_forward_train(m, tok, tg, B, 1.0f / (float)(B * T), &rows)); /* as the trainer does */
         CHECK_OK(dt_model_backward(m, 1.0f / (float)(B * T), NULL, NULL));
-        CHECK_OK(dt_optim_step(o, dt_model_params(m), dt_model_grads(m), step, &gn, &lr));
+        dt_optim_norm(o, g);
+        dt_model_loss_fetch(m);
+        CHECK_OK(g_dev->ops->check(g_dev->ctx)); /* the step's one wait */
+        CHECK(rows == B * T && dt_model_loss_fetched(m) > 0);
+        CHECK_OK(dt_optim_update(o, p, g, step, dt_optim_norm_sumsq(o), &gn, &lr));
     }
     mock_launch_counts(&k1, &l1);
+    y1 = mock_sync_count ? mock_sync_count() : 0;
     const int bf16 = g_dev->ops->bf16(g_dev->ctx);
-    printf("  kernel launches per training step, %d layers (%s): %lu kernels + %lu library calls (cuBLASLt, CUB)\n",
-           mc.shape.n_layer, bf16 ? "bf16 products" : "fp32", k1 - k0, l1 - l0);
+    printf("  kernel launches per training step, %d layers (%s): %lu kernels + %lu library calls (cuBLASLt, CUB); %lu "
+           "waits for the device\n", mc.shape.n_layer, bf16 ? "bf16 products" : "fp32", k1 - k0, l1 - l0, y1 - y0);
+    if (mock_sync_count && y1 - y0 != 1) {
+        printf("  FAIL: expected one wait for the device a step (the check that reads the loss and the norm)\n");
+        count_failure(0);
+    }
     /* the figures docs/PERFORMANCE.md gives for 12 layers (with cuBLASLt's bias epilogue, as the
      * mock has it unless told otherwise): a change of the launches updates both. Attention on
      * the backend's kernels (the mock's cuDNN makes no handle), or fused (tests/mockgpu's
@@ -997,7 +1056,7 @@ static void case_launches(const int *s, double tol) {
     size_t att_b, datt_b;
     const dt_att_shape as = {B, T, mc.shape.n_head, mc.shape.n_head, mc.shape.n_embd / mc.shape.n_head};
     const int fused = !g_dev->ops->attention_bytes(g_dev->ctx, &as, bf16, &att_b, &datt_b);
-    const unsigned long want_k = !bf16 ? 240 : fused ? 156 : 384, want_l = fused ? 172 : 220;
+    const unsigned long want_k = !bf16 ? 241 : fused ? 157 : 385, want_l = fused ? 172 : 220;
     const int plain = !getenv("MOCK_LT_NO_BIAS_EPILOGUE") && !getenv("MOCK_LT_NO_BF16") &&
                       !getenv("MOCK_LT_NO_GELU_EPILOGUE") && !getenv("MOCK_LT_NO_BGRAD_EPILOGUE");
     if (fused) printf("  (attention fused: its kernels are the library's)\n");
@@ -1112,6 +1171,7 @@ static const op_case cases[] = {
     {"add", case_add, {1}, {0}, 1e-7, 1e-2},
     {"sumsq", case_scale_sumsq, {1000003}, {1001}, 1e-7, NO_BF16},
     {"sumsq", case_scale_sumsq, {1}, {0}, 1e-7, NO_BF16},
+    {"loss_sum", case_loss_sum, {100003}, {1001}, 0, NO_BF16},
     {"xent", case_xent, {7, 11}, {0}, 1e-5, 1e-2},
     {"xent", case_xent, {64, 50257}, {5, 300}, 1e-5, 1e-2},
     {"xent", case_xent, {1, 1}, {0}, 1e-5, 1e-2},

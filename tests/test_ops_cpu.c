@@ -903,14 +903,48 @@ static void test_sumsq_scale(void) {
         float *x = frandom(n ? n : 1, 3.0f);
         double ref = 0.0;
         for (size_t i = 0; i < n; i++) ref += (double)x[i] * x[i];
-        const double s1 = be->ops->sumsq(be->ctx, x, n), s2 = be->ops->sumsq(be->ctx, x, n);
+        const dt_range all = {0, n}, two[2] = {{0, n / 2}, {n / 2, n - n / 2}};
+        double s1, s2, s3;
+        be->ops->sumsq(be->ctx, &s1, x, &all, 1);
+        be->ops->sumsq(be->ctx, &s2, x, &all, 1);
         CHECK_NEAR_REL(s1, ref, 1e-12, 1e-30);
         CHECK(memcmp(&s1, &s2, sizeof s1) == 0);
+        /* two ranges: each range's sum as one call gives it, added in order */
+        double h1, h2;
+        be->ops->sumsq(be->ctx, &h1, x, &two[0], 1);
+        be->ops->sumsq(be->ctx, &h2, x, &two[1], 1);
+        be->ops->sumsq(be->ctx, &s3, x, two, 2);
+        CHECK(s3 == 0.0 + h1 + h2);
         float *y = fcopy(x, n ? n : 1);
-        be->ops->scale(be->ctx, y, n, -0.37f);
+        be->ops->scale(be->ctx, y, &all, 1, -0.37f);
         for (size_t i = 0; i < n; i++) CHECK(y[i] == x[i] * -0.37f);
+        be->ops->scale(be->ctx, y, two, 2, 2.0f);
+        for (size_t i = 0; i < n; i++) CHECK(y[i] == x[i] * -0.37f * 2.0f);
         bfree(x), bfree(y);
     }
+}
+
+/* the training loss's sum: rows with a target (>= 0), in order, from 0, then added to *acc */
+static void test_loss_sum(void) {
+    const int n = 1001;
+    float *l = frandom((size_t)n, 3.0f);
+    int *t = malloc((size_t)n * sizeof *t);
+    CHECK(t != NULL);
+    double sum = 0.0, all = 0.0;
+    for (int i = 0; i < n; i++) {
+        t[i] = i % 4 == 1 ? -1 : i % 7;
+        if (t[i] >= 0) sum += l[i];
+        all += l[i];
+    }
+    double *acc;
+    CHECK(be->ops->alloc(be->ctx, sizeof *acc, "test", (void **)&acc) == DT_OK);
+    *acc = 2.5;
+    be->ops->loss_sum(be->ctx, acc, l, t, n);
+    CHECK(*acc == 2.5 + sum);
+    be->ops->loss_sum(be->ctx, acc, l, NULL, n);
+    CHECK(*acc == 2.5 + sum + all);
+    bfree(acc), bfree(l);
+    free(t);
 }
 
 /* ---- the same be at sizes above the backend's parallel threshold (16384 elements),
@@ -1107,6 +1141,7 @@ int main(void) {
     test_strided_logits();
     test_adamw();
     test_sumsq_scale();
+    test_loss_sum();
     test_large_sizes();
     dt_backend_close(be);
     dt_backend_close(NULL);

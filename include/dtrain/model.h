@@ -102,6 +102,19 @@ dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, i
 dt_status dt_model_forward_loss(dt_model *m, const int *tokens, const int *targets, int B, float scale,
                                 dt_fwd_result *res);
 
+/* dt_model_forward_loss for a training step that waits for the device once: the inputs are
+ * queued through the backend's upload_async (tokens and targets may be rewritten at once), the
+ * loss stays on the device, its sum added to the model's (ops.h loss_sum), and nothing waits;
+ * *rows receives the rows in the loss (B, or the targets >= 0: known on the host). Input errors
+ * are returned; a device failure shows at the backend's next check. */
+dt_status dt_model_forward_train(dt_model *m, const int *tokens, const int *targets, int B, float scale, long *rows);
+/* Queues the copy of the loss sum that dt_model_forward_train added up since the last fetch
+ * (in double; on the CPU the same bits as the sum of dt_model_forward_loss's loss_sums, in
+ * order) to the host, and resets it to 0; dt_model_loss_fetched returns the copy once the
+ * backend's next check has returned DT_OK. */
+void dt_model_loss_fetch(dt_model *m);
+double dt_model_loss_fetched(const dt_model *m);
+
 typedef void (*dt_bucket_ready_fn)(void *user, int bucket);
 /* Backward of the last forward: grads += d(scale * loss_sum)/dparams. `ready` (may be NULL)
  * is called as each bucket's gradients become final. */

@@ -44,6 +44,11 @@ typedef struct dt_act dt_act;
 
 typedef enum { DT_DTYPE_F32 = 0, DT_DTYPE_BF16 } dt_dtype;
 static inline size_t dt_dtype_size(dt_dtype t) { return t == DT_DTYPE_BF16 ? 2 : 4; }
+/* A range of a flat float buffer (the parameters, their gradients), in floats. */
+typedef struct dt_range {
+    size_t offset, numel;
+} dt_range;
+
 /* One stretch of an AdamW update (ops.h adamw): params and grads at offset.., moments at moff..,
  * numel floats; decay 1: with the weight decay, 0: without (biases, LayerNorm). */
 typedef struct dt_adamw_piece {
@@ -79,6 +84,7 @@ typedef struct dt_op_sizes {
     int ln_rows, ln_width;    /* layernorm_bwd, rmsnorm_bwd: N, C */
     int enc_batch, enc_seq;   /* encoder_bwd: B, T */
     size_t vector;            /* sumsq, scale, adamw: the longest vector (all parameters) */
+    size_t inputs;            /* upload_async: the bytes one forward uploads (tokens, targets, rows) */
 } dt_op_sizes;
 
 /* How a backend describes itself in the start-up report. */
@@ -142,6 +148,17 @@ struct dt_ops {
     void (*zero)(void *ctx, void *p, size_t bytes);
     /* dst = src, both backend memory, not overlapping (queued like an op) */
     void (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
+    /* dst = host_src, queued like an op: returns at once, and host_src may be rewritten at once (a
+     * device backend copies it into pinned staging, made at open and grown by reserve to several
+     * forwards' sizes->inputs, and waits for the device only when more than that is staged
+     * between two checks). What a training step uploads; upload waits for the device. */
+    void (*upload_async)(void *ctx, void *dst, const void *host_src, size_t bytes);
+    /* Host memory for download_async (CUDA: pinned), zeroed; free_host accepts NULL. */
+    dt_status (*alloc_host)(void *ctx, size_t bytes, const char *what, void **out);
+    void (*free_host)(void *ctx, void *p);
+    /* host_dst (from alloc_host) = src, queued like an op: host_dst holds it once the next check
+     * returns DT_OK (zeros after a failure) */
+    void (*download_async)(void *ctx, void *host_dst, const void *src, size_t bytes);
 
     /* ---- the model's operations ---- */
     /* out(B,T,C) = wte[tokens] + wpe[t] (wpe NULL: wte[tokens] alone, no learned positions) */
@@ -275,10 +292,17 @@ struct dt_ops {
      * stretch at a time. */
     void (*adamw)(void *ctx, float *p, const float *g, float *m, float *v, const dt_adamw_piece *pieces, int n_pieces,
                   float lr, float beta1, float beta2, float eps, float weight_decay, int t);
-    /* sum of squares in double (for the global grad norm) */
-    double (*sumsq)(void *ctx, const float *x, size_t n);
-    /* x *= s */
-    void (*scale)(void *ctx, float *x, size_t n, float s);
+    /* *out (one double of backend memory) = the sum of squares in double of x over n_ranges
+     * ranges (the global grad norm: all the gradients, or a shard's ranges), in one launch on a
+     * GPU, the same bits on every run; the CPU adds each range's sum in order. Read it with
+     * download_async. */
+    void (*sumsq)(void *ctx, double *out, const float *x, const dt_range *ranges, int n_ranges);
+    /* x *= s over n_ranges ranges (one launch on a GPU) */
+    void (*scale)(void *ctx, float *x, const dt_range *ranges, int n_ranges, float s);
+    /* *acc (one double of backend memory) += the sum in double of losses(n) over the rows whose
+     * targets[i] >= 0 (targets NULL: every row): the training loss, kept on the device until the
+     * step reads it once. The CPU adds the rows in order into a sum from 0, then that to *acc. */
+    void (*loss_sum)(void *ctx, double *acc, const float *losses, const int *targets, int n);
 
     /* Declares params(n) the master weights (the model's parameter buffer) and marks any
      * working copy of them stale. A backend whose products take reduced-precision inputs (CUDA

@@ -34,11 +34,6 @@ dt_status dt_optim_init(dt_optim **out, const dt_optim_cfg *cfg, const dt_backen
                         const dt_param_seg *segs, int n_segs);
 void dt_optim_free(dt_optim *o);
 
-/* A range of the flat parameter buffer, in floats. */
-typedef struct dt_range {
-    size_t offset, numel;
-} dt_range;
-
 /* The optimizer of one shard (ZeRO-1): moments only for `own` (n_own ranges in increasing
  * order, disjoint, within n_params; copied), and every call below touches only those ranges
  * of params and grads. dt_optim_init is this with one range over everything. */
@@ -58,6 +53,11 @@ dt_status dt_optim_step(dt_optim *o, float *params, float *grads, long step, dou
 /* dt_optim_step in two halves, for a shard: the sum of squares of its own gradients (*out),
  * with the device's failure, if any; then, given the sum over all shards, the update. */
 dt_status dt_optim_sumsq(dt_optim *o, const float *grads, double *out);
+/* dt_optim_sumsq without the wait, for a training step that waits for the device once: queues
+ * the sum of squares of its own gradients (one sumsq over its ranges) and its copy to the host;
+ * dt_optim_norm_sumsq returns it once the backend's next check has returned DT_OK. */
+void dt_optim_norm(dt_optim *o, const float *grads);
+double dt_optim_norm_sumsq(const dt_optim *o);
 dt_status dt_optim_update(dt_optim *o, float *params, float *grads, long step, double sumsq, double *grad_norm,
                           double *lr);
 

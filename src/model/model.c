@@ -4,7 +4,9 @@
  *
  * This file never calls BLAS or CUDA: every numeric step goes through dt_ops, with
  * pointers the backend allocated. Host memory is used only for inputs (tokens, targets)
- * before upload and for the weights file round trip. */
+ * before upload, for the results of forward (evaluation) and for the weights file round trip.
+ * A training forward (dt_model_forward_train) neither downloads nor waits: its inputs go through
+ * upload_async, its loss stays on the device until the step reads it once. */
 #include "dtrain/model.h"
 
 #include <math.h>
@@ -54,6 +56,9 @@ struct dt_model {
     int *host_rows;            /* (B) */
     void *host_probs;          /* cls: (B,logits_ld) the activation element, as downloaded */
     float *host_probs_f;       /* cls: (B,num_labels) as floats */
+
+    double *loss_dev;          /* (1) the training loss's sum since the last fetch (dt_model_forward_train) */
+    double *loss_host;         /* backend host memory (alloc_host): what dt_model_loss_fetch copied */
 
     int last_B;                /* batch of the last forward, 0 = none */
     int logits_are_grads;      /* the last forward left the logits' gradient there (ops xent_fused) */
@@ -189,6 +194,7 @@ static int act_table(const dt_model_cfg *c, dt_model *m, const net_layer *y0, si
     BUF(d.dpre, BUF_ACT, BT * PRE);
     BUF(d.dact, BUF_ACT, BT * ACT);
     BUF(net.inv_freq, BUF_F32, FREQ);
+    BUF(loss_dev, BUF_BYTES, sizeof(double));
 #undef BUF
     return k;
 }
@@ -249,6 +255,7 @@ void dt_model_op_sizes(const dt_model_cfg *c, dt_op_sizes *s) {
     s->enc_batch = c->max_batch;
     s->enc_seq = c->seq_len;
     s->vector = np;
+    s->inputs = BT * sizeof(int) + (c->shape.num_labels ? 2 * B : BT) * sizeof(int); /* tokens; rows and labels, or targets */
 }
 
 /* ---- init / free ---- */
@@ -344,6 +351,7 @@ void dt_model_free(dt_model *m) {
     o->free(ctx, m->net.params);
     o->free(ctx, m->net.grads);
     o->free(ctx, m->arena);
+    o->free_host(ctx, m->loss_host);
     free(m->layers);
     free(m->net.w.layers);
     free(m->tensors);
@@ -463,6 +471,7 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_backen
         (st = o->alloc(be->ctx, m->n_params * sizeof(float), "gradients", (void **)&m->net.grads)) != DT_OK)
         goto fail;
     o->set_master(be->ctx, m->net.params, m->n_params);
+    if ((st = o->alloc_host(be->ctx, sizeof(double), "the training loss", (void **)&m->loss_host)) != DT_OK) goto fail;
     if ((st = alloc_arena(m)) != DT_OK || (st = init_weights(m)) != DT_OK) goto fail;
     if (m->net.arch->rope) rope_freqs(m);
     *out = m;
@@ -503,9 +512,8 @@ static void head_xent(dt_model *m, int rows, int predict, float scale) {
     if (predict) o->argmax(ctx, m->argmax_dev, m->logits, rows, V, ld);
 }
 
-/* The inputs checked and uploaded: every input reaches the device before any work is queued
- * (an upload waits for the device, so one between the layers and the head would stall a GPU's
- * queue). */
+/* The inputs checked and queued for upload (upload_async: the caller's arrays may be rewritten
+ * at once), before any work is queued. */
 static dt_status upload_inputs(dt_model *m, const int *tokens, const int *targets, int B) {
     const dt_ops *o = m->be->ops;
     void *ctx = m->be->ctx;
@@ -516,7 +524,7 @@ static dt_status upload_inputs(dt_model *m, const int *tokens, const int *target
         if (tokens[i] < 0 || tokens[i] >= V)
             return dt_error_set(DT_ERR_DATA, "token %d at position %d is outside the vocabulary [0, %d) (hint: model.vocab_size)",
                                 tokens[i], i, V);
-    o->upload(ctx, m->tokens_dev, tokens, (size_t)BT * sizeof(int));
+    o->upload_async(ctx, m->tokens_dev, tokens, (size_t)BT * sizeof(int));
     if (NL) {
         /* pooled position: the last non-pad token of each sequence (pad 0 for bytes, whose texts
          * end in <cls>; the end-of-text id for BPE, as GPT2ForSequenceClassification does) */
@@ -528,16 +536,17 @@ static dt_status upload_inputs(dt_model *m, const int *tokens, const int *target
             if (targets[b] < 0 || targets[b] >= NL)
                 return dt_error_set(DT_ERR_DATA, "label %d outside [0, %d) (hint: model.num_labels)", targets[b], NL);
         }
-        o->upload(ctx, m->rows_dev, m->host_rows, (size_t)B * sizeof(int));
-        o->upload(ctx, m->targets_dev, targets, (size_t)B * sizeof(int));
+        o->upload_async(ctx, m->rows_dev, m->host_rows, (size_t)B * sizeof(int));
+        o->upload_async(ctx, m->targets_dev, targets, (size_t)B * sizeof(int));
     } else {
-        o->upload(ctx, m->targets_dev, targets, (size_t)BT * sizeof(int));
+        o->upload_async(ctx, m->targets_dev, targets, (size_t)BT * sizeof(int));
     }
     return DT_OK;
 }
 
 /* The classifier's head over the last layer's output x: the pooled rows, the final norm, the
- * score product and the cross-entropy; the results downloaded into res. */
+ * score product and the cross-entropy; the results downloaded into res (res NULL: training, the
+ * loss added to the device's sum, nothing downloaded). */
 static void classifier_head(dt_model *m, const dt_act *x, const int *targets, int B, int predict, float scale,
                             dt_fwd_result *res) {
     const dt_ops *o = m->be->ops;
@@ -547,6 +556,10 @@ static void classifier_head(dt_model *m, const dt_act *x, const int *targets, in
     dt_net_norm_fwd(&m->net, &m->net.w.final_norm, m->lnf, m->lnf_mean, m->lnf_rstd, m->pooled_in, B);
     dt_net_mm_fwd(&m->net, &m->net.w.head, m->logits, m->lnf, B, ld, NULL);
     head_xent(m, B, predict, scale);
+    if (!res) {
+        o->loss_sum(ctx, m->loss_dev, m->losses, NULL, B); /* every label is one (upload_inputs) */
+        return;
+    }
     o->download(ctx, m->host_losses, m->losses, (size_t)B * sizeof(float));
     if (predict) o->download(ctx, m->host_argmax, m->argmax_dev, (size_t)B * sizeof(int));
     if (!m->logits_are_grads) o->download(ctx, m->host_probs, m->logits, (size_t)B * ld * dt_dtype_size(m->net.act));
@@ -568,7 +581,7 @@ static void classifier_head(dt_model *m, const dt_act *x, const int *targets, in
 }
 
 /* The language model's head over every row of x: the final norm, the output head, the
- * cross-entropy; the results downloaded into res. */
+ * cross-entropy; the results downloaded into res (res NULL: as for classifier_head). */
 static void lm_head(dt_model *m, const dt_act *x, const int *targets, int BT, int predict, float scale,
                     dt_fwd_result *res) {
     const dt_ops *o = m->be->ops;
@@ -576,6 +589,10 @@ static void lm_head(dt_model *m, const dt_act *x, const int *targets, int BT, in
     dt_net_norm_fwd(&m->net, &m->net.w.final_norm, m->lnf, m->lnf_mean, m->lnf_rstd, x, BT);
     dt_net_mm_fwd(&m->net, &m->net.w.head, m->logits, m->lnf, BT, m->logits_ld, NULL);
     head_xent(m, BT, predict, scale);
+    if (!res) {
+        o->loss_sum(ctx, m->loss_dev, m->losses, m->targets_dev, BT); /* the rows with a target */
+        return;
+    }
     o->download(ctx, m->host_losses, m->losses, (size_t)BT * sizeof(float));
     if (predict) o->download(ctx, m->host_argmax, m->argmax_dev, (size_t)BT * sizeof(int));
     for (int i = 0; i < BT; i++) {
@@ -598,11 +615,11 @@ static dt_status forward(dt_model *m, const int *tokens, const int *targets, int
         dt_net_layer_fwd(&m->net, l, &m->layers[l], x, &span);
         x = m->layers[l].res3;
     }
-    memset(res, 0, sizeof *res);
+    if (res) memset(res, 0, sizeof *res);
     if (m->cfg.shape.num_labels) classifier_head(m, x, targets, B, predict, scale, res);
     else lm_head(m, x, targets, B * T, predict, scale, res);
     m->last_B = B;
-    return m->be->ops->check(m->be->ctx);
+    return res ? m->be->ops->check(m->be->ctx) : DT_OK; /* training: the step's check reports a failure */
 }
 
 dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, int B, dt_fwd_result *res) {
@@ -613,6 +630,23 @@ dt_status dt_model_forward_loss(dt_model *m, const int *tokens, const int *targe
                                 dt_fwd_result *res) {
     return forward(m, tokens, targets, B, res, 0, scale);
 }
+
+dt_status dt_model_forward_train(dt_model *m, const int *tokens, const int *targets, int B, float scale, long *rows) {
+    const int BT = B * m->cfg.seq_len;
+    long n = m->cfg.shape.num_labels ? B : 0;
+    for (int i = 0; !m->cfg.shape.num_labels && i < BT; i++) n += targets[i] >= 0; /* as lm_head counts them */
+    DT_TRY(forward(m, tokens, targets, B, NULL, 0, scale));
+    *rows = n;
+    return DT_OK;
+}
+
+void dt_model_loss_fetch(dt_model *m) {
+    const dt_ops *o = m->be->ops;
+    o->download_async(m->be->ctx, m->loss_host, m->loss_dev, sizeof(double));
+    o->zero(m->be->ctx, m->loss_dev, sizeof(double)); /* after the copy, in the backend's order */
+}
+
+double dt_model_loss_fetched(const dt_model *m) { return *m->loss_host; }
 
 /* ---- backward ---- */
 

@@ -17,12 +17,16 @@ struct dt_optim {
     int n_pieces;
     size_t n_moments;  /* floats of m and of v: the ranges' total */
     float *m, *v;      /* backend (n_moments) */
+    double *sumsq_dev; /* backend: the queued sum of squares (dt_optim_norm) */
+    double *sumsq_host;/* backend host memory (alloc_host): its copy, after the next check */
 };
 
 void dt_optim_free(dt_optim *o) {
     if (!o) return;
     o->be->ops->free(o->be->ctx, o->m);
     o->be->ops->free(o->be->ctx, o->v);
+    o->be->ops->free(o->be->ctx, o->sumsq_dev);
+    o->be->ops->free_host(o->be->ctx, o->sumsq_host);
     free(o->own);
     free(o->own_moff);
     free(o->pieces);
@@ -69,6 +73,9 @@ dt_status dt_optim_init_shard(dt_optim **out, const dt_optim_cfg *cfg, const dt_
         goto fail;
     if ((st = be->ops->alloc(be->ctx, o->n_moments * sizeof(float), "AdamW second moments", (void **)&o->v)) != DT_OK)
         goto fail;
+    if ((st = be->ops->alloc(be->ctx, sizeof(double), "the gradient norm", (void **)&o->sumsq_dev)) != DT_OK ||
+        (st = be->ops->alloc_host(be->ctx, sizeof(double), "the gradient norm", (void **)&o->sumsq_host)) != DT_OK)
+        goto fail;
     *out = o;
     return DT_OK;
 fail:
@@ -94,11 +101,19 @@ double dt_optim_lr(const dt_optim_cfg *c, long step) {
     return min_lr + coeff * (c->lr - min_lr);
 }
 
+void dt_optim_norm(dt_optim *o, const float *grads) {
+    const dt_ops *ops = o->be->ops;
+    ops->sumsq(o->be->ctx, o->sumsq_dev, grads, o->own, o->n_own); /* one call over every owned range */
+    ops->download_async(o->be->ctx, o->sumsq_host, o->sumsq_dev, sizeof(double));
+}
+
+double dt_optim_norm_sumsq(const dt_optim *o) { return *o->sumsq_host; }
+
 dt_status dt_optim_sumsq(dt_optim *o, const float *grads, double *out) {
-    double sum = 0;
-    for (int i = 0; i < o->n_own; i++) sum += o->be->ops->sumsq(o->be->ctx, grads + o->own[i].offset, o->own[i].numel);
-    *out = sum;
-    return o->be->ops->check(o->be->ctx); /* a device fault anywhere in forward/backward surfaces here */
+    dt_optim_norm(o, grads);
+    dt_status st = o->be->ops->check(o->be->ctx); /* a device fault anywhere in forward/backward surfaces here */
+    *out = dt_optim_norm_sumsq(o);
+    return st;
 }
 
 dt_status dt_optim_update(dt_optim *o, float *params, float *grads, long step, double sumsq, double *grad_norm,
@@ -113,9 +128,8 @@ dt_status dt_optim_update(dt_optim *o, float *params, float *grads, long step, d
         return dt_error_set(DT_ERR_INTERNAL,
                             "step %ld: gradient norm is %g; the update was skipped (hint: lower optimizer.lr or set "
                             "optimizer.grad_clip)", step + 1, norm);
-    if (o->cfg.grad_clip > 0 && norm > o->cfg.grad_clip)
-        for (int i = 0; i < o->n_own; i++)
-            ops->scale(ctx, grads + o->own[i].offset, o->own[i].numel, (float)(o->cfg.grad_clip / (norm + 1e-6)));
+    if (o->cfg.grad_clip > 0 && norm > o->cfg.grad_clip) /* one call over every owned range */
+        ops->scale(ctx, grads, o->own, o->n_own, (float)(o->cfg.grad_clip / (norm + 1e-6)));
     ops->adamw(ctx, params, grads, o->m, o->v, o->pieces, o->n_pieces, (float)lr, (float)o->cfg.beta1,
                (float)o->cfg.beta2, (float)o->cfg.eps, (float)o->cfg.weight_decay, (int)(step + 1));
     return DT_OK;

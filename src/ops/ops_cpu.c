@@ -756,7 +756,7 @@ static void cpu_adamw(void *ctx, float *p_, const float *g_, float *m_, float *v
     }
 }
 
-static double cpu_sumsq(void *ctx, const float *x, size_t n) {
+static double sumsq_one(const float *x, size_t n) {
     double part[SUMSQ_CHUNKS];
     const size_t chunk = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
@@ -772,9 +772,30 @@ static double cpu_sumsq(void *ctx, const float *x, size_t n) {
     return total;
 }
 
-static void cpu_scale(void *ctx, float *x, size_t n, float s) {
+/* each range's sum as one call of a range would give it, added in order */
+static void cpu_sumsq(void *ctx, double *out, const float *x, const dt_range *ranges, int n_ranges) {
+    (void)ctx;
+    double total = 0.0;
+    for (int r = 0; r < n_ranges; r++) total += sumsq_one(x + ranges[r].offset, ranges[r].numel);
+    *out = total;
+}
+
+static void cpu_scale(void *ctx, float *x_, const dt_range *ranges, int n_ranges, float s) {
+    (void)ctx;
+    for (int r = 0; r < n_ranges; r++) {
+        float *x = x_ + ranges[r].offset;
+        const size_t n = ranges[r].numel;
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) x[i] *= s;
+        for (size_t i = 0; i < n; i++) x[i] *= s;
+    }
+}
+
+static void cpu_loss_sum(void *ctx, double *acc, const float *losses, const int *targets, int n) {
+    (void)ctx;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++)
+        if (!targets || targets[i] >= 0) sum += losses[i];
+    *acc += sum;
 }
 
 /* ---- table ---- */
@@ -878,6 +899,10 @@ const dt_ops dt_ops_cpu = {
     .download = cpu_memcpy,
     .zero = cpu_zero,
     .copy = cpu_memcpy,
+    .upload_async = cpu_memcpy,
+    .alloc_host = cpu_alloc, /* host memory for queued copies: any will do here */
+    .free_host = cpu_free,
+    .download_async = cpu_memcpy,
     .encoder_fwd = cpu_encoder_fwd,
     .encoder_bwd = cpu_encoder_bwd,
     .layernorm_fwd = cpu_layernorm_fwd,
@@ -905,6 +930,7 @@ const dt_ops dt_ops_cpu = {
     .adamw = cpu_adamw,
     .sumsq = cpu_sumsq,
     .scale = cpu_scale,
+    .loss_sum = cpu_loss_sum,
     .set_master = cpu_set_master,
     .check = cpu_check,
 };

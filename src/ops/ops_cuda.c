@@ -10,8 +10,10 @@
  *
  * Errors: every CUDA and cuBLASLt call is checked. The op table has no status per call (the
  * CPU backend cannot fail), so the first failure is kept with the call, file:line, rank,
- * host and GPU, later ops do nothing, and `check` (called by the model after each forward and
- * by the optimizer) returns it. An allocation that does not fit names the buffer and the
+ * host and GPU, later ops do nothing, and `check` (called once a training step, where the
+ * step reads its loss and gradient norm, and wherever results come back) returns it. A training
+ * step waits for the device there only: its inputs go through pinned staging (upload_async),
+ * its loss and norm come back through pinned memory (download_async). An allocation that does not fit names the buffer and the
  * config key to lower, and exits 2: retrying the same shape cannot help; so does a cuBLASLt
  * that cannot be loaded (missing, or older than dtrain was built with): a restart would only
  * fail the same way.
@@ -96,6 +98,9 @@ enum { SCR_A16, SCR_B16, SCR_ATT, SCR_WORK, SCR_CUDNN, SCR_A32, SCR_B32, SCR_D32
 #define LT_WORKSPACE (32u << 20) /* cuBLASLt workspace: 32 MiB, as NVIDIA advises for Hopper */
 #define FP32_SLOT (64u << 20)    /* each fp32 operand of a product without a bf16 algorithm, at most */
 #define ADAMW_PIECES 4096        /* AdamW's table on the device, made at open: a tensor (or a shard's cut) each */
+#define N_RANGES 4096            /* sumsq's and scale's table of ranges on the device, made at open */
+#define STAGE_FORWARDS 8         /* upload_async: each half of the staging holds this many forwards' inputs... */
+#define STAGE_MIN_HALF (256u << 10) /* ... and at least this (AdamW's and the ranges' tables go through it too) */
 #define N_PLANS 96
 
 /* a product's epilogue beyond the bias: none; GELU: D = gelu(AB + bias) and aux = AB + bias;
@@ -134,8 +139,16 @@ typedef struct cuda_ctx {
     void *lt_ws;
     void *scr[N_SCRATCH];
     size_t scr_bytes[N_SCRATCH];
-    double *sum_dev;    /* sumsq result */
-    double *sum_host;   /* pinned */
+    /* upload_async's pinned staging: two halves of stage_half bytes; copies are queued out of
+     * half stage_cur from offset stage_used on; a full half is marked by its event and the other
+     * one taken, waiting for its event first if it was marked since the last check (which
+     * empties both). Made at open (STAGE_MIN_HALF), grown by reserve for the inputs. */
+    unsigned char *stage;
+    size_t stage_half, stage_used;
+    int stage_cur, stage_marked[2];
+    cudaEvent_t stage_ev[2];
+    dtk_range *ranges_dev, *ranges_host; /* sumsq's and scale's table on the device, and what it holds */
+    int n_ranges;
     const float *master;/* the model's parameters (set_master), n_master floats */
     size_t n_master;
     dtk_bf16 *shadow;   /* bf16: their working copy, read by the products */
@@ -268,6 +281,98 @@ static void cu_upload(void *ctx, void *dst, const void *src, size_t bytes) {
     /* synchronous: the caller may reuse its host buffer at once */
     if (CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->s))) return;
     CK(cudaStreamSynchronize(c->s));
+}
+
+/* The stream is idle (a synchronisation): every staged copy has run. */
+static void stage_drained(cuda_ctx *c) {
+    c->stage_used = 0;
+    c->stage_marked[0] = c->stage_marked[1] = 0;
+}
+
+/* src's bytes into the pinned staging, copied from there to dst on the stream (ordered like an
+ * op): nothing waits unless more than a half of the staging was queued since the last check;
+ * without staging room (bytes over a half), a synchronous copy. upload_async's work. */
+static void stage_upload(cuda_ctx *c, void *dst, const void *src, size_t bytes) {
+    if (c->err != DT_OK || bytes == 0) return;
+    const size_t need = (bytes + 255) & ~(size_t)255; /* each copy's source 256-byte aligned */
+    if (!c->stage || need > c->stage_half) {
+        if (!CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->s)) && !CK(cudaStreamSynchronize(c->s)))
+            stage_drained(c);
+        return;
+    }
+    if (c->stage_used + need > c->stage_half) { /* this half is full: mark it, take the other */
+        if (CK(cudaEventRecord(c->stage_ev[c->stage_cur], c->s))) return;
+        c->stage_marked[c->stage_cur] = 1;
+        c->stage_cur ^= 1;
+        c->stage_used = 0;
+        if (c->stage_marked[c->stage_cur] && CK(cudaEventSynchronize(c->stage_ev[c->stage_cur]))) return;
+        c->stage_marked[c->stage_cur] = 0;
+    }
+    unsigned char *at = c->stage + (size_t)c->stage_cur * c->stage_half + c->stage_used;
+    memcpy(at, src, bytes);
+    if (CK(cudaMemcpyAsync(dst, at, bytes, cudaMemcpyHostToDevice, c->s))) return;
+    c->stage_used += need;
+}
+
+/* A half of the staging for halves of `want` bytes: want, or DTRAIN_TEST_STAGE_BYTES (a test
+ * switch: a small one makes a step wrap around the staging, waiting for the device's copies) */
+static size_t stage_half_bytes(size_t want) {
+    const char *e = getenv("DTRAIN_TEST_STAGE_BYTES");
+    return e && atol(e) >= 256 ? (size_t)atol(e) : want;
+}
+
+/* The staging at halves of `half` bytes (at least what it is): the old one freed first (nothing
+ * may still copy out of it). */
+static dt_status stage_grow(cuda_ctx *c, size_t half) {
+    half = stage_half_bytes(half);
+    if (c->stage && half <= c->stage_half) return DT_OK;
+    if (c->stage) {
+        if (CK(cudaStreamSynchronize(c->s)) || CK(cudaFreeHost(c->stage))) return dt_error_set(c->err, "%s", c->err_msg);
+        c->stage = NULL;
+        c->stage_half = 0;
+    }
+    stage_drained(c);
+    if (CK(cudaHostAlloc((void **)&c->stage, 2 * half, cudaHostAllocDefault))) {
+        c->stage = NULL;
+        return dt_error_set(c->err, "%s", c->err_msg);
+    }
+    c->stage_half = half;
+    return DT_OK;
+}
+
+static void cu_upload_async(void *ctx, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = ctx;
+    if (touches_master(c, dst, bytes)) c->shadow_stale = 1;
+    stage_upload(c, dst, src, bytes);
+}
+
+static dt_status cu_alloc_host(void *ctx, size_t bytes, const char *what, void **out) {
+    cuda_ctx *c = ctx;
+    *out = NULL;
+    const cudaError_t e = cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        *out = NULL;
+        (void)cudaGetLastError(); /* an allocation failure is not sticky */
+        return dt_error_set(DT_ERR_NOMEM, "cudaHostAlloc of %zu bytes for %s failed on rank %d (host %s): %s", bytes,
+                            what, c->rank, c->host, cudaGetErrorString(e));
+    }
+    memset(*out, 0, bytes);
+    return DT_OK;
+}
+
+static void cu_free_host(void *ctx, void *p) {
+    cuda_ctx *c = ctx;
+    if (p) CK(cudaFreeHost(p));
+}
+
+/* into pinned memory: nothing waits; `check` does */
+static void cu_download_async(void *ctx, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = ctx;
+    if (c->err != DT_OK) {
+        memset(dst, 0, bytes); /* defined contents; `check` reports the failure */
+        return;
+    }
+    if (bytes && CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->s))) memset(dst, 0, bytes);
 }
 
 static void cu_download(void *ctx, void *dst, const void *src, size_t bytes) {
@@ -1157,16 +1262,11 @@ static const dtk_adamw_piece *piece_table(cuda_ctx *c, const dt_adamw_piece *pie
         start += pieces[k].numel;
     }
     *total = start;
-    if (!same) { /* synchronous: the host table may change before the next upload */
-        if (CK(cudaMemcpyAsync(c->pieces_dev, c->pieces_host, (size_t)n * sizeof *c->pieces_host,
-                               cudaMemcpyHostToDevice, c->s)) ||
-            CK(cudaStreamSynchronize(c->s))) {
-            c->n_pieces = 0;
-            return NULL;
-        }
-        c->n_pieces = n;
+    if (!same) { /* staged: the host table may change before the copy runs */
+        stage_upload(c, c->pieces_dev, c->pieces_host, (size_t)n * sizeof *c->pieces_host);
+        c->n_pieces = c->err == DT_OK ? n : 0;
     }
-    return c->pieces_dev;
+    return c->err == DT_OK ? c->pieces_dev : NULL;
 }
 
 static void cu_adamw(void *ctx, float *p, const float *g, float *m, float *v, const dt_adamw_piece *pieces,
@@ -1189,25 +1289,49 @@ static void cu_adamw(void *ctx, float *p, const float *g, float *m, float *v, co
     LAUNCH(dtk_adamw(c->s, p, p16, g, m, v, table, n_pieces, total, lr, beta1, beta2, eps, weight_decay, t));
 }
 
-static double cu_sumsq(void *ctx, const float *x, size_t n) {
-    cuda_ctx *c = ctx;
-    size_t wb = dtk_sumsq_work_bytes(n);
-    void *work = scratch(c, SCR_WORK, wb, "kernel scratch");
-    if (!work || CK(dtk_sumsq(c->s, c->sum_dev, x, n, work, wb)) ||
-        CK(cudaMemcpyAsync(c->sum_host, c->sum_dev, sizeof(double), cudaMemcpyDeviceToHost, c->s)) ||
-        CK(cudaStreamSynchronize(c->s)))
-        return NAN; /* `check` reports why */
-    return *c->sum_host;
+/* sumsq's and scale's table of ranges on the device: uploaded (staged) when it differs from the
+ * last one (the optimizer passes the same ranges every step); *total: their elements */
+static const dtk_range *range_table(cuda_ctx *c, const dt_range *ranges, int n, size_t *total) {
+    _Static_assert(sizeof(dtk_range) == sizeof(dt_range), "dtk_range is dt_range's layout");
+    *total = 0;
+    if (c->err != DT_OK) return NULL;
+    if (n > N_RANGES) {
+        fail(c, DT_ERR_INTERNAL, "sumsq/scale over %d ranges: at most %d", n, N_RANGES);
+        return NULL;
+    }
+    for (int k = 0; k < n; k++) *total += ranges[k].numel;
+    if (n != c->n_ranges || memcmp(c->ranges_host, ranges, (size_t)n * sizeof *ranges) != 0) {
+        memcpy(c->ranges_host, ranges, (size_t)n * sizeof *ranges);
+        stage_upload(c, c->ranges_dev, c->ranges_host, (size_t)n * sizeof *c->ranges_host);
+        c->n_ranges = c->err == DT_OK ? n : 0;
+    }
+    return c->err == DT_OK ? c->ranges_dev : NULL;
 }
 
-static void cu_scale(void *ctx, float *x, size_t n, float s) {
+static void cu_sumsq(void *ctx, double *out, const float *x, const dt_range *ranges, int n_ranges) {
     cuda_ctx *c = ctx;
-    LAUNCH(dtk_scale(c->s, x, n, s));
+    size_t total;
+    const dtk_range *table = range_table(c, ranges, n_ranges, &total);
+    const size_t wb = dtk_sumsq_work_bytes(total);
+    void *work = table && wb ? scratch(c, SCR_WORK, wb, "kernel scratch") : NULL;
+    if (table && (work || !wb)) LAUNCH(dtk_sumsq(c->s, out, x, table, n_ranges, total, work, wb));
+}
+
+static void cu_scale(void *ctx, float *x, const dt_range *ranges, int n_ranges, float s) {
+    cuda_ctx *c = ctx;
+    size_t total;
+    const dtk_range *table = range_table(c, ranges, n_ranges, &total);
+    if (table) LAUNCH(dtk_scale(c->s, x, table, n_ranges, total, s));
+}
+
+static void cu_loss_sum(void *ctx, double *acc, const float *losses, const int *targets, int n) {
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_loss_sum(c->s, acc, losses, targets, n));
 }
 
 static dt_status cu_check(void *ctx) {
     cuda_ctx *c = ctx;
-    if (c->err == DT_OK) CK(cudaStreamSynchronize(c->s));
+    if (c->err == DT_OK && !CK(cudaStreamSynchronize(c->s))) stage_drained(c);
     if (c->err == DT_OK) CK(cudaGetLastError());
     return c->err == DT_OK ? DT_OK : dt_error_set(c->err, "%s", c->err_msg);
 }
@@ -1221,8 +1345,11 @@ static void ctx_free(cuda_ctx *c) {
     dtc_att_close(c->att);
     for (int i = 0; i < N_SCRATCH; i++) cudaFree(c->scr[i]);
     cudaFree(c->lt_ws);
-    cudaFree(c->sum_dev);
-    cudaFreeHost(c->sum_host);
+    cudaFreeHost(c->stage);
+    for (int i = 0; i < 2; i++)
+        if (c->stage_ev[i]) cudaEventDestroy(c->stage_ev[i]);
+    cudaFree(c->ranges_dev);
+    free(c->ranges_host);
     cudaFree(c->shadow);
     cudaFree(c->pieces_dev);
     free(c->pieces_host);
@@ -1335,18 +1462,21 @@ static dt_status cu_open(const dt_backend_cfg *cfg, void **out) {
         goto fail;
     }
     if ((st = dev_malloc(c, &c->lt_ws, LT_WORKSPACE, "the cuBLASLt workspace")) != DT_OK ||
-        (st = dev_malloc(c, (void **)&c->sum_dev, sizeof(double), "the gradient norm")) != DT_OK ||
+        (st = dev_malloc(c, (void **)&c->ranges_dev, N_RANGES * sizeof *c->ranges_dev, "the ranges' table")) != DT_OK ||
         (st = dev_malloc(c, (void **)&c->pieces_dev, ADAMW_PIECES * sizeof *c->pieces_dev, "the AdamW table")) != DT_OK)
         goto fail;
-    if (!(c->pieces_host = dt_malloc(ADAMW_PIECES * sizeof *c->pieces_host, "the AdamW table"))) {
+    if (!(c->pieces_host = dt_malloc(ADAMW_PIECES * sizeof *c->pieces_host, "the AdamW table")) ||
+        !(c->ranges_host = dt_malloc(N_RANGES * sizeof *c->ranges_host, "the ranges' table"))) {
         st = DT_ERR_NOMEM;
         goto fail;
     }
     c->cap_pieces = ADAMW_PIECES;
-    if (CK(cudaMallocHost((void **)&c->sum_host, sizeof(double)))) {
+    if (CK(cudaEventCreateWithFlags(&c->stage_ev[0], cudaEventDisableTiming)) ||
+        CK(cudaEventCreateWithFlags(&c->stage_ev[1], cudaEventDisableTiming))) {
         st = dt_error_set(c->err, "%s", c->err_msg);
         goto fail;
     }
+    if ((st = stage_grow(c, STAGE_MIN_HALF)) != DT_OK) goto fail;
     *out = c;
     return DT_OK;
 fail:
@@ -1401,6 +1531,8 @@ static dt_status cu_reserve(void *ctx, const dt_op_sizes *s) {
     slot_bytes(s, c->bf16, 1, fused, ws, sz);
     for (int i = 0; i < N_SCRATCH; i++)
         if (sz[i] && !scratch(c, i, sz[i], what[i])) break;
+    const size_t half = STAGE_FORWARDS * (s->inputs + 3 * 256); /* each upload's copy 256-byte aligned */
+    if (c->err == DT_OK) DT_TRY(stage_grow(c, half > STAGE_MIN_HALF ? half : STAGE_MIN_HALF));
     return cu_check(c);
 }
 
@@ -1584,6 +1716,10 @@ const dt_ops dt_ops_cuda = {
     .download = cu_download,
     .zero = cu_zero,
     .copy = cu_copy,
+    .upload_async = cu_upload_async,
+    .alloc_host = cu_alloc_host,
+    .free_host = cu_free_host,
+    .download_async = cu_download_async,
     .encoder_fwd = cu_encoder_fwd,
     .encoder_bwd = cu_encoder_bwd,
     .layernorm_fwd = cu_layernorm_fwd,
@@ -1614,6 +1750,7 @@ const dt_ops dt_ops_cuda = {
     .adamw = cu_adamw,
     .sumsq = cu_sumsq,
     .scale = cu_scale,
+    .loss_sum = cu_loss_sum,
     .set_master = cu_set_master,
     .check = cu_check,
 };

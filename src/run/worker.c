@@ -1059,13 +1059,14 @@ static void step_scale(trainer *t) {
 }
 
 /* Forward and backward over the step's micro-batches (gradients accumulate); the buckets of
- * the last backward are all-reduced as they finish. */
-static dt_status micro_batches(trainer *t, double *loss, long *rows, double *comm_ms, double *fwd_ms, double *bwd_ms) {
+ * the last backward are all-reduced as they finish. Nothing waits for the device: the loss stays
+ * there (dt_model_forward_train) until train_step reads it; *rows counts the rows in it. */
+static dt_status micro_batches(trainer *t, long *rows, double *comm_ms, double *fwd_ms, double *bwd_ms) {
     run *r = &t->r;
     dt_model_zero_grad(r->model);
     step_scale(t);
-    *loss = 0;
     *rows = 0;
+    const int phases = r->cfg->logging.phase_times;
     for (int a = 0; a < t->accum; a++) {
         dt_sampler_batch_at(r->sampler, t->epoch, t->cursor, a, r->idx);
         if (t->sample_log) {
@@ -1073,14 +1074,15 @@ static dt_status micro_batches(trainer *t, double *loss, long *rows, double *com
             fflush(t->sample_log);
         }
         fill_batch(r->train, r->idx, t->b, t->T, r->tokens, r->targets);
-        dt_fwd_result res;
+        long n;
         double p0 = now_ms();
-        DT_TRY(dt_model_forward_loss(r->model, r->tokens, r->targets, t->b, t->scale, &res)); /* ends with the loss on the host */
+        DT_TRY(dt_model_forward_train(r->model, r->tokens, r->targets, t->b, t->scale, &n));
+        if (phases) DT_TRY(r->be->ops->check(r->be->ctx)); /* the device's time too */
         double p1 = now_ms();
         *fwd_ms += p1 - p0;
         const int sync = r->reduces && a == t->accum - 1; /* reduce during the last backward only */
         dt_status st = dt_model_backward(r->model, t->scale, sync ? on_bucket_ready : NULL, r);
-        if (st == DT_OK && r->cfg->logging.phase_times) st = r->be->ops->check(r->be->ctx); /* the device's time too */
+        if (st == DT_OK && phases) st = r->be->ops->check(r->be->ctx);
         *bwd_ms += now_ms() - p1;
         if (sync) {
             const double w0 = now_ms();
@@ -1089,8 +1091,7 @@ static dt_status micro_batches(trainer *t, double *loss, long *rows, double *com
             if (st == DT_OK) st = w;
         }
         DT_TRY(st);
-        *loss += res.loss_sum;
-        *rows += res.rows;
+        *rows += n;
     }
     return DT_OK;
 }
@@ -1113,13 +1114,19 @@ static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     const double t0 = now_ms();
     double comm_ms = 0, fwd_ms = 0, bwd_ms = 0;
     dt_agree_vote v = {0};
-    DT_TRY(micro_batches(t, &v.loss, &v.rows, &comm_ms, &fwd_ms, &bwd_ms));
+    DT_TRY(micro_batches(t, &v.rows, &comm_ms, &fwd_ms, &bwd_ms));
     v.stop = t->launch && t->launch->stop && *t->launch->stop; /* the launcher's flag: SIGINT/SIGTERM */
     float *params = dt_model_params(r->model), *grads = dt_model_grads(r->model);
-    /* sharded, the norm is the sum of the ranks' parts: it travels with the agreement */
+    /* the step's one wait for the device: the gradients' sum of squares and the loss, queued, then
+     * read with the device's failure, if any (llm.c reads its loss once a step too) */
     const double q0 = now_ms();
-    v.device = r->zero ? dt_optim_sumsq(r->optim, grads, &v.sumsq) : r->be->ops->check(r->be->ctx);
-    const double sumsq_ms = r->zero ? now_ms() - q0 : 0; /* the optimizer's, for logging.phase_times */
+    dt_optim_norm(r->optim, grads);
+    dt_model_loss_fetch(r->model);
+    v.device = r->be->ops->check(r->be->ctx);
+    v.loss = dt_model_loss_fetched(r->model);
+    const double sumsq = dt_optim_norm_sumsq(r->optim);
+    v.sumsq = r->zero ? sumsq : 0; /* sharded, the norm is the sum of the ranks' parts: it travels with the agreement */
+    const double sumsq_ms = now_ms() - q0; /* the optimizer's, for logging.phase_times */
     double w0 = now_ms();
     DT_TRY(dt_agree_step(r->comm, t->step + 1, &v));
     if (r->world > 1) comm_ms += now_ms() - w0;
@@ -1127,8 +1134,7 @@ static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     double gnorm, lr;
     const int phases = r->cfg->logging.phase_times;
     const double o0 = now_ms();
-    if (r->zero) DT_TRY(dt_optim_update(r->optim, params, grads, t->step, v.sumsq, &gnorm, &lr));
-    else DT_TRY(dt_optim_step(r->optim, params, grads, t->step, &gnorm, &lr));
+    DT_TRY(dt_optim_update(r->optim, params, grads, t->step, r->zero ? v.sumsq : sumsq, &gnorm, &lr));
     if (phases) DT_TRY(r->be->ops->check(r->be->ctx)); /* the update done on the device */
     const double opt_ms = sumsq_ms + now_ms() - o0; /* the weights' all-gather below is comm_ms's */
     if (r->zero) {

@@ -29,6 +29,9 @@ void mock_kernel_launch(const char *name, const unsigned g[3], const unsigned b[
                         void (*body)(void *), void *closure, void (*destroy)(void *));
 /* Work queued so far: kernel launches, and library work (cuBLASLt products, CUB, NCCL). */
 void mock_launch_counts(unsigned long *kernels, unsigned long *library);
+/* Synchronisations so far: every call that made the host wait for the device (cudaStreamSynchronize,
+ * cudaDeviceSynchronize, cudaEventSynchronize, cudaMemcpy, a copy into pageable memory) */
+unsigned long mock_sync_count(void);
 /* bytes of device memory allocated now (test_ops_backends' memory case) */
 size_t mock_device_in_use(void);
 /* Pointer argument `argi` of a launch: NULL or device memory, else reported. */

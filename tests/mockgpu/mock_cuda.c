@@ -447,6 +447,14 @@ const char *cudaGetErrorString(cudaError_t e) {
 
 cudaError_t cudaMalloc(void **p, size_t n) { return alloc(p, n, cudaMemoryTypeDevice); }
 cudaError_t cudaMallocHost(void **p, size_t n) { return alloc(p, n, cudaMemoryTypeHost); }
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) {
+    if (flags & ~(unsigned)(cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined)) {
+        *p = NULL;
+        mock_report("cudaHostAlloc: unknown flags %#x", flags);
+        return ret(cudaErrorInvalidValue);
+    }
+    return alloc(p, n, cudaMemoryTypeHost);
+}
 cudaError_t cudaMallocManaged(void **p, size_t n, unsigned flags) {
     if (flags != cudaMemAttachGlobal && flags != cudaMemAttachHost) {
         *p = NULL;
@@ -524,11 +532,20 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     ((mstream *)s)->destroyed = 1; /* its thread stays: pending work still completes */
     return cudaSuccess;
 }
+/* Synchronisations: every call that makes the host wait for the device (cudaStreamSynchronize,
+ * cudaDeviceSynchronize, cudaEventSynchronize, cudaMemcpy, and a cudaMemcpyAsync into pageable
+ * memory, which returns when the copy is done), counted for the profiler's range: a training
+ * step should wait once (ops.h check), not once per upload, loss or norm */
+static unsigned long n_syncs;
+static void count_sync(void) { __atomic_add_fetch(&n_syncs, 1, __ATOMIC_SEQ_CST); }
+unsigned long mock_sync_count(void) { return __atomic_load_n(&n_syncs, __ATOMIC_SEQ_CST); }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    count_sync();
     drain(S(s));
     return sticky_err ? ret(sticky_err) : cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) {
+    count_sync();
     drain_all();
     return sticky_err ? ret(sticky_err) : cudaSuccess;
 }
@@ -536,7 +553,7 @@ cudaError_t cudaDeviceSynchronize(void) {
  * and library calls queued inside it, so a test can check that it holds one training step.
  * A start inside a range, or a stop outside one, is an error (the real runtime would not
  * mind; dtrain must not do it). */
-static unsigned long prof_kernels, prof_library, prof_allocs, prof_frees;
+static unsigned long prof_kernels, prof_library, prof_allocs, prof_frees, prof_syncs;
 static void alloc_counts(unsigned long *allocs, unsigned long *frees) {
     pthread_mutex_lock(&reg_mu);
     *allocs = n_allocs;
@@ -554,6 +571,7 @@ cudaError_t cudaProfilerStart(void) {
     __atomic_store_n(&prof_on, 1, __ATOMIC_SEQ_CST);
     mock_launch_counts(&prof_kernels, &prof_library);
     alloc_counts(&prof_allocs, &prof_frees);
+    prof_syncs = mock_sync_count();
     pthread_mutex_lock(&reg_mu);
     prof_started = 1;
     pthread_mutex_unlock(&reg_mu);
@@ -568,14 +586,16 @@ cudaError_t cudaProfilerStop(void) {
     unsigned long k, l, a, f;
     mock_launch_counts(&k, &l);
     alloc_counts(&a, &f);
+    const unsigned long sy = mock_sync_count();
     __atomic_store_n(&prof_on, 0, __ATOMIC_SEQ_CST);
     if (prof_log) {
         pthread_mutex_lock(&prof_mu);
         fflush(prof_log);
         pthread_mutex_unlock(&prof_mu);
     }
-    fprintf(stderr, "MOCK PROFILER: stop: %lu kernel launches and %lu library calls in the range; %lu allocations "
-            "and %lu frees\n", k - prof_kernels, l - prof_library, a - prof_allocs, f - prof_frees);
+    fprintf(stderr, "MOCK PROFILER: stop: %lu kernel launches and %lu library calls in the range; %lu synchronisations; "
+            "%lu allocations and %lu frees\n", k - prof_kernels, l - prof_library, sy - prof_syncs, a - prof_allocs,
+            f - prof_frees);
     return cudaSuccess;
 }
 /* fn(arg) on the stream's thread once the work before it is done; later work waits for it */
@@ -632,6 +652,18 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
     int done = m->done >= m->rec;
     pthread_mutex_unlock(&m->mu);
     return done ? cudaSuccess : ret(cudaErrorNotReady);
+}
+/* waits until the stream passed the latest record (or none was made) */
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    mevent *m = EV(e, "cudaEventSynchronize");
+    if (!m) return ret(cudaErrorInvalidResourceHandle);
+    count_sync();
+    host_fn_check("cudaEventSynchronize");
+    pthread_mutex_lock(&m->mu);
+    const uint64_t g = m->rec; /* the latest record at the time of the call */
+    while (m->done < g) pthread_cond_wait(&m->cv, &m->mu);
+    pthread_mutex_unlock(&m->mu);
+    return sticky_err ? ret(sticky_err) : cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
     mevent *m = EV(e, "cudaStreamWaitEvent");
@@ -694,11 +726,13 @@ cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKin
         memcpy(staging, s, n);
         s = staging;
     }
+    if (pageable_dst) count_sync();
     push(S(st), (op){.kind = OP_COPY, .dst = d, .src = s, .n = n, .staging = staging});
     if (pageable_dst) drain(S(st)); /* into pageable memory: returns when done, as in CUDA */
     return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) {
+    if (mem_type(d) != cudaMemoryTypeUnregistered) count_sync(); /* (cudaMemcpyAsync counts one into pageable memory) */
     cudaError_t e = cudaMemcpyAsync(d, s, n, k, NULL);
     drain(S(NULL));
     return e != cudaSuccess ? e : sticky_err ? ret(sticky_err) : cudaSuccess;

@@ -26,7 +26,9 @@
 #      no cudaMalloc or cudaFree once step 1 begins (the mock's count after the profiler range
 #      opens) in five runs: plain, no bf16 algorithm, nccl with bf16 gradients, the same with
 #      zero_stage 1, the fallback in pieces; and configs/pretrain.yaml shrunk to 4
-#      steps in fp32 (within 1e-5)
+#      steps in fp32 (within 1e-5); a step waits for the device at most 3 times (the profiler's
+#      range's two included): a classifier, a language model with 3 micro-batches (the cpu
+#      run's losses, also with 1 KiB of upload staging), zero_stage 1 (one sumsq, one scale)
 #   6. the launcher's GPU samples through a fake NVML (fake_nvml.c as libnvidia-ml.so.1): the
 #      workers records, the workers: line, TensorBoard and the summary; and the note without it
 #   7. the GPU messages of docs/troubleshooting.md: GPUs left unused, more workers than GPUs,
@@ -346,6 +348,63 @@ step "dtrain pretrain (shrunk) on cuda (fp32)" pre-cuda.log train pre-cuda confi
     --set training.device=cuda --set training.precision=fp32
 echo "pretrain losses, cuda (fp32) against cpu, at most 1e-5 relative:"
 same_losses pre-cpu pre-cuda 1e-5 || { echo "FAIL  pretrain losses differ"; exit 1; }
+# one wait for the device a step, not one per upload, loss or norm: logging.profile_step=2 opens the
+# mock's profiler range before step 2 and closes it after; its stop line counts the host's waits
+# (cudaStreamSynchronize, cudaEventSynchronize, cudaMemcpy, a copy to or from pageable memory...).
+# At most 3: the step's own check (the loss, the gradient norm and a device failure, read at once)
+# and the range's two (profile_range waits for the device after opening it and before closing it).
+# Inputs go through pinned staging, the loss stays on the device until that check. With zero_stage
+# 1 (one worker through nccl, the clip forced by a tiny optimizer.grad_clip) the norm and the clip
+# are one sum of squares (two kernels) and one scale launch over every owned range, not one each
+# per bucket (MOCK_PROFILER_LOG names the kernels). A language model with 3 micro-batches a step
+# keeps the cpu run's losses (the staged inputs of one micro-batch are not the next one's), also
+# with a staging so small that every micro-batch wraps around it (DTRAIN_TEST_STAGE_BYTES)
+sync_run() { # NAME CONFIG [VAR=VALUE ...] -- BIN [--set ...]
+    local name=$1 config=$2 vars=() rc=0 syncs
+    shift 2
+    while [ "$1" != -- ]; do vars+=("$1"); shift; done
+    shift
+    local bin=$1
+    shift
+    rm -f "$B/$name.prof"
+    (export "${vars[@]}" DTRAIN_BIN="$bin" MOCK_PROFILER_LOG="$B/$name.prof"
+     train "$name" "$config" --set training.max_steps=3 --set eval.every_steps=3 --set eval.max_batches=1 \
+         --set training.device=cuda --set logging.profile_step=2 "$@") >"$B/$name.out" 2>&1 || rc=$?
+    grep -e '^MOCK' -e 'note:' "$B/$name.out"
+    [ $rc -eq 0 ] || { cat "$B/$name.out"; return $rc; }
+    syncs=$(sed -n 's/^MOCK PROFILER: stop: .*; \([0-9]*\) synchronisations;.*/\1/p' "$B/$name.out")
+    echo "$name: step 2 waited for the device ${syncs:-?} times (the range's own 2 included), launched" \
+        "$(grep -c '^kernel ' "$B/$name.prof") kernels and made $(grep -c '^library ' "$B/$name.prof") library calls"
+    [ -n "$syncs" ] && [ "$syncs" -le 3 ] ||
+        { echo "FAIL: $name: step 2 waited for the device ${syncs:-?} times, at most 3 expected"; return 1; }
+}
+sync_counts() {
+    sync_run sync-cls configs/ci-smoke.yaml -- "$OPT/dtrain" --set training.precision=bf16 \
+        --set training.grad_accum_steps=2 || return
+    sync_run sync-lm configs/pretrain.yaml -- "$OPT/dtrain_fused" "${PRE[@]}" --set training.precision=fp32 \
+        --set training.grad_accum_steps=3 || return
+    train sync-lm-cpu configs/pretrain.yaml --set training.max_steps=3 --set eval.every_steps=3 --set eval.max_batches=1 \
+        "${PRE[@]}" --set training.device=cpu --set training.grad_accum_steps=3 || return
+    echo "3 micro-batches a step, cuda (fp32) against cpu, at most 1e-5 relative:"
+    same_losses sync-lm-cpu sync-lm 1e-5 || return
+    DTRAIN_BIN=$OPT/dtrain_fused DTRAIN_TEST_STAGE_BYTES=1024 train sync-lm-wrap configs/pretrain.yaml \
+        --set training.max_steps=3 --set eval.every_steps=3 --set eval.max_batches=1 "${PRE[@]}" \
+        --set training.device=cuda --set training.precision=fp32 --set training.grad_accum_steps=3 || return
+    echo "the same with staging halves of 1 KiB (DTRAIN_TEST_STAGE_BYTES: an upload waits for the copies out of the"
+    echo "other half), the same losses:"
+    same_losses sync-lm sync-lm-wrap 0 || return
+    sync_run sync-zero configs/ci-smoke.yaml DTRAIN_TEST_DEVICE_COMM=1 -- "$OPT/dtrain_fused" \
+        --set training.precision=bf16 --set training.zero_stage=1 --set training.grad_comm_dtype=bf16 \
+        --set model.n_layer=2 --set optimizer.grad_clip=1e-4 || return
+    local sq sc
+    sq=$(grep -c '^kernel dtk_sumsq' "$B/sync-zero.prof")
+    sc=$(grep -c '^kernel dtk_scale' "$B/sync-zero.prof")
+    echo "sync-zero: the norm took $sq kernels, the clip $sc (4 owned ranges: the buckets)"
+    [ "$sq" -le 2 ] && [ "$sc" -eq 1 ] ||
+        { echo "FAIL: sync-zero: expected one sum of squares (2 kernels) and one scale over the 4 ranges"; return 1; }
+}
+step "one wait for the device a step (pinned uploads, the loss read once, zero_stage 1's norm in one launch)" \
+    sync-counts.log sync_counts
 
 gen() { # DEVICE OUT OPTIONS...: text from the cpu-trained weights, on DEVICE (fp32)
     local dev=$1 out=$2
