@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
+#include <string.h>
 
 #define DTK_THREADS 256                       // block size of the element-wise and column kernels
 #define DTK_MAX_BLOCKS 8192                   // cap for grid-stride kernels (a few waves on an H100/H200)
@@ -28,6 +29,24 @@ __device__ inline float dtk_ld(const float *p, size_t i) { return p[i]; }
 __device__ inline float dtk_ld(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
 __device__ inline void dtk_st(float *p, size_t i, float v) { p[i] = v; }
 __device__ inline void dtk_st(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+// 16-byte accesses of 8 bf16 elements (p 16-byte aligned: dtk_aligned16), widened or rounded as
+// dtk_ld and dtk_st; the halves move through memcpy between locals, so that nothing is read
+// through another type's pointer (which the mock GPU's host compiler may miscompile).
+__device__ inline void dtk_ld8(const __nv_bfloat16 *p, float f[8]) {
+    const uint4 u = *reinterpret_cast<const uint4 *>(p);
+    unsigned short h[8];
+    memcpy(h, &u, sizeof u);
+    for (int i = 0; i < 8; i++) f[i] = __bfloat162float(__ushort_as_bfloat16(h[i]));
+}
+__device__ inline void dtk_st8(__nv_bfloat16 *p, const float f[8]) {
+    unsigned short h[8];
+    for (int i = 0; i < 8; i++) h[i] = __bfloat16_as_ushort(__float2bfloat16_rn(f[i]));
+    uint4 u;
+    memcpy(&u, h, sizeof u);
+    *reinterpret_cast<uint4 *>(p) = u;
+}
+static inline bool dtk_aligned16(const void *p) { return (reinterpret_cast<size_t>(p) & 15) == 0; }
 
 // Two plain-named kernels, dtk_NAME_f32 and dtk_NAME_bf16, around the template body NAME<A> (a
 // __device__ function whose activation parameters are void pointers it casts to A): PARAMS is

@@ -84,10 +84,57 @@ DTK_ACT_KERNELS(xent,
                 (float *losses, void *out, const void *logits, const int *targets, float scale, int fused, int V, int ld),
                 (losses, out, logits, targets, scale, fused, V, ld))
 
+// The same for bf16 rows that start 16-byte aligned (ld % 8 == 0): each thread reads 8 logits
+// (16 bytes) a load and writes 8 a store up to the last whole 8 of V, then one at a time; every
+// element is computed as above (xent_ms_add, the same p and gradient), only the order in which
+// the threads' running sums are taken differs. The scalar kernel took 3.7 ms a call for GPT-2
+// 124M's 16384 x 50257 on the H200, about three times what its bytes need.
+static __global__ void dtk_xent_v8(float *losses, __nv_bfloat16 *out, const __nv_bfloat16 *logits, const int *targets,
+                                   float scale, int fused, int V, int ld) {
+    const size_t off = (size_t)blockIdx.x * ld;
+    const __nv_bfloat16 *x = logits + off;
+    __nv_bfloat16 *p = out + off;
+    const int tg = targets[blockIdx.x], V8 = V / 8 * 8;
+    const float xtg = tg >= 0 ? dtk_ld(x, tg) : 0.0f; // before the barrier below, so before any write
+
+    XentMS ms = {-INFINITY, 0.0f};
+    for (int j = threadIdx.x * 8; j < V8; j += blockDim.x * 8) {
+        float f[8];
+        dtk_ld8(x + j, f);
+        for (int i = 0; i < 8; i++) ms = xent_ms_add(ms, f[i]);
+    }
+    for (int j = V8 + threadIdx.x; j < V; j += blockDim.x) ms = xent_ms_add(ms, dtk_ld(x, j));
+    ms = xent_ms_block(ms);
+    const float mx = ms.m, sum = ms.s;
+
+    if (threadIdx.x == 0) losses[blockIdx.x] = tg >= 0 ? logf(sum) - (xtg - mx) : 0.0f;
+    const float inv = 1.0f / sum;
+    const bool zero = fused && tg < 0;
+    for (int j = threadIdx.x * 8; j < V8; j += blockDim.x * 8) {
+        float f[8];
+        dtk_ld8(x + j, f);
+        for (int i = 0; i < 8; i++) {
+            const float pj = __fmul_rn(expf(f[i] - mx), inv);
+            f[i] = zero ? 0.0f : fused ? __fmul_rn(j + i == tg ? __fsub_rn(pj, 1.0f) : pj, scale) : pj;
+        }
+        dtk_st8(p + j, f);
+    }
+    for (int j = V8 + threadIdx.x; j < V; j += blockDim.x) {
+        const float pj = __fmul_rn(expf(dtk_ld(x, j) - mx), inv);
+        dtk_st(p, j, zero ? 0.0f : fused ? __fmul_rn(j == tg ? __fsub_rn(pj, 1.0f) : pj, scale) : pj);
+    }
+}
+static inline bool xent_v8(dtk_type t, const void *a, const void *b, int ld) {
+    return t == DTK_BF16 && ld % 8 == 0 && dtk_aligned16(a) && dtk_aligned16(b);
+}
+
 extern "C" cudaError_t dtk_xent_fwd(cudaStream_t s, dtk_type t, float *losses, void *probs, const void *logits,
                                     const int *targets, int N, int V, int ld) {
     if (N <= 0 || V <= 0) return cudaSuccess;
-    if (t == DTK_BF16) dtk_xent_bf16<<<N, XENT_THREADS, 0, s>>>(losses, probs, logits, targets, 1.0f, 0, V, ld);
+    if (xent_v8(t, probs, logits, ld))
+        dtk_xent_v8<<<N, XENT_THREADS, 0, s>>>(losses, (__nv_bfloat16 *)probs, (const __nv_bfloat16 *)logits, targets,
+                                               1.0f, 0, V, ld);
+    else if (t == DTK_BF16) dtk_xent_bf16<<<N, XENT_THREADS, 0, s>>>(losses, probs, logits, targets, 1.0f, 0, V, ld);
     else dtk_xent_f32<<<N, XENT_THREADS, 0, s>>>(losses, probs, logits, targets, 1.0f, 0, V, ld);
     return cudaGetLastError();
 }
@@ -95,7 +142,10 @@ extern "C" cudaError_t dtk_xent_fwd(cudaStream_t s, dtk_type t, float *losses, v
 extern "C" cudaError_t dtk_xent_fused(cudaStream_t s, dtk_type t, float *losses, void *dlogits, const void *logits,
                                       const int *targets, float scale, int N, int V, int ld) {
     if (N <= 0 || V <= 0) return cudaSuccess;
-    if (t == DTK_BF16) dtk_xent_bf16<<<N, XENT_THREADS, 0, s>>>(losses, dlogits, logits, targets, scale, 1, V, ld);
+    if (xent_v8(t, dlogits, logits, ld))
+        dtk_xent_v8<<<N, XENT_THREADS, 0, s>>>(losses, (__nv_bfloat16 *)dlogits, (const __nv_bfloat16 *)logits, targets,
+                                               scale, 1, V, ld);
+    else if (t == DTK_BF16) dtk_xent_bf16<<<N, XENT_THREADS, 0, s>>>(losses, dlogits, logits, targets, scale, 1, V, ld);
     else dtk_xent_f32<<<N, XENT_THREADS, 0, s>>>(losses, dlogits, logits, targets, scale, 1, V, ld);
     return cudaGetLastError();
 }

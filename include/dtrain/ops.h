@@ -85,6 +85,7 @@ typedef struct dt_op_sizes {
     int enc_batch, enc_seq;   /* encoder_bwd: B, T */
     size_t vector;            /* sumsq, scale, adamw: the longest vector (all parameters) */
     size_t inputs;            /* upload_async: the bytes one forward uploads (tokens, targets, rows) */
+    int head_rows, head_in;   /* the output head's weight, (N,K) with w_trans: vocabulary (or labels) x n_embd */
 } dt_op_sizes;
 
 /* How a backend describes itself in the start-up report. */
@@ -105,8 +106,8 @@ struct dt_ops {
     dt_dtype (*act_dtype)(int bf16);
     /* The row stride, in elements (>= V), of the logits (rows, V) this backend wants: V, or V
      * padded so that every row starts aligned for its products and kernels (CUDA: a multiple of
-     * 128, GPT-2's 50257 -> 50304). The padding columns are never read or written; the
-     * weights keep V rows, so nothing of the padding is trained or saved. */
+     * 128, GPT-2's 50257 -> 50304). The weights keep V rows, so nothing of the padding is
+     * trained or saved; the padding columns are the backend's (matmul_fwd). */
     int (*logits_stride)(int V);
     /* memory the backend adds to the model's own for these op sizes: scratch, workspaces,
      * working copies of the weights (an estimate, for --dry-run and the start-up report) */
@@ -184,12 +185,17 @@ struct dt_ops {
                         const float *rstd, int N, int C);
 
     /* out(M,N) = inp(M,K) @ W + bias(N) (bias may be NULL); out's rows are ldo >= N elements
-     * apart (the logits: logits_stride), columns N.. untouched; ldo > N only without a bias.
+     * apart (the logits: logits_stride); ldo > N only without a bias. Columns N.. are left as
+     * they are, except that the output head's product (op sizes' head_rows x head_in, ldo its
+     * logits_stride) may write zeros there: CUDA in bf16 runs it at the padded width, where
+     * cuBLASLt has its fast kernels (GPT-2's 50257 rows took its slow generic one).
      * w_trans = 0: W stored (K,N) (HF Conv1D layout); w_trans = 1: W stored (N,K) (wte, score). */
     void (*matmul_fwd)(void *ctx, dt_act *out, const dt_act *inp, const float *w, const float *bias,
                        int M, int K, int N, int ldo, int w_trans);
     /* dinp(M,K) = dout @ W^T (overwritten; skipped if dinp NULL); dw += (skipped if NULL);
-     * dbias += (if not NULL). dout's rows are ldo >= N apart (ldo > N only with dbias NULL). */
+     * dbias += (if not NULL). dout's rows are ldo >= N apart (ldo > N only with dbias NULL);
+     * the head's dinp may read its padding columns, which must then be finite (matmul_fwd left
+     * zeros there): they are multiplied by zeros, contributing nothing. */
     void (*matmul_bwd)(void *ctx, dt_act *dinp, float *dw, float *dbias, const dt_act *dout,
                        const dt_act *inp, const float *w, int M, int K, int N, int ldo, int w_trans);
 

@@ -256,6 +256,8 @@ void dt_model_op_sizes(const dt_model_cfg *c, dt_op_sizes *s) {
     s->enc_seq = c->seq_len;
     s->vector = np;
     s->inputs = BT * sizeof(int) + (c->shape.num_labels ? 2 * B : BT) * sizeof(int); /* tokens; rows and labels, or targets */
+    s->head_rows = head_width(c);
+    s->head_in = c->shape.n_embd;
 }
 
 /* ---- init / free ---- */

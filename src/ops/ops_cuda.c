@@ -155,6 +155,14 @@ typedef struct cuda_ctx {
     dtk_adamw_piece *pieces_dev, *pieces_host; /* adamw's table on the device, and what it holds */
     int n_pieces, cap_pieces;
     int shadow_stale;   /* refresh before the next use */
+    /* bf16: the output head's weight (head_rows x head_in, inside the master weights) with zero
+     * rows up to the logits' padded stride (head_pad rows), made by reserve; its products run at
+     * that width. head16_of: the master slice it was copied from (NULL: to copy again) */
+    dtk_bf16 *head16;
+    const float *head16_of;
+    int head_rows, head_in, head_pad;
+    int bf16_only; /* gemm() returns 1, queuing nothing, where it would take the fp32 fallback */
+    int head_zeros; /* the head's last forward ran padded: zeros in the logits' padding columns */
     gemm_plan plans[N_PLANS];
     int next_plan;      /* round-robin eviction */
     dtc_att *att;       /* cuDNN's fused attention (cudnn_att.h), opened when first needed */
@@ -611,8 +619,28 @@ static gemm_plan *plan_get(cuda_ctx *c, const gemm_key *k, const void *bias, con
 static dtk_bf16 *fresh_shadow(cuda_ctx *c) {
     if (!c->shadow || c->err != DT_OK) return NULL;
     if (c->shadow_stale && CK(dtk_cast_bf16(c->s, c->shadow, c->master, c->n_master))) return NULL;
+    if (c->shadow_stale) c->head16_of = NULL;
     c->shadow_stale = 0;
     return c->shadow;
+}
+
+/* The padded bf16 head for a product of W (N,K) at rows `ldo` apart, when w is the head that
+ * reserve made it for (else NULL: the product as it is). cuBLASLt chose its slow generic kernel
+ * for GPT-2's 50257-row head on the H200 (13 ms of a 63 ms step for the logits alone); at the
+ * padded 50304 rows its Hopper kernels run. The copy follows the working copy of the weights
+ * (a device-to-device copy of N x K elements, after each refresh or update); the padding rows
+ * stay zero from reserve. */
+static const dtk_bf16 *head_padded(cuda_ctx *c, const float *w, int N, int K, int ldo) {
+    if (!c->head16 || N != c->head_rows || K != c->head_in || ldo != c->head_pad || !c->shadow || w < c->master ||
+        w + (size_t)N * K > c->master + c->n_master)
+        return NULL;
+    const dtk_bf16 *sh = fresh_shadow(c);
+    if (!sh) return NULL;
+    if (c->head16_of != w && CK(cudaMemcpyAsync(c->head16, sh + (w - c->master), (size_t)N * K * sizeof(dtk_bf16),
+                                                 cudaMemcpyDeviceToDevice, c->s)))
+        return NULL;
+    c->head16_of = w;
+    return c->head16;
 }
 
 static void cu_set_master(void *ctx, const float *params, size_t n) {
@@ -759,6 +787,7 @@ static int gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A,
     gemm_plan *p = plan_get(c, &key, pb, e ? e->aux : NULL, &none);
     if (e && !p) return none; /* no epilogue here: the caller's unfused path (which has the fp32 one) */
     void *d = D;
+    if (!p && none && key.bf16 && c->bf16_only) return 1; /* the caller's other way (the unpadded head) */
     if (!p && none && key.bf16) { /* no bf16 algorithm for this shape: this product in fp32 instead */
         if (require_fast_path()) {
             fail(c, DT_ERR_CONFIG, "rank %d (host %s, GPU %d %s): the fast path did not run: cuBLASLt has no bf16 "
@@ -825,6 +854,17 @@ static int gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A,
 /* the element of this backend's activations: bf16 with bf16 products */
 #define ACT(c) ((c)->bf16 ? DTK_BF16 : DTK_F32)
 
+/* A product with the padded head h (bf16, lda K) as A, in bf16 only: 0 when queued (or failed),
+ * 1 when cuBLASLt has no bf16 algorithm for it (the caller runs the unpadded product, whose
+ * fp32 fallback reads the master weights) */
+static int padded_gemm(cuda_ctx *c, int ta, int m, int n, int k, const dtk_bf16 *h, const dt_act *b, int ldb, dt_act *d) {
+    c->bf16_only = 1;
+    const int r = gemm(c, ta, 0, m, n, k, h, 1, c->head_in, 0, b, 1, ldb, 0, d, 1, ta ? m : c->head_in, 0, 1, 1.0f,
+                       0.0f, NULL, NULL);
+    c->bf16_only = 0;
+    return r;
+}
+
 /* Row-major out(M,N) = inp(M,K) @ W + bias; in column-major terms out^T = op(W) inp^T. out's
  * rows ldo apart: the logits' padded stride (logits_stride), which keeps every row 16-byte
  * aligned for cuBLASLt and the kernels (50257 bf16 would leave them 2-byte aligned). */
@@ -837,16 +877,27 @@ static void cu_matmul_fwd(void *ctx, dt_act *out, const dt_act *inp, const float
         return;
     }
     /* W (K,N) row-major is N x K column-major (no transpose); W (N,K) is K x N (transpose) */
-    gemm(c, w_trans, 0, N, M, K, w, 0, w_trans ? K : N, 0, inp, a16, K, 0, out, a16, ldo, 0, 1, 1.0f, 0.0f, bias, NULL);
+    const dtk_bf16 *h = a16 && w_trans && !bias ? head_padded(c, w, N, K, ldo) : NULL;
+    c->head_zeros = h && !padded_gemm(c, 1, ldo, M, K, h, inp, K, out); /* the head at its padded width */
+    if (!c->head_zeros && c->err == DT_OK)
+        gemm(c, w_trans, 0, N, M, K, w, 0, w_trans ? K : N, 0, inp, a16, K, 0, out, a16, ldo, 0, 1, 1.0f, 0.0f, bias,
+             NULL);
 }
 
 /* matmul_bwd's dw += and dbias += (dout's rows ldo apart) */
 static void matmul_bwd_weights(cuda_ctx *c, float *dw, float *dbias, const dt_act *dout, const dt_act *inp, int M, int K,
                                int N, int ldo, int w_trans) {
     const int a16 = c->bf16;
-    if (dw && w_trans) /* dW(N,K) += dout^T inp: dW^T (K x N) = inp^T (K x M) (dout^T)^T (M x N) */
-        gemm(c, 0, 1, K, N, M, inp, a16, K, 0, dout, a16, ldo, 0, dw, 0, K, 0, 1, 1.0f, 1.0f, NULL, NULL);
-    else if (dw) { /* dW(K,N) += inp^T dout: dW^T (N x K) = dout^T (N x M) inp (M x K) */
+    if (dw && w_trans) { /* dW(N,K) += dout^T inp: dW^T (K x N) = inp^T (K x M) (dout^T)^T (M x N) */
+        /* the padded head's rows: the multiple of 128 first (its Hopper kernels; all 50257 of
+         * GPT-2's took cuBLASLt's generic one, 2.5 ms on the H200), then the rest */
+        const int n1 = a16 && c->head16 && N == c->head_rows && K == c->head_in && ldo == c->head_pad ? N / 128 * 128 : 0;
+        if (n1 > 0 && c->err == DT_OK)
+            gemm(c, 0, 1, K, n1, M, inp, a16, K, 0, dout, a16, ldo, 0, dw, 0, K, 0, 1, 1.0f, 1.0f, NULL, NULL);
+        if (n1 < N && c->err == DT_OK)
+            gemm(c, 0, 1, K, N - n1, M, inp, a16, K, 0, (const char *)dout + (size_t)n1 * (a16 ? 2 : 4), a16, ldo, 0,
+                 dw + (size_t)n1 * K, 0, K, 0, 1, 1.0f, 1.0f, NULL, NULL);
+    } else if (dw) { /* dW(K,N) += inp^T dout: dW^T (N x K) = dout^T (N x M) inp (M x K) */
         /* with a bias: its gradient, the sums of dout^T's rows, in the same product (BGRADA) into
          * scratch, then added (cuBLASLt overwrites it, gradient accumulation needs +=) */
         float *bg = dbias ? scratch(c, SCR_WORK, (size_t)N * sizeof(float), "kernel scratch") : NULL;
@@ -875,8 +926,12 @@ static void cu_matmul_bwd(void *ctx, dt_act *dinp, float *dw, float *dbias, cons
         fail(c, DT_ERR_INTERNAL, "matmul_bwd: a bias gradient with rows %d apart for %d columns", ldo, N);
         return;
     }
-    /* dinp(M,K) = dout @ W^T: dinp^T (K x M) = op(W) (K x N) dout^T (N x M) */
-    if (dinp)
+    /* dinp(M,K) = dout @ W^T: dinp^T (K x M) = op(W) (K x N) dout^T (N x M); the head over its
+     * padded width, after a padded forward (dout's padding columns, its zeros, finite: times the
+     * zero rows, nothing) */
+    const dtk_bf16 *h = dinp && a16 && w_trans && c->head_zeros ? head_padded(c, w, N, K, ldo) : NULL;
+    const int padded = h && !padded_gemm(c, 0, K, M, ldo, h, dout, ldo, dinp);
+    if (!padded && dinp && c->err == DT_OK)
         gemm(c, !w_trans, 0, K, M, N, w, 0, w_trans ? K : N, 0, dout, a16, ldo, 0, dinp, a16, K, 0, 1, 1.0f, 0.0f, NULL,
              NULL);
     matmul_bwd_weights(c, dw, dbias, dout, inp, M, K, N, ldo, w_trans);
@@ -937,7 +992,7 @@ static void cu_matmul_gelu_bwd(void *ctx, dt_act *dinp, dt_act *tmp, float *dw, 
  * frontend's head sizes: multiples of 8, up to 256 on Hopper (128 before it); NH a multiple of
  * NKV. A head size outside that never runs fused: the estimate counts our kernels' memory. */
 static int att_may_fuse(const dt_att_shape *s) {
-    return s->hs > 0 && s->hs % 8 == 0 && s->hs <= 256 && s->NKV > 0 && s->NH % s->NKV == 0;
+    return s->T > 1 && s->hs > 0 && s->hs % 8 == 0 && s->hs <= 256 && s->NKV > 0 && s->NH % s->NKV == 0;
 }
 
 static dtc_shape dtc_of(const dt_att_shape *s) { return (dtc_shape){s->B, s->T, s->NH, s->NKV, s->hs}; }
@@ -1281,8 +1336,10 @@ static void cu_adamw(void *ctx, float *p, const float *g, float *m, float *v, co
     }
     dtk_bf16 *p16 = NULL;
     if (c->shadow && p + lo >= c->master && p + hi <= c->master + c->n_master && !(p16 = fresh_shadow(c))) return;
-    if (p16) p16 += p - c->master;
-    else if (touches_master(c, p + lo, (hi - lo) * sizeof(float))) c->shadow_stale = 1; /* updated without its copy */
+    if (p16) {
+        p16 += p - c->master;
+        c->head16_of = NULL; /* the head's padded copy follows at its next product */
+    } else if (touches_master(c, p + lo, (hi - lo) * sizeof(float))) c->shadow_stale = 1; /* updated without its copy */
     size_t total = 0;
     const dtk_adamw_piece *table = piece_table(c, pieces, n_pieces, &total);
     if (!table) return;
@@ -1351,6 +1408,7 @@ static void ctx_free(cuda_ctx *c) {
     cudaFree(c->ranges_dev);
     free(c->ranges_host);
     cudaFree(c->shadow);
+    cudaFree(c->head16);
     cudaFree(c->pieces_dev);
     free(c->pieces_host);
     if (c->lt) lt.cublasLtDestroy(c->lt);
@@ -1516,6 +1574,8 @@ static size_t cu_scratch_bytes(const dt_op_sizes *s, int bf16) {
     slot_bytes(s, bf16, 0, bf16 && att_may_fuse(&s->att), ATT_WS_GUESS(s->att.B, s->att.T, s->att.NH), sz);
     for (int i = 0; i < N_SCRATCH; i++) bytes += sz[i] ? slot_round(sz[i]) : 0; /* as scratch() allocates */
     if (bf16) bytes += s->vector * 2; /* the weights' working copy */
+    if (bf16 && cu_logits_stride(s->head_rows) > s->head_rows) /* its padded head */
+        bytes += (size_t)cu_logits_stride(s->head_rows) * (size_t)s->head_in * sizeof(dtk_bf16);
     return bytes + ADAMW_PIECES * sizeof(dtk_adamw_piece); /* + AdamW's table (made at open) */
 }
 
@@ -1531,6 +1591,21 @@ static dt_status cu_reserve(void *ctx, const dt_op_sizes *s) {
     slot_bytes(s, c->bf16, 1, fused, ws, sz);
     for (int i = 0; i < N_SCRATCH; i++)
         if (sz[i] && !scratch(c, i, sz[i], what[i])) break;
+    if (c->head16 && (s->head_rows != c->head_rows || s->head_in != c->head_in)) { /* another model's */
+        if (CK(cudaFree(c->head16))) return cu_check(c);
+        c->head16 = NULL;
+    }
+    if (c->err == DT_OK && c->bf16 && !c->head16 && s->head_rows > 0 && s->head_in > 0 &&
+        cu_logits_stride(s->head_rows) > s->head_rows) {
+        const int pad = cu_logits_stride(s->head_rows);
+        const size_t hb = (size_t)pad * (size_t)s->head_in * sizeof(dtk_bf16);
+        DT_TRY(dev_malloc(c, (void **)&c->head16, hb, "the padded bf16 output head"));
+        if (CK(cudaMemsetAsync(c->head16, 0, hb, c->s))) return cu_check(c);
+        c->head_rows = s->head_rows;
+        c->head_in = s->head_in;
+        c->head_pad = pad;
+        c->head16_of = NULL;
+    }
     const size_t half = STAGE_FORWARDS * (s->inputs + 3 * 256); /* each upload's copy 256-byte aligned */
     if (c->err == DT_OK) DT_TRY(stage_grow(c, half > STAGE_MIN_HALF ? half : STAGE_MIN_HALF));
     return cu_check(c);
