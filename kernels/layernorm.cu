@@ -37,11 +37,51 @@ DTK_ACT_KERNELS(layernorm_fwd,
                 (void *out, float *mean, float *rstd, const void *inp, const float *w, const float *b, int N, int C),
                 (out, mean, rstd, inp, w, b, N, C))
 
+// The same for bf16 rows of C % 8 == 0 elements, 16-byte aligned, 8 elements a load (as
+// dtk_layernorm_bwd_dinp_v8); the sums in double, in each lane's order of its elements
+static __global__ void dtk_layernorm_fwd_v8(__nv_bfloat16 *out, float *mean, float *rstd, const __nv_bfloat16 *inp,
+                                            const float *w, const float *b, int N, int C) {
+    const int row = blockIdx.x * DTK_ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const __nv_bfloat16 *x = inp + (size_t)row * C;
+    double s = 0.0;
+    for (int c = lane * 8; c < C; c += 256) {
+        float f[8];
+        dtk_ld8(x + c, f);
+        for (int i = 0; i < 8; i++) s += f[i];
+    }
+    const float m = (float)(dtk_warp_reduce(s, DtkSum()) / C);
+    double v = 0.0;
+    for (int c = lane * 8; c < C; c += 256) {
+        float f[8];
+        dtk_ld8(x + c, f);
+        for (int i = 0; i < 8; i++) {
+            const float d = f[i] - m;
+            v += (double)d * d;
+        }
+    }
+    const float r = 1.0f / sqrtf((float)(dtk_warp_reduce(v, DtkSum()) / C) + LN_EPS);
+    __nv_bfloat16 *o = out + (size_t)row * C;
+    for (int c = lane * 8; c < C; c += 256) {
+        float f[8];
+        dtk_ld8(x + c, f);
+        for (int i = 0; i < 8; i++) f[i] = (f[i] - m) * r * w[c + i] + b[c + i];
+        dtk_st8(o + c, f);
+    }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
 extern "C" cudaError_t dtk_layernorm_fwd(cudaStream_t s, dtk_type t, void *out, float *mean, float *rstd,
                                          const void *inp, const float *w, const float *b, int N, int C) {
     if (N <= 0 || C <= 0) return cudaSuccess;
     const unsigned blocks = (unsigned)((N + DTK_ROWS_PER_BLOCK - 1) / DTK_ROWS_PER_BLOCK);
-    if (t == DTK_BF16) dtk_layernorm_fwd_bf16<<<blocks, DTK_THREADS, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
+    if (t == DTK_BF16 && C % 8 == 0 && dtk_aligned16(out) && dtk_aligned16(inp))
+        dtk_layernorm_fwd_v8<<<blocks, DTK_THREADS, 0, s>>>((__nv_bfloat16 *)out, mean, rstd, (const __nv_bfloat16 *)inp,
+                                                            w, b, N, C);
+    else if (t == DTK_BF16) dtk_layernorm_fwd_bf16<<<blocks, DTK_THREADS, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
     else dtk_layernorm_fwd_f32<<<blocks, DTK_THREADS, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
     return cudaGetLastError();
 }
@@ -364,11 +404,37 @@ DTK_ACT_KERNELS(rmsnorm_bwd_cols,
                  int C, int rows),
                 (dw, part, flags, dout, inp, rstd, N, C, rows))
 
+// The same for bf16 rows of C % 8 == 0 elements, 16-byte aligned, 8 elements a load
+static __global__ void dtk_rmsnorm_fwd_v8(__nv_bfloat16 *out, float *rstd, const __nv_bfloat16 *inp, const float *w,
+                                          int N, int C, float eps) {
+    const int row = blockIdx.x * DTK_ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const __nv_bfloat16 *x = inp + (size_t)row * C;
+    double v = 0.0; // in double, as the CPU
+    for (int c = lane * 8; c < C; c += 256) {
+        float f[8];
+        dtk_ld8(x + c, f);
+        for (int i = 0; i < 8; i++) v += (double)f[i] * f[i];
+    }
+    const float r = 1.0f / sqrtf((float)(dtk_warp_reduce(v, DtkSum()) / C) + eps);
+    __nv_bfloat16 *o = out + (size_t)row * C;
+    for (int c = lane * 8; c < C; c += 256) {
+        float f[8];
+        dtk_ld8(x + c, f);
+        for (int i = 0; i < 8; i++) f[i] = w[c + i] * (f[i] * r);
+        dtk_st8(o + c, f);
+    }
+    if (lane == 0) rstd[row] = r;
+}
+
 extern "C" cudaError_t dtk_rmsnorm_fwd(cudaStream_t s, dtk_type t, void *out, float *rstd, const void *inp,
                                        const float *w, int N, int C, float eps) {
     if (N <= 0 || C <= 0) return cudaSuccess;
     const unsigned blocks = (unsigned)((N + DTK_ROWS_PER_BLOCK - 1) / DTK_ROWS_PER_BLOCK);
-    if (t == DTK_BF16) dtk_rmsnorm_fwd_bf16<<<blocks, DTK_THREADS, 0, s>>>(out, rstd, inp, w, N, C, eps);
+    if (t == DTK_BF16 && C % 8 == 0 && dtk_aligned16(out) && dtk_aligned16(inp))
+        dtk_rmsnorm_fwd_v8<<<blocks, DTK_THREADS, 0, s>>>((__nv_bfloat16 *)out, rstd, (const __nv_bfloat16 *)inp, w, N, C,
+                                                          eps);
+    else if (t == DTK_BF16) dtk_rmsnorm_fwd_bf16<<<blocks, DTK_THREADS, 0, s>>>(out, rstd, inp, w, N, C, eps);
     else dtk_rmsnorm_fwd_f32<<<blocks, DTK_THREADS, 0, s>>>(out, rstd, inp, w, N, C, eps);
     return cudaGetLastError();
 }
