@@ -32,11 +32,14 @@ typedef enum { DTK_F32 = 0, DTK_BF16 = 1 } dtk_type;
 /* out(B,T,C) = wte[tokens[b,t]] + wpe[t] (wpe NULL: wte[tokens[b,t]]) */
 cudaError_t dtk_encoder_fwd(cudaStream_t s, dtk_type t, void *out, const int *tokens, const float *wte, const float *wpe, int B,
                             int T, int C);
-/* dwte(V,C) += sum of dout rows whose token is v (summed in increasing (b,t) order);
- * dwpe(T,C) += sum over b of dout[b,t] (in increasing b; skipped when dwpe is NULL). */
-size_t dtk_encoder_bwd_work_bytes(int B, int T);
+/* dwte(V,C) += sum of dout rows whose token is v (summed in increasing (b,t) order, except that a
+ * run of one token covering 64 consecutive sorted positions adds them as one partial sum: a fixed
+ * order, within rounding of the CPU's); dwpe(T,C) += sum over b of dout[b,t] (in increasing b;
+ * skipped when dwpe is NULL). Every token must lie in [0, V): the sort orders only the bits that
+ * needs (V <= 0: not known, all 32 bits). */
+size_t dtk_encoder_bwd_work_bytes(int B, int T, int C);
 cudaError_t dtk_encoder_bwd(cudaStream_t s, dtk_type t, float *dwte, float *dwpe, const void *dout, const int *tokens, int B,
-                            int T, int C, void *work, size_t work_bytes);
+                            int T, int C, int V, void *work, size_t work_bytes);
 
 /* out(N,C) = (inp - mean) * rstd * w + b; mean(N), rstd(N) = 1/sqrt(var + 1e-5) (biased var) */
 cudaError_t dtk_layernorm_fwd(cudaStream_t s, dtk_type t, void *out, float *mean, float *rstd, const void *inp, const float *w,

@@ -1,7 +1,8 @@
 // encoder.cu — token + position embedding (or the token's alone, without wpe): dtk_encoder_fwd
 // and the deterministic dtk_encoder_bwd (dwpe, where there is one, summed over b in order; dwte
-// through a stable sort of the tokens, so every dwte row adds its dout rows in increasing (b,t)
-// order, as the CPU does).
+// through a stable sort of the tokens on the bits the vocabulary needs, so every dwte row adds its
+// dout rows in increasing (b,t) order, as the CPU does; a long run of one token in pieces summed
+// in parallel, then in a fixed order: see ENC_CHUNK).
 #include <cub/device/device_radix_sort.cuh>
 
 #include "dtk.h"
@@ -42,54 +43,111 @@ static __global__ void dtk_iota_kernel(int *x, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] = i;
 }
 
-// keys: the tokens sorted (stable); idx: their original (b,t) positions. Block x looks at
-// sorted position i; only the first position of a run of equal tokens does work: its
-// threads (columns, strided over grid.y) add the run's dout rows into the token's dwte row
-// in sorted order, which the stable sort made increasing (b,t) order.
+// Long runs of one token (the pad token of a classifier's batch: thousands of positions) are
+// summed in pieces. The sorted positions fall into chunks of ENC_CHUNK; a chunk whose positions
+// all hold one token ("whole": its first and last keys equal, the keys being sorted) is summed on
+// its own, in parallel with the others, into a partial row (dwte_chunks); then the first
+// position of each run adds, in sorted order, its rows before its first whole chunk one at a
+// time, each whole chunk's partial, and its rows after the last one at a time (dwte_runs). The
+// order is fixed (whatever the blocks' schedule), so every call gives the same bits; but a run
+// that covers a whole chunk is added in another order than the CPU's serial one (they differ by
+// rounding: the fp32 test's 3e-5 for long reductions), while a shorter run is added exactly as
+// the CPU adds it. Serial work a run: at most 2 * ENC_CHUNK rows and one partial a whole chunk.
+#define ENC_CHUNK 64
+
+// keys: the tokens sorted (stable); idx: their original (b,t) positions. Block x sums chunk x
+// (positions [x*ENC_CHUNK, (x+1)*ENC_CHUNK), all within BT) into part row x when it is whole;
+// threads over columns, strided over grid.y.
 template <typename A>
-static __device__ void dwte_runs(float *dwte, const void *dout_, const int *keys, const int *idx, int BT, int C) {
+static __device__ void dwte_chunks(float *part, const void *dout_, const unsigned *keys, const int *idx, int C) {
     const A *dout = (const A *)dout_;
-    const int i = blockIdx.x, tok = keys[i];
+    const int i0 = blockIdx.x * ENC_CHUNK;
+    if (keys[i0] != keys[i0 + ENC_CHUNK - 1]) return; // not whole: dwte_runs adds its rows one by one
+    float *p = part + (size_t)blockIdx.x * C;
+    for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < C; c += gridDim.y * blockDim.x) {
+        float acc = 0.0f;
+        for (int j = i0; j < i0 + ENC_CHUNK; j++) acc += dtk_ld(dout, (size_t)idx[j] * C + c);
+        p[c] = acc;
+    }
+}
+DTK_ACT_KERNELS(dwte_chunks, (float *part, const void *dout, const unsigned *keys, const int *idx, int C),
+                (part, dout, keys, idx, C))
+
+// Block x looks at sorted position i; only the first position of a run of equal tokens does
+// work: its threads (columns, strided over grid.y) add the run into the token's dwte row in
+// sorted order, which the stable sort made increasing (b,t) order: a whole chunk (the same test
+// as dwte_chunks') as its partial, any other position as its dout row.
+template <typename A>
+static __device__ void dwte_runs(float *dwte, const float *part, const void *dout_, const unsigned *keys,
+                                 const int *idx, int BT, int C) {
+    const A *dout = (const A *)dout_;
+    const int i = blockIdx.x;
+    const unsigned tok = keys[i];
     if (i > 0 && keys[i - 1] == tok) return;
     float *d = dwte + (size_t)tok * C;
     for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < C; c += gridDim.y * blockDim.x) {
         float acc = d[c];
-        for (int j = i; j < BT && keys[j] == tok; j++) acc += dtk_ld(dout, (size_t)idx[j] * C + c);
+        for (int j = i; j < BT && keys[j] == tok;) {
+            if (j % ENC_CHUNK == 0 && j + ENC_CHUNK <= BT && keys[j + ENC_CHUNK - 1] == tok) {
+                acc += part[(size_t)(j / ENC_CHUNK) * C + c];
+                j += ENC_CHUNK;
+            } else {
+                acc += dtk_ld(dout, (size_t)idx[j] * C + c);
+                j++;
+            }
+        }
         d[c] = acc;
     }
 }
-DTK_ACT_KERNELS(dwte_runs, (float *dwte, const void *dout, const int *keys, const int *idx, int BT, int C),
-                (dwte, dout, keys, idx, BT, C))
+DTK_ACT_KERNELS(dwte_runs,
+                (float *dwte, const float *part, const void *dout, const unsigned *keys, const int *idx, int BT, int C),
+                (dwte, part, dout, keys, idx, BT, C))
 
-// CUB's scratch for sorting n (int key, int value) pairs; asks the runtime for the device's
-// PTX version (no GPU work). 0 on failure.
-static size_t sort_temp_bytes(int n) {
+// The key bits that order tokens in [0, V): ceil(log2 V), at least 1; all 32 when V is not
+// known (<= 0). Fewer bits, fewer radix passes (GPT-2's 50257 tokens: 16 bits, 2 passes of 8).
+static int key_bits(int V) {
+    if (V <= 0) return 32;
+    int bits = 1;
+    while (bits < 32 && ((unsigned)(V - 1) >> bits) != 0) bits++;
+    return bits;
+}
+
+// CUB's scratch for sorting n (unsigned key, int value) pairs by key bits [0, bits); asks the
+// runtime for the device's PTX version (no GPU work). 0 on failure. It grows with the bits (the
+// passes' histograms), so the size for 32 bits covers every V.
+static size_t sort_temp_bytes(int n, int bits) {
     size_t bytes = 0;
-    if (cub::DeviceRadixSort::SortPairs(nullptr, bytes, (const int *)nullptr, (int *)nullptr, (const int *)nullptr,
-                                        (int *)nullptr, n) != cudaSuccess)
+    if (cub::DeviceRadixSort::SortPairs(nullptr, bytes, (const unsigned *)nullptr, (unsigned *)nullptr,
+                                        (const int *)nullptr, (int *)nullptr, n, 0, bits) != cudaSuccess)
         return 0;
     return bytes;
 }
 
-// work = [sorted keys | positions (iota) | sorted positions | CUB scratch], each 256-aligned
-extern "C" size_t dtk_encoder_bwd_work_bytes(int B, int T) {
-    if (B <= 0 || T <= 0) return 0;
+// work = [sorted keys | positions (iota) | sorted positions | whole chunks' partial rows
+// (BT / ENC_CHUNK of C floats) | CUB scratch], each 256-aligned
+static size_t part_bytes(int BT, int C) { return dtk_align((size_t)(BT / ENC_CHUNK) * (size_t)C * sizeof(float)); }
+
+extern "C" size_t dtk_encoder_bwd_work_bytes(int B, int T, int C) {
+    if (B <= 0 || T <= 0 || C <= 0) return 0;
     const int BT = B * T;
-    const size_t temp = sort_temp_bytes(BT);
+    const size_t temp = sort_temp_bytes(BT, 32);
     if (temp == 0) return 0;
-    return 3 * dtk_align((size_t)BT * sizeof(int)) + dtk_align(temp);
+    return 3 * dtk_align((size_t)BT * sizeof(int)) + part_bytes(BT, C) + dtk_align(temp);
 }
 
 extern "C" cudaError_t dtk_encoder_bwd(cudaStream_t s, dtk_type t, float *dwte, float *dwpe, const void *dout,
-                                       const int *tokens, int B, int T, int C, void *work, size_t work_bytes) {
+                                       const int *tokens, int B, int T, int C, int V, void *work, size_t work_bytes) {
     if (B <= 0 || T <= 0 || C <= 0) return cudaSuccess;
-    const int BT = B * T;
-    const size_t arr = dtk_align((size_t)BT * sizeof(int));
-    size_t temp = sort_temp_bytes(BT);
-    if (temp == 0 || work == nullptr || work_bytes < 3 * arr + dtk_align(temp)) return cudaErrorInvalidValue;
+    const int BT = B * T, bits = key_bits(V);
+    const size_t arr = dtk_align((size_t)BT * sizeof(int)), off = 3 * arr + part_bytes(BT, C);
+    const size_t temp = sort_temp_bytes(BT, bits);
+    if (temp == 0 || work == nullptr || work_bytes < off || work_bytes - off < temp) return cudaErrorInvalidValue;
     char *w = (char *)work;
-    int *keys = (int *)w, *pos = (int *)(w + arr), *idx = (int *)(w + 2 * arr);
-    void *cub_temp = w + 3 * arr;
+    unsigned *keys = (unsigned *)w;
+    int *pos = (int *)(w + arr), *idx = (int *)(w + 2 * arr);
+    float *part = (float *)(w + 3 * arr);
+    void *cub_temp = w + off;
+    size_t cub_bytes = work_bytes - off;
 
     const size_t TC = (size_t)T * C;
     cudaError_t e;
@@ -100,12 +158,20 @@ extern "C" cudaError_t dtk_encoder_bwd(cudaStream_t s, dtk_type t, float *dwte, 
     }
     dtk_iota_kernel<<<dtk_blocks((size_t)BT), DTK_THREADS, 0, s>>>(pos, BT);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    // SortPairs is a stable LSD radix sort: equal tokens keep increasing positions
-    e = cub::DeviceRadixSort::SortPairs(cub_temp, temp, tokens, keys, pos, idx, BT, 0, (int)(8 * sizeof(int)), s);
+    // SortPairs is a stable LSD radix sort: equal tokens keep increasing positions. Tokens are
+    // in [0, V), so they read as unsigned with the same bits, all of them below bit `bits`.
+    e = cub::DeviceRadixSort::SortPairs(cub_temp, cub_bytes, (const unsigned *)tokens, keys, pos, idx, BT, 0, bits, s);
     if (e != cudaSuccess) return e;
     const unsigned col_blocks = (unsigned)((C + DTK_THREADS - 1) / DTK_THREADS);
-    const dim3 grid((unsigned)BT, col_blocks < 65535u ? col_blocks : 65535u);
-    if (t == DTK_BF16) dtk_dwte_runs_bf16<<<grid, DTK_THREADS, 0, s>>>(dwte, dout, keys, idx, BT, C);
-    else dtk_dwte_runs_f32<<<grid, DTK_THREADS, 0, s>>>(dwte, dout, keys, idx, BT, C);
+    const unsigned cy = col_blocks < 65535u ? col_blocks : 65535u;
+    if (BT >= ENC_CHUNK) {
+        const dim3 grid((unsigned)(BT / ENC_CHUNK), cy);
+        if (t == DTK_BF16) dtk_dwte_chunks_bf16<<<grid, DTK_THREADS, 0, s>>>(part, dout, keys, idx, C);
+        else dtk_dwte_chunks_f32<<<grid, DTK_THREADS, 0, s>>>(part, dout, keys, idx, C);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    }
+    const dim3 grid((unsigned)BT, cy);
+    if (t == DTK_BF16) dtk_dwte_runs_bf16<<<grid, DTK_THREADS, 0, s>>>(dwte, part, dout, keys, idx, BT, C);
+    else dtk_dwte_runs_f32<<<grid, DTK_THREADS, 0, s>>>(dwte, part, dout, keys, idx, BT, C);
     return cudaGetLastError();
 }

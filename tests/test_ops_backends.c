@@ -258,14 +258,28 @@ static int has_ops(const char *what, int have) {
     return 0;
 }
 
-/* s: B T C V nopos (nopos 1: no learned positions, wpe and dwpe NULL, as the Llama family's) */
+/* s: B T C V nopos runs (nopos 1: no learned positions, wpe and dwpe NULL, as the Llama family's;
+ * runs 1: each row's tail is one pad token, as a classifier's batch (runs of thousands once
+ * sorted), 2: every token the same) */
 static void case_encoder(const int *s, double tol) {
-    const int B = s[0], T = s[1], C = s[2], V = s[3], pos = !s[4];
+    const int B = s[0], T = s[1], C = s[2], V = s[3], pos = !s[4], runs = s[5], pad = V / 3;
     int *tok = rand_ints((size_t)B * T, 0, V);
     if (B * T >= 3) tok[0] = tok[1] = tok[2] = V - 1; /* repeated tokens meet in one dwte row */
+    for (int b = 0; b < B && runs; b++) {
+        const int len = runs == 2 ? 0 : 1 + (int)(urand() * T / 4); /* the row's text, then padding */
+        for (int i = len; i < T; i++) tok[(size_t)b * T + i] = pad;
+    }
     pair t = pair_ints(tok, (size_t)B * T), wte = pair_rand(K_F32, (size_t)V * C, -1, 1);
     pair wpe = pair_rand(K_F32, (size_t)T * C, -1, 1), out = pair_new(K_ACT, NULL, (size_t)B * T * C);
-    printf("  encoder B %d T %d C %d V %d%s:\n", B, T, C, V, pos ? "" : ", no wpe");
+    printf("  encoder B %d T %d C %d V %d%s%s:\n", B, T, C, V, pos ? "" : ", no wpe",
+           runs == 1 ? ", rows padded with one token" : runs == 2 ? ", one token" : "");
+    if (g_dev->ops->reserve) { /* as a worker reserves for its model: the backend learns the vocabulary */
+        dt_model_cfg mc = {.shape = {.vocab_size = V, .n_positions = T, .n_layer = 1, .n_head = 1, .n_embd = C},
+                           .seq_len = T, .max_batch = B};
+        dt_op_sizes sizes;
+        dt_model_op_sizes(&mc, &sizes);
+        CHECK_OK(DEV(reserve, &sizes));
+    }
     REF(encoder_fwd, CA(out), t.c, CF(wte), pos ? CF(wpe) : NULL, B, T, C);
     DEV(encoder_fwd, GA(out), t.g, GF(wte), pos ? GF(wpe) : NULL, B, T, C);
     compare("encoder_fwd", &out, out.n, tol);
@@ -1153,6 +1167,11 @@ static const op_case cases[] = {
     {"encoder", case_encoder, {2, 5, 257, 3}, {0}, 1e-6, 1e-2}, /* C over one block of threads, long runs */
     {"encoder", case_encoder, {3, 64, 96, 50, 1}, {3, 17, 24, 50, 1}, 1e-6, 1e-2}, /* no wpe (Llama) */
     {"encoder", case_encoder, {2, 5, 257, 3, 1}, {0}, 1e-6, 1e-2},
+    /* long runs, summed in chunks of 64 sorted positions (another order than the CPU's): a
+     * classifier's padding (runs of >= 512; V 1000, 10 key bits, token 999 among them), and one
+     * token everywhere */
+    {"encoder", case_encoder, {4, 512, 96, 1000, 0, 1}, {2, 160, 24, 1000, 0, 1}, 3e-5, 1e-2},
+    {"encoder", case_encoder, {3, 100, 257, 5, 1, 2}, {0}, 3e-5, 1e-2}, /* 4 whole chunks and 44 more */
     {"layernorm", case_layernorm, {300, 768, -2, 3}, {19, 40, -2, 3}, 1e-5, 1e-2},
     {"layernorm", case_layernorm, {1, 1, -1, 1}, {0}, 1e-5, 1e-2},
     {"layernorm", case_layernorm, {3, 31, 100, 101}, {0}, 1e-5, 1e-2},

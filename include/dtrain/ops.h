@@ -83,6 +83,9 @@ typedef struct dt_op_sizes {
     dt_att_shape att;         /* attention's largest call */
     int ln_rows, ln_width;    /* layernorm_bwd, rmsnorm_bwd: N, C */
     int enc_batch, enc_seq;   /* encoder_bwd: B, T */
+    int enc_width, enc_vocab; /* ... C, and V: every token is below V. CUDA keeps the largest V it
+                                 has reserved and from then on sorts only the token bits that needs
+                                 (a token at or above it: a caller's error, misplaced in the sort) */
     size_t vector;            /* sumsq, scale, adamw: the longest vector (all parameters) */
     size_t inputs;            /* upload_async: the bytes one forward uploads (tokens, targets, rows) */
     int head_rows, head_in;   /* the output head's weight, (N,K) with w_trans: vocabulary (or labels) x n_embd */

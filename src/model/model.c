@@ -254,6 +254,8 @@ void dt_model_op_sizes(const dt_model_cfg *c, dt_op_sizes *s) {
     s->ln_width = c->shape.n_embd;
     s->enc_batch = c->max_batch;
     s->enc_seq = c->seq_len;
+    s->enc_width = c->shape.n_embd;
+    s->enc_vocab = c->shape.vocab_size;
     s->vector = np;
     s->inputs = BT * sizeof(int) + (c->shape.num_labels ? 2 * B : BT) * sizeof(int); /* tokens; rows and labels, or targets */
     s->head_rows = head_width(c);

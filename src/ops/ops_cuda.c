@@ -169,6 +169,7 @@ typedef struct cuda_ctx {
     struct { dt_att_shape s; int fused; } att_geo[8]; /* what runs each attention geometry: cuDNN or our kernels */
     int n_att_geo, att_noted;
     int inference; /* dt_backend_cfg's: attention plans the forward only until a backward comes */
+    int enc_vocab;      /* the largest dt_op_sizes.enc_vocab reserved: encoder_bwd's tokens are below it (0: none) */
     dt_status err;      /* first failure (DT_OK while healthy) */
     char err_msg[1024];
 } cuda_ctx;
@@ -1179,9 +1180,9 @@ static void cu_encoder_fwd(void *ctx, dt_act *out, const int *tokens, const floa
 static void cu_encoder_bwd(void *ctx, float *dwte, float *dwpe, const dt_act *dout, const int *tokens, int B, int T,
                            int C) {
     cuda_ctx *c = ctx;
-    size_t wb = dtk_encoder_bwd_work_bytes(B, T);
+    size_t wb = dtk_encoder_bwd_work_bytes(B, T, C);
     void *work = scratch(c, SCR_WORK, wb, "kernel scratch");
-    if (work) LAUNCH(dtk_encoder_bwd(c->s, ACT(c), dwte, dwpe, dout, tokens, B, T, C, work, wb));
+    if (work) LAUNCH(dtk_encoder_bwd(c->s, ACT(c), dwte, dwpe, dout, tokens, B, T, C, c->enc_vocab, work, wb));
 }
 
 static void cu_layernorm_fwd(void *ctx, dt_act *out, float *mean, float *rstd, const dt_act *inp, const float *w,
@@ -1555,7 +1556,8 @@ static void slot_bytes(const dt_op_sizes *s, int bf16, int with_cub, int fused, 
         sz[SCR_B16] = (probs > nq ? probs : nq) * 2;
     }
     size_t w = dtk_bias_bwd_work_bytes(s->bias_rows, s->bias_cols), x = dtk_layernorm_bwd_work_bytes(s->ln_rows, s->ln_width);
-    size_t y = dtk_sumsq_work_bytes(s->vector), z = with_cub ? dtk_encoder_bwd_work_bytes(s->enc_batch, s->enc_seq) : 0;
+    size_t y = dtk_sumsq_work_bytes(s->vector);
+    size_t z = with_cub ? dtk_encoder_bwd_work_bytes(s->enc_batch, s->enc_seq, s->enc_width) : 0;
     sz[SCR_WORK] = w > x ? w : x; /* x also covers rmsnorm_bwd's (one sum a column, not two) */
     if (y > sz[SCR_WORK]) sz[SCR_WORK] = y;
     if (z > sz[SCR_WORK]) sz[SCR_WORK] = z;
@@ -1589,6 +1591,7 @@ static dt_status cu_reserve(void *ctx, const dt_op_sizes *s) {
     const int fused = att_fused(c, &s->att);
     if (fused && !att_workspace(c, &s->att, !c->inference, &ws)) return cu_check(c);
     slot_bytes(s, c->bf16, 1, fused, ws, sz);
+    if (s->enc_vocab > c->enc_vocab) c->enc_vocab = s->enc_vocab; /* grows, as the scratch: every model's tokens fit */
     for (int i = 0; i < N_SCRATCH; i++)
         if (sz[i] && !scratch(c, i, sz[i], what[i])) break;
     if (c->head16 && (s->head_rows != c->head_rows || s->head_in != c->head_in)) { /* another model's */

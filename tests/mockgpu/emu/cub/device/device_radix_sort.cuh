@@ -2,8 +2,10 @@
 // under the mock GPU: a stable sort on the host by the same key bits, queued in stream order.
 // Checks what the real one needs: the sizing call first (temp_storage_bytes at least what it
 // returned), device pointers with room for n keys and values, temp storage inside one
-// allocation. Not modelled: CUB's real temp size and its use of the temp storage, the
-// DoubleBuffer overloads, segmented and descending sorts.
+// allocation; and, stricter than CUB, that no key has a bit at or above end_bit (the caller
+// sorts only the bits its keys can have, as encoder.cu sorts tokens by their vocabulary's: a key
+// above would be left among keys it does not equal). Not modelled: CUB's real temp size and its
+// use of the temp storage, the DoubleBuffer overloads, segmented and descending sorts.
 #pragma once
 #include <algorithm>
 #include <cuda_runtime.h>
@@ -23,6 +25,13 @@ struct DeviceRadixSort {
             unsigned w = (unsigned)(j->b1 - j->b0);
             return w >= 8 * sizeof(U) ? (U)(u >> j->b0) : (U)((u >> j->b0) & (((U)1 << w) - 1));
         };
+        if (j->b1 < (int)(8 * sizeof(K)))
+            for (size_t i = 0; i < j->n; i++)
+                if ((U)j->ki[i] >> j->b1) {
+                    mock_report("cub::DeviceRadixSort::SortPairs: key %lld (at %zu) has bits at or above end_bit %d, "
+                                "which the sort ignores", (long long)j->ki[i], i, j->b1);
+                    break;
+                }
         std::vector<size_t> o(j->n);
         std::iota(o.begin(), o.end(), 0);
         std::stable_sort(o.begin(), o.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
