@@ -14,9 +14,17 @@
  *     collective: without the wait on that stream NCCL reads the old values, or the call
  *     returns too early;
  *   - a 1 GiB all-gather with a microsecond deadline must fail as a timeout, abort, and make
- *     the next call fail at once with the same message, leaving the GPU usable. */
+ *     the next call fail at once with the same message, leaving the GPU usable;
+ *   - several buckets in flight: with the compute stream held shut, every bucket started must be
+ *     queued with NCCL before the first one can complete (the mock NCCL counts them; a real one
+ *     cannot be asked), and each must still have waited for its own input; with a short deadline
+ *     the oldest times out and the others in flight fail with it;
+ *   - the exposed time (dt_comm_last_exposed_ms) of a bucket whose input the compute stream
+ *     wrote after 300 ms must leave those 300 ms out, which the host's wait cannot. */
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -385,6 +393,10 @@ static void test_ordering(dt_comm *c, cudaStream_t cs) {
     CHECK_OK(dt_comm_wait(c, req));
     dt = now_s() - t0;
     CHECK(dt >= 0.25); /* in place over one rank, the values alone cannot tell */
+    /* its exposed time leaves out the compute it waited for: on the device, from the memset's end */
+    const double exposed = dt_comm_last_exposed_ms(c);
+    printf("  host's wait %.1f ms, exposed (device) %.3f ms\n", dt * 1e3, exposed);
+    CHECK(isfinite(exposed) && exposed >= 0 && exposed < 250);
     CUDA_OK(cudaStreamSynchronize(cs));
     download(got, d_in, N);
     for (size_t i = 0; i < N; i++) CHECK(got[i] == 0.0f && !signbit(got[i]));
@@ -436,6 +448,157 @@ static void test_overlap(dt_comm *c, cudaStream_t cs) {
     CUDA_OK(cudaFree(d2));
     free(h);
     printf("a bucket waits only for the work queued before its start (overlap): %.3f s vs %.3f s: ok\n", t1, t2);
+}
+
+/* ---- several buckets in flight ---- */
+
+/* A host function that holds its stream until the test opens the gate. */
+typedef struct gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int open;
+} gate;
+
+static void CUDART_CB gate_wait(void *arg) {
+    gate *g = arg;
+    pthread_mutex_lock(&g->mu);
+    while (!g->open) pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_init(gate *g) {
+    CHECK(pthread_mutex_init(&g->mu, NULL) == 0);
+    CHECK(pthread_cond_init(&g->cv, NULL) == 0);
+    g->open = 0;
+}
+
+static void gate_open(gate *g) {
+    pthread_mutex_lock(&g->mu);
+    g->open = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* The mock NCCL's counts (mock_nccl.c), NULL with a real NCCL: collectives queued on their
+ * streams and not yet run, now and at most since the last call. */
+static unsigned long (*mock_queued_now)(void);
+static unsigned long (*mock_max_queued)(void);
+
+static void find_mock_counts(void) {
+    void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD); /* the one comm_nccl.c opened */
+    if (!h) return;
+    *(void **)&mock_queued_now = dlsym(h, "mock_nccl_queued_now");
+    *(void **)&mock_max_queued = dlsym(h, "mock_nccl_max_queued");
+    if (!mock_queued_now || !mock_max_queued) mock_queued_now = NULL, mock_max_queued = NULL;
+}
+
+/* With the mock: waits (up to 10 s) until `want` collectives are queued with NCCL at once;
+ * with a real NCCL, which cannot be asked, gives the comm thread 200 ms. */
+static void await_queued(unsigned long want) {
+    const struct timespec nap = {0, 1000000L};
+    if (!mock_queued_now) {
+        const struct timespec t = {0, 200000000L};
+        nanosleep(&t, NULL);
+        return;
+    }
+    const double t0 = now_s();
+    while (mock_queued_now() < want && now_s() - t0 < 10) nanosleep(&nap, NULL);
+    if (mock_queued_now() != want) {
+        fprintf(stderr, "in flight: %lu collectives queued with NCCL while the compute stream is held, expected %lu "
+                "(the comm thread waits for each one before it issues the next)\n", mock_queued_now(), want);
+        CHECK(0);
+    }
+}
+
+/* K buckets (all-reduces fp32 and bf16, sum and avg, and reduce-scatters) started while the
+ * compute stream is held shut, each after the compute stream writes its input: all K are
+ * queued with NCCL before any can run (at most 32, comm_nccl.c's N_FLIGHT, at once: the 33rd
+ * waits until the first has landed); once the gate opens each holds its own input's sum
+ * (bf16: rounded), waited for last bucket first. */
+static void test_in_flight(dt_comm *c, cudaStream_t cs) {
+    enum { K = 40, CAP = 32, N = 3001 };
+    float *want[K], *src[K], *d[K], *got = malloc((N + GUARD) * sizeof(float));
+    dt_comm_req *req[K];
+    CHECK(got);
+    CHECK_OK(dt_comm_reserve(c, N)); /* bf16 buckets in flight share the wire buffer */
+    for (int k = 0; k < K; k++) { /* everything that could wait for the device, before the gate */
+        want[k] = malloc((N + GUARD) * sizeof(float));
+        CHECK(want[k]);
+        fill(want[k], N, g_seed++);
+        src[k] = dev_floats(N);
+        upload(src[k], want[k], N);
+        d[k] = dev_floats(N);
+    }
+    gate g;
+    gate_init(&g);
+    if (mock_max_queued) (void)mock_max_queued(); /* from now on */
+    CUDA_OK(cudaLaunchHostFunc(cs, gate_wait, &g));
+    for (int k = 0; k < K; k++) {
+        CUDA_OK(cudaMemcpyAsync(d[k], src[k], (N + GUARD) * sizeof(float), cudaMemcpyDeviceToDevice, cs));
+        const dt_wire wire = k % 3 == 1 ? DT_WIRE_BF16 : DT_WIRE_F32;
+        if (k % 5 == 4) CHECK_OK(dt_comm_reduce_scatter_start(c, d[k], N, wire, &req[k]));
+        else CHECK_OK(dt_comm_allreduce_start(c, d[k], N, k % 2 ? DT_REDUCE_AVG : DT_REDUCE_SUM, wire, &req[k]));
+    }
+    await_queued(CAP);
+    gate_open(&g);
+    for (int k = K - 1; k >= 0; k--) CHECK_OK(dt_comm_wait(c, req[k]));
+    const unsigned long most = mock_max_queued ? mock_max_queued() : 0;
+    for (int k = 0; k < K; k++) {
+        if (k % 3 == 1) /* bf16: one rank's sum is its input rounded */
+            for (size_t i = 0; i < N; i++) want[k][i] = dt_bf16_round(want[k][i]);
+        download(got, d[k], N);
+        check_bits(got, want[k], N, "bucket in flight");
+        CUDA_OK(cudaFree(d[k]));
+        CUDA_OK(cudaFree(src[k]));
+        free(want[k]);
+    }
+    free(got);
+    if (mock_max_queued) {
+        printf("  the mock NCCL had at most %lu of %d buckets queued at once\n", most, K);
+        CHECK_INT_EQ(most, CAP);
+    }
+    printf("%d buckets in flight (32 at once), each after its own input, waited for in reverse: ok\n", K);
+}
+
+static void CUDART_CB sleep_1s(void *arg) {
+    (void)arg;
+    struct timespec t = {1, 0};
+    while (nanosleep(&t, &t) != 0) {}
+}
+
+/* A 0.2 s deadline while buckets are in flight behind 1 s of compute work (a host function: not
+ * a gate held shut, which NCCL's abort, freeing device memory, could wait for): the oldest times
+ * out naming the compute stream, the others in flight fail with the same message, and so does a
+ * later call, at once; the GPU stays usable. */
+static void test_in_flight_timeout(dt_comm *boot, cudaStream_t cs) {
+    enum { K = 3, N = 1000 };
+    dt_comm *c = join_nccl(boot, cs, 0.2);
+    float *d = dev_floats(N);
+    CHECK_OK(dt_comm_allreduce(c, d, N, DT_REDUCE_SUM)); /* the comm thread's first: it sets the device */
+    CUDA_OK(cudaLaunchHostFunc(cs, sleep_1s, NULL));
+    dt_comm_req *req[K];
+    for (int k = 0; k < K; k++) CHECK_OK(dt_comm_allreduce_start(c, d, N, DT_REDUCE_SUM, DT_WIRE_F32, &req[k]));
+    await_queued(K);
+    CHECK_INT_EQ(dt_comm_wait(c, req[0]), DT_ERR_DEVICE);
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s", dt_error_msg());
+    printf("  %s\n", msg);
+    CHECK_STR_CONTAINS(msg, "collective timeout: nccl all-reduce #2 (1000 floats, sum) on rank 0 (host ");
+    CHECK_STR_CONTAINS(msg, "waited 0.2 s for the GPU work queued before it on the compute stream");
+    CHECK_STR_CONTAINS(msg, "the NCCL communicator was aborted");
+    for (int k = 1; k < K; k++) {
+        CHECK_INT_EQ(dt_comm_wait(c, req[k]), DT_ERR_DEVICE);
+        CHECK_STR_EQ(dt_error_msg(), msg);
+    }
+    const double t0 = now_s();
+    CHECK_INT_EQ(dt_comm_allreduce(c, d, N, DT_REDUCE_SUM), DT_ERR_DEVICE);
+    CHECK(now_s() - t0 < 0.1);
+    CHECK_STR_EQ(dt_error_msg(), msg);
+    CUDA_OK(cudaStreamSynchronize(cs));
+    dt_comm_free(c);
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaFree(d));
+    printf("a timeout with buckets in flight fails them all and aborts: ok\n");
 }
 
 /* ---- timeout: abort, fail at once afterwards, the GPU still usable ---- */
@@ -519,6 +682,8 @@ int main(void) {
     dt_comm *boot;
     CHECK_OK(dt_comm_init_shm(&boot, w, 0, 30));
     dt_comm *c = join_nccl(boot, cs, 30);
+    find_mock_counts();
+    CHECK(isnan(dt_comm_last_exposed_ms(boot))); /* a host backend measures no exposed time */
 
     test_allreduce_device(c);
     test_allreduce_host(c);
@@ -528,6 +693,8 @@ int main(void) {
     test_bcast_gather_barrier(c);
     test_ordering(c, cs);
     test_overlap(c, cs);
+    test_in_flight(c, cs);
+    test_in_flight_timeout(boot, cs);
     test_timeout(boot, cs);
     CHECK_OK(dt_comm_barrier(c)); /* the other communicator's abort left this one alone */
     timing(c);

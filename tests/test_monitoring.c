@@ -70,6 +70,8 @@ static void test_run_outputs(void) {
     CHECK_STR_CONTAINS(out_text, "done: 1200 steps | train ");
     CHECK_STR_CONTAINS(out_text, "per worker: ");
     CHECK_STR_CONTAINS(out_text, "waiting for all-reduce: ");
+    CHECK_STR_CONTAINS(out_text, " of step time, "); /* then its ms per step */
+    CHECK_STR_CONTAINS(out_text, " ms per step | sent ");
     CHECK_STR_CONTAINS(out_text, "peak memory: rank 0 ");
     CHECK_STR_CONTAINS(out_text, ", rank 1 ");
     CHECK_STR_CONTAINS(out_text, "checkpoints written: 2");
@@ -81,7 +83,7 @@ static void test_run_outputs(void) {
     static const char *const worker_f[] = {"rank", "pid", "cpu_pct", "rss_mb", "peak_rss_mb", NULL};
     static const char *const summary_f[] = {"type", "steps", "train_s", "eval_s", "samples", "tokens", "samples_per_s",
                                             "tokens_per_s", "workers", "comm_s", "comm_share", "val_loss",
-                                            "val_accuracy", "peak_rss_mb", "checkpoints", NULL};
+                                            "val_accuracy", "peak_rss_mb", "checkpoints", "comm_ms_per_step", NULL};
     char path[1300], line[1 << 14];
     snprintf(path, sizeof path, "%s/run/metrics.jsonl", test_dir());
     FILE *f = fopen(path, "r");
@@ -130,6 +132,10 @@ static void test_run_outputs(void) {
             CHECK_INT_EQ(json_array_size(json_object_get(o, "peak_rss_mb")), 2);
             double share = json_number_value(json_object_get(o, "comm_share"));
             CHECK(share > 0 && share < 1);
+            /* the exposed communication per step: comm_s over the steps, in ms */
+            const double per_step = json_number_value(json_object_get(o, "comm_ms_per_step"));
+            const double comm_s = json_number_value(json_object_get(o, "comm_s"));
+            CHECK(per_step > 0 && fabs(per_step - 1e3 * comm_s / 1200) <= 1e-6 * per_step);
             n_summary++;
         } else {
             printf("unknown record type %s\n", type);

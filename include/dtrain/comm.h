@@ -123,6 +123,14 @@ dt_status dt_comm_barrier(dt_comm *c);
 /* A barrier with its own deadline (> 0), for waits that are long by nature (e.g. while
  * rank 0 writes a checkpoint); 0 means the communicator's deadline. */
 dt_status dt_comm_barrier_timeout(dt_comm *c, double timeout_s);
+/* The exposed time of the last collective that completed and waited for the caller's stream
+ * (nccl): how long after the work queued there before its start had finished it finished, in
+ * ms, measured on the device. After buckets started in turn as backward went on and then
+ * waited for, that of the last one is the communication backward did not hide: the caller's
+ * own wait would also count the backward still running on the device. NAN where the backend
+ * does not measure it (shm, tcp, mpi, hierarchical: the work they overlap runs on the caller's
+ * thread, so the caller's wait after it is the exposed time) or could not. Any thread. */
+double dt_comm_last_exposed_ms(dt_comm *c);
 
 /* ---- the tcp backend: a ring over TCP connections the rendezvous made (rendezvous.h);
  * next_fd goes to rank+1, prev_fd comes from rank-1; takes ownership of both. */
@@ -160,6 +168,12 @@ dt_status dt_comm_init_nccl(dt_comm **out, dt_comm *boot, int device, void *comp
  * failure one returns a status and records the message with dt_error_set (on that thread;
  * comm.c hands it to the waiting caller). `free` releases `ctx`; it may be NULL.
  *
+ * A backend whose collectives run on a device queue (nccl) may also keep several in flight:
+ * `issue` queues a float collective without waiting for it, and comm.c, still on its one
+ * thread and in issue order, queues the next ones behind it and observes their completions
+ * with `poll`, oldest first, handing each to its waiting caller as it completes. A collective
+ * that `issue` declines runs blocking, once every collective in flight has completed.
+ *
  * Deadlines are decided in comm.c, once per collective, and passed down: no backend keeps a
  * timeout of its own. A backend gives up when one wait inside the collective takes longer
  * than dl->timeout_s, and its message ends with dl->setting. */
@@ -167,6 +181,17 @@ typedef struct dt_comm_deadline {
     double timeout_s;    /* > 0: training.collective_timeout_s, or a barrier's own deadline */
     const char *setting; /* for the message: "; training.collective_timeout_s sets the deadline", or "" */
 } dt_comm_deadline;
+
+/* A float collective that `issue` may keep in flight: a gradient bucket's all-reduce or
+ * reduce-scatter, or an all-gather of parts (wire DT_WIRE_F32) */
+typedef enum { DT_COMM_ALLREDUCE, DT_COMM_REDUCE_SCATTER, DT_COMM_GATHER_PARTS } dt_comm_float_kind;
+typedef struct dt_comm_float_op {
+    dt_comm_float_kind kind;
+    float *buf;
+    size_t n;
+    dt_reduce_op op; /* all-reduce */
+    dt_wire wire;
+} dt_comm_float_op;
 
 typedef struct dt_comm_backend_ops {
     const char *name;
@@ -189,6 +214,19 @@ typedef struct dt_comm_backend_ops {
     /* May be NULL. A composite backend's own count of what it sent (remote_only: to other
      * hosts), in place of comm.c's ring count (dt_comm_bytes_sent, dt_comm_bytes_remote). */
     uint64_t (*sent)(void *ctx, int remote_only);
+    /* Several collectives in flight (all three, or none). max_in_flight (> 0): how many at once.
+     * issue: queues `f` and returns without waiting for it, *issued 1; or declines (*issued 0,
+     * DT_OK, nothing done, not even counted), and comm.c runs it with the blocking call once
+     * nothing is in flight. dl points to comm.c's stack: a backend keeps a copy. poll: looks at
+     * the oldest collective in flight once: *done 1 when it has completed; else it may nap a
+     * little (never busy-waits long) and returns *done 0. A failure of issue or poll (a deadline
+     * passed, an NCCL error) fails that collective and gives up every other one in flight: comm.c
+     * fails them all with its message and polls none of them again. */
+    int max_in_flight;
+    dt_status (*issue)(void *ctx, const dt_comm_float_op *f, const dt_comm_deadline *dl, int *issued);
+    dt_status (*poll)(void *ctx, int *done);
+    /* May be NULL (dt_comm_last_exposed_ms is NAN). Any thread. */
+    double (*exposed_ms)(void *ctx);
 } dt_comm_backend_ops;
 /* Makes the communicator and starts its thread. Takes ownership of `ctx` (freed with
  * be->free, also when this fails). timeout_s (> 0, else DT_ERR_CONFIG): every collective's

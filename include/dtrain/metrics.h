@@ -16,10 +16,15 @@
  *   {"type":"summary","status":"done"|"stopped","steps":N,"first_step":F,"last_step":L,"train_s":T,
  *    "eval_s":E,"samples":S,"tokens":K,"samples_per_s":..,
  *    "tokens_per_s":..,"workers":W,"comm_s":C,"comm_share":F,"val_loss":L,"val_accuracy":A,
- *    "peak_rss_mb":[per rank],"checkpoints":N,"sent_bytes_per_step":B[,"remote_bytes_per_step":R]}
- *   (R: what all ranks together sent to other hosts, when any did) (GPU workers: also
- *    "peak_gpu_mem_mb":[per rank])
- * train lines also carry "comm_ms": time this step waited for all-reduces (0 with one worker),
+ *    "peak_rss_mb":[per rank],"checkpoints":N,"sent_bytes_per_step":B,"comm_ms_per_step":M
+ *    [,"remote_bytes_per_step":R]}
+ *   (R: what all ranks together sent to other hosts, when any did; C and M: rank 0's comm_ms,
+ *    summed and per step) (GPU workers: also "peak_gpu_mem_mb":[per rank])
+ * train lines also carry "comm_ms": the step's exposed communication, the time it waited for
+ * collectives that compute did not hide: the gradient buckets still in flight once backward was
+ * done (with nccl, measured on the device: dt_comm_last_exposed_ms; with host collectives, the
+ * host's wait, as their backward runs on the host), the per-step agreement, and with
+ * zero_stage 1 the weights' all-gather (0 with one worker),
  * and "sent_bytes": what the worker sent in the step's collectives (dt_comm_bytes_sent); with
  * logging.phase_times also "fwd_ms", "bwd_ms" and "opt_ms".
  * With tensorboard on, the same numbers go to an events.out.tfevents.* file in the run dir
@@ -47,7 +52,7 @@ typedef struct dt_train_point {
     long step;            /* 1-based */
     long epoch;           /* 1-based */
     double loss, lr, grad_norm, step_ms, tokens_per_s;
-    double comm_ms;       /* waiting for all-reduces in this step */
+    double comm_ms;       /* exposed communication in this step (see "comm_ms" above) */
     double sent_bytes;    /* what this worker sent in this step's collectives (dt_comm_bytes_sent) */
     double fwd_ms, bwd_ms, opt_ms; /* logging.phase_times: forward, backward, optimizer (norm, clip,
                                       AdamW; the collectives' waits are comm_ms); NaN otherwise

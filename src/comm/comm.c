@@ -3,12 +3,20 @@
  * requests in issue order. `*_start` queues a request, dt_comm_wait blocks on a condition
  * variable until it is done; the blocking calls are start + wait.
  *
+ * A backend with `issue` (nccl) keeps several float collectives in flight: the thread issues
+ * every queued one it can (up to be->max_in_flight) before it looks at the oldest in flight
+ * with `poll`, then at the queue again, so each bucket is queued on the device as soon as it
+ * is started and completions are still seen, and handed over, in issue order. A request the
+ * backend declines (and every other kind) waits until nothing is in flight, then runs as
+ * before. Other backends never have anything in flight: their path is the old one.
+ *
  * Errors: the backend records its message with dt_error_set on the comm thread; the
  * thread copies it into the request and the waiting caller re-sets it on its own thread.
  * The first failure breaks the communicator: queued and later requests fail at once with
  * that first message (the ranks can no longer be in step). */
 #include "dtrain/comm.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -43,6 +51,8 @@ struct dt_comm {
     pthread_mutex_t mu;
     pthread_cond_t cv;          /* queue changed or a request finished */
     dt_comm_req *head, *tail;   /* pending, in issue order */
+    dt_comm_req *fly, *fly_tail; /* issued by be->issue, not yet seen complete, in issue order */
+    int n_fly;
     dt_comm_req *done_list;     /* finished, not yet waited for */
     dt_comm_req *free_list;     /* recycled requests */
     int stop;
@@ -80,36 +90,115 @@ static dt_status run_request(dt_comm *c, dt_comm_req *r) {
     return dt_error_set(DT_ERR_INTERNAL, "comm: unknown request kind %d", r->kind);
 }
 
+/* r is over: handed to its waiting caller. Comm thread, under c->mu. */
+static void done_locked(dt_comm *c, dt_comm_req *r, dt_status st) {
+    r->st = st;
+    r->done = 1;
+    r->next = c->done_list;
+    c->done_list = r;
+    pthread_cond_broadcast(&c->cv);
+}
+
+/* r fails at once: the communicator broke before it ran. */
+static void refuse_locked(dt_comm *c, dt_comm_req *r) {
+    snprintf(r->msg, sizeof r->msg, "%s", c->broken_msg);
+    done_locked(c, r, c->broken);
+}
+
+/* r finished with st; a failure's message was recorded on this thread. The first failure
+ * breaks the communicator; a backend's failure also gave up what it had in flight (comm.h:
+ * issue, poll), so those fail with it. Under c->mu. */
+static void finish_locked(dt_comm *c, dt_comm_req *r, dt_status st) {
+    if (st != DT_OK) {
+        snprintf(r->msg, sizeof r->msg, "%s", dt_error_msg()[0] ? dt_error_msg() : dt_status_str(st));
+        if (c->broken == DT_OK) {
+            c->broken = st;
+            snprintf(c->broken_msg, sizeof c->broken_msg, "%s", r->msg);
+        }
+    }
+    done_locked(c, r, st);
+    while (st != DT_OK && c->fly) {
+        dt_comm_req *f = c->fly;
+        c->fly = f->next;
+        c->n_fly--;
+        refuse_locked(c, f);
+    }
+    if (!c->fly) c->fly_tail = NULL;
+}
+
+/* One look at the oldest collective in flight (the backend may nap in it). Under c->mu,
+ * released during the backend's call. */
+static void poll_locked(dt_comm *c) {
+    pthread_mutex_unlock(&c->mu);
+    dt_error_clear();
+    int done = 0;
+    const dt_status st = c->be->poll(c->ctx, &done);
+    pthread_mutex_lock(&c->mu);
+    if (st == DT_OK && !done) return;
+    dt_comm_req *r = c->fly;
+    c->fly = r->next;
+    if (!c->fly) c->fly_tail = NULL;
+    c->n_fly--;
+    finish_locked(c, r, st);
+}
+
+static int is_float(const dt_comm_req *r) {
+    return r->kind == REQ_ALLREDUCE || r->kind == REQ_REDUCE_SCATTER || r->kind == REQ_GATHER_PARTS;
+}
+
+/* r, just taken from the queue: issued to fly behind the ones before it, or run blocking once
+ * every collective in flight has completed. Under c->mu, released during the backend's calls. */
+static void run_locked(dt_comm *c, dt_comm_req *r) {
+    dt_status st = DT_OK;
+    if (c->broken == DT_OK && c->be->issue && is_float(r)) {
+        const dt_comm_deadline dl = deadline_of(c, r);
+        const dt_comm_float_op f = {r->kind == REQ_ALLREDUCE ? DT_COMM_ALLREDUCE
+                                    : r->kind == REQ_REDUCE_SCATTER ? DT_COMM_REDUCE_SCATTER : DT_COMM_GATHER_PARTS,
+                                    (float *)r->buf, r->n, r->op, r->wire};
+        int issued = 0;
+        pthread_mutex_unlock(&c->mu);
+        dt_error_clear();
+        st = c->be->issue(c->ctx, &f, &dl, &issued);
+        pthread_mutex_lock(&c->mu);
+        if (issued) {
+            r->next = NULL;
+            if (c->fly_tail) c->fly_tail->next = r;
+            else c->fly = r;
+            c->fly_tail = r;
+            c->n_fly++;
+            return;
+        }
+    }
+    while (st == DT_OK && c->n_fly) poll_locked(c); /* a blocking one runs after everything in flight */
+    if (st == DT_OK) {
+        if (c->broken != DT_OK) {
+            refuse_locked(c, r);
+            return;
+        }
+        pthread_mutex_unlock(&c->mu);
+        dt_error_clear();
+        st = run_request(c, r);
+        pthread_mutex_lock(&c->mu);
+    }
+    finish_locked(c, r, st);
+}
+
 static void *comm_thread(void *arg) {
     dt_comm *c = arg;
     pthread_mutex_lock(&c->mu);
     for (;;) {
-        while (!c->head && !c->stop) pthread_cond_wait(&c->cv, &c->mu);
         dt_comm_req *r = c->head;
-        if (!r) break; /* stop requested and the queue is drained */
-        c->head = r->next;
-        if (!c->head) c->tail = NULL;
-        dt_status st = c->broken;
-        if (st == DT_OK) {
-            pthread_mutex_unlock(&c->mu);
-            dt_error_clear();
-            st = run_request(c, r);
-            pthread_mutex_lock(&c->mu);
-            if (st != DT_OK) {
-                snprintf(r->msg, sizeof r->msg, "%s", dt_error_msg()[0] ? dt_error_msg() : dt_status_str(st));
-                if (c->broken == DT_OK) {
-                    c->broken = st;
-                    snprintf(c->broken_msg, sizeof c->broken_msg, "%s", r->msg);
-                }
-            }
+        if (r && (c->n_fly == 0 || c->n_fly < c->be->max_in_flight)) { /* issue all it can first */
+            c->head = r->next;
+            if (!c->head) c->tail = NULL;
+            run_locked(c, r);
+        } else if (c->n_fly) {
+            poll_locked(c);
+        } else if (c->stop) {
+            break; /* stop requested, the queue drained and nothing in flight */
         } else {
-            snprintf(r->msg, sizeof r->msg, "%s", c->broken_msg);
+            pthread_cond_wait(&c->cv, &c->mu);
         }
-        r->st = st;
-        r->done = 1;
-        r->next = c->done_list;
-        c->done_list = r;
-        pthread_cond_broadcast(&c->cv);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
@@ -177,6 +266,8 @@ void dt_comm_free(dt_comm *c) {
 int dt_comm_rank(const dt_comm *c) { return c->rank; }
 int dt_comm_world(const dt_comm *c) { return c->world; }
 const char *dt_comm_backend(const dt_comm *c) { return c->be->name; }
+
+double dt_comm_last_exposed_ms(dt_comm *c) { return c->be->exposed_ms ? c->be->exposed_ms(c->ctx) : NAN; }
 
 uint64_t dt_comm_bytes_sent(dt_comm *c) {
     if (c->be->sent) return c->be->sent(c->ctx, 0);

@@ -16,11 +16,26 @@
  * the collective is queued (a ring of events, consumed in issue order by the collectives), so
  * the NCCL call waits for exactly what was queued there before dt_comm_*_start (a gradient
  * bucket), not for the rest of backward queued since: the buckets overlap backward. The call
- * runs on this backend's own non-blocking stream; the thread polls `done` (cudaEventQuery; a
- * short spin, then 50 us sleeps) and NCCL's asynchronous error state on every round, until
- * the deadline (training.collective_timeout_s, or the barrier's own). A timeout or an NCCL
- * error aborts the NCCL communicator (ncclCommAbort stops kernels waiting for a dead peer);
- * comm.c then fails every later call at once.
+ * runs on this backend's own non-blocking stream.
+ *
+ * Several in flight (comm.h: issue, poll): the float collectives of device buffers (a gradient
+ * bucket's all-reduce or reduce-scatter, ZeRO-1's all-gathers of parts) are queued on our stream
+ * as soon as the caller starts them, each behind its own `ready` and with its own `done` (a
+ * ring of N_FLIGHT), without waiting for the one before, as llm.c does: every bucket that
+ * backward has finished is on the device at once, and the last one (the embeddings, ready only
+ * after the last backward kernel) follows the others without a round trip through the host.
+ * The thread polls the oldest `done` (cudaEventQuery; a short spin, then 50 us sleeps, between
+ * which it queues any new bucket) and NCCL's asynchronous error state on every round, each
+ * collective against its own deadline (training.collective_timeout_s, or the barrier's own)
+ * counted from its issue. The others (host buffers, whose copy back must wait for `done`;
+ * broadcast, all-gather, barrier; a bf16 buffer to grow) run one at a time once nothing is in
+ * flight, polled the same way. A timeout or an NCCL error aborts the NCCL communicator
+ * (ncclCommAbort stops kernels waiting for a dead peer) and gives up every collective in
+ * flight; comm.c fails them and every later call at once.
+ *
+ * Each completed collective that waited for the compute stream also leaves its exposed time
+ * (dt_comm_last_exposed_ms): `waited` to `done` on the device (cudaEventElapsedTime; the ring's
+ * events keep timing for that), the time it ended after the compute it had to wait for.
  *
  * Host buffers (small things) are staged through a device scratch buffer that grows as
  * needed: H2D on our stream before the NCCL call; D2H only after `done` was seen, since a
@@ -36,6 +51,7 @@
 #include "dtrain/comm.h"
 
 #include <dlfcn.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdarg.h>
@@ -97,20 +113,28 @@ static void nc_load(void) {
 #define SPIN_S 100e-6                 /* poll without sleeping this long: small buckets finish in it */
 #define NAP_NS 50000L                 /* then sleep this long between polls */
 #define N_MARKS 256                   /* collectives queued and not yet run, at most (more: late events) */
+#define N_FLIGHT 32                   /* collectives in flight at once, at most (GPT-2 124M has 14 buckets) */
+
+/* One collective from its issue until it has landed (completed, seen by the host). */
+typedef struct flight {
+    cudaEvent_t ready;      /* on `compute`, recorded at issue: for a collective without a mark */
+    cudaEvent_t done;       /* on our stream: its NCCL call (and staging, bf16 widening) finished */
+    cudaEvent_t waited;     /* what our stream waited for on `compute` (mark or ready); NULL: nothing */
+    cudaEvent_t mark;       /* its mark, when holds_mark */
+    int holds_mark;         /* a mark of the ring that prepare must not record again until it lands */
+    double t0;              /* when it was queued: its deadline counts from here */
+    dt_comm_deadline dl;    /* a copy of comm.c's, which lives only during the call */
+    char op[128];           /* for messages: "all-reduce #3 (1000 floats, sum)" */
+} flight;
 
 typedef struct nccl_ctx {
     int rank, world, device;
-    const dt_comm_deadline *dl; /* the running collective's deadline (decided by comm.c) */
     char host[64];
     ncclComm_t comm;        /* NULL once aborted */
     int failed;             /* a collective failed: free aborts instead of destroying */
     int thread_ready;       /* cudaSetDevice done on the communicator's thread */
     cudaStream_t compute;   /* the caller's: the buffers are written there (not ours) */
     cudaStream_t stream;    /* ours, non-blocking: staging copies and the NCCL calls */
-    cudaEvent_t ready;      /* on `compute`, recorded late: a collective without a mark */
-    cudaEvent_t waited;     /* the event the running collective waits for */
-    cudaEvent_t mark;       /* the running collective's mark (when have_mark) */
-    int have_mark;
     /* marks: events recorded on `compute` by prepare (caller's thread), one per queued
      * collective, used in the same order by the collectives (comm thread) */
     pthread_mutex_t marks_mu;
@@ -118,14 +142,18 @@ typedef struct nccl_ctx {
     cudaEvent_t marks[N_MARKS];
     int mark_ok[N_MARKS];
     unsigned long marks_made, marks_used;
+    unsigned long marks_held; /* used, and held by collectives that have not landed */
     int marks_off;          /* the ring overflowed or could not be made: late events only */
-    cudaEvent_t done;       /* on `stream`: the NCCL call (and staging) finished */
+    double exposed_ms;      /* under marks_mu: dt_comm_last_exposed_ms (NAN: none yet) */
+    flight fl[N_FLIGHT];    /* collective k is fl[k % N_FLIGHT]; in flight: landed <= k < seq */
+    unsigned long landed;
+    flight *cur;            /* the one being issued or run */
     void *scratch;          /* device memory: host buffers are staged here */
     size_t scratch_bytes;
     void *wire;             /* device memory: DT_WIRE_BF16 gradients as they travel */
     size_t wire_bytes;
-    unsigned long seq;      /* collectives run so far, for messages */
-    char op[128];           /* the running collective, for messages: "all-reduce #3 (1000 floats)" */
+    unsigned long seq;      /* collectives issued so far (numbered in messages from 1) */
+    char op[128];           /* the collective the messages name: being issued, run or polled */
 } nccl_ctx;
 
 /* "<call> failed at file:line on rank R (host H, GPU D): <error>", and the collective it was in. */
@@ -156,7 +184,8 @@ static dt_status ck_nccl(nccl_ctx *x, ncclResult_t r, const char *call, const ch
 
 /* A staging buffer (*p, *have bytes) with at least `bytes` (grown in whole MiB, never shrunk).
  * Growing frees the old one (cudaFree waits for the device); nothing of ours is in flight at
- * that point. */
+ * that point: only blocking collectives and reservations grow, which comm.c runs once every
+ * collective in flight has landed (nccl_issue declines a bucket that would grow one). */
 static dt_status grow_buf(nccl_ctx *x, void **p, size_t *have, size_t bytes, const char *what) {
     if (*p && *have >= bytes) return DT_OK;
     if (*p) DT_TRY(CK(cudaFree, *p));
@@ -217,7 +246,8 @@ static dt_status thread_setup(nccl_ctx *x) {
 static void nccl_prepare(void *vctx) {
     nccl_ctx *x = vctx;
     pthread_mutex_lock(&x->marks_mu);
-    if (!x->marks_off && x->marks_made - x->marks_used >= N_MARKS) x->marks_off = 1;
+    /* the slot to record is free unless it is still queued for, or held by, a collective */
+    if (!x->marks_off && x->marks_made - x->marks_used + x->marks_held >= N_MARKS) x->marks_off = 1;
     if (!x->marks_off) {
         size_t i = x->marks_made % N_MARKS;
         x->mark_ok[i] = cudaEventRecord(x->marks[i], x->compute) == cudaSuccess;
@@ -227,7 +257,8 @@ static void nccl_prepare(void *vctx) {
     pthread_mutex_unlock(&x->marks_mu);
 }
 
-/* Comm thread, first thing in every collective: this collective's mark, if it has one. */
+/* Comm thread, first thing in every collective: this collective's mark, if it has one, held
+ * until the collective lands (the timeout's message and the exposed time query it then). */
 static int take_mark(nccl_ctx *x, cudaEvent_t *ev) {
     int have = 0;
     pthread_mutex_lock(&x->marks_mu);
@@ -236,17 +267,29 @@ static int take_mark(nccl_ctx *x, cudaEvent_t *ev) {
         have = x->mark_ok[i];
         *ev = x->marks[i];
         x->marks_used++;
+        x->marks_held += (unsigned long)have;
     }
     pthread_mutex_unlock(&x->marks_mu);
     return have;
 }
 
+static void release_mark(nccl_ctx *x, flight *f) {
+    if (!f->holds_mark) return;
+    pthread_mutex_lock(&x->marks_mu);
+    x->marks_held--;
+    pthread_mutex_unlock(&x->marks_mu);
+    f->holds_mark = 0;
+}
+
 /* Our stream waits for what the caller had queued on the compute stream when it queued this
- * collective (its mark), or, without a mark, for everything queued there so far. */
+ * collective (its mark), or, without a mark, for everything queued there so far. The
+ * collective's deadline counts from here. */
 static dt_status after_compute(nccl_ctx *x) {
-    x->waited = x->have_mark ? x->mark : x->ready;
-    if (!x->have_mark) DT_TRY(CK(cudaEventRecord, x->ready, x->compute));
-    return CK(cudaStreamWaitEvent, x->stream, x->waited, 0);
+    flight *f = x->cur;
+    f->t0 = dt_clock_now();
+    if (!f->holds_mark) DT_TRY(CK(cudaEventRecord, f->ready, x->compute));
+    f->waited = f->holds_mark ? f->mark : f->ready;
+    return CK(cudaStreamWaitEvent, x->stream, f->waited, 0);
 }
 
 /* cudaEventQuery, with its "not ready" cleared from this thread's last error, where the
@@ -258,40 +301,75 @@ static cudaError_t event_query(cudaEvent_t e) {
     return r;
 }
 
-/* Records `done` after the queued work and polls it until it completes, NCCL reports an
- * error, or the deadline's timeout after t0 (when the collective started) has passed. */
-static dt_status wait_done(nccl_ctx *x, double t0, int waited_compute) {
-    const double timeout_s = x->dl->timeout_s;
-    DT_TRY(CK(cudaEventRecord, x->done, x->stream));
-    const struct timespec nap = {0, NAP_NS};
-    for (;;) {
-        cudaError_t e = event_query(x->done);
-        if (e == cudaSuccess) return DT_OK;
-        if (e != cudaErrorNotReady) return cuda_fail(x, e, "cudaEventQuery", __FILE__, __LINE__);
-        ncclResult_t async = ncclSuccess;
-        DT_TRY(NC(ncclCommGetAsyncError, x->comm, &async));
-        if (async != ncclSuccess && async != ncclInProgress) {
-            const char *last = nc.ncclGetLastError(x->comm);
-            return dt_error_set(DT_ERR_DEVICE, "nccl %s on rank %d (host %s, GPU %d) failed: NCCL reports an "
-                                "asynchronous error: %s (ncclResult_t %d)%s%s (hint: a peer worker died, or the network "
-                                "between the hosts failed; NCCL_DEBUG=WARN prints NCCL's own log)", x->op, x->rank,
-                                x->host, x->device, nc.ncclGetErrorString(async), (int)async,
-                                last && last[0] ? ": " : "", last && last[0] ? last : "");
-        }
-        double t = dt_clock_now() - t0;
-        if (t > timeout_s) {
-            if (waited_compute && event_query(x->waited) == cudaErrorNotReady)
-                return dt_error_set(DT_ERR_DEVICE, "collective timeout: nccl %s on rank %d (host %s, GPU %d) waited "
-                                    "%.1f s for the GPU work queued before it on the compute stream, which did not "
-                                    "finish (a kernel hung, or the step is slower than the deadline%s)", x->op, x->rank,
-                                    x->host, x->device, timeout_s, x->dl->setting);
-            return dt_error_set(DT_ERR_DEVICE, "collective timeout: nccl %s on rank %d (host %s, GPU %d) did not finish "
-                                "in %.1f s: a peer worker died, hung or stopped, or never issued this collective (hint: "
-                                "the launcher's log names a worker that exited%s)", x->op, x->rank, x->host, x->device,
-                                timeout_s, x->dl->setting);
-        }
-        if (t > SPIN_S) nanosleep(&nap, NULL);
+/* One look at collective f (its name in x->op): *done 1 once its `done` has completed; else
+ * NCCL's asynchronous error and f's deadline are checked. */
+static dt_status look(nccl_ctx *x, flight *f, int *done) {
+    *done = 0;
+    cudaError_t e = event_query(f->done);
+    if (e == cudaSuccess) {
+        *done = 1;
+        return DT_OK;
     }
+    if (e != cudaErrorNotReady) return cuda_fail(x, e, "cudaEventQuery", __FILE__, __LINE__);
+    ncclResult_t async = ncclSuccess;
+    DT_TRY(NC(ncclCommGetAsyncError, x->comm, &async));
+    if (async != ncclSuccess && async != ncclInProgress) {
+        const char *last = nc.ncclGetLastError(x->comm);
+        return dt_error_set(DT_ERR_DEVICE, "nccl %s on rank %d (host %s, GPU %d) failed: NCCL reports an "
+                            "asynchronous error: %s (ncclResult_t %d)%s%s (hint: a peer worker died, or the network "
+                            "between the hosts failed; NCCL_DEBUG=WARN prints NCCL's own log)", x->op, x->rank,
+                            x->host, x->device, nc.ncclGetErrorString(async), (int)async,
+                            last && last[0] ? ": " : "", last && last[0] ? last : "");
+    }
+    const double timeout_s = f->dl.timeout_s;
+    if (dt_clock_now() - f->t0 > timeout_s) {
+        if (f->waited && event_query(f->waited) == cudaErrorNotReady)
+            return dt_error_set(DT_ERR_DEVICE, "collective timeout: nccl %s on rank %d (host %s, GPU %d) waited "
+                                "%.1f s for the GPU work queued before it on the compute stream, which did not "
+                                "finish (a kernel hung, or the step is slower than the deadline%s)", x->op, x->rank,
+                                x->host, x->device, timeout_s, f->dl.setting);
+        return dt_error_set(DT_ERR_DEVICE, "collective timeout: nccl %s on rank %d (host %s, GPU %d) did not finish "
+                            "in %.1f s: a peer worker died, hung or stopped, or never issued this collective (hint: "
+                            "the launcher's log names a worker that exited%s)", x->op, x->rank, x->host, x->device,
+                            timeout_s, f->dl.setting);
+    }
+    return DT_OK;
+}
+
+/* Between two looks at f: none for its first SPIN_S, then a nap (no busy loop). */
+static void nap(const flight *f) {
+    const struct timespec t = {0, NAP_NS};
+    if (dt_clock_now() - f->t0 > SPIN_S) nanosleep(&t, NULL);
+}
+
+/* The oldest collective in flight, f, has completed: its mark may be recorded again, and its
+ * exposed time, when it waited for the compute stream, is the last one. */
+static void land(nccl_ctx *x, flight *f) {
+    float ms = NAN;
+    if (f->waited && cudaEventElapsedTime(&ms, f->waited, f->done) != cudaSuccess) {
+        (void)cudaGetLastError(); /* no measure this time (NAN): the caller uses its own wait */
+        ms = NAN;
+    }
+    pthread_mutex_lock(&x->marks_mu);
+    if (f->waited) x->exposed_ms = ms < 0 ? 0.0 : (double)ms; /* the clocks' resolution */
+    pthread_mutex_unlock(&x->marks_mu);
+    release_mark(x, f);
+    x->landed++;
+}
+
+/* Records `done` after the queued work and polls it until it completes, NCCL reports an
+ * error, or the collective's deadline has passed; then it has landed. */
+static dt_status wait_done(nccl_ctx *x) {
+    flight *f = x->cur;
+    DT_TRY(CK(cudaEventRecord, f->done, x->stream));
+    for (;;) {
+        int done;
+        DT_TRY(look(x, f, &done));
+        if (done) break;
+        nap(f);
+    }
+    land(x, f);
+    return DT_OK;
 }
 
 /* Copies the staged result back to host memory: only after `done`, see the top. */
@@ -301,9 +379,11 @@ static dt_status download(nccl_ctx *x, void *dst, const void *src, size_t bytes)
 }
 
 /* A failed collective leaves the ranks out of step: abort the NCCL communicator (kernels that
- * wait for a peer stop) and say so. comm.c fails every later call with this message. */
+ * wait for a peer stop) and say so; every collective in flight is given up (comm.c fails them
+ * and every later call with this message). */
 static dt_status failed(nccl_ctx *x, dt_status st) {
     x->failed = 1;
+    for (; x->landed < x->seq; x->landed++) release_mark(x, &x->fl[x->landed % N_FLIGHT]);
     if (x->comm) {
         nc.ncclCommAbort(x->comm);
         x->comm = NULL;
@@ -321,76 +401,181 @@ static dt_status failed(nccl_ctx *x, dt_status st) {
  * number, x->seq + 1), and this thread's device. */
 static dt_status begin(nccl_ctx *x, const dt_comm_deadline *dl, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static dt_status begin(nccl_ctx *x, const dt_comm_deadline *dl, const char *fmt, ...) {
-    x->dl = dl;
-    x->have_mark = take_mark(x, &x->mark); /* every collective takes its own, in order */
+    flight *f = x->cur = &x->fl[x->seq % N_FLIGHT]; /* free: at most N_FLIGHT in flight (comm.c) */
+    f->dl = *dl;
+    f->holds_mark = take_mark(x, &f->mark); /* every collective takes its own, in order */
+    f->waited = NULL;
+    f->t0 = dt_clock_now();
     x->seq++;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(x->op, sizeof x->op, fmt, ap);
     va_end(ap);
+    snprintf(f->op, sizeof f->op, "%s", x->op);
     return thread_setup(x);
+}
+
+/* The end of a blocking collective: it has landed (wait_done), or lands now when it had nothing
+ * to do; a failure aborts. */
+static dt_status blocking_end(nccl_ctx *x, dt_status st) {
+    if (st != DT_OK) return failed(x, st);
+    if (x->landed < x->seq) land(x, x->cur);
+    return DT_OK;
 }
 
 /* DT_WIRE_BF16: d(n) rounded into the wire buffer (on our stream, after the staging). The
  * trainer sizes that buffer at start for its largest bucket (nccl_reserve); a caller that did
  * not (a test) has it grown before the wait for the compute stream (a cudaFree now would wait
- * for all of it) */
+ * for all of it), by a blocking run. The collectives in flight share it: our stream runs each
+ * one's cast, NCCL call and widening before the next one's cast. */
 static dt_status to_wire(nccl_ctx *x, const float *d, size_t n) {
     return CK(dtk_cast_bf16, x->stream, x->wire, d, n);
 }
 
-/* A float collective's buffer on our stream: buf(n) itself when it is device memory, else staged
- * into the scratch buffer (*d; *dev 0); the bf16 wire buffer grown when bf; the wait for the
- * compute stream queued (*t0: when it started). float_done ends what float_in began. */
-typedef struct float_buf {
-    float *d;
-    int dev;
-    double t0;
-} float_buf;
-
-static dt_status float_in(nccl_ctx *x, float *buf, size_t n, int bf, const char *what, float_buf *f) {
-    if (n > SIZE_MAX / sizeof(float)) return dt_error_set(DT_ERR_INTERNAL, "nccl %s: too large", x->op);
-    DT_TRY(classify(x, buf, what, &f->dev));
-    f->d = buf;
-    if (!f->dev) {
-        DT_TRY(grow_scratch(x, n * sizeof(float)));
-        f->d = x->scratch;
+/* The NCCL calls of float collective o on d(n) (o->buf itself, or its staged copy), queued on
+ * our stream after the wait for the compute stream (and the staging).
+ * All-reduce: in place; as bf16 through the wire buffer.
+ * Reduce-scatter and all-gather of parts: in place. Parts of one size (n divisible by the
+ * world) are NCCL's ncclReduceScatter / ncclAllGather in place; other splits (dt_comm_part's
+ * parts differ by one float) a group of one ncclReduce / ncclBroadcast per part, rooted at its
+ * owner. A bf16 reduce-scatter travels in the wire buffer; only this rank's part comes back. */
+static dt_status float_calls(nccl_ctx *x, const dt_comm_float_op *o, float *d) {
+    const size_t n = o->n;
+    const int bf = o->wire == DT_WIRE_BF16;
+    const ncclDataType_t type = bf ? ncclBfloat16 : ncclFloat32;
+    if (bf) DT_TRY(to_wire(x, d, n));
+    if (o->kind == DT_COMM_ALLREDUCE) {
+        void *v = bf ? x->wire : (void *)d;
+        DT_TRY(NC(ncclAllReduce, v, v, n, type, o->op == DT_REDUCE_AVG ? ncclAvg : ncclSum, x->comm, x->stream));
+        return bf ? CK(dtk_widen_bf16, x->stream, d, x->wire, n) : DT_OK;
     }
-    if (bf) DT_TRY(grow_buf(x, &x->wire, &x->wire_bytes, n * 2, "bf16 buffer")); /* before the wait starts */
-    f->t0 = dt_clock_now();
-    DT_TRY(after_compute(x));
-    if (!f->dev) DT_TRY(CK(cudaMemcpyAsync, f->d, buf, n * sizeof(float), cudaMemcpyHostToDevice, x->stream));
+    const int gather = o->kind == DT_COMM_GATHER_PARTS;
+    const size_t es = bf ? 2 : sizeof(float);
+    char *v = bf ? (char *)x->wire : (char *)d;
+    const size_t W = (size_t)x->world;
+    size_t lo, hi;
+    dt_comm_part(n, x->world, x->rank, &lo, &hi);
+    if (n % W == 0) {
+        char *mine = v + lo * es;
+        if (gather) DT_TRY(NC(ncclAllGather, mine, v, n / W, type, x->comm, x->stream));
+        else DT_TRY(NC(ncclReduceScatter, v, mine, n / W, type, ncclSum, x->comm, x->stream));
+    } else {
+        DT_TRY(ck_nccl(x, nc.ncclGroupStart(), "ncclGroupStart", __FILE__, __LINE__));
+        dt_status st = DT_OK;
+        for (int q = 0; st == DT_OK && q < x->world; q++) {
+            size_t qlo, qhi;
+            dt_comm_part(n, x->world, q, &qlo, &qhi);
+            char *p = v + qlo * es;
+            st = gather ? NC(ncclBroadcast, p, p, qhi - qlo, type, q, x->comm, x->stream)
+                        : NC(ncclReduce, p, p, qhi - qlo, type, ncclSum, q, x->comm, x->stream);
+        }
+        dt_status group_end = ck_nccl(x, nc.ncclGroupEnd(), "ncclGroupEnd", __FILE__, __LINE__); /* closes the group */
+        DT_TRY(st);
+        DT_TRY(group_end);
+    }
+    if (bf) DT_TRY(CK(dtk_widen_bf16, x->stream, d + lo, (const dtk_bf16 *)(v + lo * es), hi - lo));
     return DT_OK;
 }
 
-static dt_status float_done(nccl_ctx *x, float *buf, size_t n, const float_buf *f) {
-    DT_TRY(wait_done(x, f->t0, 1));
-    return f->dev ? DT_OK : download(x, buf, f->d, n * sizeof(float));
+/* Blocking: buf(n) used as it is when it is device memory, else staged through the scratch
+ * buffer (H2D before the calls, D2H after `done`); the bf16 wire buffer grown before the wait
+ * for the compute stream starts (a cudaFree waits for the device). */
+static dt_status float_blocking(nccl_ctx *x, const dt_comm_float_op *o) {
+    const size_t n = o->n;
+    static const char *const what[] = {"all-reduce", "reduce-scatter", "all-gather of parts"};
+    if (n > SIZE_MAX / sizeof(float)) return dt_error_set(DT_ERR_INTERNAL, "nccl %s: too large", x->op);
+    int dev;
+    DT_TRY(classify(x, o->buf, what[o->kind], &dev));
+    float *d = o->buf;
+    if (!dev) {
+        DT_TRY(grow_scratch(x, n * sizeof(float)));
+        d = x->scratch;
+    }
+    if (o->wire == DT_WIRE_BF16) DT_TRY(grow_buf(x, &x->wire, &x->wire_bytes, n * 2, "bf16 buffer"));
+    DT_TRY(after_compute(x));
+    if (!dev) DT_TRY(CK(cudaMemcpyAsync, d, o->buf, n * sizeof(float), cudaMemcpyHostToDevice, x->stream));
+    DT_TRY(float_calls(x, o, d));
+    DT_TRY(wait_done(x));
+    return dev ? DT_OK : download(x, o->buf, d, n * sizeof(float));
 }
 
-static dt_status allreduce_(nccl_ctx *x, float *buf, size_t n, dt_reduce_op op, int bf) {
-    float_buf f;
-    DT_TRY(float_in(x, buf, n, bf, "all-reduce", &f));
-    float *d = f.d;
-    const ncclRedOp_t rop = op == DT_REDUCE_AVG ? ncclAvg : ncclSum;
-    if (bf) {
-        DT_TRY(to_wire(x, d, n));
-        DT_TRY(NC(ncclAllReduce, x->wire, x->wire, n, ncclBfloat16, rop, x->comm, x->stream));
-        DT_TRY(CK(dtk_widen_bf16, x->stream, d, x->wire, n));
-    } else {
-        DT_TRY(NC(ncclAllReduce, d, d, n, ncclFloat32, rop, x->comm, x->stream));
-    }
-    return float_done(x, buf, n, &f);
+/* begin() with the collective's name: "all-reduce #3 (1000 floats, sum, as bf16)" */
+static dt_status begin_float(nccl_ctx *x, const dt_comm_float_op *o, const dt_comm_deadline *dl) {
+    const char *bf = o->wire == DT_WIRE_BF16 ? ", as bf16" : "";
+    if (o->kind == DT_COMM_ALLREDUCE)
+        return begin(x, dl, "all-reduce #%lu (%zu floats, %s%s)", x->seq + 1, o->n,
+                     o->op == DT_REDUCE_AVG ? "avg" : "sum", bf);
+    if (o->kind == DT_COMM_REDUCE_SCATTER) return begin(x, dl, "reduce-scatter #%lu (%zu floats%s)", x->seq + 1, o->n, bf);
+    return begin(x, dl, "all-gather of parts #%lu (%zu floats)", x->seq + 1, o->n);
+}
+
+static dt_status run_float(nccl_ctx *x, const dt_comm_float_op *o, const dt_comm_deadline *dl) {
+    dt_status st = begin_float(x, o, dl);
+    if (st == DT_OK && o->n > 0) st = float_blocking(x, o);
+    return blocking_end(x, st);
 }
 
 static dt_status nccl_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op, dt_wire wire,
                                 const dt_comm_deadline *dl) {
+    const dt_comm_float_op o = {DT_COMM_ALLREDUCE, buf, n, op, wire};
+    return run_float(vctx, &o, dl);
+}
+
+static dt_status nccl_reduce_scatter(void *vctx, float *buf, size_t n, dt_wire wire, const dt_comm_deadline *dl) {
+    const dt_comm_float_op o = {DT_COMM_REDUCE_SCATTER, buf, n, DT_REDUCE_SUM, wire};
+    return run_float(vctx, &o, dl);
+}
+
+static dt_status nccl_allgather_parts(void *vctx, float *buf, size_t n, const dt_comm_deadline *dl) {
+    const dt_comm_float_op o = {DT_COMM_GATHER_PARTS, buf, n, DT_REDUCE_SUM, DT_WIRE_F32};
+    return run_float(vctx, &o, dl);
+}
+
+/* comm.h's issue: float collective o queued behind its mark and the collectives in flight,
+ * with its own `done`, not waited for. Declined (run blocking once nothing is in flight): an
+ * empty one, host memory (its copy back waits for `done`), memory classify refuses (the
+ * blocking run says why), a bf16 buffer to grow (cudaFree waits for the device), and anything
+ * before this thread has made the device current (its first collective). */
+static dt_status nccl_issue(void *vctx, const dt_comm_float_op *o, const dt_comm_deadline *dl, int *issued) {
     nccl_ctx *x = vctx;
-    const int bf = wire == DT_WIRE_BF16;
-    dt_status st = begin(x, dl, "all-reduce #%lu (%zu floats, %s%s)", x->seq + 1, n, op == DT_REDUCE_AVG ? "avg" : "sum",
-                         bf ? ", as bf16" : "");
-    if (st == DT_OK && n > 0) st = allreduce_(x, buf, n, op, bf);
-    return st == DT_OK ? DT_OK : failed(x, st);
+    *issued = 0;
+    if (!x->thread_ready || o->n == 0 || o->n > SIZE_MAX / sizeof(float) || x->seq - x->landed >= N_FLIGHT ||
+        (o->wire == DT_WIRE_BF16 && x->wire_bytes < o->n * 2))
+        return DT_OK;
+    int dev = 0;
+    if (classify(x, o->buf, "bucket", &dev) != DT_OK || !dev) {
+        dt_error_clear();
+        return DT_OK;
+    }
+    dt_status st = begin_float(x, o, dl);
+    if (st == DT_OK) st = after_compute(x);
+    if (st == DT_OK) st = float_calls(x, o, o->buf);
+    if (st == DT_OK) st = CK(cudaEventRecord, x->cur->done, x->stream);
+    if (st != DT_OK) return failed(x, st);
+    *issued = 1;
+    return DT_OK;
+}
+
+/* comm.h's poll: one look at the oldest collective in flight. */
+static dt_status nccl_poll(void *vctx, int *done) {
+    nccl_ctx *x = vctx;
+    *done = 0;
+    if (x->landed == x->seq) return dt_error_set(DT_ERR_INTERNAL, "nccl rank %d: poll with nothing in flight", x->rank);
+    flight *f = &x->fl[x->landed % N_FLIGHT];
+    snprintf(x->op, sizeof x->op, "%s", f->op); /* the messages name it */
+    dt_status st = look(x, f, done);
+    if (st != DT_OK) return failed(x, st);
+    if (*done) land(x, f);
+    else nap(f);
+    return DT_OK;
+}
+
+static double nccl_exposed_ms(void *vctx) {
+    nccl_ctx *x = vctx;
+    pthread_mutex_lock(&x->marks_mu);
+    const double v = x->exposed_ms;
+    pthread_mutex_unlock(&x->marks_mu);
+    return v;
 }
 
 static dt_status broadcast_(nccl_ctx *x, void *buf, size_t bytes, int root) {
@@ -401,11 +586,10 @@ static dt_status broadcast_(nccl_ctx *x, void *buf, size_t bytes, int root) {
         DT_TRY(grow_scratch(x, bytes));
         d = x->scratch;
     }
-    const double t0 = dt_clock_now();
     DT_TRY(after_compute(x));
     if (!dev && x->rank == root) DT_TRY(CK(cudaMemcpyAsync, d, buf, bytes, cudaMemcpyHostToDevice, x->stream));
     DT_TRY(NC(ncclBroadcast, d, d, bytes, ncclUint8, root, x->comm, x->stream));
-    DT_TRY(wait_done(x, t0, 1));
+    DT_TRY(wait_done(x));
     if (!dev) DT_TRY(download(x, buf, d, bytes));
     return DT_OK;
 }
@@ -414,7 +598,7 @@ static dt_status nccl_broadcast(void *vctx, void *buf, size_t bytes, int root, c
     nccl_ctx *x = vctx;
     dt_status st = begin(x, dl, "broadcast #%lu (%zu bytes from rank %d)", x->seq + 1, bytes, root);
     if (st == DT_OK && bytes > 0) st = broadcast_(x, buf, bytes, root);
-    return st == DT_OK ? DT_OK : failed(x, st);
+    return blocking_end(x, st);
 }
 
 static dt_status allgather_(nccl_ctx *x, const void *in, size_t bytes, void *out) {
@@ -437,13 +621,12 @@ static dt_status allgather_(nccl_ctx *x, const void *in, size_t bytes, void *out
     char *s = x->scratch;
     const void *din = stage_in ? (const void *)(s + in_off) : in;
     void *dout = out_dev ? out : (void *)s;
-    const double t0 = dt_clock_now();
     DT_TRY(after_compute(x));
     if (stage_in)
         DT_TRY(CK(cudaMemcpyAsync, (void *)din, in, bytes, in_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice,
                   x->stream));
     DT_TRY(NC(ncclAllGather, din, dout, bytes, ncclUint8, x->comm, x->stream));
-    DT_TRY(wait_done(x, t0, 1));
+    DT_TRY(wait_done(x));
     if (!out_dev) DT_TRY(download(x, out, dout, out_bytes));
     return DT_OK;
 }
@@ -452,60 +635,7 @@ static dt_status nccl_allgather(void *vctx, const void *in, size_t bytes, void *
     nccl_ctx *x = vctx;
     dt_status st = begin(x, dl, "all-gather #%lu (%zu bytes per rank)", x->seq + 1, bytes);
     if (st == DT_OK && bytes > 0) st = allgather_(x, in, bytes, out);
-    return st == DT_OK ? DT_OK : failed(x, st);
-}
-
-/* Reduce-scatter (gather 0) or all-gather of parts (gather 1) of buf(n), in place. Parts of one
- * size (n divisible by the world) are NCCL's ncclReduceScatter / ncclAllGather in place; other
- * splits (dt_comm_part's parts differ by one float) a group of one ncclReduce / ncclBroadcast
- * per part, rooted at its owner. Host buffers are staged through the scratch buffer. */
-static dt_status parts_(nccl_ctx *x, float *buf, size_t n, int gather, int bf) {
-    float_buf f;
-    DT_TRY(float_in(x, buf, n, bf, gather ? "all-gather of parts" : "reduce-scatter", &f));
-    float *d = f.d;
-    /* a bf16 reduce-scatter travels in the wire buffer; only this rank's part comes back */
-    const ncclDataType_t type = bf ? ncclBfloat16 : ncclFloat32;
-    const size_t es = bf ? 2 : sizeof(float);
-    char *v = bf ? (char *)x->wire : (char *)d;
-    if (bf) DT_TRY(to_wire(x, d, n));
-    const size_t W = (size_t)x->world;
-    size_t lo, hi;
-    dt_comm_part(n, x->world, x->rank, &lo, &hi);
-    if (n % W == 0) {
-        char *mine = v + lo * es;
-        if (gather) DT_TRY(NC(ncclAllGather, mine, v, n / W, type, x->comm, x->stream));
-        else DT_TRY(NC(ncclReduceScatter, v, mine, n / W, type, ncclSum, x->comm, x->stream));
-    } else {
-        DT_TRY(ck_nccl(x, nc.ncclGroupStart(), "ncclGroupStart", __FILE__, __LINE__));
-        dt_status st = DT_OK;
-        for (int q = 0; st == DT_OK && q < x->world; q++) {
-            size_t qlo, qhi;
-            dt_comm_part(n, x->world, q, &qlo, &qhi);
-            char *p = v + qlo * es;
-            st = gather ? NC(ncclBroadcast, p, p, qhi - qlo, type, q, x->comm, x->stream)
-                        : NC(ncclReduce, p, p, qhi - qlo, type, ncclSum, q, x->comm, x->stream);
-        }
-        dt_status end = ck_nccl(x, nc.ncclGroupEnd(), "ncclGroupEnd", __FILE__, __LINE__); /* closes the group */
-        DT_TRY(st);
-        DT_TRY(end);
-    }
-    if (bf) DT_TRY(CK(dtk_widen_bf16, x->stream, d + lo, (const dtk_bf16 *)(v + lo * es), hi - lo));
-    return float_done(x, buf, n, &f);
-}
-
-static dt_status nccl_reduce_scatter(void *vctx, float *buf, size_t n, dt_wire wire, const dt_comm_deadline *dl) {
-    nccl_ctx *x = vctx;
-    const int bf = wire == DT_WIRE_BF16;
-    dt_status st = begin(x, dl, "reduce-scatter #%lu (%zu floats%s)", x->seq + 1, n, bf ? ", as bf16" : "");
-    if (st == DT_OK && n > 0) st = parts_(x, buf, n, 0, bf);
-    return st == DT_OK ? DT_OK : failed(x, st);
-}
-
-static dt_status nccl_allgather_parts(void *vctx, float *buf, size_t n, const dt_comm_deadline *dl) {
-    nccl_ctx *x = vctx;
-    dt_status st = begin(x, dl, "all-gather of parts #%lu (%zu floats)", x->seq + 1, n);
-    if (st == DT_OK && n > 0) st = parts_(x, buf, n, 1, 0);
-    return st == DT_OK ? DT_OK : failed(x, st);
+    return blocking_end(x, st);
 }
 
 /* dt_comm_reserve: the bf16 wire buffer for `floats`, now, so that no bucket of a step grows it
@@ -524,13 +654,10 @@ static dt_status nccl_reserve(void *vctx, size_t floats) {
  * it does not wait for the compute stream. */
 static dt_status nccl_barrier(void *vctx, const dt_comm_deadline *dl) {
     nccl_ctx *x = vctx;
-    dt_status st = begin(x, dl, "barrier #%lu", x->seq + 1);
-    if (st == DT_OK) {
-        const double t0 = dt_clock_now();
-        st = NC(ncclAllReduce, x->scratch, x->scratch, 1, ncclFloat32, ncclSum, x->comm, x->stream);
-        if (st == DT_OK) st = wait_done(x, t0, 0);
-    }
-    return st == DT_OK ? DT_OK : failed(x, st);
+    dt_status st = begin(x, dl, "barrier #%lu", x->seq + 1); /* its deadline counts from here */
+    if (st == DT_OK) st = NC(ncclAllReduce, x->scratch, x->scratch, 1, ncclFloat32, ncclSum, x->comm, x->stream);
+    if (st == DT_OK) st = wait_done(x);
+    return blocking_end(x, st);
 }
 
 /* Runs on the thread that calls dt_comm_free (or dt_comm_init_nccl on failure), after the
@@ -539,7 +666,7 @@ static void nccl_free(void *vctx) {
     nccl_ctx *x = vctx;
     if (!x) return;
     if (x->marks_mu_ok) pthread_mutex_destroy(&x->marks_mu);
-    if (!x->comm && !x->stream && !x->ready && !x->done && !x->marks[0] && !x->scratch) { /* made no CUDA state */
+    if (!x->comm && !x->stream && !x->fl[0].ready && !x->marks[0] && !x->scratch) { /* made no CUDA state */
         free(x);
         return;
     }
@@ -555,8 +682,10 @@ static void nccl_free(void *vctx) {
         x->comm = NULL;
     }
     if (x->stream) cudaStreamDestroy(x->stream); /* pending work, if any, still completes */
-    if (x->ready) cudaEventDestroy(x->ready);
-    if (x->done) cudaEventDestroy(x->done);
+    for (int i = 0; i < N_FLIGHT; i++) {
+        if (x->fl[i].ready) cudaEventDestroy(x->fl[i].ready);
+        if (x->fl[i].done) cudaEventDestroy(x->fl[i].done);
+    }
     for (int i = 0; i < N_MARKS; i++)
         if (x->marks[i]) cudaEventDestroy(x->marks[i]);
     if (x->scratch) cudaFree(x->scratch);
@@ -577,6 +706,10 @@ static const dt_comm_backend_ops nccl_backend = {
     .free = nccl_free,
     .prepare = nccl_prepare,
     .reserve = nccl_reserve,
+    .max_in_flight = N_FLIGHT,
+    .issue = nccl_issue,
+    .poll = nccl_poll,
+    .exposed_ms = nccl_exposed_ms,
 };
 
 /* This rank's part that needs no other rank: the library, the device, our stream, events,
@@ -598,9 +731,12 @@ static dt_status local_setup(nccl_ctx *x, ncclUniqueId *id) {
     }
     DT_TRY(CK(cudaSetDevice, x->device));
     DT_TRY(CK(cudaStreamCreateWithFlags, &x->stream, cudaStreamNonBlocking));
-    DT_TRY(CK(cudaEventCreateWithFlags, &x->ready, cudaEventDisableTiming));
-    DT_TRY(CK(cudaEventCreateWithFlags, &x->done, cudaEventDisableTiming));
-    for (int i = 0; i < N_MARKS; i++) DT_TRY(CK(cudaEventCreateWithFlags, &x->marks[i], cudaEventDisableTiming));
+    /* with timing: a collective's exposed time is the time from its mark (or ready) to its done */
+    for (int i = 0; i < N_FLIGHT; i++) {
+        DT_TRY(CK(cudaEventCreateWithFlags, &x->fl[i].ready, cudaEventDefault));
+        DT_TRY(CK(cudaEventCreateWithFlags, &x->fl[i].done, cudaEventDefault));
+    }
+    for (int i = 0; i < N_MARKS; i++) DT_TRY(CK(cudaEventCreateWithFlags, &x->marks[i], cudaEventDefault));
     DT_TRY(grow_scratch(x, SCRATCH_MIN));
     if (x->rank == 0) DT_TRY(NC(ncclGetUniqueId, id));
     return DT_OK;
@@ -627,6 +763,7 @@ dt_status dt_comm_init_nccl(dt_comm **out, dt_comm *boot, int device, void *comp
     x->world = world;
     x->device = device;
     x->compute = (cudaStream_t)compute_stream;
+    x->exposed_ms = NAN;
     memcpy(x->host, host, sizeof host);
 
     /* This rank's part; the communicator (and its thread) is made here too, so that its

@@ -481,6 +481,8 @@ void dt_metrics_final(dt_metrics *m, const dt_run_summary *s) {
     if (gpu_peaks) json_object_set_new(rec, "peak_gpu_mem_mb", gpu_peaks);
     const double sent_step = s->steps > 0 ? s->sent_bytes / (double)s->steps : 0;
     if (rec) json_object_set_new(rec, "sent_bytes_per_step", num(sent_step));
+    const double comm_step_ms = s->steps > 0 ? 1e3 * s->comm_s / (double)s->steps : 0;
+    if (rec) json_object_set_new(rec, "comm_ms_per_step", num(comm_step_ms));
     const double remote_step = s->steps > 0 ? s->remote_bytes / (double)s->steps : 0;
     if (rec && remote_step > 0) json_object_set_new(rec, "remote_bytes_per_step", num(remote_step));
     if (isfinite(s->val_f1_macro)) json_object_set_new(rec, "val_f1_macro", num(s->val_f1_macro));
@@ -494,9 +496,9 @@ void dt_metrics_final(dt_metrics *m, const dt_run_summary *s) {
     if (remote_step > 0)
         snprintf(between, sizeof between, " (all workers: %.3f MB per step between hosts)", remote_step / 1e6);
     if (s->workers > 1)
-        dt_metrics_summary(m, "per worker: %.0f samples/s, %.0f tokens/s | waiting for all-reduce: %.1f%% of step time "
-                           "| sent %.3f MB per step%s", sps / s->workers, tps / s->workers, 100.0 * share, sent_step / 1e6,
-                           between);
+        dt_metrics_summary(m, "per worker: %.0f samples/s, %.0f tokens/s | waiting for all-reduce: %.1f%% of step time, "
+                           "%.1f ms per step | sent %.3f MB per step%s", sps / s->workers, tps / s->workers, 100.0 * share,
+                           comm_step_ms, sent_step / 1e6, between);
     if (isfinite(s->val_loss) && isfinite(s->val_f1_macro))
         dt_metrics_summary(m, "final: val loss %.6f | val accuracy %.4f | macro-F1 %.4f", s->val_loss, s->val_accuracy,
                            s->val_f1_macro);

@@ -394,6 +394,16 @@ static dt_status wait_buckets(run *r) {
     return st;
 }
 
+/* The communication the step waited for in buckets it has just waited for (since w0), as much
+ * as was not hidden behind compute: a device collective's own measure, on the device, of the
+ * last bucket's time from its input's readiness to its sum (the host's wait also holds the
+ * compute still queued before the buckets: the rest of a GPU's backward); else the host's wait
+ * (host collectives: backward ran on this thread before it). */
+static double exposed_since(run *r, double w0) {
+    const double dev = dt_comm_last_exposed_ms(r->gcomm);
+    return isfinite(dev) ? dev : now_ms() - w0;
+}
+
 /* ZeRO-1: every bucket of buf (the parameters, or a moment placed in the gradients' buffer)
  * all-gathered from its parts' owners, all started at once, then waited for. */
 static dt_status gather_buckets(run *r, float *buf) {
@@ -1087,7 +1097,7 @@ static dt_status micro_batches(trainer *t, long *rows, double *comm_ms, double *
         if (sync) {
             const double w0 = now_ms();
             dt_status w = wait_buckets(r);
-            *comm_ms += now_ms() - w0;
+            *comm_ms += exposed_since(r, w0);
             if (st == DT_OK) st = w;
         }
         DT_TRY(st);
@@ -1140,7 +1150,7 @@ static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     if (r->zero) {
         w0 = now_ms();
         DT_TRY(gather_buckets(r, params)); /* every rank's updated part to every rank */
-        comm_ms += now_ms() - w0;
+        comm_ms += exposed_since(r, w0);
         dt_model_params_changed(r->model);
     }
     const long batch_epoch = t->epoch;

@@ -9,7 +9,9 @@
  *     library work, host functions, event records and waits), so host/stream and
  *     stream/stream ordering is real: a missing synchronisation shows up as a wrong result or
  *     a race. cudaStreamWaitEvent waits for the event's latest record at the time of the call
- *     (none yet: no wait); cudaEventQuery says whether its stream got there. A host function
+ *     (none yet: no wait); cudaEventQuery says whether its stream got there, and
+ *     cudaEventElapsedTime the host clock's time between two records' completions (events
+ *     made with cudaEventDisableTiming refuse, as in CUDA). A host function
  *     (cudaLaunchHostFunc) that queues or waits for stream work is an error (CUDA forbids
  *     it), and so is the use of a destroyed stream or event.
  *   - memory: device allocations are exact-size host memory (an ASan build sees a one-past-
@@ -36,9 +38,9 @@
  * barrier is not checked); the memory model, atomics (but an unsigned atomicAdd, trivially
  * atomic here) and cooperative launches (kernels using them do not compile against emu/); dynamic shared memory (a launch asking for it is
  * reported); the legacy default stream's implicit synchronisation with other streams;
- * timing; multiple devices and peer access; managed memory's page migration (a host access
- * while a kernel uses it is not checked); a host that dereferences a device pointer (both are
- * host memory here). */
+ * a GPU's timing (work takes as long as its emulation on the host); multiple devices and peer
+ * access; managed memory's page migration (a host access while a kernel uses it is not
+ * checked); a host that dereferences a device pointer (both are host memory here). */
 #define _GNU_SOURCE
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
@@ -50,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -184,7 +187,8 @@ static cudaError_t alloc(void **p, size_t n, int type) {
 /* ---------------------------------------------------------------- streams */
 
 enum { OP_COPY, OP_SET, OP_FN, OP_HOST_FN, OP_RECORD, OP_WAIT };
-typedef struct mevent { pthread_mutex_t mu; pthread_cond_t cv; uint64_t rec, done; int destroyed; } mevent;
+/* t: when a stream passed its latest completed record (CLOCK_MONOTONIC, s), for cudaEventElapsedTime */
+typedef struct mevent { pthread_mutex_t mu; pthread_cond_t cv; uint64_t rec, done; int destroyed, timing; double t; } mevent;
 typedef struct op {
     int kind;
     void *dst;
@@ -206,8 +210,13 @@ static mstream *legacy;
 static __thread const char *in_host_fn; /* a stream thread inside a cudaLaunchHostFunc function */
 
 static void ev_complete(mevent *e, uint64_t gen) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     pthread_mutex_lock(&e->mu);
-    if (gen > e->done) e->done = gen;
+    if (gen > e->done) {
+        e->done = gen;
+        e->t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    }
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }
@@ -610,8 +619,8 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t st, cudaHostFn_t fn, void *arg) {
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
-    (void)flags;
     mevent *m = calloc(1, sizeof *m);
+    m->timing = !(flags & cudaEventDisableTiming);
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->cv, NULL);
     *e = (cudaEvent_t)m;
@@ -664,6 +673,31 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     while (m->done < g) pthread_cond_wait(&m->cv, &m->mu);
     pthread_mutex_unlock(&m->mu);
     return sticky_err ? ret(sticky_err) : cudaSuccess;
+}
+/* the time between two completed records, as CUDA: both events made with timing (else
+ * cudaErrorInvalidResourceHandle), both recorded (else cudaErrorInvalidResourceHandle) and their
+ * latest records completed (else cudaErrorNotReady) */
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    mevent *a = EV(start, "cudaEventElapsedTime"), *b = EV(end, "cudaEventElapsedTime");
+    if (!a || !b) return ret(cudaErrorInvalidResourceHandle);
+    if (!ms) {
+        mock_report("cudaEventElapsedTime: NULL result");
+        return ret(cudaErrorInvalidValue);
+    }
+    if (sticky_err) return ret(sticky_err);
+    if (!a->timing || !b->timing) return ret(cudaErrorInvalidResourceHandle);
+    pthread_mutex_lock(&a->mu);
+    const uint64_t ar = a->rec, ad = a->done;
+    const double at = a->t;
+    pthread_mutex_unlock(&a->mu);
+    pthread_mutex_lock(&b->mu);
+    const uint64_t br = b->rec, bd = b->done;
+    const double bt = b->t;
+    pthread_mutex_unlock(&b->mu);
+    if (!ar || !br) return ret(cudaErrorInvalidResourceHandle);
+    if (ad < ar || bd < br) return ret(cudaErrorNotReady);
+    *ms = (float)((bt - at) * 1e3);
+    return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
     mevent *m = EV(e, "cudaStreamWaitEvent");

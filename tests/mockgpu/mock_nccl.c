@@ -24,6 +24,12 @@
  *     when the process exits with status 0.
  *   - ncclCommGetAsyncError: ncclSuccess (no peer can fail); ncclGetErrorString for every
  *     result; ncclGetLastError: the message of the mock's last failed call.
+ * For tests (not NCCL's API): mock_nccl_queued_now() counts the collectives queued on their
+ * streams and not yet run, mock_nccl_max_queued() the most of one communicator at once since its
+ * last call (more than 1: the caller issued the next before the one before had completed, so
+ * before it could have seen it done); MOCK_NCCL_LOG=FILE appends a line "CALL DATATYPE COUNT
+ * QUEUED" for every collective issued, QUEUED counting it and the ones of its communicator
+ * still queued before it (e.g. "ncclAllReduce ncclBfloat16 10272 2").
  * Every problem is printed as "MOCK ERROR: ..." (mock_report) and makes the process exit 1.
  *
  * Not modelled: more than one rank (no data exchange, no reduction arithmetic, no peer that
@@ -55,6 +61,7 @@ struct ncclComm {
     int freed;              /* destroyed or aborted: any later use is an error */
     int running;            /* collectives copying right now (0 or 1: one stream each) */
     unsigned long pending;  /* queued and not yet run */
+    unsigned long max_pending; /* the most at any time since mock_nccl_max_queued last read it */
     unsigned long seq;      /* collectives issued, for messages */
     struct ncclComm *next;
 };
@@ -63,6 +70,7 @@ static pthread_mutex_t comms_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct ncclComm *comms;   /* every communicator made (never released: use after free is found) */
 static unsigned long ids_made;
 static char last_error[512];
+static FILE *call_log;           /* MOCK_NCCL_LOG, opened at the first collective */
 
 static ncclResult_t fail(ncclResult_t r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static ncclResult_t fail(ncclResult_t r, const char *fmt, ...) {
@@ -223,6 +231,62 @@ static size_t type_size(ncclDataType_t t) {
     }
 }
 
+static const char *type_name(ncclDataType_t t) {
+    switch (t) {
+    case ncclInt8: return "ncclInt8";
+    case ncclUint8: return "ncclUint8";
+    case ncclFloat16: return "ncclFloat16";
+    case ncclBfloat16: return "ncclBfloat16";
+    case ncclInt32: return "ncclInt32";
+    case ncclUint32: return "ncclUint32";
+    case ncclFloat32: return "ncclFloat32";
+    case ncclInt64: return "ncclInt64";
+    case ncclUint64: return "ncclUint64";
+    case ncclFloat64: return "ncclFloat64";
+    default: return "?";
+    }
+}
+
+/* MOCK_NCCL_LOG: one line per collective issued */
+static void log_call(const char *call, ncclDataType_t type, size_t count, unsigned long queued) {
+    const char *path = getenv("MOCK_NCCL_LOG");
+    if (!path || !path[0]) return;
+    pthread_mutex_lock(&comms_mu);
+    if (!call_log && !(call_log = fopen(path, "a"))) mock_report("NCCL: cannot open MOCK_NCCL_LOG %s", path);
+    if (call_log) {
+        fprintf(call_log, "%s %s %zu %lu\n", call, type_name(type), count, queued);
+        fflush(call_log);
+    }
+    pthread_mutex_unlock(&comms_mu);
+}
+
+/* the collectives of every communicator queued now and not yet run */
+unsigned long mock_nccl_queued_now(void) {
+    unsigned long n = 0;
+    pthread_mutex_lock(&comms_mu);
+    for (struct ncclComm *k = comms; k; k = k->next) {
+        pthread_mutex_lock(&k->mu);
+        n += k->pending;
+        pthread_mutex_unlock(&k->mu);
+    }
+    pthread_mutex_unlock(&comms_mu);
+    return n;
+}
+
+/* the most collectives of one communicator queued at once since the last call, then reset */
+unsigned long mock_nccl_max_queued(void) {
+    unsigned long most = 0;
+    pthread_mutex_lock(&comms_mu);
+    for (struct ncclComm *k = comms; k; k = k->next) {
+        pthread_mutex_lock(&k->mu);
+        if (k->max_pending > most) most = k->max_pending;
+        k->max_pending = k->pending;
+        pthread_mutex_unlock(&k->mu);
+    }
+    pthread_mutex_unlock(&comms_mu);
+    return most;
+}
+
 typedef struct job { struct ncclComm *c; void *dst; const void *src; size_t bytes; } job;
 
 /* on the stream's thread, in stream order */
@@ -253,7 +317,10 @@ static ncclResult_t collective(const char *call, const void *send, void *recv, s
     const size_t ts = type_size(type);
     if (!ts) return MISUSE(ncclInvalidArgument, "%s: unknown datatype %d", call, (int)type);
     if (recv_count > SIZE_MAX / ts) return MISUSE(ncclInvalidArgument, "%s: count %zu too large", call, count);
-    if (count == 0) return ncclSuccess; /* NCCL: nothing to do, no pointer is looked at */
+    if (count == 0) {
+        log_call(call, type, count, 0);
+        return ncclSuccess; /* NCCL: nothing to do, no pointer is looked at */
+    }
     const size_t bytes = count * ts, recv_bytes = recv_count * ts;
     char what[128];
     snprintf(what, sizeof what, "%s sendbuff (%zu bytes)", call, bytes);
@@ -270,9 +337,11 @@ static ncclResult_t collective(const char *call, const void *send, void *recv, s
     if (!j) return fail(ncclSystemError, "%s: out of memory", call);
     *j = (job){c, (char *)recv + in_place_off * ts, send, bytes};
     pthread_mutex_lock(&c->mu);
-    c->pending++;
+    const unsigned long queued = ++c->pending;
+    if (c->pending > c->max_pending) c->max_pending = c->pending;
     c->seq++;
     pthread_mutex_unlock(&c->mu);
+    log_call(call, type, count, queued);
     mock_enqueue_fn(stream, call, run_job, j);
     return ncclSuccess;
 }

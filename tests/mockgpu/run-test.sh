@@ -24,7 +24,8 @@
 #      plain and with zero_stage 1: the plain run's losses; the bf16 run again with mock_att.c as
 #      cuDNN (dtrain_fused): attention through the fused path, no note, within 1e-2 of the cpu run;
 #      no cudaMalloc or cudaFree once step 1 begins (the mock's count after the profiler range
-#      opens) in five runs: plain, no bf16 algorithm, nccl with bf16 gradients, the same with
+#      opens) in five runs: plain, no bf16 algorithm, nccl with bf16 gradients (every bucket's
+#      all-reduce in bf16, the embeddings' too: the mock NCCL's log), the same with
 #      zero_stage 1, the fallback in pieces; and configs/pretrain.yaml shrunk to 4
 #      steps in fp32 (within 1e-5); a step waits for the device at most 3 times (the profiler's
 #      range's two included): a classifier, a language model with 3 micro-batches (the cpu
@@ -242,10 +243,28 @@ no_alloc_run() { # NAME [VAR=VALUE ...] -- BIN [--set ...]
         ! grep -q '^MOCK ALLOCATION' "$B/$name.out" || { echo "FAIL: $name allocated or freed after step 1 began"; return 1; }
     echo "ok: $name: no allocation or free from step 1 on"
 }
+# training.grad_comm_dtype bf16 through nccl (the mock NCCL's MOCK_NCCL_LOG lists its calls): every
+# gradient bucket's all-reduce travels as bf16, the embeddings' too (ci-smoke: wte 257 x 32 + wpe
+# 64 x 32 = 10272 floats, ready last in each of the 4 steps); the one fp32 all-reduce allowed is a
+# barrier's single float
+bf16_buckets() { # CALLS
+    local calls=$1 embed
+    embed=$(grep -c '^ncclAllReduce ncclBfloat16 10272 ' "$calls" || true)
+    [ "$embed" -eq 4 ] || { echo "FAIL: $embed bf16 all-reduces of the embedding bucket (10272 floats), expected 4:"; cat "$calls"; return 1; }
+    if grep '^ncclAllReduce ' "$calls" | grep -v -e ' ncclBfloat16 ' -e '^ncclAllReduce ncclFloat32 1 '; then
+        echo "FAIL: the gradient all-reduces above went in fp32 with training.grad_comm_dtype=bf16"
+        return 1
+    fi
+    echo "ok: every gradient bucket went as bf16 ($(grep -c ' ncclBfloat16 ' "$calls") all-reduces), the embeddings' in each step;" \
+        "at most $(awk '{ if ($4 > m) m = $4 } END { print m + 0 }' "$calls") queued at once"
+}
 no_alloc() {
+    rm -f "$B/alloc-nccl.calls"
     no_alloc_run alloc-plain -- "$OPT/dtrain" &&
         no_alloc_run alloc-nobf16 MOCK_LT_NO_BF16=1 -- "$OPT/dtrain_fused" &&
-        no_alloc_run alloc-nccl DTRAIN_TEST_DEVICE_COMM=1 -- "$OPT/dtrain_fused" --set training.grad_comm_dtype=bf16 &&
+        no_alloc_run alloc-nccl DTRAIN_TEST_DEVICE_COMM=1 MOCK_NCCL_LOG="$B/alloc-nccl.calls" -- "$OPT/dtrain_fused" \
+            --set training.grad_comm_dtype=bf16 &&
+        bf16_buckets "$B/alloc-nccl.calls" &&
         no_alloc_run alloc-nccl-zero DTRAIN_TEST_DEVICE_COMM=1 -- "$OPT/dtrain_fused" --set training.grad_comm_dtype=bf16 \
             --set training.zero_stage=1 &&
         no_alloc_run alloc-pieces MOCK_LT_NO_BF16=1 DTRAIN_TEST_FP32_SLOT_BYTES=4096 -- "$OPT/dtrain_fused" || return
