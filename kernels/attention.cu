@@ -106,49 +106,55 @@ extern "C" cudaError_t dtk_heads_split(cudaStream_t s, dtk_type t, float *dy, co
 // reads and writes only its own columns, so working in place is safe. The scaled score is
 // rounded once (__fmul_rn: no fused multiply-add into the subtraction), so the max column
 // gives exactly exp(0) = 1 and all passes see the same value.
-static __global__ void dtk_causal_softmax_fwd_kernel(float *att, size_t rows, int T, float scale) {
-    const size_t r = (size_t)blockIdx.x * DTK_ROWS_PER_BLOCK + (threadIdx.x >> 5);
-    const int lane = threadIdx.x & 31;
-    if (r >= rows) return;
-    const int t = (int)(r % T);
-    float *a = att + r * T;
-    float mx = -INFINITY;
-    for (int j = lane; j <= t; j += 32) mx = fmaxf(mx, __fmul_rn(scale, a[j]));
-    mx = dtk_warp_reduce(mx, DtkMax());
-    float sum = 0.0f;
-    for (int j = lane; j <= t; j += 32) sum += expf(__fmul_rn(scale, a[j]) - mx);
-    const float inv = 1.0f / dtk_warp_reduce(sum, DtkSum());
-    for (int j = lane; j < T; j += 32) a[j] = j <= t ? expf(__fmul_rn(scale, a[j]) - mx) * inv : 0.0f;
+// The first column row r of att(B*NH,T,T) reads: 0, or with packed rows its example's first row.
+static __device__ int softmax_lo(size_t r, int t, dtk_att_shape a) {
+    return a.pos ? t - a.pos[(r / a.T) / a.NH * a.T + t] : 0;
 }
 
-// datt_j = scale * att_j * (datt_j - sum_{i<=t} att_i datt_i) for j <= t, 0 above the diagonal
-static __global__ void dtk_causal_softmax_bwd_kernel(float *datt, const float *att, size_t rows, int T, float scale) {
+static __global__ void dtk_causal_softmax_fwd_kernel(float *att, size_t rows, dtk_att_shape sh, float scale) {
     const size_t r = (size_t)blockIdx.x * DTK_ROWS_PER_BLOCK + (threadIdx.x >> 5);
-    const int lane = threadIdx.x & 31;
+    const int lane = threadIdx.x & 31, T = sh.T;
     if (r >= rows) return;
-    const int t = (int)(r % T);
+    const int t = (int)(r % T), lo = softmax_lo(r, t, sh);
+    float *a = att + r * T;
+    float mx = -INFINITY;
+    for (int j = lo + lane; j <= t; j += 32) mx = fmaxf(mx, __fmul_rn(scale, a[j]));
+    mx = dtk_warp_reduce(mx, DtkMax());
+    float sum = 0.0f;
+    for (int j = lo + lane; j <= t; j += 32) sum += expf(__fmul_rn(scale, a[j]) - mx);
+    const float inv = 1.0f / dtk_warp_reduce(sum, DtkSum());
+    for (int j = lane; j < T; j += 32) a[j] = j >= lo && j <= t ? expf(__fmul_rn(scale, a[j]) - mx) * inv : 0.0f;
+}
+
+// datt_j = scale * att_j * (datt_j - sum_{lo<=i<=t} att_i datt_i) for lo <= j <= t, 0 elsewhere
+static __global__ void dtk_causal_softmax_bwd_kernel(float *datt, const float *att, size_t rows, dtk_att_shape sh,
+                                                     float scale) {
+    const size_t r = (size_t)blockIdx.x * DTK_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31, T = sh.T;
+    if (r >= rows) return;
+    const int t = (int)(r % T), lo = softmax_lo(r, t, sh);
     const float *p = att + r * T;
     float *d = datt + r * T;
     float dot = 0.0f;
-    for (int j = lane; j <= t; j += 32) dot += p[j] * d[j];
+    for (int j = lo + lane; j <= t; j += 32) dot += p[j] * d[j];
     dot = dtk_warp_reduce(dot, DtkSum());
-    for (int j = lane; j < T; j += 32) d[j] = j <= t ? scale * (p[j] * (d[j] - dot)) : 0.0f;
+    for (int j = lane; j < T; j += 32) d[j] = j >= lo && j <= t ? scale * (p[j] * (d[j] - dot)) : 0.0f;
 }
 
 static unsigned softmax_blocks(size_t rows) { return (unsigned)((rows + DTK_ROWS_PER_BLOCK - 1) / DTK_ROWS_PER_BLOCK); }
 
-extern "C" cudaError_t dtk_causal_softmax_fwd(cudaStream_t s, float *att, int BH, int T, float scale) {
-    if (BH <= 0 || T <= 0) return cudaSuccess;
-    const size_t rows = (size_t)BH * T;
-    dtk_causal_softmax_fwd_kernel<<<softmax_blocks(rows), DTK_THREADS, 0, s>>>(att, rows, T, scale);
+extern "C" cudaError_t dtk_causal_softmax_fwd(cudaStream_t s, float *att, dtk_att_shape a, float scale) {
+    if (a.B <= 0 || a.NH <= 0 || a.T <= 0) return cudaSuccess;
+    const size_t rows = (size_t)a.B * a.NH * a.T;
+    dtk_causal_softmax_fwd_kernel<<<softmax_blocks(rows), DTK_THREADS, 0, s>>>(att, rows, a, scale);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dtk_causal_softmax_bwd(cudaStream_t s, float *datt, const float *att, int BH, int T,
+extern "C" cudaError_t dtk_causal_softmax_bwd(cudaStream_t s, float *datt, const float *att, dtk_att_shape a,
                                               float scale) {
-    if (BH <= 0 || T <= 0) return cudaSuccess;
-    const size_t rows = (size_t)BH * T;
-    dtk_causal_softmax_bwd_kernel<<<softmax_blocks(rows), DTK_THREADS, 0, s>>>(datt, att, rows, T, scale);
+    if (a.B <= 0 || a.NH <= 0 || a.T <= 0) return cudaSuccess;
+    const size_t rows = (size_t)a.B * a.NH * a.T;
+    dtk_causal_softmax_bwd_kernel<<<softmax_blocks(rows), DTK_THREADS, 0, s>>>(datt, att, rows, a, scale);
     return cudaGetLastError();
 }
 

@@ -29,17 +29,19 @@ typedef unsigned short dtk_bf16;
 /* the element of activation buffers */
 typedef enum { DTK_F32 = 0, DTK_BF16 = 1 } dtk_type;
 
-/* out(B,T,C) = wte[tokens[b,t]] + wpe[t] (wpe NULL: wte[tokens[b,t]]) */
-cudaError_t dtk_encoder_fwd(cudaStream_t s, dtk_type t, void *out, const int *tokens, const float *wte, const float *wpe, int B,
-                            int T, int C);
+/* out(B,T,C) = wte[tokens[b,t]] + wpe[p] (wpe NULL: wte[tokens[b,t]]), p = t, or pos[b,t] (packed
+ * rows: ops.h dt_att_shape) */
+cudaError_t dtk_encoder_fwd(cudaStream_t s, dtk_type t, void *out, const int *tokens, const int *pos, const float *wte,
+                            const float *wpe, int B, int T, int C);
 /* dwte(V,C) += sum of dout rows whose token is v (summed in increasing (b,t) order, except that a
  * run of one token covering 64 consecutive sorted positions adds them as one partial sum: a fixed
  * order, within rounding of the CPU's); dwpe(T,C) += sum over b of dout[b,t] (in increasing b;
- * skipped when dwpe is NULL). Every token must lie in [0, V): the sort orders only the bits that
+ * skipped when dwpe is NULL; packed rows, pos non-NULL: row p += the dout rows at position p, in
+ * increasing (b,t), as the CPU adds them). Every token must lie in [0, V): the sort orders only the bits that
  * needs (V <= 0: not known, all 32 bits). */
 size_t dtk_encoder_bwd_work_bytes(int B, int T, int C);
-cudaError_t dtk_encoder_bwd(cudaStream_t s, dtk_type t, float *dwte, float *dwpe, const void *dout, const int *tokens, int B,
-                            int T, int C, int V, void *work, size_t work_bytes);
+cudaError_t dtk_encoder_bwd(cudaStream_t s, dtk_type t, float *dwte, float *dwpe, const void *dout, const int *tokens,
+                            const int *pos, int B, int T, int C, int V, void *work, size_t work_bytes);
 
 /* out(N,C) = (inp - mean) * rstd * w + b; mean(N), rstd(N) = 1/sqrt(var + 1e-5) (biased var) */
 cudaError_t dtk_layernorm_fwd(cudaStream_t s, dtk_type t, void *out, float *mean, float *rstd, const void *inp, const float *w,
@@ -115,18 +117,20 @@ cudaError_t dtk_scatter_add_rows(cudaStream_t s, dtk_type t, void *dx, const voi
  * qkv, dqkv, out and dout are activations; the per-head q, k, v, y, dy, dq, dk, dv are float. */
 typedef struct dtk_att_shape {
     int B, T, NH, NKV, hs;
+    const int *pos; /* NULL, or packed rows' positions (B*T, device memory): ops.h dt_att_shape */
 } dtk_att_shape;
 cudaError_t dtk_qkv_split(cudaStream_t s, dtk_type t, float *q, float *k, float *v, const void *qkv, dtk_att_shape a);
 cudaError_t dtk_qkv_merge(cudaStream_t s, dtk_type t, void *dqkv, const float *dq, const float *dk, const float *dv,
                           dtk_att_shape a);
 cudaError_t dtk_heads_merge(cudaStream_t s, dtk_type t, void *out, const float *y, dtk_att_shape a);
 cudaError_t dtk_heads_split(cudaStream_t s, dtk_type t, float *dy, const void *dout, dtk_att_shape a);
-/* In place over att(BH,T,T): row t becomes softmax(scale * att[t, 0..t]) at columns 0..t and
- * exact 0 at columns t+1..T-1 (causal). */
-cudaError_t dtk_causal_softmax_fwd(cudaStream_t s, float *att, int BH, int T, float scale);
-/* In place over datt(BH,T,T): datt = scale * att * (datt - sum_j att*datt) on row t, columns 0..t;
- * exact 0 above the diagonal. */
-cudaError_t dtk_causal_softmax_bwd(cudaStream_t s, float *datt, const float *att, int BH, int T, float scale);
+/* In place over att(B*NH,T,T) (a.B, a.NH, a.T): row t becomes softmax(scale * att[t, lo..t]) at
+ * columns lo..t and exact 0 elsewhere (causal; lo 0, or with packed rows a.pos the first row of
+ * its example: t - pos[b,t]). */
+cudaError_t dtk_causal_softmax_fwd(cudaStream_t s, float *att, dtk_att_shape a, float scale);
+/* In place over datt(B*NH,T,T): datt = scale * att * (datt - sum_j att*datt) on row t, columns lo..t;
+ * exact 0 elsewhere. */
+cudaError_t dtk_causal_softmax_bwd(cudaStream_t s, float *datt, const float *att, dtk_att_shape a, float scale);
 
 /* Attention of n = a.T new rows (positions pos0..pos0+n-1 of one sequence, a.B 1) over a
  * key/value cache (ops.h attention_cached): the rows' keys and values are copied from qkv into
@@ -137,7 +141,7 @@ cudaError_t dtk_attention_cached(cudaStream_t s, dtk_type t, void *out, void *kc
                                  const void *qkv, int pos0, dtk_att_shape a);
 
 /* Rotary positions (ops.h rope_fwd, rope_bwd) on the q and k heads of qkv (laid out as above),
- * in place: row t of each sequence at position pos0 + t, the pair (i, i + hs/2) of each head
+ * in place: row t of each sequence at position pos0 + t (packed rows, a.pos: pos[b,t]), the pair (i, i + hs/2) of each head
  * rotated by sign * a, a = (float)pos * inv_freq[i] (hs/2 floats, device memory); sign 1
  * forward, -1 backward (on dqkv). hs even, at most 1024 (kernels/rope.cu). */
 cudaError_t dtk_rope(cudaStream_t s, dtk_type t, void *qkv, const float *inv_freq, int pos0, dtk_att_shape a,

@@ -10,20 +10,22 @@
 
 // One block per (b,t) row, threads over the C columns; wpe NULL: the token embedding alone.
 template <typename A>
-static __device__ void encoder_fwd(void *out, const int *tokens, const float *wte, const float *wpe, int T, int C) {
-    const int bt = blockIdx.x, t = bt % T;
+static __device__ void encoder_fwd(void *out, const int *tokens, const int *pos, const float *wte, const float *wpe,
+                                   int T, int C) {
+    const int bt = blockIdx.x, t = pos ? pos[bt] : bt % T;
     const float *e = wte + (size_t)tokens[bt] * C, *p = wpe ? wpe + (size_t)t * C : nullptr;
     A *o = (A *)out + (size_t)bt * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) dtk_st(o, c, p ? e[c] + p[c] : e[c]);
 }
-DTK_ACT_KERNELS(encoder_fwd, (void *out, const int *tokens, const float *wte, const float *wpe, int T, int C),
-                (out, tokens, wte, wpe, T, C))
+DTK_ACT_KERNELS(encoder_fwd,
+                (void *out, const int *tokens, const int *pos, const float *wte, const float *wpe, int T, int C),
+                (out, tokens, pos, wte, wpe, T, C))
 
-extern "C" cudaError_t dtk_encoder_fwd(cudaStream_t s, dtk_type t, void *out, const int *tokens, const float *wte,
-                                       const float *wpe, int B, int T, int C) {
+extern "C" cudaError_t dtk_encoder_fwd(cudaStream_t s, dtk_type t, void *out, const int *tokens, const int *pos,
+                                       const float *wte, const float *wpe, int B, int T, int C) {
     if (B <= 0 || T <= 0 || C <= 0) return cudaSuccess;
-    if (t == DTK_BF16) dtk_encoder_fwd_bf16<<<B * T, DTK_THREADS, 0, s>>>(out, tokens, wte, wpe, T, C);
-    else dtk_encoder_fwd_f32<<<B * T, DTK_THREADS, 0, s>>>(out, tokens, wte, wpe, T, C);
+    if (t == DTK_BF16) dtk_encoder_fwd_bf16<<<B * T, DTK_THREADS, 0, s>>>(out, tokens, pos, wte, wpe, T, C);
+    else dtk_encoder_fwd_f32<<<B * T, DTK_THREADS, 0, s>>>(out, tokens, pos, wte, wpe, T, C);
     return cudaGetLastError();
 }
 
@@ -38,6 +40,25 @@ template <typename A> static __device__ void dwpe_sum(float *dwpe, const void *d
     }
 }
 DTK_ACT_KERNELS(dwpe_sum, (float *dwpe, const void *dout, int B, size_t TC), (dwpe, dout, B, TC))
+
+// Packed rows: dwpe[p,c] += the dout rows at position p, in increasing (b,t) (the CPU's order);
+// position p lies at rows p.. of a sequence. A warp's threads share p (C >= 32 columns apart or
+// the same row), so their reads of pos coincide.
+template <typename A>
+static __device__ void dwpe_sum_packed(float *dwpe, const void *dout_, const int *pos, int B, int T, int C) {
+    const A *dout = (const A *)dout_;
+    const size_t TC = (size_t)T * C;
+    for (size_t tc = (size_t)blockIdx.x * blockDim.x + threadIdx.x; tc < TC; tc += (size_t)gridDim.x * blockDim.x) {
+        const int p = (int)(tc / C), c = (int)(tc % C);
+        float acc = dwpe[tc];
+        for (int b = 0; b < B; b++)
+            for (int u = p; u < T; u++)
+                if (pos[(size_t)b * T + u] == p) acc += dtk_ld(dout, ((size_t)b * T + u) * C + c);
+        dwpe[tc] = acc;
+    }
+}
+DTK_ACT_KERNELS(dwpe_sum_packed, (float *dwpe, const void *dout, const int *pos, int B, int T, int C),
+                (dwpe, dout, pos, B, T, C))
 
 static __global__ void dtk_iota_kernel(int *x, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] = i;
@@ -136,7 +157,8 @@ extern "C" size_t dtk_encoder_bwd_work_bytes(int B, int T, int C) {
 }
 
 extern "C" cudaError_t dtk_encoder_bwd(cudaStream_t s, dtk_type t, float *dwte, float *dwpe, const void *dout,
-                                       const int *tokens, int B, int T, int C, int V, void *work, size_t work_bytes) {
+                                       const int *tokens, const int *rowpos, int B, int T, int C, int V, void *work,
+                                       size_t work_bytes) {
     if (B <= 0 || T <= 0 || C <= 0) return cudaSuccess;
     const int BT = B * T, bits = key_bits(V);
     const size_t arr = dtk_align((size_t)BT * sizeof(int)), off = 3 * arr + part_bytes(BT, C);
@@ -151,7 +173,12 @@ extern "C" cudaError_t dtk_encoder_bwd(cudaStream_t s, dtk_type t, float *dwte, 
 
     const size_t TC = (size_t)T * C;
     cudaError_t e;
-    if (dwpe) { // no learned positions (wpe NULL): nothing to add
+    if (dwpe && rowpos) {
+        if (t == DTK_BF16)
+            dtk_dwpe_sum_packed_bf16<<<dtk_blocks(TC), DTK_THREADS, 0, s>>>(dwpe, dout, rowpos, B, T, C);
+        else dtk_dwpe_sum_packed_f32<<<dtk_blocks(TC), DTK_THREADS, 0, s>>>(dwpe, dout, rowpos, B, T, C);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    } else if (dwpe) { // no learned positions (wpe NULL): nothing to add
         if (t == DTK_BF16) dtk_dwpe_sum_bf16<<<dtk_blocks(TC), DTK_THREADS, 0, s>>>(dwpe, dout, B, TC);
         else dtk_dwpe_sum_f32<<<dtk_blocks(TC), DTK_THREADS, 0, s>>>(dwpe, dout, B, TC);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;

@@ -13,7 +13,7 @@ template <typename A>
 static __device__ void rope(void *qkv, const float *inv_freq, int pos0, dtk_att_shape a, float sign) {
     __shared__ float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
     const int bt = blockIdx.x, half = a.hs / 2, pairs = (a.NH + a.NKV) * half;
-    const float pos = (float)(pos0 + bt % a.T);
+    const float pos = (float)(a.pos ? a.pos[bt] : pos0 + bt % a.T);
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         const float ang = pos * inv_freq[i];
         cs[i] = cosf(ang);

@@ -70,6 +70,19 @@ static int *rand_ints(size_t n, int lo, int hi) { /* [lo, hi) */
     return h;
 }
 
+/* Packed rows' positions (ops.h dt_att_shape pos): each of B rows of T filled with examples of
+ * 1..T/2+1 rows, the last one cut at the row's end; every row's first example starts at 0. */
+static int *rand_packed_pos(int B, int T) {
+    int *p = malloc(((size_t)B * T + 1) * sizeof(int));
+    CHECK(p);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T;) {
+            const int len = 1 + (int)(urand() * (T / 2 + 1));
+            for (int i = 0; i < len && t < T; i++, t++) p[(size_t)b * T + t] = i;
+        }
+    return p;
+}
+
 /* ---- tensors held by both backends ---- */
 
 enum { K_F32, K_ACT, K_I32 }; /* parameters/statistics, activations, indices */
@@ -258,11 +271,12 @@ static int has_ops(const char *what, int have) {
     return 0;
 }
 
-/* s: B T C V nopos runs (nopos 1: no learned positions, wpe and dwpe NULL, as the Llama family's;
- * runs 1: each row's tail is one pad token, as a classifier's batch (runs of thousands once
- * sorted), 2: every token the same) */
+/* s: B T C V nopos runs packed (nopos 1: no learned positions, wpe and dwpe NULL, as the Llama
+ * family's; runs 1: each row's tail is one pad token, as a classifier's batch (runs of thousands
+ * once sorted), 2: every token the same; packed 1: rows packed from examples, each row's
+ * learned position its position in its example) */
 static void case_encoder(const int *s, double tol) {
-    const int B = s[0], T = s[1], C = s[2], V = s[3], pos = !s[4], runs = s[5], pad = V / 3;
+    const int B = s[0], T = s[1], C = s[2], V = s[3], pos = !s[4], runs = s[5], packed = s[6], pad = V / 3;
     int *tok = rand_ints((size_t)B * T, 0, V);
     if (B * T >= 3) tok[0] = tok[1] = tok[2] = V - 1; /* repeated tokens meet in one dwte row */
     for (int b = 0; b < B && runs; b++) {
@@ -271,8 +285,11 @@ static void case_encoder(const int *s, double tol) {
     }
     pair t = pair_ints(tok, (size_t)B * T), wte = pair_rand(K_F32, (size_t)V * C, -1, 1);
     pair wpe = pair_rand(K_F32, (size_t)T * C, -1, 1), out = pair_new(K_ACT, NULL, (size_t)B * T * C);
-    printf("  encoder B %d T %d C %d V %d%s%s:\n", B, T, C, V, pos ? "" : ", no wpe",
-           runs == 1 ? ", rows padded with one token" : runs == 2 ? ", one token" : "");
+    int *hpos = packed ? rand_packed_pos(B, T) : NULL;
+    pair pp = pair_ints(hpos ? hpos : tok, hpos ? (size_t)B * T : 1);
+    const int *rp = hpos ? pp.c : NULL, *dp = hpos ? pp.g : NULL;
+    printf("  encoder B %d T %d C %d V %d%s%s%s:\n", B, T, C, V, pos ? "" : ", no wpe",
+           runs == 1 ? ", rows padded with one token" : runs == 2 ? ", one token" : "", packed ? ", packed rows" : "");
     if (g_dev->ops->reserve) { /* as a worker reserves for its model: the backend learns the vocabulary */
         dt_model_cfg mc = {.shape = {.vocab_size = V, .n_positions = T, .n_layer = 1, .n_head = 1, .n_embd = C},
                            .seq_len = T, .max_batch = B};
@@ -280,26 +297,47 @@ static void case_encoder(const int *s, double tol) {
         dt_model_op_sizes(&mc, &sizes);
         CHECK_OK(DEV(reserve, &sizes));
     }
-    REF(encoder_fwd, CA(out), t.c, CF(wte), pos ? CF(wpe) : NULL, B, T, C);
-    DEV(encoder_fwd, GA(out), t.g, GF(wte), pos ? GF(wpe) : NULL, B, T, C);
+    REF(encoder_fwd, CA(out), t.c, rp, CF(wte), pos ? CF(wpe) : NULL, B, T, C);
+    DEV(encoder_fwd, GA(out), t.g, dp, GF(wte), pos ? GF(wpe) : NULL, B, T, C);
+    if (packed && pos) { /* the reference: row (b,t) holds wte[token] + wpe[its position in its example] */
+        double worst = 0;
+        for (size_t bt = 0; bt < (size_t)B * T; bt++)
+            for (int c = 0; c < C; c++)
+                worst = fmax(worst, fabs((double)CF(out)[bt * C + c] -
+                                         ((double)CF(wte)[(size_t)tok[bt] * C + c] + CF(wpe)[(size_t)hpos[bt] * C + c])));
+        printf("  %-44s max err %.3e%s\n", "cpu encoder_fwd packed: wpe[position]", worst, worst <= 1e-6 ? "" : "  FAIL");
+        count_failure(worst <= 1e-6);
+    }
     compare("encoder_fwd", &out, out.n, tol);
     pair dout = pair_rand(K_ACT, (size_t)B * T * C, -1, 1);
     /* wte/wpe now serve as gradients: non-zero, so accumulation is checked */
     void *wte0 = raw_copy(&wte), *wpe0 = raw_copy(&wpe);
-    REF(encoder_bwd, CF(wte), pos ? CF(wpe) : NULL, CA(dout), t.c, B, T, C);
-    DEV(encoder_bwd, GF(wte), pos ? GF(wpe) : NULL, GA(dout), t.g, B, T, C);
+    float *wpe_before = packed && pos ? malloc(wpe.n * sizeof(float)) : NULL; /* the reference's, before */
+    if (wpe_before) memcpy(wpe_before, CF(wpe), wpe.n * sizeof(float));
+    REF(encoder_bwd, CF(wte), pos ? CF(wpe) : NULL, CA(dout), t.c, rp, B, T, C);
+    DEV(encoder_bwd, GF(wte), pos ? GF(wpe) : NULL, GA(dout), t.g, dp, B, T, C);
+    if (wpe_before) { /* the reference: dwpe row p gained the dout rows at position p */
+        for (size_t bt = 0; bt < (size_t)B * T; bt++)
+            for (int c = 0; c < C; c++) wpe_before[(size_t)hpos[bt] * C + c] += CF(dout)[bt * C + c];
+        double worst = 0;
+        for (size_t i = 0; i < wpe.n; i++) worst = fmax(worst, fabs((double)wpe_before[i] - CF(wpe)[i]));
+        printf("  %-44s max err %.3e%s\n", "cpu encoder_bwd packed: dwpe by position", worst, worst <= 1e-5 ? "" : "  FAIL");
+        count_failure(worst <= 1e-5);
+        free(wpe_before);
+    }
     compare("encoder_bwd dwte (+=, repeated tokens)", &wte, wte.n, tol);
     compare(pos ? "encoder_bwd dwpe (+=)" : "encoder_bwd, dwpe NULL: wpe untouched", &wpe, wpe.n, pos ? tol : 0);
     void *first = raw_copy(&wte);
     raw_restore(&wte, wte0);
     raw_restore(&wpe, wpe0);
-    DEV(encoder_bwd, GF(wte), pos ? GF(wpe) : NULL, GA(dout), t.g, B, T, C);
+    DEV(encoder_bwd, GF(wte), pos ? GF(wpe) : NULL, GA(dout), t.g, dp, B, T, C);
     check_bitwise_same("encoder_bwd dwte", first, &wte);
     free(first);
     free(wte0);
     free(wpe0);
     free(tok);
-    pair_free(&t); pair_free(&wte); pair_free(&wpe); pair_free(&out); pair_free(&dout);
+    free(hpos);
+    pair_free(&t); pair_free(&wte); pair_free(&wpe); pair_free(&out); pair_free(&dout); pair_free(&pp);
 }
 
 /* s: N C lo hi (inputs in [lo, hi): lo = 100, hi = 101 gives rows whose mean is 200x their spread) */
@@ -475,23 +513,51 @@ static void case_matmul_gelu(const int *s, double tol) {
     pair_free(&dout); pair_free(&dinp); pair_free(&tmp); pair_free(&dw); pair_free(&db);
 }
 
-/* s: B T NH NKV hs: attention's shape (dt_att_shape; NKV < NH: grouped-query). Each backend's
+/* The reference's packed attention (out, of qkv at shape as, positions hpos) against itself
+ * unpacked: every example alone, one sequence of its own rows from position 0. */
+static void packed_attention_ref(const dt_att_shape *as, const int *hpos, const pair *qkv, const pair *out) {
+    const size_t W = (size_t)(as->NH + 2 * as->NKV) * as->hs, HQ = (size_t)as->NH * as->hs;
+    double worst = 0;
+    for (int b = 0; b < as->B; b++)
+        for (int t0 = 0; t0 < as->T;) {
+            int n = 1;
+            while (t0 + n < as->T && hpos[(size_t)b * as->T + t0 + n] != 0) n++;
+            const dt_att_shape one = {1, n, as->NH, as->NKV, as->hs, NULL};
+            const size_t r0 = (size_t)b * as->T + t0;
+            float *o = malloc((size_t)n * HQ * sizeof(float)), *a = malloc((size_t)as->NH * n * n * sizeof(float));
+            CHECK(o && a);
+            REF(attention_fwd, (dt_act *)o, a, (const dt_act *)(CF(*qkv) + r0 * W), &one);
+            for (size_t i = 0; i < (size_t)n * HQ; i++) worst = fmax(worst, fabs((double)o[i] - CF(*out)[r0 * HQ + i]));
+            free(o);
+            free(a);
+            t0 += n;
+        }
+    printf("  %-44s max err %.3e%s\n", "cpu packed = each example alone", worst, worst <= 1e-6 ? "" : "  FAIL");
+    count_failure(worst <= 1e-6);
+}
+
+/* s: B T NH NKV hs packed: attention's shape (dt_att_shape; NKV < NH: grouped-query; packed 1:
+ * rows packed from examples, ops.h dt_att_shape pos). Each backend's
  * att and datt are sized by its attention_bytes; the probabilities are compared where the device
  * keeps them (a fused attention, cuDNN's, keeps statistics). */
 static void case_attention(const int *s, double tol) {
-    const dt_att_shape as = {s[0], s[1], s[2], s[3], s[4]};
-    const int B = as.B, T = as.T, NH = as.NH;
+    dt_att_shape as = {s[0], s[1], s[2], s[3], s[4], NULL}; /* the reference's; the device's: das */
+    const int B = as.B, T = as.T, NH = as.NH, packed = s[5];
+    int *hpos = packed ? rand_packed_pos(B, T) : NULL;
+    pair pp = pair_ints(hpos ? hpos : &as.B, hpos ? (size_t)B * T : 1);
+    dt_att_shape das = as;
+    if (hpos) as.pos = pp.c, das.pos = pp.g;
     const size_t BT = (size_t)B * T, P = (size_t)B * NH * T * T, W = (size_t)(as.NH + 2 * as.NKV) * as.hs;
     const size_t HQ = (size_t)as.NH * as.hs;
     size_t ra, rd, da, dd;
     CHECK(g_ref->ops->attention_bytes(g_ref->ctx, &as, 0, &ra, &rd) == 1 && ra == P * 4);
-    const int probs = g_dev->ops->attention_bytes(g_dev->ctx, &as, g_dev->ops->bf16(g_dev->ctx), &da, &dd);
+    const int probs = g_dev->ops->attention_bytes(g_dev->ctx, &das, g_dev->ops->bf16(g_dev->ctx), &da, &dd);
     CHECK(!probs || (da == P * 4 && dd == P * 4)); /* probabilities are floats */
     /* on a GPU whose cuDNN must plan it (gpu-check.sh sets DTRAIN_REQUIRE_FAST_PATH=1 on sm_90): a
      * head size cuDNN supports (multiples of 8 up to 128) takes the fused path in bf16 */
     const char *req = getenv("DTRAIN_REQUIRE_FAST_PATH");
     if (req && strcmp(req, "1") == 0 && probs && g_dev->ops->bf16(g_dev->ctx) && as.T > 1 && as.hs % 8 == 0 &&
-        as.hs <= 128) {
+        as.hs <= 128 && !packed) {
         const dt_status st = g_dev->ops->check(g_dev->ctx);
         printf("  attention B %d T %d NH %d NKV %d hs %d: not fused (DTRAIN_REQUIRE_FAST_PATH=1): %s  FAIL\n", B, T, NH,
                as.NKV, as.hs, st != DT_OK ? dt_error_msg() : "no reason given");
@@ -502,30 +568,36 @@ static void case_attention(const int *s, double tol) {
     pair att = pair_new(K_F32, NULL, P); /* the reference's probabilities (floats); the device's when it keeps them */
     void *dev_att = NULL, *dev_datt = NULL;
     if (!probs) CHECK(DEV(alloc, da, "test", &dev_att) == DT_OK && DEV(alloc, dd, "test", &dev_datt) == DT_OK);
-    printf("  attention B %d T %d NH %d NKV %d hs %d%s:\n", B, T, NH, as.NKV, as.hs,
+    printf("  attention B %d T %d NH %d NKV %d hs %d%s%s:\n", B, T, NH, as.NKV, as.hs, packed ? ", packed rows" : "",
            probs ? "" : " (fused, statistics kept)");
     REF(attention_fwd, CA(out), CA(att), CA(qkv), &as);
-    DEV(attention_fwd, GA(out), probs ? att.g : dev_att, GA(qkv), &as);
+    DEV(attention_fwd, GA(out), probs ? att.g : dev_att, GA(qkv), &das);
     compare("attention_fwd out", &out, out.n, tol);
     if (probs) {
         compare("attention_fwd probabilities (0 above diag)", &att, att.n, tol);
-        /* the future really is masked: exact zeros above the diagonal */
+        /* the future (and, packed, the examples before the row's) really is masked: exact zeros */
         float *a = dev_download(&att);
         size_t nonzero = 0;
         for (size_t bh = 0; bh < (size_t)B * NH; bh++)
-            for (int t = 0; t < T; t++)
-                for (int u = t + 1; u < T; u++) nonzero += a[(bh * T + t) * T + u] != 0.0f;
-        printf("  %-44s %zu non-zero%s\n", "attention_fwd causal mask", nonzero, nonzero ? "  FAIL" : "");
+            for (int t = 0; t < T; t++) {
+                const int lo = hpos ? t - hpos[bh / NH * T + t] : 0;
+                for (int u = 0; u < T; u++) nonzero += (u < lo || u > t) && a[(bh * T + t) * T + u] != 0.0f;
+            }
+        printf("  %-44s %zu non-zero%s\n", packed ? "attention_fwd mask (causal, within examples)" : "attention_fwd causal mask",
+               nonzero, nonzero ? "  FAIL" : "");
         count_failure(nonzero == 0);
         free(a);
     }
+    if (hpos) packed_attention_ref(&as, hpos, &qkv, &out);
     pair dout = pair_rand(K_ACT, BT * HQ, -1, 1), dqkv = pair_new(K_ACT, NULL, BT * W), datt = pair_new(K_F32, NULL, P);
     REF(attention_bwd, CA(dqkv), CA(datt), CA(dout), CA(qkv), CA(out), CA(att), &as);
-    DEV(attention_bwd, GA(dqkv), probs ? datt.g : dev_datt, GA(dout), GA(qkv), GA(out), probs ? att.g : dev_att, &as);
+    DEV(attention_bwd, GA(dqkv), probs ? datt.g : dev_datt, GA(dout), GA(qkv), GA(out), probs ? att.g : dev_att, &das);
     compare(as.NKV < NH ? "attention_bwd dqkv (dk, dv: groups summed)" : "attention_bwd dqkv", &dqkv, dqkv.n, tol * 2);
     DEV(free, dev_att);
     DEV(free, dev_datt);
+    free(hpos);
     pair_free(&qkv); pair_free(&out); pair_free(&att); pair_free(&dout); pair_free(&dqkv); pair_free(&datt);
+    pair_free(&pp);
 }
 
 /* s: T NH NKV hs split. One sequence of T rows through the key/value cache (rows NKV*hs wide)
@@ -541,7 +613,7 @@ static void case_attention_cached(const int *s, double tol) {
     const int from[3] = {0, split, split + 1}, to[3] = {split, split + 1, T};
     const size_t ab = dt_dtype_size(g_act); /* the device's activation bytes */
     for (int c = 0; c < 3; c++) {
-        const dt_att_shape as = {1, to[c] - from[c], NH, NKV, hs};
+        const dt_att_shape as = {1, to[c] - from[c], NH, NKV, hs, NULL};
         if (as.T <= 0) continue;
         const size_t q = (size_t)from[c] * W, o = (size_t)from[c] * HQ;
         REF(attention_cached, (dt_act *)(CF(out) + o), CA(kc), CA(vc), CF(scr), (dt_act *)(CF(qkv) + q), from[c], &as);
@@ -551,7 +623,7 @@ static void case_attention_cached(const int *s, double tol) {
     compare("attention_cached out (3 calls)", &out, out.n, tol);
     compare("attention_cached key cache", &kc, kc.n, tol);
     compare("attention_cached value cache", &vc, vc.n, tol);
-    const dt_att_shape whole = {1, T, NH, NKV, hs};
+    const dt_att_shape whole = {1, T, NH, NKV, hs, NULL};
     pair full = pair_new(K_ACT, NULL, (size_t)T * HQ), att = pair_new(K_ACT, NULL, (size_t)NH * T * T);
     REF(attention_fwd, CA(full), CA(att), CA(qkv), &whole);
     double num = 0, den = 0;
@@ -570,11 +642,16 @@ static void case_attention_cached(const int *s, double tol) {
  * stay as it was), rows at positions pos0.., then rope_bwd on a gradient; inv_freq as the model
  * makes them (theta 10000, and 500000 as Llama 3's: large angles at high positions). */
 static void case_rope(const int *s, double tol) {
-    const dt_att_shape as = {s[0], s[1], s[2], s[3], s[4]};
-    const int pos0 = s[5], half = as.hs / 2;
+    dt_att_shape as = {s[0], s[1], s[2], s[3], s[4], NULL};
+    const int pos0 = s[5], half = as.hs / 2, packed = s[6];
+    int *hpos = packed ? rand_packed_pos(as.B, as.T) : NULL;
+    pair pp = pair_ints(hpos ? hpos : &as.B, hpos ? (size_t)as.B * as.T : 1);
+    dt_att_shape das = as;
+    if (hpos) as.pos = pp.c, das.pos = pp.g;
     const size_t n = (size_t)as.B * as.T * (as.NH + 2 * as.NKV) * as.hs;
     if (!has_ops("rope", g_dev->ops->rope_fwd && g_dev->ops->rope_bwd)) return;
-    printf("  rope B %d T %d NH %d NKV %d hs %d from position %d:\n", as.B, as.T, as.NH, as.NKV, as.hs, pos0);
+    printf("  rope B %d T %d NH %d NKV %d hs %d %s %d:\n", as.B, as.T, as.NH, as.NKV, as.hs,
+           packed ? "packed rows, pos0" : "from position", pos0);
     for (int k = 0; k < 2; k++) {
         const double theta = k ? 500000.0 : 10000.0;
         float *f = malloc(((size_t)half + 1) * sizeof *f);
@@ -582,14 +659,35 @@ static void case_rope(const int *s, double tol) {
         for (int i = 0; i < half; i++) f[i] = (float)(1.0 / pow(theta, 2.0 * i / as.hs));
         pair inv = pair_new(K_F32, f, (size_t)half), x = pair_rand(K_ACT, n, -1, 1), d = pair_rand(K_ACT, n, -1, 1);
         REF(rope_fwd, CA(x), CF(inv), pos0, &as);
-        DEV(rope_fwd, GA(x), GF(inv), pos0, &as);
+        DEV(rope_fwd, GA(x), GF(inv), pos0, &das);
         compare(k ? "rope_fwd (in place, theta 5e5)" : "rope_fwd (in place, theta 1e4)", &x, n, tol);
+        if (hpos && k == 0) { /* the reference: each row as a one-row sequence at its position */
+            pair y = pair_rand(K_ACT, n, -1, 1);
+            const size_t W = (size_t)(as.NH + 2 * as.NKV) * as.hs;
+            float *y0 = malloc(n * sizeof(float));
+            CHECK(y0);
+            memcpy(y0, CF(y), n * sizeof(float));
+            REF(rope_fwd, CA(y), CF(inv), 0, &as);
+            const dt_att_shape row = {1, 1, as.NH, as.NKV, as.hs, NULL};
+            double worst = 0;
+            for (size_t bt = 0; bt < (size_t)as.B * as.T; bt++) {
+                REF(rope_fwd, (dt_act *)(y0 + bt * W), CF(inv), hpos[bt], &row);
+                for (size_t i = 0; i < W; i++) worst = fmax(worst, fabs((double)y0[bt * W + i] - CF(y)[bt * W + i]));
+            }
+            printf("  %-44s max err %.3e%s\n", "cpu rope packed: each row at its position", worst,
+                   worst == 0 ? "" : "  FAIL");
+            count_failure(worst == 0);
+            free(y0);
+            pair_free(&y);
+        }
         REF(rope_bwd, CA(d), CF(inv), pos0, &as);
-        DEV(rope_bwd, GA(d), GF(inv), pos0, &as);
+        DEV(rope_bwd, GA(d), GF(inv), pos0, &das);
         compare(k ? "rope_bwd (in place, theta 5e5)" : "rope_bwd (in place, theta 1e4)", &d, n, tol);
         free(f);
         pair_free(&inv); pair_free(&x); pair_free(&d);
     }
+    free(hpos);
+    pair_free(&pp);
 }
 
 /* s: N F: SwiGLU over rows [gate | up] (ops.h swiglu_fwd, swiglu_bwd, which overwrites) */
@@ -1073,7 +1171,7 @@ static void case_launches(const int *s, double tol) {
      * mock_att.c in place of cuDNN: no kernel of ours, one library call forward and one
      * backward a layer in place of six batched products). */
     size_t att_b, datt_b;
-    const dt_att_shape as = {B, T, mc.shape.n_head, mc.shape.n_head, mc.shape.n_embd / mc.shape.n_head};
+    const dt_att_shape as = {B, T, mc.shape.n_head, mc.shape.n_head, mc.shape.n_embd / mc.shape.n_head, NULL};
     const int fused = !g_dev->ops->attention_bytes(g_dev->ctx, &as, bf16, &att_b, &datt_b);
     const unsigned long want_k = !bf16 ? 241 : fused ? 157 : 385, want_l = fused ? 172 : 220;
     const int plain = !getenv("MOCK_LT_NO_BIAS_EPILOGUE") && !getenv("MOCK_LT_NO_BF16") &&
@@ -1114,7 +1212,7 @@ static void case_memory(const int *s, double tol) {
                                     .intermediate_size = s[7], .rope_theta = 1e4, .rms_norm_eps = 1e-5};
         if (!has_ops("llama memory", g_dev->ops->rmsnorm_fwd && g_dev->ops->rope_fwd && g_dev->ops->swiglu_fwd)) return;
     }
-    const dt_att_shape as = {B, T, NH, dt_shape_kv_heads(&mc.shape), dt_shape_head_dim(&mc.shape)};
+    const dt_att_shape as = {B, T, NH, dt_shape_kv_heads(&mc.shape), dt_shape_head_dim(&mc.shape), NULL};
     dt_op_sizes sizes;
     dt_model_op_sizes(&mc, &sizes);
     const size_t n = dt_model_count_params(&mc);
@@ -1172,6 +1270,7 @@ static const op_case cases[] = {
      * token everywhere */
     {"encoder", case_encoder, {4, 512, 96, 1000, 0, 1}, {2, 160, 24, 1000, 0, 1}, 3e-5, 1e-2},
     {"encoder", case_encoder, {3, 100, 257, 5, 1, 2}, {0}, 3e-5, 1e-2}, /* 4 whole chunks and 44 more */
+    {"encoder", case_encoder, {3, 64, 96, 50, 0, 0, 1}, {3, 17, 24, 50, 0, 0, 1}, 1e-6, 1e-2}, /* packed rows */
     {"layernorm", case_layernorm, {300, 768, -2, 3}, {19, 40, -2, 3}, 1e-5, 1e-2},
     {"layernorm", case_layernorm, {1, 1, -1, 1}, {0}, 1e-5, 1e-2},
     {"layernorm", case_layernorm, {3, 31, 100, 101}, {0}, 1e-5, 1e-2},
@@ -1186,6 +1285,7 @@ static const op_case cases[] = {
     {"rope", case_rope, {1, 7, 4, 1, 128, 1000}, {0}, 1e-5, 1e-2}, /* from a position > 0 (decoding), hs 128 */
     {"rope", case_rope, {3, 5, 3, 3, 10, 3}, {0}, 1e-5, 1e-2},      /* GPT-2-like heads, hs not a power of 2 */
     {"rope", case_rope, {1, 2, 2, 1, 1024, 7}, {0}, 1e-5, 1e-2},    /* the largest head (512 pairs) */
+    {"rope", case_rope, {2, 40, 6, 2, 64, 0, 1}, {2, 9, 6, 2, 16, 0, 1}, 1e-5, 1e-2}, /* packed rows */
     {"swiglu", case_swiglu, {300, 1000}, {7, 100}, 1e-5, 1e-2},
     {"swiglu", case_swiglu, {1, 1}, {0}, 1e-5, 1e-2},
     {"swiglu", case_swiglu, {3, 257}, {0}, 1e-5, 1e-2},
@@ -1241,6 +1341,8 @@ static const op_case cases[] = {
      * plans (16, 40, 64) and that it refuses (12: our kernels), none of them C/NH of a model */
     {"attention", case_attention, {2, 70, 6, 2, 16}, {2, 13, 6, 2, 16}, 1e-5, 1e-2},
     {"attention", case_attention, {2, 45, 4, 1, 40}, {1, 21, 4, 1, 40}, 1e-5, 1e-2},
+    {"attention", case_attention, {2, 70, 6, 2, 16, 1}, {2, 13, 6, 2, 16, 1}, 1e-5, 1e-2}, /* packed rows (GQA) */
+    {"attention", case_attention, {3, 64, 4, 4, 32, 1}, {0}, 1e-5, 1e-2},                   /* packed, cuDNN's size */
     {"attention", case_attention, {2, 33, 6, 2, 12}, {1, 17, 6, 2, 12}, 1e-5, 1e-2},
     {"attention", case_attention, {1, 130, 4, 1, 64}, {-1}, 1e-5, 1e-2}, /* past a 128-row tile */
     {"attention", case_attention, {1, 9, 4, 2, 136}, {0}, 1e-5, 1e-2}, /* over cuDNN's 128 (Hopper's 256) */

@@ -154,7 +154,7 @@ typedef struct {
 
 static double enc_loss(void *s_) {
     enc_state *s = s_;
-    be->ops->encoder_fwd(be->ctx, A(s->out), s->tok, s->wte, s->wpe, s->B, s->T, s->C);
+    be->ops->encoder_fwd(be->ctx, A(s->out), s->tok, NULL, s->wte, s->wpe, s->B, s->T, s->C);
     return dot_d(s->out, s->R, (size_t)s->B * s->T * s->C);
 }
 
@@ -176,7 +176,7 @@ static void test_encoder(void) {
 
     float *pte = frandom((size_t)V * s.C, 1.0f), *ppe = frandom((size_t)s.T * s.C, 1.0f);
     float *dwte = fcopy(pte, (size_t)V * s.C), *dwpe = fcopy(ppe, (size_t)s.T * s.C);
-    be->ops->encoder_bwd(be->ctx, dwte, dwpe, A(s.R), s.tok, s.B, s.T, s.C);
+    be->ops->encoder_bwd(be->ctx, dwte, dwpe, A(s.R), s.tok, NULL, s.B, s.T, s.C);
     float *gte = fdiff(dwte, pte, (size_t)V * s.C), *gpe = fdiff(dwpe, ppe, (size_t)s.T * s.C);
     fd_check("encoder dwte", enc_loss, &s, s.wte, gte, (size_t)V * s.C, SIZE_MAX);
     fd_check("encoder dwpe", enc_loss, &s, s.wpe, gpe, (size_t)s.T * s.C, SIZE_MAX);
@@ -184,11 +184,11 @@ static void test_encoder(void) {
     for (int c = 0; c < s.C; c++) CHECK(dwte[2 * s.C + c] == pte[2 * s.C + c]);
 
     /* without learned positions (the Llama family): the token rows alone, and no dwpe */
-    be->ops->encoder_fwd(be->ctx, A(s.out), s.tok, s.wte, NULL, s.B, s.T, s.C);
+    be->ops->encoder_fwd(be->ctx, A(s.out), s.tok, NULL, s.wte, NULL, s.B, s.T, s.C);
     for (int bt = 0; bt < s.B * s.T; bt++)
         for (int c = 0; c < s.C; c++) CHECK(s.out[bt * s.C + c] == s.wte[tokens[bt] * s.C + c]);
     float *dwte2 = fcopy(pte, (size_t)V * s.C);
-    be->ops->encoder_bwd(be->ctx, dwte2, NULL, A(s.R), s.tok, s.B, s.T, s.C);
+    be->ops->encoder_bwd(be->ctx, dwte2, NULL, A(s.R), s.tok, NULL, s.B, s.T, s.C);
     CHECK(memcmp(dwte2, dwte, (size_t)V * s.C * sizeof(float)) == 0);
 
     bfree(s.tok), bfree(s.wte), bfree(s.wpe), bfree(s.out), bfree(s.R);
@@ -208,13 +208,13 @@ static void test_encoder_determinism(void) {
     float *te2 = fcopy(pte, (size_t)V * C), *pe2 = fcopy(ppe, (size_t)T * C);
     float *te3 = fcopy(pte, (size_t)V * C), *pe3 = fcopy(ppe, (size_t)T * C);
     float *out = falloc(n); /* the forward at a size that runs in parallel */
-    be->ops->encoder_fwd(be->ctx, A(out), tok, pte, ppe, B, T, C);
+    be->ops->encoder_fwd(be->ctx, A(out), tok, NULL, pte, ppe, B, T, C);
     for (int bt = 0; bt < B * T; bt++)
         for (int c = 0; c < C; c++)
             CHECK(out[(size_t)bt * C + c] == pte[tok[bt] * C + c] + ppe[(bt % T) * C + c]);
     bfree(out);
-    be->ops->encoder_bwd(be->ctx, te1, pe1, A(dout), tok, B, T, C);
-    be->ops->encoder_bwd(be->ctx, te2, pe2, A(dout), tok, B, T, C);
+    be->ops->encoder_bwd(be->ctx, te1, pe1, A(dout), tok, NULL, B, T, C);
+    be->ops->encoder_bwd(be->ctx, te2, pe2, A(dout), tok, NULL, B, T, C);
     CHECK(memcmp(te1, te2, (size_t)V * C * sizeof(float)) == 0);
     CHECK(memcmp(pe1, pe2, (size_t)T * C * sizeof(float)) == 0);
     for (int b = 0; b < B; b++)
@@ -490,7 +490,7 @@ static void att_cached_case(int T, int NH, int NKV, int hs) {
     float *scratch = falloc((size_t)T * NH * T);
     for (int pos = 0, n = 1; pos < T; pos += n, n = n % 3 + 1) {
         if (pos + n > T) n = T - pos;
-        const dt_att_shape sh = {1, n, NH, NKV, hs};
+        const dt_att_shape sh = {1, n, NH, NKV, hs, NULL};
         be->ops->attention_cached(be->ctx, A(out + (size_t)pos * s.HQ), A(kc), A(vc), scratch,
                                   A(s.qkv + (size_t)pos * s.W), pos, &sh);
     }
@@ -523,7 +523,7 @@ static void test_attention(void) {
 
 static void test_attention_determinism(void) {
     const int B = 2, T = 80, NH = 4, NKV = 2, hs = 4;
-    const dt_att_shape sh = {B, T, NH, NKV, hs};
+    const dt_att_shape sh = {B, T, NH, NKV, hs, NULL};
     const size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * hs, nout = (size_t)B * T * NH * hs;
     const size_t natt = (size_t)B * NH * T * T;
     float *qkv = frandom(nqkv, 2.0f), *dout = frandom(nout, 1.0f);

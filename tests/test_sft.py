@@ -16,6 +16,7 @@ ids and targets (-1: not counted), which must be:
 - malformed lines exit 2 naming file:line and what was expected.
 Exit 77 without tokenizers, transformers or jinja2 (scripts/test.sh installs them).
 """
+import re
 import json
 import os
 import shutil
@@ -206,7 +207,7 @@ except ImportError as e:
 if np is not None:
     CFG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": 24,
            "intermediate_size": 40, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-           "head_dim": 8, "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+           "head_dim": 8, "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
            "tie_word_embeddings": True, "hidden_act": "silu", "rope_scaling": None}
     rng = np.random.default_rng(5)
     W0 = {"model.embed_tokens.weight": rng.standard_normal((V, 24)).astype(np.float32) * 0.3,
@@ -314,6 +315,43 @@ if np is not None:
         err = max(float(np.max(np.abs(W[k] - base[k]))) for k in base)
         check(err <= 1e-5, "%d worker(s) x %d x %d micro-batch(es): 3 steps give the weights of 1 worker x 4 within "
               "1e-5 (%.2e)" % (key + (err,)))
+
+    # ---- packing: several conversations a row, attention within each one, positions restarting ----
+    r = dtrain("--config", yaml, "--dry-run", "--set", "data.packing=true", "--set", "data.seq_len=400")
+    m = re.search(r"packed into (\d+) rows of 400: padding ([\d.]+)% of their tokens \(one example a row: ([\d.]+)%\)",
+                  r.stdout)
+    check(bool(m) and m.group(1) == "4" and float(m.group(2)) < 10 and float(m.group(3)) > 70,
+          "--dry-run: the 16 conversations pack into 4 rows of 400, and the padding before and after (%s)"
+          % (m.group(0) if m else r.stdout.strip()[-300:]))
+    r = dtrain("--config", yaml, "--dry-run", "--set", "data.format=tokens", "--set", "data.packing=true", want=2)
+    check("data.packing: applies to data.format chat and completion" in r.stderr,
+          "data.packing with token shards: exit 2 (%s)" % r.stderr.strip())
+    whole = os.path.join(TMP, "unpacked-all")  # every conversation in one batch, one a row
+    # lr 1e-3: AdamW makes a rounding in a tiny gradient (the same gradients summed in another order)
+    # up to ~lr of its step; at the other runs' 1e-2 one element of 3 steps moves by 2.5e-5
+    dtrain("--config", yaml, "--set", "run.dir=" + whole, "--set", "data.batch_size_per_worker=16", "--set",
+           "optimizer.lr=0.001", "--quiet", "--progress", "never")
+    step1 = [json.loads(l) for l in open(os.path.join(whole, "metrics.jsonl")) if '"type":"train"' in l][0]
+    base_loss, base_norm = step1["loss"], step1["grad_norm"]
+    base = load_file(os.path.join(whole, "model.safetensors"))
+    packed1 = None
+    for workers, b, accum in [(1, 4, 1), (2, 2, 1), (4, 1, 1), (2, 1, 2)]:
+        run = os.path.join(TMP, "packed-%dx%dx%d" % (workers, b, accum))
+        r = dtrain("--config", yaml, "--set", "run.dir=" + run, "--set", "data.packing=true", "--set", "data.seq_len=400",
+                   "--set", "training.num_workers=%d" % workers, "--set", "data.batch_size_per_worker=%d" % b,
+                   "--set", "training.grad_accum_steps=%d" % accum, "--set", "optimizer.lr=0.001", "--quiet",
+                   "--progress", "never")
+        step1 = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl")) if '"type":"train"' in l][0]
+        loss, norm = step1["loss"], step1["grad_norm"]
+        W = load_file(os.path.join(run, "model.safetensors"))
+        packed1 = packed1 or W
+        err = max(float(np.max(np.abs(W[k] - base[k]))) for k in base)
+        same = max(float(np.max(np.abs(W[k] - packed1[k]))) for k in base)
+        check(abs(loss - base_loss) <= 1e-5 * abs(base_loss) and abs(norm - base_norm) <= 1e-5 * base_norm and
+              err <= 1e-5 and same <= 1e-5,
+              "packed, %d worker(s) x %d x %d micro-batch(es): step 1's loss and gradient norm are the unpacked run's "
+              "(%.7f %.6f, unpacked %.7f %.6f); after 3 steps its weights within 1e-5 (%.2e), those of 1 packed "
+              "worker x 4 within 1e-5 (%.2e)" % (workers, b, accum, loss, norm, base_loss, base_norm, err, same))
 
 if failures:
     print("test_sft: %d check(s) failed" % len(failures))

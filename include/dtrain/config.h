@@ -108,6 +108,7 @@ typedef struct dt_config {
         int batch_size_per_worker;    /* >= 1, default 8 */
         int seq_len;                  /* >= 2, default 64 */
         int shuffle;                  /* default 1 */
+        int packing;                  /* data.packing, default 0: chat and completion rows of several examples */
     } data;
     struct {
         char type[32];                /* a spelling of DT_ARCH_NAMES (arch.h), as written */

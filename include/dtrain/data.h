@@ -42,6 +42,8 @@ typedef struct dt_dataset_cfg {
                                   chat and completion: required (chat: its directory's
                                   tokenizer_config.json gives the template) */
     int train_on_all;          /* chat, completion: data.train_on all (else the answer only) */
+    int packing;               /* chat, completion: data.packing (sft.h dt_sft_pack): a sample is a row
+                                  of several examples, with each token's position in its example */
 } dt_dataset_cfg;
 
 /* Reads every file into memory. The dataset owns its memory; dt_dataset_free accepts NULL. */
@@ -63,6 +65,13 @@ int dt_dataset_row_tokens(const dt_dataset *ds, size_t i);
 /* Chat and completion: *out filled, returns 1; other formats: 0. */
 int dt_dataset_sft_stats(const dt_dataset *ds, dt_sft_stats *out);
 
+/* The tokens of sample i that are text, not padding: chat and completion, its examples' inputs
+ * that have a next token (sft.h dt_sft_text); token shards T; classification its text's. */
+int dt_dataset_text_tokens(const dt_dataset *ds, size_t i);
+/* 1 when samples are packed rows (data.packing): read them with dt_dataset_get_pos. */
+int dt_dataset_packed(const dt_dataset *ds);
+/* dt_dataset_get, and pos(T): each token's position in its example (0..T-1 unless packed). */
+void dt_dataset_get_pos(const dt_dataset *ds, size_t i, int *tokens, int *targets, int *pos);
 /* Sample i: tokens(T) always; targets(T) for language modelling (-1 where a target does not
  * count: chat and completion), targets(1) = label for classification. i < dt_dataset_size(). */
 void dt_dataset_get(const dt_dataset *ds, size_t i, int *tokens, int *targets);

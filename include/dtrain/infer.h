@@ -28,12 +28,16 @@ dt_model_cfg dt_infer_model_cfg(const dt_config *c, int batch, int seq_len);
  * (train, eval, predict, generate, export, --dry-run) opens it here. */
 dt_status dt_infer_tokenizer(const dt_config *c, dt_tokenizer **out);
 
+/* dt_infer_build's `how`: backward ops too (training); the forwards read the config's data rows
+ * (training, evaluation: packed ones with data.packing, else plain sequences) */
+#define DT_INFER_TRAIN 1
+#define DT_INFER_DATA_ROWS 2
 /* The backend (device local_rank, as rank `rank` in messages), the tokenizer (data.tokenizer's
  * tokenizer.json; NULL for "bytes", as dt_dataset_cfg takes it) and the model of config c for
  * batches of `batch` sequences of seq_len tokens (its scratch reserved; for forward ops only
- * unless `training`). Each out is NULL on failure; the caller frees them (dt_model_free,
- * dt_tokenizer_free, dt_backend_close, in that order). */
-dt_status dt_infer_build(const dt_config *c, int local_rank, int rank, int batch, int seq_len, int training,
+ * unless how has DT_INFER_TRAIN). Each out is NULL on failure; the caller frees them
+ * (dt_model_free, dt_tokenizer_free, dt_backend_close, in that order). */
+dt_status dt_infer_build(const dt_config *c, int local_rank, int rank, int batch, int seq_len, int how,
                          dt_backend **be, dt_tokenizer **tok, dt_model **model);
 
 /* A trained model opened for inference. */

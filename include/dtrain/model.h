@@ -29,6 +29,8 @@ typedef struct dt_model_cfg {
     int seq_len;      /* T */
     int pad_id;       /* classification: the padding id; the head reads the last other token (0: bytes) */
     int max_batch;    /* B: the largest batch forward() will see */
+    int packed;       /* 1: a row may hold several examples (data.packing): attention stays within each one
+                         and positions restart with it, as dt_model_set_positions says */
     uint64_t seed;    /* init seed */
 } dt_model_cfg;
 
@@ -95,6 +97,11 @@ void dt_model_op_sizes(const dt_model_cfg *cfg, dt_op_sizes *out);
  * (negative = ignore), (B) labels for classification. Keeps activations for backward. */
 dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, int B,
                            dt_fwd_result *res);
+/* A packed model (cfg.packed): the positions of the rows the next forwards read, host (B,T),
+ * each token's position in its example (ops.h dt_att_shape's pos: 0 where an example starts,
+ * else the one before + 1; else DT_ERR_INTERNAL); queued like the inputs (pos may be rewritten
+ * at once). They hold until set again; a forward of another B is refused. */
+dt_status dt_model_set_positions(dt_model *m, const int *pos, int B);
 /* The same without the predictions (res->correct 0, res->pred NULL): what a training step
  * needs, without the argmax pass over the logits. `scale` is the one the backward that follows
  * will be given: a backend that fuses the loss with its gradient (ops.h xent_fused) writes the

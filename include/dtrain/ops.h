@@ -59,9 +59,16 @@ typedef struct dt_adamw_piece {
 /* An attention's shape: B sequences of T rows, NH query heads and NKV key/value heads (NH a
  * multiple of NKV: query head h reads key/value head h / (NH / NKV); GPT-2: NKV = NH), each hs
  * wide. A row of its input qkv is [q (NH*hs) | k (NKV*hs) | v (NKV*hs)], head h of each part at
- * columns h*hs..; a row of its output is NH*hs wide, head h at h*hs; scale 1/sqrt(hs). */
+ * columns h*hs..; a row of its output is NH*hs wide, head h at h*hs; scale 1/sqrt(hs).
+ * pos NULL: row t of a sequence is at position t and attends to rows 0..t. Else packed rows
+ * (data.packing): pos(B*T), backend memory, is each row's position in its example, and the
+ * example starts at row t - pos[b*T+t] of the sequence: a row attends to rows of its own
+ * example only (t - pos .. t), and rope rotates it by its pos. Examples are contiguous, so
+ * pos[t] is 0 or pos[t-1] + 1. The choice of fused attention (attention_bytes) sees whether
+ * pos is NULL, never its values. Cached attention (decoding) takes pos NULL. */
 typedef struct dt_att_shape {
     int B, T, NH, NKV, hs;
+    const int *pos;
 } dt_att_shape;
 
 /* What a backend is opened with. */
@@ -165,11 +172,13 @@ struct dt_ops {
     void (*download_async)(void *ctx, void *host_dst, const void *src, size_t bytes);
 
     /* ---- the model's operations ---- */
-    /* out(B,T,C) = wte[tokens] + wpe[t] (wpe NULL: wte[tokens] alone, no learned positions) */
-    void (*encoder_fwd)(void *ctx, dt_act *out, const int *tokens, const float *wte, const float *wpe,
+    /* out(B,T,C) = wte[tokens] + wpe[p] (wpe NULL: wte[tokens] alone, no learned positions), p
+     * the row's position: t, or pos[b*T+t] with packed rows (pos non-NULL: dt_att_shape) */
+    void (*encoder_fwd)(void *ctx, dt_act *out, const int *tokens, const int *pos, const float *wte, const float *wpe,
                         int B, int T, int C);
-    /* dwte(V,C) += ..., dwpe(T,C) += ... (skipped when dwpe is NULL) from dout(B,T,C); deterministic */
-    void (*encoder_bwd)(void *ctx, float *dwte, float *dwpe, const dt_act *dout, const int *tokens,
+    /* dwte(V,C) += ..., dwpe(T,C) += ... (skipped when dwpe is NULL; row p sums the rows at
+     * position p) from dout(B,T,C); deterministic */
+    void (*encoder_bwd)(void *ctx, float *dwte, float *dwpe, const dt_act *dout, const int *tokens, const int *pos,
                         int B, int T, int C);
 
     /* out(N,C) = (inp - mean) * rstd * w + b; saves mean(N), rstd(N). eps = 1e-5 */
@@ -234,7 +243,7 @@ struct dt_ops {
 
     /* May be NULL (as rmsnorm_fwd). Rotary positions (RoPE, Hugging Face's rotate-half
      * convention) on the q and k heads of qkv (laid out as for attention), in place: row t of
-     * each sequence is at position pos0 + t; for a head's pair (i, i + hs/2), i < hs/2, at
+     * each sequence is at position pos0 + t (packed rows, s->pos: at pos[b*T+t]; pos0 0); for a head's pair (i, i + hs/2), i < hs/2, at
      * angle a = pos * inv_freq[i] (a float product; inv_freq: hs/2 floats, backend memory):
      * x[i] <- x[i] cos a - x[i + hs/2] sin a, x[i + hs/2] <- x[i + hs/2] cos a + x[i] sin a.
      * v is untouched. */

@@ -43,6 +43,10 @@ typedef struct dt_sft_stats {
     size_t cut;       /* examples longer than seq_len + 1 tokens */
     size_t no_answer; /* examples left out: no counted target within the cut (their answer starts
                          past T; training on none of it, a batch of them would divide by 0) */
+    /* filled by dt_dataset_sft_stats: the rows (examples, or packed rows), and dt_sft_padding's
+     * shares of padding */
+    size_t rows;
+    double padding, padding_packed;
 } dt_sft_stats;
 
 dt_status dt_sft_new(dt_sft **out, const dt_sft_cfg *cfg);
@@ -51,14 +55,30 @@ void dt_sft_free(dt_sft *s);
  * examples. */
 dt_status dt_sft_read(dt_sft *s, const char *file, const char *buf, size_t len);
 
-size_t dt_sft_size(const dt_sft *s);
+/* data.packing: from now on a row holds several examples, whole (every example fits a row:
+ * each was cut to T + 1 tokens, and takes its first T inputs, those with a next token). Best-fit
+ * decreasing: the longest example first, each into the fullest row with room, else a new row;
+ * a row's examples in the data's order. Row i: its examples' inputs one after another, each at
+ * positions 0.. of its own (pos), then padding (end-of-text ids, positions from 0 again, no
+ * target counted). The rows depend on the examples only: the same for any world size. */
+dt_status dt_sft_pack(dt_sft *s);
+/* The share of the rows' T tokens that are padding (inputs without a next token of their
+ * example), one example a row and packed (unpacked where not packed). */
+void dt_sft_padding(const dt_sft *s, double *unpacked, double *packed);
+
+size_t dt_sft_size(const dt_sft *s); /* rows: examples, or packed rows */
 void dt_sft_stats_get(const dt_sft *s, dt_sft_stats *out);
-/* Row i: tokens(T) and targets(T) (-1: not counted); returns the targets that count. */
-int dt_sft_get(const dt_sft *s, size_t i, int *tokens, int *targets);
+/* Row i: tokens(T) and targets(T) (-1: not counted), and pos(T) (may be NULL) each token's
+ * position in its example (0..T-1 unpacked); returns the targets that count. */
+int dt_sft_get(const dt_sft *s, size_t i, int *tokens, int *targets, int *pos);
 /* How many of row i's targets count (dt_sft_get's return, without filling a row). */
 int dt_sft_counted(const dt_sft *s, size_t i);
-/* The tokens of example i in its row (its first T inputs and the last target): at most T + 1. */
+/* The tokens of row i before its padding: unpacked, its example's (its first T inputs and the
+ * last target: at most T + 1); packed, its examples' inputs that have a next token. */
 int dt_sft_tokens(const dt_sft *s, size_t i);
+/* The positions of row i that hold an example's token with a next token of its own (text, not
+ * padding; at most T): what dt_sft_padding counts. */
+int dt_sft_text(const dt_sft *s, size_t i);
 
 /* What exact match (answers.h) asks and expects, a line each: chat: the conversation up to its
  * last message, which must be the assistant's (else DT_ERR_DATA naming file:line), rendered with

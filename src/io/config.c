@@ -149,6 +149,7 @@ static const key_def keys[] = {
     KEY("data.batch_size_per_worker", K_INT, data.batch_size_per_worker, "8", GE(1)),
     KEY("data.seq_len", K_INT, data.seq_len, "64", GE(2)),
     KEY("data.shuffle", K_BOOL, data.shuffle, "true", ANY),
+    KEY("data.packing", K_BOOL, data.packing, "false", ANY),
 
     SECTION("model"),
     SECTION("model.rope_scaling"), /* Llama 3.1's, nested as in config.json (arch.h) */
@@ -1107,11 +1108,14 @@ static dt_status validate_eval_keys(load_ctx *c) {
 /* Chat and prompt/completion data train a language model on the model's own BPE tokenizer. */
 static dt_status validate_sft_keys(load_ctx *c) {
     const dt_config *cfg = c->cfg;
-    const int i_fmt = key_index("data.format"), i_on = key_index("data.train_on");
+    const int i_fmt = key_index("data.format"), i_on = key_index("data.train_on"), i_pack = key_index("data.packing");
     const int sft = cfg->data.format == DT_FORMAT_CHAT || cfg->data.format == DT_FORMAT_COMPLETION;
     const char *fmt = cfg->data.format == DT_FORMAT_CHAT ? "chat" : "completion";
     if (!sft && cfg->data.train_on_all) /* its default, assistant, is in every saved config.yaml */
         return fail_key(c, i_on, "applies to data.format chat and completion (the loss on the answer only)");
+    if (!sft && cfg->data.packing)
+        return fail_key(c, i_pack, "applies to data.format chat and completion (examples shorter than data.seq_len, "
+                        "several to a row); token shards have no padding to save");
     if (sft && cfg->model.shape.num_labels != 0)
         return fail_key(c, i_fmt, "%s trains a language model, but model.num_labels is %d (hint: model.num_labels: "
                         "0)", fmt, cfg->model.shape.num_labels);

@@ -52,6 +52,7 @@ struct dt_dataset {
     size_t cap;           /* rows allocated in ids/labels */
     /* chat and prompt/completion examples (sft.h) */
     dt_sft *sft;
+    int packed; /* data.packing: rows of several examples */
     dt_chat *chat;
 };
 
@@ -645,6 +646,10 @@ static dt_status open_sft(dt_dataset *ds, const file_list *fl, const dt_dataset_
         free(buf);
         DT_TRY(st);
     }
+    if (cfg->packing) {
+        DT_TRY(dt_sft_pack(ds->sft));
+        ds->packed = 1;
+    }
     ds->num_samples = dt_sft_size(ds->sft);
     dt_sft_stats stats;
     dt_sft_stats_get(ds->sft, &stats);
@@ -775,14 +780,33 @@ int dt_dataset_row_tokens(const dt_dataset *ds, size_t i) {
 }
 
 int dt_dataset_sft_stats(const dt_dataset *ds, dt_sft_stats *out) {
-    if (ds->sft) dt_sft_stats_get(ds->sft, out);
+    if (ds->sft) {
+        dt_sft_stats_get(ds->sft, out);
+        dt_sft_padding(ds->sft, &out->padding, &out->padding_packed);
+        out->rows = dt_sft_size(ds->sft);
+    }
     return ds->sft != NULL;
+}
+
+int dt_dataset_packed(const dt_dataset *ds) { return ds->packed; }
+
+int dt_dataset_text_tokens(const dt_dataset *ds, size_t i) {
+    return ds->sft ? dt_sft_text(ds->sft, i) : ds->classification ? dt_dataset_row_tokens(ds, i) : ds->seq_len;
+}
+
+void dt_dataset_get_pos(const dt_dataset *ds, size_t i, int *tokens, int *targets, int *pos) {
+    if (ds->sft) {
+        dt_sft_get(ds->sft, i, tokens, targets, pos);
+        return;
+    }
+    dt_dataset_get(ds, i, tokens, targets);
+    for (int t = 0; t < ds->seq_len; t++) pos[t] = t;
 }
 
 void dt_dataset_get(const dt_dataset *ds, size_t i, int *tokens, int *targets) {
     size_t T = (size_t)ds->seq_len;
     if (ds->sft) {
-        dt_sft_get(ds->sft, i, tokens, targets);
+        dt_sft_get(ds->sft, i, tokens, targets, NULL);
         return;
     }
     if (ds->classification) {

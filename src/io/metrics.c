@@ -486,12 +486,21 @@ void dt_metrics_final(dt_metrics *m, const dt_run_summary *s) {
     const double remote_step = s->steps > 0 ? s->remote_bytes / (double)s->steps : 0;
     if (rec && remote_step > 0) json_object_set_new(rec, "remote_bytes_per_step", num(remote_step));
     if (isfinite(s->val_f1_macro)) json_object_set_new(rec, "val_f1_macro", num(s->val_f1_macro));
+    const double text_tps = s->text_tokens > 0 && s->train_s > 0 ? s->text_tokens / s->train_s : NAN;
+    if (rec && s->text_tokens > 0) {
+        json_object_set_new(rec, "text_tokens_per_s", num(text_tps));
+        json_object_set_new(rec, "padding_share", num(s->padding));
+        json_object_set_new(rec, "padding_share_unpacked", num(s->padding_unpacked));
+    }
     write_json(m, rec);
     char range[64] = "";
     if (s->first_step > 0 && s->steps > 0) /* resumed: say which steps this run trained */
         snprintf(range, sizeof range, " (steps %ld-%ld)", s->first_step + 1, s->last_step);
     dt_metrics_summary(m, "%s: %ld steps%s | train %.1f s, eval %.1f s | %.0f samples/s, %.0f tokens/s", verb, s->steps,
                        range, s->train_s, s->eval_s, sps, tps);
+    if (s->text_tokens > 0)
+        dt_metrics_summary(m, "text: %.0f tokens/s | padding %.1f%% of the rows' tokens (one example a row: %.1f%%)",
+                           text_tps, 100.0 * s->padding, 100.0 * s->padding_unpacked);
     char between[96] = "";
     if (remote_step > 0)
         snprintf(between, sizeof between, " (all workers: %.3f MB per step between hosts)", remote_step / 1e6);

@@ -32,6 +32,8 @@ struct dt_sft {
     dt_sft_stats stats;
     uint32_t *enc;      /* one example's ids while reading */
     size_t enc_cap;
+    /* packed (dt_sft_pack): row r holds examples ex[row[r] .. row[r+1]) */
+    size_t n_rows, *row, *ex;
 };
 
 dt_status dt_sft_new(dt_sft **out, const dt_sft_cfg *cfg) {
@@ -69,10 +71,12 @@ void dt_sft_free(dt_sft *s) {
     free(s->ids);
     free(s->ans);
     free(s->enc);
+    free(s->row);
+    free(s->ex);
     free(s);
 }
 
-size_t dt_sft_size(const dt_sft *s) { return s->n; }
+size_t dt_sft_size(const dt_sft *s) { return s->row ? s->n_rows : s->n; }
 void dt_sft_stats_get(const dt_sft *s, dt_sft_stats *out) { *out = s->stats; }
 
 /* room for one more example of up to k ids */
@@ -380,14 +384,115 @@ dt_status dt_sft_open_chat(dt_tokenizer *tok, dt_chat **out) {
     return st;
 }
 
-int dt_sft_get(const dt_sft *s, size_t i, int *tokens, int *targets) {
-    const size_t T = (size_t)s->cfg.seq_len, o = s->off[i], n = s->off[i + 1] - o;
-    for (size_t t = 0; t < T; t++) {
-        tokens[t] = t < n ? (int)s->ids[o + t] : s->eot;
-        targets[t] = t + 1 < n && s->ans[o + t + 1] ? (int)s->ids[o + t + 1] : -1;
+/* the rows example e takes in a packed row: its inputs that have a next token (at most T) */
+static size_t ex_rows(const dt_sft *s, size_t e) { return s->off[e + 1] - s->off[e] - 1; }
+
+int dt_sft_get(const dt_sft *s, size_t i, int *tokens, int *targets, int *pos) {
+    const size_t T = (size_t)s->cfg.seq_len;
+    if (!s->row) {
+        const size_t o = s->off[i], n = s->off[i + 1] - o;
+        for (size_t t = 0; t < T; t++) {
+            tokens[t] = t < n ? (int)s->ids[o + t] : s->eot;
+            targets[t] = t + 1 < n && s->ans[o + t + 1] ? (int)s->ids[o + t + 1] : -1;
+            if (pos) pos[t] = (int)t;
+        }
+        return s->counted[i];
     }
-    return s->counted[i];
+    size_t t = 0;
+    for (size_t k = s->row[i]; k < s->row[i + 1]; k++) {
+        const size_t e = s->ex[k], o = s->off[e], n = ex_rows(s, e);
+        for (size_t j = 0; j < n; j++, t++) {
+            tokens[t] = (int)s->ids[o + j];
+            targets[t] = s->ans[o + j + 1] ? (int)s->ids[o + j + 1] : -1;
+            if (pos) pos[t] = (int)j;
+        }
+    }
+    for (size_t j = 0; t < T; t++, j++) { /* padding: a last example of its own, never counted */
+        tokens[t] = s->eot;
+        targets[t] = -1;
+        if (pos) pos[t] = (int)j;
+    }
+    return dt_sft_counted(s, i);
 }
 
-int dt_sft_counted(const dt_sft *s, size_t i) { return s->counted[i]; }
-int dt_sft_tokens(const dt_sft *s, size_t i) { return (int)(s->off[i + 1] - s->off[i]); }
+int dt_sft_counted(const dt_sft *s, size_t i) {
+    if (!s->row) return s->counted[i];
+    int c = 0;
+    for (size_t k = s->row[i]; k < s->row[i + 1]; k++) c += s->counted[s->ex[k]];
+    return c;
+}
+
+int dt_sft_tokens(const dt_sft *s, size_t i) {
+    if (!s->row) return (int)(s->off[i + 1] - s->off[i]);
+    size_t n = 0;
+    for (size_t k = s->row[i]; k < s->row[i + 1]; k++) n += ex_rows(s, s->ex[k]);
+    return (int)n;
+}
+
+int dt_sft_text(const dt_sft *s, size_t i) { return s->row ? dt_sft_tokens(s, i) : (int)ex_rows(s, i); }
+
+/* an example to pack: its length (ex_rows) and index */
+typedef struct pack_item {
+    size_t len, e;
+} pack_item;
+
+/* by decreasing length, then by index (qsort's order is not stable: the index makes it total) */
+static int by_length(const void *a, const void *b) {
+    const pack_item *x = a, *y = b;
+    return x->len != y->len ? (x->len < y->len) - (x->len > y->len) : (x->e > y->e) - (x->e < y->e);
+}
+
+dt_status dt_sft_pack(dt_sft *s) {
+    const size_t T = (size_t)s->cfg.seq_len, n = s->n;
+    free(s->row);
+    free(s->ex);
+    s->row = s->ex = NULL;
+    pack_item *order = malloc((n + 1) * sizeof *order);
+    size_t *room = malloc((n + 1) * sizeof *room);
+    size_t *which = malloc((n + 1) * sizeof *which), *count = calloc(n + 1, sizeof *count);
+    s->row = malloc((n + 2) * sizeof *s->row);
+    s->ex = malloc((n + 1) * sizeof *s->ex);
+    dt_status st = order && room && which && count && s->row && s->ex ? DT_OK
+                                                                     : dt_error_set(DT_ERR_NOMEM, "out of memory packing the examples");
+    size_t rows = 0;
+    if (st == DT_OK) {
+        for (size_t i = 0; i < n; i++) order[i] = (pack_item){ex_rows(s, i), i};
+        qsort(order, n, sizeof *order, by_length);
+        /* best fit, longest first: each example into the fullest row it fits in, else a new one
+         * (a scan of the rows for each example: examples x rows steps) */
+        for (size_t k = 0; k < n; k++) {
+            const size_t len = order[k].len;
+            size_t best = rows;
+            for (size_t r = 0; r < rows; r++)
+                if (room[r] >= len && (best == rows || room[r] < room[best])) best = r;
+            if (best == rows) room[rows++] = T;
+            room[best] -= len;
+            which[order[k].e] = best;
+            count[best]++;
+        }
+        /* each row's examples in the data's order */
+        s->row[0] = 0;
+        for (size_t r = 0; r < rows; r++) s->row[r + 1] = s->row[r] + count[r];
+        for (size_t r = 0; r < rows; r++) count[r] = s->row[r];
+        for (size_t e = 0; e < n; e++) s->ex[count[which[e]]++] = e;
+        s->n_rows = rows;
+    }
+    free(order);
+    free(room);
+    free(which);
+    free(count);
+    if (st != DT_OK) {
+        free(s->row);
+        free(s->ex);
+        s->row = s->ex = NULL;
+    }
+    return st;
+}
+
+void dt_sft_padding(const dt_sft *s, double *unpacked, double *packed) {
+    size_t real = 0;
+    for (size_t e = 0; e < s->n; e++) real += ex_rows(s, e);
+    const double T = (double)s->cfg.seq_len;
+    *unpacked = s->n ? 1.0 - (double)real / (T * (double)s->n) : 0.0;
+    *packed = s->row && s->n_rows ? 1.0 - (double)real / (T * (double)s->n_rows) : *unpacked;
+}

@@ -43,6 +43,8 @@ struct dt_model {
     int logits_ld;             /* the backend's row stride for them (ops logits_stride) */
     float *losses;             /* (B*T) */
     int *tokens_dev;           /* (B,T) */
+    int *pos_dev;              /* packed: (B,T) each token's position in its example (dt_model_set_positions) */
+    int pos_B;                 /* packed: the batch the positions were given for (0: none yet) */
     int *targets_dev;          /* LM (B,T), cls (B) */
     int *rows_dev;             /* cls: (B) pooled row indices b*T + pos */
     int *argmax_dev;           /* (B*T) LM, (B) cls: predicted class of each row */
@@ -133,8 +135,10 @@ typedef struct act_buf {
 } act_buf;
 
 /* attention's shape for batches of B */
+static const int packed_mark; /* a packed model's pos before it has a buffer: ops read only whether pos is NULL */
 static dt_att_shape att_shape(const dt_model_cfg *c, int B) {
-    return (dt_att_shape){B, c->seq_len, c->shape.n_head, dt_shape_kv_heads(&c->shape), dt_shape_head_dim(&c->shape)};
+    return (dt_att_shape){B, c->seq_len, c->shape.n_head, dt_shape_kv_heads(&c->shape), dt_shape_head_dim(&c->shape),
+                          c->packed ? &packed_mark : NULL};
 }
 
 /* the head's width: the classes, or the vocabulary */
@@ -186,6 +190,7 @@ static int act_table(const dt_model_cfg *c, dt_model *m, const net_layer *y0, si
     BUF(targets_dev, BUF_I32, head_rows);
     BUF(losses, BUF_F32, BT);
     BUF(tokens_dev, BUF_I32, BT);
+    BUF(pos_dev, BUF_I32, c->packed ? BT : 0);
     BUF(argmax_dev, BUF_I32, BT);
     BUF(d.dresidual, BUF_ACT, BT * C);
     BUF(d.dnorm, BUF_ACT, BT * (ATT > C ? ATT : C));
@@ -257,7 +262,8 @@ void dt_model_op_sizes(const dt_model_cfg *c, dt_op_sizes *s) {
     s->enc_width = c->shape.n_embd;
     s->enc_vocab = c->shape.vocab_size;
     s->vector = np;
-    s->inputs = BT * sizeof(int) + (c->shape.num_labels ? 2 * B : BT) * sizeof(int); /* tokens; rows and labels, or targets */
+    s->inputs = (c->packed ? 2 : 1) * BT * sizeof(int) + (c->shape.num_labels ? 2 * B : BT) * sizeof(int); /* tokens
+                   (and their positions); rows and labels, or targets */
     s->head_rows = head_width(c);
     s->head_in = c->shape.n_embd;
 }
@@ -478,6 +484,7 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_backen
     if ((st = o->alloc_host(be->ctx, sizeof(double), "the training loss", (void **)&m->loss_host)) != DT_OK) goto fail;
     if ((st = alloc_arena(m)) != DT_OK || (st = init_weights(m)) != DT_OK) goto fail;
     if (m->net.arch->rope) rope_freqs(m);
+    if (cfg->packed) m->net.att.pos = m->pos_dev;
     *out = m;
     return DT_OK;
 fail:
@@ -516,6 +523,23 @@ static void head_xent(dt_model *m, int rows, int predict, float scale) {
     if (predict) o->argmax(ctx, m->argmax_dev, m->logits, rows, V, ld);
 }
 
+dt_status dt_model_set_positions(dt_model *m, const int *pos, int B) {
+    const int T = m->cfg.seq_len;
+    if (!m->cfg.packed) return dt_error_set(DT_ERR_INTERNAL, "model positions: the model's rows are not packed");
+    if (B < 1 || B > m->cfg.max_batch)
+        return dt_error_set(DT_ERR_INTERNAL, "model positions: batch %d outside 1..%d", B, m->cfg.max_batch);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const int p = pos[(size_t)b * T + t];
+            if (p != 0 && (t == 0 || p != pos[(size_t)b * T + t - 1] + 1))
+                return dt_error_set(DT_ERR_INTERNAL, "model positions: row %d position %d is %d, expected 0%s", b, t, p,
+                                    t ? " or the one before + 1" : "");
+        }
+    m->be->ops->upload_async(m->be->ctx, m->pos_dev, pos, (size_t)B * T * sizeof(int));
+    m->pos_B = B;
+    return DT_OK;
+}
+
 /* The inputs checked and queued for upload (upload_async: the caller's arrays may be rewritten
  * at once), before any work is queued. */
 static dt_status upload_inputs(dt_model *m, const int *tokens, const int *targets, int B) {
@@ -524,6 +548,9 @@ static dt_status upload_inputs(dt_model *m, const int *tokens, const int *target
     const int T = m->cfg.seq_len, V = m->cfg.shape.vocab_size, NL = m->cfg.shape.num_labels, BT = B * T;
     if (B < 1 || B > m->cfg.max_batch)
         return dt_error_set(DT_ERR_INTERNAL, "model forward: batch %d outside 1..%d", B, m->cfg.max_batch);
+    if (m->cfg.packed && m->pos_B != B)
+        return dt_error_set(DT_ERR_INTERNAL, "model forward: batch %d, but the packed rows' positions are for %d", B,
+                            m->pos_B);
     for (int i = 0; i < BT; i++)
         if (tokens[i] < 0 || tokens[i] >= V)
             return dt_error_set(DT_ERR_DATA, "token %d at position %d is outside the vocabulary [0, %d) (hint: model.vocab_size)",
@@ -613,7 +640,7 @@ static dt_status forward(dt_model *m, const int *tokens, const int *targets, int
     DT_TRY(upload_inputs(m, tokens, targets, B));
     const int T = m->cfg.seq_len;
     const net_span span = {.B = B, .T = T, .pos0 = -1};
-    dt_net_embed(&m->net, m->encoded, m->tokens_dev, B, T, 0);
+    dt_net_embed(&m->net, m->encoded, m->tokens_dev, B, T, -1);
     const dt_act *x = m->encoded;
     for (int l = 0; l < m->cfg.shape.n_layer; l++) {
         dt_net_layer_fwd(&m->net, l, &m->layers[l], x, &span);

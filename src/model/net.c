@@ -59,13 +59,13 @@ void dt_net_mm_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const d
 
 void dt_net_embed(const dt_net *n, dt_act *out, const int *tokens, int B, int T, int pos0) {
     const int C = n->cfg->shape.n_embd;
-    const float *wpe = n->w.wpe == NET_NONE ? NULL : n->params + n->w.wpe + (size_t)pos0 * C;
-    n->o->encoder_fwd(n->ctx, out, tokens, n->params + n->w.wte, wpe, B, T, C);
+    const float *wpe = n->w.wpe == NET_NONE ? NULL : n->params + n->w.wpe + (size_t)(pos0 < 0 ? 0 : pos0) * C;
+    n->o->encoder_fwd(n->ctx, out, tokens, pos0 < 0 ? n->att.pos : NULL, n->params + n->w.wte, wpe, B, T, C);
 }
 
 void dt_net_embed_bwd(const dt_net *n, const dt_act *dout, const int *tokens, int B, int T) {
     float *dwpe = n->w.wpe == NET_NONE ? NULL : n->grads + n->w.wpe;
-    n->o->encoder_bwd(n->ctx, n->grads + n->w.wte, dwpe, dout, tokens, B, T, n->cfg->shape.n_embd);
+    n->o->encoder_bwd(n->ctx, n->grads + n->w.wte, dwpe, dout, tokens, n->att.pos, B, T, n->cfg->shape.n_embd);
 }
 
 /* ---- norms ---- */
@@ -96,6 +96,7 @@ static void attend(const dt_net *n, dt_act *out, void *att, dt_act *qkv, const n
     dt_att_shape sh = n->att;
     sh.B = s->B;
     sh.T = s->T;
+    if (s->pos0 >= 0) sh.pos = NULL; /* decoding: one sequence, no packing */
     if (n->arch->rope) n->o->rope_fwd(n->ctx, qkv, n->inv_freq, s->pos0 < 0 ? 0 : s->pos0, &sh);
     if (s->pos0 < 0) n->o->attention_fwd(n->ctx, out, att, qkv, &sh);
     else n->o->attention_cached(n->ctx, out, s->kc, s->vc, s->scratch, qkv, s->pos0, &sh);

@@ -103,7 +103,8 @@ typedef struct dt_net {
     dt_dtype act;
     float *params, *grads; /* backend (n_params) each */
     net_weights w;
-    dt_att_shape att;      /* attention's heads (B and T: the caller's) */
+    dt_att_shape att;      /* attention's heads (B and T: the caller's); pos: the model's rows' positions when
+                              packed (backend memory), else NULL */
     float *inv_freq;       /* rope: (hs/2) the rotary frequencies, backend memory; else NULL */
 } dt_net;
 
@@ -120,8 +121,9 @@ void dt_net_mm_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const d
                    int ldo, const dt_act *pre, dt_act *tmp);
 
 /* out(B*T, C): the token embeddings of B sequences of T tokens (tokens: backend memory) at
- * positions pos0.., plus their learned positions' (GPT-2); and its backward, the embeddings'
- * gradients += from dout(B*T, C). */
+ * positions pos0.. (pos0 -1: the model's own rows, at 0.. or, packed, at att.pos), plus their
+ * learned positions' (GPT-2); and its backward (the model's rows), the embeddings' gradients +=
+ * from dout(B*T, C). */
 void dt_net_embed(const dt_net *n, dt_act *out, const int *tokens, int B, int T, int pos0);
 void dt_net_embed_bwd(const dt_net *n, const dt_act *dout, const int *tokens, int B, int T);
 

@@ -154,7 +154,7 @@ static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int
 
 /* ---- encoder ---- */
 
-static void cpu_encoder_fwd(void *ctx, dt_act *out_, const int *tokens, const float *wte,
+static void cpu_encoder_fwd(void *ctx, dt_act *out_, const int *tokens, const int *pos, const float *wte,
                             const float *wpe, int B, int T, int C) {
     float *out = (float *)out_;
 #pragma omp parallel for schedule(static) if ((size_t)B * T * C >= PAR_MIN)
@@ -165,26 +165,29 @@ static void cpu_encoder_fwd(void *ctx, dt_act *out_, const int *tokens, const fl
             memcpy(o, e, (size_t)C * sizeof(float));
             continue;
         }
-        const float *p = wpe + (size_t)(bt % T) * C;
+        const float *p = wpe + (size_t)(pos ? pos[bt] : bt % T) * C;
 #pragma omp simd
         for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
     }
 }
 
-/* Deterministic: dwpe rows in parallel (sum over b in order); dwte in column chunks, each
- * chunk visiting tokens in (b,t) order, so every element accumulates in the serial order. */
+/* Deterministic: dwpe rows in parallel (sum over b in order; packed rows: over the rows at
+ * that position in (b,t) order); dwte in column chunks, each chunk visiting tokens in (b,t)
+ * order, so every element accumulates in the serial order. */
 static void cpu_encoder_bwd(void *ctx, float *dwte, float *dwpe, const dt_act *dout_,
-                            const int *tokens, int B, int T, int C) {
+                            const int *tokens, const int *pos, int B, int T, int C) {
     const float *dout = (const float *)dout_;
     const int par = (size_t)B * T * C >= PAR_MIN;
 #pragma omp parallel for schedule(static) if (par && dwpe)
     for (int t = 0; t < (dwpe ? T : 0); t++) {
         float *d = dwpe + (size_t)t * C;
-        for (int b = 0; b < B; b++) {
-            const float *g = dout + ((size_t)b * T + t) * C;
+        for (int b = 0; b < B; b++)
+            for (int u = t; u < (pos ? T : t + 1); u++) { /* packed: position t is at rows t.. */
+                if (pos && pos[(size_t)b * T + u] != t) continue;
+                const float *g = dout + ((size_t)b * T + u) * C;
 #pragma omp simd
-            for (int c = 0; c < C; c++) d[c] += g[c];
-        }
+                for (int c = 0; c < C; c++) d[c] += g[c];
+            }
     }
     const int chunk = 2 * COL_CHUNK, nchunks = (C + chunk - 1) / chunk;
 #pragma omp parallel for schedule(static) if (par)
@@ -375,33 +378,39 @@ static void cpu_matmul_bwd(void *ctx, dt_act *dinp_, float *dw, float *dbias, co
  * ATT_BLK rows; block [r0,r1) only needs keys [0,r1), so the blocks above the diagonal are never
  * computed. Entries above the diagonal of P (and of dS in datt) are written as exact zeros. */
 
-/* p[0..t] = softmax(p[0..t]); p[t+1..T) = 0 */
+/* p[lo..t] = softmax(p[lo..t]); p[0..lo) and p[t+1..T) = 0 (lo > 0: the row's example starts
+ * at row lo of a packed sequence) */
 DT_CLONES
-static void softmax_causal_row(float *p, int t, int T) {
-    float mx = p[0], sum = 0.0f;
+static void softmax_causal_row(float *p, int lo, int t, int T) {
+    float mx = p[lo], sum = 0.0f;
 #pragma omp simd reduction(max : mx)
-    for (int j = 1; j <= t; j++) mx = p[j] > mx ? p[j] : mx;
+    for (int j = lo + 1; j <= t; j++) mx = p[j] > mx ? p[j] : mx;
 #pragma omp simd reduction(+ : sum)
-    for (int j = 0; j <= t; j++) {
+    for (int j = lo; j <= t; j++) {
         p[j] = fast_expf(p[j] - mx);
         sum += p[j];
     }
     const float inv = 1.0f / sum;
 #pragma omp simd
-    for (int j = 0; j <= t; j++) p[j] *= inv;
+    for (int j = lo; j <= t; j++) p[j] *= inv;
+    for (int j = 0; j < lo; j++) p[j] = 0.0f;
     for (int j = t + 1; j < T; j++) p[j] = 0.0f;
 }
 
-/* d (= dP on entry) becomes dS = p * (dP - sum_j p dP) on [0..t], 0 on (t, T) */
+/* d (= dP on entry) becomes dS = p * (dP - sum_j p dP) on [lo..t], 0 elsewhere */
 DT_CLONES
-static void softmax_causal_row_bwd(float *d, const float *p, int t, int T) {
+static void softmax_causal_row_bwd(float *d, const float *p, int lo, int t, int T) {
     float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-    for (int j = 0; j <= t; j++) dot += p[j] * d[j];
+    for (int j = lo; j <= t; j++) dot += p[j] * d[j];
 #pragma omp simd
-    for (int j = 0; j <= t; j++) d[j] = p[j] * (d[j] - dot);
+    for (int j = lo; j <= t; j++) d[j] = p[j] * (d[j] - dot);
+    for (int j = 0; j < lo; j++) d[j] = 0.0f;
     for (int j = t + 1; j < T; j++) d[j] = 0.0f;
 }
+
+/* the first row that row t of sequence b attends to: 0, or its example's first with packed rows */
+static inline int att_lo(const dt_att_shape *s, int b, int t) { return s->pos ? t - s->pos[(size_t)b * s->T + t] : 0; }
 
 /* the widths of an attention's rows: W of qkv, HQ of out, and where k and v start in a qkv row */
 typedef struct att_dims {
@@ -437,7 +446,7 @@ static void cpu_attention_fwd(void *ctx, dt_act *out_, void *att_, const dt_act 
             const int r1 = imin(T, r0 + ATT_BLK), m = r1 - r0;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, scale,
                         q + (size_t)r0 * d.W, d.W, k, d.W, 0.0f, P + (size_t)r0 * T, T);
-            for (int t = r0; t < r1; t++) softmax_causal_row(P + (size_t)t * T, t, T);
+            for (int t = r0; t < r1; t++) softmax_causal_row(P + (size_t)t * T, att_lo(s, b, t), t, T);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, 1.0f,
                         P + (size_t)r0 * T, T, v, d.W, 0.0f, o + (size_t)r0 * d.HQ, d.HQ);
         }
@@ -464,7 +473,7 @@ static void cpu_attention_cached(void *ctx, dt_act *out_, dt_act *kc_, dt_act *v
         float *P = scratch + (size_t)h * n * L;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, L, hs, scale, qkv + (size_t)h * hs, d.W,
                     kc + (size_t)g * hs, KV, 0.0f, P, L);
-        for (int i = 0; i < n; i++) softmax_causal_row(P + (size_t)i * L, pos0 + i, L);
+        for (int i = 0; i < n; i++) softmax_causal_row(P + (size_t)i * L, 0, pos0 + i, L);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, L, 1.0f, P, L, vc + (size_t)g * hs, KV, 0.0f,
                     out + (size_t)h * hs, d.HQ);
     }
@@ -473,13 +482,15 @@ static void cpu_attention_cached(void *ctx, dt_act *out_, dt_act *kc_, dt_act *v
 /* One query head's backward: dq, and dk, dv of its key/value head (accumulated when `acc`:
  * the group's later heads). */
 static void att_head_bwd(float *dq, float *dk, float *dv, float *dS, const float *q, const float *k, const float *v,
-                         const float *P, const float *dO, int T, int hs, const att_dims *d, float scale, int acc) {
+                         const float *P, const float *dO, const dt_att_shape *s, int b, const att_dims *d, float scale,
+                         int acc) {
+    const int T = s->T, hs = s->hs;
     for (int r0 = 0; r0 < T; r0 += ATT_BLK) {
         const int r1 = imin(T, r0 + ATT_BLK), m = r1 - r0;
         /* dP = dO V^T, then dS = P * (dP - rowsum(P * dP)) in place */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, 1.0f,
                     dO + (size_t)r0 * d->HQ, d->HQ, v, d->W, 0.0f, dS + (size_t)r0 * T, T);
-        for (int t = r0; t < r1; t++) softmax_causal_row_bwd(dS + (size_t)t * T, P + (size_t)t * T, t, T);
+        for (int t = r0; t < r1; t++) softmax_causal_row_bwd(dS + (size_t)t * T, P + (size_t)t * T, att_lo(s, b, t), t, T);
         /* dQ = scale * dS K */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, scale,
                     dS + (size_t)r0 * T, T, k, d->W, 0.0f, dq + (size_t)r0 * d->W, d->W);
@@ -516,7 +527,7 @@ static void cpu_attention_bwd(void *ctx, dt_act *dqkv_, void *datt_, const dt_ac
             const int h = g * d.group + j, bh = b * NH + h;
             const size_t qo = row + (size_t)h * hs, ko = row + d.koff + (size_t)g * hs, vo = row + d.voff + (size_t)g * hs;
             att_head_bwd(dqkv + qo, dqkv + ko, dqkv + vo, datt + (size_t)bh * T * T, qkv + qo, qkv + ko, qkv + vo,
-                         att + (size_t)bh * T * T, dout + (size_t)b * T * d.HQ + (size_t)h * hs, T, hs, &d, scale, j > 0);
+                         att + (size_t)bh * T * T, dout + (size_t)b * T * d.HQ + (size_t)h * hs, s, b, &d, scale, j > 0);
         }
     }
 }
@@ -529,7 +540,7 @@ static void rope_rotate(float *qkv, const float *inv_freq, int pos0, const dt_at
 #pragma omp parallel for schedule(static) if ((size_t)s->B * s->T * heads * hs >= PAR_MIN)
     for (int bt = 0; bt < s->B * s->T; bt++) {
         float cs[512], sn[512]; /* hs <= 1024 (model.c checks) */
-        const float pos = (float)(pos0 + bt % s->T);
+        const float pos = (float)(s->pos ? s->pos[bt] : pos0 + bt % s->T);
         for (int i = 0; i < half; i++) {
             const float a = pos * inv_freq[i];
             cs[i] = cosf(a);

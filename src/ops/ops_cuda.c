@@ -991,13 +991,15 @@ static void cu_matmul_gelu_bwd(void *ctx, dt_act *dinp, dt_act *tmp, float *dw, 
 
 /* Could cuDNN plan shape s on some GPU (the estimate's question, without a device)? The
  * frontend's head sizes: multiples of 8, up to 256 on Hopper (128 before it); NH a multiple of
- * NKV. A head size outside that never runs fused: the estimate counts our kernels' memory. */
+ * NKV. A head size outside that never runs fused: the estimate counts our kernels' memory.
+ * Packed rows (s->pos) never do either: their masks per example would need cuDNN's ragged
+ * layout, which this backend does not plan (yet); our kernels mask them. */
 static int att_may_fuse(const dt_att_shape *s) {
-    return s->T > 1 && s->hs > 0 && s->hs % 8 == 0 && s->hs <= 256 && s->NKV > 0 && s->NH % s->NKV == 0;
+    return !s->pos && s->T > 1 && s->hs > 0 && s->hs % 8 == 0 && s->hs <= 256 && s->NKV > 0 && s->NH % s->NKV == 0;
 }
 
 static dtc_shape dtc_of(const dt_att_shape *s) { return (dtc_shape){s->B, s->T, s->NH, s->NKV, s->hs}; }
-static dtk_att_shape dtk_of(const dt_att_shape *s) { return (dtk_att_shape){s->B, s->T, s->NH, s->NKV, s->hs}; }
+static dtk_att_shape dtk_of(const dt_att_shape *s) { return (dtk_att_shape){s->B, s->T, s->NH, s->NKV, s->hs, s->pos}; }
 
 /* the note of an attention that cuDNN refused: once per process and rank */
 static void att_note(cuda_ctx *c, const dt_att_shape *s, const char *why) {
@@ -1014,7 +1016,8 @@ static void att_note(cuda_ctx *c, const dt_att_shape *s, const char *why) {
 static int att_fused(cuda_ctx *c, const dt_att_shape *s) {
     for (int i = 0; i < c->n_att_geo; i++) {
         const dt_att_shape *g = &c->att_geo[i].s;
-        if (g->T == s->T && g->NH == s->NH && g->NKV == s->NKV && g->hs == s->hs) return c->att_geo[i].fused;
+        if (g->T == s->T && g->NH == s->NH && g->NKV == s->NKV && g->hs == s->hs && !g->pos == !s->pos)
+            return c->att_geo[i].fused;
     }
     char why[640] = "";
     const char *env = getenv("DTRAIN_CUDNN_ATTENTION");
@@ -1022,6 +1025,9 @@ static int att_fused(cuda_ctx *c, const dt_att_shape *s) {
     int fused = 0;
     if (!c->bf16) {
         /* cuDNN's fused attention is bf16 (or fp16) only: fp32 products asked for fp32 */
+    } else if (s->pos) {
+        snprintf(why, sizeof why, "packed rows (data.packing) keep attention within each example, which dtrain "
+                 "does not ask of cuDNN yet");
     } else if (env && strcmp(env, "0") == 0) {
         snprintf(why, sizeof why, "DTRAIN_CUDNN_ATTENTION=0");
     } else {
@@ -1121,7 +1127,7 @@ static void cu_attention_fwd(void *ctx, dt_act *out, void *att_, const dt_act *q
     if (CK(dtk_qkv_split(c->s, at, q, k, v, qkv, dtk_of(s)))) return;
     /* preatt = q k^T per group: preatt^T (T x gT) = op(k_cm)=T (T x hs) q_cm (hs x gT) */
     gemm(c, 1, 0, a.T, a.gT, a.hs, k, 0, a.hs, a.sk, q, 0, a.hs, a.sq, att, 0, a.T, a.sp, a.batch, 1.0f, 0.0f, NULL, NULL);
-    if (c->err != DT_OK || CK(dtk_causal_softmax_fwd(c->s, att, s->B * s->NH, a.T, 1.0f / sqrtf((float)a.hs)))) return;
+    if (c->err != DT_OK || CK(dtk_causal_softmax_fwd(c->s, att, dtk_of(s), 1.0f / sqrtf((float)a.hs)))) return;
     /* y = P v: y^T (hs x gT) = v^T (hs x T) P^T (T x gT) */
     gemm(c, 0, 0, a.hs, a.gT, a.T, v, 0, a.hs, a.sk, att, 0, a.T, a.sp, y, 0, a.hs, a.sq, a.batch, 1.0f, 0.0f, NULL, NULL);
     if (c->err == DT_OK) CK(dtk_heads_merge(c->s, at, out, y, dtk_of(s)));
@@ -1149,7 +1155,7 @@ static void cu_attention_bwd(void *ctx, dt_act *dqkv, void *datt_, const dt_act 
     gemm(c, 1, 0, a.T, a.gT, a.hs, v, 0, a.hs, a.sk, dy, 0, a.hs, a.sq, datt, 0, a.T, a.sp, a.batch, 1.0f, 0.0f, NULL, NULL);
     /* dv = P^T dy, the group's heads summed: dv^T (hs x T) = dy_cm (hs x gT) op(P_cm)=T (gT x T) */
     gemm(c, 0, 1, a.hs, a.T, a.gT, dy, 0, a.hs, a.sq, att, 0, a.T, a.sp, dv, 0, a.hs, a.sk, a.batch, 1.0f, 0.0f, NULL, NULL);
-    if (c->err != DT_OK || CK(dtk_causal_softmax_bwd(c->s, datt, att, s->B * s->NH, a.T, 1.0f / sqrtf((float)a.hs))))
+    if (c->err != DT_OK || CK(dtk_causal_softmax_bwd(c->s, datt, att, dtk_of(s), 1.0f / sqrtf((float)a.hs))))
         return;
     /* datt now holds dpreatt. dq = dpre k: dq^T (hs x gT) = k_cm (hs x T) dpre_cm (T x gT) */
     gemm(c, 0, 0, a.hs, a.gT, a.T, k, 0, a.hs, a.sk, datt, 0, a.T, a.sp, dq, 0, a.hs, a.sq, a.batch, 1.0f, 0.0f, NULL, NULL);
@@ -1171,18 +1177,18 @@ static void cu_attention_cached(void *ctx, dt_act *out, dt_act *kcache, dt_act *
         if (c->err == DT_OK) CK(call);                     \
     } while (0)
 
-static void cu_encoder_fwd(void *ctx, dt_act *out, const int *tokens, const float *wte, const float *wpe, int B, int T,
-                           int C) {
+static void cu_encoder_fwd(void *ctx, dt_act *out, const int *tokens, const int *pos, const float *wte,
+                           const float *wpe, int B, int T, int C) {
     cuda_ctx *c = ctx;
-    LAUNCH(dtk_encoder_fwd(c->s, ACT(c), out, tokens, wte, wpe, B, T, C));
+    LAUNCH(dtk_encoder_fwd(c->s, ACT(c), out, tokens, pos, wte, wpe, B, T, C));
 }
 
-static void cu_encoder_bwd(void *ctx, float *dwte, float *dwpe, const dt_act *dout, const int *tokens, int B, int T,
-                           int C) {
+static void cu_encoder_bwd(void *ctx, float *dwte, float *dwpe, const dt_act *dout, const int *tokens, const int *pos,
+                           int B, int T, int C) {
     cuda_ctx *c = ctx;
     size_t wb = dtk_encoder_bwd_work_bytes(B, T, C);
     void *work = scratch(c, SCR_WORK, wb, "kernel scratch");
-    if (work) LAUNCH(dtk_encoder_bwd(c->s, ACT(c), dwte, dwpe, dout, tokens, B, T, C, c->enc_vocab, work, wb));
+    if (work) LAUNCH(dtk_encoder_bwd(c->s, ACT(c), dwte, dwpe, dout, tokens, pos, B, T, C, c->enc_vocab, work, wb));
 }
 
 static void cu_layernorm_fwd(void *ctx, dt_act *out, float *mean, float *rstd, const dt_act *inp, const float *w,

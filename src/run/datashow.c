@@ -53,7 +53,7 @@ dt_status dt_datashow(const dt_config *cfg, const dt_datashow_opts *o, FILE *out
     DT_TRY(dt_infer_tokenizer(cfg, &tok));
     const dt_dataset_cfg dc = {.path = cfg->data.train_path, .format = cfg->data.format, .seq_len = cfg->data.seq_len,
                                .vocab_size = cfg->model.shape.vocab_size, .tokenizer = tok,
-                               .train_on_all = cfg->data.train_on_all};
+                               .train_on_all = cfg->data.train_on_all, .packing = cfg->data.packing};
     dt_dataset *ds = NULL;
     dt_status st = dt_dataset_open(&ds, &dc);
     const int T = cfg->data.seq_len;

@@ -59,8 +59,9 @@ dt_status dt_infer_tokenizer(const dt_config *c, dt_tokenizer **out) {
     return st;
 }
 
-dt_status dt_infer_build(const dt_config *c, int local_rank, int rank, int batch, int seq_len, int training,
+dt_status dt_infer_build(const dt_config *c, int local_rank, int rank, int batch, int seq_len, int how,
                          dt_backend **be, dt_tokenizer **tok, dt_model **model) {
+    const int training = (how & DT_INFER_TRAIN) != 0;
     *be = NULL;
     *tok = NULL;
     *model = NULL;
@@ -71,6 +72,7 @@ dt_status dt_infer_build(const dt_config *c, int local_rank, int rank, int batch
     DT_TRY(dt_backend_open(dev, &bc, be));
     DT_TRY(dt_infer_tokenizer(c, tok));
     dt_model_cfg mc = dt_infer_model_cfg(c, batch, seq_len);
+    mc.packed = (how & DT_INFER_DATA_ROWS) && c->data.packing; /* the rows it trains and evaluates on */
     if (*tok && mc.shape.num_labels) mc.pad_id = dt_tokenizer_eot(*tok); /* BPE texts are padded with it; bytes with 0 */
     dt_op_sizes sizes;
     dt_model_op_sizes(&mc, &sizes);

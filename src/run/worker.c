@@ -68,6 +68,7 @@ typedef struct run {
     dt_metrics *metrics;
     int *tokens;    /* host (b, T) */
     int *targets;   /* host (b, T) or (b) */
+    int *pos;       /* host (b, T): packed rows' positions (data.packing) */
     size_t *idx;    /* host (b) */
     volatile int *waiting; /* the launcher's "waiting for rank 0's disk" flag of this worker (may be NULL) */
     const volatile int *stop; /* the launcher's stop flag (SIGINT/SIGTERM): evaluation ends early (NULL: never) */
@@ -91,6 +92,7 @@ static void run_free(run *r, dt_status st) {
     dt_backend_close(r->be);
     free(r->tokens);
     free(r->targets);
+    free(r->pos);
     free(r->idx);
     free(r->reqs);
 }
@@ -120,6 +122,7 @@ static dt_status open_dataset(const dt_config *c, const char *path, dt_tokenizer
         .vocab_size = c->model.shape.vocab_size,
         .tokenizer = tok,
         .train_on_all = c->data.train_on_all,
+        .packing = c->data.packing,
     };
     return dt_dataset_open(out, &dc);
 }
@@ -137,24 +140,33 @@ static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_t
     r->reduces = r->world > 1 || r->device_alone;
     /* one worker: its shard is everything (unless the test switch sends it through the collective) */
     r->zero = c->training.zero_stage == 1 && r->reduces;
-    DT_TRY(dt_infer_build(c, local_rank, r->rank, c->data.batch_size_per_worker, c->data.seq_len, need_train, &r->be,
+    DT_TRY(dt_infer_build(c, local_rank, r->rank, c->data.batch_size_per_worker, c->data.seq_len,
+                          (need_train ? DT_INFER_TRAIN : 0) | DT_INFER_DATA_ROWS, &r->be,
                           &r->tok, &r->model));
     size_t b = (size_t)c->data.batch_size_per_worker, T = (size_t)c->data.seq_len;
     r->tokens = dt_malloc(b * T * sizeof(int), "token batch");
     r->targets = dt_malloc(b * T * sizeof(int), "target batch");
+    r->pos = dt_malloc(b * T * sizeof(int), "position batch");
     r->idx = dt_malloc(b * sizeof(size_t), "batch indices");
     r->reqs = dt_calloc((size_t)dt_model_num_buckets(r->model), sizeof *r->reqs, "bucket requests");
-    if (!r->tokens || !r->targets || !r->idx || !r->reqs) return DT_ERR_NOMEM;
+    if (!r->tokens || !r->targets || !r->pos || !r->idx || !r->reqs) return DT_ERR_NOMEM;
     if (need_train) DT_TRY(open_dataset(c, c->data.train_path, r->tok, &r->train));
     for (; r->n_val < dt_config_val_count(c); r->n_val++)
         DT_TRY(open_dataset(c, dt_config_val_path(c, r->n_val), r->tok, &r->val[r->n_val]));
     return DT_OK;
 }
 
-static void fill_batch(const dt_dataset *ds, const size_t *idx, int n, int T, int *tokens, int *targets) {
-    int cls = dt_dataset_is_classification(ds);
-    for (int i = 0; i < n; i++)
-        dt_dataset_get(ds, idx[i], tokens + (size_t)i * T, targets + (cls ? (size_t)i : (size_t)i * T));
+/* The n samples idx of ds into the host batch (r->tokens, r->targets); packed rows also give the
+ * model their positions. */
+static dt_status fill_batch(run *r, const dt_dataset *ds, const size_t *idx, int n) {
+    const int cls = dt_dataset_is_classification(ds), T = r->cfg->data.seq_len;
+    const int packed = dt_dataset_packed(ds);
+    for (int i = 0; i < n; i++) {
+        int *tokens = r->tokens + (size_t)i * T, *targets = r->targets + (cls ? (size_t)i : (size_t)i * T);
+        if (packed) dt_dataset_get_pos(ds, idx[i], tokens, targets, r->pos + (size_t)i * T);
+        else dt_dataset_get(ds, idx[i], tokens, targets);
+    }
+    return packed ? dt_model_set_positions(r->model, r->pos, n) : DT_OK;
 }
 
 #define EVAL_VOTE_MS 50.0 /* about the time between two stop votes of an evaluation */
@@ -225,7 +237,7 @@ static dt_status evaluate(run *r, long step, int set, dt_eval_point *out, int *s
         dt_eval_slice(n, j, r->rank, r->world, b, &start, &count);
         if (count == 0) continue;
         for (int i = 0; i < count; i++) r->idx[i] = start + (size_t)i;
-        fill_batch(val, r->idx, count, c->data.seq_len, r->tokens, r->targets);
+        DT_TRY(fill_batch(r, val, r->idx, count));
         dt_fwd_result res;
         DT_TRY(dt_model_forward(r->model, r->tokens, r->targets, count, &res));
         loss += res.loss_sum;
@@ -315,6 +327,10 @@ static dt_status describe_data(const dt_config *c, FILE *out) {
                     dt_dataset_num_files(ds), ss.tokens, ss.counted, c->data.train_on_all ? "all" : "the answers'");
             if (cut) fprintf(out, ", %zu cut to data.seq_len + 1 = %d tokens", cut, c->data.seq_len + 1);
             if (ss.no_answer) fprintf(out, ", %zu left out (no answer token within them)", ss.no_answer);
+            if (c->data.packing)
+                fprintf(out, "; packed into %zu rows of %d: padding %.1f%% of their tokens (one example a row: %.1f%%)",
+                        ss.rows, c->data.seq_len, 100.0 * ss.padding_packed, 100.0 * ss.padding);
+            else fprintf(out, "; padding %.1f%% of the rows' tokens", 100.0 * ss.padding);
             fputc('\n', out);
             dt_dataset_free(ds);
             continue;
@@ -333,6 +349,7 @@ static dt_status describe_data(const dt_config *c, FILE *out) {
 dt_status dt_worker_describe(const dt_config *c, FILE *out) {
     dt_config_print(c, out);
     dt_model_cfg mc = dt_infer_model_cfg(c, c->data.batch_size_per_worker, c->data.seq_len);
+    mc.packed = c->data.packing;
     char params[32], flops[32], mem[32];
     human_count(params, sizeof params, (double)dt_model_count_params(&mc));
     human_count(flops, sizeof flops, dt_model_flops_per_token(&mc));
@@ -723,6 +740,7 @@ typedef struct trainer {
     size_t spe;                  /* steps per epoch */
     float scale;                 /* 1 / rows of the global batch (chat, completion: its counted targets) */
     size_t *gidx;                /* chat, completion: the global batch's samples (G) */
+    double text_tokens;          /* chat, completion: the steps' tokens that are not padding (dt_dataset_text_tokens) */
     long check_every;            /* replica check period (0: off) */
     /* where training stands: the same on every rank */
     long step, epoch, step_start, total;
@@ -1022,9 +1040,15 @@ static void report_start(trainer *t) {
         k += snprintf(sets + k, sizeof sets - (size_t)k, "%s%s %zu", i ? ", " : " (", dt_config_val_name(r->cfg, i),
                       dt_dataset_size(r->val[i]));
     if (sets[0]) snprintf(sets + strlen(sets), sizeof sets - strlen(sets), ")");
-    dt_metrics_info(r->metrics, "data: %zu train examples (%zu steps/epoch at global batch %ld = %d x %d x %d), "
-                    "%zu val examples%s | %ld steps",
-                    n_train, t->spe, t->G, r->world, t->b, t->accum, n_val, sets, t->total);
+    const int packed = dt_dataset_packed(r->train);
+    dt_metrics_info(r->metrics, "data: %zu train %s (%zu steps/epoch at global batch %ld = %d x %d x %d), "
+                    "%zu val %s%s | %ld steps", n_train, packed ? "rows" : "examples", t->spe, t->G, r->world, t->b,
+                    t->accum, n_val, packed ? "rows" : "examples", sets, t->total);
+    dt_sft_stats ss;
+    if (packed && dt_dataset_sft_stats(r->train, &ss))
+        dt_metrics_info(r->metrics, "data.packing: %zu train examples packed into %zu rows of %d: padding %.1f%% of "
+                        "their tokens (one example a row: %.1f%%)", ss.examples - ss.no_answer, ss.rows,
+                        r->cfg->data.seq_len, 100.0 * ss.padding_packed, 100.0 * ss.padding);
     report_truncated(r, "train", r->train);
     for (int i = 0; i < r->n_val; i++)
         report_truncated(r, r->cfg->data.n_val_sets ? dt_config_val_name(r->cfg, i) : "val", r->val[i]);
@@ -1064,7 +1088,10 @@ static void step_scale(trainer *t) {
     if (!t->gidx) return;
     dt_sampler_global_at(t->r.sampler, t->epoch, t->cursor, t->gidx);
     long n = 0;
-    for (long i = 0; i < t->G; i++) n += dt_dataset_counted(t->r.train, t->gidx[i]);
+    for (long i = 0; i < t->G; i++) {
+        n += dt_dataset_counted(t->r.train, t->gidx[i]);
+        t->text_tokens += dt_dataset_text_tokens(t->r.train, t->gidx[i]);
+    }
     t->scale = 1.0f / (float)n;
 }
 
@@ -1083,7 +1110,7 @@ static dt_status micro_batches(trainer *t, long *rows, double *comm_ms, double *
             for (int i = 0; i < t->b; i++) fprintf(t->sample_log, "%ld %zu\n", t->epoch, r->idx[i]);
             fflush(t->sample_log);
         }
-        fill_batch(r->train, r->idx, t->b, t->T, r->tokens, r->targets);
+        DT_TRY(fill_batch(r, r->train, r->idx, t->b));
         long n;
         double p0 = now_ms();
         DT_TRY(dt_model_forward_train(r->model, r->tokens, r->targets, t->b, t->scale, &n));
@@ -1391,7 +1418,14 @@ static dt_status finish(trainer *t, int stopped) {
         .train_s = t->train_ms / 1e3, .eval_s = t->eval_ms / 1e3, .comm_s = t->comm_ms / 1e3,
         .sent_bytes = t->sent_bytes, .workers = r->world,
         .val_loss = NAN, .val_accuracy = NAN, .val_f1_macro = NAN,
+        .text_tokens = NAN, .padding = NAN, .padding_unpacked = NAN,
     };
+    dt_sft_stats ss;
+    if (t->gidx && dt_dataset_sft_stats(r->train, &ss)) {
+        sum.text_tokens = t->text_tokens;
+        sum.padding = dt_dataset_packed(r->train) ? ss.padding_packed : ss.padding;
+        sum.padding_unpacked = ss.padding;
+    }
     double peaks[DT_MAX_WORLD], gpu_peaks[DT_MAX_WORLD];
     if (stopped) {
         DT_TRY(gather_peak_memory(r, t->launch, peaks, gpu_peaks, &sum.peak_gpu_mb, t->remote_bytes, &sum.remote_bytes));

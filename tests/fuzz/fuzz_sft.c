@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const int V = dt_tokenizer_vocab_size(tok);
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
-        const int c = dt_sft_get(s, i, tokens, targets), len = dt_sft_tokens(s, i);
+        const int c = dt_sft_get(s, i, tokens, targets, NULL), len = dt_sft_tokens(s, i);
         int counted = 0;
         FUZZ_ASSERT(c >= 1 && c == dt_sft_counted(s, i), "row %zu: %d counted, dt_sft_counted %d", i, c,
                     dt_sft_counted(s, i));
