@@ -4,6 +4,13 @@
  *
  *   bench_cpu_step [--threads N] [--steps K] [--B 8 --T 256 --L 4 --C 256 --H 4 --V 256]
  *                  [--arch llama --KV 2 --F 512 --hs 0 --tied 1]   (--smollm2: SmolLM2-135M's shape)
+ *                  [--products 1]
+ *
+ * --products 1: instead of steps, every weight product of one layer and the head, forward, input
+ * gradient and weight gradient, through the backend (its thread-invariant tiles, ops_cpu.c
+ * sgemm_rows) against one cblas_sgemm of the whole product on the same threads (OpenBLAS's own
+ * threading, whose results change with the thread count): the best of --steps runs of each, in
+ * ms and GFLOP/s, and their ratio.
  *
  * Prints ms/step (mean, best and median), tokens/s, model FLOPs/s (6N + 12LAT per token, see
  * dt_model_flops_per_token) and that as a fraction of the sgemm peak: the best cblas_sgemm rate
@@ -60,8 +67,88 @@ static double sgemm_peak(int BT, int C, int F, char *which, size_t n) { /* F: th
     return best;
 }
 
+/* Best seconds of `reps` runs of f(arg) after a warm-up. */
+static double best_of(int reps, void (*f)(void *), void *arg) {
+    double best = 1e30;
+    for (int r = 0; r <= reps; r++) {
+        double t0 = now_s();
+        f(arg);
+        double dt = now_s() - t0;
+        if (r > 0 && dt < best) best = dt;
+    }
+    return best;
+}
+
+/* One product's operands: inp(M,K), W (K,N) or (N,K) with trans, out(M,N), and their gradients. */
+typedef struct prod {
+    const dt_backend *be;
+    int M, K, N, trans, which; /* which: 0 forward, 1 input gradient, 2 weight gradient */
+    float *inp, *w, *out, *dinp, *dw;
+} prod;
+
+static void prod_dtrain(void *arg) {
+    prod *p = arg;
+    const dt_ops *o = p->be->ops;
+    if (p->which == 0)
+        o->matmul_fwd(p->be->ctx, (dt_act *)p->out, (dt_act *)p->inp, p->w, NULL, p->M, p->K, p->N, p->N, p->trans);
+    else
+        o->matmul_bwd(p->be->ctx, p->which == 1 ? (dt_act *)p->dinp : NULL, p->which == 2 ? p->dw : NULL, NULL,
+                      (dt_act *)p->out, (dt_act *)p->inp, p->w, p->M, p->K, p->N, p->N, p->trans);
+}
+
+/* the same product as one cblas_sgemm (OpenBLAS threads) */
+static void prod_whole(void *arg) {
+    prod *p = arg;
+    const CBLAS_TRANSPOSE wt = p->trans ? CblasTrans : CblasNoTrans, wn = p->trans ? CblasNoTrans : CblasTrans;
+    const int ldw = p->trans ? p->K : p->N;
+    if (p->which == 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, wt, p->M, p->N, p->K, 1.0f, p->inp, p->K, p->w, ldw, 0.0f, p->out, p->N);
+    else if (p->which == 1)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, wn, p->M, p->K, p->N, 1.0f, p->out, p->N, p->w, ldw, 0.0f, p->dinp, p->K);
+    else if (p->trans)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p->N, p->K, p->M, 1.0f, p->out, p->N, p->inp, p->K, 1.0f, p->dw,
+                    p->K);
+    else
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p->K, p->N, p->M, 1.0f, p->inp, p->K, p->out, p->N, 1.0f, p->dw,
+                    p->N);
+}
+
+static float *filled(size_t n) {
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+    return x;
+}
+
+/* --products: the table (see the top of the file) */
+static void products(const dt_backend *be, int threads, int reps, int BT, int C, int QKV, int A, int PRE, int ACT, int V) {
+    const struct { const char *name; int K, N, trans; } ps[] = {
+        {"qkv", C, QKV, 0}, {"attn_out", A, C, 0}, {"mlp_in", C, PRE, 0}, {"mlp_out", ACT, C, 0}, {"head", C, V, 1}};
+    static const char *const dir[] = {"forward", "input grad", "weight grad"};
+    printf("| product | M K N | dtrain ms | GFLOP/s | one sgemm ms | GFLOP/s | dtrain / sgemm time |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- |\n");
+    double tot_d = 0, tot_w = 0;
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+        for (int which = 0; which < 3; which++) {
+            prod p = {be, BT, ps[i].K, ps[i].N, ps[i].trans, which, filled((size_t)BT * ps[i].K),
+                      filled((size_t)ps[i].K * ps[i].N), filled((size_t)BT * ps[i].N), filled((size_t)BT * ps[i].K),
+                      filled((size_t)ps[i].K * ps[i].N)};
+            const double flop = 2.0 * BT * (double)ps[i].K * ps[i].N;
+            const double td = best_of(reps, prod_dtrain, &p);
+            openblas_set_num_threads(threads);
+            const double tw = best_of(reps, prod_whole, &p);
+            be->ops->set_threads(be->ctx, threads); /* the backend's OpenMP threads again (OpenBLAS's OpenMP build
+                                                       sets them with its own) */
+            tot_d += td, tot_w += tw;
+            printf("| %s %s | %d %d %d | %.2f | %.1f | %.2f | %.1f | %.2f |\n", ps[i].name, dir[which], BT, ps[i].K,
+                   ps[i].N, td * 1e3, flop / td / 1e9, tw * 1e3, flop / tw / 1e9, td / tw);
+            free(p.inp); free(p.w); free(p.out); free(p.dinp); free(p.dw);
+        }
+    printf("| all | | %.2f | | %.2f | | %.2f |\n", tot_d * 1e3, tot_w * 1e3, tot_d / tot_w);
+}
+
 int main(int argc, char **argv) {
     int threads = 2, steps = 10, B = 8, T = 256, L = 4, C = 256, H = 4, V = 256, llama = 0, KV = 0, F = 0, hs = 0, tied = 1;
+    int by_product = 0;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--smollm2")) { /* SmolLM2-135M: 30 layers of 576, 9 heads on 3, SwiGLU of 1536 */
             llama = 1, V = 49152, L = 30, C = 576, H = 9, KV = 3, F = 1536, hs = 64, tied = 1, B = 4, T = 256;
@@ -84,12 +171,21 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--F")) F = v;
         else if (!strcmp(argv[i], "--hs")) hs = v;
         else if (!strcmp(argv[i], "--tied")) tied = v;
+        else if (!strcmp(argv[i], "--products")) by_product = v;
         else { fprintf(stderr, "unknown option %s\n", argv[i]); return 2; }
     }
     dt_backend *be;
     if (dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = threads}, &be) != DT_OK) { fprintf(stderr, "%s\n", dt_error_msg()); return 1; }
     char which[64];
     double peak = sgemm_peak(B * T, C, llama ? F : 4 * C, which, sizeof which);
+    if (by_product) {
+        const int hd = hs ? hs : C / H, kv = llama ? KV : H, A = H * hd;
+        printf("%s V=%d T=%d C=%d H=%d B=%d, %d threads; sgemm peak %.1f GFLOP/s (%s)\n\n", llama ? "Llama" : "GPT-2", V, T,
+               C, H, B, threads, peak / 1e9, which);
+        products(be, threads, steps, B * T, C, (H + 2 * kv) * hd, A, llama ? 2 * F : 4 * C, llama ? F : 4 * C, V);
+        dt_backend_close(be);
+        return 0;
+    }
 
     dt_model_cfg mc = {.shape = {.vocab_size = V, .n_positions = T, .n_layer = L, .n_head = H, .n_embd = C, .num_labels = 0},
                        .seq_len = T, .max_batch = B, .seed = 1};

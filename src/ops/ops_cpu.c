@@ -40,6 +40,10 @@ typedef struct cpu_ctx {
 #define EW_CHUNK 8192     /* elements per task in elementwise loops */
 #define GEMM_BLOCKS 16    /* the matmuls' partition: about this many blocks of result rows, */
 #define GEMM_ROWS 32      /* of at least this many rows (a function of the shape only) */
+#define GEMM_WIDE_B ((size_t)1 << 22) /* a B of this many floats (16 MiB) and more than twice as many
+                                         columns as C has rows (the head's forward: V columns) is
+                                         split into tiles of columns only: every tile of rows
+                                         would pack all of B again (1.75x the time at V 50257) */
 
 /* The compute-bound row/range kernels below are compiled three times (AVX-512, AVX2,
  * baseline) and the loader picks one for the CPU (GCC/Clang function multiversioning):
@@ -133,12 +137,13 @@ static void colsum_add(float *dst, const float *src, int M, int N, int ld) {
 
 /* C(M,N) = alpha op(A)(M,K) op(B)(K,N) + beta C (row-major), as about GEMM_BLOCKS tiles of C
  * sized by the shape alone: blocks of rows, and when there are few rows (generation's single
- * token) blocks of columns too. One sgemm a tile, single-threaded inside the parallel region
+ * token) blocks of columns too; a wide B (GEMM_WIDE_B) blocks of columns only. One sgemm a tile, single-threaded inside the parallel region
  * (OpenBLAS's OpenMP build), so every value is computed the same way for any number of threads. */
 static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda,
                        const float *B, int ldb, float beta, float *C, int ldc) {
     int rows = (M + GEMM_BLOCKS - 1) / GEMM_BLOCKS;
     rows = rows < GEMM_ROWS ? GEMM_ROWS : (rows + 15) / 16 * 16;
+    if ((size_t)K * N >= GEMM_WIDE_B && N > 2 * M) rows = M; /* B much the larger: tiles of columns only */
     const int nr = (M + rows - 1) / rows;
     int ncb = nr >= GEMM_BLOCKS ? 1 : imin(GEMM_BLOCKS / nr, N / 256);
     if (ncb < 1) ncb = 1;
@@ -409,8 +414,16 @@ static void softmax_causal_row_bwd(float *d, const float *p, int lo, int t, int 
     for (int j = t + 1; j < T; j++) d[j] = 0.0f;
 }
 
-/* the first row that row t of sequence b attends to: 0, or its example's first with packed rows */
+/* the first row that row t of sequence b attends to: 0, or its example's first with packed rows
+ * (never decreasing with t: a block of rows needs keys from its first row's on) */
 static inline int att_lo(const dt_att_shape *s, int b, int t) { return s->pos ? t - s->pos[(size_t)b * s->T + t] : 0; }
+/* the end of the rows that attend to row c - 1 of sequence b: T, or with packed rows the end of
+ * its example */
+static inline int att_hi(const dt_att_shape *s, int b, int c) {
+    if (!s->pos) return s->T;
+    while (c < s->T && s->pos[(size_t)b * s->T + c] != 0) c++;
+    return c;
+}
 
 /* the widths of an attention's rows: W of qkv, HQ of out, and where k and v start in a qkv row */
 typedef struct att_dims {
@@ -443,12 +456,13 @@ static void cpu_attention_fwd(void *ctx, dt_act *out_, void *att_, const dt_act 
         float *P = att + (size_t)bh * T * T;
         float *o = out + (size_t)b * T * d.HQ + (size_t)h * hs;
         for (int r0 = 0; r0 < T; r0 += ATT_BLK) {
-            const int r1 = imin(T, r0 + ATT_BLK), m = r1 - r0;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, scale,
-                        q + (size_t)r0 * d.W, d.W, k, d.W, 0.0f, P + (size_t)r0 * T, T);
+            /* keys [k0, r1): packed rows skip the examples before the block's first row's */
+            const int r1 = imin(T, r0 + ATT_BLK), m = r1 - r0, k0 = att_lo(s, b, r0);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1 - k0, hs, scale, q + (size_t)r0 * d.W, d.W,
+                        k + (size_t)k0 * d.W, d.W, 0.0f, P + (size_t)r0 * T + k0, T);
             for (int t = r0; t < r1; t++) softmax_causal_row(P + (size_t)t * T, att_lo(s, b, t), t, T);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, 1.0f,
-                        P + (size_t)r0 * T, T, v, d.W, 0.0f, o + (size_t)r0 * d.HQ, d.HQ);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1 - k0, 1.0f, P + (size_t)r0 * T + k0, T,
+                        v + (size_t)k0 * d.W, d.W, 0.0f, o + (size_t)r0 * d.HQ, d.HQ);
         }
     }
 }
@@ -486,18 +500,18 @@ static void att_head_bwd(float *dq, float *dk, float *dv, float *dS, const float
                          int acc) {
     const int T = s->T, hs = s->hs;
     for (int r0 = 0; r0 < T; r0 += ATT_BLK) {
-        const int r1 = imin(T, r0 + ATT_BLK), m = r1 - r0;
+        const int r1 = imin(T, r0 + ATT_BLK), m = r1 - r0, k0 = att_lo(s, b, r0); /* keys [k0, r1), as forward */
         /* dP = dO V^T, then dS = P * (dP - rowsum(P * dP)) in place */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, 1.0f,
-                    dO + (size_t)r0 * d->HQ, d->HQ, v, d->W, 0.0f, dS + (size_t)r0 * T, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1 - k0, hs, 1.0f, dO + (size_t)r0 * d->HQ, d->HQ,
+                    v + (size_t)k0 * d->W, d->W, 0.0f, dS + (size_t)r0 * T + k0, T);
         for (int t = r0; t < r1; t++) softmax_causal_row_bwd(dS + (size_t)t * T, P + (size_t)t * T, att_lo(s, b, t), t, T);
         /* dQ = scale * dS K */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, scale,
-                    dS + (size_t)r0 * T, T, k, d->W, 0.0f, dq + (size_t)r0 * d->W, d->W);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1 - k0, scale, dS + (size_t)r0 * T + k0, T,
+                    k + (size_t)k0 * d->W, d->W, 0.0f, dq + (size_t)r0 * d->W, d->W);
     }
     for (int c0 = 0; c0 < T; c0 += ATT_BLK) {
-        /* keys [c0,c1) receive from queries [c0,T) only */
-        const int n = imin(T, c0 + ATT_BLK) - c0, rows = T - c0;
+        /* keys [c0,c1) receive from queries [c0,T) only; packed rows from those of their examples */
+        const int c1 = imin(T, c0 + ATT_BLK), n = c1 - c0, rows = att_hi(s, b, c1) - c0;
         const size_t d0 = (size_t)c0 * T + c0;
         /* dV = P^T dO;  dK = scale * dS^T Q */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, rows, 1.0f, P + d0, T,
