@@ -213,11 +213,13 @@ int main(int argc, char **argv) {
     double best = 1e30, total = 0, fwd_best = 1e30, *each = malloc((size_t)steps * sizeof *each);
     for (int k = 0; k < steps + 1; k++) {
         double t0 = now_s();
-        dt_fwd_result r;
+        long rows;
+        const float scale = 1.0f / (float)(B * T);
         dt_model_zero_grad(m);
-        if (dt_model_forward(m, tok, tgt, B, &r) != DT_OK) return 1;
+        /* as a training step runs it (worker.c): no predictions, the loss and its gradient fused */
+        if (dt_model_forward_train(m, tok, tgt, B, scale, &rows) != DT_OK) return 1;
         double t1 = now_s();
-        dt_model_backward(m, 1.0f / (float)(B * T), NULL, NULL);
+        dt_model_backward(m, scale, NULL, NULL);
         double gn, lr;
         dt_optim_step(o, dt_model_params(m), dt_model_grads(m), k, &gn, &lr);
         double dt = now_s() - t0;
