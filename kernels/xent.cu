@@ -44,6 +44,22 @@ __device__ inline XentMS xent_ms_block(XentMS v) {
     return v;
 }
 
+// What both kernels below store at column j of a row whose softmax has maximum mx and 1 / sum
+// inv: p_j, or fused its gradient (p_j - onehot) * scale, rounded as xent_fwd stores p and
+// xent_bwd reads it for float (no multiply-add across the two); for bf16 p stays float until the
+// gradient is stored (p - 1 near p = 1 would lose everything in bf16). An ignored row's fused
+// output (0) is written without this.
+__device__ inline float xent_out(float xj, float mx, float inv, int j, int tg, float scale, int fused) {
+    const float pj = __fmul_rn(expf(xj - mx), inv);
+    return fused ? __fmul_rn(j == tg ? __fsub_rn(pj, 1.0f) : pj, scale) : pj;
+}
+
+// The row's loss, -log(exp(x_t - max) / sum) = log(sum) - (x_t - max), without rounding p_t
+// first (0 for an ignored row), by thread 0.
+__device__ inline void xent_loss(float *losses, XentMS ms, float xtg, int tg) {
+    if (threadIdx.x == 0) losses[blockIdx.x] = tg >= 0 ? logf(ms.s) - (xtg - ms.m) : 0.0f;
+}
+
 // One block per row, two passes over it: the first finds the maximum and the sum of exp(x -
 // max) at once (online softmax: a thread rescales its sum when its maximum grows), the second
 // writes probs = exp(x - max) / sum, or, fused, the gradient. The first pass only reads and ends
@@ -63,22 +79,13 @@ static __device__ void xent(float *losses, void *out, const void *logits, const 
     XentMS ms = {-INFINITY, 0.0f};
     for (int j = threadIdx.x; j < V; j += blockDim.x) ms = xent_ms_add(ms, dtk_ld(x, j));
     ms = xent_ms_block(ms);
-    const float mx = ms.m, sum = ms.s;
-
-    // loss = -log(exp(x_t - max) / sum) = log(sum) - (x_t - max), without rounding p_t first
-    if (threadIdx.x == 0) losses[blockIdx.x] = tg >= 0 ? logf(sum) - (xtg - mx) : 0.0f;
-    const float inv = 1.0f / sum;
+    xent_loss(losses, ms, xtg, tg);
     if (fused && tg < 0) {
         for (int j = threadIdx.x; j < V; j += blockDim.x) dtk_st(p, j, 0.0f);
         return;
     }
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        // rounded as xent_fwd stores p and xent_bwd reads it for float: no multiply-add across
-        // the two; for bf16, p stays float until the gradient is stored (p - 1 near p = 1
-        // would lose everything in bf16)
-        const float pj = __fmul_rn(expf(dtk_ld(x, j) - mx), inv);
-        dtk_st(p, j, fused ? __fmul_rn(j == tg ? __fsub_rn(pj, 1.0f) : pj, scale) : pj);
-    }
+    const float inv = 1.0f / ms.s;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) dtk_st(p, j, xent_out(dtk_ld(x, j), ms.m, inv, j, tg, scale, fused));
 }
 DTK_ACT_KERNELS(xent,
                 (float *losses, void *out, const void *logits, const int *targets, float scale, int fused, int V, int ld),
@@ -86,8 +93,8 @@ DTK_ACT_KERNELS(xent,
 
 // The same for bf16 rows that start 16-byte aligned (ld % 8 == 0): each thread reads 8 logits
 // (16 bytes) a load and writes 8 a store up to the last whole 8 of V, then one at a time; every
-// element is computed as above (xent_ms_add, the same p and gradient), only the order in which
-// the threads' running sums are taken differs. The scalar kernel took 3.7 ms a call for GPT-2
+// element is computed as above (xent_ms_add, xent_out), only the order in which the threads'
+// running sums are taken differs. The scalar kernel took 3.7 ms a call for GPT-2
 // 124M's 16384 x 50257 on the H200, about three times what its bytes need.
 static __global__ void dtk_xent_v8(float *losses, __nv_bfloat16 *out, const __nv_bfloat16 *logits, const int *targets,
                                    float scale, int fused, int V, int ld) {
@@ -105,24 +112,17 @@ static __global__ void dtk_xent_v8(float *losses, __nv_bfloat16 *out, const __nv
     }
     for (int j = V8 + threadIdx.x; j < V; j += blockDim.x) ms = xent_ms_add(ms, dtk_ld(x, j));
     ms = xent_ms_block(ms);
-    const float mx = ms.m, sum = ms.s;
-
-    if (threadIdx.x == 0) losses[blockIdx.x] = tg >= 0 ? logf(sum) - (xtg - mx) : 0.0f;
-    const float inv = 1.0f / sum;
+    xent_loss(losses, ms, xtg, tg);
     const bool zero = fused && tg < 0;
+    const float inv = 1.0f / ms.s;
     for (int j = threadIdx.x * 8; j < V8; j += blockDim.x * 8) {
         float f[8];
-        dtk_ld8(x + j, f);
-        for (int i = 0; i < 8; i++) {
-            const float pj = __fmul_rn(expf(f[i] - mx), inv);
-            f[i] = zero ? 0.0f : fused ? __fmul_rn(j + i == tg ? __fsub_rn(pj, 1.0f) : pj, scale) : pj;
-        }
+        if (!zero) dtk_ld8(x + j, f);
+        for (int i = 0; i < 8; i++) f[i] = zero ? 0.0f : xent_out(f[i], ms.m, inv, j + i, tg, scale, fused);
         dtk_st8(p + j, f);
     }
-    for (int j = V8 + threadIdx.x; j < V; j += blockDim.x) {
-        const float pj = __fmul_rn(expf(dtk_ld(x, j) - mx), inv);
-        dtk_st(p, j, zero ? 0.0f : fused ? __fmul_rn(j == tg ? __fsub_rn(pj, 1.0f) : pj, scale) : pj);
-    }
+    for (int j = V8 + threadIdx.x; j < V; j += blockDim.x)
+        dtk_st(p, j, zero ? 0.0f : xent_out(dtk_ld(x, j), ms.m, inv, j, tg, scale, fused));
 }
 static inline bool xent_v8(dtk_type t, const void *a, const void *b, int ld) {
     return t == DTK_BF16 && ld % 8 == 0 && dtk_aligned16(a) && dtk_aligned16(b);
