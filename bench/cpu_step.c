@@ -120,9 +120,10 @@ static float *filled(size_t n) {
 }
 
 /* --products: the table (see the top of the file) */
-static void products(const dt_backend *be, int threads, int reps, int BT, int C, int QKV, int A, int PRE, int ACT, int V) {
+static void products(const dt_backend *be, int threads, int reps, int BT, int C, int QKV, int A, int PRE, int ACT, int V,
+                     int lt) { /* lt: the layers' weights stored (out, in), as the Llama family's nn.Linear */
     const struct { const char *name; int K, N, trans; } ps[] = {
-        {"qkv", C, QKV, 0}, {"attn_out", A, C, 0}, {"mlp_in", C, PRE, 0}, {"mlp_out", ACT, C, 0}, {"head", C, V, 1}};
+        {"qkv", C, QKV, lt}, {"attn_out", A, C, lt}, {"mlp_in", C, PRE, lt}, {"mlp_out", ACT, C, lt}, {"head", C, V, 1}};
     static const char *const dir[] = {"forward", "input grad", "weight grad"};
     printf("| product | M K N | dtrain ms | GFLOP/s | one sgemm ms | GFLOP/s | dtrain / sgemm time |\n");
     printf("| --- | --- | --- | --- | --- | --- | --- |\n");
@@ -182,7 +183,7 @@ int main(int argc, char **argv) {
         const int hd = hs ? hs : C / H, kv = llama ? KV : H, A = H * hd;
         printf("%s V=%d T=%d C=%d H=%d B=%d, %d threads; sgemm peak %.1f GFLOP/s (%s)\n\n", llama ? "Llama" : "GPT-2", V, T,
                C, H, B, threads, peak / 1e9, which);
-        products(be, threads, steps, B * T, C, (H + 2 * kv) * hd, A, llama ? 2 * F : 4 * C, llama ? F : 4 * C, V);
+        products(be, threads, steps, B * T, C, (H + 2 * kv) * hd, A, llama ? 2 * F : 4 * C, llama ? F : 4 * C, V, llama);
         dt_backend_close(be);
         return 0;
     }
