@@ -353,6 +353,20 @@ if np is not None:
               "(%.7f %.6f, unpacked %.7f %.6f); after 3 steps its weights within 1e-5 (%.2e), those of 1 packed "
               "worker x 4 within 1e-5 (%.2e)" % (workers, b, accum, loss, norm, base_loss, base_norm, err, same))
 
+    # evaluation reads packed rows too: the same loss on the answers as one conversation a row
+    val = os.path.join(TMP, "packed-val.jsonl")
+    with open(train) as f, open(val, "w") as g:
+        g.writelines(f.readlines()[:8])
+    got = {}
+    for p in ("true", "false"):
+        r = dtrain("eval", "--checkpoint", os.path.join(TMP, "packed-1x4x1"), "--set", "data.val_path=" + val,
+                   "--set", "data.packing=" + p, "--set", "data.seq_len=400")
+        m = re.search(r"val loss ([0-9.]+)", r.stdout)
+        got[p] = float(m.group(1)) if m else float("nan")
+    check(abs(got["true"] - got["false"]) <= 1e-5 * abs(got["false"]),
+          "dtrain eval with data.packing: the loss of one conversation a row (%.7f, unpacked %.7f)"
+          % (got["true"], got["false"]))
+
 if failures:
     print("test_sft: %d check(s) failed" % len(failures))
     sys.exit(1)
