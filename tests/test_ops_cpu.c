@@ -1077,7 +1077,7 @@ static void test_large_sizes(void) {
             const double rp = p0[i] * (1.0 - (double)lr * wd) - lr * mhat / (sqrt(vhat) + eps);
             CHECK_NEAR_REL(m[i], rm, 1e-5, 1e-3); /* b1 m + (1-b1) g may cancel */
             CHECK_NEAR_REL(v[i], rv, 1e-5, 1e-9);
-            CHECK_NEAR_REL(p[i], rp, 1e-5, 1.0); /* p0 ~ 1 and the step cancel: the error is fp32's at 1 */
+            CHECK_NEAR_REL(p[i], rp, 1e-5, 1e-2); /* p0 ~ 1 and the step may cancel: fp32's error at 1, ~1e-7 */
         }
         bfree(p), bfree(g), bfree(m), bfree(v), bfree(p0), bfree(m0), bfree(v0);
     }

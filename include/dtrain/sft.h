@@ -43,10 +43,10 @@ typedef struct dt_sft_stats {
     size_t cut;       /* examples longer than seq_len + 1 tokens */
     size_t no_answer; /* examples left out: no counted target within the cut (their answer starts
                          past T; training on none of it, a batch of them would divide by 0) */
-    /* filled by dt_dataset_sft_stats: the rows (examples, or packed rows), and dt_sft_padding's
-     * shares of padding */
-    size_t rows;
-    double padding, padding_packed;
+    size_t rows;      /* examples, or packed rows (dt_sft_size) */
+    double padding, padding_packed; /* the share of the rows' T tokens that are padding (not an
+                                       example's token with a next token), one example a row and as
+                                       packed (the same where not packed) */
 } dt_sft_stats;
 
 dt_status dt_sft_new(dt_sft **out, const dt_sft_cfg *cfg);
@@ -62,10 +62,6 @@ dt_status dt_sft_read(dt_sft *s, const char *file, const char *buf, size_t len);
  * positions 0.. of its own (pos), then padding (end-of-text ids, positions from 0 again, no
  * target counted). The rows depend on the examples only: the same for any world size. */
 dt_status dt_sft_pack(dt_sft *s);
-/* The share of the rows' T tokens that are padding (inputs without a next token of their
- * example), one example a row and packed (unpacked where not packed). */
-void dt_sft_padding(const dt_sft *s, double *unpacked, double *packed);
-
 size_t dt_sft_size(const dt_sft *s); /* rows: examples, or packed rows */
 void dt_sft_stats_get(const dt_sft *s, dt_sft_stats *out);
 /* Row i: tokens(T) and targets(T) (-1: not counted), and pos(T) (may be NULL) each token's
@@ -77,7 +73,7 @@ int dt_sft_counted(const dt_sft *s, size_t i);
  * last target: at most T + 1); packed, its examples' inputs that have a next token. */
 int dt_sft_tokens(const dt_sft *s, size_t i);
 /* The positions of row i that hold an example's token with a next token of its own (text, not
- * padding; at most T): what dt_sft_padding counts. */
+ * padding; at most T): what the stats' padding shares count. */
 int dt_sft_text(const dt_sft *s, size_t i);
 
 /* What exact match (answers.h) asks and expects, a line each: chat: the conversation up to its

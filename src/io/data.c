@@ -780,11 +780,7 @@ int dt_dataset_row_tokens(const dt_dataset *ds, size_t i) {
 }
 
 int dt_dataset_sft_stats(const dt_dataset *ds, dt_sft_stats *out) {
-    if (ds->sft) {
-        dt_sft_stats_get(ds->sft, out);
-        dt_sft_padding(ds->sft, &out->padding, &out->padding_packed);
-        out->rows = dt_sft_size(ds->sft);
-    }
+    if (ds->sft) dt_sft_stats_get(ds->sft, out);
     return ds->sft != NULL;
 }
 

@@ -77,7 +77,12 @@ void dt_sft_free(dt_sft *s) {
 }
 
 size_t dt_sft_size(const dt_sft *s) { return s->row ? s->n_rows : s->n; }
-void dt_sft_stats_get(const dt_sft *s, dt_sft_stats *out) { *out = s->stats; }
+static void padding(const dt_sft *s, double *unpacked, double *packed);
+void dt_sft_stats_get(const dt_sft *s, dt_sft_stats *out) {
+    *out = s->stats;
+    out->rows = dt_sft_size(s);
+    padding(s, &out->padding, &out->padding_packed);
+}
 
 /* room for one more example of up to k ids */
 static dt_status reserve(dt_sft *s, size_t k) {
@@ -489,7 +494,7 @@ dt_status dt_sft_pack(dt_sft *s) {
     return st;
 }
 
-void dt_sft_padding(const dt_sft *s, double *unpacked, double *packed) {
+static void padding(const dt_sft *s, double *unpacked, double *packed) {
     size_t real = 0;
     for (size_t e = 0; e < s->n; e++) real += ex_rows(s, e);
     const double T = (double)s->cfg.seq_len;
