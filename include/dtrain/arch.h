@@ -114,6 +114,44 @@ double dt_shape_default(const dt_shape_field *f);
 /* The value as the config prints it ("12", "1e-05", "true"), in buf (n bytes); returns buf. */
 const char *dt_shape_str(const dt_model_shape *s, const dt_shape_field *f, char *buf, size_t n);
 
+/* LoRA (model.lora): the products an adapter may target, X(name, architecture, the module's
+ * Hugging Face path inside a layer). `name` is what model.lora.targets lists (as PEFT's
+ * target_modules: a suffix of the module's path); bit i of a target mask is row i. */
+#define DT_LORA_TARGETS(X)                               \
+    X("c_attn", DT_ARCH_GPT2, "attn.c_attn")             \
+    X("attn.c_proj", DT_ARCH_GPT2, "attn.c_proj")        \
+    X("c_fc", DT_ARCH_GPT2, "mlp.c_fc")                  \
+    X("mlp.c_proj", DT_ARCH_GPT2, "mlp.c_proj")          \
+    X("q", DT_ARCH_LLAMA, "self_attn.q_proj")            \
+    X("k", DT_ARCH_LLAMA, "self_attn.k_proj")            \
+    X("v", DT_ARCH_LLAMA, "self_attn.v_proj")            \
+    X("o", DT_ARCH_LLAMA, "self_attn.o_proj")            \
+    X("gate", DT_ARCH_LLAMA, "mlp.gate_proj")            \
+    X("up", DT_ARCH_LLAMA, "mlp.up_proj")                \
+    X("down", DT_ARCH_LLAMA, "mlp.down_proj")
+#define DT_LORA_MAX_TARGETS 16
+
+/* model.lora: rank 0 is no LoRA. Each targeted product x W becomes x W + (alpha / rank) (x A^T) B^T,
+ * A (rank, in), B (out, rank). */
+typedef struct dt_lora {
+    int rank;
+    double alpha;
+    unsigned targets; /* a mask of DT_LORA_TARGETS rows */
+} dt_lora;
+
+/* The number of DT_LORA_TARGETS rows; row i's name and Hugging Face module path (NULL past the end). */
+int dt_lora_target_count(void);
+const char *dt_lora_target_name(int i);
+const char *dt_lora_target_module(int i);
+/* The row named `name` (-1: none). */
+int dt_lora_target_parse(const char *name);
+/* The targets architecture a has, and those PEFT targets when none are named (GPT-2: c_attn;
+ * Llama: q, v). */
+unsigned dt_lora_arch_targets(dt_arch a);
+unsigned dt_lora_default_targets(dt_arch a);
+/* "q, k, v" for a mask, into buf (n bytes); returns buf. */
+const char *dt_lora_targets_str(unsigned mask, char *buf, size_t n);
+
 /* The architecture model.type names; DT_ERR_USAGE (no message) for anything else. */
 dt_status dt_arch_parse(const char *type, dt_arch *out);
 /* Its canonical name ("gpt2") and Hugging Face's model_type and class names. */

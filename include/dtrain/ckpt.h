@@ -53,6 +53,12 @@ typedef struct dt_ckpt_state {
                                   tokenizer, or a checkpoint from before it was recorded); save writes
                                   the config's, not this */
     dt_ckpt_best best;      /* optional in trainer.json ("best"): all 0 when absent */
+    /* model.lora at save (optional in trainer.json, "lora"; rank 0: none): the adapters' shape,
+     * and the frozen base they apply to, as dt_model_frozen_digest and where it came from
+     * (model.init_from; "": the seed's) */
+    dt_lora lora;
+    uint32_t lora_base_digest;
+    char lora_base[DT_PATH_MAX];
     /* saving only: when set, what fills the host arrays of the AdamW moments (n_params floats
      * each, the parameters' layout) in place of dt_optim_get_moments: an optimizer that holds
      * only its shard (training.zero_stage 1) gathers them there from the other workers. Called
@@ -102,6 +108,9 @@ dt_status dt_ckpt_check_shape(const dt_ckpt_state *s, const dt_model_shape *now,
  * data.tokenizer_sha256 differs (another file, or bytes). A checkpoint that recorded none (the
  * byte tokenizer, or written before dtrain recorded it) resumes with any. */
 dt_status dt_ckpt_check_tokenizer(const dt_ckpt_state *s, const dt_config *cfg, const char *ckpt_dir);
+/* DT_ERR_CONFIG naming what differs when the checkpoint's model.lora (rank, alpha, targets;
+ * none) is not `now`. */
+dt_status dt_ckpt_check_lora(const dt_ckpt_state *s, const dt_lora *now, const char *ckpt_dir);
 
 /* Loads the weights and the optimizer moments of a verified checkpoint. */
 dt_status dt_ckpt_load(const char *ckpt_dir, dt_model *m, dt_optim *o);

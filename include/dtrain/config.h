@@ -116,6 +116,8 @@ typedef struct dt_config {
          * n_positions defaults to data.seq_len and must be >= it); shape.arch from model.type */
         dt_model_shape shape;
         char init_from[DT_PATH_MAX];  /* "" = random init */
+        dt_lora lora;                 /* model.lora: rank 0 (default) none; targets resolved (the
+                                         architecture's default when not given) */
     } model;
     struct {
         long every_steps;   /* 0 = only at the end, default 100 */

@@ -32,6 +32,7 @@ typedef struct dt_model_cfg {
     int packed;       /* 1: a row may hold several examples (data.packing): attention stays within each one
                          and positions restart with it, as dt_model_set_positions says */
     uint64_t seed;    /* init seed */
+    dt_lora lora;     /* model.lora (rank 0: none): the architecture's tensors frozen, adapters on lora.targets */
 } dt_model_cfg;
 
 typedef struct dt_tensor_info {
@@ -69,13 +70,21 @@ void dt_model_free(dt_model *m);
 
 const dt_model_cfg *dt_model_config(const dt_model *m);
 const dt_backend *dt_model_backend(const dt_model *m); /* the backend it was built on */
+/* The trainable parameters: every tensor, or with model.lora the adapters (and a classifier's
+ * score head, as PEFT's modules_to_save), laid out after the frozen ones. The tensors, buckets,
+ * parameters and gradients below are theirs, offsets from the start of dt_model_params:
+ * optimizer, collectives, replica checks and checkpoints see only them. */
 size_t dt_model_num_params(const dt_model *m);
 int dt_model_num_tensors(const dt_model *m);
 const dt_tensor_info *dt_model_tensor(const dt_model *m, int i);
 int dt_model_num_buckets(const dt_model *m);
-const dt_bucket *dt_model_bucket(const dt_model *m, int i);
+const dt_bucket *dt_model_bucket(const dt_model *m, int i);  /* a bucket may be empty (numel 0) with LoRA */
 float *dt_model_params(dt_model *m);  /* backend memory */
 float *dt_model_grads(dt_model *m);   /* backend memory */
+/* The frozen parameters' count (0 without model.lora), and their CRC32 (zlib) as floats: what
+ * identifies the base a LoRA checkpoint's adapters apply to. */
+size_t dt_model_num_frozen(const dt_model *m);
+dt_status dt_model_frozen_digest(dt_model *m, uint32_t *out);
 /* Call after writing the parameters other than through the op table's upload (e.g. a
  * broadcast by a collective): the backend's working copy is refreshed before next use. */
 void dt_model_params_changed(dt_model *m);
@@ -83,7 +92,8 @@ void dt_model_params_changed(dt_model *m);
 /* Training FLOPs per token (forward + backward, 6N + 12*L*C*T as in the PaLM appendix,
  * N = the weights of the layers' products, and of the LM head); static so --dry-run can print it. */
 double dt_model_flops_per_token(const dt_model_cfg *cfg);
-size_t dt_model_count_params(const dt_model_cfg *cfg);
+size_t dt_model_count_params(const dt_model_cfg *cfg);    /* every parameter, frozen or not */
+size_t dt_model_count_trainable(const dt_model_cfg *cfg); /* the trainable ones (model.lora: the adapters') */
 /* Bytes of backend memory init allocates for this shape on backend `ops` at precision bf16
  * (0/1): parameters, gradients and the activation arena, from the same table init allocates
  * by (static, for --dry-run: the backend's estimate of what its attention keeps, ops.h
@@ -135,10 +145,15 @@ void dt_model_zero_grad(dt_model *m);
  * against the config, every value must be finite (DT_ERR_DATA naming file and tensor).
  * A classification model loading a file without score.weight keeps its random score
  * head and *score_initialised (may be NULL) is set to 0; else 1. */
+/* With model.lora it writes the trainable tensors only (the adapters, the score head). */
 dt_status dt_model_save(dt_model *m, const char *path);
-/* The same with the names transformers' classes save (GPT-2: "transformer." before every
- * name but score.weight's, as GPT2LMHeadModel and GPT2ForSequenceClassification have them). */
+/* The whole model with the names transformers' classes save (GPT-2: "transformer." before every
+ * name but score.weight's, as GPT2LMHeadModel and GPT2ForSequenceClassification have them);
+ * with model.lora the adapters merged into their products (W + scale B A). */
 dt_status dt_model_save_hf(dt_model *m, const char *path);
+/* With model.lora a file holding adapters (names ending lora_A.weight) is taken as
+ * dt_model_save wrote it: every trainable tensor, nothing else; any other file as the frozen
+ * model's weights (the adapters untouched). */
 dt_status dt_model_load(dt_model *m, const char *path, int *score_loaded);
 
 /* DT_ERR_DATA "PATH: tensor NAME holds NaN at element I (K values are NaN or Inf)" when one of

@@ -184,7 +184,8 @@ struct dt_ops {
     /* out(N,C) = (inp - mean) * rstd * w + b; saves mean(N), rstd(N). eps = 1e-5 */
     void (*layernorm_fwd)(void *ctx, dt_act *out, float *mean, float *rstd, const dt_act *inp,
                           const float *w, const float *b, int N, int C);
-    /* dinp(N,C) +=, dw(C) +=, db(C) += */
+    /* dinp(N,C) +=, dw(C) +=, db(C) += (dw and db NULL: frozen weights, skipped; only asked of a
+     * backend with lora_fwd) */
     void (*layernorm_bwd)(void *ctx, dt_act *dinp, float *dw, float *db, const dt_act *dout,
                           const dt_act *inp, const float *w, const float *mean, const float *rstd,
                           int N, int C);
@@ -192,7 +193,7 @@ struct dt_ops {
     /* May be NULL (a backend without the Llama family's ops). RMSNorm: out(N,C) = w * (inp *
      * rstd), rstd(N) = 1 / sqrt(mean(inp^2) + eps) kept for backward, in fp32. */
     void (*rmsnorm_fwd)(void *ctx, dt_act *out, float *rstd, const dt_act *inp, const float *w, int N, int C, float eps);
-    /* dinp(N,C) +=, dw(C) += */
+    /* dinp(N,C) +=, dw(C) += (dw NULL: as layernorm_bwd's) */
     void (*rmsnorm_bwd)(void *ctx, dt_act *dinp, float *dw, const dt_act *dout, const dt_act *inp, const float *w,
                         const float *rstd, int N, int C);
 
@@ -257,6 +258,16 @@ struct dt_ops {
     void (*swiglu_fwd)(void *ctx, dt_act *out, const dt_act *inp, int N, int F);
     /* dinp(N, 2F) overwritten: [dout * up * silu'(gate) | dout * silu(gate)] */
     void (*swiglu_bwd)(void *ctx, dt_act *dinp, const dt_act *inp, const dt_act *dout, int N, int F);
+
+    /* May be NULL (a backend without LoRA). A LoRA adapter on a product's output: h(M,r) =
+     * inp(M,K) @ A^T (A stored (r,K)), then out(M,N) += s * h @ B^T (B stored (N,r)); out's rows
+     * ldo apart (a column range of a wider product's output). h: fp32 scratch (M,r). */
+    void (*lora_fwd)(void *ctx, dt_act *out, float *h, const dt_act *inp, const float *A, const float *B, int M, int K,
+                     int N, int r, int ldo, float s);
+    /* Its backward: h = inp @ A^T again, dh = s * dout @ B (M,r), dB += s * dout^T @ h,
+     * dA += dh^T @ inp, dinp(M,K) += dh @ A (skipped when dinp is NULL). h, dh: fp32 scratch (M,r). */
+    void (*lora_bwd)(void *ctx, dt_act *dinp, float *dA, float *dB, float *h, float *dh, const dt_act *dout,
+                     const dt_act *inp, const float *A, const float *B, int M, int K, int N, int r, int ldo, float s);
 
     /* May be NULL. The MLP's first product and its GELU at once: pre(M,N) = inp(M,K) @ W(K,N) +
      * bias and out(M,N) = gelu(pre), as matmul_fwd (w_trans 0) then gelu_fwd would give them,

@@ -1,6 +1,7 @@
 /* arch.c — the architectures and the model's shape fields as data (include/dtrain/arch.h). */
 #include "dtrain/arch.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,3 +82,45 @@ dt_status dt_arch_parse(const char *type, dt_arch *out) {
 const char *dt_arch_name(dt_arch a) { return archs[a].name; }
 const char *dt_arch_hf_model_type(dt_arch a) { return archs[a].hf_model_type; }
 const char *dt_arch_hf_class(dt_arch a, int classifier) { return classifier ? archs[a].hf_cls : archs[a].hf_lm; }
+
+static const struct {
+    const char *name;
+    dt_arch arch;
+    const char *module;
+} lora_targets[] = {
+#define LORA_ROW(name, arch, module) {name, arch, module},
+    DT_LORA_TARGETS(LORA_ROW)
+#undef LORA_ROW
+};
+#define N_LORA ((int)(sizeof lora_targets / sizeof *lora_targets))
+_Static_assert(N_LORA <= DT_LORA_MAX_TARGETS, "a target mask has DT_LORA_MAX_TARGETS bits");
+
+int dt_lora_target_count(void) { return N_LORA; }
+const char *dt_lora_target_name(int i) { return i >= 0 && i < N_LORA ? lora_targets[i].name : NULL; }
+const char *dt_lora_target_module(int i) { return i >= 0 && i < N_LORA ? lora_targets[i].module : NULL; }
+
+int dt_lora_target_parse(const char *name) {
+    for (int i = 0; i < N_LORA; i++)
+        if (strcmp(name, lora_targets[i].name) == 0) return i;
+    return -1;
+}
+
+unsigned dt_lora_arch_targets(dt_arch a) {
+    unsigned m = 0;
+    for (int i = 0; i < N_LORA; i++)
+        if (lora_targets[i].arch == a) m |= 1u << i;
+    return m;
+}
+
+unsigned dt_lora_default_targets(dt_arch a) {
+    if (a == DT_ARCH_GPT2) return 1u << dt_lora_target_parse("c_attn");
+    return 1u << dt_lora_target_parse("q") | 1u << dt_lora_target_parse("v");
+}
+
+const char *dt_lora_targets_str(unsigned mask, char *buf, size_t n) {
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < N_LORA && k < n; i++)
+        if (mask & (1u << i)) k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", lora_targets[i].name);
+    return buf;
+}

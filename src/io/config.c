@@ -40,7 +40,8 @@ typedef enum {
     K_ENUM,    /* int-sized enum, value from `names` */
     K_NAME,    /* char[size] holding the canonical spelling of one of `names` */
     K_BETAS,   /* two doubles: a YAML sequence [b1, b2], each in [0, 1) */
-    K_RESUME   /* checkpoint.resume: auto | never | a path */
+    K_RESUME,  /* checkpoint.resume: auto | never | a path */
+    K_TARGETS  /* model.lora.targets: a YAML sequence of DT_LORA_TARGETS names, an unsigned mask */
 } key_kind;
 
 enum { R_MIN = 1, R_MAX = 2, R_MIN_OPEN = 4, R_MAX_OPEN = 8, R_NONEMPTY = 16 };
@@ -162,6 +163,11 @@ static const key_def keys[] = {
     DT_SHAPE_FIELDS(SHAPE_KEY)
 #undef SHAPE_KEY
     KEY("model.init_from", K_STR, model.init_from, "", ANY),
+    SECTION("model.lora"),
+    KEY("model.lora.rank", K_INT, model.lora.rank, "0", IN(0, 4096)),
+    KEY("model.lora.alpha", K_DOUBLE, model.lora.alpha, "8", GT(0)),
+    {"model.lora.targets", K_TARGETS, FLD(model.lora.targets), 0, "", 0, 0, 0, NULL,
+     "write targets: [q, v]"},
 
     SECTION("eval"),
     KEY("eval.every_steps", K_LONG, eval.every_steps, "100", GE(0)),
@@ -223,6 +229,13 @@ static void describe(const key_def *k, char *buf, size_t n) {
     case K_STR: snprintf(buf, n, (k->flags & R_NONEMPTY) ? "a non-empty path" : "a string"); return;
     case K_BETAS: snprintf(buf, n, "a list of two numbers [beta1, beta2]"); return;
     case K_RESUME: snprintf(buf, n, "auto, never or a checkpoint path"); return;
+    case K_TARGETS: {
+        char g[128], l[128];
+        snprintf(buf, n, "a list of the projections to adapt (gpt2: %s; llama: %s)",
+                 dt_lora_targets_str(dt_lora_arch_targets(DT_ARCH_GPT2), g, sizeof g),
+                 dt_lora_targets_str(dt_lora_arch_targets(DT_ARCH_LLAMA), l, sizeof l));
+        return;
+    }
     case K_ENUM:
     case K_NAME:
         len = (size_t)snprintf(buf, n, "one of ");
@@ -356,6 +369,18 @@ static parse_result parse_value(const key_def *k, dt_config *cfg, const char *s,
             return PV_OK;
         }
         return PV_BAD;
+    case K_TARGETS: { /* one element: the first resets the mask */
+        unsigned mask;
+        memcpy(&mask, dst, sizeof mask);
+        if (!*s && elem == 0) mask = 0; /* the default: none named */
+        else {
+            const int t = dt_lora_target_parse(s);
+            if (t < 0) return PV_BAD;
+            mask = (elem ? mask : 0) | 1u << t;
+        }
+        memcpy(dst, &mask, sizeof mask);
+        return PV_OK;
+    }
     case K_RESUME: {
         size_t path_size = sizeof(((dt_config *)0)->checkpoint.resume_path);
         if (!*s) return PV_BAD;
@@ -866,7 +891,20 @@ static dt_status apply_node(load_ctx *c, yaml_document_t *doc, const char *path,
                 return fail_node(c, item, elem, "expected a number in [0, 1), got %s", node_kind_name(item));
             DT_TRY(apply_scalar(c, k, item, item, elem, i));
         }
+    } else if (k->kind == K_TARGETS && node->type == YAML_SEQUENCE_NODE) {
+        const int n = (int)(node->data.sequence.items.top - node->data.sequence.items.start);
+        if (n == 0) parse_value(k, c->cfg, "", 0); /* []: none named, PEFT's default */
+        for (int i = 0; i < n; i++) {
+            char elem[64];
+            snprintf(elem, sizeof elem, "%s[%d]", path, i);
+            yaml_node_t *item = yaml_document_get_node(doc, node->data.sequence.items.start[i]);
+            if (item->type != YAML_SCALAR_NODE || !node_text(item)[0])
+                return fail_value(c, k, item, item, elem, item->type == YAML_SCALAR_NODE ? "" : NULL, NULL, PV_BAD);
+            DT_TRY(apply_scalar(c, k, item, item, elem, i));
+        }
     } else {
+        if (k->kind == K_TARGETS && node->type == YAML_SCALAR_NODE && !node_text(node)[0])
+            return fail_value(c, k, at, node, path, "", NULL, PV_BAD);
         DT_TRY(apply_scalar(c, k, node, at, path, 0));
         if (val_sets) c->cfg->data.n_val_sets = 0; /* one path: the set "val" */
     }
@@ -1045,6 +1083,29 @@ static dt_status check_tokenizer_sha(load_ctx *c) {
     return DT_OK;
 }
 
+/* model.lora: targets the architecture has (its PEFT default when none are named: [] or left
+ * out), and none named without a rank. */
+static dt_status validate_lora(load_ctx *c) {
+    dt_config *cfg = c->cfg;
+    dt_lora *lo = &cfg->model.lora;
+    const dt_arch a = cfg->model.shape.arch;
+    const int i_targets = key_index("model.lora.targets");
+    const unsigned have = dt_lora_arch_targets(a);
+    char names[256], valid[256];
+    if (lo->rank == 0) {
+        if (lo->targets)
+            return fail_key(c, i_targets, "names projections, but model.lora.rank is 0: no LoRA (hint: set "
+                            "model.lora.rank, e.g. 8, or leave model.lora out)");
+        return DT_OK;
+    }
+    if (!lo->targets) lo->targets = dt_lora_default_targets(a);
+    if (lo->targets & ~have)
+        return fail_key(c, i_targets, "names %s, which model.type %s does not have (its projections: %s)",
+                        dt_lora_targets_str(lo->targets & ~have, names, sizeof names), cfg->model.type,
+                        dt_lora_targets_str(have, valid, sizeof valid));
+    return DT_OK;
+}
+
 /* The model keys of another architecture keep their defaults; the Llama family's shape holds
  * together (the MLP's width given, whole key/value head groups, an even head size). */
 static dt_status validate_shape(load_ctx *c) {
@@ -1176,6 +1237,7 @@ static dt_status validate(load_ctx *c) {
                         "uses the byte tokenizer: 256 byte ids + <cls>)",
                         show_key(cfg, i_vocab, 1, &g));
     DT_TRY(validate_shape(c));
+    DT_TRY(validate_lora(c));
     if (cfg->model.shape.n_embd % cfg->model.shape.n_head != 0 && cfg->model.shape.head_dim == 0) {
         if (c->seen[i_embd].given)
             return fail_key(c, i_embd, "expected a multiple of model.n_head (%s), got %s", show_key(cfg, i_head, 0, &o),
@@ -1453,6 +1515,13 @@ static void print_value(FILE *out, const dt_config *cfg, const key_def *k, int w
         print_quoted(out, field);
         break;
     case K_NAME: print_quoted(out, field); break;
+    case K_TARGETS: {
+        unsigned mask;
+        char names[256];
+        memcpy(&mask, field, sizeof mask);
+        fprintf(out, "[%s]", dt_lora_targets_str(mask, names, sizeof names));
+        break;
+    }
     case K_RESUME:
         memcpy(&iv, field, sizeof iv);
         if (iv == DT_RESUME_PATH) print_quoted(out, (const char *)cfg + k->off2);
@@ -1519,7 +1588,7 @@ static void current_value(const dt_config *cfg, const char *path, char *buf, siz
     int idx = key_index(key);
     buf[0] = '\0';
     if (idx < 0) return;
-    if (elem < 0) {
+    if (elem < 0 || keys[idx].kind != K_BETAS) {
         value_string(cfg, &keys[idx], 0, buf, n);
         return;
     }

@@ -196,6 +196,14 @@ static json_t *trainer_json(const dt_ckpt_state *s, const dt_config *cfg) {
                      "the only randomness after init is the sample order, a permutation seeded by (seed, epoch)",
                      "saved_at", when);
     if (root && (s->best.has || s->best.stopped_early)) json_object_set_new(root, "best", best_json(&s->best));
+    if (root && s->lora.rank) {
+        char names[256], base[16];
+        snprintf(base, sizeof base, "%08" PRIx32, s->lora_base_digest);
+        json_object_set_new(root, "lora", json_pack("{s:i, s:f, s:s, s:s, s:s}", "rank", s->lora.rank, "alpha",
+                                                    s->lora.alpha, "targets",
+                                                    dt_lora_targets_str(s->lora.targets, names, sizeof names),
+                                                    "base", s->lora_base, "base_digest", base));
+    }
     if (root && cfg->data.tokenizer_sha256[0])
         json_object_set_new(root, "tokenizer_sha256", json_string(cfg->data.tokenizer_sha256));
     return root;
@@ -444,6 +452,31 @@ static dt_status best_fields(const char *path, json_t *b, dt_ckpt_best *out) {
     return DT_OK;
 }
 
+/* trainer.json's optional "lora" (absent: none) */
+static dt_status lora_fields(const char *path, json_t *o, dt_ckpt_state *s) {
+    if (!o) return DT_OK;
+    json_t *rank = json_object_get(o, "rank"), *alpha = json_object_get(o, "alpha"), *tg = json_object_get(o, "targets"),
+           *base = json_object_get(o, "base"), *dg = json_object_get(o, "base_digest");
+    const char *names = json_string_value(tg), *b = json_string_value(base), *d = json_string_value(dg);
+    if (!json_is_object(o) || !json_is_integer(rank) || json_integer_value(rank) < 1 ||
+        json_integer_value(rank) > 4096 || !json_is_number(alpha) || !(json_number_value(alpha) > 0) || !names || !b ||
+        strlen(b) >= sizeof s->lora_base || !d || strlen(d) != 8 || strspn(d, "0123456789abcdef") != 8)
+        return dt_error_set(DT_ERR_DATA, "%s: lora: expected {rank: 1..4096, alpha: > 0, targets: names, base: a "
+                            "path, base_digest: 8 hex digits}", path);
+    s->lora.rank = (int)json_integer_value(rank);
+    s->lora.alpha = json_number_value(alpha);
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", names);
+    for (char *save = NULL, *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+        const int i = dt_lora_target_parse(t);
+        if (i < 0) return dt_error_set(DT_ERR_DATA, "%s: lora.targets: %s is no projection dtrain knows", path, t);
+        s->lora.targets |= 1u << i;
+    }
+    snprintf(s->lora_base, sizeof s->lora_base, "%s", b);
+    s->lora_base_digest = (uint32_t)strtoul(d, NULL, 16);
+    return DT_OK;
+}
+
 /* trainer.json's "model": a "type" (absent in checkpoints written before there was more than
  * GPT-2: gpt2) and every shape field of arch.h that architecture has, range-checked; an
  * architecture's own fields absent (a checkpoint from before they existed) and the others keep
@@ -524,6 +557,7 @@ static dt_status trainer_fields(const char *path, json_t *root, dt_ckpt_state *s
                             path);
     if (sha) memcpy(s->tokenizer_sha256, hex, 65);
     DT_TRY(model_fields(path, model, &s->model));
+    DT_TRY(lora_fields(path, json_object_get(root, "lora"), s));
     return best_fields(path, json_object_get(root, "best"), &s->best);
 }
 
@@ -637,6 +671,24 @@ dt_status dt_ckpt_check_shape(const dt_ckpt_state *s, const dt_model_shape *now,
                                 dir, key, saved, mine);
     }
     return DT_OK;
+}
+
+static void lora_str(const dt_lora *l, char *buf, size_t n) {
+    char names[256];
+    if (!l->rank) snprintf(buf, n, "no model.lora");
+    else snprintf(buf, n, "model.lora rank %d, alpha %g on %s", l->rank, l->alpha,
+                  dt_lora_targets_str(l->targets, names, sizeof names));
+}
+
+dt_status dt_ckpt_check_lora(const dt_ckpt_state *s, const dt_lora *now, const char *dir) {
+    if (s->lora.rank == now->rank && (!now->rank || (s->lora.alpha == now->alpha && s->lora.targets == now->targets)))
+        return DT_OK;
+    char saved[320], mine[320];
+    lora_str(&s->lora, saved, sizeof saved);
+    lora_str(now, mine, sizeof mine);
+    return dt_error_set(DT_ERR_CONFIG, "%s: checkpoint trained with %s, the config says %s: refusing to resume a "
+                        "different model (hint: restore model.lora, or start fresh with checkpoint.resume: never or "
+                        "another run.dir)", dir, saved, mine);
 }
 
 dt_status dt_ckpt_check_tokenizer(const dt_ckpt_state *s, const dt_config *cfg, const char *dir) {

@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 /* Parameter order, one bucket each: "embed" wte, wpe; "h.l" ln_1, attn.c_attn, attn.c_proj,
  * ln_2, mlp.c_fc, mlp.c_proj (weight, then bias); "head" ln_f, [score]. Init: normal(0, 0.02),
@@ -46,11 +47,23 @@ static void gpt2_layout(net_builder *b, net_weights *w) {
     w->final_norm.w = dt_net_add(b, "ln_f.weight", C, 0, NET_INIT_ONE, 0, 0, L + 1);
     w->final_norm.b = dt_net_add(b, "ln_f.bias", C, 0, NET_INIT_ZERO, 0, 0, L + 1);
     w->tied = 1;
-    w->head = (net_linear){w->wte, NET_NONE, C, s->vocab_size, 1};
+    w->head = (net_linear){.w = w->wte, .b = NET_NONE, .in = C, .out = s->vocab_size, .trans = 1};
     if (s->num_labels) {
         w->head = (net_linear){.b = NET_NONE, .in = C, .out = s->num_labels, .trans = 1};
         w->head.w = dt_net_add(b, "score.weight", s->num_labels, C, NET_INIT_NORMAL, 0.02, 1, L + 1);
     }
+}
+
+/* LoRA's targets (arch.h): c_attn, attn.c_proj, c_fc, mlp.c_proj, each a whole product */
+static void gpt2_lora_site(const dt_model_shape *s, int t, net_layer *y, net_linear **lin, int *col0, int *cols) {
+    (void)s;
+    const char *name = dt_lora_target_name(t);
+    *lin = strcmp(name, "c_attn") == 0        ? &y->qkv
+           : strcmp(name, "attn.c_proj") == 0 ? &y->attn_out
+           : strcmp(name, "c_fc") == 0        ? &y->mlp_in
+                                              : &y->mlp_out;
+    *col0 = 0;
+    *cols = (*lin)->out;
 }
 
 static const char *const gpt2_ignored[] = {".attn.bias", ".attn.masked_bias", ""};
@@ -67,4 +80,5 @@ const net_arch dt_net_gpt2 = {
     .embed_name = "wte.weight",
     .positions_name = "wpe.weight",
     .layer_prefix = "h.",
+    .lora_site = gpt2_lora_site,
 };

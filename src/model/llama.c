@@ -9,6 +9,7 @@
 #include "net.h"
 
 #include <stdio.h>
+#include <string.h>
 
 /* Parameter order, one bucket each: "embed" model.embed_tokens; "h.l" input_layernorm,
  * q_proj, k_proj, v_proj (contiguous: one product gives the packed [q | k | v] row) and their
@@ -53,12 +54,30 @@ static void llama_layout(net_builder *b, net_weights *w) {
 #undef MAT
     w->final_norm = (net_norm){dt_net_add(b, "model.norm.weight", C, 0, NET_INIT_ONE, 0, 0, L + 1), NET_NONE};
     w->tied = s->tie_word_embeddings;
-    w->head = (net_linear){w->wte, NET_NONE, C, s->vocab_size, 1};
+    w->head = (net_linear){.w = w->wte, .b = NET_NONE, .in = C, .out = s->vocab_size, .trans = 1};
     if (s->num_labels) {
         w->head = (net_linear){.b = NET_NONE, .in = C, .out = s->num_labels, .trans = 1};
         w->head.w = dt_net_add(b, "score.weight", s->num_labels, C, NET_INIT_NORMAL, 0.02, 1, L + 1);
     } else if (!w->tied) {
         w->head.w = dt_net_add(b, "lm_head.weight", s->vocab_size, C, NET_INIT_NORMAL, 0.02, 1, L + 1);
+    }
+}
+
+/* LoRA's targets (arch.h): q, k, v (columns of the stacked [q | k | v] product), o, gate, up
+ * (of [gate | up]), down */
+static void llama_lora_site(const dt_model_shape *s, int t, net_layer *y, net_linear **lin, int *col0, int *cols) {
+    const int NH = s->n_head, NKV = dt_shape_kv_heads(s), hs = dt_shape_head_dim(s), I = s->intermediate_size;
+    static const char *const names[] = {"q", "k", "v", "o", "gate", "up", "down"};
+    int k = 0;
+    while (k < 6 && strcmp(names[k], dt_lora_target_name(t)) != 0) k++;
+    switch (k) {
+    case 0: *lin = &y->qkv, *col0 = 0, *cols = NH * hs; break;
+    case 1: *lin = &y->qkv, *col0 = NH * hs, *cols = NKV * hs; break;
+    case 2: *lin = &y->qkv, *col0 = (NH + NKV) * hs, *cols = NKV * hs; break;
+    case 3: *lin = &y->attn_out, *col0 = 0, *cols = y->attn_out.out; break;
+    case 4: *lin = &y->mlp_in, *col0 = 0, *cols = I; break;
+    case 5: *lin = &y->mlp_in, *col0 = I, *cols = I; break;
+    default: *lin = &y->mlp_out, *col0 = 0, *cols = y->mlp_out.out; break;
     }
 }
 
@@ -76,4 +95,5 @@ const net_arch dt_net_llama = {
     .embed_name = "model.embed_tokens.weight",
     .positions_name = NULL,
     .layer_prefix = "model.layers.",
+    .lora_site = llama_lora_site,
 };

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <zlib.h>
+
 #include "dtrain/safetensors.h"
 #include "net.h"
 
@@ -23,9 +25,13 @@ struct dt_model {
     dt_net net;                /* the ops, the architecture, the parameters and their named offsets */
 
     int n_tensors;
-    dt_tensor_info *tensors;   /* (n_tensors) host */
+    dt_tensor_info *tensors;   /* (n_tensors) host: the frozen ones (model.lora), then the trainable ones */
     net_init *init;            /* (n_tensors) how each starts */
     double *init_std;          /* (n_tensors) */
+    int *seq;                  /* (n_tensors) the tensor laid out k-th (the order init draws in) */
+    int n_frozen_tensors;      /* tensors [0, this) are frozen */
+    size_t n_frozen;           /* their floats */
+    dt_tensor_info *view;      /* the trainable tensors, offsets from the first one's (= tensors without LoRA) */
     int n_buckets;
     dt_bucket *buckets;        /* (n_buckets) host */
     char (*bucket_names)[16];
@@ -69,10 +75,112 @@ struct dt_model {
 
 /* ---- layout: the architecture's tensors ---- */
 
-/* The tensors of shape c through the architecture's layout: counted (m NULL: *n and
- * *n_params only), or laid out into m (its tables allocated for *n). w0: layer 0's products
- * (widths), may be NULL. */
-static void lay_out(const dt_model_cfg *c, dt_model *m, int *n, size_t *n_params, net_layer *w0) {
+/* model.lora's adapters, after the architecture's tensors: for each layer, each target's A
+ * (rank, in) and B (cols, rank), in the layer's bucket, attached to the product they adapt. */
+static void add_adapters(net_builder *b, const net_arch *a, net_weights *w) {
+    const dt_model_shape *s = &b->cfg->shape;
+    const int r = b->cfg->lora.rank;
+    char nm[128];
+    for (int l = 0; l < s->n_layer; l++)
+        for (int t = 0; t < dt_lora_target_count(); t++) {
+            if (!(b->cfg->lora.targets & (1u << t))) continue;
+            net_linear *lin;
+            int col0, cols;
+            a->lora_site(s, t, &w->layers[l], &lin, &col0, &cols);
+            net_lora *ad = &lin->lora[lin->n_lora++];
+            ad->col0 = col0;
+            ad->cols = cols;
+            snprintf(nm, sizeof nm, "%s%d.%s.lora_A.weight", a->layer_prefix, l, dt_lora_target_module(t));
+            ad->a = dt_net_add(b, nm, r, lin->in, NET_INIT_UNIFORM, 1.0 / sqrt((double)lin->in), 1, 1 + l);
+            snprintf(nm, sizeof nm, "%s%d.%s.lora_B.weight", a->layer_prefix, l, dt_lora_target_module(t));
+            ad->b = dt_net_add(b, nm, cols, r, NET_INIT_ZERO, 0, 1, 1 + l);
+        }
+}
+
+/* With model.lora: trainable are the adapters (tensors from n_arch on) and the score head. */
+static int is_trainable(const dt_model_cfg *c, const char *name, int i, int n_arch) {
+    return !c->lora.rank || i >= n_arch || strcmp(name, "score.weight") == 0;
+}
+
+static void remap_one(size_t *off, const size_t *from, const size_t *to, int n) {
+    if (*off == NET_NONE) return;
+    for (int i = 0; i < n; i++)
+        if (from[i] == *off) {
+            *off = to[i];
+            return;
+        }
+}
+
+static void remap_linear(net_linear *x, const size_t *from, const size_t *to, int n) {
+    remap_one(&x->w, from, to, n);
+    remap_one(&x->b, from, to, n);
+    for (int i = 0; i < x->n_lora; i++) {
+        remap_one(&x->lora[i].a, from, to, n);
+        remap_one(&x->lora[i].b, from, to, n);
+    }
+}
+
+/* model.lora: the tensors reordered, frozen ones first (in layout order), then the trainable
+ * ones by bucket (so that every bucket is one range of the trainable buffer, in bucket order),
+ * and every named offset in w moved with them. */
+static void put_trainable_last(dt_model *m, int n_arch) {
+    const int n = m->n_tensors, L = m->cfg.shape.n_layer;
+    dt_tensor_info *t = malloc((size_t)n * sizeof *t);
+    net_init *init = malloc((size_t)n * sizeof *init);
+    double *sd = malloc((size_t)n * sizeof *sd);
+    size_t *from = malloc((size_t)n * sizeof *from), *to = malloc((size_t)n * sizeof *to);
+    int *where = malloc((size_t)n * sizeof *where);
+    if (!t || !init || !sd || !from || !to || !where) abort(); /* a few hundred entries, at init */
+    int k = 0;
+    size_t off = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int bucket = 0; bucket < (pass ? L + 2 : 1); bucket++)
+            for (int i = 0; i < n; i++) {
+                const int tr = is_trainable(&m->cfg, m->tensors[i].name, i, n_arch);
+                if (pass != tr || (pass && m->tensors[i].bucket != bucket)) continue;
+                t[k] = m->tensors[i];
+                init[k] = m->init[i];
+                sd[k] = m->init_std[i];
+                from[k] = m->tensors[i].offset;
+                to[k] = t[k].offset = off;
+                where[i] = k;
+                off += t[k].numel;
+                if (!pass) m->n_frozen_tensors = k + 1, m->n_frozen = off;
+                k++;
+            }
+    memcpy(m->tensors, t, (size_t)n * sizeof *t);
+    memcpy(m->init, init, (size_t)n * sizeof *init);
+    memcpy(m->init_std, sd, (size_t)n * sizeof *sd);
+    for (int i = 0; i < n; i++) m->seq[i] = where[i];
+    net_weights *w = &m->net.w;
+    remap_one(&w->wte, from, to, n);
+    remap_one(&w->wpe, from, to, n);
+    for (int l = 0; l < L; l++) {
+        net_layer *y = &w->layers[l];
+        remap_one(&y->attn_norm.w, from, to, n);
+        remap_one(&y->attn_norm.b, from, to, n);
+        remap_one(&y->mlp_norm.w, from, to, n);
+        remap_one(&y->mlp_norm.b, from, to, n);
+        remap_linear(&y->qkv, from, to, n);
+        remap_linear(&y->attn_out, from, to, n);
+        remap_linear(&y->mlp_in, from, to, n);
+        remap_linear(&y->mlp_out, from, to, n);
+    }
+    remap_one(&w->final_norm.w, from, to, n);
+    remap_one(&w->final_norm.b, from, to, n);
+    remap_linear(&w->head, from, to, n);
+    free(t);
+    free(init);
+    free(sd);
+    free(from);
+    free(to);
+    free(where);
+}
+
+/* The tensors of shape c through the architecture's layout (and model.lora's adapters):
+ * counted (m NULL: *n, *n_params and *n_train only), or laid out into m (its tables allocated
+ * for *n), the trainable ones last. w0: layer 0's products (widths), may be NULL. */
+static void lay_out(const dt_model_cfg *c, dt_model *m, int *n, size_t *n_params, size_t *n_train, net_layer *w0) {
     const net_arch *a = dt_net_arch(c->shape.arch);
     net_builder b = {.cfg = c};
     net_weights tmp = {0};
@@ -86,12 +194,30 @@ static void lay_out(const dt_model_cfg *c, dt_model *m, int *n, size_t *n_params
         if (!tmp.layers) { /* for the sizes of --dry-run only: a model that big cannot be built anyway */
             *n = 0;
             *n_params = SIZE_MAX;
+            if (n_train) *n_train = SIZE_MAX;
             return;
         }
     }
     a->layout(&b, w);
+    const int n_arch = b.n;
+    size_t train = 0;
+    if (c->lora.rank) {
+        for (int i = 0; m && i < n_arch; i++) /* the score head stays trainable */
+            if (strcmp(m->tensors[i].name, "score.weight") == 0) train += m->tensors[i].numel;
+        if (!m && c->shape.num_labels) train += (size_t)c->shape.num_labels * (size_t)c->shape.n_embd;
+        const size_t before = b.off;
+        add_adapters(&b, a, w);
+        train += b.off - before;
+    } else {
+        train = b.off;
+    }
     *n = b.n;
     *n_params = b.off;
+    if (n_train) *n_train = train;
+    if (m) {
+        for (int i = 0; i < b.n; i++) m->seq[i] = i;
+        if (c->lora.rank) put_trainable_last(m, n_arch);
+    }
     if (w0) *w0 = w->layers[0];
     free(tmp.layers);
 }
@@ -99,8 +225,15 @@ static void lay_out(const dt_model_cfg *c, dt_model *m, int *n, size_t *n_params
 size_t dt_model_count_params(const dt_model_cfg *c) {
     int n;
     size_t np;
-    lay_out(c, NULL, &n, &np, NULL);
+    lay_out(c, NULL, &n, &np, NULL, NULL);
     return np;
+}
+
+size_t dt_model_count_trainable(const dt_model_cfg *c) {
+    int n;
+    size_t np, nt;
+    lay_out(c, NULL, &n, &np, &nt, NULL);
+    return nt;
 }
 
 /* the weights of a layer's products */
@@ -115,7 +248,7 @@ double dt_model_flops_per_token(const dt_model_cfg *c) {
     int n;
     size_t np;
     net_layer y0;
-    lay_out(c, NULL, &n, &np, &y0);
+    lay_out(c, NULL, &n, &np, NULL, &y0);
     const double C = c->shape.n_embd, L = c->shape.n_layer, T = c->seq_len, A = y0.attn_out.in; /* A: NH * hs */
     double n_matmul = L * (double)layer_matmul_params(&y0);
     if (c->shape.num_labels == 0) n_matmul += (double)c->shape.vocab_size * C; /* LM head */
@@ -199,6 +332,7 @@ static int act_table(const dt_model_cfg *c, dt_model *m, const net_layer *y0, si
     BUF(d.dpre, BUF_ACT, BT * PRE);
     BUF(d.dact, BUF_ACT, BT * ACT);
     BUF(net.inv_freq, BUF_F32, FREQ);
+    BUF(net.lora_h, BUF_F32, BT * 2 * (size_t)c->lora.rank);
     BUF(loss_dev, BUF_BYTES, sizeof(double));
 #undef BUF
     return k;
@@ -226,12 +360,12 @@ size_t dt_model_memory_bytes(const dt_model_cfg *c, const dt_ops *ops, int bf16)
     act_buf *t = malloc(MAX_BUFS(c->shape.n_layer) * sizeof *t);
     if (!t) return SIZE_MAX;
     int n;
-    size_t np;
+    size_t np, nt;
     net_layer y0;
-    lay_out(c, NULL, &n, &np, &y0);
+    lay_out(c, NULL, &n, &np, &nt, &y0);
     size_t arena = table_bytes(c, NULL, &y0, ops, NULL, bf16, t, &n);
     free(t);
-    return 2 * np * sizeof(float) + arena;
+    return (np + nt) * sizeof(float) + arena; /* parameters, the trainable ones' gradients, activations */
 }
 
 void dt_model_op_sizes(const dt_model_cfg *c, dt_op_sizes *s) {
@@ -240,7 +374,7 @@ void dt_model_op_sizes(const dt_model_cfg *c, dt_op_sizes *s) {
     int n;
     size_t np;
     net_layer y0;
-    lay_out(c, NULL, &n, &np, &y0);
+    lay_out(c, NULL, &n, &np, NULL, &y0);
     const net_linear *p[] = {&y0.qkv, &y0.attn_out, &y0.mlp_in, &y0.mlp_out};
     size_t in = 0, out = 0;
     int bias = 0;
@@ -288,6 +422,11 @@ static dt_status check_cfg(const dt_model_cfg *mc) {
         if (c->intermediate_size < 1)
             return dt_error_set(DT_ERR_CONFIG, "model.intermediate_size: expected >= 1, got %d", c->intermediate_size);
     }
+    if (mc->lora.rank < 0 || (mc->lora.rank && (!mc->lora.targets || (mc->lora.targets & ~dt_lora_arch_targets(c->arch)) ||
+                                                 !(mc->lora.alpha > 0))))
+        return dt_error_set(DT_ERR_CONFIG, "model.lora: rank %d, alpha %g, targets 0x%x: expected rank >= 0, alpha > 0 "
+                            "and targets of model.type %s", mc->lora.rank, mc->lora.alpha, mc->lora.targets,
+                            dt_arch_name(c->arch));
     if (c->vocab_size < 2) return dt_error_set(DT_ERR_CONFIG, "model.vocab_size: expected >= 2, got %d", c->vocab_size);
     if (c->num_labels == 1 || c->num_labels < 0)
         return dt_error_set(DT_ERR_CONFIG, "model.num_labels: expected 0 or >= 2, got %d", c->num_labels);
@@ -311,10 +450,15 @@ static void build_buckets(dt_model *m) {
         else snprintf(m->bucket_names[b], sizeof m->bucket_names[b], "h.%d", b - 1);
         m->buckets[b].name = m->bucket_names[b];
     }
-    for (int i = 0; i < m->n_tensors; i++) {
-        dt_bucket *b = &m->buckets[m->tensors[i].bucket];
-        if (b->offset == (size_t)-1) b->offset = m->tensors[i].offset;
-        b->numel += m->tensors[i].numel;
+    for (int i = 0; i < dt_model_num_tensors(m); i++) {
+        dt_bucket *b = &m->buckets[m->view[i].bucket];
+        if (b->offset == (size_t)-1) b->offset = m->view[i].offset;
+        b->numel += m->view[i].numel;
+    }
+    size_t end = 0; /* an empty bucket (model.lora's embeddings) sits where the one before ends */
+    for (int b = 0; b < m->n_buckets; b++) {
+        if (m->buckets[b].offset == (size_t)-1) m->buckets[b].offset = end;
+        end = m->buckets[b].offset + m->buckets[b].numel;
     }
 }
 
@@ -341,12 +485,16 @@ static dt_status init_weights(dt_model *m) {
     float *host = dt_malloc(m->n_params * sizeof(float), "initial weights");
     if (!host) return DT_ERR_NOMEM;
     rng_t r = {m->cfg.seed, 0, 0.0};
-    for (int i = 0; i < m->n_tensors; i++) {
+    for (int k = 0; k < m->n_tensors; k++) { /* in layout order: the trainable ones' moving leaves the stream as it was */
+        const int i = m->seq[k];
         const dt_tensor_info *t = &m->tensors[i];
         float *p = host + t->offset;
         const double std = m->init_std[i];
-        for (size_t k = 0; k < t->numel; k++)
-            p[k] = m->init[i] == NET_INIT_NORMAL ? (float)(std * rng_normal(&r)) : m->init[i] == NET_INIT_ONE ? 1.0f : 0.0f;
+        for (size_t j = 0; j < t->numel; j++)
+            p[j] = m->init[i] == NET_INIT_NORMAL    ? (float)(std * rng_normal(&r))
+                   : m->init[i] == NET_INIT_UNIFORM ? (float)(std * (2.0 * (double)(rng_u64(&r) >> 11) / 9007199254740992.0 - 1.0))
+                   : m->init[i] == NET_INIT_ONE     ? 1.0f
+                                                    : 0.0f;
     }
     m->be->ops->upload(m->be->ctx, m->net.params, host, m->n_params * sizeof(float));
     free(host);
@@ -364,7 +512,9 @@ void dt_model_free(dt_model *m) {
     o->free_host(ctx, m->loss_host);
     free(m->layers);
     free(m->net.w.layers);
+    if (m->view != m->tensors) free(m->view);
     free(m->tensors);
+    free(m->seq);
     free(m->init);
     free(m->init_std);
     free(m->buckets);
@@ -402,7 +552,8 @@ static dt_status alloc_tables(dt_model *m) {
     const size_t B = (size_t)cfg->max_batch, T = (size_t)cfg->seq_len, L = (size_t)cfg->shape.n_layer, BT = B * T;
     int n;
     size_t np;
-    lay_out(cfg, NULL, &n, &np, NULL);
+    lay_out(cfg, NULL, &n, &np, NULL, NULL);
+    m->seq = dt_calloc((size_t)n, sizeof *m->seq, "tensor order");
     m->tensors = dt_calloc((size_t)n, sizeof *m->tensors, "tensor table");
     m->init = dt_calloc((size_t)n, sizeof *m->init, "tensor inits");
     m->init_std = dt_calloc((size_t)n, sizeof *m->init_std, "tensor inits");
@@ -416,10 +567,19 @@ static dt_status alloc_tables(dt_model *m) {
     const size_t NLB = B * (size_t)(cfg->shape.num_labels ? cfg->shape.num_labels : 1);
     m->host_probs = dt_malloc((cfg->shape.num_labels ? B * (size_t)m->logits_ld : 1) * sizeof(float), "probability staging");
     m->host_probs_f = dt_malloc(NLB * sizeof(float), "probabilities");
-    if (!m->tensors || !m->init || !m->init_std || !m->net.w.layers || !m->buckets || !m->bucket_names || !m->layers ||
+    if (!m->seq || !m->tensors || !m->init || !m->init_std || !m->net.w.layers || !m->buckets || !m->bucket_names || !m->layers ||
         !m->host_losses || !m->host_argmax || !m->host_rows || !m->host_probs || !m->host_probs_f)
         return DT_ERR_NOMEM;
-    lay_out(cfg, m, &m->n_tensors, &m->n_params, NULL);
+    lay_out(cfg, m, &m->n_tensors, &m->n_params, NULL, NULL);
+    m->view = m->tensors;
+    if (cfg->lora.rank) {
+        const int nv = m->n_tensors - m->n_frozen_tensors;
+        if (!(m->view = dt_calloc((size_t)nv, sizeof *m->view, "trainable tensors"))) return DT_ERR_NOMEM;
+        for (int i = 0; i < nv; i++) {
+            m->view[i] = m->tensors[m->n_frozen_tensors + i];
+            m->view[i].offset -= m->n_frozen;
+        }
+    }
     build_buckets(m);
     return DT_OK;
 }
@@ -466,6 +626,9 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_backen
     *out = NULL;
     DT_TRY(check_cfg(cfg));
     DT_TRY(check_backend(dt_net_arch(cfg->shape.arch), be->ops));
+    if (cfg->lora.rank && !(be->ops->lora_fwd && be->ops->lora_bwd))
+        return dt_error_set(DT_ERR_CONFIG, "model.lora: the %s backend has no LoRA adapters yet (hint: "
+                            "training.device: cpu, or model.lora.rank: 0)", be->ops->name);
     dt_status st = DT_ERR_NOMEM;
     dt_model *m = dt_calloc(1, sizeof *m, "model");
     if (!m) return DT_ERR_NOMEM;
@@ -477,8 +640,14 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_backen
     if ((st = alloc_tables(m)) != DT_OK) goto fail;
 
     const dt_ops *o = be->ops;
+    m->net.frozen = m->n_frozen;
+    if (cfg->lora.rank) {
+        m->net.lora_rank = cfg->lora.rank;
+        m->net.lora_scale = (float)(cfg->lora.alpha / cfg->lora.rank);
+    }
     if ((st = o->alloc(be->ctx, m->n_params * sizeof(float), "parameters", (void **)&m->net.params)) != DT_OK ||
-        (st = o->alloc(be->ctx, m->n_params * sizeof(float), "gradients", (void **)&m->net.grads)) != DT_OK)
+        (st = o->alloc(be->ctx, (m->n_params - m->n_frozen) * sizeof(float), "gradients", (void **)&m->net.grads)) !=
+            DT_OK)
         goto fail;
     o->set_master(be->ctx, m->net.params, m->n_params);
     if ((st = o->alloc_host(be->ctx, sizeof(double), "the training loss", (void **)&m->loss_host)) != DT_OK) goto fail;
@@ -495,17 +664,29 @@ fail:
 const dt_model_cfg *dt_model_config(const dt_model *m) { return &m->cfg; }
 const dt_backend *dt_model_backend(const dt_model *m) { return m->be; }
 const dt_net *dt_model_net(const dt_model *m) { return &m->net; }
-size_t dt_model_num_params(const dt_model *m) { return m->n_params; }
-int dt_model_num_tensors(const dt_model *m) { return m->n_tensors; }
-const dt_tensor_info *dt_model_tensor(const dt_model *m, int i) { return &m->tensors[i]; }
+size_t dt_model_num_params(const dt_model *m) { return m->n_params - m->n_frozen; }
+size_t dt_model_num_frozen(const dt_model *m) { return m->n_frozen; }
+
+dt_status dt_model_frozen_digest(dt_model *m, uint32_t *out) {
+    float *host = dt_malloc((m->n_frozen ? m->n_frozen : 1) * sizeof(float), "frozen weights");
+    if (!host) return DT_ERR_NOMEM;
+    m->be->ops->download(m->be->ctx, host, m->net.params, m->n_frozen * sizeof(float));
+    *out = (uint32_t)crc32_z(0L, (const Bytef *)host, m->n_frozen * sizeof(float));
+    free(host);
+    return m->be->ops->check(m->be->ctx);
+}
+int dt_model_num_tensors(const dt_model *m) { return m->n_tensors - m->n_frozen_tensors; }
+const dt_tensor_info *dt_model_tensor(const dt_model *m, int i) { return &m->view[i]; }
 int dt_model_num_buckets(const dt_model *m) { return m->n_buckets; }
 const dt_bucket *dt_model_bucket(const dt_model *m, int i) { return &m->buckets[i]; }
-float *dt_model_params(dt_model *m) { return m->net.params; }
+float *dt_model_params(dt_model *m) { return m->net.params + m->n_frozen; }
 float *dt_model_grads(dt_model *m) { return m->net.grads; }
 
 void dt_model_params_changed(dt_model *m) { m->be->ops->set_master(m->be->ctx, m->net.params, m->n_params); }
 
-void dt_model_zero_grad(dt_model *m) { m->be->ops->zero(m->be->ctx, m->net.grads, m->n_params * sizeof(float)); }
+void dt_model_zero_grad(dt_model *m) {
+    m->be->ops->zero(m->be->ctx, m->net.grads, (m->n_params - m->n_frozen) * sizeof(float));
+}
 
 /* ---- forward ---- */
 
@@ -732,30 +913,69 @@ static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
     if (k < n) snprintf(buf + k, n - k, "]");
 }
 
-/* Every tensor into the file `path`, with `prefix` before every name but score.weight's. */
-static dt_status save_prefixed(dt_model *m, const char *path, const char *prefix) {
+/* model.lora: tensor i is an adapter (trainable, not the score head) */
+static int is_adapter(const dt_model *m, int i) {
+    return m->cfg.lora.rank && i >= m->n_frozen_tensors && strcmp(m->tensors[i].name, "score.weight") != 0;
+}
+
+/* Each adapter's scale B A added onto the columns of the product it adapts, in host (the
+ * parameters' layout): W + scale (B A)^T for GPT-2's (in, out) storage, W + scale B A for (out, in). */
+static void merge_adapters(const dt_model *m, float *host) {
+    const int r = m->cfg.lora.rank;
+    const double sc = m->cfg.lora.alpha / r;
+    for (int l = 0; l < m->cfg.shape.n_layer; l++) {
+        const net_layer *y = &m->net.w.layers[l];
+        const net_linear *lins[] = {&y->qkv, &y->attn_out, &y->mlp_in, &y->mlp_out};
+        for (int q = 0; q < 4; q++) {
+            const net_linear *lin = lins[q];
+            float *w = host + lin->w;
+            for (int i = 0; i < lin->n_lora; i++) {
+                const net_lora *ad = &lin->lora[i];
+                const float *A = host + ad->a, *B = host + ad->b;
+                for (int j = 0; j < ad->cols; j++)
+                    for (int k = 0; k < lin->in; k++) {
+                        double d = 0;
+                        for (int t = 0; t < r; t++) d += (double)B[(size_t)j * r + t] * A[(size_t)t * lin->in + k];
+                        float *x = lin->trans ? &w[(size_t)(ad->col0 + j) * lin->in + k] : &w[(size_t)k * lin->out + ad->col0 + j];
+                        *x += (float)(sc * d);
+                    }
+            }
+        }
+    }
+}
+
+/* The tensors `which` names (SAVE_ALL every one, SAVE_TRAINABLE model.lora's trainable ones,
+ * SAVE_MERGED the architecture's with the adapters merged in) into the file `path`, with
+ * `prefix` before every name but score.weight's. */
+enum { SAVE_ALL, SAVE_TRAINABLE, SAVE_MERGED };
+static dt_status save_tensors(dt_model *m, const char *path, const char *prefix, int which) {
     float *host = dt_malloc(m->n_params * sizeof(float), "weights staging");
     dt_st_entry *e = dt_calloc((size_t)m->n_tensors, sizeof *e, "tensor list");
     char(*names)[64] = prefix[0] ? dt_calloc((size_t)m->n_tensors, sizeof *names, "tensor names") : NULL;
     dt_status st = DT_ERR_NOMEM;
+    int n = 0;
     if (host && e && (names || !prefix[0])) {
         m->be->ops->download(m->be->ctx, host, m->net.params, m->n_params * sizeof(float));
+        if (which == SAVE_MERGED) merge_adapters(m, host);
         for (int i = 0; i < m->n_tensors; i++) {
+            if ((which == SAVE_TRAINABLE && i < m->n_frozen_tensors) || (which == SAVE_MERGED && is_adapter(m, i)))
+                continue;
             const dt_tensor_info *t = &m->tensors[i];
-            e[i].name = t->name;
+            e[n].name = t->name;
             if (names && strcmp(t->name, "score.weight") != 0) {
-                snprintf(names[i], sizeof names[i], "%s%s", prefix, t->name);
-                e[i].name = names[i];
+                snprintf(names[n], sizeof names[n], "%s%s", prefix, t->name);
+                e[n].name = names[n];
             }
-            e[i].ndim = t->ndim;
-            e[i].shape[0] = t->shape[0];
-            e[i].shape[1] = t->shape[1];
-            e[i].data = host + t->offset;
+            e[n].ndim = t->ndim;
+            e[n].shape[0] = t->shape[0];
+            e[n].shape[1] = t->shape[1];
+            e[n].data = host + t->offset;
+            n++;
         }
         const char *keys[] = {"format", "producer"};
         const char *vals[] = {"pt", "dtrain"};
         /* a device that failed earlier must not leave a well-checksummed file of garbage */
-        if ((st = m->be->ops->check(m->be->ctx)) == DT_OK) st = dt_st_write(path, e, m->n_tensors, keys, vals, 2);
+        if ((st = m->be->ops->check(m->be->ctx)) == DT_OK) st = dt_st_write(path, e, n, keys, vals, 2);
     }
     free(host);
     free(e);
@@ -763,8 +983,12 @@ static dt_status save_prefixed(dt_model *m, const char *path, const char *prefix
     return st;
 }
 
-dt_status dt_model_save(dt_model *m, const char *path) { return save_prefixed(m, path, ""); }
-dt_status dt_model_save_hf(dt_model *m, const char *path) { return save_prefixed(m, path, m->net.arch->hf_prefix); }
+dt_status dt_model_save(dt_model *m, const char *path) {
+    return save_tensors(m, path, "", m->cfg.lora.rank ? SAVE_TRAINABLE : SAVE_ALL);
+}
+dt_status dt_model_save_hf(dt_model *m, const char *path) {
+    return save_tensors(m, path, m->net.arch->hf_prefix, m->cfg.lora.rank ? SAVE_MERGED : SAVE_ALL);
+}
 
 /* Maps a file tensor name to ours: strips the architecture's prefix ("transformer."); returns
  * NULL for names to ignore (buffers that are not weights). */
@@ -851,6 +1075,14 @@ dt_status dt_model_load(dt_model *m, const char *path, int *score_loaded) {
     if (!seen || !host) { st = DT_ERR_NOMEM; goto done; }
     m->be->ops->download(m->be->ctx, host, m->net.params, m->n_params * sizeof(float));
     file_shape_hint(m->net.arch, f, hint, sizeof hint);
+    /* model.lora: a file of adapters (dt_model_save's) fills the trainable tensors, any other the frozen model */
+    int adapters = 0;
+    for (int i = 0; m->cfg.lora.rank && i < dt_st_count(f); i++) {
+        const char *nm = dt_st_tensor_at(f, i)->name;
+        const size_t k = strlen(nm);
+        adapters |= k > 14 && strcmp(nm + k - 14, ".lora_A.weight") == 0;
+    }
+#define IN_SET(j) (adapters ? (j) >= m->n_frozen_tensors : !is_adapter(m, (j)))
 
     const dt_st_tensor *lm_head = NULL;
     for (int i = 0; i < dt_st_count(f); i++) {
@@ -858,14 +1090,19 @@ dt_status dt_model_load(dt_model *m, const char *path, int *score_loaded) {
         const char *nm = canonical_name(m->net.arch, t->name);
         if (!nm) continue;
         int j = 0;
-        while (j < m->n_tensors && strcmp(m->tensors[j].name, nm) != 0) j++;
-        if (j == m->n_tensors && strcmp(nm, m->net.arch->head_name) == 0 && (m->net.w.tied || m->cfg.shape.num_labels)) {
+        while (j < m->n_tensors && (!IN_SET(j) || strcmp(m->tensors[j].name, nm) != 0)) j++;
+        if (j == m->n_tensors && !adapters && strcmp(nm, m->net.arch->head_name) == 0 && (m->net.w.tied || m->cfg.shape.num_labels)) {
             if (m->net.w.tied) lm_head = t; /* the tied head's copy: checked against the embedding below */
             continue;                       /* an untied language model's head: a classifier has none */
         }
         if (j == m->n_tensors) {
             if (strcmp(nm, "score.weight") == 0 && m->cfg.shape.num_labels == 0) continue; /* classifier -> LM */
-            st = dt_error_set(DT_ERR_DATA, "%s: tensor %s is not part of this model (hint: %s)", path, t->name, hint);
+            if (adapters)
+                st = dt_error_set(DT_ERR_DATA, "%s: tensor %s is not one of this model's adapters (model.lora: rank %d "
+                                  "on its targets)", path, t->name, m->cfg.lora.rank);
+            else
+                st = dt_error_set(DT_ERR_DATA, "%s: tensor %s is not part of this model (hint: %s)", path, t->name,
+                                  hint);
             goto done;
         }
         const dt_tensor_info *mt = &m->tensors[j];
@@ -890,14 +1127,15 @@ dt_status dt_model_load(dt_model *m, const char *path, int *score_loaded) {
     }
     int score_ok = 1;
     for (int j = 0; j < m->n_tensors; j++) {
-        if (seen[j]) continue;
-        if (strcmp(m->tensors[j].name, "score.weight") == 0) { score_ok = 0; continue; }
+        if (seen[j] || !IN_SET(j)) continue;
+        if (!adapters && strcmp(m->tensors[j].name, "score.weight") == 0) { score_ok = 0; continue; }
         st = dt_error_set(DT_ERR_DATA, "%s: tensor %s is missing (hint: %s)", path, m->tensors[j].name, hint);
         goto done;
     }
     if (lm_head && (st = check_tied_head(f, lm_head, m, host, path)) != DT_OK) goto done;
     if (score_loaded) *score_loaded = score_ok;
     m->be->ops->upload(m->be->ctx, m->net.params, host, m->n_params * sizeof(float));
+#undef IN_SET
 done:
     free(seen);
     free(host);

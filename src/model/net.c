@@ -33,25 +33,53 @@ size_t dt_net_add(net_builder *b, const char *name, int rows, int cols, net_init
 
 /* ---- the weight products ---- */
 
+/* out's (or dout's) column col0 of row 0 */
+static dt_act *act_col(const dt_net *n, const dt_act *p, int col0) {
+    return (dt_act *)((char *)p + (size_t)col0 * dt_dtype_size(n->act));
+}
+
+/* each adapter's scale (inp A^T) B^T added onto its columns of out */
+static void lora_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt_act *inp, int M, int ldo) {
+    for (int i = 0; i < lin->n_lora; i++) {
+        const net_lora *a = &lin->lora[i];
+        n->o->lora_fwd(n->ctx, act_col(n, out, a->col0), n->lora_h, inp, n->params + a->a, n->params + a->b, M, lin->in,
+                       a->cols, n->lora_rank, ldo, n->lora_scale);
+    }
+}
+
+/* their gradients, and their part of dinp added onto it */
+static void lora_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const dt_act *dout, const dt_act *inp, int M,
+                     int ldo) {
+    const size_t hr = (size_t)M * (size_t)n->lora_rank;
+    for (int i = 0; i < lin->n_lora; i++) {
+        const net_lora *a = &lin->lora[i];
+        n->o->lora_bwd(n->ctx, dinp, dt_net_grad(n, a->a), dt_net_grad(n, a->b), n->lora_h, n->lora_h + hr,
+                       act_col(n, dout, a->col0), inp, n->params + a->a, n->params + a->b, M, lin->in, a->cols,
+                       n->lora_rank, ldo, n->lora_scale);
+    }
+}
+
 void dt_net_mm_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt_act *inp, int M, int ldo, dt_act *pre) {
     const float *w = n->params + lin->w, *b = lin->b == NET_NONE ? NULL : n->params + lin->b;
-    if (pre && !lin->trans && n->o->matmul_gelu_fwd) { /* the backend's fused product and GELU (ops.h: W (K,N)) */
+    if (pre && !lin->trans && !lin->n_lora && n->o->matmul_gelu_fwd) { /* the backend's fused product and GELU (ops.h: W (K,N)) */
         n->o->matmul_gelu_fwd(n->ctx, out, pre, inp, w, b, M, lin->in, lin->out);
         return;
     }
     n->o->matmul_fwd(n->ctx, pre ? pre : out, inp, w, b, M, lin->in, lin->out, ldo, lin->trans);
+    lora_fwd(n, lin, pre ? pre : out, inp, M, ldo);
     if (pre) n->o->gelu_fwd(n->ctx, out, pre, (size_t)M * lin->out);
 }
 
 void dt_net_mm_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const dt_act *dout, const dt_act *inp, int M,
                    int ldo, const dt_act *pre, dt_act *tmp) {
     const float *w = n->params + lin->w;
-    float *dw = n->grads + lin->w, *db = lin->b == NET_NONE ? NULL : n->grads + lin->b;
-    if (pre && !lin->trans && n->o->matmul_gelu_bwd) {
+    float *dw = dt_net_grad(n, lin->w), *db = dt_net_grad(n, lin->b);
+    if (pre && !lin->trans && !lin->n_lora && n->o->matmul_gelu_bwd) {
         n->o->matmul_gelu_bwd(n->ctx, dinp, tmp, dw, db, dout, inp, w, pre, M, lin->in, lin->out);
         return;
     }
     n->o->matmul_bwd(n->ctx, pre ? tmp : dinp, dw, db, dout, inp, w, M, lin->in, lin->out, ldo, lin->trans);
+    lora_bwd(n, lin, pre ? tmp : dinp, dout, inp, M, ldo);
     if (pre) n->o->gelu_bwd(n->ctx, dinp, pre, tmp, (size_t)M * lin->in);
 }
 
@@ -64,8 +92,9 @@ void dt_net_embed(const dt_net *n, dt_act *out, const int *tokens, int B, int T,
 }
 
 void dt_net_embed_bwd(const dt_net *n, const dt_act *dout, const int *tokens, int B, int T) {
-    float *dwpe = n->w.wpe == NET_NONE ? NULL : n->grads + n->w.wpe;
-    n->o->encoder_bwd(n->ctx, n->grads + n->w.wte, dwpe, dout, tokens, n->att.pos, B, T, n->cfg->shape.n_embd);
+    float *dwte = dt_net_grad(n, n->w.wte);
+    if (!dwte) return; /* frozen (model.lora: with the positions) */
+    n->o->encoder_bwd(n->ctx, dwte, dt_net_grad(n, n->w.wpe), dout, tokens, n->att.pos, B, T, n->cfg->shape.n_embd);
 }
 
 /* ---- norms ---- */
@@ -82,10 +111,10 @@ void dt_net_norm_bwd(const dt_net *n, const net_norm *nw, dt_act *dinp, const dt
                      const float *mean, const float *rstd, int N) {
     const int C = n->cfg->shape.n_embd;
     if (n->arch->norm == NET_RMSNORM)
-        n->o->rmsnorm_bwd(n->ctx, dinp, n->grads + nw->w, dout, inp, n->params + nw->w, rstd, N, C);
+        n->o->rmsnorm_bwd(n->ctx, dinp, dt_net_grad(n, nw->w), dout, inp, n->params + nw->w, rstd, N, C);
     else
-        n->o->layernorm_bwd(n->ctx, dinp, n->grads + nw->w, n->grads + nw->b, dout, inp, n->params + nw->w, mean, rstd, N,
-                            C);
+        n->o->layernorm_bwd(n->ctx, dinp, dt_net_grad(n, nw->w), dt_net_grad(n, nw->b), dout, inp, n->params + nw->w,
+                            mean, rstd, N, C);
 }
 
 /* ---- the layer ---- */

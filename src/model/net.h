@@ -16,12 +16,24 @@
 
 #define NET_NONE ((size_t)-1) /* an offset of a tensor the architecture does not have */
 
+/* A LoRA adapter on columns [col0, col0 + cols) of a product's output (one of the projections a
+ * stacked product holds: Llama's q of [q | k | v]): A (rank, in), B (cols, rank), offsets in
+ * floats. */
+typedef struct net_lora {
+    size_t a, b;
+    int col0, cols;
+} net_lora;
+
+#define NET_MAX_LORA 3 /* adapters on one product: q, k and v */
+
 /* A weight product's operand: where its weight and bias lie in the parameter buffer (the
- * gradient buffer has the same layout) and how the weight is stored. */
+ * gradient buffer covers the trainable ones, dt_net's `frozen`) and how the weight is stored. */
 typedef struct net_linear {
     size_t w, b;  /* offsets in floats; b NET_NONE: no bias */
     int in, out;  /* K, N: inp(M,K) -> out(M,N) */
     int trans;    /* 0: W stored (in, out) (GPT-2's Conv1D); 1: (out, in) (nn.Linear, embeddings) */
+    int n_lora;   /* model.lora: the adapters on it */
+    net_lora lora[NET_MAX_LORA];
 } net_linear;
 
 typedef struct net_norm {
@@ -49,8 +61,9 @@ typedef struct net_weights {
                              must equal it) */
 } net_weights;
 
-/* How a tensor starts when no weights are loaded (DESIGN §4). */
-typedef enum { NET_INIT_ZERO = 0, NET_INIT_ONE, NET_INIT_NORMAL } net_init;
+/* How a tensor starts when no weights are loaded (DESIGN §4); UNIFORM: in (-std, std) (LoRA's A,
+ * as PEFT's kaiming_uniform_(a=sqrt(5)): 1/sqrt(in)). */
+typedef enum { NET_INIT_ZERO = 0, NET_INIT_ONE, NET_INIT_NORMAL, NET_INIT_UNIFORM } net_init;
 
 /* What `layout` is given: it calls dt_net_add for every tensor, in parameter order. */
 typedef struct net_builder {
@@ -87,6 +100,9 @@ typedef struct net_arch {
     const char *const *ignored_suffixes;
     const char *head_name;
     const char *embed_name, *positions_name, *layer_prefix; /* for the hint of a file of another shape */
+    /* LoRA: where target t (arch.h DT_LORA_TARGETS row, one of this architecture's) lies in a
+     * layer: its product and the columns of that product's output it makes */
+    void (*lora_site)(const dt_model_shape *s, int t, net_layer *y, net_linear **lin, int *col0, int *cols);
 } net_arch;
 
 extern const net_arch dt_net_gpt2, dt_net_llama;
@@ -101,7 +117,12 @@ typedef struct dt_net {
     const dt_model_cfg *cfg;
     const net_arch *arch;
     dt_dtype act;
-    float *params, *grads; /* backend (n_params) each */
+    float *params;         /* backend (n_params) */
+    float *grads;          /* backend: the trainable parameters' (n_params - frozen) */
+    size_t frozen;         /* the parameters below this offset are frozen (model.lora's base): no gradient */
+    float lora_scale;      /* model.lora: alpha / rank */
+    int lora_rank;
+    float *lora_h;         /* (BT, 2 rank) an adapter's x A^T and its gradient */
     net_weights w;
     dt_att_shape att;      /* attention's heads (B and T: the caller's); pos: the model's rows' positions when
                               packed (backend memory), else NULL */
@@ -110,9 +131,14 @@ typedef struct dt_net {
 
 const dt_net *dt_model_net(const dt_model *m);
 
+/* The gradient of the parameters at offset `off`: NULL when they are frozen. */
+static inline float *dt_net_grad(const dt_net *n, size_t off) {
+    return off == NET_NONE || off < n->frozen ? NULL : n->grads + (off - n->frozen);
+}
+
 /* Every product of an activation with a weight goes through these two (adapters and
  * tensor-parallel splits change them, not their callers). Forward: out(M, lin->out) =
- * inp(M, lin->in) @ W + bias, rows of out ldo apart; with `pre` non-NULL, pre = that product
+ * inp(M, lin->in) @ W + bias (+ each adapter's scale (inp A^T) B^T on its columns), rows of out ldo apart; with `pre` non-NULL, pre = that product
  * and out = gelu(pre) (the backend's fused epilogue where it has one). Backward: dW += and
  * dbias += from dout(M, out) (rows ldo apart); dinp(M, in) = dout @ W^T (skipped when NULL),
  * and with `pre` non-NULL dinp = gelu'(pre) * (dout @ W^T), `tmp` (M, in) as scratch. */

@@ -268,6 +268,7 @@ static void cpu_layernorm_bwd(void *ctx, dt_act *dinp_, float *dw, float *db, co
     for (int i = 0; i < N; i++)
         layernorm_row_bwd(dinp + (size_t)i * C, dout + (size_t)i * C, inp + (size_t)i * C, w,
                           mean[i], rstd[i], C);
+    if (!dw) return; /* frozen */
     const int nchunks = (C + COL_CHUNK - 1) / COL_CHUNK;
 #pragma omp parallel for schedule(static) if (par)
     for (int ch = 0; ch < nchunks; ch++) {
@@ -329,6 +330,7 @@ static void cpu_rmsnorm_bwd(void *ctx, dt_act *dinp_, float *dw, const dt_act *d
 #pragma omp parallel for schedule(static) if (par)
     for (int i = 0; i < N; i++)
         rmsnorm_row_bwd(dinp + (size_t)i * C, dout + (size_t)i * C, inp + (size_t)i * C, w, rstd[i], C);
+    if (!dw) return; /* frozen */
     const int nchunks = (C + COL_CHUNK - 1) / COL_CHUNK;
 #pragma omp parallel for schedule(static) if (par)
     for (int ch = 0; ch < nchunks; ch++) { /* dw in column chunks, rows in order: the same bits for any thread count */
@@ -375,6 +377,28 @@ static void cpu_matmul_bwd(void *ctx, dt_act *dinp_, float *dw, float *dbias, co
             sgemm_rows(CblasTrans, CblasNoTrans, K, N, M, 1.0f, inp, K, dout, ldo, 1.0f, dw, N);
     }
     if (dbias) colsum_add(dbias, dout, M, N, ldo);
+}
+
+/* ---- LoRA adapters: four thin products, each through sgemm_rows (thread-invariant) ---- */
+
+static void cpu_lora_fwd(void *ctx, dt_act *out_, float *h, const dt_act *inp_, const float *A, const float *B, int M,
+                         int K, int N, int r, int ldo, float s) {
+    (void)ctx;
+    const float *inp = (const float *)inp_;
+    sgemm_rows(CblasNoTrans, CblasTrans, M, r, K, 1.0f, inp, K, A, K, 0.0f, h, r);               /* h = inp A^T */
+    sgemm_rows(CblasNoTrans, CblasTrans, M, N, r, s, h, r, B, r, 1.0f, (float *)out_, ldo);       /* out += s h B^T */
+}
+
+static void cpu_lora_bwd(void *ctx, dt_act *dinp_, float *dA, float *dB, float *h, float *dh, const dt_act *dout_,
+                         const dt_act *inp_, const float *A, const float *B, int M, int K, int N, int r, int ldo,
+                         float s) {
+    (void)ctx;
+    const float *inp = (const float *)inp_, *dout = (const float *)dout_;
+    sgemm_rows(CblasNoTrans, CblasTrans, M, r, K, 1.0f, inp, K, A, K, 0.0f, h, r);          /* h = inp A^T */
+    sgemm_rows(CblasNoTrans, CblasNoTrans, M, r, N, s, dout, ldo, B, r, 0.0f, dh, r);       /* dh = s dout B */
+    sgemm_rows(CblasTrans, CblasNoTrans, N, r, M, s, dout, ldo, h, r, 1.0f, dB, r);         /* dB += s dout^T h */
+    sgemm_rows(CblasTrans, CblasNoTrans, r, K, M, 1.0f, dh, r, inp, K, 1.0f, dA, K);        /* dA += dh^T inp */
+    if (dinp_) sgemm_rows(CblasNoTrans, CblasNoTrans, M, K, r, 1.0f, dh, r, A, K, 1.0f, (float *)dinp_, K); /* += dh A */
 }
 
 /* ---- attention ----
@@ -944,6 +968,8 @@ const dt_ops dt_ops_cpu = {
     .rope_bwd = cpu_rope_bwd,
     .swiglu_fwd = cpu_swiglu_fwd,
     .swiglu_bwd = cpu_swiglu_bwd,
+    .lora_fwd = cpu_lora_fwd,
+    .lora_bwd = cpu_lora_bwd,
     .gelu_fwd = cpu_gelu_fwd,
     .gelu_bwd = cpu_gelu_bwd,
     .add = cpu_add,

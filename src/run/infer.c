@@ -41,7 +41,9 @@ static int backend_precision(const dt_config *c) {
 }
 
 dt_model_cfg dt_infer_model_cfg(const dt_config *c, int batch, int seq_len) {
-    dt_model_cfg mc = {.shape = c->model.shape, .seq_len = seq_len, .max_batch = batch, .seed = c->training.seed};
+    dt_model_cfg mc = {.shape = c->model.shape, .seq_len = seq_len, .max_batch = batch, .seed = c->training.seed,
+                       .lora = c->model.lora};
+    if (!mc.lora.rank) mc.lora = (dt_lora){0};
     return mc;
 }
 

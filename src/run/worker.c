@@ -48,6 +48,7 @@ typedef struct run {
     int rank, world;
     dt_device_kind dev;     /* what training.device resolved to */
     dt_tokenizer *tok;      /* data.tokenizer: NULL for bytes */
+    uint32_t lora_base;     /* model.lora: dt_model_frozen_digest of the base the adapters apply to */
     long confusion[DT_MAX_VAL_SETS][DT_MAX_CLASS_METRICS * DT_MAX_CLASS_METRICS]; /* each set's last evaluation's
                                                                                     [label][predicted] */
     dt_comm_req **reqs;     /* (n_buckets) in-flight gradient all-reduces (reduce-scatters, all-gathers) */
@@ -293,7 +294,7 @@ static void human_count(char *buf, size_t n, double v) {
 /* Floats of each AdamW moment on one of `world` workers: all parameters, or with ZeRO-1 at
  * most the largest part of every bucket (n_layer + 2 of them, dt_comm_part's split). */
 static size_t moment_floats(const dt_model_cfg *mc, int world, int zero_stage) {
-    const size_t n = dt_model_count_params(mc);
+    const size_t n = dt_model_count_trainable(mc); /* model.lora: the adapters' */
     if (zero_stage != 1 || world < 2) return n;
     return n / (size_t)world + (size_t)mc->shape.n_layer + 2;
 }
@@ -356,6 +357,17 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
     human_count(mem, sizeof mem, (double)dt_model_memory_bytes(&mc, dt_backend_ops(DT_DEVICE_CPU), 0));
     fprintf(out, "# model: %s parameters (%zu), %s training FLOPs per token, ~%sB of memory per worker\n", params,
             dt_model_count_params(&mc), flops, mem);
+    if (mc.lora.rank) {
+        const size_t all = dt_model_count_params(&mc), train = dt_model_count_trainable(&mc);
+        char tr[32], fr[32], ad[32], names[256];
+        human_count(tr, sizeof tr, (double)train);
+        human_count(fr, sizeof fr, (double)(all - train));
+        human_count(ad, sizeof ad, 2.0 * (double)train * sizeof(float));
+        fprintf(out, "# model.lora: rank %d, alpha %g on %s: %s trainable parameters (%zu, %.2f%%), %s frozen; "
+                "gradients, AdamW state (%sB) and the all-reduce cover the trainable ones only\n", mc.lora.rank,
+                mc.lora.alpha, dt_lora_targets_str(mc.lora.targets, names, sizeof names), tr, train,
+                100.0 * (double)train / (double)all, fr, ad);
+    }
     dt_device_kind dev;
     const int resolved = dt_backend_resolve(c, &dev) == DT_OK;
     /* training.device: cuda on a machine without a GPU still gets the estimate, for planning */
@@ -392,6 +404,7 @@ static void on_bucket_ready(void *user, int bucket) {
     run *r = user;
     if (r->comm_st != DT_OK) return;
     const dt_bucket *bk = dt_model_bucket(r->model, bucket);
+    if (!bk->numel) return; /* model.lora: a bucket with nothing trainable */
     float *g = dt_model_grads(r->model) + bk->offset;
     const dt_wire wire = r->cfg->training.grad_comm_dtype;
     r->comm_st = r->zero ? dt_comm_reduce_scatter_start(r->gcomm, g, bk->numel, wire, &r->reqs[bucket])
@@ -426,6 +439,7 @@ static double exposed_since(run *r, double w0) {
 static dt_status gather_buckets(run *r, float *buf) {
     for (int i = 0; i < dt_model_num_buckets(r->model) && r->comm_st == DT_OK; i++) {
         const dt_bucket *bk = dt_model_bucket(r->model, i);
+        if (!bk->numel) continue;
         r->comm_st = dt_comm_allgather_parts_start(r->gcomm, buf + bk->offset, bk->numel, &r->reqs[i]);
     }
     return wait_buckets(r);
@@ -638,7 +652,9 @@ static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, con
             .config_digest = dt_config_digest(c), .world = r->world,
             .global_batch = (long)dt_sampler_global_batch(r->sampler), .train_samples = dt_dataset_size(r->train),
             .model = dt_model_config(r->model)->shape, .best = *cp->best,
+            .lora = dt_model_config(r->model)->lora, .lora_base_digest = r->lora_base,
         };
+        snprintf(s.lora_base, sizeof s.lora_base, "%s", c->model.init_from);
         moments_call mc = {r, 0};
         if (r->zero) { /* the others gather the moments with it */
             s.get_moments = gather_moments_cb;
@@ -878,6 +894,7 @@ static dt_status resume_point(trainer *t) {
     DT_TRY(find_resume(r, t->attempt, t->ckpt_dir, sizeof t->ckpt_dir, &t->cs, &t->resumed));
     if (t->resumed) {
         DT_TRY(dt_ckpt_check_shape(&t->cs, &dt_model_config(r->model)->shape, t->ckpt_dir));
+        DT_TRY(dt_ckpt_check_lora(&t->cs, &dt_model_config(r->model)->lora, t->ckpt_dir));
         DT_TRY(dt_ckpt_check_tokenizer(&t->cs, c, t->ckpt_dir));
     }
     t->step = t->resumed ? t->cs.step : 0;
@@ -944,25 +961,39 @@ static dt_status make_optimizer(trainer *t) {
     return st;
 }
 
+/* model.init_from's weights (with model.lora: the frozen base's) */
+static dt_status load_init_from(trainer *t) {
+    run *r = &t->r;
+    int score_loaded = 1;
+    char path[DT_PATH_MAX + 96];
+    dt_status st = dt_infer_weights_path(r->cfg->model.init_from, r->rank == 0 ? stderr : NULL, path, sizeof path);
+    if (st == DT_OK) st = dt_model_load(r->model, path, &score_loaded);
+    if (st != DT_OK) {
+        dt_error_prefix("model.init_from");
+        return st;
+    }
+    dt_metrics_info(r->metrics, "init_from %s%s", path,
+                    score_loaded ? "" : " (no score.weight in the file: classification head initialised from the seed)");
+    return DT_OK;
+}
+
 /* The checkpoint's weights and moments, or model.init_from's, or the seed's (init); then
- * rank 0's copy on every rank, over the collective that carries the gradients. */
+ * rank 0's copy on every rank, over the collective that carries the gradients. With model.lora
+ * the frozen base is model.init_from's (or the seed's) on every rank, resumed or not, and must
+ * be the one the checkpoint's adapters were trained on; only the adapters come from rank 0. */
 static dt_status initial_weights(trainer *t) {
     run *r = &t->r;
     const dt_config *c = r->cfg;
-    if (t->resumed) {
-        DT_TRY(dt_ckpt_load(t->ckpt_dir, r->model, r->optim));
-    } else if (c->model.init_from[0]) {
-        int score_loaded = 1;
-        char path[DT_PATH_MAX + 96];
-        dt_status st = dt_infer_weights_path(c->model.init_from, r->rank == 0 ? stderr : NULL, path, sizeof path);
-        if (st == DT_OK) st = dt_model_load(r->model, path, &score_loaded);
-        if (st != DT_OK) {
-            dt_error_prefix("model.init_from");
-            return st;
-        }
-        dt_metrics_info(r->metrics, "init_from %s%s", path,
-                        score_loaded ? "" : " (no score.weight in the file: classification head initialised from the seed)");
-    }
+    const int lora = dt_model_config(r->model)->lora.rank > 0;
+    if (c->model.init_from[0] && (lora || !t->resumed)) DT_TRY(load_init_from(t));
+    if (lora) DT_TRY(dt_model_frozen_digest(r->model, &r->lora_base));
+    if (t->resumed && lora && t->cs.lora_base_digest != r->lora_base)
+        return dt_error_set(DT_ERR_CONFIG, "%s: its adapters were trained on the base %s (digest %08x), but "
+                            "model.init_from %s gives digest %08x: refusing to apply them to another model (hint: "
+                            "restore model.init_from, or start fresh with checkpoint.resume: never)", t->ckpt_dir,
+                            t->cs.lora_base[0] ? t->cs.lora_base : "initialised from the seed", t->cs.lora_base_digest,
+                            c->model.init_from[0] ? c->model.init_from : "(none: the seed's)", r->lora_base);
+    if (t->resumed) DT_TRY(dt_ckpt_load(t->ckpt_dir, r->model, r->optim));
     DT_TRY(start_device_collective(r));
     if (r->world > 1)
         DT_TRY(dt_comm_broadcast(r->gcomm, dt_model_params(r->model), dt_model_num_params(r->model) * sizeof(float), 0));
@@ -976,7 +1007,7 @@ static void report_setup(trainer *t) {
     const dt_model_cfg *mc = dt_model_config(r->model);
     const dt_ops *ops = r->be->ops;
     char params[32], flops[32], how[96] = "", prec[32] = "";
-    human_count(params, sizeof params, (double)dt_model_num_params(r->model));
+    human_count(params, sizeof params, (double)(dt_model_num_params(r->model) + dt_model_num_frozen(r->model)));
     human_count(flops, sizeof flops, dt_model_flops_per_token(mc));
     const char *bf = r->cfg->training.grad_comm_dtype == DT_WIRE_BF16 ? " (bf16 gradients)" : "";
     if (r->zero) snprintf(how, sizeof how, ", %s reduce-scatter + all-gather%s", dt_comm_backend(r->gcomm), bf);
@@ -994,6 +1025,16 @@ static void report_setup(trainer *t) {
                         (double)device_memory_bytes(ops, mc, bf16, r->world, r->zero) / (1u << 30), ops->memory, t->b);
     dt_metrics_info(r->metrics, "model: %d layers, %d heads, n_embd %d, seq_len %d, vocab %d | %s params, %s FLOPs/token",
                     mc->shape.n_layer, mc->shape.n_head, mc->shape.n_embd, mc->seq_len, mc->shape.vocab_size, params, flops);
+    if (mc->lora.rank) {
+        char names[256], fr[32];
+        human_count(params, sizeof params, (double)dt_model_num_params(r->model));
+        human_count(fr, sizeof fr, (double)dt_model_num_frozen(r->model));
+        dt_metrics_info(r->metrics, "model.lora: rank %d, alpha %g on %s: %s trainable parameters (%.2f%%), %s frozen "
+                        "(no gradients, no AdamW state, not all-reduced)", mc->lora.rank, mc->lora.alpha,
+                        dt_lora_targets_str(mc->lora.targets, names, sizeof names), params,
+                        100.0 * (double)dt_model_num_params(r->model) /
+                            (double)(dt_model_num_params(r->model) + dt_model_num_frozen(r->model)), fr);
+    }
     if (r->zero)
         dt_metrics_info(r->metrics, "training.zero_stage 1: rank %d updates %zu of %zu parameters; its AdamW state is "
                         "%.1f MB, not %.1f MB", r->rank, dt_optim_moment_floats(r->optim), dt_model_num_params(r->model),
