@@ -68,7 +68,7 @@ static const help_entry help[] = {
      "                       model.safetensors, or while the run has none (unfinished, stopped, failed)\n"
      "                       its newest valid checkpoint; default: model.init_from\n"
      "  --set key.path=value override one key, e.g. --set eval.max_batches=10\n"},
-    {"export", "dtrain export  --checkpoint DIR|FILE --out PATH [--format safetensors|hf] [--config FILE] "
+    {"export", "dtrain export  --checkpoint DIR|FILE --out PATH [--format safetensors|hf|peft] [--config FILE] "
      "[--set key.path=value]...",
      "export     writes the weights as a standalone F32 safetensors file with Hugging Face GPT-2\n"
      "           tensor names (--format safetensors, the default), or a Hugging Face directory that\n"
@@ -78,13 +78,17 @@ static const help_entry help[] = {
      "           gives dtrain's ids, <cls> included). The tokenizer must be the one the run recorded\n"
      "           (data.tokenizer_sha256) and fit the model; a language model whose config names none\n"
      "           (bytes) but whose ids are not bytes gets no tokenizer files (a note says so).\n"
+     "           A run trained with model.lora: --format hf merges its adapters into the model;\n"
+     "           --format peft writes the adapters as PEFT does (adapter_config.json,\n"
+     "           adapter_model.safetensors), for peft.PeftModel.from_pretrained(base, PATH) over the\n"
+     "           base model.init_from names.\n"
      "  --checkpoint PATH    as for eval: a file, a checkpoint directory, or a run directory (its final\n"
      "                       weights, else its newest valid checkpoint)\n"
      "  --out PATH           the file (replaced atomically) or, for hf, the directory (built next to it\n"
      "                       and renamed into place; it may hold an earlier export, nothing else, and\n"
      "                       never what export reads: the weights, --checkpoint, the tokenizer)\n"
-     "  --format F           safetensors (default) or hf\n"
-     "  --config FILE        hf: the config the model was trained with (default: the config.yaml next\n"
+     "  --format F           safetensors (default), hf or peft\n"
+     "  --config FILE        hf, peft: the config the model was trained with (default: the config.yaml next\n"
      "                       to the weights)\n"},
     {"generate", "dtrain generate --checkpoint DIR|FILE [--config FILE] --prompt TEXT [--chat] [--max-new-tokens N] "
      "[--temperature T] [--top-k K] [--top-p P] [--seed S] [--set key.path=value]...",
@@ -333,8 +337,8 @@ static int parse_options(int argc, char **argv, cli *c) {
             break;
         case 'J': c->json = 1; break;
         case 'F':
-            if (strcmp(optarg, "safetensors") != 0 && strcmp(optarg, "hf") != 0)
-                return usage_error("--format: expected safetensors or hf, got \"%s\"", optarg);
+            if (strcmp(optarg, "safetensors") != 0 && strcmp(optarg, "hf") != 0 && strcmp(optarg, "peft") != 0)
+                return usage_error("--format: expected safetensors, hf or peft, got \"%s\"", optarg);
             c->format = optarg;
             break;
         case 'h': c->help = 1; break;
@@ -458,18 +462,19 @@ static int cmd_eval(const cli *c) {
 }
 
 static int cmd_export(const cli *c) {
-    const int hf = c->format && strcmp(c->format, "hf") == 0;
+    const int hf = c->format && strcmp(c->format, "hf") == 0, peft = c->format && strcmp(c->format, "peft") == 0;
     if (!c->checkpoint || !c->out)
-        return usage_error("export: needs --checkpoint DIR|FILE and --out %s", hf ? "DIR" : "FILE");
-    if (!hf && (c->config || c->n_overrides))
-        return usage_error("%s", "export: --config and --set go with --format hf (a safetensors export copies the "
-                                 "weights as they are)");
-    dt_export_opts o = {.checkpoint = c->checkpoint, .config = c->config, .out = c->out, .hf = hf,
+        return usage_error("export: needs --checkpoint DIR|FILE and --out %s", hf || peft ? "DIR" : "FILE");
+    if (!hf && !peft && (c->config || c->n_overrides))
+        return usage_error("%s", "export: --config and --set go with --format hf or peft (a safetensors export "
+                                 "copies the weights as they are)");
+    dt_export_opts o = {.checkpoint = c->checkpoint, .config = c->config, .out = c->out, .hf = hf, .peft = peft,
                         .overrides = c->overrides, .n_overrides = c->n_overrides};
     dt_export_result r;
     dt_status st = dt_export(&o, &r);
     if (st != DT_OK) return fail(st);
-    const char *files = !hf                ? ""
+    const char *files = peft               ? " (adapter_config.json, adapter_model.safetensors)"
+                        : !hf              ? ""
                         : r.tokenizer_files ? " (config.json, model.safetensors, tokenizer.json, tokenizer_config.json)"
                                             : " (config.json, model.safetensors)";
     printf("exported %d tensors from %s to %s%s\n", r.n_tensors, r.weights, c->out, files);

@@ -118,6 +118,8 @@ typedef struct dt_config {
         char init_from[DT_PATH_MAX];  /* "" = random init */
         dt_lora lora;                 /* model.lora: rank 0 (default) none; targets resolved (the
                                          architecture's default when not given) */
+        char lora_init_from[DT_PATH_MAX]; /* model.lora.init_from: "" (adapters from the seed), a PEFT adapter
+                                             directory (adapter_config.json agreeing with model.lora) or a file */
     } model;
     struct {
         long every_steps;   /* 0 = only at the end, default 100 */

@@ -11,7 +11,9 @@ typedef struct dt_export_opts {
     const char *checkpoint; /* --checkpoint: a file, a checkpoint or run directory */
     const char *config;     /* --config (hf only; NULL: the config.yaml next to the weights) */
     const char *out;        /* --out: the file (safetensors) or the directory (hf) */
-    int hf;                 /* --format hf */
+    int hf;                 /* --format hf (with model.lora: the adapters merged into the model) */
+    int peft;               /* --format peft: model.lora's adapters as PEFT saves them (adapter_config.json,
+                               adapter_model.safetensors), for peft.PeftModel.from_pretrained(base, out) */
     const char *const *overrides;
     int n_overrides;
 } dt_export_opts;

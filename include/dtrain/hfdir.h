@@ -28,6 +28,12 @@ int dt_hf_is_dir(const char *path);
  * the file and the key otherwise. */
 dt_status dt_hf_read_config(const char *dir, dt_hf_config *out);
 
+/* A PEFT adapter directory's adapter_config.json (LoRA): r, lora_alpha and target_modules as
+ * architecture a's targets (each the module's path or a suffix of it, as PEFT matches them:
+ * "q_proj", "self_attn.q_proj", "c_attn"). DT_ERR_DATA naming the file and key for anything
+ * else (another peft_type, a module dtrain cannot adapt, rank or alpha patterns, DoRA, rsLoRA). */
+dt_status dt_hf_read_adapter_config(const char *dir, dt_arch a, dt_lora *out);
+
 /* 1 when the tokenizer.json at `path` is dtrain's byte tokenizer exactly as export writes it
  * (dt_hf_write_byte_tokenizer, with <cls> or without, any max_length; the layout and the order
  * of keys aside): such a directory's texts are read with data.tokenizer: bytes, <cls> and all.

@@ -40,6 +40,10 @@ dt_status dt_infer_tokenizer(const dt_config *c, dt_tokenizer **out);
 dt_status dt_infer_build(const dt_config *c, int local_rank, int rank, int batch, int seq_len, int how,
                          dt_backend **be, dt_tokenizer **tok, dt_model **model);
 
+/* The weights file `weights` into model m of config c (dt_model_load); with model.lora, first
+ * the frozen base its adapters apply to, model.init_from's (errors prefixed with the key). */
+dt_status dt_infer_load_weights(const dt_config *c, dt_model *m, const char *weights, int *score_loaded);
+
 /* A trained model opened for inference. */
 typedef struct dt_infer {
     dt_config cfg;

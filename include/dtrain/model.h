@@ -151,6 +151,9 @@ dt_status dt_model_save(dt_model *m, const char *path);
  * name but score.weight's, as GPT2LMHeadModel and GPT2ForSequenceClassification have them);
  * with model.lora the adapters merged into their products (W + scale B A). */
 dt_status dt_model_save_hf(dt_model *m, const char *path);
+/* model.lora: the trainable tensors with the names PEFT's save_pretrained gives them
+ * ("base_model.model." + the Hugging Face name: ...attn.c_attn.lora_A.weight, score.weight). */
+dt_status dt_model_save_peft(dt_model *m, const char *path);
 /* With model.lora a file holding adapters (names ending lora_A.weight) is taken as
  * dt_model_save wrote it: every trainable tensor, nothing else; any other file as the frozen
  * model's weights (the adapters untouched). */

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <yaml.h>
 #include <zlib.h>
@@ -166,8 +167,9 @@ static const key_def keys[] = {
     SECTION("model.lora"),
     KEY("model.lora.rank", K_INT, model.lora.rank, "0", IN(0, 4096)),
     KEY("model.lora.alpha", K_DOUBLE, model.lora.alpha, "8", GT(0)),
+    KEY("model.lora.init_from", K_STR, model.lora_init_from, "", ANY),
     {"model.lora.targets", K_TARGETS, FLD(model.lora.targets), 0, "", 0, 0, 0, NULL,
-     "write targets: [q, v]"},
+     "write targets: [c_attn] (gpt2) or [q, v] (llama)"},
 
     SECTION("eval"),
     KEY("eval.every_steps", K_LONG, eval.every_steps, "100", GE(0)),
@@ -1092,10 +1094,12 @@ static dt_status validate_lora(load_ctx *c) {
     const int i_targets = key_index("model.lora.targets");
     const unsigned have = dt_lora_arch_targets(a);
     char names[256], valid[256];
+    const int i_init = key_index("model.lora.init_from");
+    const char *init = cfg->model.lora_init_from;
     if (lo->rank == 0) {
-        if (lo->targets)
-            return fail_key(c, i_targets, "names projections, but model.lora.rank is 0: no LoRA (hint: set "
-                            "model.lora.rank, e.g. 8, or leave model.lora out)");
+        if (lo->targets || init[0])
+            return fail_key(c, lo->targets ? i_targets : i_init, "is given, but model.lora.rank is 0: no LoRA (hint: "
+                            "set model.lora.rank, e.g. 8, or leave model.lora out)");
         return DT_OK;
     }
     if (!lo->targets) lo->targets = dt_lora_default_targets(a);
@@ -1103,6 +1107,23 @@ static dt_status validate_lora(load_ctx *c) {
         return fail_key(c, i_targets, "names %s, which model.type %s does not have (its projections: %s)",
                         dt_lora_targets_str(lo->targets & ~have, names, sizeof names), cfg->model.type,
                         dt_lora_targets_str(have, valid, sizeof valid));
+    if (init[0] && !c->no_env) { /* a PEFT directory: its adapters must be these */
+        struct stat sb;
+        char dir_cfg[DT_PATH_MAX + 32];
+        snprintf(dir_cfg, sizeof dir_cfg, "%s/adapter_config.json", init);
+        if (stat(init, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+            dt_lora peft;
+            if (dt_hf_read_adapter_config(init, a, &peft) != DT_OK) {
+                dt_error_prefix(keys[i_init].path);
+                return DT_ERR_CONFIG;
+            }
+            if (peft.rank != lo->rank || peft.alpha != lo->alpha || peft.targets != lo->targets)
+                return fail_key(c, i_init, "%s has r %d, lora_alpha %g, target_modules %s; model.lora has rank %d, alpha "
+                                "%g, targets [%s] (hint: set model.lora.rank, alpha and targets to the adapters')",
+                                dir_cfg, peft.rank, peft.alpha, dt_lora_targets_str(peft.targets, names, sizeof names),
+                                lo->rank, lo->alpha, dt_lora_targets_str(lo->targets, valid, sizeof valid));
+        }
+    }
     return DT_OK;
 }
 

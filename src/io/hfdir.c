@@ -503,3 +503,67 @@ dt_status dt_hf_read_tokens(const char *dir, dt_hf_tokens *t, void **held) {
 }
 
 void dt_hf_tokens_free(void *held) { json_decref(held); }
+
+/* target_modules' entry `name` as architecture a's targets: the DT_LORA_TARGETS rows whose module
+ * path is name or ends with "." name, as PEFT matches them (GPT-2's "c_proj": both) */
+static unsigned adapter_targets(dt_arch a, const char *name) {
+    const unsigned have = dt_lora_arch_targets(a);
+    unsigned m = 0;
+    for (int t = 0; t < dt_lora_target_count(); t++) {
+        if (!(have & (1u << t))) continue;
+        const char *mod = dt_lora_target_module(t);
+        const size_t n = strlen(name), k = strlen(mod);
+        if (strcmp(mod, name) == 0 || (k > n && mod[k - n - 1] == '.' && strcmp(mod + k - n, name) == 0)) m |= 1u << t;
+    }
+    return m;
+}
+
+dt_status dt_hf_read_adapter_config(const char *dir, dt_arch a, dt_lora *out) {
+    char path[HF_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    json_t *root;
+    DT_TRY(dt_json_read(path, JSON_REJECT_DUPLICATES, &root));
+    dt_status st = DT_OK;
+    json_t *type = json_object_get(root, "peft_type"), *r = json_object_get(root, "r"),
+           *alpha = json_object_get(root, "lora_alpha"), *tm = json_object_get(root, "target_modules");
+    const char *bad = NULL;
+    if (!json_is_string(type) || strcmp(json_string_value(type), "LORA") != 0) bad = "peft_type: expected \"LORA\"";
+    else if (!json_is_integer(r) || json_integer_value(r) < 1 || json_integer_value(r) > 4096)
+        bad = "r: expected an integer in [1, 4096]";
+    else if (!json_is_number(alpha) || !(json_number_value(alpha) > 0)) bad = "lora_alpha: expected a number > 0";
+    else if (!json_is_array(tm) || json_array_size(tm) == 0)
+        bad = "target_modules: expected a list of module names (a regular expression is not read)";
+    else if (json_is_true(json_object_get(root, "use_dora"))) bad = "use_dora: dtrain's adapters are plain LoRA";
+    else if (json_is_true(json_object_get(root, "use_rslora"))) bad = "use_rslora: dtrain scales by lora_alpha / r";
+    else {
+        const char *pat[] = {"rank_pattern", "alpha_pattern"};
+        for (int i = 0; i < 2 && !bad; i++) {
+            json_t *p = json_object_get(root, pat[i]);
+            if (p && !json_is_null(p) && !(json_is_object(p) && json_object_size(p) == 0))
+                bad = i ? "alpha_pattern: dtrain gives every adapter the same alpha" : "rank_pattern: dtrain gives every "
+                          "adapter the same rank";
+        }
+    }
+    if (bad) {
+        st = dt_error_set(DT_ERR_DATA, "%s: %s", path, bad);
+        goto done;
+    }
+    memset(out, 0, sizeof *out);
+    out->rank = (int)json_integer_value(r);
+    out->alpha = json_number_value(alpha);
+    for (size_t i = 0; i < json_array_size(tm); i++) {
+        const char *name = json_string_value(json_array_get(tm, i));
+        const unsigned t = name ? adapter_targets(a, name) : 0;
+        if (!t) {
+            char valid[256];
+            st = dt_error_set(DT_ERR_DATA, "%s: target_modules[%zu]: %s%s%s is not a projection dtrain adapts in model.type "
+                              "%s (%s)", path, i, name ? "\"" : "", name ? name : "not a string", name ? "\"" : "",
+                              dt_arch_name(a), dt_lora_targets_str(dt_lora_arch_targets(a), valid, sizeof valid));
+            goto done;
+        }
+        out->targets |= t;
+    }
+done:
+    json_decref(root);
+    return st;
+}

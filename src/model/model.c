@@ -32,6 +32,8 @@ struct dt_model {
     int n_frozen_tensors;      /* tensors [0, this) are frozen */
     size_t n_frozen;           /* their floats */
     dt_tensor_info *view;      /* the trainable tensors, offsets from the first one's (= tensors without LoRA) */
+    uint32_t base_digest;      /* dt_model_frozen_digest, once computed (base_digest_ok) since the frozen ones changed */
+    int base_digest_ok;
     int n_buckets;
     dt_bucket *buckets;        /* (n_buckets) host */
     char (*bucket_names)[16];
@@ -668,12 +670,19 @@ size_t dt_model_num_params(const dt_model *m) { return m->n_params - m->n_frozen
 size_t dt_model_num_frozen(const dt_model *m) { return m->n_frozen; }
 
 dt_status dt_model_frozen_digest(dt_model *m, uint32_t *out) {
+    if (m->base_digest_ok) {
+        *out = m->base_digest;
+        return DT_OK;
+    }
     float *host = dt_malloc((m->n_frozen ? m->n_frozen : 1) * sizeof(float), "frozen weights");
     if (!host) return DT_ERR_NOMEM;
     m->be->ops->download(m->be->ctx, host, m->net.params, m->n_frozen * sizeof(float));
     *out = (uint32_t)crc32_z(0L, (const Bytef *)host, m->n_frozen * sizeof(float));
     free(host);
-    return m->be->ops->check(m->be->ctx);
+    DT_TRY(m->be->ops->check(m->be->ctx));
+    m->base_digest = *out;
+    m->base_digest_ok = 1;
+    return DT_OK;
 }
 int dt_model_num_tensors(const dt_model *m) { return m->n_tensors - m->n_frozen_tensors; }
 const dt_tensor_info *dt_model_tensor(const dt_model *m, int i) { return &m->view[i]; }
@@ -945,16 +954,17 @@ static void merge_adapters(const dt_model *m, float *host) {
 }
 
 /* The tensors `which` names (SAVE_ALL every one, SAVE_TRAINABLE model.lora's trainable ones,
- * SAVE_MERGED the architecture's with the adapters merged in) into the file `path`, with
- * `prefix` before every name but score.weight's. */
+ * SAVE_MERGED the architecture's with the adapters merged in) into the file `path`, named
+ * outer + prefix + name (score.weight: outer + name). */
 enum { SAVE_ALL, SAVE_TRAINABLE, SAVE_MERGED };
-static dt_status save_tensors(dt_model *m, const char *path, const char *prefix, int which) {
+static dt_status save_tensors(dt_model *m, const char *path, const char *outer, const char *prefix, int which) {
     float *host = dt_malloc(m->n_params * sizeof(float), "weights staging");
     dt_st_entry *e = dt_calloc((size_t)m->n_tensors, sizeof *e, "tensor list");
-    char(*names)[64] = prefix[0] ? dt_calloc((size_t)m->n_tensors, sizeof *names, "tensor names") : NULL;
+    const int renamed = outer[0] || prefix[0];
+    char(*names)[128] = renamed ? dt_calloc((size_t)m->n_tensors, sizeof *names, "tensor names") : NULL;
     dt_status st = DT_ERR_NOMEM;
     int n = 0;
-    if (host && e && (names || !prefix[0])) {
+    if (host && e && (names || !renamed)) {
         m->be->ops->download(m->be->ctx, host, m->net.params, m->n_params * sizeof(float));
         if (which == SAVE_MERGED) merge_adapters(m, host);
         for (int i = 0; i < m->n_tensors; i++) {
@@ -962,8 +972,9 @@ static dt_status save_tensors(dt_model *m, const char *path, const char *prefix,
                 continue;
             const dt_tensor_info *t = &m->tensors[i];
             e[n].name = t->name;
-            if (names && strcmp(t->name, "score.weight") != 0) {
-                snprintf(names[n], sizeof names[n], "%s%s", prefix, t->name);
+            if (names) {
+                snprintf(names[n], sizeof names[n], "%s%s%s", outer, strcmp(t->name, "score.weight") ? prefix : "",
+                         t->name);
                 e[n].name = names[n];
             }
             e[n].ndim = t->ndim;
@@ -972,10 +983,15 @@ static dt_status save_tensors(dt_model *m, const char *path, const char *prefix,
             e[n].data = host + t->offset;
             n++;
         }
-        const char *keys[] = {"format", "producer"};
-        const char *vals[] = {"pt", "dtrain"};
+        const char *keys[] = {"format", "producer", "lora_base_digest"};
+        char digest[16] = "";
+        const char *vals[] = {"pt", "dtrain", digest};
+        uint32_t d;
         /* a device that failed earlier must not leave a well-checksummed file of garbage */
-        if ((st = m->be->ops->check(m->be->ctx)) == DT_OK) st = dt_st_write(path, e, n, keys, vals, 2);
+        if ((st = m->be->ops->check(m->be->ctx)) == DT_OK && which == SAVE_TRAINABLE &&
+            (st = dt_model_frozen_digest(m, &d)) == DT_OK)
+            snprintf(digest, sizeof digest, "%08x", d); /* the base the adapters apply to */
+        if (st == DT_OK) st = dt_st_write(path, e, n, keys, vals, which == SAVE_TRAINABLE ? 3 : 2);
     }
     free(host);
     free(e);
@@ -984,15 +1000,21 @@ static dt_status save_tensors(dt_model *m, const char *path, const char *prefix,
 }
 
 dt_status dt_model_save(dt_model *m, const char *path) {
-    return save_tensors(m, path, "", m->cfg.lora.rank ? SAVE_TRAINABLE : SAVE_ALL);
+    return save_tensors(m, path, "", "", m->cfg.lora.rank ? SAVE_TRAINABLE : SAVE_ALL);
 }
 dt_status dt_model_save_hf(dt_model *m, const char *path) {
-    return save_tensors(m, path, m->net.arch->hf_prefix, m->cfg.lora.rank ? SAVE_MERGED : SAVE_ALL);
+    return save_tensors(m, path, "", m->net.arch->hf_prefix, m->cfg.lora.rank ? SAVE_MERGED : SAVE_ALL);
+}
+dt_status dt_model_save_peft(dt_model *m, const char *path) {
+    if (!m->cfg.lora.rank) return dt_error_set(DT_ERR_INTERNAL, "model: PEFT adapters of a model without model.lora");
+    return save_tensors(m, path, "base_model.model.", m->net.arch->hf_prefix, SAVE_TRAINABLE);
 }
 
 /* Maps a file tensor name to ours: strips the architecture's prefix ("transformer."); returns
  * NULL for names to ignore (buffers that are not weights). */
 static const char *canonical_name(const net_arch *a, const char *name) {
+    static const char peft[] = "base_model.model."; /* PEFT's adapters (model.lora.init_from) */
+    if (strncmp(name, peft, sizeof peft - 1) == 0) name += sizeof peft - 1;
     const size_t np = strlen(a->hf_prefix);
     if (np && strncmp(name, a->hf_prefix, np) == 0) name += np;
     const size_t n = strlen(name);
@@ -1083,6 +1105,15 @@ dt_status dt_model_load(dt_model *m, const char *path, int *score_loaded) {
         adapters |= k > 14 && strcmp(nm + k - 14, ".lora_A.weight") == 0;
     }
 #define IN_SET(j) (adapters ? (j) >= m->n_frozen_tensors : !is_adapter(m, (j)))
+    const char *want = adapters ? dt_st_metadata(f, "lora_base_digest") : NULL;
+    uint32_t have;
+    if (want && (st = dt_model_frozen_digest(m, &have)) != DT_OK) goto done;
+    if (want && strtoul(want, NULL, 16) != have) {
+        st = dt_error_set(DT_ERR_DATA, "%s: these adapters were trained on a base of digest %s, but the model's frozen "
+                          "weights have digest %08x (hint: model.init_from must name the model they were trained on)",
+                          path, want, have);
+        goto done;
+    }
 
     const dt_st_tensor *lm_head = NULL;
     for (int i = 0; i < dt_st_count(f); i++) {
@@ -1128,13 +1159,14 @@ dt_status dt_model_load(dt_model *m, const char *path, int *score_loaded) {
     int score_ok = 1;
     for (int j = 0; j < m->n_tensors; j++) {
         if (seen[j] || !IN_SET(j)) continue;
-        if (!adapters && strcmp(m->tensors[j].name, "score.weight") == 0) { score_ok = 0; continue; }
+        if (strcmp(m->tensors[j].name, "score.weight") == 0) { score_ok = 0; continue; } /* PEFT's may lack it */
         st = dt_error_set(DT_ERR_DATA, "%s: tensor %s is missing (hint: %s)", path, m->tensors[j].name, hint);
         goto done;
     }
     if (lm_head && (st = check_tied_head(f, lm_head, m, host, path)) != DT_OK) goto done;
     if (score_loaded) *score_loaded = score_ok;
     m->be->ops->upload(m->be->ctx, m->net.params, host, m->n_params * sizeof(float));
+    if (!adapters) m->base_digest_ok = 0;
 #undef IN_SET
 done:
     free(seen);

@@ -14,6 +14,7 @@
 #include "dtrain/file.h"
 #include "dtrain/hfdir.h"
 #include "dtrain/infer.h"
+#include "dtrain/jsonfile.h"
 #include "dtrain/safetensors.h"
 
 /* ---- --format safetensors: the file's tensors as they are, in F32 ---- */
@@ -50,7 +51,8 @@ static dt_status export_file(const char *weights, const char *out, int *n_out) {
 
 /* ---- --format hf: a directory ---- */
 
-static const char *const hf_files[] = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"};
+static const char *const hf_files[] = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                                       "adapter_config.json", "adapter_model.safetensors"}; /* hf's, peft's */
 #define N_HF_FILES (int)(sizeof hf_files / sizeof *hf_files)
 
 static int is_hf_file(const char *name) {
@@ -181,6 +183,37 @@ static dt_status write_tokenizer(const char *dir, const dt_infer *s, const expor
     return dt_hf_write_tokenizer_config(dir, T, &x->t);
 }
 
+/* --format peft: adapter_config.json and adapter_model.safetensors, what PEFT's save_pretrained
+ * writes for a LoraConfig of the run's model.lora (the classifier's score head as
+ * modules_to_save), for peft.PeftModel.from_pretrained(base, dir) over model.init_from's model. */
+static dt_status write_peft(const char *dir, dt_infer *s) {
+    const dt_config *c = &s->cfg;
+    const dt_lora *l = &c->model.lora;
+    char path[DT_PATH_MAX + 64];
+    json_t *targets = json_array();
+    for (int t = 0; t < dt_lora_target_count(); t++)
+        if (l->targets & (1u << t)) json_array_append_new(targets, json_string(dt_lora_target_module(t)));
+    json_t *o = json_object();
+    json_object_set_new(o, "peft_type", json_string("LORA"));
+    json_object_set_new(o, "task_type", json_string(c->model.shape.num_labels ? "SEQ_CLS" : "CAUSAL_LM"));
+    json_object_set_new(o, "base_model_name_or_path", json_string(c->model.init_from));
+    json_object_set_new(o, "r", json_integer(l->rank));
+    json_object_set_new(o, "lora_alpha", json_real(l->alpha));
+    json_object_set_new(o, "target_modules", targets);
+    json_object_set_new(o, "lora_dropout", json_real(0.0));
+    json_object_set_new(o, "fan_in_fan_out", json_boolean(c->model.shape.arch == DT_ARCH_GPT2)); /* Conv1D */
+    json_object_set_new(o, "bias", json_string("none"));
+    json_object_set_new(o, "modules_to_save", c->model.shape.num_labels ? json_pack("[s]", "score") : json_null());
+    json_object_set_new(o, "init_lora_weights", json_true());
+    json_object_set_new(o, "use_rslora", json_false());
+    json_object_set_new(o, "use_dora", json_false());
+    json_object_set_new(o, "inference_mode", json_true());
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    DT_TRY(dt_json_write_new(path, o, 17)); /* takes o */
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    return dt_model_save_peft(s->model, path);
+}
+
 static dt_status write_hf(const char *dir, dt_infer *s) {
     const dt_config *c = &s->cfg;
     const int eot = s->tok ? dt_tokenizer_eot(s->tok) : -1;
@@ -204,7 +237,8 @@ static dt_status write_hf(const char *dir, dt_infer *s) {
 
 /* OUT.tmp.PID built whole, then exchanged with OUT (an earlier export, then removed) or renamed
  * onto it: OUT is never missing. */
-static dt_status export_dir(dt_infer *s, const char *checkpoint, const char *out_arg) {
+static dt_status export_dir(dt_infer *s, const char *checkpoint, const char *out_arg,
+                            dt_status (*write)(const char *dir, dt_infer *s)) {
     char out[DT_PATH_MAX];
     size_t len = strlen(out_arg);
     while (len > 1 && out_arg[len - 1] == '/') len--; /* "hf/": the directory hf */
@@ -219,7 +253,7 @@ static dt_status export_dir(dt_infer *s, const char *checkpoint, const char *out
     char tmp[DT_PATH_MAX + 32];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
     if (mkdir(tmp, 0755) != 0) return dt_error_set(DT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    dt_status st = write_hf(tmp, s);
+    dt_status st = write(tmp, s);
     if (st == DT_OK && exists) {
         if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_EXCHANGE) == 0) {
             remove_export(tmp); /* it holds the earlier export now */
@@ -247,7 +281,7 @@ static dt_status export_dir(dt_infer *s, const char *checkpoint, const char *out
     return fsync_dir(dirname(parent));
 }
 
-static dt_status export_hf(const dt_export_opts *o, dt_export_result *r) {
+static dt_status export_hf(const dt_export_opts *o, dt_export_result *r) { /* and --format peft */
     dt_infer s;
     dt_infer_opts io = {.cmd = "export", .checkpoint = o->checkpoint, .config = o->config, .overrides = o->overrides,
                         .n_overrides = o->n_overrides};
@@ -256,14 +290,25 @@ static dt_status export_hf(const dt_export_opts *o, dt_export_result *r) {
     s.cfg.training.precision = DT_PREC_FP32;
     dt_status st = dt_infer_build(&s.cfg, 0, 0, 1, s.cfg.data.seq_len, 0, &s.be, &s.tok, &s.model);
     int score_loaded = 1;
-    if (st == DT_OK) st = dt_model_load(s.model, s.weights, &score_loaded);
+    if (st == DT_OK) st = dt_infer_load_weights(&s.cfg, s.model, s.weights, &score_loaded);
+    if (st == DT_OK && o->peft && !s.cfg.model.lora.rank)
+        st = dt_error_set(DT_ERR_USAGE, "export --format peft: %s was not trained with model.lora: there are no "
+                          "adapters to export (hint: --format hf)", s.weights);
     if (st == DT_OK && !score_loaded)
         st = dt_error_set(DT_ERR_DATA, "%s: tensor score.weight is missing: the file has no classification head for "
                           "model.num_labels %d", s.weights, s.cfg.model.shape.num_labels);
-    if (st == DT_OK) st = export_dir(&s, o->checkpoint, o->out);
-    if (st == DT_OK) r->n_tensors = dt_model_num_tensors(s.model);
-    r->tokenizer_files = !tokenizer_unknown(&s.cfg);
-    if (!r->tokenizer_files)
+    if (st == DT_OK) st = export_dir(&s, o->checkpoint, o->out, o->peft ? write_peft : write_hf);
+    if (st == DT_OK) { /* as written (model.lora: the adapters merged into the model's tensors, or them alone) */
+        char path[DT_PATH_MAX + 64];
+        dt_st_file *f;
+        snprintf(path, sizeof path, "%s/%s", o->out, o->peft ? "adapter_model.safetensors" : "model.safetensors");
+        if ((st = dt_st_open(&f, path)) == DT_OK) {
+            r->n_tensors = dt_st_count(f);
+            dt_st_close(f);
+        }
+    }
+    r->tokenizer_files = !o->peft && !tokenizer_unknown(&s.cfg);
+    if (!o->peft && !r->tokenizer_files)
         snprintf(r->note, sizeof r->note, "no tokenizer files written: data.tokenizer is bytes, but the model's %d ids "
                  "are not bytes (model.vocab_size: %d) (hint: --set data.tokenizer=PATH/tokenizer.json, the tokenizer "
                  "its data was made with)", s.cfg.model.shape.vocab_size, s.cfg.model.shape.vocab_size);
@@ -274,7 +319,7 @@ static dt_status export_hf(const dt_export_opts *o, dt_export_result *r) {
 
 dt_status dt_export(const dt_export_opts *o, dt_export_result *r) {
     memset(r, 0, sizeof *r);
-    if (o->hf) return export_hf(o, r);
+    if (o->hf || o->peft) return export_hf(o, r);
     DT_TRY(dt_infer_weights_path(o->checkpoint, stderr, r->weights, sizeof r->weights));
     DT_TRY(dt_file_check_output("--checkpoint", r->weights, "--out", o->out));
     return export_file(r->weights, o->out, &r->n_tensors);

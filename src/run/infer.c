@@ -156,6 +156,9 @@ dt_status dt_infer_resolve(dt_infer *s, const dt_infer_opts *o) {
         ov[0] = "model.init_from=";
         for (int i = 0; i < o->n_overrides; i++) ov[i + 1] = o->overrides[i];
         st = dt_config_load(&s->cfg, s->config_path, ov, o->n_overrides + 1);
+        /* but a LoRA run's weights are adapters: they apply to its model.init_from, loaded first */
+        if (st == DT_OK && s->cfg.model.lora.rank)
+            st = dt_config_load(&s->cfg, s->config_path, ov + 1, o->n_overrides);
         free(ov);
     } else if (!loaded) {
         st = dt_config_load(&s->cfg, s->config_path, o->overrides, o->n_overrides);
@@ -176,6 +179,19 @@ dt_status dt_infer_open(dt_infer *s, const dt_infer_opts *o) {
     return dt_infer_load(s, o->batch, o->seq_len);
 }
 
+dt_status dt_infer_load_weights(const dt_config *c, dt_model *m, const char *weights, int *score_loaded) {
+    if (c->model.lora.rank && c->model.init_from[0]) { /* the frozen base the adapters apply to */
+        char base[DT_PATH_MAX + 96];
+        dt_status st = dt_infer_weights_path(c->model.init_from, NULL, base, sizeof base);
+        if (st == DT_OK && strcmp(base, weights) != 0) st = dt_model_load(m, base, NULL);
+        if (st != DT_OK) {
+            dt_error_prefix("model.init_from (model.lora's base)");
+            return st;
+        }
+    }
+    return dt_model_load(m, weights, score_loaded);
+}
+
 dt_status dt_infer_load(dt_infer *s, int batch_in, int seq_len) {
     dt_status st = DT_OK;
     /* batch 0: data.batch_size_per_worker (one sequence for a language model, scored line by line) */
@@ -183,7 +199,7 @@ dt_status dt_infer_load(dt_infer *s, int batch_in, int seq_len) {
     st = dt_infer_build(&s->cfg, 0, 0, batch, seq_len ? seq_len : s->cfg.data.seq_len, 0, &s->be, &s->tok,
                         &s->model);
     int score_loaded = 1;
-    if (st == DT_OK) st = dt_model_load(s->model, s->weights, &score_loaded);
+    if (st == DT_OK) st = dt_infer_load_weights(&s->cfg, s->model, s->weights, &score_loaded);
     if (st == DT_OK && !score_loaded && s->cfg.model.shape.num_labels > 0)
         st = dt_error_set(DT_ERR_DATA, "%s: tensor score.weight is missing: the file has no classification head",
                           s->weights);

@@ -38,6 +38,7 @@
 #include "dtrain/model.h"
 #include "dtrain/ops.h"
 #include "dtrain/optim.h"
+#include "dtrain/safetensors.h"
 #include "dtrain/tokenizer.h"
 
 typedef struct run {
@@ -977,6 +978,34 @@ static dt_status load_init_from(trainer *t) {
     return DT_OK;
 }
 
+/* model.lora.init_from's adapters (a PEFT directory's adapter_model.safetensors, or a file) */
+static dt_status load_adapters(trainer *t) {
+    run *r = &t->r;
+    const char *from = r->cfg->model.lora_init_from;
+    char path[DT_PATH_MAX + 64];
+    struct stat sb;
+    if (stat(from, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(path, sizeof path, "%s/adapter_model.safetensors", from);
+    else snprintf(path, sizeof path, "%s", from);
+    dt_st_file *f;
+    dt_status st = dt_st_open(&f, path);
+    int any = 0;
+    for (int i = 0; st == DT_OK && i < dt_st_count(f) && !any; i++) any = strstr(dt_st_tensor_at(f, i)->name, ".lora_A.") != NULL;
+    if (st == DT_OK) dt_st_close(f);
+    if (st == DT_OK && !any) /* not a model's weights in place of the base's */
+        st = dt_error_set(DT_ERR_DATA, "%s holds no LoRA adapters (no tensor named *.lora_A.weight): expected a PEFT "
+                          "adapter directory or a model.lora run's weights", path);
+    int score_loaded = 1;
+    if (st == DT_OK) st = dt_model_load(r->model, path, &score_loaded);
+    if (st == DT_OK && dt_model_config(r->model)->shape.num_labels == 0) score_loaded = 1;
+    if (st != DT_OK) {
+        dt_error_prefix("model.lora.init_from");
+        return st;
+    }
+    dt_metrics_info(r->metrics, "model.lora.init_from %s%s", path,
+                    score_loaded ? "" : " (no score.weight: the classification head stays model.init_from's or the seed's)");
+    return DT_OK;
+}
+
 /* The checkpoint's weights and moments, or model.init_from's, or the seed's (init); then
  * rank 0's copy on every rank, over the collective that carries the gradients. With model.lora
  * the frozen base is model.init_from's (or the seed's) on every rank, resumed or not, and must
@@ -994,6 +1023,7 @@ static dt_status initial_weights(trainer *t) {
                             t->cs.lora_base[0] ? t->cs.lora_base : "initialised from the seed", t->cs.lora_base_digest,
                             c->model.init_from[0] ? c->model.init_from : "(none: the seed's)", r->lora_base);
     if (t->resumed) DT_TRY(dt_ckpt_load(t->ckpt_dir, r->model, r->optim));
+    else if (lora && c->model.lora_init_from[0]) DT_TRY(load_adapters(t));
     DT_TRY(start_device_collective(r));
     if (r->world > 1)
         DT_TRY(dt_comm_broadcast(r->gcomm, dt_model_params(r->model), dt_model_num_params(r->model) * sizeof(float), 0));
@@ -1636,7 +1666,7 @@ dt_status dt_worker_eval(const dt_config *c, const char *weights, dt_eval_point 
         goto done;
     }
     int score_loaded = 1;
-    if ((st = dt_model_load(r.model, weights, &score_loaded)) != DT_OK) goto done;
+    if ((st = dt_infer_load_weights(c, r.model, weights, &score_loaded)) != DT_OK) goto done;
     if (!score_loaded && c->model.shape.num_labels > 0) {
         st = dt_error_set(DT_ERR_DATA, "%s: tensor score.weight is missing: the file has no classification head to evaluate",
                           weights);

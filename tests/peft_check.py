@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""peft_check.py DTRAIN SRC TMP — dtrain's LoRA against PEFT itself (torch, transformers and peft;
+exit 77 without them: CI does not install PyTorch, tests/test_lora_peft.py holds the same
+adapters to a numpy reference there).
+
+1. The shipped fine-tune (GPT-2 classifier, data/pretrained) trained with model.lora on all four
+   of GPT-2's projections, exported with `dtrain export --format peft`, loaded by
+   peft.PeftModel.from_pretrained over transformers' GPT2ForSequenceClassification of
+   data/pretrained: its class probabilities on the validation texts equal `dtrain predict`'s.
+2. A random Llama (grouped-query attention, an untied head) trained with model.lora on all seven
+   projections: PeftModel's logits give each line's mean loss as `dtrain predict` does.
+Both within 1e-5 relative (the worst printed)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+try:
+    import numpy as np
+    import torch
+    from peft import PeftModel
+    from safetensors.numpy import save_file
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+except ImportError as e:
+    print("SKIP: %s (torch, transformers and peft are not part of the test setup)" % e)
+    sys.exit(77)
+
+DTRAIN, SRC, TMP = sys.argv[1], sys.argv[2], os.path.join(sys.argv[3], "peft-check")
+shutil.rmtree(TMP, ignore_errors=True)
+os.makedirs(TMP)
+torch.set_default_dtype(torch.float64)
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def dtrain(*args):
+    r = subprocess.run([DTRAIN, *args], capture_output=True, text=True, cwd=SRC)
+    if r.returncode != 0:
+        print(r.stdout[-3000:], r.stderr[-3000:])
+        raise SystemExit("FAIL: dtrain %s: exit %d" % (" ".join(args), r.returncode))
+    return r
+
+
+# ---- 1. GPT-2 classifier ----
+run = os.path.join(TMP, "gpt2")
+dtrain("--config", "configs/finetune.yaml", "--set", "run.dir=" + run, "--set", "training.max_steps=60",
+       "--set", "model.lora.rank=8", "--set", "model.lora.alpha=16", "--set", "optimizer.lr=2e-3",
+       "--set", "model.lora.targets=[c_attn, attn.c_proj, c_fc, mlp.c_proj]", "--set", "eval.every_steps=0", "--quiet")
+exp = os.path.join(TMP, "gpt2-peft")
+dtrain("export", "--checkpoint", run, "--format", "peft", "--out", exp)
+lines = [l.rstrip("\n").split("\t", 1) for l in open(os.path.join(SRC, "data/sentiment/val.tsv"), encoding="utf-8")][:64]
+inp = os.path.join(TMP, "val.txt")
+with open(inp, "w", encoding="utf-8") as f:
+    f.write("\n".join(t for _, t in lines) + "\n")
+out = os.path.join(TMP, "pred.jsonl")
+dtrain("predict", "--checkpoint", run, "--input", inp, "--out", out)
+got = [json.loads(l)["probs"] for l in open(out)]
+tok = AutoTokenizer.from_pretrained(os.path.join(SRC, "data/pretrained"))
+base = AutoModelForSequenceClassification.from_pretrained(os.path.join(SRC, "data/pretrained"), num_labels=2,
+                                                          pad_token_id=1024, torch_dtype=torch.float64)
+model = PeftModel.from_pretrained(base, exp).eval()
+worst = 0.0
+with torch.no_grad():
+    for (_, text), g in zip(lines, got):
+        ids = torch.tensor([tok(text)["input_ids"]])
+        p = torch.softmax(model(input_ids=ids).logits[0], -1).numpy()
+        worst = max(worst, float(np.max(np.abs(p - np.array(g)) / np.maximum(np.abs(p), 1e-30))))
+check(worst <= 1e-5, "GPT-2 classifier: PeftModel over GPT2ForSequenceClassification gives dtrain predict's class "
+      "probabilities on %d validation texts within 1e-5 relative (worst %.2e)" % (len(lines), worst))
+
+# ---- 2. Llama language model ----
+CFG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 257, "hidden_size": 24,
+       "intermediate_size": 40, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+       "head_dim": 8, "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+       "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False, "hidden_act": "silu"}
+rng = np.random.default_rng(5)
+C, I, V, NH, NKV, HS = 24, 40, 257, 4, 2, 8
+W = {"model.embed_tokens.weight": rng.standard_normal((V, C)), "model.norm.weight": 1 + 0.1 * rng.standard_normal(C),
+     "lm_head.weight": rng.standard_normal((V, C))}
+for l in range(2):
+    p = "model.layers.%d." % l
+    W[p + "input_layernorm.weight"] = 1 + 0.1 * rng.standard_normal(C)
+    W[p + "post_attention_layernorm.weight"] = 1 + 0.1 * rng.standard_normal(C)
+    for n, s in [("self_attn.q_proj", (NH * HS, C)), ("self_attn.k_proj", (NKV * HS, C)),
+                 ("self_attn.v_proj", (NKV * HS, C)), ("self_attn.o_proj", (C, NH * HS)), ("mlp.gate_proj", (I, C)),
+                 ("mlp.up_proj", (I, C)), ("mlp.down_proj", (C, I))]:
+        W[p + n + ".weight"] = rng.standard_normal(s)
+W = {k: (v * 0.15 if v.ndim == 2 else v).astype(np.float32) for k, v in W.items()}
+hf = os.path.join(TMP, "llama")
+os.makedirs(hf)
+json.dump(CFG, open(os.path.join(hf, "config.json"), "w"))
+save_file(W, os.path.join(hf, "model.safetensors"), metadata={"format": "pt"})
+text = ["The quick brown fox jumps over the lazy dog.", "Adapters: a low-rank update on a frozen model.",
+        "0123456789 " * 4]
+tx = os.path.join(TMP, "lines.txt")
+with open(tx, "w") as f:
+    f.write("\n".join(text) + "\n")
+shard = os.path.join(TMP, "train.bin")  # the lines' bytes as a token shard, 8 times over
+ids = np.frombuffer(("\n".join(text) + "\n").encode() * 8, dtype=np.uint8).astype(np.uint16)
+with open(shard, "wb") as f:
+    hdr = np.zeros(256, dtype=np.int32)
+    hdr[0], hdr[1], hdr[2] = 20240520, 1, len(ids)
+    f.write(hdr.tobytes())
+    f.write(ids.tobytes())
+cfg = os.path.join(TMP, "llama.yaml")
+with open(cfg, "w") as f:
+    f.write("data:\n  train_path: %s\n  seq_len: 32\n  batch_size_per_worker: 2\nmodel:\n  init_from: %s\n" % (shard, hf))
+run = os.path.join(TMP, "llama-run")
+dtrain("--config", cfg, "--set", "run.dir=" + run, "--set", "training.max_steps=20", "--set", "optimizer.lr=1e-2",
+       "--set", "optimizer.warmup_steps=0", "--set", "model.lora.rank=4", "--set", "model.lora.alpha=8",
+       "--set", "model.lora.targets=[q, k, v, o, gate, up, down]", "--set", "eval.every_steps=0", "--quiet")
+exp = os.path.join(TMP, "llama-peft")
+dtrain("export", "--checkpoint", run, "--format", "peft", "--out", exp)
+out = os.path.join(TMP, "llama-pred.jsonl")
+dtrain("predict", "--checkpoint", run, "--input", tx, "--out", out, "--set", "data.seq_len=64")
+got = [json.loads(l)["loss"] for l in open(out)]
+model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(hf, torch_dtype=torch.float64), exp).eval()
+base = AutoModelForCausalLM.from_pretrained(hf, torch_dtype=torch.float64).eval()
+worst, moved = 0.0, 0.0
+with torch.no_grad():
+    for t, g in zip(text, got):
+        ids = torch.tensor([list(t.encode())])
+        want = float(torch.nn.functional.cross_entropy(model(input_ids=ids[:, :-1]).logits[0], ids[0, 1:]))
+        plain = float(torch.nn.functional.cross_entropy(base(input_ids=ids[:, :-1]).logits[0], ids[0, 1:]))
+        worst = max(worst, abs(g - want) / abs(want))
+        moved = max(moved, abs(want - plain))
+check(worst <= 1e-5 and moved > 1e-3, "Llama (GQA), 7 projections: PeftModel's logits give dtrain predict's per-line "
+      "losses within 1e-5 relative (worst %.2e; the adapters moved them by up to %.3f)" % (worst, moved))
+if failures:
+    sys.exit(1)
+print("peft_check: ok")

@@ -1,0 +1,205 @@
+/* test_lora.c — model.lora through the real binary, on the shipped fine-tune (the pretrained
+ * GPT-2 of data/pretrained as the frozen base, its score head trainable beside the adapters):
+ *   - 1 x 8, 2 x 4, 4 x 2 and 2 x 2 with grad_accum_steps 2 workers, and 2 x 4 with the AdamW
+ *     state sharded (training.zero_stage 1), give the same per-step losses (1e-5 relative) and
+ *     the same adapters (relative L2 distance <= 1e-5); the weights file holds only the
+ *     adapters and the score head, and trainer.json the LoRA shape and the base's digest;
+ *   - --dry-run and the start-up report give the trainable and frozen parameter counts;
+ *   - a worker killed at step 7 (checkpoints every 5): one restart, and the same bytes as the
+ *     run that was not killed (the base loaded again, the adapters from the checkpoint);
+ *   - resuming with another base (model.init_from), or without LoRA, or with another rank,
+ *     is refused (exit 2) naming what differs;
+ *   - a target the architecture does not have is refused (exit 2), listing the valid ones;
+ *     eval, generate-free predict and export --format hf take a LoRA run's weights (the base
+ *     from its config's model.init_from). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "proc.h"
+#include "testutil.h"
+#include "weights.h"
+
+#define LORA "model.lora.rank=4"
+#define TARGETS "model.lora.targets=[c_attn, attn.c_proj, c_fc, mlp.c_proj]"
+
+/* train losses of a run's metrics.jsonl */
+static int read_losses(const char *run, double *loss, int max) {
+    char path[1300], line[1 << 14];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        CHECK(o != NULL);
+        if (strcmp(json_string_value(json_object_get(o, "type")), "train") == 0 && n < max)
+            loss[n++] = json_number_value(json_object_get(o, "loss"));
+        json_decref(o);
+    }
+    fclose(f);
+    return n;
+}
+
+/* Trains the fine-tune with LoRA for `steps` steps into test_dir()/tag; extra: more --set
+ * values (NULL-terminated). Returns the exit status. */
+static int train(const char *tag, int workers, int batch, int accum, int steps, const char *const *extra) {
+    char rd[1400], nw[64], bs[64], ga[64], ms[64];
+    snprintf(rd, sizeof rd, "run.dir=%s/%s", test_dir(), tag);
+    snprintf(nw, sizeof nw, "training.num_workers=%d", workers);
+    snprintf(bs, sizeof bs, "data.batch_size_per_worker=%d", batch);
+    snprintf(ga, sizeof ga, "training.grad_accum_steps=%d", accum);
+    snprintf(ms, sizeof ms, "training.max_steps=%d", steps);
+    const char *args[64] = {"--config", "configs/finetune.yaml", "--set", rd, "--set", nw, "--set", bs, "--set", ga,
+                            "--set", ms, "--set", LORA, "--set", TARGETS, "--set", "training.check_replicas_every=5",
+                            "--set", "eval.max_batches=0", "--set", "optimizer.lr=2e-3", "--set", "optimizer.warmup_steps=0",
+                            "--quiet"};
+    int n = 0;
+    while (args[n]) n++;
+    for (int i = 0; extra && extra[i]; i++) {
+        args[n++] = "--set";
+        args[n++] = extra[i];
+    }
+    args[n] = NULL;
+    return run_sync(tag, args);
+}
+
+static void test_equivalence(void) {
+    enum { N = 5 };
+    const int setups[N][4] = {{1, 8, 1, 0}, {2, 4, 1, 0}, {4, 2, 1, 0}, {2, 2, 2, 0}, {2, 4, 1, 1}};
+    double base[32];
+    float *wbase = NULL;
+    size_t nbase = 0;
+    for (int s = 0; s < N; s++) {
+        char tag[64], run[1300], zs[64];
+        snprintf(tag, sizeof tag, "eq-%dx%dx%d%s", setups[s][0], setups[s][1], setups[s][2], setups[s][3] ? "-zero" : "");
+        snprintf(run, sizeof run, "%s/%s", test_dir(), tag);
+        snprintf(zs, sizeof zs, "training.zero_stage=%d", setups[s][3]);
+        const char *extra[] = {zs, NULL};
+        CHECK_INT_EQ(train(tag, setups[s][0], setups[s][1], setups[s][2], 20, extra), 0);
+        double loss[32];
+        CHECK_INT_EQ(read_losses(run, loss, 32), 20);
+        size_t n;
+        float *w = read_weights(run, &n);
+        if (s == 0) {
+            memcpy(base, loss, sizeof loss);
+            wbase = w;
+            nbase = n;
+            /* the weights file: 2 layers x 4 targets x (A, B), and the score head */
+            char path[1400];
+            snprintf(path, sizeof path, "%s/model.safetensors", run);
+            dt_st_file *f;
+            CHECK(dt_st_open(&f, path) == DT_OK);
+            CHECK_INT_EQ(dt_st_count(f), 2 * 4 * 2 + 1);
+            for (int i = 0; i < dt_st_count(f); i++) {
+                const char *nm = dt_st_tensor_at(f, i)->name;
+                CHECK(strstr(nm, ".lora_A.weight") || strstr(nm, ".lora_B.weight") || strcmp(nm, "score.weight") == 0);
+            }
+            dt_st_close(f);
+            /* adapters (rank 4): c_attn 4*(64+192), attn.c_proj 4*(64+64), c_fc 4*(64+256), mlp.c_proj 4*(256+64);
+               score 2*64 */
+            CHECK_INT_EQ(n, (size_t)2 * 4 * (256 + 128 + 320 + 320) + 128);
+            char tj[1400];
+            snprintf(tj, sizeof tj, "%s/checkpoints/step_00000020/trainer.json", run);
+            json_t *o = json_load_file(tj, 0, NULL);
+            CHECK(o != NULL);
+            json_t *lo = json_object_get(o, "lora");
+            CHECK(lo != NULL);
+            CHECK_INT_EQ(json_integer_value(json_object_get(lo, "rank")), 4);
+            CHECK_STR_EQ(json_string_value(json_object_get(lo, "targets")), "c_attn, attn.c_proj, c_fc, mlp.c_proj");
+            CHECK_STR_EQ(json_string_value(json_object_get(lo, "base")), "data/pretrained");
+            CHECK(strlen(json_string_value(json_object_get(lo, "base_digest"))) == 8);
+            json_decref(o);
+            continue;
+        }
+        double worst = 0;
+        for (int i = 0; i < 20; i++) {
+            CHECK_NEAR_REL(loss[i], base[i], 1e-5, 0);
+            worst = fmax(worst, fabs(loss[i] - base[i]) / fabs(base[i]));
+        }
+        CHECK_INT_EQ(n, nbase);
+        const double dist = rel_l2(w, wbase, n);
+        printf("%s vs 1x8x1: worst loss rel diff %.2e, adapters rel L2 distance %.2e\n", tag, worst, dist);
+        CHECK(dist <= 1e-5);
+        free(w);
+    }
+    double first = 0, last = 0; /* it learns */
+    for (int i = 0; i < 5; i++) first += base[i], last += base[15 + i];
+    printf("mean loss of steps 1-5 %.4f, of steps 16-20 %.4f\n", first / 5, last / 5);
+    CHECK(last < first);
+    free(wbase);
+}
+
+static void test_report(void) {
+    const char *args[] = {"--config", "configs/finetune.yaml", "--set", LORA, "--set", TARGETS, "--dry-run", NULL};
+    CHECK_INT_EQ(run_sync("dry", args), 0);
+    char out[1300], text[1 << 16];
+    snprintf(out, sizeof out, "%s/dry.out", test_dir());
+    test_slurp(out, text, sizeof text);
+    CHECK_STR_CONTAINS(text, "  lora:\n    rank: 4\n    alpha: 8\n");
+    CHECK_STR_CONTAINS(text, "\n    targets: [c_attn, attn.c_proj, c_fc, mlp.c_proj]\n");
+    CHECK_STR_CONTAINS(text, "# model.lora: rank 4, alpha 8 on c_attn, attn.c_proj, c_fc, mlp.c_proj: 8.3k trainable "
+                             "parameters (8320, ");
+    char log[1400];
+    snprintf(log, sizeof log, "%s/eq-1x8x1/train.log", test_dir());
+    test_slurp(log, text, sizeof text);
+    CHECK_STR_CONTAINS(text, "model.lora: rank 4, alpha 8 on c_attn, attn.c_proj, c_fc, mlp.c_proj: 8.3k trainable");
+}
+
+static void test_restart(void) {
+    const char *const ck[] = {"checkpoint.every_steps=5", "fault_tolerance.backoff_s=0.1", NULL};
+    CHECK_INT_EQ(train("straight", 2, 4, 1, 12, ck), 0);
+    setenv("DTRAIN_FAULT", "rank=1,step=7,kind=kill", 1);
+    CHECK_INT_EQ(train("killed", 2, 4, 1, 12, ck), 0);
+    unsetenv("DTRAIN_FAULT");
+    CHECK_STR_CONTAINS(err_text, "restart");
+    test_same_weights("killed", "straight");
+}
+
+static void test_refusals(void) {
+    /* another base: a full fine-tune's weights (same shape, other values) */
+    const char *const full[] = {"model.lora.rank=0", "model.lora.targets=[]", NULL};
+    CHECK_INT_EQ(train("full", 1, 8, 1, 3, full), 0);
+    char other[1400];
+    snprintf(other, sizeof other, "model.init_from=%s/full", test_dir());
+    const char *const ck[] = {"checkpoint.every_steps=5", NULL};
+    CHECK_INT_EQ(train("base", 1, 8, 1, 5, ck), 0);
+    const char *const again_other[] = {other, "training.max_steps=10", NULL};
+    CHECK_INT_EQ(train("base", 1, 8, 1, 10, again_other), 2);
+    CHECK_STR_CONTAINS(err_text, "its adapters were trained on the base data/pretrained");
+    const char *const no_lora[] = {"model.lora.rank=0", "model.lora.targets=[]", NULL};
+    CHECK_INT_EQ(train("base", 1, 8, 1, 10, no_lora), 2);
+    CHECK_STR_CONTAINS(err_text, "checkpoint trained with model.lora rank 4, alpha 8 on c_attn, attn.c_proj, c_fc, "
+                                 "mlp.c_proj, the config says no model.lora");
+    const char *const rank8[] = {"model.lora.rank=8", NULL};
+    CHECK_INT_EQ(train("base", 1, 8, 1, 10, rank8), 2);
+    CHECK_STR_CONTAINS(err_text, "the config says model.lora rank 8");
+    /* the same base resumes */
+    CHECK_INT_EQ(train("base", 1, 8, 1, 10, NULL), 0);
+    /* Llama's targets on GPT-2 */
+    const char *bad[] = {"--config", "configs/finetune.yaml", "--set", LORA, "--set", "model.lora.targets=[q, c_attn]",
+                         "--dry-run", NULL};
+    CHECK_INT_EQ(run_sync("bad-target", bad), 2);
+    CHECK_STR_CONTAINS(err_text, "model.lora.targets");
+    CHECK_STR_CONTAINS(err_text, "names q, which model.type transformer_like does not have (its projections: c_attn, "
+                                 "attn.c_proj, c_fc, mlp.c_proj)");
+    const char *unknown[] = {"--config", "configs/finetune.yaml", "--set", LORA, "--set", "model.lora.targets=[qq]",
+                             "--dry-run", NULL};
+    CHECK_INT_EQ(run_sync("unknown-target", unknown), 2);
+    CHECK_STR_CONTAINS(err_text, "llama: q, k, v, o, gate, up, down");
+    const char *no_rank[] = {"--config", "configs/finetune.yaml", "--set", "model.lora.targets=[c_fc]", "--dry-run", NULL};
+    CHECK_INT_EQ(run_sync("no-rank", no_rank), 2);
+    CHECK_STR_CONTAINS(err_text, "model.lora.rank is 0");
+}
+
+int main(void) {
+    test_dir_init("lora");
+    test_equivalence();
+    test_report();
+    test_restart();
+    test_refusals();
+    test_dir_remove();
+    TEST_PASS("test_lora");
+}
