@@ -10,7 +10,11 @@ times dtrain's against. Runs --warmup steps, then --steps steps, and prints one 
 
 with the median step. Without torch and transformers: {"skipped": "..."} and exit 0.
 
-    python bench/torch_llama.py [--batch 4] [--seq 256] [--threads 2] [--warmup 2] [--steps 5]
+    python bench/torch_llama.py [--batch 4] [--seq 256] [--threads 2] [--warmup 2] [--steps 5] [--lora R]
+
+--lora R: PEFT's LoRA of rank R (lora_alpha 2R, no dropout) on q, k, v, o, gate, up and down
+(get_peft_model: the base frozen), AdamW and clipping over the adapters: what bench_cpu_step
+--lora R times.
 """
 import argparse
 import json
@@ -24,6 +28,7 @@ ap.add_argument("--seq", type=int, default=256)
 ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--warmup", type=int, default=2)
 ap.add_argument("--steps", type=int, default=5)
+ap.add_argument("--lora", type=int, default=0)
 a = ap.parse_args()
 try:
     import torch
@@ -39,7 +44,16 @@ cfg = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num
                   rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True, attention_bias=False)
 cfg._attn_implementation = "sdpa"
 model = LlamaForCausalLM(cfg).float().train()
-opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, foreach=False)
+if a.lora:
+    try:
+        import peft
+    except ImportError as e:
+        print(json.dumps({"skipped": "no peft: %s" % e}))
+        sys.exit(0)
+    model = peft.get_peft_model(model, peft.LoraConfig(r=a.lora, lora_alpha=2 * a.lora, lora_dropout=0.0, target_modules=[
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])).train()
+params = [p for p in model.parameters() if p.requires_grad]
+opt = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, foreach=False)
 x = torch.randint(0, cfg.vocab_size, (a.batch, a.seq))
 y = torch.roll(x, -1, dims=1)
 times = []
@@ -49,7 +63,7 @@ for k in range(a.warmup + a.steps):
     logits = model(input_ids=x).logits
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size), y.reshape(-1))
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
     opt.step()
     dt = time.perf_counter() - t0
     print("torch step %d: %.1f ms (loss %.4f)" % (k, dt * 1e3, loss.item()), file=sys.stderr)
@@ -58,4 +72,5 @@ for k in range(a.warmup + a.steps):
 med = statistics.median(times)
 print(json.dumps({"ms_per_step": round(med * 1e3, 2), "ms_best": round(min(times) * 1e3, 2),
                   "tokens_per_s": round(a.batch * a.seq / med, 1), "torch": torch.__version__, "threads": a.threads,
-                  "params": sum(p.numel() for p in model.parameters())}))
+                  "params": sum(p.numel() for p in model.parameters()), "trainable": sum(p.numel() for p in params),
+                  "peft": __import__("peft").__version__ if a.lora else None}))

@@ -51,7 +51,7 @@ cudaError_t dtk_layernorm_fwd(cudaStream_t s, dtk_type t, void *out, float *mean
  * counters in device memory, which every launch leaves zero again; launches that share them
  * must be ordered (one stream). `work` holds the partial sums. */
 int dtk_colsum_flags(int N);
-/* dinp(N,C) +=, dw(C) +=, db(C) += (the ops.h layernorm_bwd) */
+/* dinp(N,C) +=, dw(C) +=, db(C) += (the ops.h layernorm_bwd; dw and db both NULL: frozen, dinp only) */
 size_t dtk_layernorm_bwd_work_bytes(int N, int C);
 cudaError_t dtk_layernorm_bwd(cudaStream_t s, dtk_type t, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                               const float *w, const float *mean, const float *rstd, int N, int C, void *work,
@@ -60,7 +60,7 @@ cudaError_t dtk_layernorm_bwd(cudaStream_t s, dtk_type t, void *dinp, float *dw,
 /* RMSNorm: out(N,C) = w * (inp * rstd), rstd(N) = 1/sqrt(mean(inp^2) + eps) (kernels/layernorm.cu) */
 cudaError_t dtk_rmsnorm_fwd(cudaStream_t s, dtk_type t, void *out, float *rstd, const void *inp, const float *w, int N,
                             int C, float eps);
-/* dinp(N,C) +=, dw(C) += (the ops.h rmsnorm_bwd); dw by the column reduction above */
+/* dinp(N,C) +=, dw(C) += (the ops.h rmsnorm_bwd); dw by the column reduction above (NULL: frozen, dinp only) */
 size_t dtk_rmsnorm_bwd_work_bytes(int N, int C);
 cudaError_t dtk_rmsnorm_bwd(cudaStream_t s, dtk_type t, void *dinp, float *dw, const void *dout, const void *inp,
                             const float *w, const float *rstd, int N, int C, void *work, size_t work_bytes,

@@ -300,7 +300,8 @@ extern "C" cudaError_t dtk_layernorm_bwd(cudaStream_t s, dtk_type t, void *dinp,
     else if (t == DTK_BF16) dtk_layernorm_bwd_dinp_bf16<<<row_blocks, DTK_THREADS, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
     else dtk_layernorm_bwd_dinp_f32<<<row_blocks, DTK_THREADS, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
     cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
+    if (e != cudaSuccess || (dw == nullptr && db == nullptr)) return e; /* frozen weights (model.lora) */
+    if (dw == nullptr || db == nullptr) return cudaErrorInvalidValue;
     const dim3 grid((unsigned)col_tiles(C), (unsigned)col_chunks(N, C));
     double *part = (double *)work;
     const int rows = chunk_rows(N, C);
@@ -454,7 +455,7 @@ extern "C" cudaError_t dtk_rmsnorm_bwd(cudaStream_t s, dtk_type t, void *dinp, f
     else if (t == DTK_BF16) dtk_rmsnorm_bwd_dinp_bf16<<<row_blocks, DTK_THREADS, 0, s>>>(dinp, dout, inp, w, rstd, N, C);
     else dtk_rmsnorm_bwd_dinp_f32<<<row_blocks, DTK_THREADS, 0, s>>>(dinp, dout, inp, w, rstd, N, C);
     cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
+    if (e != cudaSuccess || dw == nullptr) return e; /* a frozen weight (model.lora) */
     const dim3 grid((unsigned)col_tiles(C), (unsigned)col_chunks(N, C));
     double *part = (double *)work;
     const int rows = chunk_rows(N, C);

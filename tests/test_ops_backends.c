@@ -367,6 +367,12 @@ static void case_layernorm(const int *s, double tol) {
     raw_restore(&dinp, dinp0);
     DEV(layernorm_bwd, GA(dinp), GF(dw), GF(db), GA(dout), GA(inp), GF(w), GF(mean), GF(rstd), N, C);
     check_bitwise_same("layernorm_bwd dw", first, &dw);
+    /* frozen weights (model.lora): dw, db NULL, dinp alone */
+    pair dinp2 = pair_rand(K_ACT, (size_t)N * C, -1, 1);
+    REF(layernorm_bwd, CA(dinp2), NULL, NULL, CA(dout), CA(inp), CF(w), CF(mean), CF(rstd), N, C);
+    DEV(layernorm_bwd, GA(dinp2), NULL, NULL, GA(dout), GA(inp), GF(w), GF(mean), GF(rstd), N, C);
+    compare("layernorm_bwd dinp (+=), dw and db NULL", &dinp2, dinp2.n, tol);
+    pair_free(&dinp2);
     free(first); free(dw0); free(db0); free(dinp0);
     pair_free(&inp); pair_free(&w); pair_free(&b); pair_free(&out); pair_free(&mean); pair_free(&rstd);
     pair_free(&dout); pair_free(&dinp); pair_free(&dw); pair_free(&db);
@@ -397,6 +403,11 @@ static void case_rmsnorm(const int *s, double tol) {
     raw_restore(&dinp, dinp0);
     DEV(rmsnorm_bwd, GA(dinp), GF(dw), GA(dout), GA(inp), GF(w), GF(rstd), N, C);
     check_bitwise_same("rmsnorm_bwd dw", first, &dw);
+    pair dinp2 = pair_rand(K_ACT, (size_t)N * C, -1, 1);
+    REF(rmsnorm_bwd, CA(dinp2), NULL, CA(dout), CA(inp), CF(w), CF(rstd), N, C);
+    DEV(rmsnorm_bwd, GA(dinp2), NULL, GA(dout), GA(inp), GF(w), GF(rstd), N, C);
+    compare("rmsnorm_bwd dinp (+=), dw NULL (frozen)", &dinp2, dinp2.n, tol);
+    pair_free(&dinp2);
     free(first); free(dw0); free(dinp0);
     pair_free(&inp); pair_free(&w); pair_free(&out); pair_free(&rstd); pair_free(&dout); pair_free(&dinp);
     pair_free(&dw);
@@ -450,6 +461,43 @@ static void case_matmul(const int *s, double tol) {
     }
     pair_free(&inp); pair_free(&w); pair_free(&b); pair_free(&out);
     pair_free(&dout); pair_free(&dinp); pair_free(&dw); pair_free(&db);
+}
+
+/* s: M K N r ldo col0. A LoRA adapter (ops.h lora_fwd, lora_bwd) on columns [col0, col0 + N)
+ * of an output whose rows are ldo apart (Llama's k of [q | k | v]): out += s (inp A^T) B^T, the
+ * other columns untouched; backward dB +=, dA +=, dinp += (and each skipped when NULL). */
+static void case_lora(const int *s, double tol) {
+    const int M = s[0], K = s[1], N = s[2], r = s[3], ldo = s[4] ? s[4] : N, col0 = s[5];
+    const float sc = 2.5f;
+    char what[128];
+    if (!has_ops("lora", g_dev->ops->lora_fwd && g_dev->ops->lora_bwd)) return;
+    pair inp = pair_rand(K_ACT, (size_t)M * K, -1, 1), A = pair_rand(K_F32, (size_t)r * K, -0.5f, 0.5f);
+    pair B = pair_rand(K_F32, (size_t)N * r, -0.5f, 0.5f), out = pair_rand(K_ACT, (size_t)M * ldo, -1, 1);
+    pair h = pair_new(K_F32, NULL, (size_t)M * r), dh = pair_new(K_F32, NULL, (size_t)M * r);
+    /* column col0 of row 0: the CPU's copy is fp32, the device's of its activation type */
+#define COL(p, side) ((dt_act *)((char *)(side) + (size_t)col0 * ((side) == CA(p) ? 4 : dt_dtype_size(g_act))))
+    REF(lora_fwd, COL(out, CA(out)), CF(h), CA(inp), CF(A), CF(B), M, K, N, r, ldo, sc);
+    DEV(lora_fwd, COL(out, GA(out)), GF(h), GA(inp), GF(A), GF(B), M, K, N, r, ldo, sc);
+    snprintf(what, sizeof what, "lora_fwd (+=) %dx%dx%d rank %d, columns %d.. of rows %d apart", M, K, N, r, col0, ldo);
+    compare(what, &out, out.n, tol);
+    pair dout = pair_rand(K_ACT, (size_t)M * ldo, -1, 1), dinp = pair_rand(K_ACT, (size_t)M * K, -1, 1);
+    pair dA = pair_rand(K_F32, (size_t)r * K, -1, 1), dB = pair_rand(K_F32, (size_t)N * r, -1, 1);
+    REF(lora_bwd, CA(dinp), CF(dA), CF(dB), CF(h), CF(dh), COL(dout, CA(dout)), CA(inp), CF(A), CF(B), M, K, N, r, ldo, sc);
+    DEV(lora_bwd, GA(dinp), GF(dA), GF(dB), GF(h), GF(dh), COL(dout, GA(dout)), GA(inp), GF(A), GF(B), M, K, N, r, ldo, sc);
+    snprintf(what, sizeof what, "lora_bwd dinp (+=) %dx%dx%d rank %d", M, K, N, r);
+    compare(what, &dinp, dinp.n, tol);
+    snprintf(what, sizeof what, "lora_bwd dA (+=) %dx%dx%d rank %d", M, K, N, r);
+    compare(what, &dA, dA.n, tol);
+    snprintf(what, sizeof what, "lora_bwd dB (+=) %dx%dx%d rank %d", M, K, N, r);
+    compare(what, &dB, dB.n, tol);
+    /* the first layer's input gradient is not asked for */
+    REF(lora_bwd, NULL, CF(dA), CF(dB), CF(h), CF(dh), COL(dout, CA(dout)), CA(inp), CF(A), CF(B), M, K, N, r, ldo, sc);
+    DEV(lora_bwd, NULL, GF(dA), GF(dB), GF(h), GF(dh), COL(dout, GA(dout)), GA(inp), GF(A), GF(B), M, K, N, r, ldo, sc);
+    snprintf(what, sizeof what, "lora_bwd dA (+=), dinp NULL %dx%dx%d rank %d", M, K, N, r);
+    compare(what, &dA, dA.n, tol);
+#undef COL
+    pair_free(&inp); pair_free(&A); pair_free(&B); pair_free(&out); pair_free(&h); pair_free(&dh);
+    pair_free(&dout); pair_free(&dinp); pair_free(&dA); pair_free(&dB);
 }
 
 /* A product that a bias all but cancels, on values exact in bf16: x = w = 1 + 7/128, b = -1.
@@ -1325,6 +1373,9 @@ static const op_case cases[] = {
     MATMUL(1),
 #undef MATMUL
     {"matmul", case_matmul_cancel, {0}, {0}, 1e-5, 1e-2},
+    {"lora", case_lora, {64, 48, 40, 8, 0, 0}, {0}, 1e-5, 1e-2},          /* a whole product's output */
+    {"lora", case_lora, {37, 24, 8, 4, 40, 24}, {0}, 1e-5, 1e-2},         /* k of [q | k | v] (24 + 8 + 8) */
+    {"lora", case_lora, {512, 576, 192, 16, 960, 576}, {64, 96, 32, 8, 160, 96}, 1e-5, 1e-2}, /* SmolLM2's v */
     {"matmul_gelu", case_matmul_gelu, {64, 48, 144, 1}, {0}, 1e-5, 1e-2},   /* both epilogues (aux ld 144, 48) */
     {"matmul_gelu", case_matmul_gelu, {37, 29, 56, 1}, {0}, 1e-5, 1e-2},    /* GELU; no DGELU (aux ld 29) */
     {"matmul_gelu", case_matmul_gelu, {5, 16, 9, 0}, {0}, 1e-5, 1e-2},      /* DGELU; no GELU (aux ld 9) */

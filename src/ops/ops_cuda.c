@@ -741,7 +741,7 @@ static int gemm_pieces(cuda_ctx *c, int ta, int tb, int m, int n, int k, const v
 /* Column-major D(m x n, ldd) = alpha op(A) op(B) + beta D [+ bias(m) on every column], over
  * `batch` products with element strides sa, sb, sd. A is stored k x m when ta (else m x k),
  * B n x k when tb (else k x n), densely (ld = stored rows). a16, b16, d16: A, B, D hold bf16
- * elements (bf16 activations; D then with beta 0); otherwise floats, which bf16 products read
+ * elements (bf16 activations; a bf16 D with beta: added onto, rounded once); otherwise floats, which bf16 products read
  * as the weights' working copy (inside the master weights) or rounded into scratch. e: NULL,
  * or an epilogue (batch 1; a bias only with GELU; beta 0 but for BGRADA). Returns 1, having queued nothing,
  * when cuBLASLt has no algorithm with that epilogue here (the caller runs the product and its
@@ -750,10 +750,6 @@ static int gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A,
                 const void *B, int b16, int ldb, long long sb, void *D, int d16, int ldd, long long sd, int batch,
                 float alpha, float beta, const float *bias, const gemm_epi *e) {
     if (c->err != DT_OK || m == 0 || n == 0) return 0;
-    if (d16 && beta != 0.0f) { /* the fp32 fallback computes a bf16 D into scratch that starts empty */
-        fail(c, DT_ERR_INTERNAL, "gemm: a bf16 output with beta %g (only 0 is supported)", (double)beta);
-        return 0;
-    }
     if (e && (batch != 1 || (beta != 0.0f && e->kind != EPI_BGRADA) || (bias && e->kind != EPI_GELU))) {
         fail(c, DT_ERR_INTERNAL, "gemm: epilogue %d with batch %d, beta %g%s", e->kind, batch, (double)beta,
              bias ? ", a bias" : "");
@@ -807,7 +803,10 @@ static int gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A,
         /* fp32 operands: bf16 ones widened (exactly), a bf16 D through an fp32 one */
         a = a16 ? widened(c, SCR_A32, A, na) : A;
         b = b16 ? widened(c, SCR_B32, B, nb) : B;
-        d = d16 ? scratch(c, SCR_D32, nd * sizeof(float), "fp32 matmul operands") : D;
+        /* a bf16 D the product adds onto (beta): widened first, its m columns cast back after */
+        d = !d16         ? D
+            : beta != 0.0f ? (void *)widened(c, SCR_D32, D, nd)
+                           : scratch(c, SCR_D32, nd * sizeof(float), "fp32 matmul operands");
         if (!a || !b || !d) return 0;
         key.bf16 = key.d16 = 0;
         pb = bias;
@@ -936,6 +935,34 @@ static void cu_matmul_bwd(void *ctx, dt_act *dinp, float *dw, float *dbias, cons
         gemm(c, !w_trans, 0, K, M, N, w, 0, w_trans ? K : N, 0, dout, a16, ldo, 0, dinp, a16, K, 0, 1, 1.0f, 0.0f, NULL,
              NULL);
     matmul_bwd_weights(c, dw, dbias, dout, inp, M, K, N, ldo, w_trans);
+}
+
+/* LoRA (ops.h lora_fwd, lora_bwd): thin products through gemm, h and dh in fp32 (bf16 products
+ * read them rounded, as any fp32 operand); out's and dinp's columns added onto (beta 1). In
+ * column-major terms a row-major X(M,K) is K x M with ld K, A (r,K) is K x r, B (N,r) r x N. */
+static void cu_lora_fwd(void *ctx, dt_act *out, float *h, const dt_act *inp, const float *A, const float *B, int M, int K,
+                        int N, int r, int ldo, float s) {
+    cuda_ctx *c = ctx;
+    const int a16 = c->bf16;
+    /* h^T (r x M) = op(A) (r x K) inp^T (K x M) */
+    gemm(c, 1, 0, r, M, K, A, 0, K, 0, inp, a16, K, 0, h, 0, r, 0, 1, 1.0f, 0.0f, NULL, NULL);
+    /* out^T (N x M) += s op(B) (N x r) h^T (r x M) */
+    gemm(c, 1, 0, N, M, r, B, 0, r, 0, h, 0, r, 0, out, a16, ldo, 0, 1, s, 1.0f, NULL, NULL);
+}
+
+static void cu_lora_bwd(void *ctx, dt_act *dinp, float *dA, float *dB, float *h, float *dh, const dt_act *dout,
+                        const dt_act *inp, const float *A, const float *B, int M, int K, int N, int r, int ldo, float s) {
+    cuda_ctx *c = ctx;
+    const int a16 = c->bf16;
+    gemm(c, 1, 0, r, M, K, A, 0, K, 0, inp, a16, K, 0, h, 0, r, 0, 1, 1.0f, 0.0f, NULL, NULL); /* h again */
+    /* dh^T (r x M) = s B^T (r x N) dout^T (N x M) */
+    gemm(c, 0, 0, r, M, N, B, 0, r, 0, dout, a16, ldo, 0, dh, 0, r, 0, 1, s, 0.0f, NULL, NULL);
+    /* dB^T (r x N) += s h^T (r x M) dout (M x N) */
+    if (dB) gemm(c, 0, 1, r, N, M, h, 0, r, 0, dout, a16, ldo, 0, dB, 0, r, 0, 1, s, 1.0f, NULL, NULL);
+    /* dA^T (K x r) += inp^T (K x M) dh (M x r) */
+    if (dA) gemm(c, 0, 1, K, r, M, inp, a16, K, 0, dh, 0, r, 0, dA, 0, K, 0, 1, 1.0f, 1.0f, NULL, NULL);
+    /* dinp^T (K x M) += A^T (K x r) dh^T (r x M) */
+    if (dinp) gemm(c, 0, 0, K, M, r, A, 0, K, 0, dh, 0, r, 0, dinp, a16, K, 0, 1, 1.0f, 1.0f, NULL, NULL);
 }
 
 /* fused where cuBLASLt has the GELU epilogue for the shape (ops.h); else the two calls */
@@ -1822,6 +1849,8 @@ const dt_ops dt_ops_cuda = {
     .rope_bwd = cu_rope_bwd,
     .swiglu_fwd = cu_swiglu_fwd,
     .swiglu_bwd = cu_swiglu_bwd,
+    .lora_fwd = cu_lora_fwd,
+    .lora_bwd = cu_lora_bwd,
     .gelu_fwd = cu_gelu_fwd,
     .gelu_bwd = cu_gelu_bwd,
     .add = cu_add,

@@ -28,7 +28,8 @@
 #      all-reduce in bf16, the embeddings' too: the mock NCCL's log), the same with
 #      zero_stage 1, the fallback in pieces; packed prompt/completion rows (data.packing, GPT-2's
 #      learned positions, attention masked within each example) in fp32 and bf16 against the cpu
-#      run (1e-5, 1e-2); and configs/pretrain.yaml shrunk to 4
+#      run (1e-5, 1e-2); the LoRA fine-tune (model.lora on GPT-2's four products, the base frozen)
+#      in fp32 and bf16 against the cpu run (1e-5, 1e-2); and configs/pretrain.yaml shrunk to 4
 #      steps in fp32 (within 1e-5); a step waits for the device at most 3 times (the profiler's
 #      range's two included): a classifier, a language model with 3 micro-batches (the cpu
 #      run's losses, also with 1 KiB of upload staging), zero_stage 1 (one sumsq, one scale)
@@ -260,11 +261,28 @@ same_losses packed-cpu packed-fp32 1e-5 || { echo "FAIL  packed losses (fp32) di
 step "dtrain packed completions on cuda (bf16 products)" packed-bf16.log packed_run packed-bf16 bf16
 echo "packed completions' losses, cuda (bf16 products) against cpu, at most 1e-2 relative:"
 same_losses packed-cpu packed-bf16 1e-2 || { echo "FAIL  packed losses (bf16) differ"; exit 1; }
+# LoRA (model.lora): the fine-tune's pretrained GPT-2 frozen (the norms' and embeddings' gradients
+# skipped), rank-4 adapters on its four products (c_fc's under GELU, unfused) and the score head
+# trained; the cpu run's losses, fp32 within 1e-5, bf16 within 1e-2
+LORA=(--set training.max_steps=6 --set eval.every_steps=0 --set eval.max_batches=2 --set checkpoint.every_steps=0
+      --set model.lora.rank=4 --set "model.lora.targets=[c_attn, attn.c_proj, c_fc, mlp.c_proj]"
+      --set optimizer.warmup_steps=0 --set optimizer.lr=2e-3)
+step "dtrain LoRA fine-tune on cpu" lora-cpu.log train lora-cpu configs/finetune.yaml "${LORA[@]}" --set training.device=cpu
+step "dtrain LoRA fine-tune on cuda (fp32)" lora-fp32.log train lora-fp32 configs/finetune.yaml "${LORA[@]}" \
+    --set training.device=cuda --set training.precision=fp32
+echo "LoRA fine-tune losses, cuda (fp32) against cpu, at most 1e-5 relative:"
+same_losses lora-cpu lora-fp32 1e-5 || { echo "FAIL  LoRA losses (fp32) differ"; exit 1; }
+step "dtrain LoRA fine-tune on cuda (bf16 products)" lora-bf16.log train lora-bf16 configs/finetune.yaml "${LORA[@]}" \
+    --set training.device=cuda --set training.precision=bf16
+echo "LoRA fine-tune losses, cuda (bf16 products) against cpu, at most 1e-2 relative:"
+same_losses lora-cpu lora-bf16 1e-2 || { echo "FAIL  LoRA losses (bf16) differ"; exit 1; }
 # no allocation and no free once step 1 begins (a cudaFree waits for the whole device, NCCL's buckets
 # too): logging.profile_step=1 opens the mock's profiler range just before step 1, its stop line
 # counts the allocations and frees of step 1, and every allocation after it says "MOCK
 # ALLOCATION"; with dtrain's attention kernels, with the fp32 fallback's slots (MOCK_LT_NO_BF16),
-# and with bf16 gradients through nccl (its wire buffer), plain and with zero_stage 1
+# with bf16 gradients through nccl (its wire buffer), plain and with zero_stage 1, and with LoRA
+# adapters (their fp32 h and dh read as bf16 operands; without a bf16 algorithm, the bf16 outputs
+# they add onto widened into the fallback's slot)
 no_alloc_run() { # NAME [VAR=VALUE ...] -- BIN [--set ...]
     local name=$1 vars=() rc=0
     shift
@@ -306,7 +324,11 @@ no_alloc() {
         bf16_buckets "$B/alloc-nccl.calls" &&
         no_alloc_run alloc-nccl-zero DTRAIN_TEST_DEVICE_COMM=1 -- "$OPT/dtrain_fused" --set training.grad_comm_dtype=bf16 \
             --set training.zero_stage=1 &&
-        no_alloc_run alloc-pieces MOCK_LT_NO_BF16=1 DTRAIN_TEST_FP32_SLOT_BYTES=4096 -- "$OPT/dtrain_fused" || return
+        no_alloc_run alloc-pieces MOCK_LT_NO_BF16=1 DTRAIN_TEST_FP32_SLOT_BYTES=4096 -- "$OPT/dtrain_fused" &&
+        no_alloc_run alloc-lora -- "$OPT/dtrain" --set model.lora.rank=4 \
+            --set "model.lora.targets=[c_attn, attn.c_proj, c_fc, mlp.c_proj]" &&
+        no_alloc_run alloc-lora-nobf16 MOCK_LT_NO_BF16=1 -- "$OPT/dtrain" --set model.lora.rank=4 \
+            --set "model.lora.targets=[c_attn, attn.c_proj, c_fc, mlp.c_proj]" || return
     echo "the fp32 fallback in pieces of 4 KiB against the whole products, the same losses:"
     same_losses alloc-nobf16 alloc-pieces 0
 }
