@@ -13,7 +13,8 @@ under PEFT's names, B not zero) on q, k, v, o, gate, up and down is model.lora.i
   the base is not in the run's weights file;
 - `dtrain export --format peft` writes the trained adapters under PEFT's names with an
   adapter_config.json that reads back as the run's LoRA, and `--format hf` the merged model,
-  whose predictions are the adapted model's (1e-5); a model without adapters has no PEFT export;
+  whose predictions are the adapted model's (1e-5), and greedy generation (the key/value cache)
+  through the adapters gives the merged model's text; a model without adapters has no PEFT export;
 - an adapter_config.json that disagrees with model.lora, or that dtrain cannot apply (DoRA), is
   refused with exit 2 naming it.
 Exit 77 without numpy, autograd or safetensors (scripts/test.sh installs them).
@@ -274,6 +275,12 @@ merged = load_file(os.path.join(hf, "model.safetensors"))
 check(sorted(merged) == sorted(W0), "export --format hf: the model's tensors, the adapters merged into them")
 worst = predict_worst(hf, adapted(W0, trained), "merged")
 check(worst <= 1e-5, "export --format hf predicts as the adapted model (worst %.2e)" % worst)
+
+# greedy generation (the key/value cache through the adapters) as from the merged model
+gen = [dtrain("generate", "--checkpoint", c, "--prompt", "The quick", "--max-new-tokens", "24", "--temperature", "0").stdout
+       for c in (run1, hf, HF)]
+check(gen[0] == gen[1] and gen[0] != gen[2], "generate with the adapters gives the merged model's greedy text (not "
+      "the base's)")
 
 # ---- 4. refusals ----
 r = dtrain("--config", cfg_yaml, "--set", "run.dir=" + os.path.join(TMP, "bad-rank"), *BASE_ARGS,

@@ -125,17 +125,17 @@ static void remap_linear(net_linear *x, const size_t *from, const size_t *to, in
 /* model.lora: the tensors reordered, frozen ones first (in layout order), then the trainable
  * ones by bucket (so that every bucket is one range of the trainable buffer, in bucket order),
  * and every named offset in w moved with them. */
-static void put_trainable_last(dt_model *m, int n_arch) {
+static dt_status put_trainable_last(dt_model *m, int n_arch) {
     const int n = m->n_tensors, L = m->cfg.shape.n_layer;
-    dt_tensor_info *t = malloc((size_t)n * sizeof *t);
-    net_init *init = malloc((size_t)n * sizeof *init);
-    double *sd = malloc((size_t)n * sizeof *sd);
-    size_t *from = malloc((size_t)n * sizeof *from), *to = malloc((size_t)n * sizeof *to);
-    int *where = malloc((size_t)n * sizeof *where);
-    if (!t || !init || !sd || !from || !to || !where) abort(); /* a few hundred entries, at init */
+    dt_tensor_info *t = dt_malloc((size_t)n * sizeof *t, "tensor table");
+    net_init *init = dt_malloc((size_t)n * sizeof *init, "tensor table");
+    double *sd = dt_malloc((size_t)n * sizeof *sd, "tensor table");
+    size_t *from = dt_malloc((size_t)n * sizeof *from, "tensor table"), *to = dt_malloc((size_t)n * sizeof *to, "tensor table");
+    int *where = dt_malloc((size_t)n * sizeof *where, "tensor table");
+    dt_status st = t && init && sd && from && to && where ? DT_OK : DT_ERR_NOMEM;
     int k = 0;
     size_t off = 0;
-    for (int pass = 0; pass < 2; pass++)
+    for (int pass = 0; st == DT_OK && pass < 2; pass++)
         for (int bucket = 0; bucket < (pass ? L + 2 : 1); bucket++)
             for (int i = 0; i < n; i++) {
                 const int tr = is_trainable(&m->cfg, m->tensors[i].name, i, n_arch);
@@ -150,6 +150,7 @@ static void put_trainable_last(dt_model *m, int n_arch) {
                 if (!pass) m->n_frozen_tensors = k + 1, m->n_frozen = off;
                 k++;
             }
+    if (st != DT_OK) goto done;
     memcpy(m->tensors, t, (size_t)n * sizeof *t);
     memcpy(m->init, init, (size_t)n * sizeof *init);
     memcpy(m->init_std, sd, (size_t)n * sizeof *sd);
@@ -171,18 +172,20 @@ static void put_trainable_last(dt_model *m, int n_arch) {
     remap_one(&w->final_norm.w, from, to, n);
     remap_one(&w->final_norm.b, from, to, n);
     remap_linear(&w->head, from, to, n);
+done:
     free(t);
     free(init);
     free(sd);
     free(from);
     free(to);
     free(where);
+    return st;
 }
 
 /* The tensors of shape c through the architecture's layout (and model.lora's adapters):
- * counted (m NULL: *n, *n_params and *n_train only), or laid out into m (its tables allocated
- * for *n), the trainable ones last. w0: layer 0's products (widths), may be NULL. */
-static void lay_out(const dt_model_cfg *c, dt_model *m, int *n, size_t *n_params, size_t *n_train, net_layer *w0) {
+ * counted (m NULL: *n, *n_params and *n_train only; DT_OK), or laid out into m (its tables
+ * allocated for *n), the trainable ones last. w0: layer 0's products (widths), may be NULL. */
+static dt_status lay_out(const dt_model_cfg *c, dt_model *m, int *n, size_t *n_params, size_t *n_train, net_layer *w0) {
     const net_arch *a = dt_net_arch(c->shape.arch);
     net_builder b = {.cfg = c};
     net_weights tmp = {0};
@@ -197,16 +200,15 @@ static void lay_out(const dt_model_cfg *c, dt_model *m, int *n, size_t *n_params
             *n = 0;
             *n_params = SIZE_MAX;
             if (n_train) *n_train = SIZE_MAX;
-            return;
+            return DT_OK;
         }
     }
     a->layout(&b, w);
     const int n_arch = b.n;
     size_t train = 0;
+    dt_status st = DT_OK;
     if (c->lora.rank) {
-        for (int i = 0; m && i < n_arch; i++) /* the score head stays trainable */
-            if (strcmp(m->tensors[i].name, "score.weight") == 0) train += m->tensors[i].numel;
-        if (!m && c->shape.num_labels) train += (size_t)c->shape.num_labels * (size_t)c->shape.n_embd;
+        if (c->shape.num_labels) train += (size_t)w->head.in * (size_t)w->head.out; /* the score head stays trainable */
         const size_t before = b.off;
         add_adapters(&b, a, w);
         train += b.off - before;
@@ -218,10 +220,11 @@ static void lay_out(const dt_model_cfg *c, dt_model *m, int *n, size_t *n_params
     if (n_train) *n_train = train;
     if (m) {
         for (int i = 0; i < b.n; i++) m->seq[i] = i;
-        if (c->lora.rank) put_trainable_last(m, n_arch);
+        if (c->lora.rank) st = put_trainable_last(m, n_arch);
     }
     if (w0) *w0 = w->layers[0];
     free(tmp.layers);
+    return st;
 }
 
 size_t dt_model_count_params(const dt_model_cfg *c) {
@@ -572,7 +575,7 @@ static dt_status alloc_tables(dt_model *m) {
     if (!m->seq || !m->tensors || !m->init || !m->init_std || !m->net.w.layers || !m->buckets || !m->bucket_names || !m->layers ||
         !m->host_losses || !m->host_argmax || !m->host_rows || !m->host_probs || !m->host_probs_f)
         return DT_ERR_NOMEM;
-    lay_out(cfg, m, &m->n_tensors, &m->n_params, NULL, NULL);
+    DT_TRY(lay_out(cfg, m, &m->n_tensors, &m->n_params, NULL, NULL));
     m->view = m->tensors;
     if (cfg->lora.rank) {
         const int nv = m->n_tensors - m->n_frozen_tensors;
