@@ -120,3 +120,35 @@ def lm_losses(W, cfg, ids, targets):
 
 def mean_lm_loss(W, cfg, ids, targets):
     return np.sum(lm_losses(W, cfg, ids, targets)) / onp.sum(targets >= 0)
+
+
+def write_shard(path, tokens):
+    """tokens as a token shard (llm.c's format, DESIGN.md §5: 256 int32 of header, uint16 ids)"""
+    with open(path, "wb") as f:
+        hdr = onp.zeros(256, dtype=onp.int32)
+        hdr[0], hdr[1], hdr[2] = 20240520, 1, len(tokens)
+        f.write(hdr.tobytes())
+        f.write(onp.asarray(tokens).astype(onp.uint16).tobytes())
+
+
+def adamw_steps(P, grad, batches, lr, betas, eps, wd, clip):
+    """torch.optim.AdamW over the dict of arrays P (float64 copies; decay on >= 2-D ones) after
+    torch.nn.utils.clip_grad_norm_(clip), one step per (ids, targets) of batches; grad(flat list
+    in sorted-name order, ids, targets) gives the gradients in that order. Returns the new P."""
+    names = sorted(P)
+    P = {k: onp.asarray(v, dtype=onp.float64) for k, v in P.items()}
+    m = {k: onp.zeros_like(v) for k, v in P.items()}
+    v2 = {k: onp.zeros_like(v) for k, v in P.items()}
+    for step, (ids, tgt) in enumerate(batches):
+        g = dict(zip(names, grad([P[k] for k in names], ids, tgt)))
+        norm = onp.sqrt(sum(float(onp.sum(x * x)) for x in g.values()))
+        c = min(1.0, clip / (norm + 1e-6))
+        t = step + 1
+        for k in names:
+            gk = g[k] * c
+            if P[k].ndim >= 2:
+                P[k] = P[k] * (1 - lr * wd)
+            m[k] = betas[0] * m[k] + (1 - betas[0]) * gk
+            v2[k] = betas[1] * v2[k] + (1 - betas[1]) * gk * gk
+            P[k] = P[k] - lr / (1 - betas[0] ** t) * m[k] / (onp.sqrt(v2[k]) / onp.sqrt(1 - betas[1] ** t) + eps)
+    return P

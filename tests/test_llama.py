@@ -190,40 +190,20 @@ LR, BETAS, EPS, WD, CLIP = 3e-3, (0.9, 0.95), 1e-6, 0.1, 0.5
 rng = np.random.default_rng(3)
 tokens = rng.integers(0, 257, size=B_GLOBAL * STEPS * T + 1, dtype=np.int64)
 shard = os.path.join(TMP, "train.bin")
-with open(shard, "wb") as f:
-    hdr = np.zeros(256, dtype=np.int32)
-    hdr[0], hdr[1], hdr[2] = 20240520, 1, len(tokens)
-    f.write(hdr.tobytes())
-    f.write(tokens.astype(np.uint16).tobytes())
+ref.write_shard(shard, tokens)
 
 
 def reference_steps():
     """AdamW as torch.optim.AdamW over the mean loss of each global batch (sample i = tokens
     [i*T, i*T+T+1)), decay on >= 2-D tensors, the gradient clipped to CLIP by its global norm"""
     names = sorted(W0)
-    W = as64(W0)
-    m = {k: np.zeros_like(v) for k, v in W.items()}
-    v2 = {k: np.zeros_like(v) for k, v in W.items()}
 
     def loss(flat, ids, tgt):
-        Wd = dict(zip(names, flat))
-        return ref.mean_lm_loss(Wd, CFG, ids, tgt)
+        return ref.mean_lm_loss(dict(zip(names, flat)), CFG, ids, tgt)
 
-    grad = autograd.grad(loss)
-    for step in range(STEPS):
-        rows = np.stack([tokens[(step * B_GLOBAL + i) * T:(step * B_GLOBAL + i) * T + T + 1] for i in range(B_GLOBAL)])
-        g = dict(zip(names, grad([W[k] for k in names], rows[:, :-1], rows[:, 1:])))
-        norm = np.sqrt(sum(float(np.sum(x * x)) for x in g.values()))
-        c = min(1.0, CLIP / (norm + 1e-6))
-        t = step + 1
-        for k in names:
-            gk = g[k] * c
-            if W[k].ndim >= 2:
-                W[k] = W[k] * (1 - LR * WD)
-            m[k] = BETAS[0] * m[k] + (1 - BETAS[0]) * gk
-            v2[k] = BETAS[1] * v2[k] + (1 - BETAS[1]) * gk * gk
-            W[k] = W[k] - LR / (1 - BETAS[0] ** t) * m[k] / (np.sqrt(v2[k]) / np.sqrt(1 - BETAS[1] ** t) + EPS)
-    return W
+    rows = [np.stack([tokens[(s * B_GLOBAL + i) * T:(s * B_GLOBAL + i) * T + T + 1] for i in range(B_GLOBAL)])
+            for s in range(STEPS)]
+    return ref.adamw_steps(W0, autograd.grad(loss), [(r[:, :-1], r[:, 1:]) for r in rows], LR, BETAS, EPS, WD, CLIP)
 
 
 want = reference_steps()

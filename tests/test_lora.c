@@ -25,24 +25,6 @@
 #define LORA "model.lora.rank=4"
 #define TARGETS "model.lora.targets=[c_attn, attn.c_proj, c_fc, mlp.c_proj]"
 
-/* train losses of a run's metrics.jsonl */
-static int read_losses(const char *run, double *loss, int max) {
-    char path[1300], line[1 << 14];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", run);
-    FILE *f = fopen(path, "r");
-    CHECK(f != NULL);
-    int n = 0;
-    while (fgets(line, sizeof line, f)) {
-        json_t *o = json_loads(line, 0, NULL);
-        CHECK(o != NULL);
-        if (strcmp(json_string_value(json_object_get(o, "type")), "train") == 0 && n < max)
-            loss[n++] = json_number_value(json_object_get(o, "loss"));
-        json_decref(o);
-    }
-    fclose(f);
-    return n;
-}
-
 /* Trains the fine-tune with LoRA for `steps` steps into test_dir()/tag; extra: more --set
  * values (NULL-terminated). Returns the exit status. */
 static int train(const char *tag, int workers, int batch, int accum, int steps, const char *const *extra) {

@@ -146,11 +146,7 @@ with open(text, "w", encoding="utf-8") as f:
 T, B_GLOBAL, STEPS = 16, 4, 3
 toks = rng.integers(0, 257, size=B_GLOBAL * STEPS * T + 1, dtype=np.int64)
 shard = os.path.join(TMP, "train.bin")
-with open(shard, "wb") as f:
-    hdr = np.zeros(256, dtype=np.int32)
-    hdr[0], hdr[1], hdr[2] = 20240520, 1, len(toks)
-    f.write(hdr.tobytes())
-    f.write(toks.astype(np.uint16).tobytes())
+ref.write_shard(shard, toks)
 cfg_yaml = os.path.join(TMP, "lora.yaml")
 with open(cfg_yaml, "w") as f:
     f.write("data:\n  train_path: x\n")
@@ -208,29 +204,16 @@ check(worst <= 1e-5, "predict with PEFT's adapters (model.lora.init_from, all 7 
 
 # ---- 2. three AdamW steps over the adapters ----
 def reference_steps():
+    """AdamW over the adapters alone (the base frozen), as tests/test_llama.py's over a model"""
     names = sorted(AD0)
-    A = as64(AD0)
-    m = {k: np.zeros_like(v) for k, v in A.items()}
-    v2 = {k: np.zeros_like(v) for k, v in A.items()}
     W64 = as64(W0)
 
     def loss(flat, ids, tgt):
         return ref.mean_lm_loss(adapted(W64, dict(zip(names, flat))), CFG, ids, tgt)
 
-    grad = autograd.grad(loss)
-    for step in range(STEPS):
-        rows = np.stack([toks[(step * B_GLOBAL + i) * T:(step * B_GLOBAL + i) * T + T + 1] for i in range(B_GLOBAL)])
-        g = dict(zip(names, grad([A[k] for k in names], rows[:, :-1], rows[:, 1:])))
-        norm = np.sqrt(sum(float(np.sum(x * x)) for x in g.values()))
-        c = min(1.0, CLIP / (norm + 1e-6))
-        t = step + 1
-        for k in names:
-            gk = g[k] * c
-            A[k] = A[k] * (1 - LR * WD)
-            m[k] = BETAS[0] * m[k] + (1 - BETAS[0]) * gk
-            v2[k] = BETAS[1] * v2[k] + (1 - BETAS[1]) * gk * gk
-            A[k] = A[k] - LR / (1 - BETAS[0] ** t) * m[k] / (np.sqrt(v2[k]) / np.sqrt(1 - BETAS[1] ** t) + EPS)
-    return A
+    rows = [np.stack([toks[(s * B_GLOBAL + i) * T:(s * B_GLOBAL + i) * T + T + 1] for i in range(B_GLOBAL)])
+            for s in range(STEPS)]
+    return ref.adamw_steps(AD0, autograd.grad(loss), [(r[:, :-1], r[:, 1:]) for r in rows], LR, BETAS, EPS, WD, CLIP)
 
 
 want = reference_steps()

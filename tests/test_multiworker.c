@@ -33,24 +33,6 @@
 #include "weights.h"
 #include "testutil.h"
 
-/* train losses of a run's metrics.jsonl */
-static int read_losses(const char *run, double *loss, int max) {
-    char path[1300], line[4096];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", run);
-    FILE *f = fopen(path, "r");
-    CHECK(f != NULL);
-    int n = 0;
-    while (fgets(line, sizeof line, f)) {
-        json_t *o = json_loads(line, 0, NULL);
-        CHECK(o != NULL);
-        if (strcmp(json_string_value(json_object_get(o, "type")), "train") == 0 && n < max)
-            loss[n++] = json_number_value(json_object_get(o, "loss"));
-        json_decref(o);
-    }
-    fclose(f);
-    return n;
-}
-
 /* the last evaluation's confusion matrix, as JSON text (the counts summed over the workers) */
 static void read_confusion(const char *run, char *out, size_t n) {
     char path[1300], line[1 << 14];

@@ -1,14 +1,34 @@
-/* weights.h — a run's final weights for comparisons between runs. */
+/* weights.h — a run's final weights and its losses, for comparisons between runs. */
 #ifndef DTRAIN_TEST_WEIGHTS_H
 #define DTRAIN_TEST_WEIGHTS_H
 
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "dtrain/safetensors.h"
 #include "testutil.h"
+
+/* the train records' losses of a run's metrics.jsonl (at most max); returns how many */
+static inline int read_losses(const char *run, double *loss, int max) {
+    char path[1300], line[1 << 14];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        CHECK(o != NULL);
+        if (strcmp(json_string_value(json_object_get(o, "type")), "train") == 0 && n < max)
+            loss[n++] = json_number_value(json_object_get(o, "loss"));
+        json_decref(o);
+    }
+    fclose(f);
+    return n;
+}
 
 /* all tensors of a run's model.safetensors, concatenated in file order */
 static inline float *read_weights(const char *run, size_t *n) {

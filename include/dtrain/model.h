@@ -158,6 +158,9 @@ dt_status dt_model_save_peft(dt_model *m, const char *path);
  * dt_model_save wrote it: every trainable tensor, nothing else; any other file as the frozen
  * model's weights (the adapters untouched). */
 dt_status dt_model_load(dt_model *m, const char *path, int *score_loaded);
+/* The same for a file that must hold adapters (model.lora.init_from): any other is refused
+ * (DT_ERR_DATA), not taken as the frozen model's weights. */
+dt_status dt_model_load_adapters(dt_model *m, const char *path, int *score_loaded);
 
 /* DT_ERR_DATA "PATH: tensor NAME holds NaN at element I (K values are NaN or Inf)" when one of
  * the n values is not finite; DT_OK otherwise. */

@@ -1090,7 +1090,9 @@ static void file_shape_hint(const net_arch *a, const dt_st_file *f, char *buf, s
     if (NL > 0 && k < n) snprintf(buf + k, n - k, ", num_labels %lld", (long long)NL);
 }
 
-dt_status dt_model_load(dt_model *m, const char *path, int *score_loaded) {
+/* dt_model_load; only_adapters: a file without LoRA adapters is refused rather than taken as
+ * the frozen model's weights (dt_model_load_adapters) */
+static dt_status load_weights(dt_model *m, const char *path, int *score_loaded, int only_adapters) {
     dt_st_file *f = NULL;
     DT_TRY(dt_st_open(&f, path));
     dt_status st = DT_OK;
@@ -1108,6 +1110,12 @@ dt_status dt_model_load(dt_model *m, const char *path, int *score_loaded) {
         adapters |= k > 14 && strcmp(nm + k - 14, ".lora_A.weight") == 0;
     }
 #define IN_SET(j) (adapters ? (j) >= m->n_frozen_tensors : !is_adapter(m, (j)))
+    if (only_adapters && !adapters) {
+        st = dt_error_set(DT_ERR_DATA, "%s holds no LoRA adapters (no tensor named *.lora_A.weight)%s", path,
+                          m->cfg.lora.rank ? ": expected a PEFT adapter directory or a model.lora run's weights"
+                                           : ", and the model has none (model.lora.rank 0)");
+        goto done;
+    }
     const char *want = adapters ? dt_st_metadata(f, "lora_base_digest") : NULL;
     uint32_t have;
     if (want && (st = dt_model_frozen_digest(m, &have)) != DT_OK) goto done;
@@ -1176,4 +1184,9 @@ done:
     free(host);
     dt_st_close(f);
     return st;
+}
+
+dt_status dt_model_load(dt_model *m, const char *path, int *score_loaded) { return load_weights(m, path, score_loaded, 0); }
+dt_status dt_model_load_adapters(dt_model *m, const char *path, int *score_loaded) {
+    return load_weights(m, path, score_loaded, 1);
 }

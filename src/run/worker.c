@@ -38,7 +38,6 @@
 #include "dtrain/model.h"
 #include "dtrain/ops.h"
 #include "dtrain/optim.h"
-#include "dtrain/safetensors.h"
 #include "dtrain/tokenizer.h"
 
 typedef struct run {
@@ -962,47 +961,24 @@ static dt_status make_optimizer(trainer *t) {
     return st;
 }
 
-/* model.init_from's weights (with model.lora: the frozen base's) */
-static dt_status load_init_from(trainer *t) {
+/* The weights config key `key` names (model.init_from: the model's, with model.lora its frozen
+ * base; model.lora.init_from: adapters, a PEFT directory's or a file), said in the log. */
+static dt_status load_weights(trainer *t, const char *key, const char *from, int adapters) {
     run *r = &t->r;
     int score_loaded = 1;
     char path[DT_PATH_MAX + 96];
-    dt_status st = dt_infer_weights_path(r->cfg->model.init_from, r->rank == 0 ? stderr : NULL, path, sizeof path);
-    if (st == DT_OK) st = dt_model_load(r->model, path, &score_loaded);
+    dt_status st = adapters ? dt_infer_adapters_path(from, path, sizeof path)
+                            : dt_infer_weights_path(from, r->rank == 0 ? stderr : NULL, path, sizeof path);
+    if (st == DT_OK) st = (adapters ? dt_model_load_adapters : dt_model_load)(r->model, path, &score_loaded);
     if (st != DT_OK) {
-        dt_error_prefix("model.init_from");
+        dt_error_prefix("%s", key);
         return st;
     }
-    dt_metrics_info(r->metrics, "init_from %s%s", path,
-                    score_loaded ? "" : " (no score.weight in the file: classification head initialised from the seed)");
-    return DT_OK;
-}
-
-/* model.lora.init_from's adapters (a PEFT directory's adapter_model.safetensors, or a file) */
-static dt_status load_adapters(trainer *t) {
-    run *r = &t->r;
-    const char *from = r->cfg->model.lora_init_from;
-    char path[DT_PATH_MAX + 64];
-    struct stat sb;
-    if (stat(from, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(path, sizeof path, "%s/adapter_model.safetensors", from);
-    else snprintf(path, sizeof path, "%s", from);
-    dt_st_file *f;
-    dt_status st = dt_st_open(&f, path);
-    int any = 0;
-    for (int i = 0; st == DT_OK && i < dt_st_count(f) && !any; i++) any = strstr(dt_st_tensor_at(f, i)->name, ".lora_A.") != NULL;
-    if (st == DT_OK) dt_st_close(f);
-    if (st == DT_OK && !any) /* not a model's weights in place of the base's */
-        st = dt_error_set(DT_ERR_DATA, "%s holds no LoRA adapters (no tensor named *.lora_A.weight): expected a PEFT "
-                          "adapter directory or a model.lora run's weights", path);
-    int score_loaded = 1;
-    if (st == DT_OK) st = dt_model_load(r->model, path, &score_loaded);
-    if (st == DT_OK && dt_model_config(r->model)->shape.num_labels == 0) score_loaded = 1;
-    if (st != DT_OK) {
-        dt_error_prefix("model.lora.init_from");
-        return st;
-    }
-    dt_metrics_info(r->metrics, "model.lora.init_from %s%s", path,
-                    score_loaded ? "" : " (no score.weight: the classification head stays model.init_from's or the seed's)");
+    const int cls = dt_model_config(r->model)->shape.num_labels > 0;
+    dt_metrics_info(r->metrics, "%s %s%s", adapters ? key : "init_from", path,
+                    score_loaded || !cls ? ""
+                    : adapters       ? " (no score.weight: the classification head stays model.init_from's or the seed's)"
+                                     : " (no score.weight in the file: classification head initialised from the seed)");
     return DT_OK;
 }
 
@@ -1014,7 +990,7 @@ static dt_status initial_weights(trainer *t) {
     run *r = &t->r;
     const dt_config *c = r->cfg;
     const int lora = dt_model_config(r->model)->lora.rank > 0;
-    if (c->model.init_from[0] && (lora || !t->resumed)) DT_TRY(load_init_from(t));
+    if (c->model.init_from[0] && (lora || !t->resumed)) DT_TRY(load_weights(t, "model.init_from", c->model.init_from, 0));
     if (lora) DT_TRY(dt_model_frozen_digest(r->model, &r->lora_base));
     if (t->resumed && lora && t->cs.lora_base_digest != r->lora_base)
         return dt_error_set(DT_ERR_CONFIG, "%s: its adapters were trained on the base %s (digest %08x), but "
@@ -1023,7 +999,8 @@ static dt_status initial_weights(trainer *t) {
                             t->cs.lora_base[0] ? t->cs.lora_base : "initialised from the seed", t->cs.lora_base_digest,
                             c->model.init_from[0] ? c->model.init_from : "(none: the seed's)", r->lora_base);
     if (t->resumed) DT_TRY(dt_ckpt_load(t->ckpt_dir, r->model, r->optim));
-    else if (lora && c->model.lora_init_from[0]) DT_TRY(load_adapters(t));
+    else if (lora && c->model.lora_init_from[0])
+        DT_TRY(load_weights(t, "model.lora.init_from", c->model.lora_init_from, 1));
     DT_TRY(start_device_collective(r));
     if (r->world > 1)
         DT_TRY(dt_comm_broadcast(r->gcomm, dt_model_params(r->model), dt_model_num_params(r->model) * sizeof(float), 0));
