@@ -41,24 +41,36 @@ template <typename A> static __device__ void dwpe_sum(float *dwpe, const void *d
 }
 DTK_ACT_KERNELS(dwpe_sum, (float *dwpe, const void *dout, int B, size_t TC), (dwpe, dout, B, TC))
 
-// Packed rows: dwpe[p,c] += the dout rows at position p, in increasing (b,t) (the CPU's order);
-// position p lies at rows p.. of a sequence. A warp's threads share p (C >= 32 columns apart or
-// the same row), so their reads of pos coincide.
+// Packed rows: each example's length, written at its first row (len's other rows are left as
+// they are): an example's last row v (the sequence's last, or the next row starts another, at
+// position 0) writes pos[v] + 1 at v - pos[v]. Every sequence starts an example at row 0.
+static __global__ void dtk_example_lens(int *len, const int *pos, int B, int T) {
+    const size_t BT = (size_t)B * T;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < BT; i += (size_t)gridDim.x * blockDim.x)
+        if ((int)(i % T) == T - 1 || pos[i + 1] == 0) len[i - pos[i]] = pos[i] + 1;
+}
+
+// dwpe[p,c] += the dout rows at position p, in increasing (b,t) (the CPU's order): row s + p of
+// each example starting at s that is longer than p, the examples walked by their lengths (len:
+// dtk_example_lens), E of them a sequence instead of its T rows. A warp's threads share p (C >=
+// 32 columns apart or the same row), so their reads of len coincide.
 template <typename A>
-static __device__ void dwpe_sum_packed(float *dwpe, const void *dout_, const int *pos, int B, int T, int C) {
+static __device__ void dwpe_sum_packed(float *dwpe, const void *dout_, const int *len, int B, int T, int C) {
     const A *dout = (const A *)dout_;
     const size_t TC = (size_t)T * C;
     for (size_t tc = (size_t)blockIdx.x * blockDim.x + threadIdx.x; tc < TC; tc += (size_t)gridDim.x * blockDim.x) {
         const int p = (int)(tc / C), c = (int)(tc % C);
         float acc = dwpe[tc];
         for (int b = 0; b < B; b++)
-            for (int u = p; u < T; u++)
-                if (pos[(size_t)b * T + u] == p) acc += dtk_ld(dout, ((size_t)b * T + u) * C + c);
+            for (int s = 0, n; s < T; s += n) {
+                n = len[(size_t)b * T + s];
+                if (p < n) acc += dtk_ld(dout, ((size_t)b * T + s + p) * C + c);
+            }
         dwpe[tc] = acc;
     }
 }
-DTK_ACT_KERNELS(dwpe_sum_packed, (float *dwpe, const void *dout, const int *pos, int B, int T, int C),
-                (dwpe, dout, pos, B, T, C))
+DTK_ACT_KERNELS(dwpe_sum_packed, (float *dwpe, const void *dout, const int *len, int B, int T, int C),
+                (dwpe, dout, len, B, T, C))
 
 static __global__ void dtk_iota_kernel(int *x, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] = i;
@@ -173,10 +185,11 @@ extern "C" cudaError_t dtk_encoder_bwd(cudaStream_t s, dtk_type t, float *dwte, 
 
     const size_t TC = (size_t)T * C;
     cudaError_t e;
-    if (dwpe && rowpos) {
-        if (t == DTK_BF16)
-            dtk_dwpe_sum_packed_bf16<<<dtk_blocks(TC), DTK_THREADS, 0, s>>>(dwpe, dout, rowpos, B, T, C);
-        else dtk_dwpe_sum_packed_f32<<<dtk_blocks(TC), DTK_THREADS, 0, s>>>(dwpe, dout, rowpos, B, T, C);
+    if (dwpe && rowpos) { /* the examples' lengths in pos (the iota below takes it over after) */
+        dtk_example_lens<<<dtk_blocks((size_t)BT), DTK_THREADS, 0, s>>>(pos, rowpos, B, T);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+        if (t == DTK_BF16) dtk_dwpe_sum_packed_bf16<<<dtk_blocks(TC), DTK_THREADS, 0, s>>>(dwpe, dout, pos, B, T, C);
+        else dtk_dwpe_sum_packed_f32<<<dtk_blocks(TC), DTK_THREADS, 0, s>>>(dwpe, dout, pos, B, T, C);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
     } else if (dwpe) { // no learned positions (wpe NULL): nothing to add
         if (t == DTK_BF16) dtk_dwpe_sum_bf16<<<dtk_blocks(TC), DTK_THREADS, 0, s>>>(dwpe, dout, B, TC);
