@@ -116,6 +116,62 @@ static void check_llama_against_forward(int T, int C, int NH, int NKV, int hs, i
                                                     .rms_norm_eps = 1e-5});
 }
 
+/* model.lora: generation builds its model for one row (dt_infer_load(s, 1, 1)) and decodes a
+ * whole prompt at once; the adapters' scratch must be the decoder's rows', not the model's one.
+ * The same weights (random adapters, B not zero) in a model of T rows give the forward. */
+static void check_lora_decode(int T) {
+    const int V = 41;
+    dt_backend *be;
+    CHECK(dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = 1}, &be) == DT_OK);
+    dt_model_cfg mc = {.shape = {.arch = DT_ARCH_LLAMA, .vocab_size = V, .n_positions = T, .n_layer = 2, .n_head = 4,
+                                 .n_embd = 32, .num_key_value_heads = 2, .intermediate_size = 48, .rope_theta = 10000.0,
+                                 .rms_norm_eps = 1e-5},
+                       .seq_len = T, .max_batch = 1, .seed = 3,
+                       .lora = {.rank = 4, .alpha = 8, .targets = dt_lora_arch_targets(DT_ARCH_LLAMA)}};
+    dt_model *full, *one;
+    CHECK(dt_model_init(&full, &mc, be) == DT_OK);
+    mc.seq_len = 1; /* as generation builds it */
+    CHECK(dt_model_init(&one, &mc, be) == DT_OK);
+    float *a = dt_model_params(full), *b = dt_model_params(one);
+    uint64_t s = 5;
+    for (size_t i = 0; i < dt_model_num_params(full); i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        a[i] = b[i] = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5);
+    }
+    dt_model_params_changed(full);
+    dt_model_params_changed(one);
+    int *tok = malloc((size_t)T * sizeof(int)), *tgt = malloc((size_t)T * sizeof(int));
+    for (int t = 0; t < T; t++) tok[t] = (t * 7 + 3) % V;
+    for (int t = 0; t < T; t++) tgt[t] = t + 1 < T ? tok[t + 1] : -1;
+    dt_fwd_result r;
+    CHECK(dt_model_forward(full, tok, tgt, 1, &r) == DT_OK);
+    const int last = r.pred[T - 2];
+    dt_decoder *d;
+    CHECK(dt_decoder_open(&d, one, T) == DT_OK);
+    float *lg = malloc((size_t)V * sizeof(float)), *bulk = malloc((size_t)V * sizeof(float));
+    CHECK(dt_decoder_feed(d, tok, T - 1, bulk) == DT_OK); /* T - 1 rows at once into a one-row model */
+    const double want = r.loss_sum;
+    double loss = 0;
+    dt_decoder_reset(d);
+    for (int t = 0; t < T - 1; t++) {
+        CHECK(dt_decoder_feed(d, tok + t, 1, lg) == DT_OK);
+        loss += row_loss(lg, V, tgt[t]);
+    }
+    double worst = 0;
+    for (int v = 0; v < V; v++) worst = fmax(worst, fabs(lg[v] - bulk[v]));
+    printf("decoder with LoRA adapters, %d rows at once into a model of one row: argmax %d (forward %d), logits "
+           "within %.2e of one row at a time, whose loss is %.9g (forward %.9g)\n", T - 1, argmax(bulk, V), last, worst,
+           loss, want);
+    CHECK_INT_EQ(argmax(bulk, V), last);
+    CHECK(worst <= 1e-4);
+    CHECK(fabs(loss - want) <= 1e-5 * fabs(want));
+    dt_decoder_free(d);
+    dt_model_free(one);
+    dt_model_free(full);
+    dt_backend_close(be);
+    free(tok); free(tgt); free(lg); free(bulk);
+}
+
 /* frequencies of n draws from logits ln(p) */
 static void draw(double temperature, int top_k, double top_p, uint64_t seed, int limit, double freq[4]) {
     const float logits[4] = {logf(0.5f), logf(0.3f), logf(0.15f), logf(0.05f)};
@@ -222,5 +278,6 @@ int main(void) {
     check_llama_against_forward(37, 32, 4, 2, 8, 2, 61);
     check_llama_against_forward(150, 16, 6, 3, 4, 1, 50); /* past the prefill, 6 query heads on 3 */
     check_llama_against_forward(5, 8, 2, 1, 6, 1, 7);     /* one key/value head; NH * hs != n_embd */
+    check_lora_decode(100);
     TEST_PASS("test_decode");
 }

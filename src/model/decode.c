@@ -14,7 +14,8 @@
 
 struct dt_decoder {
     dt_model *m;
-    const dt_net *n;           /* the model's ops, architecture, parameters */
+    dt_net net;                /* the model's ops, architecture, parameters; lora_h the decoder's own */
+    const dt_net *n;           /* &net */
     int max_len, len;
     void *arena;
     dt_act **kc, **vc;         /* (L) (max_len, NKV * hs) each */
@@ -57,6 +58,9 @@ static size_t carve(dt_decoder *d, char *base) {
     TAKE(d->rstd, R * sizeof(float));
     TAKE(d->scratch, R * (size_t)c->shape.n_head * P * sizeof(float));
     TAKE(d->tokens_dev, R * sizeof(int));
+    /* model.lora's x A^T and its gradient for the rows of a forward: the model's own holds its
+     * batch's rows, which generation builds as one (dt_infer_load(s, 1, 1)) */
+    TAKE(d->net.lora_h, R * 2 * (size_t)d->n->lora_rank * sizeof(float));
 #undef TAKE
     /* both norms of a layer write the same buffers: nothing reads the first after the second */
     d->a.norm2 = d->a.norm1;
@@ -73,7 +77,8 @@ dt_status dt_decoder_open(dt_decoder **out, dt_model *m, int max_len) {
     dt_decoder *d = dt_calloc(1, sizeof *d, "decoder");
     if (!d) return DT_ERR_NOMEM;
     d->m = m;
-    d->n = dt_model_net(m);
+    d->net = *dt_model_net(m);
+    d->n = &d->net;
     d->max_len = max_len;
     d->kc = dt_calloc((size_t)c->shape.n_layer, sizeof *d->kc, "key cache");
     d->vc = dt_calloc((size_t)c->shape.n_layer, sizeof *d->vc, "value cache");
