@@ -4,7 +4,8 @@
  *   - the same as a Kubernetes Indexed Job (JOB_COMPLETION_INDEX + training.num_workers);
  *   - a missing rank: rank 0 gives up at the deadline naming it;
  *   - a rank with another config is refused, naming the rank;
- *   - the tcp collective (a ring over loopback) with 2 and 3 ranks;
+ *   - the tcp collective (a ring over loopback) with 2 and 3 ranks; with LoRA adapters (model.lora)
+ *     over it and, when built, the mpi collective;
  *   - incomplete, malformed or contradicting variables exit 2 naming them;
  *   - mpirun -np 2 and -np 4 (Open MPI's variables) byte-identical to fork mode; with the mpi
  *     collective (when built) within 1e-5;
@@ -317,6 +318,53 @@ static void test_tcp_ring(void) {
     }
 }
 
+/* model.lora over the tcp ring (2 ranks: byte-identical to fork mode, as without adapters) and,
+ * when built, the mpi collective under mpirun (within 1e-5): the adapters' buckets, the
+ * embeddings' one empty, go through every collective as a model's do */
+static void test_lora_collectives(void) {
+    proc_clear_launcher_env();
+    CHECK_INT_EQ(wait_exit(start("lora-fork", "lora-fork", "model.lora.rank=4"), "lora-fork"), 0);
+    char port[32], rd[1400];
+    snprintf(port, sizeof port, "MASTER_PORT=%d", proc_free_port());
+    snprintf(rd, sizeof rd, "run.dir=%s/lora-tcp", test_dir());
+    pid_t pids[2];
+    for (int r = 1; r >= 0; r--) {
+        char rank[32], tag[40];
+        snprintf(rank, sizeof rank, "RANK=%d", r);
+        snprintf(tag, sizeof tag, "lora-tcp-r%d", r);
+        const char *env[] = {rank, "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port, NULL};
+        const char *args[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", "training.num_workers=2", "--set",
+                              "data.batch_size_per_worker=4", "--set", "training.cpu_threads_per_worker=1", "--set",
+                              "training.communication_backend=tcp", "--set", "training.check_replicas_every=5", "--set",
+                              "training.collective_timeout_s=20", "--set", "model.lora.rank=4", "--progress", "never",
+                              NULL};
+        set_env(env);
+        pids[r] = spawn(tag, args);
+        proc_clear_launcher_env();
+    }
+    CHECK_INT_EQ(wait_exit(pids[0], "lora-tcp-r0"), 0);
+    CHECK_INT_EQ(wait_exit(pids[1], "lora-tcp-r1"), 0);
+    char path[1300];
+    snprintf(path, sizeof path, "%s/lora-tcp-r0.out", test_dir());
+    test_slurp(path, out_text, sizeof out_text);
+    CHECK_STR_CONTAINS(out_text, "x 1 threads, tcp all-reduce");
+    test_same_weights("lora-fork", "lora-tcp");
+#ifdef DTRAIN_TEST_HAVE_MPI
+    if (getuid() == 0) {
+        setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+        setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    }
+    snprintf(rd, sizeof rd, "run.dir=%s/lora-mpi", test_dir());
+    const char *margs[] = {"-np", "2", "--oversubscribe", DTRAIN_BIN, "--config", "configs/ci-smoke.yaml", "--set", rd,
+                           "--set", "training.num_workers=2", "--set", "data.batch_size_per_worker=4", "--set",
+                           "training.communication_backend=mpi", "--set", "model.lora.rank=4", "--progress", "never", NULL};
+    CHECK_INT_EQ(wait_exit(spawn_prog("lora-mpi", "/usr/bin/mpirun", margs), "lora-mpi"), 0);
+    CHECK(run_distance("lora-mpi", "lora-fork") <= 1e-5); /* it prints the distance */
+    unsetenv("OMPI_ALLOW_RUN_AS_ROOT");
+    unsetenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM");
+#endif
+}
+
 /* our names in /dev/shm (other programs' come and go) */
 static int count_dtrain_shm(void) {
     DIR *d = opendir("/dev/shm");
@@ -617,6 +665,7 @@ int main(int argc, char **argv) {
     } cases[] = {{"env_errors", test_env_errors},     {"torchrun_style", test_torchrun_style},
                  {"indexed_job", test_indexed_job},   {"missing_rank", test_missing_rank},
                  {"other_config", test_other_config}, {"tcp_ring", test_tcp_ring},
+                 {"lora_collectives", test_lora_collectives},
                  {"mpirun", test_mpirun},             {"dead_rank_shm", test_dead_rank_shm},
                  {"dead_rank_hier", test_dead_rank_hier}, {"hier_names", test_hier_names},
                  {"creator_killed_shm", test_creator_killed_shm}, {"creator_killed_hier", test_creator_killed_hier}};
