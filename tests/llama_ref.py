@@ -152,3 +152,51 @@ def adamw_steps(P, grad, batches, lr, betas, eps, wd, clip):
             v2[k] = betas[1] * v2[k] + (1 - betas[1]) * gk * gk
             P[k] = P[k] - lr / (1 - betas[0] ** t) * m[k] / (onp.sqrt(v2[k]) / onp.sqrt(1 - betas[1] ** t) + eps)
     return P
+
+
+# a small Llama-family config.json: grouped-query attention (4 query heads on 2 key/value
+# heads), a head size that is not hidden_size / num_attention_heads, an untied head
+CFG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 257, "hidden_size": 24,
+    "intermediate_size": 40, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 8, "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+    "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False, "hidden_act": "silu",
+    "rope_scaling": None, "bos_token_id": None, "eos_token_id": None,
+}
+
+
+def random_weights(cfg, seed):
+    """a model of config cfg: matrices normal(0, 0.15), norms 1 + normal(0, 0.1), float32"""
+    rng = onp.random.default_rng(seed)
+    C, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    NH, NKV, hs = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+
+    def mat(*shape):
+        return (rng.standard_normal(shape) * 0.15).astype(onp.float32)
+
+    W = {"model.embed_tokens.weight": mat(V, C), "model.norm.weight": (1 + 0.1 * rng.standard_normal(C)).astype(onp.float32)}
+    if not cfg["tie_word_embeddings"]:
+        W["lm_head.weight"] = mat(V, C)
+    for l in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % l
+        W[p + "input_layernorm.weight"] = (1 + 0.1 * rng.standard_normal(C)).astype(onp.float32)
+        W[p + "post_attention_layernorm.weight"] = (1 + 0.1 * rng.standard_normal(C)).astype(onp.float32)
+        W[p + "self_attn.q_proj.weight"] = mat(NH * hs, C)
+        W[p + "self_attn.k_proj.weight"] = mat(NKV * hs, C)
+        W[p + "self_attn.v_proj.weight"] = mat(NKV * hs, C)
+        W[p + "self_attn.o_proj.weight"] = mat(C, NH * hs)
+        W[p + "mlp.gate_proj.weight"] = mat(I, C)
+        W[p + "mlp.up_proj.weight"] = mat(I, C)
+        W[p + "mlp.down_proj.weight"] = mat(C, I)
+    return W
+
+
+def write_dir(path, cfg, W):
+    """a Hugging Face directory: config.json and model.safetensors"""
+    import json
+    import os
+    from safetensors.numpy import save_file
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    save_file(W, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})

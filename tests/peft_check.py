@@ -20,7 +20,6 @@ try:
     import numpy as np
     import torch
     from peft import PeftModel
-    from safetensors.numpy import save_file
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 except ImportError as e:
     print("SKIP: %s (torch, transformers and peft are not part of the test setup)" % e)
@@ -75,39 +74,18 @@ check(worst <= 1e-5, "GPT-2 classifier: PeftModel over GPT2ForSequenceClassifica
       "probabilities on %d validation texts within 1e-5 relative (worst %.2e)" % (len(lines), worst))
 
 # ---- 2. Llama language model ----
-CFG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 257, "hidden_size": 24,
-       "intermediate_size": 40, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-       "head_dim": 8, "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
-       "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False, "hidden_act": "silu"}
-rng = np.random.default_rng(5)
-C, I, V, NH, NKV, HS = 24, 40, 257, 4, 2, 8
-W = {"model.embed_tokens.weight": rng.standard_normal((V, C)), "model.norm.weight": 1 + 0.1 * rng.standard_normal(C),
-     "lm_head.weight": rng.standard_normal((V, C))}
-for l in range(2):
-    p = "model.layers.%d." % l
-    W[p + "input_layernorm.weight"] = 1 + 0.1 * rng.standard_normal(C)
-    W[p + "post_attention_layernorm.weight"] = 1 + 0.1 * rng.standard_normal(C)
-    for n, s in [("self_attn.q_proj", (NH * HS, C)), ("self_attn.k_proj", (NKV * HS, C)),
-                 ("self_attn.v_proj", (NKV * HS, C)), ("self_attn.o_proj", (C, NH * HS)), ("mlp.gate_proj", (I, C)),
-                 ("mlp.up_proj", (I, C)), ("mlp.down_proj", (C, I))]:
-        W[p + n + ".weight"] = rng.standard_normal(s)
-W = {k: (v * 0.15 if v.ndim == 2 else v).astype(np.float32) for k, v in W.items()}
+sys.path.insert(0, os.path.join(SRC, "tests"))
+import llama_ref as ref  # noqa: E402
+
 hf = os.path.join(TMP, "llama")
-os.makedirs(hf)
-json.dump(CFG, open(os.path.join(hf, "config.json"), "w"))
-save_file(W, os.path.join(hf, "model.safetensors"), metadata={"format": "pt"})
+ref.write_dir(hf, ref.CFG, ref.random_weights(ref.CFG, 5))
 text = ["The quick brown fox jumps over the lazy dog.", "Adapters: a low-rank update on a frozen model.",
         "0123456789 " * 4]
 tx = os.path.join(TMP, "lines.txt")
 with open(tx, "w") as f:
     f.write("\n".join(text) + "\n")
 shard = os.path.join(TMP, "train.bin")  # the lines' bytes as a token shard, 8 times over
-ids = np.frombuffer(("\n".join(text) + "\n").encode() * 8, dtype=np.uint8).astype(np.uint16)
-with open(shard, "wb") as f:
-    hdr = np.zeros(256, dtype=np.int32)
-    hdr[0], hdr[1], hdr[2] = 20240520, 1, len(ids)
-    f.write(hdr.tobytes())
-    f.write(ids.tobytes())
+ref.write_shard(shard, np.frombuffer(("\n".join(text) + "\n").encode() * 8, dtype=np.uint8))
 cfg = os.path.join(TMP, "llama.yaml")
 with open(cfg, "w") as f:
     f.write("data:\n  train_path: %s\n  seq_len: 32\n  batch_size_per_worker: 2\nmodel:\n  init_from: %s\n" % (shard, hf))

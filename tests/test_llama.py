@@ -57,45 +57,9 @@ def dtrain(*args, want=0):
     return r
 
 
-CFG = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 257, "hidden_size": 24,
-    "intermediate_size": 40, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "head_dim": 8, "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
-    "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False, "hidden_act": "silu",
-    "rope_scaling": None, "bos_token_id": None, "eos_token_id": None,
-}
-
-
-def random_weights(cfg, seed):
-    rng = np.random.default_rng(seed)
-    C, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
-    NH, NKV, hs = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
-
-    def mat(*shape):
-        return (rng.standard_normal(shape) * 0.15).astype(np.float32)
-
-    W = {"model.embed_tokens.weight": mat(V, C), "model.norm.weight": (1 + 0.1 * rng.standard_normal(C)).astype(np.float32)}
-    if not cfg["tie_word_embeddings"]:
-        W["lm_head.weight"] = mat(V, C)
-    for l in range(cfg["num_hidden_layers"]):
-        p = "model.layers.%d." % l
-        W[p + "input_layernorm.weight"] = (1 + 0.1 * rng.standard_normal(C)).astype(np.float32)
-        W[p + "post_attention_layernorm.weight"] = (1 + 0.1 * rng.standard_normal(C)).astype(np.float32)
-        W[p + "self_attn.q_proj.weight"] = mat(NH * hs, C)
-        W[p + "self_attn.k_proj.weight"] = mat(NKV * hs, C)
-        W[p + "self_attn.v_proj.weight"] = mat(NKV * hs, C)
-        W[p + "self_attn.o_proj.weight"] = mat(C, NH * hs)
-        W[p + "mlp.gate_proj.weight"] = mat(I, C)
-        W[p + "mlp.up_proj.weight"] = mat(I, C)
-        W[p + "mlp.down_proj.weight"] = mat(C, I)
-    return W
-
-
-def write_dir(path, cfg, W):
-    os.makedirs(path, exist_ok=True)
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
-    save_file(W, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+CFG = ref.CFG
+random_weights = ref.random_weights
+write_dir = ref.write_dir
 
 
 def as64(W):

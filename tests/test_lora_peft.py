@@ -56,13 +56,7 @@ def dtrain(*args, want=0):
     return r
 
 
-CFG = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 257, "hidden_size": 24,
-    "intermediate_size": 40, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "head_dim": 8, "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
-    "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False, "hidden_act": "silu",
-    "rope_scaling": None, "bos_token_id": None, "eos_token_id": None,
-}
+CFG = ref.CFG
 RANK, ALPHA = 4, 6.0
 MODULES = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
            "mlp.up_proj", "mlp.down_proj"]
@@ -73,26 +67,9 @@ def mat(*shape, std=0.15):
     return (rng.standard_normal(shape) * std).astype(np.float32)
 
 
-C, I, V = CFG["hidden_size"], CFG["intermediate_size"], CFG["vocab_size"]
-NH, NKV, HS = CFG["num_attention_heads"], CFG["num_key_value_heads"], CFG["head_dim"]
-W0 = {"model.embed_tokens.weight": mat(V, C), "model.norm.weight": (1 + 0.1 * rng.standard_normal(C)).astype(np.float32),
-      "lm_head.weight": mat(V, C)}
-for l in range(CFG["num_hidden_layers"]):
-    p = "model.layers.%d." % l
-    W0[p + "input_layernorm.weight"] = (1 + 0.1 * rng.standard_normal(C)).astype(np.float32)
-    W0[p + "post_attention_layernorm.weight"] = (1 + 0.1 * rng.standard_normal(C)).astype(np.float32)
-    W0[p + "self_attn.q_proj.weight"] = mat(NH * HS, C)
-    W0[p + "self_attn.k_proj.weight"] = mat(NKV * HS, C)
-    W0[p + "self_attn.v_proj.weight"] = mat(NKV * HS, C)
-    W0[p + "self_attn.o_proj.weight"] = mat(C, NH * HS)
-    W0[p + "mlp.gate_proj.weight"] = mat(I, C)
-    W0[p + "mlp.up_proj.weight"] = mat(I, C)
-    W0[p + "mlp.down_proj.weight"] = mat(C, I)
+W0 = ref.random_weights(CFG, 11)
 HF = os.path.join(TMP, "base")
-os.makedirs(HF)
-with open(os.path.join(HF, "config.json"), "w") as f:
-    json.dump(CFG, f, indent=2)
-save_file(W0, os.path.join(HF, "model.safetensors"), metadata={"format": "pt"})
+ref.write_dir(HF, CFG, W0)
 
 # the adapters, under PEFT's names: A (r, in), B (out, r); B not zero, so they change the model
 AD0 = {}

@@ -21,7 +21,7 @@ dt_status dt_infer_weights_path(const char *checkpoint, FILE *say, char *buf, si
 
 /* The adapters model.lora.init_from names: a PEFT adapter directory's adapter_model.safetensors,
  * or the file itself (the loader refuses a file without adapters). */
-dt_status dt_infer_adapters_path(const char *from, char *buf, size_t n);
+void dt_infer_adapters_path(const char *from, char *buf, size_t n);
 
 /* The model shape of config c for batches of `batch` sequences of seq_len tokens (pad_id 0). */
 dt_model_cfg dt_infer_model_cfg(const dt_config *c, int batch, int seq_len);

@@ -35,11 +35,10 @@ dt_status dt_infer_weights_path(const char *checkpoint, FILE *say, char *buf, si
     return DT_OK;
 }
 
-dt_status dt_infer_adapters_path(const char *from, char *buf, size_t n) {
+void dt_infer_adapters_path(const char *from, char *buf, size_t n) {
     struct stat sb;
     if (stat(from, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(buf, n, "%s/adapter_model.safetensors", from);
     else snprintf(buf, n, "%s", from);
-    return DT_OK;
 }
 
 /* training.precision as dt_backend_cfg has it: 1 bf16, 0 fp32, -1 auto */

@@ -967,8 +967,9 @@ static dt_status load_weights(trainer *t, const char *key, const char *from, int
     run *r = &t->r;
     int score_loaded = 1;
     char path[DT_PATH_MAX + 96];
-    dt_status st = adapters ? dt_infer_adapters_path(from, path, sizeof path)
-                            : dt_infer_weights_path(from, r->rank == 0 ? stderr : NULL, path, sizeof path);
+    dt_status st = DT_OK;
+    if (adapters) dt_infer_adapters_path(from, path, sizeof path);
+    else st = dt_infer_weights_path(from, r->rank == 0 ? stderr : NULL, path, sizeof path);
     if (st == DT_OK) st = (adapters ? dt_model_load_adapters : dt_model_load)(r->model, path, &score_loaded);
     if (st != DT_OK) {
         dt_error_prefix("%s", key);
