@@ -4,11 +4,13 @@
  *
  *   bench_cpu_step [--threads N] [--steps K] [--B 8 --T 256 --L 4 --C 256 --H 4 --V 256]
  *                  [--arch llama --KV 2 --F 512 --hs 0 --tied 1]   (--smollm2: SmolLM2-135M's shape)
- *                  [--products 1] [--lora R]
+ *                  [--products 1] [--lora R [--base16 1]]
  *
  * --lora R: model.lora of rank R (alpha 2R) on every projection of the architecture (Llama: q, k,
  * v, o, gate, up, down): the base frozen, AdamW over the adapters; the FLOPs and "% of peak"
  * lines still count a full step's 6N (a LoRA step skips the frozen weights' gradients).
+ * --base16 1: with it, model.lora.base_dtype bf16 (the frozen matrices kept in bf16, widened for
+ * each product).
  *
  * --products 1: instead of steps, every weight product of one layer and the head, forward, input
  * gradient and weight gradient, through the backend (its thread-invariant tiles, ops_cpu.c
@@ -153,7 +155,7 @@ static void products(const dt_backend *be, int threads, int reps, int BT, int C,
 
 int main(int argc, char **argv) {
     int threads = 2, steps = 10, B = 8, T = 256, L = 4, C = 256, H = 4, V = 256, llama = 0, KV = 0, F = 0, hs = 0, tied = 1;
-    int by_product = 0, lora = 0;
+    int by_product = 0, lora = 0, base16 = 0;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--smollm2")) { /* SmolLM2-135M: 30 layers of 576, 9 heads on 3, SwiGLU of 1536 */
             llama = 1, V = 49152, L = 30, C = 576, H = 9, KV = 3, F = 1536, hs = 64, tied = 1, B = 4, T = 256;
@@ -178,6 +180,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--tied")) tied = v;
         else if (!strcmp(argv[i], "--products")) by_product = v;
         else if (!strcmp(argv[i], "--lora")) lora = v;
+        else if (!strcmp(argv[i], "--base16")) base16 = v;
         else { fprintf(stderr, "unknown option %s\n", argv[i]); return 2; }
     }
     dt_backend *be;
@@ -199,7 +202,7 @@ int main(int argc, char **argv) {
         mc.shape = (dt_model_shape){.arch = DT_ARCH_LLAMA, .vocab_size = V, .n_positions = T, .n_layer = L, .n_head = H,
                                     .n_embd = C, .num_key_value_heads = KV, .intermediate_size = F, .head_dim = hs,
                                     .rope_theta = 1e5, .rms_norm_eps = 1e-5, .tie_word_embeddings = tied};
-    if (lora) mc.lora = (dt_lora){lora, 2.0 * lora, dt_lora_arch_targets(mc.shape.arch)};
+    if (lora) mc.lora = (dt_lora){lora, 2.0 * lora, dt_lora_arch_targets(mc.shape.arch), base16 != 0};
     dt_model *m;
     if (dt_model_init(&m, &mc, be) != DT_OK) { fprintf(stderr, "%s\n", dt_error_msg()); return 1; }
     int nt = dt_model_num_tensors(m);
@@ -247,8 +250,8 @@ int main(int argc, char **argv) {
     double flops = dt_model_flops_per_token(&mc) * tokens;
     printf("%s V=%d T=%d L=%d C=%d H=%d B=%d, %zu params, %d threads (omp max %d)\n", llama ? "Llama" : "GPT-2", V, T, L,
            C, H, B, dt_model_num_params(m) + dt_model_num_frozen(m), threads, omp_get_max_threads());
-    if (lora) printf("model.lora rank %d on every projection: %zu trainable, %zu frozen\n", lora, dt_model_num_params(m),
-                     dt_model_num_frozen(m));
+    if (lora) printf("model.lora rank %d on every projection: %zu trainable, %zu frozen (%s)\n", lora,
+                     dt_model_num_params(m), dt_model_num_frozen(m), base16 ? "matrices in bf16" : "fp32");
     printf("sgemm peak (best shape %s):  %8.1f GFLOP/s\n", which, peak / 1e9);
     printf("training step: mean %.1f ms, best %.1f ms (forward best %.1f ms) over %d steps\n", mean * 1e3, best * 1e3,
            fwd_best * 1e3, steps);

@@ -11,7 +11,8 @@
  *     is refused (exit 2) naming what differs;
  *   - a target the architecture does not have is refused (exit 2), listing the valid ones;
  *     eval, generate-free predict and export --format hf take a LoRA run's weights (the base
- *     from its config's model.init_from). */
+ *     from its config's model.init_from);
+ *   - model.lora.base_dtype bf16 (test_base16). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,10 +177,64 @@ static void test_refusals(void) {
     CHECK_STR_CONTAINS(err_text, "model.lora.rank is 0");
 }
 
+/* model.lora.base_dtype bf16: 1 x 8 and 2 x 4 workers (the AdamW state sharded) give the same
+ * adapters; trainer.json and the weights file say the base was kept in bf16; the losses stay
+ * within the bf16 rounding of the fp32 base's; resuming, or evaluating, with the base in fp32
+ * (a base that is not bf16 already: another digest) is refused naming model.lora.base_dtype. */
+static void test_base16(void) {
+    const char *const one[] = {"model.lora.base_dtype=bf16", NULL};
+    const char *const two[] = {"model.lora.base_dtype=bf16", "training.zero_stage=1", NULL};
+    CHECK_INT_EQ(train("b16-1", 1, 8, 1, 20, one), 0);
+    CHECK_INT_EQ(train("b16-2", 2, 4, 1, 20, two), 0);
+    char r1[1300], r2[1300], r32[1300];
+    snprintf(r1, sizeof r1, "%s/b16-1", test_dir());
+    snprintf(r2, sizeof r2, "%s/b16-2", test_dir());
+    snprintf(r32, sizeof r32, "%s/eq-1x8x1", test_dir());
+    double l1[32], l2[32], l32[32];
+    CHECK_INT_EQ(read_losses(r1, l1, 32), 20);
+    CHECK_INT_EQ(read_losses(r2, l2, 32), 20);
+    CHECK_INT_EQ(read_losses(r32, l32, 32), 20);
+    double worst = 0;
+    for (int i = 0; i < 20; i++) {
+        CHECK_NEAR_REL(l2[i], l1[i], 1e-5, 0);
+        worst = fmax(worst, fabs(l1[i] - l32[i]) / fabs(l32[i]));
+    }
+    CHECK(worst > 0 && worst < 2e-2); /* the base rounded: near the fp32 base's losses, not equal */
+    size_t n1, n2;
+    float *w1 = read_weights(r1, &n1), *w2 = read_weights(r2, &n2);
+    CHECK_INT_EQ(n1, n2);
+    const double dist = rel_l2(w2, w1, n1);
+    printf("base_dtype bf16: 2x4 (zero_stage 1) vs 1x8 adapters rel L2 distance %.2e; losses within %.2e of the fp32 "
+           "base's\n", dist, worst);
+    CHECK(dist <= 1e-5);
+    free(w1);
+    free(w2);
+    char tj[1400], text[1 << 16];
+    snprintf(tj, sizeof tj, "%s/checkpoints/step_00000020/trainer.json", r1);
+    test_slurp(tj, text, sizeof text);
+    CHECK_STR_CONTAINS(text, "\"base_dtype\": \"bf16\"");
+    /* resumed with the base in fp32: another digest, refused by name */
+    const char *const fp32[] = {"model.lora.base_dtype=fp32", "training.max_steps=25", NULL};
+    CHECK_INT_EQ(train("b16-1", 1, 8, 1, 25, fp32), 2);
+    CHECK_STR_CONTAINS(err_text, "were trained on the base data/pretrained in bf16");
+    CHECK_STR_CONTAINS(err_text, "and model.lora.base_dtype: bf16");
+    /* evaluated with the base in fp32: the adapters file says how its base was kept */
+    char ck[1400], cf[1400];
+    snprintf(ck, sizeof ck, "%s/model.safetensors", r1);
+    snprintf(cf, sizeof cf, "%s/config.yaml", r1);
+    const char *ev[] = {"eval", "--config", cf, "--checkpoint", ck, "--set", "model.lora.base_dtype=fp32", NULL};
+    CHECK_INT_EQ(run_sync("b16-eval32", ev), 2);
+    CHECK_STR_CONTAINS(err_text, "kept in bf16, but the model's frozen weights have digest");
+    CHECK_STR_CONTAINS(err_text, "and model.lora.base_dtype be bf16");
+    const char *ev16[] = {"eval", "--config", cf, "--checkpoint", ck, "--set", "model.lora.base_dtype=bf16", NULL};
+    CHECK_INT_EQ(run_sync("b16-eval16", ev16), 0);
+}
+
 int main(void) {
     test_dir_init("lora");
     test_equivalence();
     test_report();
+    test_base16();
     test_restart();
     test_refusals();
     test_dir_remove();

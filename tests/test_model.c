@@ -17,6 +17,7 @@
 #include "testutil.h"
 #include "dtrain/model.h"
 #include "dtrain/backend.h"
+#include "dtrain/bf16.h"
 #include "dtrain/safetensors.h"
 
 static uint64_t rs = 12345;
@@ -497,6 +498,132 @@ static void lora_case(const char *name, dt_model_cfg cfg, dt_lora lora, const in
     grad_check_from(name, lc, tok, tgt, B, base);
 }
 
+/* a whole file, malloc'd (NULL: unreadable) */
+static char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc(n > 0 ? (size_t)n : 1);
+    *len = b ? fread(b, 1, (size_t)n, f) : 0;
+    fclose(f);
+    return b;
+}
+
+/* model.lora.base_dtype bf16 on shape cfg: a model whose frozen matrices are kept in bf16 holds
+ * the base rounded once (its digest is that of an fp32 model loaded with the rounded base) and
+ * computes, from the same adapters, the loss and gradients of that fp32 model: bit for bit when
+ * every product is widened in one piece (tol 0), within tol when some are widened in several
+ * (the input gradient summed piece by piece); its memory estimate saves 2 bytes a frozen
+ * matrix element; its merged export is the fp32 model's. */
+static void base16_case(const char *name, dt_model_cfg cfg, dt_lora lora, const int *tok, const int *tgt, int B,
+                        double tol) {
+    char base[1200], rounded[1200], m16f[1200], m32f[1200];
+    snprintf(base, sizeof base, "%s", test_path("b16-base.safetensors"));
+    snprintf(rounded, sizeof rounded, "%s", test_path("b16-rounded.safetensors"));
+    snprintf(m16f, sizeof m16f, "%s", test_path("b16-merged16.safetensors"));
+    snprintf(m32f, sizeof m32f, "%s", test_path("b16-merged32.safetensors"));
+    dt_backend *be;
+    CHECK(dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = 2}, &be) == DT_OK);
+    dt_model *m0, *m16, *m32;
+    CHECK(dt_model_init(&m0, &cfg, be) == DT_OK);
+    float *p0 = dt_model_params(m0);
+    const size_t n0 = dt_model_num_params(m0);
+    for (size_t i = 0; i < n0; i++) p0[i] = (float)((urand() - 0.5) * 0.6);
+    CHECK(dt_model_save(m0, base) == DT_OK);
+    size_t mats = 0; /* the matrices rounded: what base_dtype bf16 keeps in bf16 (a classifier's score trains) */
+    for (int i = 0; i < dt_model_num_tensors(m0); i++) {
+        const dt_tensor_info *t = dt_model_tensor(m0, i);
+        if (t->ndim != 2 || strcmp(t->name, "score.weight") == 0) continue;
+        dt_bf16_round_all(p0 + t->offset, t->numel);
+        mats += t->numel;
+    }
+    CHECK(dt_model_save(m0, rounded) == DT_OK);
+
+    dt_model_cfg c32 = cfg, c16 = cfg;
+    c32.lora = lora;
+    c16.lora = lora;
+    c16.lora.base_bf16 = 1;
+    CHECK(dt_model_init(&m32, &c32, be) == DT_OK);
+    CHECK(dt_model_init(&m16, &c16, be) == DT_OK);
+    CHECK(dt_model_load(m32, rounded, NULL) == DT_OK);
+    CHECK(dt_model_load(m16, base, NULL) == DT_OK); /* rounded as it is kept */
+    uint32_t d16, d32;
+    CHECK(dt_model_frozen_digest(m16, &d16) == DT_OK && dt_model_frozen_digest(m32, &d32) == DT_OK);
+    CHECK_INT_EQ(d16, d32);
+    const size_t n = dt_model_num_params(m16);
+    CHECK_INT_EQ(n, dt_model_num_params(m32));
+    CHECK_INT_EQ(dt_model_num_frozen(m16), dt_model_num_frozen(m32));
+    float *a16 = dt_model_params(m16), *a32 = dt_model_params(m32);
+    for (size_t i = 0; i < n; i++) a16[i] = a32[i] = (float)((urand() - 0.5) * 0.6);
+    dt_model_zero_grad(m16);
+    dt_model_zero_grad(m32);
+    dt_fwd_result r16, r32;
+    CHECK(dt_model_forward(m16, tok, tgt, B, &r16) == DT_OK);
+    CHECK(dt_model_forward(m32, tok, tgt, B, &r32) == DT_OK);
+    CHECK_NEAR_REL(r16.loss_sum, r32.loss_sum, tol, 0);
+    CHECK(dt_model_backward(m16, 1.0f / (float)r16.rows, NULL, NULL) == DT_OK);
+    CHECK(dt_model_backward(m32, 1.0f / (float)r32.rows, NULL, NULL) == DT_OK);
+    const float *g16 = dt_model_grads(m16), *g32 = dt_model_grads(m32);
+    double worst = 0, gmax = 0;
+    for (size_t i = 0; i < n; i++) gmax = fmax(gmax, fabs(g32[i]));
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(g16[i] - g32[i]) / gmax);
+    if (tol == 0) CHECK(memcmp(g16, g32, n * sizeof(float)) == 0);
+    CHECK(worst <= tol);
+    /* memory: 2 bytes less for every frozen matrix element */
+    const dt_ops *ops = dt_model_backend(m16)->ops;
+    CHECK_INT_EQ(dt_model_memory_bytes(&c32, ops, 0) - dt_model_memory_bytes(&c16, ops, 0), 2 * mats);
+    /* the merged weights: the rounded base with the same adapters */
+    CHECK(dt_model_save_hf(m16, m16f) == DT_OK);
+    CHECK(dt_model_save_hf(m32, m32f) == DT_OK);
+    size_t la, lb;
+    char *fa = read_all(m16f, &la), *fb = read_all(m32f, &lb);
+    CHECK(fa && fb && la == lb && memcmp(fa, fb, la) == 0);
+    free(fa);
+    free(fb);
+    printf("%s: base_dtype bf16 holds the rounded base (digest %08x), loss %.9g vs %.9g, gradients within %.1e; "
+           "%zu matrix elements at 2 bytes\n", name, d16, r16.loss_sum, r32.loss_sum, worst, mats);
+    dt_model_free(m16);
+    dt_model_free(m32);
+    dt_model_free(m0);
+    dt_backend_close(be);
+}
+
+static void test_base16(void) {
+    enum { B = 3, T = 6 };
+    int tok[B * T], tgt[B * T];
+    for (int i = 0; i < B * T; i++) { tok[i] = (int)(urand() * 11); tgt[i] = (int)(urand() * 11); }
+    tgt[4] = -1;
+    dt_model_cfg g = {.shape = {.vocab_size = 11, .n_positions = 8, .n_layer = 2, .n_head = 2, .n_embd = 8},
+                      .seq_len = T, .max_batch = 4, .seed = 7};
+    base16_case("base16 gpt2 lm", g, (dt_lora){.rank = 2, .alpha = 3, .targets = dt_lora_arch_targets(DT_ARCH_GPT2)},
+                tok, tgt, B, 0);
+    dt_model_cfg gc = g;
+    gc.shape.vocab_size = 20;
+    gc.shape.num_labels = 3;
+    int ctok[B * T] = {5, 3, 19, 0, 0, 0, 1, 2, 3, 4, 5, 19, 7, 19, 0, 0, 0, 0};
+    int labels[B] = {2, 0, 1};
+    base16_case("base16 gpt2 classification", gc,
+                (dt_lora){.rank = 3, .alpha = 8, .targets = dt_lora_default_targets(DT_ARCH_GPT2)}, ctok, labels, B, 0);
+    dt_model_cfg l = {.shape = {.arch = DT_ARCH_LLAMA, .vocab_size = 11, .n_positions = 8, .n_layer = 2, .n_head = 4,
+                                .n_embd = 8, .num_key_value_heads = 2, .head_dim = 4, .intermediate_size = 12,
+                                .rope_theta = 10000.0, .rms_norm_eps = 1e-5},
+                      .seq_len = T, .max_batch = 4, .seed = 7};
+    base16_case("base16 llama lm (untied)", l,
+                (dt_lora){.rank = 2, .alpha = 5, .targets = dt_lora_arch_targets(DT_ARCH_LLAMA)}, tok, tgt, B, 0);
+    l.shape.tie_word_embeddings = 1;
+    base16_case("base16 llama lm (tied)", l, (dt_lora){.rank = 2, .alpha = 5, .targets = dt_lora_default_targets(DT_ARCH_LLAMA)},
+                tok, tgt, B, 0);
+    /* a head of 5000 x 256 (1.28M elements): widened in two pieces (ops_cpu.c PANEL) */
+    dt_model_cfg w = {.shape = {.vocab_size = 5000, .n_positions = 8, .n_layer = 1, .n_head = 2, .n_embd = 256},
+                      .seq_len = T, .max_batch = 4, .seed = 7};
+    int wtok[B * T], wtgt[B * T];
+    for (int i = 0; i < B * T; i++) { wtok[i] = (int)(urand() * 5000); wtgt[i] = (int)(urand() * 5000); }
+    base16_case("base16 gpt2 lm, a head in pieces", w,
+                (dt_lora){.rank = 4, .alpha = 8, .targets = dt_lora_arch_targets(DT_ARCH_GPT2)}, wtok, wtgt, B, 1e-5);
+}
+
 static void test_lora(void) {
     enum { B = 3, T = 6 };
     test_dir_init("model-lora");
@@ -532,6 +659,7 @@ static void test_lora(void) {
 int main(void) {
     test_memory_table();
     test_lora();
+    test_base16();
     test_grads();
     test_buckets_and_accum();
     test_weights_io();

@@ -137,6 +137,7 @@ typedef struct dt_lora {
     int rank;
     double alpha;
     unsigned targets; /* a mask of DT_LORA_TARGETS rows */
+    int base_bf16;    /* model.lora.base_dtype bf16: the frozen matrices kept in bf16 (0: fp32) */
 } dt_lora;
 
 /* The number of DT_LORA_TARGETS rows; row i's name and Hugging Face module path (NULL past the end). */

@@ -96,6 +96,8 @@ typedef struct dt_op_sizes {
     size_t vector;            /* sumsq, scale, adamw: the longest vector (all parameters) */
     size_t inputs;            /* upload_async: the bytes one forward uploads (tokens, targets, rows) */
     int head_rows, head_in;   /* the output head's weight, (N,K) with w_trans: vocabulary (or labels) x n_embd */
+    int head_bf16;            /* 1: the output head's weight is bf16 (matmul16_fwd: model.lora.base_dtype) */
+    size_t base16;            /* model.lora.base_dtype bf16: the elements of the largest bf16 weight, 0 without */
 } dt_op_sizes;
 
 /* How a backend describes itself in the start-up report. */
@@ -211,6 +213,20 @@ struct dt_ops {
      * zeros there): they are multiplied by zeros, contributing nothing. */
     void (*matmul_bwd)(void *ctx, dt_act *dinp, float *dw, float *dbias, const dt_act *dout,
                        const dt_act *inp, const float *w, int M, int K, int N, int ldo, int w_trans);
+
+    /* May be NULL (a backend without model.lora.base_dtype bf16). The same products with a
+     * frozen weight kept in bf16 (w: each element's 16 bits, stored as matmul_fwd's W; bias
+     * float): matmul_fwd's out, and matmul_bwd's dinp alone (a frozen weight and its bias take
+     * no gradient). A host backend (memory NULL) widens W to fp32, exactly, and runs its fp32
+     * product (in pieces of op sizes' base16 elements at most); a device backend is asked for
+     * them only when its products are bf16 (bf16(ctx) 1) and reads W as it is. */
+    void (*matmul16_fwd)(void *ctx, dt_act *out, const dt_act *inp, const uint16_t *w, const float *bias, int M, int K,
+                         int N, int ldo, int w_trans);
+    void (*matmul16_bwd)(void *ctx, dt_act *dinp, const dt_act *dout, const uint16_t *w, int M, int K, int N, int ldo,
+                         int w_trans);
+    /* May be NULL (as matmul16_fwd). encoder_fwd with wte and wpe (NULL: none) in bf16. */
+    void (*encoder16_fwd)(void *ctx, dt_act *out, const int *tokens, const int *pos, const uint16_t *wte,
+                          const uint16_t *wpe, int B, int T, int C);
 
     /* The backend memory one attention_fwd call of shape s keeps for backward (*att) and
      * the scratch attention_bwd needs (*datt), in bytes; callers size those buffers by it, for

@@ -84,6 +84,7 @@ static const enum_name schedule_names[] = {{"constant", DT_SCHED_CONSTANT},
 static const enum_name format_names[] = {
     {"auto", DT_FORMAT_AUTO},       {"tokens", DT_FORMAT_TOKENS},         {"tsv", DT_FORMAT_TSV},
     {"chat", DT_FORMAT_CHAT},       {"completion", DT_FORMAT_COMPLETION}, {NULL, 0}};
+static const enum_name base_dtype_names[] = {{"fp32", 0}, {"bf16", 1}, {NULL, 0}};
 static const enum_name train_on_names[] = {{"assistant", 0}, {"all", 1}, {NULL, 0}};
 #define TYPE_NAME(spelling, arch, id) {spelling, id},
 static const enum_name model_type_names[] = {DT_ARCH_NAMES(TYPE_NAME){NULL, 0}};
@@ -168,6 +169,7 @@ static const key_def keys[] = {
     KEY("model.lora.rank", K_INT, model.lora.rank, "0", IN(0, 4096)),
     KEY("model.lora.alpha", K_DOUBLE, model.lora.alpha, "8", GT(0)),
     KEY("model.lora.init_from", K_STR, model.lora_init_from, "", ANY),
+    ENUM("model.lora.base_dtype", model.lora.base_bf16, "fp32", base_dtype_names),
     {"model.lora.targets", K_TARGETS, FLD(model.lora.targets), 0, "", 0, 0, 0, NULL,
      "write targets: [c_attn] (gpt2) or [q, v] (llama)"},
 
@@ -1097,9 +1099,10 @@ static dt_status validate_lora(load_ctx *c) {
     const int i_init = key_index("model.lora.init_from");
     const char *init = cfg->model.lora_init_from;
     if (lo->rank == 0) {
-        if (lo->targets || init[0])
-            return fail_key(c, lo->targets ? i_targets : i_init, "is given, but model.lora.rank is 0: no LoRA (hint: "
-                            "set model.lora.rank, e.g. 8, or leave model.lora out)");
+        if (lo->targets || init[0] || lo->base_bf16)
+            return fail_key(c, lo->targets ? i_targets : init[0] ? i_init : key_index("model.lora.base_dtype"),
+                            "is given, but model.lora.rank is 0: no LoRA (hint: set model.lora.rank, e.g. 8, or leave "
+                            "model.lora out)");
         return DT_OK;
     }
     if (!lo->targets) lo->targets = dt_lora_default_targets(a);

@@ -199,10 +199,11 @@ static json_t *trainer_json(const dt_ckpt_state *s, const dt_config *cfg) {
     if (root && s->lora.rank) {
         char names[256], base[16];
         snprintf(base, sizeof base, "%08" PRIx32, s->lora_base_digest);
-        json_object_set_new(root, "lora", json_pack("{s:i, s:f, s:s, s:s, s:s}", "rank", s->lora.rank, "alpha",
+        json_object_set_new(root, "lora", json_pack("{s:i, s:f, s:s, s:s, s:s, s:s}", "rank", s->lora.rank, "alpha",
                                                     s->lora.alpha, "targets",
                                                     dt_lora_targets_str(s->lora.targets, names, sizeof names),
-                                                    "base", s->lora_base, "base_digest", base));
+                                                    "base", s->lora_base, "base_digest", base, "base_dtype",
+                                                    s->lora.base_bf16 ? "bf16" : "fp32"));
     }
     if (root && cfg->data.tokenizer_sha256[0])
         json_object_set_new(root, "tokenizer_sha256", json_string(cfg->data.tokenizer_sha256));
@@ -456,13 +457,17 @@ static dt_status best_fields(const char *path, json_t *b, dt_ckpt_best *out) {
 static dt_status lora_fields(const char *path, json_t *o, dt_ckpt_state *s) {
     if (!o) return DT_OK;
     json_t *rank = json_object_get(o, "rank"), *alpha = json_object_get(o, "alpha"), *tg = json_object_get(o, "targets"),
-           *base = json_object_get(o, "base"), *dg = json_object_get(o, "base_digest");
+           *base = json_object_get(o, "base"), *dg = json_object_get(o, "base_digest"),
+           *bd = json_object_get(o, "base_dtype");
     const char *names = json_string_value(tg), *b = json_string_value(base), *d = json_string_value(dg);
+    const char *dt = bd ? json_string_value(bd) : "fp32"; /* absent: written before model.lora.base_dtype */
     if (!json_is_object(o) || !json_is_integer(rank) || json_integer_value(rank) < 1 ||
         json_integer_value(rank) > 4096 || !json_is_number(alpha) || !(json_number_value(alpha) > 0) || !names || !b ||
-        strlen(b) >= sizeof s->lora_base || !d || strlen(d) != 8 || strspn(d, "0123456789abcdef") != 8)
+        strlen(b) >= sizeof s->lora_base || !d || strlen(d) != 8 || strspn(d, "0123456789abcdef") != 8 || !dt ||
+        (strcmp(dt, "fp32") && strcmp(dt, "bf16")))
         return dt_error_set(DT_ERR_DATA, "%s: lora: expected {rank: 1..4096, alpha: > 0, targets: names, base: a "
-                            "path, base_digest: 8 hex digits}", path);
+                            "path, base_digest: 8 hex digits, base_dtype: fp32 or bf16}", path);
+    s->lora.base_bf16 = strcmp(dt, "bf16") == 0;
     s->lora.rank = (int)json_integer_value(rank);
     s->lora.alpha = json_number_value(alpha);
     char buf[256];

@@ -16,6 +16,7 @@
 
 #include <zlib.h>
 
+#include "dtrain/bf16.h"
 #include "dtrain/safetensors.h"
 #include "net.h"
 
@@ -31,6 +32,12 @@ struct dt_model {
     int *seq;                  /* (n_tensors) the tensor laid out k-th (the order init draws in) */
     int n_frozen_tensors;      /* tensors [0, this) are frozen */
     size_t n_frozen;           /* their floats */
+    size_t *store;             /* (n_tensors) where each is kept: an offset in net.params, or NET_BF16 | an offset in
+                                  net.base16 (model.lora.base_dtype bf16: the frozen matrices); without base16 its
+                                  offset. The named offsets of net.w are these. */
+    size_t n_store;            /* floats of net.params */
+    size_t n_base16;           /* elements of net.base16 */
+    uint16_t *base16;          /* backend memory: net.base16 */
     dt_tensor_info *view;      /* the trainable tensors, offsets from the first one's (= tensors without LoRA) */
     uint32_t base_digest;      /* dt_model_frozen_digest, once computed (base_digest_ok) since the frozen ones changed */
     int base_digest_ok;
@@ -122,6 +129,26 @@ static void remap_linear(net_linear *x, const size_t *from, const size_t *to, in
     }
 }
 
+/* every named offset of w that is one of from's (n) moved to the same entry of to's */
+static void remap_weights(net_weights *w, int L, const size_t *from, const size_t *to, int n) {
+    remap_one(&w->wte, from, to, n);
+    remap_one(&w->wpe, from, to, n);
+    for (int l = 0; l < L; l++) {
+        net_layer *y = &w->layers[l];
+        remap_one(&y->attn_norm.w, from, to, n);
+        remap_one(&y->attn_norm.b, from, to, n);
+        remap_one(&y->mlp_norm.w, from, to, n);
+        remap_one(&y->mlp_norm.b, from, to, n);
+        remap_linear(&y->qkv, from, to, n);
+        remap_linear(&y->attn_out, from, to, n);
+        remap_linear(&y->mlp_in, from, to, n);
+        remap_linear(&y->mlp_out, from, to, n);
+    }
+    remap_one(&w->final_norm.w, from, to, n);
+    remap_one(&w->final_norm.b, from, to, n);
+    remap_linear(&w->head, from, to, n);
+}
+
 /* model.lora: the tensors reordered, frozen ones first (in layout order), then the trainable
  * ones by bucket (so that every bucket is one range of the trainable buffer, in bucket order),
  * and every named offset in w moved with them. */
@@ -155,23 +182,7 @@ static dt_status put_trainable_last(dt_model *m, int n_arch) {
     memcpy(m->init, init, (size_t)n * sizeof *init);
     memcpy(m->init_std, sd, (size_t)n * sizeof *sd);
     for (int i = 0; i < n; i++) m->seq[i] = where[i];
-    net_weights *w = &m->net.w;
-    remap_one(&w->wte, from, to, n);
-    remap_one(&w->wpe, from, to, n);
-    for (int l = 0; l < L; l++) {
-        net_layer *y = &w->layers[l];
-        remap_one(&y->attn_norm.w, from, to, n);
-        remap_one(&y->attn_norm.b, from, to, n);
-        remap_one(&y->mlp_norm.w, from, to, n);
-        remap_one(&y->mlp_norm.b, from, to, n);
-        remap_linear(&y->qkv, from, to, n);
-        remap_linear(&y->attn_out, from, to, n);
-        remap_linear(&y->mlp_in, from, to, n);
-        remap_linear(&y->mlp_out, from, to, n);
-    }
-    remap_one(&w->final_norm.w, from, to, n);
-    remap_one(&w->final_norm.b, from, to, n);
-    remap_linear(&w->head, from, to, n);
+    remap_weights(&m->net.w, L, from, to, n);
 done:
     free(t);
     free(init);
@@ -183,9 +194,12 @@ done:
 }
 
 /* The tensors of shape c through the architecture's layout (and model.lora's adapters):
- * counted (m NULL: *n, *n_params and *n_train only; DT_OK), or laid out into m (its tables
- * allocated for *n), the trainable ones last. w0: layer 0's products (widths), may be NULL. */
-static dt_status lay_out(const dt_model_cfg *c, dt_model *m, int *n, size_t *n_params, size_t *n_train, net_layer *w0) {
+ * counted (m NULL: *n, *n_params, *n_train and *n16 only; DT_OK), or laid out into m (its
+ * tables allocated for *n), the trainable ones last. w0: layer 0's products (widths); n_train,
+ * w0, n16 may be NULL. *n16: the parameters model.lora.base_dtype bf16 keeps in bf16 (the
+ * frozen matrices), 0 without it. */
+static dt_status lay_out(const dt_model_cfg *c, dt_model *m, int *n, size_t *n_params, size_t *n_train, net_layer *w0,
+                         size_t *n16) {
     const net_arch *a = dt_net_arch(c->shape.arch);
     net_builder b = {.cfg = c};
     net_weights tmp = {0};
@@ -200,15 +214,17 @@ static dt_status lay_out(const dt_model_cfg *c, dt_model *m, int *n, size_t *n_p
             *n = 0;
             *n_params = SIZE_MAX;
             if (n_train) *n_train = SIZE_MAX;
+            if (n16) *n16 = 0;
             return DT_OK;
         }
     }
     a->layout(&b, w);
     const int n_arch = b.n;
-    size_t train = 0;
+    size_t train = 0, frozen16 = c->lora.rank && c->lora.base_bf16 ? b.mat : 0;
     dt_status st = DT_OK;
     if (c->lora.rank) {
         if (c->shape.num_labels) train += (size_t)w->head.in * (size_t)w->head.out; /* the score head stays trainable */
+        if (c->shape.num_labels && frozen16) frozen16 -= train;
         const size_t before = b.off;
         add_adapters(&b, a, w);
         train += b.off - before;
@@ -218,6 +234,7 @@ static dt_status lay_out(const dt_model_cfg *c, dt_model *m, int *n, size_t *n_p
     *n = b.n;
     *n_params = b.off;
     if (n_train) *n_train = train;
+    if (n16) *n16 = frozen16;
     if (m) {
         for (int i = 0; i < b.n; i++) m->seq[i] = i;
         if (c->lora.rank) st = put_trainable_last(m, n_arch);
@@ -230,14 +247,14 @@ static dt_status lay_out(const dt_model_cfg *c, dt_model *m, int *n, size_t *n_p
 size_t dt_model_count_params(const dt_model_cfg *c) {
     int n;
     size_t np;
-    lay_out(c, NULL, &n, &np, NULL, NULL);
+    lay_out(c, NULL, &n, &np, NULL, NULL, NULL);
     return np;
 }
 
 size_t dt_model_count_trainable(const dt_model_cfg *c) {
     int n;
     size_t np, nt;
-    lay_out(c, NULL, &n, &np, &nt, NULL);
+    lay_out(c, NULL, &n, &np, &nt, NULL, NULL);
     return nt;
 }
 
@@ -253,7 +270,7 @@ double dt_model_flops_per_token(const dt_model_cfg *c) {
     int n;
     size_t np;
     net_layer y0;
-    lay_out(c, NULL, &n, &np, NULL, &y0);
+    lay_out(c, NULL, &n, &np, NULL, &y0, NULL);
     const double C = c->shape.n_embd, L = c->shape.n_layer, T = c->seq_len, A = y0.attn_out.in; /* A: NH * hs */
     double n_matmul = L * (double)layer_matmul_params(&y0);
     if (c->shape.num_labels == 0) n_matmul += (double)c->shape.vocab_size * C; /* LM head */
@@ -365,12 +382,13 @@ size_t dt_model_memory_bytes(const dt_model_cfg *c, const dt_ops *ops, int bf16)
     act_buf *t = malloc(MAX_BUFS(c->shape.n_layer) * sizeof *t);
     if (!t) return SIZE_MAX;
     int n;
-    size_t np, nt;
+    size_t np, nt, n16;
     net_layer y0;
-    lay_out(c, NULL, &n, &np, &nt, &y0);
+    lay_out(c, NULL, &n, &np, &nt, &y0, &n16);
     size_t arena = table_bytes(c, NULL, &y0, ops, NULL, bf16, t, &n);
     free(t);
-    return (np + nt) * sizeof(float) + arena; /* parameters, the trainable ones' gradients, activations */
+    /* parameters (model.lora.base_dtype bf16: the frozen matrices at 2 bytes), the trainable ones' gradients, activations */
+    return (np - n16) * sizeof(float) + n16 * sizeof(uint16_t) + nt * sizeof(float) + arena;
 }
 
 void dt_model_op_sizes(const dt_model_cfg *c, dt_op_sizes *s) {
@@ -379,15 +397,19 @@ void dt_model_op_sizes(const dt_model_cfg *c, dt_op_sizes *s) {
     int n;
     size_t np;
     net_layer y0;
-    lay_out(c, NULL, &n, &np, NULL, &y0);
+    lay_out(c, NULL, &n, &np, NULL, &y0, NULL);
     const net_linear *p[] = {&y0.qkv, &y0.attn_out, &y0.mlp_in, &y0.mlp_out};
-    size_t in = 0, out = 0;
+    size_t in = 0, out = 0, w = 0;
     int bias = 0;
     for (size_t i = 0; i < sizeof p / sizeof *p; i++) {
         if ((size_t)p[i]->in > in) in = (size_t)p[i]->in;
         if ((size_t)p[i]->out > out) out = (size_t)p[i]->out;
+        if ((size_t)p[i]->in * (size_t)p[i]->out > w) w = (size_t)p[i]->in * (size_t)p[i]->out;
         if (p[i]->b != NET_NONE && p[i]->out > bias) bias = p[i]->out;
     }
+    const int base16 = c->lora.rank && c->lora.base_bf16, head16 = base16 && !c->shape.num_labels; /* a classifier's
+                                                                                                   score trains */
+    const size_t head_w = (size_t)head_width(c) * (size_t)c->shape.n_embd;
     memset(s, 0, sizeof *s);
     s->matmul_in = BT * in;                                     /* the widest product input (GPT-2: mlp.c_proj's) */
     s->matmul_out = head_out > BT * out ? head_out : BT * out;  /* the logits, or the widest output (mlp.c_fc's) */
@@ -405,6 +427,8 @@ void dt_model_op_sizes(const dt_model_cfg *c, dt_op_sizes *s) {
                    (and their positions); rows and labels, or targets */
     s->head_rows = head_width(c);
     s->head_in = c->shape.n_embd;
+    s->head_bf16 = head16;
+    s->base16 = !base16 ? 0 : head16 && head_w > w ? head_w : w;
 }
 
 /* ---- init / free ---- */
@@ -485,25 +509,65 @@ static double rng_normal(rng_t *r) {
     return rad * cos(2.0 * M_PI * u2);
 }
 
+/* ---- each tensor where it is kept (m->store) ---- */
+
+/* the elements of the largest tensor */
+static size_t largest_tensor(const dt_model *m) {
+    size_t most = 1;
+    for (int i = 0; i < m->n_tensors; i++)
+        if (m->tensors[i].numel > most) most = m->tensors[i].numel;
+    return most;
+}
+
+/* tensor i = v (its numel floats; a bf16 one rounded, to nearest even) */
+static dt_status put_tensor(dt_model *m, int i, const float *v) {
+    const size_t k = m->store[i], n = m->tensors[i].numel;
+    if (k < NET_BF16) {
+        m->be->ops->upload(m->be->ctx, m->net.params + k, v, n * sizeof(float));
+        return DT_OK;
+    }
+    uint16_t *h = dt_malloc(n * sizeof *h, "bf16 weights staging");
+    if (!h) return DT_ERR_NOMEM;
+    dt_bf16_pack(h, v, n);
+    m->be->ops->upload(m->be->ctx, m->base16 + (k & ~NET_BF16), h, n * sizeof *h);
+    free(h);
+    return DT_OK;
+}
+
+/* v (numel floats) = tensor i */
+static dt_status get_tensor(dt_model *m, int i, float *v) {
+    const size_t k = m->store[i], n = m->tensors[i].numel;
+    if (k < NET_BF16) {
+        m->be->ops->download(m->be->ctx, v, m->net.params + k, n * sizeof(float));
+        return DT_OK;
+    }
+    uint16_t *h = dt_malloc(n * sizeof *h, "bf16 weights staging");
+    if (!h) return DT_ERR_NOMEM;
+    m->be->ops->download(m->be->ctx, h, m->base16 + (k & ~NET_BF16), n * sizeof *h);
+    dt_bf16_unpack(v, h, n);
+    free(h);
+    return DT_OK;
+}
+
 /* Every tensor as the architecture says it starts, in layout order from one normal stream. */
 static dt_status init_weights(dt_model *m) {
-    float *host = dt_malloc(m->n_params * sizeof(float), "initial weights");
-    if (!host) return DT_ERR_NOMEM;
+    float *p = dt_malloc(largest_tensor(m) * sizeof(float), "initial weights");
+    if (!p) return DT_ERR_NOMEM;
     rng_t r = {m->cfg.seed, 0, 0.0};
-    for (int k = 0; k < m->n_tensors; k++) { /* in layout order: the trainable ones' moving leaves the stream as it was */
+    dt_status st = DT_OK;
+    for (int k = 0; st == DT_OK && k < m->n_tensors; k++) { /* in layout order: the trainable ones' moving leaves the stream as it was */
         const int i = m->seq[k];
         const dt_tensor_info *t = &m->tensors[i];
-        float *p = host + t->offset;
         const double std = m->init_std[i];
         for (size_t j = 0; j < t->numel; j++)
             p[j] = m->init[i] == NET_INIT_NORMAL    ? (float)(std * rng_normal(&r))
                    : m->init[i] == NET_INIT_UNIFORM ? (float)(std * (2.0 * (double)(rng_u64(&r) >> 11) / 9007199254740992.0 - 1.0))
                    : m->init[i] == NET_INIT_ONE     ? 1.0f
                                                     : 0.0f;
+        st = put_tensor(m, i, p);
     }
-    m->be->ops->upload(m->be->ctx, m->net.params, host, m->n_params * sizeof(float));
-    free(host);
-    return DT_OK;
+    free(p);
+    return st;
 }
 
 void dt_model_free(dt_model *m) {
@@ -512,6 +576,7 @@ void dt_model_free(dt_model *m) {
     void *ctx = m->be->ctx;
     if (m->net.params) o->set_master(ctx, NULL, 0);
     o->free(ctx, m->net.params);
+    o->free(ctx, m->base16);
     o->free(ctx, m->net.grads);
     o->free(ctx, m->arena);
     o->free_host(ctx, m->loss_host);
@@ -519,6 +584,7 @@ void dt_model_free(dt_model *m) {
     free(m->net.w.layers);
     if (m->view != m->tensors) free(m->view);
     free(m->tensors);
+    free(m->store);
     free(m->seq);
     free(m->init);
     free(m->init_std);
@@ -551,13 +617,39 @@ static dt_status alloc_arena(dt_model *m) {
     return st;
 }
 
+/* Where each tensor is kept (m->store): the frozen matrices in base16 with model.lora.base_dtype
+ * bf16, the others in params, each in layout order; and the named offsets moved there. */
+static dt_status place_tensors(dt_model *m) {
+    const int n = m->n_tensors;
+    if (!(m->store = dt_malloc((size_t)n * sizeof *m->store, "tensor places"))) return DT_ERR_NOMEM;
+    size_t f = 0, h = 0;
+    for (int i = 0; i < n; i++) {
+        const dt_tensor_info *t = &m->tensors[i];
+        const int half = m->n_base16 && i < m->n_frozen_tensors && t->ndim == 2;
+        m->store[i] = half ? NET_BF16 | h : f;
+        *(half ? &h : &f) += t->numel;
+        if (i + 1 == m->n_frozen_tensors) m->net.frozen = f;
+    }
+    if (!m->n_frozen_tensors) m->net.frozen = 0;
+    m->n_store = f;
+    if (h != m->n_base16)
+        return dt_error_set(DT_ERR_INTERNAL, "model: %zu bf16 parameters laid out, %zu counted", h, m->n_base16);
+    if (!m->n_base16) return DT_OK; /* every place its offset */
+    size_t *from = dt_malloc((size_t)n * sizeof *from, "tensor places");
+    if (!from) return DT_ERR_NOMEM;
+    for (int i = 0; i < n; i++) from[i] = m->tensors[i].offset;
+    remap_weights(&m->net.w, m->cfg.shape.n_layer, from, m->store, n);
+    free(from);
+    return DT_OK;
+}
+
 /* The host tables: tensors (laid out), buckets, layers, staging. */
 static dt_status alloc_tables(dt_model *m) {
     const dt_model_cfg *cfg = &m->cfg;
     const size_t B = (size_t)cfg->max_batch, T = (size_t)cfg->seq_len, L = (size_t)cfg->shape.n_layer, BT = B * T;
     int n;
     size_t np;
-    lay_out(cfg, NULL, &n, &np, NULL, NULL);
+    lay_out(cfg, NULL, &n, &np, NULL, NULL, NULL);
     m->seq = dt_calloc((size_t)n, sizeof *m->seq, "tensor order");
     m->tensors = dt_calloc((size_t)n, sizeof *m->tensors, "tensor table");
     m->init = dt_calloc((size_t)n, sizeof *m->init, "tensor inits");
@@ -575,7 +667,8 @@ static dt_status alloc_tables(dt_model *m) {
     if (!m->seq || !m->tensors || !m->init || !m->init_std || !m->net.w.layers || !m->buckets || !m->bucket_names || !m->layers ||
         !m->host_losses || !m->host_argmax || !m->host_rows || !m->host_probs || !m->host_probs_f)
         return DT_ERR_NOMEM;
-    DT_TRY(lay_out(cfg, m, &m->n_tensors, &m->n_params, NULL, NULL));
+    DT_TRY(lay_out(cfg, m, &m->n_tensors, &m->n_params, NULL, NULL, &m->n_base16));
+    DT_TRY(place_tensors(m));
     m->view = m->tensors;
     if (cfg->lora.rank) {
         const int nv = m->n_tensors - m->n_frozen_tensors;
@@ -634,6 +727,13 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_backen
     if (cfg->lora.rank && !(be->ops->lora_fwd && be->ops->lora_bwd))
         return dt_error_set(DT_ERR_CONFIG, "model.lora: the %s backend has no LoRA adapters yet (hint: "
                             "training.device: cpu, or model.lora.rank: 0)", be->ops->name);
+    if (cfg->lora.rank && cfg->lora.base_bf16 &&
+        (!be->ops->matmul16_fwd || !be->ops->matmul16_bwd || !be->ops->encoder16_fwd ||
+         (be->ops->memory && !be->ops->bf16(be->ctx))))
+        return dt_error_set(DT_ERR_CONFIG, "model.lora.base_dtype: bf16 needs products of bf16 weights, which the %s "
+                            "backend %s (hint: model.lora.base_dtype: fp32%s)", be->ops->name,
+                            be->ops->matmul16_fwd ? "has only with bf16 products" : "does not have yet",
+                            be->ops->matmul16_fwd ? ", or training.precision: bf16" : "");
     dt_status st = DT_ERR_NOMEM;
     dt_model *m = dt_calloc(1, sizeof *m, "model");
     if (!m) return DT_ERR_NOMEM;
@@ -645,16 +745,24 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_backen
     if ((st = alloc_tables(m)) != DT_OK) goto fail;
 
     const dt_ops *o = be->ops;
-    m->net.frozen = m->n_frozen;
     if (cfg->lora.rank) {
         m->net.lora_rank = cfg->lora.rank;
         m->net.lora_scale = (float)(cfg->lora.alpha / cfg->lora.rank);
     }
-    if ((st = o->alloc(be->ctx, m->n_params * sizeof(float), "parameters", (void **)&m->net.params)) != DT_OK ||
-        (st = o->alloc(be->ctx, (m->n_params - m->n_frozen) * sizeof(float), "gradients", (void **)&m->net.grads)) !=
+    if ((st = o->alloc(be->ctx, m->n_store * sizeof(float), "parameters", (void **)&m->net.params)) != DT_OK ||
+        (st = o->alloc(be->ctx, (m->n_store - m->net.frozen) * sizeof(float), "gradients", (void **)&m->net.grads)) !=
             DT_OK)
         goto fail;
-    o->set_master(be->ctx, m->net.params, m->n_params);
+    if (m->n_base16) { /* model.lora.base_dtype bf16 */
+        dt_op_sizes sizes;
+        dt_model_op_sizes(cfg, &sizes);
+        if ((st = o->alloc(be->ctx, m->n_base16 * sizeof(uint16_t), "the frozen bf16 weights", (void **)&m->base16)) !=
+                DT_OK ||
+            (st = o->reserve(be->ctx, &sizes)) != DT_OK) /* the pieces the products widen it in, before any product */
+            goto fail;
+        m->net.base16 = m->base16;
+    }
+    o->set_master(be->ctx, m->net.params, m->n_store);
     if ((st = o->alloc_host(be->ctx, sizeof(double), "the training loss", (void **)&m->loss_host)) != DT_OK) goto fail;
     if ((st = alloc_arena(m)) != DT_OK || (st = init_weights(m)) != DT_OK) goto fail;
     if (m->net.arch->rope) rope_freqs(m);
@@ -677,11 +785,15 @@ dt_status dt_model_frozen_digest(dt_model *m, uint32_t *out) {
         *out = m->base_digest;
         return DT_OK;
     }
-    float *host = dt_malloc((m->n_frozen ? m->n_frozen : 1) * sizeof(float), "frozen weights");
-    if (!host) return DT_ERR_NOMEM;
-    m->be->ops->download(m->be->ctx, host, m->net.params, m->n_frozen * sizeof(float));
-    *out = (uint32_t)crc32_z(0L, (const Bytef *)host, m->n_frozen * sizeof(float));
-    free(host);
+    float *v = dt_malloc(largest_tensor(m) * sizeof(float), "frozen weights");
+    if (!v) return DT_ERR_NOMEM;
+    uLong crc = crc32_z(0L, Z_NULL, 0);
+    dt_status st = DT_OK;
+    for (int i = 0; st == DT_OK && i < m->n_frozen_tensors; i++) /* in offset order: the floats' CRC as one run */
+        if ((st = get_tensor(m, i, v)) == DT_OK) crc = crc32_z(crc, (const Bytef *)v, m->tensors[i].numel * sizeof(float));
+    free(v);
+    DT_TRY(st);
+    *out = (uint32_t)crc;
     DT_TRY(m->be->ops->check(m->be->ctx));
     m->base_digest = *out;
     m->base_digest_ok = 1;
@@ -691,13 +803,13 @@ int dt_model_num_tensors(const dt_model *m) { return m->n_tensors - m->n_frozen_
 const dt_tensor_info *dt_model_tensor(const dt_model *m, int i) { return &m->view[i]; }
 int dt_model_num_buckets(const dt_model *m) { return m->n_buckets; }
 const dt_bucket *dt_model_bucket(const dt_model *m, int i) { return &m->buckets[i]; }
-float *dt_model_params(dt_model *m) { return m->net.params + m->n_frozen; }
+float *dt_model_params(dt_model *m) { return m->net.params + m->net.frozen; }
 float *dt_model_grads(dt_model *m) { return m->net.grads; }
 
-void dt_model_params_changed(dt_model *m) { m->be->ops->set_master(m->be->ctx, m->net.params, m->n_params); }
+void dt_model_params_changed(dt_model *m) { m->be->ops->set_master(m->be->ctx, m->net.params, m->n_store); }
 
 void dt_model_zero_grad(dt_model *m) {
-    m->be->ops->zero(m->be->ctx, m->net.grads, (m->n_params - m->n_frozen) * sizeof(float));
+    m->be->ops->zero(m->be->ctx, m->net.grads, (m->n_store - m->net.frozen) * sizeof(float));
 }
 
 /* ---- forward ---- */
@@ -930,6 +1042,13 @@ static int is_adapter(const dt_model *m, int i) {
     return m->cfg.lora.rank && i >= m->n_frozen_tensors && strcmp(m->tensors[i].name, "score.weight") != 0;
 }
 
+/* the offset in the parameters' layout (dt_tensor_info) of the tensor kept at `store` */
+static size_t layout_offset(const dt_model *m, size_t store) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (m->store[i] == store) return m->tensors[i].offset;
+    return NET_NONE;
+}
+
 /* Each adapter's scale B A added onto the columns of the product it adapts, in host (the
  * parameters' layout): W + scale (B A)^T for GPT-2's (in, out) storage, W + scale B A for (out, in). */
 static void merge_adapters(const dt_model *m, float *host) {
@@ -940,10 +1059,10 @@ static void merge_adapters(const dt_model *m, float *host) {
         const net_linear *lins[] = {&y->qkv, &y->attn_out, &y->mlp_in, &y->mlp_out};
         for (int q = 0; q < 4; q++) {
             const net_linear *lin = lins[q];
-            float *w = host + lin->w;
+            float *w = host + layout_offset(m, lin->w);
             for (int i = 0; i < lin->n_lora; i++) {
                 const net_lora *ad = &lin->lora[i];
-                const float *A = host + ad->a, *B = host + ad->b;
+                const float *A = host + layout_offset(m, ad->a), *B = host + layout_offset(m, ad->b);
                 for (int j = 0; j < ad->cols; j++)
                     for (int k = 0; k < lin->in; k++) {
                         double d = 0;
@@ -961,16 +1080,19 @@ static void merge_adapters(const dt_model *m, float *host) {
  * outer + prefix + name (score.weight: outer + name). */
 enum { SAVE_ALL, SAVE_TRAINABLE, SAVE_MERGED };
 static dt_status save_tensors(dt_model *m, const char *path, const char *outer, const char *prefix, int which) {
-    float *host = dt_malloc(m->n_params * sizeof(float), "weights staging");
+    const size_t lo = which == SAVE_TRAINABLE ? m->n_frozen : 0; /* the staging holds the parameters from here */
+    float *host = dt_malloc((m->n_params - lo ? m->n_params - lo : 1) * sizeof(float), "weights staging");
     dt_st_entry *e = dt_calloc((size_t)m->n_tensors, sizeof *e, "tensor list");
     const int renamed = outer[0] || prefix[0];
     char(*names)[128] = renamed ? dt_calloc((size_t)m->n_tensors, sizeof *names, "tensor names") : NULL;
     dt_status st = DT_ERR_NOMEM;
     int n = 0;
     if (host && e && (names || !renamed)) {
-        m->be->ops->download(m->be->ctx, host, m->net.params, m->n_params * sizeof(float));
-        if (which == SAVE_MERGED) merge_adapters(m, host);
-        for (int i = 0; i < m->n_tensors; i++) {
+        st = DT_OK;
+        for (int i = which == SAVE_TRAINABLE ? m->n_frozen_tensors : 0; st == DT_OK && i < m->n_tensors; i++)
+            st = get_tensor(m, i, host + (m->tensors[i].offset - lo));
+        if (st == DT_OK && which == SAVE_MERGED) merge_adapters(m, host);
+        for (int i = 0; st == DT_OK && i < m->n_tensors; i++) {
             if ((which == SAVE_TRAINABLE && i < m->n_frozen_tensors) || (which == SAVE_MERGED && is_adapter(m, i)))
                 continue;
             const dt_tensor_info *t = &m->tensors[i];
@@ -983,18 +1105,18 @@ static dt_status save_tensors(dt_model *m, const char *path, const char *outer, 
             e[n].ndim = t->ndim;
             e[n].shape[0] = t->shape[0];
             e[n].shape[1] = t->shape[1];
-            e[n].data = host + t->offset;
+            e[n].data = host + (t->offset - lo);
             n++;
         }
-        const char *keys[] = {"format", "producer", "lora_base_digest"};
+        const char *keys[] = {"format", "producer", "lora_base_digest", "lora_base_dtype"};
         char digest[16] = "";
-        const char *vals[] = {"pt", "dtrain", digest};
+        const char *vals[] = {"pt", "dtrain", digest, m->cfg.lora.base_bf16 ? "bf16" : "fp32"};
         uint32_t d;
         /* a device that failed earlier must not leave a well-checksummed file of garbage */
-        if ((st = m->be->ops->check(m->be->ctx)) == DT_OK && which == SAVE_TRAINABLE &&
+        if (st == DT_OK && (st = m->be->ops->check(m->be->ctx)) == DT_OK && which == SAVE_TRAINABLE &&
             (st = dt_model_frozen_digest(m, &d)) == DT_OK)
             snprintf(digest, sizeof digest, "%08x", d); /* the base the adapters apply to */
-        if (st == DT_OK) st = dt_st_write(path, e, n, keys, vals, which == SAVE_TRAINABLE ? 3 : 2);
+        if (st == DT_OK) st = dt_st_write(path, e, n, keys, vals, which == SAVE_TRAINABLE ? 4 : 2);
     }
     free(host);
     free(e);
@@ -1042,24 +1164,17 @@ dt_status dt_check_finite(const float *v, size_t n, const char *path, const char
                         bad == 1 ? " is" : "s are");
 }
 
-/* A file's lm_head.weight where the model ties the output head to the token embedding: it must
- * hold the same values (GPT-2 files that store it do); an untied head is refused rather than
- * silently dropped. */
-static dt_status check_tied_head(dt_st_file *f, const dt_st_tensor *lm, const dt_model *m, const float *host,
+/* A file's lm_head.weight where the model ties the output head to the token embedding (tensor
+ * `wte`, whose values the file gave as `emb`): it must hold the same values (GPT-2 files that
+ * store it do); an untied head is refused rather than silently dropped. */
+static dt_status check_tied_head(dt_st_file *f, const dt_st_tensor *lm, const dt_tensor_info *wte, const float *emb,
                                  const char *path) {
-    int j = 0;
-    while (j < m->n_tensors && m->tensors[j].offset != m->net.w.wte) j++;
-    const dt_tensor_info *wte = &m->tensors[j];
-    if (lm->ndim != 2 || lm->shape[0] != wte->shape[0] || lm->shape[1] != wte->shape[1])
-        return dt_error_set(DT_ERR_DATA, "%s: tensor %s does not have %s's shape: an untied output head, which "
-                                         "dtrain cannot represent (its head is the token embedding)", path, lm->name,
-                            wte->name);
     float *v = dt_malloc(wte->numel * sizeof(float), "lm_head staging");
     if (!v) return DT_ERR_NOMEM;
     dt_status st = dt_st_read_f32(f, lm, v);
     size_t i = 0;
     if (st == DT_OK)
-        while (i < wte->numel && v[i] == host[wte->offset + i]) i++;
+        while (i < wte->numel && v[i] == emb[i]) i++;
     if (st == DT_OK && i < wte->numel)
         st = dt_error_set(DT_ERR_DATA, "%s: tensor %s differs from %s (first at element %zu): an untied output "
                                        "head, which dtrain cannot represent (its head is the token embedding)",
@@ -1091,16 +1206,16 @@ static void file_shape_hint(const net_arch *a, const dt_st_file *f, char *buf, s
 }
 
 /* dt_model_load; only_adapters: a file without LoRA adapters is refused rather than taken as
- * the frozen model's weights (dt_model_load_adapters) */
+ * the frozen model's weights (dt_model_load_adapters). Every name and shape is checked before
+ * any tensor is read; each is then read, checked finite and put in place one at a time. */
 static dt_status load_weights(dt_model *m, const char *path, int *score_loaded, int only_adapters) {
     dt_st_file *f = NULL;
     DT_TRY(dt_st_open(&f, path));
     dt_status st = DT_OK;
     char hint[256], a[64], b[64];
-    int *seen = dt_calloc((size_t)m->n_tensors, sizeof *seen, "tensor flags");
-    float *host = dt_malloc(m->n_params * sizeof(float), "weights staging");
-    if (!seen || !host) { st = DT_ERR_NOMEM; goto done; }
-    m->be->ops->download(m->be->ctx, host, m->net.params, m->n_params * sizeof(float));
+    const dt_st_tensor **from = dt_calloc((size_t)m->n_tensors, sizeof *from, "tensor list"); /* each one's file tensor */
+    float *v = dt_malloc(largest_tensor(m) * sizeof(float), "weights staging");
+    if (!from || !v) { st = DT_ERR_NOMEM; goto done; }
     file_shape_hint(m->net.arch, f, hint, sizeof hint);
     /* model.lora: a file of adapters (dt_model_save's) fills the trainable tensors, any other the frozen model */
     int adapters = 0;
@@ -1120,13 +1235,18 @@ static dt_status load_weights(dt_model *m, const char *path, int *score_loaded, 
     uint32_t have;
     if (want && (st = dt_model_frozen_digest(m, &have)) != DT_OK) goto done;
     if (want && strtoul(want, NULL, 16) != have) {
-        st = dt_error_set(DT_ERR_DATA, "%s: these adapters were trained on a base of digest %s, but the model's frozen "
-                          "weights have digest %08x (hint: model.init_from must name the model they were trained on)",
-                          path, want, have);
+        const char *dt = dt_st_metadata(f, "lora_base_dtype"), *mine = m->cfg.lora.base_bf16 ? "bf16" : "fp32";
+        const int other = dt && strcmp(dt, mine) != 0; /* the base rounded to bf16 (model.lora.base_dtype) or not */
+        st = dt_error_set(DT_ERR_DATA, "%s: these adapters were trained on a base of digest %s%s%s, but the model's "
+                          "frozen weights have digest %08x%s%s (hint: model.init_from must name the model they were "
+                          "trained on%s%s)", path, want, other ? " kept in " : "", other ? dt : "", have,
+                          other ? " kept in " : "", other ? mine : "", other ? ", and model.lora.base_dtype be " : "",
+                          other ? dt : "");
         goto done;
     }
 
     const dt_st_tensor *lm_head = NULL;
+    int j_wte = -1;
     for (int i = 0; i < dt_st_count(f); i++) {
         const dt_st_tensor *t = dt_st_tensor_at(f, i);
         const char *nm = canonical_name(m->net.arch, t->name);
@@ -1157,31 +1277,43 @@ static dt_status load_weights(dt_model *m, const char *path, int *score_loaded, 
                               t->name, a, b, hint);
             goto done;
         }
-        if (seen[j]) {
+        if (from[j]) {
             st = dt_error_set(DT_ERR_DATA, "%s: tensor %s appears twice (with and without the %s prefix)", path, nm,
                               m->net.arch->hf_prefix);
             goto done;
         }
-        if ((st = dt_st_read_f32(f, t, host + mt->offset)) != DT_OK ||
-            (st = dt_check_finite(host + mt->offset, mt->numel, path, t->name)) != DT_OK)
-            goto done;
-        seen[j] = 1;
+        from[j] = t;
+        if (m->store[j] == m->net.w.wte) j_wte = j;
     }
     int score_ok = 1;
     for (int j = 0; j < m->n_tensors; j++) {
-        if (seen[j] || !IN_SET(j)) continue;
+        if (from[j] || !IN_SET(j)) continue;
         if (strcmp(m->tensors[j].name, "score.weight") == 0) { score_ok = 0; continue; } /* PEFT's may lack it */
         st = dt_error_set(DT_ERR_DATA, "%s: tensor %s is missing (hint: %s)", path, m->tensors[j].name, hint);
         goto done;
     }
-    if (lm_head && (st = check_tied_head(f, lm_head, m, host, path)) != DT_OK) goto done;
+    if (lm_head && j_wte >= 0) {
+        const dt_tensor_info *wte = &m->tensors[j_wte];
+        if (lm_head->ndim != 2 || lm_head->shape[0] != wte->shape[0] || lm_head->shape[1] != wte->shape[1]) {
+            st = dt_error_set(DT_ERR_DATA, "%s: tensor %s does not have %s's shape: an untied output head, which dtrain "
+                              "cannot represent (its head is the token embedding)", path, lm_head->name, wte->name);
+            goto done;
+        }
+    }
+    for (int j = 0; j < m->n_tensors; j++) {
+        if (!from[j]) continue;
+        if ((st = dt_st_read_f32(f, from[j], v)) != DT_OK ||
+            (st = dt_check_finite(v, m->tensors[j].numel, path, from[j]->name)) != DT_OK ||
+            (j == j_wte && lm_head && (st = check_tied_head(f, lm_head, &m->tensors[j], v, path)) != DT_OK) ||
+            (st = put_tensor(m, j, v)) != DT_OK)
+            goto done;
+    }
     if (score_loaded) *score_loaded = score_ok;
-    m->be->ops->upload(m->be->ctx, m->net.params, host, m->n_params * sizeof(float));
     if (!adapters) m->base_digest_ok = 0;
 #undef IN_SET
 done:
-    free(seen);
-    free(host);
+    free(from);
+    free(v);
     dt_st_close(f);
     return st;
 }

@@ -28,6 +28,7 @@ size_t dt_net_add(net_builder *b, const char *name, int rows, int cols, net_init
     }
     b->n++;
     b->off += numel;
+    if (cols) b->mat += numel;
     return off;
 }
 
@@ -59,8 +60,18 @@ static void lora_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const
     }
 }
 
+/* a bf16 tensor of base16 (offset with NET_BF16) */
+static const uint16_t *w16(const dt_net *n, size_t off) { return n->base16 + (off & ~NET_BF16); }
+
 void dt_net_mm_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt_act *inp, int M, int ldo, dt_act *pre) {
-    const float *w = n->params + lin->w, *b = lin->b == NET_NONE ? NULL : n->params + lin->b;
+    const float *b = lin->b == NET_NONE ? NULL : n->params + lin->b;
+    if (lin->w != NET_NONE && lin->w >= NET_BF16) { /* a frozen bf16 weight: its own product, then GELU apart */
+        n->o->matmul16_fwd(n->ctx, pre ? pre : out, inp, w16(n, lin->w), b, M, lin->in, lin->out, ldo, lin->trans);
+        lora_fwd(n, lin, pre ? pre : out, inp, M, ldo);
+        if (pre) n->o->gelu_fwd(n->ctx, out, pre, (size_t)M * lin->out);
+        return;
+    }
+    const float *w = n->params + lin->w;
     if (pre && !lin->trans && !lin->n_lora && n->o->matmul_gelu_fwd) { /* the backend's fused product and GELU (ops.h: W (K,N)) */
         n->o->matmul_gelu_fwd(n->ctx, out, pre, inp, w, b, M, lin->in, lin->out);
         return;
@@ -72,6 +83,12 @@ void dt_net_mm_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt
 
 void dt_net_mm_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const dt_act *dout, const dt_act *inp, int M,
                    int ldo, const dt_act *pre, dt_act *tmp) {
+    if (lin->w != NET_NONE && lin->w >= NET_BF16) { /* a frozen bf16 weight (its bias frozen too): dinp alone */
+        if (pre ? tmp : dinp) n->o->matmul16_bwd(n->ctx, pre ? tmp : dinp, dout, w16(n, lin->w), M, lin->in, lin->out, ldo, lin->trans);
+        lora_bwd(n, lin, pre ? tmp : dinp, dout, inp, M, ldo);
+        if (pre) n->o->gelu_bwd(n->ctx, dinp, pre, tmp, (size_t)M * lin->in);
+        return;
+    }
     const float *w = n->params + lin->w;
     float *dw = dt_net_grad(n, lin->w), *db = dt_net_grad(n, lin->b);
     if (pre && !lin->trans && !lin->n_lora && n->o->matmul_gelu_bwd) {
@@ -87,7 +104,13 @@ void dt_net_mm_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const d
 
 void dt_net_embed(const dt_net *n, dt_act *out, const int *tokens, int B, int T, int pos0) {
     const int C = n->cfg->shape.n_embd;
-    const float *wpe = n->w.wpe == NET_NONE ? NULL : n->params + n->w.wpe + (size_t)(pos0 < 0 ? 0 : pos0) * C;
+    const size_t p0 = (size_t)(pos0 < 0 ? 0 : pos0) * C;
+    if (n->w.wte >= NET_BF16) { /* frozen bf16 embeddings (the positions with them) */
+        n->o->encoder16_fwd(n->ctx, out, tokens, pos0 < 0 ? n->att.pos : NULL, w16(n, n->w.wte),
+                            n->w.wpe == NET_NONE ? NULL : w16(n, n->w.wpe) + p0, B, T, C);
+        return;
+    }
+    const float *wpe = n->w.wpe == NET_NONE ? NULL : n->params + n->w.wpe + p0;
     n->o->encoder_fwd(n->ctx, out, tokens, pos0 < 0 ? n->att.pos : NULL, n->params + n->w.wte, wpe, B, T, C);
 }
 

@@ -15,6 +15,9 @@
 #include "dtrain/ops.h"
 
 #define NET_NONE ((size_t)-1) /* an offset of a tensor the architecture does not have */
+/* An offset with this bit is in dt_net's base16, not params: a frozen matrix kept in bf16
+ * (model.lora.base_dtype), read by the products and the embedding only. */
+#define NET_BF16 ((size_t)1 << (sizeof(size_t) * 8 - 2))
 
 /* A LoRA adapter on columns [col0, col0 + cols) of a product's output (one of the projections a
  * stacked product holds: Llama's q of [q | k | v]): A (rank, in), B (cols, rank), offsets in
@@ -73,6 +76,7 @@ typedef struct net_builder {
     double *std;             /* (n) NET_INIT_NORMAL's standard deviation */
     int n;
     size_t off;              /* floats laid out so far */
+    size_t mat;              /* ... of them in matrices (cols > 0) */
 } net_builder;
 
 /* Adds a tensor of rows x cols (cols 0: a vector of rows) named `name` to bucket `bucket`
@@ -117,9 +121,10 @@ typedef struct dt_net {
     const dt_model_cfg *cfg;
     const net_arch *arch;
     dt_dtype act;
-    float *params;         /* backend (n_params) */
-    float *grads;          /* backend: the trainable parameters' (n_params - frozen) */
+    float *params;         /* backend: the parameters but those in base16 */
+    float *grads;          /* backend: the trainable parameters' (params from `frozen` on) */
     size_t frozen;         /* the parameters below this offset are frozen (model.lora's base): no gradient */
+    const uint16_t *base16;/* backend: model.lora.base_dtype bf16, the frozen matrices (offsets with NET_BF16); else NULL */
     float lora_scale;      /* model.lora: alpha / rank */
     int lora_rank;
     float *lora_h;         /* (BT, 2 rank) an adapter's x A^T and its gradient */
@@ -131,9 +136,9 @@ typedef struct dt_net {
 
 const dt_net *dt_model_net(const dt_model *m);
 
-/* The gradient of the parameters at offset `off`: NULL when they are frozen. */
+/* The gradient of the parameters at offset `off`: NULL when they are frozen (or none, or bf16). */
 static inline float *dt_net_grad(const dt_net *n, size_t off) {
-    return off == NET_NONE || off < n->frozen ? NULL : n->grads + (off - n->frozen);
+    return off >= NET_BF16 || off < n->frozen ? NULL : n->grads + (off - n->frozen);
 }
 
 /* Every product of an activation with a weight goes through these two (adapters and

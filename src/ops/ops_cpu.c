@@ -27,7 +27,9 @@
 #include <string.h>
 
 typedef struct cpu_ctx {
-    int threads; /* as opened with; <= 0: library defaults */
+    int threads;  /* as opened with; <= 0: library defaults */
+    float *panel; /* model.lora.base_dtype bf16: a piece of a bf16 weight widened (reserve), panel_n floats */
+    size_t panel_n;
 } cpu_ctx;
 
 #define ALIGN 64          /* alloc alignment (one cache line, AVX-512 friendly) */
@@ -40,6 +42,8 @@ typedef struct cpu_ctx {
 #define EW_CHUNK 8192     /* elements per task in elementwise loops */
 #define GEMM_BLOCKS 16    /* the matmuls' partition: about this many blocks of result rows, */
 #define GEMM_ROWS 32      /* of at least this many rows (a function of the shape only) */
+#define PANEL ((size_t)1 << 20) /* a bf16 weight is widened for its products in pieces of at most this
+                                   many floats (4 MiB), whole columns of the output each */
 #define GEMM_WIDE_B ((size_t)1 << 22) /* a B of this many floats (16 MiB) and more than twice as many
                                          columns as C has rows (the head's forward: V columns) is
                                          split into tiles of columns only: every tile of rows
@@ -173,6 +177,20 @@ static void cpu_encoder_fwd(void *ctx, dt_act *out_, const int *tokens, const in
         const float *p = wpe + (size_t)(pos ? pos[bt] : bt % T) * C;
 #pragma omp simd
         for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+    }
+}
+
+/* encoder_fwd from bf16 tables (model.lora.base_dtype), widened as they are read */
+static void cpu_encoder16_fwd(void *ctx, dt_act *out_, const int *tokens, const int *pos, const uint16_t *wte,
+                              const uint16_t *wpe, int B, int T, int C) {
+    (void)ctx;
+    float *out = (float *)out_;
+#pragma omp parallel for schedule(static) if ((size_t)B * T * C >= PAR_MIN)
+    for (int bt = 0; bt < B * T; bt++) {
+        const uint16_t *e = wte + (size_t)tokens[bt] * C;
+        float *o = out + (size_t)bt * C;
+        dt_bf16_unpack(o, e, (size_t)C);
+        if (wpe) dt_bf16_add(o, wpe + (size_t)(pos ? pos[bt] : bt % T) * C, (size_t)C);
     }
 }
 
@@ -377,6 +395,64 @@ static void cpu_matmul_bwd(void *ctx, dt_act *dinp_, float *dw, float *dbias, co
             sgemm_rows(CblasTrans, CblasNoTrans, K, N, M, 1.0f, inp, K, dout, ldo, 1.0f, dw, N);
     }
     if (dbias) colsum_add(dbias, dout, M, N, ldo);
+}
+
+/* ---- products of a bf16 weight (model.lora.base_dtype): widened a piece at a time ----
+ * A piece is the weight's part for output columns [n0, n0 + nb), nb a multiple of 16 sized by
+ * K and N alone (so the same pieces for any thread count): W (N,K)'s rows n0.. (contiguous), or
+ * W (K,N)'s columns n0.. gathered into (K, nb). */
+
+/* the columns of a piece: as many as cx->panel holds */
+static int panel_cols(const cpu_ctx *cx, int K, int N) {
+    int nb = (int)(cx->panel_n / (size_t)K);
+    if (nb < N) nb = nb / 16 * 16;
+    return nb < 1 ? 1 : nb < N ? nb : N;
+}
+
+/* the piece of w for output columns [n0, n0 + nb) into cx->panel: (nb, K) with w_trans, else (K, nb) */
+static const float *panel_fill(cpu_ctx *cx, const uint16_t *w, int K, int N, int n0, int nb, int w_trans) {
+    float *p = cx->panel;
+    if (w_trans) {
+#pragma omp parallel for schedule(static) if ((size_t)nb * K >= PAR_MIN)
+        for (int j = 0; j < nb; j++) dt_bf16_unpack(p + (size_t)j * K, w + (size_t)(n0 + j) * K, (size_t)K);
+    } else {
+#pragma omp parallel for schedule(static) if ((size_t)nb * K >= PAR_MIN)
+        for (int k = 0; k < K; k++) dt_bf16_unpack(p + (size_t)k * nb, w + (size_t)k * N + n0, (size_t)nb);
+    }
+    return p;
+}
+
+static void cpu_matmul16_fwd(void *ctx, dt_act *out_, const dt_act *inp_, const uint16_t *w, const float *bias, int M,
+                             int K, int N, int ldo, int w_trans) {
+    cpu_ctx *cx = ctx;
+    float *out = (float *)out_;
+    const float *inp = (const float *)inp_;
+    float beta = 0.0f;
+    if (bias) {
+#pragma omp parallel for schedule(static) if ((size_t)M * N >= PAR_MIN)
+        for (int i = 0; i < M; i++) memcpy(out + (size_t)i * ldo, bias, (size_t)N * sizeof(float));
+        beta = 1.0f;
+    }
+    const int nb = panel_cols(cx, K, N);
+    for (int n0 = 0; n0 < N; n0 += nb) { /* out[:, n0..] = inp @ the piece */
+        const int n = imin(nb, N - n0);
+        const float *p = panel_fill(cx, w, K, N, n0, n, w_trans);
+        sgemm_rows(CblasNoTrans, w_trans ? CblasTrans : CblasNoTrans, M, n, K, 1.0f, inp, K, p, w_trans ? K : n, beta,
+                   out + n0, ldo);
+    }
+}
+
+static void cpu_matmul16_bwd(void *ctx, dt_act *dinp_, const dt_act *dout_, const uint16_t *w, int M, int K, int N,
+                             int ldo, int w_trans) {
+    cpu_ctx *cx = ctx;
+    const float *dout = (const float *)dout_;
+    const int nb = panel_cols(cx, K, N);
+    for (int n0 = 0; n0 < N; n0 += nb) { /* dinp(M,K) (+)= dout[:, n0..] @ the piece^T, the pieces in order */
+        const int n = imin(nb, N - n0);
+        const float *p = panel_fill(cx, w, K, N, n0, n, w_trans);
+        sgemm_rows(CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, n, 1.0f, dout + n0, ldo, p, w_trans ? K : n,
+                   n0 ? 1.0f : 0.0f, (float *)dinp_, K);
+    }
 }
 
 /* ---- LoRA adapters: four thin products, each through sgemm_rows (thread-invariant) ---- */
@@ -884,10 +960,13 @@ static dt_dtype cpu_act_dtype(int bf16) {
 }
 
 /* everything the CPU backend uses is allocated through alloc: nothing beyond the model's */
+/* the floats of the pieces a bf16 weight is widened in */
+static size_t panel_floats(const dt_op_sizes *sizes) { return sizes->base16 < PANEL ? sizes->base16 : PANEL; }
+
+/* everything the CPU backend uses is allocated through alloc, but the pieces of bf16 weights */
 static size_t cpu_scratch_bytes(const dt_op_sizes *sizes, int bf16) {
-    (void)sizes;
     (void)bf16;
-    return 0;
+    return panel_floats(sizes) * sizeof(float);
 }
 
 static dt_status cpu_open(const dt_backend_cfg *cfg, void **ctx) {
@@ -903,7 +982,11 @@ static dt_status cpu_open(const dt_backend_cfg *cfg, void **ctx) {
     return DT_OK;
 }
 
-static void cpu_close(void *ctx) { free(ctx); }
+static void cpu_close(void *ctx) {
+    cpu_ctx *cx = ctx;
+    if (cx) free(cx->panel);
+    free(cx);
+}
 
 static void cpu_describe(void *ctx, dt_backend_desc *d) {
     const cpu_ctx *cx = ctx;
@@ -925,8 +1008,14 @@ static int cpu_bf16(void *ctx) {
 }
 
 static dt_status cpu_reserve(void *ctx, const dt_op_sizes *sizes) {
-    (void)ctx;
-    (void)sizes;
+    cpu_ctx *cx = ctx;
+    const size_t n = panel_floats(sizes);
+    if (n <= cx->panel_n) return DT_OK; /* grows: every model's pieces fit */
+    free(cx->panel);
+    cx->panel = NULL;
+    cx->panel_n = 0;
+    DT_TRY(cpu_alloc(ctx, n * sizeof(float), "the widened pieces of the bf16 weights", (void **)&cx->panel));
+    cx->panel_n = n;
     return DT_OK;
 }
 
@@ -960,6 +1049,9 @@ const dt_ops dt_ops_cpu = {
     .rmsnorm_bwd = cpu_rmsnorm_bwd,
     .matmul_fwd = cpu_matmul_fwd,
     .matmul_bwd = cpu_matmul_bwd,
+    .matmul16_fwd = cpu_matmul16_fwd,
+    .matmul16_bwd = cpu_matmul16_bwd,
+    .encoder16_fwd = cpu_encoder16_fwd,
     .attention_bytes = cpu_attention_bytes,
     .attention_fwd = cpu_attention_fwd,
     .attention_bwd = cpu_attention_bwd,

@@ -363,10 +363,10 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
         human_count(tr, sizeof tr, (double)train);
         human_count(fr, sizeof fr, (double)(all - train));
         human_count(ad, sizeof ad, 2.0 * (double)train * sizeof(float));
-        fprintf(out, "# model.lora: rank %d, alpha %g on %s: %s trainable parameters (%zu, %.2f%%), %s frozen; "
+        fprintf(out, "# model.lora: rank %d, alpha %g on %s: %s trainable parameters (%zu, %.2f%%), %s frozen%s; "
                 "gradients, AdamW state (%sB) and the all-reduce cover the trainable ones only\n", mc.lora.rank,
                 mc.lora.alpha, dt_lora_targets_str(mc.lora.targets, names, sizeof names), tr, train,
-                100.0 * (double)train / (double)all, fr, ad);
+                100.0 * (double)train / (double)all, fr, mc.lora.base_bf16 ? " (its matrices kept in bf16)" : "", ad);
     }
     dt_device_kind dev;
     const int resolved = dt_backend_resolve(c, &dev) == DT_OK;
@@ -993,12 +993,16 @@ static dt_status initial_weights(trainer *t) {
     const int lora = dt_model_config(r->model)->lora.rank > 0;
     if (c->model.init_from[0] && (lora || !t->resumed)) DT_TRY(load_weights(t, "model.init_from", c->model.init_from, 0));
     if (lora) DT_TRY(dt_model_frozen_digest(r->model, &r->lora_base));
+    const int was16 = t->cs.lora.base_bf16, is16 = dt_model_config(r->model)->lora.base_bf16;
     if (t->resumed && lora && t->cs.lora_base_digest != r->lora_base)
-        return dt_error_set(DT_ERR_CONFIG, "%s: its adapters were trained on the base %s (digest %08x), but "
-                            "model.init_from %s gives digest %08x: refusing to apply them to another model (hint: "
-                            "restore model.init_from, or start fresh with checkpoint.resume: never)", t->ckpt_dir,
-                            t->cs.lora_base[0] ? t->cs.lora_base : "initialised from the seed", t->cs.lora_base_digest,
-                            c->model.init_from[0] ? c->model.init_from : "(none: the seed's)", r->lora_base);
+        return dt_error_set(DT_ERR_CONFIG, "%s: its adapters were trained on the base %s%s (digest %08x), but "
+                            "model.init_from %s%s gives digest %08x: refusing to apply them to another model (hint: "
+                            "restore model.init_from%s, or start fresh with checkpoint.resume: never)", t->ckpt_dir,
+                            t->cs.lora_base[0] ? t->cs.lora_base : "initialised from the seed", was16 ? " in bf16" : "",
+                            t->cs.lora_base_digest, c->model.init_from[0] ? c->model.init_from : "(none: the seed's)",
+                            is16 ? " in bf16" : "", r->lora_base,
+                            was16 != is16 ? (was16 ? " and model.lora.base_dtype: bf16" : " and model.lora.base_dtype: fp32")
+                                          : "");
     if (t->resumed) DT_TRY(dt_ckpt_load(t->ckpt_dir, r->model, r->optim));
     else if (lora && c->model.lora_init_from[0])
         DT_TRY(load_weights(t, "model.lora.init_from", c->model.lora_init_from, 1));
@@ -1038,10 +1042,11 @@ static void report_setup(trainer *t) {
         human_count(params, sizeof params, (double)dt_model_num_params(r->model));
         human_count(fr, sizeof fr, (double)dt_model_num_frozen(r->model));
         dt_metrics_info(r->metrics, "model.lora: rank %d, alpha %g on %s: %s trainable parameters (%.2f%%), %s frozen "
-                        "(no gradients, no AdamW state, not all-reduced)", mc->lora.rank, mc->lora.alpha,
+                        "(no gradients, no AdamW state, not all-reduced%s)", mc->lora.rank, mc->lora.alpha,
                         dt_lora_targets_str(mc->lora.targets, names, sizeof names), params,
                         100.0 * (double)dt_model_num_params(r->model) /
-                            (double)(dt_model_num_params(r->model) + dt_model_num_frozen(r->model)), fr);
+                            (double)(dt_model_num_params(r->model) + dt_model_num_frozen(r->model)), fr,
+                        mc->lora.base_bf16 ? "; its matrices kept in bf16" : "");
     }
     if (r->zero)
         dt_metrics_info(r->metrics, "training.zero_stage 1: rank %d updates %zu of %zu parameters; its AdamW state is "
