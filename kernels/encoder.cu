@@ -29,6 +29,29 @@ extern "C" cudaError_t dtk_encoder_fwd(cudaStream_t s, dtk_type t, void *out, co
     return cudaGetLastError();
 }
 
+// The same from bf16 tables (model.lora.base_dtype bf16), widened as they are read: the sum as
+// encoder_fwd's, in float, rounded once into the activation.
+template <typename A>
+static __device__ void encoder16_fwd(void *out, const int *tokens, const int *pos, const __nv_bfloat16 *wte,
+                                     const __nv_bfloat16 *wpe, int T, int C) {
+    const int bt = blockIdx.x, t = pos ? pos[bt] : bt % T;
+    const __nv_bfloat16 *e = wte + (size_t)tokens[bt] * C, *p = wpe ? wpe + (size_t)t * C : nullptr;
+    A *o = (A *)out + (size_t)bt * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) dtk_st(o, c, p ? dtk_ld(e, c) + dtk_ld(p, c) : dtk_ld(e, c));
+}
+DTK_ACT_KERNELS(encoder16_fwd,
+                (void *out, const int *tokens, const int *pos, const __nv_bfloat16 *wte, const __nv_bfloat16 *wpe, int T,
+                 int C),
+                (out, tokens, pos, wte, wpe, T, C))
+
+extern "C" cudaError_t dtk_encoder16_fwd(cudaStream_t s, dtk_type t, void *out, const int *tokens, const int *pos,
+                                         const dtk_bf16 *wte, const dtk_bf16 *wpe, int B, int T, int C) {
+    if (B <= 0 || T <= 0 || C <= 0) return cudaSuccess;
+    if (t == DTK_BF16) dtk_encoder16_fwd_bf16<<<B * T, DTK_THREADS, 0, s>>>(out, tokens, pos, wte, wpe, T, C);
+    else dtk_encoder16_fwd_f32<<<B * T, DTK_THREADS, 0, s>>>(out, tokens, pos, wte, wpe, T, C);
+    return cudaGetLastError();
+}
+
 // dwpe[t,c] += dout[0,t,c] + dout[1,t,c] + ... in increasing b. With tc = t*C + c the
 // element of batch b is dout[b*T*C + tc].
 template <typename A> static __device__ void dwpe_sum(float *dwpe, const void *dout_, int B, size_t TC) {

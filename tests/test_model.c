@@ -498,6 +498,67 @@ static void lora_case(const char *name, dt_model_cfg cfg, dt_lora lora, const in
     grad_check_from(name, lc, tok, tgt, B, base);
 }
 
+/* A weights file is read a part of 2^20 elements at a time (model.c PART): a tensor over two
+ * parts (wte of 5000 x 256) loads whole; a NaN and an Inf in different parts are refused naming
+ * the first and counting both; a tied head's copy that differs in the second part is refused
+ * naming the element. */
+static void test_load_parts(void) {
+    dt_model_cfg cfg = {.shape = {.vocab_size = 5000, .n_positions = 8, .n_layer = 1, .n_head = 2, .n_embd = 256},
+                        .seq_len = 8, .max_batch = 1, .seed = 3};
+    dt_backend *be;
+    CHECK(dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = 1}, &be) == DT_OK);
+    dt_model *a, *b;
+    CHECK(dt_model_init(&a, &cfg, be) == DT_OK);
+    CHECK(dt_model_init(&b, &cfg, be) == DT_OK);
+    const dt_tensor_info *wte = dt_model_tensor(a, 0);
+    CHECK_STR_EQ(wte->name, "wte.weight");
+    CHECK(wte->numel > ((size_t)1 << 20));
+    const size_t n = dt_model_num_params(a);
+    float *p = dt_model_params(a);
+    for (size_t i = 0; i < n; i++) p[i] = (float)(urand() - 0.5);
+    char path[1200], msg[1600];
+    snprintf(path, sizeof path, "%s", test_path("parts.safetensors"));
+    /* every tensor, and lm_head.weight: wte's copy (k == 1: equal; 2: one element of the second part off) */
+    for (int k = 0; k < 3; k++) {
+        const int nt = dt_model_num_tensors(a);
+        dt_st_entry e[64];
+        for (int i = 0; i < nt; i++) {
+            const dt_tensor_info *t = dt_model_tensor(a, i);
+            e[i] = (dt_st_entry){.name = t->name, .ndim = t->ndim, .shape = {t->shape[0], t->shape[1]},
+                                 .data = p + t->offset};
+        }
+        float *head = malloc(wte->numel * sizeof(float));
+        memcpy(head, p + wte->offset, wte->numel * sizeof(float));
+        if (k == 2) head[1100001] += 1.0f;
+        e[nt] = e[0];
+        e[nt].name = "lm_head.weight";
+        e[nt].data = head;
+        CHECK(dt_st_write(path, e, nt + (k > 0), NULL, NULL, 0) == DT_OK);
+        free(head);
+        if (k < 2) {
+            CHECK(dt_model_load(b, path, NULL) == DT_OK);
+            CHECK(memcmp(dt_model_params(b), p, n * sizeof(float)) == 0);
+        } else {
+            CHECK(dt_model_load(b, path, NULL) == DT_ERR_DATA);
+            snprintf(msg, sizeof msg, "%s: tensor lm_head.weight differs from wte.weight (first at element 1100001): "
+                                      "an untied output head, which dtrain cannot represent (its head is the token "
+                                      "embedding)", path);
+            CHECK_STR_EQ(dt_error_msg(), msg);
+        }
+    }
+    p[wte->offset + 5] = INFINITY;
+    p[wte->offset + 1100000] = NAN;
+    CHECK(dt_model_save(a, path) == DT_OK);
+    CHECK(dt_model_load(b, path, NULL) == DT_ERR_DATA);
+    snprintf(msg, sizeof msg, "%s: tensor wte.weight holds +Inf at element 5 (2 values are NaN or Inf): not usable "
+                              "weights", path);
+    CHECK_STR_EQ(dt_error_msg(), msg);
+    printf("weights read in parts: a tensor over two loads whole; NaN/Inf and a differing head copy named\n");
+    dt_model_free(a);
+    dt_model_free(b);
+    dt_backend_close(be);
+}
+
 /* a whole file, malloc'd (NULL: unreadable) */
 static char *read_all(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -660,6 +721,7 @@ int main(void) {
     test_memory_table();
     test_lora();
     test_base16();
+    test_load_parts();
     test_grads();
     test_buckets_and_accum();
     test_weights_io();

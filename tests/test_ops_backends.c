@@ -468,6 +468,98 @@ static void case_matmul(const int *s, double tol) {
     pair_free(&dout); pair_free(&dinp); pair_free(&dw); pair_free(&db);
 }
 
+/* A frozen weight of n elements kept in bf16 (model.lora.base_dtype), on both backends: *c, *g
+ * (free with REF/DEV free); *host its values as floats. */
+static void bf16_weight(size_t n, void **c, void **g, float **host) {
+    float *h = rand_host(n, -1, 1);
+    uint16_t *b = malloc(n * sizeof *b + 1);
+    CHECK(b);
+    for (size_t i = 0; i < n; i++) h[i] = from_bf16(b[i] = to_bf16(h[i]));
+    CHECK(REF(alloc, n * 2, "test", c) == DT_OK);
+    CHECK_OK(DEV(alloc, n * 2, "test", g));
+    REF(upload, *c, b, n * 2);
+    DEV(upload, *g, b, n * 2);
+    free(b);
+    *host = h;
+}
+
+/* The ops of a bf16 base need bf16 products on a device backend (ops.h): 1 when this run has
+ * them, else says the case is skipped. */
+static int base16_runs(const char *what) {
+    if (!has_ops(what, g_dev->ops->matmul16_fwd && g_dev->ops->matmul16_bwd && g_dev->ops->encoder16_fwd)) return 0;
+    if (g_dev->ops->bf16(g_dev->ctx)) return 1;
+    printf("  %s: a bf16 base runs with bf16 products only: skipped at fp32\n", what);
+    return 0;
+}
+
+/* s: M K N w_trans bias ldo. The products of a frozen bf16 weight (ops.h matmul16_fwd,
+ * matmul16_bwd) against the CPU's (its fp32 product of the widened weight, in pieces of at most
+ * base16 elements: s[6], 0 for the whole weight); the CPU's in one piece is the fp32 product of
+ * the same values, bit for bit. */
+static void case_matmul16(const int *s, double tol) {
+    const int M = s[0], K = s[1], N = s[2], w_trans = s[3], bias = s[4], ldo = s[5] ? s[5] : N;
+    if (!base16_runs("matmul16")) return;
+    char what[112];
+    dt_op_sizes sz = {.base16 = s[6] ? (size_t)s[6] : (size_t)K * N};
+    CHECK_OK(REF(reserve, &sz));
+    void *wc, *wg;
+    float *wh;
+    bf16_weight((size_t)K * N, &wc, &wg, &wh);
+    pair w32 = pair_new(K_F32, wh, (size_t)K * N); /* the same values as floats */
+    pair inp = pair_rand(K_ACT, (size_t)M * K, -1, 1), b = pair_rand(K_F32, (size_t)N, -1, 1);
+    pair out = ldo > N ? pair_rand(K_ACT, (size_t)M * ldo, -1, 1) : pair_new(K_ACT, NULL, (size_t)M * N);
+    REF(matmul16_fwd, CA(out), CA(inp), wc, bias ? CF(b) : NULL, M, K, N, ldo, w_trans);
+    DEV(matmul16_fwd, GA(out), GA(inp), wg, bias ? GF(b) : NULL, M, K, N, ldo, w_trans);
+    snprintf(what, sizeof what, "matmul16_fwd %dx%dx%d w_trans %d%s, rows %d apart", M, K, N, w_trans,
+             bias ? " bias" : "", ldo);
+    compare(what, &out, out.n, tol);
+    float *ref = malloc(out.n * sizeof(float) + 1);
+    CHECK(ref);
+    REF(matmul_fwd, (dt_act *)ref, CA(inp), CF(w32), bias ? CF(b) : NULL, M, K, N, ldo, w_trans);
+    if (ldo > N) /* the columns past N as matmul16_fwd left them */
+        for (int i = 0; i < M; i++) memcpy(ref + (size_t)i * ldo + N, CF(out) + (size_t)i * ldo + N, (size_t)(ldo - N) * 4);
+    if (!s[6]) {
+        const int same = memcmp(ref, out.c, out.n * sizeof(float)) == 0;
+        printf("  %-44s %s\n", "cpu matmul16_fwd, one piece", same ? "= matmul_fwd of the widened weight, bit for bit"
+                                                                     : "DIFFERS from matmul_fwd  FAIL");
+        count_failure(same);
+    }
+    pair dout = pair_rand(K_ACT, (size_t)M * ldo, -1, 1), dinp = pair_rand(K_ACT, (size_t)M * K, -1, 1);
+    REF(matmul16_bwd, CA(dinp), CA(dout), wc, M, K, N, ldo, w_trans);
+    DEV(matmul16_bwd, GA(dinp), GA(dout), wg, M, K, N, ldo, w_trans);
+    snprintf(what, sizeof what, "matmul16_bwd dinp %dx%dx%d w_trans %d%s", M, K, N, w_trans, s[6] ? ", in pieces" : "");
+    compare(what, &dinp, dinp.n, tol);
+    free(ref);
+    free(wh);
+    REF(free, wc);
+    DEV(free, wg);
+    pair_free(&w32); pair_free(&inp); pair_free(&b); pair_free(&out); pair_free(&dout); pair_free(&dinp);
+}
+
+/* s: B T C V nopos packed: encoder16_fwd (bf16 tables) against the CPU's */
+static void case_encoder16(const int *s, double tol) {
+    const int B = s[0], T = s[1], C = s[2], V = s[3], pos = !s[4], packed = s[5];
+    if (!base16_runs("encoder16")) return;
+    int *tok = rand_ints((size_t)B * T, 0, V);
+    void *ec, *eg, *pc = NULL, *pg = NULL;
+    float *eh, *ph = NULL;
+    bf16_weight((size_t)V * C, &ec, &eg, &eh);
+    if (pos) bf16_weight((size_t)T * C, &pc, &pg, &ph);
+    int *hpos = packed ? rand_packed_pos(B, T) : NULL;
+    pair t = pair_ints(tok, (size_t)B * T), pp = pair_ints(hpos ? hpos : tok, hpos ? (size_t)B * T : 1);
+    pair out = pair_new(K_ACT, NULL, (size_t)B * T * C);
+    REF(encoder16_fwd, CA(out), t.c, hpos ? pp.c : NULL, ec, pc, B, T, C);
+    DEV(encoder16_fwd, GA(out), t.g, hpos ? pp.g : NULL, eg, pg, B, T, C);
+    char what[112];
+    snprintf(what, sizeof what, "encoder16_fwd B %d T %d C %d V %d%s%s", B, T, C, V, pos ? "" : ", no wpe",
+             packed ? ", packed rows" : "");
+    compare(what, &out, out.n, tol);
+    free(tok); free(hpos); free(eh); free(ph);
+    REF(free, ec); DEV(free, eg);
+    if (pos) { REF(free, pc); DEV(free, pg); }
+    pair_free(&t); pair_free(&pp); pair_free(&out);
+}
+
 /* s: M K N r ldo col0. A LoRA adapter (ops.h lora_fwd, lora_bwd) on columns [col0, col0 + N)
  * of an output whose rows are ldo apart (Llama's k of [q | k | v]): out += s (inp A^T) B^T, the
  * other columns untouched; backward dB +=, dA +=, dinp += (and each skipped when NULL). */
@@ -1018,6 +1110,15 @@ static void model_compare(const dt_model_cfg *mcfg, double tol) {
     const dt_model_cfg mc = *mcfg;
     const int V = mc.shape.vocab_size, T = mc.seq_len, B = mc.max_batch, num_labels = mc.shape.num_labels;
     dt_model *mcpu = model_on(g_ref, &mc), *mdev = model_on(g_dev, &mc);
+    if (mc.lora.rank) { /* adapters away from B = 0, the same on both: of a size training gives them (large ones
+                           saturate the softmax, whose gradient then cancels to what bf16 cannot hold) */
+        const size_t np = dt_model_num_params(mcpu);
+        float *h = rand_host(np, -0.05f, 0.05f);
+        REF(upload, dt_model_params(mcpu), h, np * sizeof(float));
+        DEV(upload, dt_model_params(mdev), h, np * sizeof(float));
+        dt_model_params_changed(mdev);
+        free(h);
+    }
     int *tok = rand_ints((size_t)B * T, 1, V);
     int *tg = num_labels ? rand_ints((size_t)B, 0, num_labels) : rand_ints((size_t)B * T, 0, V);
     if (!num_labels && B * T > 1) tg[B * T / 2] = -1; /* an ignored position */
@@ -1098,6 +1199,27 @@ static void case_llama(const int *s, double tol) {
     printf("  llama V %d L %d NH %d NKV %d C %d hs %d I %d T %d B %d%s%s (%s):\n", V, L, NH, NKV, C,
            dt_shape_head_dim(&mc.shape), I, T, B, f & 1 ? ", tied head" : "", f & 2 ? ", attention biases" : "",
            f & 4 ? "classification" : "LM");
+    model_compare(&mc, tol);
+}
+
+/* s: arch rank base16 V L C T B num_labels: model.lora (rank on every projection) on a GPT-2
+ * (arch 0) or a Llama with GQA (1), its base in bf16 (base16 1: model.lora.base_dtype) or fp32;
+ * random adapters. Loss and every trainable tensor's gradient. */
+static void case_lora_model(const int *s, double tol) {
+    const int llama = s[0], r = s[1], b16 = s[2], V = s[3], L = s[4], C = s[5], T = s[6], B = s[7], NL = s[8];
+    if (!has_ops("lora model", g_dev->ops->lora_fwd && g_dev->ops->lora_bwd)) return;
+    if (b16 && !base16_runs("lora model, base in bf16")) return;
+    dt_model_cfg mc = {.shape = {.vocab_size = V, .n_positions = T + 8, .n_layer = L, .n_head = 4, .n_embd = C,
+                                 .num_labels = NL},
+                       .seq_len = T, .max_batch = B, .seed = 777};
+    if (llama)
+        mc.shape = (dt_model_shape){.arch = DT_ARCH_LLAMA, .vocab_size = V, .n_positions = T + 8, .n_layer = L,
+                                    .n_head = 4, .n_embd = C, .num_key_value_heads = 2, .intermediate_size = 2 * C,
+                                    .rope_theta = 10000.0, .rms_norm_eps = 1e-5, .tie_word_embeddings = 1,
+                                    .num_labels = NL};
+    mc.lora = (dt_lora){.rank = r, .alpha = 2.0 * r, .targets = dt_lora_arch_targets(mc.shape.arch), .base_bf16 = b16};
+    printf("  lora %s V %d L %d C %d T %d B %d rank %d, base in %s (%s):\n", llama ? "llama" : "gpt2", V, L, C, T, B, r,
+           b16 ? "bf16" : "fp32", NL ? "classification" : "LM");
     model_compare(&mc, tol);
 }
 
@@ -1304,6 +1426,7 @@ static void case_memory(const int *s, double tol) {
 }
 
 #define NO_BF16 (-1.0) /* nothing of the op changes with bf16 products: run at fp32 only */
+#define BF16_ONLY (-2.0) /* as tol32: the op is asked for with bf16 products only (a bf16 base): run at bf16 only */
 
 typedef struct op_case {
     const char *op;                  /* what --op selects */
@@ -1380,6 +1503,20 @@ static const op_case cases[] = {
     {"matmul", case_matmul_cancel, {0}, {0}, 1e-5, 1e-2},
     {"lora", case_lora, {64, 48, 40, 8, 0, 0}, {0}, 1e-5, 1e-2},          /* a whole product's output */
     {"lora", case_lora, {37, 24, 8, 4, 40, 24}, {0}, 1e-5, 1e-2},         /* k of [q | k | v] (24 + 8 + 8) */
+    /* model.lora.base_dtype bf16: M K N w_trans bias ldo pieces (bf16 products only) */
+    {"matmul16", case_matmul16, {64, 48, 144, 0, 1, 0, 0}, {0}, BF16_ONLY, 1e-2},
+    {"matmul16", case_matmul16, {37, 29, 53, 1, 0, 0, 0}, {0}, BF16_ONLY, 1e-2},
+    {"matmul16", case_matmul16, {64, 48, 300, 1, 0, 384, 0}, {0}, BF16_ONLY, 1e-2}, /* a padded head's rows */
+    {"matmul16", case_matmul16, {40, 64, 1000, 1, 0, 1024, 64 * 96}, {0}, BF16_ONLY, 1e-2}, /* the CPU's pieces */
+    {"matmul16", case_matmul16, {40, 64, 1000, 0, 1, 0, 64 * 96}, {0}, BF16_ONLY, 1e-2},
+    {"encoder16", case_encoder16, {3, 64, 96, 50, 0, 0}, {3, 17, 24, 50, 0, 0}, BF16_ONLY, 1e-2},
+    {"encoder16", case_encoder16, {2, 40, 64, 30, 1, 1}, {0}, BF16_ONLY, 1e-2}, /* no wpe, packed rows */
+    /* arch rank base16 V L C T B num_labels */
+    {"lora_model", case_lora_model, {0, 4, 0, 67, 2, 32, 16, 3, 0}, {0}, 1e-4, 5e-2},
+    {"lora_model", case_lora_model, {0, 4, 1, 67, 2, 32, 16, 3, 0}, {0}, BF16_ONLY, 5e-2},
+    {"lora_model", case_lora_model, {0, 2, 1, 50, 1, 36, 9, 2, 3}, {0}, BF16_ONLY, 5e-2}, /* classifier, odd C */
+    {"lora_model", case_lora_model, {1, 4, 1, 67, 2, 48, 16, 3, 0}, {0}, BF16_ONLY, 5e-2},
+    {"lora_model", case_lora_model, {1, 4, 0, 67, 2, 48, 16, 3, 0}, {0}, 1e-4, 5e-2},
     {"lora", case_lora, {512, 576, 192, 16, 960, 576}, {64, 96, 32, 8, 160, 96}, 1e-5, 1e-2}, /* SmolLM2's v */
     {"matmul_gelu", case_matmul_gelu, {64, 48, 144, 1}, {0}, 1e-5, 1e-2},   /* both epilogues (aux ld 144, 48) */
     {"matmul_gelu", case_matmul_gelu, {37, 29, 56, 1}, {0}, 1e-5, 1e-2},    /* GELU; no DGELU (aux ld 29) */
@@ -1462,7 +1599,7 @@ static int run_cases(const char *filter, int bf16) {
     int ran = 0;
     for (int i = 0; i < N_CASES; i++) {
         const op_case *k = &cases[i];
-        if (!selected(filter, k->op) || (bf16 && k->tol16 == NO_BF16)) continue;
+        if (!selected(filter, k->op) || (bf16 && k->tol16 == NO_BF16) || (!bf16 && k->tol32 == BF16_ONLY)) continue;
         const int *shape = g_quick && k->quick[0] ? k->quick : k->full;
         if (shape[0] < 0) continue; /* full runs only */
         k->run(shape, bf16 ? k->tol16 : k->tol32);

@@ -93,7 +93,7 @@ typedef struct dt_op_sizes {
     int enc_width, enc_vocab; /* ... C, and V: every token is below V. CUDA keeps the largest V it
                                  has reserved and from then on sorts only the token bits that needs
                                  (a token at or above it: a caller's error, misplaced in the sort) */
-    size_t vector;            /* sumsq, scale, adamw: the longest vector (all parameters) */
+    size_t vector;            /* sumsq, scale, adamw: the longest vector (the parameters kept in floats) */
     size_t inputs;            /* upload_async: the bytes one forward uploads (tokens, targets, rows) */
     int head_rows, head_in;   /* the output head's weight, (N,K) with w_trans: vocabulary (or labels) x n_embd */
     int head_bf16;            /* 1: the output head's weight is bf16 (matmul16_fwd: model.lora.base_dtype) */

@@ -42,6 +42,8 @@ const char *dt_st_metadata(const dt_st_file *f, const char *key);
 /* Reads tensor `t` converted to float into dst (t->numel floats). DT_ERR_DATA for an
  * unsupported dtype, DT_ERR_IO for a read failure. */
 dt_status dt_st_read_f32(dt_st_file *f, const dt_st_tensor *t, float *dst);
+/* The same for elements [first, first + n) of t (in its row-major order) into dst (n floats). */
+dt_status dt_st_read_f32_part(dt_st_file *f, const dt_st_tensor *t, size_t first, size_t n, float *dst);
 
 typedef struct dt_st_entry {
     const char *name;

@@ -401,27 +401,31 @@ static dt_status st_read_error(const dt_st_file *f, const dt_st_tensor *t, ssize
                         f->path, t->name, r, want);
 }
 
-dt_status dt_st_read_f32(dt_st_file *f, const dt_st_tensor *t, float *dst) {
+dt_status dt_st_read_f32_part(dt_st_file *f, const dt_st_tensor *t, size_t first, size_t n, float *dst) {
     if (!f || !t || t < f->tensors || t >= f->tensors + f->n)
         return dt_error_set(DT_ERR_INTERNAL, "dt_st_read_f32: tensor does not belong to %s",
                             f ? f->path : "(null file)");
-    uint64_t base = f->data_start + t->offset;
+    if (first > t->numel || n > t->numel - first)
+        return dt_error_set(DT_ERR_INTERNAL, "dt_st_read_f32_part: elements %zu.. (%zu) of tensor %s of %zu", first, n,
+                            t->name, (size_t)t->numel);
     if (t->dtype == DT_ST_F32) {
-        ssize_t r = st_pread_full(f->fd, dst, t->nbytes, base);
-        if (r != (ssize_t)t->nbytes) return st_read_error(f, t, r, t->nbytes);
+        ssize_t r = st_pread_full(f->fd, dst, 4 * n, f->data_start + t->offset + 4 * (uint64_t)first);
+        if (r != (ssize_t)(4 * n)) return st_read_error(f, t, r < 0 ? r : (ssize_t)(4 * first) + r, t->nbytes);
         return DT_OK;
     }
     if (t->dtype != DT_ST_F16 && t->dtype != DT_ST_BF16)
         return dt_error_set(DT_ERR_DATA,
                             "%s: tensor %s has dtype %s; only F32, F16 and BF16 can be read as "
                             "float", f->path, t->name, t->dtype_name);
+    const uint64_t base = f->data_start + t->offset + 2 * (uint64_t)first;
     unsigned char buf[ST_CHUNK];
     size_t done = 0; /* elements */
-    while (done < t->numel) {
-        size_t k = t->numel - done;
+    while (done < n) {
+        size_t k = n - done;
         if (k > ST_CHUNK / 2) k = ST_CHUNK / 2;
         ssize_t r = st_pread_full(f->fd, buf, 2 * k, base + 2 * done);
-        if (r != (ssize_t)(2 * k)) return st_read_error(f, t, r < 0 ? r : (ssize_t)(2 * done) + r, t->nbytes);
+        if (r != (ssize_t)(2 * k))
+            return st_read_error(f, t, r < 0 ? r : (ssize_t)(2 * (first + done)) + r, t->nbytes);
         for (size_t i = 0; i < k; i++) {
             uint16_t h = (uint16_t)(buf[2 * i] | (buf[2 * i + 1] << 8));
             dst[done + i] = t->dtype == DT_ST_F16 ? st_f16_to_f32(h) : st_bf16_to_f32(h);
@@ -429,6 +433,10 @@ dt_status dt_st_read_f32(dt_st_file *f, const dt_st_tensor *t, float *dst) {
         done += k;
     }
     return DT_OK;
+}
+
+dt_status dt_st_read_f32(dt_st_file *f, const dt_st_tensor *t, float *dst) {
+    return dt_st_read_f32_part(f, t, 0, t ? (size_t)t->numel : 0, dst);
 }
 
 /* ---- writing ---- */

@@ -395,9 +395,9 @@ void dt_model_op_sizes(const dt_model_cfg *c, dt_op_sizes *s) {
     const size_t B = (size_t)c->max_batch, T = (size_t)c->seq_len, BT = B * T;
     const size_t head_out = c->shape.num_labels ? B * (size_t)c->shape.num_labels : BT * (size_t)c->shape.vocab_size;
     int n;
-    size_t np;
+    size_t np, n16;
     net_layer y0;
-    lay_out(c, NULL, &n, &np, NULL, &y0, NULL);
+    lay_out(c, NULL, &n, &np, NULL, &y0, &n16);
     const net_linear *p[] = {&y0.qkv, &y0.attn_out, &y0.mlp_in, &y0.mlp_out};
     size_t in = 0, out = 0, w = 0;
     int bias = 0;
@@ -422,7 +422,7 @@ void dt_model_op_sizes(const dt_model_cfg *c, dt_op_sizes *s) {
     s->enc_seq = c->seq_len;
     s->enc_width = c->shape.n_embd;
     s->enc_vocab = c->shape.vocab_size;
-    s->vector = np;
+    s->vector = np - n16; /* the float parameters (model.lora.base_dtype bf16: but the frozen matrices) */
     s->inputs = (c->packed ? 2 : 1) * BT * sizeof(int) + (c->shape.num_labels ? 2 * B : BT) * sizeof(int); /* tokens
                    (and their positions); rows and labels, or targets */
     s->head_rows = head_width(c);
@@ -509,49 +509,47 @@ static double rng_normal(rng_t *r) {
     return rad * cos(2.0 * M_PI * u2);
 }
 
-/* ---- each tensor where it is kept (m->store) ---- */
+/* ---- each tensor where it is kept (m->store), moved a part at a time ---- */
 
-/* the elements of the largest tensor */
-static size_t largest_tensor(const dt_model *m) {
-    size_t most = 1;
-    for (int i = 0; i < m->n_tensors; i++)
-        if (m->tensors[i].numel > most) most = m->tensors[i].numel;
-    return most;
-}
+#define PART ((size_t)1 << 20) /* elements staged on the host at a time when weights are made, read or summed (4 MiB) */
 
-/* tensor i = v (its numel floats; a bf16 one rounded, to nearest even) */
-static dt_status put_tensor(dt_model *m, int i, const float *v) {
-    const size_t k = m->store[i], n = m->tensors[i].numel;
+/* elements [first, first + n) of tensor i = v (n floats; a bf16 tensor's rounded, to nearest even) */
+static dt_status put_part(dt_model *m, int i, size_t first, size_t n, const float *v) {
+    const size_t k = m->store[i];
     if (k < NET_BF16) {
-        m->be->ops->upload(m->be->ctx, m->net.params + k, v, n * sizeof(float));
+        m->be->ops->upload(m->be->ctx, m->net.params + k + first, v, n * sizeof(float));
         return DT_OK;
     }
-    uint16_t *h = dt_malloc(n * sizeof *h, "bf16 weights staging");
+    uint16_t *h = dt_malloc((n ? n : 1) * sizeof *h, "bf16 weights staging");
     if (!h) return DT_ERR_NOMEM;
     dt_bf16_pack(h, v, n);
-    m->be->ops->upload(m->be->ctx, m->base16 + (k & ~NET_BF16), h, n * sizeof *h);
+    m->be->ops->upload(m->be->ctx, m->base16 + (k & ~NET_BF16) + first, h, n * sizeof *h);
     free(h);
     return DT_OK;
 }
 
-/* v (numel floats) = tensor i */
-static dt_status get_tensor(dt_model *m, int i, float *v) {
-    const size_t k = m->store[i], n = m->tensors[i].numel;
+
+/* v (n floats) = elements [first, first + n) of tensor i */
+static dt_status get_part(dt_model *m, int i, size_t first, size_t n, float *v) {
+    const size_t k = m->store[i];
     if (k < NET_BF16) {
-        m->be->ops->download(m->be->ctx, v, m->net.params + k, n * sizeof(float));
+        m->be->ops->download(m->be->ctx, v, m->net.params + k + first, n * sizeof(float));
         return DT_OK;
     }
-    uint16_t *h = dt_malloc(n * sizeof *h, "bf16 weights staging");
+    uint16_t *h = dt_malloc((n ? n : 1) * sizeof *h, "bf16 weights staging");
     if (!h) return DT_ERR_NOMEM;
-    m->be->ops->download(m->be->ctx, h, m->base16 + (k & ~NET_BF16), n * sizeof *h);
+    m->be->ops->download(m->be->ctx, h, m->base16 + (k & ~NET_BF16) + first, n * sizeof *h);
     dt_bf16_unpack(v, h, n);
     free(h);
     return DT_OK;
 }
 
+/* v (numel floats) = tensor i */
+static dt_status get_tensor(dt_model *m, int i, float *v) { return get_part(m, i, 0, m->tensors[i].numel, v); }
+
 /* Every tensor as the architecture says it starts, in layout order from one normal stream. */
 static dt_status init_weights(dt_model *m) {
-    float *p = dt_malloc(largest_tensor(m) * sizeof(float), "initial weights");
+    float *p = dt_malloc(PART * sizeof(float), "initial weights");
     if (!p) return DT_ERR_NOMEM;
     rng_t r = {m->cfg.seed, 0, 0.0};
     dt_status st = DT_OK;
@@ -559,12 +557,15 @@ static dt_status init_weights(dt_model *m) {
         const int i = m->seq[k];
         const dt_tensor_info *t = &m->tensors[i];
         const double std = m->init_std[i];
-        for (size_t j = 0; j < t->numel; j++)
-            p[j] = m->init[i] == NET_INIT_NORMAL    ? (float)(std * rng_normal(&r))
-                   : m->init[i] == NET_INIT_UNIFORM ? (float)(std * (2.0 * (double)(rng_u64(&r) >> 11) / 9007199254740992.0 - 1.0))
-                   : m->init[i] == NET_INIT_ONE     ? 1.0f
-                                                    : 0.0f;
-        st = put_tensor(m, i, p);
+        for (size_t j0 = 0; st == DT_OK && j0 < t->numel; j0 += PART) {
+            const size_t n = t->numel - j0 < PART ? t->numel - j0 : PART;
+            for (size_t j = 0; j < n; j++)
+                p[j] = m->init[i] == NET_INIT_NORMAL    ? (float)(std * rng_normal(&r))
+                       : m->init[i] == NET_INIT_UNIFORM ? (float)(std * (2.0 * (double)(rng_u64(&r) >> 11) / 9007199254740992.0 - 1.0))
+                       : m->init[i] == NET_INIT_ONE     ? 1.0f
+                                                        : 0.0f;
+            st = put_part(m, i, j0, n, p);
+        }
     }
     free(p);
     return st;
@@ -785,12 +786,15 @@ dt_status dt_model_frozen_digest(dt_model *m, uint32_t *out) {
         *out = m->base_digest;
         return DT_OK;
     }
-    float *v = dt_malloc(largest_tensor(m) * sizeof(float), "frozen weights");
+    float *v = dt_malloc(PART * sizeof(float), "frozen weights");
     if (!v) return DT_ERR_NOMEM;
     uLong crc = crc32_z(0L, Z_NULL, 0);
     dt_status st = DT_OK;
     for (int i = 0; st == DT_OK && i < m->n_frozen_tensors; i++) /* in offset order: the floats' CRC as one run */
-        if ((st = get_tensor(m, i, v)) == DT_OK) crc = crc32_z(crc, (const Bytef *)v, m->tensors[i].numel * sizeof(float));
+        for (size_t j0 = 0; st == DT_OK && j0 < m->tensors[i].numel; j0 += PART) {
+            const size_t n = m->tensors[i].numel - j0 < PART ? m->tensors[i].numel - j0 : PART;
+            if ((st = get_part(m, i, j0, n, v)) == DT_OK) crc = crc32_z(crc, (const Bytef *)v, n * sizeof(float));
+        }
     free(v);
     DT_TRY(st);
     *out = (uint32_t)crc;
@@ -1164,23 +1168,40 @@ dt_status dt_check_finite(const float *v, size_t n, const char *path, const char
                         bad == 1 ? " is" : "s are");
 }
 
-/* A file's lm_head.weight where the model ties the output head to the token embedding (tensor
- * `wte`, whose values the file gave as `emb`): it must hold the same values (GPT-2 files that
- * store it do); an untied head is refused rather than silently dropped. */
-static dt_status check_tied_head(dt_st_file *f, const dt_st_tensor *lm, const dt_tensor_info *wte, const float *emb,
-                                 const char *path) {
-    float *v = dt_malloc(wte->numel * sizeof(float), "lm_head staging");
-    if (!v) return DT_ERR_NOMEM;
-    dt_status st = dt_st_read_f32(f, lm, v);
-    size_t i = 0;
-    if (st == DT_OK)
-        while (i < wte->numel && v[i] == emb[i]) i++;
-    if (st == DT_OK && i < wte->numel)
-        st = dt_error_set(DT_ERR_DATA, "%s: tensor %s differs from %s (first at element %zu): an untied output "
-                                       "head, which dtrain cannot represent (its head is the token embedding)",
-                          path, lm->name, wte->name, i);
-    free(v);
-    return st;
+/* Tensor j of the model from the file's tensor t, PART elements at a time: each part
+ * checked finite (a NaN or Inf anywhere: refused naming the first and how many) and put in
+ * place. lm: the file's copy of the output head when the model ties it to this tensor (the
+ * token embedding): it must hold the same values (GPT-2 files that store it do); an untied head
+ * is refused rather than silently dropped. v: 2 PART floats of scratch. */
+static dt_status load_tensor(dt_model *m, dt_st_file *f, int j, const dt_st_tensor *t, const dt_st_tensor *lm, float *v,
+                             const char *path) {
+    const size_t numel = m->tensors[j].numel;
+    float *w = v + PART, bad_value = 0;
+    size_t bad = 0, at = 0;
+    for (size_t i0 = 0; i0 < numel; i0 += PART) {
+        const size_t k = numel - i0 < PART ? numel - i0 : PART;
+        DT_TRY(dt_st_read_f32_part(f, t, i0, k, v));
+        if (bad || dt_check_finite(v, k, path, t->name) != DT_OK) { /* counted to the end, then refused */
+            for (size_t i = 0; i < k; i++)
+                if (!isfinite(v[i]) && bad++ == 0) at = i0 + i, bad_value = v[i];
+            continue;
+        }
+        if (lm) {
+            DT_TRY(dt_st_read_f32_part(f, lm, i0, k, w));
+            size_t i = 0;
+            while (i < k && w[i] == v[i]) i++;
+            if (i < k)
+                return dt_error_set(DT_ERR_DATA, "%s: tensor %s differs from %s (first at element %zu): an untied "
+                                                 "output head, which dtrain cannot represent (its head is the token "
+                                                 "embedding)", path, lm->name, m->tensors[j].name, i0 + i);
+        }
+        DT_TRY(put_part(m, j, i0, k, v));
+    }
+    if (bad)
+        return dt_error_set(DT_ERR_DATA, "%s: tensor %s holds %s at element %zu (%zu value%s NaN or Inf): not usable "
+                            "weights", path, t->name, isnan(bad_value) ? "NaN" : bad_value > 0 ? "+Inf" : "-Inf", at, bad,
+                            bad == 1 ? " is" : "s are");
+    return DT_OK;
 }
 
 /* A hint with the config values the file implies (read as the architecture names them). */
@@ -1214,7 +1235,7 @@ static dt_status load_weights(dt_model *m, const char *path, int *score_loaded, 
     dt_status st = DT_OK;
     char hint[256], a[64], b[64];
     const dt_st_tensor **from = dt_calloc((size_t)m->n_tensors, sizeof *from, "tensor list"); /* each one's file tensor */
-    float *v = dt_malloc(largest_tensor(m) * sizeof(float), "weights staging");
+    float *v = dt_malloc(2 * PART * sizeof(float), "weights staging");
     if (!from || !v) { st = DT_ERR_NOMEM; goto done; }
     file_shape_hint(m->net.arch, f, hint, sizeof hint);
     /* model.lora: a file of adapters (dt_model_save's) fills the trainable tensors, any other the frozen model */
@@ -1300,14 +1321,8 @@ static dt_status load_weights(dt_model *m, const char *path, int *score_loaded, 
             goto done;
         }
     }
-    for (int j = 0; j < m->n_tensors; j++) {
-        if (!from[j]) continue;
-        if ((st = dt_st_read_f32(f, from[j], v)) != DT_OK ||
-            (st = dt_check_finite(v, m->tensors[j].numel, path, from[j]->name)) != DT_OK ||
-            (j == j_wte && lm_head && (st = check_tied_head(f, lm_head, &m->tensors[j], v, path)) != DT_OK) ||
-            (st = put_tensor(m, j, v)) != DT_OK)
-            goto done;
-    }
+    for (int j = 0; j < m->n_tensors; j++)
+        if (from[j] && (st = load_tensor(m, f, j, from[j], j == j_wte ? lm_head : NULL, v, path)) != DT_OK) goto done;
     if (score_loaded) *score_loaded = score_ok;
     if (!adapters) m->base_digest_ok = 0;
 #undef IN_SET

@@ -937,6 +937,36 @@ static void cu_matmul_bwd(void *ctx, dt_act *dinp, float *dw, float *dbias, cons
     matmul_bwd_weights(c, dw, dbias, dout, inp, M, K, N, ldo, w_trans);
 }
 
+/* The products of a frozen bf16 weight (ops.h matmul16_fwd, matmul16_bwd: model.lora.base_dtype
+ * bf16): the weight is cuBLASLt's bf16 operand as it is (no working copy, no padded head: the
+ * logits' padding columns are left as they are and never read). The model asks for them only
+ * with bf16 products. */
+static int base16_ok(cuda_ctx *c, const char *op) {
+    if (c->bf16) return 1;
+    fail(c, DT_ERR_INTERNAL, "%s: a bf16 weight with fp32 products (model.lora.base_dtype bf16 needs bf16 ones)", op);
+    return 0;
+}
+
+static void cu_matmul16_fwd(void *ctx, dt_act *out, const dt_act *inp, const uint16_t *w, const float *bias, int M,
+                            int K, int N, int ldo, int w_trans) {
+    cuda_ctx *c = ctx;
+    if (!base16_ok(c, "matmul16_fwd")) return;
+    if (bias && ldo != N) { /* the bias kernel adds to dense rows */
+        fail(c, DT_ERR_INTERNAL, "matmul16_fwd: a bias with rows %d apart for %d columns", ldo, N);
+        return;
+    }
+    c->head_zeros = 0; /* not the padded head */
+    gemm(c, w_trans, 0, N, M, K, w, 1, w_trans ? K : N, 0, inp, 1, K, 0, out, 1, ldo, 0, 1, 1.0f, 0.0f, bias, NULL);
+}
+
+static void cu_matmul16_bwd(void *ctx, dt_act *dinp, const dt_act *dout, const uint16_t *w, int M, int K, int N, int ldo,
+                            int w_trans) {
+    cuda_ctx *c = ctx;
+    if (!base16_ok(c, "matmul16_bwd") || !dinp) return;
+    /* dinp^T (K x M) = op(W) (K x N) dout^T (N x M), dout's N columns of rows ldo apart */
+    gemm(c, !w_trans, 0, K, M, N, w, 1, w_trans ? K : N, 0, dout, 1, ldo, 0, dinp, 1, K, 0, 1, 1.0f, 0.0f, NULL, NULL);
+}
+
 /* LoRA (ops.h lora_fwd, lora_bwd): thin products through gemm, h and dh in fp32 (bf16 products
  * read them rounded, as any fp32 operand); out's and dinp's columns added onto (beta 1). In
  * column-major terms a row-major X(M,K) is K x M with ld K, A (r,K) is K x r, B (N,r) r x N. */
@@ -1208,6 +1238,12 @@ static void cu_encoder_fwd(void *ctx, dt_act *out, const int *tokens, const int 
                            const float *wpe, int B, int T, int C) {
     cuda_ctx *c = ctx;
     LAUNCH(dtk_encoder_fwd(c->s, ACT(c), out, tokens, pos, wte, wpe, B, T, C));
+}
+
+static void cu_encoder16_fwd(void *ctx, dt_act *out, const int *tokens, const int *pos, const uint16_t *wte,
+                             const uint16_t *wpe, int B, int T, int C) {
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_encoder16_fwd(c->s, ACT(c), out, tokens, pos, (const dtk_bf16 *)wte, (const dtk_bf16 *)wpe, B, T, C));
 }
 
 static void cu_encoder_bwd(void *ctx, float *dwte, float *dwpe, const dt_act *dout, const int *tokens, const int *pos,
@@ -1609,7 +1645,7 @@ static size_t cu_scratch_bytes(const dt_op_sizes *s, int bf16) {
     slot_bytes(s, bf16, 0, bf16 && att_may_fuse(&s->att), ATT_WS_GUESS(s->att.B, s->att.T, s->att.NH), sz);
     for (int i = 0; i < N_SCRATCH; i++) bytes += sz[i] ? slot_round(sz[i]) : 0; /* as scratch() allocates */
     if (bf16) bytes += s->vector * 2; /* the weights' working copy */
-    if (bf16 && cu_logits_stride(s->head_rows) > s->head_rows) /* its padded head */
+    if (bf16 && !s->head_bf16 && cu_logits_stride(s->head_rows) > s->head_rows) /* its padded head */
         bytes += (size_t)cu_logits_stride(s->head_rows) * (size_t)s->head_in * sizeof(dtk_bf16);
     return bytes + ADAMW_PIECES * sizeof(dtk_adamw_piece); /* + AdamW's table (made at open) */
 }
@@ -1631,7 +1667,7 @@ static dt_status cu_reserve(void *ctx, const dt_op_sizes *s) {
         if (CK(cudaFree(c->head16))) return cu_check(c);
         c->head16 = NULL;
     }
-    if (c->err == DT_OK && c->bf16 && !c->head16 && s->head_rows > 0 && s->head_in > 0 &&
+    if (c->err == DT_OK && c->bf16 && !c->head16 && !s->head_bf16 && s->head_rows > 0 && s->head_in > 0 &&
         cu_logits_stride(s->head_rows) > s->head_rows) {
         const int pad = cu_logits_stride(s->head_rows);
         const size_t hb = (size_t)pad * (size_t)s->head_in * sizeof(dtk_bf16);
@@ -1839,6 +1875,9 @@ const dt_ops dt_ops_cuda = {
     .rmsnorm_bwd = cu_rmsnorm_bwd,
     .matmul_fwd = cu_matmul_fwd,
     .matmul_bwd = cu_matmul_bwd,
+    .matmul16_fwd = cu_matmul16_fwd,
+    .matmul16_bwd = cu_matmul16_bwd,
+    .encoder16_fwd = cu_encoder16_fwd,
     .matmul_gelu_fwd = cu_matmul_gelu_fwd,
     .matmul_gelu_bwd = cu_matmul_gelu_bwd,
     .attention_bytes = cu_attention_bytes,
