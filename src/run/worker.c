@@ -395,7 +395,7 @@ dt_status dt_worker_prepare_run_dir(const dt_config *c) {
         DT_TRY(dt_ckpt_set_aside(c->run.dir, -1, moved, sizeof moved));
         if (moved[0]) printf("checkpoint.resume is never: moved the earlier checkpoints aside to %s\n", moved);
     }
-    return DT_OK; /* config.yaml: rank 0 writes it once the resume point is accepted (resume_point) */
+    return DT_OK; /* config.yaml: rank 0 writes it once the run is accepted (accept_run) */
 }
 
 /* Bucket callback of the last micro-batch's backward: start that bucket's all-reduce (with
@@ -913,12 +913,19 @@ static dt_status resume_point(trainer *t) {
                    : t->step;
     if (t->total < t->step || t->best.stopped_early) t->total = t->step; /* an early stop finished the run */
     DT_TRY(refuse_changed_finished(t));
-    /* only now: a refused run leaves the config of the weights in run.dir as it was */
-    if (r->rank == 0) DT_TRY(write_resolved_config(c));
-    if (r->rank == 0) DT_TRY(set_aside_other_history(r, t->resumed ? &t->cs : NULL, t->ckpt_dir));
-    if (r->rank == 0) DT_TRY(set_aside_stale_best(r, &t->best));
     dt_metrics_set_total(r->metrics, t->total);
     return DT_OK;
+}
+
+/* Once the run is accepted (its resume point, and the weights it starts from: model.lora's base
+ * checked against the checkpoint's), rank 0 writes its config into run.dir and sets aside what is
+ * not its history: a refused run leaves run.dir as it was, the config of its weights included. */
+static dt_status accept_run(trainer *t) {
+    run *r = &t->r;
+    if (r->rank != 0) return DT_OK;
+    DT_TRY(write_resolved_config(r->cfg));
+    DT_TRY(set_aside_other_history(r, t->resumed ? &t->cs : NULL, t->ckpt_dir));
+    return set_aside_stale_best(r, &t->best);
 }
 
 /* AdamW over the model's tensors (decay where the architecture says: its >= 2-D ones), scheduled to the last step. */
@@ -1526,6 +1533,7 @@ dt_status dt_worker_train(const dt_config *c, const dt_worker_opts *opts, dt_com
     if (st == DT_OK) st = resume_point(t);
     if (st == DT_OK) st = make_optimizer(t);
     if (st == DT_OK) st = initial_weights(t);
+    if (st == DT_OK) st = accept_run(t);
     if (st == DT_OK) report_start(t);
     if (st == DT_OK) note_profile_step(t);
     int stop = 0;
