@@ -623,18 +623,21 @@ static dt_status alloc_arena(dt_model *m) {
 static dt_status place_tensors(dt_model *m) {
     const int n = m->n_tensors;
     if (!(m->store = dt_malloc((size_t)n * sizeof *m->store, "tensor places"))) return DT_ERR_NOMEM;
-    size_t f = 0, h = 0;
+    size_t f = 0, h = 0, h_numel = 0;
     for (int i = 0; i < n; i++) {
         const dt_tensor_info *t = &m->tensors[i];
         const int half = m->n_base16 && i < m->n_frozen_tensors && t->ndim == 2;
+        if (half) h = (h + 7) & ~(size_t)7; /* each bf16 matrix 16-byte aligned, as cuBLASLt's fast kernels want */
         m->store[i] = half ? NET_BF16 | h : f;
         *(half ? &h : &f) += t->numel;
+        if (half) h_numel += t->numel;
         if (i + 1 == m->n_frozen_tensors) m->net.frozen = f;
     }
     if (!m->n_frozen_tensors) m->net.frozen = 0;
     m->n_store = f;
-    if (h != m->n_base16)
-        return dt_error_set(DT_ERR_INTERNAL, "model: %zu bf16 parameters laid out, %zu counted", h, m->n_base16);
+    if (h_numel != m->n_base16)
+        return dt_error_set(DT_ERR_INTERNAL, "model: %zu bf16 parameters laid out, %zu counted", h_numel, m->n_base16);
+    m->n_base16 = h; /* with the alignment's gaps (zeros: the allocation's) */
     if (!m->n_base16) return DT_OK; /* every place its offset */
     size_t *from = dt_malloc((size_t)n * sizeof *from, "tensor places");
     if (!from) return DT_ERR_NOMEM;
