@@ -516,7 +516,7 @@ static double rng_normal(rng_t *r) {
 /* elements [first, first + n) of tensor i = v (n floats; a bf16 tensor's rounded, to nearest even) */
 static dt_status put_part(dt_model *m, int i, size_t first, size_t n, const float *v) {
     const size_t k = m->store[i];
-    if (k < NET_BF16) {
+    if (!net_is_bf16(k)) {
         m->be->ops->upload(m->be->ctx, m->net.params + k + first, v, n * sizeof(float));
         return DT_OK;
     }
@@ -528,11 +528,10 @@ static dt_status put_part(dt_model *m, int i, size_t first, size_t n, const floa
     return DT_OK;
 }
 
-
 /* v (n floats) = elements [first, first + n) of tensor i */
 static dt_status get_part(dt_model *m, int i, size_t first, size_t n, float *v) {
     const size_t k = m->store[i];
-    if (k < NET_BF16) {
+    if (!net_is_bf16(k)) {
         m->be->ops->download(m->be->ctx, v, m->net.params + k + first, n * sizeof(float));
         return DT_OK;
     }

@@ -65,7 +65,7 @@ static const uint16_t *w16(const dt_net *n, size_t off) { return n->base16 + (of
 
 void dt_net_mm_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt_act *inp, int M, int ldo, dt_act *pre) {
     const float *b = lin->b == NET_NONE ? NULL : n->params + lin->b;
-    if (lin->w != NET_NONE && lin->w >= NET_BF16) { /* a frozen bf16 weight: its own product, then GELU apart */
+    if (net_is_bf16(lin->w)) { /* a frozen bf16 weight: its own product, then GELU apart */
         n->o->matmul16_fwd(n->ctx, pre ? pre : out, inp, w16(n, lin->w), b, M, lin->in, lin->out, ldo, lin->trans);
         lora_fwd(n, lin, pre ? pre : out, inp, M, ldo);
         if (pre) n->o->gelu_fwd(n->ctx, out, pre, (size_t)M * lin->out);
@@ -83,9 +83,10 @@ void dt_net_mm_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt
 
 void dt_net_mm_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const dt_act *dout, const dt_act *inp, int M,
                    int ldo, const dt_act *pre, dt_act *tmp) {
-    if (lin->w != NET_NONE && lin->w >= NET_BF16) { /* a frozen bf16 weight (its bias frozen too): dinp alone */
-        if (pre ? tmp : dinp) n->o->matmul16_bwd(n->ctx, pre ? tmp : dinp, dout, w16(n, lin->w), M, lin->in, lin->out, ldo, lin->trans);
-        lora_bwd(n, lin, pre ? tmp : dinp, dout, inp, M, ldo);
+    if (net_is_bf16(lin->w)) { /* a frozen bf16 weight (its bias frozen too): dinp alone */
+        dt_act *d = pre ? tmp : dinp;
+        if (d) n->o->matmul16_bwd(n->ctx, d, dout, w16(n, lin->w), M, lin->in, lin->out, ldo, lin->trans);
+        lora_bwd(n, lin, d, dout, inp, M, ldo);
         if (pre) n->o->gelu_bwd(n->ctx, dinp, pre, tmp, (size_t)M * lin->in);
         return;
     }
@@ -105,7 +106,7 @@ void dt_net_mm_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const d
 void dt_net_embed(const dt_net *n, dt_act *out, const int *tokens, int B, int T, int pos0) {
     const int C = n->cfg->shape.n_embd;
     const size_t p0 = (size_t)(pos0 < 0 ? 0 : pos0) * C;
-    if (n->w.wte >= NET_BF16) { /* frozen bf16 embeddings (the positions with them) */
+    if (net_is_bf16(n->w.wte)) { /* frozen bf16 embeddings (the positions with them) */
         n->o->encoder16_fwd(n->ctx, out, tokens, pos0 < 0 ? n->att.pos : NULL, w16(n, n->w.wte),
                             n->w.wpe == NET_NONE ? NULL : w16(n, n->w.wpe) + p0, B, T, C);
         return;

@@ -18,6 +18,7 @@
 /* An offset with this bit is in dt_net's base16, not params: a frozen matrix kept in bf16
  * (model.lora.base_dtype), read by the products and the embedding only. */
 #define NET_BF16 ((size_t)1 << (sizeof(size_t) * 8 - 2))
+static inline int net_is_bf16(size_t off) { return off != NET_NONE && off >= NET_BF16; }
 
 /* A LoRA adapter on columns [col0, col0 + cols) of a product's output (one of the projections a
  * stacked product holds: Llama's q of [q | k | v]): A (rank, in), B (cols, rank), offsets in

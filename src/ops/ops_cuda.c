@@ -755,9 +755,11 @@ static int gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A,
              bias ? ", a bias" : "");
         return 0;
     }
-    const size_t na = (size_t)sa * (size_t)(batch - 1) + (size_t)lda * (size_t)(ta ? m : k);
-    const size_t nb = (size_t)sb * (size_t)(batch - 1) + (size_t)ldb * (size_t)(tb ? k : n);
-    const size_t nd = (size_t)sd * (size_t)(batch - 1) + (size_t)ldd * (size_t)n;
+    /* the elements each operand spans: up to its last column's last row (a block of a larger
+     * matrix, such as the rows k0.. of an activation, ends there, not ld past it) */
+    const size_t na = (size_t)sa * (size_t)(batch - 1) + (size_t)lda * (size_t)((ta ? m : k) - 1) + (size_t)(ta ? k : m);
+    const size_t nb = (size_t)sb * (size_t)(batch - 1) + (size_t)ldb * (size_t)((tb ? k : n) - 1) + (size_t)(tb ? n : k);
+    const size_t nd = (size_t)sd * (size_t)(batch - 1) + (size_t)ldd * (size_t)(n - 1) + (size_t)m;
     const void *a = A, *b = B, *pb = bias; /* what cuBLASLt reads */
     if (c->bf16) {
         if ((!a16 && !(a = bf16_input(c, SCR_A16, A, na))) || (!b16 && !(b = bf16_input(c, SCR_B16, B, nb)))) return 0;
@@ -947,6 +949,45 @@ static int base16_ok(cuda_ctx *c, const char *op) {
     return 0;
 }
 
+/* The product of a bf16 weight in bf16 (gemm with bf16_only); 1 when cuBLASLt has no bf16
+ * algorithm for it, having queued nothing */
+static int gemm16(cuda_ctx *c, int ta, int m, int n, int k, const uint16_t *w, int lda, const dt_act *b, int ldb,
+                  dt_act *d, int ldd, float beta, const float *bias) {
+    c->bf16_only = 1;
+    const int none = gemm(c, ta, 0, m, n, k, w, 1, lda, 0, b, 1, ldb, 0, d, 1, ldd, 0, 1, 1.0f, beta, bias, NULL);
+    c->bf16_only = 0;
+    return none;
+}
+
+/* Without a bf16 algorithm the product runs in fp32 on a widened copy of the weight, which a
+ * slot (fp32_slot_bytes) holds only up to a size: larger weights go in pieces of whole rows of
+ * their storage, each piece's rows contiguous. With ta (stored k x m, column-major), pieces of
+ * op(W)'s rows: D's rows i.. (bias: added first, on dense rows); else pieces of op(W)'s columns,
+ * B's rows j.., each adding onto an fp32 copy of D (beta 1 after the first), rounded at the end. */
+static void gemm16_pieces(cuda_ctx *c, int ta, int m, int n, int k, const uint16_t *w, int lda, const dt_act *b,
+                          int ldb, dt_act *d, int ldd, const float *bias) {
+    const size_t es = sizeof(dtk_bf16), slot = fp32_slot_bytes() / sizeof(float);
+    const int step = (int)(slot / (size_t)lda < (size_t)(ta ? m : k) ? slot / (size_t)lda : (size_t)(ta ? m : k));
+    if (step < 1) {
+        fail(c, DT_ERR_INTERNAL, "matmul16: a bf16 weight of %d-element rows cannot be widened in slots of %zu bytes", lda,
+             fp32_slot_bytes());
+        return;
+    }
+    if (ta) {
+        if (bias && CK(dtk_add_bias(c->s, DTK_BF16, d, bias, n, m, 0))) return; /* D = bias, dense (ldd == m) */
+        for (int i = 0; i < m && c->err == DT_OK; i += step)
+            gemm(c, 1, 0, m - i < step ? m - i : step, n, k, w + (size_t)i * lda, 1, lda, 0, b, 1, ldb, 0,
+                 (char *)d + (size_t)i * es, 1, ldd, 0, 1, 1.0f, bias ? 1.0f : 0.0f, NULL, NULL);
+        return;
+    }
+    /* the pieces summed in an fp32 D (SCR_D32: gemm uses it only for a bf16 D), rounded once */
+    float *acc = scratch(c, SCR_D32, ((size_t)ldd * (size_t)(n - 1) + (size_t)m) * sizeof(float), "fp32 matmul operands");
+    for (int j = 0; acc && j < k && c->err == DT_OK; j += step)
+        gemm(c, 0, 0, m, n, k - j < step ? k - j : step, w + (size_t)j * lda, 1, lda, 0, (const char *)b + (size_t)j * es,
+             1, ldb, 0, acc, 0, ldd, 0, 1, 1.0f, j ? 1.0f : 0.0f, j ? NULL : bias, NULL);
+    if (acc && c->err == DT_OK) CK(dtk_cast_bf16_rows(c->s, (dtk_bf16 *)d, acc, (size_t)n, (size_t)m, (size_t)ldd));
+}
+
 static void cu_matmul16_fwd(void *ctx, dt_act *out, const dt_act *inp, const uint16_t *w, const float *bias, int M,
                             int K, int N, int ldo, int w_trans) {
     cuda_ctx *c = ctx;
@@ -956,7 +997,9 @@ static void cu_matmul16_fwd(void *ctx, dt_act *out, const dt_act *inp, const uin
         return;
     }
     c->head_zeros = 0; /* not the padded head */
-    gemm(c, w_trans, 0, N, M, K, w, 1, w_trans ? K : N, 0, inp, 1, K, 0, out, 1, ldo, 0, 1, 1.0f, 0.0f, bias, NULL);
+    /* out^T (N x M) = op(W) (N x K) inp^T (K x M) */
+    if (gemm16(c, w_trans, N, M, K, w, w_trans ? K : N, inp, K, out, ldo, 0.0f, bias))
+        gemm16_pieces(c, w_trans, N, M, K, w, w_trans ? K : N, inp, K, out, ldo, bias);
 }
 
 static void cu_matmul16_bwd(void *ctx, dt_act *dinp, const dt_act *dout, const uint16_t *w, int M, int K, int N, int ldo,
@@ -964,7 +1007,8 @@ static void cu_matmul16_bwd(void *ctx, dt_act *dinp, const dt_act *dout, const u
     cuda_ctx *c = ctx;
     if (!base16_ok(c, "matmul16_bwd") || !dinp) return;
     /* dinp^T (K x M) = op(W) (K x N) dout^T (N x M), dout's N columns of rows ldo apart */
-    gemm(c, !w_trans, 0, K, M, N, w, 1, w_trans ? K : N, 0, dout, 1, ldo, 0, dinp, 1, K, 0, 1, 1.0f, 0.0f, NULL, NULL);
+    if (gemm16(c, !w_trans, K, M, N, w, w_trans ? K : N, dout, ldo, dinp, K, 0.0f, NULL))
+        gemm16_pieces(c, !w_trans, K, M, N, w, w_trans ? K : N, dout, ldo, dinp, K, NULL);
 }
 
 /* LoRA (ops.h lora_fwd, lora_bwd): thin products through gemm, h and dh in fp32 (bf16 products

@@ -29,7 +29,8 @@
 #      zero_stage 1, the fallback in pieces; packed prompt/completion rows (data.packing, GPT-2's
 #      learned positions, attention masked within each example) in fp32 and bf16 against the cpu
 #      run (1e-5, 1e-2); the LoRA fine-tune (model.lora on GPT-2's four products, the base frozen)
-#      in fp32 and bf16 against the cpu run (1e-5, 1e-2); and configs/pretrain.yaml shrunk to 4
+#      in fp32 and bf16 against the cpu run (1e-5, 1e-2), and with the base in bf16
+#      (model.lora.base_dtype; bf16 products: 1e-2; fp32 ones refused by name); and configs/pretrain.yaml shrunk to 4
 #      steps in fp32 (within 1e-5); a step waits for the device at most 3 times (the profiler's
 #      range's two included): a classifier, a language model with 3 micro-batches (the cpu
 #      run's losses, also with 1 KiB of upload staging), zero_stage 1 (one sumsq, one scale)
@@ -276,6 +277,24 @@ step "dtrain LoRA fine-tune on cuda (bf16 products)" lora-bf16.log train lora-bf
     --set training.device=cuda --set training.precision=bf16
 echo "LoRA fine-tune losses, cuda (bf16 products) against cpu, at most 1e-2 relative:"
 same_losses lora-cpu lora-bf16 1e-2 || { echo "FAIL  LoRA losses (bf16) differ"; exit 1; }
+# the frozen base in bf16 (model.lora.base_dtype): cuBLASLt reads its matrices as they are, the
+# cpu widens them; with fp32 products the cuda run is refused by name
+step "dtrain LoRA fine-tune on cpu, the base in bf16" lora16-cpu.log train lora16-cpu configs/finetune.yaml "${LORA[@]}" \
+    --set training.device=cpu --set model.lora.base_dtype=bf16
+step "dtrain LoRA fine-tune on cuda (bf16 products), the base in bf16" lora16-bf16.log train lora16-bf16 \
+    configs/finetune.yaml "${LORA[@]}" --set training.device=cuda --set training.precision=bf16 \
+    --set model.lora.base_dtype=bf16
+echo "LoRA fine-tune losses with the base in bf16, cuda (bf16 products) against cpu, at most 1e-2 relative:"
+same_losses lora16-cpu lora16-bf16 1e-2 || { echo "FAIL  LoRA losses (the base in bf16) differ"; exit 1; }
+lora16_fp32_refused() {
+    ! train lora16-fp32 configs/finetune.yaml "${LORA[@]}" --set training.device=cuda --set training.precision=fp32 \
+        --set model.lora.base_dtype=bf16 >"$B/lora16-fp32.out" 2>&1 &&
+        grep -q 'model.lora.base_dtype: bf16 needs products of bf16 weights, which the cuda backend has only with bf16 products' \
+            "$B/lora16-fp32.out" "$B/runs/lora16-fp32"/*.log 2>/dev/null ||
+        { echo "FAIL: fp32 products with the base in bf16 were not refused by name:"; cat "$B/lora16-fp32.out"; return 1; }
+    echo "ok: refused by name"
+}
+step "dtrain LoRA fine-tune on cuda (fp32) with the base in bf16: refused" lora16-fp32.log lora16_fp32_refused
 # no allocation and no free once step 1 begins (a cudaFree waits for the whole device, NCCL's buckets
 # too): logging.profile_step=1 opens the mock's profiler range just before step 1, its stop line
 # counts the allocations and frees of step 1, and every allocation after it says "MOCK
@@ -328,7 +347,9 @@ no_alloc() {
         no_alloc_run alloc-lora -- "$OPT/dtrain" --set model.lora.rank=4 \
             --set "model.lora.targets=[c_attn, attn.c_proj, c_fc, mlp.c_proj]" &&
         no_alloc_run alloc-lora-nobf16 MOCK_LT_NO_BF16=1 -- "$OPT/dtrain" --set model.lora.rank=4 \
-            --set "model.lora.targets=[c_attn, attn.c_proj, c_fc, mlp.c_proj]" || return
+            --set "model.lora.targets=[c_attn, attn.c_proj, c_fc, mlp.c_proj]" &&
+        no_alloc_run alloc-lora16 -- "$OPT/dtrain" --set model.lora.rank=4 \
+            --set "model.lora.targets=[c_attn, attn.c_proj, c_fc, mlp.c_proj]" --set model.lora.base_dtype=bf16 || return
     echo "the fp32 fallback in pieces of 4 KiB against the whole products, the same losses:"
     same_losses alloc-nobf16 alloc-pieces 0
 }
