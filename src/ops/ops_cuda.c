@@ -738,6 +738,9 @@ static int gemm_pieces(cuda_ctx *c, int ta, int tb, int m, int n, int k, const v
     return 0;
 }
 
+/* the elements a column-major rows x cols matrix of leading dimension ld spans */
+static size_t span(int ld, int rows, int cols) { return cols > 0 ? (size_t)ld * (size_t)(cols - 1) + (size_t)rows : 0; }
+
 /* Column-major D(m x n, ldd) = alpha op(A) op(B) + beta D [+ bias(m) on every column], over
  * `batch` products with element strides sa, sb, sd. A is stored k x m when ta (else m x k),
  * B n x k when tb (else k x n), densely (ld = stored rows). a16, b16, d16: A, B, D hold bf16
@@ -757,9 +760,9 @@ static int gemm(cuda_ctx *c, int ta, int tb, int m, int n, int k, const void *A,
     }
     /* the elements each operand spans: up to its last column's last row (a block of a larger
      * matrix, such as the rows k0.. of an activation, ends there, not ld past it) */
-    const size_t na = (size_t)sa * (size_t)(batch - 1) + (size_t)lda * (size_t)((ta ? m : k) - 1) + (size_t)(ta ? k : m);
-    const size_t nb = (size_t)sb * (size_t)(batch - 1) + (size_t)ldb * (size_t)((tb ? k : n) - 1) + (size_t)(tb ? n : k);
-    const size_t nd = (size_t)sd * (size_t)(batch - 1) + (size_t)ldd * (size_t)(n - 1) + (size_t)m;
+    const size_t na = (size_t)sa * (size_t)(batch - 1) + span(lda, ta ? k : m, ta ? m : k);
+    const size_t nb = (size_t)sb * (size_t)(batch - 1) + span(ldb, tb ? n : k, tb ? k : n);
+    const size_t nd = (size_t)sd * (size_t)(batch - 1) + span(ldd, m, n);
     const void *a = A, *b = B, *pb = bias; /* what cuBLASLt reads */
     if (c->bf16) {
         if ((!a16 && !(a = bf16_input(c, SCR_A16, A, na))) || (!b16 && !(b = bf16_input(c, SCR_B16, B, nb)))) return 0;
