@@ -8,14 +8,19 @@
 #include "dtk.h"
 #include "dtk_common.cuh"
 
-// One block per (b,t) row, threads over the C columns; wpe NULL: the token embedding alone.
+// One block per (b,t) row, threads over the C columns; wpe NULL: the token embedding alone. The
+// tables' element E: float, or bf16 (model.lora.base_dtype), widened as it is read.
+template <typename A, typename E>
+static __device__ void embed_rows(void *out, const int *tokens, const int *pos, const E *wte, const E *wpe, int T, int C) {
+    const int bt = blockIdx.x, t = pos ? pos[bt] : bt % T;
+    const E *e = wte + (size_t)tokens[bt] * C, *p = wpe ? wpe + (size_t)t * C : nullptr;
+    A *o = (A *)out + (size_t)bt * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) dtk_st(o, c, p ? dtk_ld(e, c) + dtk_ld(p, c) : dtk_ld(e, c));
+}
 template <typename A>
 static __device__ void encoder_fwd(void *out, const int *tokens, const int *pos, const float *wte, const float *wpe,
                                    int T, int C) {
-    const int bt = blockIdx.x, t = pos ? pos[bt] : bt % T;
-    const float *e = wte + (size_t)tokens[bt] * C, *p = wpe ? wpe + (size_t)t * C : nullptr;
-    A *o = (A *)out + (size_t)bt * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) dtk_st(o, c, p ? e[c] + p[c] : e[c]);
+    embed_rows<A, float>(out, tokens, pos, wte, wpe, T, C);
 }
 DTK_ACT_KERNELS(encoder_fwd,
                 (void *out, const int *tokens, const int *pos, const float *wte, const float *wpe, int T, int C),
@@ -29,15 +34,12 @@ extern "C" cudaError_t dtk_encoder_fwd(cudaStream_t s, dtk_type t, void *out, co
     return cudaGetLastError();
 }
 
-// The same from bf16 tables (model.lora.base_dtype bf16), widened as they are read: the sum as
-// encoder_fwd's, in float, rounded once into the activation.
+// The same from bf16 tables (model.lora.base_dtype bf16): the sum in float, rounded once into
+// the activation.
 template <typename A>
 static __device__ void encoder16_fwd(void *out, const int *tokens, const int *pos, const __nv_bfloat16 *wte,
                                      const __nv_bfloat16 *wpe, int T, int C) {
-    const int bt = blockIdx.x, t = pos ? pos[bt] : bt % T;
-    const __nv_bfloat16 *e = wte + (size_t)tokens[bt] * C, *p = wpe ? wpe + (size_t)t * C : nullptr;
-    A *o = (A *)out + (size_t)bt * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) dtk_st(o, c, p ? dtk_ld(e, c) + dtk_ld(p, c) : dtk_ld(e, c));
+    embed_rows<A, __nv_bfloat16>(out, tokens, pos, wte, wpe, T, C);
 }
 DTK_ACT_KERNELS(encoder16_fwd,
                 (void *out, const int *tokens, const int *pos, const __nv_bfloat16 *wte, const __nv_bfloat16 *wpe, int T,

@@ -366,16 +366,19 @@ static void cpu_rmsnorm_bwd(void *ctx, dt_act *dinp_, float *dw, const dt_act *d
 
 /* ---- matmul ---- */
 
+/* out's M rows (ldo apart) = bias (N), when there is one: the beta a product then adds onto them with */
+static float bias_rows(float *out, const float *bias, int M, int N, int ldo) {
+    if (!bias) return 0.0f;
+#pragma omp parallel for schedule(static) if ((size_t)M * N >= PAR_MIN)
+    for (int i = 0; i < M; i++) memcpy(out + (size_t)i * ldo, bias, (size_t)N * sizeof(float));
+    return 1.0f;
+}
+
 static void cpu_matmul_fwd(void *ctx, dt_act *out_, const dt_act *inp_, const float *w,
                            const float *bias, int M, int K, int N, int ldo, int w_trans) {
     float *out = (float *)out_;
     const float *inp = (const float *)inp_;
-    float beta = 0.0f;
-    if (bias) {
-#pragma omp parallel for schedule(static) if ((size_t)M * N >= PAR_MIN)
-        for (int i = 0; i < M; i++) memcpy(out + (size_t)i * ldo, bias, (size_t)N * sizeof(float));
-        beta = 1.0f;
-    }
+    const float beta = bias_rows(out, bias, M, N, ldo);
     sgemm_rows(CblasNoTrans, w_trans ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, inp, K, w, w_trans ? K : N, beta, out,
                ldo);
 }
@@ -427,12 +430,7 @@ static void cpu_matmul16_fwd(void *ctx, dt_act *out_, const dt_act *inp_, const 
     cpu_ctx *cx = ctx;
     float *out = (float *)out_;
     const float *inp = (const float *)inp_;
-    float beta = 0.0f;
-    if (bias) {
-#pragma omp parallel for schedule(static) if ((size_t)M * N >= PAR_MIN)
-        for (int i = 0; i < M; i++) memcpy(out + (size_t)i * ldo, bias, (size_t)N * sizeof(float));
-        beta = 1.0f;
-    }
+    const float beta = bias_rows(out, bias, M, N, ldo);
     const int nb = panel_cols(cx, K, N);
     for (int n0 = 0; n0 < N; n0 += nb) { /* out[:, n0..] = inp @ the piece */
         const int n = imin(nb, N - n0);
