@@ -12,8 +12,6 @@ adapters to a numpy reference there).
 Both within 1e-5 relative (the worst printed)."""
 import json
 import os
-import shutil
-import subprocess
 import sys
 
 try:
@@ -25,25 +23,10 @@ except ImportError as e:
     print("SKIP: %s (torch, transformers and peft are not part of the test setup)" % e)
     sys.exit(77)
 
-DTRAIN, SRC, TMP = sys.argv[1], sys.argv[2], os.path.join(sys.argv[3], "peft-check")
-shutil.rmtree(TMP, ignore_errors=True)
-os.makedirs(TMP)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pyutil import check, dtrain, failures, start  # noqa: E402
+DTRAIN, SRC, TMP = start("peft-check")
 torch.set_default_dtype(torch.float64)
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
-
-
-def dtrain(*args):
-    r = subprocess.run([DTRAIN, *args], capture_output=True, text=True, cwd=SRC)
-    if r.returncode != 0:
-        print(r.stdout[-3000:], r.stderr[-3000:])
-        raise SystemExit("FAIL: dtrain %s: exit %d" % (" ".join(args), r.returncode))
-    return r
 
 
 # ---- 1. GPT-2 classifier ----

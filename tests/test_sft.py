@@ -20,7 +20,6 @@ import re
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 try:
@@ -32,24 +31,9 @@ except ImportError as e:
     print("SKIP: %s (scripts/test.sh installs tokenizers, transformers and jinja2 into build/venv)" % e)
     sys.exit(77)
 
-DTRAIN, SRC, TMP = sys.argv[1], sys.argv[2], os.path.join(sys.argv[3], "sft")
-shutil.rmtree(TMP, ignore_errors=True)
-os.makedirs(TMP)
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
-
-
-def dtrain(*args, want=0):
-    r = subprocess.run([DTRAIN, *args], capture_output=True, text=True, errors="replace", cwd=SRC)
-    if want is not None and r.returncode != want:
-        print(r.stdout[-3000:], r.stderr[-3000:])
-        raise SystemExit("FAIL: dtrain %s: exit %d, expected %d" % (" ".join(args), r.returncode, want))
-    return r
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pyutil import check, dtrain, failures, start  # noqa: E402
+DTRAIN, SRC, TMP = start("sft")
 
 
 SYS = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
