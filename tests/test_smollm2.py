@@ -31,13 +31,7 @@ import llama_ref as ref  # noqa: E402
 TMP = os.path.join(BUILD, "test-tmp", "smollm2")
 os.makedirs(TMP, exist_ok=True)
 MODEL = os.path.join(BUILD, "models", "smollm2-135m-instruct")
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
+from pyutil import check, failures  # noqa: E402  (tests/, on the path above)
 
 
 r = subprocess.run(["bash", os.path.join(SRC, "scripts", "get-model.sh"), "smollm2-135m-instruct", MODEL],
