@@ -96,7 +96,9 @@ typedef struct dt_op_sizes {
     size_t vector;            /* sumsq, scale, adamw: the longest vector (the parameters kept in floats) */
     size_t inputs;            /* upload_async: the bytes one forward uploads (tokens, targets, rows) */
     int head_rows, head_in;   /* the output head's weight, (N,K) with w_trans: vocabulary (or labels) x n_embd */
-    int head_bf16;            /* 1: the output head's weight is bf16 (matmul16_fwd: model.lora.base_dtype) */
+    int head_bf16;            /* 1: the output head's weight is bf16 (matmul16_fwd: model.lora.base_dtype), and
+                                 zero rows follow it in its buffer up to logits_stride(head_rows): a backend
+                                 may run its products at that width */
     size_t base16;            /* model.lora.base_dtype bf16: the elements of the largest bf16 weight, 0 without */
 } dt_op_sizes;
 

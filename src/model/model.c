@@ -630,13 +630,15 @@ static dt_status place_tensors(dt_model *m) {
         m->store[i] = half ? NET_BF16 | h : f;
         *(half ? &h : &f) += t->numel;
         if (half) h_numel += t->numel;
+        if (half && !m->cfg.shape.num_labels && t->offset == m->net.w.head.w) /* the output head: zero rows to the */
+            h += (size_t)(m->logits_ld - t->shape[0]) * (size_t)t->shape[1]; /* logits' stride (ops.h head_bf16) */
         if (i + 1 == m->n_frozen_tensors) m->net.frozen = f;
     }
     if (!m->n_frozen_tensors) m->net.frozen = 0;
     m->n_store = f;
     if (h_numel != m->n_base16)
         return dt_error_set(DT_ERR_INTERNAL, "model: %zu bf16 parameters laid out, %zu counted", h_numel, m->n_base16);
-    m->n_base16 = h; /* with the alignment's gaps (zeros: the allocation's) */
+    m->n_base16 = h; /* with the alignment's gaps and the head's padding (zeros: the allocation's) */
     if (!m->n_base16) return DT_OK; /* every place its offset */
     size_t *from = dt_malloc((size_t)n * sizeof *from, "tensor places");
     if (!from) return DT_ERR_NOMEM;

@@ -161,6 +161,10 @@ typedef struct cuda_ctx {
     dtk_bf16 *head16;
     const float *head16_of;
     int head_rows, head_in, head_pad;
+    /* model.lora.base_dtype bf16: the frozen bf16 head's rows, width and padded rows (op sizes'
+     * head_bf16: zero rows follow it in its buffer up to head16_pad), its products run at that
+     * width as the padded copy's do; 0 rows: none */
+    int base_head_rows, base_head_in, base_head_pad;
     int bf16_only; /* gemm() returns 1, queuing nothing, where it would take the fp32 fallback */
     int head_zeros; /* the head's last forward ran padded: zeros in the logits' padding columns */
     gemm_plan plans[N_PLANS];
@@ -999,7 +1003,11 @@ static void cu_matmul16_fwd(void *ctx, dt_act *out, const dt_act *inp, const uin
         fail(c, DT_ERR_INTERNAL, "matmul16_fwd: a bias with rows %d apart for %d columns", ldo, N);
         return;
     }
-    c->head_zeros = 0; /* not the padded head */
+    /* the frozen head at its padded width (its zero rows follow it: the logits' padding columns
+     * become zeros, as the padded copy's do) */
+    c->head_zeros = w_trans && !bias && N == c->base_head_rows && K == c->base_head_in && ldo == c->base_head_pad &&
+                    ldo > N && !gemm16(c, 1, ldo, M, K, w, K, inp, K, out, ldo, 0.0f, NULL);
+    if (c->head_zeros || c->err != DT_OK) return;
     /* out^T (N x M) = op(W) (N x K) inp^T (K x M) */
     if (gemm16(c, w_trans, N, M, K, w, w_trans ? K : N, inp, K, out, ldo, 0.0f, bias))
         gemm16_pieces(c, w_trans, N, M, K, w, w_trans ? K : N, inp, K, out, ldo, bias);
@@ -1009,6 +1017,11 @@ static void cu_matmul16_bwd(void *ctx, dt_act *dinp, const dt_act *dout, const u
                             int w_trans) {
     cuda_ctx *c = ctx;
     if (!base16_ok(c, "matmul16_bwd") || !dinp) return;
+    /* after a padded forward, the head over its padded width too (dout's padding columns, the
+     * forward's zeros, finite: times the zero rows, nothing) */
+    if (c->head_zeros && w_trans && N == c->base_head_rows && K == c->base_head_in && ldo == c->base_head_pad &&
+        (!gemm16(c, 0, K, M, ldo, w, K, dout, ldo, dinp, K, 0.0f, NULL) || c->err != DT_OK))
+        return;
     /* dinp^T (K x M) = op(W) (K x N) dout^T (N x M), dout's N columns of rows ldo apart */
     if (gemm16(c, !w_trans, K, M, N, w, w_trans ? K : N, dout, ldo, dinp, K, 0.0f, NULL))
         gemm16_pieces(c, !w_trans, K, M, N, w, w_trans ? K : N, dout, ldo, dinp, K, NULL);
@@ -1710,6 +1723,9 @@ static dt_status cu_reserve(void *ctx, const dt_op_sizes *s) {
     if (s->enc_vocab > c->enc_vocab) c->enc_vocab = s->enc_vocab; /* grows, as the scratch: every model's tokens fit */
     for (int i = 0; i < N_SCRATCH; i++)
         if (sz[i] && !scratch(c, i, sz[i], what[i])) break;
+    c->base_head_rows = s->head_bf16 ? s->head_rows : 0; /* the model's frozen bf16 head and its padding */
+    c->base_head_in = s->head_in;
+    c->base_head_pad = cu_logits_stride(s->head_rows);
     if (c->head16 && (s->head_rows != c->head_rows || s->head_in != c->head_in)) { /* another model's */
         if (CK(cudaFree(c->head16))) return cu_check(c);
         c->head16 = NULL;
