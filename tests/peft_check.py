@@ -9,7 +9,9 @@ adapters to a numpy reference there).
    data/pretrained: its class probabilities on the validation texts equal `dtrain predict`'s.
 2. A random Llama (grouped-query attention, an untied head) trained with model.lora on all seven
    projections: PeftModel's logits give each line's mean loss as `dtrain predict` does.
-Both within 1e-5 relative (the worst printed)."""
+3. The same with model.lora.base_dtype bf16, against PeftModel over that Llama with its matrices
+   rounded to bf16 (the norms as they are).
+Each within 1e-5 relative (the worst printed)."""
 import json
 import os
 import sys
@@ -93,6 +95,35 @@ with torch.no_grad():
         moved = max(moved, abs(want - plain))
 check(worst <= 1e-5 and moved > 1e-3, "Llama (GQA), 7 projections: PeftModel's logits give dtrain predict's per-line "
       "losses within 1e-5 relative (worst %.2e; the adapters moved them by up to %.3f)" % (worst, moved))
+
+# ---- 3. the same with the frozen base kept in bf16 (model.lora.base_dtype): PEFT over the base
+# whose matrices are rounded to bf16 (the norms stay as they are) ----
+run16 = os.path.join(TMP, "llama-run16")
+dtrain("--config", cfg, "--set", "run.dir=" + run16, "--set", "training.max_steps=20", "--set", "optimizer.lr=1e-2",
+       "--set", "optimizer.warmup_steps=0", "--set", "model.lora.rank=4", "--set", "model.lora.alpha=8",
+       "--set", "model.lora.targets=[q, k, v, o, gate, up, down]", "--set", "model.lora.base_dtype=bf16",
+       "--set", "eval.every_steps=0", "--quiet")
+exp16 = os.path.join(TMP, "llama-peft16")
+dtrain("export", "--checkpoint", run16, "--format", "peft", "--out", exp16)
+out16 = os.path.join(TMP, "llama-pred16.jsonl")
+dtrain("predict", "--checkpoint", run16, "--input", tx, "--out", out16, "--set", "data.seq_len=64")
+got16 = [json.loads(l)["loss"] for l in open(out16)]
+base16 = AutoModelForCausalLM.from_pretrained(hf, torch_dtype=torch.float64).eval()
+with torch.no_grad():
+    for prm in base16.parameters():
+        if prm.dim() == 2:
+            prm.copy_(prm.to(torch.bfloat16).to(torch.float64))
+model16 = PeftModel.from_pretrained(base16, exp16).eval()
+worst16, off = 0.0, 0.0
+with torch.no_grad():
+    for t, g, g32 in zip(text, got16, got):
+        ids = torch.tensor([list(t.encode())])
+        want = float(torch.nn.functional.cross_entropy(model16(input_ids=ids[:, :-1]).logits[0], ids[0, 1:]))
+        worst16 = max(worst16, abs(g - want) / abs(want))
+        off = max(off, abs(g - g32))
+check(worst16 <= 1e-5 and off > 0, "Llama, the base in bf16: PeftModel over the base with its matrices rounded to "
+      "bf16 gives dtrain predict's per-line losses within 1e-5 relative (worst %.2e; %.2e from the fp32 base's run)"
+      % (worst16, off))
 if failures:
     sys.exit(1)
 print("peft_check: ok")
