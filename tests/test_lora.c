@@ -226,6 +226,12 @@ static void test_base16(void) {
     CHECK_INT_EQ(run_sync("b16-eval32", ev), 2);
     CHECK_STR_CONTAINS(err_text, "kept in bf16, but the model's frozen weights have digest");
     CHECK_STR_CONTAINS(err_text, "and model.lora.base_dtype be bf16");
+    /* fp32 products on cuda cannot read the bf16 base: refused before anything starts */
+    const char *cuda32[] = {"--config", "configs/finetune.yaml", "--set", LORA, "--set", "model.lora.base_dtype=bf16",
+                            "--set", "training.device=cuda", "--set", "training.precision=fp32", "--dry-run", NULL};
+    CHECK_INT_EQ(run_sync("b16-cuda-fp32", cuda32), 2);
+    CHECK_STR_CONTAINS(err_text, "model.lora.base_dtype: is bf16, which needs bf16 products on cuda, but "
+                                 "training.precision is fp32");
     const char *ev16[] = {"eval", "--config", cf, "--checkpoint", ck, NULL}; /* run.dir's config: the refused resume's
                                                                                     left it as it was */
     CHECK_INT_EQ(run_sync("b16-eval16", ev16), 0);

@@ -1105,6 +1105,10 @@ static dt_status validate_lora(load_ctx *c) {
                             "model.lora out)");
         return DT_OK;
     }
+    if (lo->base_bf16 && cfg->training.device == DT_DEVICE_CUDA && cfg->training.precision == DT_PREC_FP32)
+        return fail_key(c, key_index("model.lora.base_dtype"), "is bf16, which needs bf16 products on cuda, but "
+                        "training.precision is fp32 (hint: training.precision: bf16 or auto, or model.lora.base_dtype: "
+                        "fp32)");
     if (!lo->targets) lo->targets = dt_lora_default_targets(a);
     if (lo->targets & ~have)
         return fail_key(c, i_targets, "names %s, which model.type %s does not have (its projections: %s)",

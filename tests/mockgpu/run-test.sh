@@ -289,7 +289,7 @@ same_losses lora16-cpu lora16-bf16 1e-2 || { echo "FAIL  LoRA losses (the base i
 lora16_fp32_refused() {
     ! train lora16-fp32 configs/finetune.yaml "${LORA[@]}" --set training.device=cuda --set training.precision=fp32 \
         --set model.lora.base_dtype=bf16 >"$B/lora16-fp32.out" 2>&1 &&
-        grep -q 'model.lora.base_dtype: bf16 needs products of bf16 weights, which the cuda backend has only with bf16 products' \
+        grep -q 'model.lora.base_dtype: is bf16, which needs bf16 products on cuda, but training.precision is fp32' \
             "$B/lora16-fp32.out" "$B/runs/lora16-fp32"/*.log 2>/dev/null ||
         { echo "FAIL: fp32 products with the base in bf16 were not refused by name:"; cat "$B/lora16-fp32.out"; return 1; }
     echo "ok: refused by name"
