@@ -183,6 +183,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--base16")) base16 = v;
         else { fprintf(stderr, "unknown option %s\n", argv[i]); return 2; }
     }
+    if (base16 && !lora) { fprintf(stderr, "--base16 1 needs --lora R (the base it keeps in bf16 is LoRA's)\n"); return 2; }
     dt_backend *be;
     if (dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = threads}, &be) != DT_OK) { fprintf(stderr, "%s\n", dt_error_msg()); return 1; }
     char which[64];
