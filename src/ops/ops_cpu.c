@@ -9,7 +9,7 @@
  * (encoder_bwd, bias and LayerNorm weight gradients, scatter_add_rows, sumsq) are written
  * so that it does not: their results are bit-identical for any number of threads. So are the
  * matmuls: OpenBLAS's own threading is not (on AMD EPYC, 0.3.21, a product's values change with
- * the thread count), so each is split into blocks of result rows sized by the shape alone, one
+ * the thread count), so each is split into tiles of the result sized by the shape alone, one
  * single-threaded sgemm each, run in parallel by OpenMP (sgemm_rows).
  * exp (softmax, cross-entropy, GELU, SiLU) is an inlined polynomial (fast_expf, ~2e-7 relative)
  * so that those loops vectorize; GELU uses the exact identity 0.5(1 + tanh u) = 1/(1 + e^-2u).
@@ -40,8 +40,9 @@ typedef struct cpu_ctx {
 #define LN_EPS 1e-5f
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define EW_CHUNK 8192     /* elements per task in elementwise loops */
-#define GEMM_BLOCKS 16    /* the matmuls' partition: about this many blocks of result rows, */
-#define GEMM_ROWS 32      /* of at least this many rows (a function of the shape only) */
+#define GEMM_TILE 256     /* the matmuls' tiles of C have at least this many rows (and columns, when */
+#define GEMM_TILES 16     /* split by columns too); at most this many of them, and columns are split */
+#define GEMM_MIN_TILES 4  /* until there are this many (see sgemm_rows) */
 #define PANEL ((size_t)1 << 20) /* a bf16 weight is widened for its products in pieces of at most this
                                    many floats (4 MiB), whole columns of the output each */
 #define GEMM_WIDE_B ((size_t)1 << 22) /* a B of this many floats (16 MiB) and more than twice as many
@@ -62,6 +63,7 @@ typedef struct cpu_ctx {
 #endif
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline int imax(int a, int b) { return a > b ? a : b; }
 
 /* exp(x), relative error ~2e-7 (Cephes polynomial on [-ln2/2, ln2/2], then scaling by 2^n
  * through the exponent bits). Unlike libm's expf it inlines, so the loops that call it
@@ -139,19 +141,31 @@ static void colsum_add(float *dst, const float *src, int M, int N, int ld) {
     }
 }
 
-/* C(M,N) = alpha op(A)(M,K) op(B)(K,N) + beta C (row-major), as about GEMM_BLOCKS tiles of C
- * sized by the shape alone: blocks of rows, and when there are few rows (generation's single
- * token) blocks of columns too; a wide B (GEMM_WIDE_B) blocks of columns only. One sgemm a tile, single-threaded inside the parallel region
- * (OpenBLAS's OpenMP build), so every value is computed the same way for any number of threads. */
+static int pow2_floor(int n) { /* the largest power of two <= n, for n >= 1 */
+    int p = 1;
+    while (2 * p <= n) p *= 2;
+    return p;
+}
+
+/* C(M,N) = alpha op(A)(M,K) op(B)(K,N) + beta C (row-major), as tiles of C chosen by the shape
+ * alone. OpenBLAS packs all of B again for every tile of rows and all of A for every tile of
+ * columns, so tiles are large: blocks of at least GEMM_TILE rows, a power of two of them up to
+ * GEMM_TILES; then, if that makes fewer than GEMM_MIN_TILES, blocks of at least GEMM_TILE
+ * columns too. When A is small next to B (fewer than GEMM_TILE rows: generation's single token,
+ * LoRA's thin products; or a wide B, GEMM_WIDE_B, which is split by columns only) packing A again
+ * costs little, and columns are split up to GEMM_TILES tiles. Power-of-two counts share out
+ * evenly over 2, 4, 8 or 16 threads. One sgemm a tile, single-threaded inside the parallel
+ * region (OpenBLAS's OpenMP build), so every value is computed the same way for any number of
+ * threads. (docs/PERFORMANCE.md: 64-row tiles spent a fifth of a SmolLM2 step packing.) */
 static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda,
                        const float *B, int ldb, float beta, float *C, int ldc) {
-    int rows = (M + GEMM_BLOCKS - 1) / GEMM_BLOCKS;
-    rows = rows < GEMM_ROWS ? GEMM_ROWS : (rows + 15) / 16 * 16;
-    if ((size_t)K * N >= GEMM_WIDE_B && N > 2 * M) rows = M; /* B much the larger: tiles of columns only */
-    const int nr = (M + rows - 1) / rows;
-    int ncb = nr >= GEMM_BLOCKS ? 1 : imin(GEMM_BLOCKS / nr, N / 256);
-    if (ncb < 1) ncb = 1;
-    const int cols = ((N + ncb - 1) / ncb + 15) / 16 * 16, nc = (N + cols - 1) / cols;
+    const int wide = (size_t)K * N >= GEMM_WIDE_B && N > 2 * M; /* B much the larger: tiles of columns only */
+    int nr = wide ? 1 : imin(pow2_floor(imax(M / GEMM_TILE, 1)), GEMM_TILES);
+    const int rows = nr == 1 ? M : ((M + nr - 1) / nr + 15) / 16 * 16;
+    nr = (M + rows - 1) / rows;
+    const int want = wide || M < GEMM_TILE ? GEMM_TILES : GEMM_MIN_TILES;
+    const int ncb = imin(pow2_floor(imax(N / GEMM_TILE, 1)), imax(want / nr, 1));
+    const int cols = ncb == 1 ? N : ((N + ncb - 1) / ncb + 15) / 16 * 16, nc = (N + cols - 1) / cols;
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < nr * nc; t++) {
         const int r0 = (t / nc) * rows, m = imin(rows, M - r0), c0 = (t % nc) * cols, n = imin(cols, N - c0);
