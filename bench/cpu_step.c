@@ -21,7 +21,8 @@
  * Prints ms/step (mean, best and median), tokens/s, model FLOPs/s (6N + 12LAT per token, see
  * dt_model_flops_per_token) and that as a fraction of the sgemm peak: the best cblas_sgemm rate
  * over 1024^3, 2048^3 and the model's own matmul shapes, measured in the same run with the same
- * threads. The last line is JSON ({"ms_per_step": median, ...}) for bench/llama_vs_torch.sh. */
+ * threads. The last line is JSON ({"ms_per_step": median, ..., "peak_gflops", "peak_share": the
+ * median step's share of that peak}) for bench/llama_vs_torch.sh and bench/cpu_vs_torch.sh. */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -261,8 +262,10 @@ int main(int argc, char **argv) {
            100.0 * flops / mean / peak);
     printf("model FLOPs/s (best step):        %8.1f GFLOP/s = %.1f%% of sgemm peak\n", flops / best / 1e9,
            100.0 * flops / best / peak);
-    printf("{\"ms_per_step\": %.2f, \"ms_best\": %.2f, \"ms_mean\": %.2f, \"tokens_per_s\": %.1f, \"params\": %zu}\n",
-           median * 1e3, best * 1e3, mean * 1e3, tokens / median, dt_model_num_params(m));
+    printf("{\"ms_per_step\": %.2f, \"ms_best\": %.2f, \"ms_mean\": %.2f, \"tokens_per_s\": %.1f, \"params\": %zu, "
+           "\"peak_gflops\": %.1f, \"peak_share\": %.4f}\n",
+           median * 1e3, best * 1e3, mean * 1e3, tokens / median, dt_model_num_params(m), peak / 1e9,
+           flops / median / peak);
     free(tok); free(tgt); free(segs); free(each);
     dt_optim_free(o);
     dt_model_free(m);
