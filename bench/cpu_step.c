@@ -4,13 +4,15 @@
  *
  *   bench_cpu_step [--threads N] [--steps K] [--B 8 --T 256 --L 4 --C 256 --H 4 --V 256]
  *                  [--arch llama --KV 2 --F 512 --hs 0 --tied 1]   (--smollm2: SmolLM2-135M's shape)
- *                  [--products 1] [--lora R [--base16 1]]
+ *                  [--products 1] [--lora R [--base16 1]] [--bf16 1]
  *
  * --lora R: model.lora of rank R (alpha 2R) on every projection of the architecture (Llama: q, k,
  * v, o, gate, up, down): the base frozen, AdamW over the adapters; the FLOPs and "% of peak"
  * lines still count a full step's 6N (a LoRA step skips the frozen weights' gradients).
  * --base16 1: with it, model.lora.base_dtype bf16 (the frozen matrices kept in bf16, widened for
  * each product).
+ * --bf16 1: training.precision bf16, the weight products with bf16 inputs (oneDNN; the CPU needs
+ * AVX512-BF16 or AMX); "% of sgemm peak" is still of the fp32 peak.
  *
  * --products 1: instead of steps, every weight product of one layer and the head, forward, input
  * gradient and weight gradient, through the backend (its thread-invariant tiles, ops_cpu.c
@@ -156,7 +158,7 @@ static void products(const dt_backend *be, int threads, int reps, int BT, int C,
 
 int main(int argc, char **argv) {
     int threads = 2, steps = 10, B = 8, T = 256, L = 4, C = 256, H = 4, V = 256, llama = 0, KV = 0, F = 0, hs = 0, tied = 1;
-    int by_product = 0, lora = 0, base16 = 0;
+    int by_product = 0, lora = 0, base16 = 0, bf16 = 0;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--smollm2")) { /* SmolLM2-135M: 30 layers of 576, 9 heads on 3, SwiGLU of 1536 */
             llama = 1, V = 49152, L = 30, C = 576, H = 9, KV = 3, F = 1536, hs = 64, tied = 1, B = 4, T = 256;
@@ -182,11 +184,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--products")) by_product = v;
         else if (!strcmp(argv[i], "--lora")) lora = v;
         else if (!strcmp(argv[i], "--base16")) base16 = v;
+        else if (!strcmp(argv[i], "--bf16")) bf16 = v;
         else { fprintf(stderr, "unknown option %s\n", argv[i]); return 2; }
     }
     if (base16 && !lora) { fprintf(stderr, "--base16 1 needs --lora R (the base it keeps in bf16 is LoRA's)\n"); return 2; }
     dt_backend *be;
-    if (dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = threads}, &be) != DT_OK) { fprintf(stderr, "%s\n", dt_error_msg()); return 1; }
+    if (dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = threads, .precision = bf16 ? 1 : 0}, &be) != DT_OK) { fprintf(stderr, "%s\n", dt_error_msg()); return 1; }
     char which[64];
     double peak = sgemm_peak(B * T, C, llama ? F : 4 * C, which, sizeof which);
     if (by_product) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# cpu_vs_torch.sh [--rounds R] [--steps K] [--python PY] [--bin DIR] [--threads N] — dtrain's CPU
-# training step (build/bench_cpu_step, fp32) against PyTorch eager's on the same model shape, in
+# cpu_vs_torch.sh [--rounds R] [--steps K] [--python PY] [--bin DIR] [--threads N] [--bf16] — dtrain's
+# CPU training step (build/bench_cpu_step, fp32) against PyTorch eager's on the same model shape, in
 # the same run, interleaved: each round runs, shape after shape, dtrain then torch. The shapes:
 #   small    GPT-2 V=256 T=256 L=4 C=256 H=4 B=8       (bench_cpu_step's default)
 #   wide     GPT-2 V=50257 T=256 L=6 C=384 H=6 B=4     (a real vocabulary's head)
@@ -12,10 +12,11 @@
 # of its share of the sgemm peak (measured by bench_cpu_step in each run), of torch's median step,
 # and the ratio torch / dtrain (> 1: dtrain faster). PY: a python with torch and transformers
 # (default python3). DIR: the build directory (default build). SHAPES (environment): the shapes to
-# run, default "small wide smollm2 finetune".
+# run, default "small wide smollm2 finetune". --bf16: both with bf16 products (dtrain: bench_cpu_step
+# --bf16 1, training.precision bf16; torch: the step under CPU bf16 autocast, --cpu-bf16 / --bf16).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROUNDS=3 STEPS=5 PY=python3 BIN=build THREADS=2
+ROUNDS=3 STEPS=5 PY=python3 BIN=build THREADS=2 BF16=0
 SHAPES=${SHAPES:-small wide smollm2 finetune}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -24,6 +25,7 @@ while [ $# -gt 0 ]; do
     --python) PY=$2; shift 2 ;;
     --bin) BIN=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
+    --bf16) BF16=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "cpu_vs_torch.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -41,11 +43,13 @@ dtrain_args() { # SHAPE
   esac
 }
 torch_cmd() { # SHAPE STEPS
+  local g="" l=""
+  [ "$BF16" = 1 ] && g=--cpu-bf16 l=--bf16
   case "$1" in
-    small) echo "bench/torch_gpt2.py --device cpu --vocab 256 --seq 256 --layers 4 --embd 256 --heads 4 --batch 8 --warmup 2 --steps $2" ;;
-    wide) echo "bench/torch_gpt2.py --device cpu --vocab 50257 --seq 256 --layers 6 --embd 384 --heads 6 --batch 4 --warmup 2 --steps $2" ;;
-    smollm2) echo "bench/torch_llama.py --threads $THREADS --warmup 2 --steps $2" ;;
-    finetune) echo "bench/torch_gpt2.py --device cpu --vocab 1025 --seq 32 --layers 2 --embd 64 --heads 4 --batch 32 --warmup 20 --steps $2" ;;
+    small) echo "bench/torch_gpt2.py --device cpu --vocab 256 --seq 256 --layers 4 --embd 256 --heads 4 --batch 8 --warmup 2 --steps $2 $g" ;;
+    wide) echo "bench/torch_gpt2.py --device cpu --vocab 50257 --seq 256 --layers 6 --embd 384 --heads 6 --batch 4 --warmup 2 --steps $2 $g" ;;
+    smollm2) echo "bench/torch_llama.py --threads $THREADS --warmup 2 --steps $2 $l" ;;
+    finetune) echo "bench/torch_gpt2.py --device cpu --vocab 1025 --seq 32 --layers 2 --embd 64 --heads 4 --batch 32 --warmup 20 --steps $2 $g" ;;
   esac
 }
 steps_for() { case "$1" in finetune) echo $((STEPS * 20)) ;; *) echo "$STEPS" ;; esac; } # a 10 ms step: more of them
@@ -56,7 +60,7 @@ for r in $(seq "$ROUNDS"); do
   for s in $SHAPES; do
     n=$(steps_for "$s")
     # shellcheck disable=SC2046
-    a=$(OMP_NUM_THREADS=$THREADS "$BIN/bench_cpu_step" $(dtrain_args "$s") --threads "$THREADS" --steps "$n" | tail -1)
+    a=$(OMP_NUM_THREADS=$THREADS "$BIN/bench_cpu_step" $(dtrain_args "$s") --threads "$THREADS" --steps "$n" --bf16 "$BF16" | tail -1)
     # shellcheck disable=SC2046
     b=$(OMP_NUM_THREADS=$THREADS "$PY" $(torch_cmd "$s" "$n") 2>/dev/null | tail -1)
     echo "round $r $s: dtrain $a"

@@ -45,6 +45,8 @@ def parse_args(argv=None):
     ap.add_argument("--warmup", type=int, default=10, help="untimed steps first (default 10)")
     ap.add_argument("--steps", type=int, default=30, help="timed steps (default 30)")
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke test of the script)")
+    ap.add_argument("--cpu-bf16", action="store_true",
+                    help="on cpu, the step under bf16 autocast (against dtrain's training.precision: bf16 there)")
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--task", choices=("lm", "cls"), default="lm",
                     help="lm: next-token loss (default); cls: 2-label classification at the last position")
@@ -166,10 +168,10 @@ def main(argv=None):
 
     def step(i):
         x, y = pool[i % len(pool)]
-        if cuda:
+        if cuda or a.cpu_bf16:
             with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
                 loss = run(x, y)
-        else:  # fp32, as dtrain's CPU backend
+        else:  # fp32, as dtrain's CPU backend by default
             loss = run(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -198,7 +200,7 @@ def main(argv=None):
         "mode": a.mode, "ms_per_step": round(ms, 3), "tokens_per_s": round(a.batch * a.seq / (ms / 1e3), 1),
         "ms_min": round(min(times), 3), "ms_max": round(max(times), 3),
         "ms_p90": round(sorted(times)[min(len(times) - 1, int(0.9 * len(times)))], 3), "steps": a.steps, "warmup": a.warmup,
-        "task": a.task, "threads": torch.get_num_threads(),
+        "task": a.task, "threads": torch.get_num_threads(), "cpu_bf16": a.cpu_bf16,
         "batch": a.batch, "seq": a.seq, "n_params": n_params, "loss": round(float(loss), 4) if loss is not None else None,
         "fused_adamw": fused, "torch": torch.__version__,
         "device": torch.cuda.get_device_name(dev) if cuda else "cpu",

@@ -10,11 +10,12 @@ times dtrain's against. Runs --warmup steps, then --steps steps, and prints one 
 
 with the median step. Without torch and transformers: {"skipped": "..."} and exit 0.
 
-    python bench/torch_llama.py [--batch 4] [--seq 256] [--threads 2] [--warmup 2] [--steps 5] [--lora R]
+    python bench/torch_llama.py [--batch 4] [--seq 256] [--threads 2] [--warmup 2] [--steps 5] [--lora R] [--bf16]
 
 --lora R: PEFT's LoRA of rank R (lora_alpha 2R, no dropout) on q, k, v, o, gate, up and down
 (get_peft_model: the base frozen), AdamW and clipping over the adapters: what bench_cpu_step
---lora R times.
+--lora R times. --bf16: the forward under torch.autocast(cpu, bfloat16), what bench_cpu_step --bf16 1
+is compared with.
 """
 import argparse
 import json
@@ -29,6 +30,7 @@ ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--warmup", type=int, default=2)
 ap.add_argument("--steps", type=int, default=5)
 ap.add_argument("--lora", type=int, default=0)
+ap.add_argument("--bf16", action="store_true", help="the forward under CPU bf16 autocast (dtrain: training.precision bf16)")
 a = ap.parse_args()
 try:
     import torch
@@ -60,7 +62,8 @@ times = []
 for k in range(a.warmup + a.steps):
     t0 = time.perf_counter()
     opt.zero_grad(set_to_none=False)
-    logits = model(input_ids=x).logits
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=a.bf16):
+        logits = model(input_ids=x).logits
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size), y.reshape(-1))
     loss.backward()
     torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -73,4 +76,4 @@ med = statistics.median(times)
 print(json.dumps({"ms_per_step": round(med * 1e3, 2), "ms_best": round(min(times) * 1e3, 2),
                   "tokens_per_s": round(a.batch * a.seq / med, 1), "torch": torch.__version__, "threads": a.threads,
                   "params": sum(p.numel() for p in model.parameters()), "trainable": sum(p.numel() for p in params),
-                  "peft": __import__("peft").__version__ if a.lora else None}))
+                  "peft": __import__("peft").__version__ if a.lora else None, "bf16": a.bf16}))

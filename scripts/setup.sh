@@ -30,6 +30,7 @@ declare -A need=(
   [libssl-dev]=/usr/include/openssl/hmac.h  # HMAC-SHA256 for the rendezvous secret (libcrypto)
   [libpcre2-dev]=/usr/include/pcre2.h      # the BPE tokenizer's pre-tokenization (Unicode categories)
   [libutf8proc-dev]=/usr/include/utf8proc.h # ... and a tokenizer.json's Unicode normalizer (NFC)
+  [libdnnl-dev]=/usr/include/oneapi/dnnl/dnnl.h # oneDNN: training.precision bf16 on CPUs with AVX512-BF16/AMX
 )
 if [ "${DTRAIN_TEST_TOOLS:-0}" = 1 ]; then
   need[python3]=/usr/bin/python3

@@ -21,6 +21,7 @@
  * Determinism checks are bit-exact (memcmp). */
 #include "check.h"
 #include "dtrain/backend.h"
+#include "dtrain/bf16.h"
 
 #include <stdint.h>
 
@@ -1119,6 +1120,76 @@ static void test_thread_invariance(void) {
     be->ops->set_threads(be->ctx, 2);
 }
 
+/* training.precision bf16 (oneDNN, where the CPU has AVX512-BF16 or AMX): matmul_fwd and
+ * matmul_bwd multiply their inputs rounded to bf16 with fp32 accumulation. Against the fp32
+ * backend on inputs rounded beforehand: equal within fp32 rounding (the sums' order differs);
+ * 1 and 2 threads bit for bit; a product with fewer than 256 rows of output runs in fp32, exactly
+ * as the fp32 backend's. Where the CPU or the build has none, open refuses, naming why, and the
+ * rest is skipped (said on stdout). */
+static void test_bf16_products(void) {
+    dt_backend_cfg bc = {.threads = 2, .precision = 1};
+    dt_backend *b16 = NULL;
+    if (dt_backend_open(DT_DEVICE_CPU, &bc, &b16) != DT_OK) {
+        printf("test_ops_cpu: bf16 products not tested: %s\n", dt_error_msg());
+        CHECK(strstr(dt_error_msg(), "needs AVX512-BF16 or AMX") || strstr(dt_error_msg(), "built without it"));
+        return;
+    }
+    /* (M, K, N): 4 tiles of rows; one tile with the weight gradient's 300 rows in bf16; 257 rows
+     * of a transposed weight's gradient; and a product too small for bf16 */
+    const int shapes[][3] = {{1024, 96, 80}, {512, 300, 64}, {300, 128, 257}, {100, 64, 64}};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
+        const int M = shapes[sh][0], K = shapes[sh][1], N = shapes[sh][2];
+        for (int wt = 0; wt < 2; wt++) {
+            const size_t nmk = (size_t)M * K, nkn = (size_t)K * N, nmn = (size_t)M * N;
+            float *inp = frandom(nmk, 1.0f), *w = frandom(nkn, 0.1f), *bias = frandom((size_t)N, 0.1f);
+            float *dout = frandom(nmn, 1.0f), *dw0 = frandom(nkn, 0.1f);
+            float *r_inp = fcopy(inp, nmk), *r_w = fcopy(w, nkn), *r_dout = fcopy(dout, nmn);
+            dt_bf16_round_all(r_inp, nmk), dt_bf16_round_all(r_w, nkn), dt_bf16_round_all(r_dout, nmn);
+            /* references from the fp32 backend: [0] on the rounded inputs, [1] on the inputs as they are */
+            float *out_r[2], *dinp_r[2], *dw_r[2], *out[2], *dinp[2], *dw[2];
+            for (int r = 0; r < 2; r++) {
+                out_r[r] = falloc(nmn), dinp_r[r] = falloc(nmk), dw_r[r] = fcopy(dw0, nkn);
+                be->ops->matmul_fwd(be->ctx, A(out_r[r]), A(r ? inp : r_inp), r ? w : r_w, bias, M, K, N, N, wt);
+                be->ops->matmul_bwd(be->ctx, A(dinp_r[r]), dw_r[r], NULL, A(r ? dout : r_dout), A(r ? inp : r_inp),
+                                    r ? w : r_w, M, K, N, N, wt);
+            }
+            for (int t = 0; t < 2; t++) { /* 1 thread, then 2 */
+                b16->ops->set_threads(b16->ctx, t + 1);
+                out[t] = falloc(nmn), dinp[t] = falloc(nmk), dw[t] = fcopy(dw0, nkn);
+                b16->ops->matmul_fwd(b16->ctx, A(out[t]), A(inp), w, bias, M, K, N, N, wt);
+                b16->ops->matmul_bwd(b16->ctx, A(dinp[t]), dw[t], NULL, A(dout), A(inp), w, M, K, N, N, wt);
+            }
+            CHECK(memcmp(out[0], out[1], nmn * sizeof(float)) == 0);
+            CHECK(memcmp(dinp[0], dinp[1], nmk * sizeof(float)) == 0);
+            CHECK(memcmp(dw[0], dw[1], nkn * sizeof(float)) == 0);
+            /* the rows of each product's output: which reference it matches */
+            const int fwd16 = M >= 256, dw16 = (wt ? N : K) >= 256;
+            const float *ro = out_r[!fwd16], *ri = dinp_r[!fwd16], *rw = dw_r[!dw16];
+            for (size_t i = 0; i < nmn; i++) {
+                if (fwd16) CHECK_NEAR_REL(out[1][i], ro[i], 1e-5, 0.1);
+                else CHECK(out[1][i] == ro[i]);
+            }
+            for (size_t i = 0; i < nmk; i++) {
+                if (fwd16) CHECK_NEAR_REL(dinp[1][i], ri[i], 1e-5, 0.1);
+                else CHECK(dinp[1][i] == ri[i]);
+            }
+            for (size_t i = 0; i < nkn; i++) {
+                if (dw16) CHECK_NEAR_REL(dw[1][i], rw[i], 1e-5, 1.0);
+                else CHECK(dw[1][i] == rw[i]);
+            }
+            /* and bf16 is not fp32: somewhere the rounded inputs moved an output */
+            if (fwd16) CHECK(memcmp(out[1], out_r[1], nmn * sizeof(float)) != 0);
+            for (int r = 0; r < 2; r++)
+                bfree(out_r[r]), bfree(dinp_r[r]), bfree(dw_r[r]), bfree(out[r]), bfree(dinp[r]), bfree(dw[r]);
+            bfree(inp), bfree(w), bfree(bias), bfree(dout), bfree(dw0), bfree(r_inp), bfree(r_w), bfree(r_dout);
+        }
+    }
+    dt_backend_desc d;
+    b16->ops->describe(b16->ctx, &d);
+    CHECK_STR_CONTAINS(d.per_worker, "bf16 products");
+    dt_backend_close(b16);
+}
+
 int main(void) {
     /* two threads, unless OMP_NUM_THREADS says otherwise (valgrind runs use 1) */
     dt_backend_cfg bc = {.threads = getenv("OMP_NUM_THREADS") ? 0 : 2};
@@ -1135,6 +1206,7 @@ int main(void) {
     test_rope();
     test_swiglu();
     test_thread_invariance();
+    test_bf16_products();
     test_gelu_add();
     test_xent();
     test_gather_scatter();

@@ -1220,7 +1220,7 @@ static dt_status validate(load_ctx *c) {
     dt_config *cfg = c->cfg;
     int i_train = key_index("data.train_path"),
         i_dev = key_index("training.device"), i_res = key_index("training.resources_per_worker.gpu"),
-        i_prec = key_index("training.precision"), i_comm = key_index("training.communication_backend"),
+        i_comm = key_index("training.communication_backend"),
         i_labels = key_index("model.num_labels"), i_vocab = key_index("model.vocab_size"),
         i_embd = key_index("model.n_embd"), i_head = key_index("model.n_head"),
         i_pos = key_index("model.n_positions"), i_dir = key_index("run.dir");
@@ -1249,9 +1249,6 @@ static dt_status validate(load_ctx *c) {
     if (cfg->training.device == DT_DEVICE_CUDA && cfg->training.gpus_per_worker != 1)
         return fail_key(c, i_res, "expected 1 when training.device is cuda, got %s (hint: one GPU per worker)",
                         show_key(cfg, i_res, 1, &g));
-    if (cfg->training.device == DT_DEVICE_CPU && cfg->training.precision == DT_PREC_BF16)
-        return fail_key(c, i_prec, "expected fp32 or auto when training.device is cpu, got \"bf16\" (hint: "
-                                   "use precision: fp32 on CPU)");
     if (cfg->training.device == DT_DEVICE_CPU && cfg->training.comm == DT_COMM_NCCL)
         return fail_key(c, i_comm, "expected collective, auto, shm, mpi or tcp when training.device is cpu, got \"nccl\" "
                                    "(hint: NCCL needs GPUs)");

@@ -18,6 +18,8 @@
  * after init except through alloc. */
 #include "dtrain/ops.h"
 
+#include "dtrain/bf16.h"
+
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -25,11 +27,37 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef DT_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+#ifdef DT_HAVE_DNNL
+/* one oneDNN matmul: C(m,n) (+)= A(m,k) B(k,n), A and B bf16 and dense (B stored (k,n), or (n,k)
+ * when b_trans), C fp32 with rows ldc apart; made for one thread (see mm16_get) */
+typedef struct mm16 {
+    int m, n, k, b_trans, ldc, acc;
+    dnnl_primitive_t prim;
+    size_t scratch; /* bytes of its scratchpad (user-managed: one per thread) */
+} mm16;
+#define MM16_MAX 512 /* primitives kept: a model's products come in a few dozen shapes */
+#endif
 
 typedef struct cpu_ctx {
     int threads;  /* as opened with; <= 0: library defaults */
     float *panel; /* model.lora.base_dtype bf16: a piece of a bf16 weight widened (reserve), panel_n floats */
     size_t panel_n;
+    int bf16;     /* training.precision bf16: matmul_fwd/bwd's products with bf16 inputs (gemm16) */
+#ifdef DT_HAVE_DNNL
+    dnnl_engine_t eng;
+    int slots;               /* threads the streams and scratchpads below serve */
+    dnnl_stream_t *streams;  /* one per thread */
+    unsigned char **scratch; /* one per thread, scratch_n bytes each */
+    size_t scratch_n;
+    uint16_t *a16, *b16;     /* a product's inputs rounded to bf16, a16_n and b16_n elements */
+    size_t a16_n, b16_n;
+    mm16 mm[MM16_MAX];
+    int n_mm;
+#endif
 } cpu_ctx;
 
 #define ALIGN 64          /* alloc alignment (one cache line, AVX-512 friendly) */
@@ -173,6 +201,183 @@ static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int
         const float *bp = tb == CblasNoTrans ? B + c0 : B + (size_t)c0 * ldb;
         cblas_sgemm(CblasRowMajor, ta, tb, m, n, K, alpha, a, lda, bp, ldb, beta, C + (size_t)r0 * ldc + c0, ldc);
     }
+}
+
+#ifdef DT_HAVE_DNNL
+/* ---- bf16 products (training.precision: bf16): oneDNN's matmul, on AMX or AVX512-BF16 ----
+ * A product's inputs are rounded to bf16 (to nearest even, as dt_float_to_bf16) into dense
+ * copies and multiplied with fp32 accumulation into its fp32 output. The output's rows are split
+ * as sgemm_rows splits them (by the shape alone), each tile one primitive made for one thread
+ * and run on the thread of its tile, so the values do not depend on the thread count. Products
+ * with fewer than GEMM_TILE rows, and any that oneDNN refuses, run in fp32 (sgemm_rows). */
+
+/* *buf holds at least want elements of size el (grown, 64-byte aligned; contents not kept) */
+static int grow(void **buf, size_t *n, size_t want, size_t el) {
+    if (want <= *n) return 1;
+    void *p = NULL;
+    if (posix_memalign(&p, ALIGN, want * el)) return 0;
+    free(*buf);
+    *buf = p;
+    *n = want;
+    return 1;
+}
+
+/* dst(rows, cols), dense = bf16 of src(rows, cols) with rows ld apart; trans: of src(cols, rows)
+ * transposed (32 x 32 blocks) */
+static void pack16(uint16_t *dst, const float *src, int rows, int cols, int ld, int trans) {
+    if (!trans) {
+#pragma omp parallel for schedule(static) if ((size_t)rows * cols >= PAR_MIN)
+        for (int i = 0; i < rows; i++) dt_bf16_pack(dst + (size_t)i * cols, src + (size_t)i * ld, (size_t)cols);
+        return;
+    }
+    const int nb = (rows + 31) / 32;
+#pragma omp parallel for schedule(static) if ((size_t)rows * cols >= PAR_MIN)
+    for (int b = 0; b < nb; b++) {
+        const int i1 = imin(rows, 32 * b + 32);
+        for (int j0 = 0; j0 < cols; j0 += 32)
+            for (int i = 32 * b; i < i1; i++) {
+                const int j1 = imin(cols, j0 + 32);
+                for (int j = j0; j < j1; j++) dst[(size_t)i * cols + j] = dt_float_to_bf16(src[(size_t)j * ld + i]);
+            }
+    }
+}
+
+/* the primitive for C(m,n) (+ C when acc) = A(m,k) B(k,n), made on first use; NULL if oneDNN
+ * refuses it or the table is full. Made with OpenMP's thread count at 1: oneDNN plans a
+ * primitive's work for the threads it sees then, and each runs inside one tile's thread. */
+static const mm16 *mm16_get(cpu_ctx *cx, int m, int n, int k, int b_trans, int ldc, int acc) {
+    for (int i = 0; i < cx->n_mm; i++) {
+        const mm16 *p = &cx->mm[i];
+        if (p->m == m && p->n == n && p->k == k && p->b_trans == b_trans && p->ldc == ldc && p->acc == acc) return p;
+    }
+    if (cx->n_mm == MM16_MAX) return NULL;
+    dnnl_memory_desc_t a, b, c;
+    dnnl_dims_t ad = {m, k}, bd = {k, n}, cd = {m, n};
+    dnnl_dims_t as = {k, 1}, bs = {b_trans ? 1 : n, b_trans ? k : 1}, cs = {ldc, 1};
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_t prim = NULL;
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    int ok = dnnl_memory_desc_init_by_strides(&a, 2, ad, dnnl_bf16, as) == dnnl_success &&
+             dnnl_memory_desc_init_by_strides(&b, 2, bd, dnnl_bf16, bs) == dnnl_success &&
+             dnnl_memory_desc_init_by_strides(&c, 2, cd, dnnl_f32, cs) == dnnl_success &&
+             dnnl_matmul_desc_init(&md, &a, &b, NULL, &c) == dnnl_success &&
+             dnnl_primitive_attr_create(&attr) == dnnl_success &&
+             dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
+    if (ok && acc)
+        ok = dnnl_post_ops_create(&po) == dnnl_success && dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
+             dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+    ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, cx->eng, NULL) == dnnl_success &&
+         dnnl_primitive_create(&prim, pd) == dnnl_success;
+    omp_set_num_threads(threads);
+    const dnnl_memory_desc_t *sp = ok ? dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0) : NULL;
+    if (ok) cx->mm[cx->n_mm] = (mm16){m, n, k, b_trans, ldc, acc, prim, sp ? dnnl_memory_desc_get_size(sp) : 0};
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    return ok ? &cx->mm[cx->n_mm++] : NULL;
+}
+
+/* a stream and scratch_n bytes of scratchpad for each of the threads OpenMP would start now */
+static int slots_ready(cpu_ctx *cx, size_t scratch) {
+    const int want = omp_get_max_threads();
+    if (want > cx->slots) {
+        dnnl_stream_t *st = realloc(cx->streams, (size_t)want * sizeof *st);
+        if (st) cx->streams = st;
+        unsigned char **sc = realloc(cx->scratch, (size_t)want * sizeof *sc);
+        if (sc) cx->scratch = sc;
+        if (!st || !sc) return 0;
+        for (; cx->slots < want; cx->slots++) {
+            cx->scratch[cx->slots] = NULL;
+            if (dnnl_stream_create(&cx->streams[cx->slots], cx->eng, dnnl_stream_default_flags) != dnnl_success)
+                return 0;
+            if (cx->scratch_n && posix_memalign((void **)&cx->scratch[cx->slots], ALIGN, cx->scratch_n)) {
+                dnnl_stream_destroy(cx->streams[cx->slots]);
+                return 0;
+            }
+        }
+    }
+    if (scratch > cx->scratch_n) {
+        for (int i = 0; i < cx->slots; i++) {
+            free(cx->scratch[i]);
+            cx->scratch[i] = NULL;
+        }
+        cx->scratch_n = 0;
+        for (int i = 0; i < cx->slots; i++)
+            if (posix_memalign((void **)&cx->scratch[i], ALIGN, scratch)) return 0;
+        cx->scratch_n = scratch;
+    }
+    return 1;
+}
+
+/* one tile's product on the calling thread; 0 if oneDNN failed */
+static int mm16_run(const cpu_ctx *cx, const mm16 *p, const uint16_t *a, const uint16_t *b, float *c) {
+    const int slot = omp_get_thread_num();
+    const dnnl_memory_desc_t *md[4];
+    dnnl_memory_t mem[4] = {NULL, NULL, NULL, NULL};
+    const_dnnl_primitive_desc_t pd = NULL;
+    if (dnnl_primitive_get_primitive_desc(p->prim, &pd) != dnnl_success) return 0;
+    md[0] = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+    md[1] = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    md[2] = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    md[3] = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    void *ptr[4] = {(void *)a, (void *)b, c, cx->scratch ? cx->scratch[slot] : NULL};
+    const int arg[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD};
+    dnnl_exec_arg_t args[4];
+    int ok = 1, n = 0;
+    for (int i = 0; i < 4 && ok; i++) {
+        if (i == 3 && !p->scratch) break;
+        ok = md[i] && dnnl_memory_create(&mem[i], md[i], cx->eng, ptr[i]) == dnnl_success;
+        args[n++] = (dnnl_exec_arg_t){arg[i], mem[i]};
+    }
+    ok = ok && dnnl_primitive_execute(p->prim, cx->streams[slot], n, args) == dnnl_success &&
+         dnnl_stream_wait(cx->streams[slot]) == dnnl_success;
+    for (int i = 0; i < 4; i++)
+        if (mem[i]) dnnl_memory_destroy(mem[i]);
+    return ok;
+}
+
+/* C(M,N) = op(A)(M,K) op(B)(K,N) + beta C (beta 0 or 1) with bf16 inputs; 0 (C untouched) where
+ * it runs in fp32 instead */
+static int gemm16(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda,
+                  const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M < GEMM_TILE) return 0;
+    const int nr0 = imin(pow2_floor(M / GEMM_TILE), GEMM_TILES);
+    const int rows = nr0 == 1 ? M : ((M + nr0 - 1) / nr0 + 15) / 16 * 16, nr = (M + rows - 1) / rows;
+    const int last = M - (nr - 1) * rows, acc = beta != 0.0f, bt = tb != CblasNoTrans;
+    const mm16 *full = mm16_get(cx, rows, N, K, bt, ldc, acc);
+    const mm16 *tail = last == rows ? full : mm16_get(cx, last, N, K, bt, ldc, acc);
+    if (!full || !tail || !slots_ready(cx, full->scratch > tail->scratch ? full->scratch : tail->scratch) ||
+        !grow((void **)&cx->a16, &cx->a16_n, (size_t)M * K, sizeof(uint16_t)) ||
+        !grow((void **)&cx->b16, &cx->b16_n, (size_t)K * N, sizeof(uint16_t)))
+        return 0;
+    pack16(cx->a16, A, M, K, lda, ta != CblasNoTrans);
+    pack16(cx->b16, B, bt ? N : K, bt ? K : N, ldb, 0);
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad)
+    for (int t = 0; t < nr; t++)
+        bad |= !mm16_run(cx, t == nr - 1 ? tail : full, cx->a16 + (size_t)t * rows * K, cx->b16,
+                         C + (size_t)t * rows * ldc);
+    if (bad) { /* C is partly written: nothing to fall back to */
+        fprintf(stderr, "dtrain: oneDNN failed running a bf16 product (%d x %d x %d); stopping\n", M, K, N);
+        abort();
+    }
+    return 1;
+}
+#endif
+
+/* a weight product: C(M,N) = op(A) op(B) + beta C, in bf16 where training.precision asks for it */
+static void weight_gemm(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
+                        int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+#ifdef DT_HAVE_DNNL
+    if (cx->bf16 && gemm16(cx, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc)) return;
+#else
+    (void)cx;
+#endif
+    sgemm_rows(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* ---- encoder ---- */
@@ -393,8 +598,8 @@ static void cpu_matmul_fwd(void *ctx, dt_act *out_, const dt_act *inp_, const fl
     float *out = (float *)out_;
     const float *inp = (const float *)inp_;
     const float beta = bias_rows(out, bias, M, N, ldo);
-    sgemm_rows(CblasNoTrans, w_trans ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, inp, K, w, w_trans ? K : N, beta, out,
-               ldo);
+    weight_gemm(ctx, CblasNoTrans, w_trans ? CblasTrans : CblasNoTrans, M, N, K, inp, K, w, w_trans ? K : N, beta, out,
+                ldo);
 }
 
 static void cpu_matmul_bwd(void *ctx, dt_act *dinp_, float *dw, float *dbias, const dt_act *dout_,
@@ -403,13 +608,13 @@ static void cpu_matmul_bwd(void *ctx, dt_act *dinp_, float *dw, float *dbias, co
     const float *dout = (const float *)dout_;
     const float *inp = (const float *)inp_;
     if (dinp) /* dinp(M,K) = dout(M,N) @ W^T */
-        sgemm_rows(CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N, 1.0f, dout, ldo, w, w_trans ? K : N, 0.0f,
-                   dinp, K);
+        weight_gemm(ctx, CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N, dout, ldo, w, w_trans ? K : N,
+                    0.0f, dinp, K);
     if (dw) {
         if (w_trans) /* dW(N,K) += dout^T @ inp */
-            sgemm_rows(CblasTrans, CblasNoTrans, N, K, M, 1.0f, dout, ldo, inp, K, 1.0f, dw, K);
+            weight_gemm(ctx, CblasTrans, CblasNoTrans, N, K, M, dout, ldo, inp, K, 1.0f, dw, K);
         else /* dW(K,N) += inp^T @ dout */
-            sgemm_rows(CblasTrans, CblasNoTrans, K, N, M, 1.0f, inp, K, dout, ldo, 1.0f, dw, N);
+            weight_gemm(ctx, CblasTrans, CblasNoTrans, K, N, M, inp, K, dout, ldo, 1.0f, dw, N);
     }
     if (dbias) colsum_add(dbias, dout, M, N, ldo);
 }
@@ -990,20 +1195,54 @@ static dt_status cpu_open(const dt_backend_cfg *cfg, void **ctx) {
         openblas_set_num_threads(cfg->threads);
         omp_set_num_threads(cfg->threads);
     }
+    cx->bf16 = cfg->precision > 0; /* auto stays fp32 on CPUs */
+    if (cx->bf16) {
+#ifdef DT_HAVE_DNNL
+        const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+        if ((isa & dnnl_cpu_isa_avx512_core_bf16) != dnnl_cpu_isa_avx512_core_bf16) {
+            free(cx);
+            return dt_error_set(DT_ERR_CONFIG, "rank %d: training.precision: bf16 on the CPU needs AVX512-BF16 or "
+                                "AMX, which this CPU does not have (hint: training.precision: fp32)", cfg->rank);
+        }
+        if (dnnl_engine_create(&cx->eng, dnnl_cpu, 0) != dnnl_success) {
+            free(cx);
+            return dt_error_set(DT_ERR_DEVICE, "rank %d: oneDNN could not open its CPU engine", cfg->rank);
+        }
+#else
+        free(cx);
+        return dt_error_set(DT_ERR_CONFIG, "rank %d: training.precision: bf16 on the CPU needs oneDNN, and this "
+                            "dtrain was built without it (hint: apt-get install libdnnl-dev and build again, or "
+                            "training.precision: fp32)", cfg->rank);
+#endif
+    }
     *ctx = cx;
     return DT_OK;
 }
 
 static void cpu_close(void *ctx) {
     cpu_ctx *cx = ctx;
-    if (cx) free(cx->panel);
+    if (!cx) return;
+    free(cx->panel);
+#ifdef DT_HAVE_DNNL
+    for (int i = 0; i < cx->n_mm; i++) dnnl_primitive_destroy(cx->mm[i].prim);
+    for (int i = 0; i < cx->slots; i++) {
+        dnnl_stream_destroy(cx->streams[i]);
+        free(cx->scratch[i]);
+    }
+    free(cx->streams);
+    free(cx->scratch);
+    free(cx->a16);
+    free(cx->b16);
+    if (cx->eng) dnnl_engine_destroy(cx->eng);
+#endif
     free(cx);
 }
 
 static void cpu_describe(void *ctx, dt_backend_desc *d) {
     const cpu_ctx *cx = ctx;
     memset(d, 0, sizeof *d);
-    snprintf(d->per_worker, sizeof d->per_worker, "%d threads", cx->threads > 0 ? cx->threads : omp_get_max_threads());
+    snprintf(d->per_worker, sizeof d->per_worker, "%d threads%s", cx->threads > 0 ? cx->threads : omp_get_max_threads(),
+             cx->bf16 ? ", bf16 products" : "");
 }
 
 static void cpu_set_threads(void *ctx, int threads) {
