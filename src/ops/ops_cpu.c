@@ -14,8 +14,13 @@
  * exp (softmax, cross-entropy, GELU, SiLU) is an inlined polynomial (fast_expf, ~2e-7 relative)
  * so that those loops vectorize; GELU uses the exact identity 0.5(1 + tanh u) = 1/(1 + e^-2u).
  *
- * This backend is the reference the CUDA ops are tested against; it allocates nothing
- * after init except through alloc. */
+ * training.precision bf16 (where the CPU has AVX512-BF16 or AMX): the weight products take their
+ * inputs rounded to bf16 and accumulate in fp32, through oneDNN's matmul on the same tiles
+ * (gemm16); everything else stays as above.
+ *
+ * This backend is the reference the CUDA ops are tested against; it allocates nothing after
+ * init except through alloc, and, with bf16 products, oneDNN's primitives and the bf16 copies
+ * of a product's inputs (made, or grown, the first time a shape comes). */
 #include "dtrain/ops.h"
 
 #include "dtrain/bf16.h"
