@@ -211,10 +211,13 @@ static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int
 #ifdef DT_HAVE_DNNL
 /* ---- bf16 products (training.precision: bf16): oneDNN's matmul, on AMX or AVX512-BF16 ----
  * A product's inputs are rounded to bf16 (to nearest even, as dt_float_to_bf16) into dense
- * copies and multiplied with fp32 accumulation into its fp32 output. The output's rows are split
- * as sgemm_rows splits them (by the shape alone), each tile one primitive made for one thread
- * and run on the thread of its tile, so the values do not depend on the thread count. Products
- * with fewer than GEMM_TILE rows, and any that oneDNN refuses, run in fp32 (sgemm_rows). */
+ * copies and multiplied with fp32 accumulation into its fp32 output. The output is split into
+ * blocks of rows by the shape alone, as sgemm_rows splits its rows (rows only: oneDNN's AMX and
+ * AVX512-BF16 kernels want dense operands, and a block of columns is not), each block one
+ * primitive made for one thread and run on the thread of its block, so the values do not depend
+ * on the thread count. Products with fewer than GEMM_TILE rows, and any that oneDNN refuses,
+ * run in fp32 (sgemm_rows). The copies (the largest product's inputs in bf16) and oneDNN's
+ * per-thread scratchpads are this mode's extra memory. */
 
 /* *buf holds at least want elements of size el (grown, 64-byte aligned; contents not kept) */
 static int grow(void **buf, size_t *n, size_t want, size_t el) {
