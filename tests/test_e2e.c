@@ -303,6 +303,15 @@ static void test_finetune(void) {
         CHECK(fabs(vl16 - val_loss) <= 0.25 * val_loss + 0.005);
         CHECK(va16 >= val_acc - 0.01);
     }
+    /* a CPU without bf16 products, as oneDNN is told to see one: exit 2 at start, naming what is
+     * missing; `dtrain --version` says the same */
+    CHECK_INT_EQ(run("ONEDNN_MAX_CPU_ISA=AVX2 %s --config configs/finetune.yaml --set training.precision=bf16 --set "
+                     "run.dir=%s-avx2", DTRAIN_BIN, bf_dir), 2);
+    CHECK(strstr(err_text, "training.precision: bf16 on the CPU needs AVX512-BF16 or AMX, which this CPU does not have") ||
+          strstr(err_text, "built without it"));
+    CHECK_INT_EQ(run("ONEDNN_MAX_CPU_ISA=AVX2 %s --version", DTRAIN_BIN), 0);
+    CHECK(strstr(out_text, "oneDNN    ") &&
+          (strstr(out_text, "bf16 on this CPU: no (neither AVX512-BF16 nor AMX)") || strstr(out_text, "not built in")));
     char path[700];
     snprintf(path, sizeof path, "%s/config.yaml", run_dir);
     CHECK(access(path, F_OK) == 0);

@@ -166,8 +166,12 @@ void dt_backend_close(dt_backend *be) {
 
 int dt_backend_print_versions(FILE *out) {
     int bad = 0;
+    char buf[2048];
+    if (dt_ops_cpu.versions) {
+        bad += dt_ops_cpu.versions(buf, sizeof buf);
+        fputs(buf, out);
+    }
     if (CUDA_OPS && CUDA_OPS->versions) {
-        char buf[2048];
         bad += CUDA_OPS->versions(buf, sizeof buf);
         fputs(buf, out);
     } else {

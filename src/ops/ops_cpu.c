@@ -1261,6 +1261,27 @@ static void cpu_set_threads(void *ctx, int threads) {
     omp_set_num_threads(threads);
 }
 
+/* the oneDNN line of `dtrain --version`: its version, and whether this CPU has bf16 products */
+static int cpu_versions(char *buf, size_t n) {
+#ifdef DT_HAVE_DNNL
+    const dnnl_version_t *v = dnnl_version();
+    char now[32], built[32];
+    snprintf(now, sizeof now, "%d.%d.%d", v->major, v->minor, v->patch);
+    snprintf(built, sizeof built, "%d.%d.%d", DNNL_VERSION_MAJOR, DNNL_VERSION_MINOR, DNNL_VERSION_PATCH);
+    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    const char *bf = (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx     ? "AMX"
+                     : (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16 ? "AVX512-BF16"
+                                                                                              : NULL;
+    const int bad = strcmp(now, built) != 0;
+    snprintf(buf, n, "  %-9s %s (built with %s)%s, training.precision bf16 on this CPU: %s\n", "oneDNN", now, built,
+             bad ? "  MISMATCH" : "", bf ? bf : "no (neither AVX512-BF16 nor AMX)");
+    return bad;
+#else
+    snprintf(buf, n, "  %-9s not built in (libdnnl-dev): training.precision bf16 on CPUs is refused\n", "oneDNN");
+    return 0;
+#endif
+}
+
 static int cpu_bf16(void *ctx) {
     (void)ctx;
     return 0;
@@ -1287,6 +1308,7 @@ const dt_ops dt_ops_cpu = {
     .open = cpu_open,
     .close = cpu_close,
     .describe = cpu_describe,
+    .versions = cpu_versions,
     .bf16 = cpu_bf16,
     .set_threads = cpu_set_threads,
     .reserve = cpu_reserve,
