@@ -1179,6 +1179,21 @@ static void test_bf16_products(void) {
             }
             /* and bf16 is not fp32: somewhere the rounded inputs moved an output */
             if (fwd16) CHECK(memcmp(out[1], out_r[1], nmn * sizeof(float)) != 0);
+            /* a weight kept in bf16 (model.lora.base_dtype): matmul16's products read it as it is
+             * and give, bit for bit, what matmul gives with that weight widened to fp32 */
+            if (fwd16) {
+                uint16_t *w16 = balloc(nkn * sizeof(uint16_t));
+                dt_bf16_pack(w16, w, nkn);
+                CHECK_INT_EQ(b16->ops->reserve(b16->ctx, &(dt_op_sizes){.base16 = nkn}), DT_OK);
+                float *o16 = falloc(nmn), *ow = falloc(nmn), *d16 = falloc(nmk), *dw_ = falloc(nmk);
+                b16->ops->matmul16_fwd(b16->ctx, A(o16), A(inp), w16, bias, M, K, N, N, wt);
+                b16->ops->matmul_fwd(b16->ctx, A(ow), A(inp), r_w, bias, M, K, N, N, wt);
+                b16->ops->matmul16_bwd(b16->ctx, A(d16), A(dout), w16, M, K, N, N, wt);
+                b16->ops->matmul_bwd(b16->ctx, A(dw_), NULL, NULL, A(dout), A(inp), r_w, M, K, N, N, wt);
+                CHECK(memcmp(o16, ow, nmn * sizeof(float)) == 0);
+                CHECK(memcmp(d16, dw_, nmk * sizeof(float)) == 0);
+                bfree(w16), bfree(o16), bfree(ow), bfree(d16), bfree(dw_);
+            }
             for (int r = 0; r < 2; r++)
                 bfree(out_r[r]), bfree(dinp_r[r]), bfree(dw_r[r]), bfree(out[r]), bfree(dinp[r]), bfree(dw[r]);
             bfree(inp), bfree(w), bfree(bias), bfree(dout), bfree(dw0), bfree(r_inp), bfree(r_w), bfree(r_dout);

@@ -349,9 +349,10 @@ static int mm16_run(const cpu_ctx *cx, const mm16 *p, const uint16_t *a, const u
 }
 
 /* C(M,N) = op(A)(M,K) op(B)(K,N) + beta C (beta 0 or 1) with bf16 inputs; 0 (C untouched) where
- * it runs in fp32 instead */
+ * it runs in fp32 instead. B16: B already in bf16 and dense (a weight of model.lora.base_dtype
+ * bf16), used as it is; else B (fp32, rows ldb apart) is rounded. */
 static int gemm16(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda,
-                  const float *B, int ldb, float beta, float *C, int ldc) {
+                  const float *B, const uint16_t *B16, int ldb, float beta, float *C, int ldc) {
     if (M < GEMM_TILE) return 0;
     const int nr0 = imin(pow2_floor(M / GEMM_TILE), GEMM_TILES);
     const int rows = nr0 == 1 ? M : ((M + nr0 - 1) / nr0 + 15) / 16 * 16, nr = (M + rows - 1) / rows;
@@ -360,15 +361,15 @@ static int gemm16(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, in
     const mm16 *tail = last == rows ? full : mm16_get(cx, last, N, K, bt, ldc, acc);
     if (!full || !tail || !slots_ready(cx, full->scratch > tail->scratch ? full->scratch : tail->scratch) ||
         !grow((void **)&cx->a16, &cx->a16_n, (size_t)M * K, sizeof(uint16_t)) ||
-        !grow((void **)&cx->b16, &cx->b16_n, (size_t)K * N, sizeof(uint16_t)))
+        (!B16 && !grow((void **)&cx->b16, &cx->b16_n, (size_t)K * N, sizeof(uint16_t))))
         return 0;
     pack16(cx->a16, A, M, K, lda, ta != CblasNoTrans);
-    pack16(cx->b16, B, bt ? N : K, bt ? K : N, ldb, 0);
+    if (!B16) pack16(cx->b16, B, bt ? N : K, bt ? K : N, ldb, 0);
+    const uint16_t *b16 = B16 ? B16 : cx->b16;
     int bad = 0;
 #pragma omp parallel for schedule(static) reduction(| : bad)
     for (int t = 0; t < nr; t++)
-        bad |= !mm16_run(cx, t == nr - 1 ? tail : full, cx->a16 + (size_t)t * rows * K, cx->b16,
-                         C + (size_t)t * rows * ldc);
+        bad |= !mm16_run(cx, t == nr - 1 ? tail : full, cx->a16 + (size_t)t * rows * K, b16, C + (size_t)t * rows * ldc);
     if (bad) { /* C is partly written: nothing to fall back to */
         fprintf(stderr, "dtrain: oneDNN failed running a bf16 product (%d x %d x %d); stopping\n", M, K, N);
         abort();
@@ -381,7 +382,7 @@ static int gemm16(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, in
 static void weight_gemm(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
                         int lda, const float *B, int ldb, float beta, float *C, int ldc) {
 #ifdef DT_HAVE_DNNL
-    if (cx->bf16 && gemm16(cx, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc)) return;
+    if (cx->bf16 && gemm16(cx, ta, tb, M, N, K, A, lda, B, NULL, ldb, beta, C, ldc)) return;
 #else
     (void)cx;
 #endif
@@ -658,6 +659,11 @@ static void cpu_matmul16_fwd(void *ctx, dt_act *out_, const dt_act *inp_, const 
     float *out = (float *)out_;
     const float *inp = (const float *)inp_;
     const float beta = bias_rows(out, bias, M, N, ldo);
+#ifdef DT_HAVE_DNNL /* bf16 products: the weight as it is */
+    if (cx->bf16 && gemm16(cx, CblasNoTrans, w_trans ? CblasTrans : CblasNoTrans, M, N, K, inp, K, NULL, w, 0, beta,
+                           out, ldo))
+        return;
+#endif
     const int nb = panel_cols(cx, K, N);
     for (int n0 = 0; n0 < N; n0 += nb) { /* out[:, n0..] = inp @ the piece */
         const int n = imin(nb, N - n0);
@@ -671,6 +677,11 @@ static void cpu_matmul16_bwd(void *ctx, dt_act *dinp_, const dt_act *dout_, cons
                              int ldo, int w_trans) {
     cpu_ctx *cx = ctx;
     const float *dout = (const float *)dout_;
+#ifdef DT_HAVE_DNNL /* bf16 products: the weight as it is */
+    if (cx->bf16 && gemm16(cx, CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N, dout, ldo, NULL, w, 0, 0.0f,
+                           (float *)dinp_, K))
+        return;
+#endif
     const int nb = panel_cols(cx, K, N);
     for (int n0 = 0; n0 < N; n0 += nb) { /* dinp(M,K) (+)= dout[:, n0..] @ the piece^T, the pieces in order */
         const int n = imin(nb, N - n0);
