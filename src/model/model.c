@@ -1158,18 +1158,35 @@ static const char *canonical_name(const net_arch *a, const char *name) {
     return name;
 }
 
-dt_status dt_check_finite(const float *v, size_t n, const char *path, const char *name) {
+/* NaN and Inf in a tensor read in parts: how many, and the first (its element and value) */
+typedef struct finite_tally {
+    size_t bad, first;
+    float value;
+} finite_tally;
+
+/* adds v[0..n), the tensor's elements base.., to t; 1 if any of them is NaN or Inf */
+static int tally_finite(finite_tally *t, const float *v, size_t n, size_t base) {
     /* the common case at memory speed: an exponent of all ones (NaN or Inf) anywhere? */
     const uint32_t *bits = (const uint32_t *)(const void *)v;
     uint32_t any = 0;
     for (size_t i = 0; i < n; i++) any |= (bits[i] & 0x7f800000u) == 0x7f800000u;
-    if (!any) return DT_OK;
-    size_t bad = 0, first = 0;
+    if (!any) return 0;
     for (size_t i = 0; i < n; i++)
-        if (!isfinite(v[i]) && bad++ == 0) first = i;
+        if (!isfinite(v[i]) && t->bad++ == 0) t->first = base + i, t->value = v[i];
+    return 1;
+}
+
+static dt_status finite_verdict(const finite_tally *t, const char *path, const char *name) {
+    if (!t->bad) return DT_OK;
     return dt_error_set(DT_ERR_DATA, "%s: tensor %s holds %s at element %zu (%zu value%s NaN or Inf): not usable weights",
-                        path, name, isnan(v[first]) ? "NaN" : v[first] > 0 ? "+Inf" : "-Inf", first, bad,
-                        bad == 1 ? " is" : "s are");
+                        path, name, isnan(t->value) ? "NaN" : t->value > 0 ? "+Inf" : "-Inf", t->first, t->bad,
+                        t->bad == 1 ? " is" : "s are");
+}
+
+dt_status dt_check_finite(const float *v, size_t n, const char *path, const char *name) {
+    finite_tally t = {0, 0, 0.0f};
+    tally_finite(&t, v, n, 0);
+    return finite_verdict(&t, path, name);
 }
 
 /* Tensor j of the model from the file's tensor t, PART elements at a time: each part
@@ -1180,16 +1197,12 @@ dt_status dt_check_finite(const float *v, size_t n, const char *path, const char
 static dt_status load_tensor(dt_model *m, dt_st_file *f, int j, const dt_st_tensor *t, const dt_st_tensor *lm, float *v,
                              const char *path) {
     const size_t numel = m->tensors[j].numel;
-    float *w = v + PART, bad_value = 0;
-    size_t bad = 0, at = 0;
+    float *w = v + PART;
+    finite_tally bad = {0, 0, 0.0f};
     for (size_t i0 = 0; i0 < numel; i0 += PART) {
         const size_t k = numel - i0 < PART ? numel - i0 : PART;
         DT_TRY(dt_st_read_f32_part(f, t, i0, k, v));
-        if (bad || dt_check_finite(v, k, path, t->name) != DT_OK) { /* counted to the end, then refused */
-            for (size_t i = 0; i < k; i++)
-                if (!isfinite(v[i]) && bad++ == 0) at = i0 + i, bad_value = v[i];
-            continue;
-        }
+        if (tally_finite(&bad, v, k, i0) || bad.bad) continue; /* counted to the end, then refused */
         if (lm) {
             DT_TRY(dt_st_read_f32_part(f, lm, i0, k, w));
             size_t i = 0;
@@ -1201,11 +1214,7 @@ static dt_status load_tensor(dt_model *m, dt_st_file *f, int j, const dt_st_tens
         }
         DT_TRY(put_part(m, j, i0, k, v));
     }
-    if (bad)
-        return dt_error_set(DT_ERR_DATA, "%s: tensor %s holds %s at element %zu (%zu value%s NaN or Inf): not usable "
-                            "weights", path, t->name, isnan(bad_value) ? "NaN" : bad_value > 0 ? "+Inf" : "-Inf", at, bad,
-                            bad == 1 ? " is" : "s are");
-    return DT_OK;
+    return finite_verdict(&bad, path, t->name);
 }
 
 /* A hint with the config values the file implies (read as the architecture names them). */
