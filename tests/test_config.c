@@ -337,7 +337,8 @@ static void test_errors(void) {
     LOAD_ERR("finetune.yaml:4: training.dropout: unknown key (known keys in training: num_workers, use_gpu, "
              "device, resources_per_worker, communication_backend, epochs, max_steps, grad_accum_steps, "
              "precision, seed, collective_timeout_s, cpu_threads_per_worker, adapt_cpu_threads, check_replicas_every, "
-             "zero_stage, grad_comm_dtype, hierarchical_allreduce, early_stopping_patience)",
+             "zero_stage, tensor_parallel, pipeline_parallel, grad_comm_dtype, hierarchical_allreduce, "
+             "early_stopping_patience)",
              MIN "training:\n  dropout: 0.1\n");
     /* Llama 3.1's rope scaling, nested as config.json nests it */
 #define LLAMA MIN "model:\n  type: llama\n  intermediate_size: 64\n  rope_scaling:\n"
@@ -466,6 +467,35 @@ static void test_errors(void) {
     LOAD_ERR("finetune.yaml:4: training.communication_backend: expected collective, auto, shm, mpi or tcp when "
              "training.device is cpu, got \"nccl\" (hint: NCCL needs GPUs)",
              MIN "training:\n  communication_backend: nccl\n  use_gpu: no\n");
+    /* model parallelism: the mesh must divide the workers and the layers; what is not built yet is refused */
+    LOAD_OK(MIN "training:\n  device: cpu\n  num_workers: 4\n  tensor_parallel: 2\n");
+    CHECK_INT_EQ(cfg.training.tensor_parallel, 2);
+    CHECK_INT_EQ(cfg.training.pipeline_parallel, 1);
+    LOAD_ERR("finetune.yaml:6: training.tensor_parallel: expected a divisor of training.num_workers (3), got 2 "
+             "(num_workers = data-parallel replicas x pipeline_parallel x tensor_parallel)",
+             MIN "training:\n  device: cpu\n  num_workers: 3\n  tensor_parallel: 2\n");
+    LOAD_ERR("finetune.yaml:6: training.tensor_parallel: expected a divisor of model.n_head (4), got 3 (each worker "
+             "takes whole attention heads)", MIN "training:\n  device: cpu\n  num_workers: 3\n  tensor_parallel: 3\n");
+    LOAD_ERR("finetune.yaml:6: training.tensor_parallel: expected a divisor of model.num_key_value_heads (2), got 4 "
+             "(each worker takes whole key/value heads)",
+             MIN "training:\n  device: cpu\n  num_workers: 4\n  tensor_parallel: 4\nmodel:\n  type: llama\n"
+                 "  n_head: 8\n  num_key_value_heads: 2\n  intermediate_size: 64\n");
+    LOAD_ERR("finetune.yaml:6: training.tensor_parallel: expected a divisor of model.intermediate_size (66), got 4 "
+             "(each worker takes an equal share of the MLP)",
+             MIN "training:\n  device: cpu\n  num_workers: 4\n  tensor_parallel: 4\nmodel:\n  type: llama\n"
+                 "  n_head: 8\n  intermediate_size: 66\n");
+    LOAD_ERR("finetune.yaml:5: training.pipeline_parallel: expected 1, got 2: pipeline stages are not built yet "
+             "(hint: training.tensor_parallel splits every layer across workers instead)",
+             MIN "training:\n  num_workers: 2\n  pipeline_parallel: 2\n");
+    LOAD_ERR("finetune.yaml:6: training.tensor_parallel: is 2, but tensor parallelism runs on CPU workers only so "
+             "far (hint: training.device: cpu, or training.tensor_parallel: 1)",
+             MIN "training:\n  device: cuda\n  num_workers: 2\n  tensor_parallel: 2\n");
+    LOAD_ERR("finetune.yaml:7: training.zero_stage: is 1, which does not combine with training.tensor_parallel > 1 "
+             "yet (hint: training.zero_stage: 0)",
+             MIN "training:\n  device: cpu\n  num_workers: 4\n  tensor_parallel: 2\n  zero_stage: 1\n");
+    LOAD_ERR("finetune.yaml:6: training.tensor_parallel: is 2, but model.lora does not combine with tensor "
+             "parallelism yet (hint: training.tensor_parallel: 1)",
+             MIN "training:\n  device: cpu\n  num_workers: 2\n  tensor_parallel: 2\nmodel:\n  lora:\n    rank: 4\n");
     /* a cross-field error on a key set by an override names the override */
     LOAD_ERR("--set training.resources_per_worker={gpu: 0}: training.resources_per_worker.gpu: expected 1 when training.device is cuda, got "
              "\"0\" (hint: one GPU per worker)",

@@ -59,12 +59,17 @@ typedef struct dt_ckpt_state {
     dt_lora lora;
     uint32_t lora_base_digest;
     char lora_base[DT_PATH_MAX];
-    /* saving only: when set, what fills the host arrays of the AdamW moments (n_params floats
-     * each, the parameters' layout) in place of dt_optim_get_moments: an optimizer that holds
+    /* saving only: when set, what fills the host arrays of the AdamW moments (whole-model floats
+     * each, dt_model_whole_params: the parameters' layout without tensor parallelism) in place of dt_optim_get_moments: an optimizer that holds
      * only its shard (training.zero_stage 1) gathers them there from the other workers. Called
      * once, after the weights are written (their staging is freed by then). */
     dt_status (*get_moments)(void *user, float *m_host, float *v_host);
     void *user;
+    /* saving only: when set, the weights to write (host, dt_model_whole_params floats: the whole
+     * model's layout), gathered already, in place of dt_model_save (tensor parallelism: the
+     * shares gather before rank 0 saves, so that nothing inside the save waits for them); the
+     * moments then come from get_moments in the same layout */
+    const float *whole_params;
 } dt_ckpt_state;
 
 /* Writes checkpoints/step_<s->step> under run_dir as described above (replacing an existing

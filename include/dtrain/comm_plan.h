@@ -65,6 +65,26 @@ typedef struct dt_comm_plan {
  * every rank's host. */
 dt_status dt_comm_plan_decide(const dt_comm_plan_in *in, dt_comm_plan *out);
 
+/* The mesh of a job with model parallelism (training.tensor_parallel T, pipeline_parallel P):
+ * world = D x P x T ranks laid out as rank = (d * P + p) * T + t, so that the T ranks of a
+ * tensor-parallel group are consecutive (on one host: their collectives on shared memory) and
+ * the D ranks of a data-parallel group (one p and t, every d) hold the same share of the model.
+ * Gradients are summed over the data-parallel group; activations over the tensor-parallel one. */
+typedef struct dt_mesh {
+    int dp, pp, tp;   /* D, P, T */
+    int d, p, t;      /* this rank's coordinates */
+} dt_mesh;
+
+/* The mesh of `world` ranks (a multiple of tp * pp) and rank's place in it. */
+static inline dt_mesh dt_mesh_of(int world, int tp, int pp, int rank) {
+    dt_mesh m = {world / (tp * pp), pp, tp, rank / (tp * pp), (rank / tp) % pp, rank % tp};
+    return m;
+}
+/* The tensor-parallel groups are numbered g = rank / T (D x P of them, members g*T .. g*T+T-1);
+ * the data-parallel ones g = p * T + t (P x T of them, members d*P*T + g for every d). */
+static inline int dt_mesh_tp_group(const dt_mesh *m) { return m->d * m->pp + m->p; }
+static inline int dt_mesh_dp_group(const dt_mesh *m) { return m->p * m->tp + m->t; }
+
 /* "shm", "tcp", "mpi" */
 const char *dt_hostcomm_name(dt_hostcomm h);
 /* "shm (why); gradients and weights over nccl" into buf */

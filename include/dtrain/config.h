@@ -70,6 +70,9 @@ typedef struct dt_config {
         int zero_stage;             /* 0 (default): every worker holds the whole AdamW state; 1: each worker
                                        updates its part of every bucket (ZeRO-1: gradients reduce-scattered,
                                        weights all-gathered, moments 1/num_workers) */
+        int tensor_parallel;        /* T >= 1 (default 1): each layer split across T workers (Megatron's column/row
+                                       products); num_workers = D x P x T, T dividing the heads (comm_plan.h dt_mesh) */
+        int pipeline_parallel;      /* P >= 1 (default 1): only 1 so far */
         dt_wire grad_comm_dtype;    /* fp32 (default) or bf16: how gradients travel between workers (comm.h) */
         dt_hier_mode hierarchical_allreduce; /* auto (default), on, off: gradients reduced inside each host first
                                                 (comm_plan.h) */

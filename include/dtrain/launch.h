@@ -48,6 +48,9 @@ typedef struct dt_launch_ctx {
     const dt_comm_plan *plan; /* the collectives: `comm` is plan->host's; plan->device_comm for device buffers */
     dt_comm *grad_comm;       /* a hierarchical plan's collective for gradients and weights (comm.h
                                  dt_comm_init_hier); NULL: `comm` (or the device collective) carries them */
+    /* model parallelism (dt_launch_cfg tp > 1, comm_plan.h dt_mesh): this rank's tensor-parallel
+     * group's collective, and its data-parallel group's (NULL with one replica); else both NULL */
+    dt_comm *tp_comm, *dp_comm;
 } dt_launch_ctx;
 
 /* The worker body: runs in the child process for `rank`. Its status (and dt_error_msg) is
@@ -65,6 +68,8 @@ typedef struct dt_launch_cfg {
     int clean_stop;         /* 1: the first SIGINT/SIGTERM asks the workers to stop cleanly (training);
                                0: signals stop them at once (doctor) */
     double monitor_every_s; /* sample each worker's CPU and memory this often (0: 2 s) */
+    int tp, pp;             /* training.tensor_parallel and pipeline_parallel (0 or 1: none): the groups'
+                               collectives are made with the job's (dt_launch_ctx tp_comm, dp_comm) */
 } dt_launch_cfg;
 
 #define DT_LAUNCH_BACKOFF_MAX_S 60.0

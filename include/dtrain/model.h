@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "dtrain/arch.h"
+#include "dtrain/comm.h"
 #include "dtrain/ops.h"
 #include "dtrain/status.h"
 
@@ -33,6 +34,12 @@ typedef struct dt_model_cfg {
                          and positions restart with it, as dt_model_set_positions says */
     uint64_t seed;    /* init seed */
     dt_lora lora;     /* model.lora (rank 0: none): the architecture's tensors frozen, adapters on lora.targets */
+    /* Tensor parallelism (training.tensor_parallel; 0 or 1: the whole model): this model holds
+     * share tp_rank of tp of every layer's products, Megatron's way (dt_tensor_info split), and
+     * sums activations with the other shares over tp_comm (a collective of the tp ranks, on host
+     * memory). The embeddings, norms and head are whole on every share. */
+    int tp, tp_rank;
+    dt_comm *tp_comm;
 } dt_model_cfg;
 
 typedef struct dt_tensor_info {
@@ -43,7 +50,17 @@ typedef struct dt_tensor_info {
     size_t numel;
     int bucket;       /* 0 embed, 1+l layer l, L+1 head */
     int decay;        /* AdamW's weight decay applies (the architecture's matrices) */
+    /* Tensor parallelism (dt_model_cfg tp): shape is this share's; whole the tensor's on disk.
+     * split: DT_SPLIT_NONE (every share holds it whole), DT_SPLIT_ROWS or DT_SPLIT_COLS (of the
+     * layout as stored): that dimension is `sections` equal blocks (GPT-2's [q | k | v] columns:
+     * 3), each cut in tp equal parts; share t holds part t of every block, in block order. */
+    int whole[2];
+    int split, sections;
+    size_t whole_offset; /* in floats in the whole model's layout: the whole tensors one after the other, in
+                            this order (= offset without tensor parallelism) */
 } dt_tensor_info;
+
+enum { DT_SPLIT_NONE = 0, DT_SPLIT_ROWS, DT_SPLIT_COLS };
 
 typedef struct dt_bucket {
     const char *name;
@@ -161,6 +178,19 @@ dt_status dt_model_load(dt_model *m, const char *path, int *score_loaded);
 /* The same for a file that must hold adapters (model.lora.init_from): any other is refused
  * (DT_ERR_DATA), not taken as the frozen model's weights. */
 dt_status dt_model_load_adapters(dt_model *m, const char *path, int *score_loaded);
+
+/* Tensor parallelism (dt_model_cfg tp): the whole model as one host array of
+ * dt_model_whole_params floats, each tensor whole at its whole_offset (the parameters' own
+ * layout without tensor parallelism). gather: whole = every share's `local` (host, this share's
+ * layout: dt_model_num_params floats; NULL: the parameters) put together; a collective over the
+ * shares (each calls it; whole may be NULL where it is not wanted). share_of: local = this
+ * share's part of whole. save_whole: whole into `path` as dt_model_save writes the weights (no
+ * collective). dt_model_save of a share gathers the weights (every share calls it) and share 0
+ * writes them. */
+size_t dt_model_whole_params(const dt_model *m);
+dt_status dt_model_gather_whole(dt_model *m, const float *local, float *whole);
+void dt_model_share_of(const dt_model *m, const float *whole, float *local);
+dt_status dt_model_save_whole(dt_model *m, const float *whole, const char *path);
 
 /* DT_ERR_DATA "PATH: tensor NAME holds NaN at element I (K values are NaN or Inf)" when one of
  * the n values is not finite; DT_OK otherwise. */

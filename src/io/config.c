@@ -127,6 +127,8 @@ static const key_def keys[] = {
     KEY("training.adapt_cpu_threads", K_BOOL, training.adapt_cpu_threads, "true", ANY),
     KEY("training.check_replicas_every", K_LONG, training.check_replicas_every, "100", GE(0)),
     KEY("training.zero_stage", K_INT, training.zero_stage, "0", IN(0, 1)),
+    KEY("training.tensor_parallel", K_INT, training.tensor_parallel, "1", IN(1, DT_MAX_WORLD)),
+    KEY("training.pipeline_parallel", K_INT, training.pipeline_parallel, "1", IN(1, DT_MAX_WORLD)),
     ENUM("training.grad_comm_dtype", training.grad_comm_dtype, "fp32", grad_comm_names),
     ENUM("training.hierarchical_allreduce", training.hierarchical_allreduce, "auto", hier_names),
     KEY("training.early_stopping_patience", K_INT, training.early_stopping_patience, "0", GE(0)),
@@ -1170,6 +1172,42 @@ static dt_status validate_shape(load_ctx *c) {
     return DT_OK;
 }
 
+/* training.tensor_parallel T and pipeline_parallel P: num_workers = D x P x T, and each layer
+ * splits into T equal shares of whole heads (key/value heads too) and MLP columns. What is not
+ * built yet is refused by name rather than run some other way. */
+static dt_status validate_mesh(load_ctx *c) {
+    const dt_config *cfg = c->cfg;
+    const dt_model_shape *sh = &cfg->model.shape;
+    const int T = cfg->training.tensor_parallel, P = cfg->training.pipeline_parallel;
+    const int i_tp = key_index("training.tensor_parallel"), i_pp = key_index("training.pipeline_parallel");
+    if (P > 1)
+        return fail_key(c, i_pp, "expected 1, got %d: pipeline stages are not built yet (hint: "
+                        "training.tensor_parallel splits every layer across workers instead)", P);
+    if (T == 1) return DT_OK;
+    if (cfg->training.num_workers % (T * P) != 0)
+        return fail_key(c, i_tp, "expected a divisor of training.num_workers (%d), got %d (num_workers = data-parallel "
+                        "replicas x pipeline_parallel x tensor_parallel)", cfg->training.num_workers, T);
+    if (sh->n_head % T != 0)
+        return fail_key(c, i_tp, "expected a divisor of model.n_head (%d), got %d (each worker takes whole attention "
+                        "heads)", sh->n_head, T);
+    if (sh->arch == DT_ARCH_LLAMA && dt_shape_kv_heads(sh) % T != 0)
+        return fail_key(c, i_tp, "expected a divisor of model.num_key_value_heads (%d), got %d (each worker takes "
+                        "whole key/value heads)", dt_shape_kv_heads(sh), T);
+    if (sh->arch == DT_ARCH_LLAMA && sh->intermediate_size % T != 0)
+        return fail_key(c, i_tp, "expected a divisor of model.intermediate_size (%d), got %d (each worker takes "
+                        "an equal share of the MLP)", sh->intermediate_size, T);
+    if (cfg->training.device == DT_DEVICE_CUDA)
+        return fail_key(c, i_tp, "is %d, but tensor parallelism runs on CPU workers only so far (hint: "
+                        "training.device: cpu, or training.tensor_parallel: 1)", T);
+    if (cfg->training.zero_stage == 1)
+        return fail_key(c, key_index("training.zero_stage"), "is 1, which does not combine with "
+                        "training.tensor_parallel > 1 yet (hint: training.zero_stage: 0)");
+    if (cfg->model.lora.rank > 0)
+        return fail_key(c, i_tp, "is %d, but model.lora does not combine with tensor parallelism yet (hint: "
+                        "training.tensor_parallel: 1)", T);
+    return DT_OK;
+}
+
 /* The keys that act on evaluations and samples need what they act on. */
 static dt_status validate_eval_keys(load_ctx *c) {
     const dt_config *cfg = c->cfg;
@@ -1277,6 +1315,7 @@ static dt_status validate(load_ctx *c) {
 
     DT_TRY(validate_eval_keys(c));
     DT_TRY(validate_sft_keys(c));
+    DT_TRY(validate_mesh(c));
 
     if (!c->seen[i_dir].given) {
         const char *base = strrchr(c->name, '/');

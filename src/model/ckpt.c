@@ -211,7 +211,7 @@ static json_t *trainer_json(const dt_ckpt_state *s, const dt_config *cfg) {
 }
 
 static dt_status save_optimizer(const char *path, dt_model *m, dt_optim *o, const dt_ckpt_state *s) {
-    size_t n = dt_optim_num_params(o);
+    size_t n = dt_model_whole_params(m); /* the moments as the whole tensors' (tensor parallelism: get_moments's) */
     int nt = dt_model_num_tensors(m);
     float *mh = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg)");
     float *vh = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg_sq)");
@@ -231,9 +231,9 @@ static dt_status save_optimizer(const char *path, dt_model *m, dt_optim *o, cons
             snprintf(names[i], sizeof names[i], "%s.%s", i < nt ? "exp_avg" : "exp_avg_sq", t->name);
             e[i].name = names[i];
             e[i].ndim = t->ndim;
-            e[i].shape[0] = t->shape[0];
-            e[i].shape[1] = t->shape[1];
-            e[i].data = (i < nt ? mh : vh) + t->offset;
+            e[i].shape[0] = t->whole[0];
+            e[i].shape[1] = t->whole[1];
+            e[i].data = (i < nt ? mh : vh) + t->whole_offset;
         }
         const char *keys[] = {"format", "producer", "content"};
         const char *vals[] = {"pt", "dtrain", "AdamW moments (exp_avg, exp_avg_sq) per weight tensor"};
@@ -292,7 +292,7 @@ static dt_status save_as(const char *root, const char *name, dt_model *m, dt_opt
 
     dt_status st;
     snprintf(p, sizeof p, "%s/model.safetensors", tmp);
-    if ((st = dt_model_save(m, p)) != DT_OK) goto fail;
+    if ((st = s->whole_params ? dt_model_save_whole(m, s->whole_params, p) : dt_model_save(m, p)) != DT_OK) goto fail;
     snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);
     if ((st = save_optimizer(p, m, o, s)) != DT_OK) goto fail;
     snprintf(p, sizeof p, "%s/trainer.json", tmp);
@@ -712,24 +712,36 @@ dt_status dt_ckpt_check_tokenizer(const dt_ckpt_state *s, const dt_config *cfg, 
 static dt_status load_optimizer(const char *path, dt_model *m, dt_optim *o) {
     dt_st_file *f = NULL;
     DT_TRY(dt_st_open(&f, path));
-    size_t n = dt_optim_num_params(o);
+    const size_t n = dt_model_whole_params(m), local = dt_optim_num_params(o);
+    const int shares = n != local; /* tensor parallelism: the file's whole tensors, this share's part kept */
     float *mh = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg)");
     float *vh = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg_sq)");
-    dt_status st = mh && vh ? DT_OK : DT_ERR_NOMEM;
+    float *ml = shares ? dt_malloc(local * sizeof(float), "optimizer share (exp_avg)") : mh;
+    float *vl = shares ? dt_malloc(local * sizeof(float), "optimizer share (exp_avg_sq)") : vh;
+    dt_status st = mh && vh && ml && vl ? DT_OK : DT_ERR_NOMEM;
     int nt = dt_model_num_tensors(m);
     for (int i = 0; st == DT_OK && i < 2 * nt; i++) {
         const dt_tensor_info *t = dt_model_tensor(m, i % nt);
+        const size_t numel = (size_t)t->whole[0] * (size_t)t->whole[1];
         char name[64];
         snprintf(name, sizeof name, "%s.%s", i < nt ? "exp_avg" : "exp_avg_sq", t->name);
         const dt_st_tensor *ft = dt_st_find(f, name);
         if (!ft) st = dt_error_set(DT_ERR_DATA, "%s: tensor %s is missing", path, name);
-        else if (ft->numel != t->numel)
+        else if (ft->numel != numel)
             st = dt_error_set(DT_ERR_DATA, "%s: tensor %s has %zu elements, the model needs %zu", path, name, ft->numel,
-                              t->numel);
-        else if ((st = dt_st_read_f32(f, ft, (i < nt ? mh : vh) + t->offset)) == DT_OK)
-            st = dt_check_finite((i < nt ? mh : vh) + t->offset, t->numel, path, name);
+                              numel);
+        else if ((st = dt_st_read_f32(f, ft, (i < nt ? mh : vh) + t->whole_offset)) == DT_OK)
+            st = dt_check_finite((i < nt ? mh : vh) + t->whole_offset, numel, path, name);
     }
-    if (st == DT_OK) dt_optim_set_moments(o, mh, vh);
+    if (st == DT_OK && shares) {
+        dt_model_share_of(m, mh, ml);
+        dt_model_share_of(m, vh, vl);
+    }
+    if (st == DT_OK) dt_optim_set_moments(o, ml, vl);
+    if (shares) {
+        free(ml);
+        free(vl);
+    }
     free(mh);
     free(vh);
     dt_st_close(f);

@@ -21,27 +21,37 @@ static void gpt2_layout(net_builder *b, net_weights *w) {
 #define VEC(field, init, len) (snprintf(nm, sizeof nm, "h.%d.%s", l, field), dt_net_add(b, nm, len, 0, init, 0, 0, 1 + l))
 #define MAT(field, rows, cols, std) \
     (snprintf(nm, sizeof nm, "h.%d.%s", l, field), dt_net_add(b, nm, rows, cols, NET_INIT_NORMAL, std, 1, 1 + l))
+    /* tensor parallelism: c_attn's [q | k | v] and c_fc's columns split (and their biases), c_proj's rows */
+#define SPLIT_VEC(field, len, sections) \
+    (snprintf(nm, sizeof nm, "h.%d.%s", l, field), \
+     dt_net_add_split(b, nm, len, 0, NET_INIT_ZERO, 0, 0, 1 + l, DT_SPLIT_ROWS, sections))
+#define SPLIT_MAT(field, rows, cols, std, split, sections) \
+    (snprintf(nm, sizeof nm, "h.%d.%s", l, field), \
+     dt_net_add_split(b, nm, rows, cols, NET_INIT_NORMAL, std, 1, 1 + l, split, sections))
+    const int tp = b->tp > 1 ? b->tp : 1;
     w->wte = dt_net_add(b, "wte.weight", s->vocab_size, C, NET_INIT_NORMAL, 0.02, 1, 0);
     w->wpe = dt_net_add(b, "wpe.weight", s->n_positions, C, NET_INIT_NORMAL, 0.02, 1, 0);
     for (int l = 0; l < L; l++) {
         net_layer *y = &w->layers[l];
         y->attn_norm.w = VEC("ln_1.weight", NET_INIT_ONE, C);
         y->attn_norm.b = VEC("ln_1.bias", NET_INIT_ZERO, C);
-        y->qkv = (net_linear){.in = C, .out = 3 * C, .trans = 0};
-        y->qkv.w = MAT("attn.c_attn.weight", C, 3 * C, 0.02);
-        y->qkv.b = VEC("attn.c_attn.bias", NET_INIT_ZERO, 3 * C);
-        y->attn_out = (net_linear){.in = C, .out = C, .trans = 0};
-        y->attn_out.w = MAT("attn.c_proj.weight", C, C, resid);
+        y->qkv = (net_linear){.in = C, .out = 3 * C / tp, .trans = 0, .tp = NET_TP_COLS};
+        y->qkv.w = SPLIT_MAT("attn.c_attn.weight", C, 3 * C, 0.02, DT_SPLIT_COLS, 3);
+        y->qkv.b = SPLIT_VEC("attn.c_attn.bias", 3 * C, 3);
+        y->attn_out = (net_linear){.in = C / tp, .out = C, .trans = 0, .tp = NET_TP_ROWS};
+        y->attn_out.w = SPLIT_MAT("attn.c_proj.weight", C, C, resid, DT_SPLIT_ROWS, 1);
         y->attn_out.b = VEC("attn.c_proj.bias", NET_INIT_ZERO, C);
         y->mlp_norm.w = VEC("ln_2.weight", NET_INIT_ONE, C);
         y->mlp_norm.b = VEC("ln_2.bias", NET_INIT_ZERO, C);
-        y->mlp_in = (net_linear){.in = C, .out = 4 * C, .trans = 0};
-        y->mlp_in.w = MAT("mlp.c_fc.weight", C, 4 * C, 0.02);
-        y->mlp_in.b = VEC("mlp.c_fc.bias", NET_INIT_ZERO, 4 * C);
-        y->mlp_out = (net_linear){.in = 4 * C, .out = C, .trans = 0};
-        y->mlp_out.w = MAT("mlp.c_proj.weight", 4 * C, C, resid);
+        y->mlp_in = (net_linear){.in = C, .out = 4 * C / tp, .trans = 0, .tp = NET_TP_COLS};
+        y->mlp_in.w = SPLIT_MAT("mlp.c_fc.weight", C, 4 * C, 0.02, DT_SPLIT_COLS, 1);
+        y->mlp_in.b = SPLIT_VEC("mlp.c_fc.bias", 4 * C, 1);
+        y->mlp_out = (net_linear){.in = 4 * C / tp, .out = C, .trans = 0, .tp = NET_TP_ROWS};
+        y->mlp_out.w = SPLIT_MAT("mlp.c_proj.weight", 4 * C, C, resid, DT_SPLIT_ROWS, 1);
         y->mlp_out.b = VEC("mlp.c_proj.bias", NET_INIT_ZERO, C);
     }
+#undef SPLIT_VEC
+#undef SPLIT_MAT
 #undef VEC
 #undef MAT
     w->final_norm.w = dt_net_add(b, "ln_f.weight", C, 0, NET_INIT_ONE, 0, 0, L + 1);

@@ -24,32 +24,40 @@ static void llama_layout(net_builder *b, net_weights *w) {
     /* one call a statement: the order of the calls in an initializer list is unspecified */
 #define VEC(field, init, len) \
     (snprintf(nm, sizeof nm, "model.layers.%d.%s", l, field), dt_net_add(b, nm, len, 0, init, 0, 0, 1 + l))
-#define MAT(field, rows, cols) \
-    (snprintf(nm, sizeof nm, "model.layers.%d.%s", l, field), dt_net_add(b, nm, rows, cols, NET_INIT_NORMAL, 0.02, 1, 1 + l))
+    /* tensor parallelism: q, k, v, gate and up split by rows (whole heads; k and v by key/value
+     * heads), o and down by columns; each share's q, k, v (gate, up) lie together as one product */
+#define SPLIT_VEC(field, len) \
+    (snprintf(nm, sizeof nm, "model.layers.%d.%s", l, field), \
+     dt_net_add_split(b, nm, len, 0, NET_INIT_ZERO, 0, 0, 1 + l, DT_SPLIT_ROWS, 1))
+#define MAT(field, rows, cols, split) \
+    (snprintf(nm, sizeof nm, "model.layers.%d.%s", l, field), \
+     dt_net_add_split(b, nm, rows, cols, NET_INIT_NORMAL, 0.02, 1, 1 + l, split, 1))
+    const int tp = b->tp > 1 ? b->tp : 1;
     w->wte = dt_net_add(b, "model.embed_tokens.weight", s->vocab_size, C, NET_INIT_NORMAL, 0.02, 1, 0);
     w->wpe = NET_NONE;
     for (int l = 0; l < L; l++) {
         net_layer *y = &w->layers[l];
         y->attn_norm = (net_norm){VEC("input_layernorm.weight", NET_INIT_ONE, C), NET_NONE};
-        y->qkv = (net_linear){.b = NET_NONE, .in = C, .out = QKV, .trans = 1};
-        y->qkv.w = MAT("self_attn.q_proj.weight", NH * hs, C);
-        MAT("self_attn.k_proj.weight", NKV * hs, C);
-        MAT("self_attn.v_proj.weight", NKV * hs, C);
-        y->attn_out = (net_linear){.b = NET_NONE, .in = NH * hs, .out = C, .trans = 1};
+        y->qkv = (net_linear){.b = NET_NONE, .in = C, .out = QKV / tp, .trans = 1, .tp = NET_TP_COLS};
+        y->qkv.w = MAT("self_attn.q_proj.weight", NH * hs, C, DT_SPLIT_ROWS);
+        MAT("self_attn.k_proj.weight", NKV * hs, C, DT_SPLIT_ROWS);
+        MAT("self_attn.v_proj.weight", NKV * hs, C, DT_SPLIT_ROWS);
+        y->attn_out = (net_linear){.b = NET_NONE, .in = NH * hs / tp, .out = C, .trans = 1, .tp = NET_TP_ROWS};
         if (s->attention_bias || s->qkv_bias) {
-            y->qkv.b = VEC("self_attn.q_proj.bias", NET_INIT_ZERO, NH * hs);
-            VEC("self_attn.k_proj.bias", NET_INIT_ZERO, NKV * hs);
-            VEC("self_attn.v_proj.bias", NET_INIT_ZERO, NKV * hs);
+            y->qkv.b = SPLIT_VEC("self_attn.q_proj.bias", NH * hs);
+            SPLIT_VEC("self_attn.k_proj.bias", NKV * hs);
+            SPLIT_VEC("self_attn.v_proj.bias", NKV * hs);
         }
-        y->attn_out.w = MAT("self_attn.o_proj.weight", C, NH * hs);
+        y->attn_out.w = MAT("self_attn.o_proj.weight", C, NH * hs, DT_SPLIT_COLS);
         if (s->attention_bias) y->attn_out.b = VEC("self_attn.o_proj.bias", NET_INIT_ZERO, C);
         y->mlp_norm = (net_norm){VEC("post_attention_layernorm.weight", NET_INIT_ONE, C), NET_NONE};
-        y->mlp_in = (net_linear){.b = NET_NONE, .in = C, .out = 2 * I, .trans = 1};
-        y->mlp_in.w = MAT("mlp.gate_proj.weight", I, C);
-        MAT("mlp.up_proj.weight", I, C);
-        y->mlp_out = (net_linear){.b = NET_NONE, .in = I, .out = C, .trans = 1};
-        y->mlp_out.w = MAT("mlp.down_proj.weight", C, I);
+        y->mlp_in = (net_linear){.b = NET_NONE, .in = C, .out = 2 * I / tp, .trans = 1, .tp = NET_TP_COLS};
+        y->mlp_in.w = MAT("mlp.gate_proj.weight", I, C, DT_SPLIT_ROWS);
+        MAT("mlp.up_proj.weight", I, C, DT_SPLIT_ROWS);
+        y->mlp_out = (net_linear){.b = NET_NONE, .in = I / tp, .out = C, .trans = 1, .tp = NET_TP_ROWS};
+        y->mlp_out.w = MAT("mlp.down_proj.weight", C, I, DT_SPLIT_COLS);
     }
+#undef SPLIT_VEC
 #undef VEC
 #undef MAT
     w->final_norm = (net_norm){dt_net_add(b, "model.norm.weight", C, 0, NET_INIT_ONE, 0, 0, L + 1), NET_NONE};

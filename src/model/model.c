@@ -45,6 +45,7 @@ struct dt_model {
     dt_bucket *buckets;        /* (n_buckets) host */
     char (*bucket_names)[16];
     size_t n_params;
+    size_t n_whole;            /* the trainable tensors' floats whole (tensor parallelism: more than theirs here) */
 
     /* activations for max_batch: pointers into one arena (act_table) */
     void *arena;
@@ -78,6 +79,7 @@ struct dt_model {
     double *loss_host;         /* backend host memory (alloc_host): what dt_model_loss_fetch copied */
 
     int last_B;                /* batch of the last forward, 0 = none */
+    dt_status tp_st;           /* tensor parallelism: the first failure of a sum over cfg.tp_comm (net.tp_st) */
     int logits_are_grads;      /* the last forward left the logits' gradient there (ops xent_fused) */
     float fused_scale;         /* ... for this scale */
 };
@@ -201,7 +203,7 @@ done:
 static dt_status lay_out(const dt_model_cfg *c, dt_model *m, int *n, size_t *n_params, size_t *n_train, net_layer *w0,
                          size_t *n16) {
     const net_arch *a = dt_net_arch(c->shape.arch);
-    net_builder b = {.cfg = c};
+    net_builder b = {.cfg = c, .tp = c->tp > 1 ? c->tp : 1};
     net_weights tmp = {0};
     net_weights *w = m ? &m->net.w : &tmp;
     if (m) {
@@ -292,8 +294,9 @@ typedef struct act_buf {
 /* attention's shape for batches of B */
 static const int packed_mark; /* a packed model's pos before it has a buffer: ops read only whether pos is NULL */
 static dt_att_shape att_shape(const dt_model_cfg *c, int B) {
-    return (dt_att_shape){B, c->seq_len, c->shape.n_head, dt_shape_kv_heads(&c->shape), dt_shape_head_dim(&c->shape),
-                          c->packed ? &packed_mark : NULL};
+    const int tp = c->tp > 1 ? c->tp : 1; /* tensor parallelism: this share's heads */
+    return (dt_att_shape){B, c->seq_len, c->shape.n_head / tp, dt_shape_kv_heads(&c->shape) / tp,
+                          dt_shape_head_dim(&c->shape), c->packed ? &packed_mark : NULL};
 }
 
 /* the head's width: the classes, or the vocabulary */
@@ -464,6 +467,14 @@ static dt_status check_cfg(const dt_model_cfg *mc) {
                             c->n_positions, mc->seq_len);
     if (mc->max_batch < 1)
         return dt_error_set(DT_ERR_CONFIG, "data.batch_size_per_worker: expected >= 1, got %d", mc->max_batch);
+    if (mc->tp > 1) { /* config.c refuses these by key; a caller that builds the model itself lands here */
+        const int I = c->arch == DT_ARCH_LLAMA ? c->intermediate_size : 4 * c->n_embd;
+        if (c->n_head % mc->tp || dt_shape_kv_heads(c) % mc->tp || I % mc->tp || mc->tp_rank < 0 ||
+            mc->tp_rank >= mc->tp || !mc->tp_comm || mc->lora.rank)
+            return dt_error_set(DT_ERR_CONFIG, "training.tensor_parallel: %d shares (this one %d) of %d heads, %d "
+                                "key/value heads and an MLP of %d: expected a divisor of each, a collective of the "
+                                "shares, and no model.lora", mc->tp, mc->tp_rank, c->n_head, dt_shape_kv_heads(c), I);
+    }
     return DT_OK;
 }
 
@@ -546,9 +557,57 @@ static dt_status get_part(dt_model *m, int i, size_t first, size_t n, float *v) 
 /* v (numel floats) = tensor i */
 static dt_status get_tensor(dt_model *m, int i, float *v) { return get_part(m, i, 0, m->tensors[i].numel, v); }
 
-/* Every tensor as the architecture says it starts, in layout order from one normal stream. */
+/* ---- tensor parallelism: a tensor's share of its whole ---- */
+
+/* Tensor t's share `r` (of tp) and its whole, one from the other: local = share r of whole
+ * (to_local), or share r's place in whole = local. Each split block is cut in tp parts, part r
+ * of every block goes to the share in block order (dt_tensor_info split). */
+static void shard_copy(const dt_tensor_info *t, int tp, int r, float *whole, float *local, int to_local) {
+    const size_t R = (size_t)t->whole[0], C = (size_t)t->whole[1], S = (size_t)t->sections;
+    size_t runs, run, stride_w, stride_l, per_row; /* `runs` rows of `per_row` runs of `run` floats */
+    if (t->split == DT_SPLIT_ROWS) {
+        runs = 1;
+        per_row = S;
+        run = R / S / (size_t)tp * C;
+        stride_w = stride_l = 0;
+    } else {
+        runs = R;
+        per_row = S;
+        run = C / S / (size_t)tp;
+        stride_w = C;
+        stride_l = C / (size_t)tp;
+    }
+    const size_t block_w = t->split == DT_SPLIT_ROWS ? R / S * C : C / S; /* a block's floats along the split */
+    for (size_t i = 0; i < runs; i++)
+        for (size_t s = 0; s < per_row; s++) {
+            float *w = whole + i * stride_w + s * block_w + (size_t)r * run, *l = local + i * stride_l + s * run;
+            if (to_local) memcpy(l, w, run * sizeof(float));
+            else memcpy(w, l, run * sizeof(float));
+        }
+}
+
+static size_t whole_numel(const dt_tensor_info *t) { return (size_t)t->whole[0] * (size_t)t->whole[1]; }
+
+/* tensor i = this share of `whole` (whole numel floats) */
+static dt_status put_share(dt_model *m, int i, float *whole) {
+    const dt_tensor_info *t = &m->tensors[i];
+    if (t->split == DT_SPLIT_NONE) return put_part(m, i, 0, t->numel, whole);
+    float *mine = dt_malloc(t->numel * sizeof(float), "tensor-parallel share");
+    if (!mine) return DT_ERR_NOMEM;
+    shard_copy(t, m->cfg.tp, m->cfg.tp_rank, whole, mine, 1);
+    dt_status st = put_part(m, i, 0, t->numel, mine);
+    free(mine);
+    return st;
+}
+
+/* Every tensor as the architecture says it starts, in layout order from one normal stream. A
+ * tensor-parallel share draws every tensor whole and keeps its share: the same weights as one
+ * worker's. */
 static dt_status init_weights(dt_model *m) {
-    float *p = dt_malloc(PART * sizeof(float), "initial weights");
+    size_t most = PART;
+    for (int i = 0; i < m->n_tensors; i++)
+        if (m->tensors[i].split != DT_SPLIT_NONE && whole_numel(&m->tensors[i]) > most) most = whole_numel(&m->tensors[i]);
+    float *p = dt_malloc(most * sizeof(float), "initial weights");
     if (!p) return DT_ERR_NOMEM;
     rng_t r = {m->cfg.seed, 0, 0.0};
     dt_status st = DT_OK;
@@ -556,14 +615,16 @@ static dt_status init_weights(dt_model *m) {
         const int i = m->seq[k];
         const dt_tensor_info *t = &m->tensors[i];
         const double std = m->init_std[i];
-        for (size_t j0 = 0; st == DT_OK && j0 < t->numel; j0 += PART) {
-            const size_t n = t->numel - j0 < PART ? t->numel - j0 : PART;
+        const int split = t->split != DT_SPLIT_NONE;
+        const size_t numel = split ? whole_numel(t) : t->numel, step = split ? numel : PART;
+        for (size_t j0 = 0; st == DT_OK && j0 < numel; j0 += step) {
+            const size_t n = numel - j0 < step ? numel - j0 : step;
             for (size_t j = 0; j < n; j++)
                 p[j] = m->init[i] == NET_INIT_NORMAL    ? (float)(std * rng_normal(&r))
                        : m->init[i] == NET_INIT_UNIFORM ? (float)(std * (2.0 * (double)(rng_u64(&r) >> 11) / 9007199254740992.0 - 1.0))
                        : m->init[i] == NET_INIT_ONE     ? 1.0f
                                                         : 0.0f;
-            st = put_part(m, i, j0, n, p);
+            st = split ? put_share(m, i, p) : put_part(m, i, j0, n, p);
         }
     }
     free(p);
@@ -683,6 +744,11 @@ static dt_status alloc_tables(dt_model *m) {
             m->view[i].offset -= m->n_frozen;
         }
     }
+    const int nv = m->n_tensors - m->n_frozen_tensors;
+    for (int i = 0; i < nv; i++) { /* the whole tensors one after the other (tensor parallelism) */
+        m->view[i].whole_offset = m->n_whole;
+        m->n_whole += (size_t)m->view[i].whole[0] * (size_t)m->view[i].whole[1];
+    }
     build_buckets(m);
     return DT_OK;
 }
@@ -729,6 +795,9 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_backen
     *out = NULL;
     DT_TRY(check_cfg(cfg));
     DT_TRY(check_backend(dt_net_arch(cfg->shape.arch), be->ops));
+    if (cfg->tp > 1 && (be->ops->memory || be->ops->act_dtype(be->ops->bf16(be->ctx)) != DT_DTYPE_F32))
+        return dt_error_set(DT_ERR_CONFIG, "training.tensor_parallel: the %s backend's activations cannot be summed "
+                            "across shares yet (hint: training.device: cpu)", be->ops->name);
     if (cfg->lora.rank && !(be->ops->lora_fwd && be->ops->lora_bwd))
         return dt_error_set(DT_ERR_CONFIG, "model.lora: the %s backend has no LoRA adapters yet (hint: "
                             "training.device: cpu, or model.lora.rank: 0)", be->ops->name);
@@ -745,7 +814,8 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_backen
     m->cfg = *cfg;
     m->be = be;
     m->net = (dt_net){.o = be->ops, .ctx = be->ctx, .cfg = &m->cfg, .arch = dt_net_arch(cfg->shape.arch),
-                      .act = be->ops->act_dtype(be->ops->bf16(be->ctx)), .att = att_shape(cfg, 0)};
+                      .act = be->ops->act_dtype(be->ops->bf16(be->ctx)), .att = att_shape(cfg, 0),
+                      .tp = cfg->tp > 1 ? cfg->tp : 1, .tp_rank = cfg->tp_rank, .tp_comm = cfg->tp_comm, .tp_st = &m->tp_st};
     m->logits_ld = be->ops->logits_stride(head_width(cfg));
     if ((st = alloc_tables(m)) != DT_OK) goto fail;
 
@@ -783,6 +853,7 @@ const dt_model_cfg *dt_model_config(const dt_model *m) { return &m->cfg; }
 const dt_backend *dt_model_backend(const dt_model *m) { return m->be; }
 const dt_net *dt_model_net(const dt_model *m) { return &m->net; }
 size_t dt_model_num_params(const dt_model *m) { return m->n_params - m->n_frozen; }
+size_t dt_model_whole_params(const dt_model *m) { return m->n_whole; }
 size_t dt_model_num_frozen(const dt_model *m) { return m->n_frozen; }
 
 dt_status dt_model_frozen_digest(dt_model *m, uint32_t *out) {
@@ -963,6 +1034,7 @@ static dt_status forward(dt_model *m, const int *tokens, const int *targets, int
     if (m->cfg.shape.num_labels) classifier_head(m, x, targets, B, predict, scale, res);
     else lm_head(m, x, targets, B * T, predict, scale, res);
     m->last_B = B;
+    if (m->tp_st != DT_OK) return m->tp_st;
     return res ? m->be->ops->check(m->be->ctx) : DT_OK; /* training: the step's check reports a failure */
 }
 
@@ -1033,10 +1105,68 @@ dt_status dt_model_backward(dt_model *m, float scale, dt_bucket_ready_fn ready, 
     }
     dt_net_embed_bwd(&m->net, m->d.dresidual, m->tokens_dev, B, T);
     if (ready) ready(user, 0);
-    return DT_OK;
+    return m->tp_st;
 }
 
 /* ---- weights I/O ---- */
+
+dt_status dt_model_gather_whole(dt_model *m, const float *local, float *whole) {
+    const size_t n = dt_model_num_params(m);
+    const int tp = m->cfg.tp > 1 ? m->cfg.tp : 1;
+    float *mine = local ? NULL : dt_malloc((n ? n : 1) * sizeof(float), "tensor-parallel share");
+    float *all = tp > 1 ? dt_malloc((size_t)tp * n * sizeof(float), "tensor-parallel shares") : NULL;
+    dt_status st = (local || mine) && (tp == 1 || all) ? DT_OK : DT_ERR_NOMEM; /* the others fail at the deadline */
+    if (st == DT_OK && mine) m->be->ops->download(m->be->ctx, mine, dt_model_params(m), n * sizeof(float));
+    if (!local) local = mine;
+    if (st == DT_OK && tp > 1) st = dt_comm_allgather(m->cfg.tp_comm, local, n * sizeof(float), all);
+    for (int i = 0; st == DT_OK && whole && i < dt_model_num_tensors(m); i++) {
+        const dt_tensor_info *t = &m->view[i];
+        if (t->split == DT_SPLIT_NONE) memcpy(whole + t->whole_offset, local + t->offset, t->numel * sizeof(float));
+        else
+            for (int r = 0; r < tp; r++)
+                shard_copy(t, tp, r, whole + t->whole_offset, all + (size_t)r * n + t->offset, 0);
+    }
+    free(mine);
+    free(all);
+    return st;
+}
+
+void dt_model_share_of(const dt_model *m, const float *whole, float *local) {
+    for (int i = 0; i < dt_model_num_tensors(m); i++) {
+        const dt_tensor_info *t = &m->view[i];
+        if (t->split == DT_SPLIT_NONE) memcpy(local + t->offset, whole + t->whole_offset, t->numel * sizeof(float));
+        else shard_copy(t, m->cfg.tp, m->cfg.tp_rank, (float *)whole + t->whole_offset, local + t->offset, 1);
+    }
+}
+
+/* the whole tensors in `whole` (dt_model_whole_params floats, host) into the file `path`, named
+ * outer + prefix + name (score.weight: outer + name) */
+static dt_status write_whole(dt_model *m, const float *whole, const char *path, const char *outer, const char *prefix) {
+    const int nt = dt_model_num_tensors(m);
+    dt_st_entry *e = dt_calloc((size_t)nt, sizeof *e, "tensor list");
+    char(*names)[128] = dt_calloc((size_t)nt, sizeof *names, "tensor names");
+    if (!e || !names) {
+        free(e);
+        free(names);
+        return DT_ERR_NOMEM;
+    }
+    for (int i = 0; i < nt; i++) {
+        const dt_tensor_info *t = &m->view[i];
+        snprintf(names[i], sizeof names[i], "%s%s%s", outer, strcmp(t->name, "score.weight") ? prefix : "", t->name);
+        e[i] = (dt_st_entry){.name = names[i], .ndim = t->ndim, .shape = {t->whole[0], t->whole[1]},
+                             .data = whole + t->whole_offset};
+    }
+    const char *keys[] = {"format", "producer"}, *vals[] = {"pt", "dtrain"};
+    dt_status st = m->be->ops->check(m->be->ctx);
+    if (st == DT_OK) st = dt_st_write(path, e, nt, keys, vals, 2);
+    free(e);
+    free(names);
+    return st;
+}
+
+dt_status dt_model_save_whole(dt_model *m, const float *whole, const char *path) {
+    return write_whole(m, whole, path, "", "");
+}
 
 static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
     size_t k = 0;
@@ -1083,12 +1213,24 @@ static void merge_adapters(const dt_model *m, float *host) {
     }
 }
 
+/* A tensor-parallel share's save: the whole tensors gathered from every share (each calls it),
+ * written by share 0 alone. */
+static dt_status save_whole(dt_model *m, const char *path, const char *outer, const char *prefix) {
+    float *whole = dt_malloc(m->n_whole * sizeof(float), "weights staging");
+    dt_status st = dt_model_gather_whole(m, NULL, whole); /* with the others even without the staging */
+    if (st == DT_OK && !whole) st = DT_ERR_NOMEM;
+    if (st == DT_OK && m->cfg.tp_rank == 0) st = write_whole(m, whole, path, outer, prefix);
+    free(whole);
+    return st;
+}
+
 /* The tensors `which` names (SAVE_ALL every one, SAVE_TRAINABLE model.lora's trainable ones,
  * SAVE_MERGED the architecture's with the adapters merged in) into the file `path`, named
  * outer + prefix + name (score.weight: outer + name). */
 enum { SAVE_ALL, SAVE_TRAINABLE, SAVE_MERGED };
 static dt_status save_tensors(dt_model *m, const char *path, const char *outer, const char *prefix, int which) {
     const size_t lo = which == SAVE_TRAINABLE ? m->n_frozen : 0; /* the staging holds the parameters from here */
+    if (m->cfg.tp > 1) return save_whole(m, path, outer, prefix);
     float *host = dt_malloc((m->n_params - lo ? m->n_params - lo : 1) * sizeof(float), "weights staging");
     dt_st_entry *e = dt_calloc((size_t)m->n_tensors, sizeof *e, "tensor list");
     const int renamed = outer[0] || prefix[0];
@@ -1197,6 +1339,16 @@ dt_status dt_check_finite(const float *v, size_t n, const char *path, const char
 static dt_status load_tensor(dt_model *m, dt_st_file *f, int j, const dt_st_tensor *t, const dt_st_tensor *lm, float *v,
                              const char *path) {
     const size_t numel = m->tensors[j].numel;
+    if (m->tensors[j].split != DT_SPLIT_NONE) { /* a tensor-parallel share: read whole, keep the share */
+        float *whole = dt_malloc(whole_numel(&m->tensors[j]) * sizeof(float), "weights staging");
+        if (!whole) return DT_ERR_NOMEM;
+        finite_tally bad = {0, 0, 0.0f};
+        dt_status st = dt_st_read_f32_part(f, t, 0, whole_numel(&m->tensors[j]), whole);
+        if (st == DT_OK) tally_finite(&bad, whole, whole_numel(&m->tensors[j]), 0);
+        if (st == DT_OK && !bad.bad) st = put_share(m, j, whole);
+        free(whole);
+        return st == DT_OK ? finite_verdict(&bad, path, t->name) : st;
+    }
     float *w = v + PART;
     finite_tally bad = {0, 0, 0.0f};
     for (size_t i0 = 0; i0 < numel; i0 += PART) {
@@ -1302,7 +1454,7 @@ static dt_status load_weights(dt_model *m, const char *path, int *score_loaded, 
             goto done;
         }
         const dt_tensor_info *mt = &m->tensors[j];
-        int64_t want[2] = {mt->shape[0], mt->shape[1]};
+        int64_t want[2] = {mt->whole[0], mt->whole[1]};
         int ok = t->ndim == mt->ndim && t->shape[0] == want[0] && (mt->ndim == 1 || t->shape[1] == want[1]);
         if (!ok) {
             shape_str(a, sizeof a, t->ndim, t->shape);

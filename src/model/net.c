@@ -11,6 +11,16 @@ const net_arch *dt_net_arch(dt_arch id) {
 }
 
 size_t dt_net_add(net_builder *b, const char *name, int rows, int cols, net_init init, double std, int decay, int bucket) {
+    return dt_net_add_split(b, name, rows, cols, init, std, decay, bucket, DT_SPLIT_NONE, 1);
+}
+
+size_t dt_net_add_split(net_builder *b, const char *name, int rows, int cols, net_init init, double std, int decay,
+                        int bucket, int split, int sections) {
+    const int tp = b->tp > 1 ? b->tp : 1;
+    if (tp == 1) split = DT_SPLIT_NONE;
+    const int whole[2] = {rows, cols ? cols : 1};
+    if (split == DT_SPLIT_ROWS) rows /= tp;
+    if (split == DT_SPLIT_COLS) cols /= tp;
     const size_t off = b->off;
     const size_t numel = (size_t)rows * (size_t)(cols ? cols : 1);
     if (b->tensors) {
@@ -19,6 +29,10 @@ size_t dt_net_add(net_builder *b, const char *name, int rows, int cols, net_init
         t->ndim = cols ? 2 : 1;
         t->shape[0] = rows;
         t->shape[1] = cols ? cols : 1;
+        t->whole[0] = whole[0];
+        t->whole[1] = whole[1];
+        t->split = split;
+        t->sections = split == DT_SPLIT_NONE ? 1 : sections;
         t->numel = numel;
         t->offset = off;
         t->bucket = bucket;
@@ -60,10 +74,22 @@ static void lora_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const
     }
 }
 
+/* Tensor parallelism: buf(n) summed over the shares, in place (a failure is kept in tp_st) */
+static void tp_sum(const dt_net *n, dt_act *buf, size_t count) {
+    if (*n->tp_st != DT_OK) return;
+    *n->tp_st = dt_comm_allreduce(n->tp_comm, (float *)buf, count, DT_REDUCE_SUM);
+}
+
 /* a bf16 tensor of base16 (offset with NET_BF16) */
 static const uint16_t *w16(const dt_net *n, size_t off) { return n->base16 + (off & ~NET_BF16); }
 
 void dt_net_mm_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt_act *inp, int M, int ldo, dt_act *pre) {
+    if (n->tp > 1 && lin->tp == NET_TP_ROWS) { /* the shares' partial products summed, the bias added by one */
+        const float *b = lin->b == NET_NONE || n->tp_rank ? NULL : n->params + lin->b;
+        n->o->matmul_fwd(n->ctx, out, inp, n->params + lin->w, b, M, lin->in, lin->out, ldo, lin->trans);
+        tp_sum(n, out, (size_t)M * (size_t)ldo);
+        return;
+    }
     const float *b = lin->b == NET_NONE ? NULL : n->params + lin->b;
     if (net_is_bf16(lin->w)) { /* a frozen bf16 weight: its own product, then GELU apart */
         n->o->matmul16_fwd(n->ctx, pre ? pre : out, inp, w16(n, lin->w), b, M, lin->in, lin->out, ldo, lin->trans);
@@ -99,6 +125,7 @@ void dt_net_mm_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const d
     n->o->matmul_bwd(n->ctx, pre ? tmp : dinp, dw, db, dout, inp, w, M, lin->in, lin->out, ldo, lin->trans);
     lora_bwd(n, lin, pre ? tmp : dinp, dout, inp, M, ldo);
     if (pre) n->o->gelu_bwd(n->ctx, dinp, pre, tmp, (size_t)M * lin->in);
+    if (n->tp > 1 && lin->tp == NET_TP_COLS && dinp) tp_sum(n, dinp, (size_t)M * (size_t)lin->in); /* each share's part */
 }
 
 /* ---- the embedding ---- */

@@ -32,9 +32,15 @@ typedef struct net_lora {
 
 /* A weight product's operand: where its weight and bias lie in the parameter buffer (the
  * gradient buffer covers the trainable ones, dt_net's `frozen`) and how the weight is stored. */
+/* A product's place in tensor parallelism (dt_model_cfg tp): whole on every share, its output
+ * columns split (its input whole; the shares' input gradients summed), or its input columns
+ * split (its output the sum of the shares', the bias added once). */
+typedef enum { NET_TP_WHOLE = 0, NET_TP_COLS, NET_TP_ROWS } net_tp;
+
 typedef struct net_linear {
     size_t w, b;  /* offsets in floats; b NET_NONE: no bias */
-    int in, out;  /* K, N: inp(M,K) -> out(M,N) */
+    int in, out;  /* K, N: inp(M,K) -> out(M,N): this share's */
+    net_tp tp;
     int trans;    /* 0: W stored (in, out) (GPT-2's Conv1D); 1: (out, in) (nn.Linear, embeddings) */
     int n_lora;   /* model.lora: the adapters on it */
     net_lora lora[NET_MAX_LORA];
@@ -76,6 +82,7 @@ typedef struct net_builder {
     net_init *init;          /* (n) */
     double *std;             /* (n) NET_INIT_NORMAL's standard deviation */
     int n;
+    int tp;                  /* tensor-parallel shares (>= 1): split tensors are laid out 1/tp of their size */
     size_t off;              /* floats laid out so far */
     size_t mat;              /* ... of them in matrices (cols > 0) */
 } net_builder;
@@ -84,6 +91,10 @@ typedef struct net_builder {
  * (0 the embeddings, 1 + l layer l, L + 1 the head); decay: AdamW's weight decay applies.
  * Returns its offset. */
 size_t dt_net_add(net_builder *b, const char *name, int rows, int cols, net_init init, double std, int decay, int bucket);
+/* The same for a tensor split across tensor-parallel shares (dt_tensor_info split, sections):
+ * rows x cols is its whole shape; this share's is laid out. */
+size_t dt_net_add_split(net_builder *b, const char *name, int rows, int cols, net_init init, double std, int decay,
+                        int bucket, int split, int sections);
 
 typedef enum { NET_LAYERNORM = 0, NET_RMSNORM } net_norm_kind;
 typedef enum { NET_GELU = 0, NET_SWIGLU } net_mlp_kind;
@@ -133,6 +144,9 @@ typedef struct dt_net {
     dt_att_shape att;      /* attention's heads (B and T: the caller's); pos: the model's rows' positions when
                               packed (backend memory), else NULL */
     float *inv_freq;       /* rope: (hs/2) the rotary frequencies, backend memory; else NULL */
+    int tp, tp_rank;       /* tensor parallelism (dt_model_cfg): shares, this one's; tp 1: whole */
+    dt_comm *tp_comm;
+    dt_status *tp_st;      /* the first failure of a sum over tp_comm (the layer's calls return nothing) */
 } dt_net;
 
 const dt_net *dt_model_net(const dt_model *m);

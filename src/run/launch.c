@@ -85,8 +85,46 @@ static void append_log(const char *path, const char *line) {
     fclose(f);
 }
 
+/* The shared memory of the model-parallel groups (cfg->tp > 1): one world per tensor-parallel
+ * group and, with more than one replica, one per data-parallel group (comm_plan.h dt_mesh),
+ * made before fork like the job's own. */
+typedef struct group_worlds {
+    dt_shm_world *tp[DT_MAX_WORLD], *dp[DT_MAX_WORLD];
+    int n_tp, n_dp;
+} group_worlds;
+
+static dt_status groups_create(group_worlds *g, const dt_launch_cfg *cfg) {
+    memset(g, 0, sizeof *g);
+    const int tp = cfg->tp > 1 ? cfg->tp : 1, pp = cfg->pp > 1 ? cfg->pp : 1;
+    if (tp * pp == 1) return DT_OK;
+    const int dp = cfg->world / (tp * pp);
+    for (; g->n_tp < cfg->world / tp; g->n_tp++) DT_TRY(dt_shm_world_create(&g->tp[g->n_tp], tp, 0));
+    for (; dp > 1 && g->n_dp < tp * pp; g->n_dp++) DT_TRY(dt_shm_world_create(&g->dp[g->n_dp], dp, 0));
+    return DT_OK;
+}
+
+static void groups_abort(group_worlds *g, const char *why) {
+    for (int i = 0; i < g->n_tp; i++) dt_shm_world_abort(g->tp[i], why);
+    for (int i = 0; i < g->n_dp; i++) dt_shm_world_abort(g->dp[i], why);
+}
+
+static void groups_destroy(group_worlds *g) {
+    for (int i = 0; i < g->n_tp; i++) dt_shm_world_destroy(g->tp[i]);
+    for (int i = 0; i < g->n_dp; i++) dt_shm_world_destroy(g->dp[i]);
+    g->n_tp = g->n_dp = 0;
+}
+
+/* This rank's communicators in its groups (ctx->tp_comm, ctx->dp_comm), when there are groups. */
+static dt_status groups_join(const group_worlds *g, const dt_launch_cfg *cfg, int rank, dt_launch_ctx *ctx) {
+    if (!g->n_tp) return DT_OK;
+    const dt_mesh m = dt_mesh_of(cfg->world, cfg->tp, cfg->pp > 1 ? cfg->pp : 1, rank);
+    DT_TRY(dt_comm_init_shm(&ctx->tp_comm, g->tp[dt_mesh_tp_group(&m)], m.t, cfg->timeout_s));
+    if (g->n_dp) DT_TRY(dt_comm_init_shm(&ctx->dp_comm, g->dp[dt_mesh_dp_group(&m)], m.d, cfg->timeout_s));
+    return DT_OK;
+}
+
 static void child_main(const dt_launch_cfg *cfg, int rank, int attempt, pid_t parent, dt_shm_world *world,
-                       shared_block *shared, dt_launch_fn fn, void *arg) {
+                       const group_worlds *groups, shared_block *shared, dt_launch_fn fn, void *arg) {
     rank_slot *slot = &shared->slots[rank];
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1); /* the launcher died before we got here */
@@ -142,6 +180,7 @@ static void child_main(const dt_launch_cfg *cfg, int rank, int attempt, pid_t pa
                          .waiting = &shared->waiting[rank], .local_rank = rank, .plan = cfg->plan};
     dt_comm *comm = NULL;
     dt_status st = dt_comm_init_shm(&comm, world, rank, cfg->timeout_s);
+    if (st == DT_OK) st = groups_join(groups, cfg, rank, &ctx);
     if (st == DT_OK) st = fn(arg, comm, &ctx);
     if (st != DT_OK) {
         snprintf(slot->msg, sizeof slot->msg, "%s", dt_error_msg());
@@ -149,6 +188,8 @@ static void child_main(const dt_launch_cfg *cfg, int rank, int attempt, pid_t pa
         snprintf(line, sizeof line, "error: %s", dt_error_msg());
         append_log(log, line);
     }
+    dt_comm_free(ctx.dp_comm);
+    dt_comm_free(ctx.tp_comm);
     dt_comm_free(comm);
     fflush(NULL);
     _exit(dt_status_exit_code(st));
@@ -315,6 +356,7 @@ typedef struct attempt {
     const dt_launch_cfg *cfg;
     shared_block *shared;
     dt_shm_world *world;
+    group_worlds groups;     /* the model-parallel groups' */
     child kids[DT_MAX_WORLD];
     int alive;               /* workers not reaped yet */
     dt_status st;            /* how the attempt ends */
@@ -332,6 +374,7 @@ typedef struct attempt {
  * stopped ones); SIGKILL after `grace` seconds. */
 static void stop_all(attempt *a, const char *why, int sig, double grace) {
     dt_shm_world_abort(a->world, why);
+    groups_abort(&a->groups, why);
     signal_all(a->kids, a->cfg->world, sig);
     signal_all(a->kids, a->cfg->world, SIGCONT);
     a->stop_deadline = dt_clock_now() + grace;
@@ -350,7 +393,7 @@ static void fork_all(attempt *a, int attempt_no, dt_launch_fn fn, void *arg) {
             stop_all(a, "the launcher could not start every worker", SIGTERM, GRACE_S);
             return;
         }
-        if (pid == 0) child_main(a->cfg, r, attempt_no, parent, a->world, a->shared, fn, arg);
+        if (pid == 0) child_main(a->cfg, r, attempt_no, parent, a->world, &a->groups, a->shared, fn, arg);
         a->kids[r].pid = pid;
         a->kids[r].alive = 1;
         a->watch.t_prev[r] = dt_clock_now();
@@ -458,6 +501,13 @@ static dt_status run_attempt(attempt *a, int attempt_no, dt_launch_fn fn, void *
     const int n = a->cfg->world;
     shared_block *shared = a->shared;
     DT_TRY(dt_shm_world_create(&a->world, n, 0));
+    dt_status gst = groups_create(&a->groups, a->cfg);
+    if (gst != DT_OK) {
+        groups_destroy(&a->groups);
+        dt_shm_world_destroy(a->world);
+        a->world = NULL;
+        return gst;
+    }
     shared->stop = 0;
     shared->note[0] = '\0';
     memset(shared->stats, 0, sizeof shared->stats);
@@ -495,6 +545,7 @@ static dt_status run_attempt(attempt *a, int attempt_no, dt_launch_fn fn, void *
             kill(a->kids[r].pid, SIGKILL);
             waitpid(a->kids[r].pid, NULL, 0);
         }
+    groups_destroy(&a->groups);
     dt_shm_world_destroy(a->world);
     a->world = NULL;
     if (a->seen_signals && a->st == DT_OK && a->unclean) {

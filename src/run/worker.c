@@ -46,6 +46,12 @@ typedef struct run {
     dt_comm *gcomm;         /* gradients and weights: comm, or the backend's device collective */
     dt_comm *dcomm;         /* owned: the backend's collective for device buffers (world > 1) */
     int rank, world;
+    /* model parallelism (training.tensor_parallel): this rank's place in the mesh, its tensor-parallel
+     * group's collective (NULL: none), and its data-parallel group: the replicas that read different
+     * data and sum gradients (gcomm); without model parallelism drank, dworld = rank, world */
+    dt_mesh mesh;
+    dt_comm *tp_comm;
+    int drank, dworld;
     dt_device_kind dev;     /* what training.device resolved to */
     dt_tokenizer *tok;      /* data.tokenizer: NULL for bytes */
     uint32_t lora_base;     /* model.lora: dt_model_frozen_digest of the base the adapters apply to */
@@ -130,20 +136,34 @@ static dt_status open_dataset(const dt_config *c, const char *path, dt_tokenizer
 
 /* Everything train and eval share: backend (device `local_rank` on device runs), model, host
  * batch buffers, datasets. */
-static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_train, int local_rank) {
+static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_train, const dt_launch_ctx *l) {
     memset(r, 0, sizeof *r);
     r->cfg = c;
     r->comm = r->gcomm = comm;
-    r->rank = comm ? dt_comm_rank(comm) : 0;
-    r->world = comm ? dt_comm_world(comm) : 1;
+    r->rank = r->drank = comm ? dt_comm_rank(comm) : 0;
+    r->world = r->dworld = comm ? dt_comm_world(comm) : 1;
+    r->mesh = dt_mesh_of(r->world, 1, 1, r->rank);
+    const int tp = c->training.tensor_parallel;
+    if (comm && tp > 1) { /* training: the launcher made the groups' collectives */
+        if (!l || !l->tp_comm)
+            return dt_error_set(DT_ERR_CONFIG, "%s: training.tensor_parallel: %d needs workers that dtrain starts "
+                                "itself (the groups' shared memory is made before they fork); under %s it is not "
+                                "built yet (hint: training.tensor_parallel: 1)", c->source[0] ? c->source : "config",
+                                tp, l && l->launched_by ? l->launched_by : "this launcher");
+        r->mesh = dt_mesh_of(r->world, tp, c->training.pipeline_parallel, r->rank);
+        r->tp_comm = l->tp_comm;
+        r->gcomm = l->dp_comm; /* NULL with one replica: nothing to sum */
+        r->drank = r->mesh.d;
+        r->dworld = r->mesh.dp;
+    }
     DT_TRY(dt_backend_resolve(c, &r->dev));
     r->device_alone = r->world == 1 && need_train && dt_backend_ops(r->dev)->device_comm && dt_fault_device_comm_alone();
-    r->reduces = r->world > 1 || r->device_alone;
+    r->reduces = r->dworld > 1 || r->device_alone;
     /* one worker: its shard is everything (unless the test switch sends it through the collective) */
     r->zero = c->training.zero_stage == 1 && r->reduces;
-    DT_TRY(dt_infer_build(c, local_rank, r->rank, c->data.batch_size_per_worker, c->data.seq_len,
-                          (need_train ? DT_INFER_TRAIN : 0) | DT_INFER_DATA_ROWS, &r->be,
-                          &r->tok, &r->model));
+    DT_TRY(dt_infer_build_share(c, l ? l->local_rank : 0, r->rank, c->data.batch_size_per_worker, c->data.seq_len,
+                                (need_train ? DT_INFER_TRAIN : 0) | DT_INFER_DATA_ROWS, r->tp_comm ? tp : 1,
+                                r->mesh.t, r->tp_comm, &r->be, &r->tok, &r->model));
     size_t b = (size_t)c->data.batch_size_per_worker, T = (size_t)c->data.seq_len;
     r->tokens = dt_malloc(b * T * sizeof(int), "token batch");
     r->targets = dt_malloc(b * T * sizeof(int), "target batch");
@@ -216,7 +236,7 @@ static dt_status evaluate(run *r, long step, int set, dt_eval_point *out, int *s
     size_t n = dt_dataset_size(val);
     int b = c->data.batch_size_per_worker;
     if (c->eval.max_batches > 0 && (size_t)c->eval.max_batches <= n / (size_t)b) n = (size_t)c->eval.max_batches * (size_t)b;
-    size_t nb = dt_eval_num_batches(n, r->world, b);
+    size_t nb = dt_eval_num_batches(n, r->dworld, b);
     double loss = 0;
     long rows = 0, correct = 0, examples = 0;
     const int nl = c->model.shape.num_labels <= DT_MAX_CLASS_METRICS ? c->model.shape.num_labels : 0; /* 0: no matrix */
@@ -235,7 +255,7 @@ static dt_status evaluate(run *r, long step, int set, dt_eval_point *out, int *s
         }
         size_t start;
         int count;
-        dt_eval_slice(n, j, r->rank, r->world, b, &start, &count);
+        dt_eval_slice(n, j, r->drank, r->dworld, b, &start, &count);
         if (count == 0) continue;
         for (int i = 0; i < count; i++) r->idx[i] = start + (size_t)i;
         DT_TRY(fill_batch(r, val, r->idx, count));
@@ -249,10 +269,12 @@ static dt_status evaluate(run *r, long step, int set, dt_eval_point *out, int *s
         if (r->metrics) dt_metrics_eval_progress(r->metrics, (long)j + 1, (long)nb, (now_ms() - t0) / 1000.0);
     }
     if (r->world > 1) {
-        /* counts stay exact in float up to 2^24 rows; the loss sum is rounded to float */
-        float sums[4 + DT_MAX_CLASS_METRICS * DT_MAX_CLASS_METRICS] = {(float)loss, (float)rows, (float)correct,
-                                                                       (float)examples};
-        for (int i = 0; i < nl * nl; i++) sums[4 + i] = (float)confusion[i];
+        /* counts stay exact in float up to 2^24 rows; the loss sum is rounded to float; the shares of one
+         * replica (tensor parallelism) saw the same rows: one of them counts them */
+        const float mine = r->mesh.t == 0 ? 1.0f : 0.0f;
+        float sums[4 + DT_MAX_CLASS_METRICS * DT_MAX_CLASS_METRICS] = {mine * (float)loss, mine * (float)rows,
+                                                                       mine * (float)correct, mine * (float)examples};
+        for (int i = 0; i < nl * nl; i++) sums[4 + i] = mine * (float)confusion[i];
         DT_TRY(dt_comm_allreduce(r->comm, sums, (size_t)(4 + nl * nl), DT_REDUCE_SUM));
         loss = sums[0];
         rows = (long)sums[1];
@@ -368,6 +390,21 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
                 mc.lora.alpha, dt_lora_targets_str(mc.lora.targets, names, sizeof names), tr, train,
                 100.0 * (double)train / (double)all, fr, mc.lora.base_bf16 ? " (its matrices kept in bf16)" : "", ad);
     }
+    if (c->training.tensor_parallel > 1) { /* each worker's share, from the same layout the workers build */
+        const int T = c->training.tensor_parallel, D = c->training.num_workers / (T * c->training.pipeline_parallel);
+        dt_model_cfg sh = mc;
+        sh.tp = T;
+        char share[32], smem[32], state[32];
+        const size_t n = dt_model_count_params(&sh);
+        human_count(share, sizeof share, (double)n);
+        human_count(smem, sizeof smem, (double)dt_model_memory_bytes(&sh, dt_backend_ops(DT_DEVICE_CPU), 0) +
+                                            2.0 * (double)n * sizeof(float));
+        human_count(state, sizeof state, 4.0 * (double)n * sizeof(float));
+        fprintf(out, "# training.tensor_parallel %d: %d replica%s x %d shares; each worker holds %s parameters (%zu, "
+                "%.1f%% of the model: every layer's products split, the embeddings, norms and head whole): %sB of "
+                "weights, gradients and AdamW state, ~%sB with the activations\n", T, D, D > 1 ? "s" : "", T, share, n,
+                100.0 * (double)n / (double)dt_model_count_params(&mc), state, smem);
+    }
     dt_device_kind dev;
     const int resolved = dt_backend_resolve(c, &dev) == DT_OK;
     /* training.device: cuda on a machine without a GPU still gets the estimate, for planning */
@@ -446,7 +483,8 @@ static dt_status gather_buckets(run *r, float *buf) {
 }
 
 /* Every rank must hold bit-identical parameters: compare CRC32s; name the ranks that differ
- * from the majority (with two ranks, both). */
+ * from the majority (with two ranks, both). With tensor parallelism, the replicas of each share
+ * (its data-parallel group) are compared among themselves. */
 static dt_status check_replicas(run *r, long step) {
     size_t n = dt_model_num_params(r->model);
     float *host = dt_malloc(n * sizeof(float), "replica check");
@@ -456,20 +494,25 @@ static dt_status check_replicas(run *r, long step) {
     free(host);
     DT_TRY(r->be->ops->check(r->be->ctx));
     uint32_t all[DT_MAX_WORLD];
+    int who[DT_MAX_WORLD], n_who = 0; /* the ranks of this rank's data-parallel group */
     DT_TRY(dt_comm_allgather(r->comm, &crc, sizeof crc, all));
-    int best = 0, best_count = 0;
     for (int i = 0; i < r->world; i++) {
-        int cnt = 0;
-        for (int j = 0; j < r->world; j++) cnt += all[j] == all[i];
-        if (cnt > best_count) { best = i; best_count = cnt; }
+        const dt_mesh m = dt_mesh_of(r->world, r->mesh.tp, r->mesh.pp, i);
+        if (dt_mesh_dp_group(&m) == dt_mesh_dp_group(&r->mesh)) who[n_who++] = i;
     }
-    if (best_count == r->world) return DT_OK;
+    int best = 0, best_count = 0;
+    for (int i = 0; i < n_who; i++) {
+        int cnt = 0;
+        for (int j = 0; j < n_who; j++) cnt += all[who[j]] == all[who[i]];
+        if (cnt > best_count) { best = who[i]; best_count = cnt; }
+    }
+    if (best_count == n_who) return DT_OK;
     char list[512];
     size_t k = 0;
-    int tie = best_count * 2 <= r->world;
-    for (int i = 0; i < r->world && k < sizeof list; i++)
-        if (tie || all[i] != all[best])
-            k += (size_t)snprintf(list + k, sizeof list - k, "%srank %d (crc32 %08x)", k ? ", " : "", i, all[i]);
+    int tie = best_count * 2 <= n_who;
+    for (int i = 0; i < n_who && k < sizeof list; i++)
+        if (tie || all[who[i]] != all[best])
+            k += (size_t)snprintf(list + k, sizeof list - k, "%srank %d (crc32 %08x)", k ? ", " : "", who[i], all[who[i]]);
     if (tie)
         return dt_error_set(DT_ERR_INTERNAL, "step %ld: replica check failed: the ranks' parameters disagree: %s",
                             step, list);
@@ -630,9 +673,11 @@ static dt_status gather_moments(run *r, float *m, float *v) {
     return st == DT_OK ? r->be->ops->check(r->be->ctx) : st;
 }
 
+struct whole_model;
 typedef struct moments_call {
     run *r;
     int called;
+    const struct whole_model *whole; /* tensor parallelism: what gather_whole_model gathered */
 } moments_call;
 
 static dt_status gather_moments_cb(void *user, float *m, float *v) {
@@ -641,10 +686,49 @@ static dt_status gather_moments_cb(void *user, float *m, float *v) {
     return gather_moments(mc->r, m, v);
 }
 
+/* Tensor parallelism: the whole model for rank 0's checkpoint, gathered by the shares of the
+ * first replica (ranks 0 .. tp-1, each calls it) before rank 0 saves: the weights and the AdamW
+ * moments in the whole model's layout (host, dt_model_whole_params floats each; w[0] weights,
+ * w[1], w[2] moments; freed by the caller, also on failure). */
+typedef struct whole_model {
+    float *w[3];
+} whole_model;
+
+static dt_status gather_whole_model(run *r, whole_model *wm) {
+    const size_t n = dt_model_num_params(r->model), nw = dt_model_whole_params(r->model);
+    float *m = dt_malloc(n * sizeof(float), "moments staging"), *v = dt_malloc(n * sizeof(float), "moments staging");
+    dt_status st = m && v ? dt_optim_get_moments(r->optim, m, v) : DT_ERR_NOMEM;
+    for (int i = 0; i < 3; i++) wm->w[i] = dt_malloc(nw * sizeof(float), "checkpoint staging");
+    if (st == DT_OK && (!wm->w[0] || !wm->w[1] || !wm->w[2])) st = DT_ERR_NOMEM;
+    if (st == DT_OK) st = dt_model_gather_whole(r->model, NULL, wm->w[0]);
+    if (st == DT_OK) st = dt_model_gather_whole(r->model, m, wm->w[1]);
+    if (st == DT_OK) st = dt_model_gather_whole(r->model, v, wm->w[2]);
+    free(m);
+    free(v);
+    return st;
+}
+
+static dt_status whole_moments_cb(void *user, float *m, float *v) {
+    run *r = ((moments_call *)user)->r;
+    const whole_model *wm = ((moments_call *)user)->whole;
+    const size_t nw = dt_model_whole_params(r->model);
+    if (m) memcpy(m, wm->w[1], nw * sizeof(float));
+    if (v) memcpy(v, wm->w[2], nw * sizeof(float));
+    return DT_OK;
+}
+
 /* Rank 0 writes the checkpoint of `step` and prunes old ones; the others wait for it, so
  * that every rank agrees the checkpoint exists before anyone moves on. */
 static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, const ckpt_point *cp, char *dir, size_t n) {
     const dt_config *c = r->cfg;
+    whole_model wm = {{NULL, NULL, NULL}};
+    if (r->tp_comm && r->rank < r->mesh.tp) {
+        dt_status st = gather_whole_model(r, &wm);
+        if (st != DT_OK || r->rank != 0) {
+            for (int i = 0; i < 3; i++) free(wm.w[i]);
+            DT_TRY(st);
+        }
+    }
     if (r->rank == 0) {
         double t0 = now_ms();
         dt_ckpt_state s = {
@@ -655,12 +739,18 @@ static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, con
             .lora = dt_model_config(r->model)->lora, .lora_base_digest = r->lora_base,
         };
         snprintf(s.lora_base, sizeof s.lora_base, "%s", c->model.init_from);
-        moments_call mc = {r, 0};
+        moments_call mc = {r, 0, &wm};
         if (r->zero) { /* the others gather the moments with it */
             s.get_moments = gather_moments_cb;
             s.user = &mc;
         }
+        if (wm.w[0]) { /* tensor parallelism: gathered above */
+            s.whole_params = wm.w[0];
+            s.get_moments = whole_moments_cb;
+            s.user = &mc;
+        }
         dt_status st = (cp->as_best ? dt_ckpt_save_best : dt_ckpt_save)(c->run.dir, r->model, r->optim, &s, c, dir, n);
+        for (int i = 0; i < 3; i++) free(wm.w[i]);
         if (r->zero && !mc.called) (void)gather_moments(r, NULL, NULL); /* failed before: still join the others */
         DT_TRY(st);
         dt_metrics_info(r->metrics, "%s: %s (%.2f s)", cp->as_best ? "best checkpoint" : "checkpoint", dir,
@@ -819,7 +909,7 @@ static dt_status train_open(trainer *t, const dt_config *c, const dt_worker_opts
     t->attempt = t->launch ? t->launch->attempt : 0;
     DT_TRY(dt_fault_from_env(&t->fault));
     run *r = &t->r;
-    DT_TRY(run_setup(r, c, comm, 1, t->launch ? t->launch->local_rank : 0));
+    DT_TRY(run_setup(r, c, comm, 1, t->launch));
     if (t->launch && t->launch->grad_comm) r->gcomm = t->launch->grad_comm; /* hierarchical */
     if (t->launch && t->launch->own_stats) { /* the launcher samples this worker's GPU from now on */
         dt_backend_desc desc;
@@ -836,18 +926,18 @@ static dt_status train_open(trainer *t, const dt_config *c, const dt_worker_opts
     t->T = c->data.seq_len;
     t->accum = c->training.grad_accum_steps;
     t->cls = c->model.shape.num_labels > 0;
-    t->G = (long)r->world * t->b * t->accum;
+    t->G = (long)r->dworld * t->b * t->accum;
     t->scale = 1.0f / (float)(t->G * (t->cls ? 1 : t->T));
     if (c->data.format == DT_FORMAT_CHAT || c->data.format == DT_FORMAT_COMPLETION) /* step_scale */
         t->gidx = dt_malloc((size_t)t->G * sizeof *t->gidx, "global batch indices");
     if ((c->data.format == DT_FORMAT_CHAT || c->data.format == DT_FORMAT_COMPLETION) && !t->gidx) return DT_ERR_NOMEM;
-    t->check_every = r->world > 1 ? c->training.check_replicas_every : 0;
+    t->check_every = r->dworld > 1 ? c->training.check_replicas_every : 0;
     t->perturb = dt_fault_perturb_replica_rank();
     t->sample_log = dt_fault_sample_log(r->rank);
     t->last_eval = (dt_eval_point){.loss = NAN, .accuracy = NAN};
     dt_sampler_cfg sc = {
         .num_samples = dt_dataset_size(r->train), .seed = c->training.seed, .shuffle = c->data.shuffle,
-        .rank = r->rank, .world = r->world, .batch_per_worker = t->b, .accum = t->accum,
+        .rank = r->drank, .world = r->dworld, .batch_per_worker = t->b, .accum = t->accum,
     };
     DT_TRY(dt_sampler_init(&r->sampler, &sc));
     dt_sft_stats ss;
@@ -958,7 +1048,7 @@ static dt_status make_optimizer(trainer *t) {
     for (int i = 0; st == DT_OK && i < nb; i++) {
         const dt_bucket *bk = dt_model_bucket(r->model, i);
         size_t lo, hi;
-        dt_comm_part(bk->numel, r->world, r->rank, &lo, &hi);
+        dt_comm_part(bk->numel, r->dworld, r->drank, &lo, &hi);
         if (hi > lo) own[n_own++] = (dt_range){bk->offset + lo, hi - lo};
     }
     if (st == DT_OK)
@@ -1014,7 +1104,7 @@ static dt_status initial_weights(trainer *t) {
     else if (lora && c->model.lora_init_from[0])
         DT_TRY(load_weights(t, "model.lora.init_from", c->model.lora_init_from, 1));
     DT_TRY(start_device_collective(r));
-    if (r->world > 1)
+    if (r->dworld > 1) /* the replicas of each share */
         DT_TRY(dt_comm_broadcast(r->gcomm, dt_model_params(r->model), dt_model_num_params(r->model) * sizeof(float), 0));
     dt_model_params_changed(r->model);
     return DT_OK;
@@ -1026,8 +1116,11 @@ static void report_setup(trainer *t) {
     const dt_model_cfg *mc = dt_model_config(r->model);
     const dt_ops *ops = r->be->ops;
     char params[32], flops[32], how[96] = "", prec[32] = "";
-    human_count(params, sizeof params, (double)(dt_model_num_params(r->model) + dt_model_num_frozen(r->model)));
-    human_count(flops, sizeof flops, dt_model_flops_per_token(mc));
+    dt_model_cfg whole = *mc; /* tensor parallelism: the model's, not this share's */
+    whole.tp = 1;
+    human_count(params, sizeof params, (double)(mc->tp > 1 ? dt_model_count_params(&whole)
+                                                           : dt_model_num_params(r->model) + dt_model_num_frozen(r->model)));
+    human_count(flops, sizeof flops, dt_model_flops_per_token(&whole));
     const char *bf = r->cfg->training.grad_comm_dtype == DT_WIRE_BF16 ? " (bf16 gradients)" : "";
     if (r->zero) snprintf(how, sizeof how, ", %s reduce-scatter + all-gather%s", dt_comm_backend(r->gcomm), bf);
     else if (r->reduces) snprintf(how, sizeof how, ", %s all-reduce%s", dt_comm_backend(r->gcomm), bf);
@@ -1054,6 +1147,16 @@ static void report_setup(trainer *t) {
                         100.0 * (double)dt_model_num_params(r->model) /
                             (double)(dt_model_num_params(r->model) + dt_model_num_frozen(r->model)), fr,
                         mc->lora.base_bf16 ? "; its matrices kept in bf16" : "");
+    }
+    if (r->tp_comm) {
+        char share[32];
+        human_count(share, sizeof share, (double)dt_model_num_params(r->model));
+        dt_metrics_info(r->metrics, "training.tensor_parallel %d: %d replica%s x %d shares; rank %d is share %d of replica "
+                        "%d and holds %s parameters (%.1f%%); each layer sums its activations twice forward and twice "
+                        "backward over %s", r->mesh.tp, r->mesh.dp, r->mesh.dp > 1 ? "s" : "", r->mesh.tp, r->rank,
+                        r->mesh.t, r->mesh.d, share,
+                        100.0 * (double)dt_model_num_params(r->model) / (double)dt_model_count_params(&whole),
+                        dt_comm_backend(r->tp_comm));
     }
     if (r->zero)
         dt_metrics_info(r->metrics, "training.zero_stage 1: rank %d updates %zu of %zu parameters; its AdamW state is "
@@ -1103,7 +1206,7 @@ static void report_start(trainer *t) {
     if (sets[0]) snprintf(sets + strlen(sets), sizeof sets - strlen(sets), ")");
     const int packed = dt_dataset_packed(r->train);
     dt_metrics_info(r->metrics, "data: %zu train %s (%zu steps/epoch at global batch %ld = %d x %d x %d), "
-                    "%zu val %s%s | %ld steps", n_train, packed ? "rows" : "examples", t->spe, t->G, r->world, t->b,
+                    "%zu val %s%s | %ld steps", n_train, packed ? "rows" : "examples", t->spe, t->G, r->dworld, t->b,
                     t->accum, n_val, packed ? "rows" : "examples", sets, t->total);
     dt_sft_stats ss;
     if (packed && dt_dataset_sft_stats(r->train, &ss))
@@ -1200,7 +1303,26 @@ static uint64_t bytes_sent(run *r, int remote) {
     uint64_t (*count)(dt_comm *) = remote ? dt_comm_bytes_remote : dt_comm_bytes_sent;
     uint64_t b = r->gcomm ? count(r->gcomm) : 0;
     if (r->comm && r->comm != r->gcomm) b += count(r->comm);
+    if (r->tp_comm) b += count(r->tp_comm); /* the activations' sums */
     return b;
+}
+
+/* Tensor parallelism: the gradients' sum of squares of the whole model from each share's
+ * (`mine`, over its parameters): the split tensors' parts add up, the whole ones (the same on
+ * every share) count once. One all-gather of a double over the shares, summed in share order. */
+static dt_status shares_sumsq(run *r, double mine, double *total) {
+    const float *g = dt_model_grads(r->model); /* host memory: tensor parallelism runs on CPU backends only */
+    double whole = 0;
+    for (int i = 0; r->mesh.t != 0 && i < dt_model_num_tensors(r->model); i++) {
+        const dt_tensor_info *ti = dt_model_tensor(r->model, i);
+        if (ti->split != DT_SPLIT_NONE) continue;
+        for (size_t j = 0; j < ti->numel; j++) whole += (double)g[ti->offset + j] * g[ti->offset + j];
+    }
+    double part = mine - whole, all[DT_MAX_WORLD];
+    DT_TRY(dt_comm_allgather(r->tp_comm, &part, sizeof part, all));
+    *total = 0;
+    for (int i = 0; i < r->mesh.tp; i++) *total += all[i];
+    return DT_OK;
 }
 
 /* One optimizer step: the micro-batches, the agreement of every rank (agree.h: loss, stop,
@@ -1222,7 +1344,14 @@ static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     dt_model_loss_fetch(r->model);
     v.device = r->be->ops->check(r->be->ctx);
     v.loss = dt_model_loss_fetched(r->model);
-    const double sumsq = dt_optim_norm_sumsq(r->optim);
+    double sumsq = dt_optim_norm_sumsq(r->optim);
+    if (r->tp_comm) {
+        DT_TRY(shares_sumsq(r, sumsq, &sumsq));
+        if (r->mesh.t != 0) { /* the shares of one replica saw the same rows: one of them counts them */
+            v.loss = 0;
+            v.rows = 0;
+        }
+    }
     v.sumsq = r->zero ? sumsq : 0; /* sharded, the norm is the sum of the ranks' parts: it travels with the agreement */
     const double sumsq_ms = now_ms() - q0; /* the optimizer's, for logging.phase_times */
     double w0 = now_ms();
@@ -1503,7 +1632,7 @@ static dt_status finish(trainer *t, int stopped) {
     DT_TRY(gather_peak_memory(r, t->launch, peaks, gpu_peaks, &sum.peak_gpu_mb, t->remote_bytes, &sum.remote_bytes));
     char weights[DT_PATH_MAX + 32];
     snprintf(weights, sizeof weights, "%s/model.safetensors", r->cfg->run.dir);
-    if (r->rank == 0) DT_TRY(dt_model_save(r->model, weights));
+    if (r->rank < r->mesh.tp) DT_TRY(dt_model_save(r->model, weights)); /* rank 0, with its shares' help */
     sum.peak_rss_mb = peaks;
     if (t->have_eval) {
         sum.val_loss = t->last_eval.loss;
@@ -1590,7 +1719,8 @@ dt_status dt_worker_launch(const dt_config *c, const dt_worker_opts *opts, dt_la
     dt_launch_cfg lc = {.world = c->training.num_workers, .plan = &plan, .timeout_s = c->training.collective_timeout_s,
                         .log_dir = c->run.dir, .what = "training", .max_restarts = c->fault_tolerance.max_restarts,
                         .backoff_s = c->fault_tolerance.backoff_s, .clean_stop = 1,
-                        .monitor_every_s = c->logging.monitor_every_s};
+                        .monitor_every_s = c->logging.monitor_every_s, .tp = c->training.tensor_parallel,
+                        .pp = c->training.pipeline_parallel};
     return dt_launch_run(&lc, launched_worker, &arg, res);
 }
 
@@ -1649,7 +1779,7 @@ static void print_eval(const char *weights, const dt_eval_point *e) {
 
 dt_status dt_worker_eval(const dt_config *c, const char *weights, dt_eval_point *out) {
     run r;
-    dt_status st = run_setup(&r, c, NULL, 0, 0);
+    dt_status st = run_setup(&r, c, NULL, 0, NULL);
     if (st != DT_OK) goto done;
     if (!r.n_val) {
         st = dt_error_set(DT_ERR_CONFIG, "%s: data.val_path: required for evaluation (hint: --set data.val_path=FILE)",

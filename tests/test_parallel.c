@@ -1,0 +1,218 @@
+/* test_parallel.c — model parallelism (training.tensor_parallel) through the real binary:
+ *   - equivalence: a GPT-2 and a Llama with grouped-query attention, each trained 20 steps on
+ *     1 worker x batch 8 and on T2 (2 workers), T4 (4 workers) and D2xT2 (4 workers, batch 4
+ *     each): the same per-step losses (1e-5 relative), the same final weights (relative L2
+ *     distance <= 1e-5; the files whole, as one worker writes them) and the same evaluation
+ *     (confusion matrix: each replica's predictions counted once);
+ *   - checkpoints stay whole: D2xT2's checkpoint of step 10 resumes on 1 worker, and the
+ *     1-worker checkpoint of step 10 resumes on T4; both end on the 1-worker run's weights
+ *     and AdamW moments;
+ *   - --dry-run says each worker's share;
+ *   - a worker killed mid-run stops the others at once (exit 1 naming it), nothing left in
+ *     /dev/shm. */
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "dtrain/safetensors.h"
+#include "proc.h"
+#include "testutil.h"
+#include "weights.h"
+
+#define GPT2 "model.n_head=4", "--set", "model.n_embd=64", "--set", "model.n_layer=2"
+#define LLAMA "model.type=llama", "--set", "model.n_head=8", "--set", "model.num_key_value_heads=4", "--set", \
+              "model.n_embd=64", "--set", "model.intermediate_size=96", "--set", "model.n_layer=2"
+
+/* a 20-step run of ci-smoke's data in test_dir()/tag: `workers` x `batch`, tensor_parallel tp,
+ * the architecture's keys, a checkpoint every 10 steps; its exit status */
+static int train(const char *tag, int arch_llama, int workers, int batch, int tp, const char *extra) {
+    char rd[1400], nw[64], bs[64], tps[64];
+    snprintf(rd, sizeof rd, "run.dir=%s/%s", test_dir(), tag);
+    snprintf(nw, sizeof nw, "training.num_workers=%d", workers);
+    snprintf(bs, sizeof bs, "data.batch_size_per_worker=%d", batch);
+    snprintf(tps, sizeof tps, "training.tensor_parallel=%d", tp);
+    const char *gpt2[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", nw, "--set", bs, "--set", tps,
+                          "--set", "training.max_steps=20", "--set", "checkpoint.every_steps=10", "--set",
+                          "eval.max_batches=0", "--set", "training.check_replicas_every=5", "--set",
+                          extra ? extra : "logging.every_steps=1", "--quiet", "--set", GPT2, NULL};
+    const char *llama[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", nw, "--set", bs, "--set", tps,
+                           "--set", "training.max_steps=20", "--set", "checkpoint.every_steps=10", "--set",
+                           "eval.max_batches=0", "--set", "training.check_replicas_every=5", "--set",
+                           extra ? extra : "logging.every_steps=1", "--quiet", "--set", LLAMA, NULL};
+    return run_sync(tag, arch_llama ? llama : gpt2);
+}
+
+/* the last evaluation's confusion matrix of a run, as JSON text */
+static void read_confusion(const char *tag, char *out, size_t n) {
+    char path[1400], line[1 << 14];
+    snprintf(path, sizeof path, "%s/%s/metrics.jsonl", test_dir(), tag);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    out[0] = '\0';
+    while (fgets(line, sizeof line, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        json_t *c = o ? json_object_get(o, "val_confusion") : NULL;
+        if (c) {
+            char *d = json_dumps(c, JSON_COMPACT);
+            snprintf(out, n, "%s", d);
+            free(d);
+        }
+        json_decref(o);
+    }
+    fclose(f);
+    CHECK(out[0] == '[');
+}
+
+/* the relative L2 distance between two safetensors files' tensors (same names, same shapes) */
+static double file_distance(const char *a, const char *b) {
+    dt_st_file *fa, *fb;
+    CHECK(dt_st_open(&fa, a) == DT_OK);
+    CHECK(dt_st_open(&fb, b) == DT_OK);
+    CHECK_INT_EQ(dt_st_count(fa), dt_st_count(fb));
+    double d2 = 0, b2 = 0;
+    for (int i = 0; i < dt_st_count(fa); i++) {
+        const dt_st_tensor *ta = dt_st_tensor_at(fa, i), *tb = dt_st_find(fb, ta->name);
+        CHECK(tb != NULL);
+        CHECK_INT_EQ(ta->ndim, tb->ndim);
+        for (int k = 0; k < ta->ndim; k++) CHECK_INT_EQ(ta->shape[k], tb->shape[k]);
+        float *va = malloc(ta->numel * sizeof(float)), *vb = malloc(tb->numel * sizeof(float));
+        CHECK(dt_st_read_f32(fa, ta, va) == DT_OK);
+        CHECK(dt_st_read_f32(fb, tb, vb) == DT_OK);
+        for (size_t j = 0; j < ta->numel; j++) {
+            d2 += ((double)va[j] - vb[j]) * ((double)va[j] - vb[j]);
+            b2 += (double)vb[j] * vb[j];
+        }
+        free(va);
+        free(vb);
+    }
+    dt_st_close(fa);
+    dt_st_close(fb);
+    return sqrt(d2 / b2);
+}
+
+/* run `tag`'s final weights and step-20 moments against run `base`'s */
+static void check_same_model(const char *tag, const char *base) {
+    char a[1500], b[1500];
+    snprintf(a, sizeof a, "%s/%s/model.safetensors", test_dir(), tag);
+    snprintf(b, sizeof b, "%s/%s/model.safetensors", test_dir(), base);
+    const double w = file_distance(a, b);
+    snprintf(a, sizeof a, "%s/%s/checkpoints/step_00000020/optimizer.safetensors", test_dir(), tag);
+    snprintf(b, sizeof b, "%s/%s/checkpoints/step_00000020/optimizer.safetensors", test_dir(), base);
+    const double m = file_distance(a, b);
+    printf("%s vs %s: weights rel L2 distance %.2e, AdamW moments %.2e\n", tag, base, w, m);
+    CHECK(w <= 1e-5);
+    CHECK(m <= 1e-5);
+}
+
+static void test_equivalence(int llama) {
+    const char *arch = llama ? "llama" : "gpt2";
+    enum { N = 4 };
+    const int setups[N][3] = {{1, 8, 1}, {2, 8, 2}, {4, 8, 4}, {4, 4, 2}}; /* workers, batch, tensor_parallel */
+    char base[64], conf_base[1024], conf[1024];
+    double loss_base[32], loss[32];
+    for (int s = 0; s < N; s++) {
+        char tag[64];
+        snprintf(tag, sizeof tag, "%s-%dx%d-t%d", arch, setups[s][0], setups[s][1], setups[s][2]);
+        CHECK_INT_EQ(train(tag, llama, setups[s][0], setups[s][1], setups[s][2], NULL), 0);
+        char run[1400];
+        snprintf(run, sizeof run, "%s/%s", test_dir(), tag);
+        CHECK_INT_EQ(read_losses(run, s ? loss : loss_base, 32), 20);
+        read_confusion(tag, s ? conf : conf_base, sizeof conf);
+        if (s == 0) {
+            snprintf(base, sizeof base, "%s", tag);
+            continue;
+        }
+        double worst = 0;
+        for (int i = 0; i < 20; i++) worst = fmax(worst, fabs(loss[i] - loss_base[i]) / fabs(loss_base[i]));
+        printf("%s vs %s: worst loss rel diff %.2e\n", tag, base, worst);
+        CHECK(worst <= 1e-5);
+        CHECK_STR_EQ(conf, conf_base);
+        check_same_model(tag, base);
+    }
+}
+
+/* run `tag`'s train.log contains `what` */
+static void check_log(const char *tag, const char *what) {
+    static char text[1 << 18];
+    char path[1500];
+    snprintf(path, sizeof path, "%s/%s/train.log", test_dir(), tag);
+    test_slurp(path, text, sizeof text);
+    CHECK_STR_CONTAINS(text, what);
+}
+
+/* a copy of run `from` in run `to` without its step-20 checkpoint and final files: resuming it
+ * trains steps 11..20 again */
+static void copy_at_step_10(const char *from, const char *to) {
+    char cmd[4000];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/%s' && cp -r '%s/%s' '%s/%s' && rm -rf '%s/%s/checkpoints/step_00000020' "
+             "'%s/%s/model.safetensors'", test_dir(), to, test_dir(), from, test_dir(), to, test_dir(), to, test_dir(),
+             to);
+    CHECK_INT_EQ(system(cmd), 0);
+}
+
+static void test_resume_across_layouts(void) {
+    copy_at_step_10("llama-4x4-t2", "resume-1");
+    CHECK_INT_EQ(train("resume-1", 1, 1, 8, 1, NULL), 0);
+    check_log("resume-1", "resumed from");
+    check_same_model("resume-1", "llama-1x8-t1");
+    copy_at_step_10("llama-1x8-t1", "resume-t4");
+    CHECK_INT_EQ(train("resume-t4", 1, 4, 8, 4, NULL), 0);
+    check_log("resume-t4", "resumed from");
+    check_same_model("resume-t4", "llama-1x8-t1");
+}
+
+static void test_dry_run(void) {
+    const char *args[] = {"--config", "configs/ci-smoke.yaml", "--set", "training.num_workers=4", "--set",
+                          "training.tensor_parallel=2", "--set", GPT2, "--dry-run", NULL};
+    CHECK_INT_EQ(run_sync("dry-run", args), 0);
+    static char out[1 << 16];
+    char path[1500];
+    snprintf(path, sizeof path, "%s/dry-run.out", test_dir());
+    test_slurp(path, out, sizeof out);
+    CHECK_STR_CONTAINS(out, "# training.tensor_parallel 2: 2 replicas x 2 shares; each worker holds");
+    const char *pp[] = {"--config", "configs/ci-smoke.yaml", "--set", "training.num_workers=2", "--set",
+                        "training.pipeline_parallel=2", "--dry-run", NULL};
+    CHECK_INT_EQ(run_sync("pipeline", pp), 2);
+    CHECK_STR_CONTAINS(err_text, "training.pipeline_parallel: expected 1, got 2: pipeline stages are not built yet");
+}
+
+static void test_kill_share(void) {
+    int shm_before = count_dir("/dev/shm");
+    char rd[1400];
+    snprintf(rd, sizeof rd, "run.dir=%s/kill", test_dir());
+    const char *args[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", "training.num_workers=4", "--set",
+                          "training.tensor_parallel=2", "--set", "data.batch_size_per_worker=4", "--set",
+                          "training.max_steps=1000000", "--set", "training.collective_timeout_s=30", "--set",
+                          "fault_tolerance.max_restarts=0", "--quiet", "--set", GPT2, NULL};
+    pid_t pid = spawn("kill", args), r1 = 0;
+    for (int i = 0; i < 500 && !r1; i++) {
+        sleep_ms(20);
+        r1 = find_child(pid, "dtrain-r1");
+    }
+    CHECK(r1 != 0);
+    char path[1500];
+    snprintf(path, sizeof path, "%s/kill/metrics.jsonl", test_dir());
+    for (int i = 0; i < 500 && access(path, F_OK) != 0; i++) sleep_ms(20); /* training has begun */
+    sleep_ms(300);
+    double dt;
+    CHECK_INT_EQ(signal_and_wait(r1, SIGKILL, pid, "kill", &dt), 1);
+    CHECK_STR_CONTAINS(err_text, "worker rank 1 was killed by signal 9 (SIGKILL)");
+    CHECK(dt < 5.0);
+    CHECK_INT_EQ(count_dir("/dev/shm"), shm_before);
+}
+
+int main(void) {
+    test_dir_init("parallel");
+    test_equivalence(0);
+    test_equivalence(1);
+    test_resume_across_layouts();
+    test_dry_run();
+    test_kill_share();
+    test_dir_remove();
+    TEST_PASS("test_parallel");
+}
