@@ -777,6 +777,70 @@ static void test_xent(void) {
     bfree(losses2);
 }
 
+/* Tensor parallelism over the vocabulary: the embedding and the cross-entropy in shares of
+ * uneven widths (7 rows in 3 shares: 2, 2, 3) give what the whole ops give: the shares' embedding
+ * rows sum to encoder_fwd's (positions added by one share), their gradients are encoder_bwd's rows;
+ * the shares' stats combine into xent_fwd's losses, their gradients are xent_bwd's columns. */
+static void test_vocab_shares(void) {
+    enum { B = 2, T = 3, C = 4, V = 7, N = 6, S = 3 };
+    const int tokens[B * T] = {1, 6, 1, 3, 0, 6}, targets[N] = {2, -1, 0, 6, -1, 3}, lo[S + 1] = {0, 2, 4, 7};
+    int *tok = ialloc(B * T), *tg = ialloc(N);
+    memcpy(tok, tokens, sizeof tokens);
+    memcpy(tg, targets, sizeof targets);
+    float *wte = frandom((size_t)V * C, 1.0f), *wpe = frandom((size_t)T * C, 1.0f);
+    float *whole = falloc((size_t)B * T * C), *part = falloc((size_t)B * T * C), *sum = falloc((size_t)B * T * C);
+    be->ops->encoder_fwd(be->ctx, A(whole), tok, NULL, wte, wpe, B, T, C);
+    ffill(sum, (size_t)B * T * C, 0.0f);
+    float *R = frandom((size_t)B * T * C, 1.0f), *dwte = falloc((size_t)V * C), *dpart = falloc((size_t)V * C);
+    ffill(dwte, (size_t)V * C, 0.0f);
+    ffill(dpart, (size_t)V * C, 0.0f);
+    be->ops->encoder_bwd(be->ctx, dwte, NULL, A(R), tok, NULL, B, T, C);
+    for (int s = 0; s < S; s++) {
+        ffill(part, (size_t)B * T * C, GARBAGE);
+        be->ops->encoder_part_fwd(be->ctx, A(part), tok, NULL, wte + (size_t)lo[s] * C, s == 0 ? wpe : NULL, lo[s],
+                                  lo[s + 1] - lo[s], B, T, C);
+        for (size_t i = 0; i < (size_t)B * T * C; i++) sum[i] += part[i];
+        be->ops->encoder_part_bwd(be->ctx, dpart + (size_t)lo[s] * C, NULL, A(R), tok, NULL, lo[s], lo[s + 1] - lo[s],
+                                  B, T, C);
+    }
+    for (size_t i = 0; i < (size_t)B * T * C; i++) CHECK_NEAR_REL(sum[i], whole[i], 1e-6, 1e-6);
+    CHECK(memcmp(dpart, dwte, (size_t)V * C * sizeof(float)) == 0);
+
+    float *logits = frandom((size_t)N * V, 3.0f), *probs = falloc((size_t)N * V), *losses = falloc(N);
+    for (int j = 0; j < V; j++) logits[3 * V + j] += 1000.0f; /* stability */
+    be->ops->xent_fwd(be->ctx, losses, A(probs), A(logits), tg, N, V, V);
+    float *dl = falloc((size_t)N * V), *stats = falloc((size_t)S * N * 4), *lse = falloc(N);
+    be->ops->xent_bwd(be->ctx, A(dl), A(probs), tg, 0.5f, N, V, V);
+    for (int s = 0; s < S; s++) /* each share's columns: rows V apart in the whole logits */
+        be->ops->xent_part_stats(be->ctx, stats + (size_t)s * N * 4, A(logits + lo[s]), tg, lo[s], N,
+                                 lo[s + 1] - lo[s], V);
+    for (int i = 0; i < N; i++) {
+        double M = -INFINITY, Ssum = 0, X = 0;
+        int at = -1;
+        for (int s = 0; s < S; s++)
+            if (stats[(size_t)s * N * 4 + i * 4] > M) {
+                M = stats[(size_t)s * N * 4 + i * 4];
+                at = (int)stats[(size_t)s * N * 4 + i * 4 + 3];
+            }
+        for (int s = 0; s < S; s++) {
+            Ssum += stats[(size_t)s * N * 4 + i * 4 + 1] * exp(stats[(size_t)s * N * 4 + i * 4] - M);
+            X += stats[(size_t)s * N * 4 + i * 4 + 2];
+        }
+        lse[i] = (float)(M + log(Ssum));
+        if (targets[i] >= 0) CHECK_NEAR_REL(M + log(Ssum) - X, losses[i], 1e-5, 1e-5);
+        int best = 0;
+        for (int j = 1; j < V; j++) best = logits[i * V + j] > logits[i * V + best] ? j : best;
+        CHECK_INT_EQ(at, best);
+    }
+    float *dpl = fcopy(logits, (size_t)N * V);
+    for (int s = 0; s < S; s++) /* in place */
+        be->ops->xent_part_bwd(be->ctx, A(dpl + lo[s]), A(dpl + lo[s]), lse, tg, lo[s], 0.5f, N, lo[s + 1] - lo[s], V);
+    for (size_t i = 0; i < (size_t)N * V; i++) CHECK_NEAR_REL(dpl[i], dl[i], 1e-5, 1e-6);
+
+    bfree(tok), bfree(tg), bfree(wte), bfree(wpe), bfree(whole), bfree(part), bfree(sum), bfree(R), bfree(dwte);
+    bfree(dpart), bfree(logits), bfree(probs), bfree(losses), bfree(dl), bfree(stats), bfree(lse), bfree(dpl);
+}
+
 /* ---- gather / scatter ---- */
 
 typedef struct {
@@ -1224,6 +1288,7 @@ int main(void) {
     test_bf16_products();
     test_gelu_add();
     test_xent();
+    test_vocab_shares();
     test_gather_scatter();
     test_argmax_check();
     test_strided_logits();

@@ -325,6 +325,25 @@ struct dt_ops {
     void (*xent_fused)(void *ctx, float *losses, dt_act *dlogits, const dt_act *logits, const int *targets,
                        float scale, int N, int V, int ld);
 
+    /* May be NULL (tensor parallelism needs these four: the embedding table and the output head
+     * split over the vocabulary, each share holding rows [v0, v0 + V) of wte).
+     * encoder_part_fwd: encoder_fwd from those rows, a zero row for a token outside them (wpe
+     * still added: NULL on all shares but one). encoder_part_bwd: encoder_bwd into them, tokens
+     * outside them skipped.
+     * xent_part_stats: of logits(N,V), columns [v0, v0 + V) of the whole rows, stats(N,4) = each
+     * row's max m, sum in double of exp(x - m) (rounded to float), the target's logit where the
+     * target is among these columns (else 0), and the column of the max (v0 + j, the first on
+     * ties; as a float: exact below 2^24). xent_part_bwd: dlogits = (exp(x - lse) - onehot) *
+     * scale from the whole rows' log-sum-exp lse(N), 0 for ignored rows; may alias logits. */
+    void (*encoder_part_fwd)(void *ctx, dt_act *out, const int *tokens, const int *pos, const float *wte,
+                             const float *wpe, int v0, int V, int B, int T, int C);
+    void (*encoder_part_bwd)(void *ctx, float *dwte, float *dwpe, const dt_act *dout, const int *tokens, const int *pos,
+                             int v0, int V, int B, int T, int C);
+    void (*xent_part_stats)(void *ctx, float *stats, const dt_act *logits, const int *targets, int v0, int N, int V,
+                            int ld);
+    void (*xent_part_bwd)(void *ctx, dt_act *dlogits, const dt_act *logits, const float *lse, const int *targets, int v0,
+                          float scale, int N, int V, int ld);
+
     /* idx(N) = index of the largest element of each row of x(N,V), rows ld >= V apart (the
      * first one on ties) */
     void (*argmax)(void *ctx, int *idx, const dt_act *x, int N, int V, int ld);

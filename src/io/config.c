@@ -1205,6 +1205,10 @@ static dt_status validate_mesh(load_ctx *c) {
     if (cfg->model.lora.rank > 0)
         return fail_key(c, i_tp, "is %d, but model.lora does not combine with tensor parallelism yet (hint: "
                         "training.tensor_parallel: 1)", T);
+    if (cfg->logging.sample_every_steps > 0)
+        return fail_key(c, key_index("logging.sample_every_steps"), "is %ld, but samples are not generated from a model "
+                        "split across workers yet (hint: logging.sample_every_steps: 0; dtrain generate reads the "
+                        "whole weights the run saves)", cfg->logging.sample_every_steps);
     return DT_OK;
 }
 

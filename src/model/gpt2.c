@@ -29,7 +29,8 @@ static void gpt2_layout(net_builder *b, net_weights *w) {
     (snprintf(nm, sizeof nm, "h.%d.%s", l, field), \
      dt_net_add_split(b, nm, rows, cols, NET_INIT_NORMAL, std, 1, 1 + l, split, sections))
     const int tp = b->tp > 1 ? b->tp : 1;
-    w->wte = dt_net_add(b, "wte.weight", s->vocab_size, C, NET_INIT_NORMAL, 0.02, 1, 0);
+    /* tensor parallelism: each share holds its rows of the vocabulary (the embedding and the tied head) */
+    w->wte = dt_net_add_split(b, "wte.weight", s->vocab_size, C, NET_INIT_NORMAL, 0.02, 1, 0, DT_SPLIT_ROWS, 1);
     w->wpe = dt_net_add(b, "wpe.weight", s->n_positions, C, NET_INIT_NORMAL, 0.02, 1, 0);
     for (int l = 0; l < L; l++) {
         net_layer *y = &w->layers[l];
@@ -57,7 +58,8 @@ static void gpt2_layout(net_builder *b, net_weights *w) {
     w->final_norm.w = dt_net_add(b, "ln_f.weight", C, 0, NET_INIT_ONE, 0, 0, L + 1);
     w->final_norm.b = dt_net_add(b, "ln_f.bias", C, 0, NET_INIT_ZERO, 0, 0, L + 1);
     w->tied = 1;
-    w->head = (net_linear){.w = w->wte, .b = NET_NONE, .in = C, .out = s->vocab_size, .trans = 1};
+    w->head = (net_linear){.w = w->wte, .b = NET_NONE, .in = C, .out = net_part_len(s->vocab_size, tp, b->tp_rank),
+                           .trans = 1, .tp = NET_TP_COLS};
     if (s->num_labels) {
         w->head = (net_linear){.b = NET_NONE, .in = C, .out = s->num_labels, .trans = 1};
         w->head.w = dt_net_add(b, "score.weight", s->num_labels, C, NET_INIT_NORMAL, 0.02, 1, L + 1);

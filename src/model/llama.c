@@ -33,7 +33,9 @@ static void llama_layout(net_builder *b, net_weights *w) {
     (snprintf(nm, sizeof nm, "model.layers.%d.%s", l, field), \
      dt_net_add_split(b, nm, rows, cols, NET_INIT_NORMAL, 0.02, 1, 1 + l, split, 1))
     const int tp = b->tp > 1 ? b->tp : 1;
-    w->wte = dt_net_add(b, "model.embed_tokens.weight", s->vocab_size, C, NET_INIT_NORMAL, 0.02, 1, 0);
+    /* tensor parallelism: each share holds its rows of the vocabulary (the embedding and the head) */
+    w->wte = dt_net_add_split(b, "model.embed_tokens.weight", s->vocab_size, C, NET_INIT_NORMAL, 0.02, 1, 0,
+                              DT_SPLIT_ROWS, 1);
     w->wpe = NET_NONE;
     for (int l = 0; l < L; l++) {
         net_layer *y = &w->layers[l];
@@ -62,12 +64,14 @@ static void llama_layout(net_builder *b, net_weights *w) {
 #undef MAT
     w->final_norm = (net_norm){dt_net_add(b, "model.norm.weight", C, 0, NET_INIT_ONE, 0, 0, L + 1), NET_NONE};
     w->tied = s->tie_word_embeddings;
-    w->head = (net_linear){.w = w->wte, .b = NET_NONE, .in = C, .out = s->vocab_size, .trans = 1};
+    const int V = net_part_len(s->vocab_size, tp, b->tp_rank);
+    w->head = (net_linear){.w = w->wte, .b = NET_NONE, .in = C, .out = V, .trans = 1, .tp = NET_TP_COLS};
     if (s->num_labels) {
         w->head = (net_linear){.b = NET_NONE, .in = C, .out = s->num_labels, .trans = 1};
         w->head.w = dt_net_add(b, "score.weight", s->num_labels, C, NET_INIT_NORMAL, 0.02, 1, L + 1);
     } else if (!w->tied) {
-        w->head.w = dt_net_add(b, "lm_head.weight", s->vocab_size, C, NET_INIT_NORMAL, 0.02, 1, L + 1);
+        w->head.w = dt_net_add_split(b, "lm_head.weight", s->vocab_size, C, NET_INIT_NORMAL, 0.02, 1, L + 1,
+                                     DT_SPLIT_ROWS, 1);
     }
 }
 

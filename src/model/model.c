@@ -64,6 +64,9 @@ struct dt_model {
     int *targets_dev;          /* LM (B,T), cls (B) */
     int *rows_dev;             /* cls: (B) pooled row indices b*T + pos */
     int *argmax_dev;           /* (B*T) LM, (B) cls: predicted class of each row */
+    float *xent_stats;         /* tensor parallelism, LM: (B*T, 4) this share's xent_part_stats */
+    float *xent_lse;           /* ... (B*T) the whole rows' log-sum-exp, for backward */
+    float *host_stats;         /* ... host (tp, B*T, 4): every share's; then this share's (B*T, 4), the lse (B*T) */
 
     net_grads d;               /* backward scratch */
     dt_act *dpooled;           /* cls: (B,C) */
@@ -203,7 +206,7 @@ done:
 static dt_status lay_out(const dt_model_cfg *c, dt_model *m, int *n, size_t *n_params, size_t *n_train, net_layer *w0,
                          size_t *n16) {
     const net_arch *a = dt_net_arch(c->shape.arch);
-    net_builder b = {.cfg = c, .tp = c->tp > 1 ? c->tp : 1};
+    net_builder b = {.cfg = c, .tp = c->tp > 1 ? c->tp : 1, .tp_rank = c->tp > 1 ? c->tp_rank : 0};
     net_weights tmp = {0};
     net_weights *w = m ? &m->net.w : &tmp;
     if (m) {
@@ -283,7 +286,7 @@ double dt_model_flops_per_token(const dt_model_cfg *c) {
 
 enum { BUF_ACT, BUF_F32, BUF_I32, BUF_BYTES }; /* the backend's activation element, float, int, bytes */
 #define ARENA_ALIGN 256             /* every buffer starts on a 256-byte boundary */
-#define MAX_BUFS(L) (13 * (size_t)(L) + 24)
+#define MAX_BUFS(L) (13 * (size_t)(L) + 28)
 
 typedef struct act_buf {
     void **at;   /* the model's pointer to it (NULL when only sizing) */
@@ -299,8 +302,14 @@ static dt_att_shape att_shape(const dt_model_cfg *c, int B) {
                           dt_shape_head_dim(&c->shape), c->packed ? &packed_mark : NULL};
 }
 
-/* the head's width: the classes, or the vocabulary */
-static int head_width(const dt_model_cfg *c) { return c->shape.num_labels ? c->shape.num_labels : c->shape.vocab_size; }
+/* the head's width: the classes, or the vocabulary (tensor parallelism: this share's part of it) */
+static int head_width(const dt_model_cfg *c) {
+    if (c->shape.num_labels) return c->shape.num_labels;
+    return c->tp > 1 ? net_part_len(c->shape.vocab_size, c->tp, c->tp_rank) : c->shape.vocab_size;
+}
+
+/* a tensor-parallel language model: the cross-entropy is computed in shares (xent_part_*) */
+static int xent_in_parts(const dt_model_cfg *c) { return c->tp > 1 && !c->shape.num_labels; }
 
 /* The buffers of shape c, in arena order, into out (MAX_BUFS(L) entries); m NULL: sizes only.
  * y0: layer 0's products (the widths of qkv, attention's output and the MLP's two);
@@ -350,6 +359,8 @@ static int act_table(const dt_model_cfg *c, dt_model *m, const net_layer *y0, si
     BUF(tokens_dev, BUF_I32, BT);
     BUF(pos_dev, BUF_I32, c->packed ? BT : 0);
     BUF(argmax_dev, BUF_I32, BT);
+    BUF(xent_stats, BUF_F32, xent_in_parts(c) ? 4 * BT : 0);
+    BUF(xent_lse, BUF_F32, xent_in_parts(c) ? BT : 0);
     BUF(d.dresidual, BUF_ACT, BT * C);
     BUF(d.dnorm, BUF_ACT, BT * (ATT > C ? ATT : C));
     BUF(d.dqkv, BUF_ACT, BT * QKV);
@@ -560,30 +571,29 @@ static dt_status get_tensor(dt_model *m, int i, float *v) { return get_part(m, i
 /* ---- tensor parallelism: a tensor's share of its whole ---- */
 
 /* Tensor t's share `r` (of tp) and its whole, one from the other: local = share r of whole
- * (to_local), or share r's place in whole = local. Each split block is cut in tp parts, part r
- * of every block goes to the share in block order (dt_tensor_info split). */
+ * (to_local), or share r's place in whole = local. The split dimension is t->sections blocks,
+ * each cut in tp parts (net_part_lo); share r holds part r of every block, in block order. */
 static void shard_copy(const dt_tensor_info *t, int tp, int r, float *whole, float *local, int to_local) {
     const size_t R = (size_t)t->whole[0], C = (size_t)t->whole[1], S = (size_t)t->sections;
-    size_t runs, run, stride_w, stride_l, per_row; /* `runs` rows of `per_row` runs of `run` floats */
-    if (t->split == DT_SPLIT_ROWS) {
-        runs = 1;
-        per_row = S;
-        run = R / S / (size_t)tp * C;
-        stride_w = stride_l = 0;
-    } else {
-        runs = R;
-        per_row = S;
-        run = C / S / (size_t)tp;
-        stride_w = C;
-        stride_l = C / (size_t)tp;
-    }
-    const size_t block_w = t->split == DT_SPLIT_ROWS ? R / S * C : C / S; /* a block's floats along the split */
-    for (size_t i = 0; i < runs; i++)
-        for (size_t s = 0; s < per_row; s++) {
-            float *w = whole + i * stride_w + s * block_w + (size_t)r * run, *l = local + i * stride_l + s * run;
-            if (to_local) memcpy(l, w, run * sizeof(float));
-            else memcpy(w, l, run * sizeof(float));
+    const int rows = t->split == DT_SPLIT_ROWS;
+    const int block = (int)((rows ? R : C) / S);                 /* a block's length along the split */
+    const size_t lo = (size_t)net_part_lo(block, tp, r), len = (size_t)net_part_len(block, tp, r);
+    const size_t n_rows = rows ? 1 : R;                          /* rows split: the runs are whole rows */
+    const size_t unit = rows ? C : 1, local_row = rows ? 0 : S * len; /* floats a step along the split; a local row */
+    for (size_t i = 0; i < n_rows; i++)
+        for (size_t s = 0; s < S; s++) {
+            float *w = whole + i * C + (s * (size_t)block + lo) * unit, *l = local + i * local_row + s * len * unit;
+            if (to_local) memcpy(l, w, len * unit * sizeof(float));
+            else memcpy(w, l, len * unit * sizeof(float));
         }
+}
+
+/* the floats of share r of tensor t (tp shares) */
+static size_t share_numel(const dt_tensor_info *t, int tp, int r) {
+    if (t->split == DT_SPLIT_NONE) return t->numel;
+    const int rows = t->split == DT_SPLIT_ROWS;
+    const size_t len = (size_t)t->sections * (size_t)net_part_len((rows ? t->whole[0] : t->whole[1]) / t->sections, tp, r);
+    return len * (size_t)(rows ? t->whole[1] : t->whole[0]);
 }
 
 static size_t whole_numel(const dt_tensor_info *t) { return (size_t)t->whole[0] * (size_t)t->whole[1]; }
@@ -656,6 +666,7 @@ void dt_model_free(dt_model *m) {
     free(m->host_rows);
     free(m->host_probs);
     free(m->host_probs_f);
+    free(m->host_stats);
     free(m);
 }
 
@@ -730,6 +741,9 @@ static dt_status alloc_tables(dt_model *m) {
     const size_t NLB = B * (size_t)(cfg->shape.num_labels ? cfg->shape.num_labels : 1);
     m->host_probs = dt_malloc((cfg->shape.num_labels ? B * (size_t)m->logits_ld : 1) * sizeof(float), "probability staging");
     m->host_probs_f = dt_malloc(NLB * sizeof(float), "probabilities");
+    if (xent_in_parts(cfg) && !(m->host_stats = dt_malloc(((size_t)cfg->tp + 1) * BT * 4 * sizeof(float) +
+                                                          BT * sizeof(float), "cross-entropy shares")))
+        return DT_ERR_NOMEM;
     if (!m->seq || !m->tensors || !m->init || !m->init_std || !m->net.w.layers || !m->buckets || !m->bucket_names || !m->layers ||
         !m->host_losses || !m->host_argmax || !m->host_rows || !m->host_probs || !m->host_probs_f)
         return DT_ERR_NOMEM;
@@ -815,7 +829,10 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_backen
     m->be = be;
     m->net = (dt_net){.o = be->ops, .ctx = be->ctx, .cfg = &m->cfg, .arch = dt_net_arch(cfg->shape.arch),
                       .act = be->ops->act_dtype(be->ops->bf16(be->ctx)), .att = att_shape(cfg, 0),
-                      .tp = cfg->tp > 1 ? cfg->tp : 1, .tp_rank = cfg->tp_rank, .tp_comm = cfg->tp_comm, .tp_st = &m->tp_st};
+                      .tp = cfg->tp > 1 ? cfg->tp : 1, .tp_rank = cfg->tp_rank, .tp_comm = cfg->tp_comm, .tp_st = &m->tp_st,
+                      .v0 = cfg->tp > 1 ? net_part_lo(cfg->shape.vocab_size, cfg->tp, cfg->tp_rank) : 0,
+                      .n_vocab = cfg->tp > 1 ? net_part_len(cfg->shape.vocab_size, cfg->tp, cfg->tp_rank)
+                                             : cfg->shape.vocab_size};
     m->logits_ld = be->ops->logits_stride(head_width(cfg));
     if ((st = alloc_tables(m)) != DT_OK) goto fail;
 
@@ -995,6 +1012,39 @@ static void classifier_head(dt_model *m, const dt_act *x, const int *targets, in
     res->losses = m->host_losses;
 }
 
+/* Tensor parallelism: the cross-entropy of the whole rows from every share's part of the logits
+ * (the vocabulary split): each share's xent_part_stats all-gathered and combined on the host,
+ * in share order (the same bits on every share), into the losses (backend and host_losses), the
+ * log-sum-exp backward reads (xent_lse) and the predictions (host_argmax). targets: host. */
+static void xent_shares(dt_model *m, const int *targets, int BT) {
+    const dt_ops *o = m->be->ops;
+    void *ctx = m->be->ctx;
+    const int tp = m->cfg.tp;
+    float *all = m->host_stats, *mine = all + (size_t)tp * BT * 4, *lse = mine + (size_t)BT * 4;
+    o->xent_part_stats(ctx, m->xent_stats, m->logits, m->targets_dev, m->net.v0, BT, m->net.n_vocab, m->logits_ld);
+    o->download(ctx, mine, m->xent_stats, (size_t)BT * 4 * sizeof(float));
+    if (m->tp_st == DT_OK) m->tp_st = dt_comm_allgather(m->cfg.tp_comm, mine, (size_t)BT * 4 * sizeof(float), all);
+    if (m->tp_st != DT_OK) return;
+    for (int i = 0; i < BT; i++) {
+        const float *st = all + (size_t)i * 4;
+        const size_t stride = (size_t)BT * 4; /* from one share's stats to the next's */
+        int best = 0;
+        for (int t = 1; t < tp; t++)
+            if (st[t * stride] > st[best * stride]) best = t;
+        const double M = st[best * stride];
+        double S = 0, X = 0;
+        for (int t = 0; t < tp; t++) {
+            S += (double)st[t * stride + 1] * exp((double)st[t * stride] - M);
+            X += st[t * stride + 2];
+        }
+        lse[i] = (float)(M + log(S));
+        m->host_losses[i] = targets[i] >= 0 ? (float)(M + log(S) - X) : 0.0f;
+        m->host_argmax[i] = (int)st[best * stride + 3];
+    }
+    o->upload(ctx, m->losses, m->host_losses, (size_t)BT * sizeof(float));
+    o->upload(ctx, m->xent_lse, lse, (size_t)BT * sizeof(float));
+}
+
 /* The language model's head over every row of x: the final norm, the output head, the
  * cross-entropy; the results downloaded into res (res NULL: as for classifier_head). */
 static void lm_head(dt_model *m, const dt_act *x, const int *targets, int BT, int predict, float scale,
@@ -1003,13 +1053,16 @@ static void lm_head(dt_model *m, const dt_act *x, const int *targets, int BT, in
     void *ctx = m->be->ctx;
     dt_net_norm_fwd(&m->net, &m->net.w.final_norm, m->lnf, m->lnf_mean, m->lnf_rstd, x, BT);
     dt_net_mm_fwd(&m->net, &m->net.w.head, m->logits, m->lnf, BT, m->logits_ld, NULL);
-    head_xent(m, BT, predict, scale);
+    if (xent_in_parts(&m->cfg)) xent_shares(m, targets, BT);
+    else head_xent(m, BT, predict, scale);
     if (!res) {
         o->loss_sum(ctx, m->loss_dev, m->losses, m->targets_dev, BT); /* the rows with a target */
         return;
     }
-    o->download(ctx, m->host_losses, m->losses, (size_t)BT * sizeof(float));
-    if (predict) o->download(ctx, m->host_argmax, m->argmax_dev, (size_t)BT * sizeof(int));
+    if (!xent_in_parts(&m->cfg)) {
+        o->download(ctx, m->host_losses, m->losses, (size_t)BT * sizeof(float));
+        if (predict) o->download(ctx, m->host_argmax, m->argmax_dev, (size_t)BT * sizeof(int));
+    }
     for (int i = 0; i < BT; i++) {
         if (targets[i] < 0) continue;
         if (predict) res->correct += m->host_argmax[i] == targets[i];
@@ -1079,7 +1132,10 @@ static dt_status head_bwd(dt_model *m, int B, float scale) {
         return dt_error_set(DT_ERR_INTERNAL, "model backward: scale %g, but the forward computed the gradient for %g",
                             (double)scale, (double)m->fused_scale);
     const int head_rows = NL ? B : BT;
-    if (!m->logits_are_grads)
+    if (xent_in_parts(&m->cfg))
+        o->xent_part_bwd(ctx, m->logits, m->logits, m->xent_lse, m->targets_dev, m->net.v0, scale, BT, m->net.n_vocab,
+                         m->logits_ld);
+    else if (!m->logits_are_grads)
         o->xent_bwd(ctx, m->logits, m->logits, m->targets_dev, scale, head_rows, head_width(&m->cfg), m->logits_ld);
     m->logits_are_grads = 0;
     dt_net_mm_bwd(&m->net, &w->head, m->d.dnorm, m->logits, m->lnf, head_rows, m->logits_ld, NULL, NULL);
@@ -1113,18 +1169,26 @@ dt_status dt_model_backward(dt_model *m, float scale, dt_bucket_ready_fn ready, 
 dt_status dt_model_gather_whole(dt_model *m, const float *local, float *whole) {
     const size_t n = dt_model_num_params(m);
     const int tp = m->cfg.tp > 1 ? m->cfg.tp : 1;
+    size_t most = 1; /* the largest share of a split tensor (shares may differ by a row) */
+    for (int i = 0; i < dt_model_num_tensors(m); i++)
+        for (int r = 0; r < tp && m->view[i].split != DT_SPLIT_NONE; r++)
+            if (share_numel(&m->view[i], tp, r) > most) most = share_numel(&m->view[i], tp, r);
     float *mine = local ? NULL : dt_malloc((n ? n : 1) * sizeof(float), "tensor-parallel share");
-    float *all = tp > 1 ? dt_malloc((size_t)tp * n * sizeof(float), "tensor-parallel shares") : NULL;
+    float *all = tp > 1 ? dt_malloc((size_t)(tp + 1) * most * sizeof(float), "tensor-parallel shares") : NULL;
     dt_status st = (local || mine) && (tp == 1 || all) ? DT_OK : DT_ERR_NOMEM; /* the others fail at the deadline */
     if (st == DT_OK && mine) m->be->ops->download(m->be->ctx, mine, dt_model_params(m), n * sizeof(float));
     if (!local) local = mine;
-    if (st == DT_OK && tp > 1) st = dt_comm_allgather(m->cfg.tp_comm, local, n * sizeof(float), all);
-    for (int i = 0; st == DT_OK && whole && i < dt_model_num_tensors(m); i++) {
+    for (int i = 0; st == DT_OK && i < dt_model_num_tensors(m); i++) { /* one all-gather a split tensor, in order */
         const dt_tensor_info *t = &m->view[i];
-        if (t->split == DT_SPLIT_NONE) memcpy(whole + t->whole_offset, local + t->offset, t->numel * sizeof(float));
-        else
-            for (int r = 0; r < tp; r++)
-                shard_copy(t, tp, r, whole + t->whole_offset, all + (size_t)r * n + t->offset, 0);
+        if (t->split == DT_SPLIT_NONE) {
+            if (whole) memcpy(whole + t->whole_offset, local + t->offset, t->numel * sizeof(float));
+            continue;
+        }
+        float *pad = all + (size_t)tp * most; /* this share's, padded to the largest */
+        memcpy(pad, local + t->offset, t->numel * sizeof(float));
+        st = dt_comm_allgather(m->cfg.tp_comm, pad, most * sizeof(float), all);
+        for (int r = 0; st == DT_OK && whole && r < tp; r++)
+            shard_copy(t, tp, r, whole + t->whole_offset, all + (size_t)r * most, 0);
     }
     free(mine);
     free(all);
@@ -1345,6 +1409,16 @@ static dt_status load_tensor(dt_model *m, dt_st_file *f, int j, const dt_st_tens
         finite_tally bad = {0, 0, 0.0f};
         dt_status st = dt_st_read_f32_part(f, t, 0, whole_numel(&m->tensors[j]), whole);
         if (st == DT_OK) tally_finite(&bad, whole, whole_numel(&m->tensors[j]), 0);
+        for (size_t i0 = 0; st == DT_OK && lm && !bad.bad && i0 < whole_numel(&m->tensors[j]); i0 += PART) {
+            const size_t k = whole_numel(&m->tensors[j]) - i0 < PART ? whole_numel(&m->tensors[j]) - i0 : PART;
+            st = dt_st_read_f32_part(f, lm, i0, k, v); /* the tied head's copy must equal the embedding */
+            size_t i = 0;
+            while (st == DT_OK && i < k && v[i] == whole[i0 + i]) i++;
+            if (st == DT_OK && i < k)
+                st = dt_error_set(DT_ERR_DATA, "%s: tensor %s differs from %s (first at element %zu): an untied "
+                                               "output head, which dtrain cannot represent (its head is the token "
+                                               "embedding)", path, lm->name, m->tensors[j].name, i0 + i);
+        }
         if (st == DT_OK && !bad.bad) st = put_share(m, j, whole);
         free(whole);
         return st == DT_OK ? finite_verdict(&bad, path, t->name) : st;

@@ -19,8 +19,8 @@ size_t dt_net_add_split(net_builder *b, const char *name, int rows, int cols, ne
     const int tp = b->tp > 1 ? b->tp : 1;
     if (tp == 1) split = DT_SPLIT_NONE;
     const int whole[2] = {rows, cols ? cols : 1};
-    if (split == DT_SPLIT_ROWS) rows /= tp;
-    if (split == DT_SPLIT_COLS) cols /= tp;
+    if (split == DT_SPLIT_ROWS) rows = sections * net_part_len(rows / sections, tp, b->tp_rank);
+    if (split == DT_SPLIT_COLS) cols = sections * net_part_len(cols / sections, tp, b->tp_rank);
     const size_t off = b->off;
     const size_t numel = (size_t)rows * (size_t)(cols ? cols : 1);
     if (b->tensors) {
@@ -133,6 +133,13 @@ void dt_net_mm_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const d
 void dt_net_embed(const dt_net *n, dt_act *out, const int *tokens, int B, int T, int pos0) {
     const int C = n->cfg->shape.n_embd;
     const size_t p0 = (size_t)(pos0 < 0 ? 0 : pos0) * C;
+    if (n->tp > 1) { /* each share's rows of the table (the positions added by one), summed */
+        const float *wpe = n->w.wpe == NET_NONE || n->tp_rank ? NULL : n->params + n->w.wpe + p0;
+        n->o->encoder_part_fwd(n->ctx, out, tokens, pos0 < 0 ? n->att.pos : NULL, n->params + n->w.wte, wpe, n->v0,
+                               n->n_vocab, B, T, C);
+        tp_sum(n, out, (size_t)B * T * C);
+        return;
+    }
     if (net_is_bf16(n->w.wte)) { /* frozen bf16 embeddings (the positions with them) */
         n->o->encoder16_fwd(n->ctx, out, tokens, pos0 < 0 ? n->att.pos : NULL, w16(n, n->w.wte),
                             n->w.wpe == NET_NONE ? NULL : w16(n, n->w.wpe) + p0, B, T, C);
@@ -145,6 +152,11 @@ void dt_net_embed(const dt_net *n, dt_act *out, const int *tokens, int B, int T,
 void dt_net_embed_bwd(const dt_net *n, const dt_act *dout, const int *tokens, int B, int T) {
     float *dwte = dt_net_grad(n, n->w.wte);
     if (!dwte) return; /* frozen (model.lora: with the positions) */
+    if (n->tp > 1) { /* this share's rows; the positions' gradient is the same on every share */
+        n->o->encoder_part_bwd(n->ctx, dwte, dt_net_grad(n, n->w.wpe), dout, tokens, n->att.pos, n->v0, n->n_vocab, B, T,
+                               n->cfg->shape.n_embd);
+        return;
+    }
     n->o->encoder_bwd(n->ctx, dwte, dt_net_grad(n, n->w.wpe), dout, tokens, n->att.pos, B, T, n->cfg->shape.n_embd);
 }
 

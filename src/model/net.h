@@ -75,6 +75,11 @@ typedef struct net_weights {
  * as PEFT's kaiming_uniform_(a=sqrt(5)): 1/sqrt(in)). */
 typedef enum { NET_INIT_ZERO = 0, NET_INIT_ONE, NET_INIT_NORMAL, NET_INIT_UNIFORM } net_init;
 
+/* Tensor parallelism: share r of tp of a length L (heads, MLP columns, vocabulary rows) is
+ * [L*r/tp, L*(r+1)/tp): equal parts where tp divides L, else parts that differ by one. */
+static inline int net_part_lo(int L, int tp, int r) { return (int)((long long)L * r / tp); }
+static inline int net_part_len(int L, int tp, int r) { return net_part_lo(L, tp, r + 1) - net_part_lo(L, tp, r); }
+
 /* What `layout` is given: it calls dt_net_add for every tensor, in parameter order. */
 typedef struct net_builder {
     const dt_model_cfg *cfg;
@@ -82,7 +87,7 @@ typedef struct net_builder {
     net_init *init;          /* (n) */
     double *std;             /* (n) NET_INIT_NORMAL's standard deviation */
     int n;
-    int tp;                  /* tensor-parallel shares (>= 1): split tensors are laid out 1/tp of their size */
+    int tp, tp_rank;         /* tensor-parallel shares (>= 1) and this one: split tensors are laid out as its share */
     size_t off;              /* floats laid out so far */
     size_t mat;              /* ... of them in matrices (cols > 0) */
 } net_builder;
@@ -144,7 +149,10 @@ typedef struct dt_net {
     dt_att_shape att;      /* attention's heads (B and T: the caller's); pos: the model's rows' positions when
                               packed (backend memory), else NULL */
     float *inv_freq;       /* rope: (hs/2) the rotary frequencies, backend memory; else NULL */
-    int tp, tp_rank;       /* tensor parallelism (dt_model_cfg): shares, this one's; tp 1: whole */
+    int tp, tp_rank;       /* tensor parallelism (dt_model_cfg): shares, this one's; tp 1: whole. With tp > 1 the
+                              embedding table (and a language model's head) holds this share's vocabulary rows,
+                              [v0, v0 + n_vocab) */
+    int v0, n_vocab;
     dt_comm *tp_comm;
     dt_status *tp_st;      /* the first failure of a sum over tp_comm (the layer's calls return nothing) */
 } dt_net;

@@ -26,6 +26,7 @@
 #include "dtrain/bf16.h"
 
 #include <cblas.h>
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -391,13 +392,20 @@ static void weight_gemm(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int
 
 /* ---- encoder ---- */
 
-static void cpu_encoder_fwd(void *ctx, dt_act *out_, const int *tokens, const int *pos, const float *wte,
-                            const float *wpe, int B, int T, int C) {
+/* encoder_part_fwd (rows [v0, v0 + V) of the table in wte); encoder_fwd: all of them */
+static void cpu_encoder_part_fwd(void *ctx, dt_act *out_, const int *tokens, const int *pos, const float *wte,
+                                 const float *wpe, int v0, int V, int B, int T, int C) {
+    (void)ctx;
     float *out = (float *)out_;
 #pragma omp parallel for schedule(static) if ((size_t)B * T * C >= PAR_MIN)
     for (int bt = 0; bt < B * T; bt++) {
-        const float *e = wte + (size_t)tokens[bt] * C;
+        const int k = tokens[bt] - v0;
         float *o = out + (size_t)bt * C;
+        if (k < 0 || k >= V) {
+            memset(o, 0, (size_t)C * sizeof(float));
+            if (!wpe) continue;
+        }
+        const float *e = k < 0 || k >= V ? o : wte + (size_t)k * C;
         if (!wpe) {
             memcpy(o, e, (size_t)C * sizeof(float));
             continue;
@@ -406,6 +414,11 @@ static void cpu_encoder_fwd(void *ctx, dt_act *out_, const int *tokens, const in
 #pragma omp simd
         for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
     }
+}
+
+static void cpu_encoder_fwd(void *ctx, dt_act *out, const int *tokens, const int *pos, const float *wte,
+                            const float *wpe, int B, int T, int C) {
+    cpu_encoder_part_fwd(ctx, out, tokens, pos, wte, wpe, 0, INT_MAX, B, T, C);
 }
 
 /* encoder_fwd from bf16 tables (model.lora.base_dtype), widened as they are read */
@@ -425,8 +438,9 @@ static void cpu_encoder16_fwd(void *ctx, dt_act *out_, const int *tokens, const 
 /* Deterministic: dwpe rows in parallel (sum over b in order; packed rows: over the rows at
  * that position in (b,t) order); dwte in column chunks, each chunk visiting tokens in (b,t)
  * order, so every element accumulates in the serial order. */
-static void cpu_encoder_bwd(void *ctx, float *dwte, float *dwpe, const dt_act *dout_,
-                            const int *tokens, const int *pos, int B, int T, int C) {
+static void cpu_encoder_part_bwd(void *ctx, float *dwte, float *dwpe, const dt_act *dout_, const int *tokens,
+                                 const int *pos, int v0, int V, int B, int T, int C) {
+    (void)ctx;
     const float *dout = (const float *)dout_;
     const int par = (size_t)B * T * C >= PAR_MIN;
 #pragma omp parallel for schedule(static) if (par && dwpe)
@@ -445,12 +459,19 @@ static void cpu_encoder_bwd(void *ctx, float *dwte, float *dwpe, const dt_act *d
     for (int ch = 0; ch < nchunks; ch++) {
         const int c0 = ch * chunk, nc = imin(chunk, C - c0);
         for (int bt = 0; bt < B * T; bt++) {
-            float *d = dwte + (size_t)tokens[bt] * C + c0;
+            const int k = tokens[bt] - v0;
+            if (k < 0 || k >= V) continue;
+            float *d = dwte + (size_t)k * C + c0;
             const float *g = dout + (size_t)bt * C + c0;
 #pragma omp simd
             for (int j = 0; j < nc; j++) d[j] += g[j];
         }
     }
+}
+
+static void cpu_encoder_bwd(void *ctx, float *dwte, float *dwpe, const dt_act *dout, const int *tokens, const int *pos,
+                            int B, int T, int C) {
+    cpu_encoder_part_bwd(ctx, dwte, dwpe, dout, tokens, pos, 0, INT_MAX, B, T, C);
 }
 
 /* ---- layernorm ---- */
@@ -1062,6 +1083,54 @@ static void cpu_xent_bwd(void *ctx, dt_act *dlogits_, const dt_act *probs_, cons
     }
 }
 
+/* a share of the cross-entropy (ops.h xent_part_stats, xent_part_bwd) */
+static void cpu_xent_part_stats(void *ctx, float *stats, const dt_act *logits_, const int *targets, int v0, int N,
+                                int V, int ld) {
+    (void)ctx;
+    const float *logits = (const float *)logits_;
+#pragma omp parallel for schedule(static) if ((size_t)N * V >= PAR_MIN)
+    for (int i = 0; i < N; i++) {
+        const float *x = logits + (size_t)i * ld;
+        float mx = x[0];
+        int at = 0;
+        for (int j = 1; j < V; j++)
+            if (x[j] > mx) {
+                mx = x[j];
+                at = j;
+            }
+        double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < V; j++) sum += fast_expf(x[j] - mx);
+        const int k = targets[i] - v0;
+        float *st = stats + (size_t)i * 4;
+        st[0] = mx;
+        st[1] = (float)sum;
+        st[2] = targets[i] >= 0 && k >= 0 && k < V ? x[k] : 0.0f;
+        st[3] = (float)(v0 + at);
+    }
+}
+
+static void cpu_xent_part_bwd(void *ctx, dt_act *dlogits_, const dt_act *logits_, const float *lse, const int *targets,
+                              int v0, float scale, int N, int V, int ld) {
+    (void)ctx;
+    float *dlogits = (float *)dlogits_;
+    const float *logits = (const float *)logits_;
+#pragma omp parallel for schedule(static) if ((size_t)N * V >= PAR_MIN)
+    for (int i = 0; i < N; i++) {
+        const float *x = logits + (size_t)i * ld;
+        float *d = dlogits + (size_t)i * ld; /* may be x */
+        if (targets[i] < 0) {
+            memset(d, 0, (size_t)V * sizeof(float));
+            continue;
+        }
+        const float l = lse[i];
+#pragma omp simd
+        for (int j = 0; j < V; j++) d[j] = fast_expf(x[j] - l) * scale;
+        const int k = targets[i] - v0;
+        if (k >= 0 && k < V) d[k] -= scale;
+    }
+}
+
 /* ---- row gather / scatter ---- */
 
 static void cpu_gather_rows(void *ctx, dt_act *out_, const dt_act *x_, const int *rows, int n, int C) {
@@ -1359,6 +1428,10 @@ const dt_ops dt_ops_cpu = {
     .add = cpu_add,
     .xent_fwd = cpu_xent_fwd,
     .xent_bwd = cpu_xent_bwd,
+    .encoder_part_fwd = cpu_encoder_part_fwd,
+    .encoder_part_bwd = cpu_encoder_part_bwd,
+    .xent_part_stats = cpu_xent_part_stats,
+    .xent_part_bwd = cpu_xent_part_bwd,
     .argmax = cpu_argmax,
     .gather_rows = cpu_gather_rows,
     .scatter_add_rows = cpu_scatter_add_rows,

@@ -401,7 +401,7 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
                                             2.0 * (double)n * sizeof(float));
         human_count(state, sizeof state, 4.0 * (double)n * sizeof(float));
         fprintf(out, "# training.tensor_parallel %d: %d replica%s x %d shares; each worker holds %s parameters (%zu, "
-                "%.1f%% of the model: every layer's products split, the embeddings, norms and head whole): %sB of "
+                "%.1f%% of the model: the products and the vocabulary split, the norms and positions whole): %sB of "
                 "weights, gradients and AdamW state, ~%sB with the activations\n", T, D, D > 1 ? "s" : "", T, share, n,
                 100.0 * (double)n / (double)dt_model_count_params(&mc), state, smem);
     }
