@@ -1280,9 +1280,9 @@ static void merge_adapters(const dt_model *m, float *host) {
 /* A tensor-parallel share's save: the whole tensors gathered from every share (each calls it),
  * written by share 0 alone. */
 static dt_status save_whole(dt_model *m, const char *path, const char *outer, const char *prefix) {
-    float *whole = dt_malloc(m->n_whole * sizeof(float), "weights staging");
+    float *whole = m->cfg.tp_rank == 0 ? dt_malloc(m->n_whole * sizeof(float), "weights staging") : NULL;
     dt_status st = dt_model_gather_whole(m, NULL, whole); /* with the others even without the staging */
-    if (st == DT_OK && !whole) st = DT_ERR_NOMEM;
+    if (st == DT_OK && m->cfg.tp_rank == 0 && !whole) st = DT_ERR_NOMEM;
     if (st == DT_OK && m->cfg.tp_rank == 0) st = write_whole(m, whole, path, outer, prefix);
     free(whole);
     return st;

@@ -687,9 +687,9 @@ static dt_status gather_moments_cb(void *user, float *m, float *v) {
 }
 
 /* Tensor parallelism: the whole model for rank 0's checkpoint, gathered by the shares of the
- * first replica (ranks 0 .. tp-1, each calls it) before rank 0 saves: the weights and the AdamW
- * moments in the whole model's layout (host, dt_model_whole_params floats each; w[0] weights,
- * w[1], w[2] moments; freed by the caller, also on failure). */
+ * first replica (ranks 0 .. tp-1, each calls it) before rank 0 saves: on rank 0 the weights and
+ * the AdamW moments in the whole model's layout (host, dt_model_whole_params floats each; w[0]
+ * weights, w[1], w[2] moments; freed by the caller, also on failure); the others only send. */
 typedef struct whole_model {
     float *w[3];
 } whole_model;
@@ -698,8 +698,8 @@ static dt_status gather_whole_model(run *r, whole_model *wm) {
     const size_t n = dt_model_num_params(r->model), nw = dt_model_whole_params(r->model);
     float *m = dt_malloc(n * sizeof(float), "moments staging"), *v = dt_malloc(n * sizeof(float), "moments staging");
     dt_status st = m && v ? dt_optim_get_moments(r->optim, m, v) : DT_ERR_NOMEM;
-    for (int i = 0; i < 3; i++) wm->w[i] = dt_malloc(nw * sizeof(float), "checkpoint staging");
-    if (st == DT_OK && (!wm->w[0] || !wm->w[1] || !wm->w[2])) st = DT_ERR_NOMEM;
+    for (int i = 0; r->rank == 0 && i < 3; i++) wm->w[i] = dt_malloc(nw * sizeof(float), "checkpoint staging");
+    if (st == DT_OK && r->rank == 0 && (!wm->w[0] || !wm->w[1] || !wm->w[2])) st = DT_ERR_NOMEM; /* the rest send */
     if (st == DT_OK) st = dt_model_gather_whole(r->model, NULL, wm->w[0]);
     if (st == DT_OK) st = dt_model_gather_whole(r->model, m, wm->w[1]);
     if (st == DT_OK) st = dt_model_gather_whole(r->model, v, wm->w[2]);
