@@ -129,13 +129,19 @@ static const help_entry help[] = {
      "           and prints an all-reduce bandwidth table (algbw, busbw) next to memcpy bandwidth.\n"
      "  --num-workers N      worker processes for the self-test (default 2)\n"
      "  --device cpu|cuda    test the CPU collective (default) or the GPUs with NCCL\n"},
-    {"bench", "dtrain bench   --config FILE --workers 1,2,4 [--steps K] [--repeat K] [--set key.path=value]...",
+    {"bench", "dtrain bench   --config FILE --workers 1,2,4 | --layouts d4,d2t2,t4 [--steps K] [--repeat K]\n"
+              "               [--set key.path=value]...",
      "bench      runs the config once per worker count (same batch per worker; --steps K overrides\n"
      "           training.max_steps) and prints train/eval time, throughput, speedup, scaling efficiency\n"
      "           and the share of step time spent waiting for all-reduce, then a verdict: runs too noisy\n"
      "           to compare and efficiencies above 110% are flagged (?), efficiencies under 50% explained;\n"
      "           writes RUN_DIR/bench/bench.csv and bench.svg (throughput and efficiency against workers).\n"
      "  --workers LIST       worker counts to run, e.g. 1,2,4\n"
+     "  --layouts LIST       or layouts of the workers, in this order, e.g. d4,d2t2,t4 (d: data-parallel\n"
+     "                       replicas, t: training.tensor_parallel shares, p: pipeline stages; 1 when left\n"
+     "                       out), all at the first one's global batch: the table compares each with the\n"
+     "                       first (ms/step, tokens/s, the share of the step in collectives, MB sent, the\n"
+     "                       largest rank's memory while it trained); bench.csv only\n"
      "  --steps K            training steps per run\n"
      "  --repeat K           runs per worker count (1..20, default 1), interleaved; the table shows the\n"
      "                       medians and the slowest and fastest run\n"},
@@ -189,7 +195,7 @@ static int usage_error(const char *fmt, const char *arg) {
 }
 
 typedef struct cli {
-    const char *config, *checkpoint, *out, *tokenizer, *device, *workers, *input, *format;
+    const char *config, *checkpoint, *out, *tokenizer, *device, *workers, *layouts, *input, *format;
     long steps;
     int num_workers, repeat;
     const char *overrides[MAX_OVERRIDES];
@@ -243,6 +249,7 @@ static int parse_options(int argc, char **argv, cli *c) {
         {"help", no_argument, NULL, 'h'},           {"version", no_argument, NULL, 'V'},
         {"num-workers", required_argument, NULL, 'w'}, {"device", required_argument, NULL, 'd'},
         {"workers", required_argument, NULL, 'W'},     {"steps", required_argument, NULL, 'S'},
+        {"layouts", required_argument, NULL, 'Y'},
         {"repeat", required_argument, NULL, 'R'},      {"prompt", required_argument, NULL, 'P'},
         {"max-new-tokens", required_argument, NULL, 'M'}, {"temperature", required_argument, NULL, 'T'},
         {"top-k", required_argument, NULL, 'K'},       {"top-p", required_argument, NULL, 'O'},
@@ -285,6 +292,7 @@ static int parse_options(int argc, char **argv, cli *c) {
         }
         case 'd': c->device = optarg; break;
         case 'W': c->workers = optarg; break;
+        case 'Y': c->layouts = optarg; break;
         case 'S': {
             char *end;
             errno = 0;
@@ -402,9 +410,15 @@ static int cmd_bench(const cli *c) {
     dt_config cfg;
     int rc = load_config(c, &cfg);
     if (rc) return rc;
-    if (!c->workers) return usage_error("%s", "bench: needs --workers N,N,... (e.g. --workers 1,2,4)");
-    int workers[DT_BENCH_MAX_RUNS], n;
-    dt_status st = dt_bench_parse_workers(c->workers, workers, &n);
+    if (!c->workers == !c->layouts)
+        return usage_error("%s", c->workers ? "bench: --workers and --layouts: give one of them"
+                                            : "bench: needs --workers N,N,... (e.g. --workers 1,2,4) or --layouts "
+                                              "(e.g. --layouts d4,d2t2,t4)");
+    int workers[DT_BENCH_MAX_RUNS], n = 0, n_layouts = 0;
+    dt_bench_layout layouts[DT_BENCH_MAX_RUNS];
+    dt_status st = c->workers ? dt_bench_parse_workers(c->workers, workers, &n)
+                              : dt_bench_parse_layouts(c->layouts, layouts, &n_layouts);
+    for (int i = 0; i < n_layouts; i++) workers[n++] = layouts[i].dp * layouts[i].pp * layouts[i].tp;
     if (st == DT_OK) { /* forked workers: the largest run needs a device each */
         dt_device_kind dev;
         int most = 0;
@@ -412,7 +426,8 @@ static int cmd_bench(const cli *c) {
         st = dt_backend_resolve(&cfg, &dev);
         if (st == DT_OK) st = dt_backend_check_workers(&cfg, dev, most);
     }
-    dt_bench_opts bo = {.workers = workers, .n = n, .steps = c->steps, .repeat = c->repeat ? c->repeat : 1};
+    dt_bench_opts bo = {.workers = workers, .n = n, .layouts = layouts, .n_layouts = n_layouts, .steps = c->steps,
+                        .repeat = c->repeat ? c->repeat : 1};
     if (st == DT_OK) st = dt_bench_run(&cfg, &bo, stdout, NULL);
     return st == DT_OK ? 0 : fail(st);
 }
@@ -630,8 +645,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     /* options that only one command reads are refused elsewhere, not silently ignored */
-    if ((c.workers || c.steps || c.repeat) && strcmp(cmd, "bench") != 0)
-        return usage_error("--workers, --steps and --repeat belong to `dtrain bench` (for training: --set "
+    if ((c.workers || c.layouts || c.steps || c.repeat) && strcmp(cmd, "bench") != 0)
+        return usage_error("--workers, --layouts, --steps and --repeat belong to `dtrain bench` (for training: --set "
                            "training.num_workers=N, --set training.max_steps=K)%s", "");
     if (c.input && strcmp(cmd, "predict") != 0)
         return usage_error("--input belongs to `dtrain predict`%s", "");

@@ -11,7 +11,7 @@
  *     weights and AdamW state dwarf everything else, less the same process's with a tiny model;
  *   - --dry-run says each worker's share;
  *   - a worker killed mid-run stops the others at once (exit 1 naming it), nothing left in
- *     /dev/shm. */
+ *     /dev/shm; one stopped (SIGSTOP) makes the others time out naming its rank in the job. */
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
@@ -321,6 +321,33 @@ static void test_kill_share(void) {
     CHECK_INT_EQ(count_dir("/dev/shm"), shm_before);
 }
 
+/* A share that stops (SIGSTOP) makes the others fail at the collective deadline naming it by its
+ * rank in the job, whichever group's collective they wait in (D2 x T2: rank 2 with it in the
+ * shares' sums, rank 1 in the replicas' gradients). */
+static void test_stop_share(void) {
+    char rd[1400];
+    snprintf(rd, sizeof rd, "run.dir=%s/stop", test_dir());
+    const char *args[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", "training.num_workers=4", "--set",
+                          "training.tensor_parallel=2", "--set", "data.batch_size_per_worker=4", "--set",
+                          "training.max_steps=1000000", "--set", "training.collective_timeout_s=2", "--set",
+                          "fault_tolerance.max_restarts=0", "--quiet", "--set", GPT2, NULL};
+    pid_t pid = spawn("stop", args), r3 = 0;
+    for (int i = 0; i < 500 && !r3; i++) {
+        sleep_ms(20);
+        r3 = find_child(pid, "dtrain-r3");
+    }
+    CHECK(r3 != 0);
+    char path[1500];
+    snprintf(path, sizeof path, "%s/stop/metrics.jsonl", test_dir());
+    for (int i = 0; i < 500 && access(path, F_OK) != 0; i++) sleep_ms(20); /* training has begun */
+    sleep_ms(300);
+    CHECK(kill(r3, SIGSTOP) == 0);
+    CHECK_INT_EQ(wait_exit(pid, "stop"), 1);
+    CHECK_STR_CONTAINS(err_text, "collective timeout");
+    CHECK_STR_CONTAINS(err_text, "waited 2.0 s for rank(s) 3");
+    CHECK(!alive(r3));
+}
+
 int main(void) {
     test_dir_init("parallel");
     for (int m = 0; m < N_MODELS; m++) test_equivalence(m);
@@ -328,6 +355,7 @@ int main(void) {
     test_memory();
     test_dry_run();
     test_kill_share();
+    test_stop_share();
     test_dir_remove();
     TEST_PASS("test_parallel");
 }

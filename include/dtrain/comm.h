@@ -56,6 +56,9 @@ dt_status dt_shm_world_attach_fd(dt_shm_world **out, int world, int fd, const ch
  * its workers itself, does not call this). Returns 1 when every rank of w has now joined (the
  * caller may remove the segment's name: nobody else needs it), else 0. */
 int dt_shm_world_join(dt_shm_world *w, int rank, int grank);
+/* Only the name: rank `rank` of w is `grank` in the job, for the messages of a world that
+ * holds some of the job's ranks (a model-parallel group: launch.c). */
+void dt_shm_world_name_rank(dt_shm_world *w, int rank, int grank);
 /* Marks the world aborted (by the supervisor, when a worker died): every rank's pending and
  * future collective fails promptly with a message containing `why`. Async-signal-safe. */
 void dt_shm_world_abort(dt_shm_world *w, const char *why);

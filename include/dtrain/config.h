@@ -208,4 +208,10 @@ static inline const char *dt_config_val_path(const dt_config *c, int i) {
     return c->data.n_val_sets ? c->data.val_sets[i].path : c->data.val_path;
 }
 
+/* Why training.tensor_parallel and pipeline_parallel cannot run with the rest of cfg (the layout
+ * of the workers, the model's heads and MLP, what is not built yet), into buf: returns buf and
+ * sets *key to the key to blame; NULL when they can. Loading a config checks it (exit 2); so
+ * does whoever changes those keys afterwards (dtrain bench --layouts). */
+const char *dt_config_mesh_problem(const dt_config *cfg, const char **key, char *buf, size_t n);
+
 #endif

@@ -188,6 +188,9 @@ dt_status dt_model_load_adapters(dt_model *m, const char *path, int *score_loade
  * collective). dt_model_save of a share gathers the weights (every share calls it) and share 0
  * writes them. */
 size_t dt_model_whole_params(const dt_model *m);
+/* The time this share has spent in its collectives with the others so far (the activations'
+ * sums, the cross-entropy's stats), ms; 0 without tensor parallelism. */
+double dt_model_tp_ms(const dt_model *m);
 dt_status dt_model_gather_whole(dt_model *m, const float *local, float *whole);
 void dt_model_share_of(const dt_model *m, const float *whole, float *local);
 dt_status dt_model_save_whole(dt_model *m, const float *whole, const char *path);

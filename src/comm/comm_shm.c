@@ -94,6 +94,7 @@ typedef struct {
     op_desc desc[2];
     _Atomic int32_t pid; /* the rank's process (dt_shm_world_join; 0: not said), then: */
     int32_t grank;       /* its rank in the job, for messages */
+    _Atomic int32_t named; /* grank was said without the pid (dt_shm_world_name_rank) */
     uint64_t pidns;      /* its pid namespace (0: unknown): its pid means something only in the same one */
 } rank_line;
 
@@ -294,6 +295,12 @@ int dt_shm_world_join(dt_shm_world *w, int rank, int grank) {
     return atomic_fetch_add_explicit(&w->s->joined, 1, memory_order_acq_rel) + 1 == (uint32_t)w->world;
 }
 
+void dt_shm_world_name_rank(dt_shm_world *w, int rank, int grank) {
+    if (!w || rank < 0 || rank >= w->world) return;
+    w->s->ranks[rank].grank = grank;
+    atomic_store_explicit(&w->s->ranks[rank].named, 1, memory_order_release);
+}
+
 void dt_shm_world_destroy(dt_shm_world *w) {
     if (!w) return;
     munmap(w->s, w->map_bytes);
@@ -336,10 +343,12 @@ typedef struct {
     int32_t pid[DT_MAX_WORLD]; /* the pid behind pidfd[r] */
 } shm_ctx;
 
-/* rank r's rank in the job, as it said (dt_shm_world_join), else r */
+/* rank r's rank in the job, as it said (dt_shm_world_join, dt_shm_world_name_rank), else r */
 static int grank_of(const shm_ctx *x, int r) {
     const rank_line *l = &x->w->s->ranks[r];
-    return atomic_load_explicit((_Atomic int32_t *)&l->pid, memory_order_acquire) > 0 ? l->grank : r;
+    const int said = atomic_load_explicit((_Atomic int32_t *)&l->pid, memory_order_acquire) > 0 ||
+                     atomic_load_explicit((_Atomic int32_t *)&l->named, memory_order_acquire);
+    return said ? l->grank : r;
 }
 
 static void describe(const op_desc *d, char *buf, size_t cap) {

@@ -1175,41 +1175,54 @@ static dt_status validate_shape(load_ctx *c) {
 /* training.tensor_parallel T and pipeline_parallel P: num_workers = D x P x T, and each layer
  * splits into T equal shares of whole heads (key/value heads too) and MLP columns. What is not
  * built yet is refused by name rather than run some other way. */
-static dt_status validate_mesh(load_ctx *c) {
-    const dt_config *cfg = c->cfg;
+const char *dt_config_mesh_problem(const dt_config *cfg, const char **key, char *buf, size_t n) {
     const dt_model_shape *sh = &cfg->model.shape;
     const int T = cfg->training.tensor_parallel, P = cfg->training.pipeline_parallel;
-    const int i_tp = key_index("training.tensor_parallel"), i_pp = key_index("training.pipeline_parallel");
-    if (P > 1)
-        return fail_key(c, i_pp, "expected 1, got %d: pipeline stages are not built yet (hint: "
-                        "training.tensor_parallel splits every layer across workers instead)", P);
-    if (T == 1) return DT_OK;
+    *key = "training.tensor_parallel";
+#define WHY(...) (snprintf(buf, n, __VA_ARGS__), buf)
+    if (P > 1) {
+        *key = "training.pipeline_parallel";
+        return WHY("expected 1, got %d: pipeline stages are not built yet (hint: training.tensor_parallel splits "
+                   "every layer across workers instead)", P);
+    }
+    if (T == 1) return NULL;
     if (cfg->training.num_workers % (T * P) != 0)
-        return fail_key(c, i_tp, "expected a divisor of training.num_workers (%d), got %d (num_workers = data-parallel "
-                        "replicas x pipeline_parallel x tensor_parallel)", cfg->training.num_workers, T);
+        return WHY("expected a divisor of training.num_workers (%d), got %d (num_workers = data-parallel replicas x "
+                   "pipeline_parallel x tensor_parallel)", cfg->training.num_workers, T);
     if (sh->n_head % T != 0)
-        return fail_key(c, i_tp, "expected a divisor of model.n_head (%d), got %d (each worker takes whole attention "
-                        "heads)", sh->n_head, T);
+        return WHY("expected a divisor of model.n_head (%d), got %d (each worker takes whole attention heads)",
+                   sh->n_head, T);
     if (sh->arch == DT_ARCH_LLAMA && dt_shape_kv_heads(sh) % T != 0)
-        return fail_key(c, i_tp, "expected a divisor of model.num_key_value_heads (%d), got %d (each worker takes "
-                        "whole key/value heads)", dt_shape_kv_heads(sh), T);
+        return WHY("expected a divisor of model.num_key_value_heads (%d), got %d (each worker takes whole key/value "
+                   "heads)", dt_shape_kv_heads(sh), T);
     if (sh->arch == DT_ARCH_LLAMA && sh->intermediate_size % T != 0)
-        return fail_key(c, i_tp, "expected a divisor of model.intermediate_size (%d), got %d (each worker takes "
-                        "an equal share of the MLP)", sh->intermediate_size, T);
+        return WHY("expected a divisor of model.intermediate_size (%d), got %d (each worker takes an equal share of "
+                   "the MLP)", sh->intermediate_size, T);
     if (cfg->training.device == DT_DEVICE_CUDA)
-        return fail_key(c, i_tp, "is %d, but tensor parallelism runs on CPU workers only so far (hint: "
-                        "training.device: cpu, or training.tensor_parallel: 1)", T);
-    if (cfg->training.zero_stage == 1)
-        return fail_key(c, key_index("training.zero_stage"), "is 1, which does not combine with "
-                        "training.tensor_parallel > 1 yet (hint: training.zero_stage: 0)");
+        return WHY("is %d, but tensor parallelism runs on CPU workers only so far (hint: training.device: cpu, or "
+                   "training.tensor_parallel: 1)", T);
     if (cfg->model.lora.rank > 0)
-        return fail_key(c, i_tp, "is %d, but model.lora does not combine with tensor parallelism yet (hint: "
-                        "training.tensor_parallel: 1)", T);
-    if (cfg->logging.sample_every_steps > 0)
-        return fail_key(c, key_index("logging.sample_every_steps"), "is %ld, but samples are not generated from a model "
-                        "split across workers yet (hint: logging.sample_every_steps: 0; dtrain generate reads the "
-                        "whole weights the run saves)", cfg->logging.sample_every_steps);
-    return DT_OK;
+        return WHY("is %d, but model.lora does not combine with tensor parallelism yet (hint: "
+                   "training.tensor_parallel: 1)", T);
+    if (cfg->training.zero_stage == 1) {
+        *key = "training.zero_stage";
+        return WHY("is 1, which does not combine with training.tensor_parallel > 1 yet (hint: training.zero_stage: 0)");
+    }
+    if (cfg->logging.sample_every_steps > 0) {
+        *key = "logging.sample_every_steps";
+        return WHY("is %ld, but samples are not generated from a model split across workers yet (hint: "
+                   "logging.sample_every_steps: 0; dtrain generate reads the whole weights the run saves)",
+                   cfg->logging.sample_every_steps);
+    }
+#undef WHY
+    return NULL;
+}
+
+static dt_status validate_mesh(load_ctx *c) {
+    const char *key;
+    char why[512];
+    if (!dt_config_mesh_problem(c->cfg, &key, why, sizeof why)) return DT_OK;
+    return fail_key(c, key_index(key), "%s", why);
 }
 
 /* The keys that act on evaluations and samples need what they act on. */

@@ -17,6 +17,7 @@
 #include <zlib.h>
 
 #include "dtrain/bf16.h"
+#include "dtrain/clock.h"
 #include "dtrain/safetensors.h"
 #include "net.h"
 
@@ -83,6 +84,7 @@ struct dt_model {
 
     int last_B;                /* batch of the last forward, 0 = none */
     dt_status tp_st;           /* tensor parallelism: the first failure of a sum over cfg.tp_comm (net.tp_st) */
+    double tp_ms;              /* ... the time spent in those collectives (net.tp_ms) */
     int logits_are_grads;      /* the last forward left the logits' gradient there (ops xent_fused) */
     float fused_scale;         /* ... for this scale */
 };
@@ -829,7 +831,7 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_backen
     m->be = be;
     m->net = (dt_net){.o = be->ops, .ctx = be->ctx, .cfg = &m->cfg, .arch = dt_net_arch(cfg->shape.arch),
                       .act = be->ops->act_dtype(be->ops->bf16(be->ctx)), .att = att_shape(cfg, 0),
-                      .tp = cfg->tp > 1 ? cfg->tp : 1, .tp_rank = cfg->tp_rank, .tp_comm = cfg->tp_comm, .tp_st = &m->tp_st,
+                      .tp = cfg->tp > 1 ? cfg->tp : 1, .tp_rank = cfg->tp_rank, .tp_comm = cfg->tp_comm, .tp_st = &m->tp_st, .tp_ms = &m->tp_ms,
                       .v0 = cfg->tp > 1 ? net_part_lo(cfg->shape.vocab_size, cfg->tp, cfg->tp_rank) : 0,
                       .n_vocab = cfg->tp > 1 ? net_part_len(cfg->shape.vocab_size, cfg->tp, cfg->tp_rank)
                                              : cfg->shape.vocab_size};
@@ -871,6 +873,7 @@ const dt_backend *dt_model_backend(const dt_model *m) { return m->be; }
 const dt_net *dt_model_net(const dt_model *m) { return &m->net; }
 size_t dt_model_num_params(const dt_model *m) { return m->n_params - m->n_frozen; }
 size_t dt_model_whole_params(const dt_model *m) { return m->n_whole; }
+double dt_model_tp_ms(const dt_model *m) { return m->tp_ms; }
 size_t dt_model_num_frozen(const dt_model *m) { return m->n_frozen; }
 
 dt_status dt_model_frozen_digest(dt_model *m, uint32_t *out) {
@@ -1023,7 +1026,9 @@ static void xent_shares(dt_model *m, const int *targets, int BT) {
     float *all = m->host_stats, *mine = all + (size_t)tp * BT * 4, *lse = mine + (size_t)BT * 4;
     o->xent_part_stats(ctx, m->xent_stats, m->logits, m->targets_dev, m->net.v0, BT, m->net.n_vocab, m->logits_ld);
     o->download(ctx, mine, m->xent_stats, (size_t)BT * 4 * sizeof(float));
+    const double t0 = dt_clock_now();
     if (m->tp_st == DT_OK) m->tp_st = dt_comm_allgather(m->cfg.tp_comm, mine, (size_t)BT * 4 * sizeof(float), all);
+    m->tp_ms += 1e3 * (dt_clock_now() - t0);
     if (m->tp_st != DT_OK) return;
     for (int i = 0; i < BT; i++) {
         const float *st = all + (size_t)i * 4;

@@ -3,6 +3,8 @@
  * product goes through. */
 #include "net.h"
 
+#include "dtrain/clock.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -77,7 +79,9 @@ static void lora_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const
 /* Tensor parallelism: buf(n) summed over the shares, in place (a failure is kept in tp_st) */
 static void tp_sum(const dt_net *n, dt_act *buf, size_t count) {
     if (*n->tp_st != DT_OK) return;
+    const double t0 = dt_clock_now();
     *n->tp_st = dt_comm_allreduce(n->tp_comm, (float *)buf, count, DT_REDUCE_SUM);
+    *n->tp_ms += 1e3 * (dt_clock_now() - t0);
 }
 
 /* a bf16 tensor of base16 (offset with NET_BF16) */

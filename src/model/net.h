@@ -155,6 +155,7 @@ typedef struct dt_net {
     int v0, n_vocab;
     dt_comm *tp_comm;
     dt_status *tp_st;      /* the first failure of a sum over tp_comm (the layer's calls return nothing) */
+    double *tp_ms;         /* the time spent in them so far, ms (the model's, dt_model_tp_ms) */
 } dt_net;
 
 const dt_net *dt_model_net(const dt_model *m);

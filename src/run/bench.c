@@ -38,6 +38,38 @@ dt_status dt_bench_parse_workers(const char *list, int *workers, int *n) {
     return DT_OK;
 }
 
+dt_status dt_bench_parse_layouts(const char *list, dt_bench_layout *out, int *n) {
+    *n = 0;
+    const char *p = list;
+    while (*p) {
+        dt_bench_layout l = {1, 1, 1};
+        int seen = 0; /* letters given: d 1, p 2, t 4 */
+        const char *item = p;
+        while (*p && *p != ',') {
+            const int bit = *p == 'd' ? 1 : *p == 'p' ? 2 : *p == 't' ? 4 : 0;
+            char *end;
+            errno = 0;
+            const long v = bit ? strtol(p + 1, &end, 10) : 0;
+            if (!bit || (seen & bit) || end == p + 1 || errno || v < 1 || v > DT_MAX_WORLD || p[1] == '+' || p[1] == '-')
+                return dt_error_set(DT_ERR_USAGE, "--layouts: expected layouts such as d4,d2t2,t4 (d: data-parallel "
+                                    "replicas, p: pipeline stages, t: tensor-parallel shares; each 1 when left out), "
+                                    "got \"%.*s\" in \"%s\"", (int)strcspn(item, ","), item, list);
+            seen |= bit;
+            *(bit == 1 ? &l.dp : bit == 2 ? &l.pp : &l.tp) = (int)v;
+            p = end;
+        }
+        if ((long)l.dp * l.pp * l.tp > DT_MAX_WORLD)
+            return dt_error_set(DT_ERR_USAGE, "--layouts: \"%.*s\" needs %ld workers, more than %d",
+                                (int)strcspn(item, ","), item, (long)l.dp * l.pp * l.tp, DT_MAX_WORLD);
+        if (*n == DT_BENCH_MAX_RUNS) return dt_error_set(DT_ERR_USAGE, "--layouts: at most %d layouts", DT_BENCH_MAX_RUNS);
+        out[(*n)++] = l;
+        if (*p == ',' && !p[1]) return dt_error_set(DT_ERR_USAGE, "--layouts: \"%s\" ends with a comma", list);
+        if (*p == ',') p++;
+    }
+    if (*n == 0) return dt_error_set(DT_ERR_USAGE, "--layouts: expected layouts such as d4,d2t2,t4");
+    return DT_OK;
+}
+
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb;
     (void)flag;
@@ -53,16 +85,36 @@ static dt_status remove_tree(const char *dir) {
     return DT_OK;
 }
 
-/* The last "summary" record of a run's metrics.jsonl. */
+static double median(double *v, int n);
+
+/* The largest resident memory of a rank in a "workers" record (the launcher's samples) */
+static double largest_rss(json_t *o) {
+    json_t *w = json_object_get(o, "workers");
+    double most = 0;
+    for (size_t i = 0; i < json_array_size(w); i++)
+        most = fmax(most, json_number_value(json_object_get(json_array_get(w, i), "rss_mb")));
+    return most;
+}
+
+/* The last "summary" record of a run's metrics.jsonl, and the training's memory: the median over
+ * the launcher's samples but the last (which may see the final save's staging) of the largest
+ * rank's resident memory; 0 without samples. */
 static dt_status read_summary(const char *run_dir, dt_bench_row *row) {
     char path[DT_PATH_MAX + 32], line[8192];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
     FILE *f = fopen(path, "r");
     if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
-    int found = 0;
+    int found = 0, n_rss = 0;
+    enum { MAX_SAMPLES = 4096 };
+    double *rss = malloc(MAX_SAMPLES * sizeof *rss);
+    if (!rss) {
+        fclose(f);
+        return dt_error_set(DT_ERR_NOMEM, "out of memory");
+    }
     while (fgets(line, sizeof line, f)) {
         json_t *o = json_loads(line, 0, NULL);
         const char *type = json_string_value(json_object_get(o, "type"));
+        if (type && strcmp(type, "workers") == 0 && n_rss < MAX_SAMPLES) rss[n_rss++] = largest_rss(o);
         if (type && strcmp(type, "summary") == 0) {
             row->steps = (long)json_integer_value(json_object_get(o, "steps"));
             row->train_s = json_number_value(json_object_get(o, "train_s"));
@@ -76,6 +128,8 @@ static dt_status read_summary(const char *run_dir, dt_bench_row *row) {
         json_decref(o);
     }
     fclose(f);
+    row->rss_mb = n_rss > 1 ? median(rss, n_rss - 1) : n_rss ? rss[0] : 0;
+    free(rss);
     if (!found) return dt_error_set(DT_ERR_INTERNAL, "%s: no summary record (did the run finish?)", path);
     return DT_OK;
 }
@@ -85,14 +139,14 @@ static dt_status write_csv(const char *path, const dt_bench_row *rows, int n) {
     if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     /* the first nine columns as before --repeat; then the runs, the spread and the flags */
     fprintf(f, "workers,steps,train_s,eval_s,samples_per_s,tokens_per_s,speedup,efficiency,comm_share,runs,"
-               "tokens_per_s_min,tokens_per_s_max,flags,sent_bytes_per_step\n");
+               "tokens_per_s_min,tokens_per_s_max,flags,sent_bytes_per_step,layout,tensor_parallel,rss_mb\n");
     for (int i = 0; i < n; i++) {
         const dt_bench_row *r = &rows[i];
-        fprintf(f, "%d,%ld,%.4f,%.4f,%.2f,%.2f,%.4f,%.4f,%.4f,%d,%.2f,%.2f,%s%s%s,%.0f\n", r->workers, r->steps, r->train_s,
-                r->eval_s, r->samples_per_s, r->tokens_per_s, r->speedup, r->efficiency, r->comm_share, r->runs,
-                r->tokens_min, r->tokens_max, r->flags & DT_BENCH_NOISY ? "noisy;" : "",
+        fprintf(f, "%d,%ld,%.4f,%.4f,%.2f,%.2f,%.4f,%.4f,%.4f,%d,%.2f,%.2f,%s%s%s,%.0f,%s,%d,%.1f\n", r->workers,
+                r->steps, r->train_s, r->eval_s, r->samples_per_s, r->tokens_per_s, r->speedup, r->efficiency,
+                r->comm_share, r->runs, r->tokens_min, r->tokens_max, r->flags & DT_BENCH_NOISY ? "noisy;" : "",
                 r->flags & DT_BENCH_SUPERLINEAR ? "above-110%;" : "", r->flags & DT_BENCH_LOW ? "under-50%;" : "",
-                r->sent_bytes);
+                r->sent_bytes, r->layout, r->tp, r->rss_mb);
     }
     if (fclose(f) != 0) return dt_error_set(DT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     return DT_OK;
@@ -202,8 +256,10 @@ static double median(double *v, int n) {
 
 /* One row from the K runs of one count: the median of each measure, the slowest and fastest. */
 static void combine_runs(const dt_bench_row *runs, int k, dt_bench_row *row) {
-    double v[5][DT_BENCH_MAX_REPEAT];
+    double v[6][DT_BENCH_MAX_REPEAT];
     row->workers = runs[0].workers;
+    row->tp = runs[0].tp;
+    snprintf(row->layout, sizeof row->layout, "%s", runs[0].layout);
     row->steps = runs[0].steps;
     row->runs = k;
     row->tokens_min = row->tokens_max = runs[0].tokens_per_s;
@@ -213,6 +269,7 @@ static void combine_runs(const dt_bench_row *runs, int k, dt_bench_row *row) {
         v[2][j] = runs[j].samples_per_s;
         v[3][j] = runs[j].tokens_per_s;
         v[4][j] = runs[j].comm_share;
+        v[5][j] = runs[j].rss_mb;
         row->tokens_min = fmin(row->tokens_min, runs[j].tokens_per_s);
         row->tokens_max = fmax(row->tokens_max, runs[j].tokens_per_s);
     }
@@ -221,24 +278,50 @@ static void combine_runs(const dt_bench_row *runs, int k, dt_bench_row *row) {
     row->samples_per_s = median(v[2], k);
     row->tokens_per_s = median(v[3], k);
     row->comm_share = median(v[4], k);
+    row->rss_mb = median(v[5], k);
     row->sent_bytes = runs[0].sent_bytes;
 }
 
-/* One training run of the sweep into dir/wN (or wN-rK with repeats), measured from its summary. */
-static dt_status bench_one(const dt_config *cfg, dt_config *c, const dt_bench_opts *o, int workers, int k,
-                           const char *dir, FILE *out, dt_bench_row *row) {
+/* One training run of the sweep into dir/wN (or wN-rK with repeats; a layout: dir/LAYOUT,
+ * LAYOUT-rK), measured from its summary. `layout` NULL: the config's. */
+static dt_status bench_one(const dt_config *cfg, dt_config *c, const dt_bench_opts *o, int workers,
+                           const dt_bench_layout *layout, int k, const char *dir, FILE *out, dt_bench_row *row) {
     *c = *cfg;
+    char name[32] = "";
+    if (layout) { /* the first layout's global batch: batch_size_per_worker x its replicas */
+        const int G = cfg->data.batch_size_per_worker * o->layouts[0].dp;
+        workers = layout->dp * layout->pp * layout->tp;
+        c->training.tensor_parallel = layout->tp;
+        c->training.pipeline_parallel = layout->pp;
+        if (G % layout->dp)
+            return dt_error_set(DT_ERR_USAGE, "bench: --layouts: a global batch of %d (data.batch_size_per_worker %d x "
+                                "%d replicas of the first layout) cannot be split over %d replicas", G,
+                                cfg->data.batch_size_per_worker, o->layouts[0].dp, layout->dp);
+        c->data.batch_size_per_worker = G / layout->dp;
+        size_t k0 = 0;
+        const int f[3] = {layout->dp, layout->pp, layout->tp};
+        for (int i = 0; i < 3; i++)
+            if (f[i] > 1 || (i == 0 && workers == 1))
+                k0 += (size_t)snprintf(name + k0, sizeof name - k0, "%c%d", "dpt"[i], f[i]);
+    }
     c->training.num_workers = workers;
+    const char *key;
+    char why[512];
+    if (dt_config_mesh_problem(c, &key, why, sizeof why))
+        return dt_error_set(DT_ERR_USAGE, "bench: %s%s%d workers: %s: %s", name, name[0] ? ", " : "", workers, key, why);
     if (o->steps > 0) c->training.max_steps = o->steps;
     c->checkpoint.every_steps = 0;        /* measure training, not the disk */
     c->checkpoint.resume = DT_RESUME_NEVER;
     c->fault_tolerance.max_restarts = 0;  /* a failure is a result, not something to retry */
-    if (o->repeat > 1) snprintf(c->run.dir, sizeof c->run.dir, "%s/w%d-r%d", dir, workers, k + 1);
-    else snprintf(c->run.dir, sizeof c->run.dir, "%s/w%d", dir, workers);
+    char base[40];
+    if (layout) snprintf(base, sizeof base, "%s", name);
+    else snprintf(base, sizeof base, "w%d", workers);
+    if (o->repeat > 1) snprintf(c->run.dir, sizeof c->run.dir, "%s/%s-r%d", dir, base, k + 1);
+    else snprintf(c->run.dir, sizeof c->run.dir, "%s/%s", dir, base);
     char rep[32] = "";
     if (o->repeat > 1) snprintf(rep, sizeof rep, " (run %d of %d)", k + 1, o->repeat);
-    fprintf(out, "bench: %d worker%s x batch %d%s, run dir %s ...\n", workers, workers > 1 ? "s" : "",
-            c->data.batch_size_per_worker, rep, c->run.dir);
+    fprintf(out, "bench: %s%s%d worker%s x batch %d%s, run dir %s ...\n", name, name[0] ? ": " : "", workers,
+            workers > 1 ? "s" : "", c->data.batch_size_per_worker, rep, c->run.dir);
     fflush(out);
     /* bench owns bench/wN: start each run from an empty directory (no old checkpoints,
      * logs or event files to pile up or mix in) */
@@ -254,6 +337,8 @@ static dt_status bench_one(const dt_config *cfg, dt_config *c, const dt_bench_op
         return dt_error_set(DT_ERR_INTERRUPTED, "bench interrupted by SIG%s during the run with %d workers",
                             sigabbrev_np(res.stopped_by), workers);
     row->workers = workers;
+    row->tp = c->training.tensor_parallel;
+    snprintf(row->layout, sizeof row->layout, "%s", name);
     return read_summary(c->run.dir, row);
 }
 
@@ -298,6 +383,7 @@ void dt_bench_verdict(dt_bench_row *rows, int n, const dt_bench_env *env, char *
         } else if (busy && r->runs == 1) {
             r->flags |= DT_BENCH_NOISY;
         }
+        if (env->layouts) continue; /* the same workers laid out otherwise: no scaling to judge */
         if (i > 0 && r->efficiency > 1.10) {
             r->flags |= DT_BENCH_SUPERLINEAR;
             SAY("warning: %d workers: %.0f%% efficiency (%.2fx the throughput with %.0fx the workers) is above 100%%: with "
@@ -336,20 +422,44 @@ static void print_table(FILE *out, const dt_bench_row *rows, int n, int repeat) 
             flagged ? "; ?: not a result, see below" : "");
 }
 
+/* --layouts: each layout against the first */
+static void print_layouts(FILE *out, const dt_bench_row *rows, int n, int repeat) {
+    fprintf(out, "\n%-12s  %7s  %6s  %9s  %10s  %8s  %17s  %12s  %13s%s\n", "layout", "workers", "steps", "ms/step",
+            "tokens/s", "vs first", "collectives wait", "MB sent/step", "MB/rank (RSS)", repeat > 1 ? "  tokens/s min-max" : "");
+    for (int i = 0; i < n; i++) {
+        const dt_bench_row *r = &rows[i];
+        char range[64] = "";
+        if (repeat > 1) snprintf(range, sizeof range, "  %8.0f-%.0f", r->tokens_min, r->tokens_max);
+        fprintf(out, "%-12s  %7d  %6ld  %9.1f  %10.0f  %7.2fx%s %16.1f%%  %12.3f  %13.0f%s\n", r->layout, r->workers,
+                r->steps, r->steps > 0 ? 1e3 * r->train_s / (double)r->steps : 0.0, r->tokens_per_s, r->speedup,
+                r->flags & BAD_FLAGS ? "?" : " ", 100 * r->comm_share, r->sent_bytes / 1e6, r->rss_mb, range);
+    }
+    fprintf(out, "(layout dDpPtT: D data-parallel replicas x P pipeline stages x T tensor-parallel shares, 1 when left out, "
+                 "all at the first's global batch; vs first: "
+                 "tokens/s against %s%s; collectives wait: share of step time in collectives compute did not hide "
+                 "(gradients, the shares' activation sums, the per-step agreement); MB sent/step: by rank 0, counted as "
+                 "a ring moves it; MB/rank: the largest rank's resident memory while it trained, the median of the launcher's "
+                 "samples)\n", rows[0].layout,
+            repeat > 1 ? ", from the medians of the runs" : "");
+}
+
 dt_status dt_bench_run(const dt_config *cfg, const dt_bench_opts *o, FILE *out, dt_bench_row *rows_out) {
-    const int n = o->n, repeat = o->repeat > 0 ? o->repeat : 1;
+    const int layouts = o->n_layouts > 0, n = layouts ? o->n_layouts : o->n, repeat = o->repeat > 0 ? o->repeat : 1;
     if (n < 1 || n > DT_BENCH_MAX_RUNS || repeat > DT_BENCH_MAX_REPEAT)
         return dt_error_set(DT_ERR_USAGE, "bench: 1..%d worker counts and 1..%d repeats, got %d and %d", DT_BENCH_MAX_RUNS,
                             DT_BENCH_MAX_REPEAT, n, repeat);
-    int workers[DT_BENCH_MAX_RUNS];
-    memcpy(workers, o->workers, (size_t)n * sizeof *workers);
-    qsort(workers, (size_t)n, sizeof *workers, cmp_int);
+    int workers[DT_BENCH_MAX_RUNS] = {0};
+    if (!layouts) {
+        memcpy(workers, o->workers, (size_t)n * sizeof *workers);
+        qsort(workers, (size_t)n, sizeof *workers, cmp_int);
+    }
     char dir[DT_PATH_MAX + 16];
     snprintf(dir, sizeof dir, "%s/bench", cfg->run.dir);
     dt_bench_env env = {.cpu = 1, .cores = dt_device_cpu_cores(), .threads_fixed = cfg->training.cpu_threads_per_worker,
                         .busy_before = dt_device_busy_cores(0.5),
                         .tokens_per_worker_step = (long)cfg->data.batch_size_per_worker * cfg->data.seq_len *
-                                                  cfg->training.grad_accum_steps};
+                                                  cfg->training.grad_accum_steps,
+                        .layouts = layouts};
     dt_device_kind dev;
     if (dt_backend_resolve(cfg, &dev) == DT_OK) env.cpu = dev == DT_DEVICE_CPU;
     static dt_bench_row runs[DT_BENCH_MAX_RUNS][DT_BENCH_MAX_REPEAT];
@@ -362,7 +472,7 @@ dt_status dt_bench_run(const dt_config *cfg, const dt_bench_opts *o, FILE *out, 
     for (int k = 0; k < repeat && st == DT_OK; k++)
         for (int i = 0; i < n && st == DT_OK; i++) {
             memset(&runs[i][k], 0, sizeof runs[i][k]);
-            st = bench_one(cfg, c, o, workers[i], k, dir, out, &runs[i][k]);
+            st = bench_one(cfg, c, o, workers[i], layouts ? &o->layouts[i] : NULL, k, dir, out, &runs[i][k]);
         }
     free(c);
     if (st != DT_OK) return st;
@@ -373,14 +483,16 @@ dt_status dt_bench_run(const dt_config *cfg, const dt_bench_opts *o, FILE *out, 
     }
     char verdict[4096];
     dt_bench_verdict(rows, n, &env, verdict, sizeof verdict);
-    print_table(out, rows, n, repeat);
+    if (layouts) print_layouts(out, rows, n, repeat);
+    else print_table(out, rows, n, repeat);
     fputs(verdict, out);
     char csv[DT_PATH_MAX + 32], svg[DT_PATH_MAX + 32];
     snprintf(csv, sizeof csv, "%s/bench.csv", dir);
     snprintf(svg, sizeof svg, "%s/bench.svg", dir);
     DT_TRY(write_csv(csv, rows, n));
-    DT_TRY(write_svg(svg, rows, n, cfg->source[0] ? cfg->source : "config"));
-    fprintf(out, "wrote %s and %s\n", csv, svg);
+    if (!layouts) DT_TRY(write_svg(svg, rows, n, cfg->source[0] ? cfg->source : "config"));
+    if (layouts) fprintf(out, "wrote %s\n", csv);
+    else fprintf(out, "wrote %s and %s\n", csv, svg);
     if (rows_out) memcpy(rows_out, rows, sizeof rows);
     return DT_OK;
 }

@@ -118,8 +118,12 @@ static void groups_destroy(group_worlds *g) {
 static dt_status groups_join(const group_worlds *g, const dt_launch_cfg *cfg, int rank, dt_launch_ctx *ctx) {
     if (!g->n_tp) return DT_OK;
     const dt_mesh m = dt_mesh_of(cfg->world, cfg->tp, cfg->pp > 1 ? cfg->pp : 1, rank);
+    dt_shm_world_name_rank(g->tp[dt_mesh_tp_group(&m)], m.t, rank); /* messages name the job's ranks */
     DT_TRY(dt_comm_init_shm(&ctx->tp_comm, g->tp[dt_mesh_tp_group(&m)], m.t, cfg->timeout_s));
-    if (g->n_dp) DT_TRY(dt_comm_init_shm(&ctx->dp_comm, g->dp[dt_mesh_dp_group(&m)], m.d, cfg->timeout_s));
+    if (g->n_dp) {
+        dt_shm_world_name_rank(g->dp[dt_mesh_dp_group(&m)], m.d, rank);
+        DT_TRY(dt_comm_init_shm(&ctx->dp_comm, g->dp[dt_mesh_dp_group(&m)], m.d, cfg->timeout_s));
+    }
     return DT_OK;
 }
 

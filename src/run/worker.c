@@ -1333,8 +1333,10 @@ static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     dt_fault_before_step(&t->fault, r->rank, t->attempt, t->step + 1);
     const double t0 = now_ms();
     double comm_ms = 0, fwd_ms = 0, bwd_ms = 0;
+    const double tp0 = dt_model_tp_ms(r->model);
     dt_agree_vote v = {0};
     DT_TRY(micro_batches(t, &v.rows, &comm_ms, &fwd_ms, &bwd_ms));
+    comm_ms += dt_model_tp_ms(r->model) - tp0; /* tensor parallelism: the activations' sums, inside forward and backward */
     v.stop = t->launch && t->launch->stop && *t->launch->stop; /* the launcher's flag: SIGINT/SIGTERM */
     float *params = dt_model_params(r->model), *grads = dt_model_grads(r->model);
     /* the step's one wait for the device: the gradients' sum of squares and the loss, queued, then
