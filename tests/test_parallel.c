@@ -6,7 +6,7 @@
  *     (confusion matrix: each replica's predictions counted once);
  *   - checkpoints stay whole: D2xT2's checkpoint of step 10 resumes on 1 worker, and the
  *     1-worker checkpoint of step 10 resumes on T4; both end on the 1-worker run's weights
- *     and AdamW moments;
+ *     and AdamW moments; so does a D2xT2 run whose share 3 is killed at step 15 and restarted;
  *   - measured, each worker's memory falls as 1/T: resident memory while training a model whose
  *     weights and AdamW state dwarf everything else, less the same process's with a tiny model;
  *   - --dry-run says each worker's share;
@@ -45,7 +45,7 @@ static const char *const model_sets[N_MODELS][12] = {
 
 /* a 20-step run of `model` in test_dir()/tag: `workers` x `batch`, tensor_parallel tp, a
  * checkpoint every 10 steps, every validation example; its exit status */
-static int train(const char *tag, int model, int workers, int batch, int tp) {
+static int train_with(const char *tag, int model, int workers, int batch, int tp, const char *const *extra) {
     char rd[1400], nw[64], bs[64], tps[64];
     snprintf(rd, sizeof rd, "run.dir=%s/%s", test_dir(), tag);
     snprintf(nw, sizeof nw, "training.num_workers=%d", workers);
@@ -62,8 +62,16 @@ static int train(const char *tag, int model, int workers, int batch, int tp) {
         args[n++] = "--set";
         args[n++] = model_sets[model][i];
     }
+    for (int i = 0; extra && extra[i]; i++) {
+        args[n++] = "--set";
+        args[n++] = extra[i];
+    }
     args[n] = NULL;
     return run_sync(tag, args);
+}
+
+static int train(const char *tag, int model, int workers, int batch, int tp) {
+    return train_with(tag, model, workers, batch, tp, NULL);
 }
 
 /* the last evaluation's confusion matrix of a run, as JSON text */
@@ -281,6 +289,19 @@ static void test_memory(void) {
     printf("\n");
 }
 
+/* A share killed at step 15 (DTRAIN_FAULT) of a D2 x T2 run: the launcher restarts every worker
+ * from the checkpoint of step 10 and the run ends on the uninterrupted 1-worker run's weights. */
+static void test_restart(void) {
+    const char *const extra[] = {"fault_tolerance.max_restarts=1", "fault_tolerance.backoff_s=0.1", NULL};
+    CHECK(setenv("DTRAIN_FAULT", "rank=3,step=15,kind=kill", 1) == 0);
+    const int rc = train_with("restart", LLAMA_CLS, 4, 4, 2, extra);
+    unsetenv("DTRAIN_FAULT");
+    CHECK_INT_EQ(rc, 0);
+    check_log("restart", "restart 1 of 1");
+    check_log("restart", "resumed from");
+    check_same_model("restart", "llama-1x8-t1");
+}
+
 static void test_dry_run(void) {
     const char *args[] = {"--config", "configs/ci-smoke.yaml", "--set", "training.num_workers=4", "--set",
                           "training.tensor_parallel=2", "--set", GPT2, "--dry-run", NULL};
@@ -352,6 +373,7 @@ int main(void) {
     test_dir_init("parallel");
     for (int m = 0; m < N_MODELS; m++) test_equivalence(m);
     test_resume_across_layouts();
+    test_restart();
     test_memory();
     test_dry_run();
     test_kill_share();

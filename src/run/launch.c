@@ -39,6 +39,7 @@
 typedef struct rank_slot {
     _Atomic int has_msg;
     char msg[MSG_LEN];
+    double failed_at; /* dt_clock_now() when the worker wrote msg (before has_msg) */
 } rank_slot;
 
 /* the block every worker shares with the launcher */
@@ -158,6 +159,7 @@ static void child_main(const dt_launch_cfg *cfg, int rank, int attempt, pid_t pa
         dt_status lst = log[0] ? dt_file_open_write(log, 1, &fd) : DT_OK;
         if (lst != DT_OK) {
             snprintf(slot->msg, sizeof slot->msg, "%s", dt_error_msg());
+            slot->failed_at = dt_clock_now();
             atomic_store(&slot->has_msg, 1);
             _exit(dt_status_exit_code(lst));
         }
@@ -188,6 +190,7 @@ static void child_main(const dt_launch_cfg *cfg, int rank, int attempt, pid_t pa
     if (st == DT_OK) st = fn(arg, comm, &ctx);
     if (st != DT_OK) {
         snprintf(slot->msg, sizeof slot->msg, "%s", dt_error_msg());
+        slot->failed_at = dt_clock_now();
         atomic_store(&slot->has_msg, 1);
         snprintf(line, sizeof line, "error: %s", dt_error_msg());
         append_log(log, line);
@@ -456,10 +459,19 @@ static void on_exit_status(attempt *a, int r, int status) {
     a->failed_rank = r;
     char how[128], log[1200], see[1300] = "";
     describe_exit(status, how, sizeof how);
+    const rank_slot *slot = &a->shared->slots[r];
+    const int exited = r;
+    /* A failure that a failure elsewhere caused (a collective timeout waiting for a rank that was itself
+     * waiting for another: groups of model parallelism) is not the cause: the earliest message is. */
+    const int said = atomic_load(&slot->has_msg) && WIFEXITED(status);
+    for (int i = 0; said && WEXITSTATUS(status) != 2 && i < cfg->world; i++)
+        if (i != r && atomic_load(&a->shared->slots[i].has_msg) && a->shared->slots[i].failed_at < slot->failed_at) {
+            slot = &a->shared->slots[i];
+            a->failed_rank = r = i;
+        }
     log_path(cfg, r, log, sizeof log);
     if (log[0]) snprintf(see, sizeof see, " (log: %s)", log);
-    const rank_slot *slot = &a->shared->slots[r];
-    if (atomic_load(&slot->has_msg) && WIFEXITED(status)) {
+    if (said) {
         if (cfg->world > 1) snprintf(a->msg, sizeof a->msg, "rank %d: %s%s", r, slot->msg, see);
         else snprintf(a->msg, sizeof a->msg, "%s", slot->msg);
         a->st = WEXITSTATUS(status) == 2 ? DT_ERR_CONFIG : DT_ERR_INTERNAL;
@@ -474,7 +486,7 @@ static void on_exit_status(attempt *a, int r, int status) {
         a->preempt_deadline = 0;
     }
     char why[160];
-    snprintf(why, sizeof why, "rank %d %s", r, how);
+    snprintf(why, sizeof why, "rank %d %s", exited, how);
     stop_all(a, why, SIGTERM, GRACE_S);
 }
 
