@@ -1,12 +1,16 @@
 /* test_parallel.c — model parallelism (training.tensor_parallel) through the real binary:
- *   - equivalence: a GPT-2 and a Llama with grouped-query attention, each trained 20 steps on
- *     1 worker x batch 8 and on T2 (2 workers), T4 (4 workers) and D2xT2 (4 workers, batch 4
- *     each): the same per-step losses (1e-5 relative), the same final weights (relative L2
- *     distance <= 1e-5; the files whole, as one worker writes them) and the same evaluation
- *     (confusion matrix: each replica's predictions counted once);
- *   - checkpoints stay whole: D2xT2's checkpoint of step 10 resumes on 1 worker, and the
- *     1-worker checkpoint of step 10 resumes on T4; both end on the 1-worker run's weights
- *     and AdamW moments; so does a D2xT2 run whose share 3 is killed at step 15 and restarted;
+ *   - equivalence: a GPT-2 and a Llama with grouped-query attention, as classifiers and as
+ *     language models (the vocabulary of 257 split unevenly: the embedding, the tied or own
+ *     output head and the cross-entropy in shares), each trained 20 steps on 1 worker x batch 8
+ *     and on T2 (2 workers), T4 (4 workers) and D2xT2 (4 workers, batch 4 each; with and
+ *     without ZeRO-1 over the replicas): the same per-step losses (1e-5 relative), the same
+ *     final weights and AdamW moments (relative L2 distance <= 1e-5; the files whole, as one
+ *     worker writes them) and the same evaluation (confusion matrix, or loss and accuracy: each
+ *     replica's predictions counted once);
+ *   - checkpoints stay whole: D2xT2's checkpoint of step 10 (also with ZeRO-1) resumes on 1
+ *     worker, and the 1-worker checkpoint of step 10 resumes on T4; each ends on the 1-worker
+ *     run's weights and AdamW moments; so does a D2xT2 run whose share 3 is killed at step 15
+ *     and restarted;
  *   - measured, each worker's memory falls as 1/T: resident memory while training a model whose
  *     weights and AdamW state dwarf everything else, less the same process's with a tiny model;
  *   - --dry-run says each worker's share;
@@ -157,15 +161,17 @@ static void read_eval(const char *tag, char *out, size_t n) {
 
 static void test_equivalence(int model) {
     const char *arch = model_names[model];
-    enum { N = 4 };
-    /* workers, batch, tensor_parallel: 1 x 8, T2, T4, D2 x T2 */
-    const int setups[N][3] = {{1, 8, 1}, {2, 8, 2}, {4, 8, 4}, {4, 4, 2}};
+    enum { N = 5 };
+    /* workers, batch, tensor_parallel, zero_stage: 1 x 8, T2, T4, D2 x T2, and that with ZeRO-1 */
+    const int setups[N][4] = {{1, 8, 1, 0}, {2, 8, 2, 0}, {4, 8, 4, 0}, {4, 4, 2, 0}, {4, 4, 2, 1}};
+    const char *const zero[] = {"training.zero_stage=1", NULL};
     char base[64], conf_base[1024], conf[1024];
     double loss_base[32], loss[32];
     for (int s = 0; s < N; s++) {
         char tag[64];
-        snprintf(tag, sizeof tag, "%s-%dx%d-t%d", arch, setups[s][0], setups[s][1], setups[s][2]);
-        CHECK_INT_EQ(train(tag, model, setups[s][0], setups[s][1], setups[s][2]), 0);
+        snprintf(tag, sizeof tag, "%s-%dx%d-t%d%s", arch, setups[s][0], setups[s][1], setups[s][2],
+                 setups[s][3] ? "-zero" : "");
+        CHECK_INT_EQ(train_with(tag, model, setups[s][0], setups[s][1], setups[s][2], setups[s][3] ? zero : NULL), 0);
         char run[1400];
         snprintf(run, sizeof run, "%s/%s", test_dir(), tag);
         CHECK_INT_EQ(read_losses(run, s ? loss : loss_base, 32), 20);
@@ -204,6 +210,10 @@ static void copy_at_step_10(const char *from, const char *to) {
 }
 
 static void test_resume_across_layouts(void) {
+    copy_at_step_10("llama-4x4-t2-zero", "resume-zero");
+    CHECK_INT_EQ(train("resume-zero", LLAMA_CLS, 1, 8, 1), 0);
+    check_log("resume-zero", "resumed from");
+    check_same_model("resume-zero", "llama-1x8-t1");
     copy_at_step_10("llama-4x4-t2", "resume-1");
     CHECK_INT_EQ(train("resume-1", LLAMA_CLS, 1, 8, 1), 0);
     check_log("resume-1", "resumed from");

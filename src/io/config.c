@@ -1204,10 +1204,6 @@ const char *dt_config_mesh_problem(const dt_config *cfg, const char **key, char 
     if (cfg->model.lora.rank > 0)
         return WHY("is %d, but model.lora does not combine with tensor parallelism yet (hint: "
                    "training.tensor_parallel: 1)", T);
-    if (cfg->training.zero_stage == 1) {
-        *key = "training.zero_stage";
-        return WHY("is 1, which does not combine with training.tensor_parallel > 1 yet (hint: training.zero_stage: 0)");
-    }
     if (cfg->logging.sample_every_steps > 0) {
         *key = "logging.sample_every_steps";
         return WHY("is %ld, but samples are not generated from a model split across workers yet (hint: "

@@ -60,6 +60,8 @@ typedef struct run {
     dt_comm_req **reqs;     /* (n_buckets) in-flight gradient all-reduces (reduce-scatters, all-gathers) */
     int zero;               /* training.zero_stage 1 with more than one worker: the optimizer holds this
                                rank's part of every bucket (dt_comm_part) */
+    dt_range *own;          /* ... those parts (n_own), in the parameters' layout */
+    int n_own;
     int device_alone;       /* DTRAIN_TEST_DEVICE_COMM (fault.h): one worker through the device collective */
     int reduces;            /* gradients go through a collective: world > 1, or device_alone */
     dt_shm_world *alone_world; /* ... and its host collective of one, to bootstrap it (owned) */
@@ -102,6 +104,7 @@ static void run_free(run *r, dt_status st) {
     free(r->pos);
     free(r->idx);
     free(r->reqs);
+    free(r->own);
 }
 
 static dt_status mkdir_p(const char *path) {
@@ -686,23 +689,32 @@ static dt_status gather_moments_cb(void *user, float *m, float *v) {
     return gather_moments(mc->r, m, v);
 }
 
-/* Tensor parallelism: the whole model for rank 0's checkpoint, gathered by the shares of the
- * first replica (ranks 0 .. tp-1, each calls it) before rank 0 saves: on rank 0 the weights and
- * the AdamW moments in the whole model's layout (host, dt_model_whole_params floats each; w[0]
- * weights, w[1], w[2] moments; freed by the caller, also on failure); the others only send. */
+/* Tensor parallelism: the whole model for rank 0's checkpoint, gathered before rank 0 saves (every
+ * rank calls it: with ZeRO-1 the moments' parts come to the first replica first) by the shares
+ * of the first replica (ranks 0 .. tp-1): on rank 0 the weights and the AdamW moments in the
+ * whole model's layout (host, dt_model_whole_params floats each; w[0] weights, w[1], w[2]
+ * moments; freed by the caller, also on failure); the others only send. */
 typedef struct whole_model {
     float *w[3];
 } whole_model;
 
 static dt_status gather_whole_model(run *r, whole_model *wm) {
     const size_t n = dt_model_num_params(r->model), nw = dt_model_whole_params(r->model);
-    float *m = dt_malloc(n * sizeof(float), "moments staging"), *v = dt_malloc(n * sizeof(float), "moments staging");
-    dt_status st = m && v ? dt_optim_get_moments(r->optim, m, v) : DT_ERR_NOMEM;
-    for (int i = 0; r->rank == 0 && i < 3; i++) wm->w[i] = dt_malloc(nw * sizeof(float), "checkpoint staging");
+    const int first = r->rank < r->mesh.tp; /* the first replica's shares */
+    float *m = first ? dt_malloc(n * sizeof(float), "moments staging") : NULL;
+    float *v = first ? dt_malloc(n * sizeof(float), "moments staging") : NULL;
+    dt_status st = first && (!m || !v) ? DT_ERR_NOMEM : DT_OK;
+    if (r->zero) { /* ZeRO-1: every rank's parts to the first replica first (every rank calls it) */
+        dt_status g = gather_moments(r, st == DT_OK ? m : NULL, st == DT_OK ? v : NULL);
+        if (st == DT_OK) st = g;
+    } else if (st == DT_OK && first) {
+        st = dt_optim_get_moments(r->optim, m, v);
+    }
+    for (int i = 0; first && r->rank == 0 && i < 3; i++) wm->w[i] = dt_malloc(nw * sizeof(float), "checkpoint staging");
     if (st == DT_OK && r->rank == 0 && (!wm->w[0] || !wm->w[1] || !wm->w[2])) st = DT_ERR_NOMEM; /* the rest send */
-    if (st == DT_OK) st = dt_model_gather_whole(r->model, NULL, wm->w[0]);
-    if (st == DT_OK) st = dt_model_gather_whole(r->model, m, wm->w[1]);
-    if (st == DT_OK) st = dt_model_gather_whole(r->model, v, wm->w[2]);
+    if (st == DT_OK && first) st = dt_model_gather_whole(r->model, NULL, wm->w[0]);
+    if (st == DT_OK && first) st = dt_model_gather_whole(r->model, m, wm->w[1]);
+    if (st == DT_OK && first) st = dt_model_gather_whole(r->model, v, wm->w[2]);
     free(m);
     free(v);
     return st;
@@ -722,7 +734,8 @@ static dt_status whole_moments_cb(void *user, float *m, float *v) {
 static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, const ckpt_point *cp, char *dir, size_t n) {
     const dt_config *c = r->cfg;
     whole_model wm = {{NULL, NULL, NULL}};
-    if (r->tp_comm && r->rank < r->mesh.tp) {
+    const int zero_cb = r->zero && !r->tp_comm; /* ZeRO-1 alone: rank 0 gathers the moments from inside the save */
+    if (r->tp_comm) {
         dt_status st = gather_whole_model(r, &wm);
         if (st != DT_OK || r->rank != 0) {
             for (int i = 0; i < 3; i++) free(wm.w[i]);
@@ -740,7 +753,7 @@ static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, con
         };
         snprintf(s.lora_base, sizeof s.lora_base, "%s", c->model.init_from);
         moments_call mc = {r, 0, &wm};
-        if (r->zero) { /* the others gather the moments with it */
+        if (zero_cb) { /* the others gather the moments with it */
             s.get_moments = gather_moments_cb;
             s.user = &mc;
         }
@@ -751,7 +764,7 @@ static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, con
         }
         dt_status st = (cp->as_best ? dt_ckpt_save_best : dt_ckpt_save)(c->run.dir, r->model, r->optim, &s, c, dir, n);
         for (int i = 0; i < 3; i++) free(wm.w[i]);
-        if (r->zero && !mc.called) (void)gather_moments(r, NULL, NULL); /* failed before: still join the others */
+        if (zero_cb && !mc.called) (void)gather_moments(r, NULL, NULL); /* failed before: still join the others */
         DT_TRY(st);
         dt_metrics_info(r->metrics, "%s: %s (%.2f s)", cp->as_best ? "best checkpoint" : "checkpoint", dir,
                         (now_ms() - t0) / 1e3);
@@ -760,7 +773,7 @@ static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, con
             dt_metrics_info(r->metrics, "warning: could not delete an old checkpoint: %s", dt_error_msg());
         DT_TRY(dt_fault_after_checkpoint(fault, attempt, cp->step, dir));
     } else {
-        if (r->zero) DT_TRY(gather_moments(r, NULL, NULL));
+        if (zero_cb) DT_TRY(gather_moments(r, NULL, NULL));
         if (cp->as_best) snprintf(dir, n, "%s/best (written by rank 0)", c->run.dir);
         else snprintf(dir, n, "%s/checkpoints/step_%08ld (written by rank 0)", c->run.dir, cp->step);
     }
@@ -1053,7 +1066,8 @@ static dt_status make_optimizer(trainer *t) {
     }
     if (st == DT_OK)
         st = dt_optim_init_shard(&r->optim, &oc, r->be, dt_model_num_params(r->model), segs, nt, own, n_own);
-    free(own);
+    r->own = own; /* kept: the gradient norm's parts (shares_sumsq) */
+    r->n_own = n_own;
     free(segs);
     return st;
 }
@@ -1307,18 +1321,35 @@ static uint64_t bytes_sent(run *r, int remote) {
     return b;
 }
 
-/* Tensor parallelism: the gradients' sum of squares of the whole model from each share's
- * (`mine`, over its parameters): the split tensors' parts add up, the whole ones (the same on
- * every share) count once. One all-gather of a double over the shares, summed in share order. */
-static dt_status shares_sumsq(run *r, double mine, double *total) {
-    const float *g = dt_model_grads(r->model); /* host memory: tensor parallelism runs on CPU backends only */
-    double whole = 0;
-    for (int i = 0; r->mesh.t != 0 && i < dt_model_num_tensors(r->model); i++) {
+/* Tensor parallelism: the sum of squares of this share's gradients of the tensors every share
+ * holds whole (the same on every share), over what this rank's sum covers (with ZeRO-1 its
+ * parts: the reduced ones). Host memory: tensor parallelism runs on CPU backends only. */
+static double whole_tensors_sumsq(run *r) {
+    const float *g = dt_model_grads(r->model);
+    double sum = 0;
+    for (int i = 0; i < dt_model_num_tensors(r->model); i++) {
         const dt_tensor_info *ti = dt_model_tensor(r->model, i);
         if (ti->split != DT_SPLIT_NONE) continue;
-        for (size_t j = 0; j < ti->numel; j++) whole += (double)g[ti->offset + j] * g[ti->offset + j];
+        for (int k = 0; k < (r->zero ? r->n_own : 1); k++) {
+            const size_t lo = r->zero ? r->own[k].offset : 0, hi = r->zero ? lo + r->own[k].numel : SIZE_MAX;
+            const size_t a = ti->offset > lo ? ti->offset : lo, b = ti->offset + ti->numel < hi ? ti->offset + ti->numel : hi;
+            for (size_t j = a; j < b; j++) sum += (double)g[j] * g[j];
+        }
     }
-    double part = mine - whole, all[DT_MAX_WORLD];
+    return sum;
+}
+
+/* Tensor parallelism: this rank's part of the whole model's gradients' sum of squares from its
+ * own (`mine`): the split tensors' parts add up, the whole ones count on share 0 only. With
+ * ZeRO-1 that part travels with the agreement (summed over every rank); else the shares' parts
+ * are all-gathered (one double each) and summed in share order into *total. */
+static dt_status shares_sumsq(run *r, double mine, double *total) {
+    const double part = mine - (r->mesh.t != 0 ? whole_tensors_sumsq(r) : 0.0);
+    if (r->zero) {
+        *total = part;
+        return DT_OK;
+    }
+    double all[DT_MAX_WORLD];
     DT_TRY(dt_comm_allgather(r->tp_comm, &part, sizeof part, all));
     *total = 0;
     for (int i = 0; i < r->mesh.tp; i++) *total += all[i];
@@ -1347,7 +1378,7 @@ static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     v.device = r->be->ops->check(r->be->ctx);
     v.loss = dt_model_loss_fetched(r->model);
     double sumsq = dt_optim_norm_sumsq(r->optim);
-    if (r->tp_comm) {
+    if (r->tp_comm) { /* with ZeRO-1: this rank's part, summed by the agreement below */
         DT_TRY(shares_sumsq(r, sumsq, &sumsq));
         if (r->mesh.t != 0) { /* the shares of one replica saw the same rows: one of them counts them */
             v.loss = 0;
