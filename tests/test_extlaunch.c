@@ -16,6 +16,8 @@
  *     leader's rank (neither can be told from the other);
  *   - rank 0 (one host) or a host's leader (hierarchical) killed right after it made the job's
  *     shared memory during the rendezvous leaves no name in /dev/shm;
+ *   - training.tensor_parallel under torchrun (4 ranks, D2 x T2, one host) byte-identical to fork
+ *     mode; over the tcp collective (as across hosts) refused with exit 2;
  *   - nothing is left in /dev/shm.
  * `test_extlaunch CASE` runs one case. */
 #include <dirent.h>
@@ -658,6 +660,64 @@ static void test_creator_killed_hier(void) {
 }
 
 /* every case, or the one named on the command line */
+/* training.tensor_parallel under torchrun on one host: 4 ranks as D2 x T2 (the groups' shared memory
+ * made by rank 0 under random names, removed once mapped) end on the fork-mode run's bytes; the
+ * same config over the tcp collective (as across hosts) exits 2 saying why. */
+static void test_tensor_parallel(void) {
+    static char rd[2][1400];
+    const char *runs[2] = {"tp-fork", "tp-torch"};
+    for (int i = 0; i < 2; i++) snprintf(rd[i], sizeof rd[i], "run.dir=%s/%s", test_dir(), runs[i]);
+#define TP_ARGS(rd) \
+    "--config", "configs/ci-smoke.yaml", "--set", rd, "--set", "training.num_workers=4", "--set", \
+        "data.batch_size_per_worker=4", "--set", "training.tensor_parallel=2", "--set", "model.n_head=4", "--set", \
+        "model.n_embd=64", "--set", "training.collective_timeout_s=20", "--set", "training.cpu_threads_per_worker=1", \
+        "--progress", "never"
+    const char *fork_args[] = {TP_ARGS(rd[0]), NULL};
+    proc_clear_launcher_env();
+    CHECK_INT_EQ(wait_exit(spawn("tp-fork", fork_args), "tp-fork"), 0);
+    char port[32];
+    snprintf(port, sizeof port, "MASTER_PORT=%d", proc_free_port());
+    pid_t p[4];
+    for (int r = 0; r < 4; r++) {
+        char rank[32], local[32], tag[32];
+        snprintf(rank, sizeof rank, "RANK=%d", r);
+        snprintf(local, sizeof local, "LOCAL_RANK=%d", r);
+        snprintf(tag, sizeof tag, "tp-torch-r%d", r);
+        const char *env[] = {rank, "WORLD_SIZE=4", local, "LOCAL_WORLD_SIZE=4", "MASTER_ADDR=127.0.0.1", port, NULL};
+        set_env(env);
+        const char *args[] = {TP_ARGS(rd[1]), NULL};
+        p[r] = spawn(tag, args);
+        proc_clear_launcher_env();
+    }
+    for (int r = 0; r < 4; r++) {
+        char tag[32];
+        snprintf(tag, sizeof tag, "tp-torch-r%d", r);
+        CHECK_INT_EQ(wait_exit(p[r], tag), 0);
+    }
+    test_same_weights("tp-fork", "tp-torch");
+    /* the tcp collective stands for ranks on several hosts: the groups cannot share memory */
+    snprintf(port, sizeof port, "MASTER_PORT=%d", proc_free_port());
+    for (int r = 0; r < 2; r++) {
+        char rank[32], local[32], tag[32];
+        snprintf(rank, sizeof rank, "RANK=%d", r);
+        snprintf(local, sizeof local, "LOCAL_RANK=%d", r);
+        snprintf(tag, sizeof tag, "tp-tcp-r%d", r);
+        const char *env[] = {rank, "WORLD_SIZE=2", local, "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port, NULL};
+        set_env(env);
+        const char *args[] = {TP_ARGS(rd[1]), "--set", "training.communication_backend=tcp", NULL};
+        p[r] = spawn(tag, args);
+        proc_clear_launcher_env();
+    }
+    for (int r = 0; r < 2; r++) {
+        char tag[32];
+        snprintf(tag, sizeof tag, "tp-tcp-r%d", r);
+        CHECK_INT_EQ(wait_exit(p[r], tag), 2);
+        CHECK_STR_CONTAINS(err_text, "training.tensor_parallel: 2 needs the shm collective (its groups share memory: "
+                                     "every rank on one host), but this job under torchrun");
+    }
+#undef TP_ARGS
+}
+
 int main(int argc, char **argv) {
     static const struct {
         const char *name;
@@ -668,7 +728,8 @@ int main(int argc, char **argv) {
                  {"lora_collectives", test_lora_collectives},
                  {"mpirun", test_mpirun},             {"dead_rank_shm", test_dead_rank_shm},
                  {"dead_rank_hier", test_dead_rank_hier}, {"hier_names", test_hier_names},
-                 {"creator_killed_shm", test_creator_killed_shm}, {"creator_killed_hier", test_creator_killed_hier}};
+                 {"creator_killed_shm", test_creator_killed_shm}, {"creator_killed_hier", test_creator_killed_hier},
+                 {"tensor_parallel", test_tensor_parallel}};
     test_dir_init("extlaunch");
     atexit(kill_live);
     int shm_before = count_dtrain_shm();

@@ -117,6 +117,7 @@ typedef struct dt_launch_ext_cfg {
     double timeout_s;         /* the collective deadline, and the rendezvous' */
     dt_status (*before_ok)(void *user); /* may be NULL: rank 0, once every rank has checked in (the run directory) */
     void *user;
+    int tp, pp;               /* as dt_launch_cfg's: the model-parallel groups (every rank on one host for now) */
 } dt_launch_ext_cfg;
 
 dt_status dt_launch_external(const dt_launch_ext_cfg *cfg, dt_launch_fn fn, void *arg, dt_launch_result *res);

@@ -28,6 +28,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -767,6 +769,90 @@ static dt_status meet(const dt_launch_ext_cfg *cfg, dt_comm_plan *plan, dt_shm_w
     return st;
 }
 
+/* One host's ranks started by someone else: the model-parallel groups' shared memory (fork mode
+ * makes it before it forks: groups_create). Rank 0 makes every group's segment under a random
+ * name and broadcasts the names; each rank maps its two groups', and once every rank has said how
+ * that went (an all-gather) rank 0 removes the names: nothing stays in /dev/shm. g holds this
+ * rank's worlds (tp[0], dp[0]); ctx gets their collectives. */
+#define GROUP_NAME 64
+static dt_status groups_external(const dt_launch_ext_cfg *cfg, const dt_comm_plan *plan, dt_comm *comm, group_worlds *g,
+                                 dt_launch_ctx *ctx) {
+    const dt_ext_env *e = cfg->env;
+    memset(g, 0, sizeof *g);
+    const int tp = cfg->tp > 1 ? cfg->tp : 1, pp = cfg->pp > 1 ? cfg->pp : 1;
+    if (tp * pp == 1) return DT_OK;
+    if (e->world % (tp * pp))
+        return dt_error_set(DT_ERR_CONFIG, "training.tensor_parallel: expected a divisor of the %d ranks %s started, "
+                            "got %d", e->world, e->source, tp);
+    if (plan->host != DT_HOSTCOMM_SHM)
+        return dt_error_set(DT_ERR_CONFIG, "training.tensor_parallel: %d needs the shm collective (its groups share "
+                            "memory: every rank on one host), but this job under %s uses the %s collective (hint: "
+                            "training.tensor_parallel: 1, or the ranks of one host with training.communication_backend: "
+                            "auto)", tp, e->source, dt_hostcomm_name(plan->host));
+    const int n_tp = e->world / tp, dp = e->world / (tp * pp), n_dp = dp > 1 ? tp * pp : 0;
+    static char names[2 * DT_MAX_WORLD][GROUP_NAME]; /* the tp groups', then the dp groups' */
+    memset(names, 0, sizeof names);
+    const dt_mesh m = dt_mesh_of(e->world, tp, pp, e->rank);
+    const int mine[2] = {dt_mesh_tp_group(&m), n_dp ? n_tp + dt_mesh_dp_group(&m) : -1};
+    dt_shm_world *made[2 * DT_MAX_WORLD] = {NULL};
+    dt_status st = DT_OK;
+    if (e->rank == 0) {
+        uint64_t nonce = 0;
+        if (getrandom(&nonce, sizeof nonce, 0) != sizeof nonce) nonce ^= (uint64_t)getpid() << 20 ^ (uint64_t)time(NULL);
+        for (int i = 0; st == DT_OK && i < n_tp + n_dp; i++) {
+            snprintf(names[i], GROUP_NAME, "/dtrain-%ld-%016llx-g%d", (long)getpid(), (unsigned long long)nonce, i);
+            int fd = shm_open(names[i], O_CREAT | O_EXCL | O_RDWR, 0600);
+            if (fd < 0) {
+                st = dt_error_set(DT_ERR_DEVICE, "rank 0: cannot make the shared memory %s of a model-parallel group: %s",
+                                  names[i], strerror(errno));
+                break;
+            }
+            if (fchmod(fd, 0600) == 0) st = dt_shm_world_create_fd(&made[i], i < n_tp ? tp : dp, 0, fd);
+            else st = dt_error_set(DT_ERR_DEVICE, "rank 0: chmod of %s: %s", names[i], strerror(errno));
+            close(fd);
+        }
+        if (st != DT_OK) memset(names, 0, sizeof names); /* the others see no names and fail with rank 0 */
+    }
+    dt_status b = dt_comm_broadcast(comm, names, sizeof names, 0);
+    if (st == DT_OK) st = b;
+    for (int k = 0; k < 2 && st == DT_OK; k++) {
+        const int i = mine[k];
+        if (i < 0) continue;
+        dt_shm_world **w = k == 0 ? &g->tp[0] : &g->dp[0];
+        if (!names[i][0]) {
+            st = dt_error_set(DT_ERR_DEVICE, "rank %d: rank 0 could not make the model-parallel groups' shared memory",
+                              e->rank);
+        } else if (made[i]) {
+            *w = made[i];
+            made[i] = NULL;
+        } else {
+            int fd = shm_open(names[i], O_RDWR, 0);
+            st = fd < 0 ? dt_error_set(DT_ERR_DEVICE, "rank %d: cannot open %s: %s", e->rank, names[i], strerror(errno))
+                        : dt_shm_world_attach_fd(w, k == 0 ? tp : dp, fd, names[i]);
+            if (fd >= 0) close(fd);
+        }
+        if (st == DT_OK) {
+            const int idx = k == 0 ? m.t : m.d;
+            (void)dt_shm_world_join(*w, idx, e->rank); /* no supervisor of ours: the peers watch this pid */
+            st = dt_comm_init_shm(k == 0 ? &ctx->tp_comm : &ctx->dp_comm, *w, idx, cfg->timeout_s);
+        }
+    }
+    g->n_tp = g->tp[0] != NULL;
+    g->n_dp = g->dp[0] != NULL;
+    for (int i = 0; i < n_tp + n_dp; i++) dt_shm_world_destroy(made[i]); /* rank 0's of groups it is not in */
+    int ok = st == DT_OK, all[DT_MAX_WORLD];
+    dt_status a = dt_comm_allgather(comm, &ok, sizeof ok, all);
+    for (int i = 0; e->rank == 0 && i < n_tp + n_dp; i++)
+        if (names[i][0]) shm_unlink(names[i]); /* every rank has mapped its groups' (or failed) */
+    if (st != DT_OK) return st;
+    if (a != DT_OK) return a;
+    for (int i = 0; i < e->world; i++)
+        if (!all[i])
+            return dt_error_set(DT_ERR_DEVICE, "rank %d could not join its model-parallel groups' shared memory (its "
+                                "log says why)", i);
+    return DT_OK;
+}
+
 /* fn as this rank, with SIGINT/SIGTERM asking it to stop cleanly */
 static dt_status run_rank(const dt_launch_ext_cfg *cfg, const dt_launch_ctx *ctx, dt_shm_world *world, dt_comm *comm,
                           dt_launch_fn fn, void *arg) {
@@ -810,7 +896,14 @@ dt_status dt_launch_external(const dt_launch_ext_cfg *cfg, dt_launch_fn fn, void
         dt_launch_ctx ctx = {.attempt = launcher_restart_count(), .stop = (const volatile int *)&g_ext_stop,
                              .note = note, .note_size = sizeof note, .local_rank = e->local_rank,
                              .launched_by = info, .plan = &plan, .grad_comm = grad};
-        st = run_rank(cfg, &ctx, world, comm, fn, arg);
+        group_worlds *groups = calloc(1, sizeof *groups);
+        st = groups ? groups_external(cfg, &plan, comm, groups, &ctx) : dt_error_set(DT_ERR_NOMEM, "out of memory");
+        if (st == DT_OK) st = run_rank(cfg, &ctx, world, comm, fn, arg);
+        if (st != DT_OK && groups) groups_abort(groups, dt_error_msg());
+        dt_comm_free(ctx.dp_comm);
+        dt_comm_free(ctx.tp_comm);
+        if (groups) groups_destroy(groups);
+        free(groups);
         res->stopped_by = g_ext_stop;
         snprintf(res->note, sizeof res->note, "%s", note);
     }

@@ -148,11 +148,9 @@ static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_t
     r->mesh = dt_mesh_of(r->world, 1, 1, r->rank);
     const int tp = c->training.tensor_parallel;
     if (comm && tp > 1) { /* training: the launcher made the groups' collectives */
-        if (!l || !l->tp_comm)
-            return dt_error_set(DT_ERR_CONFIG, "%s: training.tensor_parallel: %d needs workers that dtrain starts "
-                                "itself (the groups' shared memory is made before they fork); under %s it is not "
-                                "built yet (hint: training.tensor_parallel: 1)", c->source[0] ? c->source : "config",
-                                tp, l && l->launched_by ? l->launched_by : "this launcher");
+        if (!l || !l->tp_comm) /* the launchers make them (launch.c): a caller that did not */
+            return dt_error_set(DT_ERR_INTERNAL, "training.tensor_parallel: %d, but the worker has no collective of "
+                                "its tensor-parallel group", tp);
         r->mesh = dt_mesh_of(r->world, tp, c->training.pipeline_parallel, r->rank);
         r->tp_comm = l->tp_comm;
         r->gcomm = l->dp_comm; /* NULL with one replica: nothing to sum */
@@ -1781,7 +1779,8 @@ dt_status dt_worker_launch_external(const dt_config *cfg, const dt_ext_env *e, c
     }
     dt_device_kind dev;
     dt_launch_ext_cfg ec = {.env = e, .digest = digest, .timeout_s = c->training.collective_timeout_s,
-                            .before_ok = prepare_run_dir_cb, .user = c};
+                            .before_ok = prepare_run_dir_cb, .user = c, .tp = c->training.tensor_parallel,
+                            .pp = c->training.pipeline_parallel};
     dt_status st = plan_in(c, e, &dev, &ec.plan);
     launch_arg arg = {.cfg = c};
     if (opts) arg.opts = *opts;
