@@ -659,7 +659,36 @@ static void test_creator_killed_hier(void) {
     kill_creator("creator-hier", 4, 2, g_hosts, 2, "-h2");
 }
 
-/* every case, or the one named on the command line */
+#define TP_ARGS(rd) \
+    "--config", "configs/ci-smoke.yaml", "--set", rd, "--set", "training.num_workers=4", "--set", \
+        "data.batch_size_per_worker=4", "--set", "training.tensor_parallel=2", "--set", "model.n_head=4", "--set", \
+        "model.n_embd=64", "--set", "training.collective_timeout_s=20", "--set", "training.cpu_threads_per_worker=1", \
+        "--progress", "never"
+
+/* `world` ranks with torchrun's variables (tags PREFIX-rN) of the tensor-parallel run in rd, plus
+ * `extra` (--set; may be NULL); each must exit `want` (err_text: the last one's stderr) */
+static void torchrun_tp(const char *prefix, int world, const char *rd, const char *extra, int want) {
+    char port[32], ws[32];
+    snprintf(port, sizeof port, "MASTER_PORT=%d", proc_free_port());
+    snprintf(ws, sizeof ws, "WORLD_SIZE=%d", world);
+    char lws[40];
+    snprintf(lws, sizeof lws, "LOCAL_WORLD_SIZE=%d", world);
+    pid_t p[8];
+    char tags[8][48];
+    for (int r = 0; r < world; r++) {
+        char rank[32], local[32];
+        snprintf(rank, sizeof rank, "RANK=%d", r);
+        snprintf(local, sizeof local, "LOCAL_RANK=%d", r);
+        snprintf(tags[r], sizeof tags[r], "%s-r%d", prefix, r);
+        const char *env[] = {rank, ws, local, lws, "MASTER_ADDR=127.0.0.1", port, NULL};
+        set_env(env);
+        const char *args[] = {TP_ARGS(rd), extra ? "--set" : NULL, extra, NULL};
+        p[r] = spawn(tags[r], args);
+        proc_clear_launcher_env();
+    }
+    for (int r = 0; r < world; r++) CHECK_INT_EQ(wait_exit(p[r], tags[r]), want);
+}
+
 /* training.tensor_parallel under torchrun on one host: 4 ranks as D2 x T2 (the groups' shared memory
  * made by rank 0 under random names, removed once mapped) end on the fork-mode run's bytes; the
  * same config over the tcp collective (as across hosts) exits 2 saying why. */
@@ -667,57 +696,19 @@ static void test_tensor_parallel(void) {
     static char rd[2][1400];
     const char *runs[2] = {"tp-fork", "tp-torch"};
     for (int i = 0; i < 2; i++) snprintf(rd[i], sizeof rd[i], "run.dir=%s/%s", test_dir(), runs[i]);
-#define TP_ARGS(rd) \
-    "--config", "configs/ci-smoke.yaml", "--set", rd, "--set", "training.num_workers=4", "--set", \
-        "data.batch_size_per_worker=4", "--set", "training.tensor_parallel=2", "--set", "model.n_head=4", "--set", \
-        "model.n_embd=64", "--set", "training.collective_timeout_s=20", "--set", "training.cpu_threads_per_worker=1", \
-        "--progress", "never"
     const char *fork_args[] = {TP_ARGS(rd[0]), NULL};
     proc_clear_launcher_env();
     CHECK_INT_EQ(wait_exit(spawn("tp-fork", fork_args), "tp-fork"), 0);
-    char port[32];
-    snprintf(port, sizeof port, "MASTER_PORT=%d", proc_free_port());
-    pid_t p[4];
-    for (int r = 0; r < 4; r++) {
-        char rank[32], local[32], tag[32];
-        snprintf(rank, sizeof rank, "RANK=%d", r);
-        snprintf(local, sizeof local, "LOCAL_RANK=%d", r);
-        snprintf(tag, sizeof tag, "tp-torch-r%d", r);
-        const char *env[] = {rank, "WORLD_SIZE=4", local, "LOCAL_WORLD_SIZE=4", "MASTER_ADDR=127.0.0.1", port, NULL};
-        set_env(env);
-        const char *args[] = {TP_ARGS(rd[1]), NULL};
-        p[r] = spawn(tag, args);
-        proc_clear_launcher_env();
-    }
-    for (int r = 0; r < 4; r++) {
-        char tag[32];
-        snprintf(tag, sizeof tag, "tp-torch-r%d", r);
-        CHECK_INT_EQ(wait_exit(p[r], tag), 0);
-    }
+    torchrun_tp("tp-torch", 4, rd[1], NULL, 0);
     test_same_weights("tp-fork", "tp-torch");
     /* the tcp collective stands for ranks on several hosts: the groups cannot share memory */
-    snprintf(port, sizeof port, "MASTER_PORT=%d", proc_free_port());
-    for (int r = 0; r < 2; r++) {
-        char rank[32], local[32], tag[32];
-        snprintf(rank, sizeof rank, "RANK=%d", r);
-        snprintf(local, sizeof local, "LOCAL_RANK=%d", r);
-        snprintf(tag, sizeof tag, "tp-tcp-r%d", r);
-        const char *env[] = {rank, "WORLD_SIZE=2", local, "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port, NULL};
-        set_env(env);
-        const char *args[] = {TP_ARGS(rd[1]), "--set", "training.communication_backend=tcp", NULL};
-        p[r] = spawn(tag, args);
-        proc_clear_launcher_env();
-    }
-    for (int r = 0; r < 2; r++) {
-        char tag[32];
-        snprintf(tag, sizeof tag, "tp-tcp-r%d", r);
-        CHECK_INT_EQ(wait_exit(p[r], tag), 2);
-        CHECK_STR_CONTAINS(err_text, "training.tensor_parallel: 2 needs the shm collective (its groups share memory: "
-                                     "every rank on one host), but this job under torchrun");
-    }
-#undef TP_ARGS
+    torchrun_tp("tp-tcp", 2, rd[1], "training.communication_backend=tcp", 2);
+    CHECK_STR_CONTAINS(err_text, "training.tensor_parallel: 2 needs the shm collective (its groups share memory: "
+                                 "every rank on one host), but this job under torchrun");
 }
+#undef TP_ARGS
 
+/* every case, or the one named on the command line */
 int main(int argc, char **argv) {
     static const struct {
         const char *name;

@@ -33,28 +33,6 @@
 #include "weights.h"
 #include "testutil.h"
 
-/* the last evaluation's confusion matrix, as JSON text (the counts summed over the workers) */
-static void read_confusion(const char *run, char *out, size_t n) {
-    char path[1300], line[1 << 14];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", run);
-    FILE *f = fopen(path, "r");
-    CHECK(f != NULL);
-    out[0] = '\0';
-    while (fgets(line, sizeof line, f)) {
-        json_t *o = json_loads(line, 0, NULL);
-        CHECK(o != NULL);
-        json_t *c = json_object_get(o, "val_confusion");
-        if (c) {
-            char *d = json_dumps(c, JSON_COMPACT);
-            snprintf(out, n, "%s", d);
-            free(d);
-        }
-        json_decref(o);
-    }
-    fclose(f);
-    CHECK(out[0] == '[');
-}
-
 static void test_equivalence(void) {
     enum { N_SETUPS = 8 };
     const int setups[N_SETUPS][4] = {{1, 8, 1, 0}, {2, 4, 1, 0}, {4, 2, 1, 0}, {2, 2, 2, 0}, /* workers, batch, */

@@ -78,27 +78,6 @@ static int train(const char *tag, int model, int workers, int batch, int tp) {
     return train_with(tag, model, workers, batch, tp, NULL);
 }
 
-/* the last evaluation's confusion matrix of a run, as JSON text */
-static void read_confusion(const char *tag, char *out, size_t n) {
-    char path[1400], line[1 << 14];
-    snprintf(path, sizeof path, "%s/%s/metrics.jsonl", test_dir(), tag);
-    FILE *f = fopen(path, "r");
-    CHECK(f != NULL);
-    out[0] = '\0';
-    while (fgets(line, sizeof line, f)) {
-        json_t *o = json_loads(line, 0, NULL);
-        json_t *c = o ? json_object_get(o, "val_confusion") : NULL;
-        if (c) {
-            char *d = json_dumps(c, JSON_COMPACT);
-            snprintf(out, n, "%s", d);
-            free(d);
-        }
-        json_decref(o);
-    }
-    fclose(f);
-    CHECK(out[0] == '[');
-}
-
 /* the relative L2 distance between two safetensors files' tensors (same names, same shapes) */
 static double file_distance(const char *a, const char *b) {
     dt_st_file *fa, *fb;
@@ -175,7 +154,7 @@ static void test_equivalence(int model) {
         char run[1400];
         snprintf(run, sizeof run, "%s/%s", test_dir(), tag);
         CHECK_INT_EQ(read_losses(run, s ? loss : loss_base, 32), 20);
-        if (model < GPT2_LM) read_confusion(tag, s ? conf : conf_base, sizeof conf);
+        if (model < GPT2_LM) read_confusion(run, s ? conf : conf_base, sizeof conf);
         else if (setups[s][1] == 8) read_eval(tag, s ? conf : conf_base, sizeof conf); /* the same examples */
         if (s == 0) {
             snprintf(base, sizeof base, "%s", tag);
@@ -327,24 +306,34 @@ static void test_dry_run(void) {
     CHECK_STR_CONTAINS(err_text, "training.pipeline_parallel: expected 1, got 2: pipeline stages are not built yet");
 }
 
-static void test_kill_share(void) {
-    int shm_before = count_dir("/dev/shm");
-    char rd[1400];
-    snprintf(rd, sizeof rd, "run.dir=%s/kill", test_dir());
+/* A long D2 x T2 run in test_dir()/tag with collective deadline `timeout` and no restarts, once it
+ * trains: its launcher's pid, and *victim the pid of worker `rank`. */
+static pid_t start_long(const char *tag, const char *timeout, int rank, pid_t *victim) {
+    static char rd[1400], to[64];
+    snprintf(rd, sizeof rd, "run.dir=%s/%s", test_dir(), tag);
+    snprintf(to, sizeof to, "training.collective_timeout_s=%s", timeout);
     const char *args[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", "training.num_workers=4", "--set",
                           "training.tensor_parallel=2", "--set", "data.batch_size_per_worker=4", "--set",
-                          "training.max_steps=1000000", "--set", "training.collective_timeout_s=30", "--set",
-                          "fault_tolerance.max_restarts=0", "--quiet", "--set", GPT2, NULL};
-    pid_t pid = spawn("kill", args), r1 = 0;
-    for (int i = 0; i < 500 && !r1; i++) {
+                          "training.max_steps=1000000", "--set", to, "--set", "fault_tolerance.max_restarts=0", "--quiet",
+                          "--set", GPT2, NULL};
+    char name[16], path[1500];
+    snprintf(name, sizeof name, "dtrain-r%d", rank);
+    pid_t pid = spawn(tag, args);
+    *victim = 0;
+    for (int i = 0; i < 500 && !*victim; i++) {
         sleep_ms(20);
-        r1 = find_child(pid, "dtrain-r1");
+        *victim = find_child(pid, name);
     }
-    CHECK(r1 != 0);
-    char path[1500];
-    snprintf(path, sizeof path, "%s/kill/metrics.jsonl", test_dir());
+    CHECK(*victim != 0);
+    snprintf(path, sizeof path, "%s/%s/metrics.jsonl", test_dir(), tag);
     for (int i = 0; i < 500 && access(path, F_OK) != 0; i++) sleep_ms(20); /* training has begun */
     sleep_ms(300);
+    return pid;
+}
+
+static void test_kill_share(void) {
+    int shm_before = count_dir("/dev/shm");
+    pid_t r1, pid = start_long("kill", "30", 1, &r1);
     double dt;
     CHECK_INT_EQ(signal_and_wait(r1, SIGKILL, pid, "kill", &dt), 1);
     CHECK_STR_CONTAINS(err_text, "worker rank 1 was killed by signal 9 (SIGKILL)");
@@ -354,24 +343,9 @@ static void test_kill_share(void) {
 
 /* A share that stops (SIGSTOP) makes the others fail at the collective deadline naming it by its
  * rank in the job, whichever group's collective they wait in (D2 x T2: rank 2 with it in the
- * shares' sums, rank 1 in the replicas' gradients). */
+ * shares' sums, rank 1 in the replicas' gradients, and rank 0 for rank 2). */
 static void test_stop_share(void) {
-    char rd[1400];
-    snprintf(rd, sizeof rd, "run.dir=%s/stop", test_dir());
-    const char *args[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", "training.num_workers=4", "--set",
-                          "training.tensor_parallel=2", "--set", "data.batch_size_per_worker=4", "--set",
-                          "training.max_steps=1000000", "--set", "training.collective_timeout_s=2", "--set",
-                          "fault_tolerance.max_restarts=0", "--quiet", "--set", GPT2, NULL};
-    pid_t pid = spawn("stop", args), r3 = 0;
-    for (int i = 0; i < 500 && !r3; i++) {
-        sleep_ms(20);
-        r3 = find_child(pid, "dtrain-r3");
-    }
-    CHECK(r3 != 0);
-    char path[1500];
-    snprintf(path, sizeof path, "%s/stop/metrics.jsonl", test_dir());
-    for (int i = 0; i < 500 && access(path, F_OK) != 0; i++) sleep_ms(20); /* training has begun */
-    sleep_ms(300);
+    pid_t r3, pid = start_long("stop", "2", 3, &r3);
     CHECK(kill(r3, SIGSTOP) == 0);
     CHECK_INT_EQ(wait_exit(pid, "stop"), 1);
     CHECK_STR_CONTAINS(err_text, "collective timeout");

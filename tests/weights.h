@@ -75,4 +75,26 @@ static inline double run_distance(const char *run_a, const char *run_b) {
     return dist;
 }
 
+/* the last evaluation's confusion matrix, as JSON text (the counts summed over the workers) */
+static inline void read_confusion(const char *run, char *out, size_t n) {
+    char path[1300], line[1 << 14];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    out[0] = '\0';
+    while (fgets(line, sizeof line, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        CHECK(o != NULL);
+        json_t *c = json_object_get(o, "val_confusion");
+        if (c) {
+            char *d = json_dumps(c, JSON_COMPACT);
+            snprintf(out, n, "%s", d);
+            free(d);
+        }
+        json_decref(o);
+    }
+    fclose(f);
+    CHECK(out[0] == '[');
+}
+
 #endif
