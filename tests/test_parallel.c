@@ -13,7 +13,8 @@
  *     and restarted;
  *   - measured, each worker's memory falls as 1/T: resident memory while training a model whose
  *     weights and AdamW state dwarf everything else, less the same process's with a tiny model;
- *   - --dry-run says each worker's share;
+ *   - --dry-run says each worker's share; dtrain doctor --tensor-parallel checks every group's
+ *     collective;
  *   - a worker killed mid-run stops the others at once (exit 1 naming it), nothing left in
  *     /dev/shm; one stopped (SIGSTOP) makes the others time out naming its rank in the job. */
 #include <jansson.h>
@@ -306,6 +307,27 @@ static void test_dry_run(void) {
     CHECK_STR_CONTAINS(err_text, "training.pipeline_parallel: expected 1, got 2: pipeline stages are not built yet");
 }
 
+/* dtrain doctor --tensor-parallel 2 on 4 workers: every group's collective checked, rank 0's
+ * groups' tables printed; a T that does not divide the workers is refused. */
+static void test_doctor(void) {
+    const char *args[] = {"doctor", "--num-workers", "4", "--tensor-parallel", "2", NULL};
+    CHECK_INT_EQ(run_sync("doctor", args), 0);
+    static char out[1 << 16];
+    char path[1500];
+    snprintf(path, sizeof path, "%s/doctor.out", test_dir());
+    test_slurp(path, out, sizeof out);
+    CHECK_STR_CONTAINS(out, "model-parallel groups: 2 tensor-parallel group(s) of 2, 2 data-parallel group(s) of 2");
+    CHECK_STR_CONTAINS(out, "group self-test: every tensor-parallel group (2 ranks each): all-reduce, reduce-scatter, "
+                            "all-gather, broadcast, barrier: ok");
+    CHECK_STR_CONTAINS(out, "group self-test: every data-parallel group (2 ranks each)");
+    CHECK_STR_CONTAINS(out, "rank 0's tensor-parallel group:\nall-reduce (sum, float32), 2 workers, shm:");
+    CHECK_STR_CONTAINS(out, "doctor: all checks passed");
+    const char *bad[] = {"doctor", "--num-workers", "3", "--tensor-parallel", "2", NULL};
+    CHECK_INT_EQ(run_sync("doctor-bad", bad), 2);
+    CHECK_STR_CONTAINS(err_text, "doctor --tensor-parallel 2: expected CPU workers (--device cpu) and a divisor of "
+                                 "--num-workers (3)");
+}
+
 /* A long D2 x T2 run in test_dir()/tag with collective deadline `timeout` and no restarts, once it
  * trains: its launcher's pid, and *victim the pid of worker `rank`. */
 static pid_t start_long(const char *tag, const char *timeout, int rank, pid_t *victim) {
@@ -360,6 +382,7 @@ int main(void) {
     test_restart();
     test_memory();
     test_dry_run();
+    test_doctor();
     test_kill_share();
     test_stop_share();
     test_dir_remove();

@@ -4,7 +4,8 @@
  * all-reduce bandwidth table from 1 KiB to 256 MiB with algbw and busbw as nccl-tests
  * defines them (busbw = algbw * 2(n-1)/n), next to this machine's memcpy bandwidth.
  * With --device cuda: worker r runs a kernel on GPU r, then the same self-test and table over
- * NCCL (the table on device buffers). */
+ * NCCL (the table on device buffers). With --tensor-parallel T (CPU): also every model-parallel
+ * group's collective, as training lays the workers out (comm_plan.h dt_mesh). */
 #ifndef DTRAIN_DOCTOR_H
 #define DTRAIN_DOCTOR_H
 
@@ -18,6 +19,9 @@ typedef struct dt_doctor_opts {
     dt_device_kind device;    /* cpu or cuda (auto: what exists) */
     double timeout_s;         /* collective deadline */
     long max_bytes;           /* largest all-reduce in the table (default 256 MiB) */
+    int tensor_parallel;      /* > 1: the workers also laid out as training.tensor_parallel lays them out: the
+                                 self-test over every tensor-parallel and data-parallel group's collective, and
+                                 rank 0's groups' all-reduce tables (CPU only) */
 } dt_doctor_opts;
 
 /* The libraries this binary uses and their versions, then a verdict line (what `dtrain

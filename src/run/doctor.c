@@ -160,6 +160,35 @@ typedef struct doctor_arg {
     dt_device_kind kind;
 } doctor_arg;
 
+/* --tensor-parallel: the checks over this rank's tensor-parallel group and (with more than one
+ * replica) its data-parallel group, every group at once; then the all-reduce table of rank 0's
+ * groups (theirs only: the other groups' ranks skip it). buf: max_bytes of host memory. */
+static dt_status group_tests(const dt_launch_ctx *ctx, dt_comm *world, void *buf, long max_bytes) {
+    dt_comm *const groups[2] = {ctx->tp_comm, ctx->dp_comm};
+    static const char *const names[2] = {"tensor-parallel", "data-parallel"};
+    const int rank = dt_comm_rank(world);
+    for (int g = 0; g < 2; g++) {
+        if (!groups[g]) continue;
+        const size_t lengths[] = {0, 1, 1000003};
+        for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) DT_TRY(check_allreduce(groups[g], lengths[i]));
+        DT_TRY(check_parts(groups[g], 1000003));
+        DT_TRY(check_broadcast_gather(groups[g]));
+        DT_TRY(dt_comm_barrier(world)); /* every group's checks passed before rank 0 says so */
+        if (rank == 0) {
+            printf("group self-test: every %s group (%d ranks each): all-reduce, reduce-scatter, all-gather, broadcast, "
+                   "barrier: ok\n", names[g], dt_comm_world(groups[g]));
+            fflush(stdout);
+        }
+    }
+    const int T = dt_comm_world(groups[0]); /* rank 0's groups: ranks 0 .. T-1, and every T-th rank */
+    for (int g = 0; g < 2; g++) {
+        if (!groups[g] || (g == 0 ? rank >= T : rank % T != 0)) continue;
+        if (rank == 0) printf("\nrank 0's %s group:", names[g]);
+        DT_TRY(bandwidth_table(groups[g], T_ALLREDUCE, buf, max_bytes));
+    }
+    return DT_OK;
+}
+
 /* Worker r: opens the backend on its device r (a device backend runs its probe kernel), then
  * the self-test and the table over the collective for that backend's buffers: on a device its
  * own (bootstrapped over the host collective; host buffers staged), the table on its memory. */
@@ -181,6 +210,7 @@ static dt_status doctor_worker(void *arg, dt_comm *c, const dt_launch_ctx *ctx) 
     if (st == DT_OK) st = be->ops->alloc(be->ctx, (size_t)a->max_bytes, "the bandwidth buffer", &buf);
     if (st == DT_OK) st = be->ops->check(be->ctx);
     if (st == DT_OK) st = self_test(dev ? dev : c, buf, a->max_bytes);
+    if (st == DT_OK && ctx->tp_comm) st = group_tests(ctx, c, buf, a->max_bytes);
     if (be) be->ops->free(be->ctx, buf);
     if (st == DT_OK) dt_comm_free(dev); /* after a failure: left to the exit (destroy waits for peers) */
     dt_backend_close(be);
@@ -243,6 +273,10 @@ dt_status dt_doctor_run(const dt_doctor_opts *o) {
         if (workers <= 0) workers = 2;
         printf("  memcpy bandwidth (one core, 64 MiB): %.2f GB/s\n", memcpy_bandwidth());
     }
+    const int tp = o->tensor_parallel > 1 ? o->tensor_parallel : 1;
+    if (tp > 1 && (kind != DT_DEVICE_CPU || workers % tp))
+        return dt_error_set(DT_ERR_USAGE, "doctor --tensor-parallel %d: expected CPU workers (--device cpu) and a divisor "
+                            "of --num-workers (%d)", tp, workers);
     const dt_ops *ops = dt_backend_ops(kind);
     dt_comm_plan_in in;
     dt_comm_plan plan;
@@ -252,7 +286,10 @@ dt_status dt_doctor_run(const dt_doctor_opts *o) {
            plan.device_comm ? plan.device_comm : dt_hostcomm_name(plan.host));
     fflush(stdout);
     doctor_arg arg = {.max_bytes = o->max_bytes, .timeout_s = o->timeout_s, .kind = kind};
-    dt_launch_cfg lc = {.world = workers, .plan = &plan, .timeout_s = o->timeout_s, .log_dir = NULL, .what = "doctor"};
+    if (tp > 1) printf("model-parallel groups: %d tensor-parallel group(s) of %d, %d data-parallel group(s) of %d\n",
+                       workers / tp, tp, workers / tp > 1 ? tp : 0, workers / tp);
+    dt_launch_cfg lc = {.world = workers, .plan = &plan, .timeout_s = o->timeout_s, .log_dir = NULL, .what = "doctor",
+                        .tp = tp};
     dt_status st = dt_launch_run(&lc, doctor_worker, &arg, NULL);
     if (st == DT_OK) printf("doctor: all checks passed\n");
     return st;
