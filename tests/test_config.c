@@ -494,10 +494,6 @@ static void test_errors(void) {
     LOAD_ERR("finetune.yaml:6: training.tensor_parallel: is 2, but model.lora does not combine with tensor "
              "parallelism yet (hint: training.tensor_parallel: 1)",
              MIN "training:\n  device: cpu\n  num_workers: 2\n  tensor_parallel: 2\nmodel:\n  lora:\n    rank: 4\n");
-    LOAD_ERR("finetune.yaml:8: logging.sample_every_steps: is 5, but samples are not generated from a model split "
-             "across workers yet (hint: logging.sample_every_steps: 0; dtrain generate reads the whole weights the run "
-             "saves)", MIN "training:\n  device: cpu\n  num_workers: 2\n  tensor_parallel: 2\nlogging:\n"
-                 "  sample_every_steps: 5\n  sample_prompt: x\n");
     /* a cross-field error on a key set by an override names the override */
     LOAD_ERR("--set training.resources_per_worker={gpu: 0}: training.resources_per_worker.gpu: expected 1 when training.device is cuda, got "
              "\"0\" (hint: one GPU per worker)",

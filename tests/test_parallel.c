@@ -13,6 +13,7 @@
  *     and restarted;
  *   - measured, each worker's memory falls as 1/T: resident memory while training a model whose
  *     weights and AdamW state dwarf everything else, less the same process's with a tiny model;
+ *   - samples during training (logging.sample_every_steps) from D2xT2 are the 1-worker run's;
  *   - --dry-run says each worker's share; dtrain doctor --tensor-parallel checks every group's
  *     collective;
  *   - a worker killed mid-run stops the others at once (exit 1 naming it), nothing left in
@@ -279,6 +280,34 @@ static void test_memory(void) {
     printf("\n");
 }
 
+/* run `tag`'s samples (train.log's "sample at step" lines without their times) into out */
+static void read_samples(const char *tag, char *out, size_t n) {
+    char path[1500], line[4096];
+    snprintf(path, sizeof path, "%s/%s/train.log", test_dir(), tag);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    size_t k = 0;
+    out[0] = '\0';
+    while (fgets(line, sizeof line, f)) {
+        const char *at = strstr(line, "sample at step");
+        if (at && k < n) k += (size_t)snprintf(out + k, n - k, "%s", at);
+    }
+    fclose(f);
+}
+
+/* logging.sample_every_steps with the model split: the shares of the first replica generate
+ * together from the whole row of logits; the samples are the 1-worker run's, byte for byte. */
+static void test_samples(void) {
+    const char *const extra[] = {"logging.sample_every_steps=10", "logging.sample_prompt=The", NULL};
+    CHECK_INT_EQ(train_with("sample-1", GPT2_LM, 1, 8, 1, extra), 0);
+    CHECK_INT_EQ(train_with("sample-t2", GPT2_LM, 4, 4, 2, extra), 0);
+    static char a[1 << 14], b[1 << 14];
+    read_samples("sample-1", a, sizeof a);
+    read_samples("sample-t2", b, sizeof b);
+    CHECK_STR_CONTAINS(a, "sample at step 20 (after \"The\"): ");
+    CHECK_STR_EQ(b, a);
+}
+
 /* A share killed at step 15 (DTRAIN_FAULT) of a D2 x T2 run: the launcher restarts every worker
  * from the checkpoint of step 10 and the run ends on the uninterrupted 1-worker run's weights. */
 static void test_restart(void) {
@@ -380,6 +409,7 @@ int main(void) {
     for (int m = 0; m < N_MODELS; m++) test_equivalence(m);
     test_resume_across_layouts();
     test_restart();
+    test_samples();
     test_memory();
     test_dry_run();
     test_doctor();

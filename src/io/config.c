@@ -1204,12 +1204,6 @@ const char *dt_config_mesh_problem(const dt_config *cfg, const char **key, char 
     if (cfg->model.lora.rank > 0)
         return WHY("is %d, but model.lora does not combine with tensor parallelism yet (hint: "
                    "training.tensor_parallel: 1)", T);
-    if (cfg->logging.sample_every_steps > 0) {
-        *key = "logging.sample_every_steps";
-        return WHY("is %ld, but samples are not generated from a model split across workers yet (hint: "
-                   "logging.sample_every_steps: 0; dtrain generate reads the whole weights the run saves)",
-                   cfg->logging.sample_every_steps);
-    }
 #undef WHY
     return NULL;
 }

@@ -112,6 +112,25 @@ int dt_decoder_len(const dt_decoder *d) { return d->len; }
 void dt_decoder_reset(dt_decoder *d) { d->len = 0; }
 
 
+/* Tensor parallelism: the whole row of logits from every share's part (the vocabulary split,
+ * net_part_lo): one all-gather, each part padded to the largest; every share gets the same row,
+ * so that the shares sample the same token. Float activations (tensor parallelism is CPU-only). */
+static dt_status shares_logits(dt_decoder *d, float *logits) {
+    const dt_net *net = d->n;
+    const int V = dt_model_config(d->m)->shape.vocab_size, tp = net->tp, most = net_part_len(V, tp, 0);
+    if (*net->tp_st != DT_OK) return *net->tp_st; /* a sum of the layers failed */
+    float *all = dt_malloc((size_t)(tp + 1) * (size_t)most * sizeof(float), "logits of the shares");
+    if (!all) return DT_ERR_NOMEM;
+    float *mine = all + (size_t)tp * most;
+    net->o->download(net->ctx, mine, d->logits, (size_t)net->n_vocab * sizeof(float));
+    dt_status st = net->o->check(net->ctx);
+    if (st == DT_OK) st = dt_comm_allgather(net->tp_comm, mine, (size_t)most * sizeof(float), all);
+    for (int r = 0; st == DT_OK && r < tp; r++)
+        memcpy(logits + net_part_lo(V, tp, r), all + (size_t)r * most, (size_t)net_part_len(V, tp, r) * sizeof(float));
+    free(all);
+    return st;
+}
+
 dt_status dt_decoder_feed(dt_decoder *d, const int *tokens, int n, float *logits) {
     const dt_net *net = d->n;
     const dt_ops *o = net->o;
@@ -144,6 +163,7 @@ dt_status dt_decoder_feed(dt_decoder *d, const int *tokens, int n, float *logits
     const dt_act *last = (const dt_act *)((const char *)x + (size_t)(rows - 1) * C * a);
     dt_net_norm_fwd(net, &net->w.final_norm, d->lnf, d->mean, d->rstd, last, 1);
     dt_net_mm_fwd(net, &net->w.head, d->logits, d->lnf, 1, V, NULL);
+    if (net->tp > 1) return shares_logits(d, logits);
     o->download(ctx, d->host_logits, d->logits, (size_t)V * a);
     DT_TRY(o->check(ctx));
     if (net->act == DT_DTYPE_F32) memcpy(logits, d->host_logits, (size_t)V * sizeof(float));

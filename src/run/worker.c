@@ -1544,10 +1544,11 @@ static void sample_emit(void *user, const char *bytes, size_t n) {
 
 /* logging.sample_every_steps: rank 0 prints what the language model writes after
  * logging.sample_prompt (sampled at temperature 1 with the seed training.seed + step, so a
- * run's samples repeat; the weights are only read). */
+ * run's samples repeat; the weights are only read). With tensor parallelism the shares of the
+ * first replica generate it together (each gets the whole row of logits: the same tokens). */
 static dt_status print_sample(trainer *t) {
     const dt_config *c = t->r.cfg;
-    if (c->logging.sample_every_steps <= 0 || t->step % c->logging.sample_every_steps != 0 || t->r.rank != 0)
+    if (c->logging.sample_every_steps <= 0 || t->step % c->logging.sample_every_steps != 0 || t->r.rank >= t->r.mesh.tp)
         return DT_OK;
     sample_text out = {.n = 0};
     out.buf[0] = '\0';
@@ -1557,6 +1558,10 @@ static dt_status print_sample(trainer *t) {
     dt_gen_result res;
     if (t->no_samples) return DT_OK;
     dt_status st = dt_generate(t->r.model, t->r.tok, &o, sample_emit, &out, &res);
+    if (t->r.rank != 0) { /* a share of rank 0's: its part is done (a failure there is rank 0's too) */
+        t->no_samples = st != DT_OK;
+        return DT_OK;
+    }
     if (st != DT_OK) { /* a sample is worth no training run: say why, and train on without */
         dt_metrics_info(t->r.metrics, "warning: no sample at step %ld, nor later ones: %s", t->step, dt_error_msg());
         t->no_samples = 1;
