@@ -334,6 +334,11 @@ static void test_dry_run(void) {
                         "training.pipeline_parallel=2", "--dry-run", NULL};
     CHECK_INT_EQ(run_sync("pipeline", pp), 2);
     CHECK_STR_CONTAINS(err_text, "training.pipeline_parallel: expected 1, got 2: pipeline stages are not built yet");
+    const char *heads[] = {"--config", "configs/ci-smoke.yaml", "--set", "training.num_workers=3", "--set",
+                           "training.tensor_parallel=3", "--dry-run", NULL};
+    CHECK_INT_EQ(run_sync("heads", heads), 2);
+    CHECK_STR_CONTAINS(err_text, "training.tensor_parallel: expected a divisor of model.n_head (2), got 3 (each worker "
+                                 "takes whole attention heads)");
 }
 
 /* dtrain doctor --tensor-parallel 2 on 4 workers: every group's collective checked, rank 0's
