@@ -342,20 +342,19 @@ static void test_bench(void) {
     snprintf(path, sizeof path, "%s/bench/bench/bench.csv", test_dir());
     test_slurp(path, text, sizeof text);
     CHECK_STR_CONTAINS(text, "workers,steps,train_s,eval_s,samples_per_s,tokens_per_s,speedup,efficiency,comm_share,runs,"
-                             "tokens_per_s_min,tokens_per_s_max,flags,sent_bytes_per_step\n1,60,");
+                             "tokens_per_s_min,tokens_per_s_max,flags,sent_bytes_per_step,layout,tensor_parallel,"
+                             "rss_mb\n1,60,");
     CHECK_STR_CONTAINS(text, "\n2,60,");
     /* bytes sent per step: none alone; with 2 workers the gradients once (2(N-1)/N = 1 x 4 bytes
      * a parameter) and a few bytes of agreement */
     const char *w1 = strstr(text, "\n1,60,"), *w2 = strstr(text, "\n2,60,");
     CHECK(w1 && w2);
-    const char *e1 = w1 ? strchr(w1 + 1, '\n') : NULL, *e2 = w2 ? strchr(w2 + 1, '\n') : NULL;
-    CHECK(e1 && e2);
-    double s1 = -1, s2 = -1;
-    if (e1 && e2) {
-        const char *c1 = e1, *c2 = e2;
-        while (c1 > w1 && c1[-1] != ',') c1--;
-        while (c2 > w2 && c2[-1] != ',') c2--;
-        s1 = strtod(c1, NULL), s2 = strtod(c2, NULL);
+    double s1 = -1, s2 = -1; /* column 14, sent_bytes_per_step */
+    for (int k = 0; k < 2; k++) {
+        const char *c = k ? w2 : w1;
+        for (int col = 0; c && col < 13; col++) c = strchr(c + 1, ',');
+        CHECK(c != NULL);
+        if (c) *(k ? &s2 : &s1) = strtod(c + 1, NULL);
     }
     char dry[1300];
     snprintf(dry, sizeof dry, "%s/bench/bench/w2/config.yaml", test_dir());

@@ -791,7 +791,9 @@ static dt_status groups_external(const dt_launch_ext_cfg *cfg, const dt_comm_pla
                             "auto)", tp, e->source, dt_hostcomm_name(plan->host));
     const int n_tp = e->world / tp, dp = e->world / (tp * pp), n_dp = dp > 1 ? tp * pp : 0;
     static char names[2 * DT_MAX_WORLD][GROUP_NAME]; /* the tp groups', then the dp groups' */
+    static char made_names[2 * DT_MAX_WORLD][GROUP_NAME]; /* rank 0: what it made, to remove */
     memset(names, 0, sizeof names);
+    memset(made_names, 0, sizeof made_names);
     const dt_mesh m = dt_mesh_of(e->world, tp, pp, e->rank);
     const int mine[2] = {dt_mesh_tp_group(&m), n_dp ? n_tp + dt_mesh_dp_group(&m) : -1};
     dt_shm_world *made[2 * DT_MAX_WORLD] = {NULL};
@@ -802,6 +804,7 @@ static dt_status groups_external(const dt_launch_ext_cfg *cfg, const dt_comm_pla
         for (int i = 0; st == DT_OK && i < n_tp + n_dp; i++) {
             snprintf(names[i], GROUP_NAME, "/dtrain-%ld-%016llx-g%d", (long)getpid(), (unsigned long long)nonce, i);
             int fd = shm_open(names[i], O_CREAT | O_EXCL | O_RDWR, 0600);
+            if (fd >= 0) memcpy(made_names[i], names[i], GROUP_NAME);
             if (fd < 0) {
                 st = dt_error_set(DT_ERR_DEVICE, "rank 0: cannot make the shared memory %s of a model-parallel group: %s",
                                   names[i], strerror(errno));
@@ -842,8 +845,8 @@ static dt_status groups_external(const dt_launch_ext_cfg *cfg, const dt_comm_pla
     for (int i = 0; i < n_tp + n_dp; i++) dt_shm_world_destroy(made[i]); /* rank 0's of groups it is not in */
     int ok = st == DT_OK, all[DT_MAX_WORLD];
     dt_status a = dt_comm_allgather(comm, &ok, sizeof ok, all);
-    for (int i = 0; e->rank == 0 && i < n_tp + n_dp; i++)
-        if (names[i][0]) shm_unlink(names[i]); /* every rank has mapped its groups' (or failed) */
+    for (int i = 0; i < n_tp + n_dp; i++)
+        if (made_names[i][0]) shm_unlink(made_names[i]); /* every rank has mapped its groups' (or failed) */
     if (st != DT_OK) return st;
     if (a != DT_OK) return a;
     for (int i = 0; i < e->world; i++)
