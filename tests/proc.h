@@ -97,6 +97,13 @@ static inline int wait_exit(pid_t pid, const char *tag) {
 
 static inline int run_sync(const char *tag, const char *const *args) { return wait_exit(spawn(tag, args), tag); }
 
+/* what run `tag` printed on stdout (TAG.out in the test dir) into buf(n) */
+static inline void slurp_stdout(const char *tag, char *buf, size_t n) {
+    char path[1300];
+    snprintf(path, sizeof path, "%s/%s.out", test_dir(), tag);
+    test_slurp(path, buf, n);
+}
+
 /* pid of the child of `parent` whose name (comm) is `name`, or 0 */
 static inline pid_t find_child(pid_t parent, const char *name) {
     DIR *d = opendir("/proc");

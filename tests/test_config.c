@@ -474,6 +474,9 @@ static void test_errors(void) {
     LOAD_ERR("finetune.yaml:6: training.tensor_parallel: expected a divisor of training.num_workers (3), got 2 "
              "(num_workers = data-parallel replicas x pipeline_parallel x tensor_parallel)",
              MIN "training:\n  device: cpu\n  num_workers: 3\n  tensor_parallel: 2\n");
+    LOAD_ERR("finetune.yaml:6: training.tensor_parallel: expected at most model.vocab_size (3), got 4 (each worker "
+             "takes at least one row of the vocabulary)",
+             MIN "training:\n  device: cpu\n  num_workers: 4\n  tensor_parallel: 4\nmodel:\n  vocab_size: 3\n");
     LOAD_ERR("finetune.yaml:6: training.tensor_parallel: expected a divisor of model.n_head (4), got 3 (each worker "
              "takes whole attention heads)", MIN "training:\n  device: cpu\n  num_workers: 3\n  tensor_parallel: 3\n");
     LOAD_ERR("finetune.yaml:6: training.tensor_parallel: expected a divisor of model.num_key_value_heads (2), got 4 "

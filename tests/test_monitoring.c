@@ -35,11 +35,7 @@ static int is_stamp(const char *s) {
 
 static char out_text[1 << 20];
 
-static void slurp_out(const char *tag) {
-    char path[1300];
-    snprintf(path, sizeof path, "%s/%s.out", test_dir(), tag);
-    test_slurp(path, out_text, sizeof out_text);
-}
+static void slurp_out(const char *tag) { slurp_stdout(tag, out_text, sizeof out_text); }
 
 static void check_fields(json_t *o, const char *const *fields) {
     for (int i = 0; fields[i]; i++) {

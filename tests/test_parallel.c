@@ -326,9 +326,7 @@ static void test_dry_run(void) {
                           "training.tensor_parallel=2", "--set", GPT2, "--dry-run", NULL};
     CHECK_INT_EQ(run_sync("dry-run", args), 0);
     static char out[1 << 16];
-    char path[1500];
-    snprintf(path, sizeof path, "%s/dry-run.out", test_dir());
-    test_slurp(path, out, sizeof out);
+    slurp_stdout("dry-run", out, sizeof out);
     CHECK_STR_CONTAINS(out, "# training.tensor_parallel 2: 2 replicas x 2 shares; each worker holds");
     const char *pp[] = {"--config", "configs/ci-smoke.yaml", "--set", "training.num_workers=2", "--set",
                         "training.pipeline_parallel=2", "--dry-run", NULL};
@@ -347,9 +345,7 @@ static void test_doctor(void) {
     const char *args[] = {"doctor", "--num-workers", "4", "--tensor-parallel", "2", NULL};
     CHECK_INT_EQ(run_sync("doctor", args), 0);
     static char out[1 << 16];
-    char path[1500];
-    snprintf(path, sizeof path, "%s/doctor.out", test_dir());
-    test_slurp(path, out, sizeof out);
+    slurp_stdout("doctor", out, sizeof out);
     CHECK_STR_CONTAINS(out, "model-parallel groups: 2 tensor-parallel group(s) of 2, 2 data-parallel group(s) of 2");
     CHECK_STR_CONTAINS(out, "group self-test: every tensor-parallel group (2 ranks each): all-reduce, reduce-scatter, "
                             "all-gather, broadcast, barrier: ok");

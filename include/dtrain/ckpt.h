@@ -65,11 +65,11 @@ typedef struct dt_ckpt_state {
      * once, after the weights are written (their staging is freed by then). */
     dt_status (*get_moments)(void *user, float *m_host, float *v_host);
     void *user;
-    /* saving only: when set, the weights to write (host, dt_model_whole_params floats: the whole
-     * model's layout), gathered already, in place of dt_model_save (tensor parallelism: the
-     * shares gather before rank 0 saves, so that nothing inside the save waits for them); the
-     * moments then come from get_moments in the same layout */
-    const float *whole_params;
+    /* saving only: when set, the weights and the AdamW moments to write (host, dt_model_whole_params
+     * floats each: the whole model's layout), gathered already, in place of dt_model_save and
+     * the optimizer's (tensor parallelism: the shares gather before rank 0 saves, so that nothing
+     * inside the save waits for them); written as they are, not copied */
+    const float *whole_params, *whole_moments[2];
 } dt_ckpt_state;
 
 /* Writes checkpoints/step_<s->step> under run_dir as described above (replacing an existing

@@ -1189,6 +1189,9 @@ const char *dt_config_mesh_problem(const dt_config *cfg, const char **key, char 
     if (cfg->training.num_workers % (T * P) != 0)
         return WHY("expected a divisor of training.num_workers (%d), got %d (num_workers = data-parallel replicas x "
                    "pipeline_parallel x tensor_parallel)", cfg->training.num_workers, T);
+    if (sh->vocab_size < T)
+        return WHY("expected at most model.vocab_size (%d), got %d (each worker takes at least one row of the "
+                   "vocabulary)", sh->vocab_size, T);
     if (sh->n_head % T != 0)
         return WHY("expected a divisor of model.n_head (%d), got %d (each worker takes whole attention heads)",
                    sh->n_head, T);

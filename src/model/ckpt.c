@@ -211,14 +211,18 @@ static json_t *trainer_json(const dt_ckpt_state *s, const dt_config *cfg) {
 }
 
 static dt_status save_optimizer(const char *path, dt_model *m, dt_optim *o, const dt_ckpt_state *s) {
-    size_t n = dt_model_whole_params(m); /* the moments as the whole tensors' (tensor parallelism: get_moments's) */
+    size_t n = dt_model_whole_params(m); /* the moments as the whole tensors' */
     int nt = dt_model_num_tensors(m);
-    float *mh = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg)");
-    float *vh = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg_sq)");
+    const int given = s->whole_moments[0] && s->whole_moments[1]; /* gathered by the caller: written as they are */
+    float *mh = given ? NULL : dt_malloc(n * sizeof(float), "optimizer staging (exp_avg)");
+    float *vh = given ? NULL : dt_malloc(n * sizeof(float), "optimizer staging (exp_avg_sq)");
+    const float *m_out = given ? s->whole_moments[0] : mh, *v_out = given ? s->whole_moments[1] : vh;
     dt_st_entry *e = dt_calloc(2 * (size_t)nt, sizeof *e, "optimizer tensor list");
     char(*names)[64] = dt_calloc(2 * (size_t)nt, sizeof *names, "optimizer tensor names");
     dt_status st = DT_ERR_NOMEM;
-    if (s->get_moments) { /* the others are waiting in its collectives: join them whatever happened */
+    if (given) {
+        st = DT_OK;
+    } else if (s->get_moments) { /* the others are waiting in its collectives: join them whatever happened */
         st = s->get_moments(s->user, mh && vh ? mh : NULL, mh && vh ? vh : NULL);
         if (st == DT_OK && !(mh && vh)) st = DT_ERR_NOMEM;
     } else if (mh && vh) {
@@ -233,7 +237,7 @@ static dt_status save_optimizer(const char *path, dt_model *m, dt_optim *o, cons
             e[i].ndim = t->ndim;
             e[i].shape[0] = t->whole[0];
             e[i].shape[1] = t->whole[1];
-            e[i].data = (i < nt ? mh : vh) + t->whole_offset;
+            e[i].data = (i < nt ? m_out : v_out) + t->whole_offset;
         }
         const char *keys[] = {"format", "producer", "content"};
         const char *vals[] = {"pt", "dtrain", "AdamW moments (exp_avg, exp_avg_sq) per weight tensor"};
@@ -713,7 +717,7 @@ static dt_status load_optimizer(const char *path, dt_model *m, dt_optim *o) {
     dt_st_file *f = NULL;
     DT_TRY(dt_st_open(&f, path));
     const size_t n = dt_model_whole_params(m), local = dt_optim_num_params(o);
-    const int shares = n != local; /* tensor parallelism: the file's whole tensors, this share's part kept */
+    const int shares = dt_model_config(m)->tp > 1; /* tensor parallelism: the file's whole tensors, this share's part kept */
     float *mh = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg)");
     float *vh = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg_sq)");
     float *ml = shares ? dt_malloc(local * sizeof(float), "optimizer share (exp_avg)") : mh;

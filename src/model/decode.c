@@ -26,6 +26,8 @@ struct dt_decoder {
     float *scratch;            /* (PREFILL_ROWS, NH, max_len) attention probabilities */
     int *tokens_dev;           /* (PREFILL_ROWS) */
     void *host_logits;         /* (V) the activation element */
+    float *shares;             /* tensor parallelism: host (tp + 1, the largest part of V) the shares' logits, and
+                                  this one's */
 };
 
 /* Carves the buffers out of one allocation; sizing only when base is NULL. Returns bytes. */
@@ -83,7 +85,10 @@ dt_status dt_decoder_open(dt_decoder **out, dt_model *m, int max_len) {
     d->kc = dt_calloc((size_t)c->shape.n_layer, sizeof *d->kc, "key cache");
     d->vc = dt_calloc((size_t)c->shape.n_layer, sizeof *d->vc, "value cache");
     d->host_logits = dt_malloc((size_t)c->shape.vocab_size * dt_dtype_size(d->n->act), "logits");
-    dt_status st = !d->kc || !d->vc || !d->host_logits ? DT_ERR_NOMEM : DT_OK;
+    if (d->n->tp > 1)
+        d->shares = dt_malloc((size_t)(d->n->tp + 1) * (size_t)net_part_len(c->shape.vocab_size, d->n->tp, 0) *
+                                  sizeof(float), "logits of the shares");
+    dt_status st = !d->kc || !d->vc || !d->host_logits || (d->n->tp > 1 && !d->shares) ? DT_ERR_NOMEM : DT_OK;
     if (st == DT_OK) {
         const size_t bytes = carve(d, NULL);
         char what[96];
@@ -105,6 +110,7 @@ void dt_decoder_free(dt_decoder *d) {
     free(d->kc);
     free(d->vc);
     free(d->host_logits);
+    free(d->shares);
     free(d);
 }
 
@@ -119,15 +125,12 @@ static dt_status shares_logits(dt_decoder *d, float *logits) {
     const dt_net *net = d->n;
     const int V = dt_model_config(d->m)->shape.vocab_size, tp = net->tp, most = net_part_len(V, tp, 0);
     if (*net->tp_st != DT_OK) return *net->tp_st; /* a sum of the layers failed */
-    float *all = dt_malloc((size_t)(tp + 1) * (size_t)most * sizeof(float), "logits of the shares");
-    if (!all) return DT_ERR_NOMEM;
-    float *mine = all + (size_t)tp * most;
+    float *all = d->shares, *mine = all + (size_t)tp * most;
     net->o->download(net->ctx, mine, d->logits, (size_t)net->n_vocab * sizeof(float));
     dt_status st = net->o->check(net->ctx);
     if (st == DT_OK) st = dt_comm_allgather(net->tp_comm, mine, (size_t)most * sizeof(float), all);
     for (int r = 0; st == DT_OK && r < tp; r++)
         memcpy(logits + net_part_lo(V, tp, r), all + (size_t)r * most, (size_t)net_part_len(V, tp, r) * sizeof(float));
-    free(all);
     return st;
 }
 

@@ -482,11 +482,12 @@ static dt_status check_cfg(const dt_model_cfg *mc) {
         return dt_error_set(DT_ERR_CONFIG, "data.batch_size_per_worker: expected >= 1, got %d", mc->max_batch);
     if (mc->tp > 1) { /* config.c refuses these by key; a caller that builds the model itself lands here */
         const int I = c->arch == DT_ARCH_LLAMA ? c->intermediate_size : 4 * c->n_embd;
-        if (c->n_head % mc->tp || dt_shape_kv_heads(c) % mc->tp || I % mc->tp || mc->tp_rank < 0 ||
-            mc->tp_rank >= mc->tp || !mc->tp_comm || mc->lora.rank)
+        if (c->n_head % mc->tp || dt_shape_kv_heads(c) % mc->tp || I % mc->tp || c->vocab_size < mc->tp ||
+            mc->tp_rank < 0 || mc->tp_rank >= mc->tp || !mc->tp_comm || mc->lora.rank)
             return dt_error_set(DT_ERR_CONFIG, "training.tensor_parallel: %d shares (this one %d) of %d heads, %d "
-                                "key/value heads and an MLP of %d: expected a divisor of each, a collective of the "
-                                "shares, and no model.lora", mc->tp, mc->tp_rank, c->n_head, dt_shape_kv_heads(c), I);
+                                "key/value heads, an MLP of %d and a vocabulary of %d: expected a divisor of the first "
+                                "three, at most the last, a collective of the shares, and no model.lora", mc->tp,
+                                mc->tp_rank, c->n_head, dt_shape_kv_heads(c), I, c->vocab_size);
     }
     return DT_OK;
 }
@@ -1282,8 +1283,8 @@ static void merge_adapters(const dt_model *m, float *host) {
     }
 }
 
-/* A tensor-parallel share's save: the whole tensors gathered from every share (each calls it),
- * written by share 0 alone. */
+/* The save of a model without adapters: the whole tensors (a tensor-parallel share's gathered from
+ * every share, each calling it), written by share 0 alone. */
 static dt_status save_whole(dt_model *m, const char *path, const char *outer, const char *prefix) {
     float *whole = m->cfg.tp_rank == 0 ? dt_malloc(m->n_whole * sizeof(float), "weights staging") : NULL;
     dt_status st = dt_model_gather_whole(m, NULL, whole); /* with the others even without the staging */
@@ -1299,7 +1300,7 @@ static dt_status save_whole(dt_model *m, const char *path, const char *outer, co
 enum { SAVE_ALL, SAVE_TRAINABLE, SAVE_MERGED };
 static dt_status save_tensors(dt_model *m, const char *path, const char *outer, const char *prefix, int which) {
     const size_t lo = which == SAVE_TRAINABLE ? m->n_frozen : 0; /* the staging holds the parameters from here */
-    if (m->cfg.tp > 1) return save_whole(m, path, outer, prefix);
+    if (which == SAVE_ALL) return save_whole(m, path, outer, prefix); /* no adapters: the whole tensors as they are */
     float *host = dt_malloc((m->n_params - lo ? m->n_params - lo : 1) * sizeof(float), "weights staging");
     dt_st_entry *e = dt_calloc((size_t)m->n_tensors, sizeof *e, "tensor list");
     const int renamed = outer[0] || prefix[0];

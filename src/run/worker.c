@@ -674,11 +674,9 @@ static dt_status gather_moments(run *r, float *m, float *v) {
     return st == DT_OK ? r->be->ops->check(r->be->ctx) : st;
 }
 
-struct whole_model;
 typedef struct moments_call {
     run *r;
     int called;
-    const struct whole_model *whole; /* tensor parallelism: what gather_whole_model gathered */
 } moments_call;
 
 static dt_status gather_moments_cb(void *user, float *m, float *v) {
@@ -718,15 +716,6 @@ static dt_status gather_whole_model(run *r, whole_model *wm) {
     return st;
 }
 
-static dt_status whole_moments_cb(void *user, float *m, float *v) {
-    run *r = ((moments_call *)user)->r;
-    const whole_model *wm = ((moments_call *)user)->whole;
-    const size_t nw = dt_model_whole_params(r->model);
-    if (m) memcpy(m, wm->w[1], nw * sizeof(float));
-    if (v) memcpy(v, wm->w[2], nw * sizeof(float));
-    return DT_OK;
-}
-
 /* Rank 0 writes the checkpoint of `step` and prunes old ones; the others wait for it, so
  * that every rank agrees the checkpoint exists before anyone moves on. */
 static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, const ckpt_point *cp, char *dir, size_t n) {
@@ -750,15 +739,15 @@ static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, con
             .lora = dt_model_config(r->model)->lora, .lora_base_digest = r->lora_base,
         };
         snprintf(s.lora_base, sizeof s.lora_base, "%s", c->model.init_from);
-        moments_call mc = {r, 0, &wm};
+        moments_call mc = {r, 0};
         if (zero_cb) { /* the others gather the moments with it */
             s.get_moments = gather_moments_cb;
             s.user = &mc;
         }
-        if (wm.w[0]) { /* tensor parallelism: gathered above */
+        if (wm.w[0]) { /* tensor parallelism: gathered above, written as they are */
             s.whole_params = wm.w[0];
-            s.get_moments = whole_moments_cb;
-            s.user = &mc;
+            s.whole_moments[0] = wm.w[1];
+            s.whole_moments[1] = wm.w[2];
         }
         dt_status st = (cp->as_best ? dt_ckpt_save_best : dt_ckpt_save)(c->run.dir, r->model, r->optim, &s, c, dir, n);
         for (int i = 0; i < 3; i++) free(wm.w[i]);
