@@ -75,10 +75,19 @@ typedef struct net_weights {
  * as PEFT's kaiming_uniform_(a=sqrt(5)): 1/sqrt(in)). */
 typedef enum { NET_INIT_ZERO = 0, NET_INIT_ONE, NET_INIT_NORMAL, NET_INIT_UNIFORM } net_init;
 
-/* Tensor parallelism: share r of tp of a length L (heads, MLP columns, vocabulary rows) is
- * [L*r/tp, L*(r+1)/tp): equal parts where tp divides L, else parts that differ by one. */
-static inline int net_part_lo(int L, int tp, int r) { return (int)((long long)L * r / tp); }
-static inline int net_part_len(int L, int tp, int r) { return net_part_lo(L, tp, r + 1) - net_part_lo(L, tp, r); }
+/* Tensor parallelism: share r of tp of a length L (heads, MLP columns, vocabulary rows) is the
+ * part comm.h's dt_comm_part gives rank r (the one split of the project): [L*r/tp, L*(r+1)/tp),
+ * equal parts where tp divides L, else parts that differ by one. */
+static inline int net_part_lo(int L, int tp, int r) {
+    size_t lo, hi;
+    dt_comm_part((size_t)L, tp, r, &lo, &hi);
+    return (int)lo;
+}
+static inline int net_part_len(int L, int tp, int r) {
+    size_t lo, hi;
+    dt_comm_part((size_t)L, tp, r, &lo, &hi);
+    return (int)(hi - lo);
+}
 
 /* What `layout` is given: it calls dt_net_add for every tensor, in parameter order. */
 typedef struct net_builder {

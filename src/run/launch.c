@@ -41,7 +41,6 @@
 typedef struct rank_slot {
     _Atomic int has_msg;
     char msg[MSG_LEN];
-    double failed_at; /* dt_clock_now() when the worker wrote msg (before has_msg) */
 } rank_slot;
 
 /* the block every worker shares with the launcher */
@@ -161,7 +160,6 @@ static void child_main(const dt_launch_cfg *cfg, int rank, int attempt, pid_t pa
         dt_status lst = log[0] ? dt_file_open_write(log, 1, &fd) : DT_OK;
         if (lst != DT_OK) {
             snprintf(slot->msg, sizeof slot->msg, "%s", dt_error_msg());
-            slot->failed_at = dt_clock_now();
             atomic_store(&slot->has_msg, 1);
             _exit(dt_status_exit_code(lst));
         }
@@ -192,7 +190,6 @@ static void child_main(const dt_launch_cfg *cfg, int rank, int attempt, pid_t pa
     if (st == DT_OK) st = fn(arg, comm, &ctx);
     if (st != DT_OK) {
         snprintf(slot->msg, sizeof slot->msg, "%s", dt_error_msg());
-        slot->failed_at = dt_clock_now();
         atomic_store(&slot->has_msg, 1);
         snprintf(line, sizeof line, "error: %s", dt_error_msg());
         append_log(log, line);
@@ -451,6 +448,15 @@ static const char *oom_hint(const attempt *a, int r, int status) {
 
 /* Worker r exited with `status`. Its failure (also one while stopping cleanly) stops everyone
  * and becomes the attempt's cause: its own message when it left one, else how it died. */
+/* The rank a collective timeout's message says it waited for (comm_shm: "for rank(s) 3, 5",
+ * comm_tcp: "for rank 3"): the first one; -1 when the message is not such a timeout. */
+static int blamed_rank(const char *msg) {
+    if (!strstr(msg, "collective timeout")) return -1;
+    const char *p = strstr(msg, "for rank(s) "), *q = strstr(msg, "for rank ");
+    const char *at = p ? p + 12 : q ? q + 9 : NULL;
+    return at && *at >= '0' && *at <= '9' ? atoi(at) : -1;
+}
+
 static void on_exit_status(attempt *a, int r, int status) {
     const dt_launch_cfg *cfg = a->cfg;
     a->kids[r].alive = 0;
@@ -463,14 +469,21 @@ static void on_exit_status(attempt *a, int r, int status) {
     describe_exit(status, how, sizeof how);
     const rank_slot *slot = &a->shared->slots[r];
     const int exited = r;
-    /* A failure that a failure elsewhere caused (a collective timeout waiting for a rank that was itself
-     * waiting for another: groups of model parallelism) is not the cause: the earliest message is. */
+    /* A collective timeout names the rank it waited for; when that rank failed too (it waited in
+     * another group's collective: model parallelism), its message is nearer the cause: follow the
+     * chain to a rank that did not fail by itself (stopped, hung). Each rank gets a second to say. */
     const int said = atomic_load(&slot->has_msg) && WIFEXITED(status);
-    for (int i = 0; said && WEXITSTATUS(status) != 2 && i < cfg->world; i++)
-        if (i != r && atomic_load(&a->shared->slots[i].has_msg) && a->shared->slots[i].failed_at < slot->failed_at) {
-            slot = &a->shared->slots[i];
-            a->failed_rank = r = i;
+    for (int hops = 0; said && WEXITSTATUS(status) != 2 && hops < cfg->world; hops++) {
+        const int b = blamed_rank(slot->msg);
+        if (b < 0 || b >= cfg->world || b == r) break;
+        for (int k = 0; k < 100 && !atomic_load(&a->shared->slots[b].has_msg); k++) {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
         }
+        if (!atomic_load(&a->shared->slots[b].has_msg)) break; /* b is the cause */
+        slot = &a->shared->slots[b];
+        a->failed_rank = r = b;
+    }
     log_path(cfg, r, log, sizeof log);
     if (log[0]) snprintf(see, sizeof see, " (log: %s)", log);
     if (said) {
