@@ -134,6 +134,10 @@ static void test_stop_worker(void) {
     CHECK_INT_EQ(rc, 1);
     CHECK_STR_CONTAINS(err_text, "rank 0: collective timeout");
     CHECK_STR_CONTAINS(err_text, "waited 2.0 s for rank(s) 1");
+    char want[96]; /* the launcher sees it stopped */
+    snprintf(want, sizeof want, "; worker rank 1 (pid %ld) is stopped", (long)r1);
+    CHECK_STR_CONTAINS(err_text, want);
+    CHECK_STR_CONTAINS(err_text, "is stopped (process state T: SIGSTOP, Ctrl-Z or a debugger)");
     CHECK(!alive(r0) && !alive(r1));
 }
 

@@ -55,6 +55,9 @@ int dt_worker_slot_gpu(const dt_worker_slot *slot, char *buf, size_t n);
 /* Reads /proc/PID: total CPU time in seconds (user + system, all threads), resident memory
  * and its high-water mark in MB. DT_ERR_IO when the process is gone. */
 dt_status dt_proc_read(pid_t pid, double *cpu_s, double *rss_mb, double *peak_rss_mb);
+/* The process state letter of /proc/PID/stat (R, S, D, T stopped, t traced, Z, ...); 0 when it
+ * cannot be read. */
+char dt_proc_state(pid_t pid);
 
 /* Idle check over one round of samples (taken interval_s apart): returns the rank that used
  * less than 10% CPU while every other worker used more than 50% (and writes a sentence

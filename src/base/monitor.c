@@ -31,23 +31,38 @@ dt_worker_sample dt_worker_slot_read(const dt_worker_slot *slot) {
     return s;
 }
 
-dt_status dt_proc_read(pid_t pid, double *cpu_s, double *rss_mb, double *peak_rss_mb) {
-    char path[64], buf[4096];
-    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+/* /proc/PID/stat's fields after the command name (which may contain spaces): from the state on;
+ * NULL when the process is gone or the line is not as expected */
+static const char *stat_fields(pid_t pid, char *path, size_t path_cap, char *buf, size_t cap) {
+    snprintf(path, path_cap, "/proc/%ld/stat", (long)pid);
     FILE *f = fopen(path, "r");
-    if (!f) return dt_error_set(DT_ERR_IO, "%s: %s", path, strerror(errno));
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    if (!f) return NULL;
+    size_t n = fread(buf, 1, cap - 1, f);
     fclose(f);
     buf[n] = '\0';
-    /* fields after the command name (which may contain spaces) start after the last ')' */
     const char *p = strrchr(buf, ')');
+    if (p && p[1] == ' ' && p[2]) return p + 2;
+    errno = 0; /* read, but not as expected */
+    return NULL;
+}
+
+char dt_proc_state(pid_t pid) {
+    char path[64], buf[4096];
+    const char *p = stat_fields(pid, path, sizeof path, buf, sizeof buf);
+    return p ? *p : 0;
+}
+
+dt_status dt_proc_read(pid_t pid, double *cpu_s, double *rss_mb, double *peak_rss_mb) {
+    char path[64], buf[4096];
+    const char *p = stat_fields(pid, path, sizeof path, buf, sizeof buf);
+    if (!p) return dt_error_set(DT_ERR_IO, "%s: %s", path, errno ? strerror(errno) : "unexpected format");
     unsigned long long utime = 0, stime = 0;
-    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2)
+    if (sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2)
         return dt_error_set(DT_ERR_IO, "%s: unexpected format", path);
     long hz = sysconf(_SC_CLK_TCK);
     *cpu_s = (double)(utime + stime) / (double)(hz > 0 ? hz : 100);
     snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
-    f = fopen(path, "r");
+    FILE *f = fopen(path, "r");
     if (!f) return dt_error_set(DT_ERR_IO, "%s: %s", path, strerror(errno));
     long rss_kb = 0, hwm_kb = 0;
     char line[256];

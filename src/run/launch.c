@@ -457,6 +457,20 @@ static int blamed_rank(const char *msg) {
     return at && *at >= '0' && *at <= '9' ? atoi(at) : -1;
 }
 
+/* Which rank times out first when one stops depends on timing (with model parallelism it may be
+ * one waiting for a rank that waits for the stopped one); a stopped process (SIGSTOP, Ctrl-Z, a
+ * debugger) is certainly a cause: appended to `see` by rank and pid. */
+static void stopped_worker(const attempt *a, char *see, size_t cap) {
+    for (int r = 0; r < a->cfg->world; r++) {
+        const char st = a->kids[r].alive ? dt_proc_state(a->kids[r].pid) : 0;
+        if (st != 'T' && st != 't') continue;
+        const size_t len = strlen(see);
+        snprintf(see + len, cap - len, "; worker rank %d (pid %ld) is stopped (process state %c: SIGSTOP, Ctrl-Z or a "
+                 "debugger)", r, (long)a->kids[r].pid, st);
+        return;
+    }
+}
+
 static void on_exit_status(attempt *a, int r, int status) {
     const dt_launch_cfg *cfg = a->cfg;
     a->kids[r].alive = 0;
@@ -465,7 +479,7 @@ static void on_exit_status(attempt *a, int r, int status) {
     if (!ok && a->seen_signals) a->unclean = 1;
     if (ok || a->failed_rank >= 0 || (a->seen_signals && a->preempt_deadline <= 0)) return;
     a->failed_rank = r;
-    char how[128], log[1200], see[1300] = "";
+    char how[128], log[1200], see[1500] = "";
     describe_exit(status, how, sizeof how);
     const rank_slot *slot = &a->shared->slots[r];
     const int exited = r;
@@ -486,6 +500,7 @@ static void on_exit_status(attempt *a, int r, int status) {
     }
     log_path(cfg, r, log, sizeof log);
     if (log[0]) snprintf(see, sizeof see, " (log: %s)", log);
+    if (said && blamed_rank(slot->msg) >= 0) stopped_worker(a, see, sizeof see);
     if (said) {
         if (cfg->world > 1) snprintf(a->msg, sizeof a->msg, "rank %d: %s%s", r, slot->msg, see);
         else snprintf(a->msg, sizeof a->msg, "%s", slot->msg);
