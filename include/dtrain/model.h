@@ -40,6 +40,13 @@ typedef struct dt_model_cfg {
      * memory). The embeddings, norms and head are whole on every share. */
     int tp, tp_rank;
     dt_comm *tp_comm;
+    /* Pipeline parallelism (training.pipeline_parallel; 0 or 1: every layer): this model is
+     * stage pp_rank of pp and runs layers dt_model_stage_layers gives, the embeddings on the first
+     * stage, the final norm and head on the last (and the token embedding there too when the head
+     * is tied to it). The tensors of the other stages are listed with no elements here (numel 0;
+     * whole and whole_offset as always). act_sets: the micro-batches whose activations it keeps
+     * at once (dt_model_use_acts; 0 or 1: one). */
+    int pp, pp_rank, act_sets;
 } dt_model_cfg;
 
 typedef struct dt_tensor_info {
@@ -58,6 +65,8 @@ typedef struct dt_tensor_info {
     int split, sections;
     size_t whole_offset; /* in floats in the whole model's layout: the whole tensors one after the other, in
                             this order (= offset without tensor parallelism) */
+    int absent;          /* pipeline parallelism (dt_model_cfg pp): another stage holds it; nothing here (numel 0,
+                            shape[0] 0) */
 } dt_tensor_info;
 
 enum { DT_SPLIT_NONE = 0, DT_SPLIT_ROWS, DT_SPLIT_COLS };
@@ -194,6 +203,28 @@ double dt_model_tp_ms(const dt_model *m);
 dt_status dt_model_gather_whole(dt_model *m, const float *local, float *whole);
 void dt_model_share_of(const dt_model *m, const float *whole, float *local);
 dt_status dt_model_save_whole(dt_model *m, const float *whole, const char *path);
+
+/* Pipeline parallelism (dt_model_cfg pp): stage `stage`'s layers [*lo, *hi), the contiguous
+ * split of n_layer comm.h's dt_comm_part makes (every layer without stages). */
+void dt_model_stage_layers(const dt_model_cfg *cfg, int stage, int *lo, int *hi);
+/* The whole model's floats stage `stage` holds (each tensor at its whole_offset): one range
+ * [*lo, *hi) of the whole layout (the last stage's copy of a tied embedding is the first's). */
+void dt_model_stage_range(const dt_model *m, int stage, size_t *lo, size_t *hi);
+/* Selects activation set k (0 .. act_sets-1): the next forward keeps its activations there, a
+ * backward reads the forward that used it. */
+void dt_model_use_acts(dt_model *m, int k);
+/* The stage's boundaries, host memory of B*T*n_embd floats (pipeline parallelism runs on CPU
+ * backends only): its input in the current set (written by the caller before a forward of a
+ * stage but the first), its output (the last layer's, after the forward), and the gradient the
+ * backward starts from (written by the caller before the backward of a stage but the last) and
+ * leaves (the input's, after the backward of a stage but the first). */
+float *dt_model_stage_input(dt_model *m);
+float *dt_model_stage_output(dt_model *m);
+float *dt_model_stage_grad(dt_model *m);
+/* The first and last stages of a language model whose head is its token embedding each hold it:
+ * where its gradient lies (offset, floats; *n 0 on every other model and stage). Their sum is
+ * each one's. */
+void dt_model_tied_grad(const dt_model *m, size_t *offset, size_t *n);
 
 /* DT_ERR_DATA "PATH: tensor NAME holds NaN at element I (K values are NaN or Inf)" when one of
  * the n values is not finite; DT_OK otherwise. */

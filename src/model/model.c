@@ -48,8 +48,13 @@ struct dt_model {
     size_t n_params;
     size_t n_whole;            /* the trainable tensors' floats whole (tensor parallelism: more than theirs here) */
 
-    /* activations for max_batch: pointers into one arena (act_table) */
+    /* activations for max_batch: pointers into one arena (act_table): the buffers every set
+     * shares, then act_sets sets of the others (dt_model_use_acts) */
     void *arena;
+    struct act_buf *act_tab;   /* (n_act_tab) the table, for moving the pointers to another set */
+    size_t *act_off;           /* (n_act_tab) each buffer's offset: in the shared part, or in a set */
+    int n_act_tab, act_set;    /* ... the set in use */
+    size_t shared_bytes, set_bytes;
     dt_act *encoded;           /* (B,T,C) residual stream input of layer 0 */
     net_acts *layers;          /* (L) */
     dt_act *lnf;               /* the final norm's output. LM: (B,T,C); cls: (B,C) */
@@ -294,6 +299,7 @@ typedef struct act_buf {
     void **at;   /* the model's pointer to it (NULL when only sizing) */
     int kind;    /* BUF_* */
     size_t n;    /* elements */
+    int shared;  /* one for every activation set (scratch, and what lives longer than a micro-batch) */
 } act_buf;
 
 /* attention's shape for batches of B */
@@ -329,52 +335,67 @@ static int act_table(const dt_model_cfg *c, dt_model *m, const net_layer *y0, si
     const net_arch *a = dt_net_arch(c->shape.arch);
     const size_t MEAN = a->norm == NET_LAYERNORM ? BT : 0, HMEAN = MEAN ? head_rows : 0; /* RMSNorm keeps rstd only */
     const size_t FREQ = a->rope ? (size_t)dt_shape_head_dim(&c->shape) / 2 : 0;
+    int lo, hi; /* pipeline parallelism: this stage's layers, and the head on the last stage only */
+    dt_model_stage_layers(c, c->pp > 1 ? c->pp_rank : 0, &lo, &hi);
+    const size_t H = c->pp <= 1 || c->pp_rank == c->pp - 1;
     int k = 0;
-#define BUF(field, kind_, count) out[k++] = (act_buf){m ? (void **)&(m->field) : NULL, (kind_), (count)}
+#define BUF(field, kind_, count) out[k++] = (act_buf){m ? (void **)&(m->field) : NULL, (kind_), (count), 0}
+#define SHARED(field, kind_, count) out[k++] = (act_buf){m ? (void **)&(m->field) : NULL, (kind_), (count), 1}
     BUF(encoded, BUF_ACT, BT * C);
     for (int l = 0; l < c->shape.n_layer; l++) {
-        BUF(layers[l].norm1, BUF_ACT, BT * C);
-        BUF(layers[l].norm1_mean, BUF_F32, MEAN);
-        BUF(layers[l].norm1_rstd, BUF_F32, BT);
-        BUF(layers[l].qkv, BUF_ACT, BT * QKV);
-        BUF(layers[l].atty, BUF_ACT, BT * ATT);
-        BUF(layers[l].att, BUF_BYTES, att);
-        BUF(layers[l].res2, BUF_ACT, BT * C);
-        BUF(layers[l].norm2, BUF_ACT, BT * C);
-        BUF(layers[l].norm2_mean, BUF_F32, MEAN);
-        BUF(layers[l].norm2_rstd, BUF_F32, BT);
-        BUF(layers[l].mlp_pre, BUF_ACT, BT * PRE);
-        BUF(layers[l].mlp_act, BUF_ACT, BT * ACT);
-        BUF(layers[l].res3, BUF_ACT, BT * C);
+        const size_t y = l >= lo && l < hi; /* 0: another stage's layer, no room */
+        BUF(layers[l].norm1, BUF_ACT, y * BT * C);
+        BUF(layers[l].norm1_mean, BUF_F32, y * MEAN);
+        BUF(layers[l].norm1_rstd, BUF_F32, y * BT);
+        BUF(layers[l].qkv, BUF_ACT, y * BT * QKV);
+        BUF(layers[l].atty, BUF_ACT, y * BT * ATT);
+        BUF(layers[l].att, BUF_BYTES, y * att);
+        BUF(layers[l].res2, BUF_ACT, y * BT * C);
+        BUF(layers[l].norm2, BUF_ACT, y * BT * C);
+        BUF(layers[l].norm2_mean, BUF_F32, y * MEAN);
+        BUF(layers[l].norm2_rstd, BUF_F32, y * BT);
+        BUF(layers[l].mlp_pre, BUF_ACT, y * BT * PRE);
+        BUF(layers[l].mlp_act, BUF_ACT, y * BT * ACT);
+        BUF(layers[l].res3, BUF_ACT, y * BT * C);
     }
     if (NL) {
-        BUF(pooled_in, BUF_ACT, B * C);
-        BUF(dpooled, BUF_ACT, B * C);
-        BUF(rows_dev, BUF_I32, B);
+        BUF(pooled_in, BUF_ACT, H * B * C);
+        SHARED(dpooled, BUF_ACT, H * B * C);
+        BUF(rows_dev, BUF_I32, H * B);
     }
-    BUF(lnf, BUF_ACT, head_rows * C);
-    BUF(lnf_mean, BUF_F32, HMEAN);
-    BUF(lnf_rstd, BUF_F32, head_rows);
-    BUF(logits, BUF_ACT, head_rows * (size_t)logits_ld);
+    BUF(lnf, BUF_ACT, H * head_rows * C);
+    BUF(lnf_mean, BUF_F32, H * HMEAN);
+    BUF(lnf_rstd, BUF_F32, H * head_rows);
+    BUF(logits, BUF_ACT, H * head_rows * (size_t)logits_ld);
     BUF(targets_dev, BUF_I32, head_rows);
-    BUF(losses, BUF_F32, BT);
+    SHARED(losses, BUF_F32, H * BT);
     BUF(tokens_dev, BUF_I32, BT);
-    BUF(pos_dev, BUF_I32, c->packed ? BT : 0);
-    BUF(argmax_dev, BUF_I32, BT);
-    BUF(xent_stats, BUF_F32, xent_in_parts(c) ? 4 * BT : 0);
-    BUF(xent_lse, BUF_F32, xent_in_parts(c) ? BT : 0);
-    BUF(d.dresidual, BUF_ACT, BT * C);
-    BUF(d.dnorm, BUF_ACT, BT * (ATT > C ? ATT : C));
-    BUF(d.dqkv, BUF_ACT, BT * QKV);
-    BUF(d.datt, BUF_BYTES, datt);
-    BUF(d.dpre, BUF_ACT, BT * PRE);
-    BUF(d.dact, BUF_ACT, BT * ACT);
-    BUF(net.inv_freq, BUF_F32, FREQ);
-    BUF(net.lora_h, BUF_F32, BT * 2 * (size_t)c->lora.rank);
-    BUF(loss_dev, BUF_BYTES, sizeof(double));
+    SHARED(pos_dev, BUF_I32, c->packed ? BT : 0);
+    SHARED(argmax_dev, BUF_I32, H * BT);
+    BUF(xent_stats, BUF_F32, xent_in_parts(c) ? H * 4 * BT : 0);
+    BUF(xent_lse, BUF_F32, xent_in_parts(c) ? H * BT : 0);
+    SHARED(d.dresidual, BUF_ACT, BT * C);
+    SHARED(d.dnorm, BUF_ACT, BT * (ATT > C ? ATT : C));
+    SHARED(d.dqkv, BUF_ACT, BT * QKV);
+    SHARED(d.datt, BUF_BYTES, datt);
+    SHARED(d.dpre, BUF_ACT, BT * PRE);
+    SHARED(d.dact, BUF_ACT, BT * ACT);
+    SHARED(net.inv_freq, BUF_F32, FREQ);
+    SHARED(net.lora_h, BUF_F32, BT * 2 * (size_t)c->lora.rank);
+    SHARED(loss_dev, BUF_BYTES, sizeof(double));
+#undef SHARED
 #undef BUF
     return k;
 }
+
+void dt_model_stage_layers(const dt_model_cfg *c, int stage, int *lo, int *hi) {
+    size_t a = 0, b = (size_t)c->shape.n_layer;
+    if (c->pp > 1) dt_comm_part((size_t)c->shape.n_layer, c->pp, stage, &a, &b);
+    *lo = (int)a;
+    *hi = (int)b;
+}
+
+static int act_sets(const dt_model_cfg *c) { return c->act_sets > 1 ? c->act_sets : 1; }
 
 static size_t buf_bytes(const act_buf *b, dt_dtype act) {
     size_t bytes = b->n * (b->kind == BUF_ACT ? dt_dtype_size(act) : b->kind == BUF_BYTES ? 1 : 4);
@@ -390,7 +411,7 @@ static size_t table_bytes(const dt_model_cfg *c, dt_model *m, const net_layer *y
     const dt_att_shape as = att_shape(c, c->max_batch);
     ops->attention_bytes(ctx, &as, bf16, &att, &datt);
     *n = act_table(c, m, y0, att, datt, ops->logits_stride(head_width(c)), t);
-    for (int i = 0; i < *n; i++) total += buf_bytes(&t[i], act);
+    for (int i = 0; i < *n; i++) total += buf_bytes(&t[i], act) * (t[i].shared ? 1 : (size_t)act_sets(c));
     return total;
 }
 
@@ -480,6 +501,10 @@ static dt_status check_cfg(const dt_model_cfg *mc) {
                             c->n_positions, mc->seq_len);
     if (mc->max_batch < 1)
         return dt_error_set(DT_ERR_CONFIG, "data.batch_size_per_worker: expected >= 1, got %d", mc->max_batch);
+    if (mc->pp > 1 && (mc->pp_rank < 0 || mc->pp_rank >= mc->pp || mc->pp > c->n_layer || mc->lora.rank || mc->packed))
+        return dt_error_set(DT_ERR_CONFIG, "training.pipeline_parallel: stage %d of %d of %d layers: expected a stage "
+                            "of the stages, at most one a layer, no model.lora and no data.packing", mc->pp_rank, mc->pp,
+                            c->n_layer);
     if (mc->tp > 1) { /* config.c refuses these by key; a caller that builds the model itself lands here */
         const int I = c->arch == DT_ARCH_LLAMA ? c->intermediate_size : 4 * c->n_embd;
         if (c->n_head % mc->tp || dt_shape_kv_heads(c) % mc->tp || I % mc->tp || c->vocab_size < mc->tp ||
@@ -577,6 +602,7 @@ static dt_status get_tensor(dt_model *m, int i, float *v) { return get_part(m, i
  * (to_local), or share r's place in whole = local. The split dimension is t->sections blocks,
  * each cut in tp parts (net_part_lo); share r holds part r of every block, in block order. */
 static void shard_copy(const dt_tensor_info *t, int tp, int r, float *whole, float *local, int to_local) {
+    if (t->absent) return;
     const size_t R = (size_t)t->whole[0], C = (size_t)t->whole[1], S = (size_t)t->sections;
     const int rows = t->split == DT_SPLIT_ROWS;
     const int block = (int)((rows ? R : C) / S);                 /* a block's length along the split */
@@ -593,7 +619,7 @@ static void shard_copy(const dt_tensor_info *t, int tp, int r, float *whole, flo
 
 /* the floats of share r of tensor t (tp shares) */
 static size_t share_numel(const dt_tensor_info *t, int tp, int r) {
-    if (t->split == DT_SPLIT_NONE) return t->numel;
+    if (t->split == DT_SPLIT_NONE || t->absent) return t->numel;
     const int rows = t->split == DT_SPLIT_ROWS;
     const size_t len = (size_t)t->sections * (size_t)net_part_len((rows ? t->whole[0] : t->whole[1]) / t->sections, tp, r);
     return len * (size_t)(rows ? t->whole[1] : t->whole[0]);
@@ -604,6 +630,7 @@ static size_t whole_numel(const dt_tensor_info *t) { return (size_t)t->whole[0] 
 /* tensor i = this share of `whole` (whole numel floats) */
 static dt_status put_share(dt_model *m, int i, float *whole) {
     const dt_tensor_info *t = &m->tensors[i];
+    if (t->absent) return DT_OK;
     if (t->split == DT_SPLIT_NONE) return put_part(m, i, 0, t->numel, whole);
     float *mine = dt_malloc(t->numel * sizeof(float), "tensor-parallel share");
     if (!mine) return DT_ERR_NOMEM;
@@ -613,13 +640,16 @@ static dt_status put_share(dt_model *m, int i, float *whole) {
     return st;
 }
 
+/* a tensor this model holds only part of, or none (tensor, pipeline parallelism) */
+static int partial(const dt_tensor_info *t) { return t->split != DT_SPLIT_NONE || t->absent; }
+
 /* Every tensor as the architecture says it starts, in layout order from one normal stream. A
- * tensor-parallel share draws every tensor whole and keeps its share: the same weights as one
- * worker's. */
+ * tensor-parallel share (a pipeline stage) draws every tensor whole and keeps its share (its
+ * own): the same weights as one worker's. */
 static dt_status init_weights(dt_model *m) {
     size_t most = PART;
     for (int i = 0; i < m->n_tensors; i++)
-        if (m->tensors[i].split != DT_SPLIT_NONE && whole_numel(&m->tensors[i]) > most) most = whole_numel(&m->tensors[i]);
+        if (partial(&m->tensors[i]) && whole_numel(&m->tensors[i]) > most) most = whole_numel(&m->tensors[i]);
     float *p = dt_malloc(most * sizeof(float), "initial weights");
     if (!p) return DT_ERR_NOMEM;
     rng_t r = {m->cfg.seed, 0, 0.0};
@@ -628,7 +658,7 @@ static dt_status init_weights(dt_model *m) {
         const int i = m->seq[k];
         const dt_tensor_info *t = &m->tensors[i];
         const double std = m->init_std[i];
-        const int split = t->split != DT_SPLIT_NONE;
+        const int split = partial(t);
         const size_t numel = split ? whole_numel(t) : t->numel, step = split ? numel : PART;
         for (size_t j0 = 0; st == DT_OK && j0 < numel; j0 += step) {
             const size_t n = numel - j0 < step ? numel - j0 : step;
@@ -653,6 +683,8 @@ void dt_model_free(dt_model *m) {
     o->free(ctx, m->base16);
     o->free(ctx, m->net.grads);
     o->free(ctx, m->arena);
+    free(m->act_tab);
+    free(m->act_off);
     o->free_host(ctx, m->loss_host);
     free(m->layers);
     free(m->net.w.layers);
@@ -673,23 +705,35 @@ void dt_model_free(dt_model *m) {
     free(m);
 }
 
-/* One allocation for every activation, and the table's pointers into it. */
+void dt_model_use_acts(dt_model *m, int k) {
+    m->act_set = k;
+    char *set = (char *)m->arena + m->shared_bytes + (size_t)k * m->set_bytes;
+    for (int i = 0; i < m->n_act_tab; i++)
+        *m->act_tab[i].at = (m->act_tab[i].shared ? (char *)m->arena : set) + m->act_off[i];
+}
+
+/* One allocation for every activation: the shared buffers, then each set of the others; the
+ * table's pointers into set 0. */
 static dt_status alloc_arena(dt_model *m) {
-    act_buf *t = dt_malloc(MAX_BUFS(m->cfg.shape.n_layer) * sizeof *t, "activation table");
-    if (!t) return DT_ERR_NOMEM;
-    int n;
+    const int L = m->cfg.shape.n_layer;
+    m->act_tab = dt_malloc(MAX_BUFS(L) * sizeof *m->act_tab, "activation table");
+    m->act_off = dt_malloc(MAX_BUFS(L) * sizeof *m->act_off, "activation table");
+    if (!m->act_tab || !m->act_off) return DT_ERR_NOMEM;
     const dt_ops *o = m->be->ops;
-    const size_t total = table_bytes(&m->cfg, m, &m->net.w.layers[0], o, m->be->ctx, o->bf16(m->be->ctx), t, &n);
-    char what[96];
-    snprintf(what, sizeof what, "the activations of batch %d (%.1f MiB)", m->cfg.max_batch, (double)total / (1 << 20));
-    dt_status st = m->be->ops->alloc(m->be->ctx, total, what, &m->arena);
-    size_t off = 0;
-    for (int i = 0; st == DT_OK && i < n; i++) {
-        *t[i].at = (char *)m->arena + off;
-        off += buf_bytes(&t[i], m->net.act);
+    act_buf *t = m->act_tab;
+    const size_t total = table_bytes(&m->cfg, m, &m->net.w.layers[0], o, m->be->ctx, o->bf16(m->be->ctx), t,
+                                     &m->n_act_tab);
+    for (int i = 0; i < m->n_act_tab; i++) {
+        size_t *at = t[i].shared ? &m->shared_bytes : &m->set_bytes;
+        m->act_off[i] = *at;
+        *at += buf_bytes(&t[i], m->net.act);
     }
-    free(t);
-    return st;
+    char what[128];
+    snprintf(what, sizeof what, "the activations of batch %d (%.1f MiB%s)", m->cfg.max_batch, (double)total / (1 << 20),
+             act_sets(&m->cfg) > 1 ? ", for the micro-batches in flight" : "");
+    DT_TRY(m->be->ops->alloc(m->be->ctx, total, what, &m->arena));
+    dt_model_use_acts(m, 0);
+    return DT_OK;
 }
 
 /* Where each tensor is kept (m->store): the frozen matrices in base16 with model.lora.base_dtype
@@ -815,6 +859,9 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_backen
     if (cfg->tp > 1 && (be->ops->memory || be->ops->act_dtype(be->ops->bf16(be->ctx)) != DT_DTYPE_F32))
         return dt_error_set(DT_ERR_CONFIG, "training.tensor_parallel: the %s backend's activations cannot be summed "
                             "across shares yet (hint: training.device: cpu)", be->ops->name);
+    if (cfg->pp > 1 && (be->ops->memory || be->ops->act_dtype(be->ops->bf16(be->ctx)) != DT_DTYPE_F32))
+        return dt_error_set(DT_ERR_CONFIG, "training.pipeline_parallel: the %s backend's activations cannot be passed "
+                            "between stages yet (hint: training.device: cpu)", be->ops->name);
     if (cfg->lora.rank && !(be->ops->lora_fwd && be->ops->lora_bwd))
         return dt_error_set(DT_ERR_CONFIG, "model.lora: the %s backend has no LoRA adapters yet (hint: "
                             "training.device: cpu, or model.lora.rank: 0)", be->ops->name);
@@ -1078,20 +1125,27 @@ static void lm_head(dt_model *m, const dt_act *x, const int *targets, int BT, in
     res->pred = predict ? m->host_argmax : NULL;
 }
 
+static int first_stage(const dt_model *m) { return m->cfg.pp <= 1 || m->cfg.pp_rank == 0; }
+static int last_stage(const dt_model *m) { return m->cfg.pp <= 1 || m->cfg.pp_rank == m->cfg.pp - 1; }
+
+/* Pipeline parallelism: a stage but the first reads its input from `encoded` (the caller's), a
+ * stage but the last ends at its last layer (res all 0) */
 static dt_status forward(dt_model *m, const int *tokens, const int *targets, int B, dt_fwd_result *res, int predict,
                          float scale) {
     DT_TRY(upload_inputs(m, tokens, targets, B));
     const int T = m->cfg.seq_len;
     const net_span span = {.B = B, .T = T, .pos0 = -1};
-    dt_net_embed(&m->net, m->encoded, m->tokens_dev, B, T, -1);
+    if (first_stage(m)) dt_net_embed(&m->net, m->encoded, m->tokens_dev, B, T, -1);
     const dt_act *x = m->encoded;
-    for (int l = 0; l < m->cfg.shape.n_layer; l++) {
+    int lo, hi;
+    dt_model_stage_layers(&m->cfg, m->cfg.pp_rank, &lo, &hi);
+    for (int l = lo; l < hi; l++) {
         dt_net_layer_fwd(&m->net, l, &m->layers[l], x, &span);
         x = m->layers[l].res3;
     }
     if (res) memset(res, 0, sizeof *res);
-    if (m->cfg.shape.num_labels) classifier_head(m, x, targets, B, predict, scale, res);
-    else lm_head(m, x, targets, B * T, predict, scale, res);
+    if (last_stage(m) && m->cfg.shape.num_labels) classifier_head(m, x, targets, B, predict, scale, res);
+    else if (last_stage(m)) lm_head(m, x, targets, B * T, predict, scale, res);
     m->last_B = B;
     if (m->tp_st != DT_OK) return m->tp_st;
     return res ? m->be->ops->check(m->be->ctx) : DT_OK; /* training: the step's check reports a failure */
@@ -1156,18 +1210,60 @@ static dt_status head_bwd(dt_model *m, int B, float scale) {
     return DT_OK;
 }
 
+/* Pipeline parallelism: a stage but the last starts from the gradient in d.dresidual (the
+ * caller's), a stage but the first leaves its input's there; every bucket is reported, another
+ * stage's empty. */
 dt_status dt_model_backward(dt_model *m, float scale, dt_bucket_ready_fn ready, void *user) {
     const int B = m->last_B, T = m->cfg.seq_len, L = m->cfg.shape.n_layer;
     if (B == 0) return dt_error_set(DT_ERR_INTERNAL, "model backward called without a forward");
-    DT_TRY(head_bwd(m, B, scale));
+    if (last_stage(m)) DT_TRY(head_bwd(m, B, scale));
     if (ready) ready(user, L + 1);
+    int lo, hi;
+    dt_model_stage_layers(&m->cfg, m->cfg.pp_rank, &lo, &hi);
     for (int l = L - 1; l >= 0; l--) {
-        dt_net_layer_bwd(&m->net, l, &m->layers[l], l == 0 ? m->encoded : m->layers[l - 1].res3, &m->d, B, T);
+        if (l >= lo && l < hi)
+            dt_net_layer_bwd(&m->net, l, &m->layers[l], l == lo ? m->encoded : m->layers[l - 1].res3, &m->d, B, T);
         if (ready) ready(user, 1 + l);
     }
-    dt_net_embed_bwd(&m->net, m->d.dresidual, m->tokens_dev, B, T);
+    if (first_stage(m)) dt_net_embed_bwd(&m->net, m->d.dresidual, m->tokens_dev, B, T);
     if (ready) ready(user, 0);
     return m->tp_st;
+}
+
+float *dt_model_stage_input(dt_model *m) { return (float *)m->encoded; }
+float *dt_model_stage_grad(dt_model *m) { return (float *)m->d.dresidual; }
+float *dt_model_stage_output(dt_model *m) {
+    int lo, hi;
+    dt_model_stage_layers(&m->cfg, m->cfg.pp_rank, &lo, &hi);
+    return (float *)m->layers[hi - 1].res3;
+}
+
+void dt_model_tied_grad(const dt_model *m, size_t *offset, size_t *n) {
+    *offset = *n = 0;
+    if (m->cfg.pp <= 1 || !dt_net_tied_head(&m->cfg) || !(first_stage(m) || last_stage(m))) return;
+    for (int i = 0; i < dt_model_num_tensors(m); i++)
+        if (m->view[i].offset == m->net.w.wte && !m->view[i].absent) {
+            *offset = m->view[i].offset;
+            *n = m->view[i].numel;
+        }
+}
+
+void dt_model_stage_range(const dt_model *m, int stage, size_t *lo, size_t *hi) {
+    const int L = m->cfg.shape.n_layer;
+    int l0, l1;
+    dt_model_stage_layers(&m->cfg, stage, &l0, &l1);
+    *lo = SIZE_MAX;
+    *hi = 0;
+    for (int i = 0; i < dt_model_num_tensors(m); i++) {
+        const dt_tensor_info *t = &m->view[i];
+        const int b = t->bucket;
+        const int held = b == 0 ? stage == 0 : b == L + 1 ? stage == (m->cfg.pp > 1 ? m->cfg.pp : 1) - 1
+                                                          : b - 1 >= l0 && b - 1 < l1;
+        if (!held) continue;
+        if (t->whole_offset < *lo) *lo = t->whole_offset;
+        if (t->whole_offset + whole_numel(t) > *hi) *hi = t->whole_offset + whole_numel(t);
+    }
+    if (*lo > *hi) *lo = *hi;
 }
 
 /* ---- weights I/O ---- */
@@ -1186,6 +1282,7 @@ dt_status dt_model_gather_whole(dt_model *m, const float *local, float *whole) {
     if (!local) local = mine;
     for (int i = 0; st == DT_OK && i < dt_model_num_tensors(m); i++) { /* one all-gather a split tensor, in order */
         const dt_tensor_info *t = &m->view[i];
+        if (t->absent) continue; /* another stage's */
         if (t->split == DT_SPLIT_NONE) {
             if (whole) memcpy(whole + t->whole_offset, local + t->offset, t->numel * sizeof(float));
             continue;
@@ -1409,6 +1506,7 @@ dt_status dt_check_finite(const float *v, size_t n, const char *path, const char
 static dt_status load_tensor(dt_model *m, dt_st_file *f, int j, const dt_st_tensor *t, const dt_st_tensor *lm, float *v,
                              const char *path) {
     const size_t numel = m->tensors[j].numel;
+    if (m->tensors[j].absent) return DT_OK; /* another stage's: it reads and checks it */
     if (m->tensors[j].split != DT_SPLIT_NONE) { /* a tensor-parallel share: read whole, keep the share */
         float *whole = dt_malloc(whole_numel(&m->tensors[j]) * sizeof(float), "weights staging");
         if (!whole) return DT_ERR_NOMEM;

@@ -16,13 +16,35 @@ size_t dt_net_add(net_builder *b, const char *name, int rows, int cols, net_init
     return dt_net_add_split(b, name, rows, cols, init, std, decay, bucket, DT_SPLIT_NONE, 1);
 }
 
+int dt_net_tied_head(const dt_model_cfg *c) {
+    return !c->shape.num_labels && (c->shape.arch == DT_ARCH_GPT2 || c->shape.tie_word_embeddings);
+}
+
+/* Pipeline parallelism: whether this stage holds a tensor of `bucket`: its layers', the head's on
+ * the last stage, the embeddings on the first (and the token embedding on the last too when the
+ * head is tied to it) */
+static int stage_holds(const net_builder *b, const char *name, int bucket) {
+    const dt_model_cfg *c = b->cfg;
+    if (c->pp <= 1) return 1;
+    const int L = c->shape.n_layer, first = c->pp_rank == 0, last = c->pp_rank == c->pp - 1;
+    if (bucket == L + 1) return last;
+    if (bucket > 0) {
+        int lo, hi;
+        dt_model_stage_layers(c, c->pp_rank, &lo, &hi);
+        return bucket - 1 >= lo && bucket - 1 < hi;
+    }
+    return first || (last && dt_net_tied_head(c) && strcmp(name, dt_net_arch(c->shape.arch)->embed_name) == 0);
+}
+
 size_t dt_net_add_split(net_builder *b, const char *name, int rows, int cols, net_init init, double std, int decay,
                         int bucket, int split, int sections) {
     const int tp = b->tp > 1 ? b->tp : 1;
     if (tp == 1) split = DT_SPLIT_NONE;
     const int whole[2] = {rows, cols ? cols : 1};
+    const int absent = !stage_holds(b, name, bucket);
     if (split == DT_SPLIT_ROWS) rows = sections * net_part_len(rows / sections, tp, b->tp_rank);
     if (split == DT_SPLIT_COLS) cols = sections * net_part_len(cols / sections, tp, b->tp_rank);
+    if (absent) rows = 0;
     const size_t off = b->off;
     const size_t numel = (size_t)rows * (size_t)(cols ? cols : 1);
     if (b->tensors) {
@@ -39,6 +61,7 @@ size_t dt_net_add_split(net_builder *b, const char *name, int rows, int cols, ne
         t->offset = off;
         t->bucket = bucket;
         t->decay = decay;
+        t->absent = absent;
         b->init[b->n] = init;
         b->std[b->n] = std;
     }

@@ -101,12 +101,17 @@ typedef struct net_builder {
     size_t mat;              /* ... of them in matrices (cols > 0) */
 } net_builder;
 
+/* A language model whose output head is its token embedding (GPT-2's; Llama's with
+ * tie_word_embeddings). */
+int dt_net_tied_head(const dt_model_cfg *c);
+
 /* Adds a tensor of rows x cols (cols 0: a vector of rows) named `name` to bucket `bucket`
  * (0 the embeddings, 1 + l layer l, L + 1 the head); decay: AdamW's weight decay applies.
  * Returns its offset. */
 size_t dt_net_add(net_builder *b, const char *name, int rows, int cols, net_init init, double std, int decay, int bucket);
 /* The same for a tensor split across tensor-parallel shares (dt_tensor_info split, sections):
- * rows x cols is its whole shape; this share's is laid out. */
+ * rows x cols is its whole shape; this share's is laid out. A tensor of another pipeline stage
+ * (dt_model_cfg pp) is listed with no elements (dt_tensor_info absent). */
 size_t dt_net_add_split(net_builder *b, const char *name, int rows, int cols, net_init init, double std, int decay,
                         int bucket, int split, int sections);
 
