@@ -717,7 +717,121 @@ static void test_lora(void) {
               ctok, labels, B);
 }
 
+/* Pipeline stages in one process, the boundaries copied by hand: P stages of `cfg`, two
+ * micro-batches run forward, forward, backward, backward (each stage in its own activation
+ * sets, as 1F1B keeps them) give the whole model's loss and, tensor by tensor at whole_offset,
+ * its accumulated gradients (a tied embedding's: the first and last stages' summed). */
+static void stages_check(const char *name, dt_model_cfg cfg, int P) {
+    enum { MB = 2 };
+    dt_backend *be;
+    CHECK(dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = 1}, &be) == DT_OK);
+    const int B = cfg.max_batch, T = cfg.seq_len, C = cfg.shape.n_embd, NL = cfg.shape.num_labels;
+    const int nt = NL ? B : B * T;
+    int tok[MB][64], tgt[MB][64];
+    for (int k = 0; k < MB; k++)
+        for (int i = 0; i < B * T; i++) {
+            tok[k][i] = (int)(urand() * cfg.shape.vocab_size);
+            if (i < nt) tgt[k][i] = NL ? (int)(urand() * NL) : (int)(urand() * cfg.shape.vocab_size);
+        }
+    dt_model *whole, *st[4];
+    CHECK(dt_model_init(&whole, &cfg, be) == DT_OK);
+    dt_model_zero_grad(whole);
+    double loss_whole = 0, loss_st = 0;
+    for (int k = 0; k < MB; k++) {
+        dt_fwd_result r;
+        CHECK(dt_model_forward_loss(whole, tok[k], tgt[k], B, 0.5f, &r) == DT_OK);
+        loss_whole += r.loss_sum;
+        CHECK(dt_model_backward(whole, 0.5f, NULL, NULL) == DT_OK);
+    }
+    for (int p = 0; p < P; p++) {
+        dt_model_cfg c = cfg;
+        c.pp = P;
+        c.pp_rank = p;
+        c.act_sets = MB;
+        CHECK(dt_model_init(&st[p], &c, be) == DT_OK);
+        dt_model_zero_grad(st[p]);
+    }
+    const size_t bytes = (size_t)B * T * C * sizeof(float);
+    for (int k = 0; k < MB; k++) /* forward, forward */
+        for (int p = 0; p < P; p++) {
+            dt_model_use_acts(st[p], k);
+            if (p) memcpy(dt_model_stage_input(st[p]), dt_model_stage_output(st[p - 1]), bytes);
+            dt_fwd_result r;
+            CHECK(dt_model_forward_loss(st[p], tok[k], tgt[k], B, 0.5f, &r) == DT_OK);
+            if (p < P - 1) CHECK(r.rows == 0 && r.loss_sum == 0);
+            loss_st += r.loss_sum;
+        }
+    for (int k = 0; k < MB; k++) /* backward, backward */
+        for (int p = P - 1; p >= 0; p--) {
+            dt_model_use_acts(st[p], k);
+            if (p < P - 1) memcpy(dt_model_stage_grad(st[p]), dt_model_stage_grad(st[p + 1]), bytes);
+            CHECK(dt_model_backward(st[p], 0.5f, NULL, NULL) == DT_OK);
+        }
+    CHECK_NEAR_REL(loss_st, loss_whole, 1e-6, 0);
+    /* gradients and weights by name */
+    size_t held = 0;
+    for (int i = 0; i < dt_model_num_tensors(whole); i++) {
+        const dt_tensor_info *w = dt_model_tensor(whole, i);
+        float *gsum = calloc(w->numel, sizeof(float));
+        int holders = 0;
+        for (int p = 0; p < P; p++) {
+            const dt_tensor_info *t = dt_model_tensor(st[p], i);
+            CHECK_STR_EQ(t->name, w->name);
+            CHECK(t->whole_offset == w->whole_offset);
+            if (t->absent) {
+                CHECK(t->numel == 0);
+                continue;
+            }
+            holders++;
+            CHECK(t->numel == w->numel);
+            CHECK(memcmp(dt_model_params(st[p]) + t->offset, dt_model_params(whole) + w->offset, w->numel * sizeof(float)) == 0);
+            for (size_t j = 0; j < w->numel; j++) gsum[j] += dt_model_grads(st[p])[t->offset + j];
+            if (holders == 1) held += w->numel;
+        }
+        CHECK(holders == 1 || (holders == 2 && w->offset == 0 && !NL)); /* the tied embedding: first and last */
+        float gmax = 0;
+        for (size_t j = 0; j < w->numel; j++) gmax = fmaxf(gmax, fabsf(dt_model_grads(whole)[w->offset + j]));
+        for (size_t j = 0; j < w->numel; j++) CHECK_NEAR_REL(gsum[j], dt_model_grads(whole)[w->offset + j], 1e-4, 1e-4 * gmax);
+        free(gsum);
+    }
+    CHECK(held == dt_model_num_params(whole));
+    /* the stages' ranges of the whole layout tile it */
+    size_t end = 0;
+    for (int p = 0; p < P; p++) {
+        size_t lo, hi;
+        dt_model_stage_range(st[p], p, &lo, &hi);
+        CHECK(lo == end && hi > lo);
+        end = hi;
+    }
+    CHECK(end == dt_model_whole_params(whole));
+    size_t off, n;
+    dt_model_tied_grad(st[P - 1], &off, &n);
+    CHECK(n == (NL || (cfg.shape.arch == DT_ARCH_LLAMA && !cfg.shape.tie_word_embeddings) ? 0
+                                                                                          : (size_t)cfg.shape.vocab_size * C));
+    for (int p = 0; p < P; p++) dt_model_free(st[p]);
+    dt_model_free(whole);
+    dt_backend_close(be);
+    printf("pipeline stages, %s, %d stages: ok\n", name, P);
+}
+
+static void test_pipeline_stages(void) {
+    dt_model_cfg g = {.shape = {.vocab_size = 13, .n_positions = 6, .n_layer = 3, .n_head = 2, .n_embd = 8},
+                      .seq_len = 5, .max_batch = 2, .seed = 3};
+    stages_check("gpt2 lm", g, 2);
+    stages_check("gpt2 lm", g, 3);
+    g.shape.num_labels = 3;
+    stages_check("gpt2 classifier", g, 2);
+    dt_model_cfg ll = {.shape = {.arch = DT_ARCH_LLAMA, .vocab_size = 11, .n_positions = 8, .n_layer = 4, .n_head = 4,
+                                 .n_embd = 8, .num_key_value_heads = 2, .head_dim = 4, .intermediate_size = 12,
+                                 .rope_theta = 10000.0, .rms_norm_eps = 1e-5},
+                       .seq_len = 6, .max_batch = 2, .seed = 7};
+    stages_check("llama lm untied", ll, 4);
+    ll.shape.tie_word_embeddings = 1;
+    stages_check("llama lm tied", ll, 2);
+}
+
 int main(void) {
+    test_pipeline_stages();
     test_memory_table();
     test_lora();
     test_base16();
