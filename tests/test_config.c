@@ -487,9 +487,20 @@ static void test_errors(void) {
              "(each worker takes an equal share of the MLP)",
              MIN "training:\n  device: cpu\n  num_workers: 4\n  tensor_parallel: 4\nmodel:\n  type: llama\n"
                  "  n_head: 8\n  intermediate_size: 66\n");
-    LOAD_ERR("finetune.yaml:5: training.pipeline_parallel: expected 1, got 2: pipeline stages are not built yet "
-             "(hint: training.tensor_parallel splits every layer across workers instead)",
-             MIN "training:\n  num_workers: 2\n  pipeline_parallel: 2\n");
+    LOAD_OK(MIN "training:\n  device: cpu\n  num_workers: 8\n  pipeline_parallel: 2\n  tensor_parallel: 2\n");
+    CHECK_INT_EQ(cfg.training.pipeline_parallel, 2);
+    LOAD_ERR("finetune.yaml:6: training.pipeline_parallel: expected a divisor of training.num_workers (6) / "
+             "tensor_parallel (2), got 2 (num_workers = data-parallel replicas x pipeline_parallel x tensor_parallel)",
+             MIN "training:\n  device: cpu\n  num_workers: 6\n  pipeline_parallel: 2\n  tensor_parallel: 2\n");
+    LOAD_ERR("finetune.yaml:6: training.pipeline_parallel: expected at most model.n_layer (2), got 3 (each stage runs "
+             "at least one layer)", MIN "training:\n  device: cpu\n  num_workers: 3\n  pipeline_parallel: 3\nmodel:\n"
+                                       "  n_layer: 2\n");
+    LOAD_ERR("finetune.yaml:6: training.pipeline_parallel: is 2, but pipeline stages run on CPU workers only so far "
+             "(hint: training.device: cpu, or training.pipeline_parallel: 1)",
+             MIN "training:\n  device: cuda\n  num_workers: 2\n  pipeline_parallel: 2\n");
+    LOAD_ERR("finetune.yaml:6: training.pipeline_parallel: is 2, but data.packing does not combine with pipeline "
+             "stages yet (hint: data.packing: false)",
+             MIN "  packing: true\n  format: completion\ntraining:\n  device: cpu\n  num_workers: 2\n  pipeline_parallel: 2\n");
     LOAD_ERR("finetune.yaml:6: training.tensor_parallel: is 2, but tensor parallelism runs on CPU workers only so "
              "far (hint: training.device: cpu, or training.tensor_parallel: 1)",
              MIN "training:\n  device: cuda\n  num_workers: 2\n  tensor_parallel: 2\n");

@@ -1,21 +1,26 @@
-/* test_parallel.c — model parallelism (training.tensor_parallel) through the real binary:
- *   - equivalence: a GPT-2 and a Llama with grouped-query attention, as classifiers and as
- *     language models (the vocabulary of 257 split unevenly: the embedding, the tied or own
- *     output head and the cross-entropy in shares), each trained 20 steps on 1 worker x batch 8
- *     and on T2 (2 workers), T4 (4 workers) and D2xT2 (4 workers, batch 4 each; with and
- *     without ZeRO-1 over the replicas): the same per-step losses (1e-5 relative), the same
- *     final weights and AdamW moments (relative L2 distance <= 1e-5; the files whole, as one
- *     worker writes them) and the same evaluation (confusion matrix, or loss and accuracy: each
- *     replica's predictions counted once);
- *   - checkpoints stay whole: D2xT2's checkpoint of step 10 (also with ZeRO-1) resumes on 1
- *     worker, and the 1-worker checkpoint of step 10 resumes on T4; each ends on the 1-worker
- *     run's weights and AdamW moments; so does a D2xT2 run whose share 3 is killed at step 15
- *     and restarted;
+/* test_parallel.c — model parallelism (training.tensor_parallel, pipeline_parallel) through the
+ * real binary:
+ *   - equivalence: a GPT-2 and a Llama with grouped-query attention (4 layers), as classifiers
+ *     and as language models (the vocabulary of 257 split unevenly: the embedding, the tied or
+ *     own output head and the cross-entropy in shares), each trained 20 steps on 1 worker x
+ *     batch 8 and on T2 (2 workers), T4 (4 workers) and D2xT2 (4 workers, batch 4 each; with and
+ *     without ZeRO-1 over the replicas), and in pipeline stages (1F1B over grad_accum_steps
+ *     micro-batches of 2 or 1: the same 8 rows a step) on P4, P2xT2, D2xP2 (with and without
+ *     ZeRO-1) and P2 on 2 workers: the same per-step losses (1e-5 relative), the same final
+ *     weights and AdamW moments (relative L2 distance <= 1e-5; the files whole, as one worker
+ *     writes them; GPT-2's tied embedding, held by the first and last stages, one tensor) and
+ *     the same evaluation (confusion matrix, or loss and accuracy: each replica's predictions
+ *     counted once);
+ *   - checkpoints stay whole: D2xT2's checkpoint of step 10 (also with ZeRO-1) and D2xP2's
+ *     (ZeRO-1) resume on 1 worker, P2xT2's of the language model too, and the 1-worker
+ *     checkpoint of step 10 resumes on T4 and on P4; each ends on the 1-worker run's weights and
+ *     AdamW moments; so do a D2xT2 run whose share 3 is killed at step 15 and a D2xP2 run whose
+ *     last stage is, both restarted;
  *   - measured, each worker's memory falls as 1/T: resident memory while training a model whose
  *     weights and AdamW state dwarf everything else, less the same process's with a tiny model;
  *   - samples during training (logging.sample_every_steps) from D2xT2 are the 1-worker run's;
- *   - --dry-run says each worker's share; dtrain doctor --tensor-parallel checks every group's
- *     collective;
+ *   - --dry-run says each worker's share, and each stage's layers, parameters, memory and the
+ *     schedule's bubble; dtrain doctor --tensor-parallel checks every group's collective;
  *   - a worker killed mid-run stops the others at once (exit 1 naming it), nothing left in
  *     /dev/shm; one stopped (SIGSTOP) makes the others time out naming its rank in the job. */
 #include <jansson.h>
@@ -40,13 +45,13 @@
 enum { GPT2_CLS, LLAMA_CLS, GPT2_LM, LLAMA_LM, N_MODELS };
 static const char *const model_names[N_MODELS] = {"gpt2", "llama", "gpt2-lm", "llama-lm"};
 static const char *const model_sets[N_MODELS][12] = {
-    {"model.n_head=4", "model.n_embd=64", "model.n_layer=2"},
+    {"model.n_head=4", "model.n_embd=64", "model.n_layer=4"},
     {"model.type=llama", "model.n_head=8", "model.num_key_value_heads=4", "model.n_embd=64",
-     "model.intermediate_size=96", "model.n_layer=2"},
-    {"model.n_head=4", "model.n_embd=64", "model.n_layer=2", "data.seq_len=32", "eval.every_steps=10",
+     "model.intermediate_size=96", "model.n_layer=4"},
+    {"model.n_head=4", "model.n_embd=64", "model.n_layer=4", "data.seq_len=32", "eval.every_steps=10",
      "training.device=cpu"},
     {"model.type=llama", "model.n_head=8", "model.num_key_value_heads=4", "model.n_embd=64",
-     "model.intermediate_size=96", "model.n_layer=2", "model.tie_word_embeddings=false", "data.seq_len=32"},
+     "model.intermediate_size=96", "model.n_layer=4", "model.tie_word_embeddings=false", "data.seq_len=32"},
 };
 
 /* a 20-step run of `model` in test_dir()/tag: `workers` x `batch`, tensor_parallel tp, a
@@ -142,17 +147,24 @@ static void read_eval(const char *tag, char *out, size_t n) {
 
 static void test_equivalence(int model) {
     const char *arch = model_names[model];
-    enum { N = 5 };
-    /* workers, batch, tensor_parallel, zero_stage: 1 x 8, T2, T4, D2 x T2, and that with ZeRO-1 */
-    const int setups[N][4] = {{1, 8, 1, 0}, {2, 8, 2, 0}, {4, 8, 4, 0}, {4, 4, 2, 0}, {4, 4, 2, 1}};
-    const char *const zero[] = {"training.zero_stage=1", NULL};
+    enum { N = 10 };
+    /* workers, batch, tensor_parallel, zero_stage, pipeline_parallel, grad_accum_steps: 1 x 8, T2,
+     * T4, D2 x T2 and that with ZeRO-1; P4, P2 x T2, D2 x P2 and that with ZeRO-1, P2 on 2 workers
+     * (the pipelines over 4 or 2 micro-batches: the same global batch of 8) */
+    const int setups[N][6] = {{1, 8, 1, 0, 1, 1}, {2, 8, 2, 0, 1, 1}, {4, 8, 4, 0, 1, 1}, {4, 4, 2, 0, 1, 1},
+                              {4, 4, 2, 1, 1, 1}, {4, 2, 1, 0, 4, 4}, {4, 2, 2, 0, 2, 4}, {4, 2, 1, 0, 2, 2},
+                              {4, 2, 1, 1, 2, 2}, {2, 1, 1, 0, 2, 8}};
     char base[64], conf_base[1024], conf[1024];
     double loss_base[32], loss[32];
     for (int s = 0; s < N; s++) {
-        char tag[64];
-        snprintf(tag, sizeof tag, "%s-%dx%d-t%d%s", arch, setups[s][0], setups[s][1], setups[s][2],
+        char tag[64], stages[16] = "", pp[64], accum[64];
+        if (setups[s][4] > 1) snprintf(stages, sizeof stages, "-p%d", setups[s][4]);
+        snprintf(tag, sizeof tag, "%s-%dx%d-t%d%s%s", arch, setups[s][0], setups[s][1], setups[s][2], stages,
                  setups[s][3] ? "-zero" : "");
-        CHECK_INT_EQ(train_with(tag, model, setups[s][0], setups[s][1], setups[s][2], setups[s][3] ? zero : NULL), 0);
+        snprintf(pp, sizeof pp, "training.pipeline_parallel=%d", setups[s][4]);
+        snprintf(accum, sizeof accum, "training.grad_accum_steps=%d", setups[s][5]);
+        const char *extra[] = {pp, accum, setups[s][3] ? "training.zero_stage=1" : NULL, NULL};
+        CHECK_INT_EQ(train_with(tag, model, setups[s][0], setups[s][1], setups[s][2], extra), 0);
         char run[1400];
         snprintf(run, sizeof run, "%s/%s", test_dir(), tag);
         CHECK_INT_EQ(read_losses(run, s ? loss : loss_base, 32), 20);
@@ -203,6 +215,21 @@ static void test_resume_across_layouts(void) {
     CHECK_INT_EQ(train("resume-t4", LLAMA_CLS, 4, 8, 4), 0);
     check_log("resume-t4", "resumed from");
     check_same_model("resume-t4", "llama-1x8-t1");
+    /* pipeline stages: D2 x P2's (ZeRO-1) on 1 worker; 1 worker's on P4; the tied embedding's two
+     * copies (GPT-2's language model) from P2 x T2 on 1 worker */
+    copy_at_step_10("llama-4x2-t1-p2-zero", "resume-p2");
+    CHECK_INT_EQ(train("resume-p2", LLAMA_CLS, 1, 8, 1), 0);
+    check_log("resume-p2", "resumed from");
+    check_same_model("resume-p2", "llama-1x8-t1");
+    copy_at_step_10("llama-1x8-t1", "resume-p4");
+    const char *const p4[] = {"training.pipeline_parallel=4", "training.grad_accum_steps=4", NULL};
+    CHECK_INT_EQ(train_with("resume-p4", LLAMA_CLS, 4, 2, 1, p4), 0);
+    check_log("resume-p4", "resumed from");
+    check_same_model("resume-p4", "llama-1x8-t1");
+    copy_at_step_10("gpt2-lm-4x2-t2-p2", "resume-lm");
+    CHECK_INT_EQ(train("resume-lm", GPT2_LM, 1, 8, 1), 0);
+    check_log("resume-lm", "resumed from");
+    check_same_model("resume-lm", "gpt2-lm-1x8-t1");
 }
 
 /* The median resident memory of each rank of a run over the launcher's samples (metrics.jsonl
@@ -319,6 +346,15 @@ static void test_restart(void) {
     check_log("restart", "restart 1 of 1");
     check_log("restart", "resumed from");
     check_same_model("restart", "llama-1x8-t1");
+    /* the same with pipeline stages (D2 x P2): the last stage of the second replica killed */
+    const char *const pp[] = {"fault_tolerance.max_restarts=1", "fault_tolerance.backoff_s=0.1",
+                              "training.pipeline_parallel=2", "training.grad_accum_steps=2", NULL};
+    CHECK(setenv("DTRAIN_FAULT", "rank=3,step=15,kind=kill", 1) == 0);
+    const int rc_pp = train_with("restart-pp", LLAMA_CLS, 4, 2, 1, pp);
+    unsetenv("DTRAIN_FAULT");
+    CHECK_INT_EQ(rc_pp, 0);
+    check_log("restart-pp", "restart 1 of 1");
+    check_same_model("restart-pp", "llama-1x8-t1");
 }
 
 static void test_dry_run(void) {
@@ -328,10 +364,23 @@ static void test_dry_run(void) {
     static char out[1 << 16];
     slurp_stdout("dry-run", out, sizeof out);
     CHECK_STR_CONTAINS(out, "# training.tensor_parallel 2: 2 replicas x 2 shares; each worker holds");
-    const char *pp[] = {"--config", "configs/ci-smoke.yaml", "--set", "training.num_workers=2", "--set",
-                        "training.pipeline_parallel=2", "--dry-run", NULL};
-    CHECK_INT_EQ(run_sync("pipeline", pp), 2);
-    CHECK_STR_CONTAINS(err_text, "training.pipeline_parallel: expected 1, got 2: pipeline stages are not built yet");
+    const char *pp[] = {"--config", "configs/pretrain.yaml", "--set", "training.num_workers=8", "--set",
+                        "training.pipeline_parallel=4", "--set", "training.tensor_parallel=2", "--set",
+                        "model.n_layer=6", "--set", "training.device=cpu", "--set", "training.grad_accum_steps=4",
+                        "--dry-run", NULL};
+    CHECK_INT_EQ(run_sync("pipeline", pp), 0);
+    slurp_stdout("pipeline", out, sizeof out);
+    CHECK_STR_CONTAINS(out, "# training.pipeline_parallel 4: 1 replica x 4 stages x 2 shares; 1F1B over 4 "
+                            "micro-batches a step idles ~43% of it");
+    CHECK_STR_CONTAINS(out, "#   stage 0: layer 0, the embeddings; each worker holds 132.3k parameters (10.7%), ~");
+    CHECK_STR_CONTAINS(out, "B with the activations of 4 micro-batches in flight");
+    CHECK_STR_CONTAINS(out, "#   stage 3: layers 4-5, the head (and its copy of the tied embedding); each worker "
+                            "holds 215.7k parameters (17.4%)");
+    const char *deep[] = {"--config", "configs/ci-smoke.yaml", "--set", "training.num_workers=2", "--set",
+                          "training.pipeline_parallel=2", "--dry-run", NULL};
+    CHECK_INT_EQ(run_sync("pipeline-layers", deep), 2);
+    CHECK_STR_CONTAINS(err_text, "training.pipeline_parallel: expected at most model.n_layer (1), got 2 (each stage "
+                                 "runs at least one layer)");
     const char *heads[] = {"--config", "configs/ci-smoke.yaml", "--set", "training.num_workers=3", "--set",
                            "training.tensor_parallel=3", "--dry-run", NULL};
     CHECK_INT_EQ(run_sync("heads", heads), 2);

@@ -43,10 +43,17 @@ dt_status dt_infer_tokenizer(const dt_config *c, dt_tokenizer **out);
  * (dt_model_free, dt_tokenizer_free, dt_backend_close, in that order). */
 dt_status dt_infer_build(const dt_config *c, int local_rank, int rank, int batch, int seq_len, int how,
                          dt_backend **be, dt_tokenizer **tok, dt_model **model);
-/* The same with the model as share tp_rank of tp (dt_model_cfg: tensor parallelism over
- * tp_comm); tp 1: the whole model, as dt_infer_build. */
-dt_status dt_infer_build_share(const dt_config *c, int local_rank, int rank, int batch, int seq_len, int how, int tp,
-                               int tp_rank, dt_comm *tp_comm, dt_backend **be, dt_tokenizer **tok, dt_model **model);
+/* A model's part of a model-parallel mesh (dt_model_cfg's fields of the same names): share
+ * tp_rank of tp (tensor parallelism over tp_comm), stage pp_rank of pp keeping act_sets
+ * micro-batches' activations (pipeline parallelism). */
+typedef struct dt_infer_share {
+    int tp, tp_rank;
+    dt_comm *tp_comm;
+    int pp, pp_rank, act_sets;
+} dt_infer_share;
+/* The same with the model as `share` (NULL: the whole model, as dt_infer_build). */
+dt_status dt_infer_build_share(const dt_config *c, int local_rank, int rank, int batch, int seq_len, int how,
+                               const dt_infer_share *share, dt_backend **be, dt_tokenizer **tok, dt_model **model);
 
 /* The weights file `weights` into model m of config c (dt_model_load); with model.lora, first
  * the frozen base its adapters apply to, model.init_from's (errors prefixed with the key). */

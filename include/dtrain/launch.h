@@ -48,9 +48,14 @@ typedef struct dt_launch_ctx {
     const dt_comm_plan *plan; /* the collectives: `comm` is plan->host's; plan->device_comm for device buffers */
     dt_comm *grad_comm;       /* a hierarchical plan's collective for gradients and weights (comm.h
                                  dt_comm_init_hier); NULL: `comm` (or the device collective) carries them */
-    /* model parallelism (dt_launch_cfg tp > 1, comm_plan.h dt_mesh): this rank's tensor-parallel
-     * group's collective, and its data-parallel group's (NULL with one replica); else both NULL */
+    /* model parallelism (dt_launch_cfg tp or pp > 1, comm_plan.h dt_mesh): this rank's
+     * tensor-parallel group's collective (NULL with tp 1), and its data-parallel group's (NULL
+     * with one replica); else both NULL */
     dt_comm *tp_comm, *dp_comm;
+    /* pipeline parallelism (pp > 1): collectives of two ranks, the stage before's and this one
+     * (rank 0 the stage before: NULL on the first stage), this one and the stage after's (NULL
+     * on the last), and the first and last stages' (rank 0 the first; NULL on the others) */
+    dt_comm *pp_prev, *pp_next, *pp_ends;
 } dt_launch_ctx;
 
 /* The worker body: runs in the child process for `rank`. Its status (and dt_error_msg) is

@@ -221,6 +221,9 @@ void dt_model_use_acts(dt_model *m, int k);
 float *dt_model_stage_input(dt_model *m);
 float *dt_model_stage_output(dt_model *m);
 float *dt_model_stage_grad(dt_model *m);
+/* A language model whose output head is its token embedding (GPT-2's; Llama's with
+ * tie_word_embeddings). */
+int dt_model_tied_head(const dt_model_cfg *cfg);
 /* The first and last stages of a language model whose head is its token embedding each hold it:
  * where its gradient lies (offset, floats; *n 0 on every other model and stage). Their sum is
  * each one's. */

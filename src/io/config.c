@@ -1172,19 +1172,32 @@ static dt_status validate_shape(load_ctx *c) {
     return DT_OK;
 }
 
-/* training.tensor_parallel T and pipeline_parallel P: num_workers = D x P x T, and each layer
- * splits into T equal shares of whole heads (key/value heads too) and MLP columns. What is not
- * built yet is refused by name rather than run some other way. */
+/* training.tensor_parallel T and pipeline_parallel P: num_workers = D x P x T, each layer
+ * splits into T equal shares of whole heads (key/value heads too) and MLP columns, and the
+ * layers into P stages of at least one. What is not built yet is refused by name rather than
+ * run some other way. */
 const char *dt_config_mesh_problem(const dt_config *cfg, const char **key, char *buf, size_t n) {
     const dt_model_shape *sh = &cfg->model.shape;
     const int T = cfg->training.tensor_parallel, P = cfg->training.pipeline_parallel;
-    *key = "training.tensor_parallel";
 #define WHY(...) (snprintf(buf, n, __VA_ARGS__), buf)
-    if (P > 1) {
-        *key = "training.pipeline_parallel";
-        return WHY("expected 1, got %d: pipeline stages are not built yet (hint: training.tensor_parallel splits "
-                   "every layer across workers instead)", P);
-    }
+    *key = "training.pipeline_parallel";
+    if (P > 1 && cfg->training.num_workers % (T * P) != 0)
+        return WHY("expected a divisor of training.num_workers (%d) / tensor_parallel (%d), got %d (num_workers = "
+                   "data-parallel replicas x pipeline_parallel x tensor_parallel)", cfg->training.num_workers, T, P);
+    if (P > sh->n_layer)
+        return WHY("expected at most model.n_layer (%d), got %d (each stage runs at least one layer)", sh->n_layer, P);
+    if (P > 1 && cfg->training.device == DT_DEVICE_CUDA)
+        return WHY("is %d, but pipeline stages run on CPU workers only so far (hint: training.device: cpu, or "
+                   "training.pipeline_parallel: 1)", P);
+    if (P > 1 && cfg->model.lora.rank > 0)
+        return WHY("is %d, but model.lora does not combine with pipeline stages yet (hint: training.pipeline_parallel: "
+                   "1)", P);
+    if (P > 1 && cfg->data.packing)
+        return WHY("is %d, but data.packing does not combine with pipeline stages yet (hint: data.packing: false)", P);
+    if (P > 1 && cfg->logging.sample_every_steps > 0)
+        return WHY("is %d, but samples (logging.sample_every_steps) need the whole model on rank 0, which pipeline "
+                   "stages split (hint: logging.sample_every_steps: 0; dtrain generate samples the saved model)", P);
+    *key = "training.tensor_parallel";
     if (T == 1) return NULL;
     if (cfg->training.num_workers % (T * P) != 0)
         return WHY("expected a divisor of training.num_workers (%d), got %d (num_workers = data-parallel replicas x "

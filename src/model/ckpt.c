@@ -717,7 +717,8 @@ static dt_status load_optimizer(const char *path, dt_model *m, dt_optim *o) {
     dt_st_file *f = NULL;
     DT_TRY(dt_st_open(&f, path));
     const size_t n = dt_model_whole_params(m), local = dt_optim_num_params(o);
-    const int shares = dt_model_config(m)->tp > 1; /* tensor parallelism: the file's whole tensors, this share's part kept */
+    /* model parallelism: the file's whole tensors, this rank's part kept */
+    const int shares = dt_model_config(m)->tp > 1 || dt_model_config(m)->pp > 1;
     float *mh = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg)");
     float *vh = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg_sq)");
     float *ml = shares ? dt_malloc(local * sizeof(float), "optimizer share (exp_avg)") : mh;

@@ -1238,6 +1238,8 @@ float *dt_model_stage_output(dt_model *m) {
     return (float *)m->layers[hi - 1].res3;
 }
 
+int dt_model_tied_head(const dt_model_cfg *cfg) { return dt_net_tied_head(cfg); }
+
 void dt_model_tied_grad(const dt_model *m, size_t *offset, size_t *n) {
     *offset = *n = 0;
     if (m->cfg.pp <= 1 || !dt_net_tied_head(&m->cfg) || !(first_stage(m) || last_stage(m))) return;

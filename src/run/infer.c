@@ -69,11 +69,11 @@ dt_status dt_infer_tokenizer(const dt_config *c, dt_tokenizer **out) {
 
 dt_status dt_infer_build(const dt_config *c, int local_rank, int rank, int batch, int seq_len, int how,
                          dt_backend **be, dt_tokenizer **tok, dt_model **model) {
-    return dt_infer_build_share(c, local_rank, rank, batch, seq_len, how, 1, 0, NULL, be, tok, model);
+    return dt_infer_build_share(c, local_rank, rank, batch, seq_len, how, NULL, be, tok, model);
 }
 
-dt_status dt_infer_build_share(const dt_config *c, int local_rank, int rank, int batch, int seq_len, int how, int tp,
-                               int tp_rank, dt_comm *tp_comm, dt_backend **be, dt_tokenizer **tok, dt_model **model) {
+dt_status dt_infer_build_share(const dt_config *c, int local_rank, int rank, int batch, int seq_len, int how,
+                               const dt_infer_share *share, dt_backend **be, dt_tokenizer **tok, dt_model **model) {
     const int training = (how & DT_INFER_TRAIN) != 0;
     *be = NULL;
     *tok = NULL;
@@ -87,9 +87,14 @@ dt_status dt_infer_build_share(const dt_config *c, int local_rank, int rank, int
     dt_model_cfg mc = dt_infer_model_cfg(c, batch, seq_len);
     mc.packed = (how & DT_INFER_DATA_ROWS) && c->data.packing; /* the rows it trains and evaluates on */
     if (*tok && mc.shape.num_labels) mc.pad_id = dt_tokenizer_eot(*tok); /* BPE texts are padded with it; bytes with 0 */
-    mc.tp = tp;
-    mc.tp_rank = tp_rank;
-    mc.tp_comm = tp_comm;
+    if (share) {
+        mc.tp = share->tp;
+        mc.tp_rank = share->tp_rank;
+        mc.tp_comm = share->tp_comm;
+        mc.pp = share->pp;
+        mc.pp_rank = share->pp_rank;
+        mc.act_sets = share->act_sets;
+    }
     dt_op_sizes sizes;
     dt_model_op_sizes(&mc, &sizes);
     DT_TRY(dt_model_init(model, &mc, *be));

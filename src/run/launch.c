@@ -87,12 +87,14 @@ static void append_log(const char *path, const char *line) {
     fclose(f);
 }
 
-/* The shared memory of the model-parallel groups (cfg->tp > 1): one world per tensor-parallel
- * group and, with more than one replica, one per data-parallel group (comm_plan.h dt_mesh),
- * made before fork like the job's own. */
+/* The shared memory of the model-parallel groups (cfg->tp or pp > 1): one world per
+ * tensor-parallel group (tp > 1) and, with more than one replica, one per data-parallel group
+ * (comm_plan.h dt_mesh); with pipeline stages, per pipeline (the ranks of one d and t: q = d * T
+ * + t) a world of two for each pair of neighbouring stages (pair[q * (P - 1) + p]: stages p and
+ * p + 1) and one of its first and last stages (ends[q]). Made before fork like the job's own. */
 typedef struct group_worlds {
-    dt_shm_world *tp[DT_MAX_WORLD], *dp[DT_MAX_WORLD];
-    int n_tp, n_dp;
+    dt_shm_world *tp[DT_MAX_WORLD], *dp[DT_MAX_WORLD], *pair[DT_MAX_WORLD], *ends[DT_MAX_WORLD];
+    int n_tp, n_dp, n_pair, n_ends;
 } group_worlds;
 
 static dt_status groups_create(group_worlds *g, const dt_launch_cfg *cfg) {
@@ -100,33 +102,53 @@ static dt_status groups_create(group_worlds *g, const dt_launch_cfg *cfg) {
     const int tp = cfg->tp > 1 ? cfg->tp : 1, pp = cfg->pp > 1 ? cfg->pp : 1;
     if (tp * pp == 1) return DT_OK;
     const int dp = cfg->world / (tp * pp);
-    for (; g->n_tp < cfg->world / tp; g->n_tp++) DT_TRY(dt_shm_world_create(&g->tp[g->n_tp], tp, 0));
+    for (; tp > 1 && g->n_tp < cfg->world / tp; g->n_tp++) DT_TRY(dt_shm_world_create(&g->tp[g->n_tp], tp, 0));
     for (; dp > 1 && g->n_dp < tp * pp; g->n_dp++) DT_TRY(dt_shm_world_create(&g->dp[g->n_dp], dp, 0));
+    for (; pp > 1 && g->n_pair < dp * tp * (pp - 1); g->n_pair++) DT_TRY(dt_shm_world_create(&g->pair[g->n_pair], 2, 0));
+    for (; pp > 1 && g->n_ends < dp * tp; g->n_ends++) DT_TRY(dt_shm_world_create(&g->ends[g->n_ends], 2, 0));
     return DT_OK;
 }
 
 static void groups_abort(group_worlds *g, const char *why) {
     for (int i = 0; i < g->n_tp; i++) dt_shm_world_abort(g->tp[i], why);
     for (int i = 0; i < g->n_dp; i++) dt_shm_world_abort(g->dp[i], why);
+    for (int i = 0; i < g->n_pair; i++) dt_shm_world_abort(g->pair[i], why);
+    for (int i = 0; i < g->n_ends; i++) dt_shm_world_abort(g->ends[i], why);
 }
 
 static void groups_destroy(group_worlds *g) {
     for (int i = 0; i < g->n_tp; i++) dt_shm_world_destroy(g->tp[i]);
     for (int i = 0; i < g->n_dp; i++) dt_shm_world_destroy(g->dp[i]);
-    g->n_tp = g->n_dp = 0;
+    for (int i = 0; i < g->n_pair; i++) dt_shm_world_destroy(g->pair[i]);
+    for (int i = 0; i < g->n_ends; i++) dt_shm_world_destroy(g->ends[i]);
+    g->n_tp = g->n_dp = g->n_pair = g->n_ends = 0;
 }
 
-/* This rank's communicators in its groups (ctx->tp_comm, ctx->dp_comm), when there are groups. */
+/* joins world w as member idx, its messages naming the job's rank */
+static dt_status group_join(dt_shm_world *w, int idx, int rank, double timeout_s, dt_comm **out) {
+    dt_shm_world_name_rank(w, idx, rank);
+    return dt_comm_init_shm(out, w, idx, timeout_s);
+}
+
+/* This rank's communicators in its groups (ctx->tp_comm, dp_comm, pp_*), when there are groups. */
 static dt_status groups_join(const group_worlds *g, const dt_launch_cfg *cfg, int rank, dt_launch_ctx *ctx) {
-    if (!g->n_tp) return DT_OK;
-    const dt_mesh m = dt_mesh_of(cfg->world, cfg->tp, cfg->pp > 1 ? cfg->pp : 1, rank);
-    dt_shm_world_name_rank(g->tp[dt_mesh_tp_group(&m)], m.t, rank); /* messages name the job's ranks */
-    DT_TRY(dt_comm_init_shm(&ctx->tp_comm, g->tp[dt_mesh_tp_group(&m)], m.t, cfg->timeout_s));
-    if (g->n_dp) {
-        dt_shm_world_name_rank(g->dp[dt_mesh_dp_group(&m)], m.d, rank);
-        DT_TRY(dt_comm_init_shm(&ctx->dp_comm, g->dp[dt_mesh_dp_group(&m)], m.d, cfg->timeout_s));
-    }
+    const int pp = cfg->pp > 1 ? cfg->pp : 1;
+    const dt_mesh m = dt_mesh_of(cfg->world, cfg->tp > 1 ? cfg->tp : 1, pp, rank);
+    const double to = cfg->timeout_s;
+    if (g->n_tp) DT_TRY(group_join(g->tp[dt_mesh_tp_group(&m)], m.t, rank, to, &ctx->tp_comm));
+    if (g->n_dp) DT_TRY(group_join(g->dp[dt_mesh_dp_group(&m)], m.d, rank, to, &ctx->dp_comm));
+    if (!g->n_pair) return DT_OK;
+    const int q = m.d * m.tp + m.t;
+    if (m.p > 0) DT_TRY(group_join(g->pair[q * (pp - 1) + m.p - 1], 1, rank, to, &ctx->pp_prev));
+    if (m.p < pp - 1) DT_TRY(group_join(g->pair[q * (pp - 1) + m.p], 0, rank, to, &ctx->pp_next));
+    if (m.p == 0 || m.p == pp - 1) DT_TRY(group_join(g->ends[q], m.p ? 1 : 0, rank, to, &ctx->pp_ends));
     return DT_OK;
+}
+
+/* the collectives groups_join made */
+static void groups_leave(dt_launch_ctx *ctx) {
+    dt_comm *c[] = {ctx->pp_ends, ctx->pp_next, ctx->pp_prev, ctx->dp_comm, ctx->tp_comm};
+    for (size_t i = 0; i < sizeof c / sizeof *c; i++) dt_comm_free(c[i]);
 }
 
 static void child_main(const dt_launch_cfg *cfg, int rank, int attempt, pid_t parent, dt_shm_world *world,
@@ -194,8 +216,7 @@ static void child_main(const dt_launch_cfg *cfg, int rank, int attempt, pid_t pa
         snprintf(line, sizeof line, "error: %s", dt_error_msg());
         append_log(log, line);
     }
-    dt_comm_free(ctx.dp_comm);
-    dt_comm_free(ctx.tp_comm);
+    groups_leave(&ctx);
     dt_comm_free(comm);
     fflush(NULL);
     _exit(dt_status_exit_code(st));
@@ -809,6 +830,10 @@ static dt_status groups_external(const dt_launch_ext_cfg *cfg, const dt_comm_pla
     memset(g, 0, sizeof *g);
     const int tp = cfg->tp > 1 ? cfg->tp : 1, pp = cfg->pp > 1 ? cfg->pp : 1;
     if (tp * pp == 1) return DT_OK;
+    if (pp > 1)
+        return dt_error_set(DT_ERR_CONFIG, "training.pipeline_parallel: %d under %s: pipeline stages run only as "
+                            "workers dtrain starts itself for now (hint: training.num_workers on one host, without "
+                            "an outside launcher)", pp, e->source);
     if (e->world % (tp * pp))
         return dt_error_set(DT_ERR_CONFIG, "training.tensor_parallel: expected a divisor of the %d ranks %s started, "
                             "got %d", e->world, e->source, tp);
@@ -931,8 +956,7 @@ dt_status dt_launch_external(const dt_launch_ext_cfg *cfg, dt_launch_fn fn, void
         st = groups ? groups_external(cfg, &plan, comm, groups, &ctx) : dt_error_set(DT_ERR_NOMEM, "out of memory");
         if (st == DT_OK) st = run_rank(cfg, &ctx, world, comm, fn, arg);
         if (st != DT_OK && groups) groups_abort(groups, dt_error_msg());
-        dt_comm_free(ctx.dp_comm);
-        dt_comm_free(ctx.tp_comm);
+        groups_leave(&ctx);
         if (groups) groups_destroy(groups);
         free(groups);
         res->stopped_by = g_ext_stop;

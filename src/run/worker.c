@@ -46,11 +46,16 @@ typedef struct run {
     dt_comm *gcomm;         /* gradients and weights: comm, or the backend's device collective */
     dt_comm *dcomm;         /* owned: the backend's collective for device buffers (world > 1) */
     int rank, world;
-    /* model parallelism (training.tensor_parallel): this rank's place in the mesh, its tensor-parallel
-     * group's collective (NULL: none), and its data-parallel group: the replicas that read different
-     * data and sum gradients (gcomm); without model parallelism drank, dworld = rank, world */
+    /* model parallelism (training.tensor_parallel, pipeline_parallel): this rank's place in the
+     * mesh, its tensor-parallel group's collective (NULL: none), and its data-parallel group: the
+     * replicas that read different data and sum gradients (gcomm); without model parallelism
+     * drank, dworld = rank, world. Pipeline stages: the collectives with the stage before and
+     * after (launch.h dt_launch_ctx pp_*), a staging buffer for their exchanges, and bucket 0's
+     * all-reduce held back until the tied embedding's two gradients are summed. */
     dt_mesh mesh;
-    dt_comm *tp_comm;
+    dt_comm *tp_comm, *pp_prev, *pp_next, *pp_ends;
+    float *pp_buf;          /* (2 B T C) */
+    int embed_held;
     int drank, dworld;
     dt_device_kind dev;     /* what training.device resolved to */
     dt_tokenizer *tok;      /* data.tokenizer: NULL for bytes */
@@ -103,6 +108,7 @@ static void run_free(run *r, dt_status st) {
     free(r->targets);
     free(r->pos);
     free(r->idx);
+    free(r->pp_buf);
     free(r->reqs);
     free(r->own);
 }
@@ -146,16 +152,24 @@ static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_t
     r->rank = r->drank = comm ? dt_comm_rank(comm) : 0;
     r->world = r->dworld = comm ? dt_comm_world(comm) : 1;
     r->mesh = dt_mesh_of(r->world, 1, 1, r->rank);
-    const int tp = c->training.tensor_parallel;
-    if (comm && tp > 1) { /* training: the launcher made the groups' collectives */
-        if (!l || !l->tp_comm) /* the launchers make them (launch.c): a caller that did not */
-            return dt_error_set(DT_ERR_INTERNAL, "training.tensor_parallel: %d, but the worker has no collective of "
-                                "its tensor-parallel group", tp);
-        r->mesh = dt_mesh_of(r->world, tp, c->training.pipeline_parallel, r->rank);
+    const int tp = c->training.tensor_parallel, pp = c->training.pipeline_parallel;
+    dt_infer_share share = {.tp = 1};
+    if (comm && (tp > 1 || pp > 1)) { /* training: the launcher made the groups' collectives */
+        r->mesh = dt_mesh_of(r->world, tp, pp, r->rank);
+        if (!l || (tp > 1 && !l->tp_comm) || (pp > 1 && !(r->mesh.p ? l->pp_prev : l->pp_next)))
+            return dt_error_set(DT_ERR_INTERNAL, "training.tensor_parallel %d, pipeline_parallel %d, but the worker "
+                                "has no collective of its groups", tp, pp); /* the launchers make them (launch.c) */
         r->tp_comm = l->tp_comm;
+        r->pp_prev = l->pp_prev;
+        r->pp_next = l->pp_next;
+        r->pp_ends = l->pp_ends;
         r->gcomm = l->dp_comm; /* NULL with one replica: nothing to sum */
         r->drank = r->mesh.d;
         r->dworld = r->mesh.dp;
+        /* 1F1B keeps stage p's activations for up to P - p micro-batches at once */
+        const int inflight = pp - r->mesh.p < c->training.grad_accum_steps ? pp - r->mesh.p : c->training.grad_accum_steps;
+        share = (dt_infer_share){.tp = tp, .tp_rank = r->mesh.t, .tp_comm = r->tp_comm, .pp = pp, .pp_rank = r->mesh.p,
+                                 .act_sets = need_train ? inflight : 1};
     }
     DT_TRY(dt_backend_resolve(c, &r->dev));
     r->device_alone = r->world == 1 && need_train && dt_backend_ops(r->dev)->device_comm && dt_fault_device_comm_alone();
@@ -163,9 +177,12 @@ static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_t
     /* one worker: its shard is everything (unless the test switch sends it through the collective) */
     r->zero = c->training.zero_stage == 1 && r->reduces;
     DT_TRY(dt_infer_build_share(c, l ? l->local_rank : 0, r->rank, c->data.batch_size_per_worker, c->data.seq_len,
-                                (need_train ? DT_INFER_TRAIN : 0) | DT_INFER_DATA_ROWS, r->tp_comm ? tp : 1,
-                                r->mesh.t, r->tp_comm, &r->be, &r->tok, &r->model));
+                                (need_train ? DT_INFER_TRAIN : 0) | DT_INFER_DATA_ROWS, &share, &r->be, &r->tok,
+                                &r->model));
     size_t b = (size_t)c->data.batch_size_per_worker, T = (size_t)c->data.seq_len;
+    if (r->mesh.pp > 1 && !(r->pp_buf = dt_malloc(2 * b * T * (size_t)c->model.shape.n_embd * sizeof(float),
+                                                  "pipeline staging")))
+        return DT_ERR_NOMEM;
     r->tokens = dt_malloc(b * T * sizeof(int), "token batch");
     r->targets = dt_malloc(b * T * sizeof(int), "target batch");
     r->pos = dt_malloc(b * T * sizeof(int), "position batch");
@@ -189,6 +206,37 @@ static dt_status fill_batch(run *r, const dt_dataset *ds, const size_t *idx, int
         else dt_dataset_get(ds, idx[i], tokens, targets);
     }
     return packed ? dt_model_set_positions(r->model, r->pos, n) : DT_OK;
+}
+
+/* ---- pipeline stages: their boundaries ---- */
+
+/* a micro-batch of B rows at a stage boundary: (B, T, C) floats */
+static size_t boundary_bytes(const run *r, int B) {
+    return (size_t)B * (size_t)r->cfg->data.seq_len * (size_t)r->cfg->model.shape.n_embd * sizeof(float);
+}
+
+/* The point-to-point steps between neighbouring stages, each a collective of the two (launch.h
+ * pp_prev, pp_next: the stage before is rank 0): a send and its receive are a broadcast from the
+ * sender; a send that meets the other's send is one exchange (an all-gather of the two). A step
+ * toward a stage that is not there (before the first, after the last) does nothing. */
+static dt_status recv_forward(run *r, int B) { /* the stage before's output into this one's input */
+    return r->pp_prev ? dt_comm_broadcast(r->pp_prev, dt_model_stage_input(r->model), boundary_bytes(r, B), 0) : DT_OK;
+}
+static dt_status send_forward(run *r, int B) {
+    return r->pp_next ? dt_comm_broadcast(r->pp_next, dt_model_stage_output(r->model), boundary_bytes(r, B), 0) : DT_OK;
+}
+static dt_status recv_backward(run *r, int B) { /* the stage after's input gradient: where backward starts */
+    return r->pp_next ? dt_comm_broadcast(r->pp_next, dt_model_stage_grad(r->model), boundary_bytes(r, B), 1) : DT_OK;
+}
+static dt_status send_backward(run *r, int B) {
+    return r->pp_prev ? dt_comm_broadcast(r->pp_prev, dt_model_stage_grad(r->model), boundary_bytes(r, B), 1) : DT_OK;
+}
+static dt_status exchange(run *r, dt_comm *pair, const float *mine, float *theirs, int B) {
+    if (!pair) return DT_OK;
+    const size_t n = boundary_bytes(r, B);
+    DT_TRY(dt_comm_allgather(pair, mine, n, r->pp_buf));
+    memcpy(theirs, (const char *)r->pp_buf + (size_t)(1 - dt_comm_rank(pair)) * n, n);
+    return DT_OK;
 }
 
 #define EVAL_VOTE_MS 50.0 /* about the time between two stop votes of an evaluation */
@@ -261,7 +309,10 @@ static dt_status evaluate(run *r, long step, int set, dt_eval_point *out, int *s
         for (int i = 0; i < count; i++) r->idx[i] = start + (size_t)i;
         DT_TRY(fill_batch(r, val, r->idx, count));
         dt_fwd_result res;
+        dt_model_use_acts(r->model, 0);
+        DT_TRY(recv_forward(r, count)); /* pipeline stages: the one before's output (none: nothing) */
         DT_TRY(dt_model_forward(r->model, r->tokens, r->targets, count, &res));
+        DT_TRY(send_forward(r, count));
         loss += res.loss_sum;
         rows += res.rows;
         correct += res.correct;
@@ -271,8 +322,8 @@ static dt_status evaluate(run *r, long step, int set, dt_eval_point *out, int *s
     }
     if (r->world > 1) {
         /* counts stay exact in float up to 2^24 rows; the loss sum is rounded to float; the shares of one
-         * replica (tensor parallelism) saw the same rows: one of them counts them */
-        const float mine = r->mesh.t == 0 ? 1.0f : 0.0f;
+         * replica (tensor parallelism) saw the same rows: one of them counts them, on the stage with the loss */
+        const float mine = r->mesh.t == 0 && r->mesh.p == r->mesh.pp - 1 ? 1.0f : 0.0f;
         float sums[4 + DT_MAX_CLASS_METRICS * DT_MAX_CLASS_METRICS] = {mine * (float)loss, mine * (float)rows,
                                                                        mine * (float)correct, mine * (float)examples};
         for (int i = 0; i < nl * nl; i++) sums[4 + i] = mine * (float)confusion[i];
@@ -332,6 +383,40 @@ static size_t device_memory_bytes(const dt_ops *ops, const dt_model_cfg *mc, int
 }
 
 /* The data as the run would open it: refused here as it would be there. */
+
+/* --dry-run, pipeline stages: each stage's layers, parameters and memory (its weights, gradients
+ * and AdamW state, and the activations of the micro-batches 1F1B keeps in flight there), and the
+ * schedule's idle share (the bubble, (P - 1) / (M + P - 1) of a step with M micro-batches). */
+static void describe_stages(const dt_config *c, const dt_model_cfg *mc, FILE *out) {
+    const int P = c->training.pipeline_parallel, T = c->training.tensor_parallel, M = c->training.grad_accum_steps;
+    const int D = c->training.num_workers / (T * P);
+    fprintf(out, "# training.pipeline_parallel %d: %d replica%s x %d stages x %d share%s; 1F1B over %d micro-batch%s a "
+            "step idles ~%.0f%% of it (the bubble: (P - 1) / (M + P - 1); more training.grad_accum_steps shrink it)\n",
+            P, D, D > 1 ? "s" : "", P, T, T > 1 ? "s" : "", M, M > 1 ? "es" : "", 100.0 * (P - 1) / (M + P - 1));
+    for (int p = 0; p < P; p++) {
+        dt_model_cfg sh = *mc;
+        sh.tp = T;
+        sh.pp = P;
+        sh.pp_rank = p;
+        sh.act_sets = P - p < M ? P - p : M;
+        int lo, hi;
+        dt_model_stage_layers(&sh, p, &lo, &hi);
+        const size_t n = dt_model_count_params(&sh);
+        const double moments = 2.0 * (double)n * sizeof(float) / (c->training.zero_stage == 1 ? D : 1);
+        char held[32], mem[32], layers[32];
+        human_count(held, sizeof held, (double)n);
+        if (hi - lo == 1) snprintf(layers, sizeof layers, "layer %d", lo);
+        else snprintf(layers, sizeof layers, "layers %d-%d", lo, hi - 1);
+        human_count(mem, sizeof mem, (double)dt_model_memory_bytes(&sh, dt_backend_ops(DT_DEVICE_CPU), 0) + moments);
+        fprintf(out, "#   stage %d: %s%s%s; each worker holds %s parameters (%.1f%%), ~%sB with the "
+                "activations of %d micro-batch%s in flight\n", p, layers, p == 0 ? ", the embeddings" : "",
+                p == P - 1 ? (dt_model_tied_head(&sh) && p ? ", the head (and its copy of the tied embedding)"
+                                                             : ", the head") : "",
+                held, 100.0 * (double)n / (double)dt_model_count_params(mc), mem, sh.act_sets,
+                sh.act_sets > 1 ? "es" : "");
+    }
+}
+
 static dt_status describe_data(const dt_config *c, FILE *out) {
     dt_tokenizer *tok;
     DT_TRY(dt_infer_tokenizer(c, &tok));
@@ -406,6 +491,7 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
                 "weights, gradients and AdamW state, ~%sB with the activations\n", T, D, D > 1 ? "s" : "", T, share, n,
                 100.0 * (double)n / (double)dt_model_count_params(&mc), state, smem);
     }
+    if (c->training.pipeline_parallel > 1) describe_stages(c, &mc, out);
     dt_device_kind dev;
     const int resolved = dt_backend_resolve(c, &dev) == DT_OK;
     /* training.device: cuda on a machine without a GPU still gets the estimate, for planning */
@@ -442,7 +528,13 @@ static void on_bucket_ready(void *user, int bucket) {
     run *r = user;
     if (r->comm_st != DT_OK) return;
     const dt_bucket *bk = dt_model_bucket(r->model, bucket);
-    if (!bk->numel) return; /* model.lora: a bucket with nothing trainable */
+    if (!bk->numel) return; /* model.lora: a bucket with nothing trainable; another stage's */
+    size_t tied_off, tied_n;
+    dt_model_tied_grad(r->model, &tied_off, &tied_n);
+    if (bucket == 0 && tied_n && !r->embed_held) { /* after the tied embedding's sum (pipeline_batches) */
+        r->embed_held = 1;
+        return;
+    }
     float *g = dt_model_grads(r->model) + bk->offset;
     const dt_wire wire = r->cfg->training.grad_comm_dtype;
     r->comm_st = r->zero ? dt_comm_reduce_scatter_start(r->gcomm, g, bk->numel, wire, &r->reqs[bucket])
@@ -685,35 +777,59 @@ static dt_status gather_moments_cb(void *user, float *m, float *v) {
     return gather_moments(mc->r, m, v);
 }
 
-/* Tensor parallelism: the whole model for rank 0's checkpoint, gathered before rank 0 saves (every
- * rank calls it: with ZeRO-1 the moments' parts come to the first replica first) by the shares
- * of the first replica (ranks 0 .. tp-1): on rank 0 the weights and the AdamW moments in the
- * whole model's layout (host, dt_model_whole_params floats each; w[0] weights, w[1], w[2]
- * moments; freed by the caller, also on failure); the others only send. */
+/* Model parallelism: the whole model for rank 0's checkpoint (nb 3) or final weights (nb 1),
+ * gathered before rank 0 saves (every rank calls it: with ZeRO-1 the moments' parts come to the
+ * first replica first) by the first replica: each stage's shares to its share 0, then (pipeline
+ * stages) each stage's range of the whole layout from there to rank 0 by a broadcast of the
+ * job's collective (every rank takes part; the ranks that do not keep it receive into scratch).
+ * On rank 0 the weights and the AdamW moments in the whole model's layout (host,
+ * dt_model_whole_params floats each; w[0] weights, w[1], w[2] moments; freed by the caller, also
+ * on failure); on the other stages' shares 0 their own parts (freed by the caller too). */
 typedef struct whole_model {
     float *w[3];
 } whole_model;
 
-static dt_status gather_whole_model(run *r, whole_model *wm) {
+static dt_status stages_to_rank0(run *r, whole_model *wm, int nb, dt_status st) {
+    size_t most = 0, lo[DT_MAX_WORLD], hi[DT_MAX_WORLD];
+    for (int p = 1; p < r->mesh.pp; p++) {
+        dt_model_stage_range(r->model, p, &lo[p], &hi[p]);
+        if (hi[p] - lo[p] > most) most = hi[p] - lo[p];
+    }
+    float *scratch = r->rank != 0 ? dt_malloc((most ? most : 1) * sizeof(float), "pipeline checkpoint staging") : NULL;
+    if (st == DT_OK && r->rank != 0 && !scratch) st = DT_ERR_NOMEM; /* the others fail at the deadline */
+    for (int p = 1; st == DT_OK && p < r->mesh.pp; p++) {
+        const int root = p * r->mesh.tp; /* stage p's share 0 of the first replica */
+        for (int i = 0; st == DT_OK && i < nb; i++) {
+            float *buf = r->rank == 0 || r->rank == root ? wm->w[i] + lo[p] : scratch;
+            st = dt_comm_broadcast(r->comm, buf, (hi[p] - lo[p]) * sizeof(float), root);
+        }
+    }
+    free(scratch);
+    return st;
+}
+
+static dt_status gather_whole_model(run *r, whole_model *wm, int nb) {
     const size_t n = dt_model_num_params(r->model), nw = dt_model_whole_params(r->model);
-    const int first = r->rank < r->mesh.tp; /* the first replica's shares */
-    float *m = first ? dt_malloc(n * sizeof(float), "moments staging") : NULL;
-    float *v = first ? dt_malloc(n * sizeof(float), "moments staging") : NULL;
-    dt_status st = first && (!m || !v) ? DT_ERR_NOMEM : DT_OK;
-    if (r->zero) { /* ZeRO-1: every rank's parts to the first replica first (every rank calls it) */
+    const int first = r->mesh.d == 0, root = first && r->mesh.t == 0; /* the first replica; its stages' shares 0 */
+    float *m = first && nb > 1 ? dt_malloc(n * sizeof(float), "moments staging") : NULL;
+    float *v = first && nb > 1 ? dt_malloc(n * sizeof(float), "moments staging") : NULL;
+    dt_status st = first && nb > 1 && (!m || !v) ? DT_ERR_NOMEM : DT_OK;
+    if (nb > 1 && r->zero) { /* ZeRO-1: every rank's parts to the first replica first (every rank calls it) */
         dt_status g = gather_moments(r, st == DT_OK ? m : NULL, st == DT_OK ? v : NULL);
         if (st == DT_OK) st = g;
-    } else if (st == DT_OK && first) {
+    } else if (nb > 1 && st == DT_OK && first) {
         st = dt_optim_get_moments(r->optim, m, v);
     }
-    for (int i = 0; first && r->rank == 0 && i < 3; i++) wm->w[i] = dt_malloc(nw * sizeof(float), "checkpoint staging");
-    if (st == DT_OK && r->rank == 0 && (!wm->w[0] || !wm->w[1] || !wm->w[2])) st = DT_ERR_NOMEM; /* the rest send */
-    if (st == DT_OK && first) st = dt_model_gather_whole(r->model, NULL, wm->w[0]);
-    if (st == DT_OK && first) st = dt_model_gather_whole(r->model, m, wm->w[1]);
-    if (st == DT_OK && first) st = dt_model_gather_whole(r->model, v, wm->w[2]);
+    /* rank 0 holds the whole; another stage's share 0 its range of it (tensor parallelism alone: none) */
+    for (int i = 0; root && (r->rank == 0 || r->mesh.pp > 1) && i < nb; i++)
+        wm->w[i] = dt_malloc(nw * sizeof(float), "checkpoint staging");
+    for (int i = 0; st == DT_OK && root && (r->rank == 0 || r->mesh.pp > 1) && i < nb; i++)
+        if (!wm->w[i]) st = DT_ERR_NOMEM; /* the rest send */
+    const float *local[3] = {NULL, m, v};
+    for (int i = 0; st == DT_OK && first && i < nb; i++) st = dt_model_gather_whole(r->model, local[i], wm->w[i]);
     free(m);
     free(v);
-    return st;
+    return r->mesh.pp > 1 ? stages_to_rank0(r, wm, nb, st) : st;
 }
 
 /* Rank 0 writes the checkpoint of `step` and prunes old ones; the others wait for it, so
@@ -721,9 +837,10 @@ static dt_status gather_whole_model(run *r, whole_model *wm) {
 static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, const ckpt_point *cp, char *dir, size_t n) {
     const dt_config *c = r->cfg;
     whole_model wm = {{NULL, NULL, NULL}};
-    const int zero_cb = r->zero && !r->tp_comm; /* ZeRO-1 alone: rank 0 gathers the moments from inside the save */
-    if (r->tp_comm) {
-        dt_status st = gather_whole_model(r, &wm);
+    const int parts = r->tp_comm || r->mesh.pp > 1;      /* model parallelism: gathered first */
+    const int zero_cb = r->zero && !parts; /* ZeRO-1 alone: rank 0 gathers the moments from inside the save */
+    if (parts) {
+        dt_status st = gather_whole_model(r, &wm, 3);
         if (st != DT_OK || r->rank != 0) {
             for (int i = 0; i < 3; i++) free(wm.w[i]);
             DT_TRY(st);
@@ -1298,6 +1415,90 @@ static dt_status micro_batches(trainer *t, long *rows, double *comm_ms, double *
     return DT_OK;
 }
 
+/* ---- pipeline stages ---- */
+
+/* Micro-batch i's forward into activation set i % K (its input already there on a stage but the
+ * first); *rows counts the rows in its loss. */
+static dt_status stage_forward(trainer *t, int i, int K, long *rows, double *fwd_ms) {
+    run *r = &t->r;
+    const double p0 = now_ms();
+    dt_model_use_acts(r->model, i % K);
+    dt_sampler_batch_at(r->sampler, t->epoch, t->cursor, i, r->idx);
+    DT_TRY(fill_batch(r, r->train, r->idx, t->b));
+    long n;
+    DT_TRY(dt_model_forward_train(r->model, r->tokens, r->targets, t->b, t->scale, &n));
+    *rows += n;
+    *fwd_ms += now_ms() - p0;
+    return DT_OK;
+}
+
+/* Micro-batch j's backward from set j % K (from the gradient already in dt_model_stage_grad on a
+ * stage but the last); the last one's buckets start their sums as they finish. */
+static dt_status stage_backward(trainer *t, int j, int K, double *bwd_ms) {
+    run *r = &t->r;
+    const double p0 = now_ms();
+    dt_model_use_acts(r->model, j % K);
+    const int sync = r->reduces && j == t->accum - 1;
+    DT_TRY(dt_model_backward(r->model, t->scale, sync ? on_bucket_ready : NULL, r));
+    *bwd_ms += now_ms() - p0;
+    return DT_OK;
+}
+
+/* Pipeline parallelism: the step's micro-batches through the stages in Megatron-LM's 1F1B order.
+ * Stage p of P runs min(P - p - 1, M) forwards first, then a forward and a backward in turn, then
+ * the backwards left, keeping at most min(P - p, M) micro-batches' activations (sets i % K); the
+ * activations go forward and their gradients back between neighbours, and the steps of the two
+ * that meet are one exchange (so neither waits for the other's send: the pairs' orders match).
+ * Then the tied embedding's two gradients are summed (first and last stage) before its bucket's
+ * sum over the replicas starts, and the buckets are waited for. */
+static dt_status pipeline_batches(trainer *t, long *rows, double *comm_ms, double *fwd_ms, double *bwd_ms) {
+    run *r = &t->r;
+    const int P = r->mesh.pp, p = r->mesh.p, M = t->accum, B = t->b;
+    const int warm = P - p - 1 < M ? P - p - 1 : M, rest = M - warm, K = P - p < M ? P - p : M;
+    dt_model_zero_grad(r->model);
+    step_scale(t);
+    *rows = 0;
+    for (int i = 0; i < warm; i++) {
+        dt_model_use_acts(r->model, i % K);
+        DT_TRY(recv_forward(r, B));
+        DT_TRY(stage_forward(t, i, K, rows, fwd_ms));
+        DT_TRY(send_forward(r, B));
+    }
+    if (rest > 0) {
+        dt_model_use_acts(r->model, warm % K);
+        DT_TRY(recv_forward(r, B));
+    }
+    for (int j = 0; j < rest; j++) {
+        const int i = warm + j;
+        DT_TRY(stage_forward(t, i, K, rows, fwd_ms));
+        DT_TRY(exchange(r, r->pp_next, dt_model_stage_output(r->model), dt_model_stage_grad(r->model), B));
+        DT_TRY(stage_backward(t, j, K, bwd_ms));
+        if (j == rest - 1) {
+            DT_TRY(send_backward(r, B));
+        } else {
+            float *grad = dt_model_stage_grad(r->model); /* shared by the sets */
+            dt_model_use_acts(r->model, (i + 1) % K);
+            DT_TRY(exchange(r, r->pp_prev, grad, dt_model_stage_input(r->model), B));
+        }
+    }
+    for (int j = rest; j < M; j++) {
+        DT_TRY(recv_backward(r, B));
+        DT_TRY(stage_backward(t, j, K, bwd_ms));
+        DT_TRY(send_backward(r, B));
+    }
+    size_t off, n;
+    dt_model_tied_grad(r->model, &off, &n);
+    const double w0 = now_ms();
+    dt_status st = n ? dt_comm_allreduce(r->pp_ends, dt_model_grads(r->model) + off, n, DT_REDUCE_SUM) : DT_OK;
+    if (r->embed_held) {
+        if (st == DT_OK) on_bucket_ready(r, 0);
+        r->embed_held = 0;
+    }
+    dt_status w = r->reduces ? wait_buckets(r) : DT_OK;
+    *comm_ms += now_ms() - w0;
+    return st != DT_OK ? st : w;
+}
+
 /* What this worker has sent in collectives (remote: to other hosts only): the gradients' and
  * the host's, when they differ. */
 static uint64_t bytes_sent(run *r, int remote) {
@@ -1305,35 +1506,52 @@ static uint64_t bytes_sent(run *r, int remote) {
     uint64_t b = r->gcomm ? count(r->gcomm) : 0;
     if (r->comm && r->comm != r->gcomm) b += count(r->comm);
     if (r->tp_comm) b += count(r->tp_comm); /* the activations' sums */
+    dt_comm *pp[] = {r->pp_prev, r->pp_next, r->pp_ends}; /* pipeline stages: activations, gradients, the tied sum */
+    for (int i = 0; i < 3; i++)
+        if (pp[i]) b += count(pp[i]);
     return b;
 }
 
-/* Tensor parallelism: the sum of squares of this share's gradients of the tensors every share
- * holds whole (the same on every share), over what this rank's sum covers (with ZeRO-1 its
- * parts: the reduced ones). Host memory: tensor parallelism runs on CPU backends only. */
-static double whole_tensors_sumsq(run *r) {
+/* The sum of squares of the gradients [off, off + n) over what this rank's sum covers (with
+ * ZeRO-1 its parts: the reduced ones), added to *sum. Host memory: model parallelism runs on CPU
+ * backends only. */
+static void grads_sumsq(run *r, size_t off, size_t n, double *sum) {
     const float *g = dt_model_grads(r->model);
+    for (int k = 0; k < (r->zero ? r->n_own : 1); k++) {
+        const size_t lo = r->zero ? r->own[k].offset : 0, hi = r->zero ? lo + r->own[k].numel : SIZE_MAX;
+        const size_t a = off > lo ? off : lo, b = off + n < hi ? off + n : hi;
+        for (size_t j = a; j < b; j++) *sum += (double)g[j] * g[j];
+    }
+}
+
+/* Tensor parallelism: the sum of squares of this share's gradients of the tensors every share
+ * holds whole (the same on every share). */
+static double whole_tensors_sumsq(run *r) {
     double sum = 0;
     for (int i = 0; i < dt_model_num_tensors(r->model); i++) {
         const dt_tensor_info *ti = dt_model_tensor(r->model, i);
-        if (ti->split != DT_SPLIT_NONE) continue;
-        for (int k = 0; k < (r->zero ? r->n_own : 1); k++) {
-            const size_t lo = r->zero ? r->own[k].offset : 0, hi = r->zero ? lo + r->own[k].numel : SIZE_MAX;
-            const size_t a = ti->offset > lo ? ti->offset : lo, b = ti->offset + ti->numel < hi ? ti->offset + ti->numel : hi;
-            for (size_t j = a; j < b; j++) sum += (double)g[j] * g[j];
-        }
+        if (ti->split == DT_SPLIT_NONE) grads_sumsq(r, ti->offset, ti->numel, &sum);
     }
     return sum;
 }
 
-/* Tensor parallelism: this rank's part of the whole model's gradients' sum of squares from its
- * own (`mine`): the split tensors' parts add up, the whole ones count on share 0 only. With
- * ZeRO-1 that part travels with the agreement (summed over every rank); else the shares' parts
- * are all-gathered (one double each) and summed in share order into *total. */
+/* Model parallelism: this rank's part of the whole model's gradients' sum of squares from its
+ * own (`mine`): the split tensors' parts add up, the whole ones count on share 0 only, the last
+ * stage's copy of a tied embedding not at all (the first stage's counts). With ZeRO-1 or pipeline
+ * stages that part travels with the agreement (summed over every rank: without ZeRO-1 the first
+ * replica's alone); else the shares' parts are all-gathered (one double each) and summed in share
+ * order into *total. */
 static dt_status shares_sumsq(run *r, double mine, double *total) {
-    const double part = mine - (r->mesh.t != 0 ? whole_tensors_sumsq(r) : 0.0);
-    if (r->zero) {
-        *total = part;
+    double part = mine - (r->mesh.t != 0 ? whole_tensors_sumsq(r) : 0.0);
+    size_t off, n;
+    dt_model_tied_grad(r->model, &off, &n);
+    if (n && r->mesh.p != 0) {
+        double copy = 0;
+        grads_sumsq(r, off, n, &copy);
+        part -= copy;
+    }
+    if (r->zero || r->mesh.pp > 1) {
+        *total = r->zero || r->mesh.d == 0 ? part : 0.0;
         return DT_OK;
     }
     double all[DT_MAX_WORLD];
@@ -1353,7 +1571,7 @@ static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     double comm_ms = 0, fwd_ms = 0, bwd_ms = 0;
     const double tp0 = dt_model_tp_ms(r->model);
     dt_agree_vote v = {0};
-    DT_TRY(micro_batches(t, &v.rows, &comm_ms, &fwd_ms, &bwd_ms));
+    DT_TRY((r->mesh.pp > 1 ? pipeline_batches : micro_batches)(t, &v.rows, &comm_ms, &fwd_ms, &bwd_ms));
     comm_ms += dt_model_tp_ms(r->model) - tp0; /* tensor parallelism: the activations' sums, inside forward and backward */
     v.stop = t->launch && t->launch->stop && *t->launch->stop; /* the launcher's flag: SIGINT/SIGTERM */
     float *params = dt_model_params(r->model), *grads = dt_model_grads(r->model);
@@ -1365,14 +1583,15 @@ static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     v.device = r->be->ops->check(r->be->ctx);
     v.loss = dt_model_loss_fetched(r->model);
     double sumsq = dt_optim_norm_sumsq(r->optim);
-    if (r->tp_comm) { /* with ZeRO-1: this rank's part, summed by the agreement below */
+    const int agreed = r->zero || r->mesh.pp > 1; /* the norm is the sum of the ranks' parts: it travels with the agreement */
+    if (r->tp_comm || r->mesh.pp > 1) { /* agreed: this rank's part */
         DT_TRY(shares_sumsq(r, sumsq, &sumsq));
-        if (r->mesh.t != 0) { /* the shares of one replica saw the same rows: one of them counts them */
-            v.loss = 0;
+        if (r->mesh.t != 0 || r->mesh.p != r->mesh.pp - 1) { /* the shares of one replica saw the same rows: one of */
+            v.loss = 0;                                      /* them counts them, on the stage with the loss */
             v.rows = 0;
         }
     }
-    v.sumsq = r->zero ? sumsq : 0; /* sharded, the norm is the sum of the ranks' parts: it travels with the agreement */
+    v.sumsq = agreed ? sumsq : 0;
     const double sumsq_ms = now_ms() - q0; /* the optimizer's, for logging.phase_times */
     double w0 = now_ms();
     DT_TRY(dt_agree_step(r->comm, t->step + 1, &v));
@@ -1381,7 +1600,7 @@ static dt_status train_step(trainer *t, dt_train_point *p, int *stop) {
     double gnorm, lr;
     const int phases = r->cfg->logging.phase_times;
     const double o0 = now_ms();
-    DT_TRY(dt_optim_update(r->optim, params, grads, t->step, r->zero ? v.sumsq : sumsq, &gnorm, &lr));
+    DT_TRY(dt_optim_update(r->optim, params, grads, t->step, agreed ? v.sumsq : sumsq, &gnorm, &lr));
     if (phases) DT_TRY(r->be->ops->check(r->be->ctx)); /* the update done on the device */
     const double opt_ms = sumsq_ms + now_ms() - o0; /* the weights' all-gather below is comm_ms's */
     if (r->zero) {
@@ -1657,7 +1876,15 @@ static dt_status finish(trainer *t, int stopped) {
     DT_TRY(gather_peak_memory(r, t->launch, peaks, gpu_peaks, &sum.peak_gpu_mb, t->remote_bytes, &sum.remote_bytes));
     char weights[DT_PATH_MAX + 32];
     snprintf(weights, sizeof weights, "%s/model.safetensors", r->cfg->run.dir);
-    if (r->rank < r->mesh.tp) DT_TRY(dt_model_save(r->model, weights)); /* rank 0, with its shares' help */
+    if (r->mesh.pp > 1) { /* every rank helps rank 0 */
+        whole_model wm = {{NULL, NULL, NULL}};
+        dt_status st = gather_whole_model(r, &wm, 1);
+        if (st == DT_OK && r->rank == 0) st = dt_model_save_whole(r->model, wm.w[0], weights);
+        free(wm.w[0]);
+        DT_TRY(st);
+    } else if (r->rank < r->mesh.tp) {
+        DT_TRY(dt_model_save(r->model, weights)); /* rank 0, with its shares' help */
+    }
     sum.peak_rss_mb = peaks;
     if (t->have_eval) {
         sum.val_loss = t->last_eval.loss;
