@@ -498,9 +498,11 @@ static void test_errors(void) {
     LOAD_ERR("finetune.yaml:6: training.pipeline_parallel: is 2, but pipeline stages run on CPU workers only so far "
              "(hint: training.device: cpu, or training.pipeline_parallel: 1)",
              MIN "training:\n  device: cuda\n  num_workers: 2\n  pipeline_parallel: 2\n");
-    LOAD_ERR("finetune.yaml:6: training.pipeline_parallel: is 2, but data.packing does not combine with pipeline "
-             "stages yet (hint: data.packing: false)",
-             MIN "  packing: true\n  format: completion\ntraining:\n  device: cpu\n  num_workers: 2\n  pipeline_parallel: 2\n");
+    LOAD_ERR("finetune.yaml:6: training.pipeline_parallel: is 2, but samples (logging.sample_every_steps) need the "
+             "whole model on rank 0, which pipeline stages split (hint: logging.sample_every_steps: 0; dtrain "
+             "generate samples the saved model)",
+             MIN "training:\n  device: cpu\n  num_workers: 2\n  pipeline_parallel: 2\nlogging:\n"
+                 "  sample_every_steps: 5\n  sample_prompt: The\n");
     LOAD_ERR("finetune.yaml:6: training.tensor_parallel: is 2, but tensor parallelism runs on CPU workers only so "
              "far (hint: training.device: cpu, or training.tensor_parallel: 1)",
              MIN "training:\n  device: cuda\n  num_workers: 2\n  tensor_parallel: 2\n");

@@ -307,6 +307,10 @@ if np is not None:
     check(bool(m) and m.group(1) == "4" and float(m.group(2)) < 10 and float(m.group(3)) > 70,
           "--dry-run: the 16 conversations pack into 4 rows of 400, and the padding before and after (%s)"
           % (m.group(0) if m else r.stdout.strip()[-300:]))
+    r = dtrain("--config", yaml, "--dry-run", "--set", "data.packing=true", "--set", "training.num_workers=2", "--set",
+               "training.pipeline_parallel=2", "--set", "training.device=cpu", want=2)
+    check("training.pipeline_parallel: is 2, but data.packing does not combine with pipeline stages yet" in r.stderr,
+          "data.packing with pipeline stages: exit 2 (%s)" % r.stderr.strip())
     r = dtrain("--config", yaml, "--dry-run", "--set", "data.format=tokens", "--set", "data.packing=true", want=2)
     check("data.packing: applies to data.format chat and completion" in r.stderr,
           "data.packing with token shards: exit 2 (%s)" % r.stderr.strip())
