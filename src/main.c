@@ -124,14 +124,17 @@ static const help_entry help[] = {
      "  --out FILE           the JSON lines file to write (not --input)\n"
      "  --progress MODE      auto (when stderr is a terminal), always, never\n"
      "  --set key.path=value override a key of the config, e.g. --set data.batch_size_per_worker=64\n"},
-    {"doctor", "dtrain doctor  [--num-workers N] [--device cpu|cuda] [--tensor-parallel T]",
+    {"doctor", "dtrain doctor  [--num-workers N] [--device cpu|cuda] [--tensor-parallel T] [--pipeline-parallel P]",
      "doctor     lists CPUs and GPUs, runs the collective self-test with N worker processes (default 2)\n"
      "           and prints an all-reduce bandwidth table (algbw, busbw) next to memcpy bandwidth.\n"
      "  --num-workers N      worker processes for the self-test (default 2)\n"
      "  --device cpu|cuda    test the CPU collective (default) or the GPUs with NCCL\n"
      "  --tensor-parallel T  also lay the workers out as training.tensor_parallel T does and test every\n"
      "                       tensor-parallel and data-parallel group's collective, with rank 0's\n"
-     "                       groups' all-reduce tables (CPU workers; T divides N)\n"},
+     "                       groups' all-reduce tables (CPU workers; T divides N)\n"
+     "  --pipeline-parallel P  also lay them out as training.pipeline_parallel P does and test every pair\n"
+     "                       of neighbouring stages (a send each way, an exchange) and every pipeline's\n"
+     "                       first and last stages, with rank 0's pair's send table (P x T divides N)\n"},
     {"bench", "dtrain bench   --config FILE --workers 1,2,4 | --layouts d4,d2t2,t4 [--steps K] [--repeat K]\n"
               "               [--set key.path=value]...",
      "bench      runs the config once per worker count (same batch per worker; --steps K overrides\n"
@@ -200,7 +203,7 @@ static int usage_error(const char *fmt, const char *arg) {
 typedef struct cli {
     const char *config, *checkpoint, *out, *tokenizer, *device, *workers, *layouts, *input, *format;
     long steps;
-    int num_workers, repeat, tensor_parallel;
+    int num_workers, repeat, tensor_parallel, pipeline_parallel;
     const char *overrides[MAX_OVERRIDES];
     int n_overrides;
     int dry_run, quiet, progress;
@@ -253,6 +256,7 @@ static int parse_options(int argc, char **argv, cli *c) {
         {"num-workers", required_argument, NULL, 'w'}, {"device", required_argument, NULL, 'd'},
         {"workers", required_argument, NULL, 'W'},     {"steps", required_argument, NULL, 'S'},
         {"layouts", required_argument, NULL, 'Y'},     {"tensor-parallel", required_argument, NULL, 'X'},
+        {"pipeline-parallel", required_argument, NULL, 'G'},
         {"repeat", required_argument, NULL, 'R'},      {"prompt", required_argument, NULL, 'P'},
         {"max-new-tokens", required_argument, NULL, 'M'}, {"temperature", required_argument, NULL, 'T'},
         {"top-k", required_argument, NULL, 'K'},       {"top-p", required_argument, NULL, 'O'},
@@ -310,9 +314,9 @@ static int parse_options(int argc, char **argv, cli *c) {
             if (parse_long("--repeat", optarg, 1, DT_BENCH_MAX_REPEAT, &lv)) return 2;
             c->repeat = (int)lv;
             break;
-        case 'X':
-            if (parse_long("--tensor-parallel", optarg, 1, DT_MAX_WORLD, &lv)) return 2;
-            c->tensor_parallel = (int)lv;
+        case 'X': case 'G':
+            if (parse_long(ch == 'X' ? "--tensor-parallel" : "--pipeline-parallel", optarg, 1, DT_MAX_WORLD, &lv)) return 2;
+            *(ch == 'X' ? &c->tensor_parallel : &c->pipeline_parallel) = (int)lv;
             break;
         case 'P': c->prompt = optarg; c->gen_opts++; break;
         case 'M':
@@ -438,7 +442,8 @@ static int cmd_bench(const cli *c) {
 
 static int cmd_doctor(const cli *c) {
     dt_doctor_opts o = {.num_workers = c->num_workers, .device = DT_DEVICE_CPU,
-                        .timeout_s = 60.0, .max_bytes = 256l << 20, .tensor_parallel = c->tensor_parallel};
+                        .timeout_s = 60.0, .max_bytes = 256l << 20, .tensor_parallel = c->tensor_parallel,
+                        .pipeline_parallel = c->pipeline_parallel};
     if (c->device && (dt_device_parse(c->device, &o.device) != DT_OK || o.device == DT_DEVICE_AUTO))
         return usage_error("--device: expected cpu or cuda, got \"%s\"", c->device);
     if (o.num_workers > 8) o.max_bytes = 64l << 20; /* every worker holds one buffer of the largest size */
@@ -652,9 +657,9 @@ int main(int argc, char **argv) {
     if ((c.workers || c.layouts || c.steps || c.repeat) && strcmp(cmd, "bench") != 0)
         return usage_error("--workers, --layouts, --steps and --repeat belong to `dtrain bench` (for training: --set "
                            "training.num_workers=N, --set training.max_steps=K)%s", "");
-    if (c.tensor_parallel && strcmp(cmd, "doctor") != 0)
-        return usage_error("--tensor-parallel belongs to `dtrain doctor` (for training: --set "
-                           "training.tensor_parallel=T)%s", "");
+    if ((c.tensor_parallel || c.pipeline_parallel) && strcmp(cmd, "doctor") != 0)
+        return usage_error("--tensor-parallel and --pipeline-parallel belong to `dtrain doctor` (for training: --set "
+                           "training.tensor_parallel=T, --set training.pipeline_parallel=P)%s", "");
     if (c.input && strcmp(cmd, "predict") != 0)
         return usage_error("--input belongs to `dtrain predict`%s", "");
     if (c.format && strcmp(cmd, "export") != 0)

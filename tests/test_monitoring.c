@@ -339,7 +339,7 @@ static void test_bench(void) {
     test_slurp(path, text, sizeof text);
     CHECK_STR_CONTAINS(text, "workers,steps,train_s,eval_s,samples_per_s,tokens_per_s,speedup,efficiency,comm_share,runs,"
                              "tokens_per_s_min,tokens_per_s_max,flags,sent_bytes_per_step,layout,tensor_parallel,"
-                             "rss_mb\n1,60,");
+                             "rss_mb,pipeline_parallel,micro_batches,bubble\n1,60,");
     CHECK_STR_CONTAINS(text, "\n2,60,");
     /* bytes sent per step: none alone; with 2 workers the gradients once (2(N-1)/N = 1 x 4 bytes
      * a parameter) and a few bytes of agreement */

@@ -270,39 +270,45 @@ static int median_rss(const char *tag, double *rss, int drop_last) {
 }
 
 /* Measured: each worker's resident memory while it trains a model whose weights, gradients and
- * AdamW state (7.2M parameters, 115 MB) dwarf its activations, on 1 worker, T2 and T4; less a
- * base (the same process with a tiny model), a worker of T holds at most 1/T of the 1-worker
- * run's (+15% and 2 MB: what stays whole, the norms and positions, and the sums' buffers). */
+ * AdamW state (7.2M parameters, 115 MB) dwarf its activations, on 1 worker, T2, T4, P2, P4 and
+ * P2 x T2; less a base (the same process with a tiny model), a worker of P x T = K holds at most
+ * 1/K of the 1-worker run's (+15% and 2 MB: what stays whole, the norms and positions, a stage's
+ * embeddings, and the sums' buffers). */
 static void test_memory(void) {
     const char *sets[] = {"--config", "configs/pretrain.yaml", "--set", "model.n_head=4", "--set", "model.n_layer=4",
                           "--set", "data.seq_len=16", "--set", "data.batch_size_per_worker=1", "--set", "eval.every_steps=0", "--set", "logging.monitor_every_s=0.05",
                           "--set", "training.device=cpu", "--set", "checkpoint.every_steps=0", "--quiet"};
     const int n_sets = (int)(sizeof sets / sizeof sets[0]);
-    double rss[3][4], base[4];
-    const int T[3] = {1, 2, 4};
-    for (int k = -1; k < 3; k++) {
-        char tag[32], rd[1400], nw[64], tp[64];
-        snprintf(tag, sizeof tag, k < 0 ? "mem-base" : "mem-t%d", k < 0 ? 1 : T[k]);
+    enum { L = 6 };
+    double rss[L][4], base[4];
+    const int T[L] = {1, 2, 4, 1, 1, 2}, P[L] = {1, 1, 1, 2, 4, 2};
+    for (int k = -1; k < L; k++) {
+        char tag[32], rd[1400], nw[64], tp[64], pp[64];
+        if (k < 0) snprintf(tag, sizeof tag, "mem-base");
+        else snprintf(tag, sizeof tag, "mem-t%d-p%d", T[k], P[k]);
         snprintf(rd, sizeof rd, "run.dir=%s/%s", test_dir(), tag);
-        snprintf(nw, sizeof nw, "training.num_workers=%d", k < 0 ? 1 : T[k]);
+        snprintf(nw, sizeof nw, "training.num_workers=%d", k < 0 ? 1 : T[k] * P[k]);
         snprintf(tp, sizeof tp, "training.tensor_parallel=%d", k < 0 ? 1 : T[k]);
+        snprintf(pp, sizeof pp, "training.pipeline_parallel=%d", k < 0 ? 1 : P[k]);
         const char *args[40];
         int n = 0;
         for (; n < n_sets; n++) args[n] = sets[n];
-        const char *more[] = {"--set", rd, "--set", nw, "--set", tp, "--set", k < 0 ? "model.n_embd=16" : "model.n_embd=384",
-                              "--set", k < 0 ? "training.max_steps=3000" : "training.max_steps=60"}; /* ~1 s each */
-        for (int i = 0; i < 10; i++) args[n++] = more[i];
+        const char *more[] = {"--set", rd, "--set", nw, "--set", tp, "--set", pp, "--set",
+                              k < 0 ? "model.n_embd=16" : "model.n_embd=384", "--set",
+                              k < 0 ? "training.max_steps=3000" : "training.max_steps=60"}; /* ~1 s each */
+        for (int i = 0; i < 12; i++) args[n++] = more[i];
         args[n] = NULL;
         CHECK_INT_EQ(run_sync(tag, args), 0);
-        CHECK_INT_EQ(median_rss(tag, k < 0 ? base : rss[k], k >= 0), k < 0 ? 1 : T[k]);
+        CHECK_INT_EQ(median_rss(tag, k < 0 ? base : rss[k], k >= 0), k < 0 ? 1 : T[k] * P[k]);
     }
     const double whole = rss[0][0] - base[0];
     printf("memory: base %.1f MB; 1 worker %.1f MB above it", base[0], whole);
     CHECK(whole > 100.0); /* the weights and their state: what the shares split */
-    for (int k = 1; k < 3; k++)
-        for (int r = 0; r < T[k]; r++) {
-            printf("; T%d rank %d %.1f MB (%.2f of it)", T[k], r, rss[k][r] - base[0], (rss[k][r] - base[0]) / whole);
-            CHECK(rss[k][r] - base[0] <= 1.15 * whole / T[k] + 2.0);
+    for (int k = 1; k < L; k++)
+        for (int r = 0; r < T[k] * P[k]; r++) {
+            printf("; T%d P%d rank %d %.1f MB (%.2f of it)", T[k], P[k], r, rss[k][r] - base[0],
+                   (rss[k][r] - base[0]) / whole);
+            CHECK(rss[k][r] - base[0] <= 1.15 * whole / (T[k] * P[k]) + 2.0);
         }
     printf("\n");
 }
@@ -401,10 +407,45 @@ static void test_doctor(void) {
     CHECK_STR_CONTAINS(out, "group self-test: every data-parallel group (2 ranks each)");
     CHECK_STR_CONTAINS(out, "rank 0's tensor-parallel group:\nall-reduce (sum, float32), 2 workers, shm:");
     CHECK_STR_CONTAINS(out, "doctor: all checks passed");
+    const char *pp[] = {"doctor", "--num-workers", "4", "--pipeline-parallel", "2", NULL};
+    CHECK_INT_EQ(run_sync("doctor-pp", pp), 0);
+    slurp_stdout("doctor-pp", out, sizeof out);
+    CHECK_STR_CONTAINS(out, "model-parallel groups: 2 data-parallel group(s) of 2, 2 pipeline(s) of 2 stages");
+    CHECK_STR_CONTAINS(out, "group self-test: every data-parallel group (2 ranks each)");
+    CHECK_STR_CONTAINS(out, "group self-test: every pair of neighbouring pipeline stages (a send each way, an exchange) "
+                            "and every pipeline's first and last stages (all-reduce): ok");
+    CHECK_STR_CONTAINS(out, "rank 0's pair of stages (rank 0 sends to rank 1):\nsend (float32), 2 workers, shm:");
+    CHECK_STR_CONTAINS(out, "doctor: all checks passed");
+    const char *bad_pp[] = {"doctor", "--num-workers", "6", "--tensor-parallel", "2", "--pipeline-parallel", "2", NULL};
+    CHECK_INT_EQ(run_sync("doctor-bad-pp", bad_pp), 2);
+    CHECK_STR_CONTAINS(err_text, "doctor --pipeline-parallel 2: expected CPU workers (--device cpu) and a divisor of "
+                                 "--num-workers (6) / --tensor-parallel (2)");
     const char *bad[] = {"doctor", "--num-workers", "3", "--tensor-parallel", "2", NULL};
     CHECK_INT_EQ(run_sync("doctor-bad", bad), 2);
     CHECK_STR_CONTAINS(err_text, "doctor --tensor-parallel 2: expected CPU workers (--device cpu) and a divisor of "
                                  "--num-workers (3)");
+}
+
+/* dtrain bench --layouts d2,p2,t2 at the first's global batch (2 x 8): p2 runs its replica's 16
+ * rows as 2 micro-batches of 8, and the table and bench.csv give 1F1B's bubble, (2-1)/(2+2-1). */
+static void test_bench_layouts(void) {
+    char rd[1400];
+    snprintf(rd, sizeof rd, "run.dir=%s/bench", test_dir());
+    const char *args[] = {"bench", "--config", "configs/ci-smoke.yaml", "--set", rd, "--set", GPT2, "--layouts",
+                          "d2,p2,t2", "--steps", "3", NULL};
+    CHECK_INT_EQ(run_sync("bench", args), 0);
+    static char out[1 << 16];
+    slurp_stdout("bench", out, sizeof out);
+    CHECK_STR_CONTAINS(out, "bench: p2: 2 workers x batch 8");
+    CHECK_STR_CONTAINS(out, "ms/step    bubble    tokens/s");
+    CHECK_STR_CONTAINS(out, "  33% (M2)  ");
+    char path[1500];
+    snprintf(path, sizeof path, "%s/bench/bench/bench.csv", test_dir());
+    test_slurp(path, out, sizeof out);
+    CHECK_STR_CONTAINS(out, ",layout,tensor_parallel,rss_mb,pipeline_parallel,micro_batches,bubble\n");
+    CHECK_STR_CONTAINS(out, ",d2,1,");
+    CHECK_STR_CONTAINS(out, ",2,2,0.3333\n");
+    CHECK_STR_CONTAINS(out, ",t2,2,");
 }
 
 /* A long D2 x T2 run in test_dir()/tag with collective deadline `timeout` and no restarts, once it
@@ -462,6 +503,7 @@ int main(void) {
     test_dir_init("parallel");
     for (int m = 0; m < N_MODELS; m++) test_equivalence(m);
     test_resume_across_layouts();
+    test_bench_layouts();
     test_restart();
     test_samples();
     test_memory();

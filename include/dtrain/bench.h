@@ -38,6 +38,8 @@ enum {
 typedef struct dt_bench_row {
     int workers, runs;
     int tp;                        /* training.tensor_parallel of the run */
+    int pp, micro;                 /* training.pipeline_parallel and the micro-batches a step (grad_accum_steps) */
+    double bubble;                 /* pipeline stages: 1F1B's idle share of a step, (P - 1) / (M + P - 1); else 0 */
     char layout[32];               /* --layouts: "d2t2"; else "" */
     double rss_mb;                 /* the largest rank's resident memory while it trained (the median of the
                                       launcher's samples; median over the runs); 0: no samples */

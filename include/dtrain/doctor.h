@@ -22,6 +22,8 @@ typedef struct dt_doctor_opts {
     int tensor_parallel;      /* > 1: the workers also laid out as training.tensor_parallel lays them out: the
                                  self-test over every tensor-parallel and data-parallel group's collective, and
                                  rank 0's groups' all-reduce tables (CPU only) */
+    int pipeline_parallel;    /* > 1: and as training.pipeline_parallel lays them out: every pair of neighbouring
+                                 stages' sends and exchange, and rank 0's pair's send table (CPU only) */
 } dt_doctor_opts;
 
 /* The libraries this binary uses and their versions, then a verdict line (what `dtrain

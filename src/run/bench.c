@@ -139,14 +139,15 @@ static dt_status write_csv(const char *path, const dt_bench_row *rows, int n) {
     if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     /* the first nine columns as before --repeat; then the runs, the spread and the flags */
     fprintf(f, "workers,steps,train_s,eval_s,samples_per_s,tokens_per_s,speedup,efficiency,comm_share,runs,"
-               "tokens_per_s_min,tokens_per_s_max,flags,sent_bytes_per_step,layout,tensor_parallel,rss_mb\n");
+               "tokens_per_s_min,tokens_per_s_max,flags,sent_bytes_per_step,layout,tensor_parallel,rss_mb,"
+               "pipeline_parallel,micro_batches,bubble\n");
     for (int i = 0; i < n; i++) {
         const dt_bench_row *r = &rows[i];
-        fprintf(f, "%d,%ld,%.4f,%.4f,%.2f,%.2f,%.4f,%.4f,%.4f,%d,%.2f,%.2f,%s%s%s,%.0f,%s,%d,%.1f\n", r->workers,
+        fprintf(f, "%d,%ld,%.4f,%.4f,%.2f,%.2f,%.4f,%.4f,%.4f,%d,%.2f,%.2f,%s%s%s,%.0f,%s,%d,%.1f,%d,%d,%.4f\n", r->workers,
                 r->steps, r->train_s, r->eval_s, r->samples_per_s, r->tokens_per_s, r->speedup, r->efficiency,
                 r->comm_share, r->runs, r->tokens_min, r->tokens_max, r->flags & DT_BENCH_NOISY ? "noisy;" : "",
                 r->flags & DT_BENCH_SUPERLINEAR ? "above-110%;" : "", r->flags & DT_BENCH_LOW ? "under-50%;" : "",
-                r->sent_bytes, r->layout, r->tp, r->rss_mb);
+                r->sent_bytes, r->layout, r->tp, r->rss_mb, r->pp, r->micro, r->bubble);
     }
     if (fclose(f) != 0) return dt_error_set(DT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     return DT_OK;
@@ -259,6 +260,9 @@ static void combine_runs(const dt_bench_row *runs, int k, dt_bench_row *row) {
     double v[6][DT_BENCH_MAX_REPEAT];
     row->workers = runs[0].workers;
     row->tp = runs[0].tp;
+    row->pp = runs[0].pp;
+    row->micro = runs[0].micro;
+    row->bubble = runs[0].bubble;
     snprintf(row->layout, sizeof row->layout, "%s", runs[0].layout);
     row->steps = runs[0].steps;
     row->runs = k;
@@ -298,6 +302,14 @@ static dt_status bench_one(const dt_config *cfg, dt_config *c, const dt_bench_op
                                 "%d replicas of the first layout) cannot be split over %d replicas", G,
                                 cfg->data.batch_size_per_worker, o->layouts[0].dp, layout->dp);
         c->data.batch_size_per_worker = G / layout->dp;
+        if (layout->pp > 1) { /* a pipeline takes its replica's batch in micro-batches of the first layout's batch */
+            const int b0 = cfg->data.batch_size_per_worker, b = c->data.batch_size_per_worker;
+            if (b % b0)
+                return dt_error_set(DT_ERR_USAGE, "bench: --layouts: a replica's batch of %d does not split into "
+                                    "micro-batches of %d (data.batch_size_per_worker)", b, b0);
+            c->data.batch_size_per_worker = b0;
+            c->training.grad_accum_steps *= b / b0;
+        }
         size_t k0 = 0;
         const int f[3] = {layout->dp, layout->pp, layout->tp};
         for (int i = 0; i < 3; i++)
@@ -338,6 +350,9 @@ static dt_status bench_one(const dt_config *cfg, dt_config *c, const dt_bench_op
                             sigabbrev_np(res.stopped_by), workers);
     row->workers = workers;
     row->tp = c->training.tensor_parallel;
+    row->pp = c->training.pipeline_parallel;
+    row->micro = c->training.grad_accum_steps;
+    row->bubble = row->pp > 1 ? (double)(row->pp - 1) / (double)(row->micro + row->pp - 1) : 0.0;
     snprintf(row->layout, sizeof row->layout, "%s", name);
     return read_summary(c->run.dir, row);
 }
@@ -424,20 +439,24 @@ static void print_table(FILE *out, const dt_bench_row *rows, int n, int repeat) 
 
 /* --layouts: each layout against the first */
 static void print_layouts(FILE *out, const dt_bench_row *rows, int n, int repeat) {
-    fprintf(out, "\n%-12s  %7s  %6s  %9s  %10s  %8s  %17s  %12s  %13s%s\n", "layout", "workers", "steps", "ms/step",
-            "tokens/s", "vs first", "collectives wait", "MB sent/step", "MB/rank (RSS)", repeat > 1 ? "  tokens/s min-max" : "");
+    fprintf(out, "\n%-12s  %7s  %6s  %9s  %8s  %10s  %8s  %17s  %12s  %13s%s\n", "layout", "workers", "steps", "ms/step",
+            "bubble", "tokens/s", "vs first", "collectives wait", "MB sent/step", "MB/rank (RSS)",
+            repeat > 1 ? "  tokens/s min-max" : "");
     for (int i = 0; i < n; i++) {
         const dt_bench_row *r = &rows[i];
         char range[64] = "";
         if (repeat > 1) snprintf(range, sizeof range, "  %8.0f-%.0f", r->tokens_min, r->tokens_max);
-        fprintf(out, "%-12s  %7d  %6ld  %9.1f  %10.0f  %7.2fx%s %16.1f%%  %12.3f  %13.0f%s\n", r->layout, r->workers,
-                r->steps, r->steps > 0 ? 1e3 * r->train_s / (double)r->steps : 0.0, r->tokens_per_s, r->speedup,
+        char bubble[32] = "-";
+        if (r->pp > 1) snprintf(bubble, sizeof bubble, "%.0f%% (M%d)", 100 * r->bubble, r->micro);
+        fprintf(out, "%-12s  %7d  %6ld  %9.1f  %8s  %10.0f  %7.2fx%s %16.1f%%  %12.3f  %13.0f%s\n", r->layout, r->workers,
+                r->steps, r->steps > 0 ? 1e3 * r->train_s / (double)r->steps : 0.0, bubble, r->tokens_per_s, r->speedup,
                 r->flags & BAD_FLAGS ? "?" : " ", 100 * r->comm_share, r->sent_bytes / 1e6, r->rss_mb, range);
     }
     fprintf(out, "(layout dDpPtT: D data-parallel replicas x P pipeline stages x T tensor-parallel shares, 1 when left out, "
-                 "all at the first's global batch; vs first: "
+                 "all at the first's global batch, a pipeline's in micro-batches of the first's batch per worker; bubble: "
+                 "1F1B's estimated idle share of a step with M micro-batches, (P - 1) / (M + P - 1); vs first: "
                  "tokens/s against %s%s; collectives wait: share of step time in collectives compute did not hide "
-                 "(gradients, the shares' activation sums, the per-step agreement); MB sent/step: by rank 0, counted as "
+                 "(gradients, the shares' activation sums, the stages' activations and their gradients, the per-step agreement); MB sent/step: by rank 0, counted as "
                  "a ring moves it; MB/rank: the largest rank's resident memory while it trained, the median of the launcher's "
                  "samples)\n", rows[0].layout,
             repeat > 1 ? ", from the medians of the runs" : "");

@@ -89,11 +89,12 @@ static dt_status check_broadcast_gather(dt_comm *c) {
     return dt_comm_barrier(c);
 }
 
-enum { T_ALLREDUCE, T_REDUCE_SCATTER, T_GATHER_PARTS, T_KINDS };
+enum { T_ALLREDUCE, T_REDUCE_SCATTER, T_GATHER_PARTS, T_KINDS, T_SEND = T_KINDS };
 
 static dt_status timed(dt_comm *c, int kind, float *x, size_t n) {
     switch (kind) {
     case T_ALLREDUCE: return dt_comm_allreduce(c, x, n, DT_REDUCE_SUM);
+    case T_SEND: return dt_comm_broadcast(c, x, n * sizeof(float), 0); /* two ranks: rank 0 sends, rank 1 receives */
     case T_REDUCE_SCATTER: return dt_comm_reduce_scatter(c, x, n);
     default: return dt_comm_allgather_parts(c, x, n);
     }
@@ -104,15 +105,15 @@ static dt_status timed(dt_comm *c, int kind, float *x, size_t n) {
  * all-gather (the data each rank's link carries). x: max_bytes of host memory (shm) or device
  * memory (nccl). */
 static dt_status bandwidth_table(dt_comm *c, int kind, float *x, long max_bytes) {
-    static const char *const titles[T_KINDS] = {"all-reduce (sum, float32)", "reduce-scatter (sum, float32)",
-                                                "all-gather of parts (float32)"};
+    static const char *const titles[T_KINDS + 1] = {"all-reduce (sum, float32)", "reduce-scatter (sum, float32)",
+                                                    "all-gather of parts (float32)", "send (float32)"};
     const int world = dt_comm_world(c), rank = dt_comm_rank(c);
     dt_status st = DT_OK;
     if (rank == 0) {
         printf("\n%s, %d workers, %s:\n", titles[kind], world, dt_comm_backend(c));
         printf("%12s %10s %12s %12s %12s\n", "size", "iters", "time (us)", "algbw (GB/s)", "busbw (GB/s)");
     }
-    const double factor = (kind == T_ALLREDUCE ? 2.0 : 1.0) * (world - 1) / world;
+    const double factor = kind == T_SEND ? 1.0 : (kind == T_ALLREDUCE ? 2.0 : 1.0) * (world - 1) / world;
     for (size_t bytes = 1024; bytes <= (size_t)max_bytes && st == DT_OK; bytes *= 4) {
         size_t n = bytes / sizeof(float);
         int iters = bytes <= (1 << 20) ? 50 : bytes <= (16 << 20) ? 10 : 3;
@@ -158,12 +159,14 @@ typedef struct doctor_arg {
     long max_bytes;
     double timeout_s;
     dt_device_kind kind;
+    int tp, pp; /* --tensor-parallel, --pipeline-parallel (1: none) */
 } doctor_arg;
 
-/* --tensor-parallel: the checks over this rank's tensor-parallel group and (with more than one
- * replica) its data-parallel group, every group at once; then the all-reduce table of rank 0's
- * groups (theirs only: the other groups' ranks skip it). buf: max_bytes of host memory. */
-static dt_status group_tests(const dt_launch_ctx *ctx, dt_comm *world, void *buf, long max_bytes) {
+/* --tensor-parallel, --pipeline-parallel: the checks over this rank's tensor-parallel group (T > 1)
+ * and (with more than one replica) its data-parallel group, every group at once; then the
+ * all-reduce table of rank 0's groups (theirs only: the other groups' ranks skip it). buf:
+ * max_bytes of host memory. mp: the ranks of a replica (P x T). */
+static dt_status group_tests(const dt_launch_ctx *ctx, dt_comm *world, int mp, void *buf, long max_bytes) {
     dt_comm *const groups[2] = {ctx->tp_comm, ctx->dp_comm};
     static const char *const names[2] = {"tensor-parallel", "data-parallel"};
     const int rank = dt_comm_rank(world);
@@ -180,13 +183,53 @@ static dt_status group_tests(const dt_launch_ctx *ctx, dt_comm *world, void *buf
             fflush(stdout);
         }
     }
-    const int T = dt_comm_world(groups[0]); /* rank 0's groups: ranks 0 .. T-1, and every T-th rank */
+    const int T = groups[0] ? dt_comm_world(groups[0]) : 1; /* rank 0's groups: ranks 0 .. T-1, and every mp-th */
     for (int g = 0; g < 2; g++) {
-        if (!groups[g] || (g == 0 ? rank >= T : rank % T != 0)) continue;
+        if (!groups[g] || (g == 0 ? rank >= T : rank % mp != 0)) continue;
         if (rank == 0) printf("\nrank 0's %s group:", names[g]);
         DT_TRY(bandwidth_table(groups[g], T_ALLREDUCE, buf, max_bytes));
     }
     return DT_OK;
+}
+
+/* --pipeline-parallel, the collectives of two between neighbouring stages (ctx pp_prev, pp_next):
+ * a send each way and an exchange (what 1F1B's steps are), checked; and the first and last
+ * stages' all-reduce (the tied embedding's). Each rank tests its pair with the stage after first:
+ * the last stage's pair finishes first and the chain unwinds toward the first. */
+static dt_status check_pair(dt_comm *pair) {
+    const int me = dt_comm_rank(pair);
+    float x[3001], both[2 * 3001];
+    for (int root = 0; root < 2; root++) {
+        for (int i = 0; i < 3001; i++) x[i] = me == root ? test_value(root, (size_t)i) : 0.0f;
+        DT_TRY(dt_comm_broadcast(pair, x, sizeof x, root));
+        for (int i = 0; i < 3001; i++)
+            if (x[i] != test_value(root, (size_t)i))
+                return dt_error_set(DT_ERR_INTERNAL, "self-test failed: a send from stage rank %d of a pair: element %d "
+                                    "differs", root, i);
+    }
+    for (int i = 0; i < 3001; i++) x[i] = test_value(2 + me, (size_t)i);
+    DT_TRY(dt_comm_allgather(pair, x, sizeof x, both));
+    for (int i = 0; i < 3001; i++)
+        if (both[3001 + i - 3001 * me] != test_value(3 - me, (size_t)i))
+            return dt_error_set(DT_ERR_INTERNAL, "self-test failed: an exchange between stages: element %d differs", i);
+    return DT_OK;
+}
+
+static dt_status pair_tests(const dt_launch_ctx *ctx, dt_comm *world, int tp, void *buf, long max_bytes) {
+    if (ctx->pp_next) DT_TRY(check_pair(ctx->pp_next));
+    if (ctx->pp_prev) DT_TRY(check_pair(ctx->pp_prev));
+    if (ctx->pp_ends) DT_TRY(check_allreduce(ctx->pp_ends, 1000003));
+    DT_TRY(dt_comm_barrier(world)); /* every pair's checks passed before rank 0 says so */
+    const int rank = dt_comm_rank(world);
+    if (rank == 0) {
+        printf("group self-test: every pair of neighbouring pipeline stages (a send each way, an exchange) and every "
+               "pipeline's first and last stages (all-reduce): ok\n\nrank 0's pair of stages (rank 0 sends to rank "
+               "%d):", tp);
+        fflush(stdout);
+    }
+    /* rank 0 and the next stage's rank of its pipeline (comm_plan.h dt_mesh: rank tp) */
+    dt_comm *pair = rank == 0 ? ctx->pp_next : rank == tp ? ctx->pp_prev : NULL;
+    return pair ? bandwidth_table(pair, T_SEND, buf, max_bytes) : DT_OK;
 }
 
 /* Worker r: opens the backend on its device r (a device backend runs its probe kernel), then
@@ -210,7 +253,8 @@ static dt_status doctor_worker(void *arg, dt_comm *c, const dt_launch_ctx *ctx) 
     if (st == DT_OK) st = be->ops->alloc(be->ctx, (size_t)a->max_bytes, "the bandwidth buffer", &buf);
     if (st == DT_OK) st = be->ops->check(be->ctx);
     if (st == DT_OK) st = self_test(dev ? dev : c, buf, a->max_bytes);
-    if (st == DT_OK && ctx->tp_comm) st = group_tests(ctx, c, buf, a->max_bytes);
+    if (st == DT_OK && (ctx->tp_comm || ctx->dp_comm)) st = group_tests(ctx, c, a->tp * a->pp, buf, a->max_bytes);
+    if (st == DT_OK && (ctx->pp_next || ctx->pp_prev)) st = pair_tests(ctx, c, a->tp, buf, a->max_bytes);
     if (be) be->ops->free(be->ctx, buf);
     if (st == DT_OK) dt_comm_free(dev); /* after a failure: left to the exit (destroy waits for peers) */
     dt_backend_close(be);
@@ -273,10 +317,13 @@ dt_status dt_doctor_run(const dt_doctor_opts *o) {
         if (workers <= 0) workers = 2;
         printf("  memcpy bandwidth (one core, 64 MiB): %.2f GB/s\n", memcpy_bandwidth());
     }
-    const int tp = o->tensor_parallel > 1 ? o->tensor_parallel : 1;
+    const int tp = o->tensor_parallel > 1 ? o->tensor_parallel : 1, pp = o->pipeline_parallel > 1 ? o->pipeline_parallel : 1;
     if (tp > 1 && (kind != DT_DEVICE_CPU || workers % tp))
         return dt_error_set(DT_ERR_USAGE, "doctor --tensor-parallel %d: expected CPU workers (--device cpu) and a divisor "
                             "of --num-workers (%d)", tp, workers);
+    if (pp > 1 && (kind != DT_DEVICE_CPU || workers % (tp * pp)))
+        return dt_error_set(DT_ERR_USAGE, "doctor --pipeline-parallel %d: expected CPU workers (--device cpu) and a "
+                            "divisor of --num-workers (%d) / --tensor-parallel (%d)", pp, workers, tp);
     const dt_ops *ops = dt_backend_ops(kind);
     dt_comm_plan_in in;
     dt_comm_plan plan;
@@ -285,11 +332,15 @@ dt_status dt_doctor_run(const dt_doctor_opts *o) {
     printf("collective self-test with %d worker process(es), backend %s\n", workers,
            plan.device_comm ? plan.device_comm : dt_hostcomm_name(plan.host));
     fflush(stdout);
-    doctor_arg arg = {.max_bytes = o->max_bytes, .timeout_s = o->timeout_s, .kind = kind};
-    if (tp > 1) printf("model-parallel groups: %d tensor-parallel group(s) of %d, %d data-parallel group(s) of %d\n",
-                       workers / tp, tp, workers / tp > 1 ? tp : 0, workers / tp);
+    doctor_arg arg = {.max_bytes = o->max_bytes, .timeout_s = o->timeout_s, .kind = kind, .tp = tp, .pp = pp};
+    const int dp = workers / (tp * pp);
+    char shares[64] = "", pipes[64] = "";
+    if (tp > 1) snprintf(shares, sizeof shares, "%d tensor-parallel group(s) of %d, ", workers / tp, tp);
+    if (pp > 1) snprintf(pipes, sizeof pipes, ", %d pipeline(s) of %d stages", dp * tp, pp);
+    if (tp * pp > 1)
+        printf("model-parallel groups: %s%d data-parallel group(s) of %d%s\n", shares, dp > 1 ? tp * pp : 0, dp, pipes);
     dt_launch_cfg lc = {.world = workers, .plan = &plan, .timeout_s = o->timeout_s, .log_dir = NULL, .what = "doctor",
-                        .tp = tp};
+                        .tp = tp, .pp = pp};
     dt_status st = dt_launch_run(&lc, doctor_worker, &arg, NULL);
     if (st == DT_OK) printf("doctor: all checks passed\n");
     return st;

@@ -1458,38 +1458,42 @@ static dt_status pipeline_batches(trainer *t, long *rows, double *comm_ms, doubl
     dt_model_zero_grad(r->model);
     step_scale(t);
     *rows = 0;
+    double q0; /* the steps between stages count as the collectives' time (a stage waiting for its neighbour too) */
+#define P2P(call) (q0 = now_ms(), st = (call), *comm_ms += now_ms() - q0, st)
+    dt_status st;
     for (int i = 0; i < warm; i++) {
         dt_model_use_acts(r->model, i % K);
-        DT_TRY(recv_forward(r, B));
+        DT_TRY(P2P(recv_forward(r, B)));
         DT_TRY(stage_forward(t, i, K, rows, fwd_ms));
-        DT_TRY(send_forward(r, B));
+        DT_TRY(P2P(send_forward(r, B)));
     }
     if (rest > 0) {
         dt_model_use_acts(r->model, warm % K);
-        DT_TRY(recv_forward(r, B));
+        DT_TRY(P2P(recv_forward(r, B)));
     }
     for (int j = 0; j < rest; j++) {
         const int i = warm + j;
         DT_TRY(stage_forward(t, i, K, rows, fwd_ms));
-        DT_TRY(exchange(r, r->pp_next, dt_model_stage_output(r->model), dt_model_stage_grad(r->model), B));
+        DT_TRY(P2P(exchange(r, r->pp_next, dt_model_stage_output(r->model), dt_model_stage_grad(r->model), B)));
         DT_TRY(stage_backward(t, j, K, bwd_ms));
         if (j == rest - 1) {
-            DT_TRY(send_backward(r, B));
+            DT_TRY(P2P(send_backward(r, B)));
         } else {
             float *grad = dt_model_stage_grad(r->model); /* shared by the sets */
             dt_model_use_acts(r->model, (i + 1) % K);
-            DT_TRY(exchange(r, r->pp_prev, grad, dt_model_stage_input(r->model), B));
+            DT_TRY(P2P(exchange(r, r->pp_prev, grad, dt_model_stage_input(r->model), B)));
         }
     }
     for (int j = rest; j < M; j++) {
-        DT_TRY(recv_backward(r, B));
+        DT_TRY(P2P(recv_backward(r, B)));
         DT_TRY(stage_backward(t, j, K, bwd_ms));
-        DT_TRY(send_backward(r, B));
+        DT_TRY(P2P(send_backward(r, B)));
     }
+#undef P2P
     size_t off, n;
     dt_model_tied_grad(r->model, &off, &n);
     const double w0 = now_ms();
-    dt_status st = n ? dt_comm_allreduce(r->pp_ends, dt_model_grads(r->model) + off, n, DT_REDUCE_SUM) : DT_OK;
+    st = n ? dt_comm_allreduce(r->pp_ends, dt_model_grads(r->model) + off, n, DT_REDUCE_SUM) : DT_OK;
     if (r->embed_held) {
         if (st == DT_OK) on_bucket_ready(r, 0);
         r->embed_held = 0;
