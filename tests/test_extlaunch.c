@@ -16,6 +16,7 @@
  *     leader's rank (neither can be told from the other);
  *   - rank 0 (one host) or a host's leader (hierarchical) killed right after it made the job's
  *     shared memory during the rendezvous leaves no name in /dev/shm;
+ *   - training.pipeline_parallel under torchrun: exit 2 (stages run only as workers dtrain forks);
  *   - training.tensor_parallel under torchrun (4 ranks, D2 x T2, one host) byte-identical to fork
  *     mode; over the tcp collective (as across hosts) refused with exit 2;
  *   - nothing is left in /dev/shm.
@@ -662,8 +663,8 @@ static void test_creator_killed_hier(void) {
 #define TP_ARGS(rd) \
     "--config", "configs/ci-smoke.yaml", "--set", rd, "--set", "training.num_workers=4", "--set", \
         "data.batch_size_per_worker=4", "--set", "training.tensor_parallel=2", "--set", "model.n_head=4", "--set", \
-        "model.n_embd=64", "--set", "training.collective_timeout_s=20", "--set", "training.cpu_threads_per_worker=1", \
-        "--progress", "never"
+        "model.n_embd=64", "--set", "model.n_layer=2", "--set", "training.collective_timeout_s=20", "--set", \
+        "training.cpu_threads_per_worker=1", "--progress", "never"
 
 /* `world` ranks with torchrun's variables (tags PREFIX-rN) of the tensor-parallel run in rd, plus
  * `extra` (--set; may be NULL); each must exit `want` (err_text: the last one's stderr) */
@@ -705,6 +706,10 @@ static void test_tensor_parallel(void) {
     torchrun_tp("tp-tcp", 2, rd[1], "training.communication_backend=tcp", 2);
     CHECK_STR_CONTAINS(err_text, "training.tensor_parallel: 2 needs the shm collective (its groups share memory: "
                                  "every rank on one host), but this job under torchrun");
+    /* pipeline stages run only as workers dtrain forks itself, so far */
+    torchrun_tp("pp-torch", 4, rd[1], "training.pipeline_parallel=2", 2);
+    CHECK_STR_CONTAINS(err_text, "training.pipeline_parallel: 2 under torchrun");
+    CHECK_STR_CONTAINS(err_text, "pipeline stages run only as workers dtrain starts itself for now");
 }
 #undef TP_ARGS
 
