@@ -16,7 +16,8 @@
  *     leader's rank (neither can be told from the other);
  *   - rank 0 (one host) or a host's leader (hierarchical) killed right after it made the job's
  *     shared memory during the rendezvous leaves no name in /dev/shm;
- *   - training.pipeline_parallel under torchrun: exit 2 (stages run only as workers dtrain forks);
+ *   - training.pipeline_parallel under torchrun (4 ranks, P2 x T2, one host) byte-identical to fork
+ *     mode;
  *   - training.tensor_parallel under torchrun (4 ranks, D2 x T2, one host) byte-identical to fork
  *     mode; over the tcp collective (as across hosts) refused with exit 2;
  *   - nothing is left in /dev/shm.
@@ -706,10 +707,14 @@ static void test_tensor_parallel(void) {
     torchrun_tp("tp-tcp", 2, rd[1], "training.communication_backend=tcp", 2);
     CHECK_STR_CONTAINS(err_text, "training.tensor_parallel: 2 needs the shm collective (its groups share memory: "
                                  "every rank on one host), but this job under torchrun");
-    /* pipeline stages run only as workers dtrain forks itself, so far */
-    torchrun_tp("pp-torch", 4, rd[1], "training.pipeline_parallel=2", 2);
-    CHECK_STR_CONTAINS(err_text, "training.pipeline_parallel: 2 under torchrun");
-    CHECK_STR_CONTAINS(err_text, "pipeline stages run only as workers dtrain starts itself for now");
+    /* pipeline stages too: P2 x T2 under torchrun, byte-identical to fork mode */
+    static char pd[2][1400];
+    const char *pruns[2] = {"pp-fork", "pp-torch"};
+    for (int i = 0; i < 2; i++) snprintf(pd[i], sizeof pd[i], "run.dir=%s/%s", test_dir(), pruns[i]);
+    const char *pfork[] = {TP_ARGS(pd[0]), "--set", "training.pipeline_parallel=2", NULL};
+    CHECK_INT_EQ(wait_exit(spawn("pp-fork", pfork), "pp-fork"), 0);
+    torchrun_tp("pp-torch", 4, pd[1], "training.pipeline_parallel=2", 0);
+    test_same_weights("pp-fork", "pp-torch");
 }
 #undef TP_ARGS
 

@@ -97,15 +97,29 @@ typedef struct group_worlds {
     int n_tp, n_dp, n_pair, n_ends;
 } group_worlds;
 
+/* The kinds of group a rank may be in (group_worlds' arrays, in this order) */
+enum { G_TP, G_DP, G_PAIR, G_ENDS, G_KINDS };
+
+/* group_worlds' count of each kind for the mesh of `world` ranks (none without model parallelism) */
+static void group_counts(int world, int tp, int pp, int n[G_KINDS]) {
+    const int dp = world / (tp * pp);
+    n[G_TP] = tp > 1 ? world / tp : 0;
+    n[G_DP] = dp > 1 && tp * pp > 1 ? tp * pp : 0; /* data parallelism alone: the job's collective */
+    n[G_PAIR] = pp > 1 ? dp * tp * (pp - 1) : 0;
+    n[G_ENDS] = pp > 1 ? dp * tp : 0;
+}
+
 static dt_status groups_create(group_worlds *g, const dt_launch_cfg *cfg) {
     memset(g, 0, sizeof *g);
     const int tp = cfg->tp > 1 ? cfg->tp : 1, pp = cfg->pp > 1 ? cfg->pp : 1;
     if (tp * pp == 1) return DT_OK;
     const int dp = cfg->world / (tp * pp);
-    for (; tp > 1 && g->n_tp < cfg->world / tp; g->n_tp++) DT_TRY(dt_shm_world_create(&g->tp[g->n_tp], tp, 0));
-    for (; dp > 1 && g->n_dp < tp * pp; g->n_dp++) DT_TRY(dt_shm_world_create(&g->dp[g->n_dp], dp, 0));
-    for (; pp > 1 && g->n_pair < dp * tp * (pp - 1); g->n_pair++) DT_TRY(dt_shm_world_create(&g->pair[g->n_pair], 2, 0));
-    for (; pp > 1 && g->n_ends < dp * tp; g->n_ends++) DT_TRY(dt_shm_world_create(&g->ends[g->n_ends], 2, 0));
+    int n[G_KINDS];
+    group_counts(cfg->world, tp, pp, n);
+    for (; g->n_tp < n[G_TP]; g->n_tp++) DT_TRY(dt_shm_world_create(&g->tp[g->n_tp], tp, 0));
+    for (; g->n_dp < n[G_DP]; g->n_dp++) DT_TRY(dt_shm_world_create(&g->dp[g->n_dp], dp, 0));
+    for (; g->n_pair < n[G_PAIR]; g->n_pair++) DT_TRY(dt_shm_world_create(&g->pair[g->n_pair], 2, 0));
+    for (; g->n_ends < n[G_ENDS]; g->n_ends++) DT_TRY(dt_shm_world_create(&g->ends[g->n_ends], 2, 0));
     return DT_OK;
 }
 
@@ -130,18 +144,36 @@ static dt_status group_join(dt_shm_world *w, int idx, int rank, double timeout_s
     return dt_comm_init_shm(out, w, idx, timeout_s);
 }
 
+/* One group a rank is in: its kind, its index among that kind's, the rank's index in it, its
+ * size, and where the rank's collective of it goes. */
+typedef struct membership {
+    int kind, i, idx, size;
+    dt_comm **comm;
+} membership;
+
+/* The groups of mesh rank m (at most 5: its tensor- and data-parallel groups, its pairs with the
+ * stages before and after, its pipeline's ends) into out; how many. */
+static int memberships(const dt_mesh *m, const int n[G_KINDS], dt_launch_ctx *ctx, membership *out) {
+    int k = 0;
+    const int q = m->d * m->tp + m->t, P = m->pp; /* its pipeline */
+    if (n[G_TP]) out[k++] = (membership){G_TP, dt_mesh_tp_group(m), m->t, m->tp, &ctx->tp_comm};
+    if (n[G_DP]) out[k++] = (membership){G_DP, dt_mesh_dp_group(m), m->d, m->dp, &ctx->dp_comm};
+    if (n[G_PAIR] && m->p > 0) out[k++] = (membership){G_PAIR, q * (P - 1) + m->p - 1, 1, 2, &ctx->pp_prev};
+    if (n[G_PAIR] && m->p < P - 1) out[k++] = (membership){G_PAIR, q * (P - 1) + m->p, 0, 2, &ctx->pp_next};
+    if (n[G_ENDS] && (m->p == 0 || m->p == P - 1)) out[k++] = (membership){G_ENDS, q, m->p ? 1 : 0, 2, &ctx->pp_ends};
+    return k;
+}
+
 /* This rank's communicators in its groups (ctx->tp_comm, dp_comm, pp_*), when there are groups. */
 static dt_status groups_join(const group_worlds *g, const dt_launch_cfg *cfg, int rank, dt_launch_ctx *ctx) {
-    const int pp = cfg->pp > 1 ? cfg->pp : 1;
-    const dt_mesh m = dt_mesh_of(cfg->world, cfg->tp > 1 ? cfg->tp : 1, pp, rank);
-    const double to = cfg->timeout_s;
-    if (g->n_tp) DT_TRY(group_join(g->tp[dt_mesh_tp_group(&m)], m.t, rank, to, &ctx->tp_comm));
-    if (g->n_dp) DT_TRY(group_join(g->dp[dt_mesh_dp_group(&m)], m.d, rank, to, &ctx->dp_comm));
-    if (!g->n_pair) return DT_OK;
-    const int q = m.d * m.tp + m.t;
-    if (m.p > 0) DT_TRY(group_join(g->pair[q * (pp - 1) + m.p - 1], 1, rank, to, &ctx->pp_prev));
-    if (m.p < pp - 1) DT_TRY(group_join(g->pair[q * (pp - 1) + m.p], 0, rank, to, &ctx->pp_next));
-    if (m.p == 0 || m.p == pp - 1) DT_TRY(group_join(g->ends[q], m.p ? 1 : 0, rank, to, &ctx->pp_ends));
+    const int tp = cfg->tp > 1 ? cfg->tp : 1, pp = cfg->pp > 1 ? cfg->pp : 1;
+    const dt_mesh m = dt_mesh_of(cfg->world, tp, pp, rank);
+    int n[G_KINDS];
+    group_counts(cfg->world, tp, pp, n);
+    dt_shm_world *const *const worlds[G_KINDS] = {g->tp, g->dp, g->pair, g->ends};
+    membership in[5];
+    const int k = memberships(&m, n, ctx, in);
+    for (int j = 0; j < k; j++) DT_TRY(group_join(worlds[in[j].kind][in[j].i], in[j].idx, rank, cfg->timeout_s, in[j].comm));
     return DT_OK;
 }
 
@@ -824,37 +856,41 @@ static dt_status meet(const dt_launch_ext_cfg *cfg, dt_comm_plan *plan, dt_shm_w
  * that went (an all-gather) rank 0 removes the names: nothing stays in /dev/shm. g holds this
  * rank's worlds (tp[0], dp[0]); ctx gets their collectives. */
 #define GROUP_NAME 64
+#define MAX_GROUPS (4 * DT_MAX_WORLD) /* group_counts' sum is at most world / 2 + world + world + world / 2 */
 static dt_status groups_external(const dt_launch_ext_cfg *cfg, const dt_comm_plan *plan, dt_comm *comm, group_worlds *g,
                                  dt_launch_ctx *ctx) {
     const dt_ext_env *e = cfg->env;
     memset(g, 0, sizeof *g);
     const int tp = cfg->tp > 1 ? cfg->tp : 1, pp = cfg->pp > 1 ? cfg->pp : 1;
     if (tp * pp == 1) return DT_OK;
-    if (pp > 1)
-        return dt_error_set(DT_ERR_CONFIG, "training.pipeline_parallel: %d under %s: pipeline stages run only as "
-                            "workers dtrain starts itself for now (hint: training.num_workers on one host, without "
-                            "an outside launcher)", pp, e->source);
+    const char *key = tp > 1 ? "training.tensor_parallel" : "training.pipeline_parallel";
     if (e->world % (tp * pp))
-        return dt_error_set(DT_ERR_CONFIG, "training.tensor_parallel: expected a divisor of the %d ranks %s started, "
-                            "got %d", e->world, e->source, tp);
+        return dt_error_set(DT_ERR_CONFIG, "%s: expected pipeline_parallel x tensor_parallel (%d) to divide the %d "
+                            "ranks %s started", key, tp * pp, e->world, e->source);
     if (plan->host != DT_HOSTCOMM_SHM)
-        return dt_error_set(DT_ERR_CONFIG, "training.tensor_parallel: %d needs the shm collective (its groups share "
-                            "memory: every rank on one host), but this job under %s uses the %s collective (hint: "
-                            "training.tensor_parallel: 1, or the ranks of one host with training.communication_backend: "
-                            "auto)", tp, e->source, dt_hostcomm_name(plan->host));
-    const int n_tp = e->world / tp, dp = e->world / (tp * pp), n_dp = dp > 1 ? tp * pp : 0;
-    static char names[2 * DT_MAX_WORLD][GROUP_NAME]; /* the tp groups', then the dp groups' */
-    static char made_names[2 * DT_MAX_WORLD][GROUP_NAME]; /* rank 0: what it made, to remove */
+        return dt_error_set(DT_ERR_CONFIG, "%s: %d needs the shm collective (its groups share memory: every rank on "
+                            "one host), but this job under %s uses the %s collective (hint: %s: 1, or the ranks of one "
+                            "host with training.communication_backend: auto)", key, tp > 1 ? tp : pp, e->source,
+                            dt_hostcomm_name(plan->host), key);
+    int n[G_KINDS], first[G_KINDS + 1] = {0}; /* each kind's groups, and where their names start */
+    group_counts(e->world, tp, pp, n);
+    for (int k = 0; k < G_KINDS; k++) first[k + 1] = first[k] + n[k];
+    const int total = first[G_KINDS], size[G_KINDS] = {tp, e->world / (tp * pp), 2, 2};
+    static char names[MAX_GROUPS][GROUP_NAME];      /* every group's, kind after kind */
+    static char made_names[MAX_GROUPS][GROUP_NAME]; /* rank 0: what it made, to remove */
     memset(names, 0, sizeof names);
     memset(made_names, 0, sizeof made_names);
     const dt_mesh m = dt_mesh_of(e->world, tp, pp, e->rank);
-    const int mine[2] = {dt_mesh_tp_group(&m), n_dp ? n_tp + dt_mesh_dp_group(&m) : -1};
-    dt_shm_world *made[2 * DT_MAX_WORLD] = {NULL};
+    membership in[5];
+    const int n_in = memberships(&m, n, ctx, in);
+    static dt_shm_world *made[MAX_GROUPS];
+    memset(made, 0, sizeof made);
     dt_status st = DT_OK;
     if (e->rank == 0) {
         uint64_t nonce = 0;
         if (getrandom(&nonce, sizeof nonce, 0) != sizeof nonce) nonce ^= (uint64_t)getpid() << 20 ^ (uint64_t)time(NULL);
-        for (int i = 0; st == DT_OK && i < n_tp + n_dp; i++) {
+        for (int i = 0, kind = 0; st == DT_OK && i < total; i++) {
+            while (i >= first[kind + 1]) kind++;
             snprintf(names[i], GROUP_NAME, "/dtrain-%ld-%016llx-g%d", (long)getpid(), (unsigned long long)nonce, i);
             int fd = shm_open(names[i], O_CREAT | O_EXCL | O_RDWR, 0600);
             if (fd >= 0) memcpy(made_names[i], names[i], GROUP_NAME);
@@ -863,18 +899,19 @@ static dt_status groups_external(const dt_launch_ext_cfg *cfg, const dt_comm_pla
                                   names[i], strerror(errno));
                 break;
             }
-            if (fchmod(fd, 0600) == 0) st = dt_shm_world_create_fd(&made[i], i < n_tp ? tp : dp, 0, fd);
+            if (fchmod(fd, 0600) == 0) st = dt_shm_world_create_fd(&made[i], size[kind], 0, fd);
             else st = dt_error_set(DT_ERR_DEVICE, "rank 0: chmod of %s: %s", names[i], strerror(errno));
             close(fd);
         }
         if (st != DT_OK) memset(names, 0, sizeof names); /* the others see no names and fail with rank 0 */
     }
-    dt_status b = dt_comm_broadcast(comm, names, sizeof names, 0);
+    dt_status b = dt_comm_broadcast(comm, names, (size_t)total * GROUP_NAME, 0);
     if (st == DT_OK) st = b;
-    for (int k = 0; k < 2 && st == DT_OK; k++) {
-        const int i = mine[k];
-        if (i < 0) continue;
-        dt_shm_world **w = k == 0 ? &g->tp[0] : &g->dp[0];
+    dt_shm_world **const slots[G_KINDS] = {g->tp, g->dp, g->pair, g->ends};
+    int *const counts[G_KINDS] = {&g->n_tp, &g->n_dp, &g->n_pair, &g->n_ends};
+    for (int j = 0; j < n_in && st == DT_OK; j++) {
+        const int i = first[in[j].kind] + in[j].i;
+        dt_shm_world **w = &slots[in[j].kind][(*counts[in[j].kind])++];
         if (!names[i][0]) {
             st = dt_error_set(DT_ERR_DEVICE, "rank %d: rank 0 could not make the model-parallel groups' shared memory",
                               e->rank);
@@ -884,21 +921,19 @@ static dt_status groups_external(const dt_launch_ext_cfg *cfg, const dt_comm_pla
         } else {
             int fd = shm_open(names[i], O_RDWR, 0);
             st = fd < 0 ? dt_error_set(DT_ERR_DEVICE, "rank %d: cannot open %s: %s", e->rank, names[i], strerror(errno))
-                        : dt_shm_world_attach_fd(w, k == 0 ? tp : dp, fd, names[i]);
+                        : dt_shm_world_attach_fd(w, in[j].size, fd, names[i]);
             if (fd >= 0) close(fd);
         }
         if (st == DT_OK) {
-            const int idx = k == 0 ? m.t : m.d;
-            (void)dt_shm_world_join(*w, idx, e->rank); /* no supervisor of ours: the peers watch this pid */
-            st = dt_comm_init_shm(k == 0 ? &ctx->tp_comm : &ctx->dp_comm, *w, idx, cfg->timeout_s);
+            (void)dt_shm_world_join(*w, in[j].idx, e->rank); /* no supervisor of ours: the peers watch this pid */
+            st = dt_comm_init_shm(in[j].comm, *w, in[j].idx, cfg->timeout_s);
         }
+        if (!*w) (*counts[in[j].kind])--; /* not mapped: nothing to destroy */
     }
-    g->n_tp = g->tp[0] != NULL;
-    g->n_dp = g->dp[0] != NULL;
-    for (int i = 0; i < n_tp + n_dp; i++) dt_shm_world_destroy(made[i]); /* rank 0's of groups it is not in */
+    for (int i = 0; i < total; i++) dt_shm_world_destroy(made[i]); /* rank 0's of groups it is not in */
     int ok = st == DT_OK, all[DT_MAX_WORLD];
     dt_status a = dt_comm_allgather(comm, &ok, sizeof ok, all);
-    for (int i = 0; i < n_tp + n_dp; i++)
+    for (int i = 0; i < total; i++)
         if (made_names[i][0]) shm_unlink(made_names[i]); /* every rank has mapped its groups' (or failed) */
     if (st != DT_OK) return st;
     if (a != DT_OK) return a;
