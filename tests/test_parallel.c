@@ -341,26 +341,26 @@ static void test_samples(void) {
     CHECK_STR_EQ(b, a);
 }
 
-/* A share killed at step 15 (DTRAIN_FAULT) of a D2 x T2 run: the launcher restarts every worker
- * from the checkpoint of step 10 and the run ends on the uninterrupted 1-worker run's weights. */
-static void test_restart(void) {
-    const char *const extra[] = {"fault_tolerance.max_restarts=1", "fault_tolerance.backoff_s=0.1", NULL};
+/* Run `tag` (LLAMA_CLS: 4 workers x batch, T tp, the settings `extra` adds) with rank 3 killed at
+ * step 15 (DTRAIN_FAULT) and one restart allowed: the launcher restarts every worker from the
+ * checkpoint of step 10 and the run ends on the uninterrupted 1-worker run's weights. */
+static void check_restart(const char *tag, int batch, int tp, const char *const *extra) {
+    const char *sets[8] = {"fault_tolerance.max_restarts=1", "fault_tolerance.backoff_s=0.1"};
+    for (int i = 0; extra && extra[i]; i++) sets[2 + i] = extra[i];
     CHECK(setenv("DTRAIN_FAULT", "rank=3,step=15,kind=kill", 1) == 0);
-    const int rc = train_with("restart", LLAMA_CLS, 4, 4, 2, extra);
+    const int rc = train_with(tag, LLAMA_CLS, 4, batch, tp, sets);
     unsetenv("DTRAIN_FAULT");
     CHECK_INT_EQ(rc, 0);
-    check_log("restart", "restart 1 of 1");
-    check_log("restart", "resumed from");
-    check_same_model("restart", "llama-1x8-t1");
-    /* the same with pipeline stages (D2 x P2): the last stage of the second replica killed */
-    const char *const pp[] = {"fault_tolerance.max_restarts=1", "fault_tolerance.backoff_s=0.1",
-                              "training.pipeline_parallel=2", "training.grad_accum_steps=2", NULL};
-    CHECK(setenv("DTRAIN_FAULT", "rank=3,step=15,kind=kill", 1) == 0);
-    const int rc_pp = train_with("restart-pp", LLAMA_CLS, 4, 2, 1, pp);
-    unsetenv("DTRAIN_FAULT");
-    CHECK_INT_EQ(rc_pp, 0);
-    check_log("restart-pp", "restart 1 of 1");
-    check_same_model("restart-pp", "llama-1x8-t1");
+    check_log(tag, "restart 1 of 1");
+    check_log(tag, "resumed from");
+    check_same_model(tag, "llama-1x8-t1");
+}
+
+/* D2 x T2 (rank 3: a share of the second replica) and D2 x P2 (rank 3: its last stage) */
+static void test_restart(void) {
+    check_restart("restart", 4, 2, NULL);
+    const char *const pp[] = {"training.pipeline_parallel=2", "training.grad_accum_steps=2", NULL};
+    check_restart("restart-pp", 2, 1, pp);
 }
 
 static void test_dry_run(void) {

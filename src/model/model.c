@@ -53,7 +53,7 @@ struct dt_model {
     void *arena;
     struct act_buf *act_tab;   /* (n_act_tab) the table, for moving the pointers to another set */
     size_t *act_off;           /* (n_act_tab) each buffer's offset: in the shared part, or in a set */
-    int n_act_tab, act_set;    /* ... the set in use */
+    int n_act_tab;
     size_t shared_bytes, set_bytes;
     dt_act *encoded;           /* (B,T,C) residual stream input of layer 0 */
     net_acts *layers;          /* (L) */
@@ -706,7 +706,6 @@ void dt_model_free(dt_model *m) {
 }
 
 void dt_model_use_acts(dt_model *m, int k) {
-    m->act_set = k;
     char *set = (char *)m->arena + m->shared_bytes + (size_t)k * m->set_bytes;
     for (int i = 0; i < m->n_act_tab; i++)
         *m->act_tab[i].at = (m->act_tab[i].shared ? (char *)m->arena : set) + m->act_off[i];

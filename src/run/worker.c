@@ -382,8 +382,6 @@ static size_t device_memory_bytes(const dt_ops *ops, const dt_model_cfg *mc, int
            ops->scratch_bytes(&sizes, bf16);
 }
 
-/* The data as the run would open it: refused here as it would be there. */
-
 /* --dry-run, pipeline stages: each stage's layers, parameters and memory (its weights, gradients
  * and AdamW state, and the activations of the micro-batches 1F1B keeps in flight there), and the
  * schedule's idle share (the bubble, (P - 1) / (M + P - 1) of a step with M micro-batches). */
@@ -417,6 +415,7 @@ static void describe_stages(const dt_config *c, const dt_model_cfg *mc, FILE *ou
     }
 }
 
+/* The data as the run would open it: refused here as it would be there. */
 static dt_status describe_data(const dt_config *c, FILE *out) {
     dt_tokenizer *tok;
     DT_TRY(dt_infer_tokenizer(c, &tok));
@@ -1377,6 +1376,17 @@ static void step_scale(trainer *t) {
     t->scale = 1.0f / (float)n;
 }
 
+/* Micro-batch a of the step into the host batch (logged for DTRAIN_TEST_SAMPLE_LOG). */
+static dt_status step_batch(trainer *t, int a) {
+    run *r = &t->r;
+    dt_sampler_batch_at(r->sampler, t->epoch, t->cursor, a, r->idx);
+    if (t->sample_log) {
+        for (int i = 0; i < t->b; i++) fprintf(t->sample_log, "%ld %zu\n", t->epoch, r->idx[i]);
+        fflush(t->sample_log);
+    }
+    return fill_batch(r, r->train, r->idx, t->b);
+}
+
 /* Forward and backward over the step's micro-batches (gradients accumulate); the buckets of
  * the last backward are all-reduced as they finish. Nothing waits for the device: the loss stays
  * there (dt_model_forward_train) until train_step reads it; *rows counts the rows in it. */
@@ -1387,12 +1397,7 @@ static dt_status micro_batches(trainer *t, long *rows, double *comm_ms, double *
     *rows = 0;
     const int phases = r->cfg->logging.phase_times;
     for (int a = 0; a < t->accum; a++) {
-        dt_sampler_batch_at(r->sampler, t->epoch, t->cursor, a, r->idx);
-        if (t->sample_log) {
-            for (int i = 0; i < t->b; i++) fprintf(t->sample_log, "%ld %zu\n", t->epoch, r->idx[i]);
-            fflush(t->sample_log);
-        }
-        DT_TRY(fill_batch(r, r->train, r->idx, t->b));
+        DT_TRY(step_batch(t, a));
         long n;
         double p0 = now_ms();
         DT_TRY(dt_model_forward_train(r->model, r->tokens, r->targets, t->b, t->scale, &n));
@@ -1423,8 +1428,7 @@ static dt_status stage_forward(trainer *t, int i, int K, long *rows, double *fwd
     run *r = &t->r;
     const double p0 = now_ms();
     dt_model_use_acts(r->model, i % K);
-    dt_sampler_batch_at(r->sampler, t->epoch, t->cursor, i, r->idx);
-    DT_TRY(fill_batch(r, r->train, r->idx, t->b));
+    DT_TRY(step_batch(t, i));
     long n;
     DT_TRY(dt_model_forward_train(r->model, r->tokens, r->targets, t->b, t->scale, &n));
     *rows += n;
