@@ -201,6 +201,9 @@ size_t dt_model_whole_params(const dt_model *m);
  * sums, the cross-entropy's stats), ms; 0 without tensor parallelism. */
 double dt_model_tp_ms(const dt_model *m);
 dt_status dt_model_gather_whole(dt_model *m, const float *local, float *whole);
+/* The same into whole = the whole layout's floats [base, base + count) only (the tensors that lie
+ * there; every share still takes part in every tensor's gather). */
+dt_status dt_model_gather_range(dt_model *m, const float *local, float *whole, size_t base, size_t count);
 void dt_model_share_of(const dt_model *m, const float *whole, float *local);
 dt_status dt_model_save_whole(dt_model *m, const float *whole, const char *path);
 

@@ -1270,6 +1270,10 @@ void dt_model_stage_range(const dt_model *m, int stage, size_t *lo, size_t *hi) 
 /* ---- weights I/O ---- */
 
 dt_status dt_model_gather_whole(dt_model *m, const float *local, float *whole) {
+    return dt_model_gather_range(m, local, whole, 0, m->n_whole);
+}
+
+dt_status dt_model_gather_range(dt_model *m, const float *local, float *whole, size_t base, size_t count) {
     const size_t n = dt_model_num_params(m);
     const int tp = m->cfg.tp > 1 ? m->cfg.tp : 1;
     size_t most = 1; /* the largest share of a split tensor (shares may differ by a row) */
@@ -1284,15 +1288,16 @@ dt_status dt_model_gather_whole(dt_model *m, const float *local, float *whole) {
     for (int i = 0; st == DT_OK && i < dt_model_num_tensors(m); i++) { /* one all-gather a split tensor, in order */
         const dt_tensor_info *t = &m->view[i];
         if (t->absent) continue; /* another stage's */
+        const int in = whole && t->whole_offset >= base && t->whole_offset + whole_numel(t) <= base + count;
+        float *dst = in ? whole + (t->whole_offset - base) : NULL; /* NULL: not wanted here */
         if (t->split == DT_SPLIT_NONE) {
-            if (whole) memcpy(whole + t->whole_offset, local + t->offset, t->numel * sizeof(float));
+            if (dst) memcpy(dst, local + t->offset, t->numel * sizeof(float));
             continue;
         }
         float *pad = all + (size_t)tp * most; /* this share's, padded to the largest */
         memcpy(pad, local + t->offset, t->numel * sizeof(float));
         st = dt_comm_allgather(m->cfg.tp_comm, pad, most * sizeof(float), all);
-        for (int r = 0; st == DT_OK && whole && r < tp; r++)
-            shard_copy(t, tp, r, whole + t->whole_offset, all + (size_t)r * most, 0);
+        for (int r = 0; st == DT_OK && dst && r < tp; r++) shard_copy(t, tp, r, dst, all + (size_t)r * most, 0);
     }
     free(mine);
     free(all);

@@ -783,11 +783,15 @@ static dt_status gather_moments_cb(void *user, float *m, float *v) {
  * job's collective (every rank takes part; the ranks that do not keep it receive into scratch).
  * On rank 0 the weights and the AdamW moments in the whole model's layout (host,
  * dt_model_whole_params floats each; w[0] weights, w[1], w[2] moments; freed by the caller, also
- * on failure); on the other stages' shares 0 their own parts (freed by the caller too). */
+ * on failure); on the other stages' shares 0 just their stage's range of it (freed by the caller
+ * too). */
 typedef struct whole_model {
     float *w[3];
 } whole_model;
 
+/* Pipeline stages: stage p's range of the whole layout from its share 0 of the first replica
+ * (rank p * T: w holds just that range) to rank 0 (w whole), a broadcast of the job's collective
+ * each; the other ranks receive into scratch. */
 static dt_status stages_to_rank0(run *r, whole_model *wm, int nb, dt_status st) {
     size_t most = 0, lo[DT_MAX_WORLD], hi[DT_MAX_WORLD];
     for (int p = 1; p < r->mesh.pp; p++) {
@@ -797,9 +801,9 @@ static dt_status stages_to_rank0(run *r, whole_model *wm, int nb, dt_status st) 
     float *scratch = r->rank != 0 ? dt_malloc((most ? most : 1) * sizeof(float), "pipeline checkpoint staging") : NULL;
     if (st == DT_OK && r->rank != 0 && !scratch) st = DT_ERR_NOMEM; /* the others fail at the deadline */
     for (int p = 1; st == DT_OK && p < r->mesh.pp; p++) {
-        const int root = p * r->mesh.tp; /* stage p's share 0 of the first replica */
+        const int root = p * r->mesh.tp;
         for (int i = 0; st == DT_OK && i < nb; i++) {
-            float *buf = r->rank == 0 || r->rank == root ? wm->w[i] + lo[p] : scratch;
+            float *buf = r->rank == 0 ? wm->w[i] + lo[p] : r->rank == root ? wm->w[i] : scratch;
             st = dt_comm_broadcast(r->comm, buf, (hi[p] - lo[p]) * sizeof(float), root);
         }
     }
@@ -808,7 +812,7 @@ static dt_status stages_to_rank0(run *r, whole_model *wm, int nb, dt_status st) 
 }
 
 static dt_status gather_whole_model(run *r, whole_model *wm, int nb) {
-    const size_t n = dt_model_num_params(r->model), nw = dt_model_whole_params(r->model);
+    const size_t n = dt_model_num_params(r->model);
     const int first = r->mesh.d == 0, root = first && r->mesh.t == 0; /* the first replica; its stages' shares 0 */
     float *m = first && nb > 1 ? dt_malloc(n * sizeof(float), "moments staging") : NULL;
     float *v = first && nb > 1 ? dt_malloc(n * sizeof(float), "moments staging") : NULL;
@@ -819,13 +823,16 @@ static dt_status gather_whole_model(run *r, whole_model *wm, int nb) {
     } else if (nb > 1 && st == DT_OK && first) {
         st = dt_optim_get_moments(r->optim, m, v);
     }
-    /* rank 0 holds the whole; another stage's share 0 its range of it (tensor parallelism alone: none) */
-    for (int i = 0; root && (r->rank == 0 || r->mesh.pp > 1) && i < nb; i++)
-        wm->w[i] = dt_malloc(nw * sizeof(float), "checkpoint staging");
-    for (int i = 0; st == DT_OK && root && (r->rank == 0 || r->mesh.pp > 1) && i < nb; i++)
+    /* rank 0 holds the whole layout; another stage's share 0 its stage's range of it */
+    size_t lo = 0, hi = dt_model_whole_params(r->model);
+    if (r->rank != 0 && r->mesh.pp > 1) dt_model_stage_range(r->model, r->mesh.p, &lo, &hi);
+    const int staged = root && (r->rank == 0 || r->mesh.pp > 1);
+    for (int i = 0; staged && i < nb; i++) wm->w[i] = dt_malloc((hi - lo ? hi - lo : 1) * sizeof(float), "checkpoint staging");
+    for (int i = 0; st == DT_OK && staged && i < nb; i++)
         if (!wm->w[i]) st = DT_ERR_NOMEM; /* the rest send */
     const float *local[3] = {NULL, m, v};
-    for (int i = 0; st == DT_OK && first && i < nb; i++) st = dt_model_gather_whole(r->model, local[i], wm->w[i]);
+    for (int i = 0; st == DT_OK && first && i < nb; i++)
+        st = dt_model_gather_range(r->model, local[i], wm->w[i], lo, hi - lo);
     free(m);
     free(v);
     return r->mesh.pp > 1 ? stages_to_rank0(r, wm, nb, st) : st;
