@@ -17,7 +17,7 @@
  *   - rank 0 (one host) or a host's leader (hierarchical) killed right after it made the job's
  *     shared memory during the rendezvous leaves no name in /dev/shm;
  *   - training.pipeline_parallel under torchrun (4 ranks, P2 x T2, one host) byte-identical to fork
- *     mode;
+ *     mode, and under mpirun with the mpi collective (the groups split from MPI_COMM_WORLD) too;
  *   - training.tensor_parallel under torchrun (4 ranks, D2 x T2, one host) byte-identical to fork
  *     mode; over the tcp collective (as across hosts) refused with exit 2;
  *   - nothing is left in /dev/shm.
@@ -706,7 +706,7 @@ static void test_tensor_parallel(void) {
     /* the tcp collective stands for ranks on several hosts: the groups cannot share memory */
     torchrun_tp("tp-tcp", 2, rd[1], "training.communication_backend=tcp", 2);
     CHECK_STR_CONTAINS(err_text, "training.tensor_parallel: 2 needs the shm collective (its groups share memory: "
-                                 "every rank on one host), but this job under torchrun");
+                                 "every rank on one host) or the mpi one, but this job under torchrun");
     /* pipeline stages too: P2 x T2 under torchrun, byte-identical to fork mode */
     static char pd[2][1400];
     const char *pruns[2] = {"pp-fork", "pp-torch"};
@@ -715,6 +715,21 @@ static void test_tensor_parallel(void) {
     CHECK_INT_EQ(wait_exit(spawn("pp-fork", pfork), "pp-fork"), 0);
     torchrun_tp("pp-torch", 4, pd[1], "training.pipeline_parallel=2", 0);
     test_same_weights("pp-fork", "pp-torch");
+#ifdef DTRAIN_TEST_HAVE_MPI
+    /* and under mpirun with the mpi collective, whose groups are communicators split from the
+     * job's (what ranks on several hosts use): the same bits (sums of two are exact either way) */
+    proc_clear_launcher_env();
+    if (getuid() == 0) { /* Open MPI refuses root unless told twice */
+        setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+        setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    }
+    static char md[1400];
+    snprintf(md, sizeof md, "run.dir=%s/pp-mpi", test_dir());
+    const char *margs[] = {"-np", "4", "--oversubscribe", DTRAIN_BIN, TP_ARGS(md), "--set", "training.pipeline_parallel=2",
+                           "--set", "training.communication_backend=mpi", NULL};
+    CHECK_INT_EQ(wait_exit(spawn_prog("pp-mpi", "/usr/bin/mpirun", margs), "pp-mpi"), 0);
+    test_same_weights("pp-fork", "pp-mpi");
+#endif
 }
 #undef TP_ARGS
 

@@ -20,7 +20,9 @@
 #include "dtrain/clock.h"
 
 typedef struct mpi_ctx {
+    MPI_Comm comm;        /* MPI_COMM_WORLD, or a group's (dt_comm_init_mpi_split: freed with the context) */
     int rank, world;
+    int job_rank;         /* in MPI_COMM_WORLD: what messages name */
     unsigned long seq;
     int *counts, *displs; /* (world) the parts of a reduce-scatter or all-gather of parts */
     uint16_t *w16;        /* DT_WIRE_BF16: the buffer as it travels */
@@ -70,7 +72,7 @@ static dt_status wait_req(mpi_ctx *x, MPI_Request *req, const char *what, const 
                 return dt_error_set(DT_ERR_DEVICE,
                                     "collective timeout: %s #%lu on rank %d waited %.1f s for the other ranks (hint: a "
                                     "worker is stuck, stopped or dead; mpirun names the rank that exited%s)",
-                                    what, x->seq, x->rank, dl->timeout_s, dl->setting);
+                                    what, x->seq, x->job_rank, dl->timeout_s, dl->setting);
             struct timespec ts = {0, 20000}; /* 20 us: MPI progresses inside MPI_Test */
             nanosleep(&ts, NULL);
         }
@@ -85,8 +87,8 @@ static dt_status mpi_allreduce(void *vctx, float *buf, size_t n, dt_reduce_op op
     const int bf = wire == DT_WIRE_BF16;
     if (bf) DT_TRY(to_wire(x, buf, n));
     MPI_Request req;
-    int rc = bf ? MPI_Iallreduce(MPI_IN_PLACE, x->w16, (int)n, MPI_UINT16_T, x->bf16_sum, MPI_COMM_WORLD, &req)
-                : MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+    int rc = bf ? MPI_Iallreduce(MPI_IN_PLACE, x->w16, (int)n, MPI_UINT16_T, x->bf16_sum, x->comm, &req)
+                : MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, x->comm, &req);
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallreduce");
     DT_TRY(wait_req(x, &req, "all-reduce", dl));
     if (bf) dt_bf16_unpack(buf, x->w16, n);
@@ -99,7 +101,7 @@ static dt_status mpi_broadcast(void *vctx, void *buf, size_t bytes, int root, co
     mpi_ctx *x = vctx;
     if (bytes > (size_t)INT32_MAX) return dt_error_set(DT_ERR_INTERNAL, "mpi: broadcast of %zu bytes is too large", bytes);
     MPI_Request req;
-    int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD, &req);
+    int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, x->comm, &req);
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Ibcast");
     return wait_req(x, &req, "broadcast", dl);
 }
@@ -108,7 +110,7 @@ static dt_status mpi_allgather(void *vctx, const void *in, size_t bytes, void *o
     mpi_ctx *x = vctx;
     if (bytes > (size_t)INT32_MAX) return dt_error_set(DT_ERR_INTERNAL, "mpi: all-gather of %zu bytes is too large", bytes);
     MPI_Request req;
-    int rc = MPI_Iallgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, MPI_COMM_WORLD, &req);
+    int rc = MPI_Iallgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, x->comm, &req);
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallgather");
     return wait_req(x, &req, "all-gather", dl);
 }
@@ -137,8 +139,8 @@ static dt_status mpi_reduce_scatter(void *vctx, float *buf, size_t n, dt_wire wi
     DT_TRY(set_parts(x, n, "reduce-scatter"));
     if (bf) DT_TRY(to_wire(x, buf, n));
     MPI_Request req;
-    int rc = bf ? MPI_Ireduce_scatter(MPI_IN_PLACE, x->w16, x->counts, MPI_UINT16_T, x->bf16_sum, MPI_COMM_WORLD, &req)
-                : MPI_Ireduce_scatter(MPI_IN_PLACE, buf, x->counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+    int rc = bf ? MPI_Ireduce_scatter(MPI_IN_PLACE, x->w16, x->counts, MPI_UINT16_T, x->bf16_sum, x->comm, &req)
+                : MPI_Ireduce_scatter(MPI_IN_PLACE, buf, x->counts, MPI_FLOAT, MPI_SUM, x->comm, &req);
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Ireduce_scatter");
     DT_TRY(wait_req(x, &req, "reduce-scatter", dl));
     float *mine = buf + x->displs[x->rank];
@@ -154,15 +156,15 @@ static dt_status mpi_allgather_parts(void *vctx, float *buf, size_t n, const dt_
     if (n == 0 || x->world == 1) return DT_OK;
     DT_TRY(set_parts(x, n, "all-gather of parts"));
     MPI_Request req;
-    int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, x->counts, x->displs, MPI_FLOAT, MPI_COMM_WORLD,
-                             &req);
+    int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, x->counts, x->displs, MPI_FLOAT, x->comm, &req);
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallgatherv");
     return wait_req(x, &req, "all-gather of parts", dl);
 }
 
 static dt_status mpi_barrier(void *vctx, const dt_comm_deadline *dl) {
+    mpi_ctx *x = vctx;
     MPI_Request req;
-    int rc = MPI_Ibarrier(MPI_COMM_WORLD, &req);
+    int rc = MPI_Ibarrier(x->comm, &req);
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Ibarrier");
     return wait_req(vctx, &req, "barrier", dl);
 }
@@ -173,6 +175,9 @@ static void mpi_free_ctx(void *vctx) {
     free(x->counts);
     free(x->displs);
     free(x->w16);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (x->comm != MPI_COMM_WORLD && !finalized) MPI_Comm_free(&x->comm);
     free(x); /* bf16_sum lives until MPI_Finalize: the communicator may be freed after it */
 }
 
@@ -187,15 +192,19 @@ static const dt_comm_backend_ops mpi_backend = {
     .free = mpi_free_ctx,
 };
 
-dt_status dt_mpi_init(int *rank, int *world) {
+dt_status dt_mpi_init(int *rank, int *world, int groups) {
     int provided = 0, inited = 0;
     MPI_Initialized(&inited);
+    const int want = groups ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED;
     if (!inited) {
-        int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+        int rc = MPI_Init_thread(NULL, NULL, want, &provided);
         if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Init_thread");
-        if (provided < MPI_THREAD_SERIALIZED)
-            return dt_error_set(DT_ERR_DEVICE, "mpi: the MPI library offers thread level %d, dtrain needs "
-                                               "MPI_THREAD_SERIALIZED (%d)", provided, MPI_THREAD_SERIALIZED);
+        if (provided < want)
+            return dt_error_set(DT_ERR_DEVICE, "mpi: the MPI library offers thread level %d, dtrain needs %s (%d)%s",
+                                provided, groups ? "MPI_THREAD_MULTIPLE" : "MPI_THREAD_SERIALIZED", want,
+                                groups ? " for the model-parallel groups' collectives, each on its own thread (hint: an "
+                                         "Open MPI built with thread support, or the ranks of one host with "
+                                         "training.communication_backend: auto)" : "");
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, rank);
@@ -229,12 +238,19 @@ int dt_mpi_version(char *buf, size_t n) {
     return bad;
 }
 
-dt_status dt_comm_init_mpi(dt_comm **out, double timeout_s) {
+/* a communicator over `comm` (owned by it unless MPI_COMM_WORLD) */
+static dt_status init_on(dt_comm **out, MPI_Comm comm, double timeout_s) {
     *out = NULL;
     mpi_ctx *x = dt_calloc(1, sizeof *x, "mpi communicator");
-    if (!x) return DT_ERR_NOMEM;
-    MPI_Comm_rank(MPI_COMM_WORLD, &x->rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &x->world);
+    if (!x) {
+        if (comm != MPI_COMM_WORLD) MPI_Comm_free(&comm);
+        return DT_ERR_NOMEM;
+    }
+    x->comm = comm;
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm, &x->rank);
+    MPI_Comm_size(comm, &x->world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &x->job_rank);
     x->counts = dt_calloc((size_t)x->world, sizeof *x->counts, "mpi part counts");
     x->displs = dt_calloc((size_t)x->world, sizeof *x->displs, "mpi part offsets");
     if (!x->counts || !x->displs) {
@@ -247,4 +263,14 @@ dt_status dt_comm_init_mpi(dt_comm **out, double timeout_s) {
         return mpi_fail(rc, "MPI_Op_create");
     }
     return dt_comm_create(out, &mpi_backend, x, x->rank, x->world, timeout_s);
+}
+
+dt_status dt_comm_init_mpi(dt_comm **out, double timeout_s) { return init_on(out, MPI_COMM_WORLD, timeout_s); }
+
+dt_status dt_comm_init_mpi_split(dt_comm **out, int color, int key, double timeout_s) {
+    *out = NULL;
+    MPI_Comm comm;
+    int rc = MPI_Comm_split(MPI_COMM_WORLD, color < 0 ? MPI_UNDEFINED : color, key, &comm);
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Comm_split");
+    return color < 0 ? DT_OK : init_on(out, comm, timeout_s);
 }

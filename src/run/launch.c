@@ -795,7 +795,7 @@ static dt_status join_mpi(const dt_launch_ext_cfg *cfg, dt_comm **comm, dt_launc
     const dt_ext_env *e = cfg->env;
     int rank, world;
     res->mpi = 1;
-    DT_TRY(dt_mpi_init(&rank, &world));
+    DT_TRY(dt_mpi_init(&rank, &world, cfg->tp * cfg->pp > 1)); /* model-parallel groups: a thread each */
     if (rank != e->rank || world != e->world)
         return dt_error_set(DT_ERR_USAGE, "mpi: MPI says rank %d of %d, but %s says rank %d of %d", rank, world, e->source,
                             e->rank, e->world);
@@ -855,6 +855,35 @@ static dt_status meet(const dt_launch_ext_cfg *cfg, dt_comm_plan *plan, dt_shm_w
  * name and broadcasts the names; each rank maps its two groups', and once every rank has said how
  * that went (an all-gather) rank 0 removes the names: nothing stays in /dev/shm. g holds this
  * rank's worlds (tp[0], dp[0]); ctx gets their collectives. */
+/* The mpi collective: each group a communicator split from MPI_COMM_WORLD (comm_mpi.h), on any
+ * hosts. Every rank makes the splits in the same order, one a kind of group (the pairs of stages
+ * in two rounds, a rank being in at most one pair whose first stage is even and one whose first
+ * stage is odd), ranked as the shared-memory groups are. */
+static dt_status groups_mpi(const dt_launch_ext_cfg *cfg, const dt_mesh *m, const int n[G_KINDS], dt_launch_ctx *ctx) {
+#ifdef DTRAIN_HAVE_MPI
+    membership in[5];
+    const int k = memberships(m, n, ctx, in);
+    for (int kind = 0; kind < G_KINDS; kind++)
+        for (int round = 0; n[kind] && round < (kind == G_PAIR ? 2 : 1); round++) {
+            int color = -1, key = 0;
+            dt_comm **out = NULL;
+            for (int j = 0; j < k; j++)
+                if (in[j].kind == kind && (kind != G_PAIR || (in[j].i % (m->pp - 1)) % 2 == round)) {
+                    color = in[j].i;
+                    key = in[j].idx;
+                    out = in[j].comm;
+                }
+            dt_comm *c = NULL;
+            DT_TRY(dt_comm_init_mpi_split(&c, color, key, cfg->timeout_s));
+            if (out) *out = c;
+        }
+    return DT_OK;
+#else
+    (void)cfg, (void)m, (void)n, (void)ctx; /* dt_comm_plan_decide refuses mpi in such a build */
+    return dt_error_set(DT_ERR_INTERNAL, "launch: the mpi collective is not built");
+#endif
+}
+
 #define GROUP_NAME 64
 #define MAX_GROUPS (4 * DT_MAX_WORLD) /* group_counts' sum is at most world / 2 + world + world + world / 2 */
 static dt_status groups_external(const dt_launch_ext_cfg *cfg, const dt_comm_plan *plan, dt_comm *comm, group_worlds *g,
@@ -867,20 +896,22 @@ static dt_status groups_external(const dt_launch_ext_cfg *cfg, const dt_comm_pla
     if (e->world % (tp * pp))
         return dt_error_set(DT_ERR_CONFIG, "%s: expected pipeline_parallel x tensor_parallel (%d) to divide the %d "
                             "ranks %s started", key, tp * pp, e->world, e->source);
-    if (plan->host != DT_HOSTCOMM_SHM)
-        return dt_error_set(DT_ERR_CONFIG, "%s: %d needs the shm collective (its groups share memory: every rank on "
-                            "one host), but this job under %s uses the %s collective (hint: %s: 1, or the ranks of one "
-                            "host with training.communication_backend: auto)", key, tp > 1 ? tp : pp, e->source,
-                            dt_hostcomm_name(plan->host), key);
     int n[G_KINDS], first[G_KINDS + 1] = {0}; /* each kind's groups, and where their names start */
     group_counts(e->world, tp, pp, n);
+    const dt_mesh m = dt_mesh_of(e->world, tp, pp, e->rank);
+    if (plan->host == DT_HOSTCOMM_MPI) return groups_mpi(cfg, &m, n, ctx);
+    if (plan->host != DT_HOSTCOMM_SHM)
+        return dt_error_set(DT_ERR_CONFIG, "%s: %d needs the shm collective (its groups share memory: every rank on "
+                            "one host) or the mpi one, but this job under %s uses the %s collective (hint: %s: 1, the "
+                            "ranks of one host with training.communication_backend: auto, or mpirun with "
+                            "training.communication_backend: mpi)", key, tp > 1 ? tp : pp, e->source,
+                            dt_hostcomm_name(plan->host), key);
     for (int k = 0; k < G_KINDS; k++) first[k + 1] = first[k] + n[k];
     const int total = first[G_KINDS], size[G_KINDS] = {tp, e->world / (tp * pp), 2, 2};
     static char names[MAX_GROUPS][GROUP_NAME];      /* every group's, kind after kind */
     static char made_names[MAX_GROUPS][GROUP_NAME]; /* rank 0: what it made, to remove */
     memset(names, 0, sizeof names);
     memset(made_names, 0, sizeof made_names);
-    const dt_mesh m = dt_mesh_of(e->world, tp, pp, e->rank);
     membership in[5];
     const int n_in = memberships(&m, n, ctx, in);
     static dt_shm_world *made[MAX_GROUPS];
