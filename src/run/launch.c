@@ -850,11 +850,6 @@ static dt_status meet(const dt_launch_ext_cfg *cfg, dt_comm_plan *plan, dt_shm_w
     return st;
 }
 
-/* One host's ranks started by someone else: the model-parallel groups' shared memory (fork mode
- * makes it before it forks: groups_create). Rank 0 makes every group's segment under a random
- * name and broadcasts the names; each rank maps its two groups', and once every rank has said how
- * that went (an all-gather) rank 0 removes the names: nothing stays in /dev/shm. g holds this
- * rank's worlds (tp[0], dp[0]); ctx gets their collectives. */
 /* The mpi collective: each group a communicator split from MPI_COMM_WORLD (comm_mpi.h), on any
  * hosts. Every rank makes the splits in the same order, one a kind of group (the pairs of stages
  * in two rounds, a rank being in at most one pair whose first stage is even and one whose first
@@ -884,6 +879,12 @@ static dt_status groups_mpi(const dt_launch_ext_cfg *cfg, const dt_mesh *m, cons
 #endif
 }
 
+/* One host's ranks started by someone else: the model-parallel groups' shared memory (fork mode
+ * makes it before it forks: groups_create). Rank 0 makes every group's segment under a random
+ * name and broadcasts the names; each rank maps its groups' (memberships: at most 5), and once
+ * every rank has said how that went (an all-gather) rank 0 removes the names: nothing stays in
+ * /dev/shm. g holds this rank's worlds; ctx gets their collectives. Under the mpi collective the
+ * groups are MPI's instead (groups_mpi). */
 #define GROUP_NAME 64
 #define MAX_GROUPS (4 * DT_MAX_WORLD) /* group_counts' sum is at most world / 2 + world + world + world / 2 */
 static dt_status groups_external(const dt_launch_ext_cfg *cfg, const dt_comm_plan *plan, dt_comm *comm, group_worlds *g,
