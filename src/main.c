@@ -147,7 +147,9 @@ static const help_entry help[] = {
      "                       replicas, t: training.tensor_parallel shares, p: pipeline stages; 1 when left\n"
      "                       out), all at the first one's global batch: the table compares each with the\n"
      "                       first (ms/step, tokens/s, the share of the step in collectives, MB sent, the\n"
-     "                       largest rank's memory while it trained); bench.csv only\n"
+     "                       largest rank's memory while it trained, and with stages 1F1B's bubble\n"
+     "                       estimate); a pipeline takes its replica's batch in micro-batches of the\n"
+     "                       first layout's batch per worker; bench.csv only\n"
      "  --steps K            training steps per run\n"
      "  --repeat K           runs per worker count (1..20, default 1), interleaved; the table shows the\n"
      "                       medians and the slowest and fastest run\n"},

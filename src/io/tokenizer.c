@@ -146,7 +146,7 @@ static long strmap_add(strmap *m, const char *key, size_t n, int64_t val) {
         m->val = val2;
         m->entries_cap = c;
     }
-    if (m->arena_len + n > m->arena_cap) {
+    if (!m->arena || m->arena_len + n > m->arena_cap) { /* an empty first key needs the arena too */
         size_t c = m->arena_cap ? m->arena_cap : 1 << 16;
         while (c < m->arena_len + n) c *= 2;
         char *a = realloc(m->arena, c);
