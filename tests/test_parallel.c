@@ -22,7 +22,8 @@
  *   - --dry-run says each worker's share, and each stage's layers, parameters, memory and the
  *     schedule's bubble; dtrain doctor --tensor-parallel checks every group's collective;
  *   - a worker killed mid-run stops the others at once (exit 1 naming it), nothing left in
- *     /dev/shm; one stopped (SIGSTOP) makes the others time out naming its rank in the job. */
+ *     /dev/shm; one stopped (SIGSTOP), a share or a pipeline stage, makes the others time out and
+ *     the launcher names it by its rank in the job. */
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
@@ -448,16 +449,18 @@ static void test_bench_layouts(void) {
     CHECK_STR_CONTAINS(out, ",t2,2,");
 }
 
-/* A long D2 x T2 run in test_dir()/tag with collective deadline `timeout` and no restarts, once it
- * trains: its launcher's pid, and *victim the pid of worker `rank`. */
-static pid_t start_long(const char *tag, const char *timeout, int rank, pid_t *victim) {
+/* A long run on 4 workers (D2 x T2; with `stages`, D2 x P2 over 2 micro-batches) in
+ * test_dir()/tag with collective deadline `timeout` and no restarts, once it trains: its
+ * launcher's pid, and *victim the pid of worker `rank`. */
+static pid_t start_long_as(const char *tag, const char *timeout, int rank, int stages, pid_t *victim) {
     static char rd[1400], to[64];
     snprintf(rd, sizeof rd, "run.dir=%s/%s", test_dir(), tag);
     snprintf(to, sizeof to, "training.collective_timeout_s=%s", timeout);
     const char *args[] = {"--config", "configs/ci-smoke.yaml", "--set", rd, "--set", "training.num_workers=4", "--set",
-                          "training.tensor_parallel=2", "--set", "data.batch_size_per_worker=4", "--set",
-                          "training.max_steps=1000000", "--set", to, "--set", "fault_tolerance.max_restarts=0", "--quiet",
-                          "--set", GPT2, NULL};
+                          stages ? "training.pipeline_parallel=2" : "training.tensor_parallel=2", "--set",
+                          stages ? "training.grad_accum_steps=2" : "training.grad_accum_steps=1", "--set",
+                          "data.batch_size_per_worker=4", "--set", "training.max_steps=1000000", "--set", to, "--set",
+                          "fault_tolerance.max_restarts=0", "--quiet", "--set", GPT2, NULL};
     char name[16], path[1500];
     snprintf(name, sizeof name, "dtrain-r%d", rank);
     pid_t pid = spawn(tag, args);
@@ -471,6 +474,10 @@ static pid_t start_long(const char *tag, const char *timeout, int rank, pid_t *v
     for (int i = 0; i < 500 && access(path, F_OK) != 0; i++) sleep_ms(20); /* training has begun */
     sleep_ms(300);
     return pid;
+}
+
+static pid_t start_long(const char *tag, const char *timeout, int rank, pid_t *victim) {
+    return start_long_as(tag, timeout, rank, 0, victim);
 }
 
 static void test_kill_share(void) {
@@ -497,6 +504,15 @@ static void test_stop_share(void) {
     CHECK_STR_CONTAINS(err_text, want);
     CHECK_STR_CONTAINS(err_text, "is stopped (process state T: SIGSTOP, Ctrl-Z or a debugger)");
     CHECK(!alive(r3));
+    /* a stage that stops (D2 x P2: rank 1, the first replica's last stage) */
+    pid_t r1;
+    pid = start_long_as("stop-stage", "2", 1, 1, &r1);
+    CHECK(kill(r1, SIGSTOP) == 0);
+    CHECK_INT_EQ(wait_exit(pid, "stop-stage"), 1);
+    CHECK_STR_CONTAINS(err_text, "collective timeout");
+    snprintf(want, sizeof want, "; worker rank 1 (pid %ld) is stopped", (long)r1);
+    CHECK_STR_CONTAINS(err_text, want);
+    CHECK(!alive(r1));
 }
 
 int main(void) {
