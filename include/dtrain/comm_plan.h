@@ -84,6 +84,10 @@ static inline dt_mesh dt_mesh_of(int world, int tp, int pp, int rank) {
  * the data-parallel ones g = p * T + t (P x T of them, members d*P*T + g for every d). */
 static inline int dt_mesh_tp_group(const dt_mesh *m) { return m->d * m->pp + m->p; }
 static inline int dt_mesh_dp_group(const dt_mesh *m) { return m->p * m->tp + m->t; }
+/* Pipeline stages, 1F1B over M micro-batches a step: the micro-batches stage p of P keeps in
+ * flight (its activation sets), and the share of a step the schedule idles (the bubble). */
+static inline int dt_mesh_in_flight(int pp, int p, int M) { return pp - p < M ? pp - p : M; }
+static inline double dt_mesh_bubble(int pp, int M) { return pp > 1 ? (double)(pp - 1) / (double)(M + pp - 1) : 0.0; }
 
 /* "shm", "tcp", "mpi" */
 const char *dt_hostcomm_name(dt_hostcomm h);

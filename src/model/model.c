@@ -1250,17 +1250,11 @@ void dt_model_tied_grad(const dt_model *m, size_t *offset, size_t *n) {
 }
 
 void dt_model_stage_range(const dt_model *m, int stage, size_t *lo, size_t *hi) {
-    const int L = m->cfg.shape.n_layer;
-    int l0, l1;
-    dt_model_stage_layers(&m->cfg, stage, &l0, &l1);
     *lo = SIZE_MAX;
     *hi = 0;
     for (int i = 0; i < dt_model_num_tensors(m); i++) {
         const dt_tensor_info *t = &m->view[i];
-        const int b = t->bucket;
-        const int held = b == 0 ? stage == 0 : b == L + 1 ? stage == (m->cfg.pp > 1 ? m->cfg.pp : 1) - 1
-                                                          : b - 1 >= l0 && b - 1 < l1;
-        if (!held) continue;
+        if (!dt_net_stage_owns(&m->cfg, stage, t->bucket)) continue;
         if (t->whole_offset < *lo) *lo = t->whole_offset;
         if (t->whole_offset + whole_numel(t) > *hi) *hi = t->whole_offset + whole_numel(t);
     }

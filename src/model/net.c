@@ -20,20 +20,22 @@ int dt_net_tied_head(const dt_model_cfg *c) {
     return !c->shape.num_labels && (c->shape.arch == DT_ARCH_GPT2 || c->shape.tie_word_embeddings);
 }
 
-/* Pipeline parallelism: whether this stage holds a tensor of `bucket`: its layers', the head's on
- * the last stage, the embeddings on the first (and the token embedding on the last too when the
- * head is tied to it) */
+int dt_net_stage_owns(const dt_model_cfg *c, int stage, int bucket) {
+    const int L = c->shape.n_layer, P = c->pp > 1 ? c->pp : 1;
+    if (bucket == 0) return stage == 0;
+    if (bucket == L + 1) return stage == P - 1;
+    int lo, hi;
+    dt_model_stage_layers(c, stage, &lo, &hi);
+    return bucket - 1 >= lo && bucket - 1 < hi;
+}
+
+/* Pipeline parallelism: whether this stage holds a tensor of `bucket`: what it owns, and on the
+ * last stage the token embedding too when the head is tied to it */
 static int stage_holds(const net_builder *b, const char *name, int bucket) {
     const dt_model_cfg *c = b->cfg;
-    if (c->pp <= 1) return 1;
-    const int L = c->shape.n_layer, first = c->pp_rank == 0, last = c->pp_rank == c->pp - 1;
-    if (bucket == L + 1) return last;
-    if (bucket > 0) {
-        int lo, hi;
-        dt_model_stage_layers(c, c->pp_rank, &lo, &hi);
-        return bucket - 1 >= lo && bucket - 1 < hi;
-    }
-    return first || (last && dt_net_tied_head(c) && strcmp(name, dt_net_arch(c->shape.arch)->embed_name) == 0);
+    if (c->pp <= 1 || dt_net_stage_owns(c, c->pp_rank, bucket)) return 1;
+    return bucket == 0 && c->pp_rank == c->pp - 1 && dt_net_tied_head(c) &&
+           strcmp(name, dt_net_arch(c->shape.arch)->embed_name) == 0;
 }
 
 size_t dt_net_add_split(net_builder *b, const char *name, int rows, int cols, net_init init, double std, int decay,

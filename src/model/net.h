@@ -104,6 +104,10 @@ typedef struct net_builder {
 /* A language model whose output head is its token embedding (GPT-2's; Llama's with
  * tie_word_embeddings). */
 int dt_net_tied_head(const dt_model_cfg *c);
+/* Pipeline parallelism: whether `stage` owns bucket `bucket` (the embeddings: the first stage;
+ * a layer's: the stage running it; the head: the last), the one rule of who holds and saves what
+ * (the last stage's copy of a tied embedding is held, not owned). */
+int dt_net_stage_owns(const dt_model_cfg *c, int stage, int bucket);
 
 /* Adds a tensor of rows x cols (cols 0: a vector of rows) named `name` to bucket `bucket`
  * (0 the embeddings, 1 + l layer l, L + 1 the head); decay: AdamW's weight decay applies.

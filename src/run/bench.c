@@ -1,6 +1,8 @@
 /* bench.c — `dtrain bench`: a scaling sweep over worker counts (include/dtrain/bench.h). */
 #include "dtrain/bench.h"
 
+#include "dtrain/comm_plan.h"
+
 #include <errno.h>
 #include <ftw.h>
 #include <jansson.h>
@@ -352,7 +354,7 @@ static dt_status bench_one(const dt_config *cfg, dt_config *c, const dt_bench_op
     row->tp = c->training.tensor_parallel;
     row->pp = c->training.pipeline_parallel;
     row->micro = c->training.grad_accum_steps;
-    row->bubble = row->pp > 1 ? (double)(row->pp - 1) / (double)(row->micro + row->pp - 1) : 0.0;
+    row->bubble = dt_mesh_bubble(row->pp, row->micro);
     snprintf(row->layout, sizeof row->layout, "%s", name);
     return read_summary(c->run.dir, row);
 }

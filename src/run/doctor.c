@@ -210,7 +210,7 @@ static dt_status check_pair(dt_comm *pair) {
     for (int i = 0; i < 3001; i++) x[i] = test_value(2 + me, (size_t)i);
     DT_TRY(dt_comm_allgather(pair, x, sizeof x, both));
     for (int i = 0; i < 3001; i++)
-        if (both[3001 + i - 3001 * me] != test_value(3 - me, (size_t)i))
+        if (both[(1 - me) * 3001 + i] != test_value(3 - me, (size_t)i)) /* the other's, at its index */
             return dt_error_set(DT_ERR_INTERNAL, "self-test failed: an exchange between stages: element %d differs", i);
     return DT_OK;
 }

@@ -166,10 +166,8 @@ static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_t
         r->gcomm = l->dp_comm; /* NULL with one replica: nothing to sum */
         r->drank = r->mesh.d;
         r->dworld = r->mesh.dp;
-        /* 1F1B keeps stage p's activations for up to P - p micro-batches at once */
-        const int inflight = pp - r->mesh.p < c->training.grad_accum_steps ? pp - r->mesh.p : c->training.grad_accum_steps;
         share = (dt_infer_share){.tp = tp, .tp_rank = r->mesh.t, .tp_comm = r->tp_comm, .pp = pp, .pp_rank = r->mesh.p,
-                                 .act_sets = need_train ? inflight : 1};
+                                 .act_sets = need_train ? dt_mesh_in_flight(pp, r->mesh.p, c->training.grad_accum_steps) : 1};
     }
     DT_TRY(dt_backend_resolve(c, &r->dev));
     r->device_alone = r->world == 1 && need_train && dt_backend_ops(r->dev)->device_comm && dt_fault_device_comm_alone();
@@ -390,13 +388,13 @@ static void describe_stages(const dt_config *c, const dt_model_cfg *mc, FILE *ou
     const int D = c->training.num_workers / (T * P);
     fprintf(out, "# training.pipeline_parallel %d: %d replica%s x %d stages x %d share%s; 1F1B over %d micro-batch%s a "
             "step idles ~%.0f%% of it (the bubble: (P - 1) / (M + P - 1); more training.grad_accum_steps shrink it)\n",
-            P, D, D > 1 ? "s" : "", P, T, T > 1 ? "s" : "", M, M > 1 ? "es" : "", 100.0 * (P - 1) / (M + P - 1));
+            P, D, D > 1 ? "s" : "", P, T, T > 1 ? "s" : "", M, M > 1 ? "es" : "", 100.0 * dt_mesh_bubble(P, M));
     for (int p = 0; p < P; p++) {
         dt_model_cfg sh = *mc;
         sh.tp = T;
         sh.pp = P;
         sh.pp_rank = p;
-        sh.act_sets = P - p < M ? P - p : M;
+        sh.act_sets = dt_mesh_in_flight(P, p, M);
         int lo, hi;
         dt_model_stage_layers(&sh, p, &lo, &hi);
         const size_t n = dt_model_count_params(&sh);
@@ -1465,7 +1463,7 @@ static dt_status stage_backward(trainer *t, int j, int K, double *bwd_ms) {
 static dt_status pipeline_batches(trainer *t, long *rows, double *comm_ms, double *fwd_ms, double *bwd_ms) {
     run *r = &t->r;
     const int P = r->mesh.pp, p = r->mesh.p, M = t->accum, B = t->b;
-    const int warm = P - p - 1 < M ? P - p - 1 : M, rest = M - warm, K = P - p < M ? P - p : M;
+    const int warm = P - p - 1 < M ? P - p - 1 : M, rest = M - warm, K = dt_mesh_in_flight(P, p, M);
     dt_model_zero_grad(r->model);
     step_scale(t);
     *rows = 0;
