@@ -33,6 +33,10 @@ typedef enum { DTK_F32 = 0, DTK_BF16 = 1 } dtk_type;
  * rows: ops.h dt_att_shape) */
 cudaError_t dtk_encoder_fwd(cudaStream_t s, dtk_type t, void *out, const int *tokens, const int *pos, const float *wte,
                             const float *wpe, int B, int T, int C);
+/* dtk_encoder_fwd from a share of the table (tensor parallelism): wte holds the rows [v0, v0 + V)
+ * of the vocabulary; a token outside them gives a zero row (its position still added) */
+cudaError_t dtk_encoder_part_fwd(cudaStream_t s, dtk_type t, void *out, const int *tokens, const int *pos,
+                                 const float *wte, const float *wpe, int v0, int V, int B, int T, int C);
 /* dtk_encoder_fwd from bf16 wte and wpe (NULL: none), widened exactly */
 cudaError_t dtk_encoder16_fwd(cudaStream_t s, dtk_type t, void *out, const int *tokens, const int *pos,
                               const dtk_bf16 *wte, const dtk_bf16 *wpe, int B, int T, int C);
@@ -45,6 +49,10 @@ cudaError_t dtk_encoder16_fwd(cudaStream_t s, dtk_type t, void *out, const int *
 size_t dtk_encoder_bwd_work_bytes(int B, int T, int C);
 cudaError_t dtk_encoder_bwd(cudaStream_t s, dtk_type t, float *dwte, float *dwpe, const void *dout, const int *tokens,
                             const int *pos, int B, int T, int C, int V, void *work, size_t work_bytes);
+/* dtk_encoder_bwd into a share of the table, dwte(V,C) the rows [v0, v0 + V): tokens outside
+ * them are skipped (the same work space) */
+cudaError_t dtk_encoder_part_bwd(cudaStream_t s, dtk_type t, float *dwte, float *dwpe, const void *dout, const int *tokens,
+                                 const int *pos, int v0, int V, int B, int T, int C, void *work, size_t work_bytes);
 
 /* out(N,C) = (inp - mean) * rstd * w + b; mean(N), rstd(N) = 1/sqrt(var + 1e-5) (biased var) */
 cudaError_t dtk_layernorm_fwd(cudaStream_t s, dtk_type t, void *out, float *mean, float *rstd, const void *inp, const float *w,
@@ -106,6 +114,16 @@ cudaError_t dtk_xent_fused(cudaStream_t s, dtk_type t, float *losses, void *dlog
  * dlogits may alias probs. */
 cudaError_t dtk_xent_bwd(cudaStream_t s, dtk_type t, void *dlogits, const void *probs, const int *targets, float scale, int N,
                          int V, int ld);
+/* A share of the cross-entropy (tensor parallelism; ops.h xent_part_stats, xent_part_bwd): the
+ * logits' columns [v0, v0 + V) of the whole rows. stats(N,4): each row's max, its sum of exp(x -
+ * max) (in double, rounded once), the target's logit where the target is among these columns
+ * (else 0), and the column of the max (v0 + j, the first on ties). */
+cudaError_t dtk_xent_part_stats(cudaStream_t s, dtk_type t, float *stats, const void *logits, const int *targets, int v0,
+                                int N, int V, int ld);
+/* dlogits = (exp(x - lse) - onehot(target)) * scale from the whole rows' log-sum-exp lse(N); rows
+ * with targets < 0 are all 0; dlogits may alias logits */
+cudaError_t dtk_xent_part_bwd(cudaStream_t s, dtk_type t, void *dlogits, const void *logits, const float *lse,
+                              const int *targets, int v0, float scale, int N, int V, int ld);
 
 /* out(n,C) = x[rows[i]];  dx[rows[i]] += dout(n,C) (i in increasing order, duplicates allowed) */
 cudaError_t dtk_gather_rows(cudaStream_t s, dtk_type t, void *out, const void *x, const int *rows, int n, int C);

@@ -4,34 +4,47 @@
 // dout rows in increasing (b,t) order, as the CPU does; a long run of one token in pieces summed
 // in parallel, then in a fixed order: see ENC_CHUNK).
 #include <cub/device/device_radix_sort.cuh>
+#include <limits.h>
 
 #include "dtk.h"
 #include "dtk_common.cuh"
 
 // One block per (b,t) row, threads over the C columns; wpe NULL: the token embedding alone. The
-// tables' element E: float, or bf16 (model.lora.base_dtype), widened as it is read.
+// tables' element E: float, or bf16 (model.lora.base_dtype), widened as it is read. wte holds
+// the rows [v0, v0 + V) of the vocabulary (tensor parallelism's share; all of it: 0, INT_MAX): a
+// token outside them gives a zero row, its position still added.
 template <typename A, typename E>
-static __device__ void embed_rows(void *out, const int *tokens, const int *pos, const E *wte, const E *wpe, int T, int C) {
-    const int bt = blockIdx.x, t = pos ? pos[bt] : bt % T;
-    const E *e = wte + (size_t)tokens[bt] * C, *p = wpe ? wpe + (size_t)t * C : nullptr;
+static __device__ void embed_rows(void *out, const int *tokens, const int *pos, const E *wte, const E *wpe, int v0, int V,
+                                  int T, int C) {
+    const int bt = blockIdx.x, t = pos ? pos[bt] : bt % T, k = tokens[bt] - v0;
+    const E *e = k >= 0 && k < V ? wte + (size_t)k * C : nullptr, *p = wpe ? wpe + (size_t)t * C : nullptr;
     A *o = (A *)out + (size_t)bt * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) dtk_st(o, c, p ? dtk_ld(e, c) + dtk_ld(p, c) : dtk_ld(e, c));
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        const float x = e ? dtk_ld(e, c) : 0.0f;
+        dtk_st(o, c, p ? x + dtk_ld(p, c) : x);
+    }
 }
 template <typename A>
 static __device__ void encoder_fwd(void *out, const int *tokens, const int *pos, const float *wte, const float *wpe,
-                                   int T, int C) {
-    embed_rows<A, float>(out, tokens, pos, wte, wpe, T, C);
+                                   int v0, int V, int T, int C) {
+    embed_rows<A, float>(out, tokens, pos, wte, wpe, v0, V, T, C);
 }
 DTK_ACT_KERNELS(encoder_fwd,
-                (void *out, const int *tokens, const int *pos, const float *wte, const float *wpe, int T, int C),
-                (out, tokens, pos, wte, wpe, T, C))
+                (void *out, const int *tokens, const int *pos, const float *wte, const float *wpe, int v0, int V, int T,
+                 int C),
+                (out, tokens, pos, wte, wpe, v0, V, T, C))
+
+extern "C" cudaError_t dtk_encoder_part_fwd(cudaStream_t s, dtk_type t, void *out, const int *tokens, const int *pos,
+                                            const float *wte, const float *wpe, int v0, int V, int B, int T, int C) {
+    if (B <= 0 || T <= 0 || C <= 0) return cudaSuccess;
+    if (t == DTK_BF16) dtk_encoder_fwd_bf16<<<B * T, DTK_THREADS, 0, s>>>(out, tokens, pos, wte, wpe, v0, V, T, C);
+    else dtk_encoder_fwd_f32<<<B * T, DTK_THREADS, 0, s>>>(out, tokens, pos, wte, wpe, v0, V, T, C);
+    return cudaGetLastError();
+}
 
 extern "C" cudaError_t dtk_encoder_fwd(cudaStream_t s, dtk_type t, void *out, const int *tokens, const int *pos,
                                        const float *wte, const float *wpe, int B, int T, int C) {
-    if (B <= 0 || T <= 0 || C <= 0) return cudaSuccess;
-    if (t == DTK_BF16) dtk_encoder_fwd_bf16<<<B * T, DTK_THREADS, 0, s>>>(out, tokens, pos, wte, wpe, T, C);
-    else dtk_encoder_fwd_f32<<<B * T, DTK_THREADS, 0, s>>>(out, tokens, pos, wte, wpe, T, C);
-    return cudaGetLastError();
+    return dtk_encoder_part_fwd(s, t, out, tokens, pos, wte, wpe, 0, INT_MAX, B, T, C);
 }
 
 // The same from bf16 tables (model.lora.base_dtype bf16): the sum in float, rounded once into
@@ -39,7 +52,7 @@ extern "C" cudaError_t dtk_encoder_fwd(cudaStream_t s, dtk_type t, void *out, co
 template <typename A>
 static __device__ void encoder16_fwd(void *out, const int *tokens, const int *pos, const __nv_bfloat16 *wte,
                                      const __nv_bfloat16 *wpe, int T, int C) {
-    embed_rows<A, __nv_bfloat16>(out, tokens, pos, wte, wpe, T, C);
+    embed_rows<A, __nv_bfloat16>(out, tokens, pos, wte, wpe, 0, INT_MAX, T, C);
 }
 DTK_ACT_KERNELS(encoder16_fwd,
                 (void *out, const int *tokens, const int *pos, const __nv_bfloat16 *wte, const __nv_bfloat16 *wpe, int T,
@@ -134,14 +147,15 @@ DTK_ACT_KERNELS(dwte_chunks, (float *part, const void *dout, const unsigned *key
 // Block x looks at sorted position i; only the first position of a run of equal tokens does
 // work: its threads (columns, strided over grid.y) add the run into the token's dwte row in
 // sorted order, which the stable sort made increasing (b,t) order: a whole chunk (the same test
-// as dwte_chunks') as its partial, any other position as its dout row.
+// as dwte_chunks') as its partial, any other position as its dout row. The run of key `skip`
+// (tokens outside a share's rows) adds nothing.
 template <typename A>
 static __device__ void dwte_runs(float *dwte, const float *part, const void *dout_, const unsigned *keys,
-                                 const int *idx, int BT, int C) {
+                                 const int *idx, int BT, int C, unsigned skip) {
     const A *dout = (const A *)dout_;
     const int i = blockIdx.x;
     const unsigned tok = keys[i];
-    if (i > 0 && keys[i - 1] == tok) return;
+    if ((i > 0 && keys[i - 1] == tok) || tok == skip) return;
     float *d = dwte + (size_t)tok * C;
     for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < C; c += gridDim.y * blockDim.x) {
         float acc = d[c];
@@ -158,8 +172,18 @@ static __device__ void dwte_runs(float *dwte, const float *part, const void *dou
     }
 }
 DTK_ACT_KERNELS(dwte_runs,
-                (float *dwte, const float *part, const void *dout, const unsigned *keys, const int *idx, int BT, int C),
-                (dwte, part, dout, keys, idx, BT, C))
+                (float *dwte, const float *part, const void *dout, const unsigned *keys, const int *idx, int BT, int C,
+                 unsigned skip),
+                (dwte, part, dout, keys, idx, BT, C, skip))
+
+// A share's sort keys: token - v0 for the tokens in [v0, v0 + V), V (sorted last, skipped) for
+// the others.
+static __global__ void dtk_share_keys(unsigned *keys, const int *tokens, int v0, int V, int BT) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < BT; i += gridDim.x * blockDim.x) {
+        const int k = tokens[i] - v0;
+        keys[i] = k >= 0 && k < V ? (unsigned)k : (unsigned)V;
+    }
+}
 
 // The key bits that order tokens in [0, V): ceil(log2 V), at least 1; all 32 when V is not
 // known (<= 0). Fewer bits, fewer radix passes (GPT-2's 50257 tokens: 16 bits, 2 passes of 8).
@@ -181,8 +205,8 @@ static size_t sort_temp_bytes(int n, int bits) {
     return bytes;
 }
 
-// work = [sorted keys | positions (iota) | sorted positions | whole chunks' partial rows
-// (BT / ENC_CHUNK of C floats) | CUB scratch], each 256-aligned
+// work = [a share's keys | sorted keys | positions (iota) | sorted positions | whole chunks'
+// partial rows (BT / ENC_CHUNK of C floats) | CUB scratch], each 256-aligned
 static size_t part_bytes(int BT, int C) { return dtk_align((size_t)(BT / ENC_CHUNK) * (size_t)C * sizeof(float)); }
 
 extern "C" size_t dtk_encoder_bwd_work_bytes(int B, int T, int C) {
@@ -190,22 +214,23 @@ extern "C" size_t dtk_encoder_bwd_work_bytes(int B, int T, int C) {
     const int BT = B * T;
     const size_t temp = sort_temp_bytes(BT, 32);
     if (temp == 0) return 0;
-    return 3 * dtk_align((size_t)BT * sizeof(int)) + part_bytes(BT, C) + dtk_align(temp);
+    return 4 * dtk_align((size_t)BT * sizeof(int)) + part_bytes(BT, C) + dtk_align(temp);
 }
 
-extern "C" cudaError_t dtk_encoder_bwd(cudaStream_t s, dtk_type t, float *dwte, float *dwpe, const void *dout,
-                                       const int *tokens, const int *rowpos, int B, int T, int C, int V, void *work,
-                                       size_t work_bytes) {
-    if (B <= 0 || T <= 0 || C <= 0) return cudaSuccess;
-    const int BT = B * T, bits = key_bits(V);
-    const size_t arr = dtk_align((size_t)BT * sizeof(int)), off = 3 * arr + part_bytes(BT, C);
+// The backward from sort keys `in` (BT, below 2^bits; the run of key `skip` left out) into the
+// rows of dwte they name.
+static cudaError_t encoder_bwd(cudaStream_t s, dtk_type t, float *dwte, float *dwpe, const void *dout, const unsigned *in,
+                               const int *rowpos, int B, int T, int C, int bits, unsigned skip, void *work,
+                               size_t work_bytes) {
+    const int BT = B * T;
+    const size_t arr = dtk_align((size_t)BT * sizeof(int)), off = 4 * arr + part_bytes(BT, C);
     const size_t temp = sort_temp_bytes(BT, bits);
     if (temp == 0 || work == nullptr || work_bytes < off || work_bytes - off < temp) return cudaErrorInvalidValue;
-    char *w = (char *)work;
+    char *w = (char *)work + arr; /* the first array: dtk_encoder_part_bwd's keys */
     unsigned *keys = (unsigned *)w;
     int *pos = (int *)(w + arr), *idx = (int *)(w + 2 * arr);
     float *part = (float *)(w + 3 * arr);
-    void *cub_temp = w + off;
+    void *cub_temp = (char *)work + off;
     size_t cub_bytes = work_bytes - off;
 
     const size_t TC = (size_t)T * C;
@@ -223,9 +248,8 @@ extern "C" cudaError_t dtk_encoder_bwd(cudaStream_t s, dtk_type t, float *dwte, 
     }
     dtk_iota_kernel<<<dtk_blocks((size_t)BT), DTK_THREADS, 0, s>>>(pos, BT);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    // SortPairs is a stable LSD radix sort: equal tokens keep increasing positions. Tokens are
-    // in [0, V), so they read as unsigned with the same bits, all of them below bit `bits`.
-    e = cub::DeviceRadixSort::SortPairs(cub_temp, cub_bytes, (const unsigned *)tokens, keys, pos, idx, BT, 0, bits, s);
+    // SortPairs is a stable LSD radix sort: equal keys keep increasing positions.
+    e = cub::DeviceRadixSort::SortPairs(cub_temp, cub_bytes, in, keys, pos, idx, BT, 0, bits, s);
     if (e != cudaSuccess) return e;
     const unsigned col_blocks = (unsigned)((C + DTK_THREADS - 1) / DTK_THREADS);
     const unsigned cy = col_blocks < 65535u ? col_blocks : 65535u;
@@ -236,7 +260,29 @@ extern "C" cudaError_t dtk_encoder_bwd(cudaStream_t s, dtk_type t, float *dwte, 
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }
     const dim3 grid((unsigned)BT, cy);
-    if (t == DTK_BF16) dtk_dwte_runs_bf16<<<grid, DTK_THREADS, 0, s>>>(dwte, part, dout, keys, idx, BT, C);
-    else dtk_dwte_runs_f32<<<grid, DTK_THREADS, 0, s>>>(dwte, part, dout, keys, idx, BT, C);
+    if (t == DTK_BF16) dtk_dwte_runs_bf16<<<grid, DTK_THREADS, 0, s>>>(dwte, part, dout, keys, idx, BT, C, skip);
+    else dtk_dwte_runs_f32<<<grid, DTK_THREADS, 0, s>>>(dwte, part, dout, keys, idx, BT, C, skip);
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t dtk_encoder_bwd(cudaStream_t s, dtk_type t, float *dwte, float *dwpe, const void *dout,
+                                       const int *tokens, const int *rowpos, int B, int T, int C, int V, void *work,
+                                       size_t work_bytes) {
+    if (B <= 0 || T <= 0 || C <= 0) return cudaSuccess;
+    // Tokens are in [0, V), so they read as unsigned with the same bits, all below bit key_bits(V).
+    return encoder_bwd(s, t, dwte, dwpe, dout, (const unsigned *)tokens, rowpos, B, T, C, key_bits(V), UINT_MAX, work,
+                       work_bytes);
+}
+
+extern "C" cudaError_t dtk_encoder_part_bwd(cudaStream_t s, dtk_type t, float *dwte, float *dwpe, const void *dout,
+                                            const int *tokens, const int *rowpos, int v0, int V, int B, int T, int C,
+                                            void *work, size_t work_bytes) {
+    if (B <= 0 || T <= 0 || C <= 0) return cudaSuccess;
+    if (V <= 0 || work == nullptr) return cudaErrorInvalidValue;
+    const int BT = B * T;
+    unsigned *in = (unsigned *)work;
+    dtk_share_keys<<<dtk_blocks((size_t)BT), DTK_THREADS, 0, s>>>(in, tokens, v0, V, BT);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    return encoder_bwd(s, t, dwte, dwpe, dout, in, rowpos, B, T, C, key_bits(V + 1), (unsigned)V, work, work_bytes);
 }

@@ -1,6 +1,8 @@
 // xent.cu — row-wise softmax + cross-entropy over the logits (forward writes probs, which may
 // alias the logits, and the per-row losses; backward turns probs into dlogits in place), rows
 // ld elements apart (the padded vocabulary, ops.h logits_stride).
+#include <limits.h>
+
 #include "dtk.h"
 #include "dtk_common.cuh"
 
@@ -175,5 +177,96 @@ extern "C" cudaError_t dtk_xent_bwd(cudaStream_t s, dtk_type t, void *dlogits, c
     if (N <= 0 || V <= 0) return cudaSuccess;
     if (t == DTK_BF16) dtk_xent_bwd_bf16<<<N, DTK_THREADS, 0, s>>>(dlogits, probs, targets, scale, V, ld);
     else dtk_xent_bwd_f32<<<N, DTK_THREADS, 0, s>>>(dlogits, probs, targets, scale, V, ld);
+    return cudaGetLastError();
+}
+
+// A share of the rows (tensor parallelism), one block per row: the first maximum and its column
+// (each thread its best of a strided slice, then the pairs reduced preferring the smaller column,
+// as argmax.cu), then the sum of exp(x - max) in double.
+template <typename A>
+static __device__ void xent_part_stats(float *stats, const void *logits, const int *targets, int v0, int V, int ld) {
+    const A *x = (const A *)logits + (size_t)blockIdx.x * ld;
+    float best = -INFINITY;
+    int arg = INT_MAX;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        const float v = dtk_ld(x, j);
+        if (v > best || (v == best && j < arg)) {
+            best = v;
+            arg = j;
+        }
+    }
+    __shared__ float sv[DTK_THREADS];
+    __shared__ int si[DTK_THREADS];
+    sv[threadIdx.x] = best;
+    si[threadIdx.x] = arg;
+    __syncthreads();
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) {
+            const float ov = sv[threadIdx.x + half];
+            const int oi = si[threadIdx.x + half];
+            if (ov > sv[threadIdx.x] || (ov == sv[threadIdx.x] && oi < si[threadIdx.x])) {
+                sv[threadIdx.x] = ov;
+                si[threadIdx.x] = oi;
+            }
+        }
+        __syncthreads();
+    }
+    // the CPU keeps column 0 while nothing compares greater than x[0]: a NaN there, or a row of
+    // NaNs, gives column 0 (as argmax.cu)
+    const float x0 = dtk_ld(x, 0);
+    const int at = si[0] == INT_MAX || x0 != x0 ? 0 : si[0];
+    const float mx = dtk_ld(x, at);
+    double sum = 0.0;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) sum += (double)expf(dtk_ld(x, j) - mx);
+    sum = dtk_block_reduce(sum, DtkSum(), 0.0);
+    if (threadIdx.x == 0) {
+        const int tg = targets[blockIdx.x], k = tg - v0;
+        float *st = stats + (size_t)blockIdx.x * 4;
+        st[0] = mx;
+        st[1] = (float)sum;
+        st[2] = tg >= 0 && k >= 0 && k < V ? dtk_ld(x, k) : 0.0f;
+        st[3] = (float)(v0 + at);
+    }
+}
+DTK_ACT_KERNELS(xent_part_stats, (float *stats, const void *logits, const int *targets, int v0, int V, int ld),
+                (stats, logits, targets, v0, V, ld))
+
+extern "C" cudaError_t dtk_xent_part_stats(cudaStream_t s, dtk_type t, float *stats, const void *logits,
+                                           const int *targets, int v0, int N, int V, int ld) {
+    if (N <= 0 || V <= 0) return cudaSuccess;
+    if (t == DTK_BF16) dtk_xent_part_stats_bf16<<<N, DTK_THREADS, 0, s>>>(stats, logits, targets, v0, V, ld);
+    else dtk_xent_part_stats_f32<<<N, DTK_THREADS, 0, s>>>(stats, logits, targets, v0, V, ld);
+    return cudaGetLastError();
+}
+
+// One block per row; each element from the logit at the same place, so dlogits may alias logits.
+// (e * scale) - scale at the target, rounded as the CPU's two steps round it.
+template <typename A>
+static __device__ void xent_part_bwd(void *dlogits, const void *logits, const float *lse, const int *targets, int v0,
+                                     float scale, int V, int ld) {
+    const size_t off = (size_t)blockIdx.x * ld;
+    const A *x = (const A *)logits + off;
+    A *d = (A *)dlogits + off;
+    const int tg = targets[blockIdx.x], k = tg - v0;
+    const float l = lse[blockIdx.x];
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        if (tg < 0) {
+            dtk_st(d, j, 0.0f);
+            continue;
+        }
+        const float g = __fmul_rn(expf(dtk_ld(x, j) - l), scale);
+        dtk_st(d, j, j == k ? __fsub_rn(g, scale) : g);
+    }
+}
+DTK_ACT_KERNELS(xent_part_bwd,
+                (void *dlogits, const void *logits, const float *lse, const int *targets, int v0, float scale, int V,
+                 int ld),
+                (dlogits, logits, lse, targets, v0, scale, V, ld))
+
+extern "C" cudaError_t dtk_xent_part_bwd(cudaStream_t s, dtk_type t, void *dlogits, const void *logits, const float *lse,
+                                         const int *targets, int v0, float scale, int N, int V, int ld) {
+    if (N <= 0 || V <= 0) return cudaSuccess;
+    if (t == DTK_BF16) dtk_xent_part_bwd_bf16<<<N, DTK_THREADS, 0, s>>>(dlogits, logits, lse, targets, v0, scale, V, ld);
+    else dtk_xent_part_bwd_f32<<<N, DTK_THREADS, 0, s>>>(dlogits, logits, lse, targets, v0, scale, V, ld);
     return cudaGetLastError();
 }

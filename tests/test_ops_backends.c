@@ -345,6 +345,66 @@ static void case_encoder(const int *s, double tol) {
     pair_free(&t); pair_free(&wte); pair_free(&wpe); pair_free(&out); pair_free(&dout); pair_free(&pp);
 }
 
+/* s: B T C V v0 Vs nopos N: tensor parallelism's share of the vocabulary, rows [v0, v0 + Vs) of V:
+ * encoder_part_fwd/bwd (tokens outside the share: a zero row, skipped; nopos 1: wpe NULL), then
+ * xent_part_stats and xent_part_bwd over N rows of the share's logits (targets inside, outside,
+ * ignored), as a tensor-parallel worker calls them. */
+static void case_parts(const int *s, double tol) {
+    const int B = s[0], T = s[1], C = s[2], V = s[3], v0 = s[4], Vs = s[5], pos = !s[6], N = s[7];
+    if (!has_ops("vocabulary shares", g_dev->ops->encoder_part_fwd && g_dev->ops->encoder_part_bwd &&
+                                          g_dev->ops->xent_part_stats && g_dev->ops->xent_part_bwd))
+        return;
+    char what[96];
+    printf("  share [%d, %d) of %d: B %d T %d C %d%s, %d rows:\n", v0, v0 + Vs, V, B, T, C, pos ? "" : ", no wpe", N);
+    if (g_dev->ops->reserve) {
+        dt_model_cfg mc = {.shape = {.vocab_size = V, .n_positions = T, .n_layer = 1, .n_head = 1, .n_embd = C},
+                           .seq_len = T, .max_batch = B};
+        dt_op_sizes sizes;
+        dt_model_op_sizes(&mc, &sizes);
+        CHECK_OK(DEV(reserve, &sizes));
+    }
+    int *tok = rand_ints((size_t)B * T, 0, V);
+    if (B * T >= 3) tok[0] = tok[1] = tok[2] = v0 + Vs - 1; /* the share's last row, repeated */
+    pair t = pair_ints(tok, (size_t)B * T), wte = pair_rand(K_F32, (size_t)Vs * C, -1, 1);
+    pair wpe = pair_rand(K_F32, (size_t)T * C, -1, 1), out = pair_rand(K_ACT, (size_t)B * T * C, -1, 1);
+    REF(encoder_part_fwd, CA(out), t.c, NULL, CF(wte), pos ? CF(wpe) : NULL, v0, Vs, B, T, C);
+    DEV(encoder_part_fwd, GA(out), t.g, NULL, GF(wte), pos ? GF(wpe) : NULL, v0, Vs, B, T, C);
+    compare("encoder_part_fwd (zero rows outside)", &out, out.n, tol);
+    pair dout = pair_rand(K_ACT, (size_t)B * T * C, -1, 1);
+    REF(encoder_part_bwd, CF(wte), pos ? CF(wpe) : NULL, CA(dout), t.c, NULL, v0, Vs, B, T, C);
+    DEV(encoder_part_bwd, GF(wte), pos ? GF(wpe) : NULL, GA(dout), t.g, NULL, v0, Vs, B, T, C);
+    compare("encoder_part_bwd dwte (+=, others skipped)", &wte, wte.n, tol);
+    compare(pos ? "encoder_part_bwd dwpe (+=)" : "encoder_part_bwd, dwpe NULL", &wpe, wpe.n, pos ? tol : 0);
+
+    const int ld = g_dev->ops->logits_stride(Vs);
+    int *tg = rand_ints((size_t)N, 0, V);
+    tg[0] = v0;                      /* the share's first column */
+    if (N > 1) tg[1] = -1;           /* an ignored row */
+    if (N > 2) tg[2] = v0 + Vs - 1;  /* its last */
+    pair tt = pair_ints(tg, (size_t)N), logits = pair_rand(K_ACT, (size_t)N * ld, -6, 6);
+    if (N > 3) { /* a tie for the maximum: the first column wins */
+        CF(logits)[3 * (size_t)ld + 1] = CF(logits)[3 * (size_t)ld + Vs - 1] = 7.0f;
+        dev_upload(&logits, CF(logits));
+    }
+    pair st = pair_new(K_F32, NULL, (size_t)N * 4);
+    REF(xent_part_stats, CF(st), CA(logits), tt.c, v0, N, Vs, ld);
+    DEV(xent_part_stats, GF(st), GA(logits), tt.g, v0, N, Vs, ld);
+    snprintf(what, sizeof what, "xent_part_stats %dx%d (max, sum, target, column)", N, Vs);
+    compare(what, &st, st.n, tol);
+    float *lse = malloc((size_t)N * sizeof(float));
+    for (int i = 0; i < N; i++) lse[i] = CF(st)[i * 4] + logf(CF(st)[i * 4 + 1]) + 0.5f; /* as if other shares added */
+    pair l = pair_new(K_F32, lse, (size_t)N);
+    REF(xent_part_bwd, CA(logits), CA(logits), CF(l), tt.c, v0, 0.25f, N, Vs, ld);
+    DEV(xent_part_bwd, GA(logits), GA(logits), GF(l), tt.g, v0, 0.25f, N, Vs, ld);
+    snprintf(what, sizeof what, "xent_part_bwd (in place, ignored row) %dx%d", N, Vs);
+    compare(what, &logits, logits.n, tol);
+    free(lse);
+    free(tg);
+    free(tok);
+    pair_free(&t); pair_free(&wte); pair_free(&wpe); pair_free(&out); pair_free(&dout);
+    pair_free(&tt); pair_free(&logits); pair_free(&st); pair_free(&l);
+}
+
 /* s: N C lo hi (inputs in [lo, hi): lo = 100, hi = 101 gives rows whose mean is 200x their spread) */
 static void case_layernorm(const int *s, double tol) {
     const int N = s[0], C = s[1];
@@ -1447,6 +1507,9 @@ static const op_case cases[] = {
     {"encoder", case_encoder, {4, 512, 96, 1000, 0, 1}, {2, 160, 24, 1000, 0, 1}, 3e-5, 1e-2},
     {"encoder", case_encoder, {3, 100, 257, 5, 1, 2}, {0}, 3e-5, 1e-2}, /* 4 whole chunks and 44 more */
     {"encoder", case_encoder, {3, 64, 96, 50, 0, 0, 1}, {3, 17, 24, 50, 0, 0, 1}, 1e-6, 1e-2}, /* packed rows */
+    {"parts", case_parts, {3, 64, 96, 1000, 250, 250, 0, 37}, {2, 17, 24, 100, 25, 25, 0, 9}, 1e-5, 1e-2},
+    {"parts", case_parts, {2, 100, 257, 50, 0, 13, 1, 5}, {0}, 3e-5, 1e-2}, /* first share, long runs skipped */
+    {"parts", case_parts, {1, 3, 5, 10, 7, 3, 0, 1}, {0}, 1e-5, 1e-2},       /* last share, one row */
     {"layernorm", case_layernorm, {300, 768, -2, 3}, {19, 40, -2, 3}, 1e-5, 1e-2},
     {"layernorm", case_layernorm, {1, 1, -1, 1}, {0}, 1e-5, 1e-2},
     {"layernorm", case_layernorm, {3, 31, 100, 101}, {0}, 1e-5, 1e-2},

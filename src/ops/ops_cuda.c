@@ -1314,6 +1314,20 @@ static void cu_encoder_bwd(void *ctx, float *dwte, float *dwpe, const dt_act *do
     if (work) LAUNCH(dtk_encoder_bwd(c->s, ACT(c), dwte, dwpe, dout, tokens, pos, B, T, C, c->enc_vocab, work, wb));
 }
 
+static void cu_encoder_part_fwd(void *ctx, dt_act *out, const int *tokens, const int *pos, const float *wte,
+                                const float *wpe, int v0, int V, int B, int T, int C) {
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_encoder_part_fwd(c->s, ACT(c), out, tokens, pos, wte, wpe, v0, V, B, T, C));
+}
+
+static void cu_encoder_part_bwd(void *ctx, float *dwte, float *dwpe, const dt_act *dout, const int *tokens,
+                                const int *pos, int v0, int V, int B, int T, int C) {
+    cuda_ctx *c = ctx;
+    size_t wb = dtk_encoder_bwd_work_bytes(B, T, C);
+    void *work = scratch(c, SCR_WORK, wb, "kernel scratch");
+    if (work) LAUNCH(dtk_encoder_part_bwd(c->s, ACT(c), dwte, dwpe, dout, tokens, pos, v0, V, B, T, C, work, wb));
+}
+
 static void cu_layernorm_fwd(void *ctx, dt_act *out, float *mean, float *rstd, const dt_act *inp, const float *w,
                              const float *b, int N, int C) {
     cuda_ctx *c = ctx;
@@ -1395,6 +1409,18 @@ static void cu_xent_fused(void *ctx, float *losses, dt_act *dlogits, const dt_ac
                           float scale, int N, int V, int ld) {
     cuda_ctx *c = ctx;
     LAUNCH(dtk_xent_fused(c->s, ACT(c), losses, dlogits, logits, targets, scale, N, V, ld));
+}
+
+static void cu_xent_part_stats(void *ctx, float *stats, const dt_act *logits, const int *targets, int v0, int N, int V,
+                               int ld) {
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_xent_part_stats(c->s, ACT(c), stats, logits, targets, v0, N, V, ld));
+}
+
+static void cu_xent_part_bwd(void *ctx, dt_act *dlogits, const dt_act *logits, const float *lse, const int *targets,
+                             int v0, float scale, int N, int V, int ld) {
+    cuda_ctx *c = ctx;
+    LAUNCH(dtk_xent_part_bwd(c->s, ACT(c), dlogits, logits, lse, targets, v0, scale, N, V, ld));
 }
 
 static void cu_argmax(void *ctx, int *idx, const dt_act *x, int N, int V, int ld) {
@@ -1959,6 +1985,10 @@ const dt_ops dt_ops_cuda = {
     .xent_fwd = cu_xent_fwd,
     .xent_bwd = cu_xent_bwd,
     .xent_fused = cu_xent_fused,
+    .encoder_part_fwd = cu_encoder_part_fwd,
+    .encoder_part_bwd = cu_encoder_part_bwd,
+    .xent_part_stats = cu_xent_part_stats,
+    .xent_part_bwd = cu_xent_part_bwd,
     .argmax = cu_argmax,
     .gather_rows = cu_gather_rows,
     .scatter_add_rows = cu_scatter_add_rows,
