@@ -387,6 +387,25 @@ static int sc_bf16(dt_shm_world *w, int rank, int world, void *arg) {
             }
             if (kind < 2) check_same_everywhere(c, buf, n, world);
         }
+        /* a sum of bf16 values (tensor parallelism's bf16 activations): without a bf16 sum of
+         * its own the backend sums them as floats (the bytes counted as floats), rounded once */
+        uint16_t *b16 = malloc((n ? n : 1) * sizeof *b16);
+        CHECK(b16);
+        for (size_t i = 0; i < n; i++) b16[i] = dt_float_to_bf16(val(rank, i));
+        const uint64_t sent0 = dt_comm_bytes_sent(c);
+        CHECK_OK(dt_comm_allreduce_bf16(c, n ? b16 : NULL, n));
+        if (!g_hier) CHECK(dt_comm_bytes_sent(c) - sent0 == 2 * (uint64_t)(world - 1) * n * sizeof(float) / (uint64_t)world);
+        for (size_t i = 0; i < n; i++) {
+            float e = 0.0f;
+            for (int r = 0; r < world; r++) e += dt_bf16_round(val(r, i));
+            const float got = dt_bf16_to_float(b16[i]), want = dt_bf16_round(e);
+            const float tol = 4e-3f * (float)world * (fabsf(want) + 1.0f);
+            const int bad = approx() ? !(fabsf(got - want) <= tol) : got != want;
+            if (bad) fprintf(stderr, "rank %d: bf16 values' sum of %zu, element %zu: got %.9g, expected %.9g\n", rank, n,
+                             i, got, want);
+            CHECK(!bad);
+        }
+        free(b16);
         free(buf);
     }
     dt_comm_free(c);

@@ -98,6 +98,10 @@ static inline void dt_comm_part(size_t n, int world, int rank, size_t *lo, size_
 
 /* In place: buf(n) = reduction over ranks of buf(n). n may be 0. */
 dt_status dt_comm_allreduce(dt_comm *c, float *buf, size_t n, dt_reduce_op op);
+/* In place: the sum over ranks of bf16 values buf(n) (tensor parallelism's activations on a
+ * device with bf16 activations), rounded to bf16: NCCL sums them as bf16; a backend without its
+ * own (host memory) sums them as floats and rounds once. n may be 0. */
+dt_status dt_comm_allreduce_bf16(dt_comm *c, uint16_t *buf, size_t n);
 /* Starts an all-reduce; `buf` must not be touched until dt_comm_wait returns. *req is
  * released by dt_comm_wait, which returns the operation's status. */
 dt_status dt_comm_allreduce_start(dt_comm *c, float *buf, size_t n, dt_reduce_op op, dt_wire wire, dt_comm_req **req);
@@ -206,6 +210,8 @@ typedef struct dt_comm_backend_ops {
     dt_status (*allgather_parts)(void *ctx, float *buf, size_t n, const dt_comm_deadline *dl);
     dt_status (*barrier)(void *ctx, const dt_comm_deadline *dl);
     void (*free)(void *ctx);
+    /* May be NULL (comm.c then sums the values as floats through allreduce): dt_comm_allreduce_bf16 */
+    dt_status (*allreduce_bf16)(void *ctx, uint16_t *buf, size_t n, const dt_comm_deadline *dl);
     /* May be NULL. Runs on the CALLER's thread as each collective is queued, in issue order,
      * before the comm thread can run it: a GPU backend marks there how far the caller's stream
      * has got, so that the collective waits for exactly the work queued before it (a gradient

@@ -16,6 +16,8 @@
  * that first message (the ranks can no longer be in step). */
 #include "dtrain/comm.h"
 
+#include "dtrain/bf16.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -23,13 +25,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { REQ_ALLREDUCE, REQ_BROADCAST, REQ_ALLGATHER, REQ_BARRIER, REQ_REDUCE_SCATTER, REQ_GATHER_PARTS, REQ_RESERVE };
+enum {
+    REQ_ALLREDUCE, REQ_BROADCAST, REQ_ALLGATHER, REQ_BARRIER, REQ_REDUCE_SCATTER, REQ_GATHER_PARTS, REQ_RESERVE,
+    REQ_ALLREDUCE_BF16
+};
 
 struct dt_comm_req {
     int kind;
-    void *buf;          /* all-reduce, reduce-scatter, parts: float (n); broadcast: bytes; all-gather: out (world * bytes) */
+    void *buf;          /* all-reduce, reduce-scatter, parts: float (n) (bf16 all-reduce: uint16_t); broadcast:
+                           bytes; all-gather: out (world * bytes) */
     const void *in;     /* all-gather: this rank's bytes */
-    size_t n;           /* all-reduce, reduce-scatter, parts: floats; broadcast / all-gather: bytes */
+    size_t n;           /* all-reduce, reduce-scatter, parts: elements; broadcast / all-gather: bytes */
     dt_reduce_op op;
     dt_wire wire;       /* all-reduce, reduce-scatter */
     int root;
@@ -76,9 +82,23 @@ static dt_comm_deadline deadline_of(const dt_comm *c, const dt_comm_req *r) {
     return (dt_comm_deadline){c->timeout_s, "; training.collective_timeout_s sets the deadline"};
 }
 
+/* dt_comm_allreduce_bf16 where the backend has no bf16 sum of its own: as floats, rounded once */
+static dt_status allreduce_bf16_as_floats(dt_comm *c, uint16_t *buf, size_t n, const dt_comm_deadline *dl) {
+    float *f = dt_malloc((n ? n : 1) * sizeof(float), "bf16 all-reduce staging");
+    if (!f) return DT_ERR_NOMEM;
+    dt_bf16_unpack(f, buf, n);
+    dt_status st = c->be->allreduce(c->ctx, f, n, DT_REDUCE_SUM, DT_WIRE_F32, dl);
+    if (st == DT_OK) dt_bf16_pack(buf, f, n);
+    free(f);
+    return st;
+}
+
 static dt_status run_request(dt_comm *c, dt_comm_req *r) {
     const dt_comm_deadline dl = deadline_of(c, r);
     switch (r->kind) {
+    case REQ_ALLREDUCE_BF16:
+        return c->be->allreduce_bf16 ? c->be->allreduce_bf16(c->ctx, (uint16_t *)r->buf, r->n, &dl)
+                                     : allreduce_bf16_as_floats(c, (uint16_t *)r->buf, r->n, &dl);
     case REQ_ALLREDUCE: return c->be->allreduce(c->ctx, (float *)r->buf, r->n, r->op, r->wire, &dl);
     case REQ_BROADCAST: return c->be->broadcast(c->ctx, r->buf, r->n, r->root, &dl);
     case REQ_ALLGATHER: return c->be->allgather(c->ctx, r->in, r->n, r->buf, &dl);
@@ -304,11 +324,14 @@ static dt_status break_locked(dt_comm *c, dt_status st) {
  * 2(N-1)/N of the buffer (reduce-scatter, then all-gather), broadcast (N-1)/N of it (a chain,
  * averaged over the ranks), all-gather N-1 pieces, reduce-scatter and all-gather of parts
  * (N-1)/N of the buffer; a barrier nothing. */
-static uint64_t ring_bytes(int world, const dt_comm_req *r) {
+static uint64_t ring_bytes(const dt_comm *c, const dt_comm_req *r) {
+    const int world = c->world;
     if (world < 2) return 0;
     const uint64_t N = (uint64_t)world, elem = r->wire == DT_WIRE_BF16 ? 2 : sizeof(float);
     switch (r->kind) {
     case REQ_ALLREDUCE: return 2 * (N - 1) * (uint64_t)r->n * elem / N;
+    case REQ_ALLREDUCE_BF16: /* as floats where the backend has no bf16 sum (allreduce_bf16_as_floats) */
+        return 2 * (N - 1) * (uint64_t)r->n * (c->be->allreduce_bf16 ? 2 : sizeof(float)) / N;
     case REQ_BROADCAST: return (N - 1) * (uint64_t)r->n / N;
     case REQ_ALLGATHER: return (N - 1) * (uint64_t)r->n;
     case REQ_REDUCE_SCATTER: return (N - 1) * (uint64_t)r->n * elem / N;
@@ -352,7 +375,7 @@ static dt_status start(dt_comm *c, const dt_comm_req *tmpl, dt_comm_req **out) {
         return st;
     }
     *r = *tmpl;
-    c->sent += ring_bytes(c->world, tmpl);
+    c->sent += ring_bytes(c, tmpl);
     r->done = 0;
     r->st = DT_OK;
     r->msg[0] = '\0';
@@ -401,6 +424,11 @@ dt_status dt_comm_allreduce_start(dt_comm *c, float *buf, size_t n, dt_reduce_op
 
 dt_status dt_comm_allreduce(dt_comm *c, float *buf, size_t n, dt_reduce_op op) {
     dt_comm_req t = {.kind = REQ_ALLREDUCE, .buf = buf, .n = n, .op = op};
+    return start_wait(c, &t);
+}
+
+dt_status dt_comm_allreduce_bf16(dt_comm *c, uint16_t *buf, size_t n) {
+    dt_comm_req t = {.kind = REQ_ALLREDUCE_BF16, .buf = buf, .n = n};
     return start_wait(c, &t);
 }
 

@@ -578,6 +578,24 @@ static double nccl_exposed_ms(void *vctx) {
     return v;
 }
 
+/* dt_comm_allreduce_bf16: summed by NCCL as bf16, in place on the device (host memory staged
+ * through the scratch buffer, as the float collectives stage it) */
+static dt_status nccl_allreduce_bf16(void *vctx, uint16_t *buf, size_t n, const dt_comm_deadline *dl) {
+    nccl_ctx *x = vctx;
+    dt_status st = begin(x, dl, "all-reduce #%lu (%zu bf16 values, sum)", x->seq + 1, n);
+    int dev = 0;
+    void *d = buf;
+    if (st == DT_OK && n > 0 && n > SIZE_MAX / 2) st = dt_error_set(DT_ERR_INTERNAL, "nccl %s: too large", x->op);
+    if (st == DT_OK && n > 0) st = classify(x, buf, "bf16 all-reduce", &dev);
+    if (st == DT_OK && n > 0 && !dev && (st = grow_scratch(x, n * 2)) == DT_OK) d = x->scratch;
+    if (st == DT_OK && n > 0) st = after_compute(x);
+    if (st == DT_OK && n > 0 && !dev) st = CK(cudaMemcpyAsync, d, buf, n * 2, cudaMemcpyHostToDevice, x->stream);
+    if (st == DT_OK && n > 0) st = NC(ncclAllReduce, d, d, n, ncclBfloat16, ncclSum, x->comm, x->stream);
+    if (st == DT_OK && n > 0) st = wait_done(x);
+    if (st == DT_OK && n > 0 && !dev) st = download(x, buf, d, n * 2);
+    return blocking_end(x, st);
+}
+
 static dt_status broadcast_(nccl_ctx *x, void *buf, size_t bytes, int root) {
     int dev;
     DT_TRY(classify(x, buf, "broadcast", &dev));
@@ -698,6 +716,7 @@ static void nccl_free(void *vctx) {
 static const dt_comm_backend_ops nccl_backend = {
     .name = "nccl",
     .allreduce = nccl_allreduce,
+    .allreduce_bf16 = nccl_allreduce_bf16,
     .broadcast = nccl_broadcast,
     .allgather = nccl_allgather,
     .reduce_scatter = nccl_reduce_scatter,

@@ -101,11 +101,13 @@ static void lora_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const
     }
 }
 
-/* Tensor parallelism: buf(n) summed over the shares, in place (a failure is kept in tp_st) */
+/* Tensor parallelism: buf(n) summed over the shares, in place (a failure is kept in tp_st);
+ * bf16 activations (a GPU's) as bf16 */
 static void tp_sum(const dt_net *n, dt_act *buf, size_t count) {
     if (*n->tp_st != DT_OK) return;
     const double t0 = dt_clock_now();
-    *n->tp_st = dt_comm_allreduce(n->tp_comm, (float *)buf, count, DT_REDUCE_SUM);
+    *n->tp_st = n->act == DT_DTYPE_BF16 ? dt_comm_allreduce_bf16(n->tp_comm, (uint16_t *)buf, count)
+                                        : dt_comm_allreduce(n->tp_comm, (float *)buf, count, DT_REDUCE_SUM);
     *n->tp_ms += 1e3 * (dt_clock_now() - t0);
 }
 
