@@ -131,7 +131,8 @@ static const help_entry help[] = {
      "  --device cpu|cuda    test the CPU collective (default) or the GPUs with NCCL\n"
      "  --tensor-parallel T  also lay the workers out as training.tensor_parallel T does and test every\n"
      "                       tensor-parallel and data-parallel group's collective, with rank 0's\n"
-     "                       groups' all-reduce tables (CPU workers; T divides N)\n"
+     "                       groups' all-reduce tables (T divides N; on GPUs each group's own NCCL\n"
+     "                       communicator)\n"
      "  --pipeline-parallel P  also lay them out as training.pipeline_parallel P does and test every pair\n"
      "                       of neighbouring stages (a send each way, an exchange) and every pipeline's\n"
      "                       first and last stages, with rank 0's pair's send table (P x T divides N)\n"},

@@ -419,11 +419,11 @@ static void test_doctor(void) {
     CHECK_STR_CONTAINS(out, "doctor: all checks passed");
     const char *bad_pp[] = {"doctor", "--num-workers", "6", "--tensor-parallel", "2", "--pipeline-parallel", "2", NULL};
     CHECK_INT_EQ(run_sync("doctor-bad-pp", bad_pp), 2);
-    CHECK_STR_CONTAINS(err_text, "doctor --pipeline-parallel 2: expected CPU workers (--device cpu) and a divisor of "
+    CHECK_STR_CONTAINS(err_text, "doctor --pipeline-parallel 2: expected a divisor of "
                                  "--num-workers (6) / --tensor-parallel (2)");
     const char *bad[] = {"doctor", "--num-workers", "3", "--tensor-parallel", "2", NULL};
     CHECK_INT_EQ(run_sync("doctor-bad", bad), 2);
-    CHECK_STR_CONTAINS(err_text, "doctor --tensor-parallel 2: expected CPU workers (--device cpu) and a divisor of "
+    CHECK_STR_CONTAINS(err_text, "doctor --tensor-parallel 2: expected a divisor of "
                                  "--num-workers (3)");
 }
 

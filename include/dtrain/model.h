@@ -216,17 +216,22 @@ void dt_model_stage_range(const dt_model *m, int stage, size_t *lo, size_t *hi);
 /* Selects activation set k (0 .. act_sets-1): the next forward keeps its activations there, a
  * backward reads the forward that used it. */
 void dt_model_use_acts(dt_model *m, int k);
-/* The stage's boundaries, host memory of B*T*n_embd floats (pipeline parallelism runs on CPU
- * backends only): its input in the current set (written by the caller before a forward of a
+/* The stage's boundaries, backend memory of B*T*n_embd activations (dt_model_stage_bytes): its
+ * input in the current set (written by the caller before a forward of a
  * stage but the first), its output (the last layer's, after the forward), and the gradient the
  * backward starts from (written by the caller before the backward of a stage but the last) and
  * leaves (the input's, after the backward of a stage but the first). */
 float *dt_model_stage_input(dt_model *m);
 float *dt_model_stage_output(dt_model *m);
 float *dt_model_stage_grad(dt_model *m);
+/* the bytes of each of those three for a micro-batch of B rows: (B, T, C) activations */
+size_t dt_model_stage_bytes(const dt_model *m, int B);
 /* A language model whose output head is its token embedding (GPT-2's; Llama's with
  * tie_word_embeddings). */
 int dt_model_tied_head(const dt_model_cfg *cfg);
+/* Tensor parallelism: the shares' sums from now on over `c` (the device collective of the group
+ * whose host one the model was built with) */
+void dt_model_set_tp_comm(dt_model *m, dt_comm *c);
 /* The first and last stages of a language model whose head is its token embedding each hold it:
  * where its gradient lies (offset, floats; *n 0 on every other model and stage). Their sum is
  * each one's. */

@@ -57,6 +57,10 @@ dt_status dt_optim_sumsq(dt_optim *o, const float *grads, double *out);
  * the sum of squares of its own gradients (one sumsq over its ranges) and its copy to the host;
  * dt_optim_norm_sumsq returns it once the backend's next check has returned DT_OK. */
 void dt_optim_norm(dt_optim *o, const float *grads);
+/* Model parallelism: the sum of squares above (and dt_optim_sumsq's) over `ranges` (n, in
+ * increasing order; copied) instead of the optimizer's own ranges: the gradients this rank's part
+ * of the whole model's norm counts (a tensor every share holds whole counts on one share). */
+dt_status dt_optim_count_norm(dt_optim *o, const dt_range *ranges, int n);
 double dt_optim_norm_sumsq(const dt_optim *o);
 dt_status dt_optim_update(dt_optim *o, float *params, float *grads, long step, double sumsq, double *grad_norm,
                           double *lr);

@@ -1186,9 +1186,6 @@ const char *dt_config_mesh_problem(const dt_config *cfg, const char **key, char 
                    "data-parallel replicas x pipeline_parallel x tensor_parallel)", cfg->training.num_workers, T, P);
     if (P > sh->n_layer)
         return WHY("expected at most model.n_layer (%d), got %d (each stage runs at least one layer)", sh->n_layer, P);
-    if (P > 1 && cfg->training.device == DT_DEVICE_CUDA)
-        return WHY("is %d, but pipeline stages run on CPU workers only so far (hint: training.device: cpu, or "
-                   "training.pipeline_parallel: 1)", P);
     if (P > 1 && cfg->model.lora.rank > 0)
         return WHY("is %d, but model.lora does not combine with pipeline stages yet (hint: training.pipeline_parallel: "
                    "1)", P);
@@ -1214,9 +1211,6 @@ const char *dt_config_mesh_problem(const dt_config *cfg, const char **key, char 
     if (sh->arch == DT_ARCH_LLAMA && sh->intermediate_size % T != 0)
         return WHY("expected a divisor of model.intermediate_size (%d), got %d (each worker takes an equal share of "
                    "the MLP)", sh->intermediate_size, T);
-    if (cfg->training.device == DT_DEVICE_CUDA)
-        return WHY("is %d, but tensor parallelism runs on CPU workers only so far (hint: training.device: cpu, or "
-                   "training.tensor_parallel: 1)", T);
     if (cfg->model.lora.rank > 0)
         return WHY("is %d, but model.lora does not combine with tensor parallelism yet (hint: "
                    "training.tensor_parallel: 1)", T);

@@ -855,12 +855,10 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_backen
     *out = NULL;
     DT_TRY(check_cfg(cfg));
     DT_TRY(check_backend(dt_net_arch(cfg->shape.arch), be->ops));
-    if (cfg->tp > 1 && (be->ops->memory || be->ops->act_dtype(be->ops->bf16(be->ctx)) != DT_DTYPE_F32))
-        return dt_error_set(DT_ERR_CONFIG, "training.tensor_parallel: the %s backend's activations cannot be summed "
-                            "across shares yet (hint: training.device: cpu)", be->ops->name);
-    if (cfg->pp > 1 && (be->ops->memory || be->ops->act_dtype(be->ops->bf16(be->ctx)) != DT_DTYPE_F32))
-        return dt_error_set(DT_ERR_CONFIG, "training.pipeline_parallel: the %s backend's activations cannot be passed "
-                            "between stages yet (hint: training.device: cpu)", be->ops->name);
+    const dt_ops *bo = be->ops;
+    if (cfg->tp > 1 && !(bo->encoder_part_fwd && bo->encoder_part_bwd && bo->xent_part_stats && bo->xent_part_bwd))
+        return dt_error_set(DT_ERR_CONFIG, "training.tensor_parallel: the %s backend cannot split the vocabulary yet "
+                            "(hint: training.device: cpu)", bo->name);
     if (cfg->lora.rank && !(be->ops->lora_fwd && be->ops->lora_bwd))
         return dt_error_set(DT_ERR_CONFIG, "model.lora: the %s backend has no LoRA adapters yet (hint: "
                             "training.device: cpu, or model.lora.rank: 0)", be->ops->name);
@@ -1231,6 +1229,9 @@ dt_status dt_model_backward(dt_model *m, float scale, dt_bucket_ready_fn ready, 
 
 float *dt_model_stage_input(dt_model *m) { return (float *)m->encoded; }
 float *dt_model_stage_grad(dt_model *m) { return (float *)m->d.dresidual; }
+size_t dt_model_stage_bytes(const dt_model *m, int B) {
+    return (size_t)B * (size_t)m->cfg.seq_len * (size_t)m->cfg.shape.n_embd * dt_dtype_size(m->net.act);
+}
 float *dt_model_stage_output(dt_model *m) {
     int lo, hi;
     dt_model_stage_layers(&m->cfg, m->cfg.pp_rank, &lo, &hi);
@@ -1238,6 +1239,11 @@ float *dt_model_stage_output(dt_model *m) {
 }
 
 int dt_model_tied_head(const dt_model_cfg *cfg) { return dt_net_tied_head(cfg); }
+
+void dt_model_set_tp_comm(dt_model *m, dt_comm *c) {
+    m->cfg.tp_comm = c;
+    m->net.tp_comm = c;
+}
 
 void dt_model_tied_grad(const dt_model *m, size_t *offset, size_t *n) {
     *offset = *n = 0;

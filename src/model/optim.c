@@ -13,6 +13,8 @@ struct dt_optim {
     dt_range *own;     /* the ranges this optimizer updates (all: one) */
     size_t *own_moff;  /* (n_own) where each starts in m and v */
     int n_own;
+    dt_range *counted; /* the gradient norm's ranges (dt_optim_count_norm): own when NULL */
+    int n_counted;
     dt_adamw_piece *pieces; /* the segments cut by the ranges, in order: one adamw call */
     int n_pieces;
     size_t n_moments;  /* floats of m and of v: the ranges' total */
@@ -29,6 +31,7 @@ void dt_optim_free(dt_optim *o) {
     o->be->ops->free_host(o->be->ctx, o->sumsq_host);
     free(o->own);
     free(o->own_moff);
+    free(o->counted);
     free(o->pieces);
     free(o);
 }
@@ -101,9 +104,19 @@ double dt_optim_lr(const dt_optim_cfg *c, long step) {
     return min_lr + coeff * (c->lr - min_lr);
 }
 
+dt_status dt_optim_count_norm(dt_optim *o, const dt_range *ranges, int n) {
+    free(o->counted);
+    o->n_counted = 0;
+    if (!(o->counted = dt_malloc((size_t)(n ? n : 1) * sizeof *ranges, "gradient norm ranges"))) return DT_ERR_NOMEM;
+    memcpy(o->counted, ranges, (size_t)n * sizeof *ranges);
+    o->n_counted = n;
+    return DT_OK;
+}
+
 void dt_optim_norm(dt_optim *o, const float *grads) {
     const dt_ops *ops = o->be->ops;
-    ops->sumsq(o->be->ctx, o->sumsq_dev, grads, o->own, o->n_own); /* one call over every owned range */
+    if (o->counted) ops->sumsq(o->be->ctx, o->sumsq_dev, grads, o->counted, o->n_counted);
+    else ops->sumsq(o->be->ctx, o->sumsq_dev, grads, o->own, o->n_own); /* one call over every owned range */
     ops->download_async(o->be->ctx, o->sumsq_host, o->sumsq_dev, sizeof(double));
 }
 

@@ -250,12 +250,20 @@ static dt_status doctor_worker(void *arg, dt_comm *c, const dt_launch_ctx *ctx) 
         fflush(stdout);
     }
     if (st == DT_OK && ctx->plan->device_comm) st = be->ops->device_comm(be->ctx, c, a->timeout_s, &dev);
+    /* the groups' collectives: on devices their own, bootstrapped over the host ones, made in the
+     * order the trainer makes them (worker.c start_device_collective) */
+    dt_launch_ctx g = *ctx;
+    dt_comm **group[5] = {&g.tp_comm, &g.pp_prev, &g.pp_next, &g.pp_ends, &g.dp_comm}, *owned[5] = {NULL};
+    for (int i = 0; st == DT_OK && ctx->plan->device_comm && i < 5; i++)
+        if (*group[i] && (st = be->ops->device_comm(be->ctx, *group[i], a->timeout_s, &owned[i])) == DT_OK)
+            *group[i] = owned[i];
     if (st == DT_OK) st = be->ops->alloc(be->ctx, (size_t)a->max_bytes, "the bandwidth buffer", &buf);
     if (st == DT_OK) st = be->ops->check(be->ctx);
     if (st == DT_OK) st = self_test(dev ? dev : c, buf, a->max_bytes);
-    if (st == DT_OK && (ctx->tp_comm || ctx->dp_comm)) st = group_tests(ctx, c, a->tp * a->pp, buf, a->max_bytes);
-    if (st == DT_OK && (ctx->pp_next || ctx->pp_prev)) st = pair_tests(ctx, c, a->tp, buf, a->max_bytes);
+    if (st == DT_OK && (g.tp_comm || g.dp_comm)) st = group_tests(&g, c, a->tp * a->pp, buf, a->max_bytes);
+    if (st == DT_OK && (g.pp_next || g.pp_prev)) st = pair_tests(&g, c, a->tp, buf, a->max_bytes);
     if (be) be->ops->free(be->ctx, buf);
+    for (int i = 0; st == DT_OK && i < 5; i++) dt_comm_free(owned[i]);
     if (st == DT_OK) dt_comm_free(dev); /* after a failure: left to the exit (destroy waits for peers) */
     dt_backend_close(be);
     return st;
@@ -318,12 +326,12 @@ dt_status dt_doctor_run(const dt_doctor_opts *o) {
         printf("  memcpy bandwidth (one core, 64 MiB): %.2f GB/s\n", memcpy_bandwidth());
     }
     const int tp = o->tensor_parallel > 1 ? o->tensor_parallel : 1, pp = o->pipeline_parallel > 1 ? o->pipeline_parallel : 1;
-    if (tp > 1 && (kind != DT_DEVICE_CPU || workers % tp))
-        return dt_error_set(DT_ERR_USAGE, "doctor --tensor-parallel %d: expected CPU workers (--device cpu) and a divisor "
-                            "of --num-workers (%d)", tp, workers);
-    if (pp > 1 && (kind != DT_DEVICE_CPU || workers % (tp * pp)))
-        return dt_error_set(DT_ERR_USAGE, "doctor --pipeline-parallel %d: expected CPU workers (--device cpu) and a "
-                            "divisor of --num-workers (%d) / --tensor-parallel (%d)", pp, workers, tp);
+    if (tp > 1 && workers % tp)
+        return dt_error_set(DT_ERR_USAGE, "doctor --tensor-parallel %d: expected a divisor of --num-workers (%d)", tp,
+                            workers);
+    if (pp > 1 && workers % (tp * pp))
+        return dt_error_set(DT_ERR_USAGE, "doctor --pipeline-parallel %d: expected a divisor of --num-workers (%d) / "
+                            "--tensor-parallel (%d)", pp, workers, tp);
     const dt_ops *ops = dt_backend_ops(kind);
     dt_comm_plan_in in;
     dt_comm_plan plan;

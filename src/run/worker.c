@@ -54,7 +54,9 @@ typedef struct run {
      * all-reduce held back until the tied embedding's two gradients are summed. */
     dt_mesh mesh;
     dt_comm *tp_comm, *pp_prev, *pp_next, *pp_ends;
-    float *pp_buf;          /* (2 B T C) */
+    dt_comm *group_dcomm[4]; /* owned: on devices, the device collectives of tp_comm, pp_prev, pp_next, pp_ends
+                                (which then point to them) */
+    void *pp_buf;           /* backend memory: two micro-batches' boundaries (dt_model_stage_bytes) */
     int embed_held;
     int drank, dworld;
     dt_device_kind dev;     /* what training.device resolved to */
@@ -101,14 +103,16 @@ static void run_free(run *r, dt_status st) {
     dt_dataset_free(r->train);
     dt_tokenizer_free(r->tok);
     if (st == DT_OK) dt_comm_free(r->dcomm);
+    for (int i = 0; i < 4; i++)
+        if (st == DT_OK) dt_comm_free(r->group_dcomm[i]);
     dt_comm_free(r->alone_boot);
     dt_shm_world_destroy(r->alone_world);
+    if (r->be && r->pp_buf) r->be->ops->free(r->be->ctx, r->pp_buf);
     dt_backend_close(r->be);
     free(r->tokens);
     free(r->targets);
     free(r->pos);
     free(r->idx);
-    free(r->pp_buf);
     free(r->reqs);
     free(r->own);
 }
@@ -178,9 +182,8 @@ static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_t
                                 (need_train ? DT_INFER_TRAIN : 0) | DT_INFER_DATA_ROWS, &share, &r->be, &r->tok,
                                 &r->model));
     size_t b = (size_t)c->data.batch_size_per_worker, T = (size_t)c->data.seq_len;
-    if (r->mesh.pp > 1 && !(r->pp_buf = dt_malloc(2 * b * T * (size_t)c->model.shape.n_embd * sizeof(float),
-                                                  "pipeline staging")))
-        return DT_ERR_NOMEM;
+    if (r->mesh.pp > 1)
+        DT_TRY(r->be->ops->alloc(r->be->ctx, 2 * dt_model_stage_bytes(r->model, (int)b), "pipeline staging", &r->pp_buf));
     r->tokens = dt_malloc(b * T * sizeof(int), "token batch");
     r->targets = dt_malloc(b * T * sizeof(int), "target batch");
     r->pos = dt_malloc(b * T * sizeof(int), "position batch");
@@ -208,10 +211,8 @@ static dt_status fill_batch(run *r, const dt_dataset *ds, const size_t *idx, int
 
 /* ---- pipeline stages: their boundaries ---- */
 
-/* a micro-batch of B rows at a stage boundary: (B, T, C) floats */
-static size_t boundary_bytes(const run *r, int B) {
-    return (size_t)B * (size_t)r->cfg->data.seq_len * (size_t)r->cfg->model.shape.n_embd * sizeof(float);
-}
+/* a micro-batch of B rows at a stage boundary */
+static size_t boundary_bytes(const run *r, int B) { return dt_model_stage_bytes(r->model, B); }
 
 /* The point-to-point steps between neighbouring stages, each a collective of the two (launch.h
  * pp_prev, pp_next: the stage before is rank 0): a send and its receive are a broadcast from the
@@ -233,7 +234,7 @@ static dt_status exchange(run *r, dt_comm *pair, const float *mine, float *their
     if (!pair) return DT_OK;
     const size_t n = boundary_bytes(r, B);
     DT_TRY(dt_comm_allgather(pair, mine, n, r->pp_buf));
-    memcpy(theirs, (const char *)r->pp_buf + (size_t)(1 - dt_comm_rank(pair)) * n, n);
+    r->be->ops->copy(r->be->ctx, theirs, (const char *)r->pp_buf + (size_t)(1 - dt_comm_rank(pair)) * n, n);
     return DT_OK;
 }
 
@@ -929,16 +930,28 @@ static void log_worker_samples(run *r, const dt_launch_ctx *l, long step, uint32
 }
 
 /* Device runs with several workers: gradients and weights stay on the device and travel over
- * the backend's collective (NCCL), bootstrapped over the host one. Made once the model and the
- * optimizer have their memory, so that a rank that runs out fails before the others wait in
- * the collective's init. */
+ * the backend's collective (NCCL), bootstrapped over the host one; with tensor parallelism the
+ * shares' sums travel over their group's own (every rank makes its group's first, then its
+ * data-parallel group's: the groups of one kind are disjoint, so no rank waits in an init that
+ * another has not reached). Made once the model and the optimizer have their memory, so that a
+ * rank that runs out fails before the others wait in the collective's init. */
 static dt_status start_device_collective(run *r) {
     if (r->device_alone && !r->alone_boot) { /* the test switch: a host collective of one to bootstrap it */
         DT_TRY(dt_shm_world_create(&r->alone_world, 1, 0));
         DT_TRY(dt_comm_init_shm(&r->alone_boot, r->alone_world, 0, r->cfg->training.collective_timeout_s));
     }
-    dt_comm *boot = r->device_alone ? r->alone_boot : r->comm;
-    if (((r->plan && r->plan->device_comm) || r->device_alone) && boot && !r->dcomm) {
+    const int device = (r->plan && r->plan->device_comm) || r->device_alone;
+    dt_comm **group[4] = {&r->tp_comm, &r->pp_prev, &r->pp_next, &r->pp_ends}; /* in the order every rank makes them */
+    for (int i = 0; device && i < 4; i++)
+        if (*group[i] && !r->group_dcomm[i]) {
+            DT_TRY(r->be->ops->device_comm(r->be->ctx, *group[i], r->cfg->training.collective_timeout_s,
+                                           &r->group_dcomm[i]));
+            *group[i] = r->group_dcomm[i];
+        }
+    if (r->tp_comm) dt_model_set_tp_comm(r->model, r->tp_comm);
+    /* the data-parallel group's host collective (NULL with one replica: nothing to sum) */
+    dt_comm *boot = r->device_alone ? r->alone_boot : r->mesh.tp * r->mesh.pp > 1 ? r->gcomm : r->comm;
+    if (device && boot && !r->dcomm) {
         DT_TRY(r->be->ops->device_comm(r->be->ctx, boot, r->cfg->training.collective_timeout_s, &r->dcomm));
         r->gcomm = r->dcomm;
         /* bf16 gradients travel through a buffer of the collective's own: sized for the largest
@@ -1139,6 +1152,34 @@ static dt_status accept_run(trainer *t) {
     return set_aside_stale_best(r, &t->best);
 }
 
+/* Model parallelism: the gradients that this rank's part of the whole model's norm counts, given
+ * to the optimizer: of what it updates (with ZeRO-1 its parts), the split tensors, the ones every
+ * share holds whole on share 0 only, and not the last stage's copy of a tied embedding (the first
+ * stage's counts). Adjacent ranges merged. */
+static dt_status count_norm(run *r) {
+    const dt_range all = {0, dt_model_num_params(r->model)};
+    const dt_range *own = r->zero ? r->own : &all;
+    const int n_own = r->zero ? r->n_own : 1, nt = dt_model_num_tensors(r->model);
+    size_t toff, tn;
+    dt_model_tied_grad(r->model, &toff, &tn);
+    dt_range *out = dt_malloc((size_t)(n_own + 1) * (size_t)(nt + 1) * sizeof *out, "gradient norm ranges");
+    if (!out) return DT_ERR_NOMEM;
+    int n = 0;
+    for (int k = 0; k < n_own; k++)
+        for (int i = 0; i < nt; i++) {
+            const dt_tensor_info *ti = dt_model_tensor(r->model, i);
+            if ((ti->split == DT_SPLIT_NONE && r->mesh.t != 0) || (tn && r->mesh.p != 0 && ti->offset == toff)) continue;
+            const size_t lo = own[k].offset, hi = lo + own[k].numel;
+            const size_t a = ti->offset > lo ? ti->offset : lo, b = ti->offset + ti->numel < hi ? ti->offset + ti->numel : hi;
+            if (b <= a) continue;
+            if (n && out[n - 1].offset + out[n - 1].numel == a) out[n - 1].numel += b - a;
+            else out[n++] = (dt_range){a, b - a};
+        }
+    dt_status st = dt_optim_count_norm(r->optim, out, n);
+    free(out);
+    return st;
+}
+
 /* AdamW over the model's tensors (decay where the architecture says: its >= 2-D ones), scheduled to the last step. */
 static dt_status make_optimizer(trainer *t) {
     run *r = &t->r;
@@ -1159,7 +1200,7 @@ static dt_status make_optimizer(trainer *t) {
     if (!r->zero) {
         dt_status st = dt_optim_init(&r->optim, &oc, r->be, dt_model_num_params(r->model), segs, nt);
         free(segs);
-        return st;
+        return st == DT_OK && (r->tp_comm || r->mesh.pp > 1) ? count_norm(r) : st;
     }
     /* ZeRO-1: this rank's part of every bucket, in the buckets' (the layout's) order */
     const int nb = dt_model_num_buckets(r->model);
@@ -1174,10 +1215,10 @@ static dt_status make_optimizer(trainer *t) {
     }
     if (st == DT_OK)
         st = dt_optim_init_shard(&r->optim, &oc, r->be, dt_model_num_params(r->model), segs, nt, own, n_own);
-    r->own = own; /* kept: the gradient norm's parts (shares_sumsq) */
+    r->own = own; /* kept: the gradient norm's parts (count_norm) */
     r->n_own = n_own;
     free(segs);
-    return st;
+    return st == DT_OK && (r->tp_comm || r->mesh.pp > 1) ? count_norm(r) : st;
 }
 
 /* The weights config key `key` names (model.init_from: the model's, with model.lora its frozen
@@ -1279,6 +1320,13 @@ static void report_setup(trainer *t) {
                         r->mesh.t, r->mesh.d, share,
                         100.0 * (double)dt_model_num_params(r->model) / (double)dt_model_count_params(&whole),
                         dt_comm_backend(r->tp_comm));
+    }
+    if (r->mesh.pp > 1) {
+        int lo, hi;
+        dt_model_stage_layers(dt_model_config(r->model), r->mesh.p, &lo, &hi);
+        dt_metrics_info(r->metrics, "training.pipeline_parallel %d: rank %d is stage %d (layers %d-%d); the stage "
+                        "boundaries pass to its neighbours over %s", r->mesh.pp, r->rank, r->mesh.p, lo, hi - 1,
+                        dt_comm_backend(r->pp_prev ? r->pp_prev : r->pp_next));
     }
     if (r->zero)
         dt_metrics_info(r->metrics, "training.zero_stage 1: rank %d updates %zu of %zu parameters; its AdamW state is "
@@ -1525,50 +1573,17 @@ static uint64_t bytes_sent(run *r, int remote) {
     return b;
 }
 
-/* The sum of squares of the gradients [off, off + n) over what this rank's sum covers (with
- * ZeRO-1 its parts: the reduced ones), added to *sum. Host memory: model parallelism runs on CPU
- * backends only. */
-static void grads_sumsq(run *r, size_t off, size_t n, double *sum) {
-    const float *g = dt_model_grads(r->model);
-    for (int k = 0; k < (r->zero ? r->n_own : 1); k++) {
-        const size_t lo = r->zero ? r->own[k].offset : 0, hi = r->zero ? lo + r->own[k].numel : SIZE_MAX;
-        const size_t a = off > lo ? off : lo, b = off + n < hi ? off + n : hi;
-        for (size_t j = a; j < b; j++) *sum += (double)g[j] * g[j];
-    }
-}
-
-/* Tensor parallelism: the sum of squares of this share's gradients of the tensors every share
- * holds whole (the same on every share). */
-static double whole_tensors_sumsq(run *r) {
-    double sum = 0;
-    for (int i = 0; i < dt_model_num_tensors(r->model); i++) {
-        const dt_tensor_info *ti = dt_model_tensor(r->model, i);
-        if (ti->split == DT_SPLIT_NONE) grads_sumsq(r, ti->offset, ti->numel, &sum);
-    }
-    return sum;
-}
-
-/* Model parallelism: this rank's part of the whole model's gradients' sum of squares from its
- * own (`mine`): the split tensors' parts add up, the whole ones count on share 0 only, the last
- * stage's copy of a tied embedding not at all (the first stage's counts). With ZeRO-1 or pipeline
- * stages that part travels with the agreement (summed over every rank: without ZeRO-1 the first
- * replica's alone); else the shares' parts are all-gathered (one double each) and summed in share
- * order into *total. */
+/* Model parallelism: this rank's part of the whole model's gradients' sum of squares (`mine`,
+ * over the ranges count_norm gave the optimizer). With ZeRO-1 or pipeline stages that part
+ * travels with the agreement (summed over every rank: without ZeRO-1 the first replica's alone);
+ * else the shares' parts are all-gathered (one double each) and summed in share order into *total. */
 static dt_status shares_sumsq(run *r, double mine, double *total) {
-    double part = mine - (r->mesh.t != 0 ? whole_tensors_sumsq(r) : 0.0);
-    size_t off, n;
-    dt_model_tied_grad(r->model, &off, &n);
-    if (n && r->mesh.p != 0) {
-        double copy = 0;
-        grads_sumsq(r, off, n, &copy);
-        part -= copy;
-    }
     if (r->zero || r->mesh.pp > 1) {
-        *total = r->zero || r->mesh.d == 0 ? part : 0.0;
+        *total = r->zero || r->mesh.d == 0 ? mine : 0.0;
         return DT_OK;
     }
     double all[DT_MAX_WORLD];
-    DT_TRY(dt_comm_allgather(r->tp_comm, &part, sizeof part, all));
+    DT_TRY(dt_comm_allgather(r->tp_comm, &mine, sizeof mine, all));
     *total = 0;
     for (int i = 0; i < r->mesh.tp; i++) *total += all[i];
     return DT_OK;
