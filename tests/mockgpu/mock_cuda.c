@@ -1,8 +1,10 @@
 /* mock_cuda.c — libmockcuda.so: the CUDA runtime calls dtrain makes, on the CPU, and the
  * executor for the kernels of kernels/ compiled as host C++ (emu/cuda_runtime.h); also the
- * runtime under the NCCL stand-in (mock_nccl.c) for tests/test_comm_nccl.c. One
- * simulated device (index 0, H200-like properties); x86-64 Linux only (the fiber switch is
- * assembly).
+ * runtime under the NCCL stand-in (mock_nccl.c) for tests/test_comm_nccl.c and
+ * tests/mockgpu/test_nccl_ranks.c. MOCK_DEVICE_COUNT simulated devices (default 1, at most
+ * 64; H200-like properties), of which each process uses one: dtrain forks a worker per GPU,
+ * and a process's device memory is its own, whichever device is current; x86-64 Linux only
+ * (the fiber switch is assembly).
  *
  * Modelled, and checked:
  *   - streams: each is a worker thread that runs its queue in order (copies, memsets, kernels,
@@ -28,6 +30,9 @@
  *     barriers: threads waiting at different __syncthreads (divergent barriers), deadlocks and
  *     full-mask shuffles with missing lanes are errors. A kernel error is sticky (every later
  *     call fails with cudaErrorLaunchFailure), as on a GPU.
+ *   - devices: cudaGetDeviceCount reports MOCK_DEVICE_COUNT; cudaSetDevice accepts 0 to count-1
+ *     and makes it current for the calling host thread (default 0), as CUDA does; allocations
+ *     remember the device current when they were made (cudaPointerGetAttributes says it).
  *   - MOCK_ORDER=rev runs the blocks of each grid and the threads of each block in reverse
  *     order: results that depend on the order of blocks or threads change.
  * Every problem is printed as "MOCK ERROR: ..." on stderr and makes the process exit 1.
@@ -38,8 +43,9 @@
  * barrier is not checked); the memory model, atomics (but an unsigned atomicAdd, trivially
  * atomic here) and cooperative launches (kernels using them do not compile against emu/); dynamic shared memory (a launch asking for it is
  * reported); the legacy default stream's implicit synchronisation with other streams;
- * a GPU's timing (work takes as long as its emulation on the host); multiple devices and peer
- * access; managed memory's page migration (a host access while a kernel uses it is not
+ * a GPU's timing (work takes as long as its emulation on the host); several devices used by
+ * one process (streams, kernels and copies do not check which device is current; there is no
+ * peer access); managed memory's page migration (a host access while a kernel uses it is not
  * checked); a host that dereferences a device pointer (both are host memory here). */
 #define _GNU_SOURCE
 #include <cuda_profiler_api.h>
@@ -99,13 +105,13 @@ static void set_sticky(cudaError_t e) { __sync_bool_compare_and_swap(&sticky_err
 
 /* ---------------------------------------------------------------- allocations */
 
-typedef struct reg { char *p; size_t n; int type; struct reg *next; } reg;
+typedef struct reg { char *p; size_t n; int type, dev; struct reg *next; } reg;
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static reg *regs;
 static size_t dev_in_use;
 
-/* The allocation holding p: 1 and its base/size/type, or 0 (not CUDA memory). */
-static int find(const void *p, void **base, size_t *size, int *type) {
+/* The allocation holding p: 1 and its base/size/type/device, or 0 (not CUDA memory). */
+static int find_dev(const void *p, void **base, size_t *size, int *type, int *dev) {
     int found = 0;
     pthread_mutex_lock(&reg_mu);
     for (reg *r = regs; r; r = r->next)
@@ -113,12 +119,14 @@ static int find(const void *p, void **base, size_t *size, int *type) {
             if (base) *base = r->p;
             if (size) *size = r->n;
             if (type) *type = r->type;
+            if (dev) *dev = r->dev;
             found = 1;
             break;
         }
     pthread_mutex_unlock(&reg_mu);
     return found;
 }
+static int find(const void *p, void **base, size_t *size, int *type) { return find_dev(p, base, size, type, NULL); }
 
 int mock_check_dev_range(const void *p, size_t bytes, const char *what) {
     void *base;
@@ -158,6 +166,8 @@ static size_t device_total(void) {
  * waits for the whole device, NCCL's collectives too) */
 static unsigned long n_allocs, n_frees;
 static int prof_started;
+/* the calling host thread's current device (cudaSetDevice), as in CUDA: each thread starts on 0 */
+static __thread int cur_dev;
 
 static cudaError_t alloc(void **p, size_t n, int type) {
     *p = NULL;
@@ -169,7 +179,7 @@ static cudaError_t alloc(void **p, size_t n, int type) {
     if (posix_memalign(p, 256, n ? n : 1) != 0) return ret(cudaErrorMemoryAllocation);
     memset(*p, 0x5a, n); /* garbage, like fresh device memory: 0x5a5a5a5a is 1.5e16 as a float */
     reg *r = malloc(sizeof *r);
-    *r = (reg){*p, n, type, NULL};
+    *r = (reg){*p, n, type, cur_dev, NULL};
     pthread_mutex_lock(&reg_mu);
     r->next = regs;
     regs = r;
@@ -373,23 +383,47 @@ static cudaError_t owned(void) {
     return ret(cudaErrorInitializationError);
 }
 
+/* MOCK_DEVICE_COUNT: how many devices the process sees (default 1, at most MAX_DEVICES), read
+ * once; a value that is not such a number is reported, and 1 is used */
+#define MAX_DEVICES 64
+static int device_count(void) {
+    static int count; /* 0: not read yet */
+    int n = __atomic_load_n(&count, __ATOMIC_ACQUIRE);
+    if (n) return n;
+    const char *v = getenv("MOCK_DEVICE_COUNT");
+    n = 1;
+    if (v) {
+        char *end;
+        errno = 0;
+        const long k = strtol(v, &end, 10);
+        if (end != v && !*end && !errno && k >= 1 && k <= MAX_DEVICES) n = (int)k;
+        else mock_report("MOCK_DEVICE_COUNT=\"%s\": expected a number of devices from 1 to %d", v, MAX_DEVICES);
+    }
+    int was = 0; /* one report when threads race: the first reader's value stays */
+    if (!__atomic_compare_exchange_n(&count, &was, n, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) n = was;
+    return n;
+}
+static int valid_device(int d) { return d >= 0 && d < device_count(); }
+
 cudaError_t cudaGetDeviceCount(int *n) {
     const cudaError_t e = owned();
     if (e != cudaSuccess) return e;
-    *n = 1;
+    *n = device_count();
     return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int d) {
     const cudaError_t e = owned();
     if (e != cudaSuccess) return e;
-    return ret(d == 0 ? cudaSuccess : cudaErrorInvalidDevice);
+    if (!valid_device(d)) return ret(cudaErrorInvalidDevice);
+    cur_dev = d;
+    return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int *d) {
-    *d = 0;
+    *d = cur_dev;
     return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
-    if (d != 0) return ret(cudaErrorInvalidDevice);
+    if (!valid_device(d)) return ret(cudaErrorInvalidDevice);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "Mock H200 (CPU emulation)");
     p->totalGlobalMem = device_total();
@@ -403,8 +437,9 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
     p->major = 9;
     p->minor = 0;
     p->multiProcessorCount = 132;
-    p->pciDomainID = 0; /* 00000000:3B:00.0, the GPU run-test.sh's fake NVML describes */
-    p->pciBusID = 0x3B;
+    /* device 0 is 00000000:3B:00.0, the GPU run-test.sh's fake NVML describes; device d is on bus 0x3B + d */
+    p->pciDomainID = 0;
+    p->pciBusID = 0x3B + d;
     p->pciDeviceID = 0;
     return cudaSuccess;
 }
@@ -521,10 +556,10 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void
     memset(a, 0, sizeof *a);
     a->type = cudaMemoryTypeUnregistered;
     a->device = -2;
-    int type;
-    if (find(p, NULL, NULL, &type)) { /* one address space: device and host pointers are p */
+    int type, dev;
+    if (find_dev(p, NULL, NULL, &type, &dev)) { /* one address space: device and host pointers are p */
         a->type = type;
-        a->device = 0;
+        a->device = dev;
         a->devicePointer = (void *)p;
         if (type != cudaMemoryTypeDevice) a->hostPointer = (void *)p;
     }

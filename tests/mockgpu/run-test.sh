@@ -15,7 +15,11 @@
 #      fused attention path (its buffers, statistics, workspace) on the shapes cuDNN plans, its
 #      own kernels on the others
 #   4. tests/test_comm_nccl.c, the nccl collective backend (src/comm/comm_nccl.c) with one rank,
-#      against the one-rank NCCL stand-in (mock_nccl.c, as libnccl.so.2), then with ASan + UBSan
+#      against the NCCL stand-in (mock_nccl.c, as libnccl.so.2), then with ASan + UBSan; and
+#      tests/mockgpu/test_nccl_ranks.c, the same backend with 2, 3 and 4 ranks, one process each on
+#      its own mock GPU (MOCK_DEVICE_COUNT=4): exact results of every collective, a missing rank
+#      (timeout), a killed one (NCCL's asynchronous error), the mock NCCL's datatypes and ops; also
+#      with ASan + UBSan
 #   5. dtrain itself, the CUDA op table against the CPU one: configs/ci-smoke.yaml for 20 steps
 #      with bf16 products (every loss within 1e-2 relative; the mock's cuDNN cannot make a handle,
 #      mock_cudnn.c, so attention runs on dtrain's kernels, with one note saying why); the same with bf16 asked for where
@@ -93,7 +97,7 @@ for d in "$OPT"/obj/*.d "$ASAN"/obj/*.d; do
 done
 step "build $OPT" build-opt.log make -f "$M/Makefile" -j2 OUT="$OPT"
 step "build $ASAN (ASan + UBSan)" build-asan.log make -f "$M/Makefile" -j2 OUT="$ASAN" SAN=1 test_ops_backends \
-    test_comm_nccl
+    test_comm_nccl test_nccl_ranks
 
 # fake_gpus.c: the mock programs see one GPU (the registry counts /proc/driver/nvidia/gpus)
 mkdir -p "$B/fake_gpus/0000:00:00.0" "$B/data"
@@ -133,6 +137,11 @@ step "test_ops_backends --quick, cuDNN attention (mock_att.c), ASan + UBSan" fus
 # ---- the nccl collective with one rank; exit 77 (skipped: no GPU seen) is a failure here ----
 step "test_comm_nccl (one rank, mock NCCL)" nccl.log with_libs "$OPT" "$OPT/test_comm_nccl"
 step "test_comm_nccl, ASan + UBSan" nccl-asan.log with_libs "$ASAN" "$ASAN/test_comm_nccl"
+# ---- and with 2, 3 and 4 ranks, a process and a mock GPU each ----
+step "test_nccl_ranks (2, 3, 4 ranks, mock NCCL)" nccl-ranks.log \
+    with_libs "$OPT" env MOCK_DEVICE_COUNT=4 "$OPT/test_nccl_ranks"
+step "test_nccl_ranks, ASan + UBSan" nccl-ranks-asan.log \
+    with_libs "$ASAN" env MOCK_DEVICE_COUNT=4 "$ASAN/test_nccl_ranks"
 
 # ---- training: the same run on cpu and on the mock cuda device ----
 train() { # NAME CONFIG [--set ...]: a fresh run in $B/runs/NAME, from SRC (the configs' data paths)
@@ -449,6 +458,51 @@ step "dtrain pretrain (shrunk) on cuda (fp32)" pre-cuda.log train pre-cuda confi
     --set training.device=cuda --set training.precision=fp32
 echo "pretrain losses, cuda (fp32) against cpu, at most 1e-5 relative:"
 same_losses pre-cpu pre-cuda 1e-5 || { echo "FAIL  pretrain losses differ"; exit 1; }
+# model parallelism on several mock GPUs (MOCK_DEVICE_COUNT, the mock NCCL of several ranks): each
+# group its own NCCL communicator; the shares' sums, the vocabulary's shares, the stage boundaries
+# and their exchanges, the gradient norm's ranges on the device. Against the same layout on cpu:
+# fp32 within 1e-5, bf16 activations (summed as bf16) within 1e-2; GPT-2 and a Llama with
+# grouped-query attention; and dtrain doctor's group checks over NCCL
+model_parallel() ( # a subshell: the four GPUs stay its own
+    mkdir -p "$B/fake_gpus4/0000:00:00.0" "$B/fake_gpus4/0000:01:00.0" "$B/fake_gpus4/0000:02:00.0" \
+        "$B/fake_gpus4/0000:03:00.0"
+    export MOCK_GPUS_DIR=$B/fake_gpus4 MOCK_DEVICE_COUNT=4
+    local llama=(--set model.type=llama --set model.num_key_value_heads=2 --set model.intermediate_size=256)
+    local t2=(--set training.num_workers=2 --set training.tensor_parallel=2)
+    local dt=(--set training.num_workers=4 --set training.tensor_parallel=2 --set training.zero_stage=1)
+    local pt=(--set training.num_workers=4 --set training.pipeline_parallel=2 --set training.tensor_parallel=2
+              --set training.grad_accum_steps=2)
+    local name args
+    for name in t2 dt pt pt-llama; do
+        case $name in
+        t2) args=("${t2[@]}") ;;
+        dt) args=("${dt[@]}") ;;
+        pt) args=("${pt[@]}") ;;
+        pt-llama) args=("${pt[@]}" "${llama[@]}") ;;
+        esac
+        train "mp-$name-cpu" configs/pretrain.yaml "${PRE[@]}" "${args[@]}" --set training.device=cpu || return
+        train "mp-$name-fp32" configs/pretrain.yaml "${PRE[@]}" "${args[@]}" --set training.device=cuda \
+            --set training.precision=fp32 || return
+        grep -q -e 'sums its activations twice forward and twice backward over nccl' "$B/runs/mp-$name-fp32/train.log" &&
+            { [ "$name" = t2 ] || [ "$name" = dt ] ||
+                grep -q 'the stage boundaries pass to its neighbours over nccl' "$B/runs/mp-$name-fp32/train.log"; } ||
+            { echo "FAIL: mp-$name: expected the groups' collectives over nccl (train.log)"; return 1; }
+        echo "$name, cuda (fp32) against cpu, at most 1e-5 relative:"
+        same_losses "mp-$name-cpu" "mp-$name-fp32" 1e-5 || return
+    done
+    train mp-pt-bf16 configs/pretrain.yaml "${PRE[@]}" "${pt[@]}" --set training.device=cuda \
+        --set training.precision=bf16 || return
+    echo "pt, cuda (bf16 activations, summed as bf16) against cpu, at most 1e-2 relative:"
+    same_losses mp-pt-cpu mp-pt-bf16 1e-2 || return
+    with_libs "$OPT" "$OPT/dtrain" doctor --device cuda --num-workers 4 --tensor-parallel 2 --pipeline-parallel 2 \
+        >"$B/mp-doctor.out" 2>&1 || { cat "$B/mp-doctor.out"; return 1; }
+    grep -e 'group self-test' -e ', nccl:' -e 'doctor:' "$B/mp-doctor.out"
+    [ "$(grep -c ', 2 workers, nccl:' "$B/mp-doctor.out")" = 2 ] ||
+        { echo "FAIL: doctor: expected the tensor-parallel group's and the pair's tables over nccl"; return 1; }
+)
+step "model parallelism on 4 mock GPUs (T2, D2 x T2 + ZeRO-1, P2 x T2, a Llama; bf16; doctor)" model-parallel.log \
+    model_parallel
+
 # one wait for the device a step, not one per upload, loss or norm: logging.profile_step=2 opens the
 # mock's profiler range before step 2 and closes it after; its stop line counts the host's waits
 # (cudaStreamSynchronize, cudaEventSynchronize, cudaMemcpy, a copy to or from pageable memory...).
