@@ -930,11 +930,13 @@ static void log_worker_samples(run *r, const dt_launch_ctx *l, long step, uint32
 }
 
 /* Device runs with several workers: gradients and weights stay on the device and travel over
- * the backend's collective (NCCL), bootstrapped over the host one; with tensor parallelism the
- * shares' sums travel over their group's own (every rank makes its group's first, then its
- * data-parallel group's: the groups of one kind are disjoint, so no rank waits in an init that
- * another has not reached). Made once the model and the optimizer have their memory, so that a
- * rank that runs out fails before the others wait in the collective's init. */
+ * the backend's collective (NCCL), bootstrapped over the host one. With model parallelism each
+ * group gets its own the same way, every rank making them in one order: its tensor-parallel
+ * group, its pairs with the stages before and after, its pipeline's ends, then its data-parallel
+ * group (groups of one kind are disjoint and the pairs resolve along each pipeline, so no rank
+ * waits in an init that another has not reached). Made once the model and the optimizer have
+ * their memory, so that a rank that runs out fails before the others wait in the collective's
+ * init. */
 static dt_status start_device_collective(run *r) {
     if (r->device_alone && !r->alone_boot) { /* the test switch: a host collective of one to bootstrap it */
         DT_TRY(dt_shm_world_create(&r->alone_world, 1, 0));
