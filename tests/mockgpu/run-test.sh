@@ -458,6 +458,37 @@ step "dtrain pretrain (shrunk) on cuda (fp32)" pre-cuda.log train pre-cuda confi
     --set training.device=cuda --set training.precision=fp32
 echo "pretrain losses, cuda (fp32) against cpu, at most 1e-5 relative:"
 same_losses pre-cpu pre-cuda 1e-5 || { echo "FAIL  pretrain losses differ"; exit 1; }
+# data parallelism on 2 mock GPUs (the mock NCCL of several ranks): the shrunk pretrain.yaml on 2
+# workers against the same on cpu, fp32 within 1e-5, and bf16 activations with bf16 gradients on
+# the wire and zero_stage 1 within 1e-2; and a GPU worker killed before step 3 (checkpoints every
+# 2 steps): the launcher restarts both from step 2's checkpoint and the weights are the
+# uninterrupted fp32 run's, byte for byte
+data_parallel() ( # a subshell: the two GPUs stay its own
+    mkdir -p "$B/fake_gpus2x/0000:00:00.0" "$B/fake_gpus2x/0000:01:00.0"
+    export MOCK_GPUS_DIR=$B/fake_gpus2x MOCK_DEVICE_COUNT=2
+    local d2=(--set training.num_workers=2 --set checkpoint.every_steps=2)
+    train dp-cpu configs/pretrain.yaml "${PRE[@]}" "${d2[@]}" --set training.device=cpu || return
+    train dp-fp32 configs/pretrain.yaml "${PRE[@]}" "${d2[@]}" --set training.device=cuda \
+        --set training.precision=fp32 || return
+    grep -q 'gradients and weights over nccl' "$B/runs/dp-fp32/train.log" ||
+        { echo "FAIL: dp-fp32: expected the gradients over nccl (train.log)"; return 1; }
+    echo "2 workers, cuda (fp32) against cpu, at most 1e-5 relative:"
+    same_losses dp-cpu dp-fp32 1e-5 || return
+    train dp-bf16 configs/pretrain.yaml "${PRE[@]}" "${d2[@]}" --set training.device=cuda --set training.precision=bf16 \
+        --set training.grad_comm_dtype=bf16 --set training.zero_stage=1 || return
+    echo "2 workers, cuda (bf16, bf16 gradients, zero_stage 1) against cpu, at most 1e-2 relative:"
+    same_losses dp-cpu dp-bf16 1e-2 || return
+    DTRAIN_FAULT=rank=1,step=3,kind=kill train dp-killed configs/pretrain.yaml "${PRE[@]}" "${d2[@]}" \
+        --set training.device=cuda --set training.precision=fp32 --set fault_tolerance.max_restarts=1 \
+        --set fault_tolerance.backoff_s=0.1 || return
+    grep -q 'restart 1 of 1' "$B/runs/dp-killed/train.log" ||
+        { echo "FAIL: dp-killed: expected one restart (train.log)"; return 1; }
+    cmp "$B/runs/dp-fp32/model.safetensors" "$B/runs/dp-killed/model.safetensors" ||
+        { echo "FAIL: dp-killed: the restarted run's weights differ from the uninterrupted run's"; return 1; }
+    echo "dp-killed: rank 1 killed before step 3, one restart from step 2's checkpoint, the same weights"
+)
+step "data parallelism on 2 mock GPUs (fp32; bf16 + zero_stage 1; a killed worker restarts)" data-parallel.log \
+    data_parallel
 # model parallelism on several mock GPUs (MOCK_DEVICE_COUNT, the mock NCCL of several ranks): each
 # group its own NCCL communicator; the shares' sums, the vocabulary's shares, the stage boundaries
 # and their exchanges, the gradient norm's ranges on the device. Against the same layout on cpu:
@@ -490,6 +521,16 @@ model_parallel() ( # a subshell: the four GPUs stay its own
         echo "$name, cuda (fp32) against cpu, at most 1e-5 relative:"
         same_losses "mp-$name-cpu" "mp-$name-fp32" 1e-5 || return
     done
+    # a stage's share killed before step 3: every worker restarts from step 2's checkpoint (gathered
+    # whole, split again on load), to the uninterrupted run's weights byte for byte
+    DTRAIN_FAULT=rank=3,step=3,kind=kill train mp-pt-killed configs/pretrain.yaml "${PRE[@]}" "${pt[@]}" \
+        --set training.device=cuda --set training.precision=fp32 --set checkpoint.every_steps=2 \
+        --set fault_tolerance.max_restarts=1 --set fault_tolerance.backoff_s=0.1 || return
+    grep -q 'restart 1 of 1' "$B/runs/mp-pt-killed/train.log" ||
+        { echo "FAIL: mp-pt-killed: expected one restart (train.log)"; return 1; }
+    cmp "$B/runs/mp-pt-fp32/model.safetensors" "$B/runs/mp-pt-killed/model.safetensors" ||
+        { echo "FAIL: mp-pt-killed: the restarted run's weights differ from the uninterrupted run's"; return 1; }
+    echo "mp-pt-killed: rank 3 killed before step 3, one restart from step 2's checkpoint, the same weights"
     train mp-pt-bf16 configs/pretrain.yaml "${PRE[@]}" "${pt[@]}" --set training.device=cuda \
         --set training.precision=bf16 || return
     echo "pt, cuda (bf16 activations, summed as bf16) against cpu, at most 1e-2 relative:"
@@ -500,7 +541,8 @@ model_parallel() ( # a subshell: the four GPUs stay its own
     [ "$(grep -c ', 2 workers, nccl:' "$B/mp-doctor.out")" = 2 ] ||
         { echo "FAIL: doctor: expected the tensor-parallel group's and the pair's tables over nccl"; return 1; }
 )
-step "model parallelism on 4 mock GPUs (T2, D2 x T2 + ZeRO-1, P2 x T2, a Llama; bf16; doctor)" model-parallel.log \
+step "model parallelism on 4 mock GPUs (T2, D2 x T2 + ZeRO-1, P2 x T2, a Llama; a restart; bf16; doctor)" \
+    model-parallel.log \
     model_parallel
 
 # one wait for the device a step, not one per upload, loss or norm: logging.profile_step=2 opens the
