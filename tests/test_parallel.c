@@ -383,6 +383,28 @@ static void test_dry_run(void) {
     CHECK_STR_CONTAINS(out, "B with the activations of 4 micro-batches in flight");
     CHECK_STR_CONTAINS(out, "#   stage 3: layers 4-5, the head (and its copy of the tied embedding); each worker "
                             "holds 215.7k parameters (17.4%)");
+    /* on GPUs the memory estimate is a worker's share (the stage that needs the most), not the whole
+     * model's: a GPT-2-sized model as P4 x T2 needs well under half of one worker's */
+    double gib[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        const char *gpu[] = {"--config", "configs/pretrain.yaml", "--set", "training.device=cuda", "--set",
+                             "model.n_layer=8", "--set", "model.n_embd=768", "--set", "model.n_head=12", "--set",
+                             "model.vocab_size=50257", "--set", k ? "training.num_workers=8" : "training.num_workers=1",
+                             "--set", k ? "training.pipeline_parallel=4" : "training.pipeline_parallel=1", "--set",
+                             k ? "training.tensor_parallel=2" : "training.tensor_parallel=1", "--set",
+                             "training.grad_accum_steps=4", "--dry-run", NULL};
+        CHECK_INT_EQ(run_sync(k ? "gpu-p4t2" : "gpu-one", gpu), 0);
+        slurp_stdout(k ? "gpu-p4t2" : "gpu-one", out, sizeof out);
+        const char *at = strstr(out, "# on cuda (bf16 products): ~");
+        CHECK(!at || sscanf(at, "# on cuda (bf16 products): ~%lf GiB", &gib[k]) == 1);
+    }
+    if (gib[0] == 0) {
+        printf("  no CUDA backend in this build: no GPU memory estimate to check\n");
+    } else {
+        CHECK_STR_CONTAINS(out, "scratch; its share of the model, the most a stage needs)");
+        printf("  GPU memory estimate: one worker %.2f GiB, P4 x T2 %.2f GiB a worker\n", gib[0], gib[1]);
+        CHECK(gib[1] > 0 && gib[1] < 0.5 * gib[0]);
+    }
     const char *deep[] = {"--config", "configs/ci-smoke.yaml", "--set", "training.num_workers=2", "--set",
                           "training.pipeline_parallel=2", "--dry-run", NULL};
     CHECK_INT_EQ(run_sync("pipeline-layers", deep), 2);

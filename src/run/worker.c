@@ -497,10 +497,23 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
     const dt_ops *ops = resolved || c->training.device == DT_DEVICE_CUDA ? dt_backend_ops(dev) : NULL;
     if (ops && ops->memory) { /* a device with memory of its own */
         const int bf16 = c->training.precision != DT_PREC_FP32;
+        const int T = c->training.tensor_parallel, P = c->training.pipeline_parallel, D = c->training.num_workers / (T * P);
+        size_t most = 0; /* model parallelism: the share of the stage that needs the most */
+        for (int p = 0; p < P; p++) {
+            dt_model_cfg sh = mc;
+            if (T * P > 1) {
+                sh.tp = T;
+                sh.pp = P;
+                sh.pp_rank = p;
+                sh.act_sets = dt_mesh_in_flight(P, p, c->training.grad_accum_steps);
+            }
+            const size_t b = device_memory_bytes(ops, &sh, bf16, D, c->training.zero_stage);
+            if (b > most) most = b;
+        }
         fprintf(out, "# on %s (%s): ~%.2f GiB of %s per worker (weights, gradients, AdamW state, activations, "
-                "scratch)%s\n", ops->name, bf16 ? "bf16 products" : "fp32",
-                (double)device_memory_bytes(ops, &mc, bf16, c->training.num_workers, c->training.zero_stage) / (1u << 30),
-                ops->memory, resolved ? "" : " (estimated here; this machine has none)");
+                "scratch%s)%s\n", ops->name, bf16 ? "bf16 products" : "fp32", (double)most / (1u << 30), ops->memory,
+                T * P > 1 ? "; its share of the model, the most a stage needs" : "",
+                resolved ? "" : " (estimated here; this machine has none)");
     }
     fflush(out);
     return describe_data(c, out);
@@ -1299,7 +1312,7 @@ static void report_setup(trainer *t) {
     if (ops->memory)
         dt_metrics_info(r->metrics, "rank %d: %s; estimated %.2f GiB of %s per worker (weights, gradients, AdamW state, "
                         "activations for batch %d)", r->rank, desc.device,
-                        (double)device_memory_bytes(ops, mc, bf16, r->world, r->zero) / (1u << 30), ops->memory, t->b);
+                        (double)device_memory_bytes(ops, mc, bf16, r->dworld, r->zero) / (1u << 30), ops->memory, t->b);
     dt_metrics_info(r->metrics, "model: %d layers, %d heads, n_embd %d, seq_len %d, vocab %d | %s params, %s FLOPs/token",
                     mc->shape.n_layer, mc->shape.n_head, mc->shape.n_embd, mc->seq_len, mc->shape.vocab_size, params, flops);
     if (mc->lora.rank) {
