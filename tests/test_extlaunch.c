@@ -668,8 +668,8 @@ static void test_creator_killed_hier(void) {
         "training.cpu_threads_per_worker=1", "--progress", "never"
 
 /* `world` ranks with torchrun's variables (tags PREFIX-rN) of the tensor-parallel run in rd, plus
- * `extra` (--set; may be NULL); each must exit `want` (err_text: the last one's stderr) */
-static void torchrun_tp(const char *prefix, int world, const char *rd, const char *extra, int want) {
+ * `extra` and `extra2` (--set; may be NULL); each must exit `want` (err_text: the last one's stderr) */
+static void torchrun_tp(const char *prefix, int world, const char *rd, const char *extra, const char *extra2, int want) {
     char port[32], ws[32];
     snprintf(port, sizeof port, "MASTER_PORT=%d", proc_free_port());
     snprintf(ws, sizeof ws, "WORLD_SIZE=%d", world);
@@ -682,9 +682,9 @@ static void torchrun_tp(const char *prefix, int world, const char *rd, const cha
         snprintf(rank, sizeof rank, "RANK=%d", r);
         snprintf(local, sizeof local, "LOCAL_RANK=%d", r);
         snprintf(tags[r], sizeof tags[r], "%s-r%d", prefix, r);
-        const char *env[] = {rank, ws, local, lws, "MASTER_ADDR=127.0.0.1", port, NULL};
+        const char *env[] = {rank, ws, local, lws, "MASTER_ADDR=127.0.0.1", port, g_secret, NULL};
         set_env(env);
-        const char *args[] = {TP_ARGS(rd), extra ? "--set" : NULL, extra, NULL};
+        const char *args[] = {TP_ARGS(rd), extra ? "--set" : NULL, extra, extra2 ? "--set" : NULL, extra2, NULL};
         p[r] = spawn(tags[r], args);
         proc_clear_launcher_env();
     }
@@ -692,8 +692,10 @@ static void torchrun_tp(const char *prefix, int world, const char *rd, const cha
 }
 
 /* training.tensor_parallel under torchrun on one host: 4 ranks as D2 x T2 (the groups' shared memory
- * made by rank 0 under random names, removed once mapped) end on the fork-mode run's bytes; the
- * same config over the tcp collective (as across hosts) exits 2 saying why. */
+ * made by rank 0 under random names, removed once mapped) end on the fork-mode run's bytes; so do
+ * the same config and P2 x T2 over the tcp collective (as across hosts: each group a ring of TCP
+ * connections proved with the rendezvous' secret; groups of two, whose sums are exact in any
+ * order). */
 static void test_tensor_parallel(void) {
     static char rd[2][1400];
     const char *runs[2] = {"tp-fork", "tp-torch"};
@@ -701,20 +703,30 @@ static void test_tensor_parallel(void) {
     const char *fork_args[] = {TP_ARGS(rd[0]), NULL};
     proc_clear_launcher_env();
     CHECK_INT_EQ(wait_exit(spawn("tp-fork", fork_args), "tp-fork"), 0);
-    torchrun_tp("tp-torch", 4, rd[1], NULL, 0);
+    torchrun_tp("tp-torch", 4, rd[1], NULL, NULL, 0);
     test_same_weights("tp-fork", "tp-torch");
-    /* the tcp collective stands for ranks on several hosts: the groups cannot share memory */
-    torchrun_tp("tp-tcp", 2, rd[1], "training.communication_backend=tcp", 2);
-    CHECK_STR_CONTAINS(err_text, "training.tensor_parallel: 2 needs the shm collective (its groups share memory: "
-                                 "every rank on one host) or the mpi one, but this job under torchrun");
+    /* the tcp collective stands for ranks on several hosts: each group its own ring */
+    static char td[2][1400];
+    snprintf(td[0], sizeof td[0], "run.dir=%s/tp-tcp", test_dir());
+    snprintf(td[1], sizeof td[1], "run.dir=%s/pp-tcp", test_dir());
+    g_secret = "DTRAIN_RDZV_SECRET=tensor-parallel-test-secret-0123"; /* the groups' rings prove themselves with it */
+    torchrun_tp("tp-tcp", 4, td[0], "training.communication_backend=tcp", NULL, 0);
+    test_same_weights("tp-fork", "tp-tcp");
+    static char log[1 << 16], path[1500];
+    snprintf(path, sizeof path, "%s/tp-tcp/train.log", test_dir());
+    test_slurp(path, log, sizeof log);
+    CHECK_STR_CONTAINS(log, "each layer sums its activations twice forward and twice backward over tcp");
     /* pipeline stages too: P2 x T2 under torchrun, byte-identical to fork mode */
     static char pd[2][1400];
     const char *pruns[2] = {"pp-fork", "pp-torch"};
     for (int i = 0; i < 2; i++) snprintf(pd[i], sizeof pd[i], "run.dir=%s/%s", test_dir(), pruns[i]);
     const char *pfork[] = {TP_ARGS(pd[0]), "--set", "training.pipeline_parallel=2", NULL};
     CHECK_INT_EQ(wait_exit(spawn("pp-fork", pfork), "pp-fork"), 0);
-    torchrun_tp("pp-torch", 4, pd[1], "training.pipeline_parallel=2", 0);
+    torchrun_tp("pp-torch", 4, pd[1], "training.pipeline_parallel=2", NULL, 0);
     test_same_weights("pp-fork", "pp-torch");
+    torchrun_tp("pp-tcp", 4, td[1], "training.pipeline_parallel=2", "training.communication_backend=tcp", 0);
+    g_secret = NULL;
+    test_same_weights("pp-fork", "pp-tcp");
 #ifdef DTRAIN_TEST_HAVE_MPI
     /* and under mpirun with the mpi collective, whose groups are communicators split from the
      * job's (what ranks on several hosts use): the same bits (sums of two are exact either way) */

@@ -59,6 +59,18 @@ dt_status dt_rendezvous(const dt_ext_env *env, uint32_t config_digest, double ti
                         dt_comm_plan *plan, dt_status (*before_ok)(void *), void *user, dt_shm_world **world_out,
                         dt_comm **comm_out, dt_comm **leaders_out);
 
+/* ---- a model-parallel group's ring under the tcp collective (launch.c) ----
+ * dt_rdzv_group_listen: a new listener for one round of group rings, and where the others reach
+ * it: "@master:PORT" on rank 0 (at MASTER_ADDR, as its ring listener), "IP:PORT" elsewhere (the
+ * address of this host that faces MASTER_ADDR). dt_rdzv_group_ring: rank idx of a group of
+ * `size` connects to its successor at next_addr (another rank's dt_rdzv_group_listen address),
+ * takes its predecessor from listen_fd, both proved with the rendezvous' secret as the job's
+ * ring is (every other connection dropped), within timeout_s: the group's tcp communicator.
+ * `what` names the group in messages ("tensor-parallel group 1"). */
+dt_status dt_rdzv_group_listen(const dt_ext_env *env, int *fd, char *addr, size_t n);
+dt_status dt_rdzv_group_ring(const dt_ext_env *env, int idx, int size, const char *next_addr, int listen_fd,
+                             const char *what, double timeout_s, dt_comm **out);
+
 /* ---- the wire, exposed for tests and fuzzing (src/comm/rendezvous.c describes the protocol) ---- */
 
 /* A connecting rank's first line:

@@ -532,6 +532,58 @@ static dt_status make_ring(const dt_ext_env *e, const rdzv_secret *sec, const ch
     return dt_comm_init_tcp(comm_out, e->rank, e->world, next_fd, prev_fd, timeout_s);
 }
 
+/* ---- a model-parallel group's ring (rendezvous.h) ---- */
+
+dt_status dt_rdzv_group_listen(const dt_ext_env *e, int *fd, char *addr, size_t n) {
+    *fd = -1;
+    struct in_addr at = {htonl(INADDR_ANY)}, local = {htonl(INADDR_LOOPBACK)};
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *res = NULL;
+    const int resolved = e->addr[0] && getaddrinfo(e->addr, NULL, &hints, &res) == 0 && res;
+    if (resolved) { /* a datagram socket "connected" to MASTER_ADDR says which local address faces it: nothing is sent */
+        struct sockaddr_in to = *(struct sockaddr_in *)res->ai_addr, la;
+        to.sin_port = htons((uint16_t)(e->port > 0 ? e->port : 29500));
+        socklen_t l = sizeof la;
+        int u = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (u >= 0 && connect(u, (struct sockaddr *)&to, sizeof to) == 0 &&
+            getsockname(u, (struct sockaddr *)&la, &l) == 0)
+            local = la.sin_addr;
+        if (u >= 0) close(u);
+    }
+    if (e->rank == 0) {
+        const char *why;
+        const uint32_t ip = resolved ? ntohl(((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr) : 0;
+        at.s_addr = htonl(dt_rdzv_listen_addr(e->addr, resolved, ip, &why));
+    } else {
+        at.s_addr = htonl(dt_rdzv_ring_listen_addr(e->addr, ntohl(local.s_addr)));
+    }
+    if (res) freeaddrinfo(res);
+    *fd = listen_at(at, 0);
+    if (*fd < 0 && errno == EADDRNOTAVAIL && at.s_addr != htonl(INADDR_ANY)) *fd = listen_at((struct in_addr){0}, 0);
+    if (*fd < 0)
+        return dt_error_set(DT_ERR_DEVICE, "rank %d: cannot listen for its model-parallel groups' connections: %s",
+                            e->rank, strerror(errno));
+    char ip[INET_ADDRSTRLEN] = "";
+    inet_ntop(AF_INET, &local, ip, sizeof ip);
+    snprintf(addr, n, "%s:%d", e->rank == 0 ? "@master" : ip, listener_port(*fd));
+    return DT_OK;
+}
+
+dt_status dt_rdzv_group_ring(const dt_ext_env *e, int idx, int size, const char *next_addr, int listen_fd,
+                             const char *what, double timeout_s, dt_comm **out) {
+    *out = NULL;
+    rdzv_secret *sec = dt_malloc(sizeof *sec, "the rendezvous secret");
+    if (!sec) return DT_ERR_NOMEM;
+    dt_ext_env ge = *e; /* the ring's ranks are the group's; MASTER_ADDR as the job's ("@master") */
+    ge.rank = idx;
+    ge.world = size;
+    dt_status st = rdzv_secret_load(sec);
+    if (st == DT_OK) st = make_ring(&ge, sec, next_addr, NULL, listen_fd, dt_clock_now() + timeout_s, out, timeout_s);
+    if (st != DT_OK) dt_error_prefix("rank %d, %s", e->rank, what);
+    rdzv_secret_wipe(sec);
+    free(sec);
+    return st;
+}
+
 /* ---- rank 0: the server ---- */
 
 typedef struct server {

@@ -879,6 +879,52 @@ static dt_status groups_mpi(const dt_launch_ext_cfg *cfg, const dt_mesh *m, cons
 #endif
 }
 
+/* The tcp collective (ranks on several hosts without MPI): each group a ring of TCP connections
+ * made as the job's ring was (rendezvous.h dt_rdzv_group_ring: proved with the rendezvous'
+ * secret), one kind of group after another (the pairs of stages in two rounds, as groups_mpi),
+ * each round with listeners of its own, so that no connection of one round meets a listener of
+ * another: every rank says where its listener is (an all-gather over the job's collective; ""
+ * when it is in no group of the round), connects to its successor in its group and takes its
+ * predecessor. */
+#define GROUP_ADDR 64
+static dt_status groups_tcp(const dt_launch_ext_cfg *cfg, const dt_mesh *m, const int n[G_KINDS], dt_comm *comm,
+                            dt_launch_ctx *ctx) {
+    const dt_ext_env *e = cfg->env;
+    static const char *const names[G_KINDS] = {"tensor-parallel group", "data-parallel group", "pair of stages",
+                                               "pipeline's first and last stages"};
+    static char all[DT_MAX_WORLD][GROUP_ADDR];
+    membership in[5];
+    const int k = memberships(m, n, ctx, in);
+    dt_status st = DT_OK;
+    for (int kind = 0; st == DT_OK && kind < G_KINDS; kind++)
+        for (int round = 0; st == DT_OK && n[kind] && round < (kind == G_PAIR ? 2 : 1); round++) {
+            const membership *g = NULL;
+            for (int j = 0; j < k; j++)
+                if (in[j].kind == kind && (kind != G_PAIR || (in[j].i % (m->pp - 1)) % 2 == round)) g = &in[j];
+            char mine[GROUP_ADDR] = "";
+            int fd = -1;
+            if (g) st = dt_rdzv_group_listen(e, &fd, mine, sizeof mine);
+            dt_status a = dt_comm_allgather(comm, mine, sizeof mine, all);
+            if (st == DT_OK) st = a;
+            int next = -1; /* the rank of our successor in the group */
+            for (int r = 0; st == DT_OK && g && r < e->world && next < 0; r++) {
+                dt_launch_ctx scratch = {0};
+                membership theirs[5];
+                const dt_mesh rm = dt_mesh_of(e->world, m->tp, m->pp, r);
+                const int kr = memberships(&rm, n, &scratch, theirs);
+                for (int j = 0; j < kr; j++)
+                    if (theirs[j].kind == kind && theirs[j].i == g->i && theirs[j].idx == (g->idx + 1) % g->size) next = r;
+            }
+            if (st == DT_OK && g && (next < 0 || !all[next][0]))
+                st = dt_error_set(DT_ERR_INTERNAL, "rank %d: no address of its successor in its %s", e->rank, names[kind]);
+            char what[64];
+            snprintf(what, sizeof what, "%s %d", names[kind], g ? g->i : 0);
+            if (st == DT_OK && g) st = dt_rdzv_group_ring(e, g->idx, g->size, all[next], fd, what, cfg->timeout_s, g->comm);
+            if (fd >= 0) close(fd);
+        }
+    return st;
+}
+
 /* One host's ranks started by someone else: the model-parallel groups' shared memory (fork mode
  * makes it before it forks: groups_create). Rank 0 makes every group's segment under a random
  * name and broadcasts the names; each rank maps its groups' (memberships: at most 5), and once
@@ -901,12 +947,7 @@ static dt_status groups_external(const dt_launch_ext_cfg *cfg, const dt_comm_pla
     group_counts(e->world, tp, pp, n);
     const dt_mesh m = dt_mesh_of(e->world, tp, pp, e->rank);
     if (plan->host == DT_HOSTCOMM_MPI) return groups_mpi(cfg, &m, n, ctx);
-    if (plan->host != DT_HOSTCOMM_SHM)
-        return dt_error_set(DT_ERR_CONFIG, "%s: %d needs the shm collective (its groups share memory: every rank on "
-                            "one host) or the mpi one, but this job under %s uses the %s collective (hint: %s: 1, the "
-                            "ranks of one host with training.communication_backend: auto, or mpirun with "
-                            "training.communication_backend: mpi)", key, tp > 1 ? tp : pp, e->source,
-                            dt_hostcomm_name(plan->host), key);
+    if (plan->host == DT_HOSTCOMM_TCP) return groups_tcp(cfg, &m, n, comm, ctx);
     for (int k = 0; k < G_KINDS; k++) first[k + 1] = first[k] + n[k];
     const int total = first[G_KINDS], size[G_KINDS] = {tp, e->world / (tp * pp), 2, 2};
     static char names[MAX_GROUPS][GROUP_NAME];      /* every group's, kind after kind */

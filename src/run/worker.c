@@ -1059,7 +1059,8 @@ static dt_status train_open(trainer *t, const dt_config *c, const dt_worker_opts
     DT_TRY(dt_fault_from_env(&t->fault));
     run *r = &t->r;
     DT_TRY(run_setup(r, c, comm, 1, t->launch));
-    if (t->launch && t->launch->grad_comm) r->gcomm = t->launch->grad_comm; /* hierarchical */
+    /* hierarchical (not with model parallelism: the gradients are summed over the data-parallel group) */
+    if (t->launch && t->launch->grad_comm && r->mesh.tp * r->mesh.pp == 1) r->gcomm = t->launch->grad_comm;
     if (t->launch && t->launch->own_stats) { /* the launcher samples this worker's GPU from now on */
         dt_backend_desc desc;
         r->be->ops->describe(r->be->ctx, &desc);
