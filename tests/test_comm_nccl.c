@@ -32,17 +32,10 @@
 #include <time.h>
 
 #include "check.h"
+#include "cuda_ok.h"
 #include "dtrain/bf16.h"
 #include "dtrain/comm.h"
 
-#define CUDA_OK(call)                                                                                         \
-    do {                                                                                                      \
-        cudaError_t e_ = (call);                                                                              \
-        if (e_ != cudaSuccess) {                                                                              \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
-            exit(1);                                                                                          \
-        }                                                                                                     \
-    } while (0)
 
 enum { GUARD = 64 };                 /* elements after each buffer that nothing may write */
 static const float GUARD_VAL = -7.25f;

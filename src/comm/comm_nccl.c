@@ -579,20 +579,27 @@ static double nccl_exposed_ms(void *vctx) {
 }
 
 /* dt_comm_allreduce_bf16: summed by NCCL as bf16, in place on the device (host memory staged
- * through the scratch buffer, as the float collectives stage it) */
+ * through the scratch buffer, as broadcast_ stages it) */
+static dt_status allreduce_bf16_(nccl_ctx *x, uint16_t *buf, size_t n) {
+    if (n > SIZE_MAX / 2) return dt_error_set(DT_ERR_INTERNAL, "nccl %s: too large", x->op);
+    int dev;
+    DT_TRY(classify(x, buf, "bf16 all-reduce", &dev));
+    void *d = buf;
+    if (!dev) {
+        DT_TRY(grow_scratch(x, n * 2));
+        d = x->scratch;
+    }
+    DT_TRY(after_compute(x));
+    if (!dev) DT_TRY(CK(cudaMemcpyAsync, d, buf, n * 2, cudaMemcpyHostToDevice, x->stream));
+    DT_TRY(NC(ncclAllReduce, d, d, n, ncclBfloat16, ncclSum, x->comm, x->stream));
+    DT_TRY(wait_done(x));
+    return dev ? DT_OK : download(x, buf, d, n * 2);
+}
+
 static dt_status nccl_allreduce_bf16(void *vctx, uint16_t *buf, size_t n, const dt_comm_deadline *dl) {
     nccl_ctx *x = vctx;
     dt_status st = begin(x, dl, "all-reduce #%lu (%zu bf16 values, sum)", x->seq + 1, n);
-    int dev = 0;
-    void *d = buf;
-    if (st == DT_OK && n > 0 && n > SIZE_MAX / 2) st = dt_error_set(DT_ERR_INTERNAL, "nccl %s: too large", x->op);
-    if (st == DT_OK && n > 0) st = classify(x, buf, "bf16 all-reduce", &dev);
-    if (st == DT_OK && n > 0 && !dev && (st = grow_scratch(x, n * 2)) == DT_OK) d = x->scratch;
-    if (st == DT_OK && n > 0) st = after_compute(x);
-    if (st == DT_OK && n > 0 && !dev) st = CK(cudaMemcpyAsync, d, buf, n * 2, cudaMemcpyHostToDevice, x->stream);
-    if (st == DT_OK && n > 0) st = NC(ncclAllReduce, d, d, n, ncclBfloat16, ncclSum, x->comm, x->stream);
-    if (st == DT_OK && n > 0) st = wait_done(x);
-    if (st == DT_OK && n > 0 && !dev) st = download(x, buf, d, n * 2);
+    if (st == DT_OK && n > 0) st = allreduce_bf16_(x, buf, n);
     return blocking_end(x, st);
 }
 

@@ -850,6 +850,16 @@ static dt_status meet(const dt_launch_ext_cfg *cfg, dt_comm_plan *plan, dt_shm_w
     return st;
 }
 
+/* Under a launcher's mpi or tcp collective the groups are made one kind after another, the pairs
+ * of stages in two rounds (a rank is in at most one pair whose first stage is even and one whose
+ * first stage is odd): how many rounds a kind takes, and this rank's group in a round (NULL: none). */
+static int group_rounds(int kind) { return kind == G_PAIR ? 2 : 1; }
+static const membership *round_member(const membership *in, int k, int kind, int round, int pp) {
+    for (int j = 0; j < k; j++)
+        if (in[j].kind == kind && (kind != G_PAIR || (in[j].i % (pp - 1)) % 2 == round)) return &in[j];
+    return NULL;
+}
+
 /* The mpi collective: each group a communicator split from MPI_COMM_WORLD (comm_mpi.h), on any
  * hosts. Every rank makes the splits in the same order, one a kind of group (the pairs of stages
  * in two rounds, a rank being in at most one pair whose first stage is even and one whose first
@@ -859,18 +869,11 @@ static dt_status groups_mpi(const dt_launch_ext_cfg *cfg, const dt_mesh *m, cons
     membership in[5];
     const int k = memberships(m, n, ctx, in);
     for (int kind = 0; kind < G_KINDS; kind++)
-        for (int round = 0; n[kind] && round < (kind == G_PAIR ? 2 : 1); round++) {
-            int color = -1, key = 0;
-            dt_comm **out = NULL;
-            for (int j = 0; j < k; j++)
-                if (in[j].kind == kind && (kind != G_PAIR || (in[j].i % (m->pp - 1)) % 2 == round)) {
-                    color = in[j].i;
-                    key = in[j].idx;
-                    out = in[j].comm;
-                }
+        for (int round = 0; n[kind] && round < group_rounds(kind); round++) {
+            const membership *g = round_member(in, k, kind, round, m->pp);
             dt_comm *c = NULL;
-            DT_TRY(dt_comm_init_mpi_split(&c, color, key, cfg->timeout_s));
-            if (out) *out = c;
+            DT_TRY(dt_comm_init_mpi_split(&c, g ? g->i : -1, g ? g->idx : 0, cfg->timeout_s));
+            if (g) *g->comm = c;
         }
     return DT_OK;
 #else
@@ -879,14 +882,27 @@ static dt_status groups_mpi(const dt_launch_ext_cfg *cfg, const dt_mesh *m, cons
 #endif
 }
 
+#define GROUP_ADDR 64
+/* One exchange of groups_tcp: every rank's `mine` ("!" where st failed) into all; a failure of
+ * any rank fails every rank. */
+static dt_status share_addresses(dt_comm *comm, dt_status st, char *mine, char (*all)[GROUP_ADDR], int world) {
+    if (st != DT_OK) snprintf(mine, GROUP_ADDR, "!");
+    dt_status a = dt_comm_allgather(comm, mine, GROUP_ADDR, all);
+    if (st != DT_OK || a != DT_OK) return st != DT_OK ? st : a;
+    for (int r = 0; r < world; r++)
+        if (all[r][0] == '!')
+            return dt_error_set(DT_ERR_DEVICE, "rank %d could not make its model-parallel groups' TCP connections (its "
+                                "log says why)", r);
+    return DT_OK;
+}
+
 /* The tcp collective (ranks on several hosts without MPI): each group a ring of TCP connections
  * made as the job's ring was (rendezvous.h dt_rdzv_group_ring: proved with the rendezvous'
- * secret), one kind of group after another (the pairs of stages in two rounds, as groups_mpi),
- * each round with listeners of its own, so that no connection of one round meets a listener of
- * another: every rank says where its listener is (an all-gather over the job's collective; ""
- * when it is in no group of the round), connects to its successor in its group and takes its
- * predecessor. */
-#define GROUP_ADDR 64
+ * secret), round by round (group_rounds), each round with listeners of its own, so that no
+ * connection of one round meets a listener of another: every rank says where its listener is
+ * (an all-gather over the job's collective, share_addresses; "" when it is in no group of the
+ * round, "!" once it has failed, so that every rank stops at the next exchange instead of at a
+ * deadline), connects to its successor in its group and takes its predecessor. */
 static dt_status groups_tcp(const dt_launch_ext_cfg *cfg, const dt_mesh *m, const int n[G_KINDS], dt_comm *comm,
                             dt_launch_ctx *ctx) {
     const dt_ext_env *e = cfg->env;
@@ -896,16 +912,13 @@ static dt_status groups_tcp(const dt_launch_ext_cfg *cfg, const dt_mesh *m, cons
     membership in[5];
     const int k = memberships(m, n, ctx, in);
     dt_status st = DT_OK;
-    for (int kind = 0; st == DT_OK && kind < G_KINDS; kind++)
-        for (int round = 0; st == DT_OK && n[kind] && round < (kind == G_PAIR ? 2 : 1); round++) {
-            const membership *g = NULL;
-            for (int j = 0; j < k; j++)
-                if (in[j].kind == kind && (kind != G_PAIR || (in[j].i % (m->pp - 1)) % 2 == round)) g = &in[j];
+    for (int kind = 0; kind < G_KINDS; kind++)
+        for (int round = 0; n[kind] && round < group_rounds(kind); round++) {
+            const membership *g = round_member(in, k, kind, round, m->pp);
             char mine[GROUP_ADDR] = "";
             int fd = -1;
-            if (g) st = dt_rdzv_group_listen(e, &fd, mine, sizeof mine);
-            dt_status a = dt_comm_allgather(comm, mine, sizeof mine, all);
-            if (st == DT_OK) st = a;
+            if (st == DT_OK && g) st = dt_rdzv_group_listen(e, &fd, mine, sizeof mine);
+            st = share_addresses(comm, st, mine, all, e->world);
             int next = -1; /* the rank of our successor in the group */
             for (int r = 0; st == DT_OK && g && r < e->world && next < 0; r++) {
                 dt_launch_ctx scratch = {0};
@@ -922,7 +935,8 @@ static dt_status groups_tcp(const dt_launch_ext_cfg *cfg, const dt_mesh *m, cons
             if (st == DT_OK && g) st = dt_rdzv_group_ring(e, g->idx, g->size, all[next], fd, what, cfg->timeout_s, g->comm);
             if (fd >= 0) close(fd);
         }
-    return st;
+    char done[GROUP_ADDR] = ""; /* a ring that failed in the last round fails every rank too */
+    return share_addresses(comm, st, done, all, e->world);
 }
 
 /* One host's ranks started by someone else: the model-parallel groups' shared memory (fork mode
