@@ -759,10 +759,11 @@ static void case_attention(const int *s, double tol) {
     const int probs = g_dev->ops->attention_bytes(g_dev->ctx, &das, g_dev->ops->bf16(g_dev->ctx), &da, &dd);
     CHECK(!probs || (da == P * 4 && dd == P * 4)); /* probabilities are floats */
     /* on a GPU whose cuDNN must plan it (gpu-check.sh sets DTRAIN_REQUIRE_FAST_PATH=1 on sm_90): a
-     * head size cuDNN supports (multiples of 8 up to 128) takes the fused path in bf16 */
+     * head size cuDNN supports (multiples of 8 up to 128) takes the fused path in bf16, packed
+     * rows too (their mask per example) */
     const char *req = getenv("DTRAIN_REQUIRE_FAST_PATH");
     if (req && strcmp(req, "1") == 0 && probs && g_dev->ops->bf16(g_dev->ctx) && as.T > 1 && as.hs % 8 == 0 &&
-        as.hs <= 128 && !packed) {
+        as.hs <= 128) {
         const dt_status st = g_dev->ops->check(g_dev->ctx);
         printf("  attention B %d T %d NH %d NKV %d hs %d: not fused (DTRAIN_REQUIRE_FAST_PATH=1): %s  FAIL\n", B, T, NH,
                as.NKV, as.hs, st != DT_OK ? dt_error_msg() : "no reason given");

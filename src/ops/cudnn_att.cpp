@@ -18,7 +18,13 @@
 //   V, dV   {B, NKV, T, HS}  strides {T W, HS, W, 1}  at column (NH + NKV) HS
 //   O, dO   {B, NH, T, HS}   strides {T NH HS, HS, NH HS, 1}
 //   stats   {B, NH, T, 1}    strides {NH T, T, 1, 1} (fp32)
-// GPT-2 (NKV = NH, W = 3C) gives the graphs it always had.
+//   mask    {B, 1, T, T}     strides {T T, T T, T, 1}    packed rows only: SDPA's bias
+// GPT-2 (NKV = NH, W = 3C) gives the graphs it always had. Packed rows (data.packing) add the
+// mask as the SDPA node's bias, broadcast over the heads (0, or a large negative number where a
+// row's key is another example's; the causal mask stays cuDNN's), in both directions: a plan
+// of its own, the same workspace rules. cuDNN's ragged (THD) layout would skip the other
+// examples' blocks instead of masking them, but its batch is the number of examples, which
+// changes every step, and a plan per count would be built mid-training.
 // Every frontend call that can fail is checked, and exceptions (the frontend throws from its
 // dynamic loader) are caught at this file's C boundary.
 #include "cudnn_att.h"
@@ -48,7 +54,7 @@ void *cudnn_dlhandle = nullptr;
 
 namespace {
 
-enum Uid : int64_t { Q_UID = 1, K_UID, V_UID, SCALE_UID, O_UID, STATS_UID, DO_UID, DQ_UID, DK_UID, DV_UID };
+enum Uid : int64_t { Q_UID = 1, K_UID, V_UID, SCALE_UID, O_UID, STATS_UID, DO_UID, DQ_UID, DK_UID, DV_UID, MASK_UID };
 
 struct Lib {
     void *h = nullptr;
@@ -95,7 +101,7 @@ Lib &lib() {
     return l;
 }
 
-using Key = std::array<int, 5>; // B, NH, NKV, T, HS
+using Key = std::array<int, 6>; // B, NH, NKV, T, HS, packed
 
 void say(char *why, size_t n, const std::string &s) {
     if (why && n) std::snprintf(why, n, "%s", s.c_str());
@@ -104,12 +110,15 @@ void say(char *why, size_t n, const std::string &s) {
 // the shape of a key
 struct Shape {
     int64_t B, NH, NKV, T, HS;
-    explicit Shape(const Key &k) : B(k[0]), NH(k[1]), NKV(k[2]), T(k[3]), HS(k[4]) {}
+    bool packed;
+    explicit Shape(const Key &k) : B(k[0]), NH(k[1]), NKV(k[2]), T(k[3]), HS(k[4]), packed(k[5] != 0) {}
     int64_t width() const { return (NH + 2 * NKV) * HS; } // a qkv row
     // q, k, v (and their gradients): `heads` heads read by strides from the packed rows
     std::vector<int64_t> qkv_dim(int64_t heads) const { return {B, heads, T, HS}; }
     std::vector<int64_t> qkv_stride() const { return {T * width(), HS, width(), 1}; }
     std::vector<int64_t> out_stride() const { return {T * NH * HS, HS, NH * HS, 1}; }
+    std::vector<int64_t> mask_dim() const { return {B, 1, T, T}; }
+    std::vector<int64_t> mask_stride() const { return {T * T, T * T, T, 1}; }
 };
 
 std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph &g, const char *name, int64_t uid,
@@ -164,6 +173,7 @@ std::string build_fwd(dtc_att *a, const Key &k, std::shared_ptr<fe::graph::Graph
     auto V = input(*g, "V", V_UID, s.qkv_dim(s.NKV), s.qkv_stride());
     auto opts = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(true).set_causal_mask(true)
                     .set_attn_scale(scale_input(*g));
+    if (s.packed) opts.set_bias(input(*g, "mask", MASK_UID, s.mask_dim(), s.mask_stride()));
     auto [O, stats] = g->sdpa(Q, K, V, opts);
     O->set_output(true).set_uid(O_UID).set_dim(s.qkv_dim(s.NH)).set_stride(s.out_stride());
     if (!stats) return "the SDPA node gave no statistics";
@@ -193,6 +203,7 @@ std::string build_bwd(dtc_att *a, const Key &k, std::shared_ptr<fe::graph::Graph
                     .set_causal_mask(true)
                     .set_deterministic_algorithm(true)
                     .set_attn_scale(scale_input(*g));
+    if (s.packed) opts.set_bias(input(*g, "mask", MASK_UID, s.mask_dim(), s.mask_stride()));
     auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, stats, opts);
     dQ->set_output(true).set_uid(DQ_UID).set_dim(s.qkv_dim(s.NH)).set_stride(s.qkv_stride());
     dK->set_output(true).set_uid(DK_UID).set_dim(s.qkv_dim(s.NKV)).set_stride(s.qkv_stride());
@@ -205,17 +216,20 @@ std::string build_bwd(dtc_att *a, const Key &k, std::shared_ptr<fe::graph::Graph
 std::string shape_name(const Key &k) {
     std::string kv = k[2] == k[1] ? "" : " (" + std::to_string(k[2]) + " key/value heads)";
     return std::to_string(k[0]) + "x" + std::to_string(k[1]) + " heads" + kv + " of " + std::to_string(k[3]) +
-           " positions x " + std::to_string(k[4]);
+           " positions x " + std::to_string(k[4]) + (k[5] ? ", packed rows (a mask per example)" : "");
 }
 
-Key key_of(const dtc_shape &s) { return {s.B, s.NH, s.NKV, s.T, s.HS}; }
+Key key_of(const dtc_shape &s) { return {s.B, s.NH, s.NKV, s.T, s.HS, s.packed ? 1 : 0}; }
 
-// what the frontend's graph would refuse less clearly (or accept wrongly): "" or why
-std::string bad_shape(const dtc_shape &s) {
+// what the frontend's graph would refuse less clearly (or accept wrongly): "" or why; a call
+// (not a plan) also passes its mask, which packed rows need and others must not pass
+std::string bad_shape(const dtc_shape &s, const void *mask = nullptr, bool call = false) {
     if (s.B <= 0 || s.T <= 0 || s.NH <= 0 || s.NKV <= 0 || s.HS <= 0 || s.NH % s.NKV != 0)
         return "no attention of B " + std::to_string(s.B) + ", T " + std::to_string(s.T) + ", " +
                std::to_string(s.NH) + " query heads over " + std::to_string(s.NKV) + " key/value heads of " +
                std::to_string(s.HS);
+    if (call && !mask != !s.packed)
+        return s.packed ? "packed rows without their mask" : "a mask for rows that are not packed";
     return "";
 }
 
@@ -332,11 +346,11 @@ extern "C" int dtc_att_plan(dtc_att *a, dtc_shape s, int backward, size_t *ws, c
     });
 }
 
-extern "C" int dtc_att_fwd(dtc_att *a, void *out, float *stats, const void *qkv, dtc_shape s, void *ws,
-                           size_t ws_bytes, char *why, size_t n) {
+extern "C" int dtc_att_fwd(dtc_att *a, void *out, float *stats, const void *qkv, const void *mask, dtc_shape s,
+                           void *ws, size_t ws_bytes, char *why, size_t n) {
     return guarded(why, n, [&] {
         const Key k = key_of(s);
-        std::string e = bad_shape(s);
+        std::string e = bad_shape(s, mask, true);
         if (e.empty()) e = ready(a, k, false, ws_bytes);
         if (e.empty()) {
             float scale = 1.0f / std::sqrt((float)s.HS);
@@ -344,6 +358,7 @@ extern "C" int dtc_att_fwd(dtc_att *a, void *out, float *stats, const void *qkv,
             std::unordered_map<int64_t, void *> pack = {
                 {Q_UID, in[0]}, {K_UID, in[1]}, {V_UID, in[2]},
                 {SCALE_UID, &scale}, {O_UID, out}, {STATS_UID, stats}};
+            if (s.packed) pack[MASK_UID] = const_cast<void *>(mask);
             e = run(a, *a->fwd[k], pack, ws);
         }
         if (e.empty()) return 0;
@@ -352,11 +367,12 @@ extern "C" int dtc_att_fwd(dtc_att *a, void *out, float *stats, const void *qkv,
     });
 }
 
-extern "C" int dtc_att_bwd(dtc_att *a, void *dqkv, const void *dout, const void *qkv, const void *out,
-                           const float *stats, dtc_shape s, void *ws, size_t ws_bytes, char *why, size_t n) {
+extern "C" int dtc_att_bwd(dtc_att *a, void *dqkv, const void *dout, const void *qkv, const void *mask,
+                           const void *out, const float *stats, dtc_shape s, void *ws, size_t ws_bytes, char *why,
+                           size_t n) {
     return guarded(why, n, [&] {
         const Key k = key_of(s);
-        std::string e = bad_shape(s);
+        std::string e = bad_shape(s, mask, true);
         if (e.empty()) e = ready(a, k, true, ws_bytes);
         if (e.empty()) {
             float scale = 1.0f / std::sqrt((float)s.HS);
@@ -366,6 +382,7 @@ extern "C" int dtc_att_bwd(dtc_att *a, void *dqkv, const void *dout, const void 
                 {O_UID, const_cast<void *>(out)}, {DO_UID, const_cast<void *>(dout)},
                 {STATS_UID, const_cast<float *>(stats)}, {SCALE_UID, &scale},
                 {DQ_UID, d[0]}, {DK_UID, d[1]}, {DV_UID, d[2]}};
+            if (s.packed) pack[MASK_UID] = const_cast<void *>(mask);
             e = run(a, *a->bwd[k], pack, ws);
         }
         if (e.empty()) return 0;

@@ -28,9 +28,14 @@ extern "C" {
 typedef struct dtc_att dtc_att;
 
 /* An attention's shape: B sequences of T positions, NH query and NKV key/value heads (NH a
- * multiple of NKV) of HS features (ops.h dt_att_shape) */
+ * multiple of NKV) of HS features (ops.h dt_att_shape). packed 1: rows packed from several
+ * examples (data.packing): forward and backward take a mask(B,T,T) bf16 that cuDNN adds to the
+ * scaled scores before the causal mask and the softmax (its SDPA bias, broadcast over the
+ * heads), 0 where a row may attend and a large negative number where not (kernels/dtk.h
+ * dtk_att_example_mask); a plan of its own. */
 typedef struct dtc_shape {
     int B, T, NH, NKV, HS;
+    int packed;
 } dtc_shape;
 
 /* Loads cuDNN and makes a handle on stream s. NULL with the reason in why when cuDNN cannot be
@@ -44,15 +49,15 @@ void dtc_att_close(dtc_att *a); /* accepts NULL */
 int dtc_att_plan(dtc_att *a, dtc_shape s, int backward, size_t *ws, char *why, size_t n);
 
 /* out(B,T,NH*HS) and stats(B,NH,T) from qkv(B,T,(NH+2NKV)HS), bf16 (raw 16-bit) buffers,
- * scale 1/sqrt(HS); ws of at least dtc_att_plan's bytes (backward 0). Plans the shape first
- * when needed. 0, or -1 with why. */
-int dtc_att_fwd(dtc_att *a, void *out, float *stats, const void *qkv, dtc_shape s, void *ws, size_t ws_bytes,
-                char *why, size_t n);
-/* dqkv(B,T,(NH+2NKV)HS) (overwritten) from dout(B,T,NH*HS), with qkv, out and stats as forward
- * used and made them; ws of at least dtc_att_plan's bytes (backward 1). Deterministic. 0, or -1
- * with why. */
-int dtc_att_bwd(dtc_att *a, void *dqkv, const void *dout, const void *qkv, const void *out, const float *stats,
-                dtc_shape s, void *ws, size_t ws_bytes, char *why, size_t n);
+ * scale 1/sqrt(HS); mask: s.packed's (B,T,T) bf16, else NULL; ws of at least dtc_att_plan's
+ * bytes (backward 0). Plans the shape first when needed. 0, or -1 with why. */
+int dtc_att_fwd(dtc_att *a, void *out, float *stats, const void *qkv, const void *mask, dtc_shape s, void *ws,
+                size_t ws_bytes, char *why, size_t n);
+/* dqkv(B,T,(NH+2NKV)HS) (overwritten) from dout(B,T,NH*HS), with qkv, mask, out and stats as
+ * forward used and made them; ws of at least dtc_att_plan's bytes (backward 1). Deterministic.
+ * 0, or -1 with why. */
+int dtc_att_bwd(dtc_att *a, void *dqkv, const void *dout, const void *qkv, const void *mask, const void *out,
+                const float *stats, dtc_shape s, void *ws, size_t ws_bytes, char *why, size_t n);
 
 #ifdef __cplusplus
 }

@@ -92,8 +92,9 @@ static void lt_load(void) {
  * the old one: cudaFree waits for the whole device, NCCL's buckets too); SCR_A32, SCR_B32,
  * SCR_D32: the fp32 operands of a bf16 product cuBLASLt has no bf16 algorithm for, at most
  * fp32_slot_bytes() each (a larger product runs in pieces); SCR_FLAGS: the column reductions'
- * counters (dtk_colsum_flags), zeroed when allocated and left zero by every launch */
-enum { SCR_A16, SCR_B16, SCR_ATT, SCR_WORK, SCR_CUDNN, SCR_A32, SCR_B32, SCR_D32, SCR_FLAGS, N_SCRATCH };
+ * counters (dtk_colsum_flags), zeroed when allocated and left zero by every launch; SCR_MASK:
+ * packed rows' attention mask for cuDNN (B,T,T) bf16, written before each fused call */
+enum { SCR_A16, SCR_B16, SCR_ATT, SCR_WORK, SCR_CUDNN, SCR_A32, SCR_B32, SCR_D32, SCR_FLAGS, SCR_MASK, N_SCRATCH };
 
 #define LT_WORKSPACE (32u << 20) /* cuBLASLt workspace: 32 MiB, as NVIDIA advises for Hopper */
 #define FP32_SLOT (64u << 20)    /* each fp32 operand of a product without a bf16 algorithm, at most */
@@ -1084,7 +1085,8 @@ static void cu_matmul_gelu_bwd(void *ctx, dt_act *dinp, dt_act *tmp, float *dw, 
  * With bf16 products (and so bf16 activations): cuDNN's fused SDPA (flash attention,
  * cudnn_att.h), reading q, k, v from the qkv activation and writing out and dqkv in place,
  * which keeps the softmax's statistics (B,NH,T) for backward instead of the probabilities;
- * grouped-query attention (NKV < NH key/value heads) is cuDNN's own. Where cuDNN cannot be
+ * grouped-query attention (NKV < NH key/value heads) is cuDNN's own; packed rows (s->pos) add a
+ * mask per example (att_mask, SCR_MASK) that cuDNN adds to the scores. Where cuDNN cannot be
  * loaded or plan the shape (the frontend's head sizes: multiples of 8 up to 128, up to 256 on
  * Hopper), and with fp32 products: batched products in cuBLASLt on fp32 copies of q, k, v,
  * causal softmax in our kernels, with the T x T probabilities saved (fp32). The fallback's
@@ -1092,11 +1094,13 @@ static void cu_matmul_gelu_bwd(void *ctx, dt_act *dinp, dt_act *tmp, float *dw, 
  * per-head q (B,NH,T,hs), so they are one (group*T, hs) operand against that head's k and v
  * (T, hs), their scores one (group*T, T) block of the (B,NH,T,T) probabilities, and dk and dv
  * sum the group's heads inside the product; GPT-2 (NKV = NH) is group 1, the products it
- * always had. The choice is made once per geometry (T, NH, NKV, hs), for the first shape asked
+ * always had. The choice is made once per geometry (T, NH, NKV, hs, packed), for the first shape asked
  * for (attention_bytes: the model's largest), and said once when cuDNN was wanted but refused. */
 
 #define ATT_STATS_BYTES(B, T, NH) ((size_t)(B) * (size_t)(NH) * (size_t)(T) * sizeof(float))
 #define ATT_PROBS_BYTES(B, T, NH) ((size_t)(B) * (size_t)(NH) * (size_t)(T) * (size_t)(T) * sizeof(float))
+/* packed rows' mask for cuDNN (cudnn_att.h): (B,T,T) bf16, one for all heads */
+#define ATT_MASK_BYTES(B, T) ((size_t)(B) * (size_t)(T) * (size_t)(T) * sizeof(dtk_bf16))
 /* cuDNN's workspace before a device says (--dry-run): the deterministic backward's as the cuDNN
  * frontend (1.32, scaled_dot_product_flash_attention.h) routes it on Hopper, dP in 16 bits for
  * B x NH x T x T padded to 64 rows and 128 columns (the largest of its padding rules), and the
@@ -1109,13 +1113,12 @@ static void cu_matmul_gelu_bwd(void *ctx, dt_act *dinp, dt_act *tmp, float *dw, 
 /* Could cuDNN plan shape s on some GPU (the estimate's question, without a device)? The
  * frontend's head sizes: multiples of 8, up to 256 on Hopper (128 before it); NH a multiple of
  * NKV. A head size outside that never runs fused: the estimate counts our kernels' memory.
- * Packed rows (s->pos) never do either: their masks per example would need cuDNN's ragged
- * layout, which this backend does not plan (yet); our kernels mask them. */
+ * Packed rows (s->pos) run fused too, with a mask per example (ATT_MASK_BYTES, SCR_MASK). */
 static int att_may_fuse(const dt_att_shape *s) {
-    return !s->pos && s->T > 1 && s->hs > 0 && s->hs % 8 == 0 && s->hs <= 256 && s->NKV > 0 && s->NH % s->NKV == 0;
+    return s->T > 1 && s->hs > 0 && s->hs % 8 == 0 && s->hs <= 256 && s->NKV > 0 && s->NH % s->NKV == 0;
 }
 
-static dtc_shape dtc_of(const dt_att_shape *s) { return (dtc_shape){s->B, s->T, s->NH, s->NKV, s->hs}; }
+static dtc_shape dtc_of(const dt_att_shape *s) { return (dtc_shape){s->B, s->T, s->NH, s->NKV, s->hs, !!s->pos}; }
 static dtk_att_shape dtk_of(const dt_att_shape *s) { return (dtk_att_shape){s->B, s->T, s->NH, s->NKV, s->hs, s->pos}; }
 
 /* the note of an attention that cuDNN refused: once per process and rank */
@@ -1142,9 +1145,6 @@ static int att_fused(cuda_ctx *c, const dt_att_shape *s) {
     int fused = 0;
     if (!c->bf16) {
         /* cuDNN's fused attention is bf16 (or fp16) only: fp32 products asked for fp32 */
-    } else if (s->pos) {
-        snprintf(why, sizeof why, "packed rows (data.packing) keep attention within each example, which dtrain "
-                 "does not ask of cuDNN yet");
     } else if (env && strcmp(env, "0") == 0) {
         snprintf(why, sizeof why, "DTRAIN_CUDNN_ATTENTION=0");
     } else {
@@ -1156,6 +1156,8 @@ static int att_fused(cuda_ctx *c, const dt_att_shape *s) {
                 "(--dry-run assumes %zu for training)\n", c->rank, s->B, s->T, s->NH, s->NKV, s->hs,
                 c->inference ? "forward only" : "forward and backward", ws, ATT_WS_GUESS(s->B, s->T, s->NH));
     if (fused && !scratch(c, SCR_CUDNN, ws, "the cuDNN attention workspace")) return 0;
+    if (fused && s->pos && !scratch(c, SCR_MASK, ATT_MASK_BYTES(s->B, s->T), "the packed rows' attention mask"))
+        return 0;
     if (why[0] && !fused && require_fast_path() && att_may_fuse(s) && s->hs <= 128) /* cuDNN's sizes on every GPU */
         fail(c, DT_ERR_CONFIG, "rank %d (host %s, GPU %d %s): the fast path did not run: attention of head size %d "
              "would run on dtrain's kernels, not cuDNN's fused attention (%s) (DTRAIN_REQUIRE_FAST_PATH=1 makes a "
@@ -1192,20 +1194,32 @@ static void att_failed(cuda_ctx *c, const char *what, const char *why) {
          why);
 }
 
+/* packed rows' mask (cudnn_att.h), written from s->pos on the stream for this call: forward
+ * and backward each write it, since another micro-batch's forward (grad accumulation, the
+ * pipeline's schedule) may run between them. NULL for rows that are not packed, or after a
+ * failure (c->err set). */
+static void *att_mask(cuda_ctx *c, const dt_att_shape *s) {
+    if (!s->pos) return NULL;
+    dtk_bf16 *m = scratch(c, SCR_MASK, ATT_MASK_BYTES(s->B, s->T), "the packed rows' attention mask");
+    return m && !CK(dtk_att_example_mask(c->s, m, dtk_of(s))) ? m : NULL;
+}
+
 static void fused_fwd(cuda_ctx *c, void *out, float *stats, const void *qkv, const dt_att_shape *s) {
     size_t ws_bytes = 0;
-    void *ws = att_workspace(c, s, 0, &ws_bytes);
+    void *ws = att_workspace(c, s, 0, &ws_bytes), *mask = ws ? att_mask(c, s) : NULL;
     char why[640];
-    if (ws && dtc_att_fwd(c->att, out, stats, qkv, dtc_of(s), ws, ws_bytes, why, sizeof why) != 0)
+    if (ws && c->err == DT_OK &&
+        dtc_att_fwd(c->att, out, stats, qkv, mask, dtc_of(s), ws, ws_bytes, why, sizeof why) != 0)
         att_failed(c, "forward", why);
 }
 
 static void fused_bwd(cuda_ctx *c, void *dqkv, const void *dout, const void *qkv, const void *out, const float *stats,
                       const dt_att_shape *s) {
     size_t ws_bytes = 0;
-    void *ws = att_workspace(c, s, 1, &ws_bytes);
+    void *ws = att_workspace(c, s, 1, &ws_bytes), *mask = ws ? att_mask(c, s) : NULL;
     char why[640];
-    if (ws && dtc_att_bwd(c->att, dqkv, dout, qkv, out, stats, dtc_of(s), ws, ws_bytes, why, sizeof why) != 0)
+    if (ws && c->err == DT_OK &&
+        dtc_att_bwd(c->att, dqkv, dout, qkv, mask, out, stats, dtc_of(s), ws, ws_bytes, why, sizeof why) != 0)
         att_failed(c, "backward", why);
 }
 
@@ -1705,6 +1719,7 @@ static void slot_bytes(const dt_op_sizes *s, int bf16, int with_cub, int fused, 
     const size_t probs = (size_t)s->att.B * (size_t)s->att.NH * (size_t)s->att.T * (size_t)s->att.T;
     memset(sz, 0, N_SCRATCH * sizeof *sz);
     if (fused) sz[SCR_CUDNN] = att_ws; /* cuDNN reads and writes the activations themselves */
+    if (fused && s->att.pos) sz[SCR_MASK] = ATT_MASK_BYTES(s->att.B, s->att.T); /* packed rows' mask */
     else sz[SCR_ATT] = (3 * nq + 4 * nkv) * sizeof(float); /* attention backward's q k v dy dq dk dv */
     if (bf16 && !fused) { /* bf16 copies of the fp32 operands of attention's products: q, k, v, dy, P */
         sz[SCR_A16] = nq * 2; /* k, v, dy (A operands; nkv <= nq) */
@@ -1741,7 +1756,8 @@ static dt_status cu_reserve(void *ctx, const dt_op_sizes *s) {
     static const char *const what[N_SCRATCH] = {"bf16 matmul inputs", "bf16 matmul inputs", "attention scratch",
                                                 "kernel scratch", "the cuDNN attention workspace",
                                                 "fp32 matmul operands", "fp32 matmul operands",
-                                                "fp32 matmul operands", "the column reductions' counters"};
+                                                "fp32 matmul operands", "the column reductions' counters",
+                                                "the packed rows' attention mask"};
     size_t sz[N_SCRATCH], ws = 0;
     const int fused = att_fused(c, &s->att);
     if (fused && !att_workspace(c, &s->att, !c->inference, &ws)) return cu_check(c);

@@ -23,7 +23,9 @@
  *     and before the work queued after (what reads out, dqkv), as cuDNN's kernels would, with
  *     grouped-query attention as cuDNN's (h_k = h_v = NKV): query head h reads key/value head
  *     g = h / (NH/NKV) at its columns of the packed qkv rows [q (NH) | k (NKV) | v (NKV)];
- *       forward: S = scale Q K^T (scale 1/sqrtf(HS), as cudnn_att.cpp passes it), causal;
+ *       forward: S = scale Q K^T (scale 1/sqrtf(HS), as cudnn_att.cpp passes it), plus with
+ *       packed rows (dtc_shape.packed) the mask's row (bf16, as cuDNN adds its SDPA bias: the
+ *       values the backend's kernel wrote, so a wrong mask gives wrong results), causal;
  *       stats = max + log(sum exp) per row (natural log, fp32), O = softmax(S) V rounded to
  *       bf16 (round to nearest even); computed in double from the bf16 operands;
  *       backward: P recomputed from the given stats, D_i = dO_i . O_i (the given O), dS =
@@ -32,7 +34,7 @@
  *       column of dqkv (overwritten). Deterministic (a fixed order).
  *     Arguments are checked as the interface states them: every buffer non-NULL, device (or
  *     managed) memory, inside one allocation for the whole (B,T,(NH+2NKV)HS), (B,T,NH*HS) or
- *     (B,NH,T) shape;
+ *     (B,NH,T) shape, the mask (B,T,T) bf16 for packed rows and none for others;
  *     bf16 buffers 16-byte aligned and stats 4-byte aligned (an assumption: cuDNN's kernels
  *     load 16 bytes at a time); outputs that overlap an input; a workspace smaller than the
  *     plan's or not inside a device allocation of ws_bytes. Backward also recomputes forward
@@ -175,6 +177,7 @@ static size_t ws_need(dtc_shape s, int backward) {
 static size_t qkv_bytes(dtc_shape s) { return (size_t)s.B * s.T * ((size_t)s.NH + 2 * (size_t)s.NKV) * s.HS * 2; }
 static size_t out_bytes(dtc_shape s) { return (size_t)s.B * s.T * (size_t)s.NH * s.HS * 2; }
 static size_t stats_bytes(dtc_shape s) { return (size_t)s.B * s.NH * (size_t)s.T * sizeof(float); }
+static size_t mask_bytes(dtc_shape s) { return (size_t)s.B * s.T * (size_t)s.T * 2; } /* packed rows' */
 
 /* ---------------------------------------------------------------- the API */
 
@@ -220,8 +223,8 @@ int dtc_att_plan(dtc_att *a, dtc_shape s, int backward, size_t *ws, char *why, s
     }
     *ws = ws_need(s, backward);
     if (trace())
-        fprintf(stderr, "MOCK ATT: plan B %d T %d NH %d NKV %d HS %d%s: workspace %zu bytes\n", s.B, s.T, s.NH, s.NKV,
-                s.HS, backward ? ", forward and backward" : ", forward only", *ws);
+        fprintf(stderr, "MOCK ATT: plan B %d T %d NH %d NKV %d HS %d%s%s: workspace %zu bytes\n", s.B, s.T, s.NH,
+                s.NKV, s.HS, s.packed ? " packed" : "", backward ? ", forward and backward" : ", forward only", *ws);
     return 0;
 }
 
@@ -310,7 +313,7 @@ typedef struct job {
     unsigned long k;
     dtc_shape s;
     float scale;
-    const uint16_t *qkv, *out_in, *dout;
+    const uint16_t *qkv, *out_in, *dout, *mask;
     const float *stats_in;
     uint16_t *out, *dqkv;
     float *stats;
@@ -338,11 +341,13 @@ static double dot(const double *x, const double *y, int n) {
 /* equal, or both NaN (a diverged run's NaNs are forward's too) */
 static int same(double x, double y) { return x == y || (isnan(x) && isnan(y)); }
 
-/* row t's scores (keys 0..t) into s, their log-sum-exp returned */
-static double scores(double *s, const double *Q, const double *K, int t, int HS, double scale) {
+/* row t's scores (keys 0..t) into s, their log-sum-exp returned; mrow: the row of packed rows'
+ * mask (bf16, added to the scaled scores as cuDNN's SDPA adds its bias), or NULL */
+static double scores(double *s, const double *Q, const double *K, int t, int HS, double scale,
+                     const uint16_t *mrow) {
     double m = -INFINITY, l = 0;
     for (int j = 0; j <= t; j++) {
-        s[j] = scale * dot(Q + (size_t)t * HS, K + (size_t)j * HS, HS);
+        s[j] = scale * dot(Q + (size_t)t * HS, K + (size_t)j * HS, HS) + (mrow ? bf(mrow[j]) : 0.0);
         if (s[j] > m) m = s[j];
     }
     for (int j = 0; j <= t; j++) l += exp(s[j] - m);
@@ -373,13 +378,18 @@ static void bufs_free(bufs *w) {
     free(w->D), free(w->orow);
 }
 
+/* row t of sequence b of the packed rows' mask, or NULL */
+static const uint16_t *mask_row(const job *j, int b, int t) {
+    return j->mask ? j->mask + ((size_t)b * j->s.T + t) * j->s.T : NULL;
+}
+
 /* forward of query head h of batch b (K, V loaded): out and stats */
 static void fwd_head(const job *j, bufs *w, int b, int h) {
     const dtc_shape s = j->s;
     const int T = s.T, HS = s.HS;
     load(w->Q, j->qkv, b, T, HS, ((size_t)s.NH + 2 * (size_t)s.NKV) * HS, (size_t)h * HS);
     for (int t = 0; t < T; t++) {
-        const double lse = scores(w->s, w->Q, w->K, t, HS, j->scale);
+        const double lse = scores(w->s, w->Q, w->K, t, HS, j->scale, mask_row(j, b, t));
         for (int d = 0; d < HS; d++) w->O[(size_t)t * HS + d] = 0;
         for (int u = 0; u <= t; u++) {
             const double p = exp(w->s[u] - lse);
@@ -399,7 +409,7 @@ typedef struct drift {
 /* forward again for row t (scores into w->s): are the given statistic and out forward's? */
 static void check_row(const job *j, bufs *w, size_t bh, int t, drift *dr) {
     const int HS = j->s.HS;
-    const double lse = scores(w->s, w->Q, w->K, t, HS, j->scale), given = j->stats_in[bh * j->s.T + t];
+    const double lse = scores(w->s, w->Q, w->K, t, HS, j->scale, mask_row(j, (int)(bh / j->s.NH), t)), given = j->stats_in[bh * j->s.T + t];
     const double es = fabs(lse - given);
     if (!(es <= 1e-5 * (1 + fabs(lse))) && !same(lse, given)) {
         dr->stats++;
@@ -498,33 +508,48 @@ static int enqueue(dtc_att *a, job *tmpl, char *why, size_t n) {
     return 0;
 }
 
-int dtc_att_fwd(dtc_att *a, void *out, float *stats, const void *qkv, dtc_shape s, void *ws, size_t ws_bytes,
-                char *why, size_t n) {
+/* the mask matches the shape: packed rows pass theirs, others none; 0 or reported */
+static int check_mask(const char *call, unsigned long k, dtc_shape s, const void *mask, char *why, size_t n) {
+    if (!s.packed == !mask) return 0;
+    mock_report("cuDNN attention %s #%lu: %s", call, k,
+                s.packed ? "packed rows (dtc_shape.packed) without their mask" : "a mask for rows that are not packed");
+    say(why, n, "mock cuDNN: bad arguments to %s (MOCK ERROR above)", call);
+    return -1;
+}
+
+int dtc_att_fwd(dtc_att *a, void *out, float *stats, const void *qkv, const void *mask, dtc_shape s, void *ws,
+                size_t ws_bytes, char *why, size_t n) {
     if (!live(a, "dtc_att_fwd", why, n)) return -1;
     const unsigned long k = __atomic_add_fetch(&a->calls, 1, __ATOMIC_SEQ_CST);
     if (trace())
-        fprintf(stderr, "MOCK ATT: forward #%lu B %d T %d NH %d NKV %d HS %d qkv %p out %p stats %p ws %p (%zu "
-                "bytes)\n", k, s.B, s.T, s.NH, s.NKV, s.HS, qkv, out, (void *)stats, ws, ws_bytes);
-    const span in[] = {{qkv, qkv_bytes(s), "qkv"}};
+        fprintf(stderr, "MOCK ATT: forward #%lu B %d T %d NH %d NKV %d HS %d%s qkv %p out %p stats %p ws %p (%zu "
+                "bytes)\n", k, s.B, s.T, s.NH, s.NKV, s.HS, s.packed ? " packed" : "", qkv, out, (void *)stats, ws,
+                ws_bytes);
+    const span in[] = {{qkv, qkv_bytes(s), "qkv"}, {mask, mask_bytes(s), "mask"}};
     const span outs[] = {{out, out_bytes(s), "out"}, {stats, stats_bytes(s), "stats"}};
-    if (check_call("forward", k, s, ws, ws_bytes, in, 1, outs, 2, why, n)) return -1;
-    job j = {.bwd = 0, .k = k, .s = s, .scale = 1.0f / sqrtf((float)s.HS), .qkv = qkv, .out = out, .stats = stats};
+    if (check_mask("forward", k, s, mask, why, n) ||
+        check_call("forward", k, s, ws, ws_bytes, in, s.packed ? 2 : 1, outs, 2, why, n))
+        return -1;
+    job j = {.bwd = 0, .k = k, .s = s, .scale = 1.0f / sqrtf((float)s.HS), .qkv = qkv, .mask = mask, .out = out,
+             .stats = stats};
     return enqueue(a, &j, why, n);
 }
 
-int dtc_att_bwd(dtc_att *a, void *dqkv, const void *dout, const void *qkv, const void *out, const float *stats,
-                dtc_shape s, void *ws, size_t ws_bytes, char *why, size_t n) {
+int dtc_att_bwd(dtc_att *a, void *dqkv, const void *dout, const void *qkv, const void *mask, const void *out,
+                const float *stats, dtc_shape s, void *ws, size_t ws_bytes, char *why, size_t n) {
     if (!live(a, "dtc_att_bwd", why, n)) return -1;
     const unsigned long k = __atomic_add_fetch(&a->calls, 1, __ATOMIC_SEQ_CST);
     if (trace())
-        fprintf(stderr, "MOCK ATT: backward #%lu B %d T %d NH %d NKV %d HS %d dqkv %p dout %p qkv %p out %p stats %p "
-                "ws %p (%zu bytes)\n", k, s.B, s.T, s.NH, s.NKV, s.HS, dqkv, dout, qkv, out, (const void *)stats, ws,
-                ws_bytes);
+        fprintf(stderr, "MOCK ATT: backward #%lu B %d T %d NH %d NKV %d HS %d%s dqkv %p dout %p qkv %p out %p stats %p "
+                "ws %p (%zu bytes)\n", k, s.B, s.T, s.NH, s.NKV, s.HS, s.packed ? " packed" : "", dqkv, dout, qkv, out,
+                (const void *)stats, ws, ws_bytes);
     const span in[] = {{qkv, qkv_bytes(s), "qkv"}, {out, out_bytes(s), "out"}, {dout, out_bytes(s), "dout"},
-                       {stats, stats_bytes(s), "stats"}};
+                       {stats, stats_bytes(s), "stats"}, {mask, mask_bytes(s), "mask"}};
     const span outs[] = {{dqkv, qkv_bytes(s), "dqkv"}};
-    if (check_call("backward", k, s, ws, ws_bytes, in, 4, outs, 1, why, n)) return -1;
-    job j = {.bwd = 1, .k = k, .s = s, .scale = 1.0f / sqrtf((float)s.HS), .qkv = qkv, .out_in = out, .dout = dout,
-             .stats_in = stats, .dqkv = dqkv};
+    if (check_mask("backward", k, s, mask, why, n) ||
+        check_call("backward", k, s, ws, ws_bytes, in, s.packed ? 5 : 4, outs, 1, why, n))
+        return -1;
+    job j = {.bwd = 1, .k = k, .s = s, .scale = 1.0f / sqrtf((float)s.HS), .qkv = qkv, .mask = mask, .out_in = out,
+             .dout = dout, .stats_in = stats, .dqkv = dqkv};
     return enqueue(a, &j, why, n);
 }

@@ -32,7 +32,8 @@
 #      all-reduce in bf16, the embeddings' too: the mock NCCL's log), the same with
 #      zero_stage 1, the fallback in pieces; packed prompt/completion rows (data.packing, GPT-2's
 #      learned positions, attention masked within each example) in fp32 and bf16 against the cpu
-#      run (1e-5, 1e-2); the LoRA fine-tune (model.lora on GPT-2's four products, the base frozen)
+#      run (1e-5, 1e-2), and in bf16 through the fused attention (dtrain_fused: the mask per
+#      example cuDNN adds) within 1e-2; the LoRA fine-tune (model.lora on GPT-2's four products, the base frozen)
 #      in fp32 and bf16 against the cpu run (1e-5, 1e-2), and with the base in bf16
 #      (model.lora.base_dtype; bf16 products: 1e-2; fp32 ones refused by name); and configs/pretrain.yaml shrunk to 4
 #      steps in fp32 (within 1e-5); a step waits for the device at most 3 times (the profiler's
@@ -236,8 +237,10 @@ echo "ci-smoke losses, bf16 products without a bf16 algorithm against cpu, at mo
 same_losses smoke-cpu smoke-nobf16 1e-2 || { echo "FAIL  the fp32 fallback's losses differ"; exit 1; }
 # packed rows (data.packing): 48 prompt/completion lines, several to a row, on data/pretrained's
 # GPT-2 (its learned positions by each token's position in its example): attention on dtrain's
-# kernels, the softmax masked within each example (in bf16 cuDNN is not asked: one note says so), the
-# embedding gradients summed by position; the cpu run's losses, fp32 within 1e-5, bf16 within 1e-2
+# kernels, the softmax masked within each example (in bf16 the mock's cuDNN makes no handle: one
+# note says so), the embedding gradients summed by position; the cpu run's losses, fp32 within
+# 1e-5, bf16 within 1e-2; and bf16 again with mock_att.c as cuDNN (dtrain_fused): the fused path
+# with each packed row's mask per example, no note, within 1e-2 of the cpu run
 packed_yaml() {
     local words=(the cat sat on a mat and dog ran far away from home bird sang song all day long) i
     mkdir -p "$B/data"
@@ -252,14 +255,28 @@ packed_yaml() {
         "  batch_size_per_worker: 2" "  shuffle: false" "model:" "  init_from: data/pretrained" "eval:" \
         "  every_steps: 0" "checkpoint:" "  every_steps: 0" >"$B/packed.yaml"
 }
-packed_run() { # NAME PRECISION
+packed_run() { # NAME PRECISION [fused]
     local name=$1 rc=0
-    train "$name" "$B/packed.yaml" --set training.device=cuda --set training.precision="$2" >"$B/$name.out" \
-        2>"$B/$name.err" || rc=$?
-    cat "$B/$name.out" "$B/$name.err"
-    [ $rc -eq 0 ] || return $rc
-    [ "$2" != bf16 ] || grep -q "packed rows (data.packing) keep attention within each example" "$B/$name.err" ||
-        { echo "expected the note that packed rows run attention on dtrain's kernels (bf16: cuDNN's otherwise)"; return 1; }
+    if [ "${3:-}" = fused ]; then
+        DTRAIN_BIN=$OPT/dtrain_fused MOCK_ATT_TRACE=1 train "$name" "$B/packed.yaml" --set training.device=cuda \
+            --set training.precision="$2" >"$B/$name.out" 2>"$B/$name.err" || rc=$?
+        grep -v '^MOCK ATT: ' "$B/$name.err" || true
+        cat "$B/$name.out"
+        [ $rc -eq 0 ] || return $rc
+        echo "$(grep -c '^MOCK ATT: forward .* packed' "$B/$name.err") fused forwards of packed rows," \
+            "$(grep -c '^MOCK ATT: backward .* packed' "$B/$name.err") backwards"
+        grep -q '^MOCK ATT: backward .* packed' "$B/$name.err" ||
+            { echo "expected packed rows' attention through mock_att.c, with their mask"; return 1; }
+        ! grep -q "attention runs on dtrain's kernels" "$B/$name.err" "$B/runs/$name"/*.log ||
+            { echo "expected no note: packed rows run on cuDNN's fused attention"; return 1; }
+    else
+        train "$name" "$B/packed.yaml" --set training.device=cuda --set training.precision="$2" >"$B/$name.out" \
+            2>"$B/$name.err" || rc=$?
+        cat "$B/$name.out" "$B/$name.err"
+        [ $rc -eq 0 ] || return $rc
+        [ "$2" != bf16 ] || grep -q "attention runs on dtrain's kernels, not cuDNN's fused attention (cudnnCreate" \
+            "$B/$name.err" || { echo "expected the note that attention runs on dtrain's kernels (no cuDNN handle)"; return 1; }
+    fi
     grep -q "data.packing: 48 train examples packed into [0-9]* rows of 64" "$B/$name.out" ||
         { echo "expected the start-up line saying how the examples were packed"; return 1; }
 }
@@ -271,6 +288,10 @@ same_losses packed-cpu packed-fp32 1e-5 || { echo "FAIL  packed losses (fp32) di
 step "dtrain packed completions on cuda (bf16 products)" packed-bf16.log packed_run packed-bf16 bf16
 echo "packed completions' losses, cuda (bf16 products) against cpu, at most 1e-2 relative:"
 same_losses packed-cpu packed-bf16 1e-2 || { echo "FAIL  packed losses (bf16) differ"; exit 1; }
+step "dtrain packed completions on cuda (bf16; cuDNN attention: mock_att.c)" packed-fused.log packed_run packed-fused \
+    bf16 fused
+echo "packed completions' losses, cuDNN's fused attention (mock_att.c) against cpu, at most 1e-2 relative:"
+same_losses packed-cpu packed-fused 1e-2 || { echo "FAIL  packed losses (fused attention) differ"; exit 1; }
 # LoRA (model.lora): the fine-tune's pretrained GPT-2 frozen (the norms' and embeddings' gradients
 # skipped), rank-4 adapters on its four products (c_fc's under GELU, unfused) and the score head
 # trained; the cpu run's losses, fp32 within 1e-5, bf16 within 1e-2
