@@ -1426,8 +1426,9 @@ static void case_launches(const int *s, double tol) {
 
 extern size_t mock_device_in_use(void) __attribute__((weak));
 
-/* s: L NH C T B [NKV hs I]: GPT-2, or with I > 0 a Llama-family model (NKV key/value heads of
- * hs, SwiGLU width I). What --dry-run and the start-up report estimate for training this shape
+/* s: L NH C T B [NKV hs I packed]: GPT-2, or with I > 0 a Llama-family model (NKV key/value heads of
+ * hs, SwiGLU width I); packed 1: rows packed from examples (data.packing: fused attention adds a
+ * mask per row, the positions are uploaded beside the tokens). What --dry-run and the start-up report estimate for training this shape
  * (dt_model_memory_bytes, the AdamW moments, the backend's scratch_bytes: what worker.c adds)
  * against what a fresh backend of the same kind and precision allocates for it (model, moments,
  * reserve), as the mock GPU counts device memory. The estimate assumes the fused attention
@@ -1448,12 +1449,34 @@ static void case_memory(const int *s, double tol) {
                                     .intermediate_size = s[7], .rope_theta = 1e4, .rms_norm_eps = 1e-5};
         if (!has_ops("llama memory", g_dev->ops->rmsnorm_fwd && g_dev->ops->rope_fwd && g_dev->ops->swiglu_fwd)) return;
     }
-    const dt_att_shape as = {B, T, NH, dt_shape_kv_heads(&mc.shape), dt_shape_head_dim(&mc.shape), NULL};
+    static const int packed_mark = 0; /* any non-NULL pos: attention_bytes sees packed rows */
+    mc.packed = s[8];
+    const dt_att_shape as = {B, T, NH, dt_shape_kv_heads(&mc.shape), dt_shape_head_dim(&mc.shape),
+                             mc.packed ? &packed_mark : NULL};
     dt_op_sizes sizes;
     dt_model_op_sizes(&mc, &sizes);
     const size_t n = dt_model_count_params(&mc);
     const size_t est = dt_model_memory_bytes(&mc, g_dev->ops, bf16) + 2 * n * sizeof(float) +
                        g_dev->ops->scratch_bytes(&sizes, bf16);
+    if (mc.packed) { /* against the same rows unpacked: only the positions, and with a fused attention its
+                        mask (B x T x T bf16, its slot in whole MiB); none of the fallback's scratch */
+        dt_model_cfg mu = mc;
+        mu.packed = 0;
+        dt_att_shape au = as;
+        au.pos = NULL;
+        dt_op_sizes su;
+        dt_model_op_sizes(&mu, &su);
+        const size_t est_u = dt_model_memory_bytes(&mu, g_dev->ops, bf16) + 2 * n * sizeof(float) +
+                             g_dev->ops->scratch_bytes(&su, bf16);
+        size_t a0, d0, a1, d1;
+        const int fused = !g_dev->ops->attention_bytes(NULL, &as, bf16, &a0, &d0) &&
+                          !g_dev->ops->attention_bytes(NULL, &au, bf16, &a1, &d1);
+        const size_t mask = fused ? ((size_t)B * T * T * 2 + (1u << 20) - 1) / (1u << 20) * (1u << 20) : 0;
+        const long long d = (long long)est - (long long)est_u, want = (long long)((size_t)B * T * sizeof(int) + mask);
+        printf("  %-44s %+lld bytes (want %+lld: positions%s)%s\n", "estimate packed - unpacked", d, want,
+               fused ? " and the mask" : "", d == want ? "" : "  FAIL");
+        count_failure(d == want);
+    }
     const size_t before = mock_device_in_use();
     dt_backend *be;
     dt_backend_cfg cfg = {.device = 0, .precision = bf16, .rank = 0};
@@ -1478,8 +1501,10 @@ static void case_memory(const int *s, double tol) {
     const long long slack = (1 << 20) + (long long)(extra ? (3 * nq + 4 * nkv) * 4 + nq * 2 + pr * 2 + (3 << 20) : 0);
     const int ok = diff >= 0 && diff <= slack;
     printf("  %-44s estimate %zu + %zu (probabilities), allocated %zu: %+lld%s\n",
-           s[7] ? "device memory against the estimate (llama)" : "device memory against the estimate", est, extra,
-           got, diff, ok ? "" : "  FAIL");
+           mc.packed ? "device memory against the estimate (packed)"
+           : s[7]    ? "device memory against the estimate (llama)"
+                     : "device memory against the estimate",
+           est, extra, got, diff, ok ? "" : "  FAIL");
     count_failure(ok);
     be->ops->free(be->ctx, mom);
     dt_model_free(m);
@@ -1624,6 +1649,7 @@ static const op_case cases[] = {
     {"launches", case_launches, {12}, {0}, 0, 0}, /* GPT-2 124M's 12 layers */
     {"memory", case_memory, {2, 4, 128, 512, 2}, {0}, 0, 0}, /* T x T fp32 probabilities: 8 MiB a layer */
     {"memory", case_memory, {2, 6, 96, 512, 2, 2, 24, 200}, {0}, 0, 0}, /* Llama: GQA, hs 24 != C/NH, SwiGLU */
+    {"memory", case_memory, {2, 6, 96, 512, 2, 2, 24, 200, 1}, {0}, 0, 0}, /* the same, packed rows: their mask */
     {"memory", case_memory, {2, 4, 64, 256, 2, 1, 12, 100}, {0}, 0, 0}, /* hs 12: never fused, the estimate knows */
     {"memory", case_memory, {1, 4, 64, 128, 2, 2, 136, 100}, {0}, 0, 0}, /* hs 136: Hopper's cuDNN, not the mock's */
 };

@@ -1719,8 +1719,8 @@ static void slot_bytes(const dt_op_sizes *s, int bf16, int with_cub, int fused, 
     const size_t probs = (size_t)s->att.B * (size_t)s->att.NH * (size_t)s->att.T * (size_t)s->att.T;
     memset(sz, 0, N_SCRATCH * sizeof *sz);
     if (fused) sz[SCR_CUDNN] = att_ws; /* cuDNN reads and writes the activations themselves */
-    if (fused && s->att.pos) sz[SCR_MASK] = ATT_MASK_BYTES(s->att.B, s->att.T); /* packed rows' mask */
     else sz[SCR_ATT] = (3 * nq + 4 * nkv) * sizeof(float); /* attention backward's q k v dy dq dk dv */
+    if (fused && s->att.pos) sz[SCR_MASK] = ATT_MASK_BYTES(s->att.B, s->att.T); /* packed rows' mask */
     if (bf16 && !fused) { /* bf16 copies of the fp32 operands of attention's products: q, k, v, dy, P */
         sz[SCR_A16] = nq * 2; /* k, v, dy (A operands; nkv <= nq) */
         sz[SCR_B16] = (probs > nq ? probs : nq) * 2;
