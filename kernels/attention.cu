@@ -160,17 +160,17 @@ extern "C" cudaError_t dtk_causal_softmax_bwd(cudaStream_t s, float *datt, const
 
 // ---- generation: attention of new rows over a key/value cache ----
 
-// One block per row r = b*T + t of the (B,T,T) mask, threads over its T columns.
-static __global__ void dtk_att_example_mask_kernel(dtk_bf16 *mask, dtk_att_shape a) {
+// One block per row r = b*T + t of the (B,T,T) mask (rows ld apart), threads over its T columns.
+static __global__ void dtk_att_example_mask_kernel(dtk_bf16 *mask, int ld, dtk_att_shape a) {
     const size_t r = blockIdx.x;
     const int t = (int)(r % (size_t)a.T), lo = t - a.pos[r];
     const float masked = DTK_ATT_MASKED;
-    for (int j = threadIdx.x; j < a.T; j += blockDim.x) dtk_st(mask, r * a.T + j, j >= lo && j <= t ? 0.0f : masked);
+    for (int j = threadIdx.x; j < a.T; j += blockDim.x) dtk_st(mask, r * ld + j, j >= lo && j <= t ? 0.0f : masked);
 }
 
-extern "C" cudaError_t dtk_att_example_mask(cudaStream_t s, dtk_bf16 *mask, dtk_att_shape a) {
-    if (!a.pos || a.B <= 0 || a.T <= 0) return cudaSuccess;
-    dtk_att_example_mask_kernel<<<(unsigned)((size_t)a.B * a.T), DTK_THREADS, 0, s>>>(mask, a);
+extern "C" cudaError_t dtk_att_example_mask(cudaStream_t s, dtk_bf16 *mask, int ld, dtk_att_shape a) {
+    if (!a.pos || a.B <= 0 || a.T <= 0 || ld < a.T) return cudaSuccess;
+    dtk_att_example_mask_kernel<<<(unsigned)((size_t)a.B * a.T), DTK_THREADS, 0, s>>>(mask, ld, a);
     return cudaGetLastError();
 }
 

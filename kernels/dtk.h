@@ -153,13 +153,14 @@ cudaError_t dtk_causal_softmax_fwd(cudaStream_t s, float *att, dtk_att_shape a, 
  * exact 0 elsewhere. */
 cudaError_t dtk_causal_softmax_bwd(cudaStream_t s, float *datt, const float *att, dtk_att_shape a, float scale);
 /* Packed rows (a.pos non-NULL) for cuDNN's fused attention, which takes them as an additive
- * mask: mask(B,T,T) bf16, row t of sequence b is 0 at the columns of its example up to itself
- * (t - pos[b,t] .. t) and DTK_ATT_MASKED elsewhere. Finite, not -inf: a flash kernel's running
+ * mask: mask(B,T,T) bf16, rows ld elements apart (columns T.. of a row are not written), row t
+ * of sequence b is 0 at the columns of its example up to itself (t - pos[b,t] .. t) and
+ * DTK_ATT_MASKED elsewhere. Finite, not -inf: a flash kernel's running
  * maximum over a tile of only masked columns stays finite, and what it scaled by then is
  * rescaled by exp(DTK_ATT_MASKED + ...) = exactly 0 once the row's own columns come, so the
  * result is the masked softmax's, never NaN. A no-op when a.pos is NULL. */
 #define DTK_ATT_MASKED (-1.0e9f)
-cudaError_t dtk_att_example_mask(cudaStream_t s, dtk_bf16 *mask, dtk_att_shape a);
+cudaError_t dtk_att_example_mask(cudaStream_t s, dtk_bf16 *mask, int ld, dtk_att_shape a);
 
 /* Attention of n = a.T new rows (positions pos0..pos0+n-1 of one sequence, a.B 1) over a
  * key/value cache (ops.h attention_cached): the rows' keys and values are copied from qkv into

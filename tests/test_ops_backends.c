@@ -1459,7 +1459,8 @@ static void case_memory(const int *s, double tol) {
     const size_t est = dt_model_memory_bytes(&mc, g_dev->ops, bf16) + 2 * n * sizeof(float) +
                        g_dev->ops->scratch_bytes(&sizes, bf16);
     if (mc.packed) { /* against the same rows unpacked: only the positions, and with a fused attention its
-                        mask (B x T x T bf16, its slot in whole MiB); none of the fallback's scratch */
+                        mask (B x T rows of bf16, 8-aligned T wide: cudnn_att.h's DTC_MASK_LD; its slot
+                        in whole MiB); none of the fallback's scratch */
         dt_model_cfg mu = mc;
         mu.packed = 0;
         dt_att_shape au = as;
@@ -1471,7 +1472,8 @@ static void case_memory(const int *s, double tol) {
         size_t a0, d0, a1, d1;
         const int fused = !g_dev->ops->attention_bytes(NULL, &as, bf16, &a0, &d0) &&
                           !g_dev->ops->attention_bytes(NULL, &au, bf16, &a1, &d1);
-        const size_t mask = fused ? ((size_t)B * T * T * 2 + (1u << 20) - 1) / (1u << 20) * (1u << 20) : 0;
+        const size_t ld = ((size_t)T + 7) / 8 * 8,
+                     mask = fused ? ((size_t)B * T * ld * 2 + (1u << 20) - 1) / (1u << 20) * (1u << 20) : 0;
         const long long d = (long long)est - (long long)est_u, want = (long long)((size_t)B * T * sizeof(int) + mask);
         printf("  %-44s %+lld bytes (want %+lld: positions%s)%s\n", "estimate packed - unpacked", d, want,
                fused ? " and the mask" : "", d == want ? "" : "  FAIL");

@@ -18,7 +18,7 @@
 //   V, dV   {B, NKV, T, HS}  strides {T W, HS, W, 1}  at column (NH + NKV) HS
 //   O, dO   {B, NH, T, HS}   strides {T NH HS, HS, NH HS, 1}
 //   stats   {B, NH, T, 1}    strides {NH T, T, 1, 1} (fp32)
-//   mask    {B, 1, T, T}     strides {T T, T T, T, 1}    packed rows only: SDPA's bias
+//   mask    {B, 1, T, T}     strides {T L, T L, L, 1}    packed rows only: SDPA's bias, L = DTC_MASK_LD(T)
 // GPT-2 (NKV = NH, W = 3C) gives the graphs it always had. Packed rows (data.packing) add the
 // mask as the SDPA node's bias, broadcast over the heads (0, or a large negative number where a
 // row's key is another example's; the causal mask stays cuDNN's), in both directions: a plan
@@ -118,7 +118,7 @@ struct Shape {
     std::vector<int64_t> qkv_stride() const { return {T * width(), HS, width(), 1}; }
     std::vector<int64_t> out_stride() const { return {T * NH * HS, HS, NH * HS, 1}; }
     std::vector<int64_t> mask_dim() const { return {B, 1, T, T}; }
-    std::vector<int64_t> mask_stride() const { return {T * T, T * T, T, 1}; }
+    std::vector<int64_t> mask_stride() const { return {T * DTC_MASK_LD(T), T * DTC_MASK_LD(T), DTC_MASK_LD(T), 1}; }
 };
 
 std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph &g, const char *name, int64_t uid,

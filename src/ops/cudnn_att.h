@@ -29,10 +29,12 @@ typedef struct dtc_att dtc_att;
 
 /* An attention's shape: B sequences of T positions, NH query and NKV key/value heads (NH a
  * multiple of NKV) of HS features (ops.h dt_att_shape). packed 1: rows packed from several
- * examples (data.packing): forward and backward take a mask(B,T,T) bf16 that cuDNN adds to the
- * scaled scores before the causal mask and the softmax (its SDPA bias, broadcast over the
- * heads), 0 where a row may attend and a large negative number where not (kernels/dtk.h
+ * examples (data.packing): forward and backward take a mask (B,T,T) bf16, its rows
+ * DTC_MASK_LD(T) elements apart (16-byte aligned, as cuDNN wants its strides), that cuDNN adds
+ * to the scaled scores before the causal mask and the softmax (its SDPA bias, broadcast over
+ * the heads), 0 where a row may attend and a large negative number where not (kernels/dtk.h
  * dtk_att_example_mask); a plan of its own. */
+#define DTC_MASK_LD(T) (((T) + 7) / 8 * 8)
 typedef struct dtc_shape {
     int B, T, NH, NKV, HS;
     int packed;

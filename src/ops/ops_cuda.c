@@ -1099,8 +1099,8 @@ static void cu_matmul_gelu_bwd(void *ctx, dt_act *dinp, dt_act *tmp, float *dw, 
 
 #define ATT_STATS_BYTES(B, T, NH) ((size_t)(B) * (size_t)(NH) * (size_t)(T) * sizeof(float))
 #define ATT_PROBS_BYTES(B, T, NH) ((size_t)(B) * (size_t)(NH) * (size_t)(T) * (size_t)(T) * sizeof(float))
-/* packed rows' mask for cuDNN (cudnn_att.h): (B,T,T) bf16, one for all heads */
-#define ATT_MASK_BYTES(B, T) ((size_t)(B) * (size_t)(T) * (size_t)(T) * sizeof(dtk_bf16))
+/* packed rows' mask for cuDNN (cudnn_att.h): (B,T,T) bf16, rows DTC_MASK_LD(T) apart, one for all heads */
+#define ATT_MASK_BYTES(B, T) ((size_t)(B) * (size_t)(T) * (size_t)DTC_MASK_LD(T) * sizeof(dtk_bf16))
 /* cuDNN's workspace before a device says (--dry-run): the deterministic backward's as the cuDNN
  * frontend (1.32, scaled_dot_product_flash_attention.h) routes it on Hopper, dP in 16 bits for
  * B x NH x T x T padded to 64 rows and 128 columns (the largest of its padding rules), and the
@@ -1201,7 +1201,7 @@ static void att_failed(cuda_ctx *c, const char *what, const char *why) {
 static void *att_mask(cuda_ctx *c, const dt_att_shape *s) {
     if (!s->pos) return NULL;
     dtk_bf16 *m = scratch(c, SCR_MASK, ATT_MASK_BYTES(s->B, s->T), "the packed rows' attention mask");
-    return m && !CK(dtk_att_example_mask(c->s, m, dtk_of(s))) ? m : NULL;
+    return m && !CK(dtk_att_example_mask(c->s, m, DTC_MASK_LD(s->T), dtk_of(s))) ? m : NULL;
 }
 
 static void fused_fwd(cuda_ctx *c, void *out, float *stats, const void *qkv, const dt_att_shape *s) {

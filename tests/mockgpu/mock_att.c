@@ -177,7 +177,7 @@ static size_t ws_need(dtc_shape s, int backward) {
 static size_t qkv_bytes(dtc_shape s) { return (size_t)s.B * s.T * ((size_t)s.NH + 2 * (size_t)s.NKV) * s.HS * 2; }
 static size_t out_bytes(dtc_shape s) { return (size_t)s.B * s.T * (size_t)s.NH * s.HS * 2; }
 static size_t stats_bytes(dtc_shape s) { return (size_t)s.B * s.NH * (size_t)s.T * sizeof(float); }
-static size_t mask_bytes(dtc_shape s) { return (size_t)s.B * s.T * (size_t)s.T * 2; } /* packed rows' */
+static size_t mask_bytes(dtc_shape s) { return (size_t)s.B * s.T * (size_t)DTC_MASK_LD(s.T) * 2; } /* packed rows' */
 
 /* ---------------------------------------------------------------- the API */
 
@@ -380,7 +380,7 @@ static void bufs_free(bufs *w) {
 
 /* row t of sequence b of the packed rows' mask, or NULL */
 static const uint16_t *mask_row(const job *j, int b, int t) {
-    return j->mask ? j->mask + ((size_t)b * j->s.T + t) * j->s.T : NULL;
+    return j->mask ? j->mask + ((size_t)b * j->s.T + t) * DTC_MASK_LD(j->s.T) : NULL;
 }
 
 /* forward of query head h of batch b (K, V loaded): out and stats */
