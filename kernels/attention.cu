@@ -2,7 +2,8 @@
 // heads for NH query heads): the permutes between the (B,T,(NH+2NKV)hs) / (B,T,NH*hs)
 // activations and per-head (B,heads,T,hs) tensors, and the in-place causal
 // softmax forward/backward over the (BH,T,T) score matrices (the matmuls are cuBLAS calls
-// in src/ops/ops_cuda.c).
+// in src/ops/ops_cuda.c); packed rows' mask for cuDNN's fused attention; attention over a
+// key/value cache (generation).
 #include "dtk.h"
 #include "dtk_common.cuh"
 
@@ -158,7 +159,7 @@ extern "C" cudaError_t dtk_causal_softmax_bwd(cudaStream_t s, float *datt, const
     return cudaGetLastError();
 }
 
-// ---- generation: attention of new rows over a key/value cache ----
+// ---- packed rows' mask for cuDNN's fused attention ----
 
 // One block per row r = b*T + t of the (B,T,T) mask (rows ld apart), threads over its T columns.
 static __global__ void dtk_att_example_mask_kernel(dtk_bf16 *mask, int ld, dtk_att_shape a) {
@@ -169,10 +170,13 @@ static __global__ void dtk_att_example_mask_kernel(dtk_bf16 *mask, int ld, dtk_a
 }
 
 extern "C" cudaError_t dtk_att_example_mask(cudaStream_t s, dtk_bf16 *mask, int ld, dtk_att_shape a) {
-    if (!a.pos || a.B <= 0 || a.T <= 0 || ld < a.T) return cudaSuccess;
+    if (!a.pos || a.B <= 0 || a.T <= 0) return cudaSuccess;
+    if (ld < a.T) return cudaErrorInvalidValue;
     dtk_att_example_mask_kernel<<<(unsigned)((size_t)a.B * a.T), DTK_THREADS, 0, s>>>(mask, ld, a);
     return cudaGetLastError();
 }
+
+// ---- generation: attention of new rows over a key/value cache ----
 
 // Block i copies new row i's keys and values (NKV*hs columns each) into cache row pos0 + i.
 template <typename A> static __device__ void kv_append(void *kc_, void *vc_, const void *qkv, int pos0, dtk_att_shape a) {

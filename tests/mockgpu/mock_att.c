@@ -409,7 +409,8 @@ typedef struct drift {
 /* forward again for row t (scores into w->s): are the given statistic and out forward's? */
 static void check_row(const job *j, bufs *w, size_t bh, int t, drift *dr) {
     const int HS = j->s.HS;
-    const double lse = scores(w->s, w->Q, w->K, t, HS, j->scale, mask_row(j, (int)(bh / j->s.NH), t)), given = j->stats_in[bh * j->s.T + t];
+    const double lse = scores(w->s, w->Q, w->K, t, HS, j->scale, mask_row(j, (int)(bh / j->s.NH), t));
+    const double given = j->stats_in[bh * j->s.T + t];
     const double es = fabs(lse - given);
     if (!(es <= 1e-5 * (1 + fabs(lse))) && !same(lse, given)) {
         dr->stats++;
