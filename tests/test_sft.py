@@ -307,10 +307,6 @@ if np is not None:
     check(bool(m) and m.group(1) == "4" and float(m.group(2)) < 10 and float(m.group(3)) > 70,
           "--dry-run: the 16 conversations pack into 4 rows of 400, and the padding before and after (%s)"
           % (m.group(0) if m else r.stdout.strip()[-300:]))
-    r = dtrain("--config", yaml, "--dry-run", "--set", "data.packing=true", "--set", "training.num_workers=2", "--set",
-               "training.pipeline_parallel=2", "--set", "training.device=cpu", want=2)
-    check("training.pipeline_parallel: is 2, but data.packing does not combine with pipeline stages yet" in r.stderr,
-          "data.packing with pipeline stages: exit 2 (%s)" % r.stderr.strip())
     r = dtrain("--config", yaml, "--dry-run", "--set", "data.format=tokens", "--set", "data.packing=true", want=2)
     check("data.packing: applies to data.format chat and completion" in r.stderr,
           "data.packing with token shards: exit 2 (%s)" % r.stderr.strip())
@@ -323,12 +319,14 @@ if np is not None:
     base_loss, base_norm = step1["loss"], step1["grad_norm"]
     base = load_file(os.path.join(whole, "model.safetensors"))
     packed1 = None
-    for workers, b, accum in [(1, 4, 1), (2, 2, 1), (4, 1, 1), (2, 1, 2)]:
-        run = os.path.join(TMP, "packed-%dx%dx%d" % (workers, b, accum))
+    # pp 2: the model's two layers as two pipeline stages (1F1B: a micro-batch's backward after later
+    # forwards, its positions kept with its activations)
+    for workers, b, accum, pp in [(1, 4, 1, 1), (2, 2, 1, 1), (4, 1, 1, 1), (2, 1, 2, 1), (2, 1, 4, 2), (4, 1, 2, 2)]:
+        run = os.path.join(TMP, "packed-%dx%dx%d" % (workers, b, accum) + ("-p%d" % pp if pp > 1 else ""))
         r = dtrain("--config", yaml, "--set", "run.dir=" + run, "--set", "data.packing=true", "--set", "data.seq_len=400",
                    "--set", "training.num_workers=%d" % workers, "--set", "data.batch_size_per_worker=%d" % b,
-                   "--set", "training.grad_accum_steps=%d" % accum, "--set", "optimizer.lr=0.001", "--quiet",
-                   "--progress", "never")
+                   "--set", "training.grad_accum_steps=%d" % accum, "--set", "training.pipeline_parallel=%d" % pp,
+                   "--set", "optimizer.lr=0.001", "--quiet", "--progress", "never")
         step1 = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl")) if '"type":"train"' in l][0]
         loss, norm = step1["loss"], step1["grad_norm"]
         W = load_file(os.path.join(run, "model.safetensors"))
@@ -337,9 +335,10 @@ if np is not None:
         same = max(float(np.max(np.abs(W[k] - packed1[k]))) for k in base)
         check(abs(loss - base_loss) <= 1e-5 * abs(base_loss) and abs(norm - base_norm) <= 1e-5 * base_norm and
               err <= 1e-5 and same <= 1e-5,
-              "packed, %d worker(s) x %d x %d micro-batch(es): step 1's loss and gradient norm are the unpacked run's "
-              "(%.7f %.6f, unpacked %.7f %.6f); after 3 steps its weights within 1e-5 (%.2e), those of 1 packed "
-              "worker x 4 within 1e-5 (%.2e)" % (workers, b, accum, loss, norm, base_loss, base_norm, err, same))
+              "packed, %d worker(s)%s x %d x %d micro-batch(es): step 1's loss and gradient norm are the unpacked "
+              "run's (%.7f %.6f, unpacked %.7f %.6f); after 3 steps its weights within 1e-5 (%.2e), those of 1 packed "
+              "worker x 4 within 1e-5 (%.2e)" % (workers, " (%d pipeline stages)" % pp if pp > 1 else "", b, accum,
+                                                 loss, norm, base_loss, base_norm, err, same))
 
     # evaluation reads packed rows too: the same loss on the answers as one conversation a row
     val = os.path.join(TMP, "packed-val.jsonl")

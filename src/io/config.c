@@ -1189,8 +1189,6 @@ const char *dt_config_mesh_problem(const dt_config *cfg, const char **key, char 
     if (P > 1 && cfg->model.lora.rank > 0)
         return WHY("is %d, but model.lora does not combine with pipeline stages yet (hint: training.pipeline_parallel: "
                    "1)", P);
-    if (P > 1 && cfg->data.packing)
-        return WHY("is %d, but data.packing does not combine with pipeline stages yet (hint: data.packing: false)", P);
     if (P > 1 && cfg->logging.sample_every_steps > 0)
         return WHY("is %d, but samples (logging.sample_every_steps) need the whole model on rank 0, which pipeline "
                    "stages split (hint: logging.sample_every_steps: 0; dtrain generate samples the saved model)", P);

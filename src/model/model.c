@@ -370,7 +370,7 @@ static int act_table(const dt_model_cfg *c, dt_model *m, const net_layer *y0, si
     BUF(targets_dev, BUF_I32, head_rows);
     SHARED(losses, BUF_F32, H * BT);
     BUF(tokens_dev, BUF_I32, BT);
-    SHARED(pos_dev, BUF_I32, c->packed ? BT : 0);
+    BUF(pos_dev, BUF_I32, c->packed ? BT : 0); /* a set's: 1F1B's backward of a micro-batch follows later forwards */
     SHARED(argmax_dev, BUF_I32, H * BT);
     BUF(xent_stats, BUF_F32, xent_in_parts(c) ? H * 4 * BT : 0);
     BUF(xent_lse, BUF_F32, xent_in_parts(c) ? H * BT : 0);
@@ -501,10 +501,9 @@ static dt_status check_cfg(const dt_model_cfg *mc) {
                             c->n_positions, mc->seq_len);
     if (mc->max_batch < 1)
         return dt_error_set(DT_ERR_CONFIG, "data.batch_size_per_worker: expected >= 1, got %d", mc->max_batch);
-    if (mc->pp > 1 && (mc->pp_rank < 0 || mc->pp_rank >= mc->pp || mc->pp > c->n_layer || mc->lora.rank || mc->packed))
+    if (mc->pp > 1 && (mc->pp_rank < 0 || mc->pp_rank >= mc->pp || mc->pp > c->n_layer || mc->lora.rank))
         return dt_error_set(DT_ERR_CONFIG, "training.pipeline_parallel: stage %d of %d of %d layers: expected a stage "
-                            "of the stages, at most one a layer, no model.lora and no data.packing", mc->pp_rank, mc->pp,
-                            c->n_layer);
+                            "of the stages, at most one a layer, and no model.lora", mc->pp_rank, mc->pp, c->n_layer);
     if (mc->tp > 1) { /* config.c refuses these by key; a caller that builds the model itself lands here */
         const int I = c->arch == DT_ARCH_LLAMA ? c->intermediate_size : 4 * c->n_embd;
         if (c->n_head % mc->tp || dt_shape_kv_heads(c) % mc->tp || I % mc->tp || c->vocab_size < mc->tp ||
@@ -709,6 +708,7 @@ void dt_model_use_acts(dt_model *m, int k) {
     char *set = (char *)m->arena + m->shared_bytes + (size_t)k * m->set_bytes;
     for (int i = 0; i < m->n_act_tab; i++)
         *m->act_tab[i].at = (m->act_tab[i].shared ? (char *)m->arena : set) + m->act_off[i];
+    if (m->cfg.packed) m->net.att.pos = m->pos_dev; /* the set's positions (dt_model_set_positions) */
 }
 
 /* One allocation for every activation: the shared buffers, then each set of the others; the
