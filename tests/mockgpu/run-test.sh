@@ -483,7 +483,8 @@ same_losses pre-cpu pre-cuda 1e-5 || { echo "FAIL  pretrain losses differ"; exit
 # workers against the same on cpu, fp32 within 1e-5, and bf16 activations with bf16 gradients on
 # the wire and zero_stage 1 within 1e-2; and a GPU worker killed before step 3 (checkpoints every
 # 2 steps): the launcher restarts both from step 2's checkpoint and the weights are the
-# uninterrupted fp32 run's, byte for byte
+# uninterrupted fp32 run's, byte for byte; and packed prompt/completion rows (packed.yaml) on 2
+# pipeline stages, fp32 within 1e-5 of the same layout on cpu
 data_parallel() ( # a subshell: the two GPUs stay its own
     mkdir -p "$B/fake_gpus2x/0000:00:00.0" "$B/fake_gpus2x/0000:01:00.0"
     export MOCK_GPUS_DIR=$B/fake_gpus2x MOCK_DEVICE_COUNT=2
@@ -507,9 +508,16 @@ data_parallel() ( # a subshell: the two GPUs stay its own
     cmp "$B/runs/dp-fp32/model.safetensors" "$B/runs/dp-killed/model.safetensors" ||
         { echo "FAIL: dp-killed: the restarted run's weights differ from the uninterrupted run's"; return 1; }
     echo "dp-killed: rank 1 killed before step 3, one restart from step 2's checkpoint, the same weights"
+    # packed rows through 2 pipeline stages (1F1B, 2 micro-batches: each one's positions kept with
+    # its activations) against the same on cpu
+    local p2=(--set training.num_workers=2 --set training.pipeline_parallel=2 --set training.grad_accum_steps=2)
+    train pp-packed-cpu "$B/packed.yaml" "${p2[@]}" --set training.device=cpu || return
+    train pp-packed-fp32 "$B/packed.yaml" "${p2[@]}" --set training.device=cuda --set training.precision=fp32 || return
+    echo "packed rows on 2 pipeline stages, cuda (fp32) against cpu, at most 1e-5 relative:"
+    same_losses pp-packed-cpu pp-packed-fp32 1e-5 || return
 )
-step "data parallelism on 2 mock GPUs (fp32; bf16 + zero_stage 1; a killed worker restarts)" data-parallel.log \
-    data_parallel
+step "data parallelism on 2 mock GPUs (fp32; bf16 + zero_stage 1; a killed worker restarts); packed rows on 2 stages" \
+    data-parallel.log data_parallel
 # model parallelism on several mock GPUs (MOCK_DEVICE_COUNT, the mock NCCL of several ranks): each
 # group its own NCCL communicator; the shares' sums, the vocabulary's shares, the stage boundaries
 # and their exchanges, the gradient norm's ranges on the device. Against the same layout on cpu:
