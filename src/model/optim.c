@@ -115,8 +115,8 @@ dt_status dt_optim_count_norm(dt_optim *o, const dt_range *ranges, int n) {
 
 void dt_optim_norm(dt_optim *o, const float *grads) {
     const dt_ops *ops = o->be->ops;
-    if (o->counted) ops->sumsq(o->be->ctx, o->sumsq_dev, grads, o->counted, o->n_counted);
-    else ops->sumsq(o->be->ctx, o->sumsq_dev, grads, o->own, o->n_own); /* one call over every owned range */
+    /* one call over every range the norm counts */
+    ops->sumsq(o->be->ctx, o->sumsq_dev, grads, o->counted ? o->counted : o->own, o->counted ? o->n_counted : o->n_own);
     ops->download_async(o->be->ctx, o->sumsq_host, o->sumsq_dev, sizeof(double));
 }
 

@@ -1171,8 +1171,9 @@ static dt_status accept_run(trainer *t) {
 /* Model parallelism: the gradients that this rank's part of the whole model's norm counts, given
  * to the optimizer: of what it updates (with ZeRO-1 its parts), the split tensors, the ones every
  * share holds whole on share 0 only, and not the last stage's copy of a tied embedding (the first
- * stage's counts). Adjacent ranges merged. */
+ * stage's counts). Adjacent ranges merged. Without model parallelism the optimizer's own ranges. */
 static dt_status count_norm(run *r) {
+    if (!r->tp_comm && r->mesh.pp <= 1) return DT_OK;
     const dt_range all = {0, dt_model_num_params(r->model)};
     const dt_range *own = r->zero ? r->own : &all;
     const int n_own = r->zero ? r->n_own : 1, nt = dt_model_num_tensors(r->model);
@@ -1216,7 +1217,7 @@ static dt_status make_optimizer(trainer *t) {
     if (!r->zero) {
         dt_status st = dt_optim_init(&r->optim, &oc, r->be, dt_model_num_params(r->model), segs, nt);
         free(segs);
-        return st == DT_OK && (r->tp_comm || r->mesh.pp > 1) ? count_norm(r) : st;
+        return st == DT_OK ? count_norm(r) : st;
     }
     /* ZeRO-1: this rank's part of every bucket, in the buckets' (the layout's) order */
     const int nb = dt_model_num_buckets(r->model);
@@ -1234,7 +1235,7 @@ static dt_status make_optimizer(trainer *t) {
     r->own = own; /* kept: the gradient norm's parts (count_norm) */
     r->n_own = n_own;
     free(segs);
-    return st == DT_OK && (r->tp_comm || r->mesh.pp > 1) ? count_norm(r) : st;
+    return st == DT_OK ? count_norm(r) : st;
 }
 
 /* The weights config key `key` names (model.init_from: the model's, with model.lora its frozen

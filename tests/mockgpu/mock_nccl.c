@@ -104,6 +104,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dtrain/bf16.h"
 #include "mock_api.h"
 
 #define CHUNK ((size_t)16 << 20) /* one rank: a running collective looks for an abort between chunks */
@@ -555,13 +556,7 @@ static uint32_t float_bits(float f) {
     return u;
 }
 
-static float bf16_to_float(uint16_t v) { return bits_float((uint32_t)v << 16); }
-/* round to nearest even; NaN stays NaN (quieted) */
-static uint16_t float_to_bf16(float f) {
-    const uint32_t u = float_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-}
+/* bf16: dtrain/bf16.h's (round to nearest even, as CUDA's __float2bfloat16_rn; NaN quieted) */
 
 static float half_to_float(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
@@ -621,8 +616,8 @@ static uint16_t float_to_half(float f) {
 
 /* halves and bf16: through float, every result rounded back (max and min keep an input's bits) */
 static void step16(uint16_t *d, const uint16_t *x, size_t m, ncclRedOp_t op, int first, int bf) {
-    float (*get)(uint16_t) = bf ? bf16_to_float : half_to_float;
-    uint16_t (*put)(float) = bf ? float_to_bf16 : float_to_half;
+    float (*get)(uint16_t) = bf ? dt_bf16_to_float : half_to_float;
+    uint16_t (*put)(float) = bf ? dt_float_to_bf16 : float_to_half;
     for (size_t i = 0; i < m; i++) {
         if (first) {
             d[i] = x[i];
@@ -637,7 +632,7 @@ static void step16(uint16_t *d, const uint16_t *x, size_t m, ncclRedOp_t op, int
 /* d = x * scale for halves and bf16 (avg: each input scaled before it is summed) */
 static void scale16(uint16_t *d, size_t m, float scale, int bf) {
     for (size_t i = 0; i < m; i++)
-        d[i] = bf ? float_to_bf16(bf16_to_float(d[i]) * scale) : float_to_half(half_to_float(d[i]) * scale);
+        d[i] = bf ? dt_float_to_bf16(dt_bf16_to_float(d[i]) * scale) : float_to_half(half_to_float(d[i]) * scale);
 }
 
 static void step(void *dv, const void *xv, size_t m, ncclDataType_t t, ncclRedOp_t op, int first, double scale) {
@@ -660,7 +655,7 @@ static void reduce(void *out, const char *const *in, int n, size_t m, ncclDataTy
     const int is16 = t == ncclFloat16 || t == ncclBfloat16, bf = t == ncclBfloat16;
     /* NCCL: float(1.0 / nranks) in the type; halves and bf16 round it once more */
     const float inv = (float)(1.0 / n);
-    const float s16 = bf ? bf16_to_float(float_to_bf16(inv)) : half_to_float(float_to_half(inv));
+    const float s16 = bf ? dt_bf16_to_float(dt_float_to_bf16(inv)) : half_to_float(float_to_half(inv));
     const double scale = t == ncclFloat64 ? 1.0 / n : (double)(float)(1.0 / n);
     for (int q = 0; q < n; q++) {
         const void *x = in[q];
