@@ -6,6 +6,9 @@
 #   finetune-2w   the same with 2 workers (shm all-reduce)
 #   lm-2w         configs/pretrain.yaml shrunk to 60 steps, 2 workers, grad_accum_steps 2,
 #                 a checkpoint every 20 steps, then resumed for 20 more steps on 1 worker
+#   lora-2w       the fine-tune with model.lora (rank 4 on its four products), 60 steps, 2 workers
+#   llama-lora-2w the shrunk pretrain as a 2-layer Llama (grouped-query attention, SwiGLU) with
+#                 model.lora on all seven projections, 40 steps, 2 workers
 #   then greedy generation from lm-2w (with the key/value cache and without), and predict over
 #   the validation texts with finetune-2w (a classifier) and lm-2w (a language model)
 # Compared: model.safetensors of each run, each checkpoint's model.safetensors and
@@ -54,6 +57,13 @@ run_all() { # DTRAIN OUT: the trainings, from the repository root (the configs' 
         --set training.max_steps=60 --set training.num_workers=2 >"$out/lm-2w.log"
     "$bin" --config configs/pretrain.yaml "${common[@]}" "${lm[@]}" --set run.dir="$out/lm-2w" \
         --set training.max_steps=80 --set training.num_workers=1 >>"$out/lm-2w.log"
+    "$bin" --config configs/finetune.yaml "${common[@]}" --set run.dir="$out/lora-2w" --set training.max_steps=60 \
+        --set training.num_workers=2 --set model.lora.rank=4 \
+        --set "model.lora.targets=[c_attn, attn.c_proj, c_fc, mlp.c_proj]" >"$out/lora-2w.log"
+    "$bin" --config configs/pretrain.yaml "${common[@]}" "${lm[@]}" --set run.dir="$out/llama-lora-2w" \
+        --set training.max_steps=40 --set training.num_workers=2 --set model.type=llama \
+        --set model.num_key_value_heads=2 --set model.intermediate_size=256 --set model.lora.rank=4 \
+        --set "model.lora.targets=[q, k, v, o, gate, up, down]" >"$out/llama-lora-2w.log"
     # what the trained models say: generated text (the key/value cache, and without it),
     # a classifier's and a language model's predictions, printed with every digit
     local gen=(--checkpoint "$out/lm-2w" --prompt "The " --max-new-tokens 48 --temperature 0)
@@ -82,7 +92,7 @@ while IFS= read -r f; do
     fi
 done < <(cd "$WORK/runs-base" && { find . -name 'model.safetensors' -o -name 'optimizer.safetensors'; \
                                     ls generate.txt generate-nocache.txt predict-cls.jsonl predict-lm.jsonl; } | sort)
-[ "$n" -ge 11 ] || { echo "same-weights: only $n files were written (expected >= 11)"; exit 1; }
+[ "$n" -ge 15 ] || { echo "same-weights: only $n files were written (expected >= 15)"; exit 1; }
 for f in $(cd "$WORK/runs-new" && find . -name '*.safetensors' | sort); do
     [ -e "$WORK/runs-base/$f" ] || { echo "only the new binary wrote $f"; bad=1; }
 done

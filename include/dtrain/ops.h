@@ -279,12 +279,12 @@ struct dt_ops {
 
     /* May be NULL (a backend without LoRA). A LoRA adapter on a product's output: h(M,r) =
      * inp(M,K) @ A^T (A stored (r,K)), then out(M,N) += s * h @ B^T (B stored (N,r)); out's rows
-     * ldo apart (a column range of a wider product's output). h: fp32 scratch (M,r). */
+     * ldo apart (a column range of a wider product's output). h: fp32 (M,r), for the backward. */
     void (*lora_fwd)(void *ctx, dt_act *out, float *h, const dt_act *inp, const float *A, const float *B, int M, int K,
                      int N, int r, int ldo, float s);
-    /* Its backward: h = inp @ A^T again, dh = s * dout @ B (M,r), dB += s * dout^T @ h,
-     * dA += dh^T @ inp, dinp(M,K) += dh @ A (skipped when dinp is NULL). h, dh: fp32 scratch (M,r). */
-    void (*lora_bwd)(void *ctx, dt_act *dinp, float *dA, float *dB, float *h, float *dh, const dt_act *dout,
+    /* Its backward, h (M,r) as lora_fwd left it: dh = s * dout @ B (M,r), dB += s * dout^T @ h,
+     * dA += dh^T @ inp, dinp(M,K) += dh @ A (skipped when dinp is NULL). dh: fp32 scratch (M,r). */
+    void (*lora_bwd)(void *ctx, dt_act *dinp, float *dA, float *dB, const float *h, float *dh, const dt_act *dout,
                      const dt_act *inp, const float *A, const float *B, int M, int K, int N, int r, int ldo, float s);
 
     /* May be NULL. The MLP's first product and its GELU at once: pre(M,N) = inp(M,K) @ W(K,N) +

@@ -165,7 +165,7 @@ dt_status dt_decoder_feed(dt_decoder *d, const int *tokens, int n, float *logits
     const size_t a = dt_dtype_size(net->act);
     const dt_act *last = (const dt_act *)((const char *)x + (size_t)(rows - 1) * C * a);
     dt_net_norm_fwd(net, &net->w.final_norm, d->lnf, d->mean, d->rstd, last, 1);
-    dt_net_mm_fwd(net, &net->w.head, d->logits, d->lnf, 1, V, NULL);
+    dt_net_mm_fwd(net, &net->w.head, d->logits, d->lnf, 1, V, NULL, NULL);
     if (net->tp > 1) return shares_logits(d, logits);
     o->download(ctx, d->host_logits, d->logits, (size_t)V * a);
     DT_TRY(o->check(ctx));

@@ -96,14 +96,22 @@ struct dt_model {
 
 /* ---- layout: the architecture's tensors ---- */
 
+/* model.lora: the adapters on each layer (one a target) */
+static int lora_per_layer(const dt_model_cfg *c) {
+    int k = 0;
+    for (int t = 0; c->lora.rank && t < dt_lora_target_count(); t++) k += (c->lora.targets >> t) & 1u;
+    return k;
+}
+
 /* model.lora's adapters, after the architecture's tensors: for each layer, each target's A
- * (rank, in) and B (cols, rank), in the layer's bucket, attached to the product they adapt. */
+ * (rank, in) and B (cols, rank), in the layer's bucket, attached to the product they adapt,
+ * numbered in the layer (their slots in net_acts lora_h, lora_per_layer of them). */
 static void add_adapters(net_builder *b, const net_arch *a, net_weights *w) {
     const dt_model_shape *s = &b->cfg->shape;
     const int r = b->cfg->lora.rank;
     char nm[128];
     for (int l = 0; l < s->n_layer; l++)
-        for (int t = 0; t < dt_lora_target_count(); t++) {
+        for (int t = 0, slot = 0; t < dt_lora_target_count(); t++) {
             if (!(b->cfg->lora.targets & (1u << t))) continue;
             net_linear *lin;
             int col0, cols;
@@ -111,6 +119,7 @@ static void add_adapters(net_builder *b, const net_arch *a, net_weights *w) {
             net_lora *ad = &lin->lora[lin->n_lora++];
             ad->col0 = col0;
             ad->cols = cols;
+            ad->slot = slot++;
             snprintf(nm, sizeof nm, "%s%d.%s.lora_A.weight", a->layer_prefix, l, dt_lora_target_module(t));
             ad->a = dt_net_add(b, nm, r, lin->in, NET_INIT_UNIFORM, 1.0 / sqrt((double)lin->in), 1, 1 + l);
             snprintf(nm, sizeof nm, "%s%d.%s.lora_B.weight", a->layer_prefix, l, dt_lora_target_module(t));
@@ -293,7 +302,7 @@ double dt_model_flops_per_token(const dt_model_cfg *c) {
 
 enum { BUF_ACT, BUF_F32, BUF_I32, BUF_BYTES }; /* the backend's activation element, float, int, bytes */
 #define ARENA_ALIGN 256             /* every buffer starts on a 256-byte boundary */
-#define MAX_BUFS(L) (13 * (size_t)(L) + 28)
+#define MAX_BUFS(L) (14 * (size_t)(L) + 28)
 
 typedef struct act_buf {
     void **at;   /* the model's pointer to it (NULL when only sizing) */
@@ -335,6 +344,7 @@ static int act_table(const dt_model_cfg *c, dt_model *m, const net_layer *y0, si
     const net_arch *a = dt_net_arch(c->shape.arch);
     const size_t MEAN = a->norm == NET_LAYERNORM ? BT : 0, HMEAN = MEAN ? head_rows : 0; /* RMSNorm keeps rstd only */
     const size_t FREQ = a->rope ? (size_t)dt_shape_head_dim(&c->shape) / 2 : 0;
+    const size_t LORA_H = (size_t)lora_per_layer(c) * (size_t)c->lora.rank; /* a row's x A^T, every adapter's */
     int lo, hi; /* pipeline parallelism: this stage's layers, and the head on the last stage only */
     dt_model_stage_layers(c, c->pp > 1 ? c->pp_rank : 0, &lo, &hi);
     const size_t H = c->pp <= 1 || c->pp_rank == c->pp - 1;
@@ -357,6 +367,7 @@ static int act_table(const dt_model_cfg *c, dt_model *m, const net_layer *y0, si
         BUF(layers[l].mlp_pre, BUF_ACT, y * BT * PRE);
         BUF(layers[l].mlp_act, BUF_ACT, y * BT * ACT);
         BUF(layers[l].res3, BUF_ACT, y * BT * C);
+        BUF(layers[l].lora_h, BUF_F32, y * BT * LORA_H);
     }
     if (NL) {
         BUF(pooled_in, BUF_ACT, H * B * C);
@@ -381,7 +392,7 @@ static int act_table(const dt_model_cfg *c, dt_model *m, const net_layer *y0, si
     SHARED(d.dpre, BUF_ACT, BT * PRE);
     SHARED(d.dact, BUF_ACT, BT * ACT);
     SHARED(net.inv_freq, BUF_F32, FREQ);
-    SHARED(net.lora_h, BUF_F32, BT * 2 * (size_t)c->lora.rank);
+    SHARED(net.lora_h, BUF_F32, BT * (size_t)c->lora.rank);
     SHARED(loss_dev, BUF_BYTES, sizeof(double));
 #undef SHARED
 #undef BUF
@@ -1034,7 +1045,7 @@ static void classifier_head(dt_model *m, const dt_act *x, const int *targets, in
     const int C = m->cfg.shape.n_embd, NL = m->cfg.shape.num_labels, ld = m->logits_ld;
     o->gather_rows(ctx, m->pooled_in, x, m->rows_dev, B, C);
     dt_net_norm_fwd(&m->net, &m->net.w.final_norm, m->lnf, m->lnf_mean, m->lnf_rstd, m->pooled_in, B);
-    dt_net_mm_fwd(&m->net, &m->net.w.head, m->logits, m->lnf, B, ld, NULL);
+    dt_net_mm_fwd(&m->net, &m->net.w.head, m->logits, m->lnf, B, ld, NULL, NULL);
     head_xent(m, B, predict, scale);
     if (!res) {
         o->loss_sum(ctx, m->loss_dev, m->losses, NULL, B); /* every label is one (upload_inputs) */
@@ -1102,7 +1113,7 @@ static void lm_head(dt_model *m, const dt_act *x, const int *targets, int BT, in
     const dt_ops *o = m->be->ops;
     void *ctx = m->be->ctx;
     dt_net_norm_fwd(&m->net, &m->net.w.final_norm, m->lnf, m->lnf_mean, m->lnf_rstd, x, BT);
-    dt_net_mm_fwd(&m->net, &m->net.w.head, m->logits, m->lnf, BT, m->logits_ld, NULL);
+    dt_net_mm_fwd(&m->net, &m->net.w.head, m->logits, m->lnf, BT, m->logits_ld, NULL, NULL);
     if (xent_in_parts(&m->cfg)) xent_shares(m, targets, BT);
     else head_xent(m, BT, predict, scale);
     if (!res) {
@@ -1195,7 +1206,7 @@ static dt_status head_bwd(dt_model *m, int B, float scale) {
     else if (!m->logits_are_grads)
         o->xent_bwd(ctx, m->logits, m->logits, m->targets_dev, scale, head_rows, head_width(&m->cfg), m->logits_ld);
     m->logits_are_grads = 0;
-    dt_net_mm_bwd(&m->net, &w->head, m->d.dnorm, m->logits, m->lnf, head_rows, m->logits_ld, NULL, NULL);
+    dt_net_mm_bwd(&m->net, &w->head, m->d.dnorm, m->logits, m->lnf, head_rows, m->logits_ld, NULL, NULL, NULL);
     if (NL) {
         o->zero(ctx, m->dpooled, (size_t)B * C * asz);
         dt_net_norm_bwd(&m->net, &w->final_norm, m->dpooled, m->d.dnorm, m->pooled_in, m->lnf_mean, m->lnf_rstd, B);

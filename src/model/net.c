@@ -80,22 +80,28 @@ static dt_act *act_col(const dt_net *n, const dt_act *p, int col0) {
     return (dt_act *)((char *)p + (size_t)col0 * dt_dtype_size(n->act));
 }
 
-/* each adapter's scale (inp A^T) B^T added onto its columns of out */
-static void lora_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt_act *inp, int M, int ldo) {
+/* adapter a's inp A^T in keep, (M, rank) at its slot */
+static float *lora_kept(const dt_net *n, const float *keep, const net_lora *a, int M) {
+    return (float *)keep + (size_t)a->slot * (size_t)M * (size_t)n->lora_rank;
+}
+
+/* each adapter's scale (inp A^T) B^T added onto its columns of out, inp A^T left in keep (or
+ * in n->lora_h, not kept) */
+static void lora_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt_act *inp, int M, int ldo,
+                     float *keep) {
     for (int i = 0; i < lin->n_lora; i++) {
         const net_lora *a = &lin->lora[i];
-        n->o->lora_fwd(n->ctx, act_col(n, out, a->col0), n->lora_h, inp, n->params + a->a, n->params + a->b, M, lin->in,
-                       a->cols, n->lora_rank, ldo, n->lora_scale);
+        n->o->lora_fwd(n->ctx, act_col(n, out, a->col0), keep ? lora_kept(n, keep, a, M) : n->lora_h, inp,
+                       n->params + a->a, n->params + a->b, M, lin->in, a->cols, n->lora_rank, ldo, n->lora_scale);
     }
 }
 
-/* their gradients, and their part of dinp added onto it */
+/* their gradients, and their part of dinp added onto it, from the inp A^T the forward kept */
 static void lora_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const dt_act *dout, const dt_act *inp, int M,
-                     int ldo) {
-    const size_t hr = (size_t)M * (size_t)n->lora_rank;
+                     int ldo, const float *keep) {
     for (int i = 0; i < lin->n_lora; i++) {
         const net_lora *a = &lin->lora[i];
-        n->o->lora_bwd(n->ctx, dinp, dt_net_grad(n, a->a), dt_net_grad(n, a->b), n->lora_h, n->lora_h + hr,
+        n->o->lora_bwd(n->ctx, dinp, dt_net_grad(n, a->a), dt_net_grad(n, a->b), lora_kept(n, keep, a, M), n->lora_h,
                        act_col(n, dout, a->col0), inp, n->params + a->a, n->params + a->b, M, lin->in, a->cols,
                        n->lora_rank, ldo, n->lora_scale);
     }
@@ -114,7 +120,8 @@ static void tp_sum(const dt_net *n, dt_act *buf, size_t count) {
 /* a bf16 tensor of base16 (offset with NET_BF16) */
 static const uint16_t *w16(const dt_net *n, size_t off) { return n->base16 + (off & ~NET_BF16); }
 
-void dt_net_mm_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt_act *inp, int M, int ldo, dt_act *pre) {
+void dt_net_mm_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt_act *inp, int M, int ldo, dt_act *pre,
+                   float *keep) {
     if (n->tp > 1 && lin->tp == NET_TP_ROWS) { /* the shares' partial products summed, the bias added by one */
         const float *b = lin->b == NET_NONE || n->tp_rank ? NULL : n->params + lin->b;
         n->o->matmul_fwd(n->ctx, out, inp, n->params + lin->w, b, M, lin->in, lin->out, ldo, lin->trans);
@@ -124,7 +131,7 @@ void dt_net_mm_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt
     const float *b = lin->b == NET_NONE ? NULL : n->params + lin->b;
     if (net_is_bf16(lin->w)) { /* a frozen bf16 weight: its own product, then GELU apart */
         n->o->matmul16_fwd(n->ctx, pre ? pre : out, inp, w16(n, lin->w), b, M, lin->in, lin->out, ldo, lin->trans);
-        lora_fwd(n, lin, pre ? pre : out, inp, M, ldo);
+        lora_fwd(n, lin, pre ? pre : out, inp, M, ldo, keep);
         if (pre) n->o->gelu_fwd(n->ctx, out, pre, (size_t)M * lin->out);
         return;
     }
@@ -134,16 +141,16 @@ void dt_net_mm_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt
         return;
     }
     n->o->matmul_fwd(n->ctx, pre ? pre : out, inp, w, b, M, lin->in, lin->out, ldo, lin->trans);
-    lora_fwd(n, lin, pre ? pre : out, inp, M, ldo);
+    lora_fwd(n, lin, pre ? pre : out, inp, M, ldo, keep);
     if (pre) n->o->gelu_fwd(n->ctx, out, pre, (size_t)M * lin->out);
 }
 
 void dt_net_mm_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const dt_act *dout, const dt_act *inp, int M,
-                   int ldo, const dt_act *pre, dt_act *tmp) {
+                   int ldo, const dt_act *pre, dt_act *tmp, const float *keep) {
     if (net_is_bf16(lin->w)) { /* a frozen bf16 weight (its bias frozen too): dinp alone */
         dt_act *d = pre ? tmp : dinp;
         if (d) n->o->matmul16_bwd(n->ctx, d, dout, w16(n, lin->w), M, lin->in, lin->out, ldo, lin->trans);
-        lora_bwd(n, lin, d, dout, inp, M, ldo);
+        lora_bwd(n, lin, d, dout, inp, M, ldo, keep);
         if (pre) n->o->gelu_bwd(n->ctx, dinp, pre, tmp, (size_t)M * lin->in);
         return;
     }
@@ -154,7 +161,7 @@ void dt_net_mm_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const d
         return;
     }
     n->o->matmul_bwd(n->ctx, pre ? tmp : dinp, dw, db, dout, inp, w, M, lin->in, lin->out, ldo, lin->trans);
-    lora_bwd(n, lin, pre ? tmp : dinp, dout, inp, M, ldo);
+    lora_bwd(n, lin, pre ? tmp : dinp, dout, inp, M, ldo, keep);
     if (pre) n->o->gelu_bwd(n->ctx, dinp, pre, tmp, (size_t)M * lin->in);
     if (n->tp > 1 && lin->tp == NET_TP_COLS && dinp) tp_sum(n, dinp, (size_t)M * (size_t)lin->in); /* each share's part */
 }
@@ -226,12 +233,13 @@ static void attend(const dt_net *n, dt_act *out, void *att, dt_act *qkv, const n
 }
 
 /* the MLP's activation: out = gelu(mlp_in(x)) (pre kept) or silu(gate) * up of [gate | up] = pre */
-static void mlp_in_fwd(const dt_net *n, const net_linear *lin, dt_act *act, dt_act *pre, const dt_act *x, int M) {
+static void mlp_in_fwd(const dt_net *n, const net_linear *lin, dt_act *act, dt_act *pre, const dt_act *x, int M,
+                       float *keep) {
     if (n->arch->mlp == NET_GELU) {
-        dt_net_mm_fwd(n, lin, act, x, M, lin->out, pre);
+        dt_net_mm_fwd(n, lin, act, x, M, lin->out, pre, keep);
         return;
     }
-    dt_net_mm_fwd(n, lin, pre, x, M, lin->out, NULL);
+    dt_net_mm_fwd(n, lin, pre, x, M, lin->out, NULL, keep);
     n->o->swiglu_fwd(n->ctx, act, pre, M, lin->out / 2);
 }
 
@@ -240,13 +248,13 @@ void dt_net_layer_fwd(const dt_net *n, int l, const net_acts *a, const dt_act *x
     const net_layer *w = &n->w.layers[l];
     const int BT = s->B * s->T, C = n->cfg->shape.n_embd;
     dt_net_norm_fwd(n, &w->attn_norm, a->norm1, a->norm1_mean, a->norm1_rstd, x, BT);
-    dt_net_mm_fwd(n, &w->qkv, a->qkv, a->norm1, BT, w->qkv.out, NULL);
+    dt_net_mm_fwd(n, &w->qkv, a->qkv, a->norm1, BT, w->qkv.out, NULL, a->lora_h);
     attend(n, a->atty, a->att, a->qkv, s);
-    dt_net_mm_fwd(n, &w->attn_out, a->res2, a->atty, BT, C, NULL);
+    dt_net_mm_fwd(n, &w->attn_out, a->res2, a->atty, BT, C, NULL, a->lora_h);
     n->o->add(n->ctx, a->res2, a->res2, x, (size_t)BT * C);
     dt_net_norm_fwd(n, &w->mlp_norm, a->norm2, a->norm2_mean, a->norm2_rstd, a->res2, BT);
-    mlp_in_fwd(n, &w->mlp_in, a->mlp_act, a->mlp_pre, a->norm2, BT);
-    dt_net_mm_fwd(n, &w->mlp_out, a->res3, a->mlp_act, BT, C, NULL);
+    mlp_in_fwd(n, &w->mlp_in, a->mlp_act, a->mlp_pre, a->norm2, BT, a->lora_h);
+    dt_net_mm_fwd(n, &w->mlp_out, a->res3, a->mlp_act, BT, C, NULL, a->lora_h);
     n->o->add(n->ctx, a->res3, a->res3, a->res2, (size_t)BT * C);
 }
 
@@ -258,17 +266,17 @@ void dt_net_layer_bwd(const dt_net *n, int l, const net_acts *a, const dt_act *x
     sh.T = T;
     /* the MLP */
     if (n->arch->mlp == NET_GELU) {
-        dt_net_mm_bwd(n, &w->mlp_out, d->dpre, d->dresidual, a->mlp_act, BT, C, a->mlp_pre, d->dact);
+        dt_net_mm_bwd(n, &w->mlp_out, d->dpre, d->dresidual, a->mlp_act, BT, C, a->mlp_pre, d->dact, a->lora_h);
     } else {
-        dt_net_mm_bwd(n, &w->mlp_out, d->dact, d->dresidual, a->mlp_act, BT, C, NULL, NULL);
+        dt_net_mm_bwd(n, &w->mlp_out, d->dact, d->dresidual, a->mlp_act, BT, C, NULL, NULL, a->lora_h);
         n->o->swiglu_bwd(n->ctx, d->dpre, a->mlp_pre, d->dact, BT, w->mlp_in.out / 2);
     }
-    dt_net_mm_bwd(n, &w->mlp_in, d->dnorm, d->dpre, a->norm2, BT, w->mlp_in.out, NULL, NULL);
+    dt_net_mm_bwd(n, &w->mlp_in, d->dnorm, d->dpre, a->norm2, BT, w->mlp_in.out, NULL, NULL, a->lora_h);
     dt_net_norm_bwd(n, &w->mlp_norm, d->dresidual, d->dnorm, a->res2, a->norm2_mean, a->norm2_rstd, BT);
     /* attention */
-    dt_net_mm_bwd(n, &w->attn_out, d->dnorm, d->dresidual, a->atty, BT, C, NULL, NULL);
+    dt_net_mm_bwd(n, &w->attn_out, d->dnorm, d->dresidual, a->atty, BT, C, NULL, NULL, a->lora_h);
     n->o->attention_bwd(n->ctx, d->dqkv, d->datt, d->dnorm, a->qkv, a->atty, a->att, &sh);
     if (n->arch->rope) n->o->rope_bwd(n->ctx, d->dqkv, n->inv_freq, 0, &sh);
-    dt_net_mm_bwd(n, &w->qkv, d->dnorm, d->dqkv, a->norm1, BT, w->qkv.out, NULL, NULL);
+    dt_net_mm_bwd(n, &w->qkv, d->dnorm, d->dqkv, a->norm1, BT, w->qkv.out, NULL, NULL, a->lora_h);
     dt_net_norm_bwd(n, &w->attn_norm, d->dresidual, d->dnorm, x, a->norm1_mean, a->norm1_rstd, BT);
 }

@@ -22,10 +22,11 @@ static inline int net_is_bf16(size_t off) { return off != NET_NONE && off >= NET
 
 /* A LoRA adapter on columns [col0, col0 + cols) of a product's output (one of the projections a
  * stacked product holds: Llama's q of [q | k | v]): A (rank, in), B (cols, rank), offsets in
- * floats. */
+ * floats; slot: its place among its layer's adapters (net_acts lora_h). */
 typedef struct net_lora {
     size_t a, b;
     int col0, cols;
+    int slot;
 } net_lora;
 
 #define NET_MAX_LORA 3 /* adapters on one product: q, k and v */
@@ -162,7 +163,8 @@ typedef struct dt_net {
     const uint16_t *base16;/* backend: model.lora.base_dtype bf16, the frozen matrices (offsets with NET_BF16); else NULL */
     float lora_scale;      /* model.lora: alpha / rank */
     int lora_rank;
-    float *lora_h;         /* (BT, 2 rank) an adapter's x A^T and its gradient */
+    float *lora_h;         /* (BT, rank) scratch: an adapter's gradient of x A^T; x A^T itself where the caller
+                              keeps none (decoding: (BT, 2 rank)) */
     net_weights w;
     dt_att_shape att;      /* attention's heads (B and T: the caller's); pos: the model's rows' positions when
                               packed (backend memory), else NULL */
@@ -185,13 +187,17 @@ static inline float *dt_net_grad(const dt_net *n, size_t off) {
 
 /* Every product of an activation with a weight goes through these two (adapters and
  * tensor-parallel splits change them, not their callers). Forward: out(M, lin->out) =
- * inp(M, lin->in) @ W + bias (+ each adapter's scale (inp A^T) B^T on its columns), rows of out ldo apart; with `pre` non-NULL, pre = that product
- * and out = gelu(pre) (the backend's fused epilogue where it has one). Backward: dW += and
- * dbias += from dout(M, out) (rows ldo apart); dinp(M, in) = dout @ W^T (skipped when NULL),
- * and with `pre` non-NULL dinp = gelu'(pre) * (dout @ W^T), `tmp` (M, in) as scratch. */
-void dt_net_mm_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt_act *inp, int M, int ldo, dt_act *pre);
+ * inp(M, lin->in) @ W + bias (+ each adapter's scale (inp A^T) B^T on its columns), rows of out
+ * ldo apart; with `pre` non-NULL, pre = that product and out = gelu(pre) (the backend's fused
+ * epilogue where it has one). Backward: dW += and dbias += from dout(M, out) (rows ldo apart);
+ * dinp(M, in) = dout @ W^T (skipped when NULL), and with `pre` non-NULL dinp = gelu'(pre) *
+ * (dout @ W^T), `tmp` (M, in) as scratch. keep (net_acts lora_h): where the forward leaves each
+ * adapter's inp A^T, (M, rank) at its slot, for the backward to read; the forward may pass NULL
+ * (nothing kept: decoding, a product without adapters), the backward of adapters may not. */
+void dt_net_mm_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt_act *inp, int M, int ldo, dt_act *pre,
+                   float *keep);
 void dt_net_mm_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const dt_act *dout, const dt_act *inp, int M,
-                   int ldo, const dt_act *pre, dt_act *tmp);
+                   int ldo, const dt_act *pre, dt_act *tmp, const float *keep);
 
 /* out(B*T, C): the token embeddings of B sequences of T tokens (tokens: backend memory) at
  * positions pos0.. (pos0 -1: the model's own rows, at 0.. or, packed, at att.pos), plus their
@@ -222,6 +228,8 @@ typedef struct net_acts {
     dt_act *mlp_pre;            /* (BT, PRE) mlp_in's output */
     dt_act *mlp_act;            /* (BT, ACT) after the activation: mlp_out's input */
     dt_act *res3;               /* (BT, C) the layer's output */
+    float *lora_h;              /* model.lora: (adapters, BT, rank) each adapter's x A^T at its slot, from the
+                                   forward to the backward; NULL: not kept (decoding) */
 } net_acts;
 
 /* Where attention finds keys and values: in the rows themselves (B sequences of T, from

@@ -712,7 +712,7 @@ static void cpu_matmul16_bwd(void *ctx, dt_act *dinp_, const dt_act *dout_, cons
     }
 }
 
-/* ---- LoRA adapters: four thin products, each through sgemm_rows (thread-invariant) ---- */
+/* ---- LoRA adapters: thin products, each through sgemm_rows (thread-invariant) ---- */
 
 static void cpu_lora_fwd(void *ctx, dt_act *out_, float *h, const dt_act *inp_, const float *A, const float *B, int M,
                          int K, int N, int r, int ldo, float s) {
@@ -722,12 +722,11 @@ static void cpu_lora_fwd(void *ctx, dt_act *out_, float *h, const dt_act *inp_, 
     sgemm_rows(CblasNoTrans, CblasTrans, M, N, r, s, h, r, B, r, 1.0f, (float *)out_, ldo);       /* out += s h B^T */
 }
 
-static void cpu_lora_bwd(void *ctx, dt_act *dinp_, float *dA, float *dB, float *h, float *dh, const dt_act *dout_,
-                         const dt_act *inp_, const float *A, const float *B, int M, int K, int N, int r, int ldo,
-                         float s) {
+static void cpu_lora_bwd(void *ctx, dt_act *dinp_, float *dA, float *dB, const float *h, float *dh,
+                         const dt_act *dout_, const dt_act *inp_, const float *A, const float *B, int M, int K, int N,
+                         int r, int ldo, float s) {
     (void)ctx;
     const float *inp = (const float *)inp_, *dout = (const float *)dout_;
-    sgemm_rows(CblasNoTrans, CblasTrans, M, r, K, 1.0f, inp, K, A, K, 0.0f, h, r);          /* h = inp A^T */
     sgemm_rows(CblasNoTrans, CblasNoTrans, M, r, N, s, dout, ldo, B, r, 0.0f, dh, r);       /* dh = s dout B */
     sgemm_rows(CblasTrans, CblasNoTrans, N, r, M, s, dout, ldo, h, r, 1.0f, dB, r);         /* dB += s dout^T h */
     sgemm_rows(CblasTrans, CblasNoTrans, r, K, M, 1.0f, dh, r, inp, K, 1.0f, dA, K);        /* dA += dh^T inp */

@@ -1041,11 +1041,10 @@ static void cu_lora_fwd(void *ctx, dt_act *out, float *h, const dt_act *inp, con
     gemm(c, 1, 0, N, M, r, B, 0, r, 0, h, 0, r, 0, out, a16, ldo, 0, 1, s, 1.0f, NULL, NULL);
 }
 
-static void cu_lora_bwd(void *ctx, dt_act *dinp, float *dA, float *dB, float *h, float *dh, const dt_act *dout,
+static void cu_lora_bwd(void *ctx, dt_act *dinp, float *dA, float *dB, const float *h, float *dh, const dt_act *dout,
                         const dt_act *inp, const float *A, const float *B, int M, int K, int N, int r, int ldo, float s) {
     cuda_ctx *c = ctx;
     const int a16 = c->bf16;
-    gemm(c, 1, 0, r, M, K, A, 0, K, 0, inp, a16, K, 0, h, 0, r, 0, 1, 1.0f, 0.0f, NULL, NULL); /* h again */
     /* dh^T (r x M) = s B^T (r x N) dout^T (N x M) */
     gemm(c, 0, 0, r, M, N, B, 0, r, 0, dout, a16, ldo, 0, dh, 0, r, 0, 1, s, 0.0f, NULL, NULL);
     /* dB^T (r x N) += s h^T (r x M) dout (M x N) */
