@@ -108,9 +108,13 @@ const dt_bucket *dt_model_bucket(const dt_model *m, int i);  /* a bucket may be 
 float *dt_model_params(dt_model *m);  /* backend memory */
 float *dt_model_grads(dt_model *m);   /* backend memory */
 /* The frozen parameters' count (0 without model.lora), and their CRC32 (zlib) as floats: what
- * identifies the base a LoRA checkpoint's adapters apply to. */
+ * identifies the base a LoRA checkpoint's adapters apply to. A pipeline stage holds part of the
+ * base: every rank of the job calls dt_model_frozen_digest_stages (`all`: their collective),
+ * which combines the stages' parts into the whole base's CRC, the same as one worker's; until
+ * then (and after the base changes) dt_model_frozen_digest refuses on a stage. */
 size_t dt_model_num_frozen(const dt_model *m);
 dt_status dt_model_frozen_digest(dt_model *m, uint32_t *out);
+dt_status dt_model_frozen_digest_stages(dt_model *m, dt_comm *all, uint32_t *out);
 /* Call after writing the parameters other than through the op table's upload (e.g. a
  * broadcast by a collective): the backend's working copy is refreshed before next use. */
 void dt_model_params_changed(dt_model *m);
@@ -233,8 +237,8 @@ int dt_model_tied_head(const dt_model_cfg *cfg);
  * whose host one the model was built with) */
 void dt_model_set_tp_comm(dt_model *m, dt_comm *c);
 /* The first and last stages of a language model whose head is its token embedding each hold it:
- * where its gradient lies (offset, floats; *n 0 on every other model and stage). Their sum is
- * each one's. */
+ * where its gradient lies (offset, floats; *n 0 on every other model and stage, and with
+ * model.lora, which freezes it). Their sum is each one's. */
 void dt_model_tied_grad(const dt_model *m, size_t *offset, size_t *n);
 
 /* DT_ERR_DATA "PATH: tensor NAME holds NaN at element I (K values are NaN or Inf)" when one of

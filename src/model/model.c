@@ -512,9 +512,9 @@ static dt_status check_cfg(const dt_model_cfg *mc) {
                             c->n_positions, mc->seq_len);
     if (mc->max_batch < 1)
         return dt_error_set(DT_ERR_CONFIG, "data.batch_size_per_worker: expected >= 1, got %d", mc->max_batch);
-    if (mc->pp > 1 && (mc->pp_rank < 0 || mc->pp_rank >= mc->pp || mc->pp > c->n_layer || mc->lora.rank))
+    if (mc->pp > 1 && (mc->pp_rank < 0 || mc->pp_rank >= mc->pp || mc->pp > c->n_layer))
         return dt_error_set(DT_ERR_CONFIG, "training.pipeline_parallel: stage %d of %d of %d layers: expected a stage "
-                            "of the stages, at most one a layer, and no model.lora", mc->pp_rank, mc->pp, c->n_layer);
+                            "of the stages and at most one a layer", mc->pp_rank, mc->pp, c->n_layer);
     if (mc->tp > 1) { /* config.c refuses these by key; a caller that builds the model itself lands here */
         const int I = c->arch == DT_ARCH_LLAMA ? c->intermediate_size : 4 * c->n_embd;
         if (c->n_head % mc->tp || dt_shape_kv_heads(c) % mc->tp || I % mc->tp || c->vocab_size < mc->tp ||
@@ -932,25 +932,63 @@ size_t dt_model_whole_params(const dt_model *m) { return m->n_whole; }
 double dt_model_tp_ms(const dt_model *m) { return m->tp_ms; }
 size_t dt_model_num_frozen(const dt_model *m) { return m->n_frozen; }
 
+/* The CRC-32 of the frozen tensors (as floats, in offset order) that stage `stage` owns (-1:
+ * all of them), and their bytes */
+static dt_status frozen_crc(dt_model *m, int stage, uint32_t *crc_out, uint64_t *bytes) {
+    float *v = dt_malloc(PART * sizeof(float), "frozen weights");
+    if (!v) return DT_ERR_NOMEM;
+    uLong crc = crc32_z(0L, Z_NULL, 0);
+    uint64_t len = 0;
+    dt_status st = DT_OK;
+    for (int i = 0; st == DT_OK && i < m->n_frozen_tensors; i++) {
+        if (stage >= 0 && !dt_net_stage_owns(&m->cfg, stage, m->tensors[i].bucket)) continue; /* the tied head's copy */
+        for (size_t j0 = 0; st == DT_OK && j0 < m->tensors[i].numel; j0 += PART) {
+            const size_t n = m->tensors[i].numel - j0 < PART ? m->tensors[i].numel - j0 : PART;
+            if ((st = get_part(m, i, j0, n, v)) == DT_OK) crc = crc32_z(crc, (const Bytef *)v, n * sizeof(float));
+            len += n * sizeof(float);
+        }
+    }
+    free(v);
+    DT_TRY(st);
+    DT_TRY(m->be->ops->check(m->be->ctx));
+    *crc_out = (uint32_t)crc;
+    *bytes = len;
+    return DT_OK;
+}
+
 dt_status dt_model_frozen_digest(dt_model *m, uint32_t *out) {
     if (m->base_digest_ok) {
         *out = m->base_digest;
         return DT_OK;
     }
-    float *v = dt_malloc(PART * sizeof(float), "frozen weights");
-    if (!v) return DT_ERR_NOMEM;
-    uLong crc = crc32_z(0L, Z_NULL, 0);
-    dt_status st = DT_OK;
-    for (int i = 0; st == DT_OK && i < m->n_frozen_tensors; i++) /* in offset order: the floats' CRC as one run */
-        for (size_t j0 = 0; st == DT_OK && j0 < m->tensors[i].numel; j0 += PART) {
-            const size_t n = m->tensors[i].numel - j0 < PART ? m->tensors[i].numel - j0 : PART;
-            if ((st = get_part(m, i, j0, n, v)) == DT_OK) crc = crc32_z(crc, (const Bytef *)v, n * sizeof(float));
-        }
-    free(v);
-    DT_TRY(st);
-    *out = (uint32_t)crc;
-    DT_TRY(m->be->ops->check(m->be->ctx));
+    if (m->cfg.pp > 1) /* a stage holds part of the base */
+        return dt_error_set(DT_ERR_INTERNAL, "model: the frozen weights' digest of a pipeline stage needs the other "
+                            "stages' (dt_model_frozen_digest_stages)");
+    uint64_t bytes;
+    DT_TRY(frozen_crc(m, -1, out, &bytes));
     m->base_digest = *out;
+    m->base_digest_ok = 1;
+    return DT_OK;
+}
+
+dt_status dt_model_frozen_digest_stages(dt_model *m, dt_comm *all, uint32_t *out) {
+    if (m->cfg.pp <= 1 || m->base_digest_ok) return dt_model_frozen_digest(m, out);
+    const int world = dt_comm_world(all);
+    uint64_t mine[3] = {(uint64_t)m->cfg.pp_rank, 0, 0}, *every = dt_malloc((size_t)world * sizeof mine, "digests");
+    uint32_t crc = 0;
+    dt_status st = every ? frozen_crc(m, m->cfg.pp_rank, &crc, &mine[2]) : DT_ERR_NOMEM; /* the others fail at the deadline */
+    mine[1] = crc;
+    if (st == DT_OK) st = dt_comm_allgather(all, mine, sizeof mine, every);
+    uLong whole = crc32_z(0L, Z_NULL, 0); /* the CRC of the stages' parts one after the other, as one run */
+    for (int p = 0; st == DT_OK && p < m->cfg.pp; p++) {
+        int k = 0;
+        while (k < world && every[3 * k] != (uint64_t)p) k++;
+        if (k == world) st = dt_error_set(DT_ERR_INTERNAL, "model: no rank reported stage %d's frozen weights", p);
+        else whole = crc32_combine(whole, (uLong)every[3 * k + 1], (z_off_t)every[3 * k + 2]);
+    }
+    free(every);
+    DT_TRY(st);
+    *out = m->base_digest = (uint32_t)whole;
     m->base_digest_ok = 1;
     return DT_OK;
 }
@@ -1259,8 +1297,9 @@ void dt_model_set_tp_comm(dt_model *m, dt_comm *c) {
 void dt_model_tied_grad(const dt_model *m, size_t *offset, size_t *n) {
     *offset = *n = 0;
     if (m->cfg.pp <= 1 || !dt_net_tied_head(&m->cfg) || !(first_stage(m) || last_stage(m))) return;
-    for (int i = 0; i < dt_model_num_tensors(m); i++)
-        if (m->view[i].offset == m->net.w.wte && !m->view[i].absent) {
+    if (!dt_net_grad(&m->net, m->net.w.wte)) return; /* model.lora: the embedding frozen, no gradient to sum */
+    for (int i = 0; i < dt_model_num_tensors(m); i++) /* view offsets: in the trainable parameters */
+        if (m->view[i].offset == m->net.w.wte - m->n_frozen && !m->view[i].absent) {
             *offset = m->view[i].offset;
             *n = m->view[i].numel;
         }
@@ -1325,6 +1364,23 @@ void dt_model_share_of(const dt_model *m, const float *whole, float *local) {
 
 /* the whole tensors in `whole` (dt_model_whole_params floats, host) into the file `path`, named
  * outer + prefix + name (score.weight: outer + name) */
+/* A weights file's metadata into keys and vals (4 entries each; *n of them): its format and
+ * producer, and with adapters (model.lora's trainable tensors) the digest (written into digest,
+ * 16 chars) and the dtype of the base they apply to. */
+static dt_status file_meta(dt_model *m, int adapters, const char **keys, const char **vals, char *digest, int *n) {
+    uint32_t d;
+    keys[0] = "format", vals[0] = "pt";
+    keys[1] = "producer", vals[1] = "dtrain";
+    *n = 2;
+    if (!adapters) return DT_OK;
+    DT_TRY(dt_model_frozen_digest(m, &d));
+    snprintf(digest, 16, "%08x", d);
+    keys[2] = "lora_base_digest", vals[2] = digest;
+    keys[3] = "lora_base_dtype", vals[3] = m->cfg.lora.base_bf16 ? "bf16" : "fp32";
+    *n = 4;
+    return DT_OK;
+}
+
 static dt_status write_whole(dt_model *m, const float *whole, const char *path, const char *outer, const char *prefix) {
     const int nt = dt_model_num_tensors(m);
     dt_st_entry *e = dt_calloc((size_t)nt, sizeof *e, "tensor list");
@@ -1340,9 +1396,12 @@ static dt_status write_whole(dt_model *m, const float *whole, const char *path, 
         e[i] = (dt_st_entry){.name = names[i], .ndim = t->ndim, .shape = {t->whole[0], t->whole[1]},
                              .data = whole + t->whole_offset};
     }
-    const char *keys[] = {"format", "producer"}, *vals[] = {"pt", "dtrain"};
+    const char *keys[4], *vals[4];
+    char digest[16];
+    int nk = 0;
     dt_status st = m->be->ops->check(m->be->ctx);
-    if (st == DT_OK) st = dt_st_write(path, e, nt, keys, vals, 2);
+    if (st == DT_OK) st = file_meta(m, m->cfg.lora.rank > 0, keys, vals, digest, &nk);
+    if (st == DT_OK) st = dt_st_write(path, e, nt, keys, vals, nk);
     free(e);
     free(names);
     return st;
@@ -1442,15 +1501,13 @@ static dt_status save_tensors(dt_model *m, const char *path, const char *outer, 
             e[n].data = host + (t->offset - lo);
             n++;
         }
-        const char *keys[] = {"format", "producer", "lora_base_digest", "lora_base_dtype"};
-        char digest[16] = "";
-        const char *vals[] = {"pt", "dtrain", digest, m->cfg.lora.base_bf16 ? "bf16" : "fp32"};
-        uint32_t d;
+        const char *keys[4], *vals[4];
+        char digest[16];
+        int nk = 0;
         /* a device that failed earlier must not leave a well-checksummed file of garbage */
-        if (st == DT_OK && (st = m->be->ops->check(m->be->ctx)) == DT_OK && which == SAVE_TRAINABLE &&
-            (st = dt_model_frozen_digest(m, &d)) == DT_OK)
-            snprintf(digest, sizeof digest, "%08x", d); /* the base the adapters apply to */
-        if (st == DT_OK) st = dt_st_write(path, e, n, keys, vals, which == SAVE_TRAINABLE ? 4 : 2);
+        if (st == DT_OK && (st = m->be->ops->check(m->be->ctx)) == DT_OK)
+            st = file_meta(m, which == SAVE_TRAINABLE, keys, vals, digest, &nk);
+        if (st == DT_OK) st = dt_st_write(path, e, n, keys, vals, nk);
     }
     free(host);
     free(e);

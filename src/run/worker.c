@@ -398,18 +398,23 @@ static void describe_stages(const dt_config *c, const dt_model_cfg *mc, FILE *ou
         sh.act_sets = dt_mesh_in_flight(P, p, M);
         int lo, hi;
         dt_model_stage_layers(&sh, p, &lo, &hi);
-        const size_t n = dt_model_count_params(&sh);
-        const double moments = 2.0 * (double)n * sizeof(float) / (c->training.zero_stage == 1 ? D : 1);
-        char held[32], mem[32], layers[32];
+        const size_t n = dt_model_count_params(&sh), nt = dt_model_count_trainable(&sh); /* model.lora: nt < n */
+        const double moments = 2.0 * (double)nt * sizeof(float) / (c->training.zero_stage == 1 ? D : 1);
+        char held[32], mem[32], layers[32], trained[48] = "";
         human_count(held, sizeof held, (double)n);
+        if (nt < n) {
+            char k[32];
+            human_count(k, sizeof k, (double)nt);
+            snprintf(trained, sizeof trained, ", %s of them trainable", k);
+        }
         if (hi - lo == 1) snprintf(layers, sizeof layers, "layer %d", lo);
         else snprintf(layers, sizeof layers, "layers %d-%d", lo, hi - 1);
         human_count(mem, sizeof mem, (double)dt_model_memory_bytes(&sh, dt_backend_ops(DT_DEVICE_CPU), 0) + moments);
-        fprintf(out, "#   stage %d: %s%s%s; each worker holds %s parameters (%.1f%%), ~%sB with the "
+        fprintf(out, "#   stage %d: %s%s%s; each worker holds %s parameters (%.1f%%%s), ~%sB with the "
                 "activations of %d micro-batch%s in flight\n", p, layers, p == 0 ? ", the embeddings" : "",
                 p == P - 1 ? (dt_model_tied_head(&sh) && p ? ", the head (and its copy of the tied embedding)"
                                                              : ", the head") : "",
-                held, 100.0 * (double)n / (double)dt_model_count_params(mc), mem, sh.act_sets,
+                held, 100.0 * (double)n / (double)dt_model_count_params(mc), trained, mem, sh.act_sets,
                 sh.act_sets > 1 ? "es" : "");
     }
 }
@@ -1269,7 +1274,7 @@ static dt_status initial_weights(trainer *t) {
     const dt_config *c = r->cfg;
     const int lora = dt_model_config(r->model)->lora.rank > 0;
     if (c->model.init_from[0] && (lora || !t->resumed)) DT_TRY(load_weights(t, "model.init_from", c->model.init_from, 0));
-    if (lora) DT_TRY(dt_model_frozen_digest(r->model, &r->lora_base));
+    if (lora) DT_TRY(dt_model_frozen_digest_stages(r->model, r->comm, &r->lora_base)); /* every rank */
     const int was16 = t->cs.lora.base_bf16, is16 = dt_model_config(r->model)->lora.base_bf16;
     if (t->resumed && lora && t->cs.lora_base_digest != r->lora_base)
         return dt_error_set(DT_ERR_CONFIG, "%s: its adapters were trained on the base %s%s (digest %08x), but "

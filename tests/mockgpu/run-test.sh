@@ -483,8 +483,8 @@ same_losses pre-cpu pre-cuda 1e-5 || { echo "FAIL  pretrain losses differ"; exit
 # workers against the same on cpu, fp32 within 1e-5, and bf16 activations with bf16 gradients on
 # the wire and zero_stage 1 within 1e-2; and a GPU worker killed before step 3 (checkpoints every
 # 2 steps): the launcher restarts both from step 2's checkpoint and the weights are the
-# uninterrupted fp32 run's, byte for byte; and packed prompt/completion rows (packed.yaml) on 2
-# pipeline stages, fp32 within 1e-5 of the same layout on cpu
+# uninterrupted fp32 run's, byte for byte; and packed prompt/completion rows (packed.yaml), and
+# model.lora, on 2 pipeline stages, fp32 within 1e-5 of the same layout on cpu
 data_parallel() ( # a subshell: the two GPUs stay its own
     mkdir -p "$B/fake_gpus2x/0000:00:00.0" "$B/fake_gpus2x/0000:01:00.0"
     export MOCK_GPUS_DIR=$B/fake_gpus2x MOCK_DEVICE_COUNT=2
@@ -515,8 +515,15 @@ data_parallel() ( # a subshell: the two GPUs stay its own
     train pp-packed-fp32 "$B/packed.yaml" "${p2[@]}" --set training.device=cuda --set training.precision=fp32 || return
     echo "packed rows on 2 pipeline stages, cuda (fp32) against cpu, at most 1e-5 relative:"
     same_losses pp-packed-cpu pp-packed-fp32 1e-5 || return
+    # model.lora through 2 pipeline stages (the head tied to the frozen embedding) against the same on cpu
+    local lora=(--set model.lora.rank=4 --set "model.lora.targets=[c_attn, attn.c_proj, c_fc, mlp.c_proj]")
+    train pp-lora-cpu configs/pretrain.yaml "${PRE[@]}" "${p2[@]}" "${lora[@]}" --set training.device=cpu || return
+    train pp-lora-fp32 configs/pretrain.yaml "${PRE[@]}" "${p2[@]}" "${lora[@]}" --set training.device=cuda \
+        --set training.precision=fp32 || return
+    echo "model.lora on 2 pipeline stages, cuda (fp32) against cpu, at most 1e-5 relative:"
+    same_losses pp-lora-cpu pp-lora-fp32 1e-5 || return
 )
-step "data parallelism on 2 mock GPUs (fp32; bf16 + zero_stage 1; a killed worker restarts); packed rows on 2 stages" \
+step "data parallelism on 2 mock GPUs (fp32; bf16 + zero_stage 1; a killed worker restarts); packed rows and LoRA on 2 stages" \
     data-parallel.log data_parallel
 # model parallelism on several mock GPUs (MOCK_DEVICE_COUNT, the mock NCCL of several ranks): each
 # group its own NCCL communicator; the shares' sums, the vocabulary's shares, the stage boundaries
