@@ -37,9 +37,9 @@ cudaError_t dtk_encoder_fwd(cudaStream_t s, dtk_type t, void *out, const int *to
  * of the vocabulary; a token outside them gives a zero row (its position still added) */
 cudaError_t dtk_encoder_part_fwd(cudaStream_t s, dtk_type t, void *out, const int *tokens, const int *pos,
                                  const float *wte, const float *wpe, int v0, int V, int B, int T, int C);
-/* dtk_encoder_fwd from bf16 wte and wpe (NULL: none), widened exactly */
+/* dtk_encoder_part_fwd from bf16 wte and wpe (NULL: none), widened exactly */
 cudaError_t dtk_encoder16_fwd(cudaStream_t s, dtk_type t, void *out, const int *tokens, const int *pos,
-                              const dtk_bf16 *wte, const dtk_bf16 *wpe, int B, int T, int C);
+                              const dtk_bf16 *wte, const dtk_bf16 *wpe, int v0, int V, int B, int T, int C);
 /* dwte(V,C) += sum of dout rows whose token is v (summed in increasing (b,t) order, except that a
  * run of one token covering 64 consecutive sorted positions adds them as one partial sum: a fixed
  * order, within rounding of the CPU's); dwpe(T,C) += sum over b of dout[b,t] (in increasing b;

@@ -51,19 +51,20 @@ extern "C" cudaError_t dtk_encoder_fwd(cudaStream_t s, dtk_type t, void *out, co
 // the activation.
 template <typename A>
 static __device__ void encoder16_fwd(void *out, const int *tokens, const int *pos, const __nv_bfloat16 *wte,
-                                     const __nv_bfloat16 *wpe, int T, int C) {
-    embed_rows<A, __nv_bfloat16>(out, tokens, pos, wte, wpe, 0, INT_MAX, T, C);
+                                     const __nv_bfloat16 *wpe, int v0, int V, int T, int C) {
+    embed_rows<A, __nv_bfloat16>(out, tokens, pos, wte, wpe, v0, V, T, C);
 }
 DTK_ACT_KERNELS(encoder16_fwd,
-                (void *out, const int *tokens, const int *pos, const __nv_bfloat16 *wte, const __nv_bfloat16 *wpe, int T,
-                 int C),
-                (out, tokens, pos, wte, wpe, T, C))
+                (void *out, const int *tokens, const int *pos, const __nv_bfloat16 *wte, const __nv_bfloat16 *wpe,
+                 int v0, int V, int T, int C),
+                (out, tokens, pos, wte, wpe, v0, V, T, C))
 
 extern "C" cudaError_t dtk_encoder16_fwd(cudaStream_t s, dtk_type t, void *out, const int *tokens, const int *pos,
-                                         const dtk_bf16 *wte, const dtk_bf16 *wpe, int B, int T, int C) {
+                                         const dtk_bf16 *wte, const dtk_bf16 *wpe, int v0, int V, int B, int T, int C) {
     if (B <= 0 || T <= 0 || C <= 0) return cudaSuccess;
-    if (t == DTK_BF16) dtk_encoder16_fwd_bf16<<<B * T, DTK_THREADS, 0, s>>>(out, tokens, pos, wte, wpe, T, C);
-    else dtk_encoder16_fwd_f32<<<B * T, DTK_THREADS, 0, s>>>(out, tokens, pos, wte, wpe, T, C);
+    if (t == DTK_BF16)
+        dtk_encoder16_fwd_bf16<<<B * T, DTK_THREADS, 0, s>>>(out, tokens, pos, wte, wpe, v0, V, T, C);
+    else dtk_encoder16_fwd_f32<<<B * T, DTK_THREADS, 0, s>>>(out, tokens, pos, wte, wpe, v0, V, T, C);
     return cudaGetLastError();
 }
 

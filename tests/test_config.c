@@ -503,9 +503,9 @@ static void test_errors(void) {
                  "  sample_every_steps: 5\n  sample_prompt: The\n");
     LOAD_OK(MIN "training:\n  device: cuda\n  num_workers: 2\n  tensor_parallel: 2\n"); /* over NCCL */
     LOAD_OK(MIN "training:\n  device: cpu\n  num_workers: 4\n  tensor_parallel: 2\n  zero_stage: 1\n");
-    LOAD_ERR("finetune.yaml:6: training.tensor_parallel: is 2, but model.lora does not combine with tensor "
-             "parallelism yet (hint: training.tensor_parallel: 1)",
-             MIN "training:\n  device: cpu\n  num_workers: 2\n  tensor_parallel: 2\nmodel:\n  lora:\n    rank: 4\n");
+    /* model.lora with both (tests/test_lora.c trains them) */
+    LOAD_OK(MIN "training:\n  device: cpu\n  num_workers: 4\n  tensor_parallel: 2\n  pipeline_parallel: 2\nmodel:\n"
+                "  lora:\n    rank: 4\n");
     /* a cross-field error on a key set by an override names the override */
     LOAD_ERR("--set training.resources_per_worker={gpu: 0}: training.resources_per_worker.gpu: expected 1 when training.device is cuda, got "
              "\"0\" (hint: one GPU per worker)",

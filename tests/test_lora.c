@@ -13,7 +13,8 @@
  *     eval, generate-free predict and export --format hf take a LoRA run's weights (the base
  *     from its config's model.init_from);
  *   - model.lora.base_dtype bf16 (test_base16);
- *   - pipeline stages, on the corpus's GPT-2 language model, and their --dry-run (test_stages). */
+ *   - pipeline stages and tensor parallelism, on the corpus's GPT-2 language model, and the
+ *     stages' --dry-run (test_model_parallel). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -178,8 +179,8 @@ static void test_refusals(void) {
     CHECK_STR_CONTAINS(err_text, "model.lora.rank is 0");
 }
 
-/* model.lora.base_dtype bf16: 1 x 8 and 2 x 4 workers (the AdamW state sharded) give the same
- * adapters; trainer.json and the weights file say the base was kept in bf16; the losses stay
+/* model.lora.base_dtype bf16: 1 x 8 and 2 x 4 workers (the AdamW state sharded), and 2
+ * tensor-parallel shares, give the same adapters; trainer.json and the weights file say the base was kept in bf16; the losses stay
  * within the bf16 rounding of the fp32 base's; resuming, or evaluating, with the base in fp32
  * (a base that is not bf16 already: another digest) is refused naming model.lora.base_dtype. */
 static void test_base16(void) {
@@ -208,6 +209,18 @@ static void test_base16(void) {
     printf("base_dtype bf16: 2x4 (zero_stage 1) vs 1x8 adapters rel L2 distance %.2e; losses within %.2e of the fp32 "
            "base's\n", dist, worst);
     CHECK(dist <= 1e-5);
+    free(w2);
+    /* 2 tensor-parallel shares: each embeds its rows of the bf16 table and multiplies its part of
+       every bf16 matrix */
+    const char *const t2[] = {"model.lora.base_dtype=bf16", "training.tensor_parallel=2", NULL};
+    CHECK_INT_EQ(train("b16-t2", 2, 8, 1, 20, t2), 0);
+    char rt[1300];
+    snprintf(rt, sizeof rt, "%s/b16-t2", test_dir());
+    w2 = read_weights(rt, &n2);
+    CHECK_INT_EQ(n1, n2);
+    const double dist_t2 = rel_l2(w2, w1, n1);
+    printf("base_dtype bf16: 2 tensor-parallel shares vs 1 worker adapters rel L2 distance %.2e\n", dist_t2);
+    CHECK(dist_t2 <= 1e-5);
     free(w1);
     free(w2);
     char tj[1400], text[1 << 16];
@@ -240,20 +253,22 @@ static void test_base16(void) {
 
 /* Trains the shipped corpus's GPT-2 language model (configs/pretrain.yaml, 4 layers, its head
  * the frozen token embedding) with adapters on every product for `steps` steps, `workers`
- * workers in `stages` pipeline stages, into test_dir()/tag, a checkpoint every 6 steps. */
-static int train_lm(const char *tag, int workers, int stages, int batch, int steps) {
-    char rd[1400], nw[64], pp[64], bs[64], ms[64];
+ * workers in `stages` pipeline stages of `shares` tensor-parallel shares, into test_dir()/tag,
+ * a checkpoint every 6 steps; extra: one more --set value (or NULL). */
+static int train_lm(const char *tag, int workers, int stages, int shares, int batch, int steps, const char *extra) {
+    char rd[1400], nw[64], pp[64], tp[64], bs[64], ms[64];
     snprintf(rd, sizeof rd, "run.dir=%s/%s", test_dir(), tag);
     snprintf(nw, sizeof nw, "training.num_workers=%d", workers);
     snprintf(pp, sizeof pp, "training.pipeline_parallel=%d", stages);
+    snprintf(tp, sizeof tp, "training.tensor_parallel=%d", shares);
     snprintf(bs, sizeof bs, "data.batch_size_per_worker=%d", batch);
     snprintf(ms, sizeof ms, "training.max_steps=%d", steps);
-    const char *args[] = {"--config", "configs/pretrain.yaml", "--set", rd, "--set", nw, "--set", pp, "--set", bs,
-                          "--set", ms, "--set", LORA, "--set", TARGETS, "--set", "model.n_layer=4", "--set",
+    const char *args[] = {"--config", "configs/pretrain.yaml", "--set", rd, "--set", nw, "--set", pp, "--set", tp,
+                          "--set", bs, "--set", ms, "--set", LORA, "--set", TARGETS, "--set", "model.n_layer=4", "--set",
                           "data.seq_len=32", "--set", "training.grad_accum_steps=4", "--set", "training.device=cpu",
                           "--set", "checkpoint.every_steps=6", "--set", "eval.every_steps=0", "--set",
                           "optimizer.warmup_steps=0", "--set", "optimizer.lr=3e-3", "--set", "optimizer.schedule=constant",
-                          "--set", "training.check_replicas_every=3", "--quiet", NULL};
+                          "--set", "training.check_replicas_every=3", "--quiet", extra ? "--set" : NULL, extra, NULL};
     return run_sync(tag, args);
 }
 
@@ -267,41 +282,68 @@ static void base_digest(const char *tag, int step, char *out) {
     json_decref(o);
 }
 
-/* Pipeline stages (training.pipeline_parallel): 2 stages give the one worker's adapters byte for
- * byte (the weights file's base digest included), also when resumed from the checkpoint of
- * step 6 (every stage checks the base it holds against the checkpoint's digest of the whole);
- * 2 replicas of 2 stages give the same losses and adapters within fp32 rounding. The tied head
- * is frozen with the embedding: nothing of it is summed between the first and last stage. */
-static void test_stages(void) {
-    CHECK_INT_EQ(train_lm("lm-1", 1, 1, 4, 12), 0);
-    CHECK_INT_EQ(train_lm("lm-pp", 2, 2, 4, 6), 0);
-    CHECK_INT_EQ(train_lm("lm-pp", 2, 2, 4, 12), 0); /* resumed at step 6 */
+/* Model parallelism (training.pipeline_parallel, tensor_parallel). 2 stages give the one
+ * worker's adapters byte for byte (the weights file's base digest included), also when resumed
+ * from the checkpoint of step 6: every stage checks the base it holds against the checkpoint's
+ * digest of the whole (the head, tied to the frozen embedding, is summed between the first and
+ * last stage no more). 2 replicas of 2 stages, 2 tensor-parallel shares (the adapters split
+ * with their products), 2 replicas of 2 shares with ZeRO-1, and 2 stages of 2 shares give the
+ * same losses and adapters within fp32 rounding and the same base digest; a run saved on 2
+ * shares resumes on 2 stages. */
+static void test_model_parallel(void) {
+    CHECK_INT_EQ(train_lm("lm-1", 1, 1, 1, 4, 12, NULL), 0);
+    CHECK_INT_EQ(train_lm("lm-pp", 2, 2, 1, 4, 6, NULL), 0);
+    CHECK_INT_EQ(train_lm("lm-pp", 2, 2, 1, 4, 12, NULL), 0); /* resumed at step 6 */
     test_same_weights("lm-pp", "lm-1");
     char d1[16], d2[16];
     base_digest("lm-1", 12, d1);
     base_digest("lm-pp", 12, d2);
     CHECK_STR_EQ(d2, d1);
-    CHECK_INT_EQ(train_lm("lm-dp-pp", 4, 2, 2, 12), 0);
-    char r1[1300], r2[1300];
+    /* tag, workers, stages, shares, batch per worker */
+    static const struct { const char *tag; int w, p, t, b; const char *extra; } lay[] = {
+        {"lm-d2p2", 4, 2, 1, 2, NULL},
+        {"lm-t2", 2, 1, 2, 4, NULL},
+        {"lm-d2t2", 4, 1, 2, 2, "training.zero_stage=1"},
+        {"lm-p2t2", 4, 2, 2, 4, NULL},
+    };
+    char r1[1300];
     snprintf(r1, sizeof r1, "%s/lm-1", test_dir());
-    snprintf(r2, sizeof r2, "%s/lm-dp-pp", test_dir());
-    double l1[16], l2[16];
+    double l1[16];
     CHECK_INT_EQ(read_losses(r1, l1, 16), 12);
-    CHECK_INT_EQ(read_losses(r2, l2, 16), 12);
-    for (int i = 0; i < 12; i++) CHECK_NEAR_REL(l2[i], l1[i], 1e-5, 0);
-    size_t n1, n2;
-    float *w1 = read_weights(r1, &n1), *w2 = read_weights(r2, &n2);
-    CHECK_INT_EQ(n1, n2);
-    const double dist = rel_l2(w2, w1, n1);
-    printf("2 replicas x 2 stages vs 1 worker: adapters rel L2 distance %.2e\n", dist);
-    CHECK(dist <= 1e-5);
+    size_t n1;
+    float *w1 = read_weights(r1, &n1);
+    for (size_t k = 0; k < sizeof lay / sizeof lay[0]; k++) {
+        CHECK_INT_EQ(train_lm(lay[k].tag, lay[k].w, lay[k].p, lay[k].t, lay[k].b, 12, lay[k].extra), 0);
+        char r2[1300];
+        snprintf(r2, sizeof r2, "%s/%s", test_dir(), lay[k].tag);
+        double l2[16];
+        CHECK_INT_EQ(read_losses(r2, l2, 16), 12);
+        double worst = 0;
+        for (int i = 0; i < 12; i++) {
+            CHECK_NEAR_REL(l2[i], l1[i], 1e-5, 0);
+            worst = fmax(worst, fabs(l2[i] - l1[i]) / fabs(l1[i]));
+        }
+        size_t n2;
+        float *w2 = read_weights(r2, &n2);
+        CHECK_INT_EQ(n1, n2);
+        const double dist = rel_l2(w2, w1, n1);
+        printf("%s vs 1 worker: worst loss rel diff %.2e, adapters rel L2 distance %.2e\n", lay[k].tag, worst, dist);
+        CHECK(dist <= 1e-5);
+        free(w2);
+        base_digest(lay[k].tag, 12, d2);
+        CHECK_STR_EQ(d2, d1);
+    }
     free(w1);
-    free(w2);
+    /* saved on 2 shares, resumed on 2 stages */
+    CHECK_INT_EQ(train_lm("lm-t2", 2, 2, 1, 4, 15, NULL), 0);
+    char out[1300], text[1 << 16];
+    snprintf(out, sizeof out, "%s/lm-t2/train.log", test_dir());
+    test_slurp(out, text, sizeof text);
+    CHECK_STR_CONTAINS(text, "lm-t2/checkpoints/step_00000012: step 12");
     /* --dry-run: each stage's trainable share, its AdamW state counted on those alone */
     const char *dry[] = {"--config", "configs/pretrain.yaml", "--set", "training.num_workers=2", "--set",
                          "training.pipeline_parallel=2", "--set", LORA, "--set", TARGETS, "--dry-run", NULL};
     CHECK_INT_EQ(run_sync("lm-dry", dry), 0);
-    char out[1300], text[1 << 16];
     snprintf(out, sizeof out, "%s/lm-dry.out", test_dir());
     test_slurp(out, text, sizeof text);
     CHECK_STR_CONTAINS(text, "#   stage 0: layers 0-1, the embeddings; each worker holds 462.2k parameters (52.8%, 16.4k "
@@ -310,7 +352,7 @@ static void test_stages(void) {
 
 int main(void) {
     test_dir_init("lora");
-    test_stages();
+    test_model_parallel();
     test_equivalence();
     test_report();
     test_base16();

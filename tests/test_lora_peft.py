@@ -176,18 +176,21 @@ def reference_steps():
 
 
 want = reference_steps()
-for workers, accum in [(1, 1), (2, 1), (4, 1), (2, 2)]:
-    run = os.path.join(TMP, "train-%dx%d" % (workers, accum))
+# workers, micro-batches, tensor-parallel shares, pipeline stages
+for workers, accum, tp, pp in [(1, 1, 1, 1), (2, 1, 1, 1), (4, 1, 1, 1), (2, 2, 1, 1), (2, 1, 2, 1), (4, 2, 2, 2)]:
+    run = os.path.join(TMP, "train-%dx%d-t%dp%d" % (workers, accum, tp, pp))
     dtrain("--config", cfg_yaml, "--set", "run.dir=" + run, "--set", "training.num_workers=%d" % workers,
            "--set", "training.grad_accum_steps=%d" % accum, "--set", "training.max_steps=%d" % STEPS,
-           "--set", "data.batch_size_per_worker=%d" % (B_GLOBAL // workers // accum), *BASE_ARGS)
+           "--set", "training.tensor_parallel=%d" % tp, "--set", "training.pipeline_parallel=%d" % pp,
+           "--set", "data.batch_size_per_worker=%d" % (B_GLOBAL // (workers // tp // pp) // accum), *BASE_ARGS)
     got = load_file(os.path.join(run, "model.safetensors"))
     err = max(float(np.max(np.abs(got[ours(k)] - want[k]))) for k in want)
     moved = max(float(np.max(np.abs(want[k] - AD0[k]))) for k in want)
     check(sorted(got) == sorted(ours(k) for k in want) and err <= 2e-5,
-          "%d worker(s) x %d micro-batch(es): 3 AdamW steps on the adapters give the reference's within 2e-5 (worst "
+          "%d worker(s) x %d micro-batch(es)%s: 3 AdamW steps on the adapters give the reference's within 2e-5 (worst "
           "%.2e; the steps moved them by up to %.2e); the weights file holds the adapters only" %
-          (workers, accum, err, moved))
+          (workers, accum, "" if tp * pp == 1 else ", %d tensor-parallel shares x %d pipeline stages" % (tp, pp), err,
+           moved))
     if workers == 1:
         run1 = run
 

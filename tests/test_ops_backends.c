@@ -28,6 +28,7 @@
  * fails. Reductions must be deterministic: the ones that promise it are run twice and compared
  * bit for bit. Activations travel in the device backend's element type (act_dtype): values are
  * packed into it on upload and unpacked on download, so the comparisons hold for any. */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -596,24 +597,42 @@ static void case_matmul16(const int *s, double tol) {
     pair_free(&w32); pair_free(&inp); pair_free(&b); pair_free(&out); pair_free(&dout); pair_free(&dinp);
 }
 
-/* s: B T C V nopos packed: encoder16_fwd (bf16 tables) against the CPU's */
+/* s: B T C V nopos packed v0 Vs: encoder16_fwd (bf16 tables) against the CPU's; Vs > 0: a
+ * tensor-parallel share, the table's rows [v0, v0 + Vs) of V (tokens outside it: zero rows),
+ * where the CPU's must also give the bits of encoder_part_fwd over the widened table */
 static void case_encoder16(const int *s, double tol) {
-    const int B = s[0], T = s[1], C = s[2], V = s[3], pos = !s[4], packed = s[5];
+    const int B = s[0], T = s[1], C = s[2], V = s[3], pos = !s[4], packed = s[5], v0 = s[6], Vs = s[7] ? s[7] : V;
     if (!base16_runs("encoder16")) return;
     int *tok = rand_ints((size_t)B * T, 0, V);
     void *ec, *eg, *pc = NULL, *pg = NULL;
     float *eh, *ph = NULL;
-    bf16_weight((size_t)V * C, &ec, &eg, &eh);
+    bf16_weight((size_t)Vs * C, &ec, &eg, &eh);
     if (pos) bf16_weight((size_t)T * C, &pc, &pg, &ph);
     int *hpos = packed ? rand_packed_pos(B, T) : NULL;
     pair t = pair_ints(tok, (size_t)B * T), pp = pair_ints(hpos ? hpos : tok, hpos ? (size_t)B * T : 1);
     pair out = pair_new(K_ACT, NULL, (size_t)B * T * C);
-    REF(encoder16_fwd, CA(out), t.c, hpos ? pp.c : NULL, ec, pc, B, T, C);
-    DEV(encoder16_fwd, GA(out), t.g, hpos ? pp.g : NULL, eg, pg, B, T, C);
+    const int lo = s[7] ? v0 : 0, n = s[7] ? Vs : INT_MAX;
+    REF(encoder16_fwd, CA(out), t.c, hpos ? pp.c : NULL, ec, pc, lo, n, B, T, C);
+    DEV(encoder16_fwd, GA(out), t.g, hpos ? pp.g : NULL, eg, pg, lo, n, B, T, C);
     char what[112];
-    snprintf(what, sizeof what, "encoder16_fwd B %d T %d C %d V %d%s%s", B, T, C, V, pos ? "" : ", no wpe",
-             packed ? ", packed rows" : "");
+    snprintf(what, sizeof what, "encoder16_fwd B %d T %d C %d V %d%s%s%s", B, T, C, V, pos ? "" : ", no wpe",
+             packed ? ", packed rows" : "", s[7] ? ", a share of the rows" : "");
     compare(what, &out, out.n, tol);
+    if (s[7]) { /* the CPU's share against its fp32 encoder_part_fwd over the same (widened) values */
+        float *w32, *p32 = NULL, *want = malloc((size_t)B * T * C * sizeof(float));
+        CHECK(want && REF(alloc, (size_t)Vs * C * 4, "test", (void **)&w32) == DT_OK);
+        REF(upload, w32, eh, (size_t)Vs * C * 4);
+        if (pos) {
+            CHECK(REF(alloc, (size_t)T * C * 4, "test", (void **)&p32) == DT_OK);
+            REF(upload, p32, ph, (size_t)T * C * 4);
+        }
+        REF(encoder_part_fwd, (dt_act *)want, t.c, hpos ? pp.c : NULL, w32, p32, v0, Vs, B, T, C);
+        CHECK(memcmp(want, CA(out), (size_t)B * T * C * sizeof(float)) == 0);
+        printf("  encoder16_fwd, a share of the rows: the cpu's bits are its encoder_part_fwd's\n");
+        free(want);
+        REF(free, w32);
+        if (p32) REF(free, p32);
+    }
     free(tok); free(hpos); free(eh); free(ph);
     REF(free, ec); DEV(free, eg);
     if (pos) { REF(free, pc); DEV(free, pg); }
@@ -652,6 +671,17 @@ static void case_lora(const int *s, double tol) {
     DEV(lora_bwd, NULL, GF(dA), GF(dB), GF(h), GF(dh), COL(dout, GA(dout)), GA(inp), GF(A), GF(B), M, K, N, r, ldo, sc);
     snprintf(what, sizeof what, "lora_bwd dA (+=), dinp NULL %dx%dx%d rank %d", M, K, N, r);
     compare(what, &dA, dA.n, tol);
+    /* tensor parallelism's two calls on the device (dh, dB and dinp from dout; then dA from the dh
+     * given, dout NULL) against the reference's one */
+    REF(lora_bwd, CA(dinp), CF(dA), CF(dB), CF(h), CF(dh), COL(dout, CA(dout)), CA(inp), CF(A), CF(B), M, K, N, r, ldo, sc);
+    DEV(lora_bwd, GA(dinp), NULL, GF(dB), GF(h), GF(dh), COL(dout, GA(dout)), GA(inp), GF(A), GF(B), M, K, N, r, ldo, sc);
+    DEV(lora_bwd, NULL, GF(dA), NULL, GF(h), GF(dh), NULL, GA(inp), GF(A), GF(B), M, K, N, r, ldo, sc);
+    snprintf(what, sizeof what, "lora_bwd in two calls (dh given) dinp %dx%dx%d rank %d", M, K, N, r);
+    compare(what, &dinp, dinp.n, tol);
+    snprintf(what, sizeof what, "lora_bwd in two calls (dh given) dA %dx%dx%d rank %d", M, K, N, r);
+    compare(what, &dA, dA.n, tol);
+    snprintf(what, sizeof what, "lora_bwd in two calls (dh given) dB %dx%dx%d rank %d", M, K, N, r);
+    compare(what, &dB, dB.n, tol);
 #undef COL
     pair_free(&inp); pair_free(&A); pair_free(&B); pair_free(&out); pair_free(&h); pair_free(&dh);
     pair_free(&dout); pair_free(&dinp); pair_free(&dA); pair_free(&dB);
@@ -1608,6 +1638,7 @@ static const op_case cases[] = {
     {"matmul16", case_matmul16, {40, 64, 1000, 0, 1, 0, 64 * 96}, {0}, BF16_ONLY, 1e-2},
     {"encoder16", case_encoder16, {3, 64, 96, 50, 0, 0}, {3, 17, 24, 50, 0, 0}, BF16_ONLY, 1e-2},
     {"encoder16", case_encoder16, {2, 40, 64, 30, 1, 1}, {0}, BF16_ONLY, 1e-2}, /* no wpe, packed rows */
+    {"encoder16", case_encoder16, {3, 24, 32, 50, 0, 0, 25, 17}, {0}, BF16_ONLY, 1e-2}, /* a share of the rows */
     /* arch rank base16 V L C T B num_labels */
     {"lora_model", case_lora_model, {0, 4, 0, 67, 2, 32, 16, 3, 0}, {0}, 1e-4, 5e-2},
     {"lora_model", case_lora_model, {0, 4, 1, 67, 2, 32, 16, 3, 0}, {0}, BF16_ONLY, 5e-2},

@@ -108,10 +108,11 @@ const dt_bucket *dt_model_bucket(const dt_model *m, int i);  /* a bucket may be 
 float *dt_model_params(dt_model *m);  /* backend memory */
 float *dt_model_grads(dt_model *m);   /* backend memory */
 /* The frozen parameters' count (0 without model.lora), and their CRC32 (zlib) as floats: what
- * identifies the base a LoRA checkpoint's adapters apply to. A pipeline stage holds part of the
- * base: every rank of the job calls dt_model_frozen_digest_stages (`all`: their collective),
- * which combines the stages' parts into the whole base's CRC, the same as one worker's; until
- * then (and after the base changes) dt_model_frozen_digest refuses on a stage. */
+ * identifies the base a LoRA checkpoint's adapters apply to. A pipeline stage or tensor-parallel
+ * share holds part of the base: every rank of the job calls dt_model_frozen_digest_stages
+ * (`all`: their collective), which gathers the shares' tensors whole and combines the stages'
+ * parts into the whole base's CRC, the same as one worker's; until then (and after the base
+ * changes) dt_model_frozen_digest refuses there. */
 size_t dt_model_num_frozen(const dt_model *m);
 dt_status dt_model_frozen_digest(dt_model *m, uint32_t *out);
 dt_status dt_model_frozen_digest_stages(dt_model *m, dt_comm *all, uint32_t *out);
@@ -124,6 +125,8 @@ void dt_model_params_changed(dt_model *m);
 double dt_model_flops_per_token(const dt_model_cfg *cfg);
 size_t dt_model_count_params(const dt_model_cfg *cfg);    /* every parameter, frozen or not */
 size_t dt_model_count_trainable(const dt_model_cfg *cfg); /* the trainable ones (model.lora: the adapters') */
+/* the bytes of the parameters: 4 each, 2 the frozen matrices model.lora.base_dtype bf16 keeps */
+size_t dt_model_param_bytes(const dt_model_cfg *cfg);
 /* Bytes of backend memory init allocates for this shape on backend `ops` at precision bf16
  * (0/1): parameters, gradients and the activation arena, from the same table init allocates
  * by (static, for --dry-run: the backend's estimate of what its attention keeps, ops.h

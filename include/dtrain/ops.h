@@ -226,9 +226,11 @@ struct dt_ops {
                          int N, int ldo, int w_trans);
     void (*matmul16_bwd)(void *ctx, dt_act *dinp, const dt_act *dout, const uint16_t *w, int M, int K, int N, int ldo,
                          int w_trans);
-    /* May be NULL (as matmul16_fwd). encoder_fwd with wte and wpe (NULL: none) in bf16. */
+    /* May be NULL (as matmul16_fwd). encoder_part_fwd with wte and wpe (NULL: none) in bf16:
+     * wte holds the rows [v0, v0 + V) of the vocabulary (tensor parallelism's share; all of it:
+     * 0, INT_MAX), a token outside them a zero row, its position still added. */
     void (*encoder16_fwd)(void *ctx, dt_act *out, const int *tokens, const int *pos, const uint16_t *wte,
-                          const uint16_t *wpe, int B, int T, int C);
+                          const uint16_t *wpe, int v0, int V, int B, int T, int C);
 
     /* The backend memory one attention_fwd call of shape s keeps for backward (*att) and
      * the scratch attention_bwd needs (*datt), in bytes; callers size those buffers by it, for
@@ -283,7 +285,9 @@ struct dt_ops {
     void (*lora_fwd)(void *ctx, dt_act *out, float *h, const dt_act *inp, const float *A, const float *B, int M, int K,
                      int N, int r, int ldo, float s);
     /* Its backward, h (M,r) as lora_fwd left it: dh = s * dout @ B (M,r), dB += s * dout^T @ h,
-     * dA += dh^T @ inp, dinp(M,K) += dh @ A (skipped when dinp is NULL). dh: fp32 scratch (M,r). */
+     * dA += dh^T @ inp, dinp(M,K) += dh @ A; each of dinp, dA, dB skipped when NULL. dh: fp32
+     * (M,r), scratch; dout NULL: dh holds the gradient already (tensor parallelism: the shares'
+     * parts summed), and only dA and dinp come from it. */
     void (*lora_bwd)(void *ctx, dt_act *dinp, float *dA, float *dB, const float *h, float *dh, const dt_act *dout,
                      const dt_act *inp, const float *A, const float *B, int M, int K, int N, int r, int ldo, float s);
 

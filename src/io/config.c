@@ -1206,9 +1206,6 @@ const char *dt_config_mesh_problem(const dt_config *cfg, const char **key, char 
     if (sh->arch == DT_ARCH_LLAMA && sh->intermediate_size % T != 0)
         return WHY("expected a divisor of model.intermediate_size (%d), got %d (each worker takes an equal share of "
                    "the MLP)", sh->intermediate_size, T);
-    if (cfg->model.lora.rank > 0)
-        return WHY("is %d, but model.lora does not combine with tensor parallelism yet (hint: "
-                   "training.tensor_parallel: 1)", T);
 #undef WHY
     return NULL;
 }

@@ -67,15 +67,17 @@ static void gpt2_layout(net_builder *b, net_weights *w) {
 }
 
 /* LoRA's targets (arch.h): c_attn, attn.c_proj, c_fc, mlp.c_proj, each a whole product */
-static void gpt2_lora_site(const dt_model_shape *s, int t, net_layer *y, net_linear **lin, int *col0, int *cols) {
-    (void)s;
+static void gpt2_lora_site(const dt_model_shape *s, int t, net_layer *y, net_linear **lin, int *col0, int *cols,
+                           int *sections) {
     const char *name = dt_lora_target_name(t);
-    *lin = strcmp(name, "c_attn") == 0        ? &y->qkv
+    const int C = s->n_embd, attn = strcmp(name, "c_attn") == 0, fc = strcmp(name, "c_fc") == 0;
+    *lin = attn                               ? &y->qkv
            : strcmp(name, "attn.c_proj") == 0 ? &y->attn_out
-           : strcmp(name, "c_fc") == 0        ? &y->mlp_in
+           : fc                               ? &y->mlp_in
                                               : &y->mlp_out;
     *col0 = 0;
-    *cols = (*lin)->out;
+    *cols = attn ? 3 * C : fc ? 4 * C : C;
+    *sections = attn ? 3 : 1;
 }
 
 static const char *const gpt2_ignored[] = {".attn.bias", ".attn.masked_bias", ""};

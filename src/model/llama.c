@@ -77,8 +77,10 @@ static void llama_layout(net_builder *b, net_weights *w) {
 
 /* LoRA's targets (arch.h): q, k, v (columns of the stacked [q | k | v] product), o, gate, up
  * (of [gate | up]), down */
-static void llama_lora_site(const dt_model_shape *s, int t, net_layer *y, net_linear **lin, int *col0, int *cols) {
+static void llama_lora_site(const dt_model_shape *s, int t, net_layer *y, net_linear **lin, int *col0, int *cols,
+                            int *sections) {
     const int NH = s->n_head, NKV = dt_shape_kv_heads(s), hs = dt_shape_head_dim(s), I = s->intermediate_size;
+    *sections = 1;
     static const char *const names[] = {"q", "k", "v", "o", "gate", "up", "down"};
     int k = 0;
     while (k < 6 && strcmp(names[k], dt_lora_target_name(t)) != 0) k++;
@@ -86,10 +88,10 @@ static void llama_lora_site(const dt_model_shape *s, int t, net_layer *y, net_li
     case 0: *lin = &y->qkv, *col0 = 0, *cols = NH * hs; break;
     case 1: *lin = &y->qkv, *col0 = NH * hs, *cols = NKV * hs; break;
     case 2: *lin = &y->qkv, *col0 = (NH + NKV) * hs, *cols = NKV * hs; break;
-    case 3: *lin = &y->attn_out, *col0 = 0, *cols = y->attn_out.out; break;
+    case 3: *lin = &y->attn_out, *col0 = 0, *cols = s->n_embd; break;
     case 4: *lin = &y->mlp_in, *col0 = 0, *cols = I; break;
     case 5: *lin = &y->mlp_in, *col0 = I, *cols = I; break;
-    default: *lin = &y->mlp_out, *col0 = 0, *cols = y->mlp_out.out; break;
+    default: *lin = &y->mlp_out, *col0 = 0, *cols = s->n_embd; break;
     }
 }
 

@@ -105,25 +105,31 @@ static int lora_per_layer(const dt_model_cfg *c) {
 
 /* model.lora's adapters, after the architecture's tensors: for each layer, each target's A
  * (rank, in) and B (cols, rank), in the layer's bucket, attached to the product they adapt,
- * numbered in the layer (their slots in net_acts lora_h, lora_per_layer of them). */
+ * numbered in the layer (their slots in net_acts lora_h, lora_per_layer of them). Tensor
+ * parallelism splits them with their product: B by rows (the output columns it makes) where the
+ * product is split by columns, A by columns (its input's) where it is split by rows. */
 static void add_adapters(net_builder *b, const net_arch *a, net_weights *w) {
     const dt_model_shape *s = &b->cfg->shape;
-    const int r = b->cfg->lora.rank;
+    const int r = b->cfg->lora.rank, tp = b->tp > 1 ? b->tp : 1;
     char nm[128];
     for (int l = 0; l < s->n_layer; l++)
         for (int t = 0, slot = 0; t < dt_lora_target_count(); t++) {
             if (!(b->cfg->lora.targets & (1u << t))) continue;
             net_linear *lin;
-            int col0, cols;
-            a->lora_site(s, t, &w->layers[l], &lin, &col0, &cols);
+            int col0, cols, sections;
+            a->lora_site(s, t, &w->layers[l], &lin, &col0, &cols, &sections);
+            const int by_cols = tp > 1 && lin->tp == NET_TP_COLS, by_rows = tp > 1 && lin->tp == NET_TP_ROWS;
+            const int in = by_rows ? lin->in * tp : lin->in; /* the whole product's */
             net_lora *ad = &lin->lora[lin->n_lora++];
-            ad->col0 = col0;
-            ad->cols = cols;
+            ad->col0 = by_cols ? col0 / tp : col0; /* this share's columns: every block splits evenly */
+            ad->cols = by_cols ? cols / tp : cols;
             ad->slot = slot++;
             snprintf(nm, sizeof nm, "%s%d.%s.lora_A.weight", a->layer_prefix, l, dt_lora_target_module(t));
-            ad->a = dt_net_add(b, nm, r, lin->in, NET_INIT_UNIFORM, 1.0 / sqrt((double)lin->in), 1, 1 + l);
+            ad->a = dt_net_add_split(b, nm, r, in, NET_INIT_UNIFORM, 1.0 / sqrt((double)in), 1, 1 + l,
+                                     by_rows ? DT_SPLIT_COLS : DT_SPLIT_NONE, 1);
             snprintf(nm, sizeof nm, "%s%d.%s.lora_B.weight", a->layer_prefix, l, dt_lora_target_module(t));
-            ad->b = dt_net_add(b, nm, cols, r, NET_INIT_ZERO, 0, 1, 1 + l);
+            ad->b = dt_net_add_split(b, nm, cols, r, NET_INIT_ZERO, 0, 1, 1 + l, by_cols ? DT_SPLIT_ROWS : DT_SPLIT_NONE,
+                                     sections);
         }
 }
 
@@ -277,6 +283,13 @@ size_t dt_model_count_trainable(const dt_model_cfg *c) {
     size_t np, nt;
     lay_out(c, NULL, &n, &np, &nt, NULL, NULL);
     return nt;
+}
+
+size_t dt_model_param_bytes(const dt_model_cfg *c) {
+    int n;
+    size_t np, n16;
+    lay_out(c, NULL, &n, &np, NULL, NULL, &n16);
+    return (np - n16) * sizeof(float) + n16 * sizeof(uint16_t);
 }
 
 /* the weights of a layer's products */
@@ -518,10 +531,10 @@ static dt_status check_cfg(const dt_model_cfg *mc) {
     if (mc->tp > 1) { /* config.c refuses these by key; a caller that builds the model itself lands here */
         const int I = c->arch == DT_ARCH_LLAMA ? c->intermediate_size : 4 * c->n_embd;
         if (c->n_head % mc->tp || dt_shape_kv_heads(c) % mc->tp || I % mc->tp || c->vocab_size < mc->tp ||
-            mc->tp_rank < 0 || mc->tp_rank >= mc->tp || !mc->tp_comm || mc->lora.rank)
+            mc->tp_rank < 0 || mc->tp_rank >= mc->tp || !mc->tp_comm)
             return dt_error_set(DT_ERR_CONFIG, "training.tensor_parallel: %d shares (this one %d) of %d heads, %d "
                                 "key/value heads, an MLP of %d and a vocabulary of %d: expected a divisor of the first "
-                                "three, at most the last, a collective of the shares, and no model.lora", mc->tp,
+                                "three, at most the last, and a collective of the shares", mc->tp,
                                 mc->tp_rank, c->n_head, dt_shape_kv_heads(c), I, c->vocab_size);
     }
     return DT_OK;
@@ -933,22 +946,41 @@ double dt_model_tp_ms(const dt_model *m) { return m->tp_ms; }
 size_t dt_model_num_frozen(const dt_model *m) { return m->n_frozen; }
 
 /* The CRC-32 of the frozen tensors (as floats, in offset order) that stage `stage` owns (-1:
- * all of them), and their bytes */
+ * all of them), and their bytes. Tensor parallelism: of the whole tensors, each split one
+ * gathered from the shares (every share calls it). */
 static dt_status frozen_crc(dt_model *m, int stage, uint32_t *crc_out, uint64_t *bytes) {
-    float *v = dt_malloc(PART * sizeof(float), "frozen weights");
-    if (!v) return DT_ERR_NOMEM;
+    const int tp = m->cfg.tp > 1 ? m->cfg.tp : 1;
+    size_t most = 1, big = PART; /* the largest share of a split tensor; the largest split tensor */
+    for (int i = 0; tp > 1 && i < m->n_frozen_tensors; i++)
+        for (int r = 0; r < tp && m->tensors[i].split != DT_SPLIT_NONE; r++) {
+            if (share_numel(&m->tensors[i], tp, r) > most) most = share_numel(&m->tensors[i], tp, r);
+            if (whole_numel(&m->tensors[i]) > big) big = whole_numel(&m->tensors[i]);
+        }
+    float *v = dt_malloc(big * sizeof(float), "frozen weights");
+    float *all = tp > 1 ? dt_malloc((size_t)(tp + 1) * most * sizeof(float), "tensor-parallel shares") : NULL;
+    dt_status st = v && (tp == 1 || all) ? DT_OK : DT_ERR_NOMEM; /* the other shares fail at the deadline */
     uLong crc = crc32_z(0L, Z_NULL, 0);
     uint64_t len = 0;
-    dt_status st = DT_OK;
     for (int i = 0; st == DT_OK && i < m->n_frozen_tensors; i++) {
-        if (stage >= 0 && !dt_net_stage_owns(&m->cfg, stage, m->tensors[i].bucket)) continue; /* the tied head's copy */
-        for (size_t j0 = 0; st == DT_OK && j0 < m->tensors[i].numel; j0 += PART) {
-            const size_t n = m->tensors[i].numel - j0 < PART ? m->tensors[i].numel - j0 : PART;
+        const dt_tensor_info *t = &m->tensors[i];
+        if (stage >= 0 && !dt_net_stage_owns(&m->cfg, stage, t->bucket)) continue; /* the tied head's copy */
+        if (tp > 1 && t->split != DT_SPLIT_NONE) { /* one all-gather, then the whole tensor */
+            float *pad = all + (size_t)tp * most;
+            st = get_tensor(m, i, pad);
+            if (st == DT_OK) st = dt_comm_allgather(m->cfg.tp_comm, pad, most * sizeof(float), all);
+            for (int r = 0; st == DT_OK && r < tp; r++) shard_copy(t, tp, r, v, all + (size_t)r * most, 0);
+            if (st == DT_OK) crc = crc32_z(crc, (const Bytef *)v, whole_numel(t) * sizeof(float));
+            len += whole_numel(t) * sizeof(float);
+            continue;
+        }
+        for (size_t j0 = 0; st == DT_OK && j0 < t->numel; j0 += PART) {
+            const size_t n = t->numel - j0 < PART ? t->numel - j0 : PART;
             if ((st = get_part(m, i, j0, n, v)) == DT_OK) crc = crc32_z(crc, (const Bytef *)v, n * sizeof(float));
             len += n * sizeof(float);
         }
     }
     free(v);
+    free(all);
     DT_TRY(st);
     DT_TRY(m->be->ops->check(m->be->ctx));
     *crc_out = (uint32_t)crc;
@@ -961,9 +993,9 @@ dt_status dt_model_frozen_digest(dt_model *m, uint32_t *out) {
         *out = m->base_digest;
         return DT_OK;
     }
-    if (m->cfg.pp > 1) /* a stage holds part of the base */
-        return dt_error_set(DT_ERR_INTERNAL, "model: the frozen weights' digest of a pipeline stage needs the other "
-                            "stages' (dt_model_frozen_digest_stages)");
+    if (m->cfg.pp > 1 || m->cfg.tp > 1) /* a stage or a share holds part of the base */
+        return dt_error_set(DT_ERR_INTERNAL, "model: the frozen weights' digest of a pipeline stage or tensor-parallel "
+                            "share needs the others' (dt_model_frozen_digest_stages)");
     uint64_t bytes;
     DT_TRY(frozen_crc(m, -1, out, &bytes));
     m->base_digest = *out;
@@ -972,7 +1004,14 @@ dt_status dt_model_frozen_digest(dt_model *m, uint32_t *out) {
 }
 
 dt_status dt_model_frozen_digest_stages(dt_model *m, dt_comm *all, uint32_t *out) {
-    if (m->cfg.pp <= 1 || m->base_digest_ok) return dt_model_frozen_digest(m, out);
+    if ((m->cfg.pp <= 1 && m->cfg.tp <= 1) || m->base_digest_ok) return dt_model_frozen_digest(m, out);
+    if (m->cfg.pp <= 1) { /* the shares' tensors gathered */
+        uint64_t bytes;
+        DT_TRY(frozen_crc(m, -1, out, &bytes));
+        m->base_digest = *out;
+        m->base_digest_ok = 1;
+        return DT_OK;
+    }
     const int world = dt_comm_world(all);
     uint64_t mine[3] = {(uint64_t)m->cfg.pp_rank, 0, 0}, *every = dt_malloc((size_t)world * sizeof mine, "digests");
     uint32_t crc = 0;
@@ -1469,12 +1508,14 @@ static dt_status save_whole(dt_model *m, const char *path, const char *outer, co
 
 /* The tensors `which` names (SAVE_ALL every one, SAVE_TRAINABLE model.lora's trainable ones,
  * SAVE_MERGED the architecture's with the adapters merged in) into the file `path`, named
- * outer + prefix + name (score.weight: outer + name). */
+ * outer + prefix + name (score.weight: outer + name). The first two are the model's view, whole
+ * (tensor parallelism: gathered from the shares, every share calling). */
 enum { SAVE_ALL, SAVE_TRAINABLE, SAVE_MERGED };
 static dt_status save_tensors(dt_model *m, const char *path, const char *outer, const char *prefix, int which) {
-    const size_t lo = which == SAVE_TRAINABLE ? m->n_frozen : 0; /* the staging holds the parameters from here */
-    if (which == SAVE_ALL) return save_whole(m, path, outer, prefix); /* no adapters: the whole tensors as they are */
-    float *host = dt_malloc((m->n_params - lo ? m->n_params - lo : 1) * sizeof(float), "weights staging");
+    if (which != SAVE_MERGED) return save_whole(m, path, outer, prefix);
+    if (m->cfg.tp > 1 || m->cfg.pp > 1) /* export's model is whole */
+        return dt_error_set(DT_ERR_INTERNAL, "model: merged adapters of a model in shares or stages");
+    float *host = dt_malloc((m->n_params ? m->n_params : 1) * sizeof(float), "weights staging");
     dt_st_entry *e = dt_calloc((size_t)m->n_tensors, sizeof *e, "tensor list");
     const int renamed = outer[0] || prefix[0];
     char(*names)[128] = renamed ? dt_calloc((size_t)m->n_tensors, sizeof *names, "tensor names") : NULL;
@@ -1482,12 +1523,10 @@ static dt_status save_tensors(dt_model *m, const char *path, const char *outer, 
     int n = 0;
     if (host && e && (names || !renamed)) {
         st = DT_OK;
-        for (int i = which == SAVE_TRAINABLE ? m->n_frozen_tensors : 0; st == DT_OK && i < m->n_tensors; i++)
-            st = get_tensor(m, i, host + (m->tensors[i].offset - lo));
-        if (st == DT_OK && which == SAVE_MERGED) merge_adapters(m, host);
+        for (int i = 0; st == DT_OK && i < m->n_tensors; i++) st = get_tensor(m, i, host + m->tensors[i].offset);
+        if (st == DT_OK) merge_adapters(m, host);
         for (int i = 0; st == DT_OK && i < m->n_tensors; i++) {
-            if ((which == SAVE_TRAINABLE && i < m->n_frozen_tensors) || (which == SAVE_MERGED && is_adapter(m, i)))
-                continue;
+            if (is_adapter(m, i)) continue;
             const dt_tensor_info *t = &m->tensors[i];
             e[n].name = t->name;
             if (names) {
@@ -1498,7 +1537,7 @@ static dt_status save_tensors(dt_model *m, const char *path, const char *outer, 
             e[n].ndim = t->ndim;
             e[n].shape[0] = t->shape[0];
             e[n].shape[1] = t->shape[1];
-            e[n].data = host + (t->offset - lo);
+            e[n].data = host + t->offset;
             n++;
         }
         const char *keys[4], *vals[4];
@@ -1506,7 +1545,7 @@ static dt_status save_tensors(dt_model *m, const char *path, const char *outer, 
         int nk = 0;
         /* a device that failed earlier must not leave a well-checksummed file of garbage */
         if (st == DT_OK && (st = m->be->ops->check(m->be->ctx)) == DT_OK)
-            st = file_meta(m, which == SAVE_TRAINABLE, keys, vals, digest, &nk);
+            st = file_meta(m, 0, keys, vals, digest, &nk);
         if (st == DT_OK) st = dt_st_write(path, e, n, keys, vals, nk);
     }
     free(host);

@@ -5,6 +5,7 @@
 
 #include "dtrain/clock.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -85,8 +86,22 @@ static float *lora_kept(const dt_net *n, const float *keep, const net_lora *a, i
     return (float *)keep + (size_t)a->slot * (size_t)M * (size_t)n->lora_rank;
 }
 
+/* Tensor parallelism: buf(n) summed over the shares, in place (a failure is kept in tp_st);
+ * bf16 activations (a GPU's) as bf16; f32: buf is fp32 whatever the activations */
+static void tp_sum_as(const dt_net *n, void *buf, size_t count, int f32) {
+    if (*n->tp_st != DT_OK) return;
+    const double t0 = dt_clock_now();
+    *n->tp_st = n->act == DT_DTYPE_BF16 && !f32 ? dt_comm_allreduce_bf16(n->tp_comm, (uint16_t *)buf, count)
+                                                : dt_comm_allreduce(n->tp_comm, (float *)buf, count, DT_REDUCE_SUM);
+    *n->tp_ms += 1e3 * (dt_clock_now() - t0);
+}
+static void tp_sum(const dt_net *n, dt_act *buf, size_t count) { tp_sum_as(n, buf, count, 0); }
+
 /* each adapter's scale (inp A^T) B^T added onto its columns of out, inp A^T left in keep (or
- * in n->lora_h, not kept) */
+ * in n->lora_h, not kept). Tensor parallelism: a product split by columns holds its columns
+ * of B (A and inp whole); one split by rows its columns of A and of inp (B whole), so inp A^T is
+ * a part whose sum over the shares the product's own sum completes in out, and the sum of the
+ * kept parts is made for the backward. */
 static void lora_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt_act *inp, int M, int ldo,
                      float *keep) {
     for (int i = 0; i < lin->n_lora; i++) {
@@ -96,25 +111,23 @@ static void lora_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const 
     }
 }
 
-/* their gradients, and their part of dinp added onto it, from the inp A^T the forward kept */
+/* their gradients, and their part of dinp added onto it, from the inp A^T the forward kept
+ * (whole). Tensor parallelism, a product split by columns: dout is this share's columns, so its
+ * dh (and dinp's part) is a part of the sum; dA comes from the shares' dh summed. */
 static void lora_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const dt_act *dout, const dt_act *inp, int M,
                      int ldo, const float *keep) {
+    const int parts = n->tp > 1 && lin->tp == NET_TP_COLS;
     for (int i = 0; i < lin->n_lora; i++) {
         const net_lora *a = &lin->lora[i];
-        n->o->lora_bwd(n->ctx, dinp, dt_net_grad(n, a->a), dt_net_grad(n, a->b), lora_kept(n, keep, a, M), n->lora_h,
-                       act_col(n, dout, a->col0), inp, n->params + a->a, n->params + a->b, M, lin->in, a->cols,
-                       n->lora_rank, ldo, n->lora_scale);
+        float *dA = dt_net_grad(n, a->a), *dB = dt_net_grad(n, a->b), *A = n->params + a->a, *B = n->params + a->b;
+        const float *h = lora_kept(n, keep, a, M);
+        const int K = lin->in, N = a->cols, r = n->lora_rank;
+        n->o->lora_bwd(n->ctx, dinp, parts ? NULL : dA, dB, h, n->lora_h, act_col(n, dout, a->col0), inp, A, B, M, K, N,
+                       r, ldo, n->lora_scale);
+        if (!parts) continue;
+        tp_sum_as(n, n->lora_h, (size_t)M * (size_t)r, 1);
+        n->o->lora_bwd(n->ctx, NULL, dA, NULL, h, n->lora_h, NULL, inp, A, B, M, K, N, r, ldo, n->lora_scale);
     }
-}
-
-/* Tensor parallelism: buf(n) summed over the shares, in place (a failure is kept in tp_st);
- * bf16 activations (a GPU's) as bf16 */
-static void tp_sum(const dt_net *n, dt_act *buf, size_t count) {
-    if (*n->tp_st != DT_OK) return;
-    const double t0 = dt_clock_now();
-    *n->tp_st = n->act == DT_DTYPE_BF16 ? dt_comm_allreduce_bf16(n->tp_comm, (uint16_t *)buf, count)
-                                        : dt_comm_allreduce(n->tp_comm, (float *)buf, count, DT_REDUCE_SUM);
-    *n->tp_ms += 1e3 * (dt_clock_now() - t0);
 }
 
 /* a bf16 tensor of base16 (offset with NET_BF16) */
@@ -122,46 +135,43 @@ static const uint16_t *w16(const dt_net *n, size_t off) { return n->base16 + (of
 
 void dt_net_mm_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt_act *inp, int M, int ldo, dt_act *pre,
                    float *keep) {
-    if (n->tp > 1 && lin->tp == NET_TP_ROWS) { /* the shares' partial products summed, the bias added by one */
-        const float *b = lin->b == NET_NONE || n->tp_rank ? NULL : n->params + lin->b;
-        n->o->matmul_fwd(n->ctx, out, inp, n->params + lin->w, b, M, lin->in, lin->out, ldo, lin->trans);
-        tp_sum(n, out, (size_t)M * (size_t)ldo);
-        return;
-    }
-    const float *b = lin->b == NET_NONE ? NULL : n->params + lin->b;
+    /* tensor parallelism, split by rows: the shares' partial products summed, the bias added by one */
+    const int rows = n->tp > 1 && lin->tp == NET_TP_ROWS;
+    const float *b = lin->b == NET_NONE || (rows && n->tp_rank) ? NULL : n->params + lin->b;
+    dt_act *y = pre ? pre : out;
     if (net_is_bf16(lin->w)) { /* a frozen bf16 weight: its own product, then GELU apart */
-        n->o->matmul16_fwd(n->ctx, pre ? pre : out, inp, w16(n, lin->w), b, M, lin->in, lin->out, ldo, lin->trans);
-        lora_fwd(n, lin, pre ? pre : out, inp, M, ldo, keep);
-        if (pre) n->o->gelu_fwd(n->ctx, out, pre, (size_t)M * lin->out);
+        n->o->matmul16_fwd(n->ctx, y, inp, w16(n, lin->w), b, M, lin->in, lin->out, ldo, lin->trans);
+    } else if (pre && !rows && !lin->trans && !lin->n_lora && n->o->matmul_gelu_fwd) {
+        /* the backend's fused product and GELU (ops.h: W (K,N)) */
+        n->o->matmul_gelu_fwd(n->ctx, out, pre, inp, n->params + lin->w, b, M, lin->in, lin->out);
         return;
+    } else {
+        n->o->matmul_fwd(n->ctx, y, inp, n->params + lin->w, b, M, lin->in, lin->out, ldo, lin->trans);
     }
-    const float *w = n->params + lin->w;
-    if (pre && !lin->trans && !lin->n_lora && n->o->matmul_gelu_fwd) { /* the backend's fused product and GELU (ops.h: W (K,N)) */
-        n->o->matmul_gelu_fwd(n->ctx, out, pre, inp, w, b, M, lin->in, lin->out);
-        return;
+    lora_fwd(n, lin, y, inp, M, ldo, keep);
+    if (rows) {
+        tp_sum(n, y, (size_t)M * (size_t)ldo);
+        for (int i = 0; keep && i < lin->n_lora; i++) /* the whole inp A^T, for the backward */
+            tp_sum_as(n, lora_kept(n, keep, &lin->lora[i], M), (size_t)M * (size_t)n->lora_rank, 1);
     }
-    n->o->matmul_fwd(n->ctx, pre ? pre : out, inp, w, b, M, lin->in, lin->out, ldo, lin->trans);
-    lora_fwd(n, lin, pre ? pre : out, inp, M, ldo, keep);
     if (pre) n->o->gelu_fwd(n->ctx, out, pre, (size_t)M * lin->out);
 }
 
 void dt_net_mm_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const dt_act *dout, const dt_act *inp, int M,
                    int ldo, const dt_act *pre, dt_act *tmp, const float *keep) {
+    dt_act *d = pre ? tmp : dinp;
     if (net_is_bf16(lin->w)) { /* a frozen bf16 weight (its bias frozen too): dinp alone */
-        dt_act *d = pre ? tmp : dinp;
         if (d) n->o->matmul16_bwd(n->ctx, d, dout, w16(n, lin->w), M, lin->in, lin->out, ldo, lin->trans);
-        lora_bwd(n, lin, d, dout, inp, M, ldo, keep);
-        if (pre) n->o->gelu_bwd(n->ctx, dinp, pre, tmp, (size_t)M * lin->in);
-        return;
+    } else {
+        const float *w = n->params + lin->w;
+        float *dw = dt_net_grad(n, lin->w), *db = dt_net_grad(n, lin->b);
+        if (pre && !lin->trans && !lin->n_lora && n->o->matmul_gelu_bwd) { /* GPT-2's mlp_out: split by rows, no sum */
+            n->o->matmul_gelu_bwd(n->ctx, dinp, tmp, dw, db, dout, inp, w, pre, M, lin->in, lin->out);
+            return;
+        }
+        n->o->matmul_bwd(n->ctx, d, dw, db, dout, inp, w, M, lin->in, lin->out, ldo, lin->trans);
     }
-    const float *w = n->params + lin->w;
-    float *dw = dt_net_grad(n, lin->w), *db = dt_net_grad(n, lin->b);
-    if (pre && !lin->trans && !lin->n_lora && n->o->matmul_gelu_bwd) {
-        n->o->matmul_gelu_bwd(n->ctx, dinp, tmp, dw, db, dout, inp, w, pre, M, lin->in, lin->out);
-        return;
-    }
-    n->o->matmul_bwd(n->ctx, pre ? tmp : dinp, dw, db, dout, inp, w, M, lin->in, lin->out, ldo, lin->trans);
-    lora_bwd(n, lin, pre ? tmp : dinp, dout, inp, M, ldo, keep);
+    lora_bwd(n, lin, d, dout, inp, M, ldo, keep);
     if (pre) n->o->gelu_bwd(n->ctx, dinp, pre, tmp, (size_t)M * lin->in);
     if (n->tp > 1 && lin->tp == NET_TP_COLS && dinp) tp_sum(n, dinp, (size_t)M * (size_t)lin->in); /* each share's part */
 }
@@ -171,20 +181,22 @@ void dt_net_mm_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const d
 void dt_net_embed(const dt_net *n, dt_act *out, const int *tokens, int B, int T, int pos0) {
     const int C = n->cfg->shape.n_embd;
     const size_t p0 = (size_t)(pos0 < 0 ? 0 : pos0) * C;
+    const int *pos = pos0 < 0 ? n->att.pos : NULL;
+    const int wpe_here = n->w.wpe != NET_NONE && !(n->tp > 1 && n->tp_rank); /* tensor parallelism: one adds it */
+    if (net_is_bf16(n->w.wte)) { /* frozen bf16 embeddings (the positions with them) */
+        n->o->encoder16_fwd(n->ctx, out, tokens, pos, w16(n, n->w.wte), wpe_here ? w16(n, n->w.wpe) + p0 : NULL,
+                            n->tp > 1 ? n->v0 : 0, n->tp > 1 ? n->n_vocab : INT_MAX, B, T, C);
+        if (n->tp > 1) tp_sum(n, out, (size_t)B * T * C);
+        return;
+    }
     if (n->tp > 1) { /* each share's rows of the table (the positions added by one), summed */
-        const float *wpe = n->w.wpe == NET_NONE || n->tp_rank ? NULL : n->params + n->w.wpe + p0;
-        n->o->encoder_part_fwd(n->ctx, out, tokens, pos0 < 0 ? n->att.pos : NULL, n->params + n->w.wte, wpe, n->v0,
-                               n->n_vocab, B, T, C);
+        n->o->encoder_part_fwd(n->ctx, out, tokens, pos, n->params + n->w.wte, wpe_here ? n->params + n->w.wpe + p0 : NULL,
+                               n->v0, n->n_vocab, B, T, C);
         tp_sum(n, out, (size_t)B * T * C);
         return;
     }
-    if (net_is_bf16(n->w.wte)) { /* frozen bf16 embeddings (the positions with them) */
-        n->o->encoder16_fwd(n->ctx, out, tokens, pos0 < 0 ? n->att.pos : NULL, w16(n, n->w.wte),
-                            n->w.wpe == NET_NONE ? NULL : w16(n, n->w.wpe) + p0, B, T, C);
-        return;
-    }
-    const float *wpe = n->w.wpe == NET_NONE ? NULL : n->params + n->w.wpe + p0;
-    n->o->encoder_fwd(n->ctx, out, tokens, pos0 < 0 ? n->att.pos : NULL, n->params + n->w.wte, wpe, B, T, C);
+    n->o->encoder_fwd(n->ctx, out, tokens, pos, n->params + n->w.wte, wpe_here ? n->params + n->w.wpe + p0 : NULL, B, T,
+                      C);
 }
 
 void dt_net_embed_bwd(const dt_net *n, const dt_act *dout, const int *tokens, int B, int T) {

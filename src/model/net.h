@@ -141,8 +141,10 @@ typedef struct net_arch {
     const char *head_name;
     const char *embed_name, *positions_name, *layer_prefix; /* for the hint of a file of another shape */
     /* LoRA: where target t (arch.h DT_LORA_TARGETS row, one of this architecture's) lies in a
-     * layer: its product and the columns of that product's output it makes */
-    void (*lora_site)(const dt_model_shape *s, int t, net_layer *y, net_linear **lin, int *col0, int *cols);
+     * layer: its product and the columns of the whole product's output it makes (without tensor
+     * parallelism's split), in `sections` equal blocks split alike (GPT-2's c_attn: q, k, v) */
+    void (*lora_site)(const dt_model_shape *s, int t, net_layer *y, net_linear **lin, int *col0, int *cols,
+                      int *sections);
 } net_arch;
 
 extern const net_arch dt_net_gpt2, dt_net_llama;

@@ -421,16 +421,17 @@ static void cpu_encoder_fwd(void *ctx, dt_act *out, const int *tokens, const int
     cpu_encoder_part_fwd(ctx, out, tokens, pos, wte, wpe, 0, INT_MAX, B, T, C);
 }
 
-/* encoder_fwd from bf16 tables (model.lora.base_dtype), widened as they are read */
+/* encoder_part_fwd from bf16 tables (model.lora.base_dtype), widened as they are read */
 static void cpu_encoder16_fwd(void *ctx, dt_act *out_, const int *tokens, const int *pos, const uint16_t *wte,
-                              const uint16_t *wpe, int B, int T, int C) {
+                              const uint16_t *wpe, int v0, int V, int B, int T, int C) {
     (void)ctx;
     float *out = (float *)out_;
 #pragma omp parallel for schedule(static) if ((size_t)B * T * C >= PAR_MIN)
     for (int bt = 0; bt < B * T; bt++) {
-        const uint16_t *e = wte + (size_t)tokens[bt] * C;
+        const int k = tokens[bt] - v0;
         float *o = out + (size_t)bt * C;
-        dt_bf16_unpack(o, e, (size_t)C);
+        if (k < 0 || k >= V) memset(o, 0, (size_t)C * sizeof(float));
+        else dt_bf16_unpack(o, wte + (size_t)k * C, (size_t)C);
         if (wpe) dt_bf16_add(o, wpe + (size_t)(pos ? pos[bt] : bt % T) * C, (size_t)C);
     }
 }
@@ -727,9 +728,9 @@ static void cpu_lora_bwd(void *ctx, dt_act *dinp_, float *dA, float *dB, const f
                          int r, int ldo, float s) {
     (void)ctx;
     const float *inp = (const float *)inp_, *dout = (const float *)dout_;
-    sgemm_rows(CblasNoTrans, CblasNoTrans, M, r, N, s, dout, ldo, B, r, 0.0f, dh, r);       /* dh = s dout B */
-    sgemm_rows(CblasTrans, CblasNoTrans, N, r, M, s, dout, ldo, h, r, 1.0f, dB, r);         /* dB += s dout^T h */
-    sgemm_rows(CblasTrans, CblasNoTrans, r, K, M, 1.0f, dh, r, inp, K, 1.0f, dA, K);        /* dA += dh^T inp */
+    if (dout) sgemm_rows(CblasNoTrans, CblasNoTrans, M, r, N, s, dout, ldo, B, r, 0.0f, dh, r); /* dh = s dout B */
+    if (dout && dB) sgemm_rows(CblasTrans, CblasNoTrans, N, r, M, s, dout, ldo, h, r, 1.0f, dB, r); /* dB += s dout^T h */
+    if (dA) sgemm_rows(CblasTrans, CblasNoTrans, r, K, M, 1.0f, dh, r, inp, K, 1.0f, dA, K);       /* dA += dh^T inp */
     if (dinp_) sgemm_rows(CblasNoTrans, CblasNoTrans, M, K, r, 1.0f, dh, r, A, K, 1.0f, (float *)dinp_, K); /* += dh A */
 }
 

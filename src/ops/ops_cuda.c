@@ -1045,10 +1045,10 @@ static void cu_lora_bwd(void *ctx, dt_act *dinp, float *dA, float *dB, const flo
                         const dt_act *inp, const float *A, const float *B, int M, int K, int N, int r, int ldo, float s) {
     cuda_ctx *c = ctx;
     const int a16 = c->bf16;
-    /* dh^T (r x M) = s B^T (r x N) dout^T (N x M) */
-    gemm(c, 0, 0, r, M, N, B, 0, r, 0, dout, a16, ldo, 0, dh, 0, r, 0, 1, s, 0.0f, NULL, NULL);
+    /* dh^T (r x M) = s B^T (r x N) dout^T (N x M) (dout NULL: given) */
+    if (dout) gemm(c, 0, 0, r, M, N, B, 0, r, 0, dout, a16, ldo, 0, dh, 0, r, 0, 1, s, 0.0f, NULL, NULL);
     /* dB^T (r x N) += s h^T (r x M) dout (M x N) */
-    if (dB) gemm(c, 0, 1, r, N, M, h, 0, r, 0, dout, a16, ldo, 0, dB, 0, r, 0, 1, s, 1.0f, NULL, NULL);
+    if (dout && dB) gemm(c, 0, 1, r, N, M, h, 0, r, 0, dout, a16, ldo, 0, dB, 0, r, 0, 1, s, 1.0f, NULL, NULL);
     /* dA^T (K x r) += inp^T (K x M) dh (M x r) */
     if (dA) gemm(c, 0, 1, K, r, M, inp, a16, K, 0, dh, 0, r, 0, dA, 0, K, 0, 1, 1.0f, 1.0f, NULL, NULL);
     /* dinp^T (K x M) += A^T (K x r) dh^T (r x M) */
@@ -1314,9 +1314,10 @@ static void cu_encoder_fwd(void *ctx, dt_act *out, const int *tokens, const int 
 }
 
 static void cu_encoder16_fwd(void *ctx, dt_act *out, const int *tokens, const int *pos, const uint16_t *wte,
-                             const uint16_t *wpe, int B, int T, int C) {
+                             const uint16_t *wpe, int v0, int V, int B, int T, int C) {
     cuda_ctx *c = ctx;
-    LAUNCH(dtk_encoder16_fwd(c->s, ACT(c), out, tokens, pos, (const dtk_bf16 *)wte, (const dtk_bf16 *)wpe, B, T, C));
+    LAUNCH(dtk_encoder16_fwd(c->s, ACT(c), out, tokens, pos, (const dtk_bf16 *)wte, (const dtk_bf16 *)wpe, v0, V, B, T,
+                             C));
 }
 
 static void cu_encoder_bwd(void *ctx, float *dwte, float *dwpe, const dt_act *dout, const int *tokens, const int *pos,

@@ -484,11 +484,11 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
         dt_model_cfg sh = mc;
         sh.tp = T;
         char share[32], smem[32], state[32];
-        const size_t n = dt_model_count_params(&sh);
+        const size_t n = dt_model_count_params(&sh), nt = dt_model_count_trainable(&sh); /* model.lora: nt < n */
         human_count(share, sizeof share, (double)n);
-        const double moments = 2.0 * (double)n * sizeof(float) / (c->training.zero_stage == 1 ? D : 1); /* ZeRO-1: 1/D */
+        const double moments = 2.0 * (double)nt * sizeof(float) / (c->training.zero_stage == 1 ? D : 1); /* ZeRO-1: 1/D */
         human_count(smem, sizeof smem, (double)dt_model_memory_bytes(&sh, dt_backend_ops(DT_DEVICE_CPU), 0) + moments);
-        human_count(state, sizeof state, 2.0 * (double)n * sizeof(float) + moments);
+        human_count(state, sizeof state, (double)dt_model_param_bytes(&sh) + (double)nt * sizeof(float) + moments);
         fprintf(out, "# training.tensor_parallel %d: %d replica%s x %d shares; each worker holds %s parameters (%zu, "
                 "%.1f%% of the model: the products and the vocabulary split, the norms and positions whole): %sB of "
                 "weights, gradients and AdamW state, ~%sB with the activations\n", T, D, D > 1 ? "s" : "", T, share, n,

@@ -529,7 +529,8 @@ step "data parallelism on 2 mock GPUs (fp32; bf16 + zero_stage 1; a killed worke
 # group its own NCCL communicator; the shares' sums, the vocabulary's shares, the stage boundaries
 # and their exchanges, the gradient norm's ranges on the device. Against the same layout on cpu:
 # fp32 within 1e-5, bf16 activations (summed as bf16) within 1e-2; GPT-2 and a Llama with
-# grouped-query attention; and dtrain doctor's group checks over NCCL
+# grouped-query attention, also with LoRA on its seven projections (P2 x T2 in fp32; T2 with the
+# base in bf16); and dtrain doctor's group checks over NCCL
 model_parallel() ( # a subshell: the four GPUs stay its own
     mkdir -p "$B/fake_gpus4/0000:00:00.0" "$B/fake_gpus4/0000:01:00.0" "$B/fake_gpus4/0000:02:00.0" \
         "$B/fake_gpus4/0000:03:00.0"
@@ -539,13 +540,15 @@ model_parallel() ( # a subshell: the four GPUs stay its own
     local dt=(--set training.num_workers=4 --set training.tensor_parallel=2 --set training.zero_stage=1)
     local pt=(--set training.num_workers=4 --set training.pipeline_parallel=2 --set training.tensor_parallel=2
               --set training.grad_accum_steps=2)
+    local lora=(--set model.lora.rank=4 --set "model.lora.targets=[q, k, v, o, gate, up, down]")
     local name args
-    for name in t2 dt pt pt-llama; do
+    for name in t2 dt pt pt-llama pt-lora; do
         case $name in
         t2) args=("${t2[@]}") ;;
         dt) args=("${dt[@]}") ;;
         pt) args=("${pt[@]}") ;;
         pt-llama) args=("${pt[@]}" "${llama[@]}") ;;
+        pt-lora) args=("${pt[@]}" "${llama[@]}" "${lora[@]}") ;; # the adapters split with their products
         esac
         train "mp-$name-cpu" configs/pretrain.yaml "${PRE[@]}" "${args[@]}" --set training.device=cpu || return
         train "mp-$name-fp32" configs/pretrain.yaml "${PRE[@]}" "${args[@]}" --set training.device=cuda \
@@ -571,13 +574,22 @@ model_parallel() ( # a subshell: the four GPUs stay its own
         --set training.precision=bf16 || return
     echo "pt, cuda (bf16 activations, summed as bf16) against cpu, at most 1e-2 relative:"
     same_losses mp-pt-cpu mp-pt-bf16 1e-2 || return
+    # LoRA's base in bf16 on 2 shares: each embeds its rows of the bf16 table, multiplies its part
+    # of every bf16 matrix as it is
+    local b16=(--set model.lora.base_dtype=bf16)
+    train mp-t2-lora16-cpu configs/pretrain.yaml "${PRE[@]}" "${t2[@]}" "${llama[@]}" "${lora[@]}" "${b16[@]}" \
+        --set training.device=cpu || return
+    train mp-t2-lora16-bf16 configs/pretrain.yaml "${PRE[@]}" "${t2[@]}" "${llama[@]}" "${lora[@]}" "${b16[@]}" \
+        --set training.device=cuda --set training.precision=bf16 || return
+    echo "t2, LoRA with the base in bf16, cuda (bf16) against cpu, at most 1e-2 relative:"
+    same_losses mp-t2-lora16-cpu mp-t2-lora16-bf16 1e-2 || return
     with_libs "$OPT" "$OPT/dtrain" doctor --device cuda --num-workers 4 --tensor-parallel 2 --pipeline-parallel 2 \
         >"$B/mp-doctor.out" 2>&1 || { cat "$B/mp-doctor.out"; return 1; }
     grep -e 'group self-test' -e ', nccl:' -e 'doctor:' "$B/mp-doctor.out"
     [ "$(grep -c ', 2 workers, nccl:' "$B/mp-doctor.out")" = 2 ] ||
         { echo "FAIL: doctor: expected the tensor-parallel group's and the pair's tables over nccl"; return 1; }
 )
-step "model parallelism on 4 mock GPUs (T2, D2 x T2 + ZeRO-1, P2 x T2, a Llama; a restart; bf16; doctor)" \
+step "model parallelism on 4 mock GPUs (T2, D2 x T2 + ZeRO-1, P2 x T2, a Llama, LoRA; a restart; bf16; doctor)" \
     model-parallel.log \
     model_parallel
 
