@@ -214,6 +214,15 @@ dtrain("--config", cfg_yaml, "--set", "run.dir=" + run_rt, "--set", "training.ma
 trained = {k: np.asarray(v, dtype=np.float64) for k, v in ex.items()}
 worst = predict_worst(run_rt, adapted(W0, trained), "roundtrip")
 check(worst <= 1e-5, "its adapters, read back through model.lora.init_from, predict as the reference (worst %.2e)" % worst)
+# the same read by 2 tensor-parallel shares of 2 stages: each takes its part of every adapter
+run_rt2 = os.path.join(TMP, "roundtrip-t2p2")
+dtrain("--config", cfg_yaml, "--set", "run.dir=" + run_rt2, "--set", "training.max_steps=1", "--set",
+       "model.lora.init_from=" + exp, "--set", "optimizer.lr=1e-30", "--set", "optimizer.weight_decay=0",
+       "--set", "training.num_workers=4", "--set", "training.tensor_parallel=2", "--set", "training.pipeline_parallel=2",
+       *without(BASE_ARGS, "model.lora.init_from", "optimizer.lr", "optimizer.weight_decay"))
+worst = predict_worst(run_rt2, adapted(W0, trained), "roundtrip-t2p2")
+check(worst <= 1e-5, "read through model.lora.init_from by 2 tensor-parallel shares x 2 stages, and saved again: "
+      "they predict as the reference (worst %.2e)" % worst)
 hf = os.path.join(TMP, "export-hf")
 dtrain("export", "--checkpoint", run1, "--format", "hf", "--out", hf)
 merged = load_file(os.path.join(hf, "model.safetensors"))
