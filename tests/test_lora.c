@@ -288,8 +288,9 @@ static void base_digest(const char *tag, int step, char *out) {
  * digest of the whole (the head, tied to the frozen embedding, is summed between the first and
  * last stage no more). 2 replicas of 2 stages, 2 tensor-parallel shares (the adapters split
  * with their products), 2 replicas of 2 shares with ZeRO-1, and 2 stages of 2 shares give the
- * same losses and adapters within fp32 rounding and the same base digest; a run saved on 2
- * shares resumes on 2 stages. */
+ * same losses and adapters within fp32 rounding and the same base digest; with the base in
+ * bf16, 2 stages give one worker's weights byte for byte; a run saved on 2 shares resumes on 2
+ * stages. */
 static void test_model_parallel(void) {
     CHECK_INT_EQ(train_lm("lm-1", 1, 1, 1, 4, 12, NULL), 0);
     CHECK_INT_EQ(train_lm("lm-pp", 2, 2, 1, 4, 6, NULL), 0);
@@ -334,12 +335,27 @@ static void test_model_parallel(void) {
         CHECK_STR_EQ(d2, d1);
     }
     free(w1);
+    /* the base in bf16 on 2 stages: the last stage's layers find their weights past the bf16
+       positions table it does not hold */
+    CHECK_INT_EQ(train_lm("lm-b16-1", 1, 1, 1, 4, 6, "model.lora.base_dtype=bf16"), 0);
+    CHECK_INT_EQ(train_lm("lm-b16-pp", 2, 2, 1, 4, 6, "model.lora.base_dtype=bf16"), 0);
+    test_same_weights("lm-b16-pp", "lm-b16-1");
+    /* a LoRA run's weights (adapters) as model.init_from on shares: refused by name, not an internal error */
+    char bad[1400];
+    snprintf(bad, sizeof bad, "model.init_from=%s/lm-1", test_dir());
+    CHECK_INT_EQ(train_lm("lm-bad-base", 2, 1, 2, 4, 2, bad), 2);
+    CHECK_STR_CONTAINS(err_text, "lm-1/model.safetensors holds LoRA adapters (trained on a base of digest ");
+    CHECK_STR_CONTAINS(err_text, "(hint: model.init_from must name the base they were trained on, and "
+                                 "model.lora.init_from the adapters)");
     /* saved on 2 shares, resumed on 2 stages */
     CHECK_INT_EQ(train_lm("lm-t2", 2, 2, 1, 4, 15, NULL), 0);
     char out[1300], text[1 << 16];
     snprintf(out, sizeof out, "%s/lm-t2/train.log", test_dir());
     test_slurp(out, text, sizeof text);
     CHECK_STR_CONTAINS(text, "lm-t2/checkpoints/step_00000012: step 12");
+    /* the start-up report counts the whole model's parameters, not a share's or a stage's */
+    CHECK_STR_CONTAINS(text, "on c_attn, attn.c_proj, c_fc, mlp.c_proj: 32.8k trainable parameters (3.80%), 830.3k "
+                             "frozen");
     /* --dry-run: each stage's trainable share, its AdamW state counted on those alone */
     const char *dry[] = {"--config", "configs/pretrain.yaml", "--set", "training.num_workers=2", "--set",
                          "training.pipeline_parallel=2", "--set", LORA, "--set", TARGETS, "--dry-run", NULL};

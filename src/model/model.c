@@ -138,42 +138,57 @@ static int is_trainable(const dt_model_cfg *c, const char *name, int i, int n_ar
     return !c->lora.rank || i >= n_arch || strcmp(name, "score.weight") == 0;
 }
 
-static void remap_one(size_t *off, const size_t *from, const size_t *to, int n) {
+/* Offsets moved: tensor i (of n, its info t[i]) from from[i] to to[i]. A tensor another pipeline
+ * stage holds has no elements here, so its offset is the next one's: a named offset goes to the
+ * tensor held there, to the absent one only when no held one has it. */
+typedef struct remap {
+    const size_t *from, *to;
+    const dt_tensor_info *t;
+    int n;
+} remap;
+
+static void remap_one(size_t *off, const remap *r) {
     if (*off == NET_NONE) return;
-    for (int i = 0; i < n; i++)
-        if (from[i] == *off) {
-            *off = to[i];
+    int absent = -1;
+    for (int i = 0; i < r->n; i++)
+        if (r->from[i] == *off) {
+            if (r->t[i].absent) {
+                if (absent < 0) absent = i;
+                continue;
+            }
+            *off = r->to[i];
             return;
         }
+    if (absent >= 0) *off = r->to[absent];
 }
 
-static void remap_linear(net_linear *x, const size_t *from, const size_t *to, int n) {
-    remap_one(&x->w, from, to, n);
-    remap_one(&x->b, from, to, n);
+static void remap_linear(net_linear *x, const remap *r) {
+    remap_one(&x->w, r);
+    remap_one(&x->b, r);
     for (int i = 0; i < x->n_lora; i++) {
-        remap_one(&x->lora[i].a, from, to, n);
-        remap_one(&x->lora[i].b, from, to, n);
+        remap_one(&x->lora[i].a, r);
+        remap_one(&x->lora[i].b, r);
     }
 }
 
-/* every named offset of w that is one of from's (n) moved to the same entry of to's */
-static void remap_weights(net_weights *w, int L, const size_t *from, const size_t *to, int n) {
-    remap_one(&w->wte, from, to, n);
-    remap_one(&w->wpe, from, to, n);
+/* every named offset of w that is one of r's moved */
+static void remap_weights(net_weights *w, int L, const remap *r) {
+    remap_one(&w->wte, r);
+    remap_one(&w->wpe, r);
     for (int l = 0; l < L; l++) {
         net_layer *y = &w->layers[l];
-        remap_one(&y->attn_norm.w, from, to, n);
-        remap_one(&y->attn_norm.b, from, to, n);
-        remap_one(&y->mlp_norm.w, from, to, n);
-        remap_one(&y->mlp_norm.b, from, to, n);
-        remap_linear(&y->qkv, from, to, n);
-        remap_linear(&y->attn_out, from, to, n);
-        remap_linear(&y->mlp_in, from, to, n);
-        remap_linear(&y->mlp_out, from, to, n);
+        remap_one(&y->attn_norm.w, r);
+        remap_one(&y->attn_norm.b, r);
+        remap_one(&y->mlp_norm.w, r);
+        remap_one(&y->mlp_norm.b, r);
+        remap_linear(&y->qkv, r);
+        remap_linear(&y->attn_out, r);
+        remap_linear(&y->mlp_in, r);
+        remap_linear(&y->mlp_out, r);
     }
-    remap_one(&w->final_norm.w, from, to, n);
-    remap_one(&w->final_norm.b, from, to, n);
-    remap_linear(&w->head, from, to, n);
+    remap_one(&w->final_norm.w, r);
+    remap_one(&w->final_norm.b, r);
+    remap_linear(&w->head, r);
 }
 
 /* model.lora: the tensors reordered, frozen ones first (in layout order), then the trainable
@@ -209,7 +224,7 @@ static dt_status put_trainable_last(dt_model *m, int n_arch) {
     memcpy(m->init, init, (size_t)n * sizeof *init);
     memcpy(m->init_std, sd, (size_t)n * sizeof *sd);
     for (int i = 0; i < n; i++) m->seq[i] = where[i];
-    remap_weights(&m->net.w, L, from, to, n);
+    remap_weights(&m->net.w, L, &(remap){from, to, t, n});
 done:
     free(t);
     free(init);
@@ -772,8 +787,10 @@ static dt_status place_tensors(dt_model *m) {
         m->store[i] = half ? NET_BF16 | h : f;
         *(half ? &h : &f) += t->numel;
         if (half) h_numel += t->numel;
-        if (half && !m->cfg.shape.num_labels && t->offset == m->net.w.head.w) /* the output head: zero rows to the */
-            h += (size_t)(m->logits_ld - t->shape[0]) * (size_t)t->shape[1]; /* logits' stride (ops.h head_bf16) */
+        /* the output head (not another stage's tensor at its offset): zero rows to the logits' stride (ops.h
+           head_bf16) */
+        if (half && !t->absent && !m->cfg.shape.num_labels && t->offset == m->net.w.head.w)
+            h += (size_t)(m->logits_ld - t->shape[0]) * (size_t)t->shape[1];
         if (i + 1 == m->n_frozen_tensors) m->net.frozen = f;
     }
     if (!m->n_frozen_tensors) m->net.frozen = 0;
@@ -785,7 +802,7 @@ static dt_status place_tensors(dt_model *m) {
     size_t *from = dt_malloc((size_t)n * sizeof *from, "tensor places");
     if (!from) return DT_ERR_NOMEM;
     for (int i = 0; i < n; i++) from[i] = m->tensors[i].offset;
-    remap_weights(&m->net.w, m->cfg.shape.n_layer, from, m->store, n);
+    remap_weights(&m->net.w, m->cfg.shape.n_layer, &(remap){from, m->store, m->tensors, n});
     free(from);
     return DT_OK;
 }
@@ -945,42 +962,70 @@ size_t dt_model_whole_params(const dt_model *m) { return m->n_whole; }
 double dt_model_tp_ms(const dt_model *m) { return m->tp_ms; }
 size_t dt_model_num_frozen(const dt_model *m) { return m->n_frozen; }
 
-/* The CRC-32 of the frozen tensors (as floats, in offset order) that stage `stage` owns (-1:
- * all of them), and their bytes. Tensor parallelism: of the whole tensors, each split one
- * gathered from the shares (every share calls it). */
-static dt_status frozen_crc(dt_model *m, int stage, uint32_t *crc_out, uint64_t *bytes) {
-    const int tp = m->cfg.tp > 1 ? m->cfg.tp : 1;
-    size_t most = 1, big = PART; /* the largest share of a split tensor; the largest split tensor */
-    for (int i = 0; tp > 1 && i < m->n_frozen_tensors; i++)
-        for (int r = 0; r < tp && m->tensors[i].split != DT_SPLIT_NONE; r++) {
-            if (share_numel(&m->tensors[i], tp, r) > most) most = share_numel(&m->tensors[i], tp, r);
-            if (whole_numel(&m->tensors[i]) > big) big = whole_numel(&m->tensors[i]);
+/* Tensor parallelism: the CRC-32 of split tensor t (tensor i) whole, without moving its data. A
+ * share's part is, in its own order, runs of the whole (shard_copy): a block's rows (split by
+ * rows), or a row's columns of a block (by columns). Each share hashes its runs (the tensor read
+ * PART floats at a time into v), one all-gather brings every share's, and they are combined in
+ * the whole's order: block by block (row by row, then block by block), share by share. */
+static dt_status split_crc(dt_model *m, int i, float *v, uLong *crc) {
+    const dt_tensor_info *t = &m->tensors[i];
+    const int tp = m->cfg.tp, rows = t->split == DT_SPLIT_ROWS;
+    const size_t R = (size_t)t->whole[0], C = (size_t)t->whole[1], S = (size_t)t->sections;
+    const int block = (int)((rows ? R : C) / S);
+    const size_t unit = rows ? C : 1, runs = rows ? S : R * S, mine_len = (size_t)net_part_len(block, tp, m->cfg.tp_rank);
+    uint32_t *all = dt_malloc(((size_t)tp + 1) * runs * sizeof *all, "digests of the shares");
+    if (!all) return DT_ERR_NOMEM; /* the other shares fail at the deadline */
+    uint32_t *mine = all + (size_t)tp * runs;
+    dt_status st = DT_OK;
+    size_t run = 0, left = mine_len * unit; /* floats left in the current run */
+    uLong c = crc32_z(0L, Z_NULL, 0);
+    for (size_t j0 = 0; st == DT_OK && j0 < t->numel; j0 += PART) {
+        const size_t n = t->numel - j0 < PART ? t->numel - j0 : PART;
+        if ((st = get_part(m, i, j0, n, v)) != DT_OK) break;
+        for (size_t k = 0; k < n;) { /* the chunk's pieces of runs */
+            const size_t take = n - k < left ? n - k : left;
+            c = crc32_z(c, (const Bytef *)(v + k), take * sizeof(float));
+            k += take;
+            if ((left -= take) == 0) {
+                mine[run++] = (uint32_t)c;
+                c = crc32_z(0L, Z_NULL, 0);
+                left = mine_len * unit;
+            }
         }
-    float *v = dt_malloc(big * sizeof(float), "frozen weights");
-    float *all = tp > 1 ? dt_malloc((size_t)(tp + 1) * most * sizeof(float), "tensor-parallel shares") : NULL;
-    dt_status st = v && (tp == 1 || all) ? DT_OK : DT_ERR_NOMEM; /* the other shares fail at the deadline */
+    }
+    if (st == DT_OK && run != runs)
+        st = dt_error_set(DT_ERR_INTERNAL, "model: %s: %zu runs of its share hashed, %zu expected", t->name, run, runs);
+    if (st == DT_OK) st = dt_comm_allgather(m->cfg.tp_comm, mine, runs * sizeof *mine, all);
+    for (size_t k = 0; st == DT_OK && k < runs; k++) /* the whole's order: run k of every share in turn */
+        for (int r = 0; r < tp; r++)
+            *crc = crc32_combine(*crc, all[(size_t)r * runs + k],
+                                 (z_off_t)((size_t)net_part_len(block, tp, r) * unit * sizeof(float)));
+    free(all);
+    return st;
+}
+
+/* The CRC-32 of the frozen tensors (as floats, in offset order) that stage `stage` owns (-1:
+ * all of them), and their bytes. Tensor parallelism: of the whole tensors (split_crc; every
+ * share calls it). */
+static dt_status frozen_crc(dt_model *m, int stage, uint32_t *crc_out, uint64_t *bytes) {
+    float *v = dt_malloc(PART * sizeof(float), "frozen weights");
+    dt_status st = v ? DT_OK : DT_ERR_NOMEM; /* the other shares fail at the deadline */
     uLong crc = crc32_z(0L, Z_NULL, 0);
     uint64_t len = 0;
     for (int i = 0; st == DT_OK && i < m->n_frozen_tensors; i++) {
         const dt_tensor_info *t = &m->tensors[i];
         if (stage >= 0 && !dt_net_stage_owns(&m->cfg, stage, t->bucket)) continue; /* the tied head's copy */
-        if (tp > 1 && t->split != DT_SPLIT_NONE) { /* one all-gather, then the whole tensor */
-            float *pad = all + (size_t)tp * most;
-            st = get_tensor(m, i, pad);
-            if (st == DT_OK) st = dt_comm_allgather(m->cfg.tp_comm, pad, most * sizeof(float), all);
-            for (int r = 0; st == DT_OK && r < tp; r++) shard_copy(t, tp, r, v, all + (size_t)r * most, 0);
-            if (st == DT_OK) crc = crc32_z(crc, (const Bytef *)v, whole_numel(t) * sizeof(float));
-            len += whole_numel(t) * sizeof(float);
+        len += whole_numel(t) * sizeof(float);
+        if (m->cfg.tp > 1 && t->split != DT_SPLIT_NONE) {
+            st = split_crc(m, i, v, &crc);
             continue;
         }
         for (size_t j0 = 0; st == DT_OK && j0 < t->numel; j0 += PART) {
             const size_t n = t->numel - j0 < PART ? t->numel - j0 : PART;
             if ((st = get_part(m, i, j0, n, v)) == DT_OK) crc = crc32_z(crc, (const Bytef *)v, n * sizeof(float));
-            len += n * sizeof(float);
         }
     }
     free(v);
-    free(all);
     DT_TRY(st);
     DT_TRY(m->be->ops->check(m->be->ctx));
     *crc_out = (uint32_t)crc;
@@ -1710,6 +1755,13 @@ static dt_status load_weights(dt_model *m, const char *path, int *score_loaded, 
     }
     const char *want = adapters ? dt_st_metadata(f, "lora_base_digest") : NULL;
     uint32_t have;
+    /* Model parallelism: no digest of the base yet, so the base is what is being loaded (model.init_from) */
+    if (want && !m->base_digest_ok && (m->cfg.tp > 1 || m->cfg.pp > 1)) {
+        st = dt_error_set(DT_ERR_DATA, "%s holds LoRA adapters (trained on a base of digest %s), not a model: "
+                          "adapters load after their base (hint: model.init_from must name the base they were "
+                          "trained on, and model.lora.init_from the adapters)", path, want);
+        goto done;
+    }
     if (want && (st = dt_model_frozen_digest(m, &have)) != DT_OK) goto done;
     if (want && strtoul(want, NULL, 16) != have) {
         const char *dt = dt_st_metadata(f, "lora_base_dtype"), *mine = m->cfg.lora.base_bf16 ? "bf16" : "fp32";

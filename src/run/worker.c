@@ -1301,10 +1301,12 @@ static void report_setup(trainer *t) {
     const dt_model_cfg *mc = dt_model_config(r->model);
     const dt_ops *ops = r->be->ops;
     char params[32], flops[32], how[96] = "", prec[32] = "";
-    dt_model_cfg whole = *mc; /* tensor parallelism: the model's, not this share's */
-    whole.tp = 1;
-    human_count(params, sizeof params, (double)(mc->tp > 1 ? dt_model_count_params(&whole)
-                                                           : dt_model_num_params(r->model) + dt_model_num_frozen(r->model)));
+    dt_model_cfg whole = *mc; /* model parallelism: the model's, not this share's or stage's */
+    whole.tp = whole.pp = 1;
+    whole.tp_rank = whole.pp_rank = 0;
+    const size_t n_whole = dt_model_count_params(&whole), n_train = dt_model_count_trainable(&whole);
+    const size_t n_here = dt_model_num_params(r->model) + dt_model_num_frozen(r->model); /* this rank's */
+    human_count(params, sizeof params, (double)n_whole);
     human_count(flops, sizeof flops, dt_model_flops_per_token(&whole));
     const char *bf = r->cfg->training.grad_comm_dtype == DT_WIRE_BF16 ? " (bf16 gradients)" : "";
     if (r->zero) snprintf(how, sizeof how, ", %s reduce-scatter + all-gather%s", dt_comm_backend(r->gcomm), bf);
@@ -1324,24 +1326,21 @@ static void report_setup(trainer *t) {
                     mc->shape.n_layer, mc->shape.n_head, mc->shape.n_embd, mc->seq_len, mc->shape.vocab_size, params, flops);
     if (mc->lora.rank) {
         char names[256], fr[32];
-        human_count(params, sizeof params, (double)dt_model_num_params(r->model));
-        human_count(fr, sizeof fr, (double)dt_model_num_frozen(r->model));
+        human_count(params, sizeof params, (double)n_train);
+        human_count(fr, sizeof fr, (double)(n_whole - n_train));
         dt_metrics_info(r->metrics, "model.lora: rank %d, alpha %g on %s: %s trainable parameters (%.2f%%), %s frozen "
                         "(no gradients, no AdamW state, not all-reduced%s)", mc->lora.rank, mc->lora.alpha,
                         dt_lora_targets_str(mc->lora.targets, names, sizeof names), params,
-                        100.0 * (double)dt_model_num_params(r->model) /
-                            (double)(dt_model_num_params(r->model) + dt_model_num_frozen(r->model)), fr,
-                        mc->lora.base_bf16 ? "; its matrices kept in bf16" : "");
+                        100.0 * (double)n_train / (double)n_whole, fr, mc->lora.base_bf16 ? "; its matrices kept in bf16" : "");
     }
     if (r->tp_comm) {
         char share[32];
-        human_count(share, sizeof share, (double)dt_model_num_params(r->model));
+        human_count(share, sizeof share, (double)n_here);
         dt_metrics_info(r->metrics, "training.tensor_parallel %d: %d replica%s x %d shares; rank %d is share %d of replica "
                         "%d and holds %s parameters (%.1f%%); each layer sums its activations twice forward and twice "
                         "backward over %s", r->mesh.tp, r->mesh.dp, r->mesh.dp > 1 ? "s" : "", r->mesh.tp, r->rank,
                         r->mesh.t, r->mesh.d, share,
-                        100.0 * (double)dt_model_num_params(r->model) / (double)dt_model_count_params(&whole),
-                        dt_comm_backend(r->tp_comm));
+                        100.0 * (double)n_here / (double)n_whole, dt_comm_backend(r->tp_comm));
     }
     if (r->mesh.pp > 1) {
         int lo, hi;
