@@ -639,6 +639,17 @@ static void case_encoder16(const int *s, double tol) {
     pair_free(&t); pair_free(&pp); pair_free(&out);
 }
 
+/* lora_bwd's three gradients (+=) compared, `how` naming the call; s: case_lora's shape */
+static void lora_grads(const char *how, pair *dinp, pair *dA, pair *dB, const int *s, double tol) {
+    const pair *p[3] = {dinp, dA, dB};
+    const char *name[3] = {"dinp", "dA", "dB"};
+    char what[128];
+    for (int i = 0; i < 3; i++) {
+        snprintf(what, sizeof what, "%s %s (+=) %dx%dx%d rank %d", how, name[i], s[0], s[1], s[2], s[3]);
+        compare(what, p[i], p[i]->n, tol);
+    }
+}
+
 /* s: M K N r ldo col0. A LoRA adapter (ops.h lora_fwd, lora_bwd) on columns [col0, col0 + N)
  * of an output whose rows are ldo apart (Llama's k of [q | k | v]): out += s (inp A^T) B^T, the
  * other columns untouched; backward dB +=, dA +=, dinp += (and each skipped when NULL). */
@@ -660,12 +671,7 @@ static void case_lora(const int *s, double tol) {
     pair dA = pair_rand(K_F32, (size_t)r * K, -1, 1), dB = pair_rand(K_F32, (size_t)N * r, -1, 1);
     REF(lora_bwd, CA(dinp), CF(dA), CF(dB), CF(h), CF(dh), COL(dout, CA(dout)), CA(inp), CF(A), CF(B), M, K, N, r, ldo, sc);
     DEV(lora_bwd, GA(dinp), GF(dA), GF(dB), GF(h), GF(dh), COL(dout, GA(dout)), GA(inp), GF(A), GF(B), M, K, N, r, ldo, sc);
-    snprintf(what, sizeof what, "lora_bwd dinp (+=) %dx%dx%d rank %d", M, K, N, r);
-    compare(what, &dinp, dinp.n, tol);
-    snprintf(what, sizeof what, "lora_bwd dA (+=) %dx%dx%d rank %d", M, K, N, r);
-    compare(what, &dA, dA.n, tol);
-    snprintf(what, sizeof what, "lora_bwd dB (+=) %dx%dx%d rank %d", M, K, N, r);
-    compare(what, &dB, dB.n, tol);
+    lora_grads("lora_bwd", &dinp, &dA, &dB, s, tol);
     /* the first layer's input gradient is not asked for */
     REF(lora_bwd, NULL, CF(dA), CF(dB), CF(h), CF(dh), COL(dout, CA(dout)), CA(inp), CF(A), CF(B), M, K, N, r, ldo, sc);
     DEV(lora_bwd, NULL, GF(dA), GF(dB), GF(h), GF(dh), COL(dout, GA(dout)), GA(inp), GF(A), GF(B), M, K, N, r, ldo, sc);
@@ -676,12 +682,7 @@ static void case_lora(const int *s, double tol) {
     REF(lora_bwd, CA(dinp), CF(dA), CF(dB), CF(h), CF(dh), COL(dout, CA(dout)), CA(inp), CF(A), CF(B), M, K, N, r, ldo, sc);
     DEV(lora_bwd, GA(dinp), NULL, GF(dB), GF(h), GF(dh), COL(dout, GA(dout)), GA(inp), GF(A), GF(B), M, K, N, r, ldo, sc);
     DEV(lora_bwd, NULL, GF(dA), NULL, GF(h), GF(dh), NULL, GA(inp), GF(A), GF(B), M, K, N, r, ldo, sc);
-    snprintf(what, sizeof what, "lora_bwd in two calls (dh given) dinp %dx%dx%d rank %d", M, K, N, r);
-    compare(what, &dinp, dinp.n, tol);
-    snprintf(what, sizeof what, "lora_bwd in two calls (dh given) dA %dx%dx%d rank %d", M, K, N, r);
-    compare(what, &dA, dA.n, tol);
-    snprintf(what, sizeof what, "lora_bwd in two calls (dh given) dB %dx%dx%d rank %d", M, K, N, r);
-    compare(what, &dB, dB.n, tol);
+    lora_grads("lora_bwd in two calls (dh given)", &dinp, &dA, &dB, s, tol);
 #undef COL
     pair_free(&inp); pair_free(&A); pair_free(&B); pair_free(&out); pair_free(&h); pair_free(&dh);
     pair_free(&dout); pair_free(&dinp); pair_free(&dA); pair_free(&dB);
