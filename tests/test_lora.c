@@ -254,7 +254,7 @@ static void test_base16(void) {
 /* Trains the shipped corpus's GPT-2 language model (configs/pretrain.yaml, 4 layers, its head
  * the frozen token embedding) with adapters on every product for `steps` steps, `workers`
  * workers in `stages` pipeline stages of `shares` tensor-parallel shares, into test_dir()/tag,
- * a checkpoint every 6 steps; extra: one more --set value (or NULL). */
+ * a checkpoint every 6 steps, a sample at step 12; extra: one more --set value (or NULL). */
 static int train_lm(const char *tag, int workers, int stages, int shares, int batch, int steps, const char *extra) {
     char rd[1400], nw[64], pp[64], tp[64], bs[64], ms[64];
     snprintf(rd, sizeof rd, "run.dir=%s/%s", test_dir(), tag);
@@ -268,8 +268,21 @@ static int train_lm(const char *tag, int workers, int stages, int shares, int ba
                           "data.seq_len=32", "--set", "training.grad_accum_steps=4", "--set", "training.device=cpu",
                           "--set", "checkpoint.every_steps=6", "--set", "eval.every_steps=0", "--set",
                           "optimizer.warmup_steps=0", "--set", "optimizer.lr=3e-3", "--set", "optimizer.schedule=constant",
-                          "--set", "training.check_replicas_every=3", "--quiet", extra ? "--set" : NULL, extra, NULL};
+                          "--set", "training.check_replicas_every=3", "--set", "logging.sample_every_steps=12", "--set",
+                          "logging.sample_prompt=The ", "--set", "logging.sample_tokens=24", "--quiet",
+                          extra ? "--set" : NULL, extra, NULL};
     return run_sync(tag, args);
+}
+
+/* a run's sample at step 12 (train.log's line from "sample at", into out) */
+static void sample_12(const char *tag, char *out, size_t n) {
+    char log[1400], text[1 << 16];
+    snprintf(log, sizeof log, "%s/%s/train.log", test_dir(), tag);
+    test_slurp(log, text, sizeof text);
+    const char *s = strstr(text, "sample at step 12 (after \"The \"): ");
+    CHECK(s != NULL);
+    const char *e = strchr(s, '\n');
+    snprintf(out, n, "%.*s", (int)(e ? e - s : (long)strlen(s)), s);
 }
 
 /* the base digest a run's trainer.json at `step` gives (into out, 16 chars) */
@@ -283,8 +296,8 @@ static void base_digest(const char *tag, int step, char *out) {
 }
 
 /* Model parallelism (training.pipeline_parallel, tensor_parallel). 2 stages give the one
- * worker's adapters byte for byte (the weights file's base digest included), also when resumed
- * from the checkpoint of step 6: every stage checks the base it holds against the checkpoint's
+ * worker's adapters byte for byte (the weights file's base digest included) and its sample at
+ * step 12 (the stages generating together), also when resumed from the checkpoint of step 6: every stage checks the base it holds against the checkpoint's
  * digest of the whole (the head, tied to the frozen embedding, is summed between the first and
  * last stage no more). 2 replicas of 2 stages, 2 tensor-parallel shares (the adapters split
  * with their products), 2 replicas of 2 shares with ZeRO-1, and 2 stages of 2 shares give the
@@ -296,6 +309,11 @@ static void test_model_parallel(void) {
     CHECK_INT_EQ(train_lm("lm-pp", 2, 2, 1, 4, 6, NULL), 0);
     CHECK_INT_EQ(train_lm("lm-pp", 2, 2, 1, 4, 12, NULL), 0); /* resumed at step 6 */
     test_same_weights("lm-pp", "lm-1");
+    /* the stages' sample at step 12: one worker's, token for token */
+    char s1[512], s2[512];
+    sample_12("lm-1", s1, sizeof s1);
+    sample_12("lm-pp", s2, sizeof s2);
+    CHECK_STR_EQ(s2, s1);
     char d1[16], d2[16];
     base_digest("lm-1", 12, d1);
     base_digest("lm-pp", 12, d2);
@@ -333,6 +351,7 @@ static void test_model_parallel(void) {
         free(w2);
         base_digest(lay[k].tag, 12, d2);
         CHECK_STR_EQ(d2, d1);
+        sample_12(lay[k].tag, s2, sizeof s2); /* a sample, from every layout */
     }
     free(w1);
     /* the base in bf16 on 2 stages: the last stage's layers find their weights past the bf16

@@ -24,6 +24,14 @@ void dt_decoder_free(dt_decoder *d);
  * outside the vocabulary; DT_ERR_INTERNAL past max_len (callers check lengths first). */
 dt_status dt_decoder_feed(dt_decoder *d, const int *tokens, int n, float *logits);
 
+/* Pipeline stages (the model's pp > 1): prev and next, the pairs of collectives with the stage
+ * before and after (NULL at the ends), as training passes activations over them. Every stage
+ * of one pipeline (each share of each) feeds the same tokens: the first embeds them, each runs
+ * its layers (its cache holds theirs only) and passes their rows on, the last computes the
+ * logits, and they come back through every stage, so each feed returns the same row
+ * everywhere. Without it, a stage's decoder refuses to feed. */
+void dt_decoder_set_stages(dt_decoder *d, dt_comm *prev, dt_comm *next);
+
 /* Positions fed so far; reset forgets them (the next feed starts at position 0). */
 int dt_decoder_len(const dt_decoder *d);
 void dt_decoder_reset(dt_decoder *d);

@@ -38,6 +38,8 @@ typedef struct dt_gen_opts {
     int no_cache;            /* 1: every token from a fresh forward over the whole text (testing aid) */
     int bare;                /* 1: no end-of-text token before the prompt (a chat template's text) */
     int stop_id;             /* another token that ends the text (a chat template's end of turn); -1: none */
+    dt_comm *pp_prev, *pp_next; /* pipeline stages: this stage's pairs with its neighbours (dt_decoder_set_stages),
+                                   every stage of the pipeline generating together; else NULL */
 } dt_gen_opts;
 
 typedef struct dt_gen_result {

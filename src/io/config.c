@@ -1186,9 +1186,6 @@ const char *dt_config_mesh_problem(const dt_config *cfg, const char **key, char 
                    "data-parallel replicas x pipeline_parallel x tensor_parallel)", cfg->training.num_workers, T, P);
     if (P > sh->n_layer)
         return WHY("expected at most model.n_layer (%d), got %d (each stage runs at least one layer)", sh->n_layer, P);
-    if (P > 1 && cfg->logging.sample_every_steps > 0)
-        return WHY("is %d, but samples (logging.sample_every_steps) need the whole model on rank 0, which pipeline "
-                   "stages split (hint: logging.sample_every_steps: 0; dtrain generate samples the saved model)", P);
     *key = "training.tensor_parallel";
     if (T == 1) return NULL;
     if (cfg->training.num_workers % (T * P) != 0)

@@ -28,6 +28,9 @@ struct dt_decoder {
     void *host_logits;         /* (V) the activation element */
     float *shares;             /* tensor parallelism: host (tp + 1, the largest part of V) the shares' logits, and
                                   this one's */
+    int lo, hi;                /* the layers it runs (pipeline stages: its stage's; else all) */
+    int staged;                /* pipeline stages: dt_decoder_set_stages was called */
+    dt_comm *prev, *next;      /* ... its pairs with the stages before and after (NULL at the ends) */
 };
 
 /* Carves the buffers out of one allocation; sizing only when base is NULL. Returns bytes. */
@@ -42,7 +45,7 @@ static size_t carve(dt_decoder *d, char *base) {
         off += ((bytes) + ALIGN - 1) / ALIGN * ALIGN;             \
     } while (0)
     const size_t KV = (size_t)d->n->att.NKV * (size_t)d->n->att.hs; /* the cache holds the key/value heads only */
-    for (int l = 0; l < c->shape.n_layer; l++) {
+    for (int l = d->lo; l < d->hi; l++) {
         TAKE(d->kc[l], P * KV * a);
         TAKE(d->vc[l], P * KV * a);
     }
@@ -82,6 +85,7 @@ dt_status dt_decoder_open(dt_decoder **out, dt_model *m, int max_len) {
     d->net = *dt_model_net(m);
     d->n = &d->net;
     d->max_len = max_len;
+    dt_model_stage_layers(c, c->pp > 1 ? c->pp_rank : 0, &d->lo, &d->hi);
     d->kc = dt_calloc((size_t)c->shape.n_layer, sizeof *d->kc, "key cache");
     d->vc = dt_calloc((size_t)c->shape.n_layer, sizeof *d->vc, "value cache");
     d->host_logits = dt_malloc((size_t)c->shape.vocab_size * dt_dtype_size(d->n->act), "logits");
@@ -114,6 +118,12 @@ void dt_decoder_free(dt_decoder *d) {
     free(d);
 }
 
+void dt_decoder_set_stages(dt_decoder *d, dt_comm *prev, dt_comm *next) {
+    d->prev = prev;
+    d->next = next;
+    d->staged = 1;
+}
+
 int dt_decoder_len(const dt_decoder *d) { return d->len; }
 void dt_decoder_reset(dt_decoder *d) { d->len = 0; }
 
@@ -134,43 +144,69 @@ static dt_status shares_logits(dt_decoder *d, float *logits) {
     return st;
 }
 
-dt_status dt_decoder_feed(dt_decoder *d, const int *tokens, int n, float *logits) {
+/* The logits from the last stage to the others: from each stage's next to it, then on to its
+ * prev (pairs: the stage before is rank 0) */
+static dt_status stage_logits(dt_decoder *d, float *logits, int V) {
+    if (d->next) DT_TRY(dt_comm_broadcast(d->next, logits, (size_t)V * sizeof(float), 1));
+    if (d->prev) DT_TRY(dt_comm_broadcast(d->prev, logits, (size_t)V * sizeof(float), 1));
+    return DT_OK;
+}
+
+/* the next-token logits after row `last` (the final norm and the head) into logits (host) */
+static dt_status head_logits(dt_decoder *d, const dt_act *last, float *logits) {
     const dt_net *net = d->n;
     const dt_ops *o = net->o;
     void *ctx = net->ctx;
-    const dt_model_cfg *c = dt_model_config(d->m);
-    const int C = c->shape.n_embd, V = c->shape.vocab_size, L = c->shape.n_layer;
-    if (n < 1 || d->len + n > d->max_len)
-        return dt_error_set(DT_ERR_INTERNAL, "decoder: %d tokens after %d of at most %d positions", n, d->len, d->max_len);
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= V)
-            return dt_error_set(DT_ERR_DATA, "token %d is outside the vocabulary [0, %d) (hint: model.vocab_size)",
-                                tokens[i], V);
-    int rows = 0;
-    dt_act *x = d->x[0];
-    for (int done = 0; done < n; done += rows) {
-        rows = n - done < PREFILL_ROWS ? n - done : PREFILL_ROWS;
-        o->upload(ctx, d->tokens_dev, tokens + done, (size_t)rows * sizeof(int));
-        dt_net_embed(net, d->x[0], d->tokens_dev, 1, rows, d->len);
-        x = d->x[0];
-        for (int l = 0; l < L; l++) { /* the layer training runs, its keys and values into the cache */
-            const net_span s = {.B = 1, .T = rows, .pos0 = d->len, .kc = d->kc[l], .vc = d->vc[l], .scratch = d->scratch};
-            net_acts a = d->a;
-            a.res3 = d->x[(l + 1) % 2];
-            dt_net_layer_fwd(net, l, &a, x, &s);
-            x = a.res3;
-        }
-        d->len += rows;
-    }
-    const size_t a = dt_dtype_size(net->act);
-    const dt_act *last = (const dt_act *)((const char *)x + (size_t)(rows - 1) * C * a);
+    const int V = dt_model_config(d->m)->shape.vocab_size;
     dt_net_norm_fwd(net, &net->w.final_norm, d->lnf, d->mean, d->rstd, last, 1);
     dt_net_mm_fwd(net, &net->w.head, d->logits, d->lnf, 1, V, NULL, NULL);
     if (net->tp > 1) return shares_logits(d, logits);
+    const size_t a = dt_dtype_size(net->act);
     o->download(ctx, d->host_logits, d->logits, (size_t)V * a);
     DT_TRY(o->check(ctx));
     if (net->act == DT_DTYPE_F32) memcpy(logits, d->host_logits, (size_t)V * sizeof(float));
     else
         for (int v = 0; v < V; v++) logits[v] = dt_bf16_to_float(((const uint16_t *)d->host_logits)[v]);
     return DT_OK;
+}
+
+dt_status dt_decoder_feed(dt_decoder *d, const int *tokens, int n, float *logits) {
+    const dt_net *net = d->n;
+    const dt_ops *o = net->o;
+    void *ctx = net->ctx;
+    const dt_model_cfg *c = dt_model_config(d->m);
+    const int C = c->shape.n_embd, V = c->shape.vocab_size;
+    const int first = c->pp <= 1 || c->pp_rank == 0, last_stage = c->pp <= 1 || c->pp_rank == c->pp - 1;
+    if (c->pp > 1 && !d->staged)
+        return dt_error_set(DT_ERR_INTERNAL, "decoder: stage %d of %d without its neighbours", c->pp_rank, c->pp);
+    if (n < 1 || d->len + n > d->max_len)
+        return dt_error_set(DT_ERR_INTERNAL, "decoder: %d tokens after %d of at most %d positions", n, d->len, d->max_len);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return dt_error_set(DT_ERR_DATA, "token %d is outside the vocabulary [0, %d) (hint: model.vocab_size)",
+                                tokens[i], V);
+    const size_t a = dt_dtype_size(net->act);
+    int rows = 0;
+    dt_act *x = d->x[0];
+    for (int done = 0; done < n; done += rows) {
+        rows = n - done < PREFILL_ROWS ? n - done : PREFILL_ROWS;
+        if (first) {
+            o->upload(ctx, d->tokens_dev, tokens + done, (size_t)rows * sizeof(int));
+            dt_net_embed(net, d->x[0], d->tokens_dev, 1, rows, d->len);
+        } else { /* the stage before's rows */
+            DT_TRY(dt_comm_broadcast(d->prev, d->x[0], (size_t)rows * C * a, 0));
+        }
+        x = d->x[0];
+        for (int l = d->lo; l < d->hi; l++) { /* the layer training runs, its keys and values into the cache */
+            const net_span s = {.B = 1, .T = rows, .pos0 = d->len, .kc = d->kc[l], .vc = d->vc[l], .scratch = d->scratch};
+            net_acts acts = d->a;
+            acts.res3 = d->x[(l - d->lo + 1) % 2];
+            dt_net_layer_fwd(net, l, &acts, x, &s);
+            x = acts.res3;
+        }
+        if (!last_stage) DT_TRY(dt_comm_broadcast(d->next, x, (size_t)rows * C * a, 0)); /* on to the next stage */
+        d->len += rows;
+    }
+    if (last_stage) DT_TRY(head_logits(d, (const dt_act *)((const char *)x + (size_t)(rows - 1) * C * a), logits));
+    return c->pp > 1 ? stage_logits(d, logits, V) : DT_OK;
 }

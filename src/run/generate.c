@@ -150,7 +150,9 @@ static dt_status gen_open(gen *g, dt_model *m, dt_tokenizer *tok, const dt_gen_o
     g->feed_ids = dt_malloc((size_t)(max_len > (int)g->n ? max_len : (int)g->n) * sizeof(int), "token ids");
     if (!g->logits || !g->feed_ids) return DT_ERR_NOMEM;
     DT_TRY(dt_gen_sampler_new(&g->smp, nt < V ? nt : V, o->temperature, o->top_k, o->top_p, o->seed));
-    return dt_decoder_open(&g->dec, m, max_len > (int)g->n ? max_len : (int)g->n);
+    DT_TRY(dt_decoder_open(&g->dec, m, max_len > (int)g->n ? max_len : (int)g->n));
+    if (mc->pp > 1) dt_decoder_set_stages(g->dec, o->pp_prev, o->pp_next);
+    return DT_OK;
 }
 
 /* Feeds ids[from..n): with no_cache, the whole text from position 0 again. */

@@ -1801,21 +1801,22 @@ static void sample_emit(void *user, const char *bytes, size_t n) {
 
 /* logging.sample_every_steps: rank 0 prints what the language model writes after
  * logging.sample_prompt (sampled at temperature 1 with the seed training.seed + step, so a
- * run's samples repeat; the weights are only read). With tensor parallelism the shares of the
- * first replica generate it together (each gets the whole row of logits: the same tokens). */
+ * run's samples repeat; the weights are only read). With model parallelism the shares and
+ * stages of the first replica generate it together (each gets the whole row of logits: the
+ * same tokens). */
 static dt_status print_sample(trainer *t) {
     const dt_config *c = t->r.cfg;
-    if (c->logging.sample_every_steps <= 0 || t->step % c->logging.sample_every_steps != 0 || t->r.rank >= t->r.mesh.tp)
+    if (c->logging.sample_every_steps <= 0 || t->step % c->logging.sample_every_steps != 0 || t->r.mesh.d != 0)
         return DT_OK;
     sample_text out = {.n = 0};
     out.buf[0] = '\0';
     dt_gen_opts o = {.prompt = c->logging.sample_prompt, .prompt_len = strlen(c->logging.sample_prompt),
                      .max_new_tokens = c->logging.sample_tokens, .temperature = 1.0, .top_p = 1.0,
-                     .seed = c->training.seed + (uint64_t)t->step};
+                     .seed = c->training.seed + (uint64_t)t->step, .pp_prev = t->r.pp_prev, .pp_next = t->r.pp_next};
     dt_gen_result res;
     if (t->no_samples) return DT_OK;
     dt_status st = dt_generate(t->r.model, t->r.tok, &o, sample_emit, &out, &res);
-    if (t->r.rank != 0) { /* a share of rank 0's: its part is done (a failure there is rank 0's too) */
+    if (t->r.rank != 0) { /* a share or stage of rank 0's: its part is done (a failure there is rank 0's too) */
         t->no_samples = st != DT_OK;
         return DT_OK;
     }
