@@ -246,7 +246,8 @@ static void test_greedy_is_argmax(void) {
     memcpy(dt_model_params(fm), w, dt_model_num_params(gm) * sizeof(float));
     dt_model_params_changed(fm);
     sink out = {{0}, 0};
-    dt_gen_opts o = {.prompt = prompt, .prompt_len = (size_t)np, .max_new_tokens = nnew, .temperature = 0, .top_p = 1};
+    dt_gen_opts o = {.prompt = prompt, .prompt_len = (size_t)np, .max_new_tokens = nnew, .temperature = 0, .top_p = 1,
+                     .stop_id = -1};
     dt_gen_result r;
     CHECK(dt_generate(gm, NULL, &o, collect, &out, &r) == DT_OK);
     CHECK_INT_EQ(r.new_tokens, nnew);

@@ -643,6 +643,17 @@ static void test_language_model(void) {
                      "--set logging.sample_every_steps=20 --set \"logging.sample_prompt=$(printf 'a%%.0s' $(seq 129))\"",
                      DTRAIN_BIN, run_dir, shard), 2);
     CHECK_STR_CONTAINS(err_text, "logging.sample_prompt: longer than model.n_positions");
+    /* a sampled token 0 (here the NUL byte) is text like the others: samples have no stop token
+     * (this seed's step-2 sample draws it; the sample used to end there) */
+    CHECK_INT_EQ(run("%s --config configs/pretrain.yaml --set run.dir=%s-nul --set model.n_layer=2 --set data.seq_len=32 "
+                     "--set training.max_steps=2 --set eval.every_steps=0 --set checkpoint.every_steps=0 "
+                     "--set training.device=cpu --set logging.sample_every_steps=1 --set 'logging.sample_prompt=The ' "
+                     "--set logging.sample_tokens=64 --set training.seed=6", DTRAIN_BIN, run_dir), 0);
+    const char *nul = strstr(out_text, "sample at step 2 (after \"The \"): ");
+    CHECK(nul != NULL);
+    const size_t line = strcspn(nul, "\n");
+    printf("%.*s\n", (int)line, nul);
+    CHECK(memmem(nul, line, "\\x00", 4) != NULL);
 }
 
 /* A FIFO named as the config, the data or the weights: exit 2 at once, naming it (each used to

@@ -1812,7 +1812,8 @@ static dt_status print_sample(trainer *t) {
     out.buf[0] = '\0';
     dt_gen_opts o = {.prompt = c->logging.sample_prompt, .prompt_len = strlen(c->logging.sample_prompt),
                      .max_new_tokens = c->logging.sample_tokens, .temperature = 1.0, .top_p = 1.0,
-                     .seed = c->training.seed + (uint64_t)t->step, .pp_prev = t->r.pp_prev, .pp_next = t->r.pp_next};
+                     .seed = c->training.seed + (uint64_t)t->step, .stop_id = -1, .pp_prev = t->r.pp_prev,
+                     .pp_next = t->r.pp_next};
     dt_gen_result res;
     if (t->no_samples) return DT_OK;
     dt_status st = dt_generate(t->r.model, t->r.tok, &o, sample_emit, &out, &res);
