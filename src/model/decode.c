@@ -63,9 +63,9 @@ static size_t carve(dt_decoder *d, char *base) {
     TAKE(d->rstd, R * sizeof(float));
     TAKE(d->scratch, R * (size_t)c->shape.n_head * P * sizeof(float));
     TAKE(d->tokens_dev, R * sizeof(int));
-    /* model.lora's x A^T and its gradient for the rows of a forward: the model's own holds its
-     * batch's rows, which generation builds as one (dt_infer_load(s, 1, 1)) */
-    TAKE(d->net.lora_h, R * 2 * (size_t)d->n->lora_rank * sizeof(float));
+    /* model.lora's x A^T for the rows of a forward (net.h lora_h: nothing kept; the model's own
+     * holds its batch's rows, which generation builds as one, dt_infer_load(s, 1, 1)) */
+    TAKE(d->net.lora_h, R * (size_t)d->n->lora_rank * sizeof(float));
 #undef TAKE
     /* both norms of a layer write the same buffers: nothing reads the first after the second */
     d->a.norm2 = d->a.norm1;

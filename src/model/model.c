@@ -1033,6 +1033,15 @@ static dt_status frozen_crc(dt_model *m, int stage, uint32_t *crc_out, uint64_t 
     return DT_OK;
 }
 
+/* the digest of the whole base without stages (tensor-parallel shares: every share calls it), kept */
+static dt_status whole_digest(dt_model *m, uint32_t *out) {
+    uint64_t bytes;
+    DT_TRY(frozen_crc(m, -1, out, &bytes));
+    m->base_digest = *out;
+    m->base_digest_ok = 1;
+    return DT_OK;
+}
+
 dt_status dt_model_frozen_digest(dt_model *m, uint32_t *out) {
     if (m->base_digest_ok) {
         *out = m->base_digest;
@@ -1041,22 +1050,12 @@ dt_status dt_model_frozen_digest(dt_model *m, uint32_t *out) {
     if (m->cfg.pp > 1 || m->cfg.tp > 1) /* a stage or a share holds part of the base */
         return dt_error_set(DT_ERR_INTERNAL, "model: the frozen weights' digest of a pipeline stage or tensor-parallel "
                             "share needs the others' (dt_model_frozen_digest_stages)");
-    uint64_t bytes;
-    DT_TRY(frozen_crc(m, -1, out, &bytes));
-    m->base_digest = *out;
-    m->base_digest_ok = 1;
-    return DT_OK;
+    return whole_digest(m, out);
 }
 
 dt_status dt_model_frozen_digest_stages(dt_model *m, dt_comm *all, uint32_t *out) {
-    if ((m->cfg.pp <= 1 && m->cfg.tp <= 1) || m->base_digest_ok) return dt_model_frozen_digest(m, out);
-    if (m->cfg.pp <= 1) { /* the shares' tensors gathered */
-        uint64_t bytes;
-        DT_TRY(frozen_crc(m, -1, out, &bytes));
-        m->base_digest = *out;
-        m->base_digest_ok = 1;
-        return DT_OK;
-    }
+    if (m->base_digest_ok) return dt_model_frozen_digest(m, out);
+    if (m->cfg.pp <= 1) return whole_digest(m, out);
     const int world = dt_comm_world(all);
     uint64_t mine[3] = {(uint64_t)m->cfg.pp_rank, 0, 0}, *every = dt_malloc((size_t)world * sizeof mine, "digests");
     uint32_t crc = 0;
@@ -1446,8 +1445,6 @@ void dt_model_share_of(const dt_model *m, const float *whole, float *local) {
     }
 }
 
-/* the whole tensors in `whole` (dt_model_whole_params floats, host) into the file `path`, named
- * outer + prefix + name (score.weight: outer + name) */
 /* A weights file's metadata into keys and vals (4 entries each; *n of them): its format and
  * producer, and with adapters (model.lora's trainable tensors) the digest (written into digest,
  * 16 chars) and the dtype of the base they apply to. */
@@ -1465,6 +1462,8 @@ static dt_status file_meta(dt_model *m, int adapters, const char **keys, const c
     return DT_OK;
 }
 
+/* the whole tensors in `whole` (dt_model_whole_params floats, host) into the file `path`, named
+ * outer + prefix + name (score.weight: outer + name) */
 static dt_status write_whole(dt_model *m, const float *whole, const char *path, const char *outer, const char *prefix) {
     const int nt = dt_model_num_tensors(m);
     dt_st_entry *e = dt_calloc((size_t)nt, sizeof *e, "tensor list");

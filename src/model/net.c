@@ -82,8 +82,8 @@ static dt_act *act_col(const dt_net *n, const dt_act *p, int col0) {
 }
 
 /* adapter a's inp A^T in keep, (M, rank) at its slot */
-static float *lora_kept(const dt_net *n, const float *keep, const net_lora *a, int M) {
-    return (float *)keep + (size_t)a->slot * (size_t)M * (size_t)n->lora_rank;
+static float *lora_kept(const dt_net *n, float *keep, const net_lora *a, int M) {
+    return keep + (size_t)a->slot * (size_t)M * (size_t)n->lora_rank;
 }
 
 /* Tensor parallelism: buf(n) summed over the shares, in place (a failure is kept in tp_st);
@@ -100,8 +100,8 @@ static void tp_sum(const dt_net *n, dt_act *buf, size_t count) { tp_sum_as(n, bu
 /* each adapter's scale (inp A^T) B^T added onto its columns of out, inp A^T left in keep (or
  * in n->lora_h, not kept). Tensor parallelism: a product split by columns holds its columns
  * of B (A and inp whole); one split by rows its columns of A and of inp (B whole), so inp A^T is
- * a part whose sum over the shares the product's own sum completes in out, and the sum of the
- * kept parts is made for the backward. */
+ * a part whose sum over the shares the product's own sum completes in out (the backward sums
+ * the kept parts). */
 static void lora_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt_act *inp, int M, int ldo,
                      float *keep) {
     for (int i = 0; i < lin->n_lora; i++) {
@@ -111,17 +111,19 @@ static void lora_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const 
     }
 }
 
-/* their gradients, and their part of dinp added onto it, from the inp A^T the forward kept
- * (whole). Tensor parallelism, a product split by columns: dout is this share's columns, so its
- * dh (and dinp's part) is a part of the sum; dA comes from the shares' dh summed. */
+/* their gradients, and their part of dinp added onto it, from the inp A^T the forward kept.
+ * Tensor parallelism: split by rows, the kept inp A^T is this share's part, summed first (the
+ * forward's out needed no sum of its own); split by columns, dout is this share's columns, so
+ * its dh (and dinp's part) is a part of the sum, and dA comes from the shares' dh summed. */
 static void lora_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const dt_act *dout, const dt_act *inp, int M,
-                     int ldo, const float *keep) {
-    const int parts = n->tp > 1 && lin->tp == NET_TP_COLS;
+                     int ldo, float *keep) {
+    const int parts = n->tp > 1 && lin->tp == NET_TP_COLS, rows = n->tp > 1 && lin->tp == NET_TP_ROWS;
     for (int i = 0; i < lin->n_lora; i++) {
         const net_lora *a = &lin->lora[i];
         float *dA = dt_net_grad(n, a->a), *dB = dt_net_grad(n, a->b), *A = n->params + a->a, *B = n->params + a->b;
-        const float *h = lora_kept(n, keep, a, M);
+        float *h = lora_kept(n, keep, a, M);
         const int K = lin->in, N = a->cols, r = n->lora_rank;
+        if (rows) tp_sum_as(n, h, (size_t)M * (size_t)r, 1);
         n->o->lora_bwd(n->ctx, dinp, parts ? NULL : dA, dB, h, n->lora_h, act_col(n, dout, a->col0), inp, A, B, M, K, N,
                        r, ldo, n->lora_scale);
         if (!parts) continue;
@@ -149,16 +151,12 @@ void dt_net_mm_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt
         n->o->matmul_fwd(n->ctx, y, inp, n->params + lin->w, b, M, lin->in, lin->out, ldo, lin->trans);
     }
     lora_fwd(n, lin, y, inp, M, ldo, keep);
-    if (rows) {
-        tp_sum(n, y, (size_t)M * (size_t)ldo);
-        for (int i = 0; keep && i < lin->n_lora; i++) /* the whole inp A^T, for the backward */
-            tp_sum_as(n, lora_kept(n, keep, &lin->lora[i], M), (size_t)M * (size_t)n->lora_rank, 1);
-    }
+    if (rows) tp_sum(n, y, (size_t)M * (size_t)ldo);
     if (pre) n->o->gelu_fwd(n->ctx, out, pre, (size_t)M * lin->out);
 }
 
 void dt_net_mm_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const dt_act *dout, const dt_act *inp, int M,
-                   int ldo, const dt_act *pre, dt_act *tmp, const float *keep) {
+                   int ldo, const dt_act *pre, dt_act *tmp, float *keep) {
     dt_act *d = pre ? tmp : dinp;
     if (net_is_bf16(lin->w)) { /* a frozen bf16 weight (its bias frozen too): dinp alone */
         if (d) n->o->matmul16_bwd(n->ctx, d, dout, w16(n, lin->w), M, lin->in, lin->out, ldo, lin->trans);

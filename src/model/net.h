@@ -166,7 +166,7 @@ typedef struct dt_net {
     float lora_scale;      /* model.lora: alpha / rank */
     int lora_rank;
     float *lora_h;         /* (BT, rank) scratch: an adapter's gradient of x A^T; x A^T itself where the caller
-                              keeps none (decoding: (BT, 2 rank)) */
+                              keeps none (decoding) */
     net_weights w;
     dt_att_shape att;      /* attention's heads (B and T: the caller's); pos: the model's rows' positions when
                               packed (backend memory), else NULL */
@@ -194,12 +194,13 @@ static inline float *dt_net_grad(const dt_net *n, size_t off) {
  * epilogue where it has one). Backward: dW += and dbias += from dout(M, out) (rows ldo apart);
  * dinp(M, in) = dout @ W^T (skipped when NULL), and with `pre` non-NULL dinp = gelu'(pre) *
  * (dout @ W^T), `tmp` (M, in) as scratch. keep (net_acts lora_h): where the forward leaves each
- * adapter's inp A^T, (M, rank) at its slot, for the backward to read; the forward may pass NULL
- * (nothing kept: decoding, a product without adapters), the backward of adapters may not. */
+ * adapter's inp A^T, (M, rank) at its slot, for the backward to read (tensor parallelism: it
+ * sums the shares' parts there); the forward may pass NULL (nothing kept: decoding, a product
+ * without adapters), the backward of adapters may not. */
 void dt_net_mm_fwd(const dt_net *n, const net_linear *lin, dt_act *out, const dt_act *inp, int M, int ldo, dt_act *pre,
                    float *keep);
 void dt_net_mm_bwd(const dt_net *n, const net_linear *lin, dt_act *dinp, const dt_act *dout, const dt_act *inp, int M,
-                   int ldo, const dt_act *pre, dt_act *tmp, const float *keep);
+                   int ldo, const dt_act *pre, dt_act *tmp, float *keep);
 
 /* out(B*T, C): the token embeddings of B sequences of T tokens (tokens: backend memory) at
  * positions pos0.. (pos0 -1: the model's own rows, at 0.. or, packed, at att.pos), plus their
