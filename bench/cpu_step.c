@@ -23,8 +23,12 @@
  * Prints ms/step (mean, best and median), tokens/s, model FLOPs/s (6N + 12LAT per token, see
  * dt_model_flops_per_token) and that as a fraction of the sgemm peak: the best cblas_sgemm rate
  * over 1024^3, 2048^3 and the model's own matmul shapes, measured in the same run with the same
- * threads. The last line is JSON ({"ms_per_step": median, ..., "peak_gflops", "peak_share": the
- * median step's share of that peak}) for bench/llama_vs_torch.sh and bench/cpu_vs_torch.sh. */
+ * threads; and the same rate of dtrain's own products (the backend's matmul_fwd, on oneDNN where
+ * dtrain is built with it, else OpenBLAS's tiles; DTRAIN_CPU_GEMM=openblas chooses the latter)
+ * over the same shapes. The last line is JSON ({"ms_per_step": median, ..., "peak_gflops",
+ * "peak_share": the median step's share of the sgemm peak, "products_peak_gflops",
+ * "products_peak_share": of dtrain's products' peak}) for bench/llama_vs_torch.sh and
+ * bench/cpu_vs_torch.sh. */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -72,6 +76,28 @@ static double sgemm_peak(int BT, int C, int F, char *which, size_t n) { /* F: th
             best = r;
             snprintf(which, n, "M=%d K=%d N=%d", shapes[i][0], shapes[i][1], shapes[i][2]);
         }
+    }
+    return best;
+}
+
+/* The same over the backend's own products (matmul_fwd: its tiles, on oneDNN or OpenBLAS), so
+ * that a step can be read against what its products reach on this machine too. */
+static double backend_peak(const dt_backend *be, int BT, int C, int F) {
+    const int shapes[][3] = {{1024, 1024, 1024}, {2048, 2048, 2048}, {BT, C, F}, {BT, F, C}, {BT, C, 3 * C}};
+    double best = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int M = shapes[i][0], K = shapes[i][1], N = shapes[i][2];
+        float *a = malloc((size_t)M * K * sizeof(float)), *b = malloc((size_t)K * N * sizeof(float)),
+              *c = malloc((size_t)M * N * sizeof(float));
+        for (size_t j = 0; j < (size_t)M * K; j++) a[j] = (float)(j % 7) * 0.1f;
+        for (size_t j = 0; j < (size_t)K * N; j++) b[j] = (float)(j % 5) * 0.1f;
+        for (int r = 0; r <= 5; r++) {
+            double t0 = now_s();
+            be->ops->matmul_fwd(be->ctx, (dt_act *)c, (const dt_act *)a, b, NULL, M, K, N, N, 0);
+            double rate = 2.0 * M * (double)K * N / (now_s() - t0);
+            if (r > 0 && rate > best) best = rate;
+        }
+        free(a); free(b); free(c);
     }
     return best;
 }
@@ -257,7 +283,11 @@ int main(int argc, char **argv) {
            C, H, B, dt_model_num_params(m) + dt_model_num_frozen(m), threads, omp_get_max_threads());
     if (lora) printf("model.lora rank %d on every projection: %zu trainable, %zu frozen (%s)\n", lora,
                      dt_model_num_params(m), dt_model_num_frozen(m), base16 ? "matrices in bf16" : "fp32");
+    dt_backend_desc d;
+    be->ops->describe(be->ctx, &d);
+    const double bpeak = backend_peak(be, B * T, C, llama ? F : 4 * C);
     printf("sgemm peak (best shape %s):  %8.1f GFLOP/s\n", which, peak / 1e9);
+    printf("dtrain's products' peak (%s), same shapes: %.1f GFLOP/s\n", d.per_worker, bpeak / 1e9);
     printf("training step: mean %.1f ms, best %.1f ms (forward best %.1f ms) over %d steps\n", mean * 1e3, best * 1e3,
            fwd_best * 1e3, steps);
     printf("tokens/s (mean):                  %8.0f\n", tokens / mean);
@@ -266,9 +296,9 @@ int main(int argc, char **argv) {
     printf("model FLOPs/s (best step):        %8.1f GFLOP/s = %.1f%% of sgemm peak\n", flops / best / 1e9,
            100.0 * flops / best / peak);
     printf("{\"ms_per_step\": %.2f, \"ms_best\": %.2f, \"ms_mean\": %.2f, \"tokens_per_s\": %.1f, \"params\": %zu, "
-           "\"peak_gflops\": %.1f, \"peak_share\": %.4f}\n",
+           "\"peak_gflops\": %.1f, \"peak_share\": %.4f, \"products_peak_gflops\": %.1f, \"products_peak_share\": %.4f}\n",
            median * 1e3, best * 1e3, mean * 1e3, tokens / median, dt_model_num_params(m), peak / 1e9,
-           flops / median / peak);
+           flops / median / peak, bpeak / 1e9, flops / median / bpeak);
     free(tok); free(tgt); free(segs); free(each);
     dt_optim_free(o);
     dt_model_free(m);

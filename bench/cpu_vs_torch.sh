@@ -72,14 +72,16 @@ done
 python3 - "$RES" $SHAPES <<'PY'
 import json, statistics, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
-print("\n| shape | dtrain median step (ms) | share of sgemm peak | sgemm peak (GFLOP/s) | torch eager (ms) | torch / dtrain |")
-print("| --- | --- | --- | --- | --- | --- |")
+print("\n| shape | dtrain median step (ms) | share of sgemm peak | sgemm peak (GFLOP/s) | share of dtrain's products' peak | that peak (GFLOP/s) | torch eager (ms) | torch / dtrain |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- |")
 for s in sys.argv[2:]:
     d = [json.loads(a) for n, a, b in rows if n == s]
     t = [json.loads(b)["ms_per_step"] for n, a, b in rows if n == s]
     md, mt = statistics.median(x["ms_per_step"] for x in d), statistics.median(t)
-    print("| %s | %.1f (%s) | %.0f%% | %.0f | %.1f (%s) | %.2fx |" % (
+    print("| %s | %.1f (%s) | %.0f%% | %.0f | %.0f%% | %.0f | %.1f (%s) | %.2fx |" % (
         s, md, ", ".join("%.1f" % x["ms_per_step"] for x in d),
         100 * statistics.median(x["peak_share"] for x in d), statistics.median(x["peak_gflops"] for x in d),
+        100 * statistics.median(x["products_peak_share"] for x in d),
+        statistics.median(x["products_peak_gflops"] for x in d),
         mt, ", ".join("%.1f" % x for x in t), mt / md))
 PY

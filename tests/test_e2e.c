@@ -285,8 +285,10 @@ static void test_finetune(void) {
     CHECK_STR_CONTAINS(out_text, " | macro-F1 0.9");
 
     /* training.precision bf16 where the CPU has bf16 products: the same fine-tune ends within the
-     * bf16 band of fp32's (measured: val loss 0.0189 against 0.0173, accuracy 0.9935 against
-     * 0.9940); elsewhere exit 2 naming what is missing */
+     * bf16 band of fp32's; elsewhere exit 2 naming what is missing. The band is as wide as fp32's
+     * own spread over seeds (training.seed 1337, 2, 3 on an AMD EPYC: val loss 0.0172, 0.0205,
+     * 0.0282, accuracy 0.9940, 0.9905, 0.9900; bf16: 0.0283, 0.0218, 0.0243 and 0.9920, 0.9925,
+     * 0.9930): one seed's bf16 run lands anywhere in it. */
     char bf_dir[700];
     snprintf(bf_dir, sizeof bf_dir, "%s/finetune-bf16", tmp);
     const int rc = run("%s --config configs/finetune.yaml --set training.precision=bf16 --set run.dir=%s", DTRAIN_BIN,
@@ -300,7 +302,7 @@ static void test_finetune(void) {
         double f16, l16, vl16, va16;
         CHECK(read_metrics(bf_dir, &f16, &l16, &vl16, &va16) == n);
         printf("finetune in bf16: loss %.4f -> %.4f, val loss %.6f, val accuracy %.4f\n", f16, l16, vl16, va16);
-        CHECK(fabs(vl16 - val_loss) <= 0.25 * val_loss + 0.005);
+        CHECK(fabs(vl16 - val_loss) <= 0.75 * val_loss + 0.005);
         CHECK(va16 >= val_acc - 0.01);
     }
     /* a CPU without bf16 products, as oneDNN is told to see one: exit 2 at start, naming what is

@@ -273,8 +273,9 @@ static int median_rss(const char *tag, double *rss, int drop_last) {
 /* Measured: each worker's resident memory while it trains a model whose weights, gradients and
  * AdamW state (7.2M parameters, 115 MB) dwarf its activations, on 1 worker, T2, T4, P2, P4 and
  * P2 x T2; less a base (the same process with a tiny model), a worker of P x T = K holds at most
- * 1/K of the 1-worker run's (+15% and 2 MB: what stays whole, the norms and positions, a stage's
- * embeddings, and the sums' buffers). */
+ * 1/K of the 1-worker run's (+15% and 8 MB: what stays whole, the norms and positions, a stage's
+ * embeddings, and the sums' buffers; and oneDNN's code for these shapes, which the tiny model does
+ * not run: its kernels and the library pages they touch, ~6 MB a worker on an AMD EPYC). */
 static void test_memory(void) {
     const char *sets[] = {"--config", "configs/pretrain.yaml", "--set", "model.n_head=4", "--set", "model.n_layer=4",
                           "--set", "data.seq_len=16", "--set", "data.batch_size_per_worker=1", "--set", "eval.every_steps=0", "--set", "logging.monitor_every_s=0.05",
@@ -309,7 +310,7 @@ static void test_memory(void) {
         for (int r = 0; r < T[k] * P[k]; r++) {
             printf("; T%d P%d rank %d %.1f MB (%.2f of it)", T[k], P[k], r, rss[k][r] - base[0],
                    (rss[k][r] - base[0]) / whole);
-            CHECK(rss[k][r] - base[0] <= 1.15 * whole / (T[k] * P[k]) + 2.0);
+            CHECK(rss[k][r] - base[0] <= 1.15 * whole / (T[k] * P[k]) + 8.0);
         }
     printf("\n");
 }

@@ -41,7 +41,7 @@
 /* one oneDNN matmul: C(m,n) (+)= A(m,k) B(k,n), A and B bf16 and dense (B stored (k,n), or (n,k)
  * when b_trans), C fp32 with rows ldc apart; made for one thread (see mm16_get) */
 typedef struct mm16 {
-    int m, n, k, b_trans, ldc, acc;
+    int f32, m, n, k, a_trans, b_trans, lda, ldb, ldc, acc;
     dnnl_primitive_t prim;
     size_t scratch; /* bytes of its scratchpad (user-managed: one per thread) */
 } mm16;
@@ -53,6 +53,7 @@ typedef struct cpu_ctx {
     float *panel; /* model.lora.base_dtype bf16: a piece of a bf16 weight widened (reserve), panel_n floats */
     size_t panel_n;
     int bf16;     /* training.precision bf16: matmul_fwd/bwd's products with bf16 inputs (gemm16) */
+    int f32dnnl;  /* fp32 weight products through oneDNN (gemm32) */
 #ifdef DT_HAVE_DNNL
     dnnl_engine_t eng;
     int slots;               /* threads the streams and scratchpads below serve */
@@ -191,8 +192,7 @@ static int pow2_floor(int n) { /* the largest power of two <= n, for n >= 1 */
  * evenly over 2, 4, 8 or 16 threads. One sgemm a tile, single-threaded inside the parallel
  * region (OpenBLAS's OpenMP build), so every value is computed the same way for any number of
  * threads. (docs/PERFORMANCE.md: 64-row tiles spent a fifth of a SmolLM2 step packing.) */
-static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda,
-                       const float *B, int ldb, float beta, float *C, int ldc) {
+static void gemm_plan(int M, int N, int K, int *rows_, int *nr_, int *cols_, int *nc_) {
     const int wide = (size_t)K * N >= GEMM_WIDE_B && N > 2 * M; /* B much the larger: tiles of columns only */
     int nr = wide ? 1 : imin(pow2_floor(imax(M / GEMM_TILE, 1)), GEMM_TILES);
     const int rows = nr == 1 ? M : ((M + nr - 1) / nr + 15) / 16 * 16;
@@ -200,6 +200,13 @@ static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int
     const int want = wide || M < GEMM_TILE ? GEMM_TILES : GEMM_MIN_TILES;
     const int ncb = imin(pow2_floor(imax(N / GEMM_TILE, 1)), imax(want / nr, 1));
     const int cols = ncb == 1 ? N : ((N + ncb - 1) / ncb + 15) / 16 * 16, nc = (N + cols - 1) / cols;
+    *rows_ = rows, *nr_ = nr, *cols_ = cols, *nc_ = nc;
+}
+
+static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda,
+                       const float *B, int ldb, float beta, float *C, int ldc) {
+    int rows, nr, cols, nc;
+    gemm_plan(M, N, K, &rows, &nr, &cols, &nc);
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < nr * nc; t++) {
         const int r0 = (t / nc) * rows, m = imin(rows, M - r0), c0 = (t % nc) * cols, n = imin(cols, N - c0);
@@ -254,15 +261,20 @@ static void pack16(uint16_t *dst, const float *src, int rows, int cols, int ld, 
 /* the primitive for C(m,n) (+ C when acc) = A(m,k) B(k,n), made on first use; NULL if oneDNN
  * refuses it or the table is full. Made with OpenMP's thread count at 1: oneDNN plans a
  * primitive's work for the threads it sees then, and each runs inside one tile's thread. */
-static const mm16 *mm16_get(cpu_ctx *cx, int m, int n, int k, int b_trans, int ldc, int acc) {
+static const mm16 *mm_get(cpu_ctx *cx, int f32, int m, int n, int k, int a_trans, int b_trans, int lda, int ldb,
+                          int ldc, int acc) {
     for (int i = 0; i < cx->n_mm; i++) {
         const mm16 *p = &cx->mm[i];
-        if (p->m == m && p->n == n && p->k == k && p->b_trans == b_trans && p->ldc == ldc && p->acc == acc) return p;
+        if (p->f32 == f32 && p->m == m && p->n == n && p->k == k && p->a_trans == a_trans && p->b_trans == b_trans &&
+            p->lda == lda && p->ldb == ldb && p->ldc == ldc && p->acc == acc)
+            return p;
     }
     if (cx->n_mm == MM16_MAX) return NULL;
     dnnl_memory_desc_t a, b, c;
     dnnl_dims_t ad = {m, k}, bd = {k, n}, cd = {m, n};
-    dnnl_dims_t as = {k, 1}, bs = {b_trans ? 1 : n, b_trans ? k : 1}, cs = {ldc, 1};
+    dnnl_dims_t as = {a_trans ? 1 : lda, a_trans ? lda : 1}, bs = {b_trans ? 1 : ldb, b_trans ? ldb : 1},
+                cs = {ldc, 1};
+    const dnnl_data_type_t in = f32 ? dnnl_f32 : dnnl_bf16;
     dnnl_matmul_desc_t md;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
@@ -270,8 +282,8 @@ static const mm16 *mm16_get(cpu_ctx *cx, int m, int n, int k, int b_trans, int l
     dnnl_primitive_t prim = NULL;
     const int threads = omp_get_max_threads();
     omp_set_num_threads(1);
-    int ok = dnnl_memory_desc_init_by_strides(&a, 2, ad, dnnl_bf16, as) == dnnl_success &&
-             dnnl_memory_desc_init_by_strides(&b, 2, bd, dnnl_bf16, bs) == dnnl_success &&
+    int ok = dnnl_memory_desc_init_by_strides(&a, 2, ad, in, as) == dnnl_success &&
+             dnnl_memory_desc_init_by_strides(&b, 2, bd, in, bs) == dnnl_success &&
              dnnl_memory_desc_init_by_strides(&c, 2, cd, dnnl_f32, cs) == dnnl_success &&
              dnnl_matmul_desc_init(&md, &a, &b, NULL, &c) == dnnl_success &&
              dnnl_primitive_attr_create(&attr) == dnnl_success &&
@@ -279,15 +291,23 @@ static const mm16 *mm16_get(cpu_ctx *cx, int m, int n, int k, int b_trans, int l
     if (ok && acc)
         ok = dnnl_post_ops_create(&po) == dnnl_success && dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
              dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
-    ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, cx->eng, NULL) == dnnl_success &&
-         dnnl_primitive_create(&prim, pd) == dnnl_success;
+    ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, cx->eng, NULL) == dnnl_success;
+    const char *impl = NULL; /* "ref:any": oneDNN's reference loops, far slower than OpenBLAS */
+    ok = ok && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
+         strncmp(impl, "ref", 3) != 0 && dnnl_primitive_create(&prim, pd) == dnnl_success;
     omp_set_num_threads(threads);
     const dnnl_memory_desc_t *sp = ok ? dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0) : NULL;
-    if (ok) cx->mm[cx->n_mm] = (mm16){m, n, k, b_trans, ldc, acc, prim, sp ? dnnl_memory_desc_get_size(sp) : 0};
+    if (ok)
+        cx->mm[cx->n_mm] = (mm16){f32, m, n, k, a_trans, b_trans, lda, ldb, ldc, acc, prim,
+                                  sp ? dnnl_memory_desc_get_size(sp) : 0};
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (po) dnnl_post_ops_destroy(po);
     if (attr) dnnl_primitive_attr_destroy(attr);
     return ok ? &cx->mm[cx->n_mm++] : NULL;
+}
+
+static const mm16 *mm16_get(cpu_ctx *cx, int m, int n, int k, int b_trans, int ldc, int acc) {
+    return mm_get(cx, 0, m, n, k, 0, b_trans, k, b_trans ? k : n, ldc, acc);
 }
 
 /* a stream and scratch_n bytes of scratchpad for each of the threads OpenMP would start now */
@@ -323,7 +343,7 @@ static int slots_ready(cpu_ctx *cx, size_t scratch) {
 }
 
 /* one tile's product on the calling thread; 0 if oneDNN failed */
-static int mm16_run(const cpu_ctx *cx, const mm16 *p, const uint16_t *a, const uint16_t *b, float *c) {
+static int mm16_run(const cpu_ctx *cx, const mm16 *p, const void *a, const void *b, float *c) {
     const int slot = omp_get_thread_num();
     const dnnl_memory_desc_t *md[4];
     dnnl_memory_t mem[4] = {NULL, NULL, NULL, NULL};
@@ -377,17 +397,59 @@ static int gemm16(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, in
     }
     return 1;
 }
+
+/* C(M,N) = op(A) op(B) + beta C (beta 0 or 1), fp32, through oneDNN in sgemm_rows's tiles; 0 (C
+ * untouched) if oneDNN refuses a tile's shape */
+static int gemm32(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda,
+                  const float *B, int ldb, float beta, float *C, int ldc) {
+    int rows, nr, cols, nc;
+    gemm_plan(M, N, K, &rows, &nr, &cols, &nc);
+    const int at = ta != CblasNoTrans, bt = tb != CblasNoTrans, acc = beta != 0.0f;
+    const int lr = M - (nr - 1) * rows, lc = N - (nc - 1) * cols;
+    const mm16 *p[4] = {mm_get(cx, 1, rows, cols, K, at, bt, lda, ldb, ldc, acc),
+                        mm_get(cx, 1, rows, lc, K, at, bt, lda, ldb, ldc, acc),
+                        mm_get(cx, 1, lr, cols, K, at, bt, lda, ldb, ldc, acc),
+                        mm_get(cx, 1, lr, lc, K, at, bt, lda, ldb, ldc, acc)};
+    size_t sc = 0;
+    for (int i = 0; i < 4; i++) {
+        if (!p[i]) return 0;
+        if (p[i]->scratch > sc) sc = p[i]->scratch;
+    }
+    if (!slots_ready(cx, sc)) return 0;
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad)
+    for (int t = 0; t < nr * nc; t++) {
+        const int tr = t / nc, tc = t % nc, r0 = tr * rows, c0 = tc * cols;
+        const float *a = at ? A + r0 : A + (size_t)r0 * lda;
+        const float *b = bt ? B + (size_t)c0 * ldb : B + c0;
+        bad |= !mm16_run(cx, p[(tr == nr - 1) * 2 + (tc == nc - 1)], a, b, C + (size_t)r0 * ldc + c0);
+    }
+    if (bad) {
+        fprintf(stderr, "dtrain: oneDNN failed running a product (%d x %d x %d); stopping\n", M, K, N);
+        abort();
+    }
+    return 1;
+}
 #endif
+
+/* C(M,N) = op(A) op(B) + beta C in fp32: oneDNN's tiles (gemm32) where it runs them, else OpenBLAS's */
+static void fp32_gemm(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
+                      int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+#ifdef DT_HAVE_DNNL
+    if (cx->f32dnnl && gemm32(cx, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc)) return;
+#else
+    (void)cx;
+#endif
+    sgemm_rows(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+}
 
 /* a weight product: C(M,N) = op(A) op(B) + beta C, in bf16 where training.precision asks for it */
 static void weight_gemm(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
                         int lda, const float *B, int ldb, float beta, float *C, int ldc) {
 #ifdef DT_HAVE_DNNL
     if (cx->bf16 && gemm16(cx, ta, tb, M, N, K, A, lda, B, NULL, ldb, beta, C, ldc)) return;
-#else
-    (void)cx;
 #endif
-    sgemm_rows(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+    fp32_gemm(cx, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* ---- encoder ---- */
@@ -690,8 +752,8 @@ static void cpu_matmul16_fwd(void *ctx, dt_act *out_, const dt_act *inp_, const 
     for (int n0 = 0; n0 < N; n0 += nb) { /* out[:, n0..] = inp @ the piece */
         const int n = imin(nb, N - n0);
         const float *p = panel_fill(cx, w, K, N, n0, n, w_trans);
-        sgemm_rows(CblasNoTrans, w_trans ? CblasTrans : CblasNoTrans, M, n, K, 1.0f, inp, K, p, w_trans ? K : n, beta,
-                   out + n0, ldo);
+        fp32_gemm(cx, CblasNoTrans, w_trans ? CblasTrans : CblasNoTrans, M, n, K, inp, K, p, w_trans ? K : n, beta,
+                  out + n0, ldo);
     }
 }
 
@@ -708,8 +770,8 @@ static void cpu_matmul16_bwd(void *ctx, dt_act *dinp_, const dt_act *dout_, cons
     for (int n0 = 0; n0 < N; n0 += nb) { /* dinp(M,K) (+)= dout[:, n0..] @ the piece^T, the pieces in order */
         const int n = imin(nb, N - n0);
         const float *p = panel_fill(cx, w, K, N, n0, n, w_trans);
-        sgemm_rows(CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, n, 1.0f, dout + n0, ldo, p, w_trans ? K : n,
-                   n0 ? 1.0f : 0.0f, (float *)dinp_, K);
+        fp32_gemm(cx, CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, n, dout + n0, ldo, p, w_trans ? K : n,
+                  n0 ? 1.0f : 0.0f, (float *)dinp_, K);
     }
 }
 
@@ -1284,6 +1346,24 @@ static dt_status cpu_open(const dt_backend_cfg *cfg, void **ctx) {
         omp_set_num_threads(cfg->threads);
     }
     cx->bf16 = cfg->precision > 0; /* auto stays fp32 on CPUs */
+    /* fp32 weight products on oneDNN unless DTRAIN_CPU_GEMM=openblas (docs/PERFORMANCE.md: 7-11% off
+     * a step); a product oneDNN has only its reference loops for stays on OpenBLAS (mm_get) */
+    const char *gemm = getenv("DTRAIN_CPU_GEMM");
+    if (gemm && strcmp(gemm, "openblas") && strcmp(gemm, "onednn")) {
+        free(cx);
+        return dt_error_set(DT_ERR_CONFIG, "rank %d: DTRAIN_CPU_GEMM: expected openblas or onednn, got '%s'",
+                            cfg->rank, gemm);
+    }
+#ifdef DT_HAVE_DNNL
+    cx->f32dnnl = !gemm || !strcmp(gemm, "onednn");
+    if (cx->f32dnnl && dnnl_engine_create(&cx->eng, dnnl_cpu, 0) != dnnl_success) cx->f32dnnl = 0;
+#else
+    if (gemm && !strcmp(gemm, "onednn")) {
+        free(cx);
+        return dt_error_set(DT_ERR_CONFIG, "rank %d: DTRAIN_CPU_GEMM=onednn, but this dtrain was built without "
+                            "oneDNN (hint: apt-get install libdnnl-dev and build again)", cfg->rank);
+    }
+#endif
     if (cx->bf16) {
 #ifdef DT_HAVE_DNNL
         const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
@@ -1292,7 +1372,7 @@ static dt_status cpu_open(const dt_backend_cfg *cfg, void **ctx) {
             return dt_error_set(DT_ERR_CONFIG, "rank %d: training.precision: bf16 on the CPU needs AVX512-BF16 or "
                                 "AMX, which this CPU does not have (hint: training.precision: fp32)", cfg->rank);
         }
-        if (dnnl_engine_create(&cx->eng, dnnl_cpu, 0) != dnnl_success) {
+        if (!cx->eng && dnnl_engine_create(&cx->eng, dnnl_cpu, 0) != dnnl_success) {
             free(cx);
             return dt_error_set(DT_ERR_DEVICE, "rank %d: oneDNN could not open its CPU engine", cfg->rank);
         }
@@ -1353,8 +1433,11 @@ static int cpu_versions(char *buf, size_t n) {
                      : (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16 ? "AVX512-BF16"
                                                                                               : NULL;
     const int bad = strcmp(now, built) != 0;
-    snprintf(buf, n, "  %-9s %s (built with %s)%s, training.precision bf16 on this CPU: %s\n", "oneDNN", now, built,
-             bad ? "  MISMATCH" : "", bf ? bf : "no (neither AVX512-BF16 nor AMX)");
+    const char *gemm = getenv("DTRAIN_CPU_GEMM");
+    snprintf(buf, n, "  %-9s %s (built with %s)%s, fp32 products: %s, training.precision bf16 on this CPU: %s\n",
+             "oneDNN", now, built, bad ? "  MISMATCH" : "",
+             gemm && !strcmp(gemm, "openblas") ? "OpenBLAS (DTRAIN_CPU_GEMM=openblas)" : "oneDNN",
+             bf ? bf : "no (neither AVX512-BF16 nor AMX)");
     return bad;
 #else
     snprintf(buf, n, "  %-9s not built in (libdnnl-dev): training.precision bf16 on CPUs is refused\n", "oneDNN");
