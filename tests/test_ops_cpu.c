@@ -1279,8 +1279,9 @@ static void test_bf16_products(void) {
 
 /* fp32 products on oneDNN (the default where dtrain is built with it) against OpenBLAS's
  * (DTRAIN_CPU_GEMM=openblas): the same values within fp32 rounding, on a block's products, the
- * head, a wide head (tiles of columns only), generation's one row, a product too thin for a
- * tile, with a bias and accumulating weight gradients. `dtrain --version`'s oneDNN line says
+ * head, a wide head (tiles of columns only), with a bias and accumulating weight gradients;
+ * products of fewer than 256 rows (generation's one row, a product too thin for a tile) run on
+ * OpenBLAS in both, bit for bit. `dtrain --version`'s oneDNN line says
  * which runs them; a DTRAIN_CPU_GEMM other than those two is refused by name. Where this test
  * already runs on OpenBLAS (ctest's test_ops_cpu_openblas) or dtrain has no oneDNN, only the
  * refusal is tested. */
@@ -1326,7 +1327,14 @@ static void test_fp32_gemm_choice(void) {
             for (size_t i = 0; i < nmn; i++) CHECK_NEAR_REL(out[0][i], out[1][i], 1e-5, 0.1 * sqrt((double)K));
             for (size_t i = 0; i < nmk; i++) CHECK_NEAR_REL(dinp[0][i], dinp[1][i], 1e-5, 0.1 * sqrt((double)N));
             for (size_t i = 0; i < nkn; i++) CHECK_NEAR_REL(dw[0][i], dw[1][i], 1e-5, sqrt((double)M));
-            differ |= memcmp(out[0], out[1], nmn * sizeof(float)) != 0;
+            differ |= memcmp(out[0], out[1], nmn * sizeof(float)) || memcmp(dinp[0], dinp[1], nmk * sizeof(float)) ||
+                      memcmp(dw[0], dw[1], nkn * sizeof(float));
+            if (M < 256) { /* fewer rows than a tile: OpenBLAS in both, bit for bit (so are the
+                              weight gradients with fewer than 256 rows, K or N here) */
+                CHECK(memcmp(out[0], out[1], nmn * sizeof(float)) == 0);
+                CHECK(memcmp(dinp[0], dinp[1], nmk * sizeof(float)) == 0);
+            }
+            if ((wt ? N : K) < 256) CHECK(memcmp(dw[0], dw[1], nkn * sizeof(float)) == 0);
             for (int r = 0; r < 2; r++) bfree(out[r]), bfree(dinp[r]), bfree(dw[r]);
             bfree(inp), bfree(w), bfree(bias), bfree(dout), bfree(dw0);
         }

@@ -1,7 +1,9 @@
-/* ops_cpu.c — the CPU backend (include/dtrain/ops.h): OpenBLAS and OpenMP, activations in fp32.
+/* ops_cpu.c — the CPU backend (include/dtrain/ops.h): oneDNN, OpenBLAS and OpenMP, activations
+ * in fp32.
  *
- * Every matmul, attention included, is one or a few cblas_sgemm calls (OpenBLAS, OpenMP
- * build); everything else is a plain loop parallelised with OpenMP over rows, heads or
+ * Every weight product is a oneDNN matmul a tile (gemm32; OpenBLAS's sgemm in a build without
+ * oneDNN or under DTRAIN_CPU_GEMM=openblas), every other matmul (attention, LoRA's thin products)
+ * one or a few cblas_sgemm calls (OpenBLAS, OpenMP build); everything else is a plain loop parallelised with OpenMP over rows, heads or
  * column chunks. Attention runs one (batch, head) per OpenMP iteration; inside a parallel
  * region the OpenMP build of OpenBLAS runs single-threaded, so the two never oversubscribe.
  *
@@ -9,8 +11,9 @@
  * (encoder_bwd, bias and LayerNorm weight gradients, scatter_add_rows, sumsq) are written
  * so that it does not: their results are bit-identical for any number of threads. So are the
  * matmuls: OpenBLAS's own threading is not (on AMD EPYC, 0.3.21, a product's values change with
- * the thread count), so each is split into tiles of the result sized by the shape alone, one
- * single-threaded sgemm each, run in parallel by OpenMP (sgemm_rows).
+ * the thread count), so each is split into tiles of the result sized by the shape alone
+ * (gemm_plan), one single-threaded sgemm or oneDNN primitive each, run in parallel by OpenMP
+ * (sgemm_rows, gemm32).
  * exp (softmax, cross-entropy, GELU, SiLU) is an inlined polynomial (fast_expf, ~2e-7 relative)
  * so that those loops vectorize; GELU uses the exact identity 0.5(1 + tanh u) = 1/(1 + e^-2u).
  *
@@ -19,8 +22,9 @@
  * (gemm16); everything else stays as above.
  *
  * This backend is the reference the CUDA ops are tested against; it allocates nothing after
- * init except through alloc, and, with bf16 products, oneDNN's primitives and the bf16 copies
- * of a product's inputs (made, or grown, the first time a shape comes). */
+ * init except through alloc, and oneDNN's primitives with their per-thread scratchpads and, with
+ * bf16 products, the bf16 copies of a product's inputs (made, or grown, the first time a shape
+ * comes). */
 #include "dtrain/ops.h"
 
 #include "dtrain/bf16.h"
@@ -38,14 +42,15 @@
 #endif
 
 #ifdef DT_HAVE_DNNL
-/* one oneDNN matmul: C(m,n) (+)= A(m,k) B(k,n), A and B bf16 and dense (B stored (k,n), or (n,k)
- * when b_trans), C fp32 with rows ldc apart; made for one thread (see mm16_get) */
+/* one oneDNN matmul: C(m,n) (+)= op(A)(m,k) op(B)(k,n), A and B fp32 (f32) or bf16, stored
+ * transposed or not with rows lda and ldb apart, C fp32 with rows ldc apart; made for one thread
+ * (see mm_get); prim NULL where oneDNN refused the shape */
 typedef struct mm16 {
     int f32, m, n, k, a_trans, b_trans, lda, ldb, ldc, acc;
     dnnl_primitive_t prim;
     size_t scratch; /* bytes of its scratchpad (user-managed: one per thread) */
 } mm16;
-#define MM16_MAX 512 /* primitives kept: a model's products come in a few dozen shapes */
+#define MM16_MAX 512 /* primitives kept: a model's products come in a few dozen shapes (mm_room) */
 #endif
 
 typedef struct cpu_ctx {
@@ -258,9 +263,20 @@ static void pack16(uint16_t *dst, const float *src, int rows, int cols, int ld, 
     }
 }
 
-/* the primitive for C(m,n) (+ C when acc) = A(m,k) B(k,n), made on first use; NULL if oneDNN
- * refuses it or the table is full. Made with OpenMP's thread count at 1: oneDNN plans a
- * primitive's work for the threads it sees then, and each runs inside one tile's thread. */
+/* Room for `want` more primitives in the table: when it is short, all are dropped (generation's
+ * growing products can come in hundreds of shapes). Never a fallback to OpenBLAS instead, so which
+ * library runs a product does not depend on what ran before (a resumed run gives the same bits). */
+static void mm_room(cpu_ctx *cx, int want) {
+    if (cx->n_mm + want <= MM16_MAX) return;
+    for (int i = 0; i < cx->n_mm; i++)
+        if (cx->mm[i].prim) dnnl_primitive_destroy(cx->mm[i].prim);
+    cx->n_mm = 0;
+}
+
+/* the table's entry for C(m,n) (+ C when acc) = op(A)(m,k) op(B)(k,n), made on first use (the
+ * caller made room, mm_room); its prim is NULL where oneDNN refuses the shape or has only its
+ * reference loops for it. Made with OpenMP's thread count at 1: oneDNN plans a primitive's work
+ * for the threads it sees then, and each runs inside one tile's thread. */
 static const mm16 *mm_get(cpu_ctx *cx, int f32, int m, int n, int k, int a_trans, int b_trans, int lda, int ldb,
                           int ldc, int acc) {
     for (int i = 0; i < cx->n_mm; i++) {
@@ -269,7 +285,6 @@ static const mm16 *mm_get(cpu_ctx *cx, int f32, int m, int n, int k, int a_trans
             p->lda == lda && p->ldb == ldb && p->ldc == ldc && p->acc == acc)
             return p;
     }
-    if (cx->n_mm == MM16_MAX) return NULL;
     dnnl_memory_desc_t a, b, c;
     dnnl_dims_t ad = {m, k}, bd = {k, n}, cd = {m, n};
     dnnl_dims_t as = {a_trans ? 1 : lda, a_trans ? lda : 1}, bs = {b_trans ? 1 : ldb, b_trans ? ldb : 1},
@@ -297,13 +312,13 @@ static const mm16 *mm_get(cpu_ctx *cx, int f32, int m, int n, int k, int a_trans
          strncmp(impl, "ref", 3) != 0 && dnnl_primitive_create(&prim, pd) == dnnl_success;
     omp_set_num_threads(threads);
     const dnnl_memory_desc_t *sp = ok ? dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0) : NULL;
-    if (ok)
-        cx->mm[cx->n_mm] = (mm16){f32, m, n, k, a_trans, b_trans, lda, ldb, ldc, acc, prim,
-                                  sp ? dnnl_memory_desc_get_size(sp) : 0};
+    cx->mm[cx->n_mm] = (mm16){f32, m, n, k, a_trans, b_trans, lda, ldb, ldc, acc, ok ? prim : NULL,
+                              ok && sp ? dnnl_memory_desc_get_size(sp) : 0};
+    if (!ok && prim) dnnl_primitive_destroy(prim);
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (po) dnnl_post_ops_destroy(po);
     if (attr) dnnl_primitive_attr_destroy(attr);
-    return ok ? &cx->mm[cx->n_mm++] : NULL;
+    return &cx->mm[cx->n_mm++];
 }
 
 static const mm16 *mm16_get(cpu_ctx *cx, int m, int n, int k, int b_trans, int ldc, int acc) {
@@ -378,9 +393,10 @@ static int gemm16(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, in
     const int nr0 = imin(pow2_floor(M / GEMM_TILE), GEMM_TILES);
     const int rows = nr0 == 1 ? M : ((M + nr0 - 1) / nr0 + 15) / 16 * 16, nr = (M + rows - 1) / rows;
     const int last = M - (nr - 1) * rows, acc = beta != 0.0f, bt = tb != CblasNoTrans;
+    mm_room(cx, 2);
     const mm16 *full = mm16_get(cx, rows, N, K, bt, ldc, acc);
     const mm16 *tail = last == rows ? full : mm16_get(cx, last, N, K, bt, ldc, acc);
-    if (!full || !tail || !slots_ready(cx, full->scratch > tail->scratch ? full->scratch : tail->scratch) ||
+    if (!full->prim || !tail->prim || !slots_ready(cx, full->scratch > tail->scratch ? full->scratch : tail->scratch) ||
         !grow((void **)&cx->a16, &cx->a16_n, (size_t)M * K, sizeof(uint16_t)) ||
         (!B16 && !grow((void **)&cx->b16, &cx->b16_n, (size_t)K * N, sizeof(uint16_t))))
         return 0;
@@ -399,20 +415,24 @@ static int gemm16(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, in
 }
 
 /* C(M,N) = op(A) op(B) + beta C (beta 0 or 1), fp32, through oneDNN in sgemm_rows's tiles; 0 (C
- * untouched) if oneDNN refuses a tile's shape */
+ * untouched) if oneDNN refuses a tile's shape, and for products of fewer than GEMM_TILE rows
+ * (generation's few rows, whose new lengths would each make new primitives; a rule of the shape,
+ * as the bf16 products' is, so a product's library never depends on the thread count or history) */
 static int gemm32(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc) {
     int rows, nr, cols, nc;
     gemm_plan(M, N, K, &rows, &nr, &cols, &nc);
     const int at = ta != CblasNoTrans, bt = tb != CblasNoTrans, acc = beta != 0.0f;
     const int lr = M - (nr - 1) * rows, lc = N - (nc - 1) * cols;
+    if (M < GEMM_TILE || (beta != 0.0f && beta != 1.0f)) return 0;
+    mm_room(cx, 4);
     const mm16 *p[4] = {mm_get(cx, 1, rows, cols, K, at, bt, lda, ldb, ldc, acc),
                         mm_get(cx, 1, rows, lc, K, at, bt, lda, ldb, ldc, acc),
                         mm_get(cx, 1, lr, cols, K, at, bt, lda, ldb, ldc, acc),
                         mm_get(cx, 1, lr, lc, K, at, bt, lda, ldb, ldc, acc)};
     size_t sc = 0;
     for (int i = 0; i < 4; i++) {
-        if (!p[i]) return 0;
+        if (!p[i]->prim) return 0;
         if (p[i]->scratch > sc) sc = p[i]->scratch;
     }
     if (!slots_ready(cx, sc)) return 0;
@@ -1392,7 +1412,7 @@ static void cpu_close(void *ctx) {
     if (!cx) return;
     free(cx->panel);
 #ifdef DT_HAVE_DNNL
-    for (int i = 0; i < cx->n_mm; i++) dnnl_primitive_destroy(cx->mm[i].prim);
+    mm_room(cx, MM16_MAX + 1); /* all dropped */
     for (int i = 0; i < cx->slots; i++) {
         dnnl_stream_destroy(cx->streams[i]);
         free(cx->scratch[i]);
