@@ -1905,6 +1905,7 @@ static int cu_versions_here(char *buf, size_t n) {
 static int cu_versions(char *buf, size_t n) {
     int fd[2];
     if (n == 0 || pipe(fd) != 0) return cu_versions_here(buf, n);
+    fflush(NULL); /* the child inherits empty buffers: cuBLASLt's unload flushes stdout there */
     const pid_t pid = fork();
     if (pid < 0) {
         close(fd[0]);
