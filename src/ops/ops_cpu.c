@@ -1,10 +1,11 @@
 /* ops_cpu.c — the CPU backend (include/dtrain/ops.h): oneDNN, OpenBLAS and OpenMP, activations
  * in fp32.
  *
- * Every weight product is a oneDNN matmul a tile (gemm32; OpenBLAS's sgemm in a build without
- * oneDNN or under DTRAIN_CPU_GEMM=openblas), every other matmul (attention, LoRA's thin products)
- * one or a few cblas_sgemm calls (OpenBLAS, OpenMP build); everything else is a plain loop parallelised with OpenMP over rows, heads or
- * column chunks. Attention runs one (batch, head) per OpenMP iteration; inside a parallel
+ * A weight product of 256 rows or more is one oneDNN matmul a tile (gemm32; OpenBLAS's sgemm in a
+ * build without oneDNN, on a CPU without AVX2, or under DTRAIN_CPU_GEMM=openblas); every other
+ * matmul (fewer rows, the attention, LoRA's thin products) is one or a few cblas_sgemm calls
+ * (OpenBLAS, OpenMP build); everything else is a plain loop parallelised with OpenMP over rows,
+ * heads or column chunks. Attention runs one (batch, head) per OpenMP iteration; inside a parallel
  * region the OpenMP build of OpenBLAS runs single-threaded, so the two never oversubscribe.
  *
  * Numerics follow DESIGN.md §4. Reductions whose order could depend on the thread count
@@ -420,11 +421,11 @@ static int gemm16(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, in
  * as the bf16 products' is, so a product's library never depends on the thread count or history) */
 static int gemm32(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M < GEMM_TILE || (beta != 0.0f && beta != 1.0f)) return 0;
     int rows, nr, cols, nc;
     gemm_plan(M, N, K, &rows, &nr, &cols, &nc);
     const int at = ta != CblasNoTrans, bt = tb != CblasNoTrans, acc = beta != 0.0f;
     const int lr = M - (nr - 1) * rows, lc = N - (nc - 1) * cols;
-    if (M < GEMM_TILE || (beta != 0.0f && beta != 1.0f)) return 0;
     mm_room(cx, 4);
     const mm16 *p[4] = {mm_get(cx, 1, rows, cols, K, at, bt, lda, ldb, ldc, acc),
                         mm_get(cx, 1, rows, lc, K, at, bt, lda, ldb, ldc, acc),
@@ -1366,8 +1367,9 @@ static dt_status cpu_open(const dt_backend_cfg *cfg, void **ctx) {
         omp_set_num_threads(cfg->threads);
     }
     cx->bf16 = cfg->precision > 0; /* auto stays fp32 on CPUs */
-    /* fp32 weight products on oneDNN unless DTRAIN_CPU_GEMM=openblas (docs/PERFORMANCE.md: 7-11% off
-     * a step); a product oneDNN has only its reference loops for stays on OpenBLAS (mm_get) */
+    /* fp32 weight products on oneDNN unless DTRAIN_CPU_GEMM=openblas (docs/PERFORMANCE.md: 7-13% off
+     * a step on an AVX-512 CPU); not below AVX2, where its fp32 matmul has no JIT kernels, and a
+     * product oneDNN has only its reference loops for stays on OpenBLAS too (mm_get) */
     const char *gemm = getenv("DTRAIN_CPU_GEMM");
     if (gemm && strcmp(gemm, "openblas") && strcmp(gemm, "onednn")) {
         free(cx);
@@ -1375,7 +1377,8 @@ static dt_status cpu_open(const dt_backend_cfg *cfg, void **ctx) {
                             cfg->rank, gemm);
     }
 #ifdef DT_HAVE_DNNL
-    cx->f32dnnl = !gemm || !strcmp(gemm, "onednn");
+    cx->f32dnnl = (!gemm || !strcmp(gemm, "onednn")) &&
+                  (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2;
     if (cx->f32dnnl && dnnl_engine_create(&cx->eng, dnnl_cpu, 0) != dnnl_success) cx->f32dnnl = 0;
 #else
     if (gemm && !strcmp(gemm, "onednn")) {
@@ -1456,7 +1459,9 @@ static int cpu_versions(char *buf, size_t n) {
     const char *gemm = getenv("DTRAIN_CPU_GEMM");
     snprintf(buf, n, "  %-9s %s (built with %s)%s, fp32 products: %s, training.precision bf16 on this CPU: %s\n",
              "oneDNN", now, built, bad ? "  MISMATCH" : "",
-             gemm && !strcmp(gemm, "openblas") ? "OpenBLAS (DTRAIN_CPU_GEMM=openblas)" : "oneDNN",
+             gemm && !strcmp(gemm, "openblas")                       ? "OpenBLAS (DTRAIN_CPU_GEMM=openblas)"
+             : (isa & dnnl_cpu_isa_avx2) != dnnl_cpu_isa_avx2 ? "OpenBLAS (no AVX2 here)"
+                                                                : "oneDNN",
              bf ? bf : "no (neither AVX512-BF16 nor AMX)");
     return bad;
 #else
