@@ -89,6 +89,7 @@ static double backend_peak(const dt_backend *be, int BT, int C, int F) {
         const int M = shapes[i][0], K = shapes[i][1], N = shapes[i][2];
         float *a = malloc((size_t)M * K * sizeof(float)), *b = malloc((size_t)K * N * sizeof(float)),
               *c = malloc((size_t)M * N * sizeof(float));
+        if (!a || !b || !c) { fprintf(stderr, "out of memory for the products' peak\n"); exit(1); }
         for (size_t j = 0; j < (size_t)M * K; j++) a[j] = (float)(j % 7) * 0.1f;
         for (size_t j = 0; j < (size_t)K * N; j++) b[j] = (float)(j % 5) * 0.1f;
         for (int r = 0; r <= 5; r++) {

@@ -51,7 +51,7 @@ typedef struct mm16 {
     dnnl_primitive_t prim;
     size_t scratch; /* bytes of its scratchpad (user-managed: one per thread) */
 } mm16;
-#define MM16_MAX 512 /* primitives kept: a model's products come in a few dozen shapes (mm_room) */
+#define MM16_MAX 128 /* primitives kept: a model's products come in a few dozen shapes (mm_room) */
 #endif
 
 typedef struct cpu_ctx {
@@ -230,7 +230,7 @@ static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int
  * AVX512-BF16 kernels want dense operands, and a block of columns is not), each block one
  * primitive made for one thread and run on the thread of its block, so the values do not depend
  * on the thread count. Products with fewer than GEMM_TILE rows, and any that oneDNN refuses,
- * run in fp32 (sgemm_rows). The copies (the largest product's inputs in bf16) and oneDNN's
+ * run in fp32 (fp32_gemm). The copies (the largest product's inputs in bf16) and oneDNN's
  * per-thread scratchpads are this mode's extra memory. */
 
 /* *buf holds at least want elements of size el (grown, 64-byte aligned; contents not kept) */
@@ -1391,6 +1391,7 @@ static dt_status cpu_open(const dt_backend_cfg *cfg, void **ctx) {
 #ifdef DT_HAVE_DNNL
         const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
         if ((isa & dnnl_cpu_isa_avx512_core_bf16) != dnnl_cpu_isa_avx512_core_bf16) {
+            if (cx->eng) dnnl_engine_destroy(cx->eng); /* made above for the fp32 products */
             free(cx);
             return dt_error_set(DT_ERR_CONFIG, "rank %d: training.precision: bf16 on the CPU needs AVX512-BF16 or "
                                 "AMX, which this CPU does not have (hint: training.precision: fp32)", cfg->rank);
