@@ -49,16 +49,20 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Best FLOP/s of one sgemm shape (M,K,N) over `reps` runs after a warm-up. */
-static double sgemm_rate(int M, int K, int N, int reps) {
+/* Best FLOP/s of one product shape (M,K,N) over `reps` runs after a warm-up: one whole
+ * cblas_sgemm (OpenBLAS's own threads) when be is NULL, else the backend's matmul_fwd (its tiles,
+ * on oneDNN or OpenBLAS). */
+static double gemm_rate(const dt_backend *be, int M, int K, int N, int reps) {
     float *a = malloc((size_t)M * K * sizeof(float)), *b = malloc((size_t)K * N * sizeof(float)),
           *c = malloc((size_t)M * N * sizeof(float));
+    if (!a || !b || !c) { fprintf(stderr, "out of memory for a %d x %d x %d product\n", M, K, N); exit(1); }
     for (size_t i = 0; i < (size_t)M * K; i++) a[i] = (float)(i % 7) * 0.1f;
     for (size_t i = 0; i < (size_t)K * N; i++) b[i] = (float)(i % 5) * 0.1f;
     double best = 0;
     for (int r = 0; r <= reps; r++) {
         double t0 = now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a, K, b, N, 0.0f, c, N);
+        if (be) be->ops->matmul_fwd(be->ctx, (dt_act *)c, (const dt_act *)a, b, NULL, M, K, N, N, 0);
+        else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a, K, b, N, 0.0f, c, N);
         double rate = 2.0 * M * (double)K * N / (now_s() - t0);
         if (r > 0 && rate > best) best = rate;
     }
@@ -66,39 +70,17 @@ static double sgemm_rate(int M, int K, int N, int reps) {
     return best;
 }
 
-/* The sgemm peak: the best rate over large square products and the model's own shapes. */
-static double sgemm_peak(int BT, int C, int F, char *which, size_t n) { /* F: the MLP's width */
+/* The peak: the best rate over large square products and the model's own shapes, of one whole
+ * sgemm (be NULL: "the sgemm peak") or of the backend's products; which: the best shape. */
+static double gemm_peak(const dt_backend *be, int BT, int C, int F, char *which, size_t n) { /* F: the MLP's width */
     const int shapes[][3] = {{1024, 1024, 1024}, {2048, 2048, 2048}, {BT, C, F}, {BT, F, C}, {BT, C, 3 * C}};
     double best = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        double r = sgemm_rate(shapes[i][0], shapes[i][1], shapes[i][2], 5);
+        double r = gemm_rate(be, shapes[i][0], shapes[i][1], shapes[i][2], 5);
         if (r > best) {
             best = r;
             snprintf(which, n, "M=%d K=%d N=%d", shapes[i][0], shapes[i][1], shapes[i][2]);
         }
-    }
-    return best;
-}
-
-/* The same over the backend's own products (matmul_fwd: its tiles, on oneDNN or OpenBLAS), so
- * that a step can be read against what its products reach on this machine too. */
-static double backend_peak(const dt_backend *be, int BT, int C, int F) {
-    const int shapes[][3] = {{1024, 1024, 1024}, {2048, 2048, 2048}, {BT, C, F}, {BT, F, C}, {BT, C, 3 * C}};
-    double best = 0;
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        const int M = shapes[i][0], K = shapes[i][1], N = shapes[i][2];
-        float *a = malloc((size_t)M * K * sizeof(float)), *b = malloc((size_t)K * N * sizeof(float)),
-              *c = malloc((size_t)M * N * sizeof(float));
-        if (!a || !b || !c) { fprintf(stderr, "out of memory for the products' peak\n"); exit(1); }
-        for (size_t j = 0; j < (size_t)M * K; j++) a[j] = (float)(j % 7) * 0.1f;
-        for (size_t j = 0; j < (size_t)K * N; j++) b[j] = (float)(j % 5) * 0.1f;
-        for (int r = 0; r <= 5; r++) {
-            double t0 = now_s();
-            be->ops->matmul_fwd(be->ctx, (dt_act *)c, (const dt_act *)a, b, NULL, M, K, N, N, 0);
-            double rate = 2.0 * M * (double)K * N / (now_s() - t0);
-            if (r > 0 && rate > best) best = rate;
-        }
-        free(a); free(b); free(c);
     }
     return best;
 }
@@ -218,7 +200,7 @@ int main(int argc, char **argv) {
     dt_backend *be;
     if (dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = threads, .precision = bf16 ? 1 : 0}, &be) != DT_OK) { fprintf(stderr, "%s\n", dt_error_msg()); return 1; }
     char which[64];
-    double peak = sgemm_peak(B * T, C, llama ? F : 4 * C, which, sizeof which);
+    double peak = gemm_peak(NULL, B * T, C, llama ? F : 4 * C, which, sizeof which);
     if (by_product) {
         const int hd = hs ? hs : C / H, kv = llama ? KV : H, A = H * hd;
         printf("%s V=%d T=%d C=%d H=%d B=%d, %d threads; sgemm peak %.1f GFLOP/s (%s)\n\n", llama ? "Llama" : "GPT-2", V, T,
@@ -286,9 +268,10 @@ int main(int argc, char **argv) {
                      dt_model_num_params(m), dt_model_num_frozen(m), base16 ? "matrices in bf16" : "fp32");
     dt_backend_desc d;
     be->ops->describe(be->ctx, &d);
-    const double bpeak = backend_peak(be, B * T, C, llama ? F : 4 * C);
+    char bwhich[64];
+    const double bpeak = gemm_peak(be, B * T, C, llama ? F : 4 * C, bwhich, sizeof bwhich);
     printf("sgemm peak (best shape %s):  %8.1f GFLOP/s\n", which, peak / 1e9);
-    printf("dtrain's products' peak (%s), same shapes: %.1f GFLOP/s\n", d.per_worker, bpeak / 1e9);
+    printf("dtrain's products' peak (%s; best shape %s): %.1f GFLOP/s\n", d.per_worker, bwhich, bpeak / 1e9);
     printf("training step: mean %.1f ms, best %.1f ms (forward best %.1f ms) over %d steps\n", mean * 1e3, best * 1e3,
            fwd_best * 1e3, steps);
     printf("tokens/s (mean):                  %8.0f\n", tokens / mean);

@@ -1357,6 +1357,28 @@ static size_t cpu_scratch_bytes(const dt_op_sizes *sizes, int bf16) {
     return panel_floats(sizes) * sizeof(float);
 }
 
+/* Which library runs the fp32 weight products (DTRAIN_CPU_GEMM, the build, the CPU): 1 oneDNN,
+ * 0 OpenBLAS, -1 a value that is neither name. why: what the --version line says. */
+static int fp32_on_dnnl(const char **why) {
+    const char *gemm = getenv("DTRAIN_CPU_GEMM");
+    *why = "oneDNN";
+    if (gemm && strcmp(gemm, "openblas") && strcmp(gemm, "onednn")) return -1;
+    if (gemm && !strcmp(gemm, "openblas")) {
+        *why = "OpenBLAS (DTRAIN_CPU_GEMM=openblas)";
+        return 0;
+    }
+#ifdef DT_HAVE_DNNL
+    if ((dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx2) != dnnl_cpu_isa_avx2) {
+        *why = "OpenBLAS (no AVX2 here)";
+        return 0;
+    }
+    return 1;
+#else
+    *why = "OpenBLAS (built without oneDNN)";
+    return gemm ? -1 : 0; /* DTRAIN_CPU_GEMM=onednn cannot be honoured */
+#endif
+}
+
 static dt_status cpu_open(const dt_backend_cfg *cfg, void **ctx) {
     *ctx = NULL;
     cpu_ctx *cx = dt_calloc(1, sizeof *cx, "CPU op context");
@@ -1370,22 +1392,21 @@ static dt_status cpu_open(const dt_backend_cfg *cfg, void **ctx) {
     /* fp32 weight products on oneDNN unless DTRAIN_CPU_GEMM=openblas (docs/PERFORMANCE.md: 7-13% off
      * a step on an AVX-512 CPU); not below AVX2, where its fp32 matmul has no JIT kernels, and a
      * product oneDNN has only its reference loops for stays on OpenBLAS too (mm_get) */
-    const char *gemm = getenv("DTRAIN_CPU_GEMM");
-    if (gemm && strcmp(gemm, "openblas") && strcmp(gemm, "onednn")) {
+    const char *why;
+    const int on_dnnl = fp32_on_dnnl(&why);
+    if (on_dnnl < 0) {
         free(cx);
-        return dt_error_set(DT_ERR_CONFIG, "rank %d: DTRAIN_CPU_GEMM: expected openblas or onednn, got '%s'",
-                            cfg->rank, gemm);
+        return dt_error_set(DT_ERR_CONFIG, "rank %d: DTRAIN_CPU_GEMM: expected openblas or onednn, got '%s'%s",
+                            cfg->rank, getenv("DTRAIN_CPU_GEMM"),
+#ifdef DT_HAVE_DNNL
+                            "");
+#else
+                            " (this dtrain was built without oneDNN, so only openblas: apt-get install "
+                            "libdnnl-dev and build again for onednn)");
+#endif
     }
 #ifdef DT_HAVE_DNNL
-    cx->f32dnnl = (!gemm || !strcmp(gemm, "onednn")) &&
-                  (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2;
-    if (cx->f32dnnl && dnnl_engine_create(&cx->eng, dnnl_cpu, 0) != dnnl_success) cx->f32dnnl = 0;
-#else
-    if (gemm && !strcmp(gemm, "onednn")) {
-        free(cx);
-        return dt_error_set(DT_ERR_CONFIG, "rank %d: DTRAIN_CPU_GEMM=onednn, but this dtrain was built without "
-                            "oneDNN (hint: apt-get install libdnnl-dev and build again)", cfg->rank);
-    }
+    cx->f32dnnl = on_dnnl && dnnl_engine_create(&cx->eng, dnnl_cpu, 0) == dnnl_success;
 #endif
     if (cx->bf16) {
 #ifdef DT_HAVE_DNNL
@@ -1457,13 +1478,10 @@ static int cpu_versions(char *buf, size_t n) {
                      : (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16 ? "AVX512-BF16"
                                                                                               : NULL;
     const int bad = strcmp(now, built) != 0;
-    const char *gemm = getenv("DTRAIN_CPU_GEMM");
+    const char *why;
+    fp32_on_dnnl(&why);
     snprintf(buf, n, "  %-9s %s (built with %s)%s, fp32 products: %s, training.precision bf16 on this CPU: %s\n",
-             "oneDNN", now, built, bad ? "  MISMATCH" : "",
-             gemm && !strcmp(gemm, "openblas")                       ? "OpenBLAS (DTRAIN_CPU_GEMM=openblas)"
-             : (isa & dnnl_cpu_isa_avx2) != dnnl_cpu_isa_avx2 ? "OpenBLAS (no AVX2 here)"
-                                                                : "oneDNN",
-             bf ? bf : "no (neither AVX512-BF16 nor AMX)");
+             "oneDNN", now, built, bad ? "  MISMATCH" : "", why, bf ? bf : "no (neither AVX512-BF16 nor AMX)");
     return bad;
 #else
     snprintf(buf, n, "  %-9s not built in (libdnnl-dev): training.precision bf16 on CPUs is refused\n", "oneDNN");
