@@ -165,6 +165,39 @@ static void products(const dt_backend *be, int threads, int reps, int BT, int C,
     printf("| all | | %.2f | | %.2f | | %.2f |\n", tot_d * 1e3, tot_w * 1e3, tot_d / tot_w);
 }
 
+/* --products: the attention's rows under the table, forward and backward through the backend;
+ * GFLOP/s counts the causal half of its four (B, NH, T, T, hs) products' 2 T T hs each */
+typedef struct att_run {
+    const dt_backend *be;
+    dt_att_shape s;
+    float *qkv, *out, *att, *dout, *dqkv, *datt;
+    int bwd;
+} att_run;
+
+static void att_call(void *arg) {
+    att_run *a = arg;
+    const dt_ops *o = a->be->ops;
+    if (!a->bwd) o->attention_fwd(a->be->ctx, (dt_act *)a->out, a->att, (dt_act *)a->qkv, &a->s);
+    else o->attention_bwd(a->be->ctx, (dt_act *)a->dqkv, a->datt, (dt_act *)a->dout, (dt_act *)a->qkv, (dt_act *)a->out,
+                          a->att, &a->s);
+}
+
+static void attention_rows(const dt_backend *be, int reps, int B, int T, int NH, int NKV, int hs) {
+    att_run a = {.be = be, .s = {B, T, NH, NKV, hs, NULL}};
+    size_t att, datt;
+    be->ops->attention_bytes(be->ctx, &a.s, 0, &att, &datt);
+    const size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * hs, nout = (size_t)B * T * NH * hs;
+    a.qkv = filled(nqkv), a.dqkv = filled(nqkv), a.out = filled(nout), a.dout = filled(nout);
+    a.att = malloc(att), a.datt = malloc(datt);
+    const double flop = 2.0 * 2.0 * B * NH * (double)T * T * hs / 2; /* forward: q k^T and p v, causal */
+    for (a.bwd = 0; a.bwd < 2; a.bwd++) {
+        const double t = best_of(reps, att_call, &a), f = flop * (a.bwd ? 2 : 1);
+        printf("| attention %s | B %d T %d NH %d NKV %d hs %d | %.2f | %.1f | | | |\n", a.bwd ? "backward" : "forward", B, T,
+               NH, NKV, hs, t * 1e3, f / t / 1e9);
+    }
+    free(a.qkv); free(a.dqkv); free(a.out); free(a.dout); free(a.att); free(a.datt);
+}
+
 int main(int argc, char **argv) {
     int threads = 2, steps = 10, B = 8, T = 256, L = 4, C = 256, H = 4, V = 256, llama = 0, KV = 0, F = 0, hs = 0, tied = 1;
     int by_product = 0, lora = 0, base16 = 0, bf16 = 0;
@@ -206,6 +239,7 @@ int main(int argc, char **argv) {
         printf("%s V=%d T=%d C=%d H=%d B=%d, %d threads; sgemm peak %.1f GFLOP/s (%s)\n\n", llama ? "Llama" : "GPT-2", V, T,
                C, H, B, threads, peak / 1e9, which);
         products(be, threads, steps, B * T, C, (H + 2 * kv) * hd, A, llama ? 2 * F : 4 * C, llama ? F : 4 * C, V, llama);
+        attention_rows(be, steps, B, T, H, kv, hd);
         dt_backend_close(be);
         return 0;
     }
