@@ -191,20 +191,21 @@ static int pow2_floor(int n) { /* the largest power of two <= n, for n >= 1 */
 /* C(M,N) = alpha op(A)(M,K) op(B)(K,N) + beta C (row-major), as tiles of C chosen by the shape
  * alone. OpenBLAS packs all of B again for every tile of rows and all of A for every tile of
  * columns, so tiles are large: blocks of at least GEMM_TILE rows, a power of two of them up to
- * GEMM_TILES; then, if that makes fewer than GEMM_MIN_TILES, blocks of at least GEMM_TILE
- * columns too. When A is small next to B (fewer than GEMM_TILE rows: generation's single token,
- * LoRA's thin products; or a wide B, GEMM_WIDE_B, which is split by columns only) packing A again
- * costs little, and columns are split up to GEMM_TILES tiles. Power-of-two counts share out
- * evenly over 2, 4, 8 or 16 threads. One sgemm a tile, single-threaded inside the parallel
- * region (OpenBLAS's OpenMP build), so every value is computed the same way for any number of
- * threads. (docs/PERFORMANCE.md: 64-row tiles spent a fifth of a SmolLM2 step packing.) */
+ * GEMM_TILES; then, if that makes fewer than GEMM_MIN_TILES, blocks of at least GEMM_TILE / 2
+ * columns too (so that a weight gradient of 256 x 256 is two tiles, not one thread's work). When
+ * A is small next to B (fewer than GEMM_TILE rows: generation's single token, LoRA's thin
+ * products; or a wide B, GEMM_WIDE_B, which is split by columns only) packing A again costs
+ * little, and columns are split up to GEMM_TILES tiles. Power-of-two counts share out evenly over
+ * 2, 4, 8 or 16 threads. One sgemm a tile, single-threaded inside the parallel region (OpenBLAS's
+ * OpenMP build), so every value is computed the same way for any number of threads.
+ * (docs/PERFORMANCE.md: 64-row tiles spent a fifth of a SmolLM2 step packing.) */
 static void gemm_plan(int M, int N, int K, int *rows_, int *nr_, int *cols_, int *nc_) {
     const int wide = (size_t)K * N >= GEMM_WIDE_B && N > 2 * M; /* B much the larger: tiles of columns only */
     int nr = wide ? 1 : imin(pow2_floor(imax(M / GEMM_TILE, 1)), GEMM_TILES);
     const int rows = nr == 1 ? M : ((M + nr - 1) / nr + 15) / 16 * 16;
     nr = (M + rows - 1) / rows;
     const int want = wide || M < GEMM_TILE ? GEMM_TILES : GEMM_MIN_TILES;
-    const int ncb = imin(pow2_floor(imax(N / GEMM_TILE, 1)), imax(want / nr, 1));
+    const int ncb = imin(pow2_floor(imax(N / (GEMM_TILE / 2), 1)), imax(want / nr, 1));
     const int cols = ncb == 1 ? N : ((N + ncb - 1) / ncb + 15) / 16 * 16, nc = (N + cols - 1) / cols;
     *rows_ = rows, *nr_ = nr, *cols_ = cols, *nc_ = nc;
 }
