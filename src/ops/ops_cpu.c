@@ -226,12 +226,11 @@ static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int
 #ifdef DT_HAVE_DNNL
 /* ---- bf16 products (training.precision: bf16): oneDNN's matmul, on AMX or AVX512-BF16 ----
  * A product's inputs are rounded to bf16 (to nearest even, as dt_float_to_bf16) into dense
- * copies and multiplied with fp32 accumulation into its fp32 output. The output is split into
- * blocks of rows by the shape alone, as sgemm_rows splits its rows (rows only: oneDNN's AMX and
- * AVX512-BF16 kernels want dense operands, and a block of columns is not), each block one
- * primitive made for one thread and run on the thread of its block, so the values do not depend
- * on the thread count. Products with fewer than GEMM_TILE rows, and any that oneDNN refuses,
- * run in fp32 (fp32_gemm). The copies (the largest product's inputs in bf16) and oneDNN's
+ * copies, laid out as the fp32 operands are (a transposed A, a weight gradient's, stays
+ * transposed: oneDNN reads it so), and multiplied with fp32 accumulation into its fp32 output, in
+ * the fp32 products' tiles (gemm_plan, tiles_run), each tile one primitive made for one thread and
+ * run on the thread of its tile, so the values do not depend on the thread count. Products with
+ * fewer than GEMM_TILE rows, and any that oneDNN refuses, run in fp32 (fp32_gemm). The copies (the largest product's inputs in bf16) and oneDNN's
  * per-thread scratchpads are this mode's extra memory. */
 
 /* *buf holds at least want elements of size el (grown, 64-byte aligned; contents not kept) */
@@ -245,24 +244,10 @@ static int grow(void **buf, size_t *n, size_t want, size_t el) {
     return 1;
 }
 
-/* dst(rows, cols), dense = bf16 of src(rows, cols) with rows ld apart; trans: of src(cols, rows)
- * transposed (32 x 32 blocks) */
-static void pack16(uint16_t *dst, const float *src, int rows, int cols, int ld, int trans) {
-    if (!trans) {
+/* dst(rows, cols), dense = bf16 of src(rows, cols) with rows ld apart */
+static void pack16(uint16_t *dst, const float *src, int rows, int cols, int ld) {
 #pragma omp parallel for schedule(static) if ((size_t)rows * cols >= PAR_MIN)
-        for (int i = 0; i < rows; i++) dt_bf16_pack(dst + (size_t)i * cols, src + (size_t)i * ld, (size_t)cols);
-        return;
-    }
-    const int nb = (rows + 31) / 32;
-#pragma omp parallel for schedule(static) if ((size_t)rows * cols >= PAR_MIN)
-    for (int b = 0; b < nb; b++) {
-        const int i1 = imin(rows, 32 * b + 32);
-        for (int j0 = 0; j0 < cols; j0 += 32)
-            for (int i = 32 * b; i < i1; i++) {
-                const int j1 = imin(cols, j0 + 32);
-                for (int j = j0; j < j1; j++) dst[(size_t)i * cols + j] = dt_float_to_bf16(src[(size_t)j * ld + i]);
-            }
-    }
+    for (int i = 0; i < rows; i++) dt_bf16_pack(dst + (size_t)i * cols, src + (size_t)i * ld, (size_t)cols);
 }
 
 /* Room for `want` more primitives in the table: when it is short, all are dropped (generation's
@@ -323,9 +308,6 @@ static const mm16 *mm_get(cpu_ctx *cx, int f32, int m, int n, int k, int a_trans
     return &cx->mm[cx->n_mm++];
 }
 
-static const mm16 *mm16_get(cpu_ctx *cx, int m, int n, int k, int b_trans, int ldc, int acc) {
-    return mm_get(cx, 0, m, n, k, 0, b_trans, k, b_trans ? k : n, ldc, acc);
-}
 
 /* a stream and scratch_n bytes of scratchpad for each of the threads OpenMP would start now */
 static int slots_ready(cpu_ctx *cx, size_t scratch) {
@@ -386,33 +368,65 @@ static int mm16_run(const cpu_ctx *cx, const mm16 *p, const void *a, const void 
     return ok;
 }
 
+/* A product's tiles on oneDNN: gemm_plan's tiles of C(M,N), and the primitives of a full tile
+ * and of the last row's and column's (4, some the same) */
+typedef struct dnnl_tiles {
+    int rows, nr, cols, nc;
+    const mm16 *p[4];
+} dnnl_tiles;
+
+/* the tiles of C(M,N) (+ C when acc) = op(A)(M,K) op(B)(K,N), inputs fp32 (f32) or bf16, A and B
+ * rows lda and ldb elements apart; 0 where oneDNN refuses a tile's shape (nothing run) */
+static int tiles_get(cpu_ctx *cx, dnnl_tiles *t, int f32, int M, int N, int K, int at, int bt, int lda, int ldb,
+                     int ldc, int acc) {
+    gemm_plan(M, N, K, &t->rows, &t->nr, &t->cols, &t->nc);
+    const int lr = M - (t->nr - 1) * t->rows, lc = N - (t->nc - 1) * t->cols;
+    mm_room(cx, 4);
+    const int m[4] = {t->rows, t->rows, lr, lr}, n[4] = {t->cols, lc, t->cols, lc};
+    size_t sc = 0;
+    for (int i = 0; i < 4; i++) {
+        t->p[i] = mm_get(cx, f32, m[i], n[i], K, at, bt, lda, ldb, ldc, acc);
+        if (!t->p[i]->prim) return 0;
+        if (t->p[i]->scratch > sc) sc = t->p[i]->scratch;
+    }
+    return slots_ready(cx, sc);
+}
+
+/* run tiles_get's tiles, one a thread at a time, el bytes an input element */
+static void tiles_run(const cpu_ctx *cx, const dnnl_tiles *t, const void *A, const void *B, float *C, int M, int K,
+                      int N, int el) {
+    const mm16 *p0 = t->p[0];
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad)
+    for (int i = 0; i < t->nr * t->nc; i++) {
+        const int tr = i / t->nc, tc = i % t->nc, r0 = tr * t->rows, c0 = tc * t->cols;
+        const char *a = (const char *)A + (size_t)el * (p0->a_trans ? (size_t)r0 : (size_t)r0 * p0->lda);
+        const char *b = (const char *)B + (size_t)el * (p0->b_trans ? (size_t)c0 * p0->ldb : (size_t)c0);
+        bad |= !mm16_run(cx, t->p[(tr == t->nr - 1) * 2 + (tc == t->nc - 1)], a, b, C + (size_t)r0 * p0->ldc + c0);
+    }
+    if (bad) { /* C is partly written: nothing to fall back to */
+        fprintf(stderr, "dtrain: oneDNN failed running a%s product (%d x %d x %d); stopping\n",
+                p0->f32 ? "" : " bf16", M, K, N);
+        abort();
+    }
+}
+
 /* C(M,N) = op(A)(M,K) op(B)(K,N) + beta C (beta 0 or 1) with bf16 inputs; 0 (C untouched) where
  * it runs in fp32 instead. B16: B already in bf16 and dense (a weight of model.lora.base_dtype
- * bf16), used as it is; else B (fp32, rows ldb apart) is rounded. */
+ * bf16), used as it is; else B (fp32, rows ldb apart) is rounded. A and B are rounded into dense
+ * copies as they are laid out (a transposed operand stays transposed: oneDNN reads it so). */
 static int gemm16(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda,
                   const float *B, const uint16_t *B16, int ldb, float beta, float *C, int ldc) {
     if (M < GEMM_TILE) return 0;
-    const int nr0 = imin(pow2_floor(M / GEMM_TILE), GEMM_TILES);
-    const int rows = nr0 == 1 ? M : ((M + nr0 - 1) / nr0 + 15) / 16 * 16, nr = (M + rows - 1) / rows;
-    const int last = M - (nr - 1) * rows, acc = beta != 0.0f, bt = tb != CblasNoTrans;
-    mm_room(cx, 2);
-    const mm16 *full = mm16_get(cx, rows, N, K, bt, ldc, acc);
-    const mm16 *tail = last == rows ? full : mm16_get(cx, last, N, K, bt, ldc, acc);
-    if (!full->prim || !tail->prim || !slots_ready(cx, full->scratch > tail->scratch ? full->scratch : tail->scratch) ||
+    const int at = ta != CblasNoTrans, bt = tb != CblasNoTrans;
+    dnnl_tiles t;
+    if (!tiles_get(cx, &t, 0, M, N, K, at, bt, at ? M : K, bt ? K : N, ldc, beta != 0.0f) ||
         !grow((void **)&cx->a16, &cx->a16_n, (size_t)M * K, sizeof(uint16_t)) ||
         (!B16 && !grow((void **)&cx->b16, &cx->b16_n, (size_t)K * N, sizeof(uint16_t))))
         return 0;
-    pack16(cx->a16, A, M, K, lda, ta != CblasNoTrans);
-    if (!B16) pack16(cx->b16, B, bt ? N : K, bt ? K : N, ldb, 0);
-    const uint16_t *b16 = B16 ? B16 : cx->b16;
-    int bad = 0;
-#pragma omp parallel for schedule(static) reduction(| : bad)
-    for (int t = 0; t < nr; t++)
-        bad |= !mm16_run(cx, t == nr - 1 ? tail : full, cx->a16 + (size_t)t * rows * K, b16, C + (size_t)t * rows * ldc);
-    if (bad) { /* C is partly written: nothing to fall back to */
-        fprintf(stderr, "dtrain: oneDNN failed running a bf16 product (%d x %d x %d); stopping\n", M, K, N);
-        abort();
-    }
+    pack16(cx->a16, A, at ? K : M, at ? M : K, lda);
+    if (!B16) pack16(cx->b16, B, bt ? N : K, bt ? K : N, ldb);
+    tiles_run(cx, &t, cx->a16, B16 ? B16 : cx->b16, C, M, K, N, (int)sizeof(uint16_t));
     return 1;
 }
 
@@ -423,33 +437,9 @@ static int gemm16(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, in
 static int gemm32(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc) {
     if (M < GEMM_TILE || (beta != 0.0f && beta != 1.0f)) return 0;
-    int rows, nr, cols, nc;
-    gemm_plan(M, N, K, &rows, &nr, &cols, &nc);
-    const int at = ta != CblasNoTrans, bt = tb != CblasNoTrans, acc = beta != 0.0f;
-    const int lr = M - (nr - 1) * rows, lc = N - (nc - 1) * cols;
-    mm_room(cx, 4);
-    const mm16 *p[4] = {mm_get(cx, 1, rows, cols, K, at, bt, lda, ldb, ldc, acc),
-                        mm_get(cx, 1, rows, lc, K, at, bt, lda, ldb, ldc, acc),
-                        mm_get(cx, 1, lr, cols, K, at, bt, lda, ldb, ldc, acc),
-                        mm_get(cx, 1, lr, lc, K, at, bt, lda, ldb, ldc, acc)};
-    size_t sc = 0;
-    for (int i = 0; i < 4; i++) {
-        if (!p[i]->prim) return 0;
-        if (p[i]->scratch > sc) sc = p[i]->scratch;
-    }
-    if (!slots_ready(cx, sc)) return 0;
-    int bad = 0;
-#pragma omp parallel for schedule(static) reduction(| : bad)
-    for (int t = 0; t < nr * nc; t++) {
-        const int tr = t / nc, tc = t % nc, r0 = tr * rows, c0 = tc * cols;
-        const float *a = at ? A + r0 : A + (size_t)r0 * lda;
-        const float *b = bt ? B + (size_t)c0 * ldb : B + c0;
-        bad |= !mm16_run(cx, p[(tr == nr - 1) * 2 + (tc == nc - 1)], a, b, C + (size_t)r0 * ldc + c0);
-    }
-    if (bad) {
-        fprintf(stderr, "dtrain: oneDNN failed running a product (%d x %d x %d); stopping\n", M, K, N);
-        abort();
-    }
+    dnnl_tiles t;
+    if (!tiles_get(cx, &t, 1, M, N, K, ta != CblasNoTrans, tb != CblasNoTrans, lda, ldb, ldc, beta != 0.0f)) return 0;
+    tiles_run(cx, &t, A, B, C, M, K, N, (int)sizeof(float));
     return 1;
 }
 #endif
