@@ -1364,6 +1364,43 @@ static void test_fp32_gemm_choice(void) {
     dt_backend_close(other);
 }
 
+/* The bf16 array loops (src/base/bf16.c: the loader picks the AVX-512, AVX2 or plain build of
+ * each) give the scalar conversions' bits: ties to even, NaN made quiet, infinities, zeros and
+ * subnormals, on lengths and offsets that leave vector tails. */
+static void test_bf16_arrays(void) {
+    enum { N = 4099 };
+    static const uint32_t edge[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x3f808000u, 0x3f818000u,
+                                    0x3f80ffffu, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u, 0xff800000u, 0x7f800001u,
+                                    0xff800001u, 0x7fc00000u, 0xffffffffu, 0x7f7f8000u, 0x477fe000u, 0xc77f8000u};
+    float *src = falloc(N), *got = falloc(N), *acc = falloc(N), *want = falloc(N);
+    uint16_t *b = balloc(N * sizeof(uint16_t));
+    for (int i = 0; i < N; i++) {
+        const uint32_t u = i < (int)(sizeof edge / sizeof *edge) ? edge[i] : rnext();
+        memcpy(&src[i], &u, sizeof u);
+    }
+    for (int off = 0; off < 3; off++) {
+        const size_t n = (size_t)N - 2 * (size_t)off;
+        dt_bf16_pack(b + off, src + off, n);
+        for (size_t i = 0; i < n; i++) CHECK_INT_EQ(b[off + i], dt_float_to_bf16(src[off + i]));
+        dt_bf16_unpack(got + off, b + off, n);
+        for (size_t i = 0; i < n; i++) {
+            const float w = dt_bf16_to_float(b[off + i]);
+            CHECK(memcmp(&got[off + i], &w, sizeof w) == 0);
+        }
+        memcpy(got, src, N * sizeof(float));
+        dt_bf16_round_all(got + off, n);
+        for (size_t i = 0; i < n; i++) {
+            const float w = dt_bf16_round(src[off + i]);
+            CHECK(memcmp(&got[off + i], &w, sizeof w) == 0);
+        }
+        for (int i = 0; i < N; i++) acc[i] = want[i] = (float)(i % 13) - 6.0f;
+        dt_bf16_add(acc + off, b + off, n);
+        for (size_t i = 0; i < n; i++) want[off + i] += dt_bf16_to_float(b[off + i]);
+        CHECK(memcmp(acc, want, N * sizeof(float)) == 0);
+    }
+    free(src); free(got); free(acc); free(want); free(b);
+}
+
 int main(void) {
     /* two threads, unless OMP_NUM_THREADS says otherwise (valgrind runs use 1) */
     dt_backend_cfg bc = {.threads = getenv("OMP_NUM_THREADS") ? 0 : 2};
@@ -1382,6 +1419,7 @@ int main(void) {
     test_thread_invariance();
     test_fp32_gemm_choice();
     test_bf16_products();
+    test_bf16_arrays();
     test_gelu_add();
     test_xent();
     test_vocab_shares();
