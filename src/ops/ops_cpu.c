@@ -84,6 +84,7 @@ typedef struct cpu_ctx {
 #define GEMM_TILE 256     /* the matmuls' tiles of C have at least this many rows (and columns, when */
 #define GEMM_TILES 16     /* split by columns too); at most this many of them, and columns are split */
 #define GEMM_MIN_TILES 4  /* until there are this many (see sgemm_rows) */
+#define GEMM_LONG_K 8192  /* products summing this many terms (a head's input gradient) want twice as many */
 #define PANEL ((size_t)1 << 20) /* a bf16 weight is widened for its products in pieces of at most this
                                    many floats (4 MiB), whole columns of the output each */
 #define GEMM_WIDE_B ((size_t)1 << 22) /* a B of this many floats (16 MiB) and more than twice as many
@@ -192,19 +193,22 @@ static int pow2_floor(int n) { /* the largest power of two <= n, for n >= 1 */
  * alone. OpenBLAS packs all of B again for every tile of rows and all of A for every tile of
  * columns, so tiles are large: blocks of at least GEMM_TILE rows, a power of two of them up to
  * GEMM_TILES; then, if that makes fewer than GEMM_MIN_TILES, blocks of at least GEMM_TILE / 2
- * columns too (so that a weight gradient of 256 x 256 is two tiles, not one thread's work). When
- * A is small next to B (fewer than GEMM_TILE rows: generation's single token, LoRA's thin
+ * columns too (so that a weight gradient of 256 x 256 is two tiles, not one thread's work), or
+ * until twice as many on oneDNN (dnnl) when K is GEMM_LONG_K or more (a head's input gradient
+ * sums over the vocabulary: its fp32 tiles of 256 x 576 ran at 195 GFLOP/s there, of 256 x 288
+ * at 220; OpenBLAS, which would pack A once more for each, loses 3%).
+ * When A is small next to B (fewer than GEMM_TILE rows: generation's single token, LoRA's thin
  * products; or a wide B, GEMM_WIDE_B, which is split by columns only) packing A again costs
  * little, and columns are split up to GEMM_TILES tiles. Power-of-two counts share out evenly over
  * 2, 4, 8 or 16 threads. One sgemm a tile, single-threaded inside the parallel region (OpenBLAS's
  * OpenMP build), so every value is computed the same way for any number of threads.
  * (docs/PERFORMANCE.md: 64-row tiles spent a fifth of a SmolLM2 step packing.) */
-static void gemm_plan(int M, int N, int K, int *rows_, int *nr_, int *cols_, int *nc_) {
+static void gemm_plan(int M, int N, int K, int dnnl, int *rows_, int *nr_, int *cols_, int *nc_) {
     const int wide = (size_t)K * N >= GEMM_WIDE_B && N > 2 * M; /* B much the larger: tiles of columns only */
     int nr = wide ? 1 : imin(pow2_floor(imax(M / GEMM_TILE, 1)), GEMM_TILES);
     const int rows = nr == 1 ? M : ((M + nr - 1) / nr + 15) / 16 * 16;
     nr = (M + rows - 1) / rows;
-    const int want = wide || M < GEMM_TILE ? GEMM_TILES : GEMM_MIN_TILES;
+    const int want = wide || M < GEMM_TILE ? GEMM_TILES : dnnl && K >= GEMM_LONG_K ? 2 * GEMM_MIN_TILES : GEMM_MIN_TILES;
     const int ncb = imin(pow2_floor(imax(N / (GEMM_TILE / 2), 1)), imax(want / nr, 1));
     const int cols = ncb == 1 ? N : ((N + ncb - 1) / ncb + 15) / 16 * 16, nc = (N + cols - 1) / cols;
     *rows_ = rows, *nr_ = nr, *cols_ = cols, *nc_ = nc;
@@ -213,7 +217,7 @@ static void gemm_plan(int M, int N, int K, int *rows_, int *nr_, int *cols_, int
 static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda,
                        const float *B, int ldb, float beta, float *C, int ldc) {
     int rows, nr, cols, nc;
-    gemm_plan(M, N, K, &rows, &nr, &cols, &nc);
+    gemm_plan(M, N, K, 0, &rows, &nr, &cols, &nc);
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < nr * nc; t++) {
         const int r0 = (t / nc) * rows, m = imin(rows, M - r0), c0 = (t % nc) * cols, n = imin(cols, N - c0);
@@ -379,7 +383,7 @@ typedef struct dnnl_tiles {
  * rows lda and ldb elements apart; 0 where oneDNN refuses a tile's shape (nothing run) */
 static int tiles_get(cpu_ctx *cx, dnnl_tiles *t, int f32, int M, int N, int K, int at, int bt, int lda, int ldb,
                      int ldc, int acc) {
-    gemm_plan(M, N, K, &t->rows, &t->nr, &t->cols, &t->nc);
+    gemm_plan(M, N, K, 1, &t->rows, &t->nr, &t->cols, &t->nc);
     const int lr = M - (t->nr - 1) * t->rows, lc = N - (t->nc - 1) * t->cols;
     mm_room(cx, 4);
     const int m[4] = {t->rows, t->rows, lr, lr}, n[4] = {t->cols, lc, t->cols, lc};
