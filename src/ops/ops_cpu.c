@@ -199,9 +199,10 @@ static int pow2_floor(int n) { /* the largest power of two <= n, for n >= 1 */
  * at 220; OpenBLAS, which would pack A once more for each, loses 3%).
  * When A is small next to B (fewer than GEMM_TILE rows: generation's single token, LoRA's thin
  * products; or a wide B, GEMM_WIDE_B, which is split by columns only) packing A again costs
- * little, and columns are split up to GEMM_TILES tiles. Power-of-two counts share out evenly over
- * 2, 4, 8 or 16 threads. One sgemm a tile, single-threaded inside the parallel region (OpenBLAS's
- * OpenMP build), so every value is computed the same way for any number of threads.
+ * little, and columns are split, in blocks of at least GEMM_TILE, up to GEMM_TILES tiles.
+ * Power-of-two counts share out evenly over 2, 4, 8 or 16 threads. One sgemm or oneDNN primitive
+ * a tile, single-threaded inside the parallel region (OpenBLAS's OpenMP build), so every value is
+ * computed the same way for any number of threads.
  * (docs/PERFORMANCE.md: 64-row tiles spent a fifth of a SmolLM2 step packing.) */
 static void gemm_plan(int M, int N, int K, int dnnl, int *rows_, int *nr_, int *cols_, int *nc_) {
     const int wide = (size_t)K * N >= GEMM_WIDE_B && N > 2 * M; /* B much the larger: tiles of columns only */
@@ -209,7 +210,8 @@ static void gemm_plan(int M, int N, int K, int dnnl, int *rows_, int *nr_, int *
     const int rows = nr == 1 ? M : ((M + nr - 1) / nr + 15) / 16 * 16;
     nr = (M + rows - 1) / rows;
     const int want = wide || M < GEMM_TILE ? GEMM_TILES : dnnl && K >= GEMM_LONG_K ? 2 * GEMM_MIN_TILES : GEMM_MIN_TILES;
-    const int ncb = imin(pow2_floor(imax(N / (GEMM_TILE / 2), 1)), imax(want / nr, 1));
+    const int mincols = wide || M < GEMM_TILE ? GEMM_TILE : GEMM_TILE / 2;
+    const int ncb = imin(pow2_floor(imax(N / mincols, 1)), imax(want / nr, 1));
     const int cols = ncb == 1 ? N : ((N + ncb - 1) / ncb + 15) / 16 * 16, nc = (N + cols - 1) / cols;
     *rows_ = rows, *nr_ = nr, *cols_ = cols, *nc_ = nc;
 }
