@@ -1203,7 +1203,8 @@ static void test_bf16_products(void) {
     }
     /* (M, K, N): 4 tiles of rows; one tile with the weight gradient's 300 rows in bf16; 257 rows
      * of a transposed weight's gradient; tiles of columns, and weight gradients in 2 x 2 tiles
-     * with tails both ways (their transposed A read in place); and a product too small for bf16 */
+     * with tails both ways (1 x 4 with the weight transposed; their A read transposed, in place);
+     * and a product too small for bf16 */
     const int shapes[][3] = {{1024, 96, 80}, {512, 300, 64}, {300, 128, 257}, {256, 600, 300}, {100, 64, 64}};
     for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
         const int M = shapes[sh][0], K = shapes[sh][1], N = shapes[sh][2];

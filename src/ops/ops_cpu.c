@@ -82,10 +82,10 @@ typedef struct cpu_ctx {
 #define LN_EPS 1e-5f
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define EW_CHUNK 8192     /* elements per task in elementwise loops */
-#define GEMM_TILE 256     /* the matmuls' tiles of C have at least this many rows (and columns, when */
-#define GEMM_TILES 16     /* split by columns too); at most this many of them, and columns are split */
-#define GEMM_MIN_TILES 4  /* until there are this many (see sgemm_rows) */
-#define GEMM_LONG_K 8192  /* products summing this many terms (a head's input gradient) want twice as many */
+#define GEMM_TILE 256     /* the matmuls' tiles of C have at least this many rows, and columns (half */
+#define GEMM_TILES 16     /* as many where C has GEMM_TILE rows or more); at most this many tiles, */
+#define GEMM_MIN_TILES 4  /* and columns are split until there are this many (gemm_plan) */
+#define GEMM_LONG_K 8192  /* a sum this long over a row of A (a head's input gradient) wants twice as many */
 #define PANEL ((size_t)1 << 20) /* a bf16 weight is widened for its products in pieces of at most this
                                    many floats (4 MiB), whole columns of the output each */
 #define GEMM_WIDE_B ((size_t)1 << 22) /* a B of this many floats (16 MiB) and more than twice as many
@@ -200,9 +200,10 @@ static int pow2_floor(int n) { /* the largest power of two <= n, for n >= 1 */
  * columns, so tiles are large: blocks of at least GEMM_TILE rows, a power of two of them up to
  * GEMM_TILES; then, if that makes fewer than GEMM_MIN_TILES, blocks of at least GEMM_TILE / 2
  * columns too (so that a weight gradient of 256 x 256 is two tiles, not one thread's work), or
- * until twice as many on oneDNN (dnnl) when K is GEMM_LONG_K or more (a head's input gradient
- * sums over the vocabulary: its fp32 tiles of 256 x 576 ran at 195 GFLOP/s there, of 256 x 288
- * at 220; OpenBLAS, which would pack A once more for each, loses 3%).
+ * until twice as many when long_k and K is GEMM_LONG_K or more: oneDNN's products whose A is not
+ * transposed (a head's input gradient sums over the vocabulary: its fp32 tiles of 256 x 576 ran
+ * at 195 GFLOP/s, of 256 x 288 at 220; a weight gradient's sum over many tokens, A transposed,
+ * was not measured and keeps the plan; OpenBLAS, which would pack A once more a tile, lost 3%).
  * When A is small next to B (fewer than GEMM_TILE rows: generation's single token, LoRA's thin
  * products; or a wide B, GEMM_WIDE_B, which is split by columns only) packing A again costs
  * little, and columns are split, in blocks of at least GEMM_TILE, up to GEMM_TILES tiles.
@@ -210,12 +211,14 @@ static int pow2_floor(int n) { /* the largest power of two <= n, for n >= 1 */
  * a tile, single-threaded inside the parallel region (OpenBLAS's OpenMP build), so every value is
  * computed the same way for any number of threads.
  * (docs/PERFORMANCE.md: 64-row tiles spent a fifth of a SmolLM2 step packing.) */
-static void gemm_plan(int M, int N, int K, int dnnl, int *rows_, int *nr_, int *cols_, int *nc_) {
+static void gemm_plan(int M, int N, int K, int long_k, int *rows_, int *nr_, int *cols_, int *nc_) {
     const int wide = (size_t)K * N >= GEMM_WIDE_B && N > 2 * M; /* B much the larger: tiles of columns only */
     int nr = wide ? 1 : imin(pow2_floor(imax(M / GEMM_TILE, 1)), GEMM_TILES);
     const int rows = nr == 1 ? M : ((M + nr - 1) / nr + 15) / 16 * 16;
     nr = (M + rows - 1) / rows;
-    const int want = wide || M < GEMM_TILE ? GEMM_TILES : dnnl && K >= GEMM_LONG_K ? 2 * GEMM_MIN_TILES : GEMM_MIN_TILES;
+    const int want = wide || M < GEMM_TILE           ? GEMM_TILES
+                     : long_k && K >= GEMM_LONG_K ? 2 * GEMM_MIN_TILES
+                                                  : GEMM_MIN_TILES;
     const int mincols = wide || M < GEMM_TILE ? GEMM_TILE : GEMM_TILE / 2;
     const int ncb = imin(pow2_floor(imax(N / mincols, 1)), imax(want / nr, 1));
     const int cols = ncb == 1 ? N : ((N + ncb - 1) / ncb + 15) / 16 * 16, nc = (N + cols - 1) / cols;
@@ -242,8 +245,9 @@ static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int
  * transposed: oneDNN reads it so), and multiplied with fp32 accumulation into its fp32 output, in
  * the fp32 products' tiles (gemm_plan, tiles_run), each tile one primitive made for one thread and
  * run on the thread of its tile, so the values do not depend on the thread count. Products with
- * fewer than GEMM_TILE rows, and any that oneDNN refuses, run in fp32 (fp32_gemm). The copies (the largest product's inputs in bf16) and oneDNN's
- * per-thread scratchpads are this mode's extra memory. */
+ * fewer than GEMM_TILE rows, and any that oneDNN refuses, run in fp32 (fp32_gemm). The copies
+ * (the largest product's inputs in bf16) and oneDNN's per-thread scratchpads are this mode's
+ * extra memory. */
 
 /* *buf holds at least want elements of size el (grown, 64-byte aligned; contents not kept) */
 static int grow(void **buf, size_t *n, size_t want, size_t el) {
@@ -388,10 +392,11 @@ typedef struct dnnl_tiles {
 } dnnl_tiles;
 
 /* the tiles of C(M,N) (+ C when acc) = op(A)(M,K) op(B)(K,N), inputs fp32 (f32) or bf16, A and B
- * rows lda and ldb elements apart; 0 where oneDNN refuses a tile's shape (nothing run) */
+ * rows lda and ldb elements apart; 0 where oneDNN refuses a tile's shape or its scratchpads cannot
+ * be allocated (nothing run) */
 static int tiles_get(cpu_ctx *cx, dnnl_tiles *t, int f32, int M, int N, int K, int at, int bt, int lda, int ldb,
                      int ldc, int acc) {
-    gemm_plan(M, N, K, 1, &t->rows, &t->nr, &t->cols, &t->nc);
+    gemm_plan(M, N, K, !at, &t->rows, &t->nr, &t->cols, &t->nc);
     const int lr = M - (t->nr - 1) * t->rows, lc = N - (t->nc - 1) * t->cols;
     mm_room(cx, 4);
     const int m[4] = {t->rows, t->rows, lr, lr}, n[4] = {t->cols, lc, t->cols, lc};
@@ -442,7 +447,7 @@ static int gemm16(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, in
     return 1;
 }
 
-/* C(M,N) = op(A) op(B) + beta C (beta 0 or 1), fp32, through oneDNN in sgemm_rows's tiles; 0 (C
+/* C(M,N) = op(A) op(B) + beta C (beta 0 or 1), fp32, through oneDNN in gemm_plan's tiles; 0 (C
  * untouched) if oneDNN refuses a tile's shape, and for products of fewer than GEMM_TILE rows
  * (generation's few rows, whose new lengths would each make new primitives; a rule of the shape,
  * as the bf16 products' is, so a product's library never depends on the thread count or history) */
