@@ -18,7 +18,8 @@
  * gradient and weight gradient, through the backend (its thread-invariant tiles, ops_cpu.c
  * sgemm_rows) against one cblas_sgemm of the whole product on the same threads (OpenBLAS's own
  * threading, whose results change with the thread count): the best of --steps runs of each, in
- * ms and GFLOP/s, and their ratio.
+ * ms and GFLOP/s, and their ratio; then the attention's forward and backward through the backend
+ * (GFLOP/s of the causal half of its T x T products).
  *
  * Prints ms/step (mean, best and median), tokens/s, model FLOPs/s (6N + 12LAT per token, see
  * dt_model_flops_per_token) and that as a fraction of the sgemm peak: the best cblas_sgemm rate
