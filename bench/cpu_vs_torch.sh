@@ -13,7 +13,9 @@
 # and the ratio torch / dtrain (> 1: dtrain faster). PY: a python with torch and transformers
 # (default python3). DIR: the build directory (default build). SHAPES (environment): the shapes to
 # run, default "small wide smollm2 finetune". --bf16: both with bf16 products (dtrain: bench_cpu_step
-# --bf16 1, training.precision bf16; torch: the step under CPU bf16 autocast, --cpu-bf16 / --bf16).
+# --bf16 1, training.precision bf16; torch: the step under CPU bf16 autocast, --cpu-bf16 / --bf16);
+# each round then also runs dtrain in fp32 right before its bf16 run, and the table adds its median
+# step and the median over the rounds of fp32 / bf16 (> 1: bf16 faster).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=3 STEPS=5 PY=python3 BIN=build THREADS=2 BF16=0
@@ -60,28 +62,43 @@ for r in $(seq "$ROUNDS"); do
   for s in $SHAPES; do
     n=$(steps_for "$s")
     # shellcheck disable=SC2046
+    f='{}'
+    if [ "$BF16" = 1 ]; then # our fp32 in the same round, for fp32 / bf16
+      # shellcheck disable=SC2046
+      f=$(OMP_NUM_THREADS=$THREADS "$BIN/bench_cpu_step" $(dtrain_args "$s") --threads "$THREADS" --steps "$n" --bf16 0 | tail -1)
+      echo "round $r $s: dtrain fp32 $f"
+    fi
+    # shellcheck disable=SC2046
     a=$(OMP_NUM_THREADS=$THREADS "$BIN/bench_cpu_step" $(dtrain_args "$s") --threads "$THREADS" --steps "$n" --bf16 "$BF16" | tail -1)
     # shellcheck disable=SC2046
     b=$(OMP_NUM_THREADS=$THREADS "$PY" $(torch_cmd "$s" "$n") 2>/dev/null | tail -1)
     echo "round $r $s: dtrain $a"
     echo "round $r $s: torch  $b"
-    printf '%s\t%s\t%s\n' "$s" "$a" "$b" >>"$RES"
+    printf '%s\t%s\t%s\t%s\n' "$s" "$a" "$b" "$f" >>"$RES"
   done
 done
 # shellcheck disable=SC2086  # SHAPES: one word a shape
-python3 - "$RES" $SHAPES <<'PY'
+python3 - "$RES" "$BF16" $SHAPES <<'PY'
 import json, statistics, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
-print("\n| shape | dtrain median step (ms) | share of sgemm peak | sgemm peak (GFLOP/s) | share of dtrain's products' peak | that peak (GFLOP/s) | torch eager (ms) | torch / dtrain |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-for s in sys.argv[2:]:
-    d = [json.loads(a) for n, a, b in rows if n == s]
-    t = [json.loads(b)["ms_per_step"] for n, a, b in rows if n == s]
+bf16 = sys.argv[2] == "1"
+extra = (" dtrain fp32 (ms) | fp32 / bf16 |", " --- | --- |") if bf16 else ("", "")
+print("\n| shape | dtrain median step (ms) | share of sgemm peak | sgemm peak (GFLOP/s) | share of dtrain's products' peak | that peak (GFLOP/s) | torch eager (ms) | torch / dtrain |" + extra[0])
+print("| --- | --- | --- | --- | --- | --- | --- | --- |" + extra[1])
+for s in sys.argv[3:]:
+    d = [json.loads(a) for n, a, b, f in rows if n == s]
+    t = [json.loads(b)["ms_per_step"] for n, a, b, f in rows if n == s]
     md, mt = statistics.median(x["ms_per_step"] for x in d), statistics.median(t)
-    print("| %s | %.1f (%s) | %.0f%% | %.0f | %.0f%% | %.0f | %.1f (%s) | %.2fx |" % (
+    line = "| %s | %.1f (%s) | %.0f%% | %.0f | %.0f%% | %.0f | %.1f (%s) | %.2fx |" % (
         s, md, ", ".join("%.1f" % x["ms_per_step"] for x in d),
         100 * statistics.median(x["peak_share"] for x in d), statistics.median(x["peak_gflops"] for x in d),
         100 * statistics.median(x["products_peak_share"] for x in d),
         statistics.median(x["products_peak_gflops"] for x in d),
-        mt, ", ".join("%.1f" % x for x in t), mt / md))
+        mt, ", ".join("%.1f" % x for x in t), mt / md)
+    if bf16:  # each round's fp32 over its bf16, then the median of those ratios
+        f = [json.loads(f)["ms_per_step"] for n, a, b, f in rows if n == s]
+        q = [x / y["ms_per_step"] for x, y in zip(f, d)]
+        line += " %.1f (%s) | %.2f (%s) |" % (statistics.median(f), ", ".join("%.1f" % x for x in f),
+                                            statistics.median(q), ", ".join("%.2f" % x for x in q))
+    print(line)
 PY
