@@ -1085,6 +1085,30 @@ static void test_large_sizes(void) {
         for (size_t i = 0; i < n; i++) CHECK(y[i] == x[i] + dy[i]);
         bfree(x), bfree(y), bfree(dy), bfree(dx);
     }
+    /* column reductions wide enough for 64-column tasks (ops_cpu.c col_width), with a tail: a
+     * bias gradient over strided rows and RMSNorm's weight gradient, against sums in double */
+    {
+        const int M = 70, N = 300, ld = 305;
+        float *dout = frandom((size_t)M * ld, 1.0f), *db = frandom(N, 1.0f), *db0 = fcopy(db, N);
+        be->ops->matmul_bwd(be->ctx, NULL, NULL, db, A(dout), NULL, NULL, M, 0, N, ld, 0);
+        for (int j = 0; j < N; j++) {
+            double r = db0[j];
+            for (int i = 0; i < M; i++) r += dout[(size_t)i * ld + j];
+            CHECK_NEAR_REL(db[j], r, 1e-5, 1.0);
+        }
+        float *x = frandom((size_t)M * N, 2.0f), *dy = frandom((size_t)M * N, 1.0f), *w = frandom(N, 1.0f);
+        float *rstd = falloc(M), *y = falloc((size_t)M * N), *dx = falloc((size_t)M * N);
+        float *dw = frandom(N, 1.0f), *dw0 = fcopy(dw, N);
+        be->ops->rmsnorm_fwd(be->ctx, A(y), rstd, A(x), w, M, N, 1e-5f);
+        be->ops->rmsnorm_bwd(be->ctx, A(dx), dw, A(dy), A(x), w, rstd, M, N);
+        for (int j = 0; j < N; j++) {
+            double r = dw0[j];
+            for (int i = 0; i < M; i++) r += (double)dy[(size_t)i * N + j] * x[(size_t)i * N + j] * rstd[i];
+            CHECK_NEAR_REL(dw[j], r, 1e-5, 1.0);
+        }
+        bfree(dout), bfree(db), bfree(db0), bfree(x), bfree(dy), bfree(w), bfree(rstd), bfree(y), bfree(dx),
+            bfree(dw), bfree(dw0);
+    }
     /* cross-entropy */
     {
         const int N = 40, V = 500;
