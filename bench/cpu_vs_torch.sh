@@ -83,7 +83,7 @@ import json, statistics, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
 bf16 = sys.argv[2] == "1"
 extra = (" dtrain fp32 (ms) | fp32 / bf16 |", " --- | --- |") if bf16 else ("", "")
-print("\n| shape | dtrain median step (ms) | share of sgemm peak | sgemm peak (GFLOP/s) | share of dtrain's products' peak | that peak (GFLOP/s) | torch eager (ms) | torch / dtrain |" + extra[0])
+print("\n| shape | dtrain median step (ms) | share of sgemm peak | sgemm peak (GFLOP/s) | share of dtrain's products' peak | that peak (GFLOP/s) | torch %s (ms) | torch / dtrain |" % ("autocast bf16" if bf16 else "eager") + extra[0])
 print("| --- | --- | --- | --- | --- | --- | --- | --- |" + extra[1])
 for s in sys.argv[3:]:
     d = [json.loads(a) for n, a, b, f in rows if n == s]

@@ -216,10 +216,9 @@ static void gemm_plan(int M, int N, int K, int long_k, int *rows_, int *nr_, int
     int nr = wide ? 1 : imin(pow2_floor(imax(M / GEMM_TILE, 1)), GEMM_TILES);
     const int rows = nr == 1 ? M : ((M + nr - 1) / nr + 15) / 16 * 16;
     nr = (M + rows - 1) / rows;
-    const int want = wide || M < GEMM_TILE           ? GEMM_TILES
-                     : long_k && K >= GEMM_LONG_K ? 2 * GEMM_MIN_TILES
-                                                  : GEMM_MIN_TILES;
-    const int mincols = wide || M < GEMM_TILE ? GEMM_TILE : GEMM_TILE / 2;
+    const int thin = wide || M < GEMM_TILE; /* A small next to B: columns up to GEMM_TILES tiles */
+    const int want = thin ? GEMM_TILES : long_k && K >= GEMM_LONG_K ? 2 * GEMM_MIN_TILES : GEMM_MIN_TILES;
+    const int mincols = thin ? GEMM_TILE : GEMM_TILE / 2;
     const int ncb = imin(pow2_floor(imax(N / mincols, 1)), imax(want / nr, 1));
     const int cols = ncb == 1 ? N : ((N + ncb - 1) / ncb + 15) / 16 * 16, nc = (N + cols - 1) / cols;
     *rows_ = rows, *nr_ = nr, *cols_ = cols, *nc_ = nc;
