@@ -19,7 +19,8 @@
  * sgemm_rows) against one cblas_sgemm of the whole product on the same threads (OpenBLAS's own
  * threading, whose results change with the thread count): the best of --steps runs of each, in
  * ms and GFLOP/s, and their ratio; then the attention's forward and backward through the backend
- * (GFLOP/s of the causal half of its T x T products).
+ * (GFLOP/s of the causal half of its T x T products), and the optimizer's: the gradient's sum of
+ * squares and AdamW over the model's weight matrices' floats (GB/s of the memory they touch).
  *
  * Prints ms/step (mean, best and median), tokens/s, model FLOPs/s (6N + 12LAT per token, see
  * dt_model_flops_per_token) and that as a fraction of the sgemm peak: the best cblas_sgemm rate
@@ -134,6 +135,7 @@ static void prod_whole(void *arg) {
 
 static float *filled(size_t n) {
     float *x = malloc(n * sizeof *x);
+    if (!x) { fprintf(stderr, "out of memory for %zu floats\n", n); exit(1); }
     for (size_t i = 0; i < n; i++) x[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
     return x;
 }
@@ -164,6 +166,39 @@ static void products(const dt_backend *be, int threads, int reps, int BT, int C,
             free(p.inp); free(p.w); free(p.out); free(p.dinp); free(p.dw);
         }
     printf("| all | | %.2f | | %.2f | | %.2f |\n", tot_d * 1e3, tot_w * 1e3, tot_d / tot_w);
+}
+
+/* --products: the optimizer's rows under the table, over the weights' n floats: the gradient's
+ * sum of squares (the clipping norm: reads n) and AdamW (reads p, g, m, v, writes p, m, v), in
+ * ms and GB/s of that traffic */
+typedef struct opt_run {
+    const dt_backend *be;
+    size_t n;
+    float *p, *g, *m, *v;
+    int adamw;
+} opt_run;
+
+static void opt_call(void *arg) {
+    opt_run *o = arg;
+    if (o->adamw) {
+        const dt_adamw_piece all = {0, 0, o->n, 1};
+        o->be->ops->adamw(o->be->ctx, o->p, o->g, o->m, o->v, &all, 1, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    } else {
+        double s;
+        const dt_range all = {0, o->n};
+        o->be->ops->sumsq(o->be->ctx, &s, o->g, &all, 1);
+    }
+}
+
+static void optimizer_rows(const dt_backend *be, int reps, size_t n) {
+    opt_run o = {be, n, filled(n), filled(n), filled(n), filled(n), 0};
+    for (size_t i = 0; i < n; i++) o.v[i] = o.v[i] * o.v[i]; /* a second moment is >= 0 */
+    for (o.adamw = 0; o.adamw < 2; o.adamw++) {
+        const double t = best_of(reps, opt_call, &o), bytes = (o.adamw ? 7.0 : 1.0) * 4.0 * (double)n;
+        printf("| %s | %zu floats | %.2f | %.1f GB/s | | | |\n", o.adamw ? "AdamW" : "sum of squares", n, t * 1e3,
+               bytes / t / 1e9);
+    }
+    free(o.p); free(o.g); free(o.m); free(o.v);
 }
 
 /* --products: the attention's rows under the table, forward and backward through the backend;
@@ -241,6 +276,9 @@ int main(int argc, char **argv) {
                C, H, B, threads, peak / 1e9, which);
         products(be, threads, steps, B * T, C, (H + 2 * kv) * hd, A, llama ? 2 * F : 4 * C, llama ? F : 4 * C, V, llama);
         attention_rows(be, steps, B, T, H, kv, hd);
+        const size_t nw = (size_t)L * ((size_t)C * (H + 2 * kv) * hd + (size_t)A * C + (size_t)C * (llama ? 3 * F : 8 * C)) +
+                          (size_t)V * C * (llama && !tied ? 2 : 1);
+        optimizer_rows(be, steps, nw);
         dt_backend_close(be);
         return 0;
     }
