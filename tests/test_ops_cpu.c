@@ -992,6 +992,65 @@ static void test_sumsq_scale(void) {
     }
 }
 
+/* The optimizer's loops give the bits of their scalar definitions, whatever the vector width
+ * (the AVX-512, AVX2 and baseline clones must agree): AdamW element by element in float, in
+ * ops_cpu.c's order of operations (C11: no contraction into FMAs); the sum of squares as 64
+ * fixed chunks of ceil(n/64), each summed in order in double, the chunks added in order. Pieces
+ * at odd offsets and lengths leave vector tails on both sides. */
+static void test_optimizer_bits(void) {
+    const size_t n = 40037;
+    const float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+    float *p = frandom(n, 1.0f), *g = frandom(n, 1.0f), *m = frandom(n, 0.1f), *v = falloc(n);
+    for (size_t i = 0; i < n; i++) v[i] = 0.01f * (1.0f + frand());
+    float *rp = fcopy(p, n), *rm = fcopy(m, n), *rv = fcopy(v, n);
+    const dt_adamw_piece pieces[3] = {{3, 3, 20001, 1}, {20004, 20004, 33, 0}, {20037, 20037, 20000, 1}};
+    for (int t = 1; t <= 2; t++) {
+        be->ops->adamw(be->ctx, p, g, m, v, pieces, 3, lr, b1, b2, eps, wd, t);
+        const double bc1 = 1.0 - pow((double)b1, t), bc2 = 1.0 - pow((double)b2, t);
+        const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+        for (int k = 0; k < 3; k++) {
+            const float decay = 1.0f - lr * (pieces[k].decay ? wd : 0.0f);
+            for (size_t i = pieces[k].offset; i < pieces[k].offset + pieces[k].numel; i++) {
+                const float gi = g[i];
+                const float mi = b1 * rm[i] + (1.0f - b1) * gi;
+                const float vi = b2 * rv[i] + (1.0f - b2) * gi * gi;
+                rm[i] = mi, rv[i] = vi;
+                rp[i] = rp[i] * decay - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+            }
+        }
+    }
+    CHECK(memcmp(p, rp, n * sizeof(float)) == 0);
+    CHECK(memcmp(m, rm, n * sizeof(float)) == 0);
+    CHECK(memcmp(v, rv, n * sizeof(float)) == 0);
+    /* the sum of squares: all chunks, then each chunk alone (the others zero), as one chunk's
+     * order decides bits that adding the other chunks' sums would round away */
+    const size_t sizes[5] = {1, 63, 1000, 100003, 1 << 20};
+    for (int k = 0; k < 5; k++) {
+        const size_t len = sizes[k], chunk = (len + 63) / 64;
+        float *x = frandom(len, 3.0f);
+        for (size_t i = 0; i < len; i++) x[i] = ldexpf(x[i], irand(40) - 20); /* most adds round */
+        for (int only = -1; only < (len < 200000 ? 64 : 0); only++) {
+            float *y = fcopy(x, len);
+            if (only >= 0)
+                for (size_t i = 0; i < len; i++)
+                    if (i / chunk != (size_t)only) y[i] = 0.0f;
+            double ref = 0.0;
+            for (size_t c = 0; c < 64; c++) {
+                double part = 0.0;
+                for (size_t i = c * chunk; i < (c + 1) * chunk && i < len; i++) part += (double)y[i] * y[i];
+                ref += part;
+            }
+            double got = -1.0;
+            const dt_range all = {0, len};
+            be->ops->sumsq(be->ctx, &got, y, &all, 1);
+            CHECK(memcmp(&got, &ref, sizeof got) == 0);
+            bfree(y);
+        }
+        bfree(x);
+    }
+    bfree(p), bfree(g), bfree(m), bfree(v), bfree(rp), bfree(rm), bfree(rv);
+}
+
 /* the training loss's sum: rows with a target (>= 0), in order, from 0, then added to *acc */
 static void test_loss_sum(void) {
     const int n = 1001;
@@ -1453,6 +1512,7 @@ int main(void) {
     test_strided_logits();
     test_adamw();
     test_sumsq_scale();
+    test_optimizer_bits();
     test_loss_sum();
     test_large_sizes();
     dt_backend_close(be);

@@ -79,6 +79,8 @@ typedef struct cpu_ctx {
 #define COLSUM_WIDE 64    /* ... or this many, where that still makes 4 tasks (col_width) */
 #define ATT_BLK 64        /* attention query/key block; blocks above the diagonal are skipped */
 #define SUMSQ_CHUNKS 64   /* fixed partition of sumsq, independent of the thread count */
+#define SUMSQ_LANES 8     /* ... whose chunks' sums a task advances side by side (sumsq_lanes) */
+_Static_assert(SUMSQ_CHUNKS % SUMSQ_LANES == 0, "sumsq's tasks take whole groups of chunks");
 #define LN_EPS 1e-5f
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define EW_CHUNK 8192     /* elements per task in elementwise loops */
@@ -1252,7 +1254,23 @@ static void cpu_scatter_add_rows(void *ctx, dt_act *dx_, const dt_act *dout_, co
 /* ---- optimizer helpers ---- */
 
 /* torch.optim.AdamW (foreach=False) step: p *= 1 - lr*wd; m = b1 m + (1-b1) g;
- * v = b2 v + (1-b2) g^2; p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps), piece by piece. */
+ * v = b2 v + (1-b2) g^2; p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps), piece by piece.
+ * Element by element in float, each a chain of correctly rounded operations (no FMAs in C11,
+ * sqrt inlined: ops_cpu.c is built with -fno-math-errno), so every clone gives the same bits. */
+DT_CLONES
+static void adamw_range(float *p, const float *g, float *m, float *v, size_t lo, size_t hi, float beta1, float beta2,
+                        float eps, float decay, float step_size, float bc2_sqrt) {
+#pragma omp simd
+    for (size_t i = lo; i < hi; i++) {
+        const float gi = g[i];
+        const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+        const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+    }
+}
+
 static void cpu_adamw(void *ctx, float *p_, const float *g_, float *m_, float *v_, const dt_adamw_piece *pieces,
                       int n_pieces, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
     (void)ctx;
@@ -1260,19 +1278,37 @@ static void cpu_adamw(void *ctx, float *p_, const float *g_, float *m_, float *v
     const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
     for (int k = 0; k < n_pieces; k++) {
         const dt_adamw_piece *pc = &pieces[k];
-        const size_t n = pc->numel;
+        const size_t n = pc->numel, nch = (n + EW_CHUNK - 1) / EW_CHUNK;
         float *p = p_ + pc->offset, *m = m_ + pc->moff, *v = v_ + pc->moff;
         const float *g = g_ + pc->offset;
         const float decay = 1.0f - lr * (pc->decay ? weight_decay : 0.0f);
-#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-        for (size_t i = 0; i < n; i++) {
-            const float gi = g[i];
-            const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-            const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-            m[i] = mi;
-            v[i] = vi;
-            p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
-        }
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+        for (size_t c = 0; c < nch; c++)
+            adamw_range(p, g, m, v, c * EW_CHUNK, c == nch - 1 ? n : (c + 1) * EW_CHUNK, beta1, beta2, eps, decay,
+                        step_size, bc2_sqrt);
+    }
+}
+
+/* SUMSQ_CHUNKS chunks of ceil(n / SUMSQ_CHUNKS), each summed in order in double, added in
+ * order. A chunk's sum is one chain of dependent adds, bound by their latency: a task advances
+ * SUMSQ_LANES chunks' chains side by side (the same adds in the same order per chunk, so the
+ * same bits), then finishes each chunk's own tail. */
+#define SUMSQ_LANES 8
+DT_CLONES
+static void sumsq_lanes(double *part, const float *x, size_t n, size_t chunk, int c0) {
+    size_t lo[SUMSQ_LANES], len[SUMSQ_LANES], common = chunk;
+    double s[SUMSQ_LANES];
+    for (int j = 0; j < SUMSQ_LANES; j++) {
+        const size_t a = (size_t)(c0 + j) * chunk < n ? (size_t)(c0 + j) * chunk : n;
+        lo[j] = a, len[j] = (a + chunk < n ? a + chunk : n) - a, s[j] = 0.0;
+        if (len[j] < common) common = len[j];
+    }
+    for (size_t i = 0; i < common; i++)
+#pragma GCC unroll 8 /* SUMSQ_LANES: the sums stay in registers */
+        for (int j = 0; j < SUMSQ_LANES; j++) s[j] += (double)x[lo[j] + i] * x[lo[j] + i];
+    for (int j = 0; j < SUMSQ_LANES; j++) {
+        for (size_t i = common; i < len[j]; i++) s[j] += (double)x[lo[j] + i] * x[lo[j] + i];
+        part[c0 + j] = s[j];
     }
 }
 
@@ -1280,13 +1316,7 @@ static double sumsq_one(const float *x, size_t n) {
     double part[SUMSQ_CHUNKS];
     const size_t chunk = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (int c = 0; c < SUMSQ_CHUNKS; c++) {
-        const size_t lo = (size_t)c * chunk < n ? (size_t)c * chunk : n;
-        const size_t hi = lo + chunk < n ? lo + chunk : n;
-        double s = 0.0;
-        for (size_t i = lo; i < hi; i++) s += (double)x[i] * x[i];
-        part[c] = s;
-    }
+    for (int c = 0; c < SUMSQ_CHUNKS; c += SUMSQ_LANES) sumsq_lanes(part, x, n, chunk, c);
     double total = 0.0;
     for (int c = 0; c < SUMSQ_CHUNKS; c++) total += part[c];
     return total;
