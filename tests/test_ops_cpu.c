@@ -1287,8 +1287,11 @@ static void test_bf16_products(void) {
     /* (M, K, N): 4 tiles of rows; one tile with the weight gradient's 300 rows in bf16; 257 rows
      * of a transposed weight's gradient; tiles of columns, and weight gradients in 2 x 2 tiles
      * with tails both ways (1 x 4 with the weight transposed; their A read transposed, in place);
-     * and a product too small for bf16 */
-    const int shapes[][3] = {{1024, 96, 80}, {512, 300, 64}, {300, 128, 257}, {256, 600, 300}, {100, 64, 64}};
+     * an input gradient too small for bf16 beside a weight gradient in bf16; and a product too
+     * small for bf16. Each backward also once for each gradient alone: the weight gradient reuses
+     * the input gradient's bf16 copy of dout, and must give the bits it gives alone. */
+    const int shapes[][3] = {{1024, 96, 80}, {512, 300, 64}, {300, 128, 257}, {256, 600, 300}, {200, 300, 260},
+                             {100, 64, 64}};
     for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
         const int M = shapes[sh][0], K = shapes[sh][1], N = shapes[sh][2];
         for (int wt = 0; wt < 2; wt++) {
@@ -1314,6 +1317,15 @@ static void test_bf16_products(void) {
             CHECK(memcmp(out[0], out[1], nmn * sizeof(float)) == 0);
             CHECK(memcmp(dinp[0], dinp[1], nmk * sizeof(float)) == 0);
             CHECK(memcmp(dw[0], dw[1], nkn * sizeof(float)) == 0);
+            {
+                float *dinp_a = falloc(nmk), *dw_a = fcopy(dw0, nkn);
+                b16->ops->matmul_fwd(b16->ctx, A(out[0]), A(inp), w, bias, M, K, N, N, wt); /* other copies made last */
+                b16->ops->matmul_bwd(b16->ctx, NULL, dw_a, NULL, A(dout), A(inp), w, M, K, N, N, wt);
+                b16->ops->matmul_bwd(b16->ctx, A(dinp_a), NULL, NULL, A(dout), A(inp), w, M, K, N, N, wt);
+                CHECK(memcmp(dinp_a, dinp[1], nmk * sizeof(float)) == 0);
+                CHECK(memcmp(dw_a, dw[1], nkn * sizeof(float)) == 0);
+                bfree(dinp_a), bfree(dw_a);
+            }
             /* the rows of each product's output: which reference it matches */
             const int fwd16 = M >= 256, dw16 = (wt ? N : K) >= 256;
             const float *ro = out_r[!fwd16], *ri = dinp_r[!fwd16], *rw = dw_r[!dw16];

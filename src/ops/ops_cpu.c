@@ -430,21 +430,25 @@ static void tiles_run(const cpu_ctx *cx, const dnnl_tiles *t, const void *A, con
 }
 
 /* C(M,N) = op(A)(M,K) op(B)(K,N) + beta C (beta 0 or 1) with bf16 inputs; 0 (C untouched) where
- * it runs in fp32 instead. B16: B already in bf16 and dense (a weight of model.lora.base_dtype
- * bf16), used as it is; else B (fp32, rows ldb apart) is rounded. A and B are rounded into dense
- * copies as they are laid out (a transposed operand stays transposed: oneDNN reads it so). */
-static int gemm16(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda,
-                  const float *B, const uint16_t *B16, int ldb, float beta, float *C, int ldc) {
+ * it runs in fp32 instead. A16, B16: that operand already in bf16 and dense, as it is laid out (a
+ * weight of model.lora.base_dtype bf16; the output gradient's copy that matmul_bwd's input
+ * gradient left in cx->a16 or cx->b16), used as it is; else A, B (fp32, rows lda, ldb apart) are
+ * rounded into dense copies in cx->a16 and cx->b16 as they are laid out (a transposed operand
+ * stays transposed: oneDNN reads it so). A16 is never cx->a16, nor B16 cx->b16, where the other
+ * operand is rounded: matmul_bwd swaps the two buffers to keep that. */
+static int gemm16(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
+                  const uint16_t *A16, int lda, const float *B, const uint16_t *B16, int ldb, float beta, float *C,
+                  int ldc) {
     if (M < GEMM_TILE) return 0;
     const int at = ta != CblasNoTrans, bt = tb != CblasNoTrans;
     dnnl_tiles t;
     if (!tiles_get(cx, &t, 0, M, N, K, at, bt, at ? M : K, bt ? K : N, ldc, beta != 0.0f) ||
-        !grow((void **)&cx->a16, &cx->a16_n, (size_t)M * K, sizeof(uint16_t)) ||
+        (!A16 && !grow((void **)&cx->a16, &cx->a16_n, (size_t)M * K, sizeof(uint16_t))) ||
         (!B16 && !grow((void **)&cx->b16, &cx->b16_n, (size_t)K * N, sizeof(uint16_t))))
         return 0;
-    pack16(cx->a16, A, at ? K : M, at ? M : K, lda);
+    if (!A16) pack16(cx->a16, A, at ? K : M, at ? M : K, lda);
     if (!B16) pack16(cx->b16, B, bt ? N : K, bt ? K : N, ldb);
-    tiles_run(cx, &t, cx->a16, B16 ? B16 : cx->b16, C, M, K, N, (int)sizeof(uint16_t));
+    tiles_run(cx, &t, A16 ? A16 : cx->a16, B16 ? B16 : cx->b16, C, M, K, N, (int)sizeof(uint16_t));
     return 1;
 }
 
@@ -473,13 +477,18 @@ static void fp32_gemm(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M
     sgemm_rows(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
 }
 
-/* a weight product: C(M,N) = op(A) op(B) + beta C, in bf16 where training.precision asks for it */
-static void weight_gemm(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
-                        int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+/* a weight product: C(M,N) = op(A) op(B) + beta C, in bf16 where training.precision asks for it
+ * (A16, B16: as gemm16's; ignored in fp32); 1 where it ran in bf16 */
+static int weight_gemm(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
+                       const uint16_t *A16, int lda, const float *B, const uint16_t *B16, int ldb, float beta, float *C,
+                       int ldc) {
 #ifdef DT_HAVE_DNNL
-    if (cx->bf16 && gemm16(cx, ta, tb, M, N, K, A, lda, B, NULL, ldb, beta, C, ldc)) return;
+    if (cx->bf16 && gemm16(cx, ta, tb, M, N, K, A, A16, lda, B, B16, ldb, beta, C, ldc)) return 1;
+#else
+    (void)A16, (void)B16;
 #endif
     fp32_gemm(cx, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    return 0;
 }
 
 /* ---- encoder ---- */
@@ -721,23 +730,53 @@ static void cpu_matmul_fwd(void *ctx, dt_act *out_, const dt_act *inp_, const fl
     float *out = (float *)out_;
     const float *inp = (const float *)inp_;
     const float beta = bias_rows(out, bias, M, N, ldo);
-    weight_gemm(ctx, CblasNoTrans, w_trans ? CblasTrans : CblasNoTrans, M, N, K, inp, K, w, w_trans ? K : N, beta, out,
-                ldo);
+    weight_gemm(ctx, CblasNoTrans, w_trans ? CblasTrans : CblasNoTrans, M, N, K, inp, NULL, K, w, NULL,
+                w_trans ? K : N, beta, out, ldo);
+}
+
+/* In bf16 the input gradient's product leaves dout rounded, dense (M,N), in cx->a16 (d16: it
+ * ran in bf16); the weight gradient reads that copy instead of rounding dout again: as its A
+ * (w_trans), or as its B, the buffers swapped first so that its A (inp) is rounded into the other
+ * one. NULL: no copy (fp32, or a build without oneDNN). */
+static const uint16_t *dout16_as_a(const cpu_ctx *cx, int d16) {
+#ifdef DT_HAVE_DNNL
+    return d16 ? cx->a16 : NULL;
+#else
+    (void)cx, (void)d16;
+    return NULL;
+#endif
+}
+static const uint16_t *dout16_as_b(cpu_ctx *cx, int d16) {
+#ifdef DT_HAVE_DNNL
+    if (!d16) return NULL;
+    uint16_t *b = cx->b16;
+    const size_t bn = cx->b16_n;
+    cx->b16 = cx->a16, cx->b16_n = cx->a16_n;
+    cx->a16 = b, cx->a16_n = bn;
+    return cx->b16;
+#else
+    (void)cx, (void)d16;
+    return NULL;
+#endif
 }
 
 static void cpu_matmul_bwd(void *ctx, dt_act *dinp_, float *dw, float *dbias, const dt_act *dout_,
                            const dt_act *inp_, const float *w, int M, int K, int N, int ldo, int w_trans) {
+    cpu_ctx *cx = ctx;
     float *dinp = (float *)dinp_;
     const float *dout = (const float *)dout_;
     const float *inp = (const float *)inp_;
+    int d16 = 0; /* cx->a16 holds dout in bf16 */
     if (dinp) /* dinp(M,K) = dout(M,N) @ W^T */
-        weight_gemm(ctx, CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N, dout, ldo, w, w_trans ? K : N,
-                    0.0f, dinp, K);
+        d16 = weight_gemm(cx, CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N, dout, NULL, ldo, w, NULL,
+                          w_trans ? K : N, 0.0f, dinp, K);
     if (dw) {
         if (w_trans) /* dW(N,K) += dout^T @ inp */
-            weight_gemm(ctx, CblasTrans, CblasNoTrans, N, K, M, dout, ldo, inp, K, 1.0f, dw, K);
+            weight_gemm(cx, CblasTrans, CblasNoTrans, N, K, M, dout, dout16_as_a(cx, d16), ldo, inp, NULL, K, 1.0f, dw,
+                        K);
         else /* dW(K,N) += inp^T @ dout */
-            weight_gemm(ctx, CblasTrans, CblasNoTrans, K, N, M, inp, K, dout, ldo, 1.0f, dw, N);
+            weight_gemm(cx, CblasTrans, CblasNoTrans, K, N, M, inp, NULL, K, dout, dout16_as_b(cx, d16), ldo, 1.0f, dw,
+                        N);
     }
     if (dbias) colsum_add(dbias, dout, M, N, ldo);
 }
@@ -774,8 +813,8 @@ static void cpu_matmul16_fwd(void *ctx, dt_act *out_, const dt_act *inp_, const 
     const float *inp = (const float *)inp_;
     const float beta = bias_rows(out, bias, M, N, ldo);
 #ifdef DT_HAVE_DNNL /* bf16 products: the weight as it is */
-    if (cx->bf16 && gemm16(cx, CblasNoTrans, w_trans ? CblasTrans : CblasNoTrans, M, N, K, inp, K, NULL, w, 0, beta,
-                           out, ldo))
+    if (cx->bf16 && gemm16(cx, CblasNoTrans, w_trans ? CblasTrans : CblasNoTrans, M, N, K, inp, NULL, K, NULL, w, 0,
+                           beta, out, ldo))
         return;
 #endif
     const int nb = panel_cols(cx, K, N);
@@ -792,8 +831,8 @@ static void cpu_matmul16_bwd(void *ctx, dt_act *dinp_, const dt_act *dout_, cons
     cpu_ctx *cx = ctx;
     const float *dout = (const float *)dout_;
 #ifdef DT_HAVE_DNNL /* bf16 products: the weight as it is */
-    if (cx->bf16 && gemm16(cx, CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N, dout, ldo, NULL, w, 0, 0.0f,
-                           (float *)dinp_, K))
+    if (cx->bf16 && gemm16(cx, CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N, dout, NULL, ldo, NULL, w, 0,
+                           0.0f, (float *)dinp_, K))
         return;
 #endif
     const int nb = panel_cols(cx, K, N);
