@@ -17,7 +17,8 @@
  *     (abs 1e-5 at unit scale), 1e-5 relative for elementwise results (gelu: absolute
  *     floor 5e-7, the reference's 1 + tanh cancels for x << 0); layernorm backward at the
  *     large size vs its analytic formula in double: 1e-4 with floor 1;
- *   AdamW: relative 1e-5 (floors 1e-6 for p, 1e-3 for m, which may cancel); sumsq: 1e-12.
+ *   AdamW: relative 1e-5 (floors 1e-2 for p and 1e-3 for m, which may cancel); sumsq: 1e-12,
+ *     and the bits of the scalar definitions (test_optimizer_bits).
  * Determinism checks are bit-exact (memcmp). */
 #include "check.h"
 #include "dtrain/backend.h"
@@ -951,7 +952,7 @@ static void test_adamw(void) {
             rp[i] -= lr * mhat / (sqrt(vhat) + eps);
             CHECK_NEAR_REL(m[i], rm[i], 1e-5, 1e-6);
             CHECK_NEAR_REL(v[i], rv[i], 1e-5, 1e-9);
-            CHECK_NEAR_REL(p[i], rp[i], 1e-5, 1e-6);
+            CHECK_NEAR_REL(p[i], rp[i], 1e-5, 1e-2); /* p0 ~ 1 and the steps of 0.1 may cancel: fp32's error at 1 */
         }
     }
     /* weight decay only: zero gradient, fresh state -> p *= 1 - lr*wd */
