@@ -1271,6 +1271,32 @@ static void test_thread_invariance(void) {
     be->ops->set_threads(be->ctx, 2);
 }
 
+/* OpenBLAS's weight gradients that one tile would hold (64 rows or more, few columns: the shipped
+ * fine-tune's) are split into tiles of columns (ops_cpu.c gemm_plan, PLAN_GRAD): each against its
+ * sum in double, added onto what dW held, with the weight as it is and transposed; 4 tiles, 2
+ * with a tail (70 columns: 48 + 22), and 256 rows: one oneDNN tile where it runs the fp32
+ * products, 2 tiles under DTRAIN_CPU_GEMM=openblas (test_ops_cpu_openblas). */
+static void test_weight_grad_tiles(void) {
+    const int shapes[][3] = {{1024, 64, 192}, {300, 100, 70}, {512, 256, 64}, {700, 64, 64}};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
+        const int M = shapes[sh][0], K = shapes[sh][1], N = shapes[sh][2];
+        for (int wt = 0; wt < 2; wt++) {
+            float *inp = frandom((size_t)M * K, 1.0f), *w = frandom((size_t)K * N, 0.1f);
+            float *dout = frandom((size_t)M * N, 1.0f), *dw = frandom((size_t)K * N, 1.0f);
+            float *dw0 = fcopy(dw, (size_t)K * N);
+            be->ops->matmul_bwd(be->ctx, NULL, dw, NULL, A(dout), A(inp), w, M, K, N, N, wt);
+            for (int k = 0; k < K; k++)
+                for (int n = 0; n < N; n++) {
+                    const size_t at = wt ? (size_t)n * K + k : (size_t)k * N + n;
+                    double s = dw0[at];
+                    for (int m = 0; m < M; m++) s += (double)inp[(size_t)m * K + k] * dout[(size_t)m * N + n];
+                    CHECK_NEAR_REL(dw[at], s, 1e-5, sqrt((double)M));
+                }
+            bfree(inp), bfree(w), bfree(dout), bfree(dw), bfree(dw0);
+        }
+    }
+}
+
 /* training.precision bf16 (oneDNN, where the CPU has AVX512-BF16 or AMX): matmul_fwd and
  * matmul_bwd multiply their inputs rounded to bf16 with fp32 accumulation. Against the fp32
  * backend on inputs rounded beforehand: equal within fp32 rounding (the sums' order differs);
@@ -1526,6 +1552,7 @@ int main(void) {
     test_adamw();
     test_sumsq_scale();
     test_optimizer_bits();
+    test_weight_grad_tiles();
     test_loss_sum();
     test_large_sizes();
     dt_backend_close(be);

@@ -87,6 +87,8 @@ _Static_assert(SUMSQ_CHUNKS % SUMSQ_LANES == 0, "sumsq's tasks take whole groups
 #define GEMM_TILE 256     /* the matmuls' tiles of C have at least this many rows, and columns (half */
 #define GEMM_TILES 16     /* as many where C has GEMM_TILE rows or more); at most this many tiles, */
 #define GEMM_MIN_TILES 4  /* and columns are split until there are this many (gemm_plan) */
+#define GEMM_GRAD_ROWS 64 /* an OpenBLAS weight gradient of this many rows or more that would be one tile */
+#define GEMM_GRAD_COLS 32 /* ... is split into columns of at least this many (gemm_plan) */
 #define GEMM_LONG_K 8192  /* a sum this long over a row of A (a head's input gradient) wants twice as many */
 #define PANEL ((size_t)1 << 20) /* a bf16 weight is widened for its products in pieces of at most this
                                    many floats (4 MiB), whole columns of the output each */
@@ -202,26 +204,35 @@ static int pow2_floor(int n) { /* the largest power of two <= n, for n >= 1 */
  * columns, so tiles are large: blocks of at least GEMM_TILE rows, a power of two of them up to
  * GEMM_TILES; then, if that makes fewer than GEMM_MIN_TILES, blocks of at least GEMM_TILE / 2
  * columns too (so that a weight gradient of 256 x 256 is two tiles, not one thread's work), or
- * until twice as many when long_k and K is GEMM_LONG_K or more: oneDNN's products whose A is not
- * transposed (a head's input gradient sums over the vocabulary: its fp32 tiles of 256 x 576 ran
- * at 195 GFLOP/s, of 256 x 288 at 220; a weight gradient's sum over many tokens, A transposed,
+ * until twice as many with PLAN_LONG_K and K of GEMM_LONG_K or more: oneDNN's products whose A is
+ * not transposed (a head's input gradient sums over the vocabulary: its fp32 tiles of 256 x 576
+ * ran at 195 GFLOP/s, of 256 x 288 at 220; a weight gradient's sum over many tokens, A transposed,
  * was not measured and keeps the plan; OpenBLAS, which would pack A once more a tile, lost 3%).
  * When A is small next to B (fewer than GEMM_TILE rows: generation's single token, LoRA's thin
  * products; or a wide B, GEMM_WIDE_B, which is split by columns only) packing A again costs
  * little, and columns are split, in blocks of at least GEMM_TILE, up to GEMM_TILES tiles.
+ * PLAN_GRAD, OpenBLAS's weight gradients (op(A) = A^T, a sum over the tokens): one that this
+ * leaves one tile of GEMM_GRAD_ROWS rows or more is split into columns of at least
+ * GEMM_GRAD_COLS, up to GEMM_MIN_TILES tiles (the shipped fine-tune's 64-row weight gradients
+ * were one thread's work at half the other products' rate; in these tiles OpenBLAS gave the
+ * fine-tune the same bits, scripts/same-weights.sh). oneDNN's keep their plan: its smaller tiles,
+ * of rows or of columns, changed the fine-tune's bits.
  * Power-of-two counts share out evenly over 2, 4, 8 or 16 threads. One sgemm or oneDNN primitive
  * a tile, single-threaded inside the parallel region (OpenBLAS's OpenMP build), so every value is
  * computed the same way for any number of threads.
  * (docs/PERFORMANCE.md: 64-row tiles spent a fifth of a SmolLM2 step packing.) */
-static void gemm_plan(int M, int N, int K, int long_k, int *rows_, int *nr_, int *cols_, int *nc_) {
+enum { PLAN_LONG_K = 1, PLAN_GRAD = 2 };
+static void gemm_plan(int M, int N, int K, int flags, int *rows_, int *nr_, int *cols_, int *nc_) {
     const int wide = (size_t)K * N >= GEMM_WIDE_B && N > 2 * M; /* B much the larger: tiles of columns only */
     int nr = wide ? 1 : imin(pow2_floor(imax(M / GEMM_TILE, 1)), GEMM_TILES);
     const int rows = nr == 1 ? M : ((M + nr - 1) / nr + 15) / 16 * 16;
     nr = (M + rows - 1) / rows;
     const int thin = wide || M < GEMM_TILE; /* A small next to B: columns up to GEMM_TILES tiles */
-    const int want = thin ? GEMM_TILES : long_k && K >= GEMM_LONG_K ? 2 * GEMM_MIN_TILES : GEMM_MIN_TILES;
+    const int want = thin ? GEMM_TILES : (flags & PLAN_LONG_K) && K >= GEMM_LONG_K ? 2 * GEMM_MIN_TILES : GEMM_MIN_TILES;
     const int mincols = thin ? GEMM_TILE : GEMM_TILE / 2;
-    const int ncb = imin(pow2_floor(imax(N / mincols, 1)), imax(want / nr, 1));
+    int ncb = imin(pow2_floor(imax(N / mincols, 1)), imax(want / nr, 1));
+    if ((flags & PLAN_GRAD) && nr == 1 && ncb == 1 && M >= GEMM_GRAD_ROWS) /* one thread's work */
+        ncb = imin(pow2_floor(imax(N / GEMM_GRAD_COLS, 1)), GEMM_MIN_TILES);
     const int cols = ncb == 1 ? N : ((N + ncb - 1) / ncb + 15) / 16 * 16, nc = (N + cols - 1) / cols;
     *rows_ = rows, *nr_ = nr, *cols_ = cols, *nc_ = nc;
 }
@@ -229,7 +240,7 @@ static void gemm_plan(int M, int N, int K, int long_k, int *rows_, int *nr_, int
 static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda,
                        const float *B, int ldb, float beta, float *C, int ldc) {
     int rows, nr, cols, nc;
-    gemm_plan(M, N, K, 0, &rows, &nr, &cols, &nc);
+    gemm_plan(M, N, K, ta == CblasNoTrans ? 0 : PLAN_GRAD, &rows, &nr, &cols, &nc);
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < nr * nc; t++) {
         const int r0 = (t / nc) * rows, m = imin(rows, M - r0), c0 = (t % nc) * cols, n = imin(cols, N - c0);
@@ -397,7 +408,7 @@ typedef struct dnnl_tiles {
  * be allocated (nothing run) */
 static int tiles_get(cpu_ctx *cx, dnnl_tiles *t, int f32, int M, int N, int K, int at, int bt, int lda, int ldb,
                      int ldc, int acc) {
-    gemm_plan(M, N, K, !at, &t->rows, &t->nr, &t->cols, &t->nc);
+    gemm_plan(M, N, K, at ? 0 : PLAN_LONG_K, &t->rows, &t->nr, &t->cols, &t->nc); /* at: no PLAN_GRAD (gemm_plan) */
     const int lr = M - (t->nr - 1) * t->rows, lc = N - (t->nc - 1) * t->cols;
     mm_room(cx, 4);
     const int m[4] = {t->rows, t->rows, lr, lr}, n[4] = {t->cols, lc, t->cols, lc};
