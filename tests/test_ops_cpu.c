@@ -994,8 +994,9 @@ static void test_sumsq_scale(void) {
 }
 
 /* The optimizer's loops give the bits of their scalar definitions, whatever the vector width
- * (the AVX-512, AVX2 and baseline clones must agree): AdamW element by element in float, in
- * ops_cpu.c's order of operations (C11: no contraction into FMAs); the sum of squares as 64
+ * (this tests the clone this CPU runs: AVX-512, AVX2 or baseline): AdamW element by element in
+ * float, in ops_cpu.c's order of operations (no contraction into FMAs: ops_cpu.c is built with
+ * contraction off, this file for baseline x86-64, which has none); the sum of squares as 64
  * fixed chunks of ceil(n/64), each summed in order in double, the chunks added in order. Pieces
  * at odd offsets and lengths leave vector tails on both sides. */
 static void test_optimizer_bits(void) {

@@ -445,8 +445,9 @@ static void tiles_run(const cpu_ctx *cx, const dnnl_tiles *t, const void *A, con
  * weight of model.lora.base_dtype bf16; the output gradient's copy that matmul_bwd's input
  * gradient left in cx->a16 or cx->b16), used as it is; else A, B (fp32, rows lda, ldb apart) are
  * rounded into dense copies in cx->a16 and cx->b16 as they are laid out (a transposed operand
- * stays transposed: oneDNN reads it so). A16 is never cx->a16, nor B16 cx->b16, where the other
- * operand is rounded: matmul_bwd swaps the two buffers to keep that. */
+ * stays transposed: oneDNN reads it so). A16 is never cx->b16 where B is rounded, nor B16 cx->a16
+ * where A is rounded (that buffer would be grown or overwritten): matmul_bwd swaps the two buffers
+ * for the one product that needs it, and back. */
 static int gemm16(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
                   const uint16_t *A16, int lda, const float *B, const uint16_t *B16, int ldb, float beta, float *C,
                   int ldc) {
@@ -747,27 +748,25 @@ static void cpu_matmul_fwd(void *ctx, dt_act *out_, const dt_act *inp_, const fl
 
 /* In bf16 the input gradient's product leaves dout rounded, dense (M,N), in cx->a16 (d16: it
  * ran in bf16); the weight gradient reads that copy instead of rounding dout again: as its A
- * (w_trans), or as its B, the buffers swapped first so that its A (inp) is rounded into the other
- * one. NULL: no copy (fp32, or a build without oneDNN). */
-static const uint16_t *dout16_as_a(const cpu_ctx *cx, int d16) {
+ * (w_trans), or as its B, with the two buffers swapped for that product so that its A (inp) is
+ * rounded into the other one, and swapped back after it (each buffer keeps its role, and so its
+ * size: the largest operand of that role). NULL: no copy (fp32, or a build without oneDNN). */
+static const uint16_t *dout16(const cpu_ctx *cx, int d16, int in_b) {
 #ifdef DT_HAVE_DNNL
-    return d16 ? cx->a16 : NULL;
+    return !d16 ? NULL : in_b ? cx->b16 : cx->a16;
 #else
-    (void)cx, (void)d16;
+    (void)cx, (void)d16, (void)in_b;
     return NULL;
 #endif
 }
-static const uint16_t *dout16_as_b(cpu_ctx *cx, int d16) {
+static void swap16(cpu_ctx *cx) {
 #ifdef DT_HAVE_DNNL
-    if (!d16) return NULL;
     uint16_t *b = cx->b16;
     const size_t bn = cx->b16_n;
     cx->b16 = cx->a16, cx->b16_n = cx->a16_n;
     cx->a16 = b, cx->a16_n = bn;
-    return cx->b16;
 #else
-    (void)cx, (void)d16;
-    return NULL;
+    (void)cx;
 #endif
 }
 
@@ -781,13 +780,12 @@ static void cpu_matmul_bwd(void *ctx, dt_act *dinp_, float *dw, float *dbias, co
     if (dinp) /* dinp(M,K) = dout(M,N) @ W^T */
         d16 = weight_gemm(cx, CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N, dout, NULL, ldo, w, NULL,
                           w_trans ? K : N, 0.0f, dinp, K);
-    if (dw) {
-        if (w_trans) /* dW(N,K) += dout^T @ inp */
-            weight_gemm(cx, CblasTrans, CblasNoTrans, N, K, M, dout, dout16_as_a(cx, d16), ldo, inp, NULL, K, 1.0f, dw,
-                        K);
-        else /* dW(K,N) += inp^T @ dout */
-            weight_gemm(cx, CblasTrans, CblasNoTrans, K, N, M, inp, NULL, K, dout, dout16_as_b(cx, d16), ldo, 1.0f, dw,
-                        N);
+    if (dw && w_trans) /* dW(N,K) += dout^T @ inp */
+        weight_gemm(cx, CblasTrans, CblasNoTrans, N, K, M, dout, dout16(cx, d16, 0), ldo, inp, NULL, K, 1.0f, dw, K);
+    else if (dw) { /* dW(K,N) += inp^T @ dout */
+        if (d16) swap16(cx); /* dout's copy now in cx->b16 */
+        weight_gemm(cx, CblasTrans, CblasNoTrans, K, N, M, inp, NULL, K, dout, dout16(cx, d16, 1), ldo, 1.0f, dw, N);
+        if (d16) swap16(cx);
     }
     if (dbias) colsum_add(dbias, dout, M, N, ldo);
 }
@@ -1305,8 +1303,9 @@ static void cpu_scatter_add_rows(void *ctx, dt_act *dx_, const dt_act *dout_, co
 
 /* torch.optim.AdamW (foreach=False) step: p *= 1 - lr*wd; m = b1 m + (1-b1) g;
  * v = b2 v + (1-b2) g^2; p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps), piece by piece.
- * Element by element in float, each a chain of correctly rounded operations (no FMAs in C11,
- * sqrt inlined: ops_cpu.c is built with -fno-math-errno), so every clone gives the same bits. */
+ * Element by element in float, each a chain of correctly rounded operations (ops_cpu.c is built
+ * with -ffp-contract=off: no FMAs; and -fno-math-errno: sqrt inlined), so every clone gives the
+ * same bits. */
 DT_CLONES
 static void adamw_range(float *p, const float *g, float *m, float *v, size_t lo, size_t hi, float beta1, float beta2,
                         float eps, float decay, float step_size, float bc2_sqrt) {
@@ -1343,7 +1342,6 @@ static void cpu_adamw(void *ctx, float *p_, const float *g_, float *m_, float *v
  * order. A chunk's sum is one chain of dependent adds, bound by their latency: a task advances
  * SUMSQ_LANES chunks' chains side by side (the same adds in the same order per chunk, so the
  * same bits), then finishes each chunk's own tail. */
-#define SUMSQ_LANES 8
 DT_CLONES
 static void sumsq_lanes(double *part, const float *x, size_t n, size_t chunk, int c0) {
     size_t lo[SUMSQ_LANES], len[SUMSQ_LANES], common = chunk;
