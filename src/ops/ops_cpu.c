@@ -79,7 +79,7 @@ typedef struct cpu_ctx {
 #define COLSUM_WIDE 64    /* ... or this many, where that still makes 4 tasks (col_width) */
 #define ATT_BLK 64        /* attention query/key block; blocks above the diagonal are skipped */
 #define SUMSQ_CHUNKS 64   /* fixed partition of sumsq, independent of the thread count */
-#define SUMSQ_LANES 8     /* ... whose chunks' sums a task advances side by side (sumsq_lanes) */
+#define SUMSQ_LANES 4     /* ... whose chunks' sums a task advances side by side (sumsq_lanes) */
 _Static_assert(SUMSQ_CHUNKS % SUMSQ_LANES == 0, "sumsq's tasks take whole groups of chunks");
 #define LN_EPS 1e-5f
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
@@ -1352,7 +1352,7 @@ static void sumsq_lanes(double *part, const float *x, size_t n, size_t chunk, in
         if (len[j] < common) common = len[j];
     }
     for (size_t i = 0; i < common; i++)
-#pragma GCC unroll 8 /* SUMSQ_LANES: the sums stay in registers */
+#pragma GCC unroll 4 /* SUMSQ_LANES: the sums stay in registers */
         for (int j = 0; j < SUMSQ_LANES; j++) s[j] += (double)x[lo[j] + i] * x[lo[j] + i];
     for (int j = 0; j < SUMSQ_LANES; j++) {
         for (size_t i = common; i < len[j]; i++) s[j] += (double)x[lo[j] + i] * x[lo[j] + i];
