@@ -60,14 +60,14 @@ typedef struct cpu_ctx {
     size_t panel_n;
     int bf16;     /* training.precision bf16: matmul_fwd/bwd's products with bf16 inputs (gemm16) */
     int f32dnnl;  /* fp32 weight products through oneDNN (gemm32) */
+    uint16_t *a16, *b16; /* bf16 (oneDNN): a product's inputs rounded, a16_n and b16_n elements */
+    size_t a16_n, b16_n;
 #ifdef DT_HAVE_DNNL
     dnnl_engine_t eng;
     int slots;               /* threads the streams and scratchpads below serve */
     dnnl_stream_t *streams;  /* one per thread */
     unsigned char **scratch; /* one per thread, scratch_n bytes each */
     size_t scratch_n;
-    uint16_t *a16, *b16;     /* a product's inputs rounded to bf16, a16_n and b16_n elements */
-    size_t a16_n, b16_n;
     mm16 mm[MM16_MAX];
     int n_mm;
 #endif
@@ -81,6 +81,8 @@ typedef struct cpu_ctx {
 #define SUMSQ_CHUNKS 64   /* fixed partition of sumsq, independent of the thread count */
 #define SUMSQ_LANES 4     /* ... whose chunks' sums a task advances side by side (sumsq_lanes) */
 _Static_assert(SUMSQ_CHUNKS % SUMSQ_LANES == 0, "sumsq's tasks take whole groups of chunks");
+#define DT_STR(x) #x
+#define DT_UNROLL(n) _Pragma(DT_STR(GCC unroll n)) /* n macro-expanded first, as #pragma's is not */
 #define LN_EPS 1e-5f
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define EW_CHUNK 8192     /* elements per task in elementwise loops */
@@ -110,6 +112,9 @@ _Static_assert(SUMSQ_CHUNKS % SUMSQ_LANES == 0, "sumsq's tasks take whole groups
 #endif
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
+/* elementwise loops over n elements: tasks of EW_CHUNK, [c * EW_CHUNK, ew_end(c, n)) */
+static inline size_t ew_tasks(size_t n) { return (n + EW_CHUNK - 1) / EW_CHUNK; }
+static inline size_t ew_end(size_t c, size_t n) { return (c + 1) * EW_CHUNK < n ? (c + 1) * EW_CHUNK : n; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
 
 /* exp(x), relative error ~2e-7 (Cephes polynomial on [-ln2/2, ln2/2], then scaling by 2^n
@@ -750,24 +755,12 @@ static void cpu_matmul_fwd(void *ctx, dt_act *out_, const dt_act *inp_, const fl
  * ran in bf16); the weight gradient reads that copy instead of rounding dout again: as its A
  * (w_trans), or as its B, with the two buffers swapped for that product so that its A (inp) is
  * rounded into the other one, and swapped back after it (each buffer keeps its role, and so its
- * size: the largest operand of that role). NULL: no copy (fp32, or a build without oneDNN). */
-static const uint16_t *dout16(const cpu_ctx *cx, int d16, int in_b) {
-#ifdef DT_HAVE_DNNL
-    return !d16 ? NULL : in_b ? cx->b16 : cx->a16;
-#else
-    (void)cx, (void)d16, (void)in_b;
-    return NULL;
-#endif
-}
+ * size: the largest operand of that role). d16 is 0 in fp32 and in a build without oneDNN. */
 static void swap16(cpu_ctx *cx) {
-#ifdef DT_HAVE_DNNL
     uint16_t *b = cx->b16;
     const size_t bn = cx->b16_n;
     cx->b16 = cx->a16, cx->b16_n = cx->a16_n;
     cx->a16 = b, cx->a16_n = bn;
-#else
-    (void)cx;
-#endif
 }
 
 static void cpu_matmul_bwd(void *ctx, dt_act *dinp_, float *dw, float *dbias, const dt_act *dout_,
@@ -781,10 +774,10 @@ static void cpu_matmul_bwd(void *ctx, dt_act *dinp_, float *dw, float *dbias, co
         d16 = weight_gemm(cx, CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N, dout, NULL, ldo, w, NULL,
                           w_trans ? K : N, 0.0f, dinp, K);
     if (dw && w_trans) /* dW(N,K) += dout^T @ inp */
-        weight_gemm(cx, CblasTrans, CblasNoTrans, N, K, M, dout, dout16(cx, d16, 0), ldo, inp, NULL, K, 1.0f, dw, K);
+        weight_gemm(cx, CblasTrans, CblasNoTrans, N, K, M, dout, d16 ? cx->a16 : NULL, ldo, inp, NULL, K, 1.0f, dw, K);
     else if (dw) { /* dW(K,N) += inp^T @ dout */
         if (d16) swap16(cx); /* dout's copy now in cx->b16 */
-        weight_gemm(cx, CblasTrans, CblasNoTrans, K, N, M, inp, NULL, K, dout, dout16(cx, d16, 1), ldo, 1.0f, dw, N);
+        weight_gemm(cx, CblasTrans, CblasNoTrans, K, N, M, inp, NULL, K, dout, d16 ? cx->b16 : NULL, ldo, 1.0f, dw, N);
         if (d16) swap16(cx);
     }
     if (dbias) colsum_add(dbias, dout, M, N, ldo);
@@ -1112,20 +1105,16 @@ static void gelu_bwd_range(float *dinp, const float *inp, const float *dout, siz
 static void cpu_gelu_fwd(void *ctx, dt_act *out_, const dt_act *inp_, size_t n) {
     float *out = (float *)out_;
     const float *inp = (const float *)inp_;
-    const size_t nch = (n + EW_CHUNK - 1) / EW_CHUNK;
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (size_t c = 0; c < nch; c++)
-        gelu_fwd_range(out, inp, c * EW_CHUNK, c == nch - 1 ? n : (c + 1) * EW_CHUNK);
+    for (size_t c = 0; c < ew_tasks(n); c++) gelu_fwd_range(out, inp, c * EW_CHUNK, ew_end(c, n));
 }
 
 static void cpu_gelu_bwd(void *ctx, dt_act *dinp_, const dt_act *inp_, const dt_act *dout_, size_t n) {
     float *dinp = (float *)dinp_;
     const float *inp = (const float *)inp_;
     const float *dout = (const float *)dout_;
-    const size_t nch = (n + EW_CHUNK - 1) / EW_CHUNK;
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (size_t c = 0; c < nch; c++)
-        gelu_bwd_range(dinp, inp, dout, c * EW_CHUNK, c == nch - 1 ? n : (c + 1) * EW_CHUNK);
+    for (size_t c = 0; c < ew_tasks(n); c++) gelu_bwd_range(dinp, inp, dout, c * EW_CHUNK, ew_end(c, n));
 }
 
 /* SwiGLU over rows [gate | up] of 2I: out = silu(gate) * up, silu(x) = x / (1 + e^-x) */
@@ -1327,14 +1316,13 @@ static void cpu_adamw(void *ctx, float *p_, const float *g_, float *m_, float *v
     const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
     for (int k = 0; k < n_pieces; k++) {
         const dt_adamw_piece *pc = &pieces[k];
-        const size_t n = pc->numel, nch = (n + EW_CHUNK - 1) / EW_CHUNK;
+        const size_t n = pc->numel;
         float *p = p_ + pc->offset, *m = m_ + pc->moff, *v = v_ + pc->moff;
         const float *g = g_ + pc->offset;
         const float decay = 1.0f - lr * (pc->decay ? weight_decay : 0.0f);
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-        for (size_t c = 0; c < nch; c++)
-            adamw_range(p, g, m, v, c * EW_CHUNK, c == nch - 1 ? n : (c + 1) * EW_CHUNK, beta1, beta2, eps, decay,
-                        step_size, bc2_sqrt);
+        for (size_t c = 0; c < ew_tasks(n); c++)
+            adamw_range(p, g, m, v, c * EW_CHUNK, ew_end(c, n), beta1, beta2, eps, decay, step_size, bc2_sqrt);
     }
 }
 
@@ -1352,7 +1340,7 @@ static void sumsq_lanes(double *part, const float *x, size_t n, size_t chunk, in
         if (len[j] < common) common = len[j];
     }
     for (size_t i = 0; i < common; i++)
-#pragma GCC unroll 4 /* SUMSQ_LANES: the sums stay in registers */
+        DT_UNROLL(SUMSQ_LANES) /* the sums stay in registers */
         for (int j = 0; j < SUMSQ_LANES; j++) s[j] += (double)x[lo[j] + i] * x[lo[j] + i];
     for (int j = 0; j < SUMSQ_LANES; j++) {
         for (size_t i = common; i < len[j]; i++) s[j] += (double)x[lo[j] + i] * x[lo[j] + i];
@@ -1529,10 +1517,10 @@ static void cpu_close(void *ctx) {
     }
     free(cx->streams);
     free(cx->scratch);
-    free(cx->a16);
-    free(cx->b16);
     if (cx->eng) dnnl_engine_destroy(cx->eng);
 #endif
+    free(cx->a16);
+    free(cx->b16);
     free(cx);
 }
 
