@@ -1298,6 +1298,60 @@ static void test_weight_grad_tiles(void) {
     }
 }
 
+/* matmul_bwd runs the tasks of its input gradient, weight gradient and bias sums in one parallel
+ * region (the larger tiles first, on whichever thread is free): each gradient must have the bits
+ * it has when asked for alone, on 1 thread and on 2, and the values of sums in double. Shapes:
+ * the shipped fine-tune's mlp_out (its weight gradient one oneDNN tile beside 4 tiles of the
+ * input gradient) and qkv (an OpenBLAS weight gradient in tiles of columns), tails both ways, and
+ * one whose bias sums alone would stay on one thread. */
+static void test_backward_jobs(void) {
+    const int shapes[][3] = {{1024, 256, 64}, {1024, 64, 192}, {300, 100, 70}, {520, 272, 300}, {40, 24, 16}};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
+        const int M = shapes[sh][0], K = shapes[sh][1], N = shapes[sh][2];
+        const size_t nmk = (size_t)M * K, nkn = (size_t)K * N, nmn = (size_t)M * N;
+        for (int wt = 0; wt < 2; wt++) {
+            float *inp = frandom(nmk, 1.0f), *w = frandom(nkn, 0.1f), *dout = frandom(nmn, 1.0f);
+            float *dw0 = frandom(nkn, 0.1f), *db0 = frandom((size_t)N, 0.1f);
+            float *dinp[2], *dw[2], *db[2];
+            for (int t = 0; t < 2; t++) { /* all three together, 1 thread then 2 */
+                be->ops->set_threads(be->ctx, t + 1);
+                dinp[t] = falloc(nmk), dw[t] = fcopy(dw0, nkn), db[t] = fcopy(db0, (size_t)N);
+                be->ops->matmul_bwd(be->ctx, A(dinp[t]), dw[t], db[t], A(dout), A(inp), w, M, K, N, N, wt);
+            }
+            float *dinp_a = falloc(nmk), *dw_a = fcopy(dw0, nkn), *db_a = fcopy(db0, (size_t)N);
+            be->ops->matmul_bwd(be->ctx, A(dinp_a), NULL, NULL, A(dout), A(inp), w, M, K, N, N, wt);
+            be->ops->matmul_bwd(be->ctx, NULL, dw_a, NULL, A(dout), A(inp), w, M, K, N, N, wt);
+            be->ops->matmul_bwd(be->ctx, NULL, NULL, db_a, A(dout), A(inp), w, M, K, N, N, wt);
+            for (int t = 0; t < 2; t++) {
+                CHECK(memcmp(dinp[t], dinp_a, nmk * sizeof(float)) == 0);
+                CHECK(memcmp(dw[t], dw_a, nkn * sizeof(float)) == 0);
+                CHECK(memcmp(db[t], db_a, (size_t)N * sizeof(float)) == 0);
+            }
+            for (int m = 0; m < M; m += 7) /* every 7th row of the input gradient, every weight and bias gradient */
+                for (int k = 0; k < K; k++) {
+                    double s = 0;
+                    for (int n = 0; n < N; n++) s += (double)dout[(size_t)m * N + n] * w[wt ? (size_t)n * K + k : (size_t)k * N + n];
+                    CHECK_NEAR_REL(dinp[1][(size_t)m * K + k], s, 1e-5, sqrt((double)N));
+                }
+            for (int k = 0; k < K; k++)
+                for (int n = 0; n < N; n++) {
+                    const size_t at = wt ? (size_t)n * K + k : (size_t)k * N + n;
+                    double s = dw0[at];
+                    for (int m = 0; m < M; m++) s += (double)inp[(size_t)m * K + k] * dout[(size_t)m * N + n];
+                    CHECK_NEAR_REL(dw[1][at], s, 1e-5, sqrt((double)M));
+                }
+            for (int n = 0; n < N; n++) {
+                double s = db0[n];
+                for (int m = 0; m < M; m++) s += dout[(size_t)m * N + n];
+                CHECK_NEAR_REL(db[1][n], s, 1e-5, sqrt((double)M));
+            }
+            for (int t = 0; t < 2; t++) bfree(dinp[t]), bfree(dw[t]), bfree(db[t]);
+            bfree(inp), bfree(w), bfree(dout), bfree(dw0), bfree(db0), bfree(dinp_a), bfree(dw_a), bfree(db_a);
+        }
+    }
+    be->ops->set_threads(be->ctx, 2);
+}
+
 /* training.precision bf16 (oneDNN, where the CPU has AVX512-BF16 or AMX): matmul_fwd and
  * matmul_bwd multiply their inputs rounded to bf16 with fp32 accumulation. Against the fp32
  * backend on inputs rounded beforehand: equal within fp32 rounding (the sums' order differs);
@@ -1554,6 +1608,7 @@ int main(void) {
     test_sumsq_scale();
     test_optimizer_bits();
     test_weight_grad_tiles();
+    test_backward_jobs();
     test_loss_sum();
     test_large_sizes();
     dt_backend_close(be);

@@ -181,21 +181,17 @@ static void cpu_zero(void *ctx, void *p, size_t bytes) {
  * more independent double adds a row (a bias gradient of 2048 x 768: 241 -> 190 us). */
 static int col_width(int N) { return N >= 4 * COLSUM_WIDE ? COLSUM_WIDE : COL_CHUNK; }
 
-/* dst(N) += column sums of src(M,N) (rows ld apart), accumulated in double; order independent
- * of threads. */
-static void colsum_add(float *dst, const float *src, int M, int N, int ld) {
-    const int w = col_width(N), nchunks = (N + w - 1) / w;
-#pragma omp parallel for schedule(static) if ((size_t)M * N >= PAR_MIN)
-    for (int ch = 0; ch < nchunks; ch++) {
-        const int c0 = ch * w, nc = imin(w, N - c0);
-        double acc[COLSUM_WIDE] = {0};
-        for (int i = 0; i < M; i++) {
-            const float *row = src + (size_t)i * ld + c0;
+/* dst[c0, c0 + nc) += the column sums of src(M, those columns) (rows ld apart), each column's
+ * rows added in order in double: a bias gradient's chunk of columns (JOB_COLSUM), the same bits
+ * on any thread */
+static void colsum_chunk(float *dst, const float *src, int M, int ld, int c0, int nc) {
+    double acc[COLSUM_WIDE] = {0};
+    for (int i = 0; i < M; i++) {
+        const float *row = src + (size_t)i * ld + c0;
 #pragma omp simd
-            for (int j = 0; j < nc; j++) acc[j] += row[j];
-        }
-        for (int j = 0; j < nc; j++) dst[c0 + j] += (float)acc[j];
+        for (int j = 0; j < nc; j++) acc[j] += row[j];
     }
+    for (int j = 0; j < nc; j++) dst[c0 + j] += (float)acc[j];
 }
 
 static int pow2_floor(int n) { /* the largest power of two <= n, for n >= 1 */
@@ -242,17 +238,45 @@ static void gemm_plan(int M, int N, int K, int flags, int *rows_, int *nr_, int 
     *rows_ = rows, *nr_ = nr, *cols_ = cols, *nc_ = nc;
 }
 
-static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda,
-                       const float *B, int ldb, float beta, float *C, int ldc) {
-    int rows, nr, cols, nc;
-    gemm_plan(M, N, K, ta == CblasNoTrans ? 0 : PLAN_GRAD, &rows, &nr, &cols, &nc);
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < nr * nc; t++) {
-        const int r0 = (t / nc) * rows, m = imin(rows, M - r0), c0 = (t % nc) * cols, n = imin(cols, N - c0);
-        const float *a = ta == CblasNoTrans ? A + (size_t)r0 * lda : A + r0;
-        const float *bp = tb == CblasNoTrans ? B + c0 : B + (size_t)c0 * ldb;
-        cblas_sgemm(CblasRowMajor, ta, tb, m, n, K, alpha, a, lda, bp, ldb, beta, C + (size_t)r0 * ldc + c0, ldc);
-    }
+/* ---- jobs: products' tiles and bias sums, run together ----
+ * A job is one product's tiles of C(M,N) (gemm_plan's), ready to run: each tile one
+ * single-threaded cblas_sgemm (JOB_BLAS) or oneDNN primitive (JOB_DNNL: the primitives made,
+ * and with bf16 the inputs' copies rounded, when the job is made); or a bias gradient's chunks
+ * of columns (JOB_COLSUM, colsum_chunk). jobs_run runs the tasks of a few jobs in one parallel
+ * region, the larger tiles first, each on whichever thread takes it next. A task's values do not
+ * depend on its thread (a tile is single-threaded, its primitive made for one thread; a chunk
+ * adds its rows in order), so they are those of the jobs run one after another, on any number
+ * of threads; a backward's input gradient, weight gradient and bias sums share the threads
+ * (a weight gradient that is one tile does not leave the others waiting). */
+enum { JOB_BLAS, JOB_DNNL, JOB_COLSUM };
+typedef struct job {
+    int kind;
+    int rows, nr, cols, nc; /* tiles of C: nr x nc of rows x cols (JOB_COLSUM: nc chunks of cols, nr 1) */
+    int M, N, K;
+    CBLAS_TRANSPOSE ta, tb;
+    float alpha, beta;
+    const void *A, *B; /* JOB_DNNL: el bytes an element (fp32 or bf16), as laid out for its primitives */
+    float *C;
+    int lda, ldb, ldc, el;
+#ifdef DT_HAVE_DNNL
+    const mm16 *p[4]; /* JOB_DNNL: the primitives of a full tile, the last row's and column's (tiles_get) */
+#endif
+} job;
+#define JOBS_MAX 4
+
+/* C(M,N) = alpha op(A) op(B) + beta C as OpenBLAS tiles */
+static void job_blas(job *j, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A,
+                     int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    *j = (job){.kind = JOB_BLAS, .M = M, .N = N, .K = K, .ta = ta, .tb = tb, .alpha = alpha, .beta = beta,
+               .A = A, .B = B, .C = C, .lda = lda, .ldb = ldb, .ldc = ldc};
+    gemm_plan(M, N, K, ta == CblasNoTrans ? 0 : PLAN_GRAD, &j->rows, &j->nr, &j->cols, &j->nc);
+}
+
+/* dst(N) += the column sums of src(M,N) (rows ld apart), chunks of col_width(N) columns */
+static void job_colsum(job *j, float *dst, const float *src, int M, int N, int ld) {
+    const int w = col_width(N);
+    *j = (job){.kind = JOB_COLSUM, .M = M, .N = N, .A = src, .C = dst, .lda = ld, .rows = M, .nr = 1, .cols = w,
+               .nc = (N + w - 1) / w};
 }
 
 #ifdef DT_HAVE_DNNL
@@ -260,7 +284,7 @@ static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int
  * A product's inputs are rounded to bf16 (to nearest even, as dt_float_to_bf16) into dense
  * copies, laid out as the fp32 operands are (a transposed A, a weight gradient's, stays
  * transposed: oneDNN reads it so), and multiplied with fp32 accumulation into its fp32 output, in
- * the fp32 products' tiles (gemm_plan, tiles_run), each tile one primitive made for one thread and
+ * the fp32 products' tiles (gemm_plan, jobs_run), each tile one primitive made for one thread and
  * run on the thread of its tile, so the values do not depend on the thread count. Products with
  * fewer than GEMM_TILE rows, and any that oneDNN refuses, run in fp32 (fp32_gemm). The copies
  * (the largest product's inputs in bf16) and oneDNN's per-thread scratchpads are this mode's
@@ -401,71 +425,122 @@ static int mm16_run(const cpu_ctx *cx, const mm16 *p, const void *a, const void 
     return ok;
 }
 
-/* A product's tiles on oneDNN: gemm_plan's tiles of C(M,N), and the primitives of a full tile
- * and of the last row's and column's (4, some the same) */
-typedef struct dnnl_tiles {
-    int rows, nr, cols, nc;
-    const mm16 *p[4];
-} dnnl_tiles;
-
-/* the tiles of C(M,N) (+ C when acc) = op(A)(M,K) op(B)(K,N), inputs fp32 (f32) or bf16, A and B
- * rows lda and ldb elements apart; 0 where oneDNN refuses a tile's shape or its scratchpads cannot
- * be allocated (nothing run) */
-static int tiles_get(cpu_ctx *cx, dnnl_tiles *t, int f32, int M, int N, int K, int at, int bt, int lda, int ldb,
-                     int ldc, int acc) {
-    gemm_plan(M, N, K, at ? 0 : PLAN_LONG_K, &t->rows, &t->nr, &t->cols, &t->nc); /* at: no PLAN_GRAD (gemm_plan) */
-    const int lr = M - (t->nr - 1) * t->rows, lc = N - (t->nc - 1) * t->cols;
+/* j: the oneDNN job of C(M,N) (+ C when acc) = op(A)(M,K) op(B)(K,N), inputs fp32 (f32) or
+ * bf16 (A, B: set by the caller), A and B rows lda and ldb elements apart: gemm_plan's tiles and
+ * the primitives of a full tile and of the last row's and column's (4, some the same); 0 where
+ * oneDNN refuses a tile's shape or its scratchpads cannot be allocated. Making room for them
+ * (mm_room) may drop every primitive, those of jobs made before and not yet run too: a caller
+ * that makes several jobs before running them makes room for all first (cpu_matmul_bwd). */
+static int tiles_get(cpu_ctx *cx, job *j, int f32, int M, int N, int K, int at, int bt, int lda, int ldb, int ldc,
+                     int acc) {
+    *j = (job){.kind = JOB_DNNL, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc,
+               .el = f32 ? (int)sizeof(float) : (int)sizeof(uint16_t)};
+    gemm_plan(M, N, K, at ? 0 : PLAN_LONG_K, &j->rows, &j->nr, &j->cols, &j->nc); /* at: no PLAN_GRAD (gemm_plan) */
+    const int lr = M - (j->nr - 1) * j->rows, lc = N - (j->nc - 1) * j->cols;
     mm_room(cx, 4);
-    const int m[4] = {t->rows, t->rows, lr, lr}, n[4] = {t->cols, lc, t->cols, lc};
+    const int m[4] = {j->rows, j->rows, lr, lr}, n[4] = {j->cols, lc, j->cols, lc};
     size_t sc = 0;
     for (int i = 0; i < 4; i++) {
-        t->p[i] = mm_get(cx, f32, m[i], n[i], K, at, bt, lda, ldb, ldc, acc);
-        if (!t->p[i]->prim) return 0;
-        if (t->p[i]->scratch > sc) sc = t->p[i]->scratch;
+        j->p[i] = mm_get(cx, f32, m[i], n[i], K, at, bt, lda, ldb, ldc, acc);
+        if (!j->p[i]->prim) return 0;
+        if (j->p[i]->scratch > sc) sc = j->p[i]->scratch;
     }
     return slots_ready(cx, sc);
 }
+#endif
 
-/* run tiles_get's tiles, one a thread at a time, el bytes an input element */
-static void tiles_run(const cpu_ctx *cx, const dnnl_tiles *t, const void *A, const void *B, float *C, int M, int K,
-                      int N, int el) {
-    const mm16 *p0 = t->p[0];
-    int bad = 0;
-#pragma omp parallel for schedule(static) reduction(| : bad)
-    for (int i = 0; i < t->nr * t->nc; i++) {
-        const int tr = i / t->nc, tc = i % t->nc, r0 = tr * t->rows, c0 = tc * t->cols;
-        const char *a = (const char *)A + (size_t)el * (p0->a_trans ? (size_t)r0 : (size_t)r0 * p0->lda);
-        const char *b = (const char *)B + (size_t)el * (p0->b_trans ? (size_t)c0 * p0->ldb : (size_t)c0);
-        bad |= !mm16_run(cx, t->p[(tr == t->nr - 1) * 2 + (tc == t->nc - 1)], a, b, C + (size_t)r0 * p0->ldc + c0);
+/* Task t of job j on the calling thread (inside a parallel region: OpenBLAS then runs
+ * single-threaded); 0 where oneDNN failed */
+static int job_task(const cpu_ctx *cx, const job *j, int t) {
+    const int tr = t / j->nc, tc = t % j->nc, r0 = tr * j->rows, c0 = tc * j->cols;
+    const int m = imin(j->rows, j->M - r0), n = imin(j->cols, j->N - c0);
+    switch (j->kind) {
+    case JOB_COLSUM: colsum_chunk(j->C, j->A, j->M, j->lda, c0, n); return 1;
+    case JOB_BLAS: {
+        const float *a = (const float *)j->A + (j->ta == CblasNoTrans ? (size_t)r0 * j->lda : (size_t)r0);
+        const float *b = (const float *)j->B + (j->tb == CblasNoTrans ? (size_t)c0 : (size_t)c0 * j->ldb);
+        cblas_sgemm(CblasRowMajor, j->ta, j->tb, m, n, j->K, j->alpha, a, j->lda, b, j->ldb, j->beta,
+                    j->C + (size_t)r0 * j->ldc + c0, j->ldc);
+        return 1;
     }
-    if (bad) { /* C is partly written: nothing to fall back to */
-        fprintf(stderr, "dtrain: oneDNN failed running a%s product (%d x %d x %d); stopping\n",
-                p0->f32 ? "" : " bf16", M, K, N);
-        abort();
+    default: {
+#ifdef DT_HAVE_DNNL
+        const mm16 *p0 = j->p[0];
+        const char *a = (const char *)j->A + (size_t)j->el * (p0->a_trans ? (size_t)r0 : (size_t)r0 * p0->lda);
+        const char *b = (const char *)j->B + (size_t)j->el * (p0->b_trans ? (size_t)c0 * p0->ldb : (size_t)c0);
+        return mm16_run(cx, j->p[(tr == j->nr - 1) * 2 + (tc == j->nc - 1)], a, b, j->C + (size_t)r0 * p0->ldc + c0);
+#else
+        (void)cx;
+        return 0;
+#endif
+    }
     }
 }
 
-/* C(M,N) = op(A)(M,K) op(B)(K,N) + beta C (beta 0 or 1) with bf16 inputs; 0 (C untouched) where
- * it runs in fp32 instead. A16, B16: that operand already in bf16 and dense, as it is laid out (a
+/* Runs jobs[0..n) (n <= JOBS_MAX) in one parallel region, the jobs with the larger tasks (rows
+ * x cols x K; bias sums last) first, in order among equals. A product is always run inside a
+ * parallel region, even as one tile (OpenBLAS's own threading would change its values); bias
+ * sums alone of fewer than PAR_MIN elements stay on the calling thread. */
+static void jobs_run(const cpu_ctx *cx, const job *jobs, int n) {
+    const job *o[JOBS_MAX];
+    int first[JOBS_MAX + 1], par = 0;
+    for (int i = 0; i < n; i++) { /* insertion sort, larger tasks first, stable */
+        const double cost = jobs[i].kind == JOB_COLSUM ? 0.0 : (double)jobs[i].rows * jobs[i].cols * jobs[i].K;
+        int k = i;
+        for (; k > 0; k--) {
+            const job *q = o[k - 1];
+            if ((q->kind == JOB_COLSUM ? 0.0 : (double)q->rows * q->cols * q->K) >= cost) break;
+            o[k] = q;
+        }
+        o[k] = &jobs[i];
+        par |= jobs[i].kind != JOB_COLSUM || (size_t)jobs[i].M * jobs[i].N >= PAR_MIN;
+    }
+    first[0] = 0;
+    for (int i = 0; i < n; i++) first[i + 1] = first[i] + o[i]->nr * o[i]->nc;
+    unsigned bad = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(| : bad) if (par)
+    for (int t = 0; t < first[n]; t++) {
+        int k = 0;
+        while (t >= first[k + 1]) k++;
+        if (!job_task(cx, o[k], t - first[k])) bad |= 1u << k;
+    }
+    for (int k = 0; k < n; k++)
+        if (bad >> k & 1) { /* C is partly written: nothing to fall back to */
+            fprintf(stderr, "dtrain: oneDNN failed running a%s product (%d x %d x %d); stopping\n",
+                    o[k]->el == (int)sizeof(float) ? "" : " bf16", o[k]->M, o[k]->K, o[k]->N);
+            abort();
+        }
+}
+
+static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda,
+                       const float *B, int ldb, float beta, float *C, int ldc) {
+    job j;
+    job_blas(&j, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    jobs_run(NULL, &j, 1);
+}
+
+#ifdef DT_HAVE_DNNL
+
+/* j: the job of C(M,N) = op(A)(M,K) op(B)(K,N) + beta C (beta 0 or 1) with bf16 inputs; 0
+ * where it runs in fp32 instead. A16, B16: that operand already in bf16 and dense, as it is laid out (a
  * weight of model.lora.base_dtype bf16; the output gradient's copy that matmul_bwd's input
  * gradient left in cx->a16 or cx->b16), used as it is; else A, B (fp32, rows lda, ldb apart) are
  * rounded into dense copies in cx->a16 and cx->b16 as they are laid out (a transposed operand
  * stays transposed: oneDNN reads it so). A16 is never cx->b16 where B is rounded, nor B16 cx->a16
  * where A is rounded (that buffer would be grown or overwritten): matmul_bwd swaps the two buffers
  * for the one product that needs it, and back. */
-static int gemm16(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
+static int gemm16(cpu_ctx *cx, job *j, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
                   const uint16_t *A16, int lda, const float *B, const uint16_t *B16, int ldb, float beta, float *C,
                   int ldc) {
     if (M < GEMM_TILE) return 0;
     const int at = ta != CblasNoTrans, bt = tb != CblasNoTrans;
-    dnnl_tiles t;
-    if (!tiles_get(cx, &t, 0, M, N, K, at, bt, at ? M : K, bt ? K : N, ldc, beta != 0.0f) ||
+    if (!tiles_get(cx, j, 0, M, N, K, at, bt, at ? M : K, bt ? K : N, ldc, beta != 0.0f) ||
         (!A16 && !grow((void **)&cx->a16, &cx->a16_n, (size_t)M * K, sizeof(uint16_t))) ||
         (!B16 && !grow((void **)&cx->b16, &cx->b16_n, (size_t)K * N, sizeof(uint16_t))))
         return 0;
     if (!A16) pack16(cx->a16, A, at ? K : M, at ? M : K, lda);
     if (!B16) pack16(cx->b16, B, bt ? N : K, bt ? K : N, ldb);
-    tiles_run(cx, &t, A16 ? A16 : cx->a16, B16 ? B16 : cx->b16, C, M, K, N, (int)sizeof(uint16_t));
+    j->A = A16 ? A16 : cx->a16, j->B = B16 ? B16 : cx->b16, j->C = C;
     return 1;
 }
 
@@ -473,38 +548,45 @@ static int gemm16(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, in
  * untouched) if oneDNN refuses a tile's shape, and for products of fewer than GEMM_TILE rows
  * (generation's few rows, whose new lengths would each make new primitives; a rule of the shape,
  * as the bf16 products' is, so a product's library never depends on the thread count or history) */
-static int gemm32(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda,
-                  const float *B, int ldb, float beta, float *C, int ldc) {
+static int gemm32(cpu_ctx *cx, job *j, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
+                  int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     if (M < GEMM_TILE || (beta != 0.0f && beta != 1.0f)) return 0;
-    dnnl_tiles t;
-    if (!tiles_get(cx, &t, 1, M, N, K, ta != CblasNoTrans, tb != CblasNoTrans, lda, ldb, ldc, beta != 0.0f)) return 0;
-    tiles_run(cx, &t, A, B, C, M, K, N, (int)sizeof(float));
+    if (!tiles_get(cx, j, 1, M, N, K, ta != CblasNoTrans, tb != CblasNoTrans, lda, ldb, ldc, beta != 0.0f)) return 0;
+    j->A = A, j->B = B, j->C = C;
     return 1;
 }
 #endif
 
-/* C(M,N) = op(A) op(B) + beta C in fp32: oneDNN's tiles (gemm32) where it runs them, else OpenBLAS's */
-static void fp32_gemm(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
-                      int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+/* j: the job of C(M,N) = op(A) op(B) + beta C in fp32: oneDNN's tiles (gemm32) where it runs
+ * them, else OpenBLAS's */
+static void fp32_job(cpu_ctx *cx, job *j, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
+                     int lda, const float *B, int ldb, float beta, float *C, int ldc) {
 #ifdef DT_HAVE_DNNL
-    if (cx->f32dnnl && gemm32(cx, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc)) return;
+    if (cx->f32dnnl && gemm32(cx, j, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc)) return;
 #else
     (void)cx;
 #endif
-    sgemm_rows(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+    job_blas(j, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
 }
 
-/* a weight product: C(M,N) = op(A) op(B) + beta C, in bf16 where training.precision asks for it
- * (A16, B16: as gemm16's; ignored in fp32); 1 where it ran in bf16 */
-static int weight_gemm(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
-                       const uint16_t *A16, int lda, const float *B, const uint16_t *B16, int ldb, float beta, float *C,
-                       int ldc) {
+static void fp32_gemm(cpu_ctx *cx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
+                      int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    job j;
+    fp32_job(cx, &j, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    jobs_run(cx, &j, 1);
+}
+
+/* j: the job of a weight product, C(M,N) = op(A) op(B) + beta C, in bf16 where
+ * training.precision asks for it (A16, B16: as gemm16's; ignored in fp32); 1 where it is bf16 */
+static int weight_job(cpu_ctx *cx, job *j, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
+                      const uint16_t *A16, int lda, const float *B, const uint16_t *B16, int ldb, float beta, float *C,
+                      int ldc) {
 #ifdef DT_HAVE_DNNL
-    if (cx->bf16 && gemm16(cx, ta, tb, M, N, K, A, A16, lda, B, B16, ldb, beta, C, ldc)) return 1;
+    if (cx->bf16 && gemm16(cx, j, ta, tb, M, N, K, A, A16, lda, B, B16, ldb, beta, C, ldc)) return 1;
 #else
     (void)A16, (void)B16;
 #endif
-    fp32_gemm(cx, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    fp32_job(cx, j, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
     return 0;
 }
 
@@ -747,8 +829,10 @@ static void cpu_matmul_fwd(void *ctx, dt_act *out_, const dt_act *inp_, const fl
     float *out = (float *)out_;
     const float *inp = (const float *)inp_;
     const float beta = bias_rows(out, bias, M, N, ldo);
-    weight_gemm(ctx, CblasNoTrans, w_trans ? CblasTrans : CblasNoTrans, M, N, K, inp, NULL, K, w, NULL,
-                w_trans ? K : N, beta, out, ldo);
+    job j;
+    weight_job(ctx, &j, CblasNoTrans, w_trans ? CblasTrans : CblasNoTrans, M, N, K, inp, NULL, K, w, NULL,
+               w_trans ? K : N, beta, out, ldo);
+    jobs_run(ctx, &j, 1);
 }
 
 /* In bf16 the input gradient's product leaves dout rounded, dense (M,N), in cx->a16 (d16: it
@@ -769,18 +853,28 @@ static void cpu_matmul_bwd(void *ctx, dt_act *dinp_, float *dw, float *dbias, co
     float *dinp = (float *)dinp_;
     const float *dout = (const float *)dout_;
     const float *inp = (const float *)inp_;
-    int d16 = 0; /* cx->a16 holds dout in bf16 */
+    job jobs[3];
+    int n = 0, d16 = 0; /* d16: cx->a16 holds dout in bf16 */
+#ifdef DT_HAVE_DNNL
+    mm_room(cx, 16); /* two products' primitives, made before either runs: at most 4 a try, 2 tries each */
+#endif
     if (dinp) /* dinp(M,K) = dout(M,N) @ W^T */
-        d16 = weight_gemm(cx, CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N, dout, NULL, ldo, w, NULL,
-                          w_trans ? K : N, 0.0f, dinp, K);
+        d16 = weight_job(cx, &jobs[n++], CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N, dout, NULL, ldo,
+                         w, NULL, w_trans ? K : N, 0.0f, dinp, K);
+    /* a bf16 weight gradient (GEMM_TILE rows or more) rounds its other input into the buffer that
+     * holds the input gradient's rounded weight: the input gradient runs first */
+    if (dw && d16 && (w_trans ? N : K) >= GEMM_TILE) jobs_run(cx, jobs, n), n = 0;
     if (dw && w_trans) /* dW(N,K) += dout^T @ inp */
-        weight_gemm(cx, CblasTrans, CblasNoTrans, N, K, M, dout, d16 ? cx->a16 : NULL, ldo, inp, NULL, K, 1.0f, dw, K);
+        weight_job(cx, &jobs[n++], CblasTrans, CblasNoTrans, N, K, M, dout, d16 ? cx->a16 : NULL, ldo, inp, NULL, K,
+                   1.0f, dw, K);
     else if (dw) { /* dW(K,N) += inp^T @ dout */
         if (d16) swap16(cx); /* dout's copy now in cx->b16 */
-        weight_gemm(cx, CblasTrans, CblasNoTrans, K, N, M, inp, NULL, K, dout, d16 ? cx->b16 : NULL, ldo, 1.0f, dw, N);
+        weight_job(cx, &jobs[n++], CblasTrans, CblasNoTrans, K, N, M, inp, NULL, K, dout, d16 ? cx->b16 : NULL, ldo,
+                   1.0f, dw, N);
         if (d16) swap16(cx);
     }
-    if (dbias) colsum_add(dbias, dout, M, N, ldo);
+    if (dbias) job_colsum(&jobs[n++], dbias, dout, M, N, ldo);
+    jobs_run(cx, jobs, n);
 }
 
 /* ---- products of a bf16 weight (model.lora.base_dtype): widened a piece at a time ----
@@ -815,9 +909,12 @@ static void cpu_matmul16_fwd(void *ctx, dt_act *out_, const dt_act *inp_, const 
     const float *inp = (const float *)inp_;
     const float beta = bias_rows(out, bias, M, N, ldo);
 #ifdef DT_HAVE_DNNL /* bf16 products: the weight as it is */
-    if (cx->bf16 && gemm16(cx, CblasNoTrans, w_trans ? CblasTrans : CblasNoTrans, M, N, K, inp, NULL, K, NULL, w, 0,
-                           beta, out, ldo))
+    job j;
+    if (cx->bf16 && gemm16(cx, &j, CblasNoTrans, w_trans ? CblasTrans : CblasNoTrans, M, N, K, inp, NULL, K, NULL, w,
+                           0, beta, out, ldo)) {
+        jobs_run(cx, &j, 1);
         return;
+    }
 #endif
     const int nb = panel_cols(cx, K, N);
     for (int n0 = 0; n0 < N; n0 += nb) { /* out[:, n0..] = inp @ the piece */
@@ -833,9 +930,12 @@ static void cpu_matmul16_bwd(void *ctx, dt_act *dinp_, const dt_act *dout_, cons
     cpu_ctx *cx = ctx;
     const float *dout = (const float *)dout_;
 #ifdef DT_HAVE_DNNL /* bf16 products: the weight as it is */
-    if (cx->bf16 && gemm16(cx, CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N, dout, NULL, ldo, NULL, w, 0,
-                           0.0f, (float *)dinp_, K))
+    job j;
+    if (cx->bf16 && gemm16(cx, &j, CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N, dout, NULL, ldo, NULL,
+                           w, 0, 0.0f, (float *)dinp_, K)) {
+        jobs_run(cx, &j, 1);
         return;
+    }
 #endif
     const int nb = panel_cols(cx, K, N);
     for (int n0 = 0; n0 < N; n0 += nb) { /* dinp(M,K) (+)= dout[:, n0..] @ the piece^T, the pieces in order */
@@ -861,10 +961,15 @@ static void cpu_lora_bwd(void *ctx, dt_act *dinp_, float *dA, float *dB, const f
                          int r, int ldo, float s) {
     (void)ctx;
     const float *inp = (const float *)inp_, *dout = (const float *)dout_;
-    if (dout) sgemm_rows(CblasNoTrans, CblasNoTrans, M, r, N, s, dout, ldo, B, r, 0.0f, dh, r); /* dh = s dout B */
-    if (dout && dB) sgemm_rows(CblasTrans, CblasNoTrans, N, r, M, s, dout, ldo, h, r, 1.0f, dB, r); /* dB += s dout^T h */
-    if (dA) sgemm_rows(CblasTrans, CblasNoTrans, r, K, M, 1.0f, dh, r, inp, K, 1.0f, dA, K);       /* dA += dh^T inp */
-    if (dinp_) sgemm_rows(CblasNoTrans, CblasNoTrans, M, K, r, 1.0f, dh, r, A, K, 1.0f, (float *)dinp_, K); /* += dh A */
+    job j[2];
+    int n = 0; /* two products at a time, each pair in one parallel region (jobs_run) */
+    if (dout) job_blas(&j[n++], CblasNoTrans, CblasNoTrans, M, r, N, s, dout, ldo, B, r, 0.0f, dh, r); /* dh = s dout B */
+    if (dout && dB) job_blas(&j[n++], CblasTrans, CblasNoTrans, N, r, M, s, dout, ldo, h, r, 1.0f, dB, r); /* dB += s dout^T h */
+    jobs_run(NULL, j, n);
+    n = 0; /* then what reads dh */
+    if (dA) job_blas(&j[n++], CblasTrans, CblasNoTrans, r, K, M, 1.0f, dh, r, inp, K, 1.0f, dA, K); /* dA += dh^T inp */
+    if (dinp_) job_blas(&j[n++], CblasNoTrans, CblasNoTrans, M, K, r, 1.0f, dh, r, A, K, 1.0f, (float *)dinp_, K); /* += dh A */
+    jobs_run(NULL, j, n);
 }
 
 /* ---- attention ----
