@@ -426,6 +426,11 @@ static void test_errors(void) {
     LOAD_ERR("finetune.yaml:4: optimizer.schedule: expected one of constant, cosine, linear, got \"step\"",
              MIN "optimizer:\n  schedule: step\n");
     LOAD_ERR("finetune.yaml:3: data.format: expected one of auto, tokens, tsv, chat, completion, got \"csv\"", MIN "  format: csv\n");
+    LOAD_ERR("finetune.yaml:3: data.pad_to: expected one of longest, seq_len, got \"max_length\"", MIN "  pad_to: max_length\n");
+    LOAD_OK(MIN);
+    CHECK_INT_EQ(cfg.data.pad_to_longest, 1); /* the default */
+    LOAD_OK(MIN "  pad_to: seq_len\n");
+    CHECK_INT_EQ(cfg.data.pad_to_longest, 0);
     LOAD_ERR("finetune.yaml:4: model.type: expected one of transformer_like, gpt2, llama, got \"bert\"",
              MIN "model:\n  type: bert\n");
     /* betas */

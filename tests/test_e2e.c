@@ -288,6 +288,29 @@ static void test_finetune(void) {
     CHECK_STR_CONTAINS(out_text, "  per class: 0: precision ");
     CHECK_STR_CONTAINS(out_text, "  confusion (row: label, columns: predicted 0..1): 0: ");
     CHECK_STR_CONTAINS(out_text, " | macro-F1 0.9");
+    /* data.pad_to longest (the default): each batch ran at the length its longest text needs,
+     * said in the summary; the same training as rows of data.seq_len (32) up to float rounding */
+    const double row_len = number_after(out_text, "rows: ");
+    printf("finetune: rows of %.2f positions on average\n", row_len);
+    CHECK(row_len >= 8 && row_len < 32);
+    CHECK_STR_CONTAINS(out_text, "positions on average of data.seq_len's 32 (data.pad_to: longest;");
+    {
+        char cut_dir[700], full_dir[700];
+        double fl[2], ll[2], vl[2], va[2];
+        snprintf(cut_dir, sizeof cut_dir, "%s/finetune-cut", tmp);
+        snprintf(full_dir, sizeof full_dir, "%s/finetune-full", tmp);
+        for (int full = 0; full < 2; full++) {
+            CHECK_INT_EQ(run("%s --config configs/finetune.yaml --set training.max_steps=60 --set run.dir=%s --set "
+                             "data.pad_to=%s", DTRAIN_BIN, full ? full_dir : cut_dir, full ? "seq_len" : "longest"), 0);
+            CHECK((strstr(out_text, "rows: ") == NULL) == full);
+            CHECK(read_metrics(full ? full_dir : cut_dir, &fl[full], &ll[full], &vl[full], &va[full]) > 1);
+        }
+        printf("finetune, 60 steps: rows cut / of 32: first loss %.7f / %.7f, last %.7f / %.7f, val loss %.7f / %.7f\n",
+               fl[0], fl[1], ll[0], ll[1], vl[0], vl[1]);
+        CHECK_NEAR_REL(fl[0], fl[1], 1e-5, 1e-3);
+        CHECK_NEAR_REL(ll[0], ll[1], 1e-3, 1e-3);
+        CHECK_NEAR_REL(vl[0], vl[1], 1e-3, 1e-3);
+    }
 
     /* training.precision bf16 where the CPU has bf16 products: the same fine-tune ends within the
      * bf16 band of fp32's; elsewhere exit 2 naming what is missing. The band is as wide as fp32's

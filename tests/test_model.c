@@ -122,6 +122,95 @@ static void test_grads(void) {
     grad_check("llama classification", ll, ctok, labels, B);
 }
 
+/* data.pad_to longest: rows cut to what their longest needs (dt_model_set_length) give the loss
+ * and the gradients of the whole rows, whose cut-off positions are padding nothing before them
+ * attends to: a language model (targets -1 there; packed rows too, their positions cut alike)
+ * and a classifier (pad tokens after the pooled one), GPT-2 and Llama. */
+static void short_rows_case(const char *name, dt_model_cfg cfg, const int *tok, const int *tgt, const int *pos,
+                            int B, int want_len) {
+    const int S = cfg.seq_len, cls = cfg.shape.num_labels > 0;
+    dt_backend *be;
+    CHECK(dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = 1}, &be) == DT_OK);
+    dt_model *m;
+    CHECK(dt_model_init(&m, &cfg, be) == DT_OK);
+    float *p = dt_model_params(m), *g = dt_model_grads(m);
+    const size_t n = dt_model_num_params(m);
+    for (size_t i = 0; i < n; i++) p[i] = (float)((urand() - 0.5) * 0.6);
+    const int L = dt_model_rows_length(m, tok, tgt, B);
+    CHECK_INT_EQ(L, want_len);
+    double loss[2];
+    float *grads[2];
+    for (int cut = 0; cut < 2; cut++) { /* whole rows, then rows of L */
+        const int T = cut ? L : S;
+        int ctok[64], ctgt[64], cpos[64];
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                ctok[b * T + t] = tok[b * S + t];
+                if (!cls) ctgt[b * T + t] = tgt[b * S + t];
+                if (pos) cpos[b * T + t] = pos[b * S + t];
+            }
+        CHECK(dt_model_set_length(m, T) == DT_OK);
+        CHECK_INT_EQ(dt_model_length(m), T);
+        if (pos) CHECK(dt_model_set_positions(m, cpos, B) == DT_OK);
+        dt_model_zero_grad(m);
+        dt_fwd_result r;
+        CHECK(dt_model_forward_loss(m, ctok, cls ? tgt : ctgt, B, 1.0f, &r) == DT_OK);
+        CHECK(dt_model_backward(m, 1.0f, NULL, NULL) == DT_OK);
+        loss[cut] = r.loss_sum;
+        grads[cut] = malloc(n * sizeof(float));
+        memcpy(grads[cut], g, n * sizeof(float));
+    }
+    CHECK_NEAR_REL(loss[1], loss[0], 1e-5, 1e-3);
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)grads[1][i] - grads[0][i]) / fmax(fmax(fabs(grads[0][i]), fabs(grads[1][i])), 1e-2);
+        if (d > worst) worst = d;
+    }
+    printf("%s: rows of %d as of %d: loss %.6f vs %.6f, worst gradient rel err %.2e\n", name, L, S, loss[1], loss[0], worst);
+    CHECK(worst < 1e-4);
+    CHECK(dt_model_set_length(m, 0) != DT_OK);
+    CHECK(dt_model_set_length(m, S + 1) != DT_OK);
+    free(grads[0]), free(grads[1]);
+    dt_model_free(m);
+    dt_backend_close(be);
+}
+
+static void test_short_rows(void) {
+    enum { B = 3, T = 8 };
+    dt_model_cfg lm = {.shape = {.vocab_size = 11, .n_positions = 8, .n_layer = 2, .n_head = 2, .n_embd = 8},
+                       .seq_len = T, .max_batch = 4, .seed = 7};
+    int tok[B * T], tgt[B * T];
+    for (int i = 0; i < B * T; i++) tok[i] = (int)(urand() * 11), tgt[i] = (int)(urand() * 11);
+    for (int b = 0; b < B; b++) /* rows counting up to positions 2, 4, 1: length 5 */
+        for (int t = (int[]){3, 5, 2}[b]; t < T; t++) tgt[b * T + t] = -1;
+    tgt[1] = -1; /* and one ignored inside */
+    short_rows_case("short rows: lm", lm, tok, tgt, NULL, B, 5);
+    dt_model_cfg ll = {.shape = {.arch = DT_ARCH_LLAMA, .vocab_size = 11, .n_positions = 8, .n_layer = 2, .n_head = 4,
+                                 .n_embd = 8, .num_key_value_heads = 2, .head_dim = 4, .intermediate_size = 12,
+                                 .rope_theta = 10000.0, .rms_norm_eps = 1e-5},
+                       .seq_len = T, .max_batch = 4, .seed = 7};
+    short_rows_case("short rows: llama lm", ll, tok, tgt, NULL, B, 5);
+    /* packed rows: two examples in row 0 (positions restart at 2), one in the others */
+    int pos[B * T];
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) pos[b * T + t] = b == 0 && t >= 2 ? t - 2 : t;
+    dt_model_cfg pk = ll;
+    pk.packed = 1;
+    short_rows_case("short rows: llama packed", pk, tok, tgt, pos, B, 5);
+    /* classifiers: pad id 0 after the pooled tokens at 2, 5, 1: length 6 */
+    int ctok[B * T] = {5, 3, 19, 0, 0, 0, 0, 0,
+                       1, 2, 3, 4, 5, 19, 0, 0,
+                       7, 19, 0, 0, 0, 0, 0, 0};
+    int labels[B] = {2, 0, 1};
+    dt_model_cfg cls = lm;
+    cls.shape.vocab_size = 20;
+    cls.shape.num_labels = 3;
+    short_rows_case("short rows: classification", cls, ctok, labels, NULL, B, 6);
+    ll.shape.vocab_size = 20;
+    ll.shape.num_labels = 3;
+    short_rows_case("short rows: llama classification", ll, ctok, labels, NULL, B, 6);
+}
+
 typedef struct { int order[16]; int n; } bucket_log;
 static void on_ready(void *user, int bucket) {
     bucket_log *l = user;
@@ -837,6 +926,7 @@ int main(void) {
     test_base16();
     test_load_parts();
     test_grads();
+    test_short_rows();
     test_buckets_and_accum();
     test_weights_io();
     TEST_PASS("test_model");

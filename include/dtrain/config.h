@@ -112,6 +112,8 @@ typedef struct dt_config {
         int seq_len;                  /* >= 2, default 64 */
         int shuffle;                  /* default 1 */
         int packing;                  /* data.packing, default 0: chat and completion rows of several examples */
+        int pad_to_longest;           /* data.pad_to: longest (1, default: a batch's rows cut to what its longest
+                                         needs) or seq_len (0) */
     } data;
     struct {
         char type[32];                /* a spelling of DT_ARCH_NAMES (arch.h), as written */

@@ -17,8 +17,10 @@
  *    "eval_s":E,"samples":S,"tokens":K,"samples_per_s":..,
  *    "tokens_per_s":..,"workers":W,"comm_s":C,"comm_share":F,"val_loss":L,"val_accuracy":A,
  *    "peak_rss_mb":[per rank],"checkpoints":N,"sent_bytes_per_step":B,"comm_ms_per_step":M
- *    [,"remote_bytes_per_step":R][,"text_tokens_per_s":X,"padding_share":P,"padding_share_unpacked":U]}
+ *    [,"remote_bytes_per_step":R][,"text_tokens_per_s":X,"padding_share":P,"padding_share_unpacked":U]
+ *    [,"row_len":N]}
  *   (X, P, U: chat and completion data, dt_run_summary's text_tokens and padding shares;
+ *    N: data.pad_to longest, the positions rank 0's training rows ran at, on average;
  *    R: what all ranks together sent to other hosts, when any did; C and M: rank 0's comm_ms,
  *    summed and per step) (GPU workers: also "peak_gpu_mem_mb":[per rank])
  * train lines also carry "comm_ms": the step's exposed communication, the time it waited for
@@ -75,6 +77,8 @@ typedef struct dt_run_summary {
     /* chat and completion data (else NaN or 0: no such line): the steps' tokens of text (not padding), and the share
      * of the training rows' tokens that are padding, as trained and with one example a row */
     double text_tokens, padding, padding_unpacked;
+    int seq_len;                    /* data.seq_len */
+    double row_len;                 /* data.pad_to longest: rank 0's training rows' length on average (NaN: seq_len) */
     const double *peak_gpu_mb;      /* (workers) the most device memory in use at the launcher's NVML
                                        samples of each worker's GPU, NaN: none; NULL: no GPU workers */
 } dt_run_summary;

@@ -140,6 +140,24 @@ void dt_model_op_sizes(const dt_model_cfg *cfg, dt_op_sizes *out);
  * (negative = ignore), (B) labels for classification. Keeps activations for backward. */
 dt_status dt_model_forward(dt_model *m, const int *tokens, const int *targets, int B,
                            dt_fwd_result *res);
+/* The length T (1..seq_len) of the rows the next forwards take, until set again: their inputs
+ * (tokens, LM targets, packed positions) are host (B,T) arrays; a backward takes its forward's.
+ * seq_len until set. Shorter rows are the same computation as rows of seq_len whose positions
+ * past T are padding that nothing before them attends to (data.pad_to: longest); a pipeline
+ * stage's rows are always seq_len (DT_ERR_INTERNAL). */
+dt_status dt_model_set_length(dt_model *m, int T);
+int dt_model_length(const dt_model *m);
+/* The shortest length that holds what counts of each of B rows of seq_len (host (B,seq_len)
+ * arrays): a language model's last position with a target >= 0, a classifier's last token other
+ * than its padding (the row it reads); at least 1. */
+int dt_model_rows_length(const dt_model *m, const int *tokens, const int *targets, int B);
+/* data.pad_to longest: B rows of seq_len in host arrays (tokens; a language model's targets;
+ * packed rows' positions, else NULL) cut in place to the shortest length that holds what counts
+ * of each (dt_model_rows_length), rounded up to a step of seq_len / 8 rounded up to a multiple of
+ * 8, at least 8 (so at most 8 lengths come, each a new shape for the backend), and that length
+ * set (dt_model_set_length). A backend that keeps rows of seq_len (ops short_rows 0), and
+ * pipeline stages, get seq_len: nothing is moved. */
+dt_status dt_model_cut_rows(dt_model *m, int *tokens, int *targets, int *pos, int B);
 /* A packed model (cfg.packed): the positions of the rows the next forwards read, host (B,T),
  * each token's position in its example (ops.h dt_att_shape's pos: 0 where an example starts,
  * else the one before + 1; else DT_ERR_INTERNAL); queued like the inputs (pos may be rewritten

@@ -114,6 +114,9 @@ struct dt_ops {
     const char *name;   /* "cpu", "cuda": its training.device value */
     const char *memory; /* what its memory is called in messages ("GPU memory"); NULL: host memory */
     const char *collective; /* the name of device_comm's collective ("nccl"); NULL when it has none */
+    /* 1: training and evaluation may give it batches of rows shorter than data.seq_len, a few
+     * lengths (data.pad_to: longest); 0: every batch's rows are data.seq_len long */
+    int short_rows;
 
     /* ---- without an open backend (--dry-run, --version) ---- */
     /* element type of the activations at that precision (bf16 0/1) */

@@ -86,6 +86,7 @@ static const enum_name format_names[] = {
     {"chat", DT_FORMAT_CHAT},       {"completion", DT_FORMAT_COMPLETION}, {NULL, 0}};
 static const enum_name base_dtype_names[] = {{"fp32", 0}, {"bf16", 1}, {NULL, 0}};
 static const enum_name train_on_names[] = {{"assistant", 0}, {"all", 1}, {NULL, 0}};
+static const enum_name pad_to_names[] = {{"longest", 1}, {"seq_len", 0}, {NULL, 0}};
 #define TYPE_NAME(spelling, arch, id) {spelling, id},
 static const enum_name model_type_names[] = {DT_ARCH_NAMES(TYPE_NAME){NULL, 0}};
 #undef TYPE_NAME
@@ -155,6 +156,7 @@ static const key_def keys[] = {
     KEY("data.seq_len", K_INT, data.seq_len, "64", GE(2)),
     KEY("data.shuffle", K_BOOL, data.shuffle, "true", ANY),
     KEY("data.packing", K_BOOL, data.packing, "false", ANY),
+    ENUM("data.pad_to", data.pad_to_longest, "longest", pad_to_names),
 
     SECTION("model"),
     SECTION("model.rope_scaling"), /* Llama 3.1's, nested as in config.json (arch.h) */

@@ -88,6 +88,8 @@ struct dt_model {
     double *loss_host;         /* backend host memory (alloc_host): what dt_model_loss_fetch copied */
 
     int last_B;                /* batch of the last forward, 0 = none */
+    int T;                     /* the rows' length the next forwards take (dt_model_set_length) */
+    int last_T;                /* ... the last forward took: its backward's */
     dt_status tp_st;           /* tensor parallelism: the first failure of a sum over cfg.tp_comm (net.tp_st) */
     double tp_ms;              /* ... the time spent in those collectives (net.tp_ms) */
     int logits_are_grads;      /* the last forward left the logits' gradient there (ops xent_fused) */
@@ -915,6 +917,7 @@ dt_status dt_model_init(dt_model **out, const dt_model_cfg *cfg, const dt_backen
     if (!m) return DT_ERR_NOMEM;
     m->cfg = *cfg;
     m->be = be;
+    m->T = cfg->seq_len;
     m->net = (dt_net){.o = be->ops, .ctx = be->ctx, .cfg = &m->cfg, .arch = dt_net_arch(cfg->shape.arch),
                       .act = be->ops->act_dtype(be->ops->bf16(be->ctx)), .att = att_shape(cfg, 0),
                       .tp = cfg->tp > 1 ? cfg->tp : 1, .tp_rank = cfg->tp_rank, .tp_comm = cfg->tp_comm, .tp_st = &m->tp_st, .tp_ms = &m->tp_ms,
@@ -1104,8 +1107,49 @@ static void head_xent(dt_model *m, int rows, int predict, float scale) {
     if (predict) o->argmax(ctx, m->argmax_dev, m->logits, rows, V, ld);
 }
 
+dt_status dt_model_set_length(dt_model *m, int T) {
+    if (T < 1 || T > m->cfg.seq_len || (m->cfg.pp > 1 && T != m->cfg.seq_len))
+        return dt_error_set(DT_ERR_INTERNAL, "model length: %d outside 1..%d%s", T, m->cfg.seq_len,
+                            m->cfg.pp > 1 ? " (pipeline stages: rows of seq_len only)" : "");
+    m->T = T;
+    return DT_OK;
+}
+
+int dt_model_length(const dt_model *m) { return m->T; }
+
+int dt_model_rows_length(const dt_model *m, const int *tokens, const int *targets, int B) {
+    const int S = m->cfg.seq_len, NL = m->cfg.shape.num_labels;
+    int len = 1;
+    for (int b = 0; b < B; b++)
+        for (int t = S - 1; t >= len; t--) /* a row's last position that counts */
+            if (NL ? tokens[(size_t)b * S + t] != m->cfg.pad_id : targets[(size_t)b * S + t] >= 0) {
+                len = t + 1;
+                break;
+            }
+    return len;
+}
+
+/* the n rows of S ints of a (n, S) array (NULL: none) moved to rows of T <= S, in place */
+static void cut_rows(int *a, int n, int S, int T) {
+    for (int i = 1; a && i < n; i++) memmove(a + (size_t)i * T, a + (size_t)i * S, (size_t)T * sizeof(int));
+}
+
+dt_status dt_model_cut_rows(dt_model *m, int *tokens, int *targets, int *pos, int B) {
+    const int S = m->cfg.seq_len;
+    int T = S;
+    if (m->be->ops->short_rows && m->cfg.pp <= 1) {
+        const int step = (S + 7) / 8 < 8 ? 8 : ((S + 7) / 8 + 7) / 8 * 8;
+        T = (dt_model_rows_length(m, tokens, targets, B) + step - 1) / step * step;
+        if (T > S) T = S;
+        cut_rows(tokens, B, S, T);
+        cut_rows(m->cfg.shape.num_labels ? NULL : targets, B, S, T);
+        cut_rows(pos, B, S, T);
+    }
+    return dt_model_set_length(m, T);
+}
+
 dt_status dt_model_set_positions(dt_model *m, const int *pos, int B) {
-    const int T = m->cfg.seq_len;
+    const int T = m->T;
     if (!m->cfg.packed) return dt_error_set(DT_ERR_INTERNAL, "model positions: the model's rows are not packed");
     if (B < 1 || B > m->cfg.max_batch)
         return dt_error_set(DT_ERR_INTERNAL, "model positions: batch %d outside 1..%d", B, m->cfg.max_batch);
@@ -1126,7 +1170,7 @@ dt_status dt_model_set_positions(dt_model *m, const int *pos, int B) {
 static dt_status upload_inputs(dt_model *m, const int *tokens, const int *targets, int B) {
     const dt_ops *o = m->be->ops;
     void *ctx = m->be->ctx;
-    const int T = m->cfg.seq_len, V = m->cfg.shape.vocab_size, NL = m->cfg.shape.num_labels, BT = B * T;
+    const int T = m->T, V = m->cfg.shape.vocab_size, NL = m->cfg.shape.num_labels, BT = B * T;
     if (B < 1 || B > m->cfg.max_batch)
         return dt_error_set(DT_ERR_INTERNAL, "model forward: batch %d outside 1..%d", B, m->cfg.max_batch);
     if (m->cfg.packed && m->pos_B != B)
@@ -1262,7 +1306,7 @@ static int last_stage(const dt_model *m) { return m->cfg.pp <= 1 || m->cfg.pp_ra
 static dt_status forward(dt_model *m, const int *tokens, const int *targets, int B, dt_fwd_result *res, int predict,
                          float scale) {
     DT_TRY(upload_inputs(m, tokens, targets, B));
-    const int T = m->cfg.seq_len;
+    const int T = m->T;
     const net_span span = {.B = B, .T = T, .pos0 = -1};
     if (first_stage(m)) dt_net_embed(&m->net, m->encoded, m->tokens_dev, B, T, -1);
     const dt_act *x = m->encoded;
@@ -1276,6 +1320,7 @@ static dt_status forward(dt_model *m, const int *tokens, const int *targets, int
     if (last_stage(m) && m->cfg.shape.num_labels) classifier_head(m, x, targets, B, predict, scale, res);
     else if (last_stage(m)) lm_head(m, x, targets, B * T, predict, scale, res);
     m->last_B = B;
+    m->last_T = T;
     if (m->tp_st != DT_OK) return m->tp_st;
     return res ? m->be->ops->check(m->be->ctx) : DT_OK; /* training: the step's check reports a failure */
 }
@@ -1290,7 +1335,7 @@ dt_status dt_model_forward_loss(dt_model *m, const int *tokens, const int *targe
 }
 
 dt_status dt_model_forward_train(dt_model *m, const int *tokens, const int *targets, int B, float scale, long *rows) {
-    const int BT = B * m->cfg.seq_len;
+    const int BT = B * m->T;
     long n = m->cfg.shape.num_labels ? B : 0;
     for (int i = 0; !m->cfg.shape.num_labels && i < BT; i++) n += targets[i] >= 0; /* as lm_head counts them */
     DT_TRY(forward(m, tokens, targets, B, NULL, 0, scale));
@@ -1313,7 +1358,7 @@ double dt_model_loss_fetched(const dt_model *m) { return *m->loss_host; }
 static dt_status head_bwd(dt_model *m, int B, float scale) {
     const dt_ops *o = m->be->ops;
     void *ctx = m->be->ctx;
-    const int T = m->cfg.seq_len, C = m->cfg.shape.n_embd, NL = m->cfg.shape.num_labels, BT = B * T;
+    const int T = m->last_T, C = m->cfg.shape.n_embd, NL = m->cfg.shape.num_labels, BT = B * T;
     const size_t asz = dt_dtype_size(m->net.act);
     const net_weights *w = &m->net.w;
     o->zero(ctx, m->d.dresidual, (size_t)BT * C * asz);
@@ -1343,7 +1388,7 @@ static dt_status head_bwd(dt_model *m, int B, float scale) {
  * caller's), a stage but the first leaves its input's there; every bucket is reported, another
  * stage's empty. */
 dt_status dt_model_backward(dt_model *m, float scale, dt_bucket_ready_fn ready, void *user) {
-    const int B = m->last_B, T = m->cfg.seq_len, L = m->cfg.shape.n_layer;
+    const int B = m->last_B, T = m->last_T, L = m->cfg.shape.n_layer;
     if (B == 0) return dt_error_set(DT_ERR_INTERNAL, "model backward called without a forward");
     if (last_stage(m)) DT_TRY(head_bwd(m, B, scale));
     if (ready) ready(user, L + 1);

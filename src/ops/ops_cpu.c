@@ -1690,6 +1690,7 @@ const dt_ops dt_ops_cpu = {
     .act_dtype = cpu_act_dtype,
     .logits_stride = cpu_logits_stride,
     .scratch_bytes = cpu_scratch_bytes,
+    .short_rows = 1,
     .open = cpu_open,
     .close = cpu_close,
     .describe = cpu_describe,

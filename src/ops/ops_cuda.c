@@ -1951,6 +1951,8 @@ const dt_ops dt_ops_cuda = {
     .name = "cuda",
     .memory = "GPU memory",
     .collective = "nccl",
+    .short_rows = 0, /* not yet: each new length builds cuDNN graphs and cuBLASLt plans mid-run, and their
+                        workspaces and build times are unmeasured on a GPU */
     .act_dtype = cu_act_dtype,
     .logits_stride = cu_logits_stride,
     .scratch_bytes = cu_scratch_bytes,

@@ -63,6 +63,8 @@ static int split_label(char *line, size_t len, long *label, char **text, size_t 
 static dt_status flush_cls(pred *p) {
     if (p->n == 0) return DT_OK;
     dt_fwd_result r;
+    if (p->s->cfg.data.pad_to_longest) /* as training's evaluation runs them (dt_model_cut_rows) */
+        DT_TRY(dt_model_cut_rows(p->s->model, p->tokens, p->labels, NULL, p->n));
     DT_TRY(dt_model_forward(p->s->model, p->tokens, p->labels, p->n, &r));
     for (int i = 0; i < p->n; i++) {
         const float *pr = r.probs + (size_t)i * p->NL;
@@ -135,6 +137,7 @@ static dt_status add_lm(pred *p, const char *line, size_t len) {
             p->targets[t] = i + 1 < n ? (int)p->ids[i + 1] : -1;
         }
         dt_fwd_result r;
+        if (p->s->cfg.data.pad_to_longest) DT_TRY(dt_model_cut_rows(p->s->model, p->tokens, p->targets, NULL, 1));
         DT_TRY(dt_model_forward(p->s->model, p->tokens, p->targets, 1, &r));
         loss += r.loss_sum;
         rows += r.rows;

@@ -86,6 +86,7 @@ typedef struct run {
     int *targets;   /* host (b, T) or (b) */
     int *pos;       /* host (b, T): packed rows' positions (data.packing) */
     size_t *idx;    /* host (b) */
+    double len_sum, len_rows; /* training: the length of the batches' rows, summed over the rows, and the rows */
     volatile int *waiting; /* the launcher's "waiting for rank 0's disk" flag of this worker (may be NULL) */
     const volatile int *stop; /* the launcher's stop flag (SIGINT/SIGTERM): evaluation ends early (NULL: never) */
 } run;
@@ -196,16 +197,19 @@ static dt_status run_setup(run *r, const dt_config *c, dt_comm *comm, int need_t
     return DT_OK;
 }
 
-/* The n samples idx of ds into the host batch (r->tokens, r->targets); packed rows also give the
- * model their positions. */
+/* The n samples idx of ds into the host batch (r->tokens, r->targets), their rows cut to what
+ * their longest needs with data.pad_to longest (dt_model_cut_rows), the model told their length;
+ * packed rows also give the model their positions. */
 static dt_status fill_batch(run *r, const dt_dataset *ds, const size_t *idx, int n) {
-    const int cls = dt_dataset_is_classification(ds), T = r->cfg->data.seq_len;
+    const int cls = dt_dataset_is_classification(ds), S = r->cfg->data.seq_len;
     const int packed = dt_dataset_packed(ds);
     for (int i = 0; i < n; i++) {
-        int *tokens = r->tokens + (size_t)i * T, *targets = r->targets + (cls ? (size_t)i : (size_t)i * T);
-        if (packed) dt_dataset_get_pos(ds, idx[i], tokens, targets, r->pos + (size_t)i * T);
+        int *tokens = r->tokens + (size_t)i * S, *targets = r->targets + (cls ? (size_t)i : (size_t)i * S);
+        if (packed) dt_dataset_get_pos(ds, idx[i], tokens, targets, r->pos + (size_t)i * S);
         else dt_dataset_get(ds, idx[i], tokens, targets);
     }
+    DT_TRY(r->cfg->data.pad_to_longest ? dt_model_cut_rows(r->model, r->tokens, r->targets, packed ? r->pos : NULL, n)
+                                       : dt_model_set_length(r->model, S));
     return packed ? dt_model_set_positions(r->model, r->pos, n) : DT_OK;
 }
 
@@ -1458,7 +1462,10 @@ static dt_status step_batch(trainer *t, int a) {
         for (int i = 0; i < t->b; i++) fprintf(t->sample_log, "%ld %zu\n", t->epoch, r->idx[i]);
         fflush(t->sample_log);
     }
-    return fill_batch(r, r->train, r->idx, t->b);
+    DT_TRY(fill_batch(r, r->train, r->idx, t->b));
+    r->len_sum += (double)dt_model_length(r->model) * t->b;
+    r->len_rows += t->b;
+    return DT_OK;
 }
 
 /* Forward and backward over the step's micro-batches (gradients accumulate); the buckets of
@@ -1904,6 +1911,8 @@ static dt_status finish(trainer *t, int stopped) {
         .sent_bytes = t->sent_bytes, .workers = r->world,
         .val_loss = NAN, .val_accuracy = NAN, .val_f1_macro = NAN,
         .text_tokens = NAN, .padding = NAN, .padding_unpacked = NAN,
+        .seq_len = r->cfg->data.seq_len, /* row_len: only where rows were cut */
+        .row_len = r->len_rows > 0 && r->len_sum < r->len_rows * r->cfg->data.seq_len ? r->len_sum / r->len_rows : NAN,
     };
     dt_sft_stats ss;
     if (t->gidx && dt_dataset_sft_stats(r->train, &ss)) {
