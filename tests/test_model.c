@@ -122,13 +122,16 @@ static void test_grads(void) {
     grad_check("llama classification", ll, ctok, labels, B);
 }
 
-/* data.pad_to longest: rows cut to what their longest needs (dt_model_set_length) give the loss
- * and the gradients of the whole rows, whose cut-off positions are padding nothing before them
- * attends to: a language model (targets -1 there; packed rows too, their positions cut alike)
- * and a classifier (pad tokens after the pooled one), GPT-2 and Llama. */
+/* data.pad_to longest: rows cut to what their longest needs (dt_model_cut_rows: the length in
+ * steps of 8 here, the rows moved in place) give the loss and the gradients of the whole rows,
+ * whose cut-off positions nothing before them attends to: a language model (targets -1 there;
+ * packed rows too, their positions cut alike) and a classifier (pad tokens after the pooled one),
+ * GPT-2 and Llama. The backward takes its forward's length, whatever was set since. */
 static void short_rows_case(const char *name, dt_model_cfg cfg, const int *tok, const int *tgt, const int *pos,
-                            int B, int want_len) {
+                            int B, int want_len, int want_cut) {
+    enum { MAXN = 64 };
     const int S = cfg.seq_len, cls = cfg.shape.num_labels > 0;
+    CHECK(B * S <= MAXN);
     dt_backend *be;
     CHECK(dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = 1}, &be) == DT_OK);
     dt_model *m;
@@ -136,25 +139,30 @@ static void short_rows_case(const char *name, dt_model_cfg cfg, const int *tok, 
     float *p = dt_model_params(m), *g = dt_model_grads(m);
     const size_t n = dt_model_num_params(m);
     for (size_t i = 0; i < n; i++) p[i] = (float)((urand() - 0.5) * 0.6);
-    const int L = dt_model_rows_length(m, tok, tgt, B);
-    CHECK_INT_EQ(L, want_len);
+    CHECK_INT_EQ(dt_model_rows_length(m, tok, tgt, B), want_len);
     double loss[2];
     float *grads[2];
-    for (int cut = 0; cut < 2; cut++) { /* whole rows, then rows of L */
-        const int T = cut ? L : S;
-        int ctok[64], ctgt[64], cpos[64];
-        for (int b = 0; b < B; b++)
+    for (int cut = 0; cut < 2; cut++) { /* whole rows, then cut */
+        int ctok[MAXN], ctgt[MAXN], cpos[MAXN];
+        memcpy(ctok, tok, (size_t)B * S * sizeof(int));
+        memcpy(ctgt, tgt, (size_t)(cls ? B : B * S) * sizeof(int));
+        if (pos) memcpy(cpos, pos, (size_t)B * S * sizeof(int));
+        if (cut) CHECK(dt_model_cut_rows(m, ctok, ctgt, pos ? cpos : NULL, B) == DT_OK);
+        else CHECK(dt_model_set_length(m, S) == DT_OK);
+        const int T = dt_model_length(m);
+        CHECK_INT_EQ(T, cut ? want_cut : S);
+        for (int b = 0; b < B; b++) /* the rows as they were, moved to rows of T; labels not moved */
             for (int t = 0; t < T; t++) {
-                ctok[b * T + t] = tok[b * S + t];
-                if (!cls) ctgt[b * T + t] = tgt[b * S + t];
-                if (pos) cpos[b * T + t] = pos[b * S + t];
+                CHECK_INT_EQ(ctok[b * T + t], tok[b * S + t]);
+                if (!cls) CHECK_INT_EQ(ctgt[b * T + t], tgt[b * S + t]);
+                if (pos) CHECK_INT_EQ(cpos[b * T + t], pos[b * S + t]);
             }
-        CHECK(dt_model_set_length(m, T) == DT_OK);
-        CHECK_INT_EQ(dt_model_length(m), T);
+        if (cls) CHECK(memcmp(ctgt, tgt, (size_t)B * sizeof(int)) == 0);
         if (pos) CHECK(dt_model_set_positions(m, cpos, B) == DT_OK);
         dt_model_zero_grad(m);
         dt_fwd_result r;
-        CHECK(dt_model_forward_loss(m, ctok, cls ? tgt : ctgt, B, 1.0f, &r) == DT_OK);
+        CHECK(dt_model_forward_loss(m, ctok, ctgt, B, 1.0f, &r) == DT_OK);
+        CHECK(dt_model_set_length(m, S) == DT_OK); /* not the backward's */
         CHECK(dt_model_backward(m, 1.0f, NULL, NULL) == DT_OK);
         loss[cut] = r.loss_sum;
         grads[cut] = malloc(n * sizeof(float));
@@ -166,7 +174,8 @@ static void short_rows_case(const char *name, dt_model_cfg cfg, const int *tok, 
         const double d = fabs((double)grads[1][i] - grads[0][i]) / fmax(fmax(fabs(grads[0][i]), fabs(grads[1][i])), 1e-2);
         if (d > worst) worst = d;
     }
-    printf("%s: rows of %d as of %d: loss %.6f vs %.6f, worst gradient rel err %.2e\n", name, L, S, loss[1], loss[0], worst);
+    printf("%s: rows of %d as of %d: loss %.6f vs %.6f, worst gradient rel err %.2e\n", name, want_cut, S, loss[1],
+           loss[0], worst);
     CHECK(worst < 1e-4);
     CHECK(dt_model_set_length(m, 0) != DT_OK);
     CHECK(dt_model_set_length(m, S + 1) != DT_OK);
@@ -176,39 +185,44 @@ static void short_rows_case(const char *name, dt_model_cfg cfg, const int *tok, 
 }
 
 static void test_short_rows(void) {
-    enum { B = 3, T = 8 };
-    dt_model_cfg lm = {.shape = {.vocab_size = 11, .n_positions = 8, .n_layer = 2, .n_head = 2, .n_embd = 8},
+    enum { B = 3, T = 16 };
+    dt_model_cfg lm = {.shape = {.vocab_size = 11, .n_positions = 16, .n_layer = 2, .n_head = 2, .n_embd = 8},
                        .seq_len = T, .max_batch = 4, .seed = 7};
     int tok[B * T], tgt[B * T];
     for (int i = 0; i < B * T; i++) tok[i] = (int)(urand() * 11), tgt[i] = (int)(urand() * 11);
-    for (int b = 0; b < B; b++) /* rows counting up to positions 2, 4, 1: length 5 */
+    for (int b = 0; b < B; b++) /* rows counting up to positions 2, 4, 1: length 5, cut to 8 */
         for (int t = (int[]){3, 5, 2}[b]; t < T; t++) tgt[b * T + t] = -1;
     tgt[1] = -1; /* and one ignored inside */
-    short_rows_case("short rows: lm", lm, tok, tgt, NULL, B, 5);
-    dt_model_cfg ll = {.shape = {.arch = DT_ARCH_LLAMA, .vocab_size = 11, .n_positions = 8, .n_layer = 2, .n_head = 4,
+    short_rows_case("short rows: lm", lm, tok, tgt, NULL, B, 5, 8);
+    dt_model_cfg ll = {.shape = {.arch = DT_ARCH_LLAMA, .vocab_size = 11, .n_positions = 16, .n_layer = 2, .n_head = 4,
                                  .n_embd = 8, .num_key_value_heads = 2, .head_dim = 4, .intermediate_size = 12,
                                  .rope_theta = 10000.0, .rms_norm_eps = 1e-5},
                        .seq_len = T, .max_batch = 4, .seed = 7};
-    short_rows_case("short rows: llama lm", ll, tok, tgt, NULL, B, 5);
+    short_rows_case("short rows: llama lm", ll, tok, tgt, NULL, B, 5, 8);
     /* packed rows: two examples in row 0 (positions restart at 2), one in the others */
     int pos[B * T];
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) pos[b * T + t] = b == 0 && t >= 2 ? t - 2 : t;
     dt_model_cfg pk = ll;
     pk.packed = 1;
-    short_rows_case("short rows: llama packed", pk, tok, tgt, pos, B, 5);
-    /* classifiers: pad id 0 after the pooled tokens at 2, 5, 1: length 6 */
-    int ctok[B * T] = {5, 3, 19, 0, 0, 0, 0, 0,
-                       1, 2, 3, 4, 5, 19, 0, 0,
-                       7, 19, 0, 0, 0, 0, 0, 0};
+    short_rows_case("short rows: llama packed", pk, tok, tgt, pos, B, 5, 8);
+    /* a row that counts to its end: nothing is cut */
+    int full[B * T];
+    memcpy(full, tgt, sizeof full);
+    full[2 * T + T - 1] = 3;
+    short_rows_case("short rows: lm, one row whole", lm, tok, full, NULL, B, T, T);
+    /* classifiers: pad id 0 after the pooled tokens at 2, 5, 1: length 6, cut to 8 */
+    int ctok[B * T] = {5, 3, 19, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                       1, 2, 3, 4, 5, 19, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                       7, 19, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     int labels[B] = {2, 0, 1};
     dt_model_cfg cls = lm;
     cls.shape.vocab_size = 20;
     cls.shape.num_labels = 3;
-    short_rows_case("short rows: classification", cls, ctok, labels, NULL, B, 6);
+    short_rows_case("short rows: classification", cls, ctok, labels, NULL, B, 6, 8);
     ll.shape.vocab_size = 20;
     ll.shape.num_labels = 3;
-    short_rows_case("short rows: llama classification", ll, ctok, labels, NULL, B, 6);
+    short_rows_case("short rows: llama classification", ll, ctok, labels, NULL, B, 6, 8);
 }
 
 typedef struct { int order[16]; int n; } bucket_log;

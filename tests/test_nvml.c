@@ -122,6 +122,7 @@ static void test_metrics(void) {
     CHECK_STR_CONTAINS(text, "\"gpu\":1,\"gpu_util_pct\":85.0,\"gpu_mem_mb\":30000.0,\"gpu_mem_total_mb\":143771.0,"
                              "\"gpu_temp_c\":null,\"gpu_power_w\":null");
     CHECK_STR_CONTAINS(text, "\"peak_gpu_mem_mb\":[31744.0,null]");
+    CHECK(strstr(text, "row_len") == NULL); /* a summary left at 0 there: no rows were cut */
     /* a GPU that does not report its utilisation: the line leaves it out */
     dt_worker_sample mig = w[1];
     mig.gpu.util_pct = NAN;

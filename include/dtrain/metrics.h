@@ -78,7 +78,8 @@ typedef struct dt_run_summary {
      * of the training rows' tokens that are padding, as trained and with one example a row */
     double text_tokens, padding, padding_unpacked;
     int seq_len;                    /* data.seq_len */
-    double row_len;                 /* data.pad_to longest: rank 0's training rows' length on average (NaN: seq_len) */
+    double row_len;                 /* data.pad_to longest: rank 0's training rows' length on average, where some
+                                       were cut (else NaN or 0: no such line) */
     const double *peak_gpu_mb;      /* (workers) the most device memory in use at the launcher's NVML
                                        samples of each worker's GPU, NaN: none; NULL: no GPU workers */
 } dt_run_summary;

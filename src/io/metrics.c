@@ -492,14 +492,15 @@ void dt_metrics_final(dt_metrics *m, const dt_run_summary *s) {
         json_object_set_new(rec, "padding_share", num(s->padding));
         json_object_set_new(rec, "padding_share_unpacked", num(s->padding_unpacked));
     }
-    if (rec && isfinite(s->row_len)) json_object_set_new(rec, "row_len", num(s->row_len));
+    const int cut = isfinite(s->row_len) && s->row_len > 0 && s->seq_len > 0; /* rows shorter than data.seq_len ran */
+    if (rec && cut) json_object_set_new(rec, "row_len", num(s->row_len));
     write_json(m, rec);
     char range[64] = "";
     if (s->first_step > 0 && s->steps > 0) /* resumed: say which steps this run trained */
         snprintf(range, sizeof range, " (steps %ld-%ld)", s->first_step + 1, s->last_step);
     dt_metrics_summary(m, "%s: %ld steps%s | train %.1f s, eval %.1f s | %.0f samples/s, %.0f tokens/s", verb, s->steps,
                        range, s->train_s, s->eval_s, sps, tps);
-    if (isfinite(s->row_len))
+    if (cut)
         dt_metrics_summary(m, "rows: %.1f positions on average of data.seq_len's %d (data.pad_to: longest; %.0f%%)",
                            s->row_len, s->seq_len, 100.0 * s->row_len / s->seq_len);
     if (s->text_tokens > 0)

@@ -385,14 +385,21 @@ static int slots_ready(cpu_ctx *cx, size_t scratch) {
             }
         }
     }
-    if (scratch > cx->scratch_n) {
+    if (scratch > cx->scratch_n) { /* the new ones first: where they cannot be had, a job made before
+                                      and not yet run (cpu_matmul_bwd) still has the old ones */
+        unsigned char **fresh = malloc((size_t)cx->slots * sizeof *fresh);
+        int got = 0;
+        while (fresh && got < cx->slots && !posix_memalign((void **)&fresh[got], ALIGN, scratch)) got++;
+        if (!fresh || got < cx->slots) {
+            for (int i = 0; i < got; i++) free(fresh[i]);
+            free(fresh);
+            return 0;
+        }
         for (int i = 0; i < cx->slots; i++) {
             free(cx->scratch[i]);
-            cx->scratch[i] = NULL;
+            cx->scratch[i] = fresh[i];
         }
-        cx->scratch_n = 0;
-        for (int i = 0; i < cx->slots; i++)
-            if (posix_memalign((void **)&cx->scratch[i], ALIGN, scratch)) return 0;
+        free(fresh);
         cx->scratch_n = scratch;
     }
     return 1;
