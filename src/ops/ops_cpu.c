@@ -14,7 +14,8 @@
  * matmuls: OpenBLAS's own threading is not (on AMD EPYC, 0.3.21, a product's values change with
  * the thread count), so each is split into tiles of the result sized by the shape alone
  * (gemm_plan), one single-threaded sgemm or oneDNN primitive each, run in parallel by OpenMP
- * (sgemm_rows, gemm32).
+ * (jobs_run: a backward's input and weight gradients and bias sums in one parallel region, each
+ * tile on whichever thread is free, the same values on any).
  * exp (softmax, cross-entropy, GELU, SiLU) is an inlined polynomial (fast_expf, ~2e-7 relative)
  * so that those loops vectorize; GELU uses the exact identity 0.5(1 + tanh u) = 1/(1 + e^-2u).
  *
@@ -25,7 +26,7 @@
  * This backend is the reference the CUDA ops are tested against; it allocates nothing after
  * init except through alloc, and oneDNN's primitives with their per-thread scratchpads and, with
  * bf16 products, the bf16 copies of a product's inputs (made, or grown, the first time a shape
- * comes). */
+ * comes: with data.pad_to longest, a few lengths of rows each bring theirs). */
 #include "dtrain/ops.h"
 
 #include "dtrain/bf16.h"
