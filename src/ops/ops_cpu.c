@@ -117,6 +117,9 @@ static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline size_t ew_tasks(size_t n) { return (n + EW_CHUNK - 1) / EW_CHUNK; }
 static inline size_t ew_end(size_t c, size_t n) { return (c + 1) * EW_CHUNK < n ? (c + 1) * EW_CHUNK : n; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
+/* a weight product of M rows of output runs with bf16 inputs (gemm16, unless oneDNN refuses it):
+ * training.precision bf16 and GEMM_TILE rows or more */
+static inline int runs16(const cpu_ctx *cx, int M) { return cx->bf16 && M >= GEMM_TILE; }
 
 /* exp(x), relative error ~2e-7 (Cephes polynomial on [-ln2/2, ln2/2], then scaling by 2^n
  * through the exponent bits). Unlike libm's expf it inlines, so the loops that call it
@@ -485,6 +488,9 @@ static int job_task(const cpu_ctx *cx, const job *j, int t) {
     }
 }
 
+/* a job's work a task, for jobs_run's order: rows x cols x K of a tile; bias sums 0 (last) */
+static double task_cost(const job *j) { return j->kind == JOB_COLSUM ? 0.0 : (double)j->rows * j->cols * j->K; }
+
 /* Runs jobs[0..n) (n <= JOBS_MAX) in one parallel region, the jobs with the larger tasks (rows
  * x cols x K; bias sums last) first, in order among equals. A product is always run inside a
  * parallel region, even as one tile (OpenBLAS's own threading would change its values); bias
@@ -493,13 +499,8 @@ static void jobs_run(const cpu_ctx *cx, const job *jobs, int n) {
     const job *o[JOBS_MAX];
     int first[JOBS_MAX + 1], par = 0;
     for (int i = 0; i < n; i++) { /* insertion sort, larger tasks first, stable */
-        const double cost = jobs[i].kind == JOB_COLSUM ? 0.0 : (double)jobs[i].rows * jobs[i].cols * jobs[i].K;
         int k = i;
-        for (; k > 0; k--) {
-            const job *q = o[k - 1];
-            if ((q->kind == JOB_COLSUM ? 0.0 : (double)q->rows * q->cols * q->K) >= cost) break;
-            o[k] = q;
-        }
+        for (; k > 0 && task_cost(o[k - 1]) < task_cost(&jobs[i]); k--) o[k] = o[k - 1];
         o[k] = &jobs[i];
         par |= jobs[i].kind != JOB_COLSUM || (size_t)jobs[i].M * jobs[i].N >= PAR_MIN;
     }
@@ -530,7 +531,7 @@ static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int
 #ifdef DT_HAVE_DNNL
 
 /* j: the job of C(M,N) = op(A)(M,K) op(B)(K,N) + beta C (beta 0 or 1) with bf16 inputs; 0
- * where it runs in fp32 instead. A16, B16: that operand already in bf16 and dense, as it is laid out (a
+ * where it runs in fp32 instead (runs16, or oneDNN refuses). A16, B16: that operand already in bf16 and dense, as it is laid out (a
  * weight of model.lora.base_dtype bf16; the output gradient's copy that matmul_bwd's input
  * gradient left in cx->a16 or cx->b16), used as it is; else A, B (fp32, rows lda, ldb apart) are
  * rounded into dense copies in cx->a16 and cx->b16 as they are laid out (a transposed operand
@@ -540,7 +541,7 @@ static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int
 static int gemm16(cpu_ctx *cx, job *j, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
                   const uint16_t *A16, int lda, const float *B, const uint16_t *B16, int ldb, float beta, float *C,
                   int ldc) {
-    if (M < GEMM_TILE) return 0;
+    if (!runs16(cx, M)) return 0;
     const int at = ta != CblasNoTrans, bt = tb != CblasNoTrans;
     if (!tiles_get(cx, j, 0, M, N, K, at, bt, at ? M : K, bt ? K : N, ldc, beta != 0.0f) ||
         (!A16 && !grow((void **)&cx->a16, &cx->a16_n, (size_t)M * K, sizeof(uint16_t))) ||
@@ -590,7 +591,7 @@ static int weight_job(cpu_ctx *cx, job *j, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE t
                       const uint16_t *A16, int lda, const float *B, const uint16_t *B16, int ldb, float beta, float *C,
                       int ldc) {
 #ifdef DT_HAVE_DNNL
-    if (cx->bf16 && gemm16(cx, j, ta, tb, M, N, K, A, A16, lda, B, B16, ldb, beta, C, ldc)) return 1;
+    if (gemm16(cx, j, ta, tb, M, N, K, A, A16, lda, B, B16, ldb, beta, C, ldc)) return 1;
 #else
     (void)A16, (void)B16;
 #endif
@@ -869,9 +870,9 @@ static void cpu_matmul_bwd(void *ctx, dt_act *dinp_, float *dw, float *dbias, co
     if (dinp) /* dinp(M,K) = dout(M,N) @ W^T */
         d16 = weight_job(cx, &jobs[n++], CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N, dout, NULL, ldo,
                          w, NULL, w_trans ? K : N, 0.0f, dinp, K);
-    /* a bf16 weight gradient (GEMM_TILE rows or more) rounds its other input into the buffer that
-     * holds the input gradient's rounded weight: the input gradient runs first */
-    if (dw && d16 && (w_trans ? N : K) >= GEMM_TILE) jobs_run(cx, jobs, n), n = 0;
+    /* a bf16 weight gradient rounds its other input into the buffer that holds the input
+     * gradient's rounded weight: the input gradient runs first */
+    if (dw && d16 && runs16(cx, w_trans ? N : K)) jobs_run(cx, jobs, n), n = 0;
     if (dw && w_trans) /* dW(N,K) += dout^T @ inp */
         weight_job(cx, &jobs[n++], CblasTrans, CblasNoTrans, N, K, M, dout, d16 ? cx->a16 : NULL, ldo, inp, NULL, K,
                    1.0f, dw, K);
@@ -918,8 +919,8 @@ static void cpu_matmul16_fwd(void *ctx, dt_act *out_, const dt_act *inp_, const 
     const float beta = bias_rows(out, bias, M, N, ldo);
 #ifdef DT_HAVE_DNNL /* bf16 products: the weight as it is */
     job j;
-    if (cx->bf16 && gemm16(cx, &j, CblasNoTrans, w_trans ? CblasTrans : CblasNoTrans, M, N, K, inp, NULL, K, NULL, w,
-                           0, beta, out, ldo)) {
+    if (gemm16(cx, &j, CblasNoTrans, w_trans ? CblasTrans : CblasNoTrans, M, N, K, inp, NULL, K, NULL, w, 0, beta,
+               out, ldo)) {
         jobs_run(cx, &j, 1);
         return;
     }
@@ -939,8 +940,8 @@ static void cpu_matmul16_bwd(void *ctx, dt_act *dinp_, const dt_act *dout_, cons
     const float *dout = (const float *)dout_;
 #ifdef DT_HAVE_DNNL /* bf16 products: the weight as it is */
     job j;
-    if (cx->bf16 && gemm16(cx, &j, CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N, dout, NULL, ldo, NULL,
-                           w, 0, 0.0f, (float *)dinp_, K)) {
+    if (gemm16(cx, &j, CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N, dout, NULL, ldo, NULL, w, 0,
+               0.0f, (float *)dinp_, K)) {
         jobs_run(cx, &j, 1);
         return;
     }
