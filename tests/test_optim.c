@@ -165,6 +165,19 @@ static void test_shards(void) {
     for (int i = 0; i < N; i++) full[i] = -1;
     dt_optim_place_moments(again, 0, full);
     for (int i = 0; i < N; i++) CHECK(full[i] == ((i >= 4 && i < 9) || (i >= 21 && i < 29) ? m[i] : -1));
+    /* a part at a time (a checkpoint's load and save): windows across the ranges' ends, each moment
+     * alone; what the shard does not hold is neither set nor read */
+    float w[N];
+    for (int i = 0; i < N; i++) w[i] = (float)(100 + i);
+    for (size_t lo = 0; lo < N; lo += 6) dt_optim_set_range(again, 1, lo, N - lo < 6 ? N - lo : 6, w + lo);
+    for (int i = 0; i < N; i++) full[i] = -1;
+    dt_optim_place_moments(again, 1, full);
+    for (int i = 0; i < N; i++) CHECK(full[i] == ((i >= 4 && i < 9) || (i >= 21 && i < 29) ? w[i] : -1));
+    dt_optim_place_moments(again, 0, full); /* the first moments unchanged */
+    for (int i = 0; i < N; i++) CHECK(full[i] == ((i >= 4 && i < 9) || (i >= 21 && i < 29) ? m[i] : -1));
+    for (int i = 0; i < N; i++) full[i] = -1;
+    for (size_t lo = 3; lo < 30; lo += 5) dt_optim_get_range(again, 1, lo, 5, full + lo);
+    for (int i = 0; i < N; i++) CHECK(full[i] == ((i >= 4 && i < 9) || (i >= 21 && i < 29) ? w[i] : -1));
     dt_optim_free(again);
     /* ranges out of order or outside the parameters are refused */
     const dt_range bad[2] = {{10, 5}, {12, 3}};

@@ -559,6 +559,55 @@ static void test_write_errors(void) {
     CHECK_INT_EQ(count_temp_files(test_dir()), 0);
 }
 
+/* dt_st_write_parts: the bytes dt_st_write makes from the same tensors, asked for a part at a
+ * time (a tensor of more than DT_ST_PART floats in parts, an empty one never); a fill that fails
+ * leaves no file and no temporary. */
+typedef struct parts_src {
+    const float *data[3];
+    int calls, fail_at;
+    size_t most;
+} parts_src;
+
+static dt_status fill_from(void *user, int i, size_t first, size_t n, float *buf) {
+    parts_src *s = user;
+    if (++s->calls == s->fail_at) return dt_error_set(DT_ERR_IO, "device lost");
+    if (n > s->most) s->most = n;
+    memcpy(buf, s->data[i] + first, n * sizeof(float));
+    return DT_OK;
+}
+
+static void test_write_parts(void) {
+    const size_t big = 2 * DT_ST_PART + 3;
+    float *a = malloc(big * sizeof(float)), b[5] = {1, -2, 3.5f, 0, 9};
+    CHECK(a != NULL);
+    for (size_t i = 0; i < big; i++) a[i] = (float)i * 0.25f - 7.0f;
+    dt_st_entry e[3] = {{.name = "big", .ndim = 2, .shape = {3, (int64_t)big / 3}, .data = a},
+                        {.name = "empty", .ndim = 1, .shape = {0}, .data = NULL},
+                        {.name = "small", .ndim = 1, .shape = {5}, .data = b}};
+    const char *k[] = {"format"}, *v[] = {"pt"};
+    const char *whole = test_path("whole.safetensors"), *parts = test_path("parts.safetensors");
+    CHECK_OK(dt_st_write(whole, e, 3, k, v, 1));
+    parts_src src = {{a, NULL, b}, 0, 0, 0};
+    dt_st_entry ne[3] = {e[0], e[1], e[2]};
+    for (int i = 0; i < 3; i++) ne[i].data = NULL; /* never read */
+    CHECK_OK(dt_st_write_parts(parts, ne, 3, k, v, 1, fill_from, &src));
+    CHECK_INT_EQ(src.calls, 4); /* big in 3 parts, small in 1 */
+    CHECK_INT_EQ(src.most, DT_ST_PART);
+    size_t n1, n2;
+    unsigned char *w = read_bytes(whole, &n1), *p = read_bytes(parts, &n2);
+    CHECK_INT_EQ(n1, n2);
+    CHECK(n1 == n2 && memcmp(w, p, n1) == 0);
+    free(w);
+    free(p);
+    const char *failed = test_path("failed.safetensors");
+    parts_src bad = {{a, NULL, b}, 0, 2, 0};
+    CHECK_INT_EQ(dt_st_write_parts(failed, ne, 3, k, v, 1, fill_from, &bad), DT_ERR_IO);
+    CHECK_STR_EQ(dt_error_msg(), "device lost");
+    CHECK(access(failed, F_OK) != 0);
+    CHECK_INT_EQ(count_temp_files(test_dir()), 0);
+    free(a);
+}
+
 /* A link planted at the writer's temporary name (PATH.tmp.PID) is neither followed nor
  * removed: its target keeps its bytes, and the file is written under another name. */
 static void test_planted_temp(void) {
@@ -656,6 +705,7 @@ int main(void) {
     test_malformed();
     test_short_read();
     test_write_errors();
+    test_write_parts();
     test_planted_temp();
     test_python_reference();
     test_dir_remove();

@@ -59,11 +59,13 @@ typedef struct dt_ckpt_state {
     dt_lora lora;
     uint32_t lora_base_digest;
     char lora_base[DT_PATH_MAX];
-    /* saving only: when set, what fills the host arrays of the AdamW moments (whole-model floats
-     * each, dt_model_whole_params: the parameters' layout without tensor parallelism) in place of dt_optim_get_moments: an optimizer that holds
-     * only its shard (training.zero_stage 1) gathers them there from the other workers. Called
-     * once, after the weights are written (their staging is freed by then). */
-    dt_status (*get_moments)(void *user, float *m_host, float *v_host);
+    /* saving only: when set, where the AdamW moments come from in place of the optimizer: an
+     * optimizer that holds only its shard (training.zero_stage 1) gathers moment `which` (0:
+     * exp_avg, 1: exp_avg_sq) whole from the other workers into backend memory (*whole: the
+     * parameters' layout, valid until the next call), which the file's tensors are then read from
+     * a part at a time. Called for 0, then for 1, each when the file reaches it (after the
+     * weights are written); a save that fails before leaves the rest uncalled. */
+    dt_status (*gather_moment)(void *user, int which, const float **whole);
     void *user;
     /* saving only: when set, the weights and the AdamW moments to write (host, dt_model_whole_params
      * floats each: the whole model's layout), gathered already, in place of dt_model_save and

@@ -265,5 +265,13 @@ void dt_model_tied_grad(const dt_model *m, size_t *offset, size_t *n);
 /* DT_ERR_DATA "PATH: tensor NAME holds NaN at element I (K values are NaN or Inf)" when one of
  * the n values is not finite; DT_OK otherwise. */
 dt_status dt_check_finite(const float *v, size_t n, const char *path, const char *name);
+/* The same over a tensor read in parts: dt_finite_add each part (elements base.. of the tensor;
+ * returns 1 if it holds any NaN or Inf), then dt_finite_verdict. Start from a zeroed tally. */
+typedef struct dt_finite_tally {
+    size_t bad, first;
+    float value;
+} dt_finite_tally;
+int dt_finite_add(dt_finite_tally *t, const float *v, size_t n, size_t base);
+dt_status dt_finite_verdict(const dt_finite_tally *t, const char *path, const char *name);
 
 #endif

@@ -76,6 +76,10 @@ size_t dt_optim_moment_floats(const dt_optim *o);
 size_t dt_optim_num_params(const dt_optim *o);
 dt_status dt_optim_get_moments(const dt_optim *o, float *m_host, float *v_host); /* the device's failure, if any */
 void dt_optim_set_moments(dt_optim *o, const float *m_host, const float *v_host);
+/* The same for elements [offset, offset + n) of the layout and one moment (which 0: first, 1:
+ * second): host holds those n; a checkpoint moves them a part at a time. */
+void dt_optim_get_range(const dt_optim *o, int which, size_t offset, size_t n, float *host);
+void dt_optim_set_range(dt_optim *o, int which, size_t offset, size_t n, const float *host);
 /* A shard's moments (which 0: first, 1: second) copied into its ranges of full(n_params),
  * backend memory, the rest untouched: what an all-gather of parts then makes whole. */
 void dt_optim_place_moments(const dt_optim *o, int which, float *full);

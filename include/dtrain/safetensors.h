@@ -49,7 +49,7 @@ typedef struct dt_st_entry {
     const char *name;
     int ndim;
     int64_t shape[DT_ST_MAX_DIMS];
-    const float *data;           /* host memory, prod(shape) floats */
+    const float *data;           /* host memory, prod(shape) floats (dt_st_write_parts: unused) */
 } dt_st_entry;
 
 /* Writes F32 tensors in the given order plus optional metadata (n_meta key/value pairs,
@@ -58,5 +58,14 @@ typedef struct dt_st_entry {
  * never followed, truncated or removed), fsyncs, renames over `path`, fsyncs the directory. */
 dt_status dt_st_write(const char *path, const dt_st_entry *entries, int n,
                       const char *const *meta_keys, const char *const *meta_values, int n_meta);
+
+/* dt_st_write's file, each tensor's data asked of `fill` a part at a time (at most
+ * DT_ST_PART floats: elements [first, first + n) of entry i into buf) rather than read from
+ * entries[i].data, so a writer stages one part instead of the whole file (a device's weights,
+ * the optimizer's moments). A fill's failure stops the write and leaves no file. */
+#define DT_ST_PART ((size_t)1 << 20)
+typedef dt_status (*dt_st_fill_fn)(void *user, int i, size_t first, size_t n, float *buf);
+dt_status dt_st_write_parts(const char *path, const dt_st_entry *entries, int n, const char *const *meta_keys,
+                            const char *const *meta_values, int n_meta, dt_st_fill_fn fill, void *user);
 
 #endif

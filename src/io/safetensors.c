@@ -535,12 +535,34 @@ fail:
 
 dt_status dt_st_write(const char *path, const dt_st_entry *entries, int n,
                       const char *const *meta_keys, const char *const *meta_values, int n_meta) {
+    return dt_st_write_parts(path, entries, n, meta_keys, meta_values, n_meta, NULL, NULL);
+}
+
+dt_status dt_st_write_parts(const char *path, const dt_st_entry *entries, int n, const char *const *meta_keys,
+                            const char *const *meta_values, int n_meta, dt_st_fill_fn fill, void *user) {
     dt_status st = DT_OK;
     char *json = NULL, *tmp = NULL;
+    float *part = NULL;
     int fd = -1;
     size_t *numel = dt_calloc(n > 0 ? (size_t)n : 1, sizeof *numel, "safetensors write sizes");
     if (!numel) return DT_ERR_NOMEM;
-    st = st_build_header(path, entries, n, meta_keys, meta_values, n_meta, numel, &json);
+    if (fill) { /* st_build_header wants data: a part's buffer stands in */
+        dt_st_entry *e = dt_calloc(n > 0 ? (size_t)n : 1, sizeof *e, "safetensors write entries");
+        part = dt_malloc(DT_ST_PART * sizeof(float), "safetensors write staging");
+        if (!e || !part) {
+            free(e);
+            st = DT_ERR_NOMEM;
+            goto out;
+        }
+        for (int i = 0; i < n; i++) {
+            e[i] = entries[i];
+            e[i].data = part;
+        }
+        st = st_build_header(path, e, n, meta_keys, meta_values, n_meta, numel, &json);
+        free(e);
+    } else {
+        st = st_build_header(path, entries, n, meta_keys, meta_values, n_meta, numel, &json);
+    }
     if (st != DT_OK) goto out;
 
     size_t jlen = strlen(json);
@@ -559,9 +581,17 @@ dt_status dt_st_write(const char *path, const dt_st_entry *entries, int n,
     if (dt_file_write_all(fd, lenb, 8) != 0 || dt_file_write_all(fd, json, jlen) != 0 ||
         dt_file_write_all(fd, spaces, hlen - jlen) != 0)
         goto io_write;
-    for (int i = 0; i < n; i++)
-        if (numel[i] && dt_file_write_all(fd, entries[i].data, numel[i] * sizeof(float)) != 0)
-            goto io_write;
+    for (int i = 0; i < n; i++) {
+        if (!fill) {
+            if (numel[i] && dt_file_write_all(fd, entries[i].data, numel[i] * sizeof(float)) != 0) goto io_write;
+            continue;
+        }
+        for (size_t first = 0; first < numel[i]; first += DT_ST_PART) {
+            const size_t k = numel[i] - first < DT_ST_PART ? numel[i] - first : DT_ST_PART;
+            if ((st = fill(user, i, first, k, part)) != DT_OK) goto fail;
+            if (dt_file_write_all(fd, part, k * sizeof(float)) != 0) goto io_write;
+        }
+    }
     if (fsync(fd) != 0) goto io_write;
     int rc = close(fd);
     fd = -1;
@@ -570,6 +600,7 @@ dt_status dt_st_write(const char *path, const dt_st_entry *entries, int n,
     goto out;
 io_write:
     st = dt_error_set(DT_ERR_IO, "%s: cannot write %s: %s", path, tmp, strerror(errno));
+fail:
     if (fd >= 0) close(fd);
     fd = -1;
     unlink(tmp);
@@ -577,5 +608,6 @@ out:
     free(tmp);
     free(json);
     free(numel);
+    free(part);
     return st;
 }

@@ -210,24 +210,45 @@ static json_t *trainer_json(const dt_ckpt_state *s, const dt_config *cfg) {
     return root;
 }
 
+/* dt_st_write_parts's fill of the moments: entry i is tensor i % nt's exp_avg (i < nt) or
+ * exp_avg_sq, read from the optimizer (it holds every moment) or, with s->gather_moment, from
+ * the whole moment it gathers when the file first needs it */
+typedef struct moments_src {
+    dt_model *m;
+    dt_optim *o;
+    const dt_ckpt_state *s;
+    const float *whole;
+    int nt, gathered; /* moments gathered so far */
+} moments_src;
+
+static dt_status fill_moment_part(void *user, int i, size_t first, size_t n, float *buf) {
+    moments_src *src = user;
+    const dt_backend *be = dt_model_backend(src->m);
+    const size_t at = dt_model_tensor(src->m, i % src->nt)->whole_offset + first;
+    if (!src->s->gather_moment) {
+        dt_optim_get_range(src->o, i >= src->nt, at, n, buf);
+    } else {
+        while (src->gathered <= (i >= src->nt)) DT_TRY(src->s->gather_moment(src->s->user, src->gathered++, &src->whole));
+        be->ops->download(be->ctx, buf, src->whole + at, n * sizeof(float));
+    }
+    return be->ops->check(be->ctx);
+}
+
 static dt_status save_optimizer(const char *path, dt_model *m, dt_optim *o, const dt_ckpt_state *s) {
     size_t n = dt_model_whole_params(m); /* the moments as the whole tensors' */
     int nt = dt_model_num_tensors(m);
     const int given = s->whole_moments[0] && s->whole_moments[1]; /* gathered by the caller: written as they are */
-    float *mh = given ? NULL : dt_malloc(n * sizeof(float), "optimizer staging (exp_avg)");
-    float *vh = given ? NULL : dt_malloc(n * sizeof(float), "optimizer staging (exp_avg_sq)");
+    /* a shard's gathered moment, or an optimizer holding every moment of a model in one piece:
+     * written a part at a time, nothing staged */
+    const int parts = !given && (s->gather_moment || (dt_optim_num_params(o) == n && dt_optim_moment_floats(o) == n));
+    float *mh = !given && !parts ? dt_malloc(n * sizeof(float), "optimizer staging (exp_avg)") : NULL;
+    float *vh = !given && !parts ? dt_malloc(n * sizeof(float), "optimizer staging (exp_avg_sq)") : NULL;
     const float *m_out = given ? s->whole_moments[0] : mh, *v_out = given ? s->whole_moments[1] : vh;
     dt_st_entry *e = dt_calloc(2 * (size_t)nt, sizeof *e, "optimizer tensor list");
     char(*names)[64] = dt_calloc(2 * (size_t)nt, sizeof *names, "optimizer tensor names");
     dt_status st = DT_ERR_NOMEM;
-    if (given) {
-        st = DT_OK;
-    } else if (s->get_moments) { /* the others are waiting in its collectives: join them whatever happened */
-        st = s->get_moments(s->user, mh && vh ? mh : NULL, mh && vh ? vh : NULL);
-        if (st == DT_OK && !(mh && vh)) st = DT_ERR_NOMEM;
-    } else if (mh && vh) {
-        st = dt_optim_get_moments(o, mh, vh);
-    }
+    if (given || parts) st = DT_OK;
+    else if (mh && vh) st = dt_optim_get_moments(o, mh, vh);
     if (st == DT_OK && (!e || !names)) st = DT_ERR_NOMEM;
     if (st == DT_OK) {
         for (int i = 0; i < 2 * nt; i++) {
@@ -237,11 +258,12 @@ static dt_status save_optimizer(const char *path, dt_model *m, dt_optim *o, cons
             e[i].ndim = t->ndim;
             e[i].shape[0] = t->whole[0];
             e[i].shape[1] = t->whole[1];
-            e[i].data = (i < nt ? m_out : v_out) + t->whole_offset;
+            e[i].data = parts ? NULL : (i < nt ? m_out : v_out) + t->whole_offset;
         }
         const char *keys[] = {"format", "producer", "content"};
         const char *vals[] = {"pt", "dtrain", "AdamW moments (exp_avg, exp_avg_sq) per weight tensor"};
-        st = dt_st_write(path, e, 2 * nt, keys, vals, 3);
+        moments_src src = {m, o, s, NULL, nt, 0};
+        st = dt_st_write_parts(path, e, 2 * nt, keys, vals, 3, parts ? fill_moment_part : NULL, &src);
     }
     free(mh);
     free(vh);
@@ -717,13 +739,17 @@ static dt_status load_optimizer(const char *path, dt_model *m, dt_optim *o) {
     dt_st_file *f = NULL;
     DT_TRY(dt_st_open(&f, path));
     const size_t n = dt_model_whole_params(m), local = dt_optim_num_params(o);
-    /* model parallelism: the file's whole tensors, this rank's part kept */
+    /* model parallelism: the file's whole tensors staged, this rank's part kept; else each tensor
+     * read a part at a time into the optimizer's ranges (a ZeRO-1 shard keeps its own) */
     const int shares = dt_model_config(m)->tp > 1 || dt_model_config(m)->pp > 1;
-    float *mh = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg)");
-    float *vh = dt_malloc(n * sizeof(float), "optimizer staging (exp_avg_sq)");
-    float *ml = shares ? dt_malloc(local * sizeof(float), "optimizer share (exp_avg)") : mh;
-    float *vl = shares ? dt_malloc(local * sizeof(float), "optimizer share (exp_avg_sq)") : vh;
-    dt_status st = mh && vh && ml && vl ? DT_OK : DT_ERR_NOMEM;
+    float *mh = shares ? dt_malloc(n * sizeof(float), "optimizer staging (exp_avg)") : NULL;
+    float *vh = shares ? dt_malloc(n * sizeof(float), "optimizer staging (exp_avg_sq)") : NULL;
+    float *ml = shares ? dt_malloc(local * sizeof(float), "optimizer share (exp_avg)") : NULL;
+    float *vl = shares ? dt_malloc(local * sizeof(float), "optimizer share (exp_avg_sq)") : NULL;
+    float *part = shares ? NULL : dt_malloc(DT_ST_PART * sizeof(float), "optimizer staging");
+    dt_status st = shares ? (mh && vh && ml && vl ? DT_OK : DT_ERR_NOMEM) : (part ? DT_OK : DT_ERR_NOMEM);
+    if (st == DT_OK && !shares && local != n)
+        st = dt_error_set(DT_ERR_INTERNAL, "optimizer: %zu parameters for a model of %zu", local, n);
     int nt = dt_model_num_tensors(m);
     for (int i = 0; st == DT_OK && i < 2 * nt; i++) {
         const dt_tensor_info *t = dt_model_tensor(m, i % nt);
@@ -735,20 +761,30 @@ static dt_status load_optimizer(const char *path, dt_model *m, dt_optim *o) {
         else if (ft->numel != numel)
             st = dt_error_set(DT_ERR_DATA, "%s: tensor %s has %zu elements, the model needs %zu", path, name, ft->numel,
                               numel);
-        else if ((st = dt_st_read_f32(f, ft, (i < nt ? mh : vh) + t->whole_offset)) == DT_OK)
-            st = dt_check_finite((i < nt ? mh : vh) + t->whole_offset, numel, path, name);
+        else if (shares) {
+            if ((st = dt_st_read_f32(f, ft, (i < nt ? mh : vh) + t->whole_offset)) == DT_OK)
+                st = dt_check_finite((i < nt ? mh : vh) + t->whole_offset, numel, path, name);
+        } else { /* parts put in place as they come, as dt_model_load's: a NaN or Inf fails the load */
+            dt_finite_tally bad = {0, 0, 0.0f};
+            for (size_t first = 0; st == DT_OK && first < numel; first += DT_ST_PART) {
+                const size_t k = numel - first < DT_ST_PART ? numel - first : DT_ST_PART;
+                if ((st = dt_st_read_f32_part(f, ft, first, k, part)) != DT_OK) break;
+                if (dt_finite_add(&bad, part, k, first) || bad.bad) continue; /* counted to the end, then refused */
+                dt_optim_set_range(o, i >= nt, t->whole_offset + first, k, part);
+            }
+            if (st == DT_OK) st = dt_finite_verdict(&bad, path, name);
+        }
     }
     if (st == DT_OK && shares) {
         dt_model_share_of(m, mh, ml);
         dt_model_share_of(m, vh, vl);
+        dt_optim_set_moments(o, ml, vl);
     }
-    if (st == DT_OK) dt_optim_set_moments(o, ml, vl);
-    if (shares) {
-        free(ml);
-        free(vl);
-    }
+    free(ml);
+    free(vl);
     free(mh);
     free(vh);
+    free(part);
     dt_st_close(f);
     return st;
 }

@@ -1507,8 +1507,25 @@ static dt_status file_meta(dt_model *m, int adapters, const char **keys, const c
     return DT_OK;
 }
 
-/* the whole tensors in `whole` (dt_model_whole_params floats, host) into the file `path`, named
- * outer + prefix + name (score.weight: outer + name) */
+/* dt_st_write_parts's fill: elements [first, first + n) of (whole) tensor i, read from where it is kept
+ * (a model in one piece: the view's tensors are the whole ones) */
+static dt_status fill_param_part(void *user, int i, size_t first, size_t n, float *buf) {
+    dt_model *m = user;
+    m->be->ops->download(m->be->ctx, buf, dt_model_params(m) + m->view[i].offset + first, n * sizeof(float));
+    return m->be->ops->check(m->be->ctx); /* a device that failed must not leave a well-checksummed file of garbage */
+}
+
+/* whether the model's trainable tensors are all here, whole: no tensor parallelism, no other stage's */
+static int held_whole(const dt_model *m) {
+    if (m->cfg.tp > 1) return 0;
+    for (int i = 0; i < dt_model_num_tensors(m); i++)
+        if (m->view[i].absent) return 0;
+    return 1;
+}
+
+/* The view's tensors, whole, into the file `path`, named outer + prefix + name (score.weight:
+ * outer + name): from `whole` (dt_model_whole_params floats, host), or with whole NULL (a model
+ * in one piece, held_whole) read from the backend a part at a time. */
 static dt_status write_whole(dt_model *m, const float *whole, const char *path, const char *outer, const char *prefix) {
     const int nt = dt_model_num_tensors(m);
     dt_st_entry *e = dt_calloc((size_t)nt, sizeof *e, "tensor list");
@@ -1522,14 +1539,14 @@ static dt_status write_whole(dt_model *m, const float *whole, const char *path, 
         const dt_tensor_info *t = &m->view[i];
         snprintf(names[i], sizeof names[i], "%s%s%s", outer, strcmp(t->name, "score.weight") ? prefix : "", t->name);
         e[i] = (dt_st_entry){.name = names[i], .ndim = t->ndim, .shape = {t->whole[0], t->whole[1]},
-                             .data = whole + t->whole_offset};
+                             .data = whole ? whole + t->whole_offset : NULL};
     }
     const char *keys[4], *vals[4];
     char digest[16];
     int nk = 0;
     dt_status st = m->be->ops->check(m->be->ctx);
     if (st == DT_OK) st = file_meta(m, m->cfg.lora.rank > 0, keys, vals, digest, &nk);
-    if (st == DT_OK) st = dt_st_write(path, e, nt, keys, vals, nk);
+    if (st == DT_OK) st = dt_st_write_parts(path, e, nt, keys, vals, nk, whole ? NULL : fill_param_part, m);
     free(e);
     free(names);
     return st;
@@ -1587,6 +1604,7 @@ static void merge_adapters(const dt_model *m, float *host) {
 /* The save of a model without adapters: the whole tensors (a tensor-parallel share's gathered from
  * every share, each calling it), written by share 0 alone. */
 static dt_status save_whole(dt_model *m, const char *path, const char *outer, const char *prefix) {
+    if (held_whole(m)) return write_whole(m, NULL, path, outer, prefix); /* no staging of the whole model */
     float *whole = m->cfg.tp_rank == 0 ? dt_malloc(m->n_whole * sizeof(float), "weights staging") : NULL;
     dt_status st = dt_model_gather_whole(m, NULL, whole); /* with the others even without the staging */
     if (st == DT_OK && m->cfg.tp_rank == 0 && !whole) st = DT_ERR_NOMEM;
@@ -1669,14 +1687,9 @@ static const char *canonical_name(const net_arch *a, const char *name) {
     return name;
 }
 
-/* NaN and Inf in a tensor read in parts: how many, and the first (its element and value) */
-typedef struct finite_tally {
-    size_t bad, first;
-    float value;
-} finite_tally;
-
-/* adds v[0..n), the tensor's elements base.., to t; 1 if any of them is NaN or Inf */
-static int tally_finite(finite_tally *t, const float *v, size_t n, size_t base) {
+/* NaN and Inf in a tensor read in parts (dt_finite_tally): how many, and the first (its element
+ * and value); dt_finite_add adds v[0..n), the tensor's elements base.. */
+int dt_finite_add(dt_finite_tally *t, const float *v, size_t n, size_t base) {
     /* the common case at memory speed: an exponent of all ones (NaN or Inf) anywhere? */
     const uint32_t *bits = (const uint32_t *)(const void *)v;
     uint32_t any = 0;
@@ -1687,7 +1700,7 @@ static int tally_finite(finite_tally *t, const float *v, size_t n, size_t base) 
     return 1;
 }
 
-static dt_status finite_verdict(const finite_tally *t, const char *path, const char *name) {
+dt_status dt_finite_verdict(const dt_finite_tally *t, const char *path, const char *name) {
     if (!t->bad) return DT_OK;
     return dt_error_set(DT_ERR_DATA, "%s: tensor %s holds %s at element %zu (%zu value%s NaN or Inf): not usable weights",
                         path, name, isnan(t->value) ? "NaN" : t->value > 0 ? "+Inf" : "-Inf", t->first, t->bad,
@@ -1695,9 +1708,9 @@ static dt_status finite_verdict(const finite_tally *t, const char *path, const c
 }
 
 dt_status dt_check_finite(const float *v, size_t n, const char *path, const char *name) {
-    finite_tally t = {0, 0, 0.0f};
-    tally_finite(&t, v, n, 0);
-    return finite_verdict(&t, path, name);
+    dt_finite_tally t = {0, 0, 0.0f};
+    dt_finite_add(&t, v, n, 0);
+    return dt_finite_verdict(&t, path, name);
 }
 
 /* Tensor j of the model from the file's tensor t, PART elements at a time: each part
@@ -1712,9 +1725,9 @@ static dt_status load_tensor(dt_model *m, dt_st_file *f, int j, const dt_st_tens
     if (m->tensors[j].split != DT_SPLIT_NONE) { /* a tensor-parallel share: read whole, keep the share */
         float *whole = dt_malloc(whole_numel(&m->tensors[j]) * sizeof(float), "weights staging");
         if (!whole) return DT_ERR_NOMEM;
-        finite_tally bad = {0, 0, 0.0f};
+        dt_finite_tally bad = {0, 0, 0.0f};
         dt_status st = dt_st_read_f32_part(f, t, 0, whole_numel(&m->tensors[j]), whole);
-        if (st == DT_OK) tally_finite(&bad, whole, whole_numel(&m->tensors[j]), 0);
+        if (st == DT_OK) dt_finite_add(&bad, whole, whole_numel(&m->tensors[j]), 0);
         for (size_t i0 = 0; st == DT_OK && lm && !bad.bad && i0 < whole_numel(&m->tensors[j]); i0 += PART) {
             const size_t k = whole_numel(&m->tensors[j]) - i0 < PART ? whole_numel(&m->tensors[j]) - i0 : PART;
             st = dt_st_read_f32_part(f, lm, i0, k, v); /* the tied head's copy must equal the embedding */
@@ -1727,14 +1740,14 @@ static dt_status load_tensor(dt_model *m, dt_st_file *f, int j, const dt_st_tens
         }
         if (st == DT_OK && !bad.bad) st = put_share(m, j, whole);
         free(whole);
-        return st == DT_OK ? finite_verdict(&bad, path, t->name) : st;
+        return st == DT_OK ? dt_finite_verdict(&bad, path, t->name) : st;
     }
     float *w = v + PART;
-    finite_tally bad = {0, 0, 0.0f};
+    dt_finite_tally bad = {0, 0, 0.0f};
     for (size_t i0 = 0; i0 < numel; i0 += PART) {
         const size_t k = numel - i0 < PART ? numel - i0 : PART;
         DT_TRY(dt_st_read_f32_part(f, t, i0, k, v));
-        if (tally_finite(&bad, v, k, i0) || bad.bad) continue; /* counted to the end, then refused */
+        if (dt_finite_add(&bad, v, k, i0) || bad.bad) continue; /* counted to the end, then refused */
         if (lm) {
             DT_TRY(dt_st_read_f32_part(f, lm, i0, k, w));
             size_t i = 0;
@@ -1746,7 +1759,7 @@ static dt_status load_tensor(dt_model *m, dt_st_file *f, int j, const dt_st_tens
         }
         DT_TRY(put_part(m, j, i0, k, v));
     }
-    return finite_verdict(&bad, path, t->name);
+    return dt_finite_verdict(&bad, path, t->name);
 }
 
 /* A hint with the config values the file implies (read as the architecture names them). */

@@ -160,21 +160,41 @@ float *dt_optim_v(dt_optim *o) { return o->v; }
 size_t dt_optim_num_params(const dt_optim *o) { return o->n_params; }
 size_t dt_optim_moment_floats(const dt_optim *o) { return o->n_moments; }
 
+/* the part of own range i inside [offset, offset + n): *lo, *hi in the layout; 0 if none */
+static int own_part(const dt_optim *o, int i, size_t offset, size_t n, size_t *lo, size_t *hi) {
+    const size_t a = o->own[i].offset, b = a + o->own[i].numel;
+    *lo = a > offset ? a : offset;
+    *hi = b < offset + n ? b : offset + n;
+    return *lo < *hi;
+}
+
+void dt_optim_get_range(const dt_optim *o, int which, size_t offset, size_t n, float *host) {
+    const float *mom = which ? o->v : o->m;
+    size_t lo, hi;
+    for (int i = 0; i < o->n_own; i++)
+        if (own_part(o, i, offset, n, &lo, &hi))
+            o->be->ops->download(o->be->ctx, host + (lo - offset), mom + o->own_moff[i] + (lo - o->own[i].offset),
+                                 (hi - lo) * sizeof(float));
+}
+
+void dt_optim_set_range(dt_optim *o, int which, size_t offset, size_t n, const float *host) {
+    float *mom = which ? o->v : o->m;
+    size_t lo, hi;
+    for (int i = 0; i < o->n_own; i++)
+        if (own_part(o, i, offset, n, &lo, &hi))
+            o->be->ops->upload(o->be->ctx, mom + o->own_moff[i] + (lo - o->own[i].offset), host + (lo - offset),
+                               (hi - lo) * sizeof(float));
+}
+
 dt_status dt_optim_get_moments(const dt_optim *o, float *m_host, float *v_host) {
-    for (int i = 0; i < o->n_own; i++) {
-        const size_t bytes = o->own[i].numel * sizeof(float);
-        o->be->ops->download(o->be->ctx, m_host + o->own[i].offset, o->m + o->own_moff[i], bytes);
-        o->be->ops->download(o->be->ctx, v_host + o->own[i].offset, o->v + o->own_moff[i], bytes);
-    }
+    dt_optim_get_range(o, 0, 0, o->n_params, m_host);
+    dt_optim_get_range(o, 1, 0, o->n_params, v_host);
     return o->be->ops->check(o->be->ctx);
 }
 
 void dt_optim_set_moments(dt_optim *o, const float *m_host, const float *v_host) {
-    for (int i = 0; i < o->n_own; i++) {
-        const size_t bytes = o->own[i].numel * sizeof(float);
-        o->be->ops->upload(o->be->ctx, o->m + o->own_moff[i], m_host + o->own[i].offset, bytes);
-        o->be->ops->upload(o->be->ctx, o->v + o->own_moff[i], v_host + o->own[i].offset, bytes);
-    }
+    dt_optim_set_range(o, 0, 0, o->n_params, m_host);
+    dt_optim_set_range(o, 1, 0, o->n_params, v_host);
 }
 
 void dt_optim_place_moments(const dt_optim *o, int which, float *full) {

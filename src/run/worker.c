@@ -469,9 +469,24 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
     char params[32], flops[32], mem[32];
     human_count(params, sizeof params, (double)dt_model_count_params(&mc));
     human_count(flops, sizeof flops, dt_model_flops_per_token(&mc));
-    human_count(mem, sizeof mem, (double)dt_model_memory_bytes(&mc, dt_backend_ops(DT_DEVICE_CPU), 0));
-    fprintf(out, "# model: %s parameters (%zu), %s training FLOPs per token, ~%sB of memory per worker\n", params,
-            dt_model_count_params(&mc), flops, mem);
+    { /* a CPU worker's: what it allocates for training (a GPU worker's device memory: the "# on cuda" line) */
+        const dt_ops *cpu = dt_backend_ops(DT_DEVICE_CPU);
+        const int D = c->training.num_workers / (c->training.tensor_parallel * c->training.pipeline_parallel);
+        const double all = (double)device_memory_bytes(cpu, &mc, 0, D, c->training.zero_stage);
+        const double w = (double)dt_model_param_bytes(&mc), g = (double)dt_model_count_trainable(&mc) * sizeof(float),
+                     a = 2.0 * (double)moment_floats(&mc, D, c->training.zero_stage) * sizeof(float);
+        char ws[32], gs[32], as[32], rs[32];
+        human_count(mem, sizeof mem, all);
+        human_count(ws, sizeof ws, w);
+        human_count(gs, sizeof gs, g);
+        human_count(as, sizeof as, a);
+        human_count(rs, sizeof rs, all - w - g - a);
+        fprintf(out, "# model: %s parameters (%zu), %s training FLOPs per token, ~%sB of memory per worker (on a CPU: "
+                "weights %sB, gradients %sB, AdamW state %sB%s, activations and scratch %sB)%s\n", params,
+                dt_model_count_params(&mc), flops, mem, ws, gs, as, c->training.zero_stage == 1 && D > 1 ?
+                " (this worker's ZeRO-1 share)" : "", rs, c->training.tensor_parallel * c->training.pipeline_parallel > 1
+                ? "; the whole model's: each worker's share below" : "");
+    }
     if (mc.lora.rank) {
         const size_t all = dt_model_count_params(&mc), train = dt_model_count_trainable(&mc);
         char tr[32], fr[32], ad[32], names[256];
@@ -599,12 +614,17 @@ static dt_status gather_buckets(run *r, float *buf) {
  * from the majority (with two ranks, both). With tensor parallelism, the replicas of each share
  * (its data-parallel group) are compared among themselves. */
 static dt_status check_replicas(run *r, long step) {
-    size_t n = dt_model_num_params(r->model);
-    float *host = dt_malloc(n * sizeof(float), "replica check");
+    const size_t n = dt_model_num_params(r->model), part = n < ((size_t)1 << 20) ? n : (size_t)1 << 20; /* 4 MiB */
+    float *host = dt_malloc((part ? part : 1) * sizeof(float), "replica check");
     if (!host) return DT_ERR_NOMEM;
-    r->be->ops->download(r->be->ctx, host, dt_model_params(r->model), n * sizeof(float));
-    uint32_t crc = (uint32_t)crc32_z(0L, (const Bytef *)host, n * sizeof(float));
+    uLong sum = crc32_z(0L, Z_NULL, 0);
+    for (size_t first = 0; first < n; first += part) { /* a part at a time: nothing the size of the model staged */
+        const size_t k = n - first < part ? n - first : part;
+        r->be->ops->download(r->be->ctx, host, dt_model_params(r->model) + first, k * sizeof(float));
+        sum = crc32_z(sum, (const Bytef *)host, k * sizeof(float));
+    }
     free(host);
+    uint32_t crc = (uint32_t)sum;
     DT_TRY(r->be->ops->check(r->be->ctx));
     uint32_t all[DT_MAX_WORLD];
     int who[DT_MAX_WORLD], n_who = 0; /* the ranks of this rank's data-parallel group */
@@ -767,34 +787,41 @@ static dt_status wait_for_rank0(run *r) {
     return st;
 }
 
-/* ZeRO-1: the AdamW moments made whole for rank 0's checkpoint (every rank calls it, rank 0
- * from inside dt_ckpt_save once it has written the weights, hence the wait first): each moment
- * in turn placed by its owners in the gradients' buffer (free between steps) and all-gathered
- * there; rank 0 copies it out into m, v (host, n_params floats each; NULL on the other ranks,
- * and on rank 0 when its staging failed). */
+/* ZeRO-1: AdamW moment `which` (0: first, 1: second) made whole for rank 0's checkpoint (every
+ * rank calls it, for 0 then 1; rank 0 from inside dt_ckpt_save, when the file reaches it, hence
+ * the wait for rank 0 first): placed by its owners in the gradients' buffer (free between steps)
+ * and all-gathered there; *whole (when not NULL) points to it. */
+static dt_status gather_moment(run *r, int which, const float **whole) {
+    float *grads = dt_model_grads(r->model);
+    DT_TRY(wait_for_rank0(r));
+    dt_optim_place_moments(r->optim, which, grads);
+    DT_TRY(gather_buckets(r, grads));
+    if (whole) *whole = grads;
+    return r->be->ops->check(r->be->ctx);
+}
+
+/* Both, into host copies m, v (n_params floats each; NULL: not kept, as on the other ranks and
+ * on rank 0 when its staging failed): the model-parallel checkpoint's gathering. */
 static dt_status gather_moments(run *r, float *m, float *v) {
     const size_t n = dt_model_num_params(r->model);
-    float *grads = dt_model_grads(r->model), *host[2] = {m, v};
-    dt_status st = wait_for_rank0(r);
-    if (st != DT_OK) return st;
+    float *host[2] = {m, v};
     for (int which = 0; which < 2; which++) {
-        dt_optim_place_moments(r->optim, which, grads);
-        dt_status g = gather_buckets(r, grads);
-        if (st == DT_OK) st = g;
-        if (st == DT_OK && host[which]) r->be->ops->download(r->be->ctx, host[which], grads, n * sizeof(float));
+        const float *whole = NULL;
+        DT_TRY(gather_moment(r, which, &whole));
+        if (host[which]) r->be->ops->download(r->be->ctx, host[which], whole, n * sizeof(float));
     }
-    return st == DT_OK ? r->be->ops->check(r->be->ctx) : st;
+    return r->be->ops->check(r->be->ctx);
 }
 
 typedef struct moments_call {
     run *r;
-    int called;
+    int called; /* moments gathered: what rank 0 still has to join when its save fails first */
 } moments_call;
 
-static dt_status gather_moments_cb(void *user, float *m, float *v) {
+static dt_status gather_moment_cb(void *user, int which, const float **whole) {
     moments_call *mc = user;
-    mc->called = 1;
-    return gather_moments(mc->r, m, v);
+    mc->called++;
+    return gather_moment(mc->r, which, whole);
 }
 
 /* Model parallelism: the whole model for rank 0's checkpoint (nb 3) or final weights (nb 1),
@@ -885,7 +912,7 @@ static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, con
         snprintf(s.lora_base, sizeof s.lora_base, "%s", c->model.init_from);
         moments_call mc = {r, 0};
         if (zero_cb) { /* the others gather the moments with it */
-            s.get_moments = gather_moments_cb;
+            s.gather_moment = gather_moment_cb;
             s.user = &mc;
         }
         if (wm.w[0]) { /* tensor parallelism: gathered above, written as they are */
@@ -895,7 +922,8 @@ static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, con
         }
         dt_status st = (cp->as_best ? dt_ckpt_save_best : dt_ckpt_save)(c->run.dir, r->model, r->optim, &s, c, dir, n);
         for (int i = 0; i < 3; i++) free(wm.w[i]);
-        if (zero_cb && !mc.called) (void)gather_moments(r, NULL, NULL); /* failed before: still join the others */
+        for (int w = mc.called; zero_cb && w < 2; w++) /* failed before: still join the others */
+            if (gather_moment(r, w, NULL) != DT_OK) break;
         DT_TRY(st);
         dt_metrics_info(r->metrics, "%s: %s (%.2f s)", cp->as_best ? "best checkpoint" : "checkpoint", dir,
                         (now_ms() - t0) / 1e3);
