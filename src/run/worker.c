@@ -514,6 +514,13 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
                 100.0 * (double)n / (double)dt_model_count_params(&mc), state, smem);
     }
     if (c->training.pipeline_parallel > 1) describe_stages(c, &mc, out);
+    if (c->training.tensor_parallel * c->training.pipeline_parallel > 1) { /* gather_whole_model's staging */
+        char staged[32];
+        human_count(staged, sizeof staged, 3.0 * (double)dt_model_count_trainable(&mc) * sizeof(float));
+        fprintf(out, "# model parallelism: to write a checkpoint, rank 0 gathers the whole model's weights and AdamW "
+                "state on the host (%sB more while it saves; the other stages' first shares their stage's part)\n",
+                staged);
+    }
     dt_device_kind dev;
     const int resolved = dt_backend_resolve(c, &dev) == DT_OK;
     /* training.device: cuda on a machine without a GPU still gets the estimate, for planning */
