@@ -577,11 +577,11 @@ static dt_status fill_from(void *user, int i, size_t first, size_t n, float *buf
 }
 
 static void test_write_parts(void) {
-    const size_t big = 2 * DT_ST_PART + 3;
+    const size_t big = 2 * DT_ST_PART + 3; /* two whole parts and 3 floats */
     float *a = malloc(big * sizeof(float)), b[5] = {1, -2, 3.5f, 0, 9};
     CHECK(a != NULL);
     for (size_t i = 0; i < big; i++) a[i] = (float)i * 0.25f - 7.0f;
-    dt_st_entry e[3] = {{.name = "big", .ndim = 2, .shape = {3, (int64_t)big / 3}, .data = a},
+    dt_st_entry e[3] = {{.name = "big", .ndim = 2, .shape = {1, (int64_t)big}, .data = a},
                         {.name = "empty", .ndim = 1, .shape = {0}, .data = NULL},
                         {.name = "small", .ndim = 1, .shape = {5}, .data = b}};
     const char *k[] = {"format"}, *v[] = {"pt"};

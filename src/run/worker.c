@@ -471,7 +471,8 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
     human_count(flops, sizeof flops, dt_model_flops_per_token(&mc));
     { /* a CPU worker's: what it allocates for training (a GPU worker's device memory: the "# on cuda" line) */
         const dt_ops *cpu = dt_backend_ops(DT_DEVICE_CPU);
-        const int D = c->training.num_workers / (c->training.tensor_parallel * c->training.pipeline_parallel);
+        const int TP = c->training.tensor_parallel * c->training.pipeline_parallel;
+        const int D = TP > 1 ? 1 : c->training.num_workers; /* model parallelism: the whole model, unsharded */
         const double all = (double)device_memory_bytes(cpu, &mc, 0, D, c->training.zero_stage);
         const double w = (double)dt_model_param_bytes(&mc), g = (double)dt_model_count_trainable(&mc) * sizeof(float),
                      a = 2.0 * (double)moment_floats(&mc, D, c->training.zero_stage) * sizeof(float);
@@ -484,8 +485,7 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
         fprintf(out, "# model: %s parameters (%zu), %s training FLOPs per token, ~%sB of memory per worker (on a CPU: "
                 "weights %sB, gradients %sB, AdamW state %sB%s, activations and scratch %sB)%s\n", params,
                 dt_model_count_params(&mc), flops, mem, ws, gs, as, c->training.zero_stage == 1 && D > 1 ?
-                " (this worker's ZeRO-1 share)" : "", rs, c->training.tensor_parallel * c->training.pipeline_parallel > 1
-                ? "; the whole model's: each worker's share below" : "");
+                " (this worker's ZeRO-1 share)" : "", rs, TP > 1 ? "; the whole model's: each worker's share below" : "");
     }
     if (mc.lora.rank) {
         const size_t all = dt_model_count_params(&mc), train = dt_model_count_trainable(&mc);
@@ -515,11 +515,16 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
     }
     if (c->training.pipeline_parallel > 1) describe_stages(c, &mc, out);
     if (c->training.tensor_parallel * c->training.pipeline_parallel > 1) { /* gather_whole_model's staging */
-        char staged[32];
-        human_count(staged, sizeof staged, 3.0 * (double)dt_model_count_trainable(&mc) * sizeof(float));
+        dt_model_cfg sh = mc; /* rank 0's share: stage 0's */
+        sh.tp = c->training.tensor_parallel;
+        sh.pp = c->training.pipeline_parallel;
+        const double mine = 3.0 * (double)dt_model_count_trainable(&sh) * sizeof(float); /* its weights and moments */
+        char staged[32], own[32];
+        human_count(staged, sizeof staged, 3.0 * (double)dt_model_count_trainable(&mc) * sizeof(float) + mine);
+        human_count(own, sizeof own, mine);
         fprintf(out, "# model parallelism: to write a checkpoint, rank 0 gathers the whole model's weights and AdamW "
-                "state on the host (%sB more while it saves; the other stages' first shares their stage's part)\n",
-                staged);
+                "state on the host (~%sB more while it saves, %sB of it copies of its own share's; the first "
+                "replica's other workers copy theirs, and a stage's first share its stage's part too)\n", staged, own);
     }
     dt_device_kind dev;
     const int resolved = dt_backend_resolve(c, &dev) == DT_OK;
@@ -823,12 +828,15 @@ static dt_status gather_moments(run *r, float *m, float *v) {
 typedef struct moments_call {
     run *r;
     int called; /* moments gathered: what rank 0 still has to join when its save fails first */
+    int failed; /* a gather failed: the others stopped there (gather_moments), and so does rank 0 */
 } moments_call;
 
 static dt_status gather_moment_cb(void *user, int which, const float **whole) {
     moments_call *mc = user;
     mc->called++;
-    return gather_moment(mc->r, which, whole);
+    dt_status st = gather_moment(mc->r, which, whole);
+    mc->failed |= st != DT_OK;
+    return st;
 }
 
 /* Model parallelism: the whole model for rank 0's checkpoint (nb 3) or final weights (nb 1),
@@ -917,7 +925,7 @@ static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, con
             .lora = dt_model_config(r->model)->lora, .lora_base_digest = r->lora_base,
         };
         snprintf(s.lora_base, sizeof s.lora_base, "%s", c->model.init_from);
-        moments_call mc = {r, 0};
+        moments_call mc = {r, 0, 0};
         if (zero_cb) { /* the others gather the moments with it */
             s.gather_moment = gather_moment_cb;
             s.user = &mc;
@@ -929,7 +937,7 @@ static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, con
         }
         dt_status st = (cp->as_best ? dt_ckpt_save_best : dt_ckpt_save)(c->run.dir, r->model, r->optim, &s, c, dir, n);
         for (int i = 0; i < 3; i++) free(wm.w[i]);
-        for (int w = mc.called; zero_cb && w < 2; w++) /* failed before: still join the others */
+        for (int w = mc.called; zero_cb && !mc.failed && w < 2; w++) /* failed before: still join the others */
             if (gather_moment(r, w, NULL) != DT_OK) break;
         DT_TRY(st);
         dt_metrics_info(r->metrics, "%s: %s (%.2f s)", cp->as_best ? "best checkpoint" : "checkpoint", dir,
