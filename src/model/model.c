@@ -601,7 +601,7 @@ static double rng_normal(rng_t *r) {
 
 /* ---- each tensor where it is kept (m->store), moved a part at a time ---- */
 
-#define PART ((size_t)1 << 20) /* elements staged on the host at a time when weights are made, read or summed (4 MiB) */
+#define PART DT_ST_PART /* elements staged on the host at a time when weights are made, read, summed or written (4 MiB) */
 
 /* elements [first, first + n) of tensor i = v (n floats; a bf16 tensor's rounded, to nearest even) */
 static dt_status put_part(dt_model *m, int i, size_t first, size_t n, const float *v) {
