@@ -373,8 +373,8 @@ static void test_dry_run(void) {
     slurp_stdout("dry-run", out, sizeof out);
     CHECK_STR_CONTAINS(out, "# training.tensor_parallel 2: 2 replicas x 2 shares; each worker holds");
     CHECK_STR_CONTAINS(out, "; the whole model's: each worker's share below\n");
-    CHECK_STR_CONTAINS(out, "# model parallelism: to write a checkpoint, rank 0 gathers the whole model's weights and "
-                            "AdamW state on the host (");
+    CHECK_STR_CONTAINS(out, "# model parallelism: to write a checkpoint, rank 0 gathers the whole model's weights, "
+                            "then each AdamW moment, on the host, one at a time (~");
     const char *pp[] = {"--config", "configs/pretrain.yaml", "--set", "training.num_workers=8", "--set",
                         "training.pipeline_parallel=4", "--set", "training.tensor_parallel=2", "--set",
                         "model.n_layer=6", "--set", "training.device=cpu", "--set", "training.grad_accum_steps=4",

@@ -67,11 +67,13 @@ typedef struct dt_ckpt_state {
      * weights are written); a save that fails before leaves the rest uncalled. */
     dt_status (*gather_moment)(void *user, int which, const float **whole);
     void *user;
-    /* saving only: when set, the weights and the AdamW moments to write (host, dt_model_whole_params
-     * floats each: the whole model's layout), gathered already, in place of dt_model_save and
-     * the optimizer's (tensor parallelism: the shares gather before rank 0 saves, so that nothing
-     * inside the save waits for them); written as they are, not copied */
-    const float *whole_params, *whole_moments[2];
+    /* saving only: when set, where the weights and the AdamW moments come from in place of
+     * dt_model_save and the optimizer (model parallelism: the shares and stages gather them to
+     * rank 0): array `which` (0: the weights, 1: exp_avg, 2: exp_avg_sq) whole in *whole (host,
+     * dt_model_whole_params floats: the whole model's layout, valid until the next call), called
+     * for 0, 1 and 2 in turn as the files reach them; a save that fails before leaves the rest
+     * uncalled. */
+    dt_status (*gather_whole)(void *user, int which, const float **whole);
 } dt_ckpt_state;
 
 /* Writes checkpoints/step_<s->step> under run_dir as described above (replacing an existing

@@ -230,6 +230,9 @@ dt_status dt_model_gather_whole(dt_model *m, const float *local, float *whole);
  * there; every share still takes part in every tensor's gather). */
 dt_status dt_model_gather_range(dt_model *m, const float *local, float *whole, size_t base, size_t count);
 void dt_model_share_of(const dt_model *m, const float *whole, float *local);
+/* The same for tensor i alone: local (its dt_model_tensor numel floats) = this share's part of
+ * whole (the whole tensor's floats) */
+void dt_model_tensor_share(const dt_model *m, int i, const float *whole, float *local);
 dt_status dt_model_save_whole(dt_model *m, const float *whole, const char *path);
 
 /* Pipeline parallelism (dt_model_cfg pp): stage `stage`'s layers [*lo, *hi), the contiguous

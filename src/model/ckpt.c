@@ -211,8 +211,9 @@ static json_t *trainer_json(const dt_ckpt_state *s, const dt_config *cfg) {
 }
 
 /* dt_st_write_parts's fill of the moments: entry i is tensor i % nt's exp_avg (i < nt) or
- * exp_avg_sq, read from the optimizer (it holds every moment) or, with s->gather_moment, from
- * the whole moment it gathers when the file first needs it */
+ * exp_avg_sq, read from the optimizer (it holds every moment) or, with s->gather_moment (backend
+ * memory) or s->gather_whole (host), from the whole moment they gather when the file first
+ * needs it */
 typedef struct moments_src {
     dt_model *m;
     dt_optim *o;
@@ -225,6 +226,11 @@ static dt_status fill_moment_part(void *user, int i, size_t first, size_t n, flo
     moments_src *src = user;
     const dt_backend *be = dt_model_backend(src->m);
     const size_t at = dt_model_tensor(src->m, i % src->nt)->whole_offset + first;
+    if (src->s->gather_whole) {
+        while (src->gathered <= (i >= src->nt)) DT_TRY(src->s->gather_whole(src->s->user, 1 + src->gathered++, &src->whole));
+        memcpy(buf, src->whole + at, n * sizeof(float));
+        return DT_OK;
+    }
     if (!src->s->gather_moment) {
         dt_optim_get_range(src->o, i >= src->nt, at, n, buf);
     } else {
@@ -237,17 +243,15 @@ static dt_status fill_moment_part(void *user, int i, size_t first, size_t n, flo
 static dt_status save_optimizer(const char *path, dt_model *m, dt_optim *o, const dt_ckpt_state *s) {
     size_t n = dt_model_whole_params(m); /* the moments as the whole tensors' */
     int nt = dt_model_num_tensors(m);
-    const int given = s->whole_moments[0] && s->whole_moments[1]; /* gathered by the caller: written as they are */
-    /* a shard's gathered moment, or an optimizer holding every moment of a model in one piece:
-     * written a part at a time, nothing staged */
-    const int parts = !given && (s->gather_moment || (dt_optim_num_params(o) == n && dt_optim_moment_floats(o) == n));
-    float *mh = !given && !parts ? dt_malloc(n * sizeof(float), "optimizer staging (exp_avg)") : NULL;
-    float *vh = !given && !parts ? dt_malloc(n * sizeof(float), "optimizer staging (exp_avg_sq)") : NULL;
-    const float *m_out = given ? s->whole_moments[0] : mh, *v_out = given ? s->whole_moments[1] : vh;
+    /* gathered moments (a shard's, model parallelism's), or an optimizer holding every moment of a
+     * model in one piece: written a part at a time from there, nothing more staged */
+    const int parts = s->gather_whole || s->gather_moment || (dt_optim_num_params(o) == n && dt_optim_moment_floats(o) == n);
+    float *mh = !parts ? dt_malloc(n * sizeof(float), "optimizer staging (exp_avg)") : NULL;
+    float *vh = !parts ? dt_malloc(n * sizeof(float), "optimizer staging (exp_avg_sq)") : NULL;
     dt_st_entry *e = dt_calloc(2 * (size_t)nt, sizeof *e, "optimizer tensor list");
     char(*names)[64] = dt_calloc(2 * (size_t)nt, sizeof *names, "optimizer tensor names");
     dt_status st = DT_ERR_NOMEM;
-    if (given || parts) st = DT_OK;
+    if (parts) st = DT_OK;
     else if (mh && vh) st = dt_optim_get_moments(o, mh, vh);
     if (st == DT_OK && (!e || !names)) st = DT_ERR_NOMEM;
     if (st == DT_OK) {
@@ -258,7 +262,7 @@ static dt_status save_optimizer(const char *path, dt_model *m, dt_optim *o, cons
             e[i].ndim = t->ndim;
             e[i].shape[0] = t->whole[0];
             e[i].shape[1] = t->whole[1];
-            e[i].data = parts ? NULL : (i < nt ? m_out : v_out) + t->whole_offset;
+            e[i].data = parts ? NULL : (i < nt ? mh : vh) + t->whole_offset;
         }
         const char *keys[] = {"format", "producer", "content"};
         const char *vals[] = {"pt", "dtrain", "AdamW moments (exp_avg, exp_avg_sq) per weight tensor"};
@@ -318,7 +322,9 @@ static dt_status save_as(const char *root, const char *name, dt_model *m, dt_opt
 
     dt_status st;
     snprintf(p, sizeof p, "%s/model.safetensors", tmp);
-    if ((st = s->whole_params ? dt_model_save_whole(m, s->whole_params, p) : dt_model_save(m, p)) != DT_OK) goto fail;
+    const float *whole = NULL;
+    if (s->gather_whole && (st = s->gather_whole(s->user, 0, &whole)) != DT_OK) goto fail;
+    if ((st = whole ? dt_model_save_whole(m, whole, p) : dt_model_save(m, p)) != DT_OK) goto fail;
     snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);
     if ((st = save_optimizer(p, m, o, s)) != DT_OK) goto fail;
     snprintf(p, sizeof p, "%s/trainer.json", tmp);
@@ -738,19 +744,22 @@ dt_status dt_ckpt_check_tokenizer(const dt_ckpt_state *s, const dt_config *cfg, 
 static dt_status load_optimizer(const char *path, dt_model *m, dt_optim *o) {
     dt_st_file *f = NULL;
     DT_TRY(dt_st_open(&f, path));
-    const size_t n = dt_model_whole_params(m), local = dt_optim_num_params(o);
-    /* model parallelism: the file's whole tensors staged, this rank's part kept; else each tensor
-     * read a part at a time into the optimizer's ranges (a ZeRO-1 shard keeps its own) */
+    const size_t n = dt_model_whole_params(m);
+    /* each tensor read a part at a time into the optimizer's ranges (a ZeRO-1 shard keeps its own);
+     * with model parallelism a tensor at a time, this share's part kept (another stage's skipped) */
     const int shares = dt_model_config(m)->tp > 1 || dt_model_config(m)->pp > 1;
-    float *mh = shares ? dt_malloc(n * sizeof(float), "optimizer staging (exp_avg)") : NULL;
-    float *vh = shares ? dt_malloc(n * sizeof(float), "optimizer staging (exp_avg_sq)") : NULL;
-    float *ml = shares ? dt_malloc(local * sizeof(float), "optimizer share (exp_avg)") : NULL;
-    float *vl = shares ? dt_malloc(local * sizeof(float), "optimizer share (exp_avg_sq)") : NULL;
-    float *part = shares ? NULL : dt_malloc(DT_ST_PART * sizeof(float), "optimizer staging");
-    dt_status st = shares ? (mh && vh && ml && vl ? DT_OK : DT_ERR_NOMEM) : (part ? DT_OK : DT_ERR_NOMEM);
-    if (st == DT_OK && !shares && local != n)
-        st = dt_error_set(DT_ERR_INTERNAL, "optimizer: %zu parameters for a model of %zu", local, n);
-    int nt = dt_model_num_tensors(m);
+    const int nt = dt_model_num_tensors(m);
+    size_t most = DT_ST_PART, share_most = 1; /* a model-parallel tensor whole, and its share */
+    for (int i = 0; shares && i < nt; i++) {
+        const dt_tensor_info *t = dt_model_tensor(m, i);
+        if ((size_t)t->whole[0] * (size_t)t->whole[1] > most) most = (size_t)t->whole[0] * (size_t)t->whole[1];
+        if (t->numel > share_most) share_most = t->numel;
+    }
+    float *part = dt_malloc(most * sizeof(float), "optimizer staging");
+    float *share = shares ? dt_malloc(share_most * sizeof(float), "optimizer share") : NULL;
+    dt_status st = part && (share || !shares) ? DT_OK : DT_ERR_NOMEM;
+    if (st == DT_OK && !shares && dt_optim_num_params(o) != n)
+        st = dt_error_set(DT_ERR_INTERNAL, "optimizer: %zu parameters for a model of %zu", dt_optim_num_params(o), n);
     for (int i = 0; st == DT_OK && i < 2 * nt; i++) {
         const dt_tensor_info *t = dt_model_tensor(m, i % nt);
         const size_t numel = (size_t)t->whole[0] * (size_t)t->whole[1];
@@ -762,8 +771,11 @@ static dt_status load_optimizer(const char *path, dt_model *m, dt_optim *o) {
             st = dt_error_set(DT_ERR_DATA, "%s: tensor %s has %zu elements, the model needs %zu", path, name, ft->numel,
                               numel);
         else if (shares) {
-            if ((st = dt_st_read_f32(f, ft, (i < nt ? mh : vh) + t->whole_offset)) == DT_OK)
-                st = dt_check_finite((i < nt ? mh : vh) + t->whole_offset, numel, path, name);
+            if (t->absent) continue; /* another stage's */
+            if ((st = dt_st_read_f32(f, ft, part)) == DT_OK) st = dt_check_finite(part, numel, path, name);
+            if (st != DT_OK) break;
+            dt_model_tensor_share(m, i % nt, part, share);
+            dt_optim_set_range(o, i >= nt, t->offset, t->numel, share);
         } else { /* parts put in place as they come, as dt_model_load's: a NaN or Inf fails the load */
             dt_finite_tally bad = {0, 0, 0.0f};
             for (size_t first = 0; st == DT_OK && first < numel; first += DT_ST_PART) {
@@ -775,16 +787,8 @@ static dt_status load_optimizer(const char *path, dt_model *m, dt_optim *o) {
             if (st == DT_OK) st = dt_finite_verdict(&bad, path, name);
         }
     }
-    if (st == DT_OK && shares) {
-        dt_model_share_of(m, mh, ml);
-        dt_model_share_of(m, vh, vl);
-        dt_optim_set_moments(o, ml, vl);
-    }
-    free(ml);
-    free(vl);
-    free(mh);
-    free(vh);
     free(part);
+    free(share);
     dt_st_close(f);
     return st;
 }

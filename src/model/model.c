@@ -1482,12 +1482,15 @@ dt_status dt_model_gather_range(dt_model *m, const float *local, float *whole, s
     return st;
 }
 
+void dt_model_tensor_share(const dt_model *m, int i, const float *whole, float *local) {
+    const dt_tensor_info *t = &m->view[i];
+    if (t->split == DT_SPLIT_NONE) memcpy(local, whole, t->numel * sizeof(float));
+    else shard_copy(t, m->cfg.tp, m->cfg.tp_rank, (float *)whole, local, 1);
+}
+
 void dt_model_share_of(const dt_model *m, const float *whole, float *local) {
-    for (int i = 0; i < dt_model_num_tensors(m); i++) {
-        const dt_tensor_info *t = &m->view[i];
-        if (t->split == DT_SPLIT_NONE) memcpy(local + t->offset, whole + t->whole_offset, t->numel * sizeof(float));
-        else shard_copy(t, m->cfg.tp, m->cfg.tp_rank, (float *)whole + t->whole_offset, local + t->offset, 1);
-    }
+    for (int i = 0; i < dt_model_num_tensors(m); i++)
+        dt_model_tensor_share(m, i, whole + m->view[i].whole_offset, local + m->view[i].offset);
 }
 
 /* A weights file's metadata into keys and vals (4 entries each; *n of them): its format and

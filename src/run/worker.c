@@ -514,17 +514,18 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
                 100.0 * (double)n / (double)dt_model_count_params(&mc), state, smem);
     }
     if (c->training.pipeline_parallel > 1) describe_stages(c, &mc, out);
-    if (c->training.tensor_parallel * c->training.pipeline_parallel > 1) { /* gather_whole_model's staging */
+    if (c->training.tensor_parallel * c->training.pipeline_parallel > 1) { /* gather_whole's staging */
         dt_model_cfg sh = mc; /* rank 0's share: stage 0's */
         sh.tp = c->training.tensor_parallel;
         sh.pp = c->training.pipeline_parallel;
-        const double mine = 3.0 * (double)dt_model_count_trainable(&sh) * sizeof(float); /* its weights and moments */
+        const double mine = (double)dt_model_count_trainable(&sh) * sizeof(float); /* one array of its share */
         char staged[32], own[32];
-        human_count(staged, sizeof staged, 3.0 * (double)dt_model_count_trainable(&mc) * sizeof(float) + mine);
+        human_count(staged, sizeof staged, (double)dt_model_count_trainable(&mc) * sizeof(float) + mine);
         human_count(own, sizeof own, mine);
-        fprintf(out, "# model parallelism: to write a checkpoint, rank 0 gathers the whole model's weights and AdamW "
-                "state on the host (~%sB more while it saves, %sB of it copies of its own share's; the first "
-                "replica's other workers copy theirs, and a stage's first share its stage's part too)\n", staged, own);
+        fprintf(out, "# model parallelism: to write a checkpoint, rank 0 gathers the whole model's weights, then each "
+                "AdamW moment, on the host, one at a time (~%sB more while it saves, %sB of it a copy of its own "
+                "share's; the first replica's other workers copy theirs, and a stage's first share its stage's part "
+                "too)\n", staged, own);
     }
     dt_device_kind dev;
     const int resolved = dt_backend_resolve(c, &dev) == DT_OK;
@@ -812,17 +813,10 @@ static dt_status gather_moment(run *r, int which, const float **whole) {
     return r->be->ops->check(r->be->ctx);
 }
 
-/* Both, into host copies m, v (n_params floats each; NULL: not kept, as on the other ranks and
- * on rank 0 when its staging failed): the model-parallel checkpoint's gathering. */
-static dt_status gather_moments(run *r, float *m, float *v) {
-    const size_t n = dt_model_num_params(r->model);
-    float *host[2] = {m, v};
-    for (int which = 0; which < 2; which++) {
-        const float *whole = NULL;
-        DT_TRY(gather_moment(r, which, &whole));
-        if (host[which]) r->be->ops->download(r->be->ctx, host[which], whole, n * sizeof(float));
-    }
-    return r->be->ops->check(r->be->ctx);
+/* Both, for the other ranks of a ZeRO-1 save (rank 0 gathers them from inside it) */
+static dt_status gather_moments(run *r) {
+    for (int which = 0; which < 2; which++) DT_TRY(gather_moment(r, which, NULL));
+    return DT_OK;
 }
 
 typedef struct moments_call {
@@ -839,23 +833,10 @@ static dt_status gather_moment_cb(void *user, int which, const float **whole) {
     return st;
 }
 
-/* Model parallelism: the whole model for rank 0's checkpoint (nb 3) or final weights (nb 1),
- * gathered before rank 0 saves (every rank calls it: with ZeRO-1 the moments' parts come to the
- * first replica first) by the first replica: each stage's shares to its share 0, then (pipeline
- * stages) each stage's range of the whole layout from there to rank 0 by a broadcast of the
- * job's collective (every rank takes part; the ranks that do not keep it receive into scratch).
- * On rank 0 the weights and the AdamW moments in the whole model's layout (host,
- * dt_model_whole_params floats each; w[0] weights, w[1], w[2] moments; freed by the caller, also
- * on failure); on the other stages' shares 0 just their stage's range of it (freed by the caller
- * too). */
-typedef struct whole_model {
-    float *w[3];
-} whole_model;
-
 /* Pipeline stages: stage p's range of the whole layout from its share 0 of the first replica
  * (rank p * T: w holds just that range) to rank 0 (w whole), a broadcast of the job's collective
  * each; the other ranks receive into scratch. */
-static dt_status stages_to_rank0(run *r, whole_model *wm, int nb, dt_status st) {
+static dt_status stages_to_rank0(run *r, float *w, dt_status st) {
     size_t most = 0, lo[DT_MAX_WORLD], hi[DT_MAX_WORLD];
     for (int p = 1; p < r->mesh.pp; p++) {
         dt_model_stage_range(r->model, p, &lo[p], &hi[p]);
@@ -865,56 +846,74 @@ static dt_status stages_to_rank0(run *r, whole_model *wm, int nb, dt_status st) 
     if (st == DT_OK && r->rank != 0 && !scratch) st = DT_ERR_NOMEM; /* the others fail at the deadline */
     for (int p = 1; st == DT_OK && p < r->mesh.pp; p++) {
         const int root = p * r->mesh.tp;
-        for (int i = 0; st == DT_OK && i < nb; i++) {
-            float *buf = r->rank == 0 ? wm->w[i] + lo[p] : r->rank == root ? wm->w[i] : scratch;
-            st = dt_comm_broadcast(r->comm, buf, (hi[p] - lo[p]) * sizeof(float), root);
-        }
+        float *buf = r->rank == 0 ? w + lo[p] : r->rank == root ? w : scratch;
+        st = dt_comm_broadcast(r->comm, buf, (hi[p] - lo[p]) * sizeof(float), root);
     }
     free(scratch);
     return st;
 }
 
-static dt_status gather_whole_model(run *r, whole_model *wm, int nb) {
+/* Model parallelism: one of the whole model's arrays (which 0: the weights, 1 and 2: the AdamW
+ * moments) for rank 0's checkpoint or final weights; every rank calls it, for a checkpoint 0, 1,
+ * 2 in turn (rank 0 from inside dt_ckpt_save, as the files reach them: one array staged at a
+ * time), each after a wait for rank 0 (it writes between them). With ZeRO-1 a moment's parts come
+ * to the first replica first; the first replica's shares of each stage gather it to their share 0,
+ * then (pipeline stages) each stage's range of the whole layout goes from there to rank 0 by a
+ * broadcast of the job's collective (every rank takes part; the ranks that do not keep it receive
+ * into scratch). *out: on rank 0 the array in the whole model's layout (host,
+ * dt_model_whole_params floats); on the other stages' shares 0 just their stage's range of it;
+ * NULL elsewhere; freed by the caller, also on failure. */
+static dt_status gather_whole(run *r, int which, float **out) {
+    *out = NULL;
+    DT_TRY(wait_for_rank0(r));
     const size_t n = dt_model_num_params(r->model);
     const int first = r->mesh.d == 0, root = first && r->mesh.t == 0; /* the first replica; its stages' shares 0 */
-    float *m = first && nb > 1 ? dt_malloc(n * sizeof(float), "moments staging") : NULL;
-    float *v = first && nb > 1 ? dt_malloc(n * sizeof(float), "moments staging") : NULL;
-    dt_status st = first && nb > 1 && (!m || !v) ? DT_ERR_NOMEM : DT_OK;
-    if (nb > 1 && r->zero) { /* ZeRO-1: every rank's parts to the first replica first (every rank calls it) */
-        dt_status g = gather_moments(r, st == DT_OK ? m : NULL, st == DT_OK ? v : NULL);
+    float *mom = first && which ? dt_malloc(n * sizeof(float), "moments staging") : NULL; /* this share's */
+    dt_status st = first && which && !mom ? DT_ERR_NOMEM : DT_OK;
+    if (which && r->zero) { /* ZeRO-1: every rank's parts to the first replica first (every rank calls it) */
+        const float *all = NULL;
+        dt_status g = gather_moment(r, which - 1, &all);
         if (st == DT_OK) st = g;
-    } else if (nb > 1 && st == DT_OK && first) {
-        st = dt_optim_get_moments(r->optim, m, v);
+        if (st == DT_OK && mom) r->be->ops->download(r->be->ctx, mom, all, n * sizeof(float));
+    } else if (which && st == DT_OK && first) {
+        dt_optim_get_range(r->optim, which - 1, 0, n, mom);
     }
+    if (st == DT_OK && mom) st = r->be->ops->check(r->be->ctx);
     /* rank 0 holds the whole layout; another stage's share 0 its stage's range of it */
     size_t lo = 0, hi = dt_model_whole_params(r->model);
     if (r->rank != 0 && r->mesh.pp > 1) dt_model_stage_range(r->model, r->mesh.p, &lo, &hi);
-    const int staged = root && (r->rank == 0 || r->mesh.pp > 1);
-    for (int i = 0; staged && i < nb; i++) wm->w[i] = dt_malloc((hi - lo ? hi - lo : 1) * sizeof(float), "checkpoint staging");
-    for (int i = 0; st == DT_OK && staged && i < nb; i++)
-        if (!wm->w[i]) st = DT_ERR_NOMEM; /* the rest send */
-    const float *local[3] = {NULL, m, v};
-    for (int i = 0; st == DT_OK && first && i < nb; i++)
-        st = dt_model_gather_range(r->model, local[i], wm->w[i], lo, hi - lo);
-    free(m);
-    free(v);
-    return r->mesh.pp > 1 ? stages_to_rank0(r, wm, nb, st) : st;
+    if (root && (r->rank == 0 || r->mesh.pp > 1)) {
+        *out = dt_malloc((hi - lo ? hi - lo : 1) * sizeof(float), "checkpoint staging");
+        if (!*out && st == DT_OK) st = DT_ERR_NOMEM; /* the rest send */
+    }
+    if (st == DT_OK && first) st = dt_model_gather_range(r->model, mom, *out, lo, hi - lo); /* mom NULL: the weights */
+    free(mom);
+    return r->mesh.pp > 1 ? stages_to_rank0(r, *out, st) : st;
+}
+
+/* rank 0's dt_ckpt_state.gather_whole: the array asked for, the one before freed */
+typedef struct whole_call {
+    run *r;
+    float *held;
+    int called, failed; /* arrays gathered, as moments_call's */
+} whole_call;
+
+static dt_status gather_whole_cb(void *user, int which, const float **whole) {
+    whole_call *wc = user;
+    free(wc->held);
+    wc->called++;
+    dt_status st = gather_whole(wc->r, which, &wc->held);
+    wc->failed |= st != DT_OK;
+    *whole = wc->held;
+    return st;
 }
 
 /* Rank 0 writes the checkpoint of `step` and prunes old ones; the others wait for it, so
  * that every rank agrees the checkpoint exists before anyone moves on. */
 static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, const ckpt_point *cp, char *dir, size_t n) {
     const dt_config *c = r->cfg;
-    whole_model wm = {{NULL, NULL, NULL}};
-    const int parts = r->tp_comm || r->mesh.pp > 1;      /* model parallelism: gathered first */
+    const int parts = r->tp_comm || r->mesh.pp > 1; /* model parallelism: rank 0 gathers the arrays from inside the save */
     const int zero_cb = r->zero && !parts; /* ZeRO-1 alone: rank 0 gathers the moments from inside the save */
-    if (parts) {
-        dt_status st = gather_whole_model(r, &wm, 3);
-        if (st != DT_OK || r->rank != 0) {
-            for (int i = 0; i < 3; i++) free(wm.w[i]);
-            DT_TRY(st);
-        }
-    }
     if (r->rank == 0) {
         double t0 = now_ms();
         dt_ckpt_state s = {
@@ -926,19 +925,24 @@ static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, con
         };
         snprintf(s.lora_base, sizeof s.lora_base, "%s", c->model.init_from);
         moments_call mc = {r, 0, 0};
+        whole_call wc = {r, NULL, 0, 0};
         if (zero_cb) { /* the others gather the moments with it */
             s.gather_moment = gather_moment_cb;
             s.user = &mc;
-        }
-        if (wm.w[0]) { /* tensor parallelism: gathered above, written as they are */
-            s.whole_params = wm.w[0];
-            s.whole_moments[0] = wm.w[1];
-            s.whole_moments[1] = wm.w[2];
+        } else if (parts) { /* the others gather the arrays with it */
+            s.gather_whole = gather_whole_cb;
+            s.user = &wc;
         }
         dt_status st = (cp->as_best ? dt_ckpt_save_best : dt_ckpt_save)(c->run.dir, r->model, r->optim, &s, c, dir, n);
-        for (int i = 0; i < 3; i++) free(wm.w[i]);
+        free(wc.held);
         for (int w = mc.called; zero_cb && !mc.failed && w < 2; w++) /* failed before: still join the others */
             if (gather_moment(r, w, NULL) != DT_OK) break;
+        for (int w = wc.called; parts && !wc.failed && w < 3; w++) { /* the same */
+            float *held = NULL;
+            dt_status g = gather_whole(r, w, &held);
+            free(held);
+            if (g != DT_OK) break;
+        }
         DT_TRY(st);
         dt_metrics_info(r->metrics, "%s: %s (%.2f s)", cp->as_best ? "best checkpoint" : "checkpoint", dir,
                         (now_ms() - t0) / 1e3);
@@ -947,7 +951,13 @@ static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, con
             dt_metrics_info(r->metrics, "warning: could not delete an old checkpoint: %s", dt_error_msg());
         DT_TRY(dt_fault_after_checkpoint(fault, attempt, cp->step, dir));
     } else {
-        if (zero_cb) DT_TRY(gather_moments(r, NULL, NULL));
+        if (zero_cb) DT_TRY(gather_moments(r));
+        for (int w = 0; parts && w < 3; w++) {
+            float *held = NULL;
+            dt_status g = gather_whole(r, w, &held);
+            free(held);
+            DT_TRY(g);
+        }
         if (cp->as_best) snprintf(dir, n, "%s/best (written by rank 0)", c->run.dir);
         else snprintf(dir, n, "%s/checkpoints/step_%08ld (written by rank 0)", c->run.dir, cp->step);
     }
@@ -1980,10 +1990,10 @@ static dt_status finish(trainer *t, int stopped) {
     char weights[DT_PATH_MAX + 32];
     snprintf(weights, sizeof weights, "%s/model.safetensors", r->cfg->run.dir);
     if (r->mesh.pp > 1) { /* every rank helps rank 0 */
-        whole_model wm = {{NULL, NULL, NULL}};
-        dt_status st = gather_whole_model(r, &wm, 1);
-        if (st == DT_OK && r->rank == 0) st = dt_model_save_whole(r->model, wm.w[0], weights);
-        free(wm.w[0]);
+        float *w = NULL;
+        dt_status st = gather_whole(r, 0, &w);
+        if (st == DT_OK && r->rank == 0) st = dt_model_save_whole(r->model, w, weights);
+        free(w);
         DT_TRY(st);
     } else if (r->rank < r->mesh.tp) {
         DT_TRY(dt_model_save(r->model, weights)); /* rank 0, with its shares' help */
