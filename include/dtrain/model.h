@@ -217,8 +217,8 @@ dt_status dt_model_load_adapters(dt_model *m, const char *path, int *score_loade
  * dt_model_whole_params floats, each tensor whole at its whole_offset (the parameters' own
  * layout without tensor parallelism). gather: whole = every share's `local` (host, this share's
  * layout: dt_model_num_params floats; NULL: the parameters) put together; a collective over the
- * shares (each calls it; whole may be NULL where it is not wanted). share_of: local = this
- * share's part of whole. save_whole: whole into `path` as dt_model_save writes the weights (no
+ * shares (each calls it; whole may be NULL where it is not wanted). tensor_share: one tensor's
+ * share of it. save_whole: whole into `path` as dt_model_save writes the weights (no
  * collective). dt_model_save of a share gathers the weights (every share calls it) and share 0
  * writes them. */
 size_t dt_model_whole_params(const dt_model *m);
@@ -229,9 +229,8 @@ dt_status dt_model_gather_whole(dt_model *m, const float *local, float *whole);
 /* The same into whole = the whole layout's floats [base, base + count) only (the tensors that lie
  * there; every share still takes part in every tensor's gather). */
 dt_status dt_model_gather_range(dt_model *m, const float *local, float *whole, size_t base, size_t count);
-void dt_model_share_of(const dt_model *m, const float *whole, float *local);
-/* The same for tensor i alone: local (its dt_model_tensor numel floats) = this share's part of
- * whole (the whole tensor's floats) */
+/* local (tensor i's dt_model_tensor numel floats) = this share's part of whole (the whole
+ * tensor's floats) */
 void dt_model_tensor_share(const dt_model *m, int i, const float *whole, float *local);
 dt_status dt_model_save_whole(dt_model *m, const float *whole, const char *path);
 

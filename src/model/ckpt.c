@@ -752,8 +752,9 @@ static dt_status load_optimizer(const char *path, dt_model *m, dt_optim *o) {
     size_t most = DT_ST_PART, share_most = 1; /* a model-parallel tensor whole, and its share */
     for (int i = 0; shares && i < nt; i++) {
         const dt_tensor_info *t = dt_model_tensor(m, i);
+        if (t->absent) continue; /* another stage's: never read here */
         if ((size_t)t->whole[0] * (size_t)t->whole[1] > most) most = (size_t)t->whole[0] * (size_t)t->whole[1];
-        if (t->numel > share_most) share_most = t->numel;
+        if (t->split != DT_SPLIT_NONE && t->numel > share_most) share_most = t->numel;
     }
     float *part = dt_malloc(most * sizeof(float), "optimizer staging");
     float *share = shares ? dt_malloc(share_most * sizeof(float), "optimizer share") : NULL;
@@ -774,8 +775,8 @@ static dt_status load_optimizer(const char *path, dt_model *m, dt_optim *o) {
             if (t->absent) continue; /* another stage's */
             if ((st = dt_st_read_f32(f, ft, part)) == DT_OK) st = dt_check_finite(part, numel, path, name);
             if (st != DT_OK) break;
-            dt_model_tensor_share(m, i % nt, part, share);
-            dt_optim_set_range(o, i >= nt, t->offset, t->numel, share);
+            if (t->split != DT_SPLIT_NONE) dt_model_tensor_share(m, i % nt, part, share); /* else the share is whole */
+            dt_optim_set_range(o, i >= nt, t->offset, t->numel, t->split != DT_SPLIT_NONE ? share : part);
         } else { /* parts put in place as they come, as dt_model_load's: a NaN or Inf fails the load */
             dt_finite_tally bad = {0, 0, 0.0f};
             for (size_t first = 0; st == DT_OK && first < numel; first += DT_ST_PART) {

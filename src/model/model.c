@@ -1488,10 +1488,6 @@ void dt_model_tensor_share(const dt_model *m, int i, const float *whole, float *
     else shard_copy(t, m->cfg.tp, m->cfg.tp_rank, (float *)whole, local, 1);
 }
 
-void dt_model_share_of(const dt_model *m, const float *whole, float *local) {
-    for (int i = 0; i < dt_model_num_tensors(m); i++)
-        dt_model_tensor_share(m, i, whole + m->view[i].whole_offset, local + m->view[i].offset);
-}
 
 /* A weights file's metadata into keys and vals (4 entries each; *n of them): its format and
  * producer, and with adapters (model.lora's trainable tensors) the digest (written into digest,
