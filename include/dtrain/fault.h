@@ -61,7 +61,7 @@ int dt_fault_break_allreduce(int rank);
  * weights through the backend's collective (NCCL), as with several: the real bucket path
  * runs on a one-GPU machine (gpu-check.sh) and on the mock GPU. Says so on stderr once. */
 int dt_fault_device_comm_alone(void);
-/* DTRAIN_TEST_PERTURB_REPLICA=<rank>: that rank nudges one parameter right before the first
+/* DTRAIN_TEST_PERTURB_REPLICA=<rank>: that rank nudges its last parameter right before the first
  * replica check, which must catch it. Returns the rank, or -1. */
 int dt_fault_perturb_replica_rank(void);
 /* DTRAIN_TEST_SAMPLE_LOG=<dir>: every rank appends "epoch index" of each training sample it
