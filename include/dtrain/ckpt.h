@@ -59,21 +59,16 @@ typedef struct dt_ckpt_state {
     dt_lora lora;
     uint32_t lora_base_digest;
     char lora_base[DT_PATH_MAX];
-    /* saving only: when set, where the AdamW moments come from in place of the optimizer: an
-     * optimizer that holds only its shard (training.zero_stage 1) gathers moment `which` (0:
-     * exp_avg, 1: exp_avg_sq) whole from the other workers into backend memory (*whole: the
-     * parameters' layout, valid until the next call), which the file's tensors are then read from
-     * a part at a time. Called for 0, then for 1, each when the file reaches it (after the
-     * weights are written); a save that fails before leaves the rest uncalled. */
-    dt_status (*gather_moment)(void *user, int which, const float **whole);
+    /* saving only: when set, where arrays that other workers hold parts of come from: array
+     * `which` (0: the weights, 1: exp_avg, 2: exp_avg_sq) whole in *whole (the whole model's
+     * layout, dt_model_whole_params floats; valid until the next call), called for 0, 1 and 2 in
+     * turn as the files reach them (the others gather with it; a save that fails first leaves the
+     * rest uncalled). *whole NULL: not gathered, the model's and optimizer's own are written.
+     * Model parallelism gathers every array to rank 0's host; ZeRO-1 alone gathers only the
+     * moments, into backend memory (whole_on_backend). */
+    dt_status (*gather)(void *user, int which, const float **whole);
+    int whole_on_backend;
     void *user;
-    /* saving only: when set, where the weights and the AdamW moments come from in place of
-     * dt_model_save and the optimizer (model parallelism: the shares and stages gather them to
-     * rank 0): array `which` (0: the weights, 1: exp_avg, 2: exp_avg_sq) whole in *whole (host,
-     * dt_model_whole_params floats: the whole model's layout, valid until the next call), called
-     * for 0, 1 and 2 in turn as the files reach them; a save that fails before leaves the rest
-     * uncalled. */
-    dt_status (*gather_whole)(void *user, int which, const float **whole);
 } dt_ckpt_state;
 
 /* Writes checkpoints/step_<s->step> under run_dir as described above (replacing an existing

@@ -211,9 +211,8 @@ static json_t *trainer_json(const dt_ckpt_state *s, const dt_config *cfg) {
 }
 
 /* dt_st_write_parts's fill of the moments: entry i is tensor i % nt's exp_avg (i < nt) or
- * exp_avg_sq, read from the optimizer (it holds every moment) or, with s->gather_moment (backend
- * memory) or s->gather_whole (host), from the whole moment they gather when the file first
- * needs it */
+ * exp_avg_sq, read from the optimizer (it holds every moment) or, with s->gather, from the whole
+ * moment gathered when the file first needs it */
 typedef struct moments_src {
     dt_model *m;
     dt_optim *o;
@@ -226,34 +225,24 @@ static dt_status fill_moment_part(void *user, int i, size_t first, size_t n, flo
     moments_src *src = user;
     const dt_backend *be = dt_model_backend(src->m);
     const size_t at = dt_model_tensor(src->m, i % src->nt)->whole_offset + first;
-    if (src->s->gather_whole) {
-        while (src->gathered <= (i >= src->nt)) DT_TRY(src->s->gather_whole(src->s->user, 1 + src->gathered++, &src->whole));
-        memcpy(buf, src->whole + at, n * sizeof(float));
-        return DT_OK;
-    }
-    if (!src->s->gather_moment) {
-        dt_optim_get_range(src->o, i >= src->nt, at, n, buf);
-    } else {
-        while (src->gathered <= (i >= src->nt)) DT_TRY(src->s->gather_moment(src->s->user, src->gathered++, &src->whole));
-        be->ops->download(be->ctx, buf, src->whole + at, n * sizeof(float));
-    }
+    while (src->s->gather && src->gathered <= (i >= src->nt))
+        DT_TRY(src->s->gather(src->s->user, 1 + src->gathered++, &src->whole));
+    if (!src->s->gather) dt_optim_get_range(src->o, i >= src->nt, at, n, buf);
+    else if (src->s->whole_on_backend) be->ops->download(be->ctx, buf, src->whole + at, n * sizeof(float));
+    else memcpy(buf, src->whole + at, n * sizeof(float));
     return be->ops->check(be->ctx);
 }
 
 static dt_status save_optimizer(const char *path, dt_model *m, dt_optim *o, const dt_ckpt_state *s) {
-    size_t n = dt_model_whole_params(m); /* the moments as the whole tensors' */
-    int nt = dt_model_num_tensors(m);
-    /* gathered moments (a shard's, model parallelism's), or an optimizer holding every moment of a
-     * model in one piece: written a part at a time from there, nothing more staged */
-    const int parts = s->gather_whole || s->gather_moment || (dt_optim_num_params(o) == n && dt_optim_moment_floats(o) == n);
-    float *mh = !parts ? dt_malloc(n * sizeof(float), "optimizer staging (exp_avg)") : NULL;
-    float *vh = !parts ? dt_malloc(n * sizeof(float), "optimizer staging (exp_avg_sq)") : NULL;
+    const int nt = dt_model_num_tensors(m);
+    /* without s->gather the optimizer holds every moment of a model in one piece */
+    const size_t n = dt_model_whole_params(m);
+    if (!s->gather && (dt_optim_num_params(o) != n || dt_optim_moment_floats(o) != n))
+        return dt_error_set(DT_ERR_INTERNAL, "%s: the optimizer holds %zu of the %zu moments and nothing gathers the "
+                            "rest", path, dt_optim_moment_floats(o), n);
     dt_st_entry *e = dt_calloc(2 * (size_t)nt, sizeof *e, "optimizer tensor list");
     char(*names)[64] = dt_calloc(2 * (size_t)nt, sizeof *names, "optimizer tensor names");
-    dt_status st = DT_ERR_NOMEM;
-    if (parts) st = DT_OK;
-    else if (mh && vh) st = dt_optim_get_moments(o, mh, vh);
-    if (st == DT_OK && (!e || !names)) st = DT_ERR_NOMEM;
+    dt_status st = e && names ? DT_OK : DT_ERR_NOMEM;
     if (st == DT_OK) {
         for (int i = 0; i < 2 * nt; i++) {
             const dt_tensor_info *t = dt_model_tensor(m, i % nt);
@@ -262,15 +251,12 @@ static dt_status save_optimizer(const char *path, dt_model *m, dt_optim *o, cons
             e[i].ndim = t->ndim;
             e[i].shape[0] = t->whole[0];
             e[i].shape[1] = t->whole[1];
-            e[i].data = parts ? NULL : (i < nt ? mh : vh) + t->whole_offset;
         }
         const char *keys[] = {"format", "producer", "content"};
         const char *vals[] = {"pt", "dtrain", "AdamW moments (exp_avg, exp_avg_sq) per weight tensor"};
         moments_src src = {m, o, s, NULL, nt, 0};
-        st = dt_st_write_parts(path, e, 2 * nt, keys, vals, 3, parts ? fill_moment_part : NULL, &src);
+        st = dt_st_write_parts(path, e, 2 * nt, keys, vals, 3, fill_moment_part, &src);
     }
-    free(mh);
-    free(vh);
     free(e);
     free(names);
     return st;
@@ -322,8 +308,8 @@ static dt_status save_as(const char *root, const char *name, dt_model *m, dt_opt
 
     dt_status st;
     snprintf(p, sizeof p, "%s/model.safetensors", tmp);
-    const float *whole = NULL;
-    if (s->gather_whole && (st = s->gather_whole(s->user, 0, &whole)) != DT_OK) goto fail;
+    const float *whole = NULL; /* gathered weights (model parallelism), else the model's own */
+    if (s->gather && (st = s->gather(s->user, 0, &whole)) != DT_OK) goto fail;
     if ((st = whole ? dt_model_save_whole(m, whole, p) : dt_model_save(m, p)) != DT_OK) goto fail;
     snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);
     if ((st = save_optimizer(p, m, o, s)) != DT_OK) goto fail;

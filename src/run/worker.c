@@ -813,26 +813,6 @@ static dt_status gather_moment(run *r, int which, const float **whole) {
     return r->be->ops->check(r->be->ctx);
 }
 
-/* Both, for the other ranks of a ZeRO-1 save (rank 0 gathers them from inside it) */
-static dt_status gather_moments(run *r) {
-    for (int which = 0; which < 2; which++) DT_TRY(gather_moment(r, which, NULL));
-    return DT_OK;
-}
-
-typedef struct moments_call {
-    run *r;
-    int called; /* moments gathered: what rank 0 still has to join when its save fails first */
-    int failed; /* a gather failed: the others stopped there (gather_moments), and so does rank 0 */
-} moments_call;
-
-static dt_status gather_moment_cb(void *user, int which, const float **whole) {
-    moments_call *mc = user;
-    mc->called++;
-    dt_status st = gather_moment(mc->r, which, whole);
-    mc->failed |= st != DT_OK;
-    return st;
-}
-
 /* Pipeline stages: stage p's range of the whole layout from its share 0 of the first replica
  * (rank p * T: w holds just that range) to rank 0 (w whole), a broadcast of the job's collective
  * each; the other ranks receive into scratch. */
@@ -891,20 +871,34 @@ static dt_status gather_whole(run *r, int which, float **out) {
     return r->mesh.pp > 1 ? stages_to_rank0(r, *out, st) : st;
 }
 
-/* rank 0's dt_ckpt_state.gather_whole: the array asked for, the one before freed */
-typedef struct whole_call {
+/* Array `which` (0: the weights, 1 and 2: the moments) of a checkpoint's gathering, every rank
+ * in turn (rank 0 from inside dt_ckpt_save: dt_ckpt_state.gather): model parallelism gathers each
+ * to rank 0's host (*held, the one before freed); ZeRO-1 alone the moments into the gradients'
+ * buffer (backend memory), and not the weights (*out NULL: rank 0 writes its own). */
+static dt_status save_gather(run *r, int which, float **held, const float **out) {
+    free(*held);
+    *held = NULL;
+    *out = NULL;
+    if (r->tp_comm || r->mesh.pp > 1) {
+        dt_status st = gather_whole(r, which, held);
+        *out = *held;
+        return st;
+    }
+    return which ? gather_moment(r, which - 1, out) : DT_OK;
+}
+
+typedef struct gather_call {
     run *r;
     float *held;
-    int called, failed; /* arrays gathered, as moments_call's */
-} whole_call;
+    int called; /* arrays gathered: what rank 0 still has to join when its save fails first */
+    int failed; /* a gather failed: the others stopped there, and so does rank 0 */
+} gather_call;
 
-static dt_status gather_whole_cb(void *user, int which, const float **whole) {
-    whole_call *wc = user;
-    free(wc->held);
-    wc->called++;
-    dt_status st = gather_whole(wc->r, which, &wc->held);
-    wc->failed |= st != DT_OK;
-    *whole = wc->held;
+static dt_status gather_cb(void *user, int which, const float **whole) {
+    gather_call *gc = user;
+    gc->called++;
+    dt_status st = save_gather(gc->r, which, &gc->held, whole);
+    gc->failed |= st != DT_OK;
     return st;
 }
 
@@ -912,8 +906,8 @@ static dt_status gather_whole_cb(void *user, int which, const float **whole) {
  * that every rank agrees the checkpoint exists before anyone moves on. */
 static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, const ckpt_point *cp, char *dir, size_t n) {
     const dt_config *c = r->cfg;
-    const int parts = r->tp_comm || r->mesh.pp > 1; /* model parallelism: rank 0 gathers the arrays from inside the save */
-    const int zero_cb = r->zero && !parts; /* ZeRO-1 alone: rank 0 gathers the moments from inside the save */
+    /* model parallelism, or ZeRO-1's moments: rank 0 gathers them from inside the save, the others with it */
+    const int gathered = r->tp_comm || r->mesh.pp > 1 || r->zero;
     if (r->rank == 0) {
         double t0 = now_ms();
         dt_ckpt_state s = {
@@ -924,25 +918,17 @@ static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, con
             .lora = dt_model_config(r->model)->lora, .lora_base_digest = r->lora_base,
         };
         snprintf(s.lora_base, sizeof s.lora_base, "%s", c->model.init_from);
-        moments_call mc = {r, 0, 0};
-        whole_call wc = {r, NULL, 0, 0};
-        if (zero_cb) { /* the others gather the moments with it */
-            s.gather_moment = gather_moment_cb;
-            s.user = &mc;
-        } else if (parts) { /* the others gather the arrays with it */
-            s.gather_whole = gather_whole_cb;
-            s.user = &wc;
+        gather_call gc = {r, NULL, 0, 0};
+        if (gathered) {
+            s.gather = gather_cb;
+            s.whole_on_backend = !r->tp_comm && r->mesh.pp == 1;
+            s.user = &gc;
         }
         dt_status st = (cp->as_best ? dt_ckpt_save_best : dt_ckpt_save)(c->run.dir, r->model, r->optim, &s, c, dir, n);
-        free(wc.held);
-        for (int w = mc.called; zero_cb && !mc.failed && w < 2; w++) /* failed before: still join the others */
-            if (gather_moment(r, w, NULL) != DT_OK) break;
-        for (int w = wc.called; parts && !wc.failed && w < 3; w++) { /* the same */
-            float *held = NULL;
-            dt_status g = gather_whole(r, w, &held);
-            free(held);
-            if (g != DT_OK) break;
-        }
+        const float *unused;
+        for (int w = gc.called; gathered && !gc.failed && w < 3; w++) /* failed before: still join the others */
+            if (save_gather(r, w, &gc.held, &unused) != DT_OK) break;
+        free(gc.held);
         DT_TRY(st);
         dt_metrics_info(r->metrics, "%s: %s (%.2f s)", cp->as_best ? "best checkpoint" : "checkpoint", dir,
                         (now_ms() - t0) / 1e3);
@@ -951,13 +937,12 @@ static dt_status save_checkpoint(run *r, const dt_fault *fault, int attempt, con
             dt_metrics_info(r->metrics, "warning: could not delete an old checkpoint: %s", dt_error_msg());
         DT_TRY(dt_fault_after_checkpoint(fault, attempt, cp->step, dir));
     } else {
-        if (zero_cb) DT_TRY(gather_moments(r));
-        for (int w = 0; parts && w < 3; w++) {
-            float *held = NULL;
-            dt_status g = gather_whole(r, w, &held);
-            free(held);
-            DT_TRY(g);
-        }
+        float *held = NULL;
+        const float *unused;
+        dt_status g = DT_OK;
+        for (int w = 0; gathered && g == DT_OK && w < 3; w++) g = save_gather(r, w, &held, &unused);
+        free(held);
+        DT_TRY(g);
         if (cp->as_best) snprintf(dir, n, "%s/best (written by rank 0)", c->run.dir);
         else snprintf(dir, n, "%s/checkpoints/step_%08ld (written by rank 0)", c->run.dir, cp->step);
     }
