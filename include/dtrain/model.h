@@ -215,9 +215,10 @@ dt_status dt_model_load_adapters(dt_model *m, const char *path, int *score_loade
 
 /* Tensor parallelism (dt_model_cfg tp): the whole model as one host array of
  * dt_model_whole_params floats, each tensor whole at its whole_offset (the parameters' own
- * layout without tensor parallelism). gather: whole = every share's `local` (host, this share's
- * layout: dt_model_num_params floats; NULL: the parameters) put together; a collective over the
- * shares (each calls it; whole may be NULL where it is not wanted). tensor_share: one tensor's
+ * layout without tensor parallelism). gather: whole = every share's array (this share's layout:
+ * dt_model_num_params floats, read a part at a time by `read`; read NULL: the parameters) put
+ * together, a window of each tensor at a time (nothing the size of a share staged); a collective
+ * over the shares (each calls it; whole may be NULL where it is not wanted). tensor_share: one tensor's
  * share of it. save_whole: whole into `path` as dt_model_save writes the weights (no
  * collective). dt_model_save of a share gathers the weights (every share calls it) and share 0
  * writes them. */
@@ -225,10 +226,13 @@ size_t dt_model_whole_params(const dt_model *m);
 /* The time this share has spent in its collectives with the others so far (the activations'
  * sums, the cross-entropy's stats), ms; 0 without tensor parallelism. */
 double dt_model_tp_ms(const dt_model *m);
-dt_status dt_model_gather_whole(dt_model *m, const float *local, float *whole);
+/* floats [off, off + n) of a share's array (dt_model_gather_range) into dst (host) */
+typedef dt_status (*dt_model_read_fn)(void *user, size_t off, size_t n, float *dst);
+dt_status dt_model_gather_whole(dt_model *m, float *whole);
 /* The same into whole = the whole layout's floats [base, base + count) only (the tensors that lie
  * there; every share still takes part in every tensor's gather). */
-dt_status dt_model_gather_range(dt_model *m, const float *local, float *whole, size_t base, size_t count);
+dt_status dt_model_gather_range(dt_model *m, dt_model_read_fn read, void *user, float *whole, size_t base,
+                                size_t count);
 /* local (tensor i's dt_model_tensor numel floats) = this share's part of whole (the whole
  * tensor's floats) */
 void dt_model_tensor_share(const dt_model *m, int i, const float *whole, float *local);

@@ -638,31 +638,39 @@ static dt_status get_tensor(dt_model *m, int i, float *v) { return get_part(m, i
 
 /* ---- tensor parallelism: a tensor's share of its whole ---- */
 
-/* Tensor t's share `r` (of tp) and its whole, one from the other: local = share r of whole
- * (to_local), or share r's place in whole = local. The split dimension is t->sections blocks,
- * each cut in tp parts (net_part_lo); share r holds part r of every block, in block order. */
-static void shard_copy(const dt_tensor_info *t, int tp, int r, float *whole, float *local, int to_local) {
-    if (t->absent) return;
-    const size_t R = (size_t)t->whole[0], C = (size_t)t->whole[1], S = (size_t)t->sections;
-    const int rows = t->split == DT_SPLIT_ROWS;
-    const int block = (int)((rows ? R : C) / S);                 /* a block's length along the split */
-    const size_t lo = (size_t)net_part_lo(block, tp, r), len = (size_t)net_part_len(block, tp, r);
-    const size_t n_rows = rows ? 1 : R;                          /* rows split: the runs are whole rows */
-    const size_t unit = rows ? C : 1, local_row = rows ? 0 : S * len; /* floats a step along the split; a local row */
-    for (size_t i = 0; i < n_rows; i++)
-        for (size_t s = 0; s < S; s++) {
-            float *w = whole + i * C + (s * (size_t)block + lo) * unit, *l = local + i * local_row + s * len * unit;
-            if (to_local) memcpy(l, w, len * unit * sizeof(float));
-            else memcpy(w, l, len * unit * sizeof(float));
-        }
-}
-
 /* the floats of share r of tensor t (tp shares) */
 static size_t share_numel(const dt_tensor_info *t, int tp, int r) {
     if (t->split == DT_SPLIT_NONE || t->absent) return t->numel;
     const int rows = t->split == DT_SPLIT_ROWS;
     const size_t len = (size_t)t->sections * (size_t)net_part_len((rows ? t->whole[0] : t->whole[1]) / t->sections, tp, r);
     return len * (size_t)(rows ? t->whole[1] : t->whole[0]);
+}
+
+/* Elements [e0, e0 + n) of share r of split tensor t (tp shares), in the share's own order,
+ * between `part` (n floats) and the whole tensor: the share is runs of the whole, a block's rows
+ * (split by rows) or a row's columns of a block (by columns), run q of block s = q % S of row
+ * q / S (rows split: one row of runs). */
+static void share_copy(const dt_tensor_info *t, int tp, int r, float *whole, float *part, size_t e0, size_t n,
+                       int to_part) {
+    if (t->absent) return;
+    const size_t C = (size_t)t->whole[1], S = (size_t)t->sections;
+    const int rows = t->split == DT_SPLIT_ROWS;
+    const int block = (int)((rows ? (size_t)t->whole[0] : C) / S);   /* a block's length along the split */
+    const size_t lo = (size_t)net_part_lo(block, tp, r), len = (size_t)net_part_len(block, tp, r);
+    const size_t unit = rows ? C : 1, run = len * unit;               /* floats a step along the split; a run */
+    for (size_t e = e0; e < e0 + n;) {
+        const size_t q = e / run, in = e % run, k = run - in < e0 + n - e ? run - in : e0 + n - e;
+        float *w = whole + q / S * C + ((q % S) * (size_t)block + lo) * unit + in, *p = part + (e - e0);
+        memcpy(to_part ? p : w, to_part ? w : p, k * sizeof(float));
+        e += k;
+    }
+}
+
+/* Tensor t's share `r` (of tp) and its whole, one from the other: local = share r of whole
+ * (to_local), or share r's place in whole = local. The split dimension is t->sections blocks,
+ * each cut in tp parts (net_part_lo); share r holds part r of every block, in block order. */
+static void shard_copy(const dt_tensor_info *t, int tp, int r, float *whole, float *local, int to_local) {
+    share_copy(t, tp, r, whole, local, 0, share_numel(t, tp, r), to_local);
 }
 
 static size_t whole_numel(const dt_tensor_info *t) { return (size_t)t->whole[0] * (size_t)t->whole[1]; }
@@ -1447,39 +1455,60 @@ void dt_model_stage_range(const dt_model *m, int stage, size_t *lo, size_t *hi) 
 
 /* ---- weights I/O ---- */
 
-dt_status dt_model_gather_whole(dt_model *m, const float *local, float *whole) {
-    return dt_model_gather_range(m, local, whole, 0, m->n_whole);
+dt_status dt_model_gather_whole(dt_model *m, float *whole) {
+    return dt_model_gather_range(m, NULL, NULL, whole, 0, m->n_whole);
 }
 
-dt_status dt_model_gather_range(dt_model *m, const float *local, float *whole, size_t base, size_t count) {
-    const size_t n = dt_model_num_params(m);
+/* floats [off, off + n) of this share's array into dst: read's, or with read NULL the parameters */
+static dt_status share_read(dt_model *m, dt_model_read_fn read, void *user, size_t off, size_t n, float *dst) {
+    if (read) return read(user, off, n, dst);
+    m->be->ops->download(m->be->ctx, dst, dt_model_params(m) + off, n * sizeof(float));
+    return DT_OK;
+}
+
+/* Each split tensor is all-gathered a window of at most PART floats of its largest share at a
+ * time (every share sends its window, zeros past its end), and each share's part of the window
+ * copied to its place in `whole`: what this costs beside `whole` is tp + 1 windows, whatever the
+ * model's size (each tensor all-gathered whole took tp + 1 times the largest share, ~170 MB at
+ * SmolLM2's embedding with tensor_parallel 2, beside a host copy of the share's whole array). */
+dt_status dt_model_gather_range(dt_model *m, dt_model_read_fn read, void *user, float *whole, size_t base,
+                                size_t count) {
     const int tp = m->cfg.tp > 1 ? m->cfg.tp : 1;
-    size_t most = 1; /* the largest share of a split tensor (shares may differ by a row) */
+    size_t win = 1; /* a window: the largest share of a split tensor, at most PART floats */
     for (int i = 0; i < dt_model_num_tensors(m); i++)
-        for (int r = 0; r < tp && m->view[i].split != DT_SPLIT_NONE; r++)
-            if (share_numel(&m->view[i], tp, r) > most) most = share_numel(&m->view[i], tp, r);
-    float *mine = local ? NULL : dt_malloc((n ? n : 1) * sizeof(float), "tensor-parallel share");
-    float *all = tp > 1 ? dt_malloc((size_t)(tp + 1) * most * sizeof(float), "tensor-parallel shares") : NULL;
-    dt_status st = (local || mine) && (tp == 1 || all) ? DT_OK : DT_ERR_NOMEM; /* the others fail at the deadline */
-    if (st == DT_OK && mine) m->be->ops->download(m->be->ctx, mine, dt_model_params(m), n * sizeof(float));
-    if (!local) local = mine;
-    for (int i = 0; st == DT_OK && i < dt_model_num_tensors(m); i++) { /* one all-gather a split tensor, in order */
+        for (int r = 0; r < tp && m->view[i].split != DT_SPLIT_NONE; r++) {
+            const size_t k = share_numel(&m->view[i], tp, r);
+            if ((k < PART ? k : PART) > win) win = k < PART ? k : PART;
+        }
+    float *all = tp > 1 ? dt_malloc((size_t)(tp + 1) * win * sizeof(float), "tensor-parallel shares") : NULL;
+    dt_status st = tp == 1 || all ? DT_OK : DT_ERR_NOMEM; /* the others fail at the deadline */
+    for (int i = 0; st == DT_OK && i < dt_model_num_tensors(m); i++) { /* in order, every share alike */
         const dt_tensor_info *t = &m->view[i];
         if (t->absent) continue; /* another stage's */
         const int in = whole && t->whole_offset >= base && t->whole_offset + whole_numel(t) <= base + count;
         float *dst = in ? whole + (t->whole_offset - base) : NULL; /* NULL: not wanted here */
         if (t->split == DT_SPLIT_NONE) {
-            if (dst) memcpy(dst, local + t->offset, t->numel * sizeof(float));
+            if (dst) st = share_read(m, read, user, t->offset, t->numel, dst);
             continue;
         }
-        float *pad = all + (size_t)tp * most; /* this share's, padded to the largest */
-        memcpy(pad, local + t->offset, t->numel * sizeof(float));
-        st = dt_comm_allgather(m->cfg.tp_comm, pad, most * sizeof(float), all);
-        for (int r = 0; st == DT_OK && dst && r < tp; r++) shard_copy(t, tp, r, dst, all + (size_t)r * most, 0);
+        size_t most = 0; /* the shares may differ by a row */
+        for (int r = 0; r < tp; r++)
+            if (share_numel(t, tp, r) > most) most = share_numel(t, tp, r);
+        float *pad = all + (size_t)tp * win; /* this share's window */
+        for (size_t e0 = 0; st == DT_OK && e0 < most; e0 += win) {
+            const size_t k = most - e0 < win ? most - e0 : win, mine = t->numel > e0 ? t->numel - e0 : 0;
+            const size_t have = mine < k ? mine : k;
+            if (have && (st = share_read(m, read, user, t->offset + e0, have, pad)) != DT_OK) break;
+            memset(pad + have, 0, (k - have) * sizeof(float));
+            st = dt_comm_allgather(m->cfg.tp_comm, pad, k * sizeof(float), all);
+            for (int r = 0; st == DT_OK && dst && r < tp; r++) {
+                const size_t n_r = share_numel(t, tp, r);
+                if (e0 < n_r) share_copy(t, tp, r, dst, all + (size_t)r * k, e0, n_r - e0 < k ? n_r - e0 : k, 0);
+            }
+        }
     }
-    free(mine);
     free(all);
-    return st;
+    return st == DT_OK ? m->be->ops->check(m->be->ctx) : st; /* a device that failed sent garbage */
 }
 
 void dt_model_tensor_share(const dt_model *m, int i, const float *whole, float *local) {
@@ -1605,7 +1634,7 @@ static void merge_adapters(const dt_model *m, float *host) {
 static dt_status save_whole(dt_model *m, const char *path, const char *outer, const char *prefix) {
     if (held_whole(m)) return write_whole(m, NULL, path, outer, prefix); /* no staging of the whole model */
     float *whole = m->cfg.tp_rank == 0 ? dt_malloc(m->n_whole * sizeof(float), "weights staging") : NULL;
-    dt_status st = dt_model_gather_whole(m, NULL, whole); /* with the others even without the staging */
+    dt_status st = dt_model_gather_whole(m, whole); /* with the others even without the staging */
     if (st == DT_OK && m->cfg.tp_rank == 0 && !whole) st = DT_ERR_NOMEM;
     if (st == DT_OK && m->cfg.tp_rank == 0) st = write_whole(m, whole, path, outer, prefix);
     free(whole);

@@ -38,6 +38,7 @@
 #include "dtrain/model.h"
 #include "dtrain/ops.h"
 #include "dtrain/optim.h"
+#include "dtrain/safetensors.h"
 #include "dtrain/tokenizer.h"
 
 typedef struct run {
@@ -515,17 +516,15 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
     }
     if (c->training.pipeline_parallel > 1) describe_stages(c, &mc, out);
     if (c->training.tensor_parallel * c->training.pipeline_parallel > 1) { /* gather_whole's staging */
-        dt_model_cfg sh = mc; /* rank 0's share: stage 0's */
-        sh.tp = c->training.tensor_parallel;
-        sh.pp = c->training.pipeline_parallel;
-        const double mine = (double)dt_model_count_trainable(&sh) * sizeof(float); /* one array of its share */
-        char staged[32], own[32];
-        human_count(staged, sizeof staged, (double)dt_model_count_trainable(&mc) * sizeof(float) + mine);
-        human_count(own, sizeof own, mine);
+        const int T = c->training.tensor_parallel; /* windows: the all-gather's (T + 1), or the broadcasts' part */
+        const double windows = (T > 1 ? T + 1.0 : 1.0) * DT_ST_PART * sizeof(float);
+        char staged[32], win[32];
+        human_count(staged, sizeof staged, (double)dt_model_count_trainable(&mc) * sizeof(float) + windows);
+        human_count(win, sizeof win, windows);
         fprintf(out, "# model parallelism: to write a checkpoint, rank 0 gathers the whole model's weights, then each "
-                "AdamW moment, on the host, one at a time (~%sB more while it saves, %sB of it a copy of its own "
-                "share's; the first replica's other workers copy theirs, and a stage's first share its stage's part "
-                "too)\n", staged, own);
+                "AdamW moment, on the host, one at a time (~%sB more while it saves, the array and windows of at most "
+                "4 MiB of what the shares send); the other workers stage at most %sB of such windows, and a stage's "
+                "first share its stage's part of each array too\n", staged, win);
     }
     dt_device_kind dev;
     const int resolved = dt_backend_resolve(c, &dev) == DT_OK;
@@ -627,7 +626,7 @@ static dt_status gather_buckets(run *r, float *buf) {
  * from the majority (with two ranks, both). With tensor parallelism, the replicas of each share
  * (its data-parallel group) are compared among themselves. */
 static dt_status check_replicas(run *r, long step) {
-    const size_t n = dt_model_num_params(r->model), part = n < ((size_t)1 << 20) ? n : (size_t)1 << 20; /* 4 MiB */
+    const size_t n = dt_model_num_params(r->model), part = n < DT_ST_PART ? n : DT_ST_PART; /* 4 MiB */
     float *host = dt_malloc((part ? part : 1) * sizeof(float), "replica check");
     if (!host) return DT_ERR_NOMEM;
     uLong sum = crc32_z(0L, Z_NULL, 0);
@@ -817,20 +816,36 @@ static dt_status gather_moment(run *r, int which, const float **whole) {
  * (rank p * T: w holds just that range) to rank 0 (w whole), a broadcast of the job's collective
  * each; the other ranks receive into scratch. */
 static dt_status stages_to_rank0(run *r, float *w, dt_status st) {
-    size_t most = 0, lo[DT_MAX_WORLD], hi[DT_MAX_WORLD];
-    for (int p = 1; p < r->mesh.pp; p++) {
-        dt_model_stage_range(r->model, p, &lo[p], &hi[p]);
-        if (hi[p] - lo[p] > most) most = hi[p] - lo[p];
-    }
-    float *scratch = r->rank != 0 ? dt_malloc((most ? most : 1) * sizeof(float), "pipeline checkpoint staging") : NULL;
+    size_t lo[DT_MAX_WORLD], hi[DT_MAX_WORLD];
+    for (int p = 1; p < r->mesh.pp; p++) dt_model_stage_range(r->model, p, &lo[p], &hi[p]);
+    /* a part at a time: the ranks that do not keep it need a part's scratch, not a stage's */
+    float *scratch = r->rank != 0 ? dt_malloc(DT_ST_PART * sizeof(float), "pipeline checkpoint staging") : NULL;
     if (st == DT_OK && r->rank != 0 && !scratch) st = DT_ERR_NOMEM; /* the others fail at the deadline */
     for (int p = 1; st == DT_OK && p < r->mesh.pp; p++) {
         const int root = p * r->mesh.tp;
-        float *buf = r->rank == 0 ? w + lo[p] : r->rank == root ? w : scratch;
-        st = dt_comm_broadcast(r->comm, buf, (hi[p] - lo[p]) * sizeof(float), root);
+        for (size_t e0 = lo[p]; st == DT_OK && e0 < hi[p]; e0 += DT_ST_PART) {
+            const size_t k = hi[p] - e0 < DT_ST_PART ? hi[p] - e0 : DT_ST_PART;
+            float *buf = r->rank == 0 ? w + e0 : r->rank == root ? w + (e0 - lo[p]) : scratch;
+            st = dt_comm_broadcast(r->comm, buf, k * sizeof(float), root);
+        }
     }
     free(scratch);
     return st;
+}
+
+/* dt_model_read_fn of a moment for dt_model_gather_range: from the gradients' buffer where ZeRO-1
+ * gathered it (dev), else from the optimizer */
+typedef struct moment_read {
+    run *r;
+    int which;
+    const float *dev;
+} moment_read;
+
+static dt_status read_moment(void *user, size_t off, size_t n, float *dst) {
+    const moment_read *mr = user;
+    if (mr->dev) mr->r->be->ops->download(mr->r->be->ctx, dst, mr->dev + off, n * sizeof(float));
+    else dt_optim_get_range(mr->r->optim, mr->which, off, n, dst);
+    return DT_OK; /* dt_model_gather_range checks the device when it is done */
 }
 
 /* Model parallelism: one of the whole model's arrays (which 0: the weights, 1 and 2: the AdamW
@@ -840,25 +855,18 @@ static dt_status stages_to_rank0(run *r, float *w, dt_status st) {
  * to the first replica first; the first replica's shares of each stage gather it to their share 0,
  * then (pipeline stages) each stage's range of the whole layout goes from there to rank 0 by a
  * broadcast of the job's collective (every rank takes part; the ranks that do not keep it receive
- * into scratch). *out: on rank 0 the array in the whole model's layout (host,
- * dt_model_whole_params floats); on the other stages' shares 0 just their stage's range of it;
- * NULL elsewhere; freed by the caller, also on failure. */
+ * into scratch). Nothing the size of a share is staged: the gather reads each share's array a
+ * window at a time (dt_model_gather_range), the broadcasts go a part at a time. *out: on rank 0
+ * the array in the whole model's layout (host, dt_model_whole_params floats); on the other
+ * stages' shares 0 just their stage's range of it; NULL elsewhere; freed by the caller, also on
+ * failure. */
 static dt_status gather_whole(run *r, int which, float **out) {
     *out = NULL;
     DT_TRY(wait_for_rank0(r));
-    const size_t n = dt_model_num_params(r->model);
     const int first = r->mesh.d == 0, root = first && r->mesh.t == 0; /* the first replica; its stages' shares 0 */
-    float *mom = first && which ? dt_malloc(n * sizeof(float), "moments staging") : NULL; /* this share's */
-    dt_status st = first && which && !mom ? DT_ERR_NOMEM : DT_OK;
-    if (which && r->zero) { /* ZeRO-1: every rank's parts to the first replica first (every rank calls it) */
-        const float *all = NULL;
-        dt_status g = gather_moment(r, which - 1, &all);
-        if (st == DT_OK) st = g;
-        if (st == DT_OK && mom) r->be->ops->download(r->be->ctx, mom, all, n * sizeof(float));
-    } else if (which && st == DT_OK && first) {
-        dt_optim_get_range(r->optim, which - 1, 0, n, mom);
-    }
-    if (st == DT_OK && mom) st = r->be->ops->check(r->be->ctx);
+    moment_read mr = {r, which - 1, NULL};
+    dt_status st = DT_OK;
+    if (which && r->zero) st = gather_moment(r, which - 1, &mr.dev); /* every rank's parts to the first replica */
     /* rank 0 holds the whole layout; another stage's share 0 its stage's range of it */
     size_t lo = 0, hi = dt_model_whole_params(r->model);
     if (r->rank != 0 && r->mesh.pp > 1) dt_model_stage_range(r->model, r->mesh.p, &lo, &hi);
@@ -866,8 +874,7 @@ static dt_status gather_whole(run *r, int which, float **out) {
         *out = dt_malloc((hi - lo ? hi - lo : 1) * sizeof(float), "checkpoint staging");
         if (!*out && st == DT_OK) st = DT_ERR_NOMEM; /* the rest send */
     }
-    if (st == DT_OK && first) st = dt_model_gather_range(r->model, mom, *out, lo, hi - lo); /* mom NULL: the weights */
-    free(mom);
+    if (st == DT_OK && first) st = dt_model_gather_range(r->model, which ? read_moment : NULL, &mr, *out, lo, hi - lo);
     return r->mesh.pp > 1 ? stages_to_rank0(r, *out, st) : st;
 }
 
