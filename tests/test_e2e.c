@@ -1187,7 +1187,7 @@ static void test_memory_estimate(void) {
     CHECK_INT_EQ(run("%s --config configs/finetune-bytes.yaml %s %s --dry-run", DTRAIN_BIN, shape, tp), 0);
     const double est_t = number_after(out_text, "MB of weights, gradients and AdamW state, ~"),
                  staged = number_after(out_text, "on the host, one at a time (~"),
-                 others = number_after(out_text, "the other workers stage at most ");
+                 others = number_after(out_text, "; the other workers stage at most ");
     printf("tensor_parallel 2: rank 0 gathers %.1f MB more to save, rank 1 stages %.1f MB\n", staged, others);
     CHECK(others > 0 && others < staged);
     two_ranks_within("tensor_parallel 2", shape, tp, "tp", est_t + staged, 1, peak);

@@ -15,7 +15,7 @@
  *     (ZeRO-1) resume on 1 worker, P2xT2's of the language model too, and the 1-worker
  *     checkpoint of step 10 resumes on T4 and on P4; each ends on the 1-worker run's weights and
  *     AdamW moments; so do a D2xT2 run whose share 3 is killed at step 15 and a D2xP2 run whose
- *     last stage is, both restarted; at width 768 (shares of more than one gather window) T2, P2
+ *     last stage is, both restarted; at width 840 (shares of more than one gather window) T2, P2
  *     and D2xT2 with ZeRO-1 end on the 1-worker run's too;
  *   - measured, each worker's memory falls as 1/T: resident memory while training a model whose
  *     weights and AdamW state dwarf everything else, less the same process's with a tiny model;
@@ -235,14 +235,16 @@ static void test_resume_across_layouts(void) {
 }
 
 /* A checkpoint's gather goes a window of at most 2^20 floats (4 MiB) of a share at a time, and a
- * stage's range to rank 0 a part at a time: at width 768 the MLP's shares (768 x 1536 at T2, by
- * columns; 1536 x 768, by rows) span two windows, one ending inside a row, and a stage's range many
- * parts. T2, P2 and D2 x T2 with ZeRO-1 end on the 1-worker run's weights and moments. */
+ * stage's range to rank 0 a part at a time. GPT-2 at width 840: at T2 the shares of c_attn (840 x
+ * 1260, three blocks of columns), c_fc (840 x 1680, by columns) and c_proj (1680 x 840, by rows)
+ * span two windows, each first one ending inside a run; a stage's range is many parts. T2, P2 and
+ * D2 x T2 with ZeRO-1 end on the 1-worker run's weights and moments. (Shares of unequal length,
+ * the shorter sending zeros past its end: the vocabulary's 129 and 128 rows, in one window.) */
 static void test_wide_gathers(void) {
-    const char *const w[] = {"model.n_embd=768", "model.n_layer=2", NULL};
-    const char *const p2[] = {"model.n_embd=768", "model.n_layer=2", "training.pipeline_parallel=2",
+    const char *const w[] = {"model.n_embd=840", "model.n_layer=2", NULL};
+    const char *const p2[] = {"model.n_embd=840", "model.n_layer=2", "training.pipeline_parallel=2",
                               "training.grad_accum_steps=2", NULL};
-    const char *const z[] = {"model.n_embd=768", "model.n_layer=2", "training.zero_stage=1", NULL};
+    const char *const z[] = {"model.n_embd=840", "model.n_layer=2", "training.zero_stage=1", NULL};
     CHECK_INT_EQ(train_with("wide-1x8", GPT2_LM, 1, 8, 1, w), 0);
     CHECK_INT_EQ(train_with("wide-2x8-t2", GPT2_LM, 2, 8, 2, w), 0);
     check_same_model("wide-2x8-t2", "wide-1x8");

@@ -507,6 +507,7 @@ void dt_model_op_sizes(const dt_model_cfg *c, dt_op_sizes *s) {
     s->head_in = c->shape.n_embd;
     s->head_bf16 = head16;
     s->base16 = !base16 ? 0 : head16 && head_w > w ? head_w : w;
+    s->lora_h = c->lora.rank ? BT * (size_t)c->lora.rank : 0; /* every adapted product's rows: the batch's tokens */
 }
 
 /* ---- init / free ---- */
@@ -1498,7 +1499,9 @@ dt_status dt_model_gather_range(dt_model *m, dt_model_read_fn read, void *user, 
         for (size_t e0 = 0; st == DT_OK && e0 < most; e0 += win) {
             const size_t k = most - e0 < win ? most - e0 : win, mine = t->numel > e0 ? t->numel - e0 : 0;
             const size_t have = mine < k ? mine : k;
-            if (have && (st = share_read(m, read, user, t->offset + e0, have, pad)) != DT_OK) break;
+            if (have) st = share_read(m, read, user, t->offset + e0, have, pad);
+            if (st == DT_OK) st = m->be->ops->check(m->be->ctx); /* a failed device sends nothing: the */
+            if (st != DT_OK) break;                              /* others fail at the deadline */
             memset(pad + have, 0, (k - have) * sizeof(float));
             st = dt_comm_allgather(m->cfg.tp_comm, pad, k * sizeof(float), all);
             for (int r = 0; st == DT_OK && dst && r < tp; r++) {
@@ -1508,7 +1511,7 @@ dt_status dt_model_gather_range(dt_model *m, dt_model_read_fn read, void *user, 
         }
     }
     free(all);
-    return st == DT_OK ? m->be->ops->check(m->be->ctx) : st; /* a device that failed sent garbage */
+    return st == DT_OK ? m->be->ops->check(m->be->ctx) : st; /* the tensors read whole into `whole` */
 }
 
 void dt_model_tensor_share(const dt_model *m, int i, const float *whole, float *local) {

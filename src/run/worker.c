@@ -519,12 +519,12 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
         const int T = c->training.tensor_parallel; /* windows: the all-gather's (T + 1), or the broadcasts' part */
         const double windows = (T > 1 ? T + 1.0 : 1.0) * DT_ST_PART * sizeof(float);
         char staged[32], win[32];
-        human_count(staged, sizeof staged, (double)dt_model_count_trainable(&mc) * sizeof(float) + windows);
+        human_count(staged, sizeof staged, (double)dt_model_count_trainable(&mc) * sizeof(float) + (T > 1 ? windows : 0));
         human_count(win, sizeof win, windows);
         fprintf(out, "# model parallelism: to write a checkpoint, rank 0 gathers the whole model's weights, then each "
-                "AdamW moment, on the host, one at a time (~%sB more while it saves, the array and windows of at most "
-                "4 MiB of what the shares send); the other workers stage at most %sB of such windows, and a stage's "
-                "first share its stage's part of each array too\n", staged, win);
+                "AdamW moment, on the host, one at a time (~%sB more while it saves, the array%s); the other workers "
+                "stage at most %sB, in windows of 4 MiB, and a stage's first share its stage's part of each array too\n",
+                staged, T > 1 ? " and windows of at most 4 MiB of what the shares send" : "", win);
     }
     dt_device_kind dev;
     const int resolved = dt_backend_resolve(c, &dev) == DT_OK;
@@ -816,10 +816,14 @@ static dt_status gather_moment(run *r, int which, const float **whole) {
  * (rank p * T: w holds just that range) to rank 0 (w whole), a broadcast of the job's collective
  * each; the other ranks receive into scratch. */
 static dt_status stages_to_rank0(run *r, float *w, dt_status st) {
-    size_t lo[DT_MAX_WORLD], hi[DT_MAX_WORLD];
-    for (int p = 1; p < r->mesh.pp; p++) dt_model_stage_range(r->model, p, &lo[p], &hi[p]);
+    size_t lo[DT_MAX_WORLD], hi[DT_MAX_WORLD], most = 1;
+    for (int p = 1; p < r->mesh.pp; p++) {
+        dt_model_stage_range(r->model, p, &lo[p], &hi[p]);
+        if (hi[p] - lo[p] > most) most = hi[p] - lo[p];
+    }
     /* a part at a time: the ranks that do not keep it need a part's scratch, not a stage's */
-    float *scratch = r->rank != 0 ? dt_malloc(DT_ST_PART * sizeof(float), "pipeline checkpoint staging") : NULL;
+    if (most > DT_ST_PART) most = DT_ST_PART;
+    float *scratch = r->rank != 0 ? dt_malloc(most * sizeof(float), "pipeline checkpoint staging") : NULL;
     if (st == DT_OK && r->rank != 0 && !scratch) st = DT_ERR_NOMEM; /* the others fail at the deadline */
     for (int p = 1; st == DT_OK && p < r->mesh.pp; p++) {
         const int root = p * r->mesh.tp;
