@@ -100,6 +100,7 @@ typedef struct dt_op_sizes {
                                  zero rows follow it in its buffer up to logits_stride(head_rows): a backend
                                  may run its products at that width */
     size_t base16;            /* model.lora.base_dtype bf16: the elements of the largest bf16 weight, 0 without */
+    size_t lora_h;            /* model.lora: the elements of its products' h(M,r) and dh (lora_fwd, lora_bwd), 0 without */
 } dt_op_sizes;
 
 /* How a backend describes itself in the start-up report. */

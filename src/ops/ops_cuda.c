@@ -1725,6 +1725,10 @@ static void slot_bytes(const dt_op_sizes *s, int bf16, int with_cub, int fused, 
         sz[SCR_A16] = nq * 2; /* k, v, dy (A operands; nkv <= nq) */
         sz[SCR_B16] = (probs > nq ? probs : nq) * 2;
     }
+    if (bf16) { /* and of LoRA's h and dh (cu_lora_fwd, cu_lora_bwd): an A operand in dB's product, a B in the others */
+        if (s->lora_h * 2 > sz[SCR_A16]) sz[SCR_A16] = s->lora_h * 2;
+        if (s->lora_h * 2 > sz[SCR_B16]) sz[SCR_B16] = s->lora_h * 2;
+    }
     size_t w = dtk_bias_bwd_work_bytes(s->bias_rows, s->bias_cols), x = dtk_layernorm_bwd_work_bytes(s->ln_rows, s->ln_width);
     size_t y = dtk_sumsq_work_bytes(s->vector);
     size_t z = with_cub ? dtk_encoder_bwd_work_bytes(s->enc_batch, s->enc_seq, s->enc_width) : 0;
@@ -1748,7 +1752,8 @@ static size_t cu_scratch_bytes(const dt_op_sizes *s, int bf16) {
     if (bf16) bytes += s->vector * 2; /* the weights' working copy */
     if (bf16 && !s->head_bf16 && cu_logits_stride(s->head_rows) > s->head_rows) /* its padded head */
         bytes += (size_t)cu_logits_stride(s->head_rows) * (size_t)s->head_in * sizeof(dtk_bf16);
-    return bytes + ADAMW_PIECES * sizeof(dtk_adamw_piece); /* + AdamW's table (made at open) */
+    /* + AdamW's table and the ranges' (made at open) */
+    return bytes + ADAMW_PIECES * sizeof(dtk_adamw_piece) + N_RANGES * sizeof(dtk_range);
 }
 
 static dt_status cu_reserve(void *ctx, const dt_op_sizes *s) {

@@ -386,6 +386,21 @@ static size_t device_memory_bytes(const dt_ops *ops, const dt_model_cfg *mc, int
            ops->scratch_bytes(&sizes, bf16);
 }
 
+/* `all` bytes of memory for training `mc` on `world` workers (device_memory_bytes') in parts, into
+ * buf: "weights W, gradients G, AdamW state A, activations and scratch R" (the rest: activations,
+ * a device's bf16 copies and the backend's workspaces), for a CPU worker's line and a device's */
+static void memory_parts(char *buf, size_t n, const dt_model_cfg *mc, double all, int world, int zero_stage) {
+    const double w = (double)dt_model_param_bytes(mc), g = (double)dt_model_count_trainable(mc) * sizeof(float),
+                 a = 2.0 * (double)moment_floats(mc, world, zero_stage) * sizeof(float);
+    char ws[32], gs[32], as[32], rs[32];
+    human_count(ws, sizeof ws, w);
+    human_count(gs, sizeof gs, g);
+    human_count(as, sizeof as, a);
+    human_count(rs, sizeof rs, all - w - g - a);
+    snprintf(buf, n, "weights %sB, gradients %sB, AdamW state %sB%s, activations and scratch %sB", ws, gs, as,
+             zero_stage == 1 && world > 1 ? " (this worker's ZeRO-1 share)" : "", rs);
+}
+
 /* --dry-run, pipeline stages: each stage's layers, parameters and memory (its weights, gradients
  * and AdamW state, and the activations of the micro-batches 1F1B keeps in flight there), and the
  * schedule's idle share (the bubble, (P - 1) / (M + P - 1) of a step with M micro-batches). */
@@ -475,18 +490,12 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
         const int TP = c->training.tensor_parallel * c->training.pipeline_parallel;
         const int D = TP > 1 ? 1 : c->training.num_workers; /* model parallelism: the whole model, unsharded */
         const double all = (double)device_memory_bytes(cpu, &mc, 0, D, c->training.zero_stage);
-        const double w = (double)dt_model_param_bytes(&mc), g = (double)dt_model_count_trainable(&mc) * sizeof(float),
-                     a = 2.0 * (double)moment_floats(&mc, D, c->training.zero_stage) * sizeof(float);
-        char ws[32], gs[32], as[32], rs[32];
+        char parts[256];
         human_count(mem, sizeof mem, all);
-        human_count(ws, sizeof ws, w);
-        human_count(gs, sizeof gs, g);
-        human_count(as, sizeof as, a);
-        human_count(rs, sizeof rs, all - w - g - a);
+        memory_parts(parts, sizeof parts, &mc, all, D, c->training.zero_stage);
         fprintf(out, "# model: %s parameters (%zu), %s training FLOPs per token, ~%sB of memory per worker (on a CPU: "
-                "weights %sB, gradients %sB, AdamW state %sB%s, activations and scratch %sB)%s\n", params,
-                dt_model_count_params(&mc), flops, mem, ws, gs, as, c->training.zero_stage == 1 && D > 1 ?
-                " (this worker's ZeRO-1 share)" : "", rs, TP > 1 ? "; the whole model's: each worker's share below" : "");
+                "%s)%s\n", params, dt_model_count_params(&mc), flops, mem, parts,
+                TP > 1 ? "; the whole model's: each worker's share below" : "");
     }
     if (mc.lora.rank) {
         const size_t all = dt_model_count_params(&mc), train = dt_model_count_trainable(&mc);
@@ -535,6 +544,7 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
         const int bf16 = c->training.precision != DT_PREC_FP32;
         const int T = c->training.tensor_parallel, P = c->training.pipeline_parallel, D = c->training.num_workers / (T * P);
         size_t most = 0; /* model parallelism: the share of the stage that needs the most */
+        dt_model_cfg top = mc;
         for (int p = 0; p < P; p++) {
             dt_model_cfg sh = mc;
             if (T * P > 1) {
@@ -544,12 +554,16 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
                 sh.act_sets = dt_mesh_in_flight(P, p, c->training.grad_accum_steps);
             }
             const size_t b = device_memory_bytes(ops, &sh, bf16, D, c->training.zero_stage);
-            if (b > most) most = b;
+            if (b > most) {
+                most = b;
+                top = sh;
+            }
         }
-        fprintf(out, "# on %s (%s): ~%.2f GiB of %s per worker (weights, gradients, AdamW state, activations, "
-                "scratch%s)%s\n", ops->name, bf16 ? "bf16 products" : "fp32", (double)most / (1u << 30), ops->memory,
-                T * P > 1 ? "; its share of the model, the most a stage needs" : "",
-                resolved ? "" : " (estimated here; this machine has none)");
+        char parts[256];
+        memory_parts(parts, sizeof parts, &top, (double)most, D, c->training.zero_stage);
+        fprintf(out, "# on %s (%s): ~%.2f GiB of %s per worker (%s%s)%s\n", ops->name, bf16 ? "bf16 products" : "fp32",
+                (double)most / (1u << 30), ops->memory, parts, T * P > 1 ? "; its share of the model, the most a stage "
+                "needs" : "", resolved ? "" : " (estimated here; this machine has none)");
     }
     fflush(out);
     return describe_data(c, out);
@@ -1371,10 +1385,13 @@ static void report_setup(trainer *t) {
     dt_metrics_info(r->metrics, "dtrain: %s on %s%s, %d worker%s x %s%s | run dir %s",
                     t->cls ? "classification" : "language modelling", ops->name, prec, r->world, r->world > 1 ? "s" : "",
                     desc.per_worker, how, r->cfg->run.dir);
-    if (ops->memory)
-        dt_metrics_info(r->metrics, "rank %d: %s; estimated %.2f GiB of %s per worker (weights, gradients, AdamW state, "
-                        "activations for batch %d)", r->rank, desc.device,
-                        (double)device_memory_bytes(ops, mc, bf16, r->dworld, r->zero) / (1u << 30), ops->memory, t->b);
+    if (ops->memory) {
+        const double all = (double)device_memory_bytes(ops, mc, bf16, r->dworld, r->zero);
+        char parts[256];
+        memory_parts(parts, sizeof parts, mc, all, r->dworld, r->zero);
+        dt_metrics_info(r->metrics, "rank %d: %s; estimated %.2f GiB of %s per worker (%s; batch %d)", r->rank,
+                        desc.device, all / (1u << 30), ops->memory, parts, t->b);
+    }
     dt_metrics_info(r->metrics, "model: %d layers, %d heads, n_embd %d, seq_len %d, vocab %d | %s params, %s FLOPs/token",
                     mc->shape.n_layer, mc->shape.n_head, mc->shape.n_embd, mc->seq_len, mc->shape.vocab_size, params, flops);
     if (mc->lora.rank) {

@@ -27,6 +27,8 @@
 #      within 1e-2 of the cpu run (the activations stay bf16); one worker through the nccl collective (DTRAIN_TEST_DEVICE_COMM),
 #      plain and with zero_stage 1: the plain run's losses; the bf16 run again with mock_att.c as
 #      cuDNN (dtrain_fused): attention through the fused path, no note, within 1e-2 of the cpu run;
+#      --dry-run's GPU memory (its parts summed) within 16 kB of the most the worker allocated on the
+#      mock GPU (GPT-2 in bf16 and fp32, LoRA in bf16, a Llama language model; fused attention);
 #      no cudaMalloc or cudaFree once step 1 begins (the mock's count after the profiler range
 #      opens) in five runs: plain, no bf16 algorithm, nccl with bf16 gradients (every bucket's
 #      all-reduce in bf16, the embeddings' too: the mock NCCL's log), the same with
@@ -201,6 +203,38 @@ fused_run() {
 step "dtrain ci-smoke on cuda (bf16 products; cuDNN attention: mock_att.c)" smoke-fused.log fused_run
 echo "ci-smoke losses, cuda (bf16 products, fused attention) against cpu, at most 1e-2 relative:"
 same_losses smoke-cpu smoke-fused 1e-2 || { echo "FAIL  ci-smoke losses (fused attention) differ"; exit 1; }
+# --dry-run's estimate of a GPU worker's memory (its "# on cuda" line, in parts) against the most the
+# worker had allocated on the mock GPU at once (MOCK_DEVICE_PEAK_FILE), with cuDNN's attention
+# (dtrain_fused: what the estimate assumes): within 16 kB, the parts being printed to 10 kB
+dry_run_bytes() { # CONFIG [--set ...]: the estimate's parts summed, in bytes
+    (cd "$SRC" && with_libs "$OPT" "$OPT/dtrain_fused" train --config "$@" --dry-run) |
+        sed -n 's/^# on cuda ([^)]*): ~[0-9.]* GiB of GPU memory per worker (\(.*\))$/\1/p' | grep -oE '[0-9.]+[kMG]?B' |
+        awk '{ u = substr($1, length($1) - 1, 1); s += ($1 + 0) * (u == "k" ? 1e3 : u == "M" ? 1e6 : u == "G" ? 1e9 : 1) }
+             END { if (NR) printf "%.0f\n", s }'
+}
+memory_run() { # NAME CONFIG [--set ...]
+    local name=$1 config=$2 est peak
+    shift 2
+    est=$(dry_run_bytes "$config" "$@")
+    rm -f "$B/$name.peak".*
+    MOCK_DEVICE_PEAK_FILE=$B/$name.peak DTRAIN_BIN=$OPT/dtrain_fused train "$name" "$config" "$@" || return 1
+    peak=$(cat "$B/$name.peak".* 2>/dev/null | sort -n | tail -n 1)
+    echo "$name: --dry-run ${est:-(no estimate)} bytes, the worker's peak ${peak:-(none)} bytes"
+    [ -n "$est" ] && [ -n "$peak" ] &&
+        awk -v e="$est" -v p="$peak" 'BEGIN { d = p - e; exit !(d <= 16000 && d >= -16000) }' ||
+        { echo "FAIL: the estimate and the peak are more than 16 kB apart"; return 1; }
+}
+memory_runs() { # GPT-2 in bf16 and fp32, its LoRA fine-tune in bf16, a Llama language model with its own head
+    local a=(--set training.device=cuda --set training.max_steps=2 --set eval.max_batches=1)
+    local llama=(--set model.type=llama --set model.n_head=8 --set model.num_key_value_heads=4 --set model.n_embd=64
+                 --set model.intermediate_size=96 --set model.n_layer=2)
+    memory_run mem-bf16 configs/ci-smoke.yaml "${a[@]}" --set training.precision=bf16 &&
+        memory_run mem-fp32 configs/ci-smoke.yaml "${a[@]}" --set training.precision=fp32 &&
+        memory_run mem-lora configs/finetune.yaml "${a[@]}" --set training.precision=bf16 --set model.lora.rank=4 &&
+        memory_run mem-llama configs/pretrain.yaml "${a[@]}" --set training.precision=bf16 "${llama[@]}" \
+            --set data.batch_size_per_worker=4 --set model.tie_word_embeddings=false
+}
+step "--dry-run's GPU memory against the worker's peak on the mock GPU" memory.log memory_runs
 # bf16 asked for, but cuBLASLt has no bf16 algorithm (MOCK_LT_NO_BF16): every product falls back to
 # fp32 (on widened copies of the bf16 activations) with one note; the activations stay bf16, so the
 # losses are the bf16 run's kind: within 1e-2 of the cpu run
