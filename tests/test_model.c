@@ -490,6 +490,10 @@ static void test_memory_table(void) {
             g_allocs = 0;
             CHECK(dt_model_init(&m, &shapes[i], &be) == DT_OK);
             CHECK_INT_EQ(g_allocs, 3); /* parameters, gradients and one arena for every activation */
+            size_t most = 0; /* the largest bucket, as the dry run counts it (a bf16 gradients' buffer) */
+            for (int b = 0; b < dt_model_num_buckets(m); b++)
+                if (dt_model_bucket(m, b)->numel > most) most = dt_model_bucket(m, b)->numel;
+            CHECK_INT_EQ(dt_model_largest_bucket(&shapes[i]), most);
             if (v < 2) CHECK_INT_EQ(g_alloc_bytes, dt_model_memory_bytes(&shapes[i], variants[v], 0));
             dt_model_free(m);
         }
@@ -556,6 +560,10 @@ static void lora_case(const char *name, dt_model_cfg cfg, dt_lora lora, const in
     CHECK(loss_of(m, tok, tgt, B) == l0); /* B = 0: the base model, bit for bit */
     CHECK_INT_EQ(dt_model_num_params(m), dt_model_count_trainable(&lc));
     CHECK_INT_EQ(dt_model_num_params(m) + dt_model_num_frozen(m), dt_model_count_params(&lc));
+    size_t most = 0; /* the largest bucket holds adapters (and a classifier's score head) only */
+    for (int b = 0; b < dt_model_num_buckets(m); b++)
+        if (dt_model_bucket(m, b)->numel > most) most = dt_model_bucket(m, b)->numel;
+    CHECK_INT_EQ(dt_model_largest_bucket(&lc), most);
     CHECK_INT_EQ(dt_model_num_frozen(m), dt_model_count_params(&cfg) - (cfg.shape.num_labels ? (size_t)cfg.shape.num_labels * cfg.shape.n_embd : 0));
     size_t off = 0, adapters = 0;
     for (int b = 0; b < dt_model_num_buckets(m); b++) { /* contiguous, in order, the embeddings' empty */

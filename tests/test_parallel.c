@@ -426,7 +426,7 @@ static void test_dry_run(void) {
     if (gib[0] == 0) {
         printf("  no CUDA backend in this build: no GPU memory estimate to check\n");
     } else {
-        CHECK_STR_CONTAINS(out, "B; its share of the model, the most a stage needs)"); /* after the parts */
+        CHECK_STR_CONTAINS(out, "B; its share of the model, the most a share needs)"); /* after the parts */
         printf("  GPU memory estimate: one worker %.2f GiB, P4 x T2 %.2f GiB a worker\n", gib[0], gib[1]);
         CHECK(gib[1] > 0 && gib[1] < 0.5 * gib[0]);
     }

@@ -168,6 +168,10 @@ dt_status dt_comm_init_hier(dt_comm **out, dt_comm *local, dt_comm *leaders, int
  * the NCCL communicator. Fails with DT_ERR_DEVICE when NCCL or the GPU is not usable (on every
  * rank when one rank cannot set up). dt_comm_backend: "nccl". */
 dt_status dt_comm_init_nccl(dt_comm **out, dt_comm *boot, int device, void *compute_stream, double timeout_s);
+/* The device memory such a communicator allocates itself: its staging buffer (made at init, 1 MiB;
+ * grown by a collective on more host memory than that), and with `wire_floats` > 0 the bf16
+ * buffer dt_comm_reserve makes for them (NCCL's own memory not counted). */
+size_t dt_comm_nccl_device_bytes(size_t wire_floats);
 
 /* ---- backend interface: for src/comm_<backend>.c only, never for callers ----
  * A backend is a table of blocking collectives. They all run on the communicator's own

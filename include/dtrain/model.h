@@ -127,6 +127,9 @@ size_t dt_model_count_params(const dt_model_cfg *cfg);    /* every parameter, fr
 size_t dt_model_count_trainable(const dt_model_cfg *cfg); /* the trainable ones (model.lora: the adapters') */
 /* the bytes of the parameters: 4 each, 2 the frozen matrices model.lora.base_dtype bf16 keeps */
 size_t dt_model_param_bytes(const dt_model_cfg *cfg);
+/* the most trainable floats in one gradient bucket (dt_model_bucket's, this share's): what one
+ * all-reduce or reduce-scatter carries at most */
+size_t dt_model_largest_bucket(const dt_model_cfg *cfg);
 /* Bytes of backend memory init allocates for this shape on backend `ops` at precision bf16
  * (0/1): parameters, gradients and the activation arena, from the same table init allocates
  * by (static, for --dry-run: the backend's estimate of what its attention keeps, ops.h

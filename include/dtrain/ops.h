@@ -158,6 +158,9 @@ struct dt_ops {
      * for them, bootstrapped over the host communicator `boot` (every rank calls it; comm.h)
      * and ordered after the backend's queued work */
     dt_status (*device_comm)(void *ctx, dt_comm *boot, double timeout_s, dt_comm **out);
+    /* NULL with device_comm: the device memory one such collective allocates for itself, with a
+     * bf16 buffer for `wire_floats` gradients (0: none); static, so --dry-run can count it */
+    size_t (*device_comm_bytes)(size_t wire_floats);
 
     /* ---- memory: alloc returns zeroed memory; free accepts NULL ---- */
     dt_status (*alloc)(void *ctx, size_t bytes, const char *what, void **out);

@@ -182,6 +182,15 @@ static dt_status ck_nccl(nccl_ctx *x, ncclResult_t r, const char *call, const ch
     return r == ncclSuccess ? DT_OK : nccl_fail(x, r, call, file, line);
 }
 
+/* the bytes grow_buf allocates for `bytes` */
+static size_t buf_bytes(size_t bytes) {
+    return bytes < SCRATCH_MIN ? SCRATCH_MIN : (bytes + 0xFFFFF) & ~(size_t)0xFFFFF;
+}
+
+size_t dt_comm_nccl_device_bytes(size_t wire_floats) {
+    return buf_bytes(SCRATCH_MIN) + (wire_floats ? buf_bytes(wire_floats * 2) : 0);
+}
+
 /* A staging buffer (*p, *have bytes) with at least `bytes` (grown in whole MiB, never shrunk).
  * Growing frees the old one (cudaFree waits for the device); nothing of ours is in flight at
  * that point: only blocking collectives and reservations grow, which comm.c runs once every
@@ -191,7 +200,7 @@ static dt_status grow_buf(nccl_ctx *x, void **p, size_t *have, size_t bytes, con
     if (*p) DT_TRY(CK(cudaFree, *p));
     *p = NULL;
     *have = 0;
-    size_t want = bytes < SCRATCH_MIN ? SCRATCH_MIN : (bytes + 0xFFFFF) & ~(size_t)0xFFFFF;
+    size_t want = buf_bytes(bytes);
     if (want < bytes) return dt_error_set(DT_ERR_INTERNAL, "nccl: a %s of %zu bytes is too large", what, bytes);
     cudaError_t e = cudaMalloc(p, want);
     if (e != cudaSuccess) {

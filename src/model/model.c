@@ -302,6 +302,28 @@ size_t dt_model_count_trainable(const dt_model_cfg *c) {
     return nt;
 }
 
+size_t dt_model_largest_bucket(const dt_model_cfg *c) {
+    const net_arch *a = dt_net_arch(c->shape.arch);
+    const int L = c->shape.n_layer;
+    size_t *per = calloc((size_t)L + 2, sizeof *per), most = 0;
+    net_weights w = {0};
+    w.layers = calloc((size_t)L, sizeof *w.layers);
+    if (a && per && w.layers) {
+        net_builder b = {.cfg = c, .tp = c->tp > 1 ? c->tp : 1, .tp_rank = c->tp > 1 ? c->tp_rank : 0,
+                         .bucket_numel = per};
+        a->layout(&b, &w);
+        if (c->lora.rank) { /* trainable: the adapters, and a classifier's score head (lay_out, is_trainable) */
+            memset(per, 0, ((size_t)L + 2) * sizeof *per);
+            if (c->shape.num_labels) per[L + 1] = (size_t)w.head.in * (size_t)w.head.out;
+            add_adapters(&b, a, &w);
+        }
+        for (int i = 0; i < L + 2; i++) most = per[i] > most ? per[i] : most;
+    }
+    free(per);
+    free(w.layers);
+    return most;
+}
+
 size_t dt_model_param_bytes(const dt_model_cfg *c) {
     int n;
     size_t np, n16;

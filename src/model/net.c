@@ -70,6 +70,7 @@ size_t dt_net_add_split(net_builder *b, const char *name, int rows, int cols, ne
     }
     b->n++;
     b->off += numel;
+    if (b->bucket_numel) b->bucket_numel[bucket] += numel;
     if (cols) b->mat += numel;
     return off;
 }

@@ -100,6 +100,7 @@ typedef struct net_builder {
     int tp, tp_rank;         /* tensor-parallel shares (>= 1) and this one: split tensors are laid out as its share */
     size_t off;              /* floats laid out so far */
     size_t mat;              /* ... of them in matrices (cols > 0) */
+    size_t *bucket_numel;    /* NULL, or (n_layer + 2): the floats laid out in each bucket */
 } net_builder;
 
 /* A language model whose output head is its token embedding (GPT-2's; Llama's with

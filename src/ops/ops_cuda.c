@@ -1970,6 +1970,7 @@ const dt_ops dt_ops_cuda = {
     .probe = cu_probe,
     .profile = cu_profile,
     .device_comm = cu_device_comm,
+    .device_comm_bytes = dt_comm_nccl_device_bytes,
     .alloc = cu_alloc,
     .free = cu_free,
     .upload = cu_upload,

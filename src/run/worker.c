@@ -386,6 +386,22 @@ static size_t device_memory_bytes(const dt_ops *ops, const dt_model_cfg *mc, int
            ops->scratch_bytes(&sizes, bf16);
 }
 
+/* Model parallelism: the groups with a collective of their own that a worker of stage p (of P,
+ * T shares each) is in (launch.c's memberships, but the data-parallel one): its tensor-parallel
+ * group, its pairs with the stages before and after, its pipeline's ends */
+static int mp_groups(int T, int P, int p) {
+    return (T > 1) + (p > 0) + (p < P - 1) + (P > 1 && (p == 0 || p == P - 1));
+}
+
+/* The device memory a worker's device collectives allocate for themselves (ops->device_comm_bytes;
+ * 0 on a backend without them): the data-parallel group's where `world` > 1, with bf16 gradients
+ * (`bf16_wire`) a buffer of the largest bucket, and one for each of `groups` more. */
+static size_t comm_memory_bytes(const dt_ops *ops, const dt_model_cfg *mc, int world, int groups, int bf16_wire) {
+    if (!ops->device_comm || !ops->device_comm_bytes) return 0;
+    const size_t dp = world > 1 ? ops->device_comm_bytes(bf16_wire ? dt_model_largest_bucket(mc) : 0) : 0;
+    return dp + (size_t)groups * ops->device_comm_bytes(0);
+}
+
 /* `all` bytes of memory for training `mc` on `world` workers (device_memory_bytes') in parts, into
  * buf: "weights W, gradients G, AdamW state A, activations and scratch R" (the rest: activations,
  * a device's bf16 copies and the backend's workspaces), for a CPU worker's line and a device's */
@@ -543,17 +559,21 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
     if (ops && ops->memory) { /* a device with memory of its own */
         const int bf16 = c->training.precision != DT_PREC_FP32;
         const int T = c->training.tensor_parallel, P = c->training.pipeline_parallel, D = c->training.num_workers / (T * P);
-        size_t most = 0; /* model parallelism: the share of the stage that needs the most */
+        size_t most = 0; /* model parallelism: the share that needs the most (shares of a vocabulary may differ) */
         dt_model_cfg top = mc;
-        for (int p = 0; p < P; p++) {
+        for (int k = 0; k < P * T; k++) {
+            const int p = k / T;
             dt_model_cfg sh = mc;
             if (T * P > 1) {
                 sh.tp = T;
+                sh.tp_rank = k % T;
                 sh.pp = P;
                 sh.pp_rank = p;
                 sh.act_sets = dt_mesh_in_flight(P, p, c->training.grad_accum_steps);
             }
-            const size_t b = device_memory_bytes(ops, &sh, bf16, D, c->training.zero_stage);
+            const size_t b = device_memory_bytes(ops, &sh, bf16, D, c->training.zero_stage) +
+                             comm_memory_bytes(ops, &sh, D, T * P > 1 ? mp_groups(T, P, p) : 0,
+                                               c->training.grad_comm_dtype == DT_WIRE_BF16);
             if (b > most) {
                 most = b;
                 top = sh;
@@ -562,8 +582,8 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
         char parts[256];
         memory_parts(parts, sizeof parts, &top, (double)most, D, c->training.zero_stage);
         fprintf(out, "# on %s (%s): ~%.2f GiB of %s per worker (%s%s)%s\n", ops->name, bf16 ? "bf16 products" : "fp32",
-                (double)most / (1u << 30), ops->memory, parts, T * P > 1 ? "; its share of the model, the most a stage "
-                "needs" : "", resolved ? "" : " (estimated here; this machine has none)");
+                (double)most / (1u << 30), ops->memory, parts, T * P > 1 ? "; its share of the model, the most a "
+                "share needs" : "", resolved ? "" : " (estimated here; this machine has none)");
     }
     fflush(out);
     return describe_data(c, out);
@@ -1386,7 +1406,10 @@ static void report_setup(trainer *t) {
                     t->cls ? "classification" : "language modelling", ops->name, prec, r->world, r->world > 1 ? "s" : "",
                     desc.per_worker, how, r->cfg->run.dir);
     if (ops->memory) {
-        const double all = (double)device_memory_bytes(ops, mc, bf16, r->dworld, r->zero);
+        const int groups = r->mesh.tp * r->mesh.pp > 1 ? mp_groups(r->mesh.tp, r->mesh.pp, r->mesh.p) : 0;
+        const double all = (double)(device_memory_bytes(ops, mc, bf16, r->dworld, r->zero) +
+                                    comm_memory_bytes(ops, mc, r->dworld, groups,
+                                                      r->cfg->training.grad_comm_dtype == DT_WIRE_BF16));
         char parts[256];
         memory_parts(parts, sizeof parts, mc, all, r->dworld, r->zero);
         dt_metrics_info(r->metrics, "rank %d: %s; estimated %.2f GiB of %s per worker (%s; batch %d)", r->rank,
