@@ -314,7 +314,8 @@ size_t dt_model_largest_bucket(const dt_model_cfg *c) {
         a->layout(&b, &w);
         if (c->lora.rank) { /* trainable: the adapters, and a classifier's score head (lay_out, is_trainable) */
             memset(per, 0, ((size_t)L + 2) * sizeof *per);
-            if (c->shape.num_labels) per[L + 1] = (size_t)w.head.in * (size_t)w.head.out;
+            if (c->shape.num_labels && (c->pp <= 1 || c->pp_rank == c->pp - 1)) /* the last stage's */
+                per[L + 1] = (size_t)w.head.in * (size_t)w.head.out;
             add_adapters(&b, a, &w);
         }
         for (int i = 0; i < L + 2; i++) most = per[i] > most ? per[i] : most;

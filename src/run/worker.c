@@ -402,6 +402,13 @@ static size_t comm_memory_bytes(const dt_ops *ops, const dt_model_cfg *mc, int w
     return dp + (size_t)groups * ops->device_comm_bytes(0);
 }
 
+/* Pipeline stages: the two micro-batches' boundaries a worker stages in backend memory (run_setup's
+ * pp_buf, dt_model_stage_bytes twice) */
+static size_t stage_staging_bytes(const dt_ops *ops, const dt_model_cfg *mc, int bf16) {
+    if (mc->pp <= 1) return 0;
+    return 2 * (size_t)mc->max_batch * (size_t)mc->seq_len * (size_t)mc->shape.n_embd * dt_dtype_size(ops->act_dtype(bf16));
+}
+
 /* `all` bytes of memory for training `mc` on `world` workers (device_memory_bytes') in parts, into
  * buf: "weights W, gradients G, AdamW state A, activations and scratch R" (the rest: activations,
  * a device's bf16 copies and the backend's workspaces), for a CPU worker's line and a device's */
@@ -573,7 +580,8 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
             }
             const size_t b = device_memory_bytes(ops, &sh, bf16, D, c->training.zero_stage) +
                              comm_memory_bytes(ops, &sh, D, T * P > 1 ? mp_groups(T, P, p) : 0,
-                                               c->training.grad_comm_dtype == DT_WIRE_BF16);
+                                               c->training.grad_comm_dtype == DT_WIRE_BF16) +
+                             stage_staging_bytes(ops, &sh, bf16);
             if (b > most) {
                 most = b;
                 top = sh;
@@ -1408,8 +1416,10 @@ static void report_setup(trainer *t) {
     if (ops->memory) {
         const int groups = r->mesh.tp * r->mesh.pp > 1 ? mp_groups(r->mesh.tp, r->mesh.pp, r->mesh.p) : 0;
         const double all = (double)(device_memory_bytes(ops, mc, bf16, r->dworld, r->zero) +
-                                    comm_memory_bytes(ops, mc, r->dworld, groups,
-                                                      r->cfg->training.grad_comm_dtype == DT_WIRE_BF16));
+                                    comm_memory_bytes(ops, mc, r->device_alone ? 2 : r->dworld, groups, /* the
+                                                      test switch's collective of one all the same */
+                                                      r->cfg->training.grad_comm_dtype == DT_WIRE_BF16) +
+                                    stage_staging_bytes(ops, mc, bf16));
         char parts[256];
         memory_parts(parts, sizeof parts, mc, all, r->dworld, r->zero);
         dt_metrics_info(r->metrics, "rank %d: %s; estimated %.2f GiB of %s per worker (%s; batch %d)", r->rank,
