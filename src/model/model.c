@@ -241,11 +241,13 @@ done:
  * counted (m NULL: *n, *n_params, *n_train and *n16 only; DT_OK), or laid out into m (its
  * tables allocated for *n), the trainable ones last. w0: layer 0's products (widths); n_train,
  * w0, n16 may be NULL. *n16: the parameters model.lora.base_dtype bf16 keeps in bf16 (the
- * frozen matrices), 0 without it. */
+ * frozen matrices), 0 without it. buckets (NULL, or n_layer + 2 zeros): the trainable floats of
+ * each gradient bucket. */
 static dt_status lay_out(const dt_model_cfg *c, dt_model *m, int *n, size_t *n_params, size_t *n_train, net_layer *w0,
-                         size_t *n16) {
+                         size_t *n16, size_t *buckets) {
     const net_arch *a = dt_net_arch(c->shape.arch);
-    net_builder b = {.cfg = c, .tp = c->tp > 1 ? c->tp : 1, .tp_rank = c->tp > 1 ? c->tp_rank : 0};
+    net_builder b = {.cfg = c, .tp = c->tp > 1 ? c->tp : 1, .tp_rank = c->tp > 1 ? c->tp_rank : 0,
+                     .bucket_numel = buckets};
     net_weights tmp = {0};
     net_weights *w = m ? &m->net.w : &tmp;
     if (m) {
@@ -269,6 +271,11 @@ static dt_status lay_out(const dt_model_cfg *c, dt_model *m, int *n, size_t *n_p
     if (c->lora.rank) {
         if (c->shape.num_labels) train += (size_t)w->head.in * (size_t)w->head.out; /* the score head stays trainable */
         if (c->shape.num_labels && frozen16) frozen16 -= train;
+        if (buckets) { /* the gradients' buckets hold the trainable ones: the score head (the last stage's) */
+            memset(buckets, 0, ((size_t)c->shape.n_layer + 2) * sizeof *buckets);
+            if (c->shape.num_labels && (c->pp <= 1 || c->pp_rank == c->pp - 1))
+                buckets[c->shape.n_layer + 1] = (size_t)w->head.in * (size_t)w->head.out;
+        }
         const size_t before = b.off;
         add_adapters(&b, a, w);
         train += b.off - before;
@@ -291,44 +298,30 @@ static dt_status lay_out(const dt_model_cfg *c, dt_model *m, int *n, size_t *n_p
 size_t dt_model_count_params(const dt_model_cfg *c) {
     int n;
     size_t np;
-    lay_out(c, NULL, &n, &np, NULL, NULL, NULL);
+    lay_out(c, NULL, &n, &np, NULL, NULL, NULL, NULL);
     return np;
 }
 
 size_t dt_model_count_trainable(const dt_model_cfg *c) {
     int n;
     size_t np, nt;
-    lay_out(c, NULL, &n, &np, &nt, NULL, NULL);
+    lay_out(c, NULL, &n, &np, &nt, NULL, NULL, NULL);
     return nt;
 }
 
 size_t dt_model_largest_bucket(const dt_model_cfg *c) {
-    const net_arch *a = dt_net_arch(c->shape.arch);
-    const int L = c->shape.n_layer;
-    size_t *per = calloc((size_t)L + 2, sizeof *per), most = 0;
-    net_weights w = {0};
-    w.layers = calloc((size_t)L, sizeof *w.layers);
-    if (a && per && w.layers) {
-        net_builder b = {.cfg = c, .tp = c->tp > 1 ? c->tp : 1, .tp_rank = c->tp > 1 ? c->tp_rank : 0,
-                         .bucket_numel = per};
-        a->layout(&b, &w);
-        if (c->lora.rank) { /* trainable: the adapters, and a classifier's score head (lay_out, is_trainable) */
-            memset(per, 0, ((size_t)L + 2) * sizeof *per);
-            if (c->shape.num_labels && (c->pp <= 1 || c->pp_rank == c->pp - 1)) /* the last stage's */
-                per[L + 1] = (size_t)w.head.in * (size_t)w.head.out;
-            add_adapters(&b, a, &w);
-        }
-        for (int i = 0; i < L + 2; i++) most = per[i] > most ? per[i] : most;
-    }
+    size_t *per = calloc((size_t)c->shape.n_layer + 2, sizeof *per), np, most = 0;
+    int n;
+    if (per && lay_out(c, NULL, &n, &np, NULL, NULL, NULL, per) == DT_OK && np != SIZE_MAX)
+        for (int i = 0; i < c->shape.n_layer + 2; i++) most = per[i] > most ? per[i] : most;
     free(per);
-    free(w.layers);
     return most;
 }
 
 size_t dt_model_param_bytes(const dt_model_cfg *c) {
     int n;
     size_t np, n16;
-    lay_out(c, NULL, &n, &np, NULL, NULL, &n16);
+    lay_out(c, NULL, &n, &np, NULL, NULL, &n16, NULL);
     return (np - n16) * sizeof(float) + n16 * sizeof(uint16_t);
 }
 
@@ -344,7 +337,7 @@ double dt_model_flops_per_token(const dt_model_cfg *c) {
     int n;
     size_t np;
     net_layer y0;
-    lay_out(c, NULL, &n, &np, NULL, &y0, NULL);
+    lay_out(c, NULL, &n, &np, NULL, &y0, NULL, NULL);
     const double C = c->shape.n_embd, L = c->shape.n_layer, T = c->seq_len, A = y0.attn_out.in; /* A: NH * hs */
     double n_matmul = L * (double)layer_matmul_params(&y0);
     if (c->shape.num_labels == 0) n_matmul += (double)c->shape.vocab_size * C; /* LM head */
@@ -485,7 +478,7 @@ size_t dt_model_memory_bytes(const dt_model_cfg *c, const dt_ops *ops, int bf16)
     int n;
     size_t np, nt, n16;
     net_layer y0;
-    lay_out(c, NULL, &n, &np, &nt, &y0, &n16);
+    lay_out(c, NULL, &n, &np, &nt, &y0, &n16, NULL);
     size_t arena = table_bytes(c, NULL, &y0, ops, NULL, bf16, t, &n);
     free(t);
     /* parameters (model.lora.base_dtype bf16: the frozen matrices at 2 bytes), the trainable ones' gradients, activations */
@@ -498,7 +491,7 @@ void dt_model_op_sizes(const dt_model_cfg *c, dt_op_sizes *s) {
     int n;
     size_t np, n16;
     net_layer y0;
-    lay_out(c, NULL, &n, &np, NULL, &y0, &n16);
+    lay_out(c, NULL, &n, &np, NULL, &y0, &n16, NULL);
     const net_linear *p[] = {&y0.qkv, &y0.attn_out, &y0.mlp_in, &y0.mlp_out};
     size_t in = 0, out = 0, w = 0;
     int bias = 0;
@@ -847,7 +840,7 @@ static dt_status alloc_tables(dt_model *m) {
     const size_t B = (size_t)cfg->max_batch, T = (size_t)cfg->seq_len, L = (size_t)cfg->shape.n_layer, BT = B * T;
     int n;
     size_t np;
-    lay_out(cfg, NULL, &n, &np, NULL, NULL, NULL);
+    lay_out(cfg, NULL, &n, &np, NULL, NULL, NULL, NULL);
     m->seq = dt_calloc((size_t)n, sizeof *m->seq, "tensor order");
     m->tensors = dt_calloc((size_t)n, sizeof *m->tensors, "tensor table");
     m->init = dt_calloc((size_t)n, sizeof *m->init, "tensor inits");
@@ -868,7 +861,7 @@ static dt_status alloc_tables(dt_model *m) {
     if (!m->seq || !m->tensors || !m->init || !m->init_std || !m->net.w.layers || !m->buckets || !m->bucket_names || !m->layers ||
         !m->host_losses || !m->host_argmax || !m->host_rows || !m->host_probs || !m->host_probs_f)
         return DT_ERR_NOMEM;
-    DT_TRY(lay_out(cfg, m, &m->n_tensors, &m->n_params, NULL, NULL, &m->n_base16));
+    DT_TRY(lay_out(cfg, m, &m->n_tensors, &m->n_params, NULL, NULL, &m->n_base16, NULL));
     DT_TRY(place_tensors(m));
     m->view = m->tensors;
     if (cfg->lora.rank) {

@@ -891,7 +891,7 @@ static dt_status read_moment(void *user, size_t off, size_t n, float *dst) {
     const moment_read *mr = user;
     if (mr->dev) mr->r->be->ops->download(mr->r->be->ctx, dst, mr->dev + off, n * sizeof(float));
     else dt_optim_get_range(mr->r->optim, mr->which, off, n, dst);
-    return DT_OK; /* dt_model_gather_range checks the device when it is done */
+    return DT_OK; /* dt_model_gather_range checks the device before it sends what was read */
 }
 
 /* Model parallelism: one of the whole model's arrays (which 0: the weights, 1 and 2: the AdamW
