@@ -1486,8 +1486,8 @@ static dt_status share_read(dt_model *m, dt_model_read_fn read, void *user, size
 /* Each split tensor is all-gathered a window of at most PART floats of its largest share at a
  * time (every share sends its window, zeros past its end), and each share's part of the window
  * copied to its place in `whole`: what this costs beside `whole` is tp + 1 windows, whatever the
- * model's size (each tensor all-gathered whole took tp + 1 times the largest share, ~170 MB at
- * SmolLM2's embedding with tensor_parallel 2, beside a host copy of the share's whole array). */
+ * model's size (each tensor all-gathered whole took tp + 1 times the largest share, ~151 MB at
+ * SmolLM2's embedding with tensor_parallel 3, beside a host copy of the share's whole array). */
 dt_status dt_model_gather_range(dt_model *m, dt_model_read_fn read, void *user, float *whole, size_t base,
                                 size_t count) {
     const int tp = m->cfg.tp > 1 ? m->cfg.tp : 1;
