@@ -441,10 +441,11 @@ dt_status dt_st_read_f32(dt_st_file *f, const dt_st_tensor *t, float *dst) {
 
 /* ---- writing ---- */
 
-/* Builds the compact header JSON; *numel_out gets each entry's element count. */
+/* Builds the compact header JSON; *numel_out gets each entry's element count. `filled`: the
+ * data come from a fill function (dt_st_write_parts), not entries[i].data. */
 static dt_status st_build_header(const char *path, const dt_st_entry *entries, int n,
                                  const char *const *meta_keys, const char *const *meta_values,
-                                 int n_meta, size_t *numel_out, char **json_out) {
+                                 int n_meta, int filled, size_t *numel_out, char **json_out) {
     dt_status st = DT_OK;
     json_t *root = json_object();
     if (!root) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory building the header", path);
@@ -498,7 +499,7 @@ static dt_status st_build_header(const char *path, const dt_st_entry *entries, i
                 goto nomem;
             }
         }
-        if (numel > 0 && !e->data) {
+        if (numel > 0 && !e->data && !filled) {
             json_decref(shape);
             st = dt_error_set(DT_ERR_INTERNAL, "%s: tensor %s has no data", path, e->name);
             goto fail;
@@ -546,24 +547,16 @@ dt_status dt_st_write_parts(const char *path, const dt_st_entry *entries, int n,
     int fd = -1;
     size_t *numel = dt_calloc(n > 0 ? (size_t)n : 1, sizeof *numel, "safetensors write sizes");
     if (!numel) return DT_ERR_NOMEM;
-    if (fill) { /* st_build_header wants data: a part's buffer stands in */
-        dt_st_entry *e = dt_calloc(n > 0 ? (size_t)n : 1, sizeof *e, "safetensors write entries");
-        part = dt_malloc(DT_ST_PART * sizeof(float), "safetensors write staging");
-        if (!e || !part) {
-            free(e);
+    st = st_build_header(path, entries, n, meta_keys, meta_values, n_meta, fill != NULL, numel, &json);
+    if (st != DT_OK) goto out;
+    if (fill) { /* a part: the largest tensor's, at most DT_ST_PART floats */
+        size_t most = 1;
+        for (int i = 0; i < n; i++) most = numel[i] > most ? numel[i] : most;
+        if (!(part = dt_malloc((most < DT_ST_PART ? most : DT_ST_PART) * sizeof(float), "safetensors write staging"))) {
             st = DT_ERR_NOMEM;
             goto out;
         }
-        for (int i = 0; i < n; i++) {
-            e[i] = entries[i];
-            e[i].data = part;
-        }
-        st = st_build_header(path, e, n, meta_keys, meta_values, n_meta, numel, &json);
-        free(e);
-    } else {
-        st = st_build_header(path, entries, n, meta_keys, meta_values, n_meta, numel, &json);
     }
-    if (st != DT_OK) goto out;
 
     size_t jlen = strlen(json);
     size_t hlen = (jlen + 7) / 8 * 8;

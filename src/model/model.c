@@ -1558,7 +1558,7 @@ static dt_status file_meta(dt_model *m, int adapters, const char **keys, const c
  * (a model in one piece: the view's tensors are the whole ones) */
 static dt_status fill_param_part(void *user, int i, size_t first, size_t n, float *buf) {
     dt_model *m = user;
-    m->be->ops->download(m->be->ctx, buf, dt_model_params(m) + m->view[i].offset + first, n * sizeof(float));
+    DT_TRY(share_read(m, NULL, NULL, m->view[i].offset + first, n, buf));
     return m->be->ops->check(m->be->ctx); /* a device that failed must not leave a well-checksummed file of garbage */
 }
 

@@ -377,36 +377,31 @@ static size_t moment_floats(const dt_model_cfg *mc, int world, int zero_stage) {
     return n / (size_t)world + (size_t)mc->shape.n_layer + 2;
 }
 
-/* What training `mc` needs of a device backend's memory: the model (parameters, gradients,
- * activations), the AdamW moments and the backend's own scratch. */
-static size_t device_memory_bytes(const dt_ops *ops, const dt_model_cfg *mc, int bf16, int world, int zero_stage) {
-    dt_op_sizes sizes;
-    dt_model_op_sizes(mc, &sizes);
-    return dt_model_memory_bytes(mc, ops, bf16) + 2 * moment_floats(mc, world, zero_stage) * sizeof(float) +
-           ops->scratch_bytes(&sizes, bf16);
-}
-
-/* Model parallelism: the groups with a collective of their own that a worker of stage p (of P,
- * T shares each) is in (launch.c's memberships, but the data-parallel one): its tensor-parallel
- * group, its pairs with the stages before and after, its pipeline's ends */
-static int mp_groups(int T, int P, int p) {
-    return (T > 1) + (p > 0) + (p < P - 1) + (P > 1 && (p == 0 || p == P - 1));
-}
-
 /* The device memory a worker's device collectives allocate for themselves (ops->device_comm_bytes;
- * 0 on a backend without them): the data-parallel group's where `world` > 1, with bf16 gradients
- * (`bf16_wire`) a buffer of the largest bucket, and one for each of `groups` more. */
-static size_t comm_memory_bytes(const dt_ops *ops, const dt_model_cfg *mc, int world, int groups, int bf16_wire) {
+ * 0 on a backend without them): the data-parallel group's where it has one (`dp_comm`), with bf16
+ * gradients (`bf16_wire`) a buffer of the largest bucket, and one for each model-parallel group
+ * of mc's share (launch.c's memberships: its tensor-parallel group, its pairs with the stages
+ * before and after, its pipeline's ends). */
+static size_t comm_memory_bytes(const dt_ops *ops, const dt_model_cfg *mc, int dp_comm, int bf16_wire) {
     if (!ops->device_comm || !ops->device_comm_bytes) return 0;
-    const size_t dp = world > 1 ? ops->device_comm_bytes(bf16_wire ? dt_model_largest_bucket(mc) : 0) : 0;
+    const int P = mc->pp > 1 ? mc->pp : 1, p = P > 1 ? mc->pp_rank : 0;
+    const int groups = (mc->tp > 1) + (p > 0) + (p < P - 1) + (P > 1 && (p == 0 || p == P - 1));
+    const size_t dp = dp_comm ? ops->device_comm_bytes(bf16_wire ? dt_model_largest_bucket(mc) : 0) : 0;
     return dp + (size_t)groups * ops->device_comm_bytes(0);
 }
 
-/* Pipeline stages: the two micro-batches' boundaries a worker stages in backend memory (run_setup's
- * pp_buf, dt_model_stage_bytes twice) */
-static size_t stage_staging_bytes(const dt_ops *ops, const dt_model_cfg *mc, int bf16) {
-    if (mc->pp <= 1) return 0;
-    return 2 * (size_t)mc->max_batch * (size_t)mc->seq_len * (size_t)mc->shape.n_embd * dt_dtype_size(ops->act_dtype(bf16));
+/* What training `mc` (a worker's share with model parallelism) on `world` workers needs of a
+ * backend's memory: the model (parameters, gradients, activations), the AdamW moments, the
+ * backend's own scratch, its collectives' buffers (comm_memory_bytes) and a pipeline stage's
+ * boundaries (run_setup's pp_buf: dt_model_stage_bytes twice). */
+static size_t device_memory_bytes(const dt_ops *ops, const dt_model_cfg *mc, int bf16, int world, int zero_stage,
+                                  int dp_comm, int bf16_wire) {
+    dt_op_sizes sizes;
+    dt_model_op_sizes(mc, &sizes);
+    const size_t staging = mc->pp > 1 ? 2 * (size_t)mc->max_batch * (size_t)mc->seq_len * (size_t)mc->shape.n_embd *
+                                            dt_dtype_size(ops->act_dtype(bf16)) : 0;
+    return dt_model_memory_bytes(mc, ops, bf16) + 2 * moment_floats(mc, world, zero_stage) * sizeof(float) +
+           ops->scratch_bytes(&sizes, bf16) + comm_memory_bytes(ops, mc, dp_comm, bf16_wire) + staging;
 }
 
 /* `all` bytes of memory for training `mc` on `world` workers (device_memory_bytes') in parts, into
@@ -512,7 +507,7 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
         const dt_ops *cpu = dt_backend_ops(DT_DEVICE_CPU);
         const int TP = c->training.tensor_parallel * c->training.pipeline_parallel;
         const int D = TP > 1 ? 1 : c->training.num_workers; /* model parallelism: the whole model, unsharded */
-        const double all = (double)device_memory_bytes(cpu, &mc, 0, D, c->training.zero_stage);
+        const double all = (double)device_memory_bytes(cpu, &mc, 0, D, c->training.zero_stage, 0, 0);
         char parts[256];
         human_count(mem, sizeof mem, all);
         memory_parts(parts, sizeof parts, &mc, all, D, c->training.zero_stage);
@@ -578,10 +573,8 @@ dt_status dt_worker_describe(const dt_config *c, FILE *out) {
                 sh.pp_rank = p;
                 sh.act_sets = dt_mesh_in_flight(P, p, c->training.grad_accum_steps);
             }
-            const size_t b = device_memory_bytes(ops, &sh, bf16, D, c->training.zero_stage) +
-                             comm_memory_bytes(ops, &sh, D, T * P > 1 ? mp_groups(T, P, p) : 0,
-                                               c->training.grad_comm_dtype == DT_WIRE_BF16) +
-                             stage_staging_bytes(ops, &sh, bf16);
+            const size_t b = device_memory_bytes(ops, &sh, bf16, D, c->training.zero_stage, D > 1,
+                                                 c->training.grad_comm_dtype == DT_WIRE_BF16);
             if (b > most) {
                 most = b;
                 top = sh;
@@ -1414,12 +1407,9 @@ static void report_setup(trainer *t) {
                     t->cls ? "classification" : "language modelling", ops->name, prec, r->world, r->world > 1 ? "s" : "",
                     desc.per_worker, how, r->cfg->run.dir);
     if (ops->memory) {
-        const int groups = r->mesh.tp * r->mesh.pp > 1 ? mp_groups(r->mesh.tp, r->mesh.pp, r->mesh.p) : 0;
-        const double all = (double)(device_memory_bytes(ops, mc, bf16, r->dworld, r->zero) +
-                                    comm_memory_bytes(ops, mc, r->device_alone ? 2 : r->dworld, groups, /* the
-                                                      test switch's collective of one all the same */
-                                                      r->cfg->training.grad_comm_dtype == DT_WIRE_BF16) +
-                                    stage_staging_bytes(ops, mc, bf16));
+        const double all = (double)device_memory_bytes(ops, mc, bf16, r->dworld, r->zero,
+                                                       r->dworld > 1 || r->device_alone, /* the test switch's one */
+                                                       r->cfg->training.grad_comm_dtype == DT_WIRE_BF16);
         char parts[256];
         memory_parts(parts, sizeof parts, mc, all, r->dworld, r->zero);
         dt_metrics_info(r->metrics, "rank %d: %s; estimated %.2f GiB of %s per worker (%s; batch %d)", r->rank,

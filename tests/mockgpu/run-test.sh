@@ -28,8 +28,9 @@
 #      plain and with zero_stage 1: the plain run's losses; the bf16 run again with mock_att.c as
 #      cuDNN (dtrain_fused): attention through the fused path, no note, within 1e-2 of the cpu run;
 #      --dry-run's GPU memory (its parts summed) within 16 kB of the most the worker allocated on the
-#      mock GPU (GPT-2 in bf16 and fp32, LoRA in bf16, a Llama language model; fused attention; and
-#      on 2 mock GPUs with bf16 gradients and ZeRO-1, the data-parallel collective's buffers too);
+#      mock GPU (GPT-2 in bf16 and fp32, LoRA in bf16, a Llama language model; fused attention; on
+#      2 mock GPUs with bf16 gradients and ZeRO-1, the data-parallel collective's buffers too; and
+#      on 4 at P2 x T2, the share that needs the most: model parallelism below);
 #      no cudaMalloc or cudaFree once step 1 begins (the mock's count after the profiler range
 #      opens) in five runs: plain, no bf16 algorithm, nccl with bf16 gradients (every bucket's
 #      all-reduce in bf16, the embeddings' too: the mock NCCL's log), the same with
