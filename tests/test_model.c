@@ -925,6 +925,38 @@ static void stages_check(const char *name, dt_model_cfg cfg, int P) {
     printf("pipeline stages, %s, %d stages: ok\n", name, P);
 }
 
+/* model.lora on a classifier's pipeline stages: the score head, trainable besides the adapters,
+ * is the last stage's only. Counted on every stage, it made the first stage's bf16 base (the
+ * frozen matrices, model.lora.base_dtype bf16) 64 floats short of what it laid out: an internal
+ * error at init; and its trainable count and largest bucket too large. */
+static void test_stages_lora(void) {
+    dt_backend *be;
+    CHECK(dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = 1}, &be) == DT_OK);
+    dt_model_cfg c = {.shape = {.vocab_size = 13, .n_positions = 6, .n_layer = 2, .n_head = 2, .n_embd = 8,
+                                .num_labels = 2},
+                      .seq_len = 5, .max_batch = 2, .seed = 3};
+    c.lora = (dt_lora){.rank = 2, .alpha = 4, .targets = dt_lora_default_targets(DT_ARCH_GPT2), .base_bf16 = 1};
+    const size_t whole = dt_model_count_trainable(&c);
+    size_t sum = 0;
+    for (int p = 0; p < 2; p++) {
+        dt_model_cfg s = c;
+        s.pp = 2;
+        s.pp_rank = p;
+        dt_model *m;
+        CHECK(dt_model_init(&m, &s, be) == DT_OK);
+        CHECK_INT_EQ(dt_model_num_params(m), dt_model_count_trainable(&s));
+        size_t most = 0;
+        for (int b = 0; b < dt_model_num_buckets(m); b++)
+            if (dt_model_bucket(m, b)->numel > most) most = dt_model_bucket(m, b)->numel;
+        CHECK_INT_EQ(dt_model_largest_bucket(&s), most);
+        sum += dt_model_num_params(m);
+        dt_model_free(m);
+    }
+    CHECK_INT_EQ(sum, whole); /* the stages' trainable parameters are the whole model's */
+    dt_backend_close(be);
+    printf("pipeline stages, gpt2 classifier with model.lora (bf16 base): ok\n");
+}
+
 static void test_pipeline_stages(void) {
     dt_model_cfg g = {.shape = {.vocab_size = 13, .n_positions = 6, .n_layer = 3, .n_head = 2, .n_embd = 8},
                       .seq_len = 5, .max_batch = 2, .seed = 3};
@@ -943,6 +975,7 @@ static void test_pipeline_stages(void) {
 
 int main(void) {
     test_pipeline_stages();
+    test_stages_lora();
     test_memory_table();
     test_lora();
     test_base16();

@@ -269,12 +269,15 @@ static dt_status lay_out(const dt_model_cfg *c, dt_model *m, int *n, size_t *n_p
     size_t train = 0, frozen16 = c->lora.rank && c->lora.base_bf16 ? b.mat : 0;
     dt_status st = DT_OK;
     if (c->lora.rank) {
-        if (c->shape.num_labels) train += (size_t)w->head.in * (size_t)w->head.out; /* the score head stays trainable */
-        if (c->shape.num_labels && frozen16) frozen16 -= train;
-        if (buckets) { /* the gradients' buckets hold the trainable ones: the score head (the last stage's) */
-            memset(buckets, 0, ((size_t)c->shape.n_layer + 2) * sizeof *buckets);
-            if (c->shape.num_labels && (c->pp <= 1 || c->pp_rank == c->pp - 1))
-                buckets[c->shape.n_layer + 1] = (size_t)w->head.in * (size_t)w->head.out;
+        /* the score head stays trainable, where this stage holds it (the last: its bucket's owner) */
+        const int L = c->shape.n_layer, pp = c->pp > 1;
+        const size_t head = c->shape.num_labels && (!pp || dt_net_stage_owns(c, c->pp_rank, L + 1))
+                                ? (size_t)w->head.in * (size_t)w->head.out : 0;
+        train += head;
+        if (frozen16) frozen16 -= head; /* b.mat counted it among the matrices */
+        if (buckets) { /* the gradients' buckets hold the trainable ones */
+            memset(buckets, 0, ((size_t)L + 2) * sizeof *buckets);
+            buckets[L + 1] = head;
         }
         const size_t before = b.off;
         add_adapters(&b, a, w);
