@@ -188,6 +188,7 @@ static int col_width(int N) { return N >= 4 * COLSUM_WIDE ? COLSUM_WIDE : COL_CH
 /* dst[c0, c0 + nc) += the column sums of src(M, those columns) (rows ld apart), each column's
  * rows added in order in double: a bias gradient's chunk of columns (JOB_COLSUM), the same bits
  * on any thread */
+DT_CLONES
 static void colsum_chunk(float *dst, const float *src, int M, int ld, int c0, int nc) {
     double acc[COLSUM_WIDE] = {0};
     for (int i = 0; i < M; i++) {
@@ -734,6 +735,27 @@ static void layernorm_row_bwd(float *dx, const float *dy, const float *x, const 
     }
 }
 
+/* A norm's weight (and LayerNorm's bias) gradient over columns [c0, c0 + nc) of the N rows: dw +=
+ * the sum over rows of dy (x - mean) rstd (RMSNorm: mean NULL, dy x rstd), db += that of dy (db
+ * NULL: none); each column's rows added in order in double, the same bits on any thread */
+DT_CLONES
+static void norm_dw_chunk(float *dw, float *db, const float *dout, const float *inp, const float *mean,
+                          const float *rstd, int N, int C, int c0, int nc) {
+    double aw[COLSUM_WIDE] = {0}, ab[COLSUM_WIDE] = {0};
+    for (int i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C + c0, *dy = dout + (size_t)i * C + c0;
+        const float m = mean ? mean[i] : 0.0f, r = rstd[i];
+#pragma omp simd
+        for (int j = 0; j < nc; j++) {
+            aw[j] += (double)dy[j] * ((x[j] - m) * r);
+            ab[j] += dy[j];
+        }
+    }
+    for (int j = 0; j < nc; j++) dw[c0 + j] += (float)aw[j];
+    if (db)
+        for (int j = 0; j < nc; j++) db[c0 + j] += (float)ab[j];
+}
+
 static void cpu_layernorm_bwd(void *ctx, dt_act *dinp_, float *dw, float *db, const dt_act *dout_,
                               const dt_act *inp_, const float *w, const float *mean,
                               const float *rstd, int N, int C) {
@@ -750,20 +772,7 @@ static void cpu_layernorm_bwd(void *ctx, dt_act *dinp_, float *dw, float *db, co
 #pragma omp parallel for schedule(static) if (par)
     for (int ch = 0; ch < nchunks; ch++) {
         const int c0 = ch * cw, nc = imin(cw, C - c0);
-        double aw[COLSUM_WIDE] = {0}, ab[COLSUM_WIDE] = {0};
-        for (int i = 0; i < N; i++) {
-            const float *x = inp + (size_t)i * C + c0, *dy = dout + (size_t)i * C + c0;
-            const float m = mean[i], r = rstd[i];
-#pragma omp simd
-            for (int j = 0; j < nc; j++) {
-                aw[j] += (double)dy[j] * ((x[j] - m) * r);
-                ab[j] += dy[j];
-            }
-        }
-        for (int j = 0; j < nc; j++) {
-            dw[c0 + j] += (float)aw[j];
-            db[c0 + j] += (float)ab[j];
-        }
+        norm_dw_chunk(dw, db, dout, inp, mean, rstd, N, C, c0, nc);
     }
 }
 
@@ -812,14 +821,7 @@ static void cpu_rmsnorm_bwd(void *ctx, dt_act *dinp_, float *dw, const dt_act *d
 #pragma omp parallel for schedule(static) if (par)
     for (int ch = 0; ch < nchunks; ch++) { /* dw in column chunks, rows in order: the same bits for any thread count */
         const int c0 = ch * cw, nc = imin(cw, C - c0);
-        double aw[COLSUM_WIDE] = {0};
-        for (int i = 0; i < N; i++) {
-            const float *x = inp + (size_t)i * C + c0, *dy = dout + (size_t)i * C + c0;
-            const float r = rstd[i];
-#pragma omp simd
-            for (int j = 0; j < nc; j++) aw[j] += (double)dy[j] * (x[j] * r);
-        }
-        for (int j = 0; j < nc; j++) dw[c0 + j] += (float)aw[j];
+        norm_dw_chunk(dw, NULL, dout, inp, NULL, rstd, N, C, c0, nc);
     }
 }
 
