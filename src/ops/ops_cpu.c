@@ -685,18 +685,55 @@ static void cpu_encoder_bwd(void *ctx, float *dwte, float *dwpe, const dt_act *d
     cpu_encoder_part_bwd(ctx, dwte, dwpe, dout, tokens, pos, 0, INT_MAX, B, T, C);
 }
 
+/* Sums and maxima over a short row without OpenMP's simd reductions: GCC reduces those through
+ * an array of lanes one add at a time, and on rows of 32 or 64 floats (attention's rows at 32
+ * tokens, LayerNorm's at 64 channels) that serial reduction took most of a row's time. Here a
+ * row is read in chunks of LANES floats, each chunk's lanes added onto lane[0..LANES), the lanes
+ * added pairwise (lanes_sum, lanesd_sum in double, lanes_max), then the row's last floats past
+ * its whole chunks one at a time: the same order for any thread count. */
+enum { LANES = 16 };
+static inline float lanes_sum(float *l) {
+    for (int w = LANES / 2; w > 0; w /= 2)
+#pragma omp simd
+        for (int i = 0; i < w; i++) l[i] += l[i + w];
+    return l[0];
+}
+static inline double lanesd_sum(double *l) {
+    for (int w = LANES / 2; w > 0; w /= 2)
+#pragma omp simd
+        for (int i = 0; i < w; i++) l[i] += l[i + w];
+    return l[0];
+}
+static inline float lanes_max(float *l) {
+    for (int w = LANES / 2; w > 0; w /= 2)
+#pragma omp simd
+        for (int i = 0; i < w; i++) l[i] = l[i + w] > l[i] ? l[i + w] : l[i];
+    return l[0];
+}
+
 /* ---- layernorm ---- */
 
 DT_CLONES
 static void layernorm_row_fwd(float *o, float *mean, float *rstd, const float *x, const float *w,
                               const float *b, int C) {
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (int c = 0; c < C; c++) s += x[c];
+    const int cL = C / LANES * LANES;
+    double lane[LANES];
+    for (int l = 0; l < LANES; l++) lane[l] = 0.0;
+    for (int c0 = 0; c0 < cL; c0 += LANES)
+#pragma omp simd
+        for (int l = 0; l < LANES; l++) lane[l] += x[c0 + l];
+    double s = lanesd_sum(lane);
+    for (int c = cL; c < C; c++) s += x[c];
     const float m = (float)(s / C);
-    double v = 0.0;
-#pragma omp simd reduction(+ : v)
-    for (int c = 0; c < C; c++) {
+    for (int l = 0; l < LANES; l++) lane[l] = 0.0;
+    for (int c0 = 0; c0 < cL; c0 += LANES)
+#pragma omp simd
+        for (int l = 0; l < LANES; l++) {
+            const float d = x[c0 + l] - m;
+            lane[l] += (double)d * d;
+        }
+    double v = lanesd_sum(lane);
+    for (int c = cL; c < C; c++) {
         const float d = x[c] - m;
         v += (double)d * d;
     }
@@ -720,9 +757,19 @@ static void cpu_layernorm_fwd(void *ctx, dt_act *out_, float *mean, float *rstd,
 DT_CLONES
 static void layernorm_row_bwd(float *dx, const float *dy, const float *x, const float *w, float m,
                               float r, int C) {
-    double sa = 0.0, sb = 0.0;
-#pragma omp simd reduction(+ : sa, sb)
-    for (int c = 0; c < C; c++) {
+    const int cL = C / LANES * LANES;
+    double la[LANES], lb[LANES];
+    for (int l = 0; l < LANES; l++) la[l] = lb[l] = 0.0;
+    for (int c0 = 0; c0 < cL; c0 += LANES)
+#pragma omp simd
+        for (int l = 0; l < LANES; l++) {
+            const int c = c0 + l;
+            const float dn = w[c] * dy[c];
+            la[l] += dn;
+            lb[l] += (double)dn * ((x[c] - m) * r);
+        }
+    double sa = lanesd_sum(la), sb = lanesd_sum(lb);
+    for (int c = cL; c < C; c++) {
         const float dn = w[c] * dy[c];
         sa += dn;
         sb += (double)dn * ((x[c] - m) * r);
@@ -780,9 +827,14 @@ static void cpu_layernorm_bwd(void *ctx, dt_act *dinp_, float *dw, float *db, co
 
 DT_CLONES
 static void rmsnorm_row_fwd(float *o, float *rstd, const float *x, const float *w, int C, float eps) {
-    double v = 0.0;
-#pragma omp simd reduction(+ : v)
-    for (int c = 0; c < C; c++) v += (double)x[c] * x[c];
+    const int cL = C / LANES * LANES;
+    double lane[LANES];
+    for (int l = 0; l < LANES; l++) lane[l] = 0.0;
+    for (int c0 = 0; c0 < cL; c0 += LANES)
+#pragma omp simd
+        for (int l = 0; l < LANES; l++) lane[l] += (double)x[c0 + l] * x[c0 + l];
+    double v = lanesd_sum(lane);
+    for (int c = cL; c < C; c++) v += (double)x[c] * x[c];
     const float r = 1.0f / sqrtf((float)(v / C) + eps);
 #pragma omp simd
     for (int c = 0; c < C; c++) o[c] = w[c] * (x[c] * r);
@@ -800,9 +852,14 @@ static void cpu_rmsnorm_fwd(void *ctx, dt_act *out_, float *rstd, const dt_act *
 /* y = w x r, r = (mean(x^2) + eps)^-1/2: dx += r w dy - x r^3 mean(w dy x) */
 DT_CLONES
 static void rmsnorm_row_bwd(float *dx, const float *dy, const float *x, const float *w, float r, int C) {
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (int c = 0; c < C; c++) s += (double)(w[c] * dy[c]) * x[c];
+    const int cL = C / LANES * LANES;
+    double lane[LANES];
+    for (int l = 0; l < LANES; l++) lane[l] = 0.0;
+    for (int c0 = 0; c0 < cL; c0 += LANES)
+#pragma omp simd
+        for (int l = 0; l < LANES; l++) lane[l] += (double)(w[c0 + l] * dy[c0 + l]) * x[c0 + l];
+    double s = lanesd_sum(lane);
+    for (int c = cL; c < C; c++) s += (double)(w[c] * dy[c]) * x[c];
     const float k = (float)(s / C) * r * r * r;
 #pragma omp simd
     for (int c = 0; c < C; c++) dx[c] += r * (w[c] * dy[c]) - k * x[c];
@@ -990,17 +1047,34 @@ static void cpu_lora_bwd(void *ctx, dt_act *dinp_, float *dA, float *dB, const f
  * computed. Entries above the diagonal of P (and of dS in datt) are written as exact zeros. */
 
 /* p[lo..t] = softmax(p[lo..t]); p[0..lo) and p[t+1..T) = 0 (lo > 0: the row's example starts
- * at row lo of a packed sequence) */
+ * at row lo of a packed sequence). Whole chunks of LANES columns from lo's chunk on, the columns
+ * outside [lo, t] masked out (they may hold anything: read, never used), then the columns of a
+ * last part chunk one at a time (only where T is not a multiple of LANES). */
 DT_CLONES
 static void softmax_causal_row(float *p, int lo, int t, int T) {
-    float mx = p[lo], sum = 0.0f;
-#pragma omp simd reduction(max : mx)
-    for (int j = lo + 1; j <= t; j++) mx = p[j] > mx ? p[j] : mx;
-#pragma omp simd reduction(+ : sum)
-    for (int j = lo; j <= t; j++) {
-        p[j] = fast_expf(p[j] - mx);
-        sum += p[j];
-    }
+    const int c0 = lo / LANES * LANES, cT = T / LANES * LANES, c1 = imin(cT, (t + LANES) / LANES * LANES);
+    float lane[LANES], mx = p[lo], sum;
+    for (int l = 0; l < LANES; l++) lane[l] = mx;
+    for (int j0 = c0; j0 < c1; j0 += LANES)
+#pragma omp simd
+        for (int l = 0; l < LANES; l++) {
+            const int j = j0 + l;
+            const float x = j >= lo && j <= t ? p[j] : mx;
+            lane[l] = x > lane[l] ? x : lane[l];
+        }
+    mx = lanes_max(lane);
+    for (int j = imax(c1, lo); j <= t; j++) mx = p[j] > mx ? p[j] : mx;
+    for (int l = 0; l < LANES; l++) lane[l] = 0.0f;
+    for (int j0 = c0; j0 < c1; j0 += LANES)
+#pragma omp simd
+        for (int l = 0; l < LANES; l++) {
+            const int j = j0 + l;
+            const float x = fast_expf(p[j] - mx), y = j >= lo && j <= t ? x : 0.0f;
+            p[j] = y;
+            lane[l] += y;
+        }
+    sum = lanes_sum(lane);
+    for (int j = imax(c1, lo); j <= t; j++) sum += p[j] = fast_expf(p[j] - mx);
     const float inv = 1.0f / sum;
 #pragma omp simd
     for (int j = lo; j <= t; j++) p[j] *= inv;
@@ -1008,12 +1082,21 @@ static void softmax_causal_row(float *p, int lo, int t, int T) {
     for (int j = t + 1; j < T; j++) p[j] = 0.0f;
 }
 
-/* d (= dP on entry) becomes dS = p * (dP - sum_j p dP) on [lo..t], 0 elsewhere */
+/* d (= dP on entry) becomes dS = p * (dP - sum_j p dP) on [lo..t], 0 elsewhere; in chunks as
+ * softmax_causal_row */
 DT_CLONES
 static void softmax_causal_row_bwd(float *d, const float *p, int lo, int t, int T) {
-    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-    for (int j = lo; j <= t; j++) dot += p[j] * d[j];
+    const int c0 = lo / LANES * LANES, cT = T / LANES * LANES, c1 = imin(cT, (t + LANES) / LANES * LANES);
+    float lane[LANES];
+    for (int l = 0; l < LANES; l++) lane[l] = 0.0f;
+    for (int j0 = c0; j0 < c1; j0 += LANES)
+#pragma omp simd
+        for (int l = 0; l < LANES; l++) {
+            const int j = j0 + l;
+            lane[l] += j >= lo && j <= t ? p[j] * d[j] : 0.0f;
+        }
+    float dot = lanes_sum(lane);
+    for (int j = imax(c1, lo); j <= t; j++) dot += p[j] * d[j];
 #pragma omp simd
     for (int j = lo; j <= t; j++) d[j] = p[j] * (d[j] - dot);
     for (int j = 0; j < lo; j++) d[j] = 0.0f;
@@ -1282,17 +1365,26 @@ static void cpu_add(void *ctx, dt_act *out_, const dt_act *a_, const dt_act *b_,
 /* probs row (may alias x) = softmax(x); returns -log p[tg] (0 when tg < 0) */
 DT_CLONES
 static float xent_row_fwd(float *p, const float *x, int tg, int V) {
-    float mx = x[0];
-#pragma omp simd reduction(max : mx)
-    for (int j = 1; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+    const int vL = V / LANES * LANES;
+    float lane[LANES], mx = x[0];
+    for (int l = 0; l < LANES; l++) lane[l] = mx;
+    for (int j0 = 0; j0 < vL; j0 += LANES)
+#pragma omp simd
+        for (int l = 0; l < LANES; l++) lane[l] = x[j0 + l] > lane[l] ? x[j0 + l] : lane[l];
+    mx = lanes_max(lane);
+    for (int j = vL; j < V; j++) mx = x[j] > mx ? x[j] : mx;
     const float xt = tg >= 0 ? x[tg] - mx : 0.0f; /* read before p overwrites x */
-    double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < V; j++) {
-        const float e = fast_expf(x[j] - mx);
-        p[j] = e;
-        sum += e;
-    }
+    double dl[LANES];
+    for (int l = 0; l < LANES; l++) dl[l] = 0.0;
+    for (int j0 = 0; j0 < vL; j0 += LANES)
+#pragma omp simd
+        for (int l = 0; l < LANES; l++) {
+            const float e = fast_expf(x[j0 + l] - mx);
+            p[j0 + l] = e;
+            dl[l] += e;
+        }
+    double sum = lanesd_sum(dl);
+    for (int j = vL; j < V; j++) sum += p[j] = fast_expf(x[j] - mx);
     const float inv = (float)(1.0 / sum);
 #pragma omp simd
     for (int j = 0; j < V; j++) p[j] *= inv;
@@ -1329,6 +1421,20 @@ static void cpu_xent_bwd(void *ctx, dt_act *dlogits_, const dt_act *probs_, cons
 }
 
 /* a share of the cross-entropy (ops.h xent_part_stats, xent_part_bwd) */
+/* the sum over x[0, V) of exp(x - mx), in double lanes (see LANES) */
+DT_CLONES
+static double xent_expsum(const float *x, float mx, int V) {
+    const int vL = V / LANES * LANES;
+    double dl[LANES];
+    for (int l = 0; l < LANES; l++) dl[l] = 0.0;
+    for (int j0 = 0; j0 < vL; j0 += LANES)
+#pragma omp simd
+        for (int l = 0; l < LANES; l++) dl[l] += fast_expf(x[j0 + l] - mx);
+    double sum = lanesd_sum(dl);
+    for (int j = vL; j < V; j++) sum += fast_expf(x[j] - mx);
+    return sum;
+}
+
 static void cpu_xent_part_stats(void *ctx, float *stats, const dt_act *logits_, const int *targets, int v0, int N,
                                 int V, int ld) {
     (void)ctx;
@@ -1343,9 +1449,7 @@ static void cpu_xent_part_stats(void *ctx, float *stats, const dt_act *logits_, 
                 mx = x[j];
                 at = j;
             }
-        double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-        for (int j = 0; j < V; j++) sum += fast_expf(x[j] - mx);
+        double sum = xent_expsum(x, mx, V);
         const int k = targets[i] - v0;
         float *st = stats + (size_t)i * 4;
         st[0] = mx;
