@@ -505,6 +505,58 @@ static void att_cached_case(int T, int NH, int NKV, int hs) {
     att_state_free(&s);
 }
 
+/* Packed rows: examples side by side in one sequence of T rows (positions restarting at each
+ * example's first row, dt_att_shape.pos). Each example's rows of out, P (its own columns; every
+ * other column exactly 0) and dqkv equal those of the example run alone. The scratch starts as
+ * NaN: what the ops read there but must not use (the softmax reads whole chunks of 16 columns,
+ * masking the ones outside a row's example and past its diagonal) would show. T past 16 and 64:
+ * examples that start inside a chunk, and blocks whose first key is not 0. */
+static void att_packed_case(int T, const int *starts, int n_ex, int NH, int NKV, int hs) {
+    att_state s;
+    att_state_init(&s, 1, T, NH, NKV, hs, 2.0f);
+    int *pos = ialloc((size_t)T);
+    for (int e = 0; e < n_ex; e++)
+        for (int t = starts[e]; t < (e + 1 < n_ex ? starts[e + 1] : T); t++) pos[t] = t - starts[e];
+    s.sh.pos = pos;
+    const size_t nqkv = (size_t)T * s.W, natt = (size_t)NH * T * T;
+    ffill(s.att, natt, NAN);
+    att_loss(&s);
+    float *dqkv = falloc(nqkv), *datt = falloc(natt);
+    ffill(dqkv, nqkv, GARBAGE);
+    ffill(datt, natt, NAN);
+    be->ops->attention_bwd(be->ctx, A(dqkv), A(datt), A(s.R), A(s.qkv), A(s.out), A(s.att), &s.sh);
+    for (int e = 0; e < n_ex; e++) {
+        const int t0 = starts[e], n = (e + 1 < n_ex ? starts[e + 1] : T) - t0;
+        att_state one;
+        att_state_init(&one, 1, n, NH, NKV, hs, 2.0f);
+        memcpy(one.qkv, s.qkv + (size_t)t0 * s.W, (size_t)n * s.W * sizeof(float));
+        memcpy(one.R, s.R + (size_t)t0 * s.HQ, (size_t)n * s.HQ * sizeof(float));
+        att_loss(&one);
+        float *dq1 = falloc((size_t)n * s.W), *da1 = falloc((size_t)NH * n * n);
+        be->ops->attention_bwd(be->ctx, A(dq1), A(da1), A(one.R), A(one.qkv), A(one.out), A(one.att), &one.sh);
+        for (int t = 0; t < n; t++) {
+            for (int c = 0; c < s.HQ; c++)
+                CHECK_NEAR_REL(s.out[(size_t)(t0 + t) * s.HQ + c], one.out[(size_t)t * s.HQ + c], 1e-5, 1.0);
+            for (int c = 0; c < s.W; c++)
+                CHECK_NEAR_REL(dqkv[(size_t)(t0 + t) * s.W + c], dq1[(size_t)t * s.W + c], 1e-5, 1.0);
+            for (int h = 0; h < NH; h++) {
+                const float *pr = s.att + ((size_t)h * T + t0 + t) * T, *p1 = one.att + ((size_t)h * n + t) * n;
+                const float *dr = datt + ((size_t)h * T + t0 + t) * T;
+                for (int j = 0; j < T; j++) {
+                    const int mine = j >= t0 && j <= t0 + t;
+                    if (mine) CHECK_NEAR_REL(pr[j], p1[j - t0], 1e-5, 1e-3);
+                    else CHECK(pr[j] == 0.0f && dr[j] == 0.0f);
+                }
+            }
+        }
+        bfree(dq1), bfree(da1);
+        att_state_free(&one);
+    }
+    bfree(dqkv), bfree(datt), bfree(pos);
+    s.sh.pos = NULL;
+    att_state_free(&s);
+}
+
 static void test_attention(void) {
     att_case(2, 5, 2, 2, 4, SIZE_MAX, FD_EPS);
     att_case(1, 1, 2, 2, 4, SIZE_MAX, FD_EPS);
@@ -519,6 +571,9 @@ static void test_attention(void) {
     att_case(1, 80, 2, 2, 4, 400, 2e-2f);   /* crosses the 64-row block boundary */
     att_case(2, 130, 2, 2, 4, 300, 2e-2f);  /* three blocks, the last one partial */
     att_case(1, 70, 6, 3, 4, 300, 2e-2f);   /* GQA across a block boundary */
+    att_packed_case(40, (const int[]){0, 13, 30}, 3, 2, 2, 4);       /* examples inside chunks of 16 */
+    att_packed_case(100, (const int[]){0, 5, 37, 70}, 4, 4, 2, 8);    /* GQA, a block's keys from 37 or 70 */
+    att_packed_case(48, (const int[]){0, 16, 33}, 3, 2, 1, 16);       /* an example on a chunk's edge */
     att_cached_case(9, 2, 2, 4);
     att_cached_case(11, 6, 2, 4);
 }

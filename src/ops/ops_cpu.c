@@ -792,10 +792,15 @@ static void norm_dw_chunk(float *dw, float *db, const float *dout, const float *
     for (int i = 0; i < N; i++) {
         const float *x = inp + (size_t)i * C + c0, *dy = dout + (size_t)i * C + c0;
         const float m = mean ? mean[i] : 0.0f, r = rstd[i];
+        if (db) {
 #pragma omp simd
-        for (int j = 0; j < nc; j++) {
-            aw[j] += (double)dy[j] * ((x[j] - m) * r);
-            ab[j] += dy[j];
+            for (int j = 0; j < nc; j++) {
+                aw[j] += (double)dy[j] * ((x[j] - m) * r);
+                ab[j] += dy[j];
+            }
+        } else {
+#pragma omp simd
+            for (int j = 0; j < nc; j++) aw[j] += (double)dy[j] * ((x[j] - m) * r);
         }
     }
     for (int j = 0; j < nc; j++) dw[c0 + j] += (float)aw[j];
@@ -1059,8 +1064,8 @@ static void softmax_causal_row(float *p, int lo, int t, int T) {
 #pragma omp simd
         for (int l = 0; l < LANES; l++) {
             const int j = j0 + l;
-            const float x = j >= lo && j <= t ? p[j] : mx;
-            lane[l] = x > lane[l] ? x : lane[l];
+            const float pj = p[j], x = j >= lo && j <= t ? pj : mx; /* loads and arithmetic unmasked, */
+            lane[l] = x > lane[l] ? x : lane[l];                        /* so AVX2 and SSE vectorize too */
         }
     mx = lanes_max(lane);
     for (int j = imax(c1, lo); j <= t; j++) mx = p[j] > mx ? p[j] : mx;
@@ -1093,7 +1098,8 @@ static void softmax_causal_row_bwd(float *d, const float *p, int lo, int t, int 
 #pragma omp simd
         for (int l = 0; l < LANES; l++) {
             const int j = j0 + l;
-            lane[l] += j >= lo && j <= t ? p[j] * d[j] : 0.0f;
+            const float pd = p[j] * d[j];
+            lane[l] += j >= lo && j <= t ? pd : 0.0f;
         }
     float dot = lanes_sum(lane);
     for (int j = imax(c1, lo); j <= t; j++) dot += p[j] * d[j];
@@ -1157,7 +1163,8 @@ static void cpu_attention_fwd(void *ctx, dt_act *out_, void *att_, const dt_act 
 }
 
 /* Per head: P (n,L) = scale q k^T over the cache's first L = pos0+n rows, row i causal at
- * pos0+i, then y = P v: the rows attention_fwd computes at those positions, by the same steps. */
+ * pos0+i, then y = P v: the rows attention_fwd computes at those positions, by the same steps (equal
+ * to rounding: softmax_causal_row's chunks end at the row's length, T there and L here). */
 static void cpu_attention_cached(void *ctx, dt_act *out_, dt_act *kc_, dt_act *vc_, float *scratch,
                                  const dt_act *qkv_, int pos0, const dt_att_shape *s) {
     (void)ctx;
