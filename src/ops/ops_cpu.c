@@ -710,33 +710,31 @@ static inline float lanes_max(float *l) {
         for (int i = 0; i < w; i++) l[i] = l[i + w] > l[i] ? l[i + w] : l[i];
     return l[0];
 }
+/* s = the sum over c in [0, n) of EXPR (a float expression of c) in double: LANES lanes over the
+ * whole chunks, added pairwise, then the floats past them in order */
+#define LANES_SUMD(s, n, c, EXPR)                                                                                 \
+    do {                                                                                                          \
+        const int n_ = (n), whole_ = n_ / LANES * LANES;                                                          \
+        double lane_[LANES];                                                                                      \
+        for (int l_ = 0; l_ < LANES; l_++) lane_[l_] = 0.0;                                                       \
+        for (int c0_ = 0; c0_ < whole_; c0_ += LANES)                                                             \
+            _Pragma("omp simd") for (int l_ = 0; l_ < LANES; l_++) {                                              \
+                const int c = c0_ + l_;                                                                           \
+                lane_[l_] += (EXPR);                                                                              \
+            }                                                                                                     \
+        s = lanesd_sum(lane_);                                                                                    \
+        for (int c = whole_; c < n_; c++) s += (EXPR);                                                            \
+    } while (0)
 
 /* ---- layernorm ---- */
 
 DT_CLONES
 static void layernorm_row_fwd(float *o, float *mean, float *rstd, const float *x, const float *w,
                               const float *b, int C) {
-    const int cL = C / LANES * LANES;
-    double lane[LANES];
-    for (int l = 0; l < LANES; l++) lane[l] = 0.0;
-    for (int c0 = 0; c0 < cL; c0 += LANES)
-#pragma omp simd
-        for (int l = 0; l < LANES; l++) lane[l] += x[c0 + l];
-    double s = lanesd_sum(lane);
-    for (int c = cL; c < C; c++) s += x[c];
+    double s, v;
+    LANES_SUMD(s, C, c, x[c]);
     const float m = (float)(s / C);
-    for (int l = 0; l < LANES; l++) lane[l] = 0.0;
-    for (int c0 = 0; c0 < cL; c0 += LANES)
-#pragma omp simd
-        for (int l = 0; l < LANES; l++) {
-            const float d = x[c0 + l] - m;
-            lane[l] += (double)d * d;
-        }
-    double v = lanesd_sum(lane);
-    for (int c = cL; c < C; c++) {
-        const float d = x[c] - m;
-        v += (double)d * d;
-    }
+    LANES_SUMD(v, C, c, (double)(x[c] - m) * (x[c] - m));
     const float r = 1.0f / sqrtf((float)(v / C) + LN_EPS);
 #pragma omp simd
     for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
@@ -832,14 +830,8 @@ static void cpu_layernorm_bwd(void *ctx, dt_act *dinp_, float *dw, float *db, co
 
 DT_CLONES
 static void rmsnorm_row_fwd(float *o, float *rstd, const float *x, const float *w, int C, float eps) {
-    const int cL = C / LANES * LANES;
-    double lane[LANES];
-    for (int l = 0; l < LANES; l++) lane[l] = 0.0;
-    for (int c0 = 0; c0 < cL; c0 += LANES)
-#pragma omp simd
-        for (int l = 0; l < LANES; l++) lane[l] += (double)x[c0 + l] * x[c0 + l];
-    double v = lanesd_sum(lane);
-    for (int c = cL; c < C; c++) v += (double)x[c] * x[c];
+    double v;
+    LANES_SUMD(v, C, c, (double)x[c] * x[c]);
     const float r = 1.0f / sqrtf((float)(v / C) + eps);
 #pragma omp simd
     for (int c = 0; c < C; c++) o[c] = w[c] * (x[c] * r);
@@ -857,14 +849,8 @@ static void cpu_rmsnorm_fwd(void *ctx, dt_act *out_, float *rstd, const dt_act *
 /* y = w x r, r = (mean(x^2) + eps)^-1/2: dx += r w dy - x r^3 mean(w dy x) */
 DT_CLONES
 static void rmsnorm_row_bwd(float *dx, const float *dy, const float *x, const float *w, float r, int C) {
-    const int cL = C / LANES * LANES;
-    double lane[LANES];
-    for (int l = 0; l < LANES; l++) lane[l] = 0.0;
-    for (int c0 = 0; c0 < cL; c0 += LANES)
-#pragma omp simd
-        for (int l = 0; l < LANES; l++) lane[l] += (double)(w[c0 + l] * dy[c0 + l]) * x[c0 + l];
-    double s = lanesd_sum(lane);
-    for (int c = cL; c < C; c++) s += (double)(w[c] * dy[c]) * x[c];
+    double s;
+    LANES_SUMD(s, C, c, (double)(w[c] * dy[c]) * x[c]);
     const float k = (float)(s / C) * r * r * r;
 #pragma omp simd
     for (int c = 0; c < C; c++) dx[c] += r * (w[c] * dy[c]) - k * x[c];
@@ -1381,17 +1367,8 @@ static float xent_row_fwd(float *p, const float *x, int tg, int V) {
     mx = lanes_max(lane);
     for (int j = vL; j < V; j++) mx = x[j] > mx ? x[j] : mx;
     const float xt = tg >= 0 ? x[tg] - mx : 0.0f; /* read before p overwrites x */
-    double dl[LANES];
-    for (int l = 0; l < LANES; l++) dl[l] = 0.0;
-    for (int j0 = 0; j0 < vL; j0 += LANES)
-#pragma omp simd
-        for (int l = 0; l < LANES; l++) {
-            const float e = fast_expf(x[j0 + l] - mx);
-            p[j0 + l] = e;
-            dl[l] += e;
-        }
-    double sum = lanesd_sum(dl);
-    for (int j = vL; j < V; j++) sum += p[j] = fast_expf(x[j] - mx);
+    double sum;
+    LANES_SUMD(sum, V, j, p[j] = fast_expf(x[j] - mx));
     const float inv = (float)(1.0 / sum);
 #pragma omp simd
     for (int j = 0; j < V; j++) p[j] *= inv;
@@ -1431,14 +1408,8 @@ static void cpu_xent_bwd(void *ctx, dt_act *dlogits_, const dt_act *probs_, cons
 /* the sum over x[0, V) of exp(x - mx), in double lanes (see LANES) */
 DT_CLONES
 static double xent_expsum(const float *x, float mx, int V) {
-    const int vL = V / LANES * LANES;
-    double dl[LANES];
-    for (int l = 0; l < LANES; l++) dl[l] = 0.0;
-    for (int j0 = 0; j0 < vL; j0 += LANES)
-#pragma omp simd
-        for (int l = 0; l < LANES; l++) dl[l] += fast_expf(x[j0 + l] - mx);
-    double sum = lanesd_sum(dl);
-    for (int j = vL; j < V; j++) sum += fast_expf(x[j] - mx);
+    double sum;
+    LANES_SUMD(sum, V, j, fast_expf(x[j] - mx));
     return sum;
 }
 
