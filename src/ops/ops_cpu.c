@@ -710,8 +710,8 @@ static inline float lanes_max(float *l) {
         for (int i = 0; i < w; i++) l[i] = l[i + w] > l[i] ? l[i + w] : l[i];
     return l[0];
 }
-/* s = the sum over c in [0, n) of EXPR (a float expression of c) in double: LANES lanes over the
- * whole chunks, added pairwise, then the floats past them in order */
+/* s = the sum over c in [0, n) of EXPR (an expression of c) in double: LANES lanes over the whole
+ * chunks, added pairwise, then the terms past them in order (the double sums above, spelled once) */
 #define LANES_SUMD(s, n, c, EXPR)                                                                                 \
     do {                                                                                                          \
         const int n_ = (n), whole_ = n_ / LANES * LANES;                                                          \
