@@ -260,6 +260,8 @@ float *dt_model_stage_output(dt_model *m);
 float *dt_model_stage_grad(dt_model *m);
 /* the bytes of each of those three for a micro-batch of B rows: (B, T, C) activations */
 size_t dt_model_stage_bytes(const dt_model *m, int B);
+/* ... for a model of `c` on backend `ops` at precision bf16 (0/1) before one is built (--dry-run) */
+size_t dt_model_stage_bytes_cfg(const dt_model_cfg *c, const dt_ops *ops, int bf16, int B);
 /* A language model whose output head is its token embedding (GPT-2's; Llama's with
  * tie_word_embeddings). */
 int dt_model_tied_head(const dt_model_cfg *cfg);

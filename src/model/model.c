@@ -1434,8 +1434,12 @@ dt_status dt_model_backward(dt_model *m, float scale, dt_bucket_ready_fn ready, 
 
 float *dt_model_stage_input(dt_model *m) { return (float *)m->encoded; }
 float *dt_model_stage_grad(dt_model *m) { return (float *)m->d.dresidual; }
-size_t dt_model_stage_bytes(const dt_model *m, int B) {
-    return (size_t)B * (size_t)m->cfg.seq_len * (size_t)m->cfg.shape.n_embd * dt_dtype_size(m->net.act);
+static size_t stage_bytes(const dt_model_cfg *c, dt_dtype act, int B) {
+    return (size_t)B * (size_t)c->seq_len * (size_t)c->shape.n_embd * dt_dtype_size(act);
+}
+size_t dt_model_stage_bytes(const dt_model *m, int B) { return stage_bytes(&m->cfg, m->net.act, B); }
+size_t dt_model_stage_bytes_cfg(const dt_model_cfg *c, const dt_ops *ops, int bf16, int B) {
+    return stage_bytes(c, ops->act_dtype(bf16), B);
 }
 float *dt_model_stage_output(dt_model *m) {
     int lo, hi;

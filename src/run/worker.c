@@ -398,8 +398,7 @@ static size_t device_memory_bytes(const dt_ops *ops, const dt_model_cfg *mc, int
                                   int dp_comm, int bf16_wire) {
     dt_op_sizes sizes;
     dt_model_op_sizes(mc, &sizes);
-    const size_t staging = mc->pp > 1 ? 2 * (size_t)mc->max_batch * (size_t)mc->seq_len * (size_t)mc->shape.n_embd *
-                                            dt_dtype_size(ops->act_dtype(bf16)) : 0;
+    const size_t staging = mc->pp > 1 ? 2 * dt_model_stage_bytes_cfg(mc, ops, bf16, mc->max_batch) : 0;
     return dt_model_memory_bytes(mc, ops, bf16) + 2 * moment_floats(mc, world, zero_stage) * sizeof(float) +
            ops->scratch_bytes(&sizes, bf16) + comm_memory_bytes(ops, mc, dp_comm, bf16_wire) + staging;
 }
