@@ -1037,6 +1037,23 @@ static void cpu_lora_bwd(void *ctx, dt_act *dinp_, float *dA, float *dB, const f
  * ATT_BLK rows; block [r0,r1) only needs keys [0,r1), so the blocks above the diagonal are never
  * computed. Entries above the diagonal of P (and of dS in datt) are written as exact zeros. */
 
+/* The last pass of a causal softmax row, forward (bwd 0: x[j] *= inv) or backward (bwd 1: x[j] =
+ * p[j] * (x[j] - dot)) on [lo, t], and 0 on the rest of the row's T columns: whole chunks of LANES
+ * columns, each column's value selected (a row of 32 keys is two chunks, where loops over [lo, t]
+ * and the zeros on either side left most of it to scalar remainders), then the columns past the
+ * last whole chunk one at a time. */
+static inline void softmax_row_end(float *x, int bwd, float inv, float dot, const float *p, int lo, int t, int T) {
+    const int cT = T / LANES * LANES;
+    for (int j0 = 0; j0 < cT; j0 += LANES)
+#pragma omp simd
+        for (int l = 0; l < LANES; l++) {
+            const int j = j0 + l;
+            const float y = bwd ? p[j] * (x[j] - dot) : x[j] * inv;
+            x[j] = j >= lo && j <= t ? y : 0.0f;
+        }
+    for (int j = cT; j < T; j++) x[j] = j >= lo && j <= t ? (bwd ? p[j] * (x[j] - dot) : x[j] * inv) : 0.0f;
+}
+
 /* p[lo..t] = softmax(p[lo..t]); p[0..lo) and p[t+1..T) = 0 (lo > 0: the row's example starts
  * at row lo of a packed sequence). Whole chunks of LANES columns from lo's chunk on, the columns
  * outside [lo, t] masked out (they may hold anything: read, never used), then the columns of a
@@ -1066,11 +1083,7 @@ static void softmax_causal_row(float *p, int lo, int t, int T) {
         }
     sum = lanes_sum(lane);
     for (int j = imax(c1, lo); j <= t; j++) sum += p[j] = fast_expf(p[j] - mx);
-    const float inv = 1.0f / sum;
-#pragma omp simd
-    for (int j = lo; j <= t; j++) p[j] *= inv;
-    for (int j = 0; j < lo; j++) p[j] = 0.0f;
-    for (int j = t + 1; j < T; j++) p[j] = 0.0f;
+    softmax_row_end(p, 0, 1.0f / sum, 0.0f, NULL, lo, t, T);
 }
 
 /* d (= dP on entry) becomes dS = p * (dP - sum_j p dP) on [lo..t], 0 elsewhere; in chunks as
@@ -1089,10 +1102,7 @@ static void softmax_causal_row_bwd(float *d, const float *p, int lo, int t, int 
         }
     float dot = lanes_sum(lane);
     for (int j = imax(c1, lo); j <= t; j++) dot += p[j] * d[j];
-#pragma omp simd
-    for (int j = lo; j <= t; j++) d[j] = p[j] * (d[j] - dot);
-    for (int j = 0; j < lo; j++) d[j] = 0.0f;
-    for (int j = t + 1; j < T; j++) d[j] = 0.0f;
+    softmax_row_end(d, 1, 0.0f, dot, p, lo, t, T);
 }
 
 /* the first row that row t of sequence b attends to: 0, or its example's first with packed rows
