@@ -4,7 +4,7 @@
  *
  *   bench_cpu_step [--threads N] [--steps K] [--B 8 --T 256 --L 4 --C 256 --H 4 --V 256]
  *                  [--arch llama --KV 2 --F 512 --hs 0 --tied 1]   (--smollm2: SmolLM2-135M's shape)
- *                  [--products 1] [--lora R [--base16 1]] [--bf16 1]
+ *                  [--products 1|2] [--lora R [--base16 1]] [--bf16 1]
  *
  * --lora R: model.lora of rank R (alpha 2R) on every projection of the architecture (Llama: q, k,
  * v, o, gate, up, down): the base frozen, AdamW over the adapters; the FLOPs and "% of peak"
@@ -21,6 +21,7 @@
  * ms and GFLOP/s, and their ratio; then the attention's forward and backward through the backend
  * (GFLOP/s of the causal half of its T x T products), and the optimizer's: the gradient's sum of
  * squares and AdamW over the model's weight matrices' floats (GB/s of the memory they touch).
+ * --products 2: those last rows only (the attention's and the optimizer's).
  *
  * Prints ms/step (mean, best and median), tokens/s, model FLOPs/s (6N + 12LAT per token, see
  * dt_model_flops_per_token) and that as a fraction of the sgemm peak: the best cblas_sgemm rate
@@ -274,7 +275,8 @@ int main(int argc, char **argv) {
         const int hd = hs ? hs : C / H, kv = llama ? KV : H, A = H * hd;
         printf("%s V=%d T=%d C=%d H=%d B=%d, %d threads; sgemm peak %.1f GFLOP/s (%s)\n\n", llama ? "Llama" : "GPT-2", V, T,
                C, H, B, threads, peak / 1e9, which);
-        products(be, threads, steps, B * T, C, (H + 2 * kv) * hd, A, llama ? 2 * F : 4 * C, llama ? F : 4 * C, V, llama);
+        if (by_product == 1) /* --products 2: the attention's and the optimizer's rows only */
+            products(be, threads, steps, B * T, C, (H + 2 * kv) * hd, A, llama ? 2 * F : 4 * C, llama ? F : 4 * C, V, llama);
         attention_rows(be, steps, B, T, H, kv, hd);
         const size_t nw = (size_t)L * ((size_t)C * (H + 2 * kv) * hd + (size_t)A * C + (size_t)C * (llama ? 3 * F : 8 * C)) +
                           (size_t)V * C * (llama && !tied ? 2 : 1);
