@@ -829,8 +829,20 @@ static void test_xent(void) {
     be->ops->xent_bwd(be->ctx, A(buf), A(buf), s.tg, s.scale, N, V, V);
     CHECK(memcmp(buf, dl, n * sizeof(float)) == 0);
 
+    /* xent_fused: the two calls' losses and gradient bit for bit, in place too */
+    CHECK(be->ops->xent_fused != NULL);
+    float *fused = fcopy(s.logits, n), *losses3 = falloc(N), *dl3 = falloc(n);
+    ffill(dl3, n, GARBAGE);
+    be->ops->xent_fused(be->ctx, losses3, A(dl3), A(s.logits), s.tg, s.scale, N, V, V);
+    CHECK(memcmp(losses3, s.losses, N * sizeof(float)) == 0);
+    CHECK(memcmp(dl3, dl, n * sizeof(float)) == 0);
+    ffill(losses3, N, GARBAGE);
+    be->ops->xent_fused(be->ctx, losses3, A(fused), A(fused), s.tg, s.scale, N, V, V);
+    CHECK(memcmp(losses3, s.losses, N * sizeof(float)) == 0);
+    CHECK(memcmp(fused, dl, n * sizeof(float)) == 0);
+
     bfree(s.tg), bfree(s.logits), bfree(s.probs), bfree(s.losses), bfree(dl), bfree(buf);
-    bfree(losses2);
+    bfree(losses2), bfree(fused), bfree(losses3), bfree(dl3);
 }
 
 /* Tensor parallelism over the vocabulary: the embedding and the cross-entropy in shares of
@@ -1407,6 +1419,29 @@ static void test_backward_jobs(void) {
     be->ops->set_threads(be->ctx, 2);
 }
 
+/* xent_fused (what training takes) gives what xent_fwd then xent_bwd give, bit for bit, on 1 and
+ * 2 threads, on wide rows ld apart: whole chunks and a tail, ignored rows, and the columns past V
+ * untouched */
+static void test_xent_fused_wide(void) {
+    enum { N = 33, V = 1025, LD = 1040 };
+    const float scale = 1.0f / 3.0f; /* not a power of two: p * inv * scale rounds twice, as the two calls do */
+    int tg[N];
+    for (int i = 0; i < N; i++) tg[i] = i % 5 == 3 ? -1 : (i * 97) % V;
+    float *logits = frandom((size_t)N * LD, 4.0f), *two = fcopy(logits, (size_t)N * LD);
+    float *one = fcopy(logits, (size_t)N * LD), *l2 = falloc(N), *l1 = falloc(N);
+    be->ops->xent_fwd(be->ctx, l2, A(two), A(two), tg, N, V, LD);
+    be->ops->xent_bwd(be->ctx, A(two), A(two), tg, scale, N, V, LD);
+    for (int t = 1; t <= 2; t++) {
+        be->ops->set_threads(be->ctx, t);
+        memcpy(one, logits, (size_t)N * LD * sizeof(float));
+        be->ops->xent_fused(be->ctx, l1, A(one), A(one), tg, scale, N, V, LD);
+        CHECK(memcmp(l1, l2, N * sizeof(float)) == 0);
+        CHECK(memcmp(one, two, (size_t)N * LD * sizeof(float)) == 0); /* past V: logits' own values */
+    }
+    be->ops->set_threads(be->ctx, 2);
+    bfree(logits), bfree(two), bfree(one), bfree(l2), bfree(l1);
+}
+
 /* training.precision bf16 (oneDNN, where the CPU has AVX512-BF16 or AMX): matmul_fwd and
  * matmul_bwd multiply their inputs rounded to bf16 with fp32 accumulation. Against the fp32
  * backend on inputs rounded beforehand: equal within fp32 rounding (the sums' order differs);
@@ -1664,6 +1699,7 @@ int main(void) {
     test_optimizer_bits();
     test_weight_grad_tiles();
     test_backward_jobs();
+    test_xent_fused_wide();
     test_loss_sum();
     test_large_sizes();
     dt_backend_close(be);

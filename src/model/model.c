@@ -1123,12 +1123,14 @@ void dt_model_zero_grad(dt_model *m) {
 
 /* The head's cross-entropy over `rows` rows of logits: the losses and, for training on a backend
  * that fuses it, the logits' gradient in place in the same pass (no probabilities; backward
- * uses it as it is); else the probabilities in place; and the predictions when asked. */
+ * uses it as it is); else the probabilities in place; and the predictions when asked. Not with
+ * several sets of activations (pipeline stages' micro-batches): logits_are_grads says what the
+ * last forward left, and the micro-batches' forwards all run before their backwards. */
 static void head_xent(dt_model *m, int rows, int predict, float scale) {
     const dt_ops *o = m->be->ops;
     void *ctx = m->be->ctx;
     const int V = head_width(&m->cfg), ld = m->logits_ld;
-    m->logits_are_grads = !predict && o->xent_fused;
+    m->logits_are_grads = !predict && o->xent_fused && act_sets(&m->cfg) == 1;
     m->fused_scale = scale;
     if (m->logits_are_grads) o->xent_fused(ctx, m->losses, m->logits, m->logits, m->targets_dev, scale, rows, V, ld);
     else o->xent_fwd(ctx, m->losses, m->logits, m->logits, m->targets_dev, rows, V, ld);

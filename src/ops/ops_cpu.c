@@ -936,6 +936,7 @@ static void cpu_matmul_bwd(void *ctx, dt_act *dinp_, float *dw, float *dbias, co
     jobs_run(cx, jobs, n);
 }
 
+
 /* ---- products of a bf16 weight (model.lora.base_dtype): widened a piece at a time ----
  * A piece is the weight's part for output columns [n0, n0 + nb), nb a multiple of 16 sized by
  * K and N alone (so the same pieces for any thread count): W (N,K)'s rows n0.. (contiguous), or
@@ -1365,9 +1366,11 @@ static void cpu_add(void *ctx, dt_act *out_, const dt_act *a_, const dt_act *b_,
 
 /* ---- softmax cross-entropy ---- */
 
-/* probs row (may alias x) = softmax(x); returns -log p[tg] (0 when tg < 0) */
+/* probs row (may alias x) = softmax(x); returns -log p[tg] (0 when tg < 0). grad (xent_fused,
+ * tg >= 0): the row's gradient instead, p[j] = softmax(x)[j] * scale and p[tg] = (that
+ * probability - 1) * scale, the values xent_bwd makes of the probabilities, in the same pass. */
 DT_CLONES
-static float xent_row_fwd(float *p, const float *x, int tg, int V) {
+static float xent_row_fwd(float *p, const float *x, int tg, int V, int grad, float scale) {
     const int vL = V / LANES * LANES;
     float lane[LANES], mx = x[0];
     for (int l = 0; l < LANES; l++) lane[l] = mx;
@@ -1380,8 +1383,15 @@ static float xent_row_fwd(float *p, const float *x, int tg, int V) {
     double sum;
     LANES_SUMD(sum, V, j, p[j] = fast_expf(x[j] - mx));
     const float inv = (float)(1.0 / sum);
+    if (grad) {
+        const float pt = p[tg] * inv;
 #pragma omp simd
-    for (int j = 0; j < V; j++) p[j] *= inv;
+        for (int j = 0; j < V; j++) p[j] = p[j] * inv * scale;
+        p[tg] = (pt - 1.0f) * scale;
+    } else {
+#pragma omp simd
+        for (int j = 0; j < V; j++) p[j] *= inv;
+    }
     return tg >= 0 ? (float)(log(sum) - xt) : 0.0f;
 }
 
@@ -1391,7 +1401,27 @@ static void cpu_xent_fwd(void *ctx, float *losses, dt_act *probs_, const dt_act 
     const float *logits = (const float *)logits_;
 #pragma omp parallel for schedule(static) if ((size_t)N * V >= PAR_MIN)
     for (int i = 0; i < N; i++)
-        losses[i] = xent_row_fwd(probs + (size_t)i * ld, logits + (size_t)i * ld, targets[i], V);
+        losses[i] = xent_row_fwd(probs + (size_t)i * ld, logits + (size_t)i * ld, targets[i], V, 0, 0.0f);
+}
+
+/* xent_fwd and xent_bwd at once (training): each row's gradient made from its probabilities
+ * where they are computed, one pass over the logits fewer and one parallel region; the same
+ * values as the two calls */
+static void cpu_xent_fused(void *ctx, float *losses, dt_act *dlogits_, const dt_act *logits_, const int *targets,
+                           float scale, int N, int V, int ld) {
+    (void)ctx;
+    float *dlogits = (float *)dlogits_;
+    const float *logits = (const float *)logits_;
+#pragma omp parallel for schedule(static) if ((size_t)N * V >= PAR_MIN)
+    for (int i = 0; i < N; i++) {
+        float *d = dlogits + (size_t)i * ld;
+        if (targets[i] < 0) { /* xent_fwd's loss 0, xent_bwd's zero row */
+            losses[i] = 0.0f;
+            memset(d, 0, (size_t)V * sizeof(float));
+            continue;
+        }
+        losses[i] = xent_row_fwd(d, logits + (size_t)i * ld, targets[i], V, 1, scale);
+    }
 }
 
 static void cpu_xent_bwd(void *ctx, dt_act *dlogits_, const dt_act *probs_, const int *targets,
@@ -1837,6 +1867,7 @@ const dt_ops dt_ops_cpu = {
     .add = cpu_add,
     .xent_fwd = cpu_xent_fwd,
     .xent_bwd = cpu_xent_bwd,
+    .xent_fused = cpu_xent_fused,
     .encoder_part_fwd = cpu_encoder_part_fwd,
     .encoder_part_bwd = cpu_encoder_part_bwd,
     .xent_part_stats = cpu_xent_part_stats,
