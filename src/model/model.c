@@ -1124,8 +1124,8 @@ void dt_model_zero_grad(dt_model *m) {
 /* The head's cross-entropy over `rows` rows of logits: the losses and, for training on a backend
  * that fuses it, the logits' gradient in place in the same pass (no probabilities; backward
  * uses it as it is); else the probabilities in place; and the predictions when asked. Not with
- * several sets of activations (pipeline stages' micro-batches): logits_are_grads says what the
- * last forward left, and the micro-batches' forwards all run before their backwards. */
+ * several sets of activations (a pipeline stage's micro-batches in flight): logits_are_grads
+ * says what the last forward left, and several forwards may run before their backwards. */
 static void head_xent(dt_model *m, int rows, int predict, float scale) {
     const dt_ops *o = m->be->ops;
     void *ctx = m->be->ctx;
