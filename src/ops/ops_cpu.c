@@ -936,7 +936,6 @@ static void cpu_matmul_bwd(void *ctx, dt_act *dinp_, float *dw, float *dbias, co
     jobs_run(cx, jobs, n);
 }
 
-
 /* ---- products of a bf16 weight (model.lora.base_dtype): widened a piece at a time ----
  * A piece is the weight's part for output columns [n0, n0 + nb), nb a multiple of 16 sized by
  * K and N alone (so the same pieces for any thread count): W (N,K)'s rows n0.. (contiguous), or
