@@ -92,8 +92,11 @@ struct dt_model {
     int last_T;                /* ... the last forward took: its backward's */
     dt_status tp_st;           /* tensor parallelism: the first failure of a sum over cfg.tp_comm (net.tp_st) */
     double tp_ms;              /* ... the time spent in those collectives (net.tp_ms) */
-    int logits_are_grads;      /* the last forward left the logits' gradient there (ops xent_fused) */
-    float fused_scale;         /* ... for this scale */
+    struct logits_held {       /* (act_sets) per set of activations, what its logits hold: */
+        int grads;             /* the gradient its last forward left (ops xent_fused), */
+        float scale;           /* ... for this scale */
+    } *held;
+    int set;                   /* the set in use (dt_model_use_acts) */
 };
 
 /* ---- layout: the architecture's tensors ---- */
@@ -753,6 +756,7 @@ void dt_model_free(dt_model *m) {
     o->free(ctx, m->arena);
     free(m->act_tab);
     free(m->act_off);
+    free(m->held);
     o->free_host(ctx, m->loss_host);
     free(m->layers);
     free(m->net.w.layers);
@@ -774,6 +778,7 @@ void dt_model_free(dt_model *m) {
 }
 
 void dt_model_use_acts(dt_model *m, int k) {
+    m->set = k;
     char *set = (char *)m->arena + m->shared_bytes + (size_t)k * m->set_bytes;
     for (int i = 0; i < m->n_act_tab; i++)
         *m->act_tab[i].at = (m->act_tab[i].shared ? (char *)m->arena : set) + m->act_off[i];
@@ -800,6 +805,8 @@ static dt_status alloc_arena(dt_model *m) {
     snprintf(what, sizeof what, "the activations of batch %d (%.1f MiB%s)", m->cfg.max_batch, (double)total / (1 << 20),
              act_sets(&m->cfg) > 1 ? ", for the micro-batches in flight" : "");
     DT_TRY(m->be->ops->alloc(m->be->ctx, total, what, &m->arena));
+    if (!(m->held = dt_calloc((size_t)act_sets(&m->cfg), sizeof *m->held, "what the logits hold")))
+        return DT_ERR_NOMEM;
     dt_model_use_acts(m, 0);
     return DT_OK;
 }
@@ -1123,16 +1130,17 @@ void dt_model_zero_grad(dt_model *m) {
 
 /* The head's cross-entropy over `rows` rows of logits: the losses and, for training on a backend
  * that fuses it, the logits' gradient in place in the same pass (no probabilities; backward
- * uses it as it is); else the probabilities in place; and the predictions when asked. Not with
- * several sets of activations (a pipeline stage's micro-batches in flight): logits_are_grads
- * says what the last forward left, and several forwards may run before their backwards. */
+ * uses it as it is); else the probabilities in place; and the predictions when asked. Which
+ * of the two the logits hold is kept per set of activations (m->held): a pipeline stage's
+ * micro-batches in flight may each run their forward before any backward. */
 static void head_xent(dt_model *m, int rows, int predict, float scale) {
     const dt_ops *o = m->be->ops;
     void *ctx = m->be->ctx;
     const int V = head_width(&m->cfg), ld = m->logits_ld;
-    m->logits_are_grads = !predict && o->xent_fused && act_sets(&m->cfg) == 1;
-    m->fused_scale = scale;
-    if (m->logits_are_grads) o->xent_fused(ctx, m->losses, m->logits, m->logits, m->targets_dev, scale, rows, V, ld);
+    struct logits_held *h = &m->held[m->set];
+    h->grads = !predict && o->xent_fused;
+    h->scale = scale;
+    if (h->grads) o->xent_fused(ctx, m->losses, m->logits, m->logits, m->targets_dev, scale, rows, V, ld);
     else o->xent_fwd(ctx, m->losses, m->logits, m->logits, m->targets_dev, rows, V, ld);
     if (predict) o->argmax(ctx, m->argmax_dev, m->logits, rows, V, ld);
 }
@@ -1248,12 +1256,13 @@ static void classifier_head(dt_model *m, const dt_act *x, const int *targets, in
     }
     o->download(ctx, m->host_losses, m->losses, (size_t)B * sizeof(float));
     if (predict) o->download(ctx, m->host_argmax, m->argmax_dev, (size_t)B * sizeof(int));
-    if (!m->logits_are_grads) o->download(ctx, m->host_probs, m->logits, (size_t)B * ld * dt_dtype_size(m->net.act));
+    const int grads = m->held[m->set].grads;
+    if (!grads) o->download(ctx, m->host_probs, m->logits, (size_t)B * ld * dt_dtype_size(m->net.act));
     for (int b = 0; b < B; b++) {
         if (predict) res->correct += m->host_argmax[b] == targets[b];
         res->loss_sum += m->host_losses[b];
     }
-    for (size_t b = 0; !m->logits_are_grads && b < (size_t)B; b++)
+    for (size_t b = 0; !grads && b < (size_t)B; b++)
         for (size_t j = 0; j < (size_t)NL; j++) {
             const size_t i = b * (size_t)ld + j;
             m->host_probs_f[b * (size_t)NL + j] = m->net.act == DT_DTYPE_F32
@@ -1262,7 +1271,7 @@ static void classifier_head(dt_model *m, const dt_act *x, const int *targets, in
         }
     res->rows = B;
     res->pred = predict ? m->host_argmax : NULL;
-    res->probs = m->logits_are_grads ? NULL : m->host_probs_f;
+    res->probs = grads ? NULL : m->host_probs_f;
     res->losses = m->host_losses;
 }
 
@@ -1392,16 +1401,17 @@ static dt_status head_bwd(dt_model *m, int B, float scale) {
     const size_t asz = dt_dtype_size(m->net.act);
     const net_weights *w = &m->net.w;
     o->zero(ctx, m->d.dresidual, (size_t)BT * C * asz);
-    if (m->logits_are_grads && scale != m->fused_scale)
+    struct logits_held *h = &m->held[m->set];
+    if (h->grads && scale != h->scale)
         return dt_error_set(DT_ERR_INTERNAL, "model backward: scale %g, but the forward computed the gradient for %g",
-                            (double)scale, (double)m->fused_scale);
+                            (double)scale, (double)h->scale);
     const int head_rows = NL ? B : BT;
     if (xent_in_parts(&m->cfg))
         o->xent_part_bwd(ctx, m->logits, m->logits, m->xent_lse, m->targets_dev, m->net.v0, scale, BT, m->net.n_vocab,
                          m->logits_ld);
-    else if (!m->logits_are_grads)
+    else if (!h->grads)
         o->xent_bwd(ctx, m->logits, m->logits, m->targets_dev, scale, head_rows, head_width(&m->cfg), m->logits_ld);
-    m->logits_are_grads = 0;
+    h->grads = 0;
     dt_net_mm_bwd(&m->net, &w->head, m->d.dnorm, m->logits, m->lnf, head_rows, m->logits_ld, NULL, NULL, NULL);
     if (NL) {
         o->zero(ctx, m->dpooled, (size_t)B * C * asz);
