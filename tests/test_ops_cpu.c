@@ -1445,8 +1445,8 @@ static void test_xent_fused_wide(void) {
 /* training.precision bf16 (oneDNN, where the CPU has AVX512-BF16 or AMX): matmul_fwd and
  * matmul_bwd multiply their inputs rounded to bf16 with fp32 accumulation. Against the fp32
  * backend on inputs rounded beforehand: equal within fp32 rounding (the sums' order differs);
- * 1 and 2 threads bit for bit; a product with fewer than 256 rows of output runs in fp32, exactly
- * as the fp32 backend's. Where the CPU or the build has none, open refuses, naming why, and the
+ * 1 and 2 threads bit for bit; a product of fewer than 256 rows of the batch (a forward's or
+ * input gradient's rows, a weight gradient's sum) runs in fp32, exactly as the fp32 backend's. Where the CPU or the build has none, open refuses, naming why, and the
  * rest is skipped (said on stdout). */
 static void test_bf16_products(void) {
     dt_backend_cfg bc = {.threads = 2, .precision = 1};
@@ -1456,12 +1456,13 @@ static void test_bf16_products(void) {
         CHECK(strstr(dt_error_msg(), "needs AVX512-BF16 or AMX") || strstr(dt_error_msg(), "built without it"));
         return;
     }
-    /* (M, K, N): 4 tiles of rows; one tile with the weight gradient's 300 rows in bf16; 257 rows
-     * of a transposed weight's gradient; tiles of columns, and weight gradients in 2 x 2 tiles
-     * with tails both ways (1 x 4 with the weight transposed; their A read transposed, in place);
-     * an input gradient too small for bf16 beside a weight gradient in bf16; and a product too
-     * small for bf16. Each backward also once for each gradient alone: the weight gradient reuses
-     * the input gradient's bf16 copy of dout, and must give the bits it gives alone. */
+    /* (M, K, N): 4 tiles of rows, with a weight gradient of 80 x 96 in bf16 (its sum is over
+     * the 1024 rows); one tile with the weight gradient's 300 rows; 257 rows of a transposed
+     * weight's gradient; tiles of columns, and weight gradients in 2 x 2 tiles with tails both
+     * ways (1 x 4 with the weight transposed; their A read transposed, in place); weights of 260
+     * and 300 rows whose products sum over 200 rows, too few for bf16; and a product too small
+     * for bf16. Each backward also once for each gradient alone: the weight gradient reuses the
+     * input gradient's bf16 copy of dout, and must give the bits it gives alone. */
     const int shapes[][3] = {{1024, 96, 80}, {512, 300, 64}, {300, 128, 257}, {256, 600, 300}, {200, 300, 260},
                              {100, 64, 64}};
     for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
@@ -1499,7 +1500,7 @@ static void test_bf16_products(void) {
                 bfree(dinp_a), bfree(dw_a);
             }
             /* the rows of each product's output: which reference it matches */
-            const int fwd16 = M >= 256, dw16 = (wt ? N : K) >= 256;
+            const int fwd16 = M >= 256, dw16 = M >= 256; /* a weight gradient's sum is over M rows */
             const float *ro = out_r[!fwd16], *ri = dinp_r[!fwd16], *rw = dw_r[!dw16];
             for (size_t i = 0; i < nmn; i++) {
                 if (fwd16) CHECK_NEAR_REL(out[1][i], ro[i], 1e-5, 0.1);

@@ -63,6 +63,8 @@ typedef struct cpu_ctx {
     int f32dnnl;  /* fp32 weight products through oneDNN (gemm32) */
     uint16_t *a16, *b16; /* bf16 (oneDNN): a product's inputs rounded, a16_n and b16_n elements */
     size_t a16_n, b16_n;
+    uint16_t *c16; /* ... and a weight gradient's input (cpu_matmul_bwd), c16_n elements */
+    size_t c16_n;
 #ifdef DT_HAVE_DNNL
     dnnl_engine_t eng;
     int slots;               /* threads the streams and scratchpads below serve */
@@ -117,7 +119,8 @@ static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline size_t ew_tasks(size_t n) { return (n + EW_CHUNK - 1) / EW_CHUNK; }
 static inline size_t ew_end(size_t c, size_t n) { return (c + 1) * EW_CHUNK < n ? (c + 1) * EW_CHUNK : n; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
-/* a weight product of M rows of output runs with bf16 inputs (gemm16, unless oneDNN refuses it):
+/* a weight product over M rows of the batch (a forward's or input gradient's rows of output, a
+ * weight gradient's sum) runs with bf16 inputs (gemm16, unless oneDNN refuses it):
  * training.precision bf16 and GEMM_TILE rows or more */
 static inline int runs16(const cpu_ctx *cx, int M) { return cx->bf16 && M >= GEMM_TILE; }
 
@@ -290,10 +293,10 @@ static void job_colsum(job *j, float *dst, const float *src, int M, int N, int l
  * copies, laid out as the fp32 operands are (a transposed A, a weight gradient's, stays
  * transposed: oneDNN reads it so), and multiplied with fp32 accumulation into its fp32 output, in
  * the fp32 products' tiles (gemm_plan, jobs_run), each tile one primitive made for one thread and
- * run on the thread of its tile, so the values do not depend on the thread count. Products with
- * fewer than GEMM_TILE rows, and any that oneDNN refuses, run in fp32 (fp32_gemm). The copies
- * (the largest product's inputs in bf16) and oneDNN's per-thread scratchpads are this mode's
- * extra memory. */
+ * run on the thread of its tile, so the values do not depend on the thread count. Products over
+ * fewer than GEMM_TILE rows of the batch (runs16), and any that oneDNN refuses, run in fp32
+ * (fp32_gemm). The copies (the largest product's inputs in bf16, and the largest input of a
+ * weight gradient) and oneDNN's per-thread scratchpads are this mode's extra memory. */
 
 /* *buf holds at least want elements of size el (grown, 64-byte aligned; contents not kept) */
 static int grow(void **buf, size_t *n, size_t want, size_t el) {
@@ -532,17 +535,17 @@ static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int
 #ifdef DT_HAVE_DNNL
 
 /* j: the job of C(M,N) = op(A)(M,K) op(B)(K,N) + beta C (beta 0 or 1) with bf16 inputs; 0
- * where it runs in fp32 instead (runs16, or oneDNN refuses). A16, B16: that operand already in bf16 and dense, as it is laid out (a
- * weight of model.lora.base_dtype bf16; the output gradient's copy that matmul_bwd's input
- * gradient left in cx->a16 or cx->b16), used as it is; else A, B (fp32, rows lda, ldb apart) are
- * rounded into dense copies in cx->a16 and cx->b16 as they are laid out (a transposed operand
- * stays transposed: oneDNN reads it so). A16 is never cx->b16 where B is rounded, nor B16 cx->a16
- * where A is rounded (that buffer would be grown or overwritten): matmul_bwd swaps the two buffers
- * for the one product that needs it, and back. */
+ * where it runs in fp32 instead (runs16, or oneDNN refuses). A16, B16: that operand already in
+ * bf16 and dense, as it is laid out (a weight of model.lora.base_dtype bf16; a weight gradient's
+ * two copies from cpu_matmul_bwd, the output gradient's in cx->a16 and the input's in cx->c16),
+ * used as it is; else A, B (fp32, rows lda, ldb apart) are rounded into dense copies in cx->a16
+ * and cx->b16 as they are laid out (a transposed operand stays transposed: oneDNN reads it so).
+ * A16 is never cx->b16 where B is rounded, nor B16 cx->a16 where A is rounded (that buffer
+ * would be grown or overwritten). */
 static int gemm16(cpu_ctx *cx, job *j, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
                   const uint16_t *A16, int lda, const float *B, const uint16_t *B16, int ldb, float beta, float *C,
                   int ldc) {
-    if (!runs16(cx, M)) return 0;
+    if (!runs16(cx, ta != CblasNoTrans ? K : M)) return 0;
     const int at = ta != CblasNoTrans, bt = tb != CblasNoTrans;
     if (!tiles_get(cx, j, 0, M, N, K, at, bt, at ? M : K, bt ? K : N, ldc, beta != 0.0f) ||
         (!A16 && !grow((void **)&cx->a16, &cx->a16_n, (size_t)M * K, sizeof(uint16_t))) ||
@@ -895,17 +898,11 @@ static void cpu_matmul_fwd(void *ctx, dt_act *out_, const dt_act *inp_, const fl
 }
 
 /* In bf16 the input gradient's product leaves dout rounded, dense (M,N), in cx->a16 (d16: it
- * ran in bf16); the weight gradient reads that copy instead of rounding dout again: as its A
- * (w_trans), or as its B, with the two buffers swapped for that product so that its A (inp) is
- * rounded into the other one, and swapped back after it (each buffer keeps its role, and so its
- * size: the largest operand of that role). d16 is 0 in fp32 and in a build without oneDNN. */
-static void swap16(cpu_ctx *cx) {
-    uint16_t *b = cx->b16;
-    const size_t bn = cx->b16_n;
-    cx->b16 = cx->a16, cx->b16_n = cx->a16_n;
-    cx->a16 = b, cx->a16_n = bn;
-}
-
+ * ran in bf16); the weight gradient reads that copy instead of rounding dout again, and its other
+ * input (inp) is rounded into cx->c16, so that neither product's copies are overwritten before
+ * both have run, in one parallel region. A weight gradient's bf16 rule is its sum's length, the
+ * M rows of the batch (runs16): its own rows are a weight's, few in a small model (64 in the
+ * shipped fine-tune's). d16 is 0 in fp32 and in a build without oneDNN. */
 static void cpu_matmul_bwd(void *ctx, dt_act *dinp_, float *dw, float *dbias, const dt_act *dout_,
                            const dt_act *inp_, const float *w, int M, int K, int N, int ldo, int w_trans) {
     cpu_ctx *cx = ctx;
@@ -914,24 +911,25 @@ static void cpu_matmul_bwd(void *ctx, dt_act *dinp_, float *dw, float *dbias, co
     const float *inp = (const float *)inp_;
     job jobs[3];
     int n = 0, d16 = 0; /* d16: cx->a16 holds dout in bf16 */
+    const uint16_t *x16 = NULL; /* inp in bf16, dense (M,K), in cx->c16 */
 #ifdef DT_HAVE_DNNL
     mm_room(cx, 16); /* two products' primitives, made before either runs: at most 4 a try, 2 tries each */
 #endif
     if (dinp) /* dinp(M,K) = dout(M,N) @ W^T */
         d16 = weight_job(cx, &jobs[n++], CblasNoTrans, w_trans ? CblasNoTrans : CblasTrans, M, K, N, dout, NULL, ldo,
                          w, NULL, w_trans ? K : N, 0.0f, dinp, K);
-    /* a bf16 weight gradient rounds its other input into the buffer that holds the input
-     * gradient's rounded weight: the input gradient runs first */
-    if (dw && d16 && runs16(cx, w_trans ? N : K)) jobs_run(cx, jobs, n), n = 0;
+#ifdef DT_HAVE_DNNL
+    if (dw && d16 && grow((void **)&cx->c16, &cx->c16_n, (size_t)M * K, sizeof(uint16_t)))
+        pack16(cx->c16, inp, M, K, K), x16 = cx->c16;
+    else if (dw && d16) /* no room for that copy: the weight gradient rounds both its inputs into */
+        jobs_run(cx, jobs, n), n = 0, d16 = 0; /* a16 and b16, after the input gradient has run */
+#endif
     if (dw && w_trans) /* dW(N,K) += dout^T @ inp */
-        weight_job(cx, &jobs[n++], CblasTrans, CblasNoTrans, N, K, M, dout, d16 ? cx->a16 : NULL, ldo, inp, NULL, K,
+        weight_job(cx, &jobs[n++], CblasTrans, CblasNoTrans, N, K, M, dout, d16 ? cx->a16 : NULL, ldo, inp, x16, K,
                    1.0f, dw, K);
-    else if (dw) { /* dW(K,N) += inp^T @ dout */
-        if (d16) swap16(cx); /* dout's copy now in cx->b16 */
-        weight_job(cx, &jobs[n++], CblasTrans, CblasNoTrans, K, N, M, inp, NULL, K, dout, d16 ? cx->b16 : NULL, ldo,
+    else if (dw) /* dW(K,N) += inp^T @ dout */
+        weight_job(cx, &jobs[n++], CblasTrans, CblasNoTrans, K, N, M, inp, x16, K, dout, d16 ? cx->a16 : NULL, ldo,
                    1.0f, dw, N);
-        if (d16) swap16(cx);
-    }
     if (dbias) job_colsum(&jobs[n++], dbias, dout, M, N, ldo);
     jobs_run(cx, jobs, n);
 }
@@ -1758,6 +1756,7 @@ static void cpu_close(void *ctx) {
 #endif
     free(cx->a16);
     free(cx->b16);
+    free(cx->c16);
     free(cx);
 }
 
