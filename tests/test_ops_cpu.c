@@ -1446,8 +1446,9 @@ static void test_xent_fused_wide(void) {
  * matmul_bwd multiply their inputs rounded to bf16 with fp32 accumulation. Against the fp32
  * backend on inputs rounded beforehand: equal within fp32 rounding (the sums' order differs);
  * 1 and 2 threads bit for bit; a product of fewer than 256 rows of the batch (a forward's or
- * input gradient's rows, a weight gradient's sum) runs in fp32, exactly as the fp32 backend's. Where the CPU or the build has none, open refuses, naming why, and the
- * rest is skipped (said on stdout). */
+ * input gradient's rows, a weight gradient's sum) runs in fp32, exactly as the fp32 backend's.
+ * Where the CPU or the build has none, open refuses, naming why, and the rest is skipped (said
+ * on stdout). */
 static void test_bf16_products(void) {
     dt_backend_cfg bc = {.threads = 2, .precision = 1};
     dt_backend *b16 = NULL;
