@@ -266,7 +266,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--bf16")) bf16 = v;
         else { fprintf(stderr, "unknown option %s\n", argv[i]); return 2; }
     }
-    if (by_product < 0 || by_product > 2) { fprintf(stderr, "--products: expected 1 (the table) or 2 (the attention's and optimizer's rows), got %d\n", by_product); return 2; }
+    if (by_product < 0 || by_product > 2) { fprintf(stderr, "--products: expected 0 (the training step), 1 (the table) or 2 (the attention's and optimizer's rows), got %d\n", by_product); return 2; }
     if (base16 && !lora) { fprintf(stderr, "--base16 1 needs --lora R (the base it keeps in bf16 is LoRA's)\n"); return 2; }
     dt_backend *be;
     if (dt_backend_open(DT_DEVICE_CPU, &(dt_backend_cfg){.threads = threads, .precision = bf16 ? 1 : 0}, &be) != DT_OK) { fprintf(stderr, "%s\n", dt_error_msg()); return 1; }

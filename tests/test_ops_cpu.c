@@ -1501,7 +1501,7 @@ static void test_bf16_products(void) {
                 bfree(dinp_a), bfree(dw_a);
             }
             /* the rows of each product's output: which reference it matches */
-            const int fwd16 = M >= 256, dw16 = M >= 256; /* a weight gradient's sum is over M rows */
+            const int fwd16 = M >= 256, dw16 = fwd16; /* a weight gradient's sum is over the same M rows */
             const float *ro = out_r[!fwd16], *ri = dinp_r[!fwd16], *rw = dw_r[!dw16];
             for (size_t i = 0; i < nmn; i++) {
                 if (fwd16) CHECK_NEAR_REL(out[1][i], ro[i], 1e-5, 0.1);

@@ -545,7 +545,7 @@ static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int
 static int gemm16(cpu_ctx *cx, job *j, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
                   const uint16_t *A16, int lda, const float *B, const uint16_t *B16, int ldb, float beta, float *C,
                   int ldc) {
-    if (!runs16(cx, ta != CblasNoTrans ? K : M)) return 0;
+    if (!runs16(cx, ta != CblasNoTrans ? K : M)) return 0; /* a transposed A is a weight gradient's: K rows summed */
     const int at = ta != CblasNoTrans, bt = tb != CblasNoTrans;
     if (!tiles_get(cx, j, 0, M, N, K, at, bt, at ? M : K, bt ? K : N, ldc, beta != 0.0f) ||
         (!A16 && !grow((void **)&cx->a16, &cx->a16_n, (size_t)M * K, sizeof(uint16_t))) ||
