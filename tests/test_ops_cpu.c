@@ -1071,10 +1071,10 @@ static void test_optimizer_bits(void) {
     const float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
     float *p = frandom(n, 1.0f), *g = frandom(n, 1.0f), *m = frandom(n, 0.1f), *v = falloc(n);
     for (size_t i = 0; i < n; i++) v[i] = 0.01f * (1.0f + frand());
-    float *rp = fcopy(p, n), *rm = fcopy(m, n), *rv = fcopy(v, n);
+    float *rp = fcopy(p, n), *rm = fcopy(m, n), *rv = fcopy(v, n), *p0 = fcopy(p, n), *m0 = fcopy(m, n),
+          *v0 = fcopy(v, n);
     const dt_adamw_piece pieces[3] = {{3, 3, 20001, 1}, {20004, 20004, 33, 0}, {20037, 20037, 20000, 1}};
     for (int t = 1; t <= 2; t++) {
-        be->ops->adamw(be->ctx, p, g, m, v, pieces, 3, lr, b1, b2, eps, wd, t);
         const double bc1 = 1.0 - pow((double)b1, t), bc2 = 1.0 - pow((double)b2, t);
         const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
         for (int k = 0; k < 3; k++) {
@@ -1088,9 +1088,29 @@ static void test_optimizer_bits(void) {
             }
         }
     }
-    CHECK(memcmp(p, rp, n * sizeof(float)) == 0);
-    CHECK(memcmp(m, rm, n * sizeof(float)) == 0);
-    CHECK(memcmp(v, rv, n * sizeof(float)) == 0);
+    /* one region over all pieces, cut into a stretch a thread wherever the cuts fall (inside the
+     * first piece at 2 threads, the third at 3): every element updated once, as alone */
+    const int threads = be->ops->set_threads && !getenv("OMP_NUM_THREADS") ? 3 : 1; /* valgrind: one */
+    for (int th = 1; th <= threads; th++) {
+        if (threads > 1) be->ops->set_threads(be->ctx, th);
+        memcpy(p, p0, n * sizeof(float)), memcpy(m, m0, n * sizeof(float)), memcpy(v, v0, n * sizeof(float));
+        for (int t = 1; t <= 2; t++) be->ops->adamw(be->ctx, p, g, m, v, pieces, 3, lr, b1, b2, eps, wd, t);
+        CHECK(memcmp(p, rp, n * sizeof(float)) == 0);
+        CHECK(memcmp(m, rm, n * sizeof(float)) == 0);
+        CHECK(memcmp(v, rv, n * sizeof(float)) == 0);
+        /* zero: a buffer cleared by every thread, a stretch each, odd sizes cut at 64 bytes */
+        const size_t zb[3] = {5, 65536 + 4, n * sizeof(float) - 12};
+        for (int k = 0; k < 3; k++) {
+            unsigned char *z = (unsigned char *)fcopy(g, n);
+            be->ops->zero(be->ctx, z + 4, zb[k]);
+            size_t bad = 0;
+            for (size_t i = 0; i < n * sizeof(float); i++) bad += z[i] != (i >= 4 && i < 4 + zb[k] ? 0 : ((unsigned char *)g)[i]);
+            CHECK(bad == 0);
+            bfree(z);
+        }
+    }
+    if (threads > 1) be->ops->set_threads(be->ctx, 2);
+    bfree(p0), bfree(m0), bfree(v0);
     /* the sum of squares: all chunks, then each chunk alone (the others zero), as one chunk's
      * order decides bits that adding the other chunks' sums would round away */
     const size_t sizes[5] = {1, 63, 1000, 100003, 1 << 20};

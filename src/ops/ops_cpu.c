@@ -178,9 +178,16 @@ static void cpu_memcpy(void *ctx, void *dst, const void *src, size_t bytes) {
     if (bytes) memcpy(dst, src, bytes);
 }
 
+/* large buffers (the gradients before a step's backward) are cleared by every thread, a stretch
+ * each: one core alone does not reach the memory's bandwidth */
 static void cpu_zero(void *ctx, void *p, size_t bytes) {
     (void)ctx;
-    if (bytes) memset(p, 0, bytes);
+#pragma omp parallel if (bytes >= PAR_MIN * sizeof(float))
+    {
+        const size_t nth = (size_t)omp_get_num_threads(), me = (size_t)omp_get_thread_num();
+        const size_t lo = bytes / nth * me / 64 * 64, hi = me + 1 == nth ? bytes : bytes / nth * (me + 1) / 64 * 64;
+        if (hi > lo) memset((char *)p + lo, 0, hi - lo);
+    }
 }
 
 /* The columns a task of a column reduction takes: COLSUM_WIDE where that still makes 4 tasks,
@@ -1544,20 +1551,31 @@ static void adamw_range(float *p, const float *g, float *m, float *v, size_t lo,
     }
 }
 
+/* One parallel region over every piece: the pieces' elements, laid end to end, are cut into
+ * as many equal stretches as there are threads (at multiples of 16), each thread updating the
+ * parts of the pieces its stretch covers. The update is element by element, so the bits do not
+ * depend on where the cuts fall; a region a piece left the biases and norms' small pieces on
+ * one thread while the other waited. */
 static void cpu_adamw(void *ctx, float *p_, const float *g_, float *m_, float *v_, const dt_adamw_piece *pieces,
                       int n_pieces, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
     (void)ctx;
     const double bc1 = 1.0 - pow((double)beta1, t), bc2 = 1.0 - pow((double)beta2, t);
     const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
-    for (int k = 0; k < n_pieces; k++) {
-        const dt_adamw_piece *pc = &pieces[k];
-        const size_t n = pc->numel;
-        float *p = p_ + pc->offset, *m = m_ + pc->moff, *v = v_ + pc->moff;
-        const float *g = g_ + pc->offset;
-        const float decay = 1.0f - lr * (pc->decay ? weight_decay : 0.0f);
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-        for (size_t c = 0; c < ew_tasks(n); c++)
-            adamw_range(p, g, m, v, c * EW_CHUNK, ew_end(c, n), beta1, beta2, eps, decay, step_size, bc2_sqrt);
+    size_t total = 0;
+    for (int k = 0; k < n_pieces; k++) total += pieces[k].numel;
+#pragma omp parallel if (total >= PAR_MIN)
+    {
+        const size_t nth = (size_t)omp_get_num_threads(), me = (size_t)omp_get_thread_num();
+        const size_t lo = total / nth * me / 16 * 16, hi = me + 1 == nth ? total : total / nth * (me + 1) / 16 * 16;
+        size_t at = 0; /* where piece k starts, end to end */
+        for (int k = 0; k < n_pieces && at < hi; at += pieces[k++].numel) {
+            const dt_adamw_piece *pc = &pieces[k];
+            const size_t a = lo > at ? lo - at : 0, b = hi - at < pc->numel ? hi - at : pc->numel;
+            if (a >= b) continue;
+            const float decay = 1.0f - lr * (pc->decay ? weight_decay : 0.0f);
+            adamw_range(p_ + pc->offset, g_ + pc->offset, m_ + pc->moff, v_ + pc->moff, a, b, beta1, beta2, eps,
+                        decay, step_size, bc2_sqrt);
+        }
     }
 }
 
