@@ -1088,8 +1088,9 @@ static void test_optimizer_bits(void) {
             }
         }
     }
-    /* one region over all pieces, cut into a stretch a thread wherever the cuts fall (inside the
-     * first piece at 2 threads, the third at 3): every element updated once, as alone */
+    /* one region over all pieces, cut into a stretch a thread wherever the cuts fall (end to end,
+     * inside the 33-float piece at 2 threads, the first and the third at 3): every element updated
+     * once, as alone */
     const int threads = be->ops->set_threads && !getenv("OMP_NUM_THREADS") ? 3 : 1; /* valgrind: one */
     for (int th = 1; th <= threads; th++) {
         if (threads > 1) be->ops->set_threads(be->ctx, th);
