@@ -6,7 +6,8 @@ oneDNN: training.precision bf16, and fp32 where it is built with oneDNN) with on
 log on (DNNL_VERBOSE=1 for oneDNN 2.x, ONEDNN_VERBOSE=1 for 3.x), and prints a row for each
 distinct primitive: the kernel oneDNN chose, its inputs' types and layouts ("ba": transposed),
 the problem as M x K x N, how many times it ran, its median time and the GFLOP/s at that median,
-and its total. Then the totals by kernel. The command's own output is not shown.
+and its total. Then the totals by kernel. The command's standard output (where oneDNN writes its
+log) is read, not shown; its standard error is.
 
   bench/dnnl_products.py -- env OMP_NUM_THREADS=1 build/bench_cpu_step --threads 1 --steps 60 \\
       --bf16 1 --V 1025 --T 32 --L 2 --C 64 --H 4 --B 32
@@ -59,17 +60,21 @@ def main(argv):
     k = argv.index("--")
     opts, cmd = argv[:k], argv[k + 1:]
     while opts:
-        if opts[0] == "--top" and len(opts) > 1:
+        if opts[0] == "--top" and len(opts) > 1 and opts[1].isdigit() and int(opts[1]) > 0:
             top = int(opts[1])
             opts = opts[2:]
         else:
-            print("dnnl_products.py: unknown option %s (--top N, then -- COMMAND)" % opts[0], file=sys.stderr)
+            print("dnnl_products.py: bad option %s (--top N, N > 0; then -- COMMAND)" % " ".join(opts[:2]), file=sys.stderr)
             return 2
     if not cmd:
         print("dnnl_products.py: no command after --", file=sys.stderr)
         return 2
     env = dict(os.environ, DNNL_VERBOSE="1", ONEDNN_VERBOSE="1")
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    except OSError as e:
+        print("dnnl_products.py: cannot run %s: %s" % (cmd[0], e.strerror), file=sys.stderr)
+        return 2
     calls = collections.defaultdict(list)
     for line in proc.stdout.splitlines():
         r = parse(line)
@@ -80,7 +85,7 @@ def main(argv):
     if not calls:
         print("dnnl_products.py: no oneDNN matmul ran (a build without oneDNN, or fp32 products on OpenBLAS)",
               file=sys.stderr)
-        return 1
+        return proc.returncode or 1
     rows = []
     for (kernel, layouts, (b, m, kk, n)), ts in calls.items():
         med = statistics.median(ts)
