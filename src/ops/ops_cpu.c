@@ -178,14 +178,26 @@ static void cpu_memcpy(void *ctx, void *dst, const void *src, size_t bytes) {
     if (bytes) memcpy(dst, src, bytes);
 }
 
+/* inside a parallel region: the calling thread's stretch [lo, hi) of n items cut into one
+ * stretch a thread, cuts at multiples of align, the last thread's running to n */
+static void thread_stretch(size_t n, size_t align, size_t *lo, size_t *hi) {
+    const size_t nth = (size_t)omp_get_num_threads(), me = (size_t)omp_get_thread_num();
+    *lo = n / nth * me / align * align;
+    *hi = me + 1 == nth ? n : n / nth * (me + 1) / align * align;
+}
+
 /* large buffers (the gradients before a step's backward) are cleared by every thread, a stretch
  * each: one core alone does not reach the memory's bandwidth */
 static void cpu_zero(void *ctx, void *p, size_t bytes) {
     (void)ctx;
-#pragma omp parallel if (bytes >= PAR_MIN * sizeof(float))
+    if (bytes < PAR_MIN * sizeof(float)) { /* a step's few small ones: no parallel region */
+        if (bytes) memset(p, 0, bytes);
+        return;
+    }
+#pragma omp parallel
     {
-        const size_t nth = (size_t)omp_get_num_threads(), me = (size_t)omp_get_thread_num();
-        const size_t lo = bytes / nth * me / 64 * 64, hi = me + 1 == nth ? bytes : bytes / nth * (me + 1) / 64 * 64;
+        size_t lo, hi;
+        thread_stretch(bytes, 64, &lo, &hi);
         if (hi > lo) memset((char *)p + lo, 0, hi - lo);
     }
 }
@@ -1565,9 +1577,8 @@ static void cpu_adamw(void *ctx, float *p_, const float *g_, float *m_, float *v
     for (int k = 0; k < n_pieces; k++) total += pieces[k].numel;
 #pragma omp parallel if (total >= PAR_MIN)
     {
-        const size_t nth = (size_t)omp_get_num_threads(), me = (size_t)omp_get_thread_num();
-        const size_t lo = total / nth * me / 16 * 16, hi = me + 1 == nth ? total : total / nth * (me + 1) / 16 * 16;
-        size_t at = 0; /* where piece k starts, end to end */
+        size_t lo, hi, at = 0; /* at: where piece k starts, end to end */
+        thread_stretch(total, 16, &lo, &hi);
         for (int k = 0; k < n_pieces && at < hi; at += pieces[k++].numel) {
             const dt_adamw_piece *pc = &pieces[k];
             const size_t a = lo > at ? lo - at : 0, b = hi - at < pc->numel ? hi - at : pc->numel;
