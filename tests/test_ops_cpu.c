@@ -1564,6 +1564,94 @@ static void test_bf16_products(void) {
     dt_backend_close(b16);
 }
 
+/* |a - ref| within tol of ref's largest magnitude, everywhere; 1 where a differs from ref somewhere */
+static int near_maxnorm(const char *what, const float *a, const float *ref, size_t n, double tol) {
+    double big = 0.0;
+    int differs = 0;
+    for (size_t i = 0; i < n; i++) big = fmax(big, fabs((double)ref[i]));
+    for (size_t i = 0; i < n; i++) {
+        differs |= a[i] != ref[i];
+        if (!(fabs((double)a[i] - ref[i]) <= tol * big)) {
+            fprintf(stderr, "%s[%zu]: %.9g against %.9g (largest %.3g)\n", what, i, a[i], ref[i], big);
+            CHECK(0);
+            break;
+        }
+    }
+    return differs;
+}
+
+/* training.precision bf16: attention's products take bf16 inputs with fp32 accumulation where
+ * the sequences have 64 rows or more and the heads 64 elements or more, or 32 at 256 rows or more
+ * (ops_cpu.c att16_runs).
+ * Against the fp32 backend on the same inputs: the output, the probabilities and dqkv within
+ * bf16's rounding (2-3% of the largest magnitude) and not equal to fp32's; the probabilities and
+ * their gradient exact zeros wherever fp32's are (above the diagonal, outside a packed row's
+ * example); 1 and 2 threads bit for bit; below those sizes, fp32's bits. */
+static void test_bf16_attention(void) {
+    dt_backend_cfg bc = {.threads = 2, .precision = 1};
+    dt_backend *b16 = NULL;
+    if (dt_backend_open(DT_DEVICE_CPU, &bc, &b16) != DT_OK) {
+        printf("test_ops_cpu: bf16 attention not tested: %s\n", dt_error_msg());
+        return;
+    }
+    const struct {
+        int B, T, NH, NKV, hs, bf16, n_ex, starts[3];
+    } cases[] = {
+        {2, 64, 2, 2, 64, 1, 0, {0}},           /* one block */
+        {1, 100, 4, 2, 64, 1, 0, {0}},          /* grouped heads, a part block last */
+        {1, 320, 2, 1, 64, 1, 0, {0}},          /* more keys and queries than a product takes at once */
+        {1, 300, 4, 2, 32, 1, 3, {0, 37, 230}}, /* heads of 32 at 256 rows or more; packed rows: blocks
+                                                    that start inside an example */
+        {2, 48, 2, 2, 64, 0, 0, {0}},           /* fewer than 64 rows: fp32 */
+        {1, 128, 2, 2, 32, 0, 0, {0}},          /* heads of 32 at fewer than 256 rows: fp32 */
+        {1, 80, 2, 2, 16, 0, 0, {0}},           /* heads of 16: fp32 */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        const int B = cases[c].B, T = cases[c].T, NH = cases[c].NH;
+        att_state s;
+        att_state_init(&s, B, T, NH, cases[c].NKV, cases[c].hs, 2.0f);
+        int *pos = NULL;
+        if (cases[c].n_ex) {
+            pos = ialloc((size_t)T);
+            for (int e = 0; e < cases[c].n_ex; e++)
+                for (int t = cases[c].starts[e]; t < (e + 1 < cases[c].n_ex ? cases[c].starts[e + 1] : T); t++)
+                    pos[t] = t - cases[c].starts[e];
+            s.sh.pos = pos;
+        }
+        const size_t nqkv = (size_t)B * T * s.W, nout = (size_t)B * T * s.HQ, natt = (size_t)B * NH * T * T;
+        float *dqkv = falloc(nqkv), *datt = falloc(natt), *out[2], *att[2], *dq[2], *da[2];
+        be->ops->attention_fwd(be->ctx, A(s.out), A(s.att), A(s.qkv), &s.sh);
+        be->ops->attention_bwd(be->ctx, A(dqkv), A(datt), A(s.R), A(s.qkv), A(s.out), A(s.att), &s.sh);
+        for (int t = 0; t < 2; t++) { /* 1 thread, then 2 */
+            b16->ops->set_threads(b16->ctx, t + 1);
+            out[t] = falloc(nout), att[t] = falloc(natt), dq[t] = falloc(nqkv), da[t] = falloc(natt);
+            ffill(out[t], nout, GARBAGE), ffill(att[t], natt, NAN), ffill(dq[t], nqkv, GARBAGE), ffill(da[t], natt, NAN);
+            b16->ops->attention_fwd(b16->ctx, A(out[t]), A(att[t]), A(s.qkv), &s.sh);
+            b16->ops->attention_bwd(b16->ctx, A(dq[t]), A(da[t]), A(s.R), A(s.qkv), A(out[t]), A(att[t]), &s.sh);
+        }
+        CHECK(memcmp(out[0], out[1], nout * sizeof(float)) == 0);
+        CHECK(memcmp(att[0], att[1], natt * sizeof(float)) == 0);
+        CHECK(memcmp(dq[0], dq[1], nqkv * sizeof(float)) == 0);
+        if (cases[c].bf16) {
+            CHECK(near_maxnorm("bf16 attention out", out[1], s.out, nout, 2e-2));
+            CHECK(near_maxnorm("bf16 attention probabilities", att[1], s.att, natt, 2e-2));
+            CHECK(near_maxnorm("bf16 attention dqkv", dq[1], dqkv, nqkv, 3e-2));
+            for (size_t i = 0; i < natt; i++)
+                if (s.att[i] == 0.0f) CHECK(att[1][i] == 0.0f && da[1][i] == 0.0f);
+        } else {
+            CHECK(memcmp(out[1], s.out, nout * sizeof(float)) == 0);
+            CHECK(memcmp(att[1], s.att, natt * sizeof(float)) == 0);
+            CHECK(memcmp(dq[1], dqkv, nqkv * sizeof(float)) == 0);
+        }
+        for (int t = 0; t < 2; t++) bfree(out[t]), bfree(att[t]), bfree(dq[t]), bfree(da[t]);
+        bfree(dqkv), bfree(datt);
+        if (pos) bfree(pos);
+        s.sh.pos = NULL;
+        att_state_free(&s);
+    }
+    dt_backend_close(b16);
+}
+
 /* fp32 products on oneDNN (the default where dtrain is built with it) against OpenBLAS's
  * (DTRAIN_CPU_GEMM=openblas): the same values within fp32 rounding, on a block's products, the
  * head, a wide head (tiles of columns only), with a bias and accumulating weight gradients;
@@ -1710,6 +1798,7 @@ int main(void) {
     test_thread_invariance();
     test_fp32_gemm_choice();
     test_bf16_products();
+    test_bf16_attention();
     test_bf16_arrays();
     test_gelu_add();
     test_xent();

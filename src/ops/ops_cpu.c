@@ -21,7 +21,9 @@
  *
  * training.precision bf16 (where the CPU has AVX512-BF16 or AMX): the weight products take their
  * inputs rounded to bf16 and accumulate in fp32, through oneDNN's matmul on the same tiles
- * (gemm16); everything else stays as above.
+ * (gemm16), and so do the attention's products where its heads and sequences are large enough
+ * (att16_fwd, att16_bwd: one oneDNN primitive a block, on the head's thread); everything else
+ * stays as above.
  *
  * This backend is the reference the CUDA ops are tested against; it allocates nothing after
  * init except through alloc, and oneDNN's primitives with their per-thread scratchpads and, with
@@ -52,7 +54,8 @@ typedef struct mm16 {
     dnnl_primitive_t prim;
     size_t scratch; /* bytes of its scratchpad (user-managed: one per thread) */
 } mm16;
-#define MM16_MAX 128 /* primitives kept: a model's products come in a few dozen shapes (mm_room) */
+#define MM16_MAX 256 /* primitives kept: a model's products come in a few dozen shapes, its attention's
+                      in up to 72 more (mm_room, att16_make) */
 #endif
 
 typedef struct cpu_ctx {
@@ -348,14 +351,21 @@ static void mm_room(cpu_ctx *cx, int want) {
  * caller made room, mm_room); its prim is NULL where oneDNN refuses the shape or has only its
  * reference loops for it. Made with OpenMP's thread count at 1: oneDNN plans a primitive's work
  * for the threads it sees then, and each runs inside one tile's thread. */
-static const mm16 *mm_get(cpu_ctx *cx, int f32, int m, int n, int k, int a_trans, int b_trans, int lda, int ldb,
-                          int ldc, int acc) {
+static const mm16 *mm_find(const cpu_ctx *cx, int f32, int m, int n, int k, int a_trans, int b_trans, int lda,
+                           int ldb, int ldc, int acc) {
     for (int i = 0; i < cx->n_mm; i++) {
         const mm16 *p = &cx->mm[i];
-        if (p->f32 == f32 && p->m == m && p->n == n && p->k == k && p->a_trans == a_trans && p->b_trans == b_trans &&
+        if (p->m == m && p->n == n && p->k == k && p->f32 == f32 && p->a_trans == a_trans && p->b_trans == b_trans &&
             p->lda == lda && p->ldb == ldb && p->ldc == ldc && p->acc == acc)
             return p;
     }
+    return NULL;
+}
+
+static const mm16 *mm_get(cpu_ctx *cx, int f32, int m, int n, int k, int a_trans, int b_trans, int lda, int ldb,
+                          int ldc, int acc) {
+    const mm16 *found = mm_find(cx, f32, m, n, k, a_trans, b_trans, lda, ldb, ldc, acc);
+    if (found) return found;
     dnnl_memory_desc_t a, b, c;
     dnnl_dims_t ad = {m, k}, bd = {k, n}, cd = {m, n};
     dnnl_dims_t as = {a_trans ? 1 : lda, a_trans ? lda : 1}, bs = {b_trans ? 1 : ldb, b_trans ? ldb : 1},
@@ -1149,10 +1159,223 @@ static int cpu_attention_bytes(void *ctx, const dt_att_shape *s, int bf16, size_
     return 1;
 }
 
+#ifdef DT_HAVE_DNNL
+/* ---- attention in bf16 (training.precision bf16) ----
+ * Where att16_runs (sequences of 64 rows or more, heads of 64 or more, or of 32 with 256 rows or
+ * more: smaller ones' products are too small for oneDNN's calls to pay; at T=128 heads of 32 were
+ * no faster, at T=32 heads of 16 2-4x slower a product), the attention's products take bf16 inputs with fp32
+ * accumulation, as the weight products do. q, k and v are rounded once a call into cx->a16 at
+ * qkv's row width W (the forward's q times the scale first), the backward's dout into cx->b16
+ * at the same width; a block's probabilities, and dS times the scale, are rounded into the
+ * thread's part of cx->c16 (ATT_BLK x T elements a thread). The softmax and its backward run in
+ * fp32 on P and dS as in fp32. Keys (and, for dK and dV, queries) go in chunks of at most
+ * ATT_KCH from a multiple of ATT_BLK, so that a call makes few shapes of products: packed rows'
+ * blocks then read a few rows of the example before, whose probabilities are exact zeros. Every
+ * product of a head runs on that head's thread through a primitive made for one thread: the
+ * same bits for any thread count. */
+#define ATT_KCH 256
+
+static inline int att16_runs(const cpu_ctx *cx, const dt_att_shape *s) {
+    return cx->bf16 && s->T >= ATT_BLK && (s->hs >= 64 || (s->hs >= 32 && s->T >= 256));
+}
+
+/* one call's products: made (make: the primitives, first, on the calling thread) or run */
+typedef struct att16 {
+    cpu_ctx *cx;
+    int make, full, bad; /* full: the table had no room (make); bad: a primitive refused or failed */
+    size_t scratch;      /* the largest scratchpad of the primitives made */
+} att16;
+
+/* C(m,n) (+ C when acc) = op(A) op(B), A and B bf16, at those offsets from a, b and c (NULL in make) */
+static void att16_mm(att16 *w, int m, int n, int k, int at, int bt, int lda, int ldb, int ldc, int acc,
+                     const uint16_t *a, size_t ao, const uint16_t *b, size_t bo, float *c, size_t co) {
+    const mm16 *p = mm_find(w->cx, 0, m, n, k, at, bt, lda, ldb, ldc, acc);
+    if (w->make) {
+        if (!p && w->cx->n_mm == MM16_MAX) {
+            w->full = 1;
+            return;
+        }
+        if (!p) p = mm_get(w->cx, 0, m, n, k, at, bt, lda, ldb, ldc, acc);
+        if (!p->prim) w->bad = 1;
+        else if (p->scratch > w->scratch) w->scratch = p->scratch;
+        return;
+    }
+    if (!p || !p->prim || !mm16_run(w->cx, p, a + ao, b + bo, c + co)) w->bad = 1;
+}
+
+/* dst (rows, cols), rows ldd apart = bf16 of src (rows, cols), rows lds apart, times s */
+DT_CLONES
+static void att16_round(uint16_t *dst, int ldd, const float *src, int lds, int rows, int cols, float s) {
+    for (int i = 0; i < rows; i++) {
+        uint16_t *d = dst + (size_t)i * ldd;
+        const float *x = src + (size_t)i * lds;
+        if (s == 1.0f) {
+            dt_bf16_pack(d, x, (size_t)cols);
+            continue;
+        }
+#pragma omp simd
+        for (int j = 0; j < cols; j++) d[j] = dt_float_to_bf16(x[j] * s);
+    }
+}
+
+/* the first key of query block [r0, ..) of sequence b, aligned down to ATT_BLK */
+static inline int att16_k0(const dt_att_shape *s, int b, int r0) { return att_lo(s, b, r0) / ATT_BLK * ATT_BLK; }
+
+/* Forward of query head h of sequence b (make: its products' shapes only, every pointer NULL):
+ * P = scale q k^T by blocks of ATT_BLK queries, softmax, out = P v. x16: qkv in bf16 (q scaled),
+ * buf: the thread's ATT_BLK x T bf16, out: the sequence's first row, P: the head's (T,T). */
+static void att16_head_fwd(att16 *w, float *out, float *P, const uint16_t *x16, uint16_t *buf, const dt_att_shape *s,
+                           const att_dims *d, int b, int h) {
+    const int T = s->T, hs = s->hs, g = h / d->group, W = d->W;
+    const size_t row = (size_t)b * T * W, q = row + (size_t)h * hs, k = row + d->koff + (size_t)g * hs,
+                 v = row + d->voff + (size_t)g * hs, o = (size_t)h * hs;
+    for (int r0 = 0; r0 < T; r0 += ATT_BLK) {
+        const int r1 = imin(T, r0 + ATT_BLK), m = r1 - r0, ka = att16_k0(s, b, r0);
+        for (int c = ka; c < r1; c += ATT_KCH)
+            att16_mm(w, m, imin(ATT_KCH, r1 - c), hs, 0, 1, W, W, T, 0, x16, q + (size_t)r0 * W, x16,
+                     k + (size_t)c * W, P, (size_t)r0 * T + c);
+        if (!w->make) {
+            for (int t = r0; t < r1; t++) softmax_causal_row(P + (size_t)t * T, att_lo(s, b, t), t, T);
+            att16_round(buf + ka, T, P + (size_t)r0 * T + ka, T, m, r1 - ka, 1.0f);
+        }
+        for (int c = ka; c < r1; c += ATT_KCH)
+            att16_mm(w, m, hs, imin(ATT_KCH, r1 - c), 0, 0, T, W, d->HQ, c > ka, buf, (size_t)c, x16,
+                     v + (size_t)c * W, out, o + (size_t)r0 * d->HQ);
+    }
+}
+
+/* Backward of query head h of sequence b (make: as att16_head_fwd) into dqkv (dq, and dk, dv of
+ * its key/value head, accumulated when acc; laid out as qkv): x16 is qkv in bf16
+ * (unscaled), do16 dout in bf16 at qkv's width, dS the head's (T,T) scratch, buf the thread's
+ * ATT_BLK x T bf16 */
+static void att16_head_bwd(att16 *w, float *dqkv, float *dS, const float *P, const uint16_t *x16, const uint16_t *do16,
+                           uint16_t *buf, const dt_att_shape *s, const att_dims *d, int b, int h, float scale,
+                           int acc) {
+    const int T = s->T, hs = s->hs, g = h / d->group, W = d->W;
+    const size_t row = (size_t)b * T * W, q = row + (size_t)h * hs, k = row + d->koff + (size_t)g * hs,
+                 v = row + d->voff + (size_t)g * hs;
+    for (int r0 = 0; r0 < T; r0 += ATT_BLK) { /* dP = dO v^T, dS, dq = scale dS k */
+        const int r1 = imin(T, r0 + ATT_BLK), m = r1 - r0, ka = att16_k0(s, b, r0);
+        for (int c = ka; c < r1; c += ATT_KCH)
+            att16_mm(w, m, imin(ATT_KCH, r1 - c), hs, 0, 1, W, W, T, 0, do16, q + (size_t)r0 * W, x16,
+                     v + (size_t)c * W, dS, (size_t)r0 * T + c);
+        if (!w->make) {
+            for (int t = r0; t < r1; t++)
+                softmax_causal_row_bwd(dS + (size_t)t * T, P + (size_t)t * T, att_lo(s, b, t), t, T);
+            att16_round(buf + ka, T, dS + (size_t)r0 * T + ka, T, m, r1 - ka, scale);
+        }
+        for (int c = ka; c < r1; c += ATT_KCH)
+            att16_mm(w, m, hs, imin(ATT_KCH, r1 - c), 0, 0, T, W, W, c > ka, buf, (size_t)c, x16, k + (size_t)c * W,
+                     dqkv, q + (size_t)r0 * W);
+    }
+    for (int c0 = 0; c0 < T; c0 += ATT_BLK) { /* keys [c0, c1): dv = P^T dO, dk = scale dS^T q */
+        const int c1 = imin(T, c0 + ATT_BLK), n = c1 - c0;
+        /* the queries that attend to them, to a multiple of ATT_BLK (those past hold zeros there) */
+        const int rows = imin(T - c0, (att_hi(s, b, c1) - c0 + ATT_BLK - 1) / ATT_BLK * ATT_BLK);
+        for (int pass = 0; pass < 2; pass++) {
+            if (!w->make)
+                att16_round(buf, ATT_BLK, (pass ? dS : P) + (size_t)c0 * T + c0, T, rows, n, pass ? scale : 1.0f);
+            for (int r = 0; r < rows; r += ATT_KCH)
+                att16_mm(w, n, hs, imin(ATT_KCH, rows - r), 1, 0, ATT_BLK, W, W, acc || r > 0, buf,
+                         (size_t)r * ATT_BLK, pass ? x16 : do16, q + (size_t)(c0 + r) * W, dqkv,
+                         (pass ? k : v) + (size_t)c0 * W);
+        }
+    }
+}
+
+/* The primitives of a call's products made, its copies' room had, its inputs rounded (q times
+ * qs) into cx->a16 (and dout into cx->b16 when dout); 0 where oneDNN refuses a shape or memory is
+ * short: the call then runs in fp32. bwd: make the backward's products. */
+static int att16_prepare(cpu_ctx *cx, att16 *w, const float *qkv, const float *dout, float qs, const dt_att_shape *s,
+                         const att_dims *d, int bwd) {
+    const int T = s->T, threads = omp_get_max_threads();
+    const size_t nx = (size_t)s->B * T * d->W;
+    *w = (att16){.cx = cx, .make = 1};
+    for (int tries = 0; tries < 2; tries++) { /* a full table is emptied once (mm_room) */
+        w->full = w->bad = 0;
+        for (int b = 0; b < (s->pos ? s->B : 1); b++) /* without packed rows every sequence is the same */
+            for (int acc = 0; acc < (bwd && d->group > 1 ? 2 : 1); acc++) {
+                if (bwd) att16_head_bwd(w, NULL, NULL, NULL, NULL, NULL, NULL, s, d, b, 0, 1.0f, acc);
+                else att16_head_fwd(w, NULL, NULL, NULL, NULL, s, d, b, 0);
+            }
+        if (!w->full) break;
+        mm_room(cx, MM16_MAX + 1);
+    }
+    if (w->full || w->bad || !slots_ready(cx, w->scratch) || !grow((void **)&cx->a16, &cx->a16_n, nx, 2) ||
+        (dout && !grow((void **)&cx->b16, &cx->b16_n, nx, 2)) ||
+        !grow((void **)&cx->c16, &cx->c16_n, (size_t)threads * ATT_BLK * T, 2))
+        return 0;
+    const int rows = s->B * T;
+#pragma omp parallel for schedule(static) if (nx >= PAR_MIN)
+    for (int i = 0; i < rows; i++) {
+        uint16_t *x = cx->a16 + (size_t)i * d->W;
+        const float *r = qkv + (size_t)i * d->W;
+        att16_round(x, d->W, r, d->W, 1, d->HQ, qs);
+        dt_bf16_pack(x + d->HQ, r + d->HQ, (size_t)(d->W - d->HQ));
+        if (dout) dt_bf16_pack(cx->b16 + (size_t)i * d->W, dout + (size_t)i * d->HQ, (size_t)d->HQ);
+    }
+    w->make = 0;
+    return 1;
+}
+
+static int att16_fwd(cpu_ctx *cx, float *out, float *att, const float *qkv, const dt_att_shape *s) {
+    const att_dims d = att_dims_of(s);
+    att16 w;
+    if (!att16_runs(cx, s) || !att16_prepare(cx, &w, qkv, NULL, 1.0f / sqrtf((float)s->hs), s, &d, 0)) return 0;
+    const int T = s->T, NH = s->NH;
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad)
+    for (int bh = 0; bh < s->B * NH; bh++) {
+        att16 t = w;
+        const int b = bh / NH, h = bh % NH;
+        att16_head_fwd(&t, out + (size_t)b * T * d.HQ, att + (size_t)bh * T * T, cx->a16,
+                       cx->c16 + (size_t)omp_get_thread_num() * ATT_BLK * T, s, &d, b, h);
+        bad |= t.bad;
+    }
+    if (bad) {
+        fprintf(stderr, "dtrain: oneDNN failed running a bf16 attention product; stopping\n");
+        abort();
+    }
+    return 1;
+}
+
+static int att16_bwd(cpu_ctx *cx, float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
+                     const dt_att_shape *s) {
+    const att_dims d = att_dims_of(s);
+    att16 w;
+    if (!att16_runs(cx, s) || !att16_prepare(cx, &w, qkv, dout, 1.0f, s, &d, 1)) return 0;
+    const int T = s->T, NH = s->NH, hs = s->hs;
+    const float scale = 1.0f / sqrtf((float)hs);
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad)
+    for (int bg = 0; bg < s->B * s->NKV; bg++) {
+        att16 t = w;
+        const int b = bg / s->NKV, g = bg % s->NKV;
+        uint16_t *buf = cx->c16 + (size_t)omp_get_thread_num() * ATT_BLK * T;
+        for (int j = 0; j < d.group; j++) {
+            const int h = g * d.group + j, bh = b * NH + h;
+            att16_head_bwd(&t, dqkv, datt + (size_t)bh * T * T, att + (size_t)bh * T * T, cx->a16, cx->b16, buf, s,
+                           &d, b, h, scale, j > 0);
+        }
+        bad |= t.bad;
+    }
+    if (bad) {
+        fprintf(stderr, "dtrain: oneDNN failed running a bf16 attention product; stopping\n");
+        abort();
+    }
+    return 1;
+}
+#endif
+
 static void cpu_attention_fwd(void *ctx, dt_act *out_, void *att_, const dt_act *qkv_, const dt_att_shape *s) {
     float *out = (float *)out_;
     float *att = (float *)att_;
     const float *qkv = (const float *)qkv_;
+#ifdef DT_HAVE_DNNL
+    if (att16_fwd(ctx, out, att, qkv, s)) return;
+#else
+    (void)ctx;
+#endif
     const int T = s->T, NH = s->NH, hs = s->hs;
     const att_dims d = att_dims_of(s);
     const float scale = 1.0f / sqrtf((float)hs);
@@ -1238,6 +1461,11 @@ static void cpu_attention_bwd(void *ctx, dt_act *dqkv_, void *datt_, const dt_ac
     const float *dout = (const float *)dout_;
     const float *qkv = (const float *)qkv_;
     const float *att = (const float *)att_;
+#ifdef DT_HAVE_DNNL
+    if (att16_bwd(ctx, dqkv, datt, dout, qkv, att, s)) return;
+#else
+    (void)ctx;
+#endif
     const int T = s->T, NH = s->NH, hs = s->hs;
     const att_dims d = att_dims_of(s);
     const float scale = 1.0f / sqrtf((float)hs);
