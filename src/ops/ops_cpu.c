@@ -55,7 +55,7 @@ typedef struct mm16 {
     size_t scratch; /* bytes of its scratchpad (user-managed: one per thread) */
 } mm16;
 #define MM16_MAX 256 /* primitives kept: a model's products come in a few dozen shapes, its attention's
-                      in up to 72 more (mm_room, att16_make) */
+                      in up to 77 more (mm_room, att16_prepare) */
 #endif
 
 typedef struct cpu_ctx {
@@ -1163,8 +1163,8 @@ static int cpu_attention_bytes(void *ctx, const dt_att_shape *s, int bf16, size_
 /* ---- attention in bf16 (training.precision bf16) ----
  * Where att16_runs (sequences of 64 rows or more, heads of 64 or more, or of 32 with 256 rows or
  * more: smaller ones' products are too small for oneDNN's calls to pay; at T=128 heads of 32 were
- * no faster, at T=32 heads of 16 2-4x slower a product), the attention's products take bf16 inputs with fp32
- * accumulation, as the weight products do. q, k and v are rounded once a call into cx->a16 at
+ * no faster, at T=32 heads of 16 2-4x slower a product), the attention's products take bf16
+ * inputs with fp32 accumulation, as the weight products do. q, k and v are rounded once a call into cx->a16 at
  * qkv's row width W (the forward's q times the scale first), the backward's dout into cx->b16
  * at the same width; a block's probabilities, and dS times the scale, are rounded into the
  * thread's part of cx->c16 (ATT_BLK x T elements a thread). The softmax and its backward run in
@@ -1172,7 +1172,8 @@ static int cpu_attention_bytes(void *ctx, const dt_att_shape *s, int bf16, size_
  * ATT_KCH from a multiple of ATT_BLK, so that a call makes few shapes of products: packed rows'
  * blocks then read a few rows of the example before, whose probabilities are exact zeros. Every
  * product of a head runs on that head's thread through a primitive made for one thread: the
- * same bits for any thread count. */
+ * same bits for any thread count. A call's shapes: at most 9 of q k^T (and dO v^T, the same
+ * primitive), 18 each of P v and dS k (first chunk or accumulating), 32 of P^T dO and dS^T q. */
 #define ATT_KCH 256
 
 static inline int att16_runs(const cpu_ctx *cx, const dt_att_shape *s) {
@@ -1244,10 +1245,9 @@ static void att16_head_fwd(att16 *w, float *out, float *P, const uint16_t *x16, 
     }
 }
 
-/* Backward of query head h of sequence b (make: as att16_head_fwd) into dqkv (dq, and dk, dv of
- * its key/value head, accumulated when acc; laid out as qkv): x16 is qkv in bf16
- * (unscaled), do16 dout in bf16 at qkv's width, dS the head's (T,T) scratch, buf the thread's
- * ATT_BLK x T bf16 */
+/* Backward of query head h of sequence b (make: as att16_head_fwd) into dqkv, laid out as qkv:
+ * dq, and dk, dv of its key/value head (added onto when acc). x16: qkv in bf16 (unscaled), do16:
+ * dout in bf16 at qkv's width, dS: the head's (T,T) scratch, buf: the thread's ATT_BLK x T bf16. */
 static void att16_head_bwd(att16 *w, float *dqkv, float *dS, const float *P, const uint16_t *x16, const uint16_t *do16,
                            uint16_t *buf, const dt_att_shape *s, const att_dims *d, int b, int h, float scale,
                            int acc) {
