@@ -1164,11 +1164,11 @@ static int cpu_attention_bytes(void *ctx, const dt_att_shape *s, int bf16, size_
  * Where att16_runs (sequences of 64 rows or more, heads of 64 or more, or of 32 with 256 rows or
  * more: smaller ones' products are too small for oneDNN's calls to pay; at T=128 heads of 32 were
  * no faster, at T=32 heads of 16 2-4x slower a product), the attention's products take bf16
- * inputs with fp32 accumulation, as the weight products do. q, k and v are rounded once a call into cx->a16 at
- * qkv's row width W (the forward's q times the scale first), the backward's dout into cx->b16
- * at the same width; a block's probabilities, and dS times the scale, are rounded into the
- * thread's part of cx->c16 (ATT_BLK x T elements a thread). The softmax and its backward run in
- * fp32 on P and dS as in fp32. Keys (and, for dK and dV, queries) go in chunks of at most
+ * inputs with fp32 accumulation, as the weight products do. q, k and v are rounded once a call
+ * into cx->a16 at qkv's row width W (the forward's q times the scale first), the backward's dout
+ * into cx->b16 at the same width; a block's probabilities, and dS times the scale, are rounded
+ * into the thread's part of cx->c16 (ATT_BLK x T elements a thread). The softmax and its
+ * backward stay fp32, on P and dS. Keys (and, for dK and dV, queries) go in chunks of at most
  * ATT_KCH from a multiple of ATT_BLK, so that a call makes few shapes of products: packed rows'
  * blocks then read a few rows of the example before, whose probabilities are exact zeros. Every
  * product of a head runs on that head's thread through a primitive made for one thread: the
@@ -1318,6 +1318,16 @@ static int att16_prepare(cpu_ctx *cx, att16 *w, const float *qkv, const float *d
     return 1;
 }
 
+/* 1 once a call's products have run; where one failed, its output is partly written: nothing
+ * to fall back to (as jobs_run) */
+static int att16_ran(int bad) {
+    if (bad) {
+        fprintf(stderr, "dtrain: oneDNN failed running a bf16 attention product; stopping\n");
+        abort();
+    }
+    return 1;
+}
+
 static int att16_fwd(cpu_ctx *cx, float *out, float *att, const float *qkv, const dt_att_shape *s) {
     const att_dims d = att_dims_of(s);
     att16 w;
@@ -1332,11 +1342,7 @@ static int att16_fwd(cpu_ctx *cx, float *out, float *att, const float *qkv, cons
                        cx->c16 + (size_t)omp_get_thread_num() * ATT_BLK * T, s, &d, b, h);
         bad |= t.bad;
     }
-    if (bad) {
-        fprintf(stderr, "dtrain: oneDNN failed running a bf16 attention product; stopping\n");
-        abort();
-    }
-    return 1;
+    return att16_ran(bad);
 }
 
 static int att16_bwd(cpu_ctx *cx, float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
@@ -1359,11 +1365,7 @@ static int att16_bwd(cpu_ctx *cx, float *dqkv, float *datt, const float *dout, c
         }
         bad |= t.bad;
     }
-    if (bad) {
-        fprintf(stderr, "dtrain: oneDNN failed running a bf16 attention product; stopping\n");
-        abort();
-    }
-    return 1;
+    return att16_ran(bad);
 }
 #endif
 
